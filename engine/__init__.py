@@ -1,0 +1,1 @@
+"""hetflow engine: manifest -> plan -> Dask -> run record."""

@@ -1,0 +1,116 @@
+"""Lowering: a :class:`~hetflow.engine.planner.Plan` -> one plain Dask task graph.
+
+The graph is a dict of tuple tasks, executable by any Dask scheduler, the
+threaded one in-process or a ``distributed`` cluster, unchanged:
+
+``partition:ID``
+    runs partition ID on its executor; depends on the producers of its
+    inputs; returns ``{tensor: ActivationHandle}`` for the partition's outputs.
+``export:BRIDGE``
+    exports the bridge's tensor from the source executor; returns a
+    :class:`~hetflow.executors.base.PortableActivation`.
+``import:BRIDGE``
+    imports it on the destination executor; returns the new handle.
+``output:NAME``
+    exports a persisted output; returns its portable activation.
+
+A partition's input comes from a ``partition:`` task when the producer is
+on the same executor instance (the handle is passed, no copy) and from an
+``import:`` task when a bridge carries it. Keys hold a ':' so they never
+collide with stage names, which cannot.
+
+``refcounts`` says how many tasks consume each handle the run creates;
+the runtime releases a handle when that many consumers are done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol
+
+from hetflow.engine.planner import Plan
+from hetflow.executors.base import SubGraphPlan
+from hetflow.executors.cpu import encode_plan
+
+__all__ = ["TaskGraph", "Runtime", "lower", "subgraph_plan", "partition_key", "tensor_ref", "bridge_ref"]
+
+
+def partition_key(pid: str) -> str:
+    return f"partition:{pid}"
+
+
+def tensor_ref(tensor: str) -> str:
+    """Refcount key of the handle a partition produced for ``tensor``."""
+    return f"tensor:{tensor}"
+
+
+def bridge_ref(bridge_id: str) -> str:
+    """Refcount key of the handle a bridge's import produced."""
+    return f"bridge:{bridge_id}"
+
+
+class Runtime(Protocol):
+    def run_partition(self, pid: str, sources: list[Any]) -> dict: ...
+    def export(self, bridge_id: str, produced: dict) -> Any: ...
+    def import_(self, bridge_id: str, portable: Any) -> Any: ...
+    def output(self, name: str, produced: dict) -> Any: ...
+
+
+@dataclass(frozen=True)
+class TaskGraph:
+    dsk: dict
+    keys: list[str]
+    output_keys: Mapping[str, str]
+    refcounts: Mapping[str, int]
+    sources: Mapping[str, tuple[tuple[str, str], ...]]
+
+
+def subgraph_plan(plan: Plan, pid: str) -> SubGraphPlan:
+    """The opaque unit the partition's executor decodes."""
+    part = next(p for p in plan.partitions if p.id == pid)
+    nodes = [
+        {"id": n, "op": plan.nodes[n].op, "args": plan.stage_args[n], "dtype": plan.nodes[n].dtype.value,
+         "inputs": list(plan.stage_inputs[n])}
+        for n in part.nodes
+    ]
+    return encode_plan(plan.executors[part.executor].vendor, part.inputs, nodes, part.outputs)
+
+
+def lower(plan: Plan, runtime: Runtime) -> TaskGraph:
+    dsk: dict[str, tuple] = {}
+    refcounts: dict[str, int] = {}
+    sources: dict[str, tuple[tuple[str, str], ...]] = {}
+    producer = {n: p for p in plan.partitions for n in p.nodes}
+
+    for part in plan.partitions:
+        deps: list[str] = []
+        refs: list[tuple[str, str]] = []
+        for tensor in part.inputs:
+            src = producer[tensor]
+            if src.executor == part.executor:
+                deps.append(partition_key(src.id))
+                refs.append((tensor, tensor_ref(tensor)))
+            else:
+                bridge = plan.bridge_for(tensor, part.executor)
+                assert bridge is not None, f"no bridge carries {tensor} to {part.executor}"
+                deps.append(f"import:{bridge.id}")
+                refs.append((tensor, bridge_ref(bridge.id)))
+            refcounts[refs[-1][1]] = refcounts.get(refs[-1][1], 0) + 1
+        sources[part.id] = tuple(refs)
+        dsk[partition_key(part.id)] = (runtime.run_partition, part.id, deps)
+
+    for bridge in plan.bridges:
+        src = producer[bridge.tensor]
+        dsk[f"export:{bridge.id}"] = (runtime.export, bridge.id, partition_key(src.id))
+        dsk[f"import:{bridge.id}"] = (runtime.import_, bridge.id, f"export:{bridge.id}")
+        refcounts[tensor_ref(bridge.tensor)] = refcounts.get(tensor_ref(bridge.tensor), 0) + 1
+
+    output_keys = {}
+    for name, tensor in plan.outputs.items():
+        key = f"output:{name}"
+        dsk[key] = (runtime.output, name, partition_key(producer[tensor].id))
+        refcounts[tensor_ref(tensor)] = refcounts.get(tensor_ref(tensor), 0) + 1
+        output_keys[name] = key
+
+    keys = [partition_key(p.id) for p in plan.partitions] + list(output_keys.values())
+    return TaskGraph(dsk, keys, output_keys, refcounts, sources)

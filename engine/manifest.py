@@ -1,0 +1,510 @@
+"""Manifest passes: load, validate, resolve.
+
+``load`` parses YAML with PyYAML's safe composer and keeps, for every
+value, where it was written: a :class:`Document` is the plain data tree
+(dicts, lists, scalars) plus ``marks``, a table from a value's *path*
+(the tuple of keys and indexes leading to it) to its :class:`Origin`, and
+``key_marks`` for the keys of mappings. Later passes never look at YAML
+again; they look up a path.
+
+``compile_manifest`` then runs, on that document:
+
+1. params: the declared defaults, overridden by ``-p key=value``;
+2. interpolate: ``"${name}"`` alone becomes the param's typed value,
+   ``${name}`` inside a longer string becomes its text; paths are kept,
+   so every value still points at where it was written;
+3. schema: the tree against ``schemas/pipeline.schema.json``;
+4. semantics: ops exist, arguments and arity fit the op, inputs and
+   executors exist, dtypes are ones the op supports, no cycle, outputs
+   name stages;
+
+and returns a :class:`Manifest` whose ``digest`` hashes its canonical
+JSON. Every problem found becomes one :class:`Diagnostic`; all of them
+are raised together as one :class:`ManifestError`.
+
+Examples
+--------
+>>> doc = loads("version: 1\\nname: demo\\n", "demo.yaml")
+>>> doc.value["name"], str(doc.at(("name",)))
+('demo', 'demo.yaml:2:7')
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib.resources
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Iterator, Mapping
+
+import jsonschema
+import networkx as nx
+import yaml
+
+from hetflow.engine.errors import Diagnostic, ManifestError, Origin, UsageError
+from hetflow.executors import ops as oplib
+from hetflow.executors.base import Dtype, Vendor
+
+__all__ = [
+    "Document",
+    "StageDecl",
+    "ExecutorDecl",
+    "Manifest",
+    "load",
+    "loads",
+    "schema",
+    "parse_overrides",
+    "compile_manifest",
+    "canonical_json",
+]
+
+Path = tuple  # a value's position in the tree: keys and list indexes
+
+_REF = re.compile(r"\$\{([^}]*)\}")
+
+
+class _Undefined:
+    """Stands for an undefined ``${name}``, already reported, so no later check reports it again."""
+
+    def __repr__(self) -> str:
+        return "<undefined>"
+
+
+UNDEFINED = _Undefined()
+
+
+def _has_undefined(value: Any) -> bool:
+    if value is UNDEFINED:
+        return True
+    if isinstance(value, dict):
+        return any(_has_undefined(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_undefined(v) for v in value)
+    return False
+
+
+@dataclass(frozen=True)
+class Document:
+    """A parsed YAML file: plain data plus the origin of every value."""
+
+    file: str
+    value: Any
+    marks: Mapping[Path, Origin]
+    key_marks: Mapping[Path, Origin]
+
+    def at(self, path: Path) -> Origin:
+        """Origin of the value at ``path``, or of its nearest written ancestor."""
+        path = tuple(path)
+        while path not in self.marks and path:
+            path = path[:-1]
+        return self.marks.get(path, Origin(self.file, 1, 1))
+
+    def key_at(self, path: Path) -> Origin:
+        """Origin of the key naming the value at ``path``."""
+        return self.key_marks.get(tuple(path)) or self.at(path)
+
+
+def _origin(file: str, mark: yaml.Mark | None) -> Origin:
+    if mark is None:
+        return Origin(file, 1, 1)
+    return Origin(file, mark.line + 1, mark.column + 1)
+
+
+def loads(text: str, file: str = "<string>") -> Document:
+    """Parse YAML text into a :class:`Document`; raises :class:`ManifestError`."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        what = e.problem or "invalid YAML"
+        if e.context:
+            started = ""
+            if e.context_mark is not None and mark is not None and e.context_mark.line != mark.line:
+                started = f" (opened at line {e.context_mark.line + 1}, column {e.context_mark.column + 1})"
+            what = f"{e.context}{started}: {what}"
+        raise ManifestError([Diagnostic(_origin(file, mark), f"YAML syntax: {what}")]) from None
+    except yaml.YAMLError as e:
+        raise ManifestError([Diagnostic(Origin(file, 1, 1), f"YAML: {e}")]) from None
+    finally:
+        loader.dispose()
+    if root is None:
+        raise ManifestError([Diagnostic(Origin(file, 1, 1), "the file is empty; a manifest is a YAML mapping")])
+
+    marks: dict[Path, Origin] = {}
+    key_marks: dict[Path, Origin] = {}
+    problems: list[Diagnostic] = []
+
+    def build(node: yaml.Node, path: Path) -> Any:
+        marks[path] = _origin(file, node.start_mark)
+        if isinstance(node, yaml.MappingNode):
+            out: dict[str, Any] = {}
+            loader.flatten_mapping(node)
+            for key_node, value_node in node.value:
+                key = loader.construct_object(key_node, deep=True)
+                where = _origin(file, key_node.start_mark)
+                if not isinstance(key, str):
+                    problems.append(Diagnostic(where, f"keys must be strings, found {key!r}"))
+                    key = str(key)
+                if key in out:
+                    problems.append(Diagnostic(where, f"duplicate key {key!r}"))
+                key_marks[path + (key,)] = where
+                out[key] = build(value_node, path + (key,))
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [build(item, path + (i,)) for i, item in enumerate(node.value)]
+        try:
+            return loader.construct_object(node, deep=True)
+        except yaml.constructor.ConstructorError as e:
+            problems.append(Diagnostic(_origin(file, node.start_mark), f"YAML: {e.problem}"))
+            return None
+
+    value = build(root, ())
+    if problems:
+        raise ManifestError(problems)
+    return Document(file, value, marks, key_marks)
+
+
+def load(file: str | os.PathLike) -> Document:
+    """Read and parse a manifest file."""
+    name = os.fspath(file)
+    try:
+        with open(name, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise ManifestError([Diagnostic(None, f"{name}: no such file")]) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ManifestError([Diagnostic(None, f"{name}: cannot read: {e}")]) from None
+    return loads(text, name)
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict:
+    """The manifest's JSON Schema, shipped as package data."""
+    text = importlib.resources.files("hetflow.schemas").joinpath("pipeline.schema.json").read_text()
+    return json.loads(text)
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class ExecutorDecl:
+    name: str
+    vendors: tuple[Vendor, ...]
+    device: int
+    origin: Origin
+    vendor_origin: Origin
+
+
+@dataclass(frozen=True)
+class StageDecl:
+    """One stage, fully concrete. ``args`` has defaults filled in and paths made absolute."""
+
+    id: str
+    op: str
+    inputs: tuple[str, ...]
+    args: Mapping[str, Any]
+    dtype: Dtype
+    executor: str | None
+    origin: Origin
+    op_origin: Origin
+    inputs_origin: Origin
+    executor_origin: Origin | None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    file: str
+    name: str
+    description: str
+    params: Mapping[str, Any]
+    executors: Mapping[str, ExecutorDecl]
+    stages: Mapping[str, StageDecl]
+    outputs: Mapping[str, str]
+    output_origins: Mapping[str, Origin]
+    resolved: Mapping[str, Any] = field(repr=False)
+    digest: str = ""
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``["k=v", ...]`` from ``-p`` into a dict; each value is read as a YAML scalar.
+
+    >>> parse_overrides(["hidden=8192", "name=run a", "on=true"])
+    {'hidden': 8192, 'name': 'run a', 'on': True}
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"-p expects KEY=VALUE, got {pair!r}")
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            value = text
+        if isinstance(value, (dict, list)) or isinstance(value, (bytes, bytearray)):
+            value = text
+        out[key] = value
+    return out
+
+
+def _interpolate(value: Any, path: Path, params: Mapping[str, Any], doc: Document, problems: list[Diagnostic]) -> Any:
+    if isinstance(value, dict):
+        return {k: _interpolate(v, path + (k,), params, doc, problems) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, path + (i,), params, doc, problems) for i, v in enumerate(value)]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def lookup(name: str) -> Any:
+        if name in params:
+            return params[name]
+        close = difflib.get_close_matches(name, list(params), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        declared = ", ".join(sorted(params)) or "none"
+        problems.append(Diagnostic(doc.at(path), f"undefined param ${{{name}}} (declared params: {declared}){hint}"))
+        return UNDEFINED
+
+    whole = _REF.fullmatch(value)
+    if whole:
+        return lookup(whole.group(1))
+    parts = [lookup(m.group(1)) for m in _REF.finditer(value)]
+    if any(p is UNDEFINED for p in parts):
+        return UNDEFINED
+    texts = iter(str(p) for p in parts)
+    return _REF.sub(lambda m: next(texts), value)
+
+
+def _schema_problems(tree: Any, doc: Document) -> list[Diagnostic]:
+    validator = jsonschema.Draft202012Validator(schema())
+    problems: list[Diagnostic] = []
+    for error in validator.iter_errors(tree):
+        if not _has_undefined(error.instance):
+            problems.extend(_explain(error, doc))
+    return problems
+
+
+def _describe(path: Path) -> str:
+    if not path:
+        return "the manifest"
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _explain(error: jsonschema.ValidationError, doc: Document) -> Iterator[Diagnostic]:
+    path = tuple(error.absolute_path)
+    where = _describe(path)
+    v = error.validator
+    if v == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = list(error.schema.get("properties", {}))
+        for key in error.instance:
+            if key not in allowed:
+                close = difflib.get_close_matches(key, allowed, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                yield Diagnostic(
+                    doc.key_at(path + (key,)),
+                    f"unknown key {key!r} in {where} (allowed: {', '.join(allowed)}){hint}",
+                )
+        return
+    if v == "required":
+        missing = [k for k in error.validator_value if k not in error.instance]
+        yield Diagnostic(doc.at(path), f"{where} is missing required key {', '.join(map(repr, missing))}")
+        return
+    if v == "const":
+        yield Diagnostic(doc.at(path), f"{where} must be {error.validator_value!r}, found {error.instance!r}")
+        return
+    if v == "enum":
+        options = ", ".join(map(str, error.validator_value))
+        yield Diagnostic(doc.at(path), f"{where} must be one of {options}; found {error.instance!r}")
+        return
+    if v == "propertyNames":
+        bad = error.instance
+        yield Diagnostic(
+            doc.key_at(path + (bad,)),
+            f"invalid name {bad!r} in {where}: "
+            "a name starts with a letter or '_' and holds letters, digits, '_' or '-'",
+        )
+        return
+    if v in ("oneOf", "anyOf") and error.context:
+        best = jsonschema.exceptions.best_match(error.context)
+        if best is not None and best.validator in ("enum", "const"):
+            yield from _explain(best, doc)
+            return
+    yield Diagnostic(doc.at(path), f"{where}: {error.message}")
+
+
+def compile_manifest(doc: Document, overrides: Mapping[str, Any] | None = None) -> Manifest:
+    """Validate and resolve a document into a :class:`Manifest`; raises :class:`ManifestError`."""
+    overrides = dict(overrides or {})
+    tree = doc.value
+    if not isinstance(tree, dict):
+        raise ManifestError([Diagnostic(doc.at(()), "a manifest is a YAML mapping of keys such as version, name, stages")])
+
+    params = tree.get("params", {})
+    if not isinstance(params, dict):
+        raise ManifestError(_schema_problems(tree, doc))
+    unknown = [k for k in overrides if k not in params]
+    if unknown:
+        declared = ", ".join(sorted(params)) or "none"
+        raise UsageError(f"-p {unknown[0]}: {doc.file} declares no param {unknown[0]!r} (declared: {declared})")
+    values = {**params, **overrides}
+
+    problems: list[Diagnostic] = []
+    resolved = {k: (v if k in ("params", "version", "name") else _interpolate(v, (k,), values, doc, problems))
+                for k, v in tree.items()}
+    if "params" in resolved:
+        resolved["params"] = values
+    problems.extend(_schema_problems(resolved, doc))
+    manifest = None
+    try:
+        manifest = _semantics(resolved, doc, problems)
+    except (KeyError, TypeError, AttributeError):
+        if not problems:
+            raise
+    if problems or manifest is None:
+        raise ManifestError(problems)
+    return manifest
+
+
+def _as_dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifest | None:
+    base = os.path.dirname(os.path.abspath(doc.file)) if doc.file != "<string>" else os.getcwd()
+    executors: dict[str, ExecutorDecl] = {}
+    for name, spec in _as_dict(tree.get("executors")).items():
+        if not isinstance(spec, dict) or "vendor" not in spec:
+            continue
+        raw = spec["vendor"]
+        names = raw if isinstance(raw, list) else [raw]
+        if not all(n in Vendor.__members__ for n in names):
+            continue
+        device = spec.get("device", 0)
+        executors[name] = ExecutorDecl(
+            name, tuple(Vendor(n) for n in names), device if isinstance(device, int) else 0,
+            doc.key_at(("executors", name)), doc.at(("executors", name, "vendor")),
+        )
+
+    raw_stages = _as_dict(tree.get("stages"))
+    stages: dict[str, StageDecl] = {}
+    graph = nx.DiGraph()
+    for sid, spec in raw_stages.items():
+        if not isinstance(spec, dict):
+            continue
+        here = ("stages", sid)
+        graph.add_node(sid)
+        op_name = spec.get("op")
+        op = oplib.REGISTRY.get(op_name) if isinstance(op_name, str) else None
+        if isinstance(op_name, str) and op is None:
+            close = difflib.get_close_matches(op_name, list(oplib.REGISTRY), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            problems.append(Diagnostic(doc.at(here + ("op",)), f"unknown op {op_name!r} in stage {sid!r}{hint}"))
+
+        inputs = spec.get("inputs", [])
+        inputs = [i for i in inputs if isinstance(i, str)] if isinstance(inputs, list) else []
+        for i, ref in enumerate(inputs):
+            if ref not in raw_stages:
+                close = difflib.get_close_matches(ref, list(raw_stages), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                problems.append(Diagnostic(doc.at(here + ("inputs", i)), f"stage {sid!r} takes input {ref!r}, which is not a stage{hint}"))
+            else:
+                graph.add_edge(ref, sid)
+
+        executor = spec.get("executor")
+        if isinstance(executor, str) and executor not in _as_dict(tree.get("executors")):
+            declared = ", ".join(_as_dict(tree.get("executors"))) or "none"
+            close = difflib.get_close_matches(executor, list(_as_dict(tree.get("executors"))), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            problems.append(Diagnostic(doc.at(here + ("executor",)), f"stage {sid!r} names executor {executor!r}, which is not declared (declared: {declared}){hint}"))
+
+        dtype_name = spec.get("dtype", "fp32")
+        dtype = Dtype(dtype_name) if dtype_name in Dtype.__members__ else None
+        args = spec.get("args", {})
+        args = args if isinstance(args, dict) else {}
+        if op is None:
+            continue
+        lo, hi = op.arity
+        if not lo <= len(inputs) <= hi:
+            want = str(lo) if lo == hi else f"{lo} to {hi}"
+            problems.append(Diagnostic(
+                doc.at(here + ("inputs",)) if "inputs" in spec else doc.key_at(here),
+                f"op {op.name!r} takes {want} input{'s' if hi != 1 else ''}, stage {sid!r} gives {len(inputs)}",
+            ))
+        for arg, message in oplib.check_args(op, args):
+            if arg is not None and _has_undefined(args.get(arg)):
+                continue
+            if arg is None:
+                where = doc.at(here + ("args",)) if "args" in spec else doc.key_at(here)
+            elif arg in op.args:
+                where = doc.at(here + ("args", arg))
+            else:
+                where = doc.key_at(here + ("args", arg))
+            problems.append(Diagnostic(where, message))
+        if dtype is not None and dtype not in op.dtypes:
+            supported = ", ".join(d.value for d in Dtype if d in op.dtypes)
+            problems.append(Diagnostic(
+                doc.at(here + ("dtype",)),
+                f"op {op.name!r} does not support dtype {dtype.value} (supported: {supported})",
+            ))
+        full = op.with_defaults(args)
+        for arg, spec_arg in op.args.items():
+            if spec_arg.kind == "path" and isinstance(full.get(arg), str):
+                full[arg] = os.path.join(base, full[arg])
+        stages[sid] = StageDecl(
+            id=sid, op=op.name, inputs=tuple(inputs), args=full, dtype=dtype or Dtype.fp32,
+            executor=executor if isinstance(executor, str) else None,
+            origin=doc.key_at(here), op_origin=doc.at(here + ("op",)),
+            inputs_origin=doc.at(here + ("inputs",)) if "inputs" in spec else doc.key_at(here),
+            executor_origin=doc.at(here + ("executor",)) if "executor" in spec else None,
+        )
+
+    for cycle in _cycles(graph):
+        names = " -> ".join(cycle + [cycle[0]])
+        first = cycle[0]
+        problems.append(Diagnostic(doc.key_at(("stages", first)), f"cycle between stages: {names}"))
+
+    outputs: dict[str, str] = {}
+    output_origins: dict[str, Origin] = {}
+    for out, ref in _as_dict(tree.get("outputs")).items():
+        if not isinstance(ref, str):
+            continue
+        if ref not in raw_stages:
+            close = difflib.get_close_matches(ref, list(raw_stages), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            problems.append(Diagnostic(doc.at(("outputs", out)), f"output {out!r} names {ref!r}, which is not a stage{hint}"))
+        outputs[out] = ref
+        output_origins[out] = doc.at(("outputs", out))
+
+    if problems:
+        return None
+    digest = "sha256:" + hashlib.sha256(canonical_json(tree).encode()).hexdigest()
+    return Manifest(
+        file=doc.file, name=tree["name"], description=tree.get("description", ""),
+        params=dict(tree.get("params", {})), executors=executors, stages=stages,
+        outputs=outputs, output_origins=output_origins, resolved=tree, digest=digest,
+    )
+
+
+def _cycles(graph: nx.DiGraph) -> list[list[str]]:
+    """One cycle per strongly connected component that has one, nodes in manifest order."""
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    found = []
+    for component in nx.strongly_connected_components(graph):
+        if len(component) == 1:
+            (n,) = component
+            if not graph.has_edge(n, n):
+                continue
+        sub = graph.subgraph(component)
+        start = min(component, key=order.__getitem__)
+        edges = nx.find_cycle(sub, source=start)
+        found.append([u for u, _ in edges])
+    return sorted(found, key=lambda c: order[c[0]])

@@ -1,0 +1,127 @@
+"""Run records: atomic files, run ids, versions, output digests.
+
+A run writes ``RUNS_DIR/RUN_ID/record.json`` when it starts (status
+``running``) and again when it ends, and each output as ``NAME.npy``;
+every write goes to a temporary file in the same folder and is renamed
+over the target, so a crash never leaves a half-written file.
+
+Outputs keep their dtype: ``record.json`` names it under
+``outputs.NAME.dtype``. For fp32, fp16 and int8 the ``.npy`` is an
+ordinary numpy file. numpy's format cannot name bf16, fp8 or int4, so
+those are stored as raw bytes of the same width (``|V1``/``|V2``);
+:func:`load_output` views them back as the ml_dtypes type, exactly::
+
+    from hetflow.engine.records import load_output
+    y = load_output("runs/RUN_ID", "y")      # dtype bfloat16, bit-exact
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import secrets
+import sys
+import tempfile
+import time
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+
+from hetflow.executors.base import Dtype, PortableActivation
+
+__all__ = [
+    "RECORD_FORMAT",
+    "write_json_atomic",
+    "save_npy_atomic",
+    "new_run_dir",
+    "versions",
+    "digest_portable",
+    "load_output",
+    "utc_iso",
+]
+
+RECORD_FORMAT = 1
+
+
+def utc_iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1000):03d}Z"
+
+
+def _atomic(path: str, write) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_json_atomic(path: str, data: Any) -> None:
+    text = json.dumps(data, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+    _atomic(path, lambda f: f.write(text.encode()))
+
+
+def save_npy_atomic(path: str, array: np.ndarray) -> None:
+    if array.dtype.kind == "V" or array.dtype.type.__module__.startswith("ml_dtypes"):
+        array = array.view(np.dtype(f"V{array.dtype.itemsize}"))
+    _atomic(path, lambda f: np.save(f, array, allow_pickle=False))
+
+
+def load_output(run_dir: str, name: str) -> np.ndarray:
+    """Load output ``name`` of a finished run with its exact dtype."""
+    with open(os.path.join(run_dir, "record.json"), encoding="utf-8") as f:
+        record = json.load(f)
+    entry = record["outputs"][name]
+    raw = np.load(os.path.join(run_dir, entry["file"]), allow_pickle=False)
+    dtype = Dtype(entry["dtype"]).numpy
+    return raw if raw.dtype == dtype else raw.view(dtype)
+
+
+def new_run_dir(runs_dir: str, name: str, digest: str) -> tuple[str, str]:
+    """Create a fresh ``RUNS_DIR/RUN_ID`` and return (run id, path)."""
+    os.makedirs(runs_dir, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    short = digest.split(":")[-1][:8]
+    while True:
+        run_id = f"{stamp}-{name}-{short}-{secrets.token_hex(2)}"
+        path = os.path.join(runs_dir, run_id)
+        try:
+            os.mkdir(path)
+            return run_id, path
+        except FileExistsError:
+            continue
+
+
+def versions() -> dict[str, str | None]:
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    out: dict[str, str | None] = {"hetflow": version("hetflow"), "python": platform.python_version()}
+    for dist in ("numpy", "dask", "distributed", "networkx", "ml_dtypes", "pyyaml", "jsonschema"):
+        out[dist] = version(dist)
+    out["cupy"] = next((v for v in (version("cupy-cuda12x"), version("cupy-cuda11x"), version("cupy-rocm-6-0"), version("cupy")) if v), None)
+    out["platform"] = f"{sys.platform}-{platform.machine()}"
+    return out
+
+
+def digest_portable(portable: PortableActivation) -> str:
+    """sha256 over dtype name, shape and the portable bytes: equal digests mean identical outputs."""
+    h = hashlib.sha256()
+    h.update(portable.dtype.value.encode() + b"\0")
+    h.update(json.dumps(list(portable.shape.dims)).encode() + b"\0")
+    h.update(portable.bytes)
+    return "sha256:" + h.hexdigest()

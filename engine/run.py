@@ -1,0 +1,291 @@
+"""Run a plan: lower it, let Dask execute it, write the run record.
+
+:class:`LocalRuntime` is what the lowered tasks call. It owns the
+executor instances of one run and a :class:`HandleTable` that counts
+references: each handle a task produces is registered with the number of
+tasks that will consume it (``TaskGraph.refcounts``), a consumer gives its
+reference back when it is done, and the last one releases the handle on
+its executor. When the run ends, succeeded or failed, the thread pool is
+drained and every handle still held is released, so a finished run
+leaves zero live activations.
+
+:func:`execute` is the whole run: create the run folder and a
+``running`` record, create executors, lower, ``dask.threaded.get`` on a
+pool it owns, release, write outputs and the final record.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import dask.threaded
+
+from hetflow.engine.errors import RunFailed
+from hetflow.engine.lowering import TaskGraph, bridge_ref, lower, subgraph_plan, tensor_ref
+from hetflow.engine.manifest import Manifest
+from hetflow.engine.planner import Plan
+from hetflow.engine.records import (
+    RECORD_FORMAT,
+    digest_portable,
+    new_run_dir,
+    save_npy_atomic,
+    utc_iso,
+    versions,
+    write_json_atomic,
+)
+from hetflow.executors import create, inventory
+from hetflow.executors.base import ActivationHandle, Executor, ExecutorError, PortableActivation
+
+__all__ = ["StageFailure", "HandleTable", "LocalRuntime", "RunResult", "execute", "create_executors"]
+
+
+class StageFailure(Exception):
+    """A partition's executor failed; names the node when the executor knows it."""
+
+    def __init__(self, partition: str, node: str | None, message: str) -> None:
+        super().__init__(partition, node, message)
+        self.partition = partition
+        self.node = node
+        self.message = message
+
+    def __str__(self) -> str:
+        where = f"stage {self.node!r}" if self.node else f"partition {self.partition}"
+        return f"{where} failed: {self.message}"
+
+
+class HandleTable:
+    """Reference counts of the handles one run holds, keyed by refcount key."""
+
+    def __init__(self, refcounts: Mapping[str, int]) -> None:
+        self._expected = dict(refcounts)
+        self._live: dict[str, tuple[Executor, ActivationHandle, int]] = {}
+        self._lock = threading.Lock()
+
+    def register(self, ref: str, executor: Executor, handle: ActivationHandle) -> None:
+        count = self._expected.get(ref, 0)
+        if count == 0:
+            executor.release_activation(handle)
+            return
+        with self._lock:
+            self._live[ref] = (executor, handle, count)
+
+    def get(self, ref: str) -> ActivationHandle:
+        with self._lock:
+            return self._live[ref][1]
+
+    def done(self, ref: str) -> None:
+        with self._lock:
+            executor, handle, count = self._live[ref]
+            if count > 1:
+                self._live[ref] = (executor, handle, count - 1)
+                return
+            del self._live[ref]
+        executor.release_activation(handle)
+
+    def release_all(self) -> int:
+        with self._lock:
+            held, self._live = list(self._live.values()), {}
+        for executor, handle, _ in held:
+            executor.release_activation(handle)
+        return len(held)
+
+
+class LocalRuntime:
+    """Executes the lowered tasks in this process against executor instances."""
+
+    def __init__(self, plan: Plan, executors: Mapping[str, Executor]) -> None:
+        self.plan = plan
+        self.executors = dict(executors)
+        self.graph: TaskGraph = lower(plan, self)
+        self.handles = HandleTable(self.graph.refcounts)
+        self.events: list[dict] = []
+        self._events_lock = threading.Lock()
+        self._bridges = {b.id: b for b in plan.bridges}
+        self._partitions = {p.id: p for p in plan.partitions}
+        self._subplans = {p.id: subgraph_plan(plan, p.id) for p in plan.partitions}
+
+    def _event(self, kind: str, id: str, executor: str, start: float, status: str, **extra: Any) -> None:
+        end = time.time()
+        event = {"kind": kind, "id": id, "executor": executor, "thread": threading.current_thread().name,
+                 "start": start, "end": end, "duration_s": round(end - start, 6), "status": status, **extra}
+        with self._events_lock:
+            self.events.append(event)
+
+    def run_partition(self, pid: str, sources: list[Any]) -> dict:
+        start = time.time()
+        part = self._partitions[pid]
+        executor = self.executors[part.executor]
+        refs = [ref for _, ref in self.graph.sources[pid]]
+        try:
+            handles = [self.handles.get(ref) for ref in refs]
+            outputs = executor.execute(self._subplans[pid], handles)
+        except ExecutorError as e:
+            self._event("partition", pid, part.executor, start, "failed", node=e.node, error=str(e))
+            raise StageFailure(pid, e.node, str(e)) from None
+        produced = {}
+        for tensor, handle in zip(part.outputs, outputs, strict=True):
+            self.handles.register(tensor_ref(tensor), executor, handle)
+            produced[tensor] = handle
+        for ref in refs:
+            self.handles.done(ref)
+        self._event("partition", pid, part.executor, start, "succeeded", nodes=list(part.nodes))
+        return produced
+
+    def export(self, bridge_id: str, produced: dict) -> PortableActivation:
+        start = time.time()
+        bridge = self._bridges[bridge_id]
+        try:
+            portable = self.executors[bridge.source].export_activation(self.handles.get(tensor_ref(bridge.tensor)))
+        except ExecutorError as e:
+            self._event("export", bridge_id, bridge.source, start, "failed", error=str(e))
+            raise StageFailure(self.plan.nodes[bridge.tensor].partition, None, f"export of {bridge.tensor!r}: {e}") from None
+        self.handles.done(tensor_ref(bridge.tensor))
+        self._event("export", bridge_id, bridge.source, start, "succeeded", bytes=len(portable.bytes))
+        return portable
+
+    def import_(self, bridge_id: str, portable: PortableActivation) -> ActivationHandle:
+        start = time.time()
+        bridge = self._bridges[bridge_id]
+        executor = self.executors[bridge.destination]
+        try:
+            handle = executor.import_activation(portable)
+        except ExecutorError as e:
+            self._event("import", bridge_id, bridge.destination, start, "failed", error=str(e))
+            raise StageFailure(self.plan.nodes[bridge.consumers[0]].partition, None, f"import of {bridge.tensor!r}: {e}") from None
+        self.handles.register(bridge_ref(bridge_id), executor, handle)
+        self._event("import", bridge_id, bridge.destination, start, "succeeded", bytes=len(portable.bytes))
+        return handle
+
+    def output(self, name: str, produced: dict) -> PortableActivation:
+        start = time.time()
+        tensor = self.plan.outputs[name]
+        home = self.plan.nodes[tensor].executor
+        portable = self.executors[home].export_activation(self.handles.get(tensor_ref(tensor)))
+        self.handles.done(tensor_ref(tensor))
+        self._event("output", name, home, start, "succeeded", bytes=len(portable.bytes))
+        return portable
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str
+    run_dir: str
+    record_path: str
+    status: str
+    record: dict
+
+
+def create_executors(plan: Plan) -> dict[str, Executor]:
+    return {e.name: create(e.vendor, e.name, e.device) for e in plan.executors.values()}
+
+
+def execute(
+    manifest: Manifest,
+    plan: Plan,
+    *,
+    runs_dir: str = "runs",
+    overrides: Mapping[str, Any] | None = None,
+    executors: Mapping[str, Executor] | None = None,
+    num_workers: int | None = None,
+) -> RunResult:
+    """Run ``plan`` and write its record; raises :class:`RunFailed` when a stage fails."""
+    run_id, run_dir = new_run_dir(runs_dir, manifest.name, manifest.digest)
+    record_path = os.path.join(run_dir, "record.json")
+    started = time.time()
+    record: dict[str, Any] = {
+        "format": RECORD_FORMAT,
+        "run_id": run_id,
+        "status": "running",
+        "started_at": utc_iso(started),
+        "ended_at": None,
+        "duration_s": None,
+        "manifest": {"file": os.path.abspath(manifest.file), "name": manifest.name,
+                     "digest": manifest.digest, "resolved": manifest.resolved},
+        "params": dict(manifest.params),
+        "overrides": dict(overrides or {}),
+        "matrix_point": None,
+        "scheduler": {"kind": "threads", "workers": num_workers or os.cpu_count()},
+        "versions": versions(),
+        "inventory": [o.to_json() for o in inventory()],
+        "plan": plan.to_json(),
+        "nodes": {n: {"status": "pending", "partition": p.partition, "executor": p.executor}
+                  for n, p in plan.nodes.items()},
+        "tasks": [],
+        "outputs": {},
+        "error": None,
+        "live_activations_after": None,
+    }
+    write_json_atomic(record_path, record)
+
+    instances = dict(executors) if executors is not None else create_executors(plan)
+    runtime = LocalRuntime(plan, instances)
+    pool = ThreadPoolExecutor(max_workers=num_workers or os.cpu_count() or 1, thread_name_prefix="hetflow")
+    failure: BaseException | None = None
+    results: list[Any] = []
+    try:
+        results = dask.threaded.get(runtime.graph.dsk, runtime.graph.keys, pool=pool)
+    except BaseException as e:  # noqa: BLE001 - recorded, then re-raised below
+        failure = e
+    finally:
+        pool.shutdown(wait=True)
+        runtime.handles.release_all()
+
+    ended = time.time()
+    record["tasks"] = sorted(runtime.events, key=lambda e: e["start"])
+    for event in record["tasks"]:
+        event["start"], event["end"] = utc_iso(event["start"]), utc_iso(event["end"])
+    _node_status(record, runtime, failure)
+    if failure is None:
+        by_key = dict(zip(runtime.graph.keys, results))
+        for name, key in runtime.graph.output_keys.items():
+            portable: PortableActivation = by_key[key]
+            file = f"{name}.npy"
+            save_npy_atomic(os.path.join(run_dir, file), portable.to_array())
+            record["outputs"][name] = {
+                "tensor": plan.outputs[name], "file": file, "shape": list(portable.shape.dims),
+                "dtype": portable.dtype.value, "bytes": len(portable.bytes), "digest": digest_portable(portable),
+            }
+    else:
+        record["error"] = _describe_failure(failure, plan, manifest)
+    record["status"] = "succeeded" if failure is None else "failed"
+    record["ended_at"] = utc_iso(ended)
+    record["duration_s"] = round(ended - started, 6)
+    record["live_activations_after"] = {name: ex.live_activations() for name, ex in instances.items()}
+    write_json_atomic(record_path, record)
+    result = RunResult(run_id, run_dir, record_path, record["status"], record)
+    if failure is not None:
+        if not isinstance(failure, (StageFailure, ExecutorError)):
+            raise failure
+        raise RunFailed(record["error"]["message"], record_path) from failure
+    return result
+
+
+def _node_status(record: dict, runtime: LocalRuntime, failure: BaseException | None) -> None:
+    done = {e["id"]: e for e in runtime.events if e["kind"] == "partition"}
+    for node, entry in record["nodes"].items():
+        event = done.get(entry["partition"])
+        if event is None:
+            entry["status"] = "not run" if failure is not None else "succeeded"
+            continue
+        entry["started_at"], entry["ended_at"], entry["duration_s"] = event["start"], event["end"], event["duration_s"]
+        if event["status"] == "succeeded":
+            entry["status"] = "succeeded"
+        elif event.get("node") == node:
+            entry["status"] = "failed"
+            entry["error"] = event["error"]
+        else:
+            entry["status"] = "failed" if event.get("node") is None else "cancelled"
+
+
+def _describe_failure(failure: BaseException, plan: Plan, manifest: Manifest) -> dict:
+    if isinstance(failure, StageFailure):
+        origin = str(manifest.stages[failure.node].origin) if failure.node in manifest.stages else None
+        return {"partition": failure.partition, "node": failure.node, "message": str(failure), "origin": origin}
+    return {"partition": None, "node": None, "message": f"{type(failure).__name__}: {failure}",
+            "traceback": "".join(traceback.format_exception(failure))}

@@ -1,0 +1,293 @@
+"""The executor contract: seed 000 rendered in Python.
+
+An *executor* is a vendor-specific compute backend bound to one or more
+devices. The engine hands it opaque :class:`SubGraphPlan` units and moves
+activations between executors only through :class:`PortableActivation`,
+the wire form whose bytes are row-major, little-endian and dequantized to
+the declared dtype.
+
+Handles mean something only to the executor instance that issued them;
+every other instance answers :class:`UnknownHandle`. The engine counts
+references and calls :meth:`Executor.release_activation` when the last
+consumer is done; releasing twice is not an error.
+
+Every method may be called from many threads at once: implementations
+synchronize internally.
+
+Examples
+--------
+>>> TensorShape((2, 3, 4)).element_count()
+24
+>>> str(VendorMismatch(Vendor.cuda, Vendor.rocm))
+'plan vendor cuda does not match executor vendor rocm'
+>>> Dtype.parse("bf16").itemsize_bits
+16
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence, runtime_checkable
+
+import ml_dtypes
+import numpy as np
+
+__all__ = [
+    "Vendor",
+    "Dtype",
+    "TensorShape",
+    "BoundDevice",
+    "ActivationHandle",
+    "PortableActivation",
+    "SubGraphPlan",
+    "ExecutorError",
+    "UnsupportedDtype",
+    "VendorMismatch",
+    "OutOfMemory",
+    "UnknownHandle",
+    "Backend",
+    "Executor",
+]
+
+
+class Vendor(str, enum.Enum):
+    """Vendor of the kernel collection an executor wraps."""
+
+    cuda = "cuda"
+    rocm = "rocm"
+    vulkan = "vulkan"
+    cpu = "cpu"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Dtype(str, enum.Enum):
+    """Numeric type of the values in a tensor.
+
+    Tagged by name everywhere (``dtype.str`` does not round-trip for the
+    ml_dtypes types). ``int4`` is carried in numpy as ``ml_dtypes.int4``,
+    one value per byte in memory; its portable bytes pack two values per
+    byte, low nibble first (see :class:`PortableActivation`).
+    """
+
+    fp32 = "fp32"
+    fp16 = "fp16"
+    bf16 = "bf16"
+    fp8e4m3 = "fp8e4m3"
+    fp8e5m2 = "fp8e5m2"
+    int8 = "int8"
+    int4 = "int4"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, name: str) -> "Dtype":
+        try:
+            return cls(name)
+        except ValueError:
+            known = ", ".join(d.value for d in cls)
+            raise ValueError(f"unknown dtype {name!r} (known: {known})") from None
+
+    @property
+    def numpy(self) -> np.dtype:
+        """The numpy dtype that holds this dtype's values on the host."""
+        return _NUMPY[self]
+
+    @property
+    def itemsize_bits(self) -> int:
+        return 4 if self is Dtype.int4 else self.numpy.itemsize * 8
+
+    @property
+    def is_float(self) -> bool:
+        return self not in (Dtype.int8, Dtype.int4)
+
+    def nbytes(self, element_count: int) -> int:
+        """Bytes of ``element_count`` values in the portable layout."""
+        return (element_count * self.itemsize_bits + 7) // 8
+
+
+_NUMPY: dict[Dtype, np.dtype] = {
+    Dtype.fp32: np.dtype(np.float32),
+    Dtype.fp16: np.dtype(np.float16),
+    Dtype.bf16: np.dtype(ml_dtypes.bfloat16),
+    Dtype.fp8e4m3: np.dtype(ml_dtypes.float8_e4m3fn),
+    Dtype.fp8e5m2: np.dtype(ml_dtypes.float8_e5m2),
+    Dtype.int8: np.dtype(np.int8),
+    Dtype.int4: np.dtype(ml_dtypes.int4),
+}
+
+
+@dataclass(frozen=True)
+class TensorShape:
+    """Logical tensor shape, row-major; rank up to eight."""
+
+    dims: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dims", tuple(int(d) for d in self.dims))
+        if len(self.dims) > 8:
+            raise ValueError(f"rank {len(self.dims)} exceeds the maximum of 8")
+        if any(d < 0 for d in self.dims):
+            raise ValueError(f"negative dimension in {self.dims}")
+
+    def element_count(self) -> int:
+        n = 1
+        for d in self.dims:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class BoundDevice:
+    """One device an executor is bound to. ``bus_address`` is the stable identity."""
+
+    bus_address: str
+    display_name: str
+
+
+@dataclass(frozen=True)
+class ActivationHandle:
+    """Opaque handle to an activation inside one executor's address space."""
+
+    value: int
+
+    def __repr__(self) -> str:
+        return f"ActivationHandle({self.value})"
+
+
+@dataclass(frozen=True)
+class PortableActivation:
+    """Wire-portable activation.
+
+    ``bytes`` holds the values in row-major order at ``dtype``,
+    little-endian, dequantized. ``int4`` packs two values per byte, the
+    element with the lower index in the low nibble; an odd count leaves
+    the last high nibble zero.
+    """
+
+    shape: TensorShape
+    dtype: Dtype
+    bytes: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        want = self.dtype.nbytes(self.shape.element_count())
+        if len(self.bytes) != want:
+            raise ValueError(
+                f"portable activation of shape {self.shape.dims} and dtype {self.dtype} "
+                f"needs {want} bytes, got {len(self.bytes)}"
+            )
+
+    @classmethod
+    def from_array(cls, array: np.ndarray, dtype: Dtype) -> "PortableActivation":
+        """Encode a host array already holding ``dtype.numpy`` values."""
+        host = np.ascontiguousarray(array, dtype=dtype.numpy)
+        if dtype is Dtype.int4:
+            nibbles = host.reshape(-1).view(np.int8).astype(np.uint8) & 0x0F
+            if nibbles.size % 2:
+                nibbles = np.concatenate([nibbles, np.zeros(1, np.uint8)])
+            payload = (nibbles[0::2] | (nibbles[1::2] << 4)).astype(np.uint8).tobytes()
+        else:
+            payload = host.astype(host.dtype.newbyteorder("<"), copy=False).tobytes()
+        return cls(TensorShape(host.shape), dtype, payload)
+
+    def to_array(self) -> np.ndarray:
+        """Decode into a new host array of ``dtype.numpy`` values."""
+        n = self.shape.element_count()
+        if self.dtype is Dtype.int4:
+            packed = np.frombuffer(self.bytes, dtype=np.uint8)
+            nibbles = np.empty(packed.size * 2, dtype=np.uint8)
+            nibbles[0::2] = packed & 0x0F
+            nibbles[1::2] = packed >> 4
+            signed = ((nibbles[:n].astype(np.int16) ^ 8) - 8).astype(np.int8)
+            return signed.astype(Dtype.int4.numpy).reshape(self.shape.dims)
+        host = np.frombuffer(self.bytes, dtype=self.dtype.numpy.newbyteorder("<"), count=n)
+        return host.astype(self.dtype.numpy).reshape(self.shape.dims)
+
+
+@dataclass(frozen=True)
+class SubGraphPlan:
+    """A unit of compute the planner assigned to one executor.
+
+    The payload is opaque to the engine: only an executor of ``vendor``
+    decodes it.
+    """
+
+    vendor: Vendor
+    payload: bytes = field(repr=False)
+
+
+class ExecutorError(Exception):
+    """Base of the errors an executor call raises.
+
+    ``node`` names the plan node that failed, when the executor knows it.
+    """
+
+    node: str | None = None
+
+
+class UnsupportedDtype(ExecutorError):
+    def __init__(self, dtype: Dtype) -> None:
+        super().__init__(f"executor does not support dtype {dtype}")
+        self.dtype = dtype
+
+
+class VendorMismatch(ExecutorError):
+    def __init__(self, plan: Vendor, executor: Vendor) -> None:
+        super().__init__(f"plan vendor {plan} does not match executor vendor {executor}")
+        self.plan = plan
+        self.executor = executor
+
+
+class OutOfMemory(ExecutorError):
+    def __init__(self, detail: str = "") -> None:
+        super().__init__("executor allocation failed" + (f": {detail}" if detail else ""))
+
+
+class UnknownHandle(ExecutorError):
+    def __init__(self, handle: ActivationHandle, executor: str = "") -> None:
+        where = f" for executor {executor!r}" if executor else ""
+        super().__init__(f"unknown activation handle {handle!r}{where}")
+        self.handle = handle
+
+
+class Backend(ExecutorError):
+    """The vendor SDK (or an op) failed; the message is passed through."""
+
+    def __init__(self, message: str, node: str | None = None) -> None:
+        super().__init__(f"backend error: {message}")
+        self.message = message
+        self.node = node
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """The vendor backend boundary. Every method is callable across threads."""
+
+    @property
+    def vendor(self) -> Vendor: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def devices(self) -> Sequence[BoundDevice]: ...
+
+    @property
+    def supported_dtypes(self) -> Sequence[Dtype]: ...
+
+    def alloc_activation(self, shape: TensorShape, dtype: Dtype) -> ActivationHandle: ...
+
+    def release_activation(self, handle: ActivationHandle) -> None: ...
+
+    def execute(self, plan: SubGraphPlan, inputs: Sequence[ActivationHandle]) -> list[ActivationHandle]: ...
+
+    def export_activation(self, handle: ActivationHandle) -> PortableActivation: ...
+
+    def import_activation(self, portable: PortableActivation) -> ActivationHandle: ...
+
+    def live_activations(self) -> int:
+        """Number of activations allocated and not yet released."""
+        ...

@@ -1,0 +1,195 @@
+"""The CPU executor: numpy on the host.
+
+A :class:`SubGraphPlan` for this executor carries, as UTF-8 JSON, the
+partition the planner assigned to it::
+
+    {"inputs":  ["x"],                       # tensors the caller passes, in order
+     "nodes":   [{"id": "h", "op": "matmul", "args": {}, "dtype": "fp32",
+                  "inputs": ["x", "w"]}, ...],  # in an order where inputs come first
+     "outputs": ["h"]}                       # tensors returned, in order
+
+:func:`decode_plan` reads it; :func:`run_nodes` evaluates it against any
+array namespace, so other executors reuse both. Every activation is an
+immutable array in a table keyed by handle, guarded by one lock; ops run
+outside the lock, so threads compute in parallel.
+
+Examples
+--------
+>>> import numpy as np
+>>> cpu = CpuExecutor("host")
+>>> h = cpu.import_activation(PortableActivation.from_array(np.arange(3, dtype=np.float32), Dtype.fp32))
+>>> cpu.export_activation(h).to_array().tolist()
+[0.0, 1.0, 2.0]
+>>> cpu.live_activations()
+1
+>>> cpu.release_activation(h); cpu.release_activation(h); cpu.live_activations()
+0
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import platform
+import threading
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from hetflow.executors import ops
+from hetflow.executors.base import (
+    ActivationHandle,
+    Backend,
+    BoundDevice,
+    Dtype,
+    ExecutorError,
+    OutOfMemory,
+    PortableActivation,
+    SubGraphPlan,
+    TensorShape,
+    UnknownHandle,
+    UnsupportedDtype,
+    Vendor,
+    VendorMismatch,
+)
+
+__all__ = ["CpuExecutor", "decode_plan", "encode_plan", "run_nodes", "next_handle"]
+
+_HANDLES = itertools.count(1)
+
+
+def next_handle() -> ActivationHandle:
+    """A handle value no other executor in this process has issued."""
+    return ActivationHandle(next(_HANDLES))
+
+
+def encode_plan(vendor: Vendor, inputs: Sequence[str], nodes: Sequence[Mapping[str, Any]], outputs: Sequence[str]) -> SubGraphPlan:
+    payload = {"inputs": list(inputs), "nodes": [dict(n) for n in nodes], "outputs": list(outputs)}
+    return SubGraphPlan(vendor, json.dumps(payload, sort_keys=True).encode())
+
+
+def decode_plan(plan: SubGraphPlan) -> dict:
+    try:
+        return json.loads(plan.payload.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise Backend(f"undecodable sub-graph plan: {e}") from None
+
+
+def run_nodes(xp: Any, decoded: Mapping[str, Any], inputs: Sequence[Any], supported: frozenset[Dtype]) -> list[Any]:
+    """Evaluate a decoded plan's nodes on arrays of namespace ``xp``."""
+    values: dict[str, Any] = dict(zip(decoded["inputs"], inputs, strict=True))
+    for node in decoded["nodes"]:
+        dtype = Dtype(node["dtype"])
+        if dtype not in supported:
+            err = UnsupportedDtype(dtype)
+            err.node = node["id"]
+            raise err
+        try:
+            args = [values[ref] for ref in node["inputs"]]
+            values[node["id"]] = ops.run(xp, node["op"], args, node["args"], dtype)
+        except MemoryError:
+            err = OutOfMemory(f"node {node['id']!r}")
+            err.node = node["id"]
+            raise err from None
+        except ExecutorError:
+            raise
+        except Exception as e:
+            raise Backend(f"{node['op']} failed: {type(e).__name__}: {e}", node=node["id"]) from e
+    return [values[t] for t in decoded["outputs"]]
+
+
+class CpuExecutor:
+    """numpy executor; thread-safe, all seven dtypes."""
+
+    def __init__(self, name: str = "cpu") -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._arrays: dict[ActivationHandle, np.ndarray] = {}
+        self._devices = (BoundDevice("host", platform.processor() or platform.machine() or "cpu"),)
+
+    @property
+    def vendor(self) -> Vendor:
+        return Vendor.cpu
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def devices(self) -> Sequence[BoundDevice]:
+        return self._devices
+
+    @property
+    def supported_dtypes(self) -> Sequence[Dtype]:
+        return tuple(Dtype)
+
+    @property
+    def memory_bytes(self) -> int | None:
+        """Host memory, the capacity the planner may check live activations against."""
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError):
+            return None
+
+    def _register(self, array: np.ndarray) -> ActivationHandle:
+        array.flags.writeable = False
+        handle = next_handle()
+        with self._lock:
+            self._arrays[handle] = array
+        return handle
+
+    def _get(self, handle: ActivationHandle) -> np.ndarray:
+        with self._lock:
+            try:
+                return self._arrays[handle]
+            except (KeyError, TypeError):
+                raise UnknownHandle(handle, self._name) from None
+
+    def alloc_activation(self, shape: TensorShape, dtype: Dtype) -> ActivationHandle:
+        if dtype not in self.supported_dtypes:
+            raise UnsupportedDtype(dtype)
+        try:
+            return self._register(np.zeros(shape.dims, dtype=dtype.numpy))
+        except MemoryError:
+            raise OutOfMemory(f"{shape.dims} {dtype}") from None
+
+    def release_activation(self, handle: ActivationHandle) -> None:
+        with self._lock:
+            self._arrays.pop(handle, None)
+
+    def execute(self, plan: SubGraphPlan, inputs: Sequence[ActivationHandle]) -> list[ActivationHandle]:
+        if plan.vendor is not Vendor.cpu:
+            raise VendorMismatch(plan.vendor, Vendor.cpu)
+        arrays = [self._get(h) for h in inputs]
+        decoded = decode_plan(plan)
+        if len(arrays) != len(decoded["inputs"]):
+            raise Backend(f"plan takes {len(decoded['inputs'])} inputs, got {len(arrays)}")
+        results = run_nodes(np, decoded, arrays, frozenset(self.supported_dtypes))
+        return [self._register(np.asarray(r)) for r in results]
+
+    def export_activation(self, handle: ActivationHandle) -> PortableActivation:
+        array = self._get(handle)
+        return PortableActivation.from_array(array, _dtype_of(array))
+
+    def import_activation(self, portable: PortableActivation) -> ActivationHandle:
+        if portable.dtype not in self.supported_dtypes:
+            raise UnsupportedDtype(portable.dtype)
+        try:
+            return self._register(portable.to_array())
+        except MemoryError:
+            raise OutOfMemory(f"{portable.shape.dims} {portable.dtype}") from None
+
+    def live_activations(self) -> int:
+        with self._lock:
+            return len(self._arrays)
+
+    def __repr__(self) -> str:
+        return f"CpuExecutor({self._name!r})"
+
+
+def _dtype_of(array: np.ndarray) -> Dtype:
+    for d in Dtype:
+        if d.numpy == array.dtype:
+            return d
+    raise Backend(f"array of numpy dtype {array.dtype} has no hetflow dtype")

@@ -1,0 +1,140 @@
+"""Loading a static ELF64 RISC-V executable with pyelftools.
+
+Only PT_LOAD program headers matter.  Each becomes a :class:`Segment`
+whose permissions come from ``p_flags``: no ``PF_W`` means read-only (a
+store into it is a store access fault, as in ZisK, whose program is a
+ROM), no ``PF_X`` means not executable, no ``PF_R`` means not loadable
+from.  A PT_LOAD whose flags are all clear is read-write-execute, because
+bare-metal linkers emit that.  The ``tohost`` symbol, when the symbol
+table has one, is the ISA-test end-of-run address.
+
+Every problem with the file raises :class:`ElfError` with a message that
+says what was expected and what was found.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ElfError", "Segment", "Program", "load_elf", "PERM_R", "PERM_W", "PERM_X"]
+
+PERM_R, PERM_W, PERM_X = 1, 2, 4
+
+EM_RISCV = 243
+PT_LOAD = 1
+PF_X, PF_W, PF_R = 1, 2, 4
+
+
+class ElfError(ValueError):
+    """The file is not a loadable static ELF64 RISC-V executable."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    vaddr: int
+    data: bytes          # memsz bytes: file contents, then zeros
+    perm: int            # PERM_R | PERM_W | PERM_X
+
+    @property
+    def end(self) -> int:
+        return self.vaddr + len(self.data)
+
+    def perm_text(self) -> str:
+        return "".join(c if self.perm & b else "-" for c, b in (("r", PERM_R), ("w", PERM_W), ("x", PERM_X)))
+
+
+@dataclass(frozen=True)
+class Program:
+    """A loaded guest: entry point, segments, and the optional ``tohost``."""
+
+    name: str
+    entry: int
+    segments: tuple[Segment, ...]
+    tohost: int | None = None
+
+
+def _perm(p_flags: int) -> int:
+    if p_flags & (PF_R | PF_W | PF_X) == 0:
+        return PERM_R | PERM_W | PERM_X
+    return (PERM_R if p_flags & PF_R else 0) | (PERM_W if p_flags & PF_W else 0) | (PERM_X if p_flags & PF_X else 0)
+
+
+def load_elf(source: str | Path | bytes, name: str | None = None) -> Program:
+    """Load a guest program from a path or from the file's bytes.
+
+    Raises
+    ------
+    ElfError
+        not an ELF file, not 64-bit, not little-endian, not RISC-V, no
+        PT_LOAD segment, overlapping segments, an entry point outside every
+        executable segment, or a truncated/malformed file.
+    """
+    from elftools.common.exceptions import ELFError as _PyElfError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+
+    if isinstance(source, (bytes, bytearray)):
+        raw = bytes(source)
+        label = name or "<bytes>"
+    else:
+        path = Path(source)
+        label = name or str(path)
+        try:
+            raw = path.read_bytes()
+        except OSError as e:
+            raise ElfError(f"{label}: cannot read: {e.strerror or e}") from None
+
+    if raw[:4] != b"\x7fELF":
+        raise ElfError(f"{label}: not an ELF file (expected magic 7f 45 4c 46, found {raw[:4].hex(' ') or 'an empty file'})")
+    if len(raw) < 6:
+        raise ElfError(f"{label}: malformed ELF: truncated header")
+    if raw[4] != 2:
+        bits = {1: "32-bit"}.get(raw[4], f"class {raw[4]}")
+        raise ElfError(f"{label}: {bits} ELF; expected a 64-bit (ELFCLASS64) RISC-V executable")
+    if raw[5] != 1:
+        raise ElfError(f"{label}: big-endian ELF; expected little-endian RISC-V")
+    try:
+        elf = ELFFile(io.BytesIO(raw))
+        machine = elf["e_machine"]
+        if machine not in ("EM_RISCV", EM_RISCV):
+            raise ElfError(f"{label}: not a RISC-V ELF (e_machine is {machine}); expected EM_RISCV")
+        if elf["e_type"] not in ("ET_EXEC",):
+            raise ElfError(f"{label}: ELF type {elf['e_type']}; expected a static executable (ET_EXEC)")
+        entry = int(elf["e_entry"])
+        segments = []
+        for seg in elf.iter_segments():
+            if seg["p_type"] != "PT_LOAD" or seg["p_memsz"] == 0:
+                continue
+            filesz, memsz = int(seg["p_filesz"]), int(seg["p_memsz"])
+            if filesz > memsz:
+                raise ElfError(f"{label}: malformed PT_LOAD at {seg['p_vaddr']:#x}: p_filesz {filesz} > p_memsz {memsz}")
+            data = seg.data()
+            if len(data) != filesz:
+                raise ElfError(f"{label}: malformed ELF: PT_LOAD at {seg['p_vaddr']:#x} is truncated")
+            segments.append(Segment(int(seg["p_vaddr"]), bytes(data) + bytes(memsz - filesz), _perm(int(seg["p_flags"]))))
+        tohost = None
+        symtab = elf.get_section_by_name(".symtab")
+        if isinstance(symtab, SymbolTableSection):
+            syms = symtab.get_symbol_by_name("tohost")
+            if syms:
+                tohost = int(syms[0]["st_value"])
+    except ElfError:
+        raise
+    except (_PyElfError, ValueError, KeyError, IndexError, EOFError, OSError) as e:
+        raise ElfError(f"{label}: malformed ELF: {e}") from None
+    except Exception as e:  # pyelftools raises assorted errors on garbage (e.g. construct's)
+        raise ElfError(f"{label}: malformed ELF: {type(e).__name__}: {e}") from None
+
+    if not segments:
+        raise ElfError(f"{label}: no PT_LOAD segment; nothing to load")
+    segments.sort(key=lambda s: s.vaddr)
+    for a, b in zip(segments, segments[1:]):
+        if b.vaddr < a.end:
+            raise ElfError(f"{label}: PT_LOAD segments overlap: [{a.vaddr:#x}, {a.end:#x}) and [{b.vaddr:#x}, {b.end:#x})")
+    if not any(s.perm & PERM_X and s.vaddr <= entry < s.end for s in segments):
+        raise ElfError(f"{label}: entry point {entry:#x} is not inside an executable PT_LOAD segment")
+    if entry & 3:
+        raise ElfError(f"{label}: entry point {entry:#x} is not 4-byte aligned (no C extension)")
+    return Program(Path(label).name, entry, tuple(segments), tohost)

@@ -1,0 +1,213 @@
+"""The machine both backends emulate: memory map, CSRs, traps, guest ABI.
+
+Memory map (addresses as in ZisK where ZisK has one)
+----------------------------------------------------
+==============================  =====  =====================================
+0x4000_0000  INPUT_ADDR         r--    u64 little-endian length n, then the
+                                       n input bytes (read-only, sized to fit)
+ELF PT_LOAD segments            p_flags  the program (link it at 0x8000_0000)
+0xA000_0000  RAM_ADDR           rw-    RAM_SIZE bytes of zeroed RAM
+0xA000_0200  UART_ADDR                 a byte stored here is captured output
+0xA001_0000  OUTPUT_ADDR               public outputs: u32 at OUTPUT_ADDR+4*i
+RAM_ADDR + RAM_SIZE                    initial sp (the stack grows down)
+==============================  =====  =====================================
+
+Every region is 8-byte aligned in base and size (ELF segments are widened
+to whole 8-byte words); segments that collide after widening, or with the
+fixed regions, are an :class:`~hetflow.executors.emulator.elf.ElfError`.
+An access is allowed when all its bytes lie in one region with the needed
+permission (r for loads, w for stores, x for fetches, r+w for AMOs);
+otherwise it is an access fault.  Misaligned loads and stores are
+performed (no trap); LR/SC and AMOs must be naturally aligned.
+
+Registers at the entry point: all zero except sp = STACK_TOP,
+a0 = INPUT_ADDR, a1 = OUTPUT_ADDR (ZisK's BIOS passes the same a0/a1).
+The hart starts in M-mode.
+
+Guest ABI: how a run ends and what it emits
+-------------------------------------------
+* ``ecall`` with a7 = 93 (exit): the run ends, exit code = a0.
+* ``ecall`` with a7 = 64 (write): fd = a0, buf = a1, len = a2.  For fd 1
+  or 2 the bytes are appended to the captured output and a0 = len; for
+  another fd a0 = -9 (EBADF); for a buffer outside readable memory
+  a0 = -14 (EFAULT).  The buffer's words count as memory reads.
+* any other ``ecall`` traps to mtvec (mcause 8 from U-mode, 11 from M).
+* a store to the ``tohost`` symbol's address (the ISA test convention)
+  of a nonzero value v ends the run: exit code v >> 1 when v is odd
+  (1 = pass, (n << 1) | 1 = test n failed), else v itself.
+* a byte store to UART_ADDR appends that byte to the captured output.
+* public outputs: at the end, pub_outs[i] = the u32 at OUTPUT_ADDR + 4*i,
+  i < 64 (ZisK's layout; no ecall involved).
+* a trap taken while mtvec = 0 has no handler: the run fails with a
+  :class:`GuestTrap` naming the cause, pc and instruction word.
+* ``max_steps`` steps without an end: :class:`StepLimitExceeded`.
+
+Steps and counters
+------------------
+A *step* is one instruction slot: an instruction that completes, or one
+that traps (the trap is its effect).  ``cycle``, ``time`` and ``instret``
+(and ``mcycle``/``minstret``, whose writes are ignored) all read the step
+index: the number of steps before the reading instruction.
+
+CSRs
+----
+mstatus (MIE, MPIE, MPP, MPRV writable; UXL reads 2), misa (RV64IMAU,
+read-only), mhartid/mvendorid/mimpid = 0, marchid = 0xFFFEEEE (ZisK's
+ARCH_ID, so ZisK guests write their outputs to OUTPUT_ADDR), mtvec (BASE
+plus MODE bit 0; exceptions go to BASE), mepc (bits 1:0 read 0), mcause,
+mtval, mscratch, mie (MSIE/MTIE/MEIE).  medeleg, mideleg, mip, satp,
+pmpcfg*, pmpaddr*, mcounteren, mcountinhibit, menvcfg, mhpm* are accepted
+and read 0 (M/U harts have nothing to delegate, no paging, no PMP
+entries; no interrupt ever becomes pending).  An unknown CSR, a write to
+a read-only CSR, or a CSR above the current privilege is an illegal
+instruction.  Only the "live" CSRs (CSR_STATE) are part of a chunk's
+start state.
+
+Self-modifying code
+-------------------
+Both backends fetch every instruction from current memory, so a store is
+visible to the very next fetch; ``fence.i`` is therefore a no-op, which
+the spec allows (fetches may observe stores earlier than FENCE.I
+guarantees).  For min traces, an instruction fetched from a *writable*
+region counts as a memory read (the aligned 8-byte word holding it is
+recorded); fetches from read-only regions come from the program itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .elf import PERM_R, PERM_W, ElfError, Program
+
+__all__ = [
+    "INPUT_ADDR", "RAM_ADDR", "RAM_SIZE", "UART_ADDR", "OUTPUT_ADDR", "N_OUTPUTS", "STACK_TOP",
+    "ARCH_ID_ZISK", "MISA", "CSR_STATE", "Region", "build_regions", "initial_state",
+    "EmulatorError", "GuestError", "GuestTrap", "StepLimitExceeded", "CAUSES",
+    "SYS_EXIT", "SYS_WRITE",
+]
+
+INPUT_ADDR = 0x4000_0000
+RAM_ADDR = 0xA000_0000
+RAM_SIZE = 0x0040_0000                 # 4 MiB
+UART_ADDR = 0xA000_0200
+OUTPUT_ADDR = 0xA001_0000
+N_OUTPUTS = 64
+STACK_TOP = RAM_ADDR + RAM_SIZE
+
+SYS_WRITE = 64
+SYS_EXIT = 93
+
+ARCH_ID_ZISK = 0x0FFFEEEE
+#: MXL=2 (64-bit) and the extensions A, I, M, U
+MISA = (2 << 62) | (1 << 0) | (1 << 8) | (1 << 12) | (1 << 20)
+
+PRIV_U, PRIV_M = 0, 3
+
+#: the CSRs that are architectural state (everything else is constant)
+CSR_STATE = ("mstatus", "mtvec", "mepc", "mcause", "mtval", "mscratch", "mie")
+
+MSTATUS_MIE = 1 << 3
+MSTATUS_MPIE = 1 << 7
+MSTATUS_MPP = 3 << 11
+MSTATUS_MPRV = 1 << 17
+MSTATUS_WMASK = MSTATUS_MIE | MSTATUS_MPIE | MSTATUS_MPP | MSTATUS_MPRV
+MSTATUS_UXL64 = 2 << 32
+MIE_WMASK = (1 << 3) | (1 << 7) | (1 << 11)
+
+CAUSES = {
+    0: "instruction address misaligned",
+    1: "instruction access fault",
+    2: "illegal instruction",
+    3: "breakpoint",
+    4: "load address misaligned",
+    5: "load access fault",
+    6: "store/AMO address misaligned",
+    7: "store/AMO access fault",
+    8: "environment call from U-mode",
+    11: "environment call from M-mode",
+}
+
+
+class EmulatorError(Exception):
+    """Base class of the emulator's errors."""
+
+
+class GuestError(EmulatorError):
+    """The guest program failed: ``pc``, instruction word and step say where."""
+
+    def __init__(self, message: str, *, pc: int, insn: int | None, step: int):
+        self.pc, self.insn, self.step = pc, insn, step
+        where = f"pc {pc:#x}" + (f", instruction {insn:#010x}" if insn is not None else "")
+        super().__init__(f"{message} at {where} (step {step})")
+
+
+class GuestTrap(GuestError):
+    """A trap with no handler (mtvec = 0)."""
+
+    def __init__(self, cause: int, tval: int, *, pc: int, insn: int | None, step: int):
+        self.cause, self.tval = cause, tval
+        super().__init__(f"unhandled trap: {CAUSES.get(cause, cause)} (mcause {cause}, mtval {tval:#x})",
+                         pc=pc, insn=insn, step=step)
+
+
+class StepLimitExceeded(GuestError):
+    def __init__(self, max_steps: int, *, pc: int, insn: int | None, step: int):
+        self.max_steps = max_steps
+        super().__init__(f"step limit reached: {max_steps} steps without an exit", pc=pc, insn=insn, step=step)
+
+
+@dataclass(frozen=True)
+class Region:
+    name: str
+    base: int
+    size: int
+    perm: int
+    data: bytes          # initial contents, len == size
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+
+def _down8(x: int) -> int:
+    return x & ~7
+
+
+def _up8(x: int) -> int:
+    return (x + 7) & ~7
+
+
+def build_regions(program: Program, input_size: int, input_bytes: bytes | None = None) -> tuple[Region, ...]:
+    """The memory regions of a run, sorted by address.
+
+    ``input_bytes`` may be omitted (re-execution needs only the sizes and
+    the read-only program, never the writable contents).
+    """
+    regions = []
+    for i, seg in enumerate(program.segments):
+        lo, hi = _down8(seg.vaddr), _up8(seg.end)
+        data = bytes(seg.vaddr - lo) + seg.data + bytes(hi - seg.end)
+        regions.append(Region(f"segment{i}[{seg.perm_text()}]", lo, hi - lo, seg.perm, data))
+    if input_bytes is None:
+        input_bytes = bytes(input_size)
+    blob = len(input_bytes).to_bytes(8, "little") + input_bytes
+    blob += bytes(_up8(len(blob)) - len(blob))
+    regions.append(Region("input", INPUT_ADDR, len(blob), PERM_R, blob))
+    regions.append(Region("ram", RAM_ADDR, RAM_SIZE, PERM_R | PERM_W, bytes(RAM_SIZE)))
+    regions.sort(key=lambda r: r.base)
+    for a, b in zip(regions, regions[1:]):
+        if b.base < a.end:
+            raise ElfError(f"{program.name}: memory regions collide: {a.name} [{a.base:#x}, {a.end:#x}) "
+                           f"and {b.name} [{b.base:#x}, {b.end:#x}); link the program at 0x80000000 "
+                           f"and keep segments 8-byte apart")
+    return tuple(regions)
+
+
+def initial_state(program: Program):
+    """(pc, regs) at the entry point."""
+    regs = [0] * 32
+    regs[2] = STACK_TOP
+    regs[10] = INPUT_ADDR
+    regs[11] = OUTPUT_ADDR
+    return program.entry, regs
+

@@ -1,0 +1,217 @@
+"""The uniform output of every emulator backend (seed 002, ZisK's executor).
+
+``ExecutionOutput`` has the seed's fields — ``min_traces``, ``counters``,
+``pub_outs``, ``steps``, ``backend`` — plus what hetflow's guest ABI adds
+(``exit_code``, ``stdout``).  Everything except ``backend`` is identical
+between the ``reference`` and ``fast`` backends.
+
+``BackendArtifacts`` keeps the seed's semantics exactly:
+
+* ``BackendArtifacts.fast(mo, rh)`` holds the memory-operations runner
+  (MO) and the ROM-histogram runner (RH) as :class:`concurrent.futures.Future`
+  handles that the fast backend started in parallel with the main
+  execution (the seed's ``Asm`` variant).  ``await_mem_plans()`` joins MO
+  once and returns ``(plans, device_bytes)``; a second call raises
+  :class:`RunnerHandleConsumed` ("MO runner handle already consumed").
+  ``await_rom_histogram()`` returns the histogram once, then ``None``.  A
+  runner's exception surfaces as :class:`RunnerFailed` ("MO runner
+  failed: ...").
+* ``BackendArtifacts.reference()`` (the seed's ``Rust`` variant) has no
+  async work: ``await_mem_plans()`` returns ``([], None)`` and
+  ``await_rom_histogram()`` returns ``None``, at once, every time.  The
+  reference path computes the same plans and histogram from the min
+  traces (:func:`hetflow.executors.emulator.mem_plans_from_min_traces`,
+  :func:`hetflow.executors.emulator.rom_histogram_from_min_traces`).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .isa import CLASSES
+from .machine import CSR_STATE, EmulatorError
+
+__all__ = [
+    "EmuTraceStart", "EmuTrace", "CountersChunkMetrics", "ExecutionOutput", "BackendArtifacts",
+    "RomHistogram", "MemPlan", "ExecutorError", "RunnerHandleConsumed", "RunnerFailed",
+]
+
+
+@dataclass(frozen=True)
+class EmuTraceStart:
+    """Architectural state at a chunk's first step."""
+
+    pc: int
+    step: int                         # global index of the chunk's first step
+    priv: int                         # 3 = M, 0 = U
+    regs: tuple[int, ...]             # x0..x31, unsigned 64-bit
+    csrs: tuple[int, ...]             # values of CSR_STATE, in that order
+    reservation: int = -1             # LR reservation address, -1 = none
+
+    def csr(self, name: str) -> int:
+        return self.csrs[CSR_STATE.index(name)]
+
+
+@dataclass(frozen=True, eq=False)
+class EmuTrace:
+    """A min trace: a chunk's start state plus every memory read, in order.
+
+    ``mem_reads`` holds the aligned 8-byte words the chunk read (a load
+    touching two words records both; a fetch from writable memory records
+    the word holding the instruction).  ``steps`` is the chunk's length;
+    ``end`` is True only for the last chunk, which ended the program.
+    """
+
+    chunk_id: int
+    start_state: EmuTraceStart
+    steps: int
+    mem_reads: np.ndarray             # uint64
+    end: bool
+
+    def __eq__(self, other):
+        if not isinstance(other, EmuTrace):
+            return NotImplemented
+        return (self.chunk_id, self.start_state, self.steps, self.end) == (
+            other.chunk_id, other.start_state, other.steps, other.end
+        ) and np.array_equal(self.mem_reads, other.mem_reads)
+
+    __hash__ = None
+
+
+@dataclass(frozen=True, eq=False)
+class CountersChunkMetrics:
+    """Per-chunk operation counts: ``table[chunk, class]``, classes as CLASSES."""
+
+    table: np.ndarray                 # int64, shape (n_chunks, len(CLASSES))
+    classes: tuple[str, ...] = CLASSES
+
+    def chunk(self, i: int) -> dict[str, int]:
+        return {c: int(v) for c, v in zip(self.classes, self.table[i])}
+
+    def totals(self) -> dict[str, int]:
+        return {c: int(v) for c, v in zip(self.classes, self.table.sum(axis=0))}
+
+    def __eq__(self, other):
+        if not isinstance(other, CountersChunkMetrics):
+            return NotImplemented
+        return self.classes == other.classes and np.array_equal(self.table, other.table)
+
+    __hash__ = None
+
+
+@dataclass(frozen=True, eq=False)
+class RomHistogram:
+    """Execution count per instruction address (ZisK's ``AsmRHData``)."""
+
+    steps: int
+    pcs: np.ndarray                   # uint64, sorted, each executed at least once
+    counts: np.ndarray                # uint64
+
+    def __eq__(self, other):
+        if not isinstance(other, RomHistogram):
+            return NotImplemented
+        return self.steps == other.steps and np.array_equal(self.pcs, other.pcs) and np.array_equal(self.counts, other.counts)
+
+    __hash__ = None
+
+
+@dataclass(frozen=True)
+class MemPlan:
+    """One memory instance: ``count`` consecutive rows of the memory
+    operations sorted by (address, step), from row ``first_row``."""
+
+    segment_id: int
+    first_row: int
+    count: int
+    first: tuple[int, int]            # (address, step) of the first row
+    last: tuple[int, int]             # (address, step) of the last row
+    is_last: bool
+
+
+class ExecutorError(EmulatorError):
+    pass
+
+
+class RunnerHandleConsumed(ExecutorError):
+    def __init__(self, name: str):
+        self.name = name
+        super().__init__(f"{name} runner handle already consumed")
+
+
+class RunnerFailed(ExecutorError):
+    def __init__(self, name: str, message: str):
+        self.name, self.message = name, message
+        super().__init__(f"{name} runner failed: {message}")
+
+
+class BackendArtifacts:
+    """Backend-specific async artifacts; see the module docstring."""
+
+    def __init__(self, kind: str, mo: Future | None = None, rh: Future | None = None):
+        if kind not in ("fast", "reference"):
+            raise ValueError(f"unknown backend kind {kind!r}")
+        self.kind = kind
+        self.mo = mo
+        self.rh = rh
+
+    @classmethod
+    def fast(cls, mo: Future | None, rh: Future | None) -> "BackendArtifacts":
+        return cls("fast", mo, rh)
+
+    @classmethod
+    def reference(cls) -> "BackendArtifacts":
+        return cls("reference")
+
+    def await_mem_plans(self) -> tuple[list[MemPlan], int | None]:
+        """Join MO once: ``(plans, device bytes used or None)``."""
+        if self.kind == "reference":
+            return [], None
+        handle, self.mo = self.mo, None
+        if handle is None:
+            raise RunnerHandleConsumed("MO")
+        try:
+            plans, device_bytes = handle.result()
+        except Exception as e:
+            raise RunnerFailed("MO", str(e)) from e
+        return plans, device_bytes
+
+    def await_rom_histogram(self) -> RomHistogram | None:
+        """Join RH once; ``None`` afterwards, when absent, or on reference."""
+        if self.kind == "reference":
+            return None
+        handle, self.rh = self.rh, None
+        if handle is None:
+            return None
+        try:
+            return handle.result()
+        except Exception as e:
+            raise RunnerFailed("RH", str(e)) from e
+
+    def __repr__(self):
+        return f"BackendArtifacts.{self.kind}(mo={'pending' if self.mo else None}, rh={'pending' if self.rh else None})"
+
+
+@dataclass(eq=False)
+class ExecutionOutput:
+    min_traces: list[EmuTrace]
+    counters: CountersChunkMetrics
+    pub_outs: list[tuple[int, int]]   # (index, u32 value), index 0..63
+    steps: int
+    backend: BackendArtifacts
+    exit_code: int = 0
+    stdout: bytes = b""
+    end_reason: str = "exit"          # "exit" (ecall 93) or "tohost"
+    extra: dict = field(default_factory=dict)
+
+    def same_result(self, other: "ExecutionOutput") -> list[str]:
+        """Names of the fields (other than ``backend``) that differ."""
+        diffs = []
+        if len(self.min_traces) != len(other.min_traces) or any(a != b for a, b in zip(self.min_traces, other.min_traces)):
+            diffs.append("min_traces")
+        for name in ("counters", "pub_outs", "steps", "exit_code", "stdout", "end_reason"):
+            if getattr(self, name) != getattr(other, name):
+                diffs.append(name)
+        return diffs

@@ -1,0 +1,765 @@
+"""The ``reference`` backend: plain Python, to be read beside the ISA manual.
+
+Algorithm
+---------
+A :class:`Hart` holds the architectural state (pc, x0..x31 as unsigned
+64-bit Python ints, privilege, the live CSRs, the LR reservation, the step
+index).  :func:`step` executes one instruction slot:
+
+1. *fetch* the 32-bit word at pc through the memory port (an access fault
+   if pc is not in an executable region);
+2. *decode* it with :func:`hetflow.executors.emulator.isa.decode` (the
+   shared table; no match is an illegal instruction);
+3. *execute* the row's function from ``SEMANTICS`` (one small function per
+   instruction, registered with ``@semantics("name")``).  Functions compute
+   on Python ints and registers are truncated to 64 bits once, in
+   :meth:`Hart.write`;
+4. a :class:`Trap` raised anywhere in 1–3 is taken: mepc/mcause/mtval are
+   set, mstatus.MPIE/MIE/MPP updated, privilege becomes M, pc = mtvec.
+
+Memory goes through a *port*.  :class:`LivePort` owns the memory image
+and appends every word it reads to ``reads`` (the min trace).
+:class:`ReplayPort` owns no writable memory: it pops the words a chunk
+read from its min trace, so :func:`replay_chunk` re-executes one chunk
+alone.  Both ports can also log memory operations (for the memory
+planner) and instruction addresses (for the ROM histogram), which is how
+the reference path derives mem plans and the histogram from min traces.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from . import machine as M
+from .elf import PERM_R, PERM_W, PERM_X, Program
+from .isa import BY_NAME, CLASSES, TABLE, Decoded, decode, sign_extend
+from .output import EmuTrace, EmuTraceStart
+
+__all__ = ["Hart", "LivePort", "ReplayPort", "Trap", "step", "run", "replay_chunk", "SEMANTICS"]
+
+MASK64 = (1 << 64) - 1
+MASK32 = (1 << 32) - 1
+_CLASS_INDEX = {c: i for i, c in enumerate(CLASSES)}
+_SYSTEM = _CLASS_INDEX["system"]
+
+
+def s64(v: int) -> int:
+    return sign_extend(v, 64)
+
+
+def s32(v: int) -> int:
+    return sign_extend(v, 32)
+
+
+class Trap(Exception):
+    """A synchronous exception raised while executing a step."""
+
+    def __init__(self, cause: int, tval: int = 0):
+        self.cause, self.tval = cause, tval & MASK64
+
+
+class End(Exception):
+    """The guest ended the run (exit ecall or tohost write)."""
+
+    def __init__(self, reason: str, code: int):
+        self.reason, self.code = reason, code
+
+
+class Hart:
+    def __init__(self, start: EmuTraceStart):
+        self.pc = start.pc
+        self.x = list(start.regs)
+        self.step = start.step
+        self.priv = start.priv
+        self.csr = dict(zip(M.CSR_STATE, start.csrs))
+        self.reservation = start.reservation
+        self.npc = 0
+        self.insn: int | None = None
+        self.end: End | None = None
+        self.stdout = bytearray()
+        self.tohost: int | None = None
+
+    def state(self) -> EmuTraceStart:
+        return EmuTraceStart(self.pc, self.step, self.priv, tuple(self.x),
+                             tuple(self.csr[n] for n in M.CSR_STATE), self.reservation)
+
+    def write(self, rd: int, value: int) -> None:
+        """x[rd] = value, truncated to 64 bits; writes to x0 are discarded."""
+        if rd:
+            self.x[rd] = value & MASK64
+
+
+def entry_state(program: Program) -> EmuTraceStart:
+    pc, regs = M.initial_state(program)
+    return EmuTraceStart(pc, 0, M.PRIV_M, tuple(regs), tuple(0 for _ in M.CSR_STATE), -1)
+
+
+# --------------------------------------------------------------------------
+# memory ports
+
+def _words(addr: int, size: int) -> list[int]:
+    """Aligned 8-byte word addresses an access of ``size`` bytes touches."""
+    first = addr & ~7
+    last = (addr + size - 1) & ~7
+    return [first] if first == last else [first, last]
+
+
+def _extract(words: list[int], addr: int, size: int) -> int:
+    """The ``size`` bytes at ``addr`` out of the words that hold them."""
+    joined = words[0] | (words[1] << 64 if len(words) > 1 else 0)
+    return (joined >> ((addr & 7) * 8)) & ((1 << (8 * size)) - 1)
+
+
+class _Port:
+    def __init__(self, regions: tuple[M.Region, ...], log_ops: bool = False, log_pcs: bool = False):
+        self.regions = regions
+        self.ops: list[tuple[int, int, int]] | None = [] if log_ops else None   # (word addr, step, is_write)
+        self.pcs: list[int] | None = [] if log_pcs else None
+        self.step = 0
+
+    def region(self, addr: int, size: int, perm: int) -> int | None:
+        """Index of the region holding all of [addr, addr+size) with ``perm``."""
+        for i, r in enumerate(self.regions):
+            if r.base <= addr and addr + size <= r.end:
+                return i if r.perm & perm == perm else None
+        return None
+
+    def _log(self, addr: int, size: int, is_write: int) -> None:
+        if self.ops is not None:
+            for w in _words(addr, size):
+                self.ops.append((w, self.step, is_write))
+
+    def fetch(self, pc: int) -> int:
+        i = self.region(pc, 4, PERM_X)
+        if i is None:
+            raise Trap(1, pc)
+        if self.pcs is not None:
+            self.pcs.append(pc)
+        if self.regions[i].perm & PERM_W:          # writable code: a recorded memory read
+            self._log(pc, 4, 0)
+            return _extract(self.read_words(pc, 4), pc, 4)
+        r = self.regions[i]
+        return int.from_bytes(r.data[pc - r.base:pc - r.base + 4], "little")
+
+    def load(self, addr: int, size: int, fault: int = 5, perm: int = PERM_R) -> int:
+        if self.region(addr, size, perm) is None:
+            raise Trap(fault, addr)
+        self._log(addr, size, 0)
+        return _extract(self.read_words(addr, size), addr, size)
+
+    def store(self, addr: int, size: int, value: int) -> None:
+        i = self.region(addr, size, PERM_W)
+        if i is None:
+            raise Trap(7, addr)
+        self._log(addr, size, 1)
+        self.write_bytes(i, addr, (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little"))
+
+    def read_buffer(self, addr: int, size: int) -> bytes | None:
+        """The bytes of a syscall buffer, or None if not all readable."""
+        if size == 0:
+            return b""
+        if self.region(addr, size, PERM_R) is None:
+            return None
+        first, last = addr & ~7, (addr + size - 1) & ~7
+        out = bytearray()
+        for w in range(first, last + 8, 8):
+            if self.ops is not None:
+                self.ops.append((w, self.step, 0))
+            out += self.read_words(w, 8)[0].to_bytes(8, "little")
+        return bytes(out[addr - first:addr - first + size])
+
+    def read_words(self, addr: int, size: int) -> list[int]:
+        raise NotImplementedError
+
+    def write_bytes(self, region: int, addr: int, data: bytes) -> None:
+        raise NotImplementedError
+
+
+class LivePort(_Port):
+    """Owns the memory image; records every word read into ``reads``."""
+
+    def __init__(self, regions, log_ops=False, log_pcs=False):
+        super().__init__(regions, log_ops, log_pcs)
+        self.mem = [bytearray(r.data) for r in regions]
+        self.reads: list[int] = []
+
+    def _word(self, w: int) -> int:
+        for r, buf in zip(self.regions, self.mem):
+            if r.base <= w < r.end:
+                return int.from_bytes(buf[w - r.base:w - r.base + 8], "little")
+        raise AssertionError(f"word {w:#x} unmapped")
+
+    def read_words(self, addr, size):
+        words = [self._word(w) for w in _words(addr, size)]
+        self.reads.extend(words)
+        return words
+
+    def write_bytes(self, region, addr, data):
+        r = self.regions[region]
+        self.mem[region][addr - r.base:addr - r.base + len(data)] = data
+
+    def peek(self, addr: int, size: int) -> int:
+        """Read without recording (for the public outputs at the end)."""
+        for r, buf in zip(self.regions, self.mem):
+            if r.base <= addr and addr + size <= r.end:
+                return int.from_bytes(buf[addr - r.base:addr - r.base + size], "little")
+        raise AssertionError(f"{addr:#x} unmapped")
+
+
+class ReplayPort(_Port):
+    """No writable memory: reads come from a min trace, stores only check."""
+
+    def __init__(self, regions, reads: np.ndarray, log_ops=False, log_pcs=False):
+        super().__init__(regions, log_ops, log_pcs)
+        self.reads = [int(v) for v in reads]
+        self.pos = 0
+
+    def read_words(self, addr, size):
+        n = len(_words(addr, size))
+        if self.pos + n > len(self.reads):
+            raise M.EmulatorError(f"min trace exhausted: chunk needs more than {len(self.reads)} memory reads")
+        words = self.reads[self.pos:self.pos + n]
+        self.pos += n
+        return words
+
+    def write_bytes(self, region, addr, data):
+        pass
+
+
+# --------------------------------------------------------------------------
+# semantics: one function per instruction
+
+Semantics = Callable[[Hart, _Port, Decoded], None]
+SEMANTICS: dict[str, Semantics] = {}
+
+
+def semantics(*names: str):
+    def register(fn):
+        for n in names:
+            assert n in BY_NAME, n
+            SEMANTICS[n] = fn
+        return fn
+    return register
+
+
+def _jump(h: Hart, target: int) -> None:
+    target &= MASK64
+    if target & 3:
+        raise Trap(0, target)          # no C extension: IALIGN = 32
+    h.npc = target
+
+
+# RV64I: upper immediates and jumps
+
+@semantics("lui")
+def _lui(h, m, d): h.write(d.rd, d.imm)
+
+@semantics("auipc")
+def _auipc(h, m, d): h.write(d.rd, h.pc + d.imm)
+
+@semantics("jal")
+def _jal(h, m, d):
+    _jump(h, h.pc + d.imm)
+    h.write(d.rd, h.pc + 4)
+
+@semantics("jalr")
+def _jalr(h, m, d):
+    # "The target address is obtained by adding the sign-extended 12-bit
+    # I-immediate to the register rs1, then setting the least-significant
+    # bit of the result to zero."
+    target = (h.x[d.rs1] + d.imm) & ~1
+    _jump(h, target)
+    h.write(d.rd, h.pc + 4)
+
+
+# branches
+
+_BRANCH = {
+    "beq": lambda a, b: a == b,
+    "bne": lambda a, b: a != b,
+    "blt": lambda a, b: s64(a) < s64(b),
+    "bge": lambda a, b: s64(a) >= s64(b),
+    "bltu": lambda a, b: a < b,
+    "bgeu": lambda a, b: a >= b,
+}
+
+
+def _branch(name):
+    taken = _BRANCH[name]
+
+    def fn(h, m, d):
+        if taken(h.x[d.rs1], h.x[d.rs2]):
+            _jump(h, h.pc + d.imm)
+    SEMANTICS[name] = fn
+
+
+for _n in _BRANCH:
+    _branch(_n)
+
+
+# loads and stores (misaligned accesses are performed, not trapped)
+
+_LOADS = {"lb": (1, True), "lh": (2, True), "lw": (4, True), "ld": (8, False),
+          "lbu": (1, False), "lhu": (2, False), "lwu": (4, False)}
+_STORES = {"sb": 1, "sh": 2, "sw": 4, "sd": 8}
+
+
+def _load(name):
+    size, signed = _LOADS[name]
+
+    def fn(h, m, d):
+        v = m.load((h.x[d.rs1] + d.imm) & MASK64, size)
+        h.write(d.rd, sign_extend(v, 8 * size) if signed else v)
+    SEMANTICS[name] = fn
+
+
+def _store(name):
+    size = _STORES[name]
+
+    def fn(h, m, d):
+        addr = (h.x[d.rs1] + d.imm) & MASK64
+        value = h.x[d.rs2] & ((1 << (8 * size)) - 1)
+        m.store(addr, size, value)
+        _after_store(h, addr, size, value)
+    SEMANTICS[name] = fn
+
+
+for _n in _LOADS:
+    _load(_n)
+for _n in _STORES:
+    _store(_n)
+
+
+def _after_store(h: Hart, addr: int, size: int, value: int) -> None:
+    if addr == M.UART_ADDR and size == 1:
+        h.stdout.append(value)
+    if h.tohost is not None and addr == h.tohost and value != 0:
+        raise End("tohost", value >> 1 if value & 1 else value)
+
+
+# integer computational: register-immediate and register-register
+
+_ALU = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "slt": lambda a, b: int(s64(a) < s64(b)),
+    "sltu": lambda a, b: int(a < b),
+    "xor": lambda a, b: a ^ b,
+    "or": lambda a, b: a | b,
+    "and": lambda a, b: a & b,
+    # "SLL, SRL, and SRA perform logical left, logical right, and arithmetic
+    # right shifts on the value in register rs1 by the shift amount held in
+    # the lower 6 bits of register rs2."
+    "sll": lambda a, b: a << (b & 63),
+    "srl": lambda a, b: a >> (b & 63),
+    "sra": lambda a, b: s64(a) >> (b & 63),
+}
+_ALU_IMM = {"addi": "add", "slti": "slt", "sltiu": "sltu", "xori": "xor", "ori": "or", "andi": "and",
+            "slli": "sll", "srli": "srl", "srai": "sra"}
+
+
+def _alu(name, fn):
+    SEMANTICS[name] = lambda h, m, d: h.write(d.rd, fn(h.x[d.rs1], h.x[d.rs2]))
+
+
+def _alu_imm(name, fn):
+    # the immediate is sign-extended, then used as a 64-bit operand
+    SEMANTICS[name] = lambda h, m, d: h.write(d.rd, fn(h.x[d.rs1], d.imm & MASK64))
+
+
+for _n, _f in _ALU.items():
+    _alu(_n, _f)
+for _n, _base in _ALU_IMM.items():
+    _alu_imm(_n, _ALU[_base])
+
+
+# RV64I word forms: operate on the low 32 bits, sign-extend the 32-bit result
+
+_ALU_W = {
+    "addw": lambda a, b: a + b,
+    "subw": lambda a, b: a - b,
+    "sllw": lambda a, b: (a & MASK32) << (b & 31),
+    "srlw": lambda a, b: (a & MASK32) >> (b & 31),
+    "sraw": lambda a, b: s32(a) >> (b & 31),
+}
+_ALU_W_IMM = {"addiw": "addw", "slliw": "sllw", "srliw": "srlw", "sraiw": "sraw"}
+
+
+def _alu_w(name, fn):
+    SEMANTICS[name] = lambda h, m, d: h.write(d.rd, s32(fn(h.x[d.rs1], h.x[d.rs2])))
+
+
+def _alu_w_imm(name, fn):
+    SEMANTICS[name] = lambda h, m, d: h.write(d.rd, s32(fn(h.x[d.rs1], d.imm & MASK64)))
+
+
+for _n, _f in _ALU_W.items():
+    _alu_w(_n, _f)
+for _n, _base in _ALU_W_IMM.items():
+    _alu_w_imm(_n, _ALU_W[_base])
+
+
+# M: multiplication and division
+#
+# "DIV and DIVU perform an XLEN bits by XLEN bits signed and unsigned
+# integer division of rs1 by rs2, rounding towards zero."
+# "The quotient of division by zero has all bits set, and the remainder of
+# division by zero equals the dividend. Signed division overflow occurs
+# only when the most-negative integer is divided by -1. The quotient of a
+# signed division with overflow is equal to the dividend, and the
+# remainder is zero."  (RISC-V unprivileged ISA, "M" extension)
+
+def _div_s(a: int, b: int) -> int:
+    """Signed division of Python ints, rounding towards zero."""
+    if b == 0:
+        return -1
+    q = abs(a) // abs(b)
+    return -q if (a < 0) != (b < 0) else q      # overflow: -(-2^63) = 2^63 = dividend mod 2^64
+
+
+def _rem_s(a: int, b: int) -> int:
+    if b == 0:
+        return a
+    return a - b * _div_s(a, b)                  # sign of the dividend; 0 on overflow
+
+
+def _div_u(a: int, b: int) -> int:
+    return (1 << 64) - 1 if b == 0 else a // b
+
+
+def _rem_u(a: int, b: int) -> int:
+    return a if b == 0 else a % b
+
+
+_MULDIV = {
+    "mul": lambda a, b: a * b,
+    "mulh": lambda a, b: (s64(a) * s64(b)) >> 64,
+    "mulhsu": lambda a, b: (s64(a) * b) >> 64,
+    "mulhu": lambda a, b: (a * b) >> 64,
+    "div": lambda a, b: _div_s(s64(a), s64(b)),
+    "divu": _div_u,
+    "rem": lambda a, b: _rem_s(s64(a), s64(b)),
+    "remu": _rem_u,
+}
+_MULDIV_W = {
+    "mulw": lambda a, b: a * b,
+    "divw": lambda a, b: _div_s(s32(a), s32(b)),
+    "divuw": lambda a, b: (MASK32 if b & MASK32 == 0 else (a & MASK32) // (b & MASK32)),
+    "remw": lambda a, b: _rem_s(s32(a), s32(b)),
+    "remuw": lambda a, b: _rem_u(a & MASK32, b & MASK32),
+}
+for _n, _f in _MULDIV.items():
+    _alu(_n, _f)
+for _n, _f in _MULDIV_W.items():
+    _alu_w(_n, _f)
+
+
+# A: load-reserved / store-conditional and the AMOs (naturally aligned only)
+
+_AMO = {
+    "amoswap": lambda old, src: src,
+    "amoadd": lambda old, src: old + src,
+    "amoxor": lambda old, src: old ^ src,
+    "amoand": lambda old, src: old & src,
+    "amoor": lambda old, src: old | src,
+    "amomin": lambda old, src: min(old, src),     # on sign-extended values
+    "amomax": lambda old, src: max(old, src),
+    "amominu": lambda old, src: min(old, src),    # on zero-extended values
+    "amomaxu": lambda old, src: max(old, src),
+}
+
+
+def _atomic_width(name: str) -> int:
+    return 4 if name.endswith(".w") else 8
+
+
+def _amo(name):
+    op, width = name.split(".")[0], _atomic_width(name)
+    fn, signed = _AMO[op], op in ("amomin", "amomax", "amoswap", "amoadd", "amoxor", "amoand", "amoor")
+
+    def run_amo(h, m, d):
+        addr = h.x[d.rs1]
+        if addr & (width - 1):
+            raise Trap(6, addr)
+        old = m.load(addr, width, fault=7, perm=PERM_R | PERM_W)
+        src = h.x[d.rs2] & ((1 << (8 * width)) - 1)
+        if signed:
+            old_v, src_v = sign_extend(old, 8 * width), sign_extend(src, 8 * width)
+        else:
+            old_v, src_v = old, src
+        m.store(addr, width, fn(old_v, src_v) & ((1 << (8 * width)) - 1))
+        h.write(d.rd, sign_extend(old, 8 * width))
+    SEMANTICS[name] = run_amo
+
+
+def _lr(name):
+    width = _atomic_width(name)
+
+    def fn(h, m, d):
+        addr = h.x[d.rs1]
+        if addr & (width - 1):
+            raise Trap(4, addr)
+        v = m.load(addr, width)
+        h.reservation = addr
+        h.write(d.rd, sign_extend(v, 8 * width))
+    SEMANTICS[name] = fn
+
+
+def _sc(name):
+    width = _atomic_width(name)
+
+    def fn(h, m, d):
+        addr = h.x[d.rs1]
+        if addr & (width - 1):
+            raise Trap(6, addr)
+        if m.region(addr, width, PERM_W) is None:
+            raise Trap(7, addr)
+        # "SC.W conditionally writes a word in rs2 to the address in rs1: the
+        # SC.W succeeds only if the reservation is still valid ... If the
+        # SC.W succeeds, the instruction writes the word in rs2 to memory,
+        # and it writes zero to rd. If the SC.W fails, the instruction does
+        # not write to memory, and it writes a nonzero value to rd.
+        # Regardless of success or failure, executing an SC.W instruction
+        # invalidates any reservation held by this hart."
+        ok = h.reservation == addr
+        h.reservation = -1
+        if ok:
+            value = h.x[d.rs2] & ((1 << (8 * width)) - 1)
+            m.store(addr, width, value)
+            _after_store(h, addr, width, value)
+        h.write(d.rd, 0 if ok else 1)
+    SEMANTICS[name] = fn
+
+
+for _n in list(BY_NAME):
+    if _n.startswith("amo"):
+        _amo(_n)
+    elif _n.startswith("lr."):
+        _lr(_n)
+    elif _n.startswith("sc."):
+        _sc(_n)
+
+
+# fences, system
+
+@semantics("fence", "fence.i", "wfi")
+def _nop(h, m, d):
+    # fence.i: fetches always read current memory, so stores are already visible
+    pass
+
+
+@semantics("ecall")
+def _ecall(h, m, d):
+    a7 = h.x[17]
+    if a7 == M.SYS_EXIT:
+        raise End("exit", h.x[10])
+    if a7 == M.SYS_WRITE:
+        fd, buf, n = h.x[10], h.x[11], h.x[12]
+        if fd not in (1, 2):
+            h.write(10, -9)
+            return
+        data = m.read_buffer(buf, n) if n < (1 << 32) else None
+        if data is None:
+            h.write(10, -14)
+            return
+        h.stdout += data
+        h.write(10, n)
+        return
+    raise Trap(8 if h.priv == M.PRIV_U else 11, 0)
+
+
+@semantics("ebreak")
+def _ebreak(h, m, d):
+    raise Trap(3, h.pc)
+
+
+@semantics("mret")
+def _mret(h, m, d):
+    if h.priv != M.PRIV_M:
+        raise Trap(2, h.insn)
+    st = h.csr["mstatus"]
+    mpp = (st >> 11) & 3
+    st = (st & ~M.MSTATUS_MIE) | (M.MSTATUS_MIE if st & M.MSTATUS_MPIE else 0)
+    st |= M.MSTATUS_MPIE
+    st &= ~M.MSTATUS_MPP                          # MPP := U, the least-privileged mode
+    if mpp != M.PRIV_M:
+        st &= ~M.MSTATUS_MPRV
+    h.csr["mstatus"] = st
+    h.priv = mpp
+    h.npc = h.csr["mepc"]
+
+
+# Zicsr
+
+_ZERO_CSRS = {0x302, 0x303, 0x344, 0x180, 0x306, 0x30A, 0x320, *range(0x3A0, 0x3F0), *range(0x323, 0x340),
+              *range(0xB03, 0xB20)}
+_COUNTERS = {0xB00, 0xB02, 0xC00, 0xC01, 0xC02}
+_CONST_CSRS = {0x301: M.MISA, 0xF11: 0, 0xF12: M.ARCH_ID_ZISK, 0xF13: 0, 0xF14: 0, 0xF15: 0,
+               **{c: 0 for c in range(0xC03, 0xC20)}}
+_STATE_CSRS = {0x300: "mstatus", 0x305: "mtvec", 0x341: "mepc", 0x342: "mcause", 0x343: "mtval",
+               0x340: "mscratch", 0x304: "mie"}
+
+
+def csr_read(h: Hart, csr: int) -> int:
+    if csr in _STATE_CSRS:
+        v = h.csr[_STATE_CSRS[csr]]
+        return v | M.MSTATUS_UXL64 if csr == 0x300 else v
+    if csr in _COUNTERS:
+        return h.step
+    if csr in _CONST_CSRS:
+        return _CONST_CSRS[csr]
+    return 0
+
+
+def csr_write(h: Hart, csr: int, v: int) -> None:
+    v &= MASK64
+    name = _STATE_CSRS.get(csr)
+    if name == "mstatus":
+        v &= M.MSTATUS_WMASK
+        if (v >> 11) & 3 in (1, 2):                # WARL: no S-mode; keep MPP legal
+            v &= ~M.MSTATUS_MPP
+    elif name == "mtvec":
+        v &= ~2                                    # MODE 0 (direct) or 1 (vectored)
+    elif name == "mepc":
+        v &= ~3                                    # IALIGN = 32
+    elif name == "mie":
+        v &= M.MIE_WMASK
+    if name is not None:
+        h.csr[name] = v
+    # every other accepted CSR ignores writes (read-only-zero WARL or counters)
+
+
+def _csr_access(h: Hart, csr: int, writes: bool) -> None:
+    known = csr in _STATE_CSRS or csr in _ZERO_CSRS or csr in _COUNTERS or csr in _CONST_CSRS
+    if not known or (csr >> 8) & 3 > h.priv or (writes and csr >> 10 == 3):
+        raise Trap(2, h.insn)
+
+
+def _csr(name):
+    kind, imm = name[3:5], name.endswith("i")     # rw / rs / rc
+
+    def fn(h, m, d):
+        src = d.rs1 if imm else h.x[d.rs1]
+        writes = kind == "rw" or d.rs1 != 0
+        _csr_access(h, d.imm, writes)
+        old = csr_read(h, d.imm) if (kind != "rw" or d.rd != 0) else 0
+        if writes:
+            new = src if kind == "rw" else (old | src if kind == "rs" else old & ~src)
+            csr_write(h, d.imm, new)
+        h.write(d.rd, old)
+    SEMANTICS[name] = fn
+
+
+for _n in ("csrrw", "csrrs", "csrrc", "csrrwi", "csrrsi", "csrrci"):
+    _csr(_n)
+
+assert set(SEMANTICS) == set(BY_NAME), set(BY_NAME) - set(SEMANTICS)
+
+
+# --------------------------------------------------------------------------
+# the step and the run loops
+
+def take_trap(h: Hart, t: Trap) -> None:
+    if h.csr["mtvec"] == 0:
+        raise M.GuestTrap(t.cause, t.tval, pc=h.pc, insn=h.insn, step=h.step)
+    h.csr["mepc"] = h.pc
+    h.csr["mcause"] = t.cause
+    h.csr["mtval"] = t.tval
+    st = h.csr["mstatus"]
+    st = (st & ~M.MSTATUS_MPIE) | (M.MSTATUS_MPIE if st & M.MSTATUS_MIE else 0)
+    st = (st & ~M.MSTATUS_MIE & ~M.MSTATUS_MPP) | (h.priv << 11)
+    h.csr["mstatus"] = st
+    h.priv = M.PRIV_M
+    h.npc = h.csr["mtvec"] & ~3
+
+
+def step(h: Hart, m: _Port, counts: list[int]) -> None:
+    """Execute one instruction slot; sets ``h.end`` when the guest ends."""
+    m.step = h.step
+    h.insn = None
+    h.npc = (h.pc + 4) & MASK64
+    try:
+        h.insn = m.fetch(h.pc)
+        d = decode(h.insn)
+        if d is None:
+            counts[_SYSTEM] += 1
+            raise Trap(2, h.insn)
+        counts[_CLASS_INDEX[TABLE[d.op].cls]] += 1
+        SEMANTICS[TABLE[d.op].name](h, m, d)
+    except Trap as t:
+        if h.insn is None:
+            counts[_SYSTEM] += 1
+        take_trap(h, t)
+    except End as e:
+        h.end = e
+    h.pc = h.npc
+    h.step += 1
+
+
+def _chunks(h: Hart, m: _Port, chunk_steps: int, max_steps: int):
+    """Yield (start, steps, counts, reads) per chunk until the guest ends."""
+    while True:
+        start = h.state()
+        counts = [0] * len(CLASSES)
+        first_read = len(m.reads)
+        n = 0
+        while n < chunk_steps and h.end is None:
+            if h.step >= max_steps:
+                raise M.StepLimitExceeded(max_steps, pc=h.pc, insn=None, step=h.step)
+            step(h, m, counts)
+            n += 1
+        yield start, n, counts, first_read
+        if h.end is not None:
+            return
+
+
+def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = 1 << 32,
+        log_ops: bool = False, log_pcs: bool = False):
+    """Run a program from its entry point.
+
+    Returns a dict: traces (list of EmuTrace), counts (n_chunks x classes),
+    steps, exit_code, end_reason, stdout, pub_outs, and the port (whose
+    ``ops``/``pcs`` logs are filled when requested).
+    """
+    regions = M.build_regions(program, len(input_bytes), input_bytes)
+    h = Hart(entry_state(program))
+    h.tohost = program.tohost
+    port = LivePort(regions, log_ops, log_pcs)
+    traces, table = [], []
+    for start, n, counts, first_read in _chunks(h, port, chunk_steps, max_steps):
+        reads = np.array(port.reads[first_read:], dtype=np.uint64)
+        del port.reads[first_read:]
+        traces.append(EmuTrace(len(traces), start, n, reads, h.end is not None))
+        table.append(counts)
+    pub_outs = [(i, port.peek(M.OUTPUT_ADDR + 4 * i, 4)) for i in range(M.N_OUTPUTS)]
+    return {
+        "traces": traces, "counts": np.array(table, dtype=np.int64).reshape(-1, len(CLASSES)),
+        "steps": h.step, "exit_code": h.end.code, "end_reason": h.end.reason,
+        "stdout": bytes(h.stdout), "pub_outs": pub_outs, "port": port,
+    }
+
+
+def replay_chunk(program: Program, trace: EmuTrace, input_size: int = 0,
+                 log_ops: bool = False, log_pcs: bool = False):
+    """Re-execute one chunk from its min trace alone.
+
+    Returns ``(end_state, counts, port)``; raises EmulatorError if the
+    chunk does not consume exactly its recorded reads or does not end
+    where the trace says it ends.
+    """
+    regions = M.build_regions(program, input_size)
+    h = Hart(trace.start_state)
+    h.tohost = program.tohost
+    port = ReplayPort(regions, trace.mem_reads, log_ops, log_pcs)
+    counts = [0] * len(CLASSES)
+    for _ in range(trace.steps):
+        if h.end is not None:
+            raise M.EmulatorError(f"chunk {trace.chunk_id}: guest ended before the chunk's {trace.steps} steps")
+        step(h, port, counts)
+    if port.pos != len(port.reads):
+        raise M.EmulatorError(f"chunk {trace.chunk_id}: consumed {port.pos} of {len(port.reads)} recorded reads")
+    if (h.end is not None) != trace.end:
+        raise M.EmulatorError(f"chunk {trace.chunk_id}: end flag mismatch (replay ended: {h.end is not None})")
+    return h.state(), counts, port

@@ -1,0 +1,1 @@
+"""The manifest schema, shipped as package data."""

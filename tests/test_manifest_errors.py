@@ -1,0 +1,185 @@
+"""Every kind of manifest error, at its exact line and column, all at once."""
+
+import pytest
+
+from hetflow.engine.errors import ManifestError, UsageError
+from hetflow.engine.manifest import compile_manifest, load, loads, parse_overrides
+
+GOOD = """
+version: 1
+name: t
+params: {n: 4, tag: run}
+executors:
+  host: {vendor: cpu}
+stages:
+  x: {op: random.normal, args: {shape: ["${n}", 2], seed: 0}, executor: host}
+  y: {op: relu, inputs: [x]}
+outputs: {y: y}
+"""
+
+
+def errors(path, overrides=None):
+    with pytest.raises(ManifestError) as info:
+        compile_manifest(load(path), overrides)
+    return [str(d) for d in info.value.diagnostics]
+
+
+def test_good_manifest_compiles(manifest_file):
+    m = compile_manifest(load(manifest_file(GOOD)))
+    assert list(m.stages) == ["x", "y"]
+    assert m.stages["x"].args["shape"] == [4, 2]
+    assert m.digest.startswith("sha256:")
+
+
+def test_yaml_syntax_error_points_at_the_problem(manifest_file):
+    path = manifest_file("""
+    version: 1
+    name: t
+    stages:
+      x: {op: zeros, args: {shape: [2]}
+    outputs: {x: x}
+    """)
+    (msg,) = errors(path)
+    assert msg == (
+        f"{path}:6:1: error: YAML syntax: while parsing a flow mapping (opened at line 5, column 6): "
+        "expected ',' or '}', but got '<scalar>'"
+    )
+
+
+def test_bad_version_points_at_the_value(manifest_file):
+    path = manifest_file(GOOD.replace("version: 1", "version: 7"))
+    assert errors(path) == [f"{path}:2:10: error: version must be 1, found 7"]
+
+
+def test_unknown_key_points_at_the_key(manifest_file):
+    path = manifest_file(GOOD.replace("y: {op: relu, inputs: [x]}", "y: {op: relu, inputz: [x]}"))
+    assert errors(path) == [
+        f"{path}:9:3: error: op 'relu' takes 1 input, stage 'y' gives 0",
+        f"{path}:9:17: error: unknown key 'inputz' in stages.y "
+        "(allowed: op, inputs, args, dtype, executor, description); did you mean 'inputs'?",
+    ]
+
+
+def test_bad_dtype_lists_the_choices(manifest_file):
+    path = manifest_file(GOOD.replace("inputs: [x]}", "inputs: [x], dtype: fp64}"))
+    assert errors(path) == [
+        f"{path}:9:37: error: stages.y.dtype must be one of fp32, fp16, bf16, fp8e4m3, fp8e5m2, int8, int4; found 'fp64'"
+    ]
+
+
+def test_missing_required_key(manifest_file):
+    path = manifest_file(GOOD.replace("outputs: {y: y}\n", ""))
+    assert errors(path) == [f"{path}:2:1: error: the manifest is missing required key 'outputs'"]
+
+
+def test_unknown_input(manifest_file):
+    path = manifest_file(GOOD.replace("inputs: [x]", "inputs: [xx]"))
+    assert errors(path) == [f"{path}:9:26: error: stage 'y' takes input 'xx', which is not a stage; did you mean 'x'?"]
+
+
+def test_unknown_op(manifest_file):
+    path = manifest_file(GOOD.replace("op: relu", "op: rleu"))
+    assert errors(path) == [f"{path}:9:11: error: unknown op 'rleu' in stage 'y'; did you mean 'relu'?"]
+
+
+def test_unknown_executor(manifest_file):
+    path = manifest_file(GOOD.replace("executor: host}", "executor: gpu}"))
+    assert errors(path) == [
+        f"{path}:8:73: error: stage 'x' names executor 'gpu', which is not declared (declared: host)"
+    ]
+
+
+def test_undefined_param_whole_and_inside_a_string(manifest_file):
+    path = manifest_file(GOOD.replace('["${n}", 2]', '["${m}", 2]').replace("{y: y}", '{y: y}\ndescription: "tag ${tagg}"'))
+    assert errors(path) == [
+        f"{path}:8:41: error: undefined param ${{m}} (declared params: n, tag)",
+        f"{path}:11:14: error: undefined param ${{tagg}} (declared params: n, tag); did you mean 'tag'?",
+    ]
+
+
+def test_wrong_arity(manifest_file):
+    path = manifest_file(GOOD.replace("op: relu, inputs: [x]", "op: matmul, inputs: [x]"))
+    assert errors(path) == [f"{path}:9:27: error: op 'matmul' takes 2 inputs, stage 'y' gives 1"]
+
+
+def test_bad_and_unknown_op_arguments(manifest_file):
+    path = manifest_file(GOOD.replace("seed: 0}", "seed: 0.5, mu: 1}"))
+    assert errors(path) == [
+        f"{path}:8:59: error: argument 'seed' of op 'random.normal' must be an integer, got 0.5",
+        f"{path}:8:64: error: op 'random.normal' has no argument 'mu' (accepted: shape, seed, mean, std)",
+    ]
+
+
+def test_missing_op_argument(manifest_file):
+    path = manifest_file(GOOD.replace("seed: 0}", "}").replace('["${n}", 2], ', '["${n}", 2]'))
+    assert errors(path) == [f"{path}:8:32: error: op 'random.normal' needs argument 'seed'"]
+
+
+def test_dtype_the_op_does_not_support(manifest_file):
+    path = manifest_file(GOOD.replace("op: relu, inputs: [x]", "op: softmax, inputs: [x], dtype: int8"))
+    assert errors(path) == [
+        f"{path}:9:40: error: op 'softmax' does not support dtype int8 (supported: fp32, fp16, bf16, fp8e4m3, fp8e5m2)"
+    ]
+
+
+def test_cycle_names_its_stages(manifest_file):
+    path = manifest_file("""
+    version: 1
+    name: t
+    executors: {host: {vendor: cpu}}
+    stages:
+      a: {op: relu, inputs: [c], executor: host}
+      b: {op: relu, inputs: [a]}
+      c: {op: relu, inputs: [b]}
+    outputs: {a: a}
+    """)
+    assert errors(path) == [f"{path}:6:3: error: cycle between stages: a -> b -> c -> a"]
+
+
+def test_output_naming_no_stage(manifest_file):
+    path = manifest_file(GOOD.replace("{y: y}", "{y: yy}"))
+    assert errors(path) == [f"{path}:10:14: error: output 'y' names 'yy', which is not a stage; did you mean 'y'?"]
+
+
+def test_duplicate_key(manifest_file):
+    path = manifest_file(GOOD.replace("  y: {op: relu", "  x: {op: relu"))
+    assert errors(path) == [f"{path}:9:3: error: duplicate key 'x'"]
+
+
+def test_all_problems_are_reported_at_once(manifest_file):
+    path = manifest_file(
+        GOOD.replace("op: relu", "op: rleu").replace("executor: host}", "executor: gpu}").replace("{y: y}", "{y: q}")
+    )
+    found = errors(path)
+    assert [m.split(": error:")[0] for m in found] == [f"{path}:8:73", f"{path}:9:11", f"{path}:10:14"]
+
+
+def test_empty_file_and_missing_file(manifest_file, tmp_path):
+    path = manifest_file("")
+    assert errors(path) == [f"{path}:1:1: error: the file is empty; a manifest is a YAML mapping"]
+    with pytest.raises(ManifestError, match="no such file"):
+        load(tmp_path / "absent.yaml")
+
+
+def test_overrides_are_typed_and_checked(manifest_file):
+    path = manifest_file(GOOD)
+    m = compile_manifest(load(path), parse_overrides(["n=8"]))
+    assert m.stages["x"].args["shape"] == [8, 2]
+    assert m.params["n"] == 8
+    base = compile_manifest(load(path))
+    assert base.digest != m.digest
+    with pytest.raises(UsageError, match=r"declares no param 'batch' \(declared: n, tag\)"):
+        compile_manifest(load(path), {"batch": 3})
+    with pytest.raises(UsageError, match="KEY=VALUE"):
+        parse_overrides(["n"])
+
+
+def test_interpolation_inside_text_keeps_text(manifest_file):
+    path = manifest_file(GOOD.replace("{y: y}", '{y: y}\ndescription: "n=${n} tag=${tag}"'))
+    assert compile_manifest(load(path)).description == "n=4 tag=run"
+
+
+def test_loads_keeps_marks():
+    doc = loads("a:\n  - 1\n  - {b: 2}\n", "f.yaml")
+    assert str(doc.at(("a", 1, "b"))) == "f.yaml:3:9"
+    assert str(doc.key_at(("a", 1, "b"))) == "f.yaml:3:6"
