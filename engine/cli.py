@@ -21,7 +21,6 @@ from hetflow.engine.errors import HetflowError, ManifestError, RunFailed, UsageE
 from hetflow.engine.manifest import compile_manifest, load, parse_overrides
 from hetflow.engine.planner import plan as make_plan
 from hetflow.engine.planner import render_text
-from hetflow.engine.run import execute
 from hetflow.executors import inventory, probe
 from hetflow.executors import ops as oplib
 from hetflow.executors.base import Dtype
@@ -95,6 +94,8 @@ def _cmd_run(args: argparse.Namespace, out, err) -> int:
     plan = make_plan(manifest, probe)
     if args.threads is not None and args.threads < 1:
         raise UsageError("--threads must be at least 1")
+    from hetflow.engine.run import execute  # dask loads only for commands that run
+
     try:
         result = execute(manifest, plan, runs_dir=args.runs_dir, overrides=parse_overrides(args.param),
                          num_workers=args.threads)
@@ -190,3 +191,7 @@ def _write_crash_log() -> str:
 
 def entry() -> None:
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

@@ -64,6 +64,9 @@ __all__ = [
 
 Path = tuple  # a value's position in the tree: keys and list indexes
 
+# libyaml's parser when PyYAML was built with it: same nodes and marks, ten times faster.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 _REF = re.compile(r"\$\{([^}]*)\}")
 
 
@@ -116,7 +119,7 @@ def _origin(file: str, mark: yaml.Mark | None) -> Origin:
 
 def loads(text: str, file: str = "<string>") -> Document:
     """Parse YAML text into a :class:`Document`; raises :class:`ManifestError`."""
-    loader = yaml.SafeLoader(text)
+    loader = _Loader(text)
     try:
         root = loader.get_single_node()
     except yaml.MarkedYAMLError as e:

@@ -286,7 +286,7 @@ def partition(graph: nx.DiGraph) -> nx.DiGraph:
     same.add_nodes_from(out.nodes)
     same.add_edges_from((u, v) for u, v in out.edges if not is_bridged(out, u, v))
     groups = {n: i for i, comp in enumerate(nx.connected_components(same)) for n in comp}
-    if not nx.is_directed_acyclic_graph(nx.quotient_graph(out, _classes(groups), create_using=nx.DiGraph)):
+    if not _contracts_to_dag(out, groups):
         crossings: dict[str, int] = {}
         for n in nx.topological_sort(out):
             crossings[n] = max(
@@ -306,11 +306,12 @@ def partition(graph: nx.DiGraph) -> nx.DiGraph:
     return out
 
 
-def _classes(groups: Mapping[str, int]) -> list[set[str]]:
-    classes: dict[int, set[str]] = {}
-    for n, g in groups.items():
-        classes.setdefault(g, set()).add(n)
-    return list(classes.values())
+def _contracts_to_dag(graph: nx.DiGraph, groups: Mapping[str, int]) -> bool:
+    """Whether contracting each group to one node leaves a DAG."""
+    quotient = nx.DiGraph()
+    quotient.add_nodes_from(set(groups.values()))
+    quotient.add_edges_from((groups[u], groups[v]) for u, v in graph.edges if groups[u] != groups[v])
+    return nx.is_directed_acyclic_graph(quotient)
 
 
 def _execution_order(graph: nx.DiGraph) -> list[str]:

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Protocol, Sequence, runtime_checkable
 
-import ml_dtypes
 import numpy as np
 
 __all__ = [
@@ -94,11 +94,11 @@ class Dtype(str, enum.Enum):
     @property
     def numpy(self) -> np.dtype:
         """The numpy dtype that holds this dtype's values on the host."""
-        return _NUMPY[self]
+        return _numpy_dtypes()[self]
 
     @property
     def itemsize_bits(self) -> int:
-        return 4 if self is Dtype.int4 else self.numpy.itemsize * 8
+        return _BITS[self]
 
     @property
     def is_float(self) -> bool:
@@ -109,15 +109,24 @@ class Dtype(str, enum.Enum):
         return (element_count * self.itemsize_bits + 7) // 8
 
 
-_NUMPY: dict[Dtype, np.dtype] = {
-    Dtype.fp32: np.dtype(np.float32),
-    Dtype.fp16: np.dtype(np.float16),
-    Dtype.bf16: np.dtype(ml_dtypes.bfloat16),
-    Dtype.fp8e4m3: np.dtype(ml_dtypes.float8_e4m3fn),
-    Dtype.fp8e5m2: np.dtype(ml_dtypes.float8_e5m2),
-    Dtype.int8: np.dtype(np.int8),
-    Dtype.int4: np.dtype(ml_dtypes.int4),
-}
+_BITS = {Dtype.fp32: 32, Dtype.fp16: 16, Dtype.bf16: 16, Dtype.fp8e4m3: 8, Dtype.fp8e5m2: 8, Dtype.int8: 8, Dtype.int4: 4}
+
+
+@lru_cache(maxsize=1)
+def _numpy_dtypes() -> dict[Dtype, np.dtype]:
+    # ml_dtypes takes about a second to import; commands that never touch
+    # tensor data (validate, plan) should not pay for it.
+    import ml_dtypes
+
+    return {
+        Dtype.fp32: np.dtype(np.float32),
+        Dtype.fp16: np.dtype(np.float16),
+        Dtype.bf16: np.dtype(ml_dtypes.bfloat16),
+        Dtype.fp8e4m3: np.dtype(ml_dtypes.float8_e4m3fn),
+        Dtype.fp8e5m2: np.dtype(ml_dtypes.float8_e5m2),
+        Dtype.int8: np.dtype(np.int8),
+        Dtype.int4: np.dtype(ml_dtypes.int4),
+    }
 
 
 @dataclass(frozen=True)

@@ -489,8 +489,10 @@ def _amo(name):
             old_v, src_v = sign_extend(old, 8 * width), sign_extend(src, 8 * width)
         else:
             old_v, src_v = old, src
-        m.store(addr, width, fn(old_v, src_v) & ((1 << (8 * width)) - 1))
+        new = fn(old_v, src_v) & ((1 << (8 * width)) - 1)
+        m.store(addr, width, new)
         h.write(d.rd, sign_extend(old, 8 * width))
+        _after_store(h, addr, width, new)
     SEMANTICS[name] = run_amo
 
 

@@ -1,0 +1,79 @@
+"""Run hetflow's benchmarks side by side with their baselines and report ratios.
+
+Every ``bench/bench_*.py`` module exposes ``run(quick: bool) -> list[dict]``;
+each row names a baseline and a subject, both timed in this one process,
+and ``ratio = baseline_s / subject_s`` (above 1: the subject is faster).
+The table goes to stdout and every row to ``bench/results.json``.
+
+    python bench/run.py            # all benchmarks
+    python bench/run.py overhead   # those whose module name contains "overhead"
+    python bench/run.py --quick    # smaller sizes, for a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def discover(patterns: list[str]) -> list[Path]:
+    found = sorted(HERE.glob("bench_*.py"))
+    return [p for p in found if not patterns or any(s in p.stem for s in patterns)]
+
+
+def load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def table(rows: list[dict]) -> str:
+    head = ["benchmark", "baseline", "baseline s", "subject", "subject s", "ratio"]
+    body = [[r["name"], r["baseline"], f"{r['baseline_s']:.4f}", r["subject"], f"{r['subject_s']:.4f}", f"{r['ratio']:.2f}x"]
+            for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    return "\n".join([line(head), line(["-" * w for w in widths])] + [line(b) for b in body])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("patterns", nargs="*", help="run only benchmarks whose module name contains one of these")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("-o", "--output", default=str(HERE / "results.json"))
+    args = parser.parse_args(argv)
+    rows: list[dict] = []
+    for path in discover(args.patterns):
+        print(f"running {path.stem} ...", file=sys.stderr, flush=True)
+        for row in load(path).run(args.quick):
+            rows.append({"module": path.stem, **row})
+    print(table(rows))
+    for r in rows:
+        if r.get("notes"):
+            print(f"  {r['name']}: {r['notes']}")
+    result = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
+        "quick": args.quick,
+        "rows": rows,
+    }
+    tmp = args.output + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, args.output)
+    print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

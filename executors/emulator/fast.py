@@ -1,0 +1,1042 @@
+"""The ``fast`` backend: one numba-compiled interpreter loop.
+
+Algorithm
+---------
+:func:`_run` executes up to ``budget`` steps of the same machine as the
+reference backend (see :mod:`.machine`), on fixed-width integers: every
+register and immediate is an ``int64``; unsigned comparisons, logical
+right shifts and unsigned division cast both operands to ``uint64``
+explicitly, and 32-bit results are sign-extended by hand.  Nothing is
+computed through floats.
+
+State lives in arrays so a call can stop anywhere and the next call
+resume: ``regs[32]`` and ``st`` (indices ``S_*``: pc, step, privilege, LR
+reservation, the CSR_STATE CSRs, end flag and exit code, trap details).
+Memory is one ``uint8`` array holding every region back to back (8-byte
+aligned, so ``uint64``/``uint32`` views index words directly) plus a
+region table (base, size, offset, permission, decode-cache slot).
+
+Decoding uses the shared ISA table compiled into numpy arrays
+(:func:`hetflow.executors.emulator.isa.decode_arrays`): the candidates of
+the word's major opcode are scanned for ``word & mask == match``.  The
+result is cached per instruction address in ``dc`` (raw word, op id,
+rd, rs1, rs2, imm, class); an entry is reused only while the word in
+memory still equals the cached raw word, so self-modifying code behaves
+exactly as in the reference (the new word is seen by the next fetch).
+
+``mode`` selects what a call records, so one compiled loop serves every
+runner:
+
+* ``REC_READS`` — the main execution: every word read (loads, AMOs, the
+  write syscall's buffer, fetches from writable regions) is appended to
+  ``rbuf``: the min trace of the current chunk.
+* ``LOG_OPS`` — the memory-operations runner (MO): ``(word address,
+  step, is_write)`` triples for every word accessed.
+* ``LOG_PCS`` — the ROM-histogram runner (RH): executions per slot.
+* ``REPLAY`` — re-execution of one chunk: reads are popped from ``rbuf``
+  instead of memory, and stores do not touch memory.
+
+The compiled function is ``nogil=True`` (MO and RH run in threads beside
+the main execution; chunk re-executions run in parallel threads) and
+``cache=True`` (the compile cost is paid once per machine).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+
+import numba
+import numpy as np
+
+from . import machine as M
+from .elf import PERM_R, PERM_W, PERM_X, Program
+from .isa import BY_NAME, CLASSES, decode_arrays
+from .output import EmuTrace, EmuTraceStart, RomHistogram
+
+__all__ = ["run", "replay_chunk", "Image", "mem_ops_runner", "rom_histogram_runner"]
+
+REC_READS, LOG_OPS, LOG_PCS, REPLAY = 1, 2, 4, 8
+
+# status codes returned by _run
+ST_BUDGET, ST_END, ST_TRAP, ST_REPLAY_EXHAUSTED = 0, 1, 2, 3
+
+# indices into the st array
+S_PC, S_STEP, S_PRIV, S_RES = 0, 1, 2, 3
+S_MSTATUS, S_MTVEC, S_MEPC, S_MCAUSE, S_MTVAL, S_MSCRATCH, S_MIE = 4, 5, 6, 7, 8, 9, 10
+S_END, S_CODE, S_ECAUSE, S_ETVAL, S_EINSN = 11, 12, 13, 14, 15
+N_ST = 16
+assert M.CSR_STATE == ("mstatus", "mtvec", "mepc", "mcause", "mtval", "mscratch", "mie")
+
+# op ids (compile-time constants in the jitted code)
+globals().update({"OP_" + n.upper().replace(".", "_"): i for n, i in BY_NAME.items()})
+C_SYSTEM = CLASSES.index("system")
+
+_TAB = decode_arrays()
+_F_I, _F_SH6, _F_SH5, _F_S, _F_B, _F_U, _F_J, _F_CSR, _F_CSRI = 1, 2, 3, 4, 5, 6, 7, 8, 9
+
+_MSTATUS_WMASK = M.MSTATUS_WMASK
+_MIE_WMASK = M.MIE_WMASK
+_UXL64 = M.MSTATUS_UXL64
+_MISA_LO = M.MISA & 0xFFFFFFFF          # MISA does not fit a positive int64 literal
+_UART = M.UART_ADDR
+_ARCH = M.ARCH_ID_ZISK
+
+_jit = numba.njit(nogil=True, cache=True, error_model="numpy")
+
+
+@_jit
+def _sx(v, bits):
+    """Sign-extend the low ``bits`` bits of an int64."""
+    sh = 64 - bits
+    return (v << sh) >> sh
+
+
+@_jit
+def _srl(v, sh):
+    return np.int64(np.uint64(v) >> np.uint64(sh))
+
+
+@_jit
+def _ltu(a, b):
+    return np.uint64(a) < np.uint64(b)
+
+
+@_jit
+def _mulhu(a, b):
+    m32 = np.uint64(0xFFFFFFFF)
+    s32 = np.uint64(32)
+    ua, ub = np.uint64(a), np.uint64(b)
+    a0, a1 = ua & m32, ua >> s32
+    b0, b1 = ub & m32, ub >> s32
+    p00, p01, p10, p11 = a0 * b0, a0 * b1, a1 * b0, a1 * b1
+    mid = (p00 >> s32) + (p01 & m32) + (p10 & m32)
+    return np.int64(p11 + (p01 >> s32) + (p10 >> s32) + (mid >> s32))
+
+
+@_jit
+def _divs(a, b, bits):
+    """Signed division rounding towards zero; bits = 64 or 32 (inputs sign-extended)."""
+    if b == 0:
+        return np.int64(-1)
+    neg = (a < 0) != (b < 0)
+    ua = np.uint64(-a) if a < 0 else np.uint64(a)
+    ub = np.uint64(-b) if b < 0 else np.uint64(b)
+    q = np.int64(ua // ub)
+    return -q if neg else q          # overflow: wraps to the dividend, as the spec says
+
+
+@_jit
+def _rems(a, b, bits):
+    if b == 0:
+        return a
+    return a - b * _divs(a, b, bits)
+
+
+@_jit
+def _divu(a, b):
+    if b == 0:
+        return np.int64(-1)
+    return np.int64(np.uint64(a) // np.uint64(b))
+
+
+@_jit
+def _remu(a, b):
+    if b == 0:
+        return a
+    return np.int64(np.uint64(a) % np.uint64(b))
+
+
+@_jit
+def _find(addr, size, nreg, rbase, rsize):
+    for i in range(nreg):
+        d = addr - rbase[i]
+        if d >= 0 and d <= rsize[i] - size:
+            return i
+    return -1
+
+
+@_jit
+def _decode(w, match, mask, fmt, order, start, stop, row):
+    """Fill a decode-cache row [raw, op, rd, rs1, rs2, imm, cls] for word w."""
+    row[0] = w
+    row[1] = -1
+    opc = w & 0x7F
+    for k in range(start[opc], stop[opc]):
+        i = order[k]
+        if (w & mask[i]) == match[i]:
+            row[1] = i
+            break
+    row[2] = (w >> 7) & 0x1F
+    row[3] = (w >> 15) & 0x1F
+    row[4] = (w >> 20) & 0x1F
+    f = fmt[row[1]] if row[1] >= 0 else 0
+    imm = np.int64(0)
+    if f == _F_I:
+        imm = _sx(w >> 20, 12)
+    elif f == _F_SH6:
+        imm = (w >> 20) & 0x3F
+    elif f == _F_SH5:
+        imm = (w >> 20) & 0x1F
+    elif f == _F_S:
+        imm = _sx(((w >> 25) << 5) | ((w >> 7) & 0x1F), 12)
+    elif f == _F_B:
+        imm = _sx((((w >> 31) & 1) << 12) | (((w >> 7) & 1) << 11) | (((w >> 25) & 0x3F) << 5) | (((w >> 8) & 0xF) << 1), 13)
+    elif f == _F_U:
+        imm = _sx(w & 0xFFFFF000, 32)
+    elif f == _F_J:
+        imm = _sx((((w >> 31) & 1) << 20) | (((w >> 12) & 0xFF) << 12) | (((w >> 20) & 1) << 11) | (((w >> 21) & 0x3FF) << 1), 21)
+    elif f == _F_CSR or f == _F_CSRI:
+        imm = (w >> 20) & 0xFFF
+    row[5] = imm
+
+
+@_jit
+def _grow(buf, need):
+    if need <= buf.shape[0]:
+        return buf
+    n = max(need, 2 * buf.shape[0] + 16)
+    new = np.empty(n, dtype=buf.dtype)
+    new[:buf.shape[0]] = buf
+    return new
+
+
+@_jit
+def _csr_known(c):
+    if c == 0x300 or c == 0x305 or c == 0x341 or c == 0x342 or c == 0x343 or c == 0x340 or c == 0x304:
+        return True
+    if c == 0x302 or c == 0x303 or c == 0x344 or c == 0x180 or c == 0x306 or c == 0x30A or c == 0x320:
+        return True
+    if (0x3A0 <= c < 0x3F0) or (0x323 <= c < 0x340) or (0xB03 <= c < 0xB20) or (0xC03 <= c < 0xC20):
+        return True
+    if c == 0xB00 or c == 0xB02 or c == 0xC00 or c == 0xC01 or c == 0xC02:
+        return True
+    return c == 0x301 or (0xF11 <= c <= 0xF15)
+
+
+@_jit
+def _csr_read(c, st):
+    if c == 0x300:
+        return st[S_MSTATUS] | _UXL64
+    if c == 0x305:
+        return st[S_MTVEC]
+    if c == 0x341:
+        return st[S_MEPC]
+    if c == 0x342:
+        return st[S_MCAUSE]
+    if c == 0x343:
+        return st[S_MTVAL]
+    if c == 0x340:
+        return st[S_MSCRATCH]
+    if c == 0x304:
+        return st[S_MIE]
+    if c == 0xB00 or c == 0xB02 or c == 0xC00 or c == 0xC01 or c == 0xC02:
+        return st[S_STEP]
+    if c == 0x301:
+        return np.int64(_MISA_LO) | np.int64(-9223372036854775808)   # MXL = 2: bit 63
+    if c == 0xF12:
+        return np.int64(_ARCH)
+    return np.int64(0)
+
+
+@_jit
+def _csr_write(c, v, st):
+    if c == 0x300:
+        v &= _MSTATUS_WMASK
+        mpp = (v >> 11) & 3
+        if mpp == 1 or mpp == 2:
+            v &= ~(3 << 11)
+        st[S_MSTATUS] = v
+    elif c == 0x305:
+        st[S_MTVEC] = v & ~2
+    elif c == 0x341:
+        st[S_MEPC] = v & ~3
+    elif c == 0x342:
+        st[S_MCAUSE] = v
+    elif c == 0x343:
+        st[S_MTVAL] = v
+    elif c == 0x340:
+        st[S_MSCRATCH] = v
+    elif c == 0x304:
+        st[S_MIE] = v & _MIE_WMASK
+
+
+@_jit
+def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
+         t_match, t_mask, t_fmt, t_cls, t_order, t_start, t_stop,
+         regs, st, counts, tohost, budget, mode,
+         rbuf, rpos, obuf, opos, hist, cbuf, cpos):
+    nreg = rbase.shape[0]
+    rec = (mode & REC_READS) != 0
+    logops = (mode & LOG_OPS) != 0
+    logpcs = (mode & LOG_PCS) != 0
+    replay = (mode & REPLAY) != 0
+    pc = st[S_PC]
+    step = st[S_STEP]
+    priv = st[S_PRIV]
+    res = st[S_RES]
+    n = 0
+    status = ST_BUDGET
+    fr = 0                                   # region of the last fetch
+    while n < budget:
+        npc = pc + 4
+        slot = 0
+        d = np.int64(0)
+        cause = -1
+        tval = np.int64(0)
+        raw = np.int64(-1)
+        # ---- fetch
+        d = pc - rbase[fr]
+        if not (d >= 0 and d <= rsize[fr] - 4 and (rperm[fr] & PERM_X) != 0):
+            fr = _find(pc, 4, nreg, rbase, rsize)
+            if fr < 0 or (rperm[fr] & PERM_X) == 0:
+                fr = 0
+                cause = 1
+                tval = pc
+            else:
+                d = pc - rbase[fr]
+        if cause < 0:
+            off = roff[fr] + d
+            if (rperm[fr] & PERM_W) != 0:
+                if replay:
+                    if rpos >= rbuf.shape[0]:
+                        status = ST_REPLAY_EXHAUSTED
+                        break
+                    w = np.int64(rbuf[rpos])
+                    rpos += 1
+                else:
+                    w = np.int64(mem64[off >> 3])
+                    if rec:
+                        if rpos + 1 > rbuf.shape[0]:
+                            rbuf = _grow(rbuf, rpos + 1)
+                        rbuf[rpos] = np.uint64(w)
+                        rpos += 1
+                if logops:
+                    if opos + 3 > obuf.shape[0]:
+                        obuf = _grow(obuf, opos + 3)
+                    obuf[opos] = pc & ~7
+                    obuf[opos + 1] = step
+                    obuf[opos + 2] = 0
+                    opos += 3
+                raw = _srl(w, (off & 7) * 8) & 0xFFFFFFFF
+            else:
+                raw = np.int64(mem32[off >> 2])
+            slot = rslot[fr] + (d >> 2)
+            if dc[slot, 0] != raw:
+                _decode(raw, t_match, t_mask, t_fmt, t_order, t_start, t_stop, dc[slot])
+                dc[slot, 6] = t_cls[dc[slot, 1]] if dc[slot, 1] >= 0 else C_SYSTEM
+            if logpcs:
+                hist[slot] += 1
+            op = dc[slot, 1]
+            counts[dc[slot, 6]] += 1
+        else:
+            op = np.int64(-2)
+            counts[C_SYSTEM] += 1
+        if op == -1:
+            cause = 2
+            tval = raw
+        elif op >= 0:
+            rd = dc[slot, 2]
+            a = regs[dc[slot, 3]]
+            b = regs[dc[slot, 4]]
+            imm = dc[slot, 5]
+            # ---- loads and stores (and the memory side of atomics)
+            msize = 0
+            is_load = False
+            is_store = False
+            sval = np.int64(0)
+            if op == OP_ADDI:
+                regs[rd] = a + imm
+            elif op == OP_ADD:
+                regs[rd] = a + b
+            elif op == OP_LD:
+                msize = 8
+                is_load = True
+            elif op == OP_SD:
+                msize = 8
+                is_store = True
+            elif op == OP_BNE:
+                if a != b:
+                    npc = pc + imm
+            elif op == OP_BEQ:
+                if a == b:
+                    npc = pc + imm
+            elif op == OP_LW:
+                msize = 4
+                is_load = True
+            elif op == OP_SW:
+                msize = 4
+                is_store = True
+            elif op == OP_LBU:
+                msize = 1
+                is_load = True
+            elif op == OP_LB:
+                msize = 1
+                is_load = True
+            elif op == OP_LH:
+                msize = 2
+                is_load = True
+            elif op == OP_LHU:
+                msize = 2
+                is_load = True
+            elif op == OP_LWU:
+                msize = 4
+                is_load = True
+            elif op == OP_SB:
+                msize = 1
+                is_store = True
+            elif op == OP_SH:
+                msize = 2
+                is_store = True
+            elif op == OP_BLT:
+                if a < b:
+                    npc = pc + imm
+            elif op == OP_BGE:
+                if a >= b:
+                    npc = pc + imm
+            elif op == OP_BLTU:
+                if _ltu(a, b):
+                    npc = pc + imm
+            elif op == OP_BGEU:
+                if not _ltu(a, b):
+                    npc = pc + imm
+            elif op == OP_JAL:
+                npc = pc + imm
+                if (npc & 3) == 0:
+                    regs[rd] = pc + 4
+            elif op == OP_JALR:
+                npc = (a + imm) & ~1
+                if (npc & 3) == 0:
+                    regs[rd] = pc + 4
+            elif op == OP_LUI:
+                regs[rd] = imm
+            elif op == OP_AUIPC:
+                regs[rd] = pc + imm
+            elif op == OP_SLTI:
+                regs[rd] = 1 if a < imm else 0
+            elif op == OP_SLTIU:
+                regs[rd] = 1 if _ltu(a, imm) else 0
+            elif op == OP_XORI:
+                regs[rd] = a ^ imm
+            elif op == OP_ORI:
+                regs[rd] = a | imm
+            elif op == OP_ANDI:
+                regs[rd] = a & imm
+            elif op == OP_SLLI:
+                regs[rd] = a << imm
+            elif op == OP_SRLI:
+                regs[rd] = _srl(a, imm)
+            elif op == OP_SRAI:
+                regs[rd] = a >> imm
+            elif op == OP_SUB:
+                regs[rd] = a - b
+            elif op == OP_SLL:
+                regs[rd] = a << (b & 63)
+            elif op == OP_SLT:
+                regs[rd] = 1 if a < b else 0
+            elif op == OP_SLTU:
+                regs[rd] = 1 if _ltu(a, b) else 0
+            elif op == OP_XOR:
+                regs[rd] = a ^ b
+            elif op == OP_SRL:
+                regs[rd] = _srl(a, b & 63)
+            elif op == OP_SRA:
+                regs[rd] = a >> (b & 63)
+            elif op == OP_OR:
+                regs[rd] = a | b
+            elif op == OP_AND:
+                regs[rd] = a & b
+            elif op == OP_ADDIW:
+                regs[rd] = _sx(a + imm, 32)
+            elif op == OP_SLLIW:
+                regs[rd] = _sx(a << imm, 32)
+            elif op == OP_SRLIW:
+                regs[rd] = _sx(_srl(a & 0xFFFFFFFF, imm), 32)
+            elif op == OP_SRAIW:
+                regs[rd] = _sx(a, 32) >> imm
+            elif op == OP_ADDW:
+                regs[rd] = _sx(a + b, 32)
+            elif op == OP_SUBW:
+                regs[rd] = _sx(a - b, 32)
+            elif op == OP_SLLW:
+                regs[rd] = _sx(a << (b & 31), 32)
+            elif op == OP_SRLW:
+                regs[rd] = _sx(_srl(a & 0xFFFFFFFF, b & 31), 32)
+            elif op == OP_SRAW:
+                regs[rd] = _sx(a, 32) >> (b & 31)
+            elif op == OP_MUL:
+                regs[rd] = a * b
+            elif op == OP_MULH:
+                h = _mulhu(a, b)
+                if a < 0:
+                    h -= b
+                if b < 0:
+                    h -= a
+                regs[rd] = h
+            elif op == OP_MULHSU:
+                h = _mulhu(a, b)
+                if a < 0:
+                    h -= b
+                regs[rd] = h
+            elif op == OP_MULHU:
+                regs[rd] = _mulhu(a, b)
+            elif op == OP_DIV:
+                regs[rd] = _divs(a, b, 64)
+            elif op == OP_DIVU:
+                regs[rd] = _divu(a, b)
+            elif op == OP_REM:
+                regs[rd] = _rems(a, b, 64)
+            elif op == OP_REMU:
+                regs[rd] = _remu(a, b)
+            elif op == OP_MULW:
+                regs[rd] = _sx(a * b, 32)
+            elif op == OP_DIVW:
+                regs[rd] = _sx(_divs(_sx(a, 32), _sx(b, 32), 32), 32)
+            elif op == OP_DIVUW:
+                regs[rd] = _sx(_divu(a & 0xFFFFFFFF, b & 0xFFFFFFFF), 32)
+            elif op == OP_REMW:
+                regs[rd] = _sx(_rems(_sx(a, 32), _sx(b, 32), 32), 32)
+            elif op == OP_REMUW:
+                regs[rd] = _sx(_remu(a & 0xFFFFFFFF, b & 0xFFFFFFFF), 32)
+            elif op == OP_FENCE or op == OP_FENCE_I or op == OP_WFI:
+                pass
+            elif op == OP_ECALL:
+                a7 = regs[17]
+                if a7 == 93:
+                    st[S_END] = 1
+                    st[S_CODE] = regs[10]
+                elif a7 == 64:
+                    fd, buf, ln = regs[10], regs[11], regs[12]
+                    if fd != 1 and fd != 2:
+                        regs[10] = -9
+                    elif ln == 0:
+                        regs[10] = 0
+                    else:
+                        ri = -1
+                        if ln > 0 and ln < 4294967296:
+                            ri = _find(buf, ln, nreg, rbase, rsize)
+                        if ri < 0 or (rperm[ri] & PERM_R) == 0:
+                            regs[10] = -14
+                        else:
+                            first = buf & ~7
+                            last = (buf + ln - 1) & ~7
+                            if cpos + (last - first) + 8 > cbuf.shape[0]:
+                                cbuf = _grow(cbuf, cpos + (last - first) + 8)
+                            boff = roff[ri] + (first - rbase[ri])
+                            k = 0
+                            wa = first
+                            while wa <= last:
+                                if replay:
+                                    if rpos >= rbuf.shape[0]:
+                                        status = ST_REPLAY_EXHAUSTED
+                                        break
+                                    w = np.int64(rbuf[rpos])
+                                    rpos += 1
+                                else:
+                                    w = np.int64(mem64[(boff >> 3) + k])
+                                    if rec:
+                                        if rpos + 1 > rbuf.shape[0]:
+                                            rbuf = _grow(rbuf, rpos + 1)
+                                        rbuf[rpos] = np.uint64(w)
+                                        rpos += 1
+                                if logops:
+                                    if opos + 3 > obuf.shape[0]:
+                                        obuf = _grow(obuf, opos + 3)
+                                    obuf[opos] = wa
+                                    obuf[opos + 1] = step
+                                    obuf[opos + 2] = 0
+                                    opos += 3
+                                for j in range(8):
+                                    ba = wa + j
+                                    if ba >= buf and ba < buf + ln:
+                                        cbuf[cpos] = np.uint8(_srl(w, 8 * j) & 0xFF)
+                                        cpos += 1
+                                wa += 8
+                                k += 1
+                            if status == ST_REPLAY_EXHAUSTED:
+                                break
+                            regs[10] = ln
+                else:
+                    cause = 8 if priv == 0 else 11
+            elif op == OP_EBREAK:
+                cause = 3
+                tval = pc
+            elif op == OP_MRET:
+                if priv != 3:
+                    cause = 2
+                    tval = raw
+                else:
+                    s = st[S_MSTATUS]
+                    mpp = (s >> 11) & 3
+                    s = (s & ~(1 << 3)) | ((1 << 3) if (s & (1 << 7)) != 0 else 0)
+                    s |= 1 << 7
+                    s &= ~(3 << 11)
+                    if mpp != 3:
+                        s &= ~(1 << 17)
+                    st[S_MSTATUS] = s
+                    priv = mpp
+                    npc = st[S_MEPC]
+            elif op >= OP_CSRRW and op <= OP_CSRRCI:
+                c = imm
+                isimm = op >= OP_CSRRWI
+                src = dc[slot, 3] if isimm else a
+                kind = (op - OP_CSRRW) % 3            # 0 rw, 1 rs, 2 rc
+                writes = kind == 0 or dc[slot, 3] != 0
+                if (not _csr_known(c)) or ((c >> 8) & 3) > priv or (writes and (c >> 10) == 3):
+                    cause = 2
+                    tval = raw
+                else:
+                    st[S_STEP] = step
+                    old = np.int64(0)
+                    if kind != 0 or rd != 0:
+                        old = _csr_read(c, st)
+                    if writes:
+                        if kind == 0:
+                            nv = src
+                        elif kind == 1:
+                            nv = old | src
+                        else:
+                            nv = old & ~src
+                        _csr_write(c, nv, st)
+                    regs[rd] = old
+            else:
+                # ---- A extension
+                isd = op >= OP_LR_D
+                width = 8 if isd else 4
+                base = OP_LR_D if isd else OP_LR_W
+                k = op - base                  # 0 lr, 1 sc, 2.. amo in _AMO_FUNCT5 order
+                addr = a
+                if (addr & (width - 1)) != 0:
+                    cause = 4 if k == 0 else 6
+                    tval = addr
+                else:
+                    ri = _find(addr, width, nreg, rbase, rsize)
+                    need = PERM_R if k == 0 else (PERM_W if k == 1 else PERM_R | PERM_W)
+                    if ri < 0 or (rperm[ri] & need) != need:
+                        cause = 5 if k == 0 else 7
+                        tval = addr
+                    elif k == 1:
+                        if res == addr:
+                            msize = width
+                            is_store = True
+                            sval = b
+                            regs[rd] = 0
+                        else:
+                            regs[rd] = 1
+                        res = -1
+                    else:
+                        off = roff[ri] + (addr - rbase[ri])
+                        if replay:
+                            if rpos >= rbuf.shape[0]:
+                                status = ST_REPLAY_EXHAUSTED
+                                break
+                            w = np.int64(rbuf[rpos])
+                            rpos += 1
+                        else:
+                            w = np.int64(mem64[off >> 3])
+                            if rec:
+                                if rpos + 1 > rbuf.shape[0]:
+                                    rbuf = _grow(rbuf, rpos + 1)
+                                rbuf[rpos] = np.uint64(w)
+                                rpos += 1
+                        if logops:
+                            if opos + 3 > obuf.shape[0]:
+                                obuf = _grow(obuf, opos + 3)
+                            obuf[opos] = addr & ~7
+                            obuf[opos + 1] = step
+                            obuf[opos + 2] = 0
+                            opos += 3
+                        if isd:
+                            old = w
+                            src = b
+                        else:
+                            old = _sx(_srl(w, (off & 7) * 8), 32)
+                            src = _sx(b, 32)
+                        if k == 0:
+                            res = addr
+                        else:
+                            if k == 2:
+                                nv = src
+                            elif k == 3:
+                                nv = old + src
+                            elif k == 4:
+                                nv = old ^ src
+                            elif k == 5:
+                                nv = old & src
+                            elif k == 6:
+                                nv = old | src
+                            elif k == 7:
+                                nv = old if old < src else src
+                            elif k == 8:
+                                nv = old if old > src else src
+                            elif k == 9:
+                                nv = old if _ltu(old, src) else src
+                            else:
+                                nv = old if _ltu(src, old) else src
+                            msize = width
+                            is_store = True
+                            sval = nv
+                        regs[rd] = old
+            # ---- the memory access of loads and stores
+            if msize > 0 and cause < 0:
+                if op >= OP_LR_W:
+                    addr = a
+                else:
+                    addr = a + imm
+                    sval = b
+                ri = _find(addr, msize, nreg, rbase, rsize)
+                if is_load:
+                    if ri < 0 or (rperm[ri] & PERM_R) == 0:
+                        cause = 5
+                        tval = addr
+                    else:
+                        off = roff[ri] + (addr - rbase[ri])
+                        sh = off & 7
+                        two = sh + msize > 8
+                        if replay:
+                            if rpos + (2 if two else 1) > rbuf.shape[0]:
+                                status = ST_REPLAY_EXHAUSTED
+                                break
+                            w0 = np.int64(rbuf[rpos])
+                            w1 = np.int64(rbuf[rpos + 1]) if two else np.int64(0)
+                            rpos += 2 if two else 1
+                        else:
+                            w0 = np.int64(mem64[off >> 3])
+                            w1 = np.int64(mem64[(off >> 3) + 1]) if two else np.int64(0)
+                            if rec:
+                                if rpos + 2 > rbuf.shape[0]:
+                                    rbuf = _grow(rbuf, rpos + 2)
+                                rbuf[rpos] = np.uint64(w0)
+                                rpos += 1
+                                if two:
+                                    rbuf[rpos] = np.uint64(w1)
+                                    rpos += 1
+                        if logops:
+                            if opos + 6 > obuf.shape[0]:
+                                obuf = _grow(obuf, opos + 6)
+                            obuf[opos] = addr & ~7
+                            obuf[opos + 1] = step
+                            obuf[opos + 2] = 0
+                            opos += 3
+                            if two:
+                                obuf[opos] = (addr & ~7) + 8
+                                obuf[opos + 1] = step
+                                obuf[opos + 2] = 0
+                                opos += 3
+                        v = _srl(w0, sh * 8)
+                        if two:
+                            v |= w1 << ((8 - sh) * 8)
+                        if msize == 8:
+                            pass
+                        elif op == OP_LB:
+                            v = _sx(v, 8)
+                        elif op == OP_LH:
+                            v = _sx(v, 16)
+                        elif op == OP_LW:
+                            v = _sx(v, 32)
+                        elif msize == 1:
+                            v &= 0xFF
+                        elif msize == 2:
+                            v &= 0xFFFF
+                        else:
+                            v &= 0xFFFFFFFF
+                        regs[rd] = v
+                else:
+                    if ri < 0 or (rperm[ri] & PERM_W) == 0:
+                        cause = 7
+                        tval = addr
+                    else:
+                        if msize < 8:
+                            sval &= (np.int64(1) << (8 * msize)) - 1
+                        off = roff[ri] + (addr - rbase[ri])
+                        sh = off & 7
+                        two = sh + msize > 8
+                        if logops:
+                            if opos + 6 > obuf.shape[0]:
+                                obuf = _grow(obuf, opos + 6)
+                            obuf[opos] = addr & ~7
+                            obuf[opos + 1] = step
+                            obuf[opos + 2] = 1
+                            opos += 3
+                            if two:
+                                obuf[opos] = (addr & ~7) + 8
+                                obuf[opos + 1] = step
+                                obuf[opos + 2] = 1
+                                opos += 3
+                        if not replay:
+                            if msize == 8 and sh == 0:
+                                mem64[off >> 3] = np.uint64(sval)
+                            elif not two:
+                                m = ((np.int64(1) << (8 * msize)) - 1) << (8 * sh)
+                                old = np.int64(mem64[off >> 3])
+                                mem64[off >> 3] = np.uint64((old & ~m) | (sval << (8 * sh)))
+                            else:
+                                for j in range(msize):
+                                    mem[off + j] = np.uint8(_srl(sval, 8 * j) & 0xFF)
+                        if addr == _UART and msize == 1:
+                            if cpos + 1 > cbuf.shape[0]:
+                                cbuf = _grow(cbuf, cpos + 1)
+                            cbuf[cpos] = np.uint8(sval)
+                            cpos += 1
+                        if tohost != -1 and addr == tohost and sval != 0:
+                            st[S_END] = 2
+                            st[S_CODE] = _srl(sval, 1) if (sval & 1) != 0 else sval
+            # misaligned jump or branch target: the instruction traps, rd unchanged
+            if cause < 0 and (npc & 3) != 0:
+                cause = 0
+                tval = npc
+        # ---- traps
+        if cause >= 0:
+            if st[S_MTVEC] == 0:
+                st[S_ECAUSE] = cause
+                st[S_ETVAL] = tval
+                st[S_EINSN] = raw
+                status = ST_TRAP
+                break
+            st[S_MEPC] = pc
+            st[S_MCAUSE] = cause
+            st[S_MTVAL] = tval
+            s = st[S_MSTATUS]
+            s = (s & ~(1 << 7)) | ((1 << 7) if (s & (1 << 3)) != 0 else 0)
+            s = (s & ~(1 << 3) & ~(3 << 11)) | (priv << 11)
+            st[S_MSTATUS] = s
+            priv = 3
+            npc = st[S_MTVEC] & ~3
+        regs[0] = 0
+        pc = npc
+        step += 1
+        n += 1
+        if st[S_END] != 0:
+            status = ST_END
+            break
+    st[S_PC] = pc
+    st[S_STEP] = step
+    st[S_PRIV] = priv
+    st[S_RES] = res
+    return status, n, rbuf, rpos, obuf, opos, cbuf, cpos
+
+
+# --------------------------------------------------------------------------
+# Python side: images, state conversion, runners
+
+_U64 = (1 << 64) - 1
+
+
+def _to_i64(v: int) -> int:
+    v &= _U64
+    return v - (1 << 64) if v >> 63 else v
+
+
+class Image:
+    """Memory and region tables for one program + input size."""
+
+    def __init__(self, program: Program, input_bytes: bytes | None, input_size: int):
+        regions = M.build_regions(program, input_size, input_bytes)
+        offs, off, slots, slot = [], 0, [], 0
+        for r in regions:
+            offs.append(off)
+            off += r.size
+            if r.perm & PERM_X:
+                slots.append(slot)
+                slot += r.size // 4
+            else:
+                slots.append(-1)
+        self.mem = np.zeros(off, dtype=np.uint8)
+        for r, o in zip(regions, offs):
+            if r.name == "ram":
+                continue                      # already zero
+            self.mem[o:o + r.size] = np.frombuffer(r.data, dtype=np.uint8)
+        self.regions = regions
+        self.rbase = np.array([r.base for r in regions], dtype=np.int64)
+        self.rsize = np.array([r.size for r in regions], dtype=np.int64)
+        self.roff = np.array(offs, dtype=np.int64)
+        self.rperm = np.array([r.perm for r in regions], dtype=np.int64)
+        self.rslot = np.array(slots, dtype=np.int64)
+        self.nslot = max(slot, 1)
+        self.tohost = -1 if program.tohost is None else program.tohost
+
+    def copy_mem(self):
+        return self.mem.copy()
+
+    def peek_u32(self, mem, addr: int) -> int:
+        for r, o in zip(self.regions, self.roff):
+            if r.base <= addr and addr + 4 <= r.base + r.size:
+                o = int(o) + addr - r.base
+                return int(mem[o]) | int(mem[o + 1]) << 8 | int(mem[o + 2]) << 16 | int(mem[o + 3]) << 24
+        raise AssertionError(hex(addr))
+
+
+class _Machine:
+    """One interpreter instance: image memory, decode cache, state arrays."""
+
+    def __init__(self, image: Image, mem: np.ndarray, start: EmuTraceStart, mode: int):
+        self.image, self.mem, self.mode = image, mem, mode
+        self.mem64 = mem.view(np.uint64)
+        self.mem32 = mem.view(np.uint32)
+        self.dc = np.full((image.nslot, 8), -1, dtype=np.int64)
+        self.regs = np.array([_to_i64(v) for v in start.regs], dtype=np.int64)
+        self.st = np.zeros(N_ST, dtype=np.int64)
+        self.st[S_PC] = _to_i64(start.pc)
+        self.st[S_STEP] = start.step
+        self.st[S_PRIV] = start.priv
+        self.st[S_RES] = _to_i64(start.reservation) if start.reservation != -1 else -1
+        self.st[S_MSTATUS:S_MIE + 1] = [_to_i64(v) for v in start.csrs]
+        self.rbuf = np.empty(1024, dtype=np.uint64)
+        self.rpos = 0
+        self.obuf = np.empty(1024 if mode & LOG_OPS else 0, dtype=np.int64)
+        self.opos = 0
+        self.hist = np.zeros(image.nslot if mode & LOG_PCS else 0, dtype=np.int64)
+        self.cbuf = np.empty(256, dtype=np.uint8)
+        self.cpos = 0
+
+    def run(self, budget: int, counts: np.ndarray) -> int:
+        im = self.image
+        (status, n, self.rbuf, self.rpos, self.obuf, self.opos, self.cbuf, self.cpos) = _run(
+            self.mem, self.mem64, self.mem32, im.rbase, im.rsize, im.roff, im.rperm, im.rslot, self.dc,
+            _TAB["match"], _TAB["mask"], _TAB["fmt"], _TAB["cls"], _TAB["order"], _TAB["start"], _TAB["stop"],
+            self.regs, self.st, counts, im.tohost, budget, self.mode,
+            self.rbuf, self.rpos, self.obuf, self.opos, self.hist, self.cbuf, self.cpos)
+        return status
+
+    def state(self) -> EmuTraceStart:
+        st = self.st
+        res = int(st[S_RES])
+        return EmuTraceStart(int(st[S_PC]) & _U64, int(st[S_STEP]), int(st[S_PRIV]),
+                             tuple(int(v) & _U64 for v in self.regs),
+                             tuple(int(v) & _U64 for v in st[S_MSTATUS:S_MIE + 1]),
+                             -1 if res == -1 else res & _U64)
+
+    def fail(self, status: int, max_steps: int):
+        st = self.st
+        pc, step = int(st[S_PC]) & _U64, int(st[S_STEP])
+        if status == ST_TRAP:
+            insn = int(st[S_EINSN])
+            raise M.GuestTrap(int(st[S_ECAUSE]), int(st[S_ETVAL]) & _U64, pc=pc,
+                              insn=None if insn < 0 else insn, step=step)
+        if status == ST_REPLAY_EXHAUSTED:
+            raise M.EmulatorError(f"min trace exhausted at pc {pc:#x} (step {step})")
+        raise M.StepLimitExceeded(max_steps, pc=pc, insn=None, step=step)
+
+
+def _entry(program: Program) -> EmuTraceStart:
+    pc, regs = M.initial_state(program)
+    return EmuTraceStart(pc, 0, M.PRIV_M, tuple(regs), tuple(0 for _ in M.CSR_STATE), -1)
+
+
+def _whole_run(image: Image, program: Program, mode: int, max_steps: int) -> _Machine:
+    """Run the whole program in one machine (the MO and RH runners)."""
+    m = _Machine(image, image.copy_mem(), _entry(program), mode)
+    counts = np.zeros(len(CLASSES), dtype=np.int64)
+    while True:
+        left = max_steps - int(m.st[S_STEP])
+        if left <= 0:
+            m.fail(ST_BUDGET, max_steps)
+        status = m.run(min(left, 1 << 24), counts)
+        m.rpos = 0                            # (MO/RH keep no min trace)
+        if status == ST_END:
+            return m
+        if status != ST_BUDGET:
+            m.fail(status, max_steps)
+
+
+def mem_ops_runner(image: Image, program: Program, max_steps: int) -> np.ndarray:
+    """MO: every word access of the run as an (n, 3) int64 array
+    ``[word address, step, is_write]`` in execution order."""
+    m = _whole_run(image, program, LOG_OPS, max_steps)
+    return m.obuf[:m.opos].reshape(-1, 3).copy()
+
+
+def rom_histogram_runner(image: Image, program: Program, max_steps: int) -> RomHistogram:
+    """RH: executions per instruction address."""
+    m = _whole_run(image, program, LOG_PCS, max_steps)
+    return histogram_from_slots(image, m.hist, int(m.st[S_STEP]))
+
+
+def histogram_from_slots(image: Image, hist: np.ndarray, steps: int) -> RomHistogram:
+    pcs = []
+    for r, slot in zip(image.regions, image.rslot):
+        if slot >= 0:
+            pcs.append(np.arange(r.base, r.base + r.size, 4, dtype=np.uint64))
+    pcs = np.concatenate(pcs) if pcs else np.zeros(0, dtype=np.uint64)
+    hist = hist[:len(pcs)]
+    nz = hist != 0
+    return RomHistogram(steps, pcs[nz], hist[nz].astype(np.uint64))
+
+
+def spawn(fn, *args) -> Future:
+    """Run fn(*args) in a daemon thread; its result or exception lands in a Future."""
+    fut: Future = Future()
+
+    def target():
+        try:
+            fut.set_result(fn(*args))
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting phase
+            fut.set_exception(e)
+    threading.Thread(target=target, name=f"hetflow-{getattr(fn, '__name__', 'runner')}", daemon=True).start()
+    return fut
+
+
+def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = 1 << 32):
+    """Main execution (MT): min traces + per-chunk counters; same dict as reference.run."""
+    image = Image(program, input_bytes, len(input_bytes))
+    mem = image.copy_mem()
+    m = _Machine(image, mem, _entry(program), REC_READS)
+    traces, table = [], []
+    while True:
+        start = m.state()
+        counts = np.zeros(len(CLASSES), dtype=np.int64)
+        m.rpos = 0
+        first_step = start.step
+        status = ST_BUDGET
+        while True:
+            done = int(m.st[S_STEP]) - first_step
+            left = min(chunk_steps - done, max_steps - int(m.st[S_STEP]))
+            if left <= 0:
+                break
+            status = m.run(left, counts)
+            if status != ST_BUDGET:
+                break
+        if status == ST_TRAP:
+            m.fail(status, max_steps)
+        n = int(m.st[S_STEP]) - first_step
+        ended = status == ST_END
+        if not ended and n < chunk_steps:
+            m.fail(ST_BUDGET, max_steps)            # step limit
+        traces.append(EmuTrace(len(traces), start, n, m.rbuf[:m.rpos].copy(), ended))
+        table.append(counts)
+        if ended:
+            break
+    st = m.st
+    code = int(st[S_CODE]) & _U64
+    pub_outs = [(i, image.peek_u32(mem, M.OUTPUT_ADDR + 4 * i)) for i in range(M.N_OUTPUTS)]
+    return {
+        "traces": traces, "counts": np.array(table, dtype=np.int64).reshape(-1, len(CLASSES)),
+        "steps": int(st[S_STEP]), "exit_code": code, "end_reason": "exit" if st[S_END] == 1 else "tohost",
+        "stdout": bytes(m.cbuf[:m.cpos]), "pub_outs": pub_outs, "image": image,
+    }
+
+
+def replay_chunk(program: Program, trace: EmuTrace, input_size: int = 0, image: Image | None = None,
+                 mode: int = 0):
+    """Re-execute one chunk from its min trace (compiled, releases the GIL).
+
+    Returns ``(end_state, counts, machine)``.  ``image`` may be shared
+    between threads: replay never writes memory.
+    """
+    if image is None:
+        image = Image(program, None, input_size)
+    m = _Machine(image, image.mem, trace.start_state, REPLAY | mode)
+    m.rbuf = np.ascontiguousarray(trace.mem_reads, dtype=np.uint64)
+    counts = np.zeros(len(CLASSES), dtype=np.int64)
+    status = m.run(trace.steps, counts) if trace.steps else ST_BUDGET
+    n = int(m.st[S_STEP]) - trace.start_state.step
+    if status in (ST_TRAP, ST_REPLAY_EXHAUSTED):
+        m.fail(status, 0)
+    if n != trace.steps:
+        raise M.EmulatorError(f"chunk {trace.chunk_id}: guest ended after {n} of {trace.steps} steps")
+    if m.rpos != len(m.rbuf):
+        raise M.EmulatorError(f"chunk {trace.chunk_id}: consumed {m.rpos} of {len(m.rbuf)} recorded reads")
+    if (status == ST_END) != trace.end:
+        raise M.EmulatorError(f"chunk {trace.chunk_id}: end flag mismatch (replay ended: {status == ST_END})")
+    return m.state(), counts, m
+

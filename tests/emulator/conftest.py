@@ -1,0 +1,7 @@
+import pytest
+
+
+@pytest.fixture(params=["reference", "fast"])
+def backend(request):
+    """Every conformance test runs once per emulator backend."""
+    return request.param

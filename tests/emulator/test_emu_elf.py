@@ -1,0 +1,47 @@
+import pytest
+
+from hetflow.executors.emulator import ElfError, load_elf
+from hetflow.executors.emulator.elf import PERM_R, PERM_W, PERM_X
+
+from _guests import GUESTS
+
+
+def test_segments_permissions_and_entry():
+    p = load_elf(GUESTS / "sort.elf")
+    assert p.entry == 0x80000000
+    assert p.segments[0].perm == PERM_R | PERM_X
+    assert any(s.perm == PERM_R | PERM_W for s in p.segments)
+    assert p.tohost is None
+
+
+def test_all_flags_clear_is_rwx_and_tohost_found():
+    p = load_elf(GUESTS / "isa_alu.elf")
+    assert [s.perm for s in p.segments] == [PERM_R | PERM_W | PERM_X]
+    assert p.tohost is not None and p.segments[0].vaddr <= p.tohost < p.segments[0].end
+
+
+def _patched(offset, value):
+    raw = bytearray((GUESTS / "fib.elf").read_bytes())
+    raw[offset:offset + len(value)] = value
+    return bytes(raw)
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"", "not an ELF file"),
+    (b"#!/bin/sh\necho hi\n", "not an ELF file (expected magic 7f 45 4c 46, found 23 21 2f 62)"),
+    (_patched(4, b"\x01"), "32-bit ELF; expected a 64-bit (ELFCLASS64) RISC-V executable"),
+    (_patched(18, (62).to_bytes(2, "little")), "not a RISC-V ELF (e_machine is EM_X86_64); expected EM_RISCV"),
+    (_patched(16, (3).to_bytes(2, "little")), "expected a static executable (ET_EXEC)"),
+    ((GUESTS / "fib.elf").read_bytes()[:80], "malformed ELF"),
+    (_patched(24, (0x12345678).to_bytes(8, "little")), "entry point 0x12345678 is not inside an executable PT_LOAD"),
+])
+def test_bad_files_raise_elf_error(data, message):
+    with pytest.raises(ElfError) as e:
+        load_elf(data, name="bad.elf")
+    assert message in str(e.value)
+    assert str(e.value).startswith("bad.elf: ")
+
+
+def test_missing_file():
+    with pytest.raises(ElfError, match="cannot read"):
+        load_elf(GUESTS / "no-such.elf")

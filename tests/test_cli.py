@@ -1,0 +1,129 @@
+"""The CLI in-process through main(argv) and, for the real entry point, as a subprocess."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hetflow.engine import cli
+
+REPO = Path(__file__).resolve().parent.parent
+
+OK = """
+version: 1
+name: ok
+params: {n: 3}
+executors: {a: {vendor: cpu}, b: {vendor: cpu}}
+stages:
+  x: {op: arange, args: {stop: "${n}"}, executor: a}
+  y: {op: mul, inputs: [x, x], executor: b}
+outputs: {y: y}
+"""
+
+
+def run_cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_validate_ok_and_bad(manifest_file):
+    good = manifest_file(OK, "good.yaml")
+    bad = manifest_file(OK.replace("op: mul", "op: mull"), "bad.yaml")
+    code, out, err = run_cli("validate", good)
+    assert (code, out, err) == (0, f"{good}: ok\n", "")
+    code, out, err = run_cli("validate", good, bad)
+    assert code == 2
+    assert err == f"{bad}:8:11: error: unknown op 'mull' in stage 'y'; did you mean 'mul'?\n"
+
+
+def test_run_exit_0_prints_where_the_record_went(manifest_file, tmp_path):
+    path = manifest_file(OK)
+    code, out, err = run_cli("run", path, "--runs-dir", str(tmp_path / "runs"), "-p", "n=4")
+    assert code == 0, err
+    record_line = out.strip().splitlines()[-1]
+    assert record_line.startswith("record: ")
+    record = json.loads(Path(record_line.removeprefix("record: ")).read_text())
+    assert record["params"] == {"n": 4} and record["overrides"] == {"n": 4}
+    assert record["outputs"]["y"]["shape"] == [4]
+
+
+def test_run_exit_1_when_a_stage_fails(manifest_file, tmp_path):
+    path = manifest_file(OK.replace("op: arange, args: {stop: \"${n}\"}", "op: load, args: {path: missing.npy}"))
+    code, out, err = run_cli("run", path, "--runs-dir", str(tmp_path / "runs"))
+    assert code == 1
+    assert "hetflow: run failed: stage 'x' failed: " in err
+    assert "record: " in err
+    assert "Traceback" not in err
+
+
+def test_exit_2_for_bad_input_never_a_traceback(manifest_file, tmp_path):
+    path = manifest_file(OK)
+    assert run_cli("run", path, "-p", "nope=1")[0] == 2
+    code, _, err = run_cli("run", str(tmp_path / "absent.yaml"))
+    assert code == 2 and "no such file" in err
+    code, _, err = run_cli("plan", path, "--format", "yaml")
+    assert code == 2 and "invalid choice" in err
+    code, _, err = run_cli("frobnicate")
+    assert code == 2 and "Traceback" not in err
+
+
+def test_exit_3_for_internal_errors_with_log(manifest_file, monkeypatch):
+    def broken(*a, **k):
+        raise RuntimeError("planner exploded")
+
+    monkeypatch.setattr(cli, "make_plan", broken)
+    code, _, err = run_cli("plan", manifest_file(OK))
+    assert code == 3
+    assert err.startswith("hetflow: internal error: RuntimeError: planner exploded (traceback in ")
+    log = err.split("traceback in ")[1].split(";")[0]
+    assert "Traceback (most recent call last)" in Path(log).read_text()
+    assert "Traceback" not in err
+    code, _, err = run_cli("--debug", "plan", manifest_file(OK))
+    assert code == 3 and "Traceback (most recent call last)" in err
+
+
+def test_plan_text_and_json(manifest_file):
+    path = manifest_file(OK)
+    code, out, _ = run_cli("plan", path)
+    assert code == 0 and "x@b: x a -> b, 12 B, portable host staging; consumers: y" in out
+    code, out, _ = run_cli("plan", path, "--format", "json")
+    data = json.loads(out)
+    assert data["totals"]["bridges"] == 1 and data["nodes"]["y"]["executor"] == "b"
+
+
+def test_executors_lists_vendors_and_ops():
+    code, out, _ = run_cli("executors", "--json")
+    offers = {o["vendor"]: o for o in json.loads(out)}
+    assert code == 0 and offers["cpu"]["available"] and set(offers) == {"cpu", "cuda", "rocm", "vulkan"}
+    code, out, _ = run_cli("executors")
+    assert "\ncpu     available    numpy on the host\n" in out
+    code, out, _ = run_cli("executors", "--ops", "--json")
+    ops = {o["op"]: o for o in json.loads(out)}
+    assert ops["matmul"]["inputs"] == [2, 2] and "int4" in ops["matmul"]["dtypes"]
+    assert "int8" not in ops["softmax"]["dtypes"]
+
+
+def test_console_script_runs_the_quickstart(tmp_path):
+    env = dict(os.environ)
+    proc = subprocess.run(
+        [sys.executable, "-m", "hetflow.engine.cli", "run", str(REPO / "examples" / "quickstart.yaml"),
+         "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "record: " in proc.stdout
+
+
+def test_shared_bad_manifest_checks_pass():
+    checks = REPO.parent / "shared" / "checks" / "bad_manifests.py"
+    if not checks.exists():
+        pytest.skip(f"{checks} is not beside this checkout")
+    env = dict(os.environ, HETFLOW=f"{sys.executable} -m hetflow.engine.cli")
+    proc = subprocess.run([sys.executable, str(checks)], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "rejected correctly" in proc.stdout

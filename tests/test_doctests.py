@@ -1,0 +1,24 @@
+"""The Examples sections of the modules' docstrings run as doctests."""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "hetflow.executors",
+    "hetflow.executors.base",
+    "hetflow.executors.ops",
+    "hetflow.executors.cpu",
+    "hetflow.engine.errors",
+    "hetflow.engine.manifest",
+    "hetflow.engine.planner",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0, f"{name} has no examples"
+    assert result.failed == 0

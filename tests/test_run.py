@@ -1,0 +1,143 @@
+"""Running plans: bit-identical across placements, zero live activations, complete records."""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hetflow.engine.errors import RunFailed
+from hetflow.engine.manifest import compile_manifest, load
+from hetflow.engine.planner import plan
+from hetflow.engine.records import RECORD_FORMAT, load_output
+from hetflow.engine.run import create_executors, execute
+from hetflow.executors import probe
+from hetflow.executors.base import Dtype
+
+PIPELINE = """
+version: 1
+name: split
+params: {n: 16}
+executors:
+  host: {vendor: cpu}
+  accel: {vendor: cpu}
+stages:
+  x:  {op: random.normal, args: {shape: ["${n}", 32], seed: 3}, executor: host}
+  w:  {op: random.uniform, args: {shape: [32, 8], seed: 4, low: -1, high: 1}, executor: EXEC}
+  h:  {op: matmul, inputs: [x, w]}
+  g:  {op: gelu, inputs: [h]}
+  s:  {op: softmax, inputs: [g], executor: host}
+  m:  {op: mean, inputs: [s], args: {axis: 0}}
+  t:  {op: transpose, inputs: [g], executor: EXEC}
+  r:  {op: reshape, inputs: [t], args: {shape: [128]}}
+  b:  {op: cast, inputs: [r], dtype: bf16}
+  q:  {op: cast, inputs: [h], dtype: int4, executor: host}
+outputs: {s: s, m: m, b: b, q: q}
+"""
+
+
+def compile_and_plan(path):
+    m = compile_manifest(load(path))
+    return m, plan(m, probe)
+
+
+def test_one_executor_and_two_give_bit_identical_outputs(manifest_file, tmp_path):
+    one, p1 = compile_and_plan(manifest_file(PIPELINE.replace("EXEC", "host"), "one.yaml"))
+    two, p2 = compile_and_plan(manifest_file(PIPELINE.replace("EXEC", "accel"), "two.yaml"))
+    assert len(p1.bridges) == 0 and len(p2.bridges) >= 2
+    r1 = execute(one, p1, runs_dir=str(tmp_path / "runs"))
+    r2 = execute(two, p2, runs_dir=str(tmp_path / "runs"))
+    d1 = {k: v["digest"] for k, v in r1.record["outputs"].items()}
+    d2 = {k: v["digest"] for k, v in r2.record["outputs"].items()}
+    assert d1 == d2 and len(d1) == 4
+    for name in d1:
+        a, b = load_output(r1.run_dir, name), load_output(r2.run_dir, name)
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def test_outputs_keep_their_dtype_on_disk(manifest_file, tmp_path):
+    m, p = compile_and_plan(manifest_file(PIPELINE.replace("EXEC", "accel")))
+    r = execute(m, p, runs_dir=str(tmp_path))
+    b = load_output(r.run_dir, "b")
+    assert b.dtype == Dtype.bf16.numpy and b.shape == (128,)
+    q = load_output(r.run_dir, "q")
+    assert q.dtype == Dtype.int4.numpy and q.shape == (16, 8)
+    assert r.record["outputs"]["q"]["bytes"] == 64  # 128 int4 values, two per byte
+    raw = np.load(os.path.join(r.run_dir, "s.npy"))
+    assert raw.dtype == np.float32 and np.allclose(raw.sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_zero_live_activations_after_success(manifest_file, tmp_path):
+    m, p = compile_and_plan(manifest_file(PIPELINE.replace("EXEC", "accel")))
+    executors = create_executors(p)
+    r = execute(m, p, runs_dir=str(tmp_path), executors=executors)
+    assert r.status == "succeeded"
+    assert {name: ex.live_activations() for name, ex in executors.items()} == {"host": 0, "accel": 0}
+    assert r.record["live_activations_after"] == {"host": 0, "accel": 0}
+
+
+FAILING = """
+version: 1
+name: failing
+executors:
+  host: {vendor: cpu}
+  accel: {vendor: cpu}
+stages:
+  x:    {op: ones, args: {shape: [4, 4]}, executor: host}
+  y:    {op: relu, inputs: [x], executor: accel}
+  w:    {op: load, args: {path: broken.npy}, executor: accel}
+  z:    {op: add, inputs: [y, w]}
+  keep: {op: relu, inputs: [x]}
+outputs: {z: z, keep: keep}
+"""
+
+
+def test_failing_stage_releases_everything_and_is_recorded(manifest_file, tmp_path):
+    path = manifest_file(FAILING)
+    (tmp_path / "broken.npy").write_bytes(b"\x93NUMPY garbage")
+    m, p = compile_and_plan(path)
+    executors = create_executors(p)
+    with pytest.raises(RunFailed) as info:
+        execute(m, p, runs_dir=str(tmp_path / "runs"), executors=executors)
+    assert {name: ex.live_activations() for name, ex in executors.items()} == {"host": 0, "accel": 0}
+    record = json.loads(Path(info.value.record_path).read_text())
+    assert record["status"] == "failed"
+    assert record["error"]["node"] == "w"
+    assert record["error"]["origin"].endswith("m.yaml:10:3")
+    assert "load failed" in record["error"]["message"]
+    assert record["nodes"]["w"]["status"] == "failed"
+    assert record["nodes"]["z"]["status"] in ("cancelled", "not run")
+    assert record["outputs"] == {}
+    assert record["live_activations_after"] == {"host": 0, "accel": 0}
+    assert not [f for f in os.listdir(os.path.dirname(info.value.record_path)) if f.endswith(".npy")]
+
+
+def test_record_is_complete_valid_json(manifest_file, tmp_path):
+    m, p = compile_and_plan(manifest_file(PIPELINE.replace("EXEC", "accel")))
+    r = execute(m, p, runs_dir=str(tmp_path), overrides={})
+    record = json.loads(Path(r.record_path).read_text())
+    assert record["format"] == RECORD_FORMAT
+    assert record["run_id"] == r.run_id == os.path.basename(r.run_dir)
+    assert record["status"] == "succeeded"
+    assert record["manifest"]["digest"] == m.digest
+    assert record["manifest"]["resolved"]["stages"]["x"]["args"]["shape"] == [16, 32]
+    assert record["params"] == {"n": 16}
+    assert set(record["versions"]) >= {"hetflow", "python", "numpy", "dask", "distributed", "ml_dtypes", "cupy"}
+    assert record["plan"] == json.loads(json.dumps(p.to_json()))
+    assert all(n["status"] == "succeeded" and n["duration_s"] >= 0 for n in record["nodes"].values())
+    kinds = sorted({t["kind"] for t in record["tasks"]})
+    assert kinds == ["export", "import", "output", "partition"]
+    assert len([t for t in record["tasks"] if t["kind"] == "partition"]) == len(p.partitions)
+    assert len([t for t in record["tasks"] if t["kind"] == "export"]) == len(p.bridges)
+    for name, out in record["outputs"].items():
+        assert out["digest"].startswith("sha256:") and os.path.exists(os.path.join(r.run_dir, out["file"]))
+    assert not [f for f in os.listdir(r.run_dir) if f.startswith(".tmp-")]
+
+
+def test_same_manifest_twice_gives_the_same_digests(manifest_file, tmp_path):
+    m, p = compile_and_plan(manifest_file(PIPELINE.replace("EXEC", "accel")))
+    a = execute(m, p, runs_dir=str(tmp_path))
+    b = execute(m, p, runs_dir=str(tmp_path))
+    assert a.run_id != b.run_id
+    assert {k: v["digest"] for k, v in a.record["outputs"].items()} == {k: v["digest"] for k, v in b.record["outputs"].items()}
