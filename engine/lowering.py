@@ -21,14 +21,18 @@ collide with stage names, which cannot.
 
 ``refcounts`` says how many tasks consume each handle the run creates;
 the runtime releases a handle when that many consumers are done.
+``bound`` names, for every key, the executor instance whose state the
+task reads or writes: a cluster runtime runs the task on the worker
+hosting that executor and nowhere else. A key absent from ``bound``
+holds no executor state and may run on any worker.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
-from hetflow.engine.planner import Plan
+from hetflow.engine.planner import Partition, Plan
 from hetflow.executors.base import SubGraphPlan
 from hetflow.executors.cpu import encode_plan
 
@@ -63,11 +67,11 @@ class TaskGraph:
     output_keys: Mapping[str, str]
     refcounts: Mapping[str, int]
     sources: Mapping[str, tuple[tuple[str, str], ...]]
+    bound: Mapping[str, str] = field(default_factory=dict)
 
 
-def subgraph_plan(plan: Plan, pid: str) -> SubGraphPlan:
+def subgraph_plan(plan: Plan, part: Partition) -> SubGraphPlan:
     """The opaque unit the partition's executor decodes."""
-    part = next(p for p in plan.partitions if p.id == pid)
     nodes = [
         {"id": n, "op": plan.nodes[n].op, "args": plan.stage_args[n], "dtype": plan.nodes[n].dtype.value,
          "inputs": list(plan.stage_inputs[n])}
@@ -81,6 +85,7 @@ def lower(plan: Plan, runtime: Runtime) -> TaskGraph:
     refcounts: dict[str, int] = {}
     sources: dict[str, tuple[tuple[str, str], ...]] = {}
     producer = {n: p for p in plan.partitions for n in p.nodes}
+    carrying = {(b.tensor, b.destination): b for b in plan.bridges}
 
     for part in plan.partitions:
         deps: list[str] = []
@@ -91,8 +96,7 @@ def lower(plan: Plan, runtime: Runtime) -> TaskGraph:
                 deps.append(partition_key(src.id))
                 refs.append((tensor, tensor_ref(tensor)))
             else:
-                bridge = plan.bridge_for(tensor, part.executor)
-                assert bridge is not None, f"no bridge carries {tensor} to {part.executor}"
+                bridge = carrying[(tensor, part.executor)]
                 deps.append(f"import:{bridge.id}")
                 refs.append((tensor, bridge_ref(bridge.id)))
             refcounts[refs[-1][1]] = refcounts.get(refs[-1][1], 0) + 1
@@ -113,4 +117,9 @@ def lower(plan: Plan, runtime: Runtime) -> TaskGraph:
         output_keys[name] = key
 
     keys = [partition_key(p.id) for p in plan.partitions] + list(output_keys.values())
-    return TaskGraph(dsk, keys, output_keys, refcounts, sources)
+    bound = {partition_key(p.id): p.executor for p in plan.partitions}
+    for b in plan.bridges:
+        bound[f"export:{b.id}"], bound[f"import:{b.id}"] = b.source, b.destination
+    for name, key in output_keys.items():
+        bound[key] = plan.nodes[plan.outputs[name]].executor
+    return TaskGraph(dsk, keys, output_keys, refcounts, sources, bound)

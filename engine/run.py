@@ -22,7 +22,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import dask.threaded
 
@@ -42,7 +42,31 @@ from hetflow.engine.records import (
 from hetflow.executors import create, inventory
 from hetflow.executors.base import ActivationHandle, Executor, ExecutorError, PortableActivation
 
-__all__ = ["StageFailure", "HandleTable", "LocalRuntime", "RunResult", "execute", "create_executors"]
+__all__ = ["StageFailure", "StageTimedOut", "ClusterFailure", "HandleTable", "LocalRuntime", "RunResult", "execute",
+           "create_executors"]
+
+_EVENT_OF = {"started": "started", "succeeded": "finished", "failed": "failed", "retried": "retried"}
+
+
+class StageTimedOut(ExecutorError):
+    """One attempt of a partition ran past its ``timeout``."""
+
+    def __init__(self, seconds: float, node: str | None) -> None:
+        super().__init__(f"timed out after {seconds:g} s")
+        self.seconds = seconds
+        self.node = node
+
+
+class ClusterFailure(Exception):
+    """The cluster lost part of a run (a worker hosting executors died); ``lost`` says what."""
+
+    def __init__(self, message: str, lost: Mapping[str, Any]) -> None:
+        super().__init__(message, dict(lost))
+        self.message = message
+        self.lost = dict(lost)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class StageFailure(Exception):
@@ -99,23 +123,86 @@ class HandleTable:
 class LocalRuntime:
     """Executes the lowered tasks in this process against executor instances."""
 
-    def __init__(self, plan: Plan, executors: Mapping[str, Executor]) -> None:
+    def __init__(self, plan: Plan, executors: Mapping[str, Executor], *,
+                 emit: Callable[[dict], None] | None = None, worker: str | None = None) -> None:
         self.plan = plan
         self.executors = dict(executors)
         self.graph: TaskGraph = lower(plan, self)
         self.handles = HandleTable(self.graph.refcounts)
         self.events: list[dict] = []
+        self.emit = emit or (lambda event: None)
+        self.worker = worker
+        self.abandoned = 0
+        self._attempt_of: dict[str, int] = {}
         self._events_lock = threading.Lock()
         self._bridges = {b.id: b for b in plan.bridges}
         self._partitions = {p.id: p for p in plan.partitions}
-        self._subplans = {p.id: subgraph_plan(plan, p.id) for p in plan.partitions}
+        self._subplans = {p.id: subgraph_plan(plan, p) for p in plan.partitions}
 
     def _event(self, kind: str, id: str, executor: str, start: float, status: str, **extra: Any) -> None:
         end = time.time()
-        event = {"kind": kind, "id": id, "executor": executor, "thread": threading.current_thread().name,
-                 "start": start, "end": end, "duration_s": round(end - start, 6), "status": status, **extra}
-        with self._events_lock:
-            self.events.append(event)
+        event = {"event": _EVENT_OF[status], "kind": kind, "id": id, "executor": executor, "worker": self.worker,
+                 "thread": threading.current_thread().name, "attempt": self._attempt_of.get(f"{kind}:{id}", 1),
+                 "start": start, **({} if status == "started" else {"end": end, "duration_s": round(end - start, 6)}),
+                 "status": status, **extra}
+        if status in ("succeeded", "failed"):
+            with self._events_lock:
+                self.events.append(event)
+        self.emit(dict(event))
+
+    def _attempts(self, pid: str, call: Callable[[], list[ActivationHandle]]) -> list[ActivationHandle]:
+        """``call`` up to 1 + ``retries`` times, each attempt under the partition's ``timeout``."""
+        part = self._partitions[pid]
+        attempt = 1
+        while True:
+            self._attempt_of[f"partition:{pid}"] = attempt
+            start = time.time()
+            self._event("partition", pid, part.executor, start, "started")
+            try:
+                return call() if part.timeout is None else self._within(part, call)
+            except ExecutorError as e:
+                if attempt > part.retries:
+                    raise
+                self._event("partition", pid, part.executor, start, "retried", node=e.node, error=str(e),
+                            timed_out=isinstance(e, StageTimedOut))
+                attempt += 1
+
+    def _within(self, part: Any, call: Callable[[], list[ActivationHandle]]) -> list[ActivationHandle]:
+        """Run ``call`` in its own thread and stop waiting after ``part.timeout`` seconds.
+
+        An executor call cannot be interrupted safely (a GPU kernel, a BLAS
+        call), so a timed-out attempt is abandoned: it runs to its end in
+        the background and the handles it returns are released at once.
+        """
+        box: dict[str, Any] = {}
+        lock = threading.Lock()
+        done = threading.Event()
+        executor = self.executors[part.executor]
+
+        def attempt() -> None:
+            try:
+                result: Any = call()
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+                result, box["error"] = None, e
+            with lock:
+                if box.get("abandoned"):
+                    for handle in result or ():
+                        executor.release_activation(handle)
+                    self.abandoned -= 1
+                else:
+                    box["result"] = result
+            done.set()
+
+        threading.Thread(target=attempt, name=f"{threading.current_thread().name}-{part.id}", daemon=True).start()
+        done.wait(part.timeout)
+        with lock:
+            if "result" not in box and "error" not in box:
+                box["abandoned"] = True
+                self.abandoned += 1
+                raise StageTimedOut(part.timeout, part.nodes[0] if len(part.nodes) == 1 else None)
+        if "error" in box:
+            raise box["error"]
+        return box["result"]
 
     def run_partition(self, pid: str, sources: list[Any]) -> dict:
         start = time.time()
@@ -124,9 +211,10 @@ class LocalRuntime:
         refs = [ref for _, ref in self.graph.sources[pid]]
         try:
             handles = [self.handles.get(ref) for ref in refs]
-            outputs = executor.execute(self._subplans[pid], handles)
+            outputs = self._attempts(pid, lambda: executor.execute(self._subplans[pid], handles))
         except ExecutorError as e:
-            self._event("partition", pid, part.executor, start, "failed", node=e.node, error=str(e))
+            self._event("partition", pid, part.executor, start, "failed", node=e.node, error=str(e),
+                        timed_out=isinstance(e, StageTimedOut))
             raise StageFailure(pid, e.node, str(e)) from None
         produced = {}
         for tensor, handle in zip(part.outputs, outputs, strict=True):
