@@ -1,5 +1,6 @@
 """Emulator benchmarks (issue 5): steps/s of the reference and fast
-backends on the same guest, and chunk re-execution with 1 vs 2 threads.
+backends on the same guest, chunk re-execution and witness tables with
+1 vs 2 threads.
 
 ``run(quick)`` returns rows ``{name, baseline, baseline_s, subject,
 subject_s, ratio, notes}`` with ratio = baseline_s / subject_s, measured
@@ -59,6 +60,24 @@ def run(quick: bool) -> list[dict]:
         "baseline": "fast, 1 thread", "baseline_s": one_s, "subject": "fast, 2 threads", "subject_s": two_s,
         "ratio": one_s / two_s,
         "notes": f"{len(traces)} chunks, {steps} steps; {steps / one_s / 1e6:.1f} vs {steps / two_s / 1e6:.1f} M steps/s",
+    })
+
+    # witness tables (one per chunk, the `witness` phase's Dask tasks), 1 vs 2 threads
+    from hetflow.executors.emulator.witness import witness_table
+
+    def tables(workers):
+        with ThreadPoolExecutor(workers) as pool:
+            return list(pool.map(lambda t: witness_table(prog, t, _image=image), traces))
+
+    tables(1)
+    w1_s, _ = _best(lambda: tables(1), 3 if quick else 10)
+    w2_s, _ = _best(lambda: tables(2), 3 if quick else 10)
+    rows.append({
+        "name": "witness tables of sort.elf chunks",
+        "baseline": "fast, 1 thread", "baseline_s": w1_s, "subject": "fast, 2 threads", "subject_s": w2_s,
+        "ratio": w1_s / w2_s,
+        "notes": f"{len(traces)} chunks, {steps} rows x 16 columns; {steps / w1_s / 1e6:.1f} vs "
+                 f"{steps / w2_s / 1e6:.1f} M rows/s",
     })
     return rows
 

@@ -38,8 +38,11 @@ def load(path: Path):
 
 def table(rows: list[dict]) -> str:
     head = ["benchmark", "baseline", "baseline s", "subject", "subject s", "ratio"]
-    body = [[r["name"], r["baseline"], f"{r['baseline_s']:.4f}", r["subject"], f"{r['subject_s']:.4f}", f"{r['ratio']:.2f}x"]
-            for r in rows]
+    def num(v, fmt):
+        return "-" if v is None else format(v, fmt)
+
+    body = [[r["name"], r["baseline"], num(r["baseline_s"], ".4f"), r["subject"], num(r["subject_s"], ".4f"),
+             num(r["ratio"], ".2f") + ("x" if r["ratio"] is not None else "")] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
     return "\n".join([line(head), line(["-" * w for w in widths])] + [line(b) for b in body])

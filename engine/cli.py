@@ -9,6 +9,7 @@ in full with ``--debug``). It is the only place that prints.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -18,16 +19,18 @@ import traceback
 from typing import Sequence
 
 from hetflow.engine.errors import HetflowError, ManifestError, RunFailed, UsageError
+from hetflow.engine.locks import LockHeld
 from hetflow.engine.manifest import compile_manifest, load, parse_overrides
+from hetflow.engine.records import utc_iso
 from hetflow.engine.planner import plan as make_plan
-from hetflow.engine.planner import render_text
+from hetflow.engine.planner import render_dot, render_text
 from hetflow.executors import inventory, probe
 from hetflow.executors import ops as oplib
 from hetflow.executors.base import Dtype
 
 __all__ = ["main", "entry"]
 
-EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_LOCKED = 0, 1, 2, 3, 4
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,8 +49,14 @@ def _parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plan", help="placement, partitions, bridges, and why")
     pl.add_argument("file", metavar="FILE")
-    pl.add_argument("--format", choices=["text", "json"], default="text")
+    pl.add_argument("--format", choices=["text", "json", "dot", "svg", "png"], default="text",
+                    help="text for people, json as data, dot for Graphviz; svg and png render through Graphviz's dot")
+    pl.add_argument("-o", "--output", metavar="FILE", help="write the plan to FILE instead of standard output")
     pl.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE", help="override a param")
+    pl.add_argument("--point", metavar="NAME", help="plan this point of the matrix (default: the first)")
+    pl.add_argument("--runs-dir", default="runs", help="where earlier runs are, to say what is cached and why (default: ./runs)")
+    pl.add_argument("--cache-dir", metavar="DIR", help="the partition cache (default: RUNS_DIR/.cache)")
+    _cluster_args(pl)
 
     r = sub.add_parser("run", help="run a pipeline and write its run record")
     r.add_argument("file", metavar="FILE")
@@ -55,11 +64,116 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--runs-dir", default="runs", help="where run folders go (default: ./runs)")
     r.add_argument("--threads", type=int, default=None, help="threads of the in-process scheduler (default: CPU count)")
     r.add_argument("--json", action="store_true", help="print the result as JSON")
+    r.add_argument("--point", metavar="NAME", help="run one point of the matrix: its full name or the part in brackets")
+    r.add_argument("--max-points", type=int, default=256, metavar="N", help="the most points a matrix may expand to (default: 256)")
+    r.add_argument("--no-cache", action="store_true", help="neither take partitions from the cache nor store them")
+    r.add_argument("--cache-dir", metavar="DIR", help="the partition cache (default: RUNS_DIR/.cache)")
+    r.add_argument("--resume", metavar="RUN_ID", help="continue a run that crashed or was killed, in its own folder")
+    _cluster_args(r)
+    r.add_argument("--quiet", action="store_true", help="no progress display and no event log")
+    r.add_argument("--log-format", choices=["text", "json"], default="text",
+                   help="the run's events on stderr: text is a progress bar on a terminal and one line per event "
+                        "otherwise; json is one JSON object per event per line")
+
+    vf = sub.add_parser("verify", help="rerun a run's resolved manifest without the cache and compare output digests")
+    vf.add_argument("run_id", metavar="RUN_ID")
+    vf.add_argument("--runs-dir", default="runs", help="where run folders are (default: ./runs)")
+    vf.add_argument("--json", action="store_true")
+
+    rs = sub.add_parser("runs", help="list runs and sweeps; show one; remove old ones")
+    rs.add_argument("--runs-dir", default="runs", help="where run folders are (default: ./runs)")
+    rs.add_argument("--json", action="store_true")
+    rsub = rs.add_subparsers(dest="runs_command", parser_class=_Parser)
+    show = rsub.add_parser("show", help="one run's record, summarized")
+    show.add_argument("run_id", metavar="RUN_ID")
+    show.add_argument("--json", action="store_true", help="the whole record")
+    show.add_argument("--runs-dir", default=argparse.SUPPRESS)
+    gc = rsub.add_parser("gc", help="keep the newest N runs; remove older runs and cache entries no kept run needs")
+    gc.add_argument("--keep", type=int, required=True, metavar="N")
+    gc.add_argument("--cache-dir", metavar="DIR", help="the partition cache (default: RUNS_DIR/.cache)")
+    gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+    gc.add_argument("--json", action="store_true")
+    gc.add_argument("--runs-dir", default=argparse.SUPPRESS)
 
     e = sub.add_parser("executors", help="what this machine offers: vendors, devices, dtypes")
     e.add_argument("--json", action="store_true")
     e.add_argument("--ops", action="store_true", help="list the op registry: arity, arguments, dtypes")
+
+    em = sub.add_parser("emulate", help="run one RISC-V guest program directly")
+    em.add_argument("elf", metavar="ELF")
+    em.add_argument("--backend", choices=["fast", "reference"], default="fast")
+    em.add_argument("--input", metavar="FILE", help="bytes mapped at the guest's input address ('-' reads stdin)")
+    em.add_argument("--max-steps", type=int, default=EMULATE_MAX_STEPS,
+                    help=f"fail after this many steps without an exit (default: {EMULATE_MAX_STEPS})")
+    em.add_argument("--chunk-steps", type=int, default=1 << 18, help="steps per min-trace chunk (default: 262144)")
+    em.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    rp = sub.add_parser("report", help="a self-contained HTML page of a run or sweep: plan graph, timeline, outputs")
+    rp.add_argument("run_id", metavar="RUN_ID", help="a run id or sweep id under --runs-dir, or a run folder")
+    rp.add_argument("-o", "--output", metavar="FILE", help="where to write the page (default: RUN_DIR/report.html)")
+    rp.add_argument("--runs-dir", default="runs", help="where run folders are (default: ./runs)")
+    rp.add_argument("--graph", choices=["auto", "graphviz", "builtin"], default="auto",
+                    help="plan graph layout: Graphviz's dot when installed (auto), or hetflow's own (builtin)")
     return p
+
+
+def _cluster_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workers", type=int, metavar="N", help="run on a new local Dask cluster of N worker processes")
+    p.add_argument("--threads-per-worker", type=int, metavar="T",
+                   help="threads of each --workers process (default: CPU count / N)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run on an existing Dask cluster: tcp://HOST:PORT or the path of a scheduler file")
+    p.add_argument("--place", action="append", default=[], metavar="EXECUTOR=WORKER",
+                   help="host EXECUTOR on the worker of that name or address (with --workers or --scheduler)")
+
+
+@contextlib.contextmanager
+def _cluster(args: argparse.Namespace):
+    """The cluster the command runs on, or ``None`` for the in-process threaded scheduler; closed on exit."""
+    if args.workers is not None and args.scheduler is not None:
+        raise UsageError("--workers starts a new cluster and --scheduler joins one; give one of them")
+    if args.threads_per_worker is not None and args.workers is None:
+        raise UsageError("--threads-per-worker goes with --workers")
+    if args.workers is None and args.scheduler is None:
+        if args.place:
+            raise UsageError("--place needs a cluster: add --workers N or --scheduler ADDRESS")
+        yield None
+        return
+    if getattr(args, "threads", None) is not None:
+        raise UsageError("--threads sets the in-process scheduler; with a cluster use --threads-per-worker")
+    from hetflow.engine.distributed import Cluster  # distributed loads only for cluster runs
+
+    if args.workers is not None:
+        cluster = Cluster.local(args.workers, args.threads_per_worker)
+    else:
+        cluster = Cluster.connect(args.scheduler)
+    with cluster:
+        yield cluster
+
+
+def _plan_on(manifest, cluster, place: list[str]):
+    """The plan against this machine's offers, or against the cluster's with every executor placed on a worker."""
+    if cluster is None:
+        return make_plan(manifest, probe)
+    mapping = {}
+    for pair in place:
+        name, sep, worker = pair.partition("=")
+        if not sep or not name.strip() or not worker.strip():
+            raise UsageError(f"--place expects EXECUTOR=WORKER, got {pair!r}")
+        mapping[name.strip()] = worker.strip()
+    return cluster.place(make_plan(manifest, cluster.probe), manifest, mapping)
+
+
+def _event_sink(args: argparse.Namespace, err):
+    if args.quiet:
+        return None
+    from hetflow.engine import events
+
+    if args.log_format == "json":
+        return events.JsonLog(err)
+    if hasattr(err, "isatty") and err.isatty():
+        return events.ProgressDisplay(err)
+    return events.LineLog(err)
 
 
 def _compile(file: str, params: list[str]):
@@ -81,41 +195,281 @@ def _cmd_validate(args: argparse.Namespace, out, err) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace, out, err) -> int:
-    plan = make_plan(_compile(args.file, args.param), probe)
-    if args.format == "json":
-        print(json.dumps(plan.to_json(), indent=2), file=out)
+    from hetflow.engine import matrix
+
+    doc = load(args.file)
+    overrides = parse_overrides(args.param)
+    point = None
+    if matrix.has_matrix(doc):
+        points = matrix.expand(doc, overrides, max_points=1 << 30)
+        chosen = matrix.select(points, args.point) if args.point else points[0]
+        point, overrides = chosen.name, {**overrides, **chosen.values}
+    elif args.point:
+        raise UsageError(f"--point: {args.file} has no matrix")
+    manifest = compile_manifest(doc, overrides)
+    with _cluster(args) as cluster:
+        plan = _plan_on(manifest, cluster, args.place)
+    status = _cache_status(args, manifest, plan, point)
+    if args.format in ("svg", "png"):
+        data = _graphviz(render_dot(plan), args.format)
+    elif args.format == "json":
+        data = json.dumps({**plan.to_json(explain=True), "point": point, "cache": status}, indent=2) + "\n"
+    elif args.format == "dot":
+        data = render_dot(plan)
     else:
-        print(render_text(plan), file=out)
+        head = f"matrix point {point}\n" if point else ""
+        data = head + render_text(plan) + "\n\ncache:\n" + "".join(
+            f"  {pid}: {s['status']}: {s['reason']}\n" for pid, s in status.items())
+    if args.output:
+        tmp = f"{args.output}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode())
+        os.replace(tmp, args.output)
+        print(f"{args.output}: plan written ({args.format})", file=err)
+    elif isinstance(data, bytes):
+        if args.format == "png" and getattr(out, "isatty", lambda: False)():
+            raise UsageError("--format png writes binary data; give -o FILE or redirect standard output")
+        buffer = getattr(out, "buffer", None)
+        if buffer is None:
+            raise UsageError(f"--format {args.format} needs -o FILE here (the output stream takes no bytes)")
+        buffer.write(data)
+        buffer.flush()
+    else:
+        out.write(data)
     return EXIT_OK
 
 
+def _graphviz(dot_text: str, fmt: str) -> bytes:
+    """Render DOT through Graphviz's ``dot``; a missing or failing ``dot`` is bad input (exit 2)."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("dot")
+    if exe is None:
+        raise UsageError(f"--format {fmt} renders through Graphviz's `dot`, which is not installed (not on PATH); "
+                         "install Graphviz (apt-get install graphviz, brew install graphviz) or use --format dot")
+    done = subprocess.run([exe, f"-T{fmt}"], input=dot_text.encode(), capture_output=True, timeout=120)
+    if done.returncode != 0:
+        raise UsageError(f"Graphviz's dot failed to render {fmt}: {done.stderr.decode(errors='replace').strip()}")
+    return done.stdout
+
+
+def _cache_status(args: argparse.Namespace, manifest, plan, point: str | None) -> dict:
+    from hetflow.engine.cache import Cache, explain, partition_keys
+    from hetflow.engine.runs import latest_record
+
+    keys = partition_keys(plan, frozenset(s.id for s in manifest.stages.values() if not s.cache))
+    cache = Cache(args.cache_dir or os.path.join(args.runs_dir, ".cache"))
+    return explain(keys, cache, latest_record(args.runs_dir, manifest.name, point))
+
+
 def _cmd_run(args: argparse.Namespace, out, err) -> int:
-    manifest = _compile(args.file, args.param)
-    plan = make_plan(manifest, probe)
     if args.threads is not None and args.threads < 1:
         raise UsageError("--threads must be at least 1")
+    from hetflow.engine import matrix
+    from hetflow.engine.locks import RunLock, lock_path
+
+    overrides = parse_overrides(args.param)
+    if args.resume:
+        if args.point or args.param:
+            raise UsageError("--resume continues a run exactly as it was; it takes no --point or -p")
+        from hetflow.engine.runs import manifest_from_record, read_record
+
+        record = read_record(args.runs_dir, args.resume)
+        jobs = [(manifest_from_record(record), record.get("matrix_point"), record.get("overrides") or {})]
+        if os.path.abspath(record["manifest"]["file"]) != os.path.abspath(args.file):
+            raise UsageError(f"run {args.resume} ran {record['manifest']['file']}, not {args.file}")
+    else:
+        doc = load(args.file)
+        if matrix.has_matrix(doc):
+            points = matrix.expand(doc, overrides, max_points=args.max_points)
+            if args.point:
+                points = [matrix.select(points, args.point)]
+            jobs = [(compile_manifest(doc, {**overrides, **p.values}), {"name": p.name, "values": dict(p.values)}, overrides)
+                    for p in points]
+        else:
+            if args.point:
+                raise UsageError(f"--point: {args.file} has no matrix")
+            jobs = [(compile_manifest(doc, overrides), None, overrides)]
+    sink = _event_sink(args, err)
+    lock = RunLock(lock_path(args.runs_dir, args.file, jobs[0][0].name), manifest=args.file, run=args.resume)
+    try:
+        with lock, _cluster(args) as cluster:
+            if jobs[0][1] is not None and not args.point and not args.resume:
+                return _sweep(args, jobs, cluster, sink, out, err)
+            manifest, point, given = jobs[0]
+            return _run(args, manifest, cluster, sink, out, err, point=point, overrides=given)
+    finally:
+        if hasattr(sink, "close"):
+            sink.close()
+
+
+def _execute(args: argparse.Namespace, manifest, cluster, sink, point, overrides):
+    plan = _plan_on(manifest, cluster, args.place)
     from hetflow.engine.run import execute  # dask loads only for commands that run
 
+    return plan, execute(manifest, plan, runs_dir=args.runs_dir, overrides=overrides, num_workers=args.threads,
+                         cluster=cluster, on_event=sink, cache_dir=args.cache_dir, use_cache=not args.no_cache,
+                         matrix_point=point, resume=args.resume)
+
+
+def _run(args: argparse.Namespace, manifest, cluster, sink, out, err, point=None, overrides=None) -> int:
     try:
-        result = execute(manifest, plan, runs_dir=args.runs_dir, overrides=parse_overrides(args.param),
-                         num_workers=args.threads)
+        plan, result = _execute(args, manifest, cluster, sink, point, overrides or {})
     except RunFailed as e:
+        run_id = os.path.basename(os.path.dirname(e.record_path or ""))
         if args.json:
-            print(json.dumps({"status": "failed", "record": e.record_path, "error": str(e)}), file=out)
+            print(json.dumps({"status": "failed", "run_id": run_id, "record": e.record_path, "error": str(e)}), file=out)
         print(f"hetflow: run failed: {e}", file=err)
         print(f"record: {e.record_path}", file=err)
+        if not args.json:
+            print(run_id, file=out)
         return EXIT_RUN_FAILED
     rec = result.record
     if args.json:
         print(json.dumps({"status": result.status, "run_id": result.run_id, "record": result.record_path,
-                          "outputs": rec["outputs"]}), file=out)
+                          "outputs": {k: v["digest"] for k, v in rec["outputs"].items()},
+                          "cache_hits": rec["cache"]["hits"]}), file=out)
         return EXIT_OK
     t = plan.totals()
+    hits = len(rec["cache"]["hits"])
+    cached = f", {hits} from cache" if hits else ""
     print(f"run {result.run_id}: {result.status} in {rec['duration_s']:.3f} s "
-          f"({t['partitions']} partitions, {t['bridges']} bridges)", file=out)
+          f"({t['partitions']} partitions{cached}, {t['bridges']} bridges)", file=out)
     for name, o in rec["outputs"].items():
+        if "file" not in o:
+            print(f"  {name}: {json.dumps(o['value'])[:60]}  {o['digest'][:23]}  (in record.json)", file=out)
+            continue
         print(f"  {name}: {o['shape']} {o['dtype']}  {o['digest'][:23]}  {os.path.join(result.run_dir, o['file'])}", file=out)
     print(f"record: {result.record_path}", file=out)
+    print(result.run_id, file=out)
+    return EXIT_OK
+
+
+def _sweep(args: argparse.Namespace, jobs, cluster, sink, out, err) -> int:
+    from hetflow.engine import matrix
+    from hetflow.engine.runs import new_sweep, write_sweep
+
+    points = [matrix.Point(point["name"], point["values"]) for _, point, _ in jobs]
+    sweep_id, folder, summary = new_sweep(args.runs_dir, jobs[0][0].name, args.file, points)
+    started = time.time()
+    failed = 0
+    for (manifest, point, given), row in zip(jobs, summary["points"]):
+        row["status"] = "running"
+        write_sweep(folder, summary)
+        try:
+            _, result = _execute(args, manifest, cluster, sink, point, given)
+            row.update(status="succeeded", run_id=result.run_id, record=os.path.relpath(result.record_path, args.runs_dir),
+                       outputs={k: v["digest"] for k, v in result.record["outputs"].items()})
+        except RunFailed as e:
+            failed += 1
+            row.update(status="failed", error=str(e), record=os.path.relpath(e.record_path, args.runs_dir) if e.record_path else None,
+                       run_id=os.path.basename(os.path.dirname(e.record_path)) if e.record_path else None)
+        write_sweep(folder, summary)
+        if not args.json:
+            print(f"{row['status']:<9} {row['name']}  {row['run_id']}", file=out)
+    summary.update(status="failed" if failed else "succeeded", ended_at=utc_iso(time.time()),
+                   duration_s=round(time.time() - started, 6))
+    write_sweep(folder, summary)
+    if args.json:
+        print(json.dumps({"status": summary["status"], "sweep_id": sweep_id, "summary": os.path.join(folder, "sweep.json"),
+                          "points": [{k: r[k] for k in ("name", "status", "run_id", "outputs")} for r in summary["points"]]}), file=out)
+    else:
+        print(f"sweep {sweep_id}: {len(jobs) - failed} of {len(jobs)} points succeeded", file=out)
+        print(f"summary: {os.path.join(folder, 'sweep.json')}", file=out)
+        print(sweep_id, file=out)
+    return EXIT_RUN_FAILED if failed else EXIT_OK
+
+
+def _cmd_verify(args: argparse.Namespace, out, err) -> int:
+    from hetflow.engine.run import execute
+    from hetflow.engine.runs import manifest_from_record, read_record
+
+    record = read_record(args.runs_dir, args.run_id)
+    if record.get("status") != "succeeded":
+        raise UsageError(f"run {args.run_id} did not succeed (status {record.get('status')}); there is nothing to verify")
+    manifest = manifest_from_record(record)
+    plan = make_plan(manifest, probe)
+    try:
+        result = execute(manifest, plan, runs_dir=args.runs_dir, overrides=record.get("overrides") or {},
+                         use_cache=False, matrix_point=record.get("matrix_point"))
+        fresh = {k: v["digest"] for k, v in result.record["outputs"].items()}
+        rerun, rerun_ok = result.run_id, True
+    except RunFailed as e:
+        fresh, rerun, rerun_ok = {}, os.path.basename(os.path.dirname(e.record_path or "")), False
+        print(f"hetflow: the rerun failed: {e}", file=err)
+    rows = []
+    for name, entry in record.get("outputs", {}).items():
+        got = fresh.get(name)
+        rows.append({"output": name, "recorded": entry["digest"], "rerun": got, "match": got == entry["digest"]})
+    ok = rerun_ok and all(r["match"] for r in rows)
+    if args.json:
+        print(json.dumps({"run_id": args.run_id, "rerun_id": rerun, "match": ok, "outputs": rows}), file=out)
+    else:
+        width = max([len(r["output"]) for r in rows] + [6])
+        print(f"{'output':<{width}}  {'recorded':<23}  {'rerun':<23}  match", file=out)
+        for r in rows:
+            print(f"{r['output']:<{width}}  {r['recorded'][:23]:<23}  {(r['rerun'] or 'missing')[:23]:<23}  "
+                  f"{'yes' if r['match'] else 'NO'}", file=out)
+        print(f"verify {args.run_id}: {'all outputs match' if ok else 'MISMATCH'} (rerun {rerun})", file=out)
+    return EXIT_OK if ok else EXIT_RUN_FAILED
+
+
+def _cmd_runs(args: argparse.Namespace, out, err) -> int:
+    from hetflow.engine import runs
+
+    if args.runs_command == "show":
+        sweep_file = os.path.join(args.runs_dir, args.run_id, "sweep.json")
+        if os.path.isfile(sweep_file):
+            with open(sweep_file, encoding="utf-8") as f:
+                summary = json.load(f)
+            if args.json:
+                print(json.dumps(summary, indent=2), file=out)
+                return EXIT_OK
+            print(f"sweep {summary['sweep_id']}: {summary['status']}  manifest {summary['name']} ({summary['manifest']})  "
+                  f"{len(summary['points'])} points over {', '.join(summary['params'])}", file=out)
+            width = max(len(p["name"]) for p in summary["points"])
+            for p in summary["points"]:
+                digests = " ".join(f"{k}={v[7:19]}" for k, v in p["outputs"].items())
+                print(f"  {p['name']:<{width}}  {p['status']:<9}  {p['run_id'] or '-'}  {digests}", file=out)
+            return EXIT_OK
+        record = runs.read_record(args.runs_dir, args.run_id)
+        if args.json:
+            print(json.dumps(record, indent=2), file=out)
+            return EXIT_OK
+        point = (record.get("matrix_point") or {}).get("name") or "-"
+        print(f"run {record['run_id']}: {record['status']}  manifest {record['manifest']['name']} "
+              f"({record['manifest']['file']})  point {point}", file=out)
+        print(f"started {record['started_at']}  duration {record.get('duration_s')} s  digest {record['manifest']['digest'][:23]}", file=out)
+        cache = record.get("cache") or {}
+        print(f"partitions: {len(record['plan']['partitions'])}, from cache: {len(cache.get('hits', []))}", file=out)
+        for name, o in record.get("outputs", {}).items():
+            print(f"  {name}: {o.get('shape', 'value')} {o.get('dtype', '')}  {o['digest'][:23]}", file=out)
+        if record.get("error"):
+            print(f"error: {record['error'].get('message')}", file=out)
+        return EXIT_OK
+    if args.runs_command == "gc":
+        result = runs.collect_garbage(args.runs_dir, args.keep, args.cache_dir, dry_run=args.dry_run)
+        if args.json:
+            print(json.dumps(result), file=out)
+        else:
+            verb = "would remove" if args.dry_run else "removed"
+            print(f"kept {len(result['kept_runs'])} runs; {verb} {len(result['removed_runs'])} runs, "
+                  f"{len(result['removed_sweeps'])} sweeps, {result['removed_cache_entries']} cache entries", file=out)
+        return EXIT_OK
+    rows = runs.list_runs(args.runs_dir)
+    if args.json:
+        print(json.dumps(rows, indent=2), file=out)
+        return EXIT_OK
+    if not rows:
+        print(f"no runs in {args.runs_dir}", file=out)
+        return EXIT_OK
+    head = ["id", "manifest", "point", "status", "started", "duration"]
+    body = [[r["id"], r["manifest"] or "-", r["point"] or "-", r["status"] or "-", r["started_at"] or "-",
+             "-" if r["duration_s"] is None else f"{r['duration_s']:.2f} s"] for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    for line in [head] + body:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip(), file=out)
     return EXIT_OK
 
 
@@ -140,13 +494,97 @@ def _cmd_executors(args: argparse.Namespace, out, err) -> int:
         state = "available" if o.available else "unavailable"
         print(f"{o.vendor.value:<7} {state:<12} {o.reason}", file=out)
         for d in o.devices:
-            print(f"        device {d.bus_address}: {d.display_name}", file=out)
+            memory = f", {d.memory_bytes / 2**30:.1f} GiB" if d.memory_bytes else ""
+            print(f"        device {d.bus_address}: {d.display_name}{memory}", file=out)
         if o.dtypes:
             print(f"        dtypes: {', '.join(d.value for d in o.dtypes)}", file=out)
     return EXIT_OK
 
 
-_COMMANDS = {"validate": _cmd_validate, "plan": _cmd_plan, "run": _cmd_run, "executors": _cmd_executors}
+# A guest that never exits must fail in seconds, not hang a cron job.
+EMULATE_MAX_STEPS = 1 << 28
+
+
+def _cmd_emulate(args: argparse.Namespace, out, err) -> int:
+    if args.max_steps < 1 or args.chunk_steps < 1:
+        raise UsageError("--max-steps and --chunk-steps must be at least 1")
+    from hetflow.executors.emulator import ElfError, GuestError, execute, load_elf  # numba loads only here
+
+    try:
+        program = load_elf(args.elf)
+    except ElfError as e:
+        raise UsageError(str(e)) from None
+    data = b""
+    if args.input == "-":
+        data = sys.stdin.buffer.read()
+    elif args.input is not None:
+        try:
+            with open(args.input, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise UsageError(f"--input {args.input}: cannot read: {e.strerror or e}") from None
+    if args.backend == "fast":
+        from hetflow.executors.emulator import fast
+        fast.warm_up()                 # steps/s measures the run, not numba's compile
+    t0 = time.perf_counter()
+    try:
+        result = execute(program, backend=args.backend, input=data, chunk_steps=args.chunk_steps,
+                         max_steps=args.max_steps, runners=False)
+    except ElfError as e:
+        raise UsageError(str(e)) from None
+    except GuestError as e:
+        hint = " (raise it with --max-steps)" if "step limit" in str(e) else ""
+        if args.json:
+            print(json.dumps({"program": args.elf, "backend": args.backend, "status": "failed", "error": str(e),
+                              "pc": e.pc, "insn": e.insn, "step": e.step}), file=out)
+        print(f"hetflow: emulate failed: {args.elf}: {e}{hint}", file=err)
+        return EXIT_RUN_FAILED
+    elapsed = time.perf_counter() - t0
+    rate = result.steps / elapsed if elapsed > 0 else 0.0
+    text = result.stdout.decode("utf-8", errors="replace")
+    ok = result.exit_code == 0
+    if args.json:
+        print(json.dumps({"program": args.elf, "backend": args.backend, "status": "ok" if ok else "failed",
+                          "steps": result.steps, "exit_code": result.exit_code, "end_reason": result.end_reason,
+                          "pub_outs": [v for _, v in result.pub_outs], "stdout": text,
+                          "chunks": len(result.min_traces), "chunk_steps": args.chunk_steps,
+                          "counters": result.counters.totals(), "elapsed_s": elapsed, "steps_per_s": rate}), file=out)
+    else:
+        how = {"exit": "exit ecall", "tohost": "tohost write"}.get(result.end_reason, result.end_reason)
+        print(f"{args.elf}: exit code {result.exit_code} ({how}) after {result.steps} steps, "
+              f"{len(result.min_traces)} chunks, in {elapsed:.3f} s ({rate / 1e6:.2f} M steps/s, "
+              f"{args.backend} backend)", file=out)
+        nonzero = [(i, v) for i, v in result.pub_outs if v]
+        if nonzero:
+            print("public outputs: " + " ".join(f"[{i}]={v:#010x}" for i, v in nonzero), file=out)
+        else:
+            print(f"public outputs: all {len(result.pub_outs)} zero", file=out)
+        if text:
+            print(f"guest output ({len(result.stdout)} bytes):", file=out)
+            print(text, end="" if text.endswith("\n") else "\n", file=out)
+    if not ok:
+        print(f"hetflow: emulate failed: {args.elf}: guest exited with code {result.exit_code}", file=err)
+        return EXIT_RUN_FAILED
+    return EXIT_OK
+
+
+def _cmd_report(args: argparse.Namespace, out, err) -> int:
+    from hetflow.engine import report  # numpy and networkx load only for commands that need them
+
+    located = report.locate(args.run_id, args.runs_dir)
+    page = report.render(located, runs_dir=args.runs_dir, graph=args.graph)
+    path = args.output or os.path.join(located.folder, "report.html")
+    try:
+        report.write_report(page, path)
+    except OSError as e:
+        raise UsageError(f"-o {path}: cannot write: {e.strerror or e}") from None
+    print(f"report: {path}", file=out)
+    return EXIT_OK
+
+
+_COMMANDS = {"validate": _cmd_validate, "plan": _cmd_plan, "run": _cmd_run, "executors": _cmd_executors,
+             "verify": _cmd_verify, "runs": _cmd_runs,
+             "emulate": _cmd_emulate, "report": _cmd_report}
 
 
 def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
@@ -164,6 +602,9 @@ def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
     except UsageError as e:
         print(f"hetflow: error: {e}", file=err)
         return EXIT_BAD_INPUT
+    except LockHeld as e:
+        print(f"hetflow: {e}", file=err)
+        return EXIT_LOCKED
     except HetflowError as e:
         print(f"hetflow: error: {e}", file=err)
         return EXIT_RUN_FAILED

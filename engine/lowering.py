@@ -13,6 +13,9 @@ threaded one in-process or a ``distributed`` cluster, unchanged:
     imports it on the destination executor; returns the new handle.
 ``output:NAME``
     exports a persisted output; returns its portable activation.
+``import:BRIDGE`` of an emulator phase's array
+    depends on ``phase:PHASE``, a task :mod:`hetflow.engine.phases` adds to
+    the graph in the run's second round; the bridge has no export task.
 
 A partition's input comes from a ``partition:`` task when the producer is
 on the same executor instance (the handle is passed, no copy) and from an
@@ -77,7 +80,8 @@ def subgraph_plan(plan: Plan, part: Partition) -> SubGraphPlan:
          "inputs": list(plan.stage_inputs[n])}
         for n in part.nodes
     ]
-    return encode_plan(plan.executors[part.executor].vendor, part.inputs, nodes, part.outputs)
+    return encode_plan(plan.executors[part.executor].vendor, list(part.inputs) + list(plan.phase_inputs.get(part.id, ())),
+                       nodes, part.outputs)
 
 
 def lower(plan: Plan, runtime: Runtime) -> TaskGraph:
@@ -100,10 +104,19 @@ def lower(plan: Plan, runtime: Runtime) -> TaskGraph:
                 deps.append(f"import:{bridge.id}")
                 refs.append((tensor, bridge_ref(bridge.id)))
             refcounts[refs[-1][1]] = refcounts.get(refs[-1][1], 0) + 1
+        for tensor in plan.phase_inputs.get(part.id, ()):
+            bridge = carrying[(tensor, part.executor)]
+            deps.append(f"import:{bridge.id}")
+            refs.append((tensor, bridge_ref(bridge.id)))
+            refcounts[refs[-1][1]] = refcounts.get(refs[-1][1], 0) + 1
         sources[part.id] = tuple(refs)
         dsk[partition_key(part.id)] = (runtime.run_partition, part.id, deps)
 
     for bridge in plan.bridges:
+        if bridge.tensor in plan.phases:
+            # the phase task (lowered by hetflow.engine.phases once chunk counts are known) returns a portable activation
+            dsk[f"import:{bridge.id}"] = (runtime.import_, bridge.id, f"phase:{bridge.tensor}")
+            continue
         src = producer[bridge.tensor]
         dsk[f"export:{bridge.id}"] = (runtime.export, bridge.id, partition_key(src.id))
         dsk[f"import:{bridge.id}"] = (runtime.import_, bridge.id, f"export:{bridge.id}")
@@ -119,6 +132,9 @@ def lower(plan: Plan, runtime: Runtime) -> TaskGraph:
     keys = [partition_key(p.id) for p in plan.partitions] + list(output_keys.values())
     bound = {partition_key(p.id): p.executor for p in plan.partitions}
     for b in plan.bridges:
+        if b.tensor in plan.phases:
+            bound[f"import:{b.id}"] = b.destination
+            continue
         bound[f"export:{b.id}"], bound[f"import:{b.id}"] = b.source, b.destination
     for name, key in output_keys.items():
         bound[key] = plan.nodes[plan.outputs[name]].executor

@@ -203,6 +203,9 @@ class ExecutorDecl:
     device: int
     origin: Origin
     vendor_origin: Origin
+    memory_bytes: int | None = None
+    memory_origin: Origin | None = None
+    memory_limit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,13 @@ class StageDecl:
     op_origin: Origin
     inputs_origin: Origin
     executor_origin: Origin | None
+    retries: int = 0
+    timeout: float | None = None
+    cache: bool = True
+    vendors: tuple[Vendor, ...] = ()
+    vendor_origin: Origin | None = None
+    colocate_with: str | None = None
+    colocate_origin: Origin | None = None
 
 
 @dataclass(frozen=True)
@@ -233,6 +243,9 @@ class Manifest:
     output_origins: Mapping[str, Origin]
     resolved: Mapping[str, Any] = field(repr=False)
     digest: str = ""
+    emulators: Mapping[str, Any] = field(default_factory=dict)
+    phases: Mapping[str, Any] = field(default_factory=dict)
+    phase_outputs: Mapping[str, tuple[str, str | None]] = field(default_factory=dict)
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -336,6 +349,13 @@ def _explain(error: jsonschema.ValidationError, doc: Document) -> Iterator[Diagn
             "a name starts with a letter or '_' and holds letters, digits, '_' or '-'",
         )
         return
+    if v == "oneOf" and all(set(alt) == {"required"} for alt in error.validator_value) and isinstance(error.instance, dict):
+        keys = [alt["required"][0] for alt in error.validator_value]
+        found = [k for k in keys if k in error.instance]
+        yield Diagnostic(doc.key_at(path + (found[1],)) if len(found) > 1 else doc.at(path),
+                         f"{where} needs exactly one of {' or '.join(map(repr, keys))}, "
+                         + (f"found {' and '.join(map(repr, found))}" if found else "found neither"))
+        return
     if v in ("oneOf", "anyOf") and error.context:
         best = jsonschema.exceptions.best_match(error.context)
         if best is not None and best.validator in ("enum", "const"):
@@ -361,11 +381,12 @@ def compile_manifest(doc: Document, overrides: Mapping[str, Any] | None = None) 
     values = {**params, **overrides}
 
     problems: list[Diagnostic] = []
+    # A matrix point arrives as overrides; the resolved manifest of a point is concrete and has no matrix.
     resolved = {k: (v if k in ("params", "version", "name") else _interpolate(v, (k,), values, doc, problems))
-                for k, v in tree.items()}
+                for k, v in tree.items() if k != "matrix"}
     if "params" in resolved:
         resolved["params"] = values
-    problems.extend(_schema_problems(resolved, doc))
+    problems.extend(_schema_problems({**resolved, "matrix": tree["matrix"]} if "matrix" in tree else resolved, doc))
     manifest = None
     try:
         manifest = _semantics(resolved, doc, problems)
@@ -392,19 +413,29 @@ def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifes
         if not all(n in Vendor.__members__ for n in names):
             continue
         device = spec.get("device", 0)
+        memory = _memory_bytes(spec.get("memory"))
         executors[name] = ExecutorDecl(
             name, tuple(Vendor(n) for n in names), device if isinstance(device, int) else 0,
             doc.key_at(("executors", name)), doc.at(("executors", name, "vendor")),
+            memory_bytes=memory, memory_origin=doc.at(("executors", name, "memory")) if memory else None,
+            memory_limit=_memory_limit(spec.get("memory_limit")),
         )
 
     raw_stages = _as_dict(tree.get("stages"))
     stages: dict[str, StageDecl] = {}
     graph = nx.DiGraph()
+    from hetflow.engine import phases as phaselib
+    emulators, phase_decls = phaselib.check_manifest(tree, doc, base, problems)
     for sid, spec in raw_stages.items():
         if not isinstance(spec, dict):
             continue
         here = ("stages", sid)
         graph.add_node(sid)
+        if "phase" in spec:
+            for ref in (spec.get("inputs") if isinstance(spec.get("inputs"), list) else []):
+                if isinstance(ref, str) and ref in raw_stages:
+                    graph.add_edge(ref, sid)
+            continue
         op_name = spec.get("op")
         op = oplib.REGISTRY.get(op_name) if isinstance(op_name, str) else None
         if isinstance(op_name, str) and op is None:
@@ -421,6 +452,12 @@ def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifes
                 problems.append(Diagnostic(doc.at(here + ("inputs", i)), f"stage {sid!r} takes input {ref!r}, which is not a stage{hint}"))
             else:
                 graph.add_edge(ref, sid)
+                other = raw_stages[ref]
+                if isinstance(other, dict) and other.get("phase") in phaselib.PHASES and not phaselib.PHASES[other["phase"]].array:
+                    arrays = ", ".join(k for k, v in phaselib.PHASES.items() if v.array)
+                    problems.append(Diagnostic(doc.at(here + ("inputs", i)), (
+                        f"stage {sid!r} takes input {ref!r}, a {other['phase']} phase, which yields data, not an array; "
+                        f"an executor stage can take the output of a {arrays} phase")))
 
         executor = spec.get("executor")
         if isinstance(executor, str) and executor not in _as_dict(tree.get("executors")):
@@ -468,7 +505,15 @@ def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifes
             origin=doc.key_at(here), op_origin=doc.at(here + ("op",)),
             inputs_origin=doc.at(here + ("inputs",)) if "inputs" in spec else doc.key_at(here),
             executor_origin=doc.at(here + ("executor",)) if "executor" in spec else None,
+            retries=spec.get("retries", 0), timeout=spec.get("timeout"),
+            cache=spec.get("cache", True) is not False,
+            vendors=_stage_vendors(spec.get("vendor")),
+            vendor_origin=doc.at(here + ("vendor",)) if "vendor" in spec else None,
+            colocate_with=spec["colocate_with"] if isinstance(spec.get("colocate_with"), str) else None,
+            colocate_origin=doc.at(here + ("colocate_with",)) if "colocate_with" in spec else None,
         )
+
+    problems.extend(_placement_constraints(stages, executors, raw_stages, doc))
 
     for cycle in _cycles(graph):
         names = " -> ".join(cycle + [cycle[0]])
@@ -477,8 +522,18 @@ def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifes
 
     outputs: dict[str, str] = {}
     output_origins: dict[str, Origin] = {}
+    phase_outputs: dict[str, tuple[str, str | None]] = {}
     for out, ref in _as_dict(tree.get("outputs")).items():
         if not isinstance(ref, str):
+            continue
+        stage_ref, _, fieldname = ref.partition(".")
+        if stage_ref in phase_decls or fieldname:
+            problem = phaselib.check_output(stage_ref, fieldname or None, raw_stages, phase_decls)
+            if problem:
+                problems.append(Diagnostic(doc.at(("outputs", out)), f"output {out!r} names {ref!r}: {problem}"))
+            else:
+                phase_outputs[out] = (stage_ref, fieldname or None)
+            output_origins[out] = doc.at(("outputs", out))
             continue
         if ref not in raw_stages:
             close = difflib.get_close_matches(ref, list(raw_stages), n=1)
@@ -494,6 +549,7 @@ def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifes
         file=doc.file, name=tree["name"], description=tree.get("description", ""),
         params=dict(tree.get("params", {})), executors=executors, stages=stages,
         outputs=outputs, output_origins=output_origins, resolved=tree, digest=digest,
+        emulators=emulators, phases=phase_decls, phase_outputs=phase_outputs,
     )
 
 
@@ -511,3 +567,64 @@ def _cycles(graph: nx.DiGraph) -> list[list[str]]:
         edges = nx.find_cycle(sub, source=start)
         found.append([u for u, _ in edges])
     return sorted(found, key=lambda c: order[c[0]])
+
+
+_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def _memory_bytes(value: Any) -> int | None:
+    """An executor's ``memory:`` in bytes; the schema has already checked its form.
+
+    >>> _memory_bytes("1.5 KiB"), _memory_bytes(4096), _memory_bytes(None)
+    (1536, 4096, None)
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if value > 0 else None
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?) ?([KMGT]i?B|B)", value) if isinstance(value, str) else None
+    if m is None or m.group(2) not in _UNITS:
+        return None
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def _memory_limit(value: Any) -> int | None:
+    """An executor's ``memory_limit:`` in bytes (0 is a valid cap, unlike ``memory:``)."""
+    return 0 if value == 0 and not isinstance(value, bool) else _memory_bytes(value)
+
+
+def _stage_vendors(value: Any) -> tuple[Vendor, ...]:
+    names = value if isinstance(value, list) else [value] if isinstance(value, str) else []
+    return tuple(Vendor(n) for n in names if n in Vendor.__members__)
+
+
+def _placement_constraints(stages: Mapping[str, StageDecl], executors: Mapping[str, ExecutorDecl],
+                           raw_stages: Mapping[str, Any], doc: Document) -> list[Diagnostic]:
+    """``colocate_with`` names another stage and its group's pins agree; a pin runs a preferred vendor."""
+    problems: list[Diagnostic] = []
+    group = nx.Graph()
+    for s in stages.values():
+        if s.colocate_with is None:
+            continue
+        if s.colocate_with == s.id:
+            problems.append(Diagnostic(s.colocate_origin, f"stage {s.id!r} is colocated with itself; name another stage"))
+        elif s.colocate_with not in raw_stages:
+            close = difflib.get_close_matches(s.colocate_with, list(raw_stages), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            problems.append(Diagnostic(s.colocate_origin, f"stage {s.id!r} is colocated with {s.colocate_with!r}, which is not a stage{hint}"))
+        elif s.colocate_with in stages:
+            group.add_edge(s.id, s.colocate_with)
+    for members in nx.connected_components(group):
+        pins = sorted({(stages[m].executor, m) for m in members if stages[m].executor}, key=lambda p: list(stages).index(p[1]))
+        if len({e for e, _ in pins}) > 1:
+            (first, a), (_, b) = pins[0], next(p for p in pins if p[0] != pins[0][0])
+            where = stages[b].colocate_origin or stages[b].executor_origin or stages[b].origin
+            problems.append(Diagnostic(where, f"stage {b!r} is pinned to {stages[b].executor!r} but colocated (through colocate_with) "
+                                              f"with {a!r}, pinned to {first!r}; one group runs on one executor"))
+    for s in stages.values():
+        if s.executor and s.vendors and s.executor in executors:
+            declared = executors[s.executor].vendors
+            if not set(declared) & set(s.vendors):
+                problems.append(Diagnostic(s.vendor_origin, (
+                    f"stage {s.id!r} wants vendor [{', '.join(v.value for v in s.vendors)}] but is pinned to executor "
+                    f"{s.executor!r}, which runs [{', '.join(v.value for v in declared)}]")))
+    return problems

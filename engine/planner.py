@@ -35,14 +35,20 @@ run`` executes exactly it. ``Plan.to_json()`` is the documented JSON form
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import gc
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import networkx as nx
 
+from hetflow.engine import placement as placing
+from hetflow.engine.costs import CostModel, human_bytes
 from hetflow.engine.errors import Diagnostic, ManifestError, Origin
 from hetflow.engine.manifest import Manifest
 from hetflow.executors import Offer
+from hetflow.executors import probe as default_probe
 from hetflow.executors import ops as oplib
 from hetflow.executors.base import Dtype, Vendor
 
@@ -61,9 +67,12 @@ __all__ = [
     "bridges",
     "is_bridged",
     "human_bytes",
+    "render_dot",
+    "PlanWarning",
+    "placement_problem",
 ]
 
-PLAN_FORMAT = 1
+PLAN_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,10 @@ class ExecutorPlan:
     vendor: Vendor
     device: int
     reason: str
+    worker: str | None = None
+    worker_name: str | None = None
+    worker_reason: str = ""
+    memory_limit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -85,17 +98,37 @@ class NodePlan:
     dtype: Dtype
     bytes: int | None
     origin: Origin
+    why: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    estimated_s: float | None = None
+
+
+@dataclass(frozen=True)
+class PlanWarning:
+    """Something the plan does that its author may not want: a dominating bridge, a vendor fallback."""
+
+    kind: str
+    message: str
+    origin: Origin | None = None
+
+    def __str__(self) -> str:
+        return f"{self.origin}: warning: {self.message}" if self.origin else f"warning: {self.message}"
 
 
 @dataclass(frozen=True)
 class Partition:
-    """Nodes that run as one task on one executor, in execution order."""
+    """Nodes that run as one task on one executor, in execution order.
+
+    ``retries`` is the largest ``retries`` of its stages; ``timeout`` the
+    sum of the timeouts its stages set, ``None`` when none sets one.
+    """
 
     id: str
     executor: str
     nodes: tuple[str, ...]
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    retries: int = 0
+    timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +142,8 @@ class Bridge:
     bytes: int | None
     consumers: tuple[str, ...]
     kind: str = "portable host staging"
+    estimated_s: float | None = None
+    link: str = ""
 
 
 @dataclass(frozen=True)
@@ -122,6 +157,13 @@ class Plan:
     outputs: Mapping[str, str]
     stage_args: Mapping[str, Mapping[str, Any]] = field(repr=False)
     stage_inputs: Mapping[str, tuple[str, ...]] = field(repr=False)
+    warnings: tuple[PlanWarning, ...] = ()
+    estimate: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    memory: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
+    phases: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    emulators: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    phase_inputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    phase_outputs: Mapping[str, tuple[str, str | None]] = field(default_factory=dict)
 
     def partition_of(self, node: str) -> Partition:
         pid = self.nodes[node].partition
@@ -140,14 +182,24 @@ class Plan:
             "bytes_bridged_unknown": len(known) != len(self.bridges),
         }
 
-    def to_json(self) -> dict:
-        """The plan as JSON-ready data; its keys are stable within ``format``."""
-        return {
+    def to_json(self, explain: bool = False) -> dict:
+        """The plan as JSON-ready data; its keys are stable within ``format``.
+
+        ``explain=True`` (what ``hetflow plan --format json`` prints) adds
+        the estimates and the reasons as data: ``why`` and ``estimated_s``
+        per node, ``estimated_s`` and ``link`` per bridge, ``peak_bytes``
+        and ``memory_bytes`` per partition, ``estimated_s`` in totals, and
+        the top-level ``estimate`` and ``warnings``.
+        """
+        data = {
             "format": PLAN_FORMAT,
             "name": self.name,
             "manifest_digest": self.digest,
             "executors": {
-                e.name: {"vendor": e.vendor.value, "device": e.device, "reason": e.reason}
+                e.name: {"vendor": e.vendor.value, "device": e.device, "reason": e.reason,
+                         **({"worker": e.worker, "worker_name": e.worker_name, "worker_reason": e.worker_reason}
+                            if e.worker else {}),
+                         **({"memory_limit": e.memory_limit} if e.memory_limit is not None else {})}
                 for e in self.executors.values()
             },
             "nodes": {
@@ -161,58 +213,77 @@ class Plan:
                     "dtype": n.dtype.value,
                     "bytes": n.bytes,
                     "origin": str(n.origin),
+                    **({"why": _jsonable(n.why), "estimated_s": n.estimated_s} if explain else {}),
                 }
                 for n in self.nodes.values()
             },
             "partitions": [
                 {"id": p.id, "executor": p.executor, "nodes": list(p.nodes),
-                 "inputs": list(p.inputs), "outputs": list(p.outputs)}
+                 "inputs": list(p.inputs), "outputs": list(p.outputs), "retries": p.retries, "timeout": p.timeout,
+                 **(dict(self.memory.get(p.id, {})) if explain else {})}
                 for p in self.partitions
             ],
             "bridges": [
                 {"id": b.id, "tensor": b.tensor, "source": b.source, "destination": b.destination,
-                 "bytes": b.bytes, "consumers": list(b.consumers), "kind": b.kind}
+                 "bytes": b.bytes, "consumers": list(b.consumers), "kind": b.kind,
+                 **({"link": b.link, "estimated_s": b.estimated_s} if explain else {})}
                 for b in self.bridges
             ],
             "outputs": dict(self.outputs),
             "totals": self.totals(),
         }
+        if self.phases:
+            data["emulators"] = {k: dict(v) for k, v in self.emulators.items()}
+            data["phases"] = {k: dict(v) for k, v in self.phases.items()}
+            data["phase_outputs"] = {k: f"{s}.{f}" if f else s for k, (s, f) in self.phase_outputs.items()}
+        if explain:
+            data["totals"]["estimated_s"] = self.estimate.get("total_s")
+            data["estimate"] = _jsonable(self.estimate)
+            data["warnings"] = [{"kind": w.kind, "message": w.message, "origin": str(w.origin) if w.origin else None}
+                                for w in self.warnings]
+        return data
 
 
-def human_bytes(n: int | None) -> str:
-    """
-    >>> human_bytes(262144), human_bytes(None), human_bytes(12)
-    ('256.0 KiB', 'unknown size', '12 B')
-    """
-    if n is None:
-        return "unknown size"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float):
+        return float(f"{value:.6g}")
+    return value
 
 
 def is_bridged(graph: nx.DiGraph, u: str, v: str) -> bool:
-    """Whether the edge u -> v crosses executors."""
+    """Whether the edge u -> v crosses executors.
+
+    >>> g = nx.DiGraph([("x", "y")])
+    >>> g.nodes["x"]["executor"], g.nodes["y"]["executor"] = "a", "b"
+    >>> is_bridged(g, "x", "y")
+    True
+    """
     return graph.nodes[u]["executor"] != graph.nodes[v]["executor"]
 
 
 def build_graph(manifest: Manifest) -> nx.DiGraph:
     """One node per stage with shapes and bytes; raises :class:`ManifestError` on shape errors."""
     graph = nx.DiGraph()
-    order = list(manifest.stages)
+    phases = getattr(manifest, "phases", {})
+    # a phase's array enters the graph through a bridge, not an edge: the stage's graph view omits it
+    full_inputs = {s.id: s.inputs for s in manifest.stages.values()}
     for i, stage in enumerate(manifest.stages.values()):
+        if any(ref in phases for ref in stage.inputs):
+            stage = dataclasses.replace(stage, inputs=tuple(r for r in stage.inputs if r not in phases))
         graph.add_node(stage.id, stage=stage, order=i)
     for stage in manifest.stages.values():
         for slot, ref in enumerate(stage.inputs):
-            graph.add_edge(ref, stage.id, slot=slot)
+            if ref not in phases:
+                graph.add_edge(ref, stage.id, slot=slot)
     problems: list[Diagnostic] = []
-    for sid in nx.lexicographical_topological_sort(graph, key=order.index):
+    for sid in _execution_order(graph):
         stage = graph.nodes[sid]["stage"]
         op = oplib.REGISTRY[stage.op]
-        in_shapes = [graph.nodes[ref]["shape"] for ref in stage.inputs]
+        in_shapes = [None if ref in phases else graph.nodes[ref]["shape"] for ref in full_inputs[sid]]
         try:
             shape = op.shape(in_shapes, stage.args)
         except oplib.ShapeError as e:
@@ -250,33 +321,67 @@ def choose_executors(manifest: Manifest, probe: Callable[[Vendor], Offer]) -> di
             reason = f"first available of [{', '.join(v.value for v in decl.vendors)}] (" + "; ".join(f"{o.vendor.value} unavailable: {o.reason}" for o in skipped) + ")"
         else:
             reason = f"first of [{', '.join(v.value for v in decl.vendors)}], available"
-        chosen[decl.name] = ExecutorPlan(decl.name, pick.vendor, decl.device, reason)
+        chosen[decl.name] = ExecutorPlan(decl.name, pick.vendor, decl.device, reason,
+                                         memory_limit=decl.memory_limit)
     if problems:
         raise ManifestError(problems)
     return chosen
 
 
-def place(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan], first_executor: str) -> nx.DiGraph:
-    """A copy of ``graph`` with ``executor`` and ``reason`` on every node."""
+def place(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan], first_executor: str, *,
+          probe: Callable[[Vendor], Offer] | None = None, model: Any = None) -> nx.DiGraph:
+    """A copy of ``graph`` with ``executor``, ``reason``, ``why`` and ``estimated_s`` on every node.
+
+    The algorithm is :mod:`hetflow.engine.placement`'s: candidates,
+    baseline, optimise (min-cut for two executors, alpha-beta swap for
+    more), explain. ``graph.graph["placement"]`` records the method and
+    the estimated time of the baseline and of the result;
+    ``graph.graph["fallbacks"]`` the vendor-preference fallbacks.
+    """
+    probe = probe or default_probe
+    model = model or CostModel()
     out = graph.copy()
-    order = [n for n, _ in sorted(out.nodes(data="order"), key=lambda x: x[1])]
-    for sid in nx.lexicographical_topological_sort(out, key=order.index):
-        stage = out.nodes[sid]["stage"]
-        if stage.executor:
-            executor, reason = stage.executor, f"pinned (executor: {stage.executor})"
-        elif stage.inputs:
-            sizes = [(out.nodes[ref]["bytes"] or 0, -slot, ref) for slot, ref in enumerate(stage.inputs)]
-            size, _, ref = max(sizes)
-            executor = out.nodes[ref]["executor"]
-            if len(set(stage.inputs)) == 1:
-                reason = f"inferred: with its input {ref!r}"
-            else:
-                reason = f"inferred: with its largest input {ref!r} ({human_bytes(size)})"
-        else:
-            executor, reason = first_executor, "default: no inputs and no pin, first declared executor"
-        out.nodes[sid]["executor"] = executor
-        out.nodes[sid]["reason"] = reason
+    problem = placement_problem(out, executors, probe, model)
+    start = placing.baseline(problem)
+    # a gain below the model's noise would make plans flip on small edits; predictability wins there
+    final, method = placing.decide(problem, start, getattr(model, "min_gain_s", 0.0))
+    reasons = placing.explain(problem, final, first_executor)
+    for n in problem.order:
+        out.nodes[n]["executor"] = final[n]
+        out.nodes[n]["reason"], out.nodes[n]["why"] = reasons[n]
+        out.nodes[n]["estimated_s"] = problem.exec_s[n][final[n]]
+    out.graph["vendors"] = problem.vendor
+    out.graph["model"] = model
+    out.graph["placement"] = {
+        "method": method,
+        "baseline_s": placing.total_cost(problem, start),
+        "total_s": placing.total_cost(problem, final),
+    }
+    out.graph["fallbacks"] = [(u.nodes, u.fallback) for u in problem.units if u.fallback]
     return out
+
+
+def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
+                      probe: Callable[[Vendor], Offer], model: Any) -> placing.Problem:
+    """The placement problem of a built graph: units, candidates, execution estimates, consumers."""
+    out = graph
+    order = _execution_order(out)
+    offers = {name: probe(e.vendor) for name, e in executors.items()}
+    units, unit_of = placing.candidates(out, order, executors, offers)
+    vendor = {name: e.vendor for name, e in executors.items()}
+    exec_s: dict[str, dict[str, float]] = {}
+    for n in order:
+        d = out.nodes[n]
+        stage = d["stage"]
+        shapes = [out.nodes[r]["shape"] for r in stage.inputs]
+        per_vendor: dict[Vendor, float] = {}
+        exec_s[n] = {}
+        for e in units[unit_of[n]].candidates:
+            if vendor[e] not in per_vendor:
+                per_vendor[vendor[e]] = model.exec_s(stage.op, shapes, d["shape"], stage.dtype, vendor[e])
+            exec_s[n][e] = per_vendor[vendor[e]]
+    consumers = {n: list(dict.fromkeys(out.successors(n))) for n in order}
+    return placing.Problem(out, order, units, unit_of, vendor, exec_s, consumers, model)
 
 
 def partition(graph: nx.DiGraph) -> nx.DiGraph:
@@ -298,9 +403,10 @@ def partition(graph: nx.DiGraph) -> nx.DiGraph:
             (u, v) for u, v in same.edges if crossings[u] == crossings[v]
         )
         groups = {n: i for i, comp in enumerate(nx.connected_components(split)) for n in comp}
-    order = {n: i for i, n in enumerate(_execution_order(out))}
-    firsts = sorted({g: min(order[n] for n in out if groups[n] == g) for g in set(groups.values())}.items(), key=lambda x: x[1])
-    names = {g: f"p{i}" for i, (g, _) in enumerate(firsts)}
+    names: dict[int, str] = {}
+    for n in _execution_order(out):
+        if groups[n] not in names:
+            names[groups[n]] = f"p{len(names)}"
     for n in out.nodes:
         out.nodes[n]["partition"] = names[groups[n]]
     return out
@@ -315,22 +421,42 @@ def _contracts_to_dag(graph: nx.DiGraph, groups: Mapping[str, int]) -> bool:
 
 
 def _execution_order(graph: nx.DiGraph) -> list[str]:
-    return list(nx.lexicographical_topological_sort(graph, key=lambda n: graph.nodes[n]["order"]))
+    # every pass keeps the stages and edges, so the order computed once holds for the copies too
+    cached = graph.graph.get("execution_order")
+    if cached is not None and len(cached) == len(graph):
+        return cached
+    order = list(nx.lexicographical_topological_sort(graph, key=lambda n: graph.nodes[n]["order"]))
+    graph.graph["execution_order"] = order
+    return order
 
 
 def bridges(graph: nx.DiGraph) -> list[Bridge]:
-    """One bridge per (tensor, destination executor), consumers in execution order."""
+    """One bridge per (tensor, destination executor), consumers in execution order.
+
+    The kind and estimate come from the cost model's link for the vendor
+    pair when ``graph`` was placed by :func:`place`.
+    """
     found: dict[tuple[str, str], list[str]] = {}
-    for v in _execution_order(graph):
+    execution = _execution_order(graph)
+    for v in execution:
         for u in graph.predecessors(v):
             if is_bridged(graph, u, v):
                 found.setdefault((u, graph.nodes[v]["executor"]), []).append(v)
-    order = {n: i for i, n in enumerate(_execution_order(graph))}
+    order = {n: i for i, n in enumerate(execution)}
+    vendors = graph.graph.get("vendors")
+    model = graph.graph.get("model")
     out = []
     for (tensor, dest), consumers in sorted(found.items(), key=lambda kv: (order[kv[0][0]], order[kv[1][0]])):
+        src = graph.nodes[tensor]["executor"]
+        nbytes = graph.nodes[tensor]["bytes"]
+        extra: dict[str, Any] = {}
+        if vendors is not None and model is not None:
+            link = model.link(vendors[src], vendors[dest])
+            extra = {"kind": link.kind, "link": link.description,
+                     "estimated_s": model.transfer_s(nbytes, vendors[src], vendors[dest])}
         out.append(Bridge(
-            id=f"{tensor}@{dest}", tensor=tensor, source=graph.nodes[tensor]["executor"], destination=dest,
-            bytes=graph.nodes[tensor]["bytes"], consumers=tuple(consumers),
+            id=f"{tensor}@{dest}", tensor=tensor, source=src, destination=dest,
+            bytes=nbytes, consumers=tuple(consumers), **extra,
         ))
     return out
 
@@ -350,15 +476,40 @@ def _partitions(graph: nx.DiGraph, outputs: Mapping[str, str]) -> tuple[Partitio
                 if ref not in inside and ref not in inputs:
                     inputs.append(ref)
         outs = [n for n in nodes if n in persisted or any(s not in inside for s in graph.successors(n))]
-        result.append(Partition(pid, graph.nodes[nodes[0]]["executor"], tuple(nodes), tuple(inputs), tuple(outs)))
+        decls = [graph.nodes[n]["stage"] for n in nodes]
+        timeouts = [d.timeout for d in decls if d.timeout is not None]
+        result.append(Partition(
+            pid, graph.nodes[nodes[0]]["executor"], tuple(nodes), tuple(inputs), tuple(outs),
+            retries=max(d.retries for d in decls), timeout=sum(timeouts) if timeouts else None,
+        ))
     return tuple(result)
 
 
-def plan(manifest: Manifest, probe: Callable[[Vendor], Offer]) -> Plan:
-    """Run the planner's passes over ``manifest``; raises :class:`ManifestError`."""
+def plan(manifest: Manifest, probe: Callable[[Vendor], Offer], *, model: Any = None) -> Plan:
+    """Run the planner's passes over ``manifest``; raises :class:`ManifestError`.
+
+    ``model`` replaces the cost model (:class:`~hetflow.engine.costs.CostModel`).
+    """
+    with _gc_paused():
+        return _plan(manifest, probe, model or CostModel())
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """The passes allocate millions of small acyclic objects; cyclic GC passes over a large manifest cost more than they free."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _plan(manifest: Manifest, probe: Callable[[Vendor], Offer], model: Any) -> Plan:
     executors = choose_executors(manifest, probe)
     graph = build_graph(manifest)
-    placed = place(graph, executors, first_executor=next(iter(manifest.executors)))
+    placed = place(graph, executors, first_executor=next(iter(manifest.executors)), probe=probe, model=model)
     _check_dtypes(placed, executors, probe)
     parted = partition(placed)
     crossing = bridges(parted)
@@ -366,16 +517,120 @@ def plan(manifest: Manifest, probe: Callable[[Vendor], Offer]) -> Plan:
         n: NodePlan(
             id=n, op=d["stage"].op, executor=d["executor"], reason=d["reason"], partition=d["partition"],
             shape=d["shape"], dtype=d["stage"].dtype, bytes=d["bytes"], origin=d["stage"].origin,
+            why=d["why"], estimated_s=d["estimated_s"],
         )
         for n, d in ((n, parted.nodes[n]) for n in manifest.stages)
     }
+    parts = _partitions(parted, manifest.outputs)
+    memory = _check_memory(parts, parted, manifest, executors, probe)
+    phase_inputs, phase_bridges = _phase_bridges(manifest, parted, parts)
+    crossing = crossing + phase_bridges
+    placement = parted.graph["placement"]
+    estimate = {
+        "model": model.describe() if hasattr(model, "describe") else {"name": getattr(model, "name", type(model).__name__)},
+        "placement": placement["method"],
+        "baseline_s": placement["baseline_s"],
+        "total_s": placement["total_s"],
+        "exec_s": sum(n.estimated_s or 0.0 for n in nodes.values()),
+        "bridges_s": sum(b.estimated_s or 0.0 for b in crossing),
+    }
     return Plan(
         name=manifest.name, digest=manifest.digest, executors=executors, nodes=nodes,
-        partitions=_partitions(parted, manifest.outputs), bridges=tuple(crossing),
+        partitions=parts, bridges=tuple(crossing),
         outputs=dict(manifest.outputs),
         stage_args={s.id: dict(s.args) for s in manifest.stages.values()},
         stage_inputs={s.id: s.inputs for s in manifest.stages.values()},
+        warnings=tuple(_warnings(manifest, executors, parted, crossing, estimate, model)),
+        estimate=estimate, memory=memory,
+        phases={p.id: p.to_json() for p in getattr(manifest, "phases", {}).values()},
+        emulators={e.name: e.to_json() for e in getattr(manifest, "emulators", {}).values()},
+        phase_inputs=phase_inputs, phase_outputs=dict(getattr(manifest, "phase_outputs", {})),
     )
+
+
+def _phase_bridges(manifest: Manifest, graph: nx.DiGraph, parts: tuple[Partition, ...]) -> tuple[dict, list[Bridge]]:
+    """Phase arrays consumed by partitions: each partition's phase inputs, and one bridge per
+    (phase, destination executor) whose source is the phase's emulator."""
+    phases = getattr(manifest, "phases", {})
+    inputs: dict[str, tuple[str, ...]] = {}
+    found: dict[tuple[str, str], list[str]] = {}
+    for part in parts:
+        refs = [r for n in part.nodes for r in manifest.stages[n].inputs if r in phases]
+        if refs:
+            inputs[part.id] = tuple(dict.fromkeys(refs))
+        for n in part.nodes:
+            for r in dict.fromkeys(manifest.stages[n].inputs):
+                if r in phases:
+                    found.setdefault((r, part.executor), []).append(n)
+    out = [Bridge(id=f"{tensor}@{dest}", tensor=tensor, source=f"emulator:{phases[tensor].emulator}", destination=dest,
+                  bytes=None, consumers=tuple(consumers), kind="emulator output import")
+           for (tensor, dest), consumers in found.items()]
+    return inputs, out
+
+
+def _check_memory(parts: tuple[Partition, ...], graph: nx.DiGraph, manifest: Manifest,
+                  executors: Mapping[str, ExecutorPlan], probe: Callable[[Vendor], Offer]) -> dict[str, dict]:
+    """Each partition's peak live bytes against its executor's memory; raises :class:`ManifestError`.
+
+    A partition runs as one ``execute`` call that keeps every value it
+    computes until it returns, so its peak is its inputs plus all its
+    stages' outputs. The capacity is the executor's ``memory:`` when
+    declared, else its device's detected ``memory_bytes``.
+    """
+    out: dict[str, dict] = {}
+    problems: list[Diagnostic] = []
+    for part in parts:
+        sizes = [graph.nodes[n]["bytes"] or 0 for n in part.inputs] + [graph.nodes[n]["bytes"] or 0 for n in part.nodes]
+        peak = sum(sizes)
+        decl = manifest.executors[part.executor]
+        capacity, source = getattr(decl, "memory_bytes", None), "declared"
+        if capacity is None:
+            devices = probe(executors[part.executor].vendor).devices
+            device = devices[decl.device] if 0 <= decl.device < len(devices) else None
+            capacity, source = getattr(device, "memory_bytes", None), "detected"
+        out[part.id] = {"peak_bytes": peak, "memory_bytes": capacity, "memory_source": source if capacity else None}
+        if capacity is not None and peak > capacity:
+            biggest = max(part.nodes, key=lambda n: graph.nodes[n]["bytes"] or 0)
+            where = f"declared at {decl.memory_origin}" if source == "declared" and decl.memory_origin else source
+            problems.append(Diagnostic(graph.nodes[biggest]["stage"].origin, (
+                f"partition {part.id} on executor {part.executor!r} holds {human_bytes(peak)} of live activations at its "
+                f"peak ({len(part.inputs)} inputs and {len(part.nodes)} stage outputs, the largest {biggest!r} at "
+                f"{human_bytes(graph.nodes[biggest]['bytes'])}), more than the executor's {human_bytes(capacity)} ({where}); "
+                f"pin some of these stages to another executor, or raise the executor's memory:")))
+    if problems:
+        raise ManifestError(problems)
+    return out
+
+
+DOMINANT_BRIDGE = 0.5
+"""A bridge whose bytes alone take more than this share of the estimated time is warned about."""
+
+
+def _warnings(manifest: Manifest, executors: Mapping[str, ExecutorPlan], graph: nx.DiGraph,
+              crossing: list[Bridge], estimate: Mapping[str, Any], model: Any) -> list[PlanWarning]:
+    found: list[PlanWarning] = []
+    for e in executors.values():
+        decl = manifest.executors[e.name]
+        if len(decl.vendors) > 1 and e.vendor is not decl.vendors[0]:
+            found.append(PlanWarning("vendor-fallback", (
+                f"executor {e.name!r} runs on {e.vendor.value}, not its preferred {decl.vendors[0].value} "
+                f"({e.reason}); its stages fell back with it"), decl.vendor_origin))
+    for nodes, text in graph.graph.get("fallbacks", []):
+        stage = graph.nodes[nodes[0]]["stage"]
+        found.append(PlanWarning("vendor-fallback", text, stage.vendor_origin or stage.origin))
+    total = estimate.get("total_s") or 0.0
+    vendors = graph.graph.get("vendors", {})
+    for b in crossing:
+        if not b.bytes or not total or b.source not in vendors:
+            continue
+        moving = b.bytes / model.link(vendors[b.source], vendors[b.destination]).bytes_per_s
+        if moving > DOMINANT_BRIDGE * total:
+            found.append(PlanWarning("dominant-bridge", (
+                f"bridge {b.id} moves {human_bytes(b.bytes)} of {b.tensor!r} from {b.source} to {b.destination}: "
+                f"{placing.format_s(moving)}, {100 * moving / total:.0f}% of the estimated {placing.format_s(total)}; "
+                f"run {b.tensor!r} and its consumers on one executor (executor: or colocate_with:) to avoid it"),
+                graph.nodes[b.tensor]["stage"].origin))
+    return found
 
 
 def _check_dtypes(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan], probe: Callable[[Vendor], Offer]) -> None:
@@ -399,21 +654,35 @@ def render_text(plan: Plan) -> str:
     lines = [f"plan for {plan.name} (manifest {plan.digest[:19]})", "", "executors:"]
     width = max(len(e) for e in plan.executors)
     for e in plan.executors.values():
-        lines.append(f"  {e.name:<{width}}  {e.vendor.value:<6} device {e.device}  {e.reason}")
+        lines.append(f"  {e.name:<{width}}  {e.vendor.value:<6} device {e.device}  {e.reason}"
+                     + (f"; on worker {e.worker} ({e.worker_reason})" if e.worker else ""))
     lines += ["", "nodes:"]
-    nw = max(len(n) for n in plan.nodes)
-    ow = max(len(n.op) for n in plan.nodes.values())
+    nw = max((len(n) for n in plan.nodes), default=0)
+    ow = max((len(n.op) for n in plan.nodes.values()), default=0)
     for n in plan.nodes.values():
         shape = "?" if n.shape is None else "[" + ", ".join(map(str, n.shape)) + "]"
+        est = "" if n.estimated_s is None else f"  ~{placing.format_s(n.estimated_s)}"
         lines.append(
             f"  {n.id:<{nw}}  {n.op:<{ow}}  {n.partition:<4} on {n.executor:<{width}}  {shape} {n.dtype.value} "
-            f"({human_bytes(n.bytes)})  {n.reason}"
+            f"({human_bytes(n.bytes)}){est}  {n.reason}"
         )
+    if plan.phases:
+        lines += ["", "emulator phases:"]
+        pw = max(len(p) for p in plan.phases)
+        for pid, p in plan.phases.items():
+            e = plan.emulators.get(p["emulator"], {})
+            yields = "array" if p["array"] else "data"
+            lines.append(f"  {pid:<{pw}}  {p['phase']:<13} on emulator {p['emulator']} ({e.get('backend')}, "
+                         f"chunk_steps {e.get('chunk_steps')})  inputs: {', '.join(p['inputs']) or '-'}; yields {yields}")
     lines += ["", "partitions:"]
     for p in plan.partitions:
-        ins = ", ".join(p.inputs) or "-"
+        ins = ", ".join(list(p.inputs) + list(plan.phase_inputs.get(p.id, ()))) or "-"
         outs = ", ".join(p.outputs) or "-"
-        lines.append(f"  {p.id} on {p.executor}: {', '.join(p.nodes)}  (inputs: {ins}; outputs: {outs})")
+        limits = (f"; retries: {p.retries}" if p.retries else "") + (f"; timeout: {p.timeout:g} s" if p.timeout is not None else "")
+        mem = plan.memory.get(p.id)
+        if mem and mem.get("memory_bytes"):
+            limits += f"; peak {human_bytes(mem['peak_bytes'])} of {human_bytes(mem['memory_bytes'])} {mem['memory_source']}"
+        lines.append(f"  {p.id} on {p.executor}: {', '.join(p.nodes)}  (inputs: {ins}; outputs: {outs}{limits})")
     lines += ["", "bridges:"]
     if not plan.bridges:
         lines.append("  none: every edge stays on one executor")
@@ -421,8 +690,71 @@ def render_text(plan: Plan) -> str:
         lines.append(
             f"  {b.id}: {b.tensor} {b.source} -> {b.destination}, {human_bytes(b.bytes)}, {b.kind}; "
             f"consumers: {', '.join(b.consumers)}"
+            + ("" if b.estimated_s is None else f"; ~{placing.format_s(b.estimated_s)} over {b.link}")
         )
     t = plan.totals()
+    total = plan.estimate.get("total_s")
     lines += ["", f"totals: {t['nodes']} nodes, {t['partitions']} partitions, {t['bridges']} bridges, "
-              f"{human_bytes(t['bytes_bridged'])} bridged" + (" (some sizes unknown)" if t["bytes_bridged_unknown"] else "")]
+              f"{human_bytes(t['bytes_bridged'])} bridged" + (" (some sizes unknown)" if t["bytes_bridged_unknown"] else "")
+              + ("" if total is None else
+                 f", estimated {placing.format_s(total)} (exec {placing.format_s(plan.estimate['exec_s'])} + bridges "
+                 f"{placing.format_s(plan.estimate['bridges_s'])}; placement: {plan.estimate['placement']})")]
+    if plan.warnings:
+        lines += ["", "warnings:"] + [f"  {w}" for w in plan.warnings]
     return "\n".join(lines)
+
+
+def _dot_id(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render_dot(plan: Plan) -> str:
+    """The plan as a Graphviz digraph: one cluster per executor, a sub-cluster per partition, bridges as nodes.
+
+    Stage nodes are boxes labelled with op, shape and dtype; a bridge is a
+    separate diamond between the clusters, labelled with its bytes and
+    kind, so every crossing is visible; same-executor edges join stages
+    directly.
+    """
+    out = ["digraph plan {", f"  label={_dot_id(f'{plan.name}: ' + _summary(plan))};", "  labelloc=t;",
+           "  rankdir=LR;", '  node [fontname="Helvetica", fontsize=10];', '  edge [fontname="Helvetica", fontsize=9];']
+    for i, e in enumerate(plan.executors.values()):
+        out.append(f"  subgraph cluster_{i} {{")
+        out.append(f"    label={_dot_id(f'{e.name} ({e.vendor.value}, device {e.device})')}; style=rounded; color=gray40;")
+        for j, p in enumerate(part for part in plan.partitions if part.executor == e.name):
+            out.append(f"    subgraph cluster_{i}_{j} {{")
+            out.append(f"      label={_dot_id(p.id)}; style=dashed; color=gray60;")
+            for n in p.nodes:
+                node = plan.nodes[n]
+                shape = "?" if node.shape is None else "x".join(map(str, node.shape))
+                label = f"{n}\n{node.op} {shape} {node.dtype.value}"
+                out.append(f"      {_dot_id('stage:' + n)} [shape=box, label={_dot_id(label)}];")
+            out.append("    }")
+        out.append("  }")
+    for b in plan.bridges:
+        label = f"{b.id}\n{human_bytes(b.bytes)}\n{b.kind}"
+        out.append(f"  {_dot_id('bridge:' + b.id)} [shape=diamond, style=filled, fillcolor=lightyellow, label={_dot_id(label)}];")
+        out.append(f"  {_dot_id('stage:' + b.tensor)} -> {_dot_id('bridge:' + b.id)} [color=orange];")
+        for c in b.consumers:
+            out.append(f"  {_dot_id('bridge:' + b.id)} -> {_dot_id('stage:' + c)} [color=orange];")
+    for pid, p in plan.phases.items():
+        label = f"{pid}\n{p['phase']} on emulator {p['emulator']}"
+        out.append(f"  {_dot_id('stage:' + pid)} [shape=ellipse, style=filled, fillcolor=lightblue, label={_dot_id(label)}];")
+        for ref in p["inputs"]:
+            out.append(f"  {_dot_id('stage:' + ref)} -> {_dot_id('stage:' + pid)};")
+    for n, node in plan.nodes.items():
+        for ref in dict.fromkeys(plan.stage_inputs[n]):
+            if ref in plan.nodes and plan.nodes[ref].executor == node.executor:
+                out.append(f"  {_dot_id('stage:' + ref)} -> {_dot_id('stage:' + n)};")
+    for name, tensor in plan.outputs.items():
+        out.append(f"  {_dot_id('output:' + name)} [shape=note, label={_dot_id(name)}];")
+        out.append(f"  {_dot_id('stage:' + tensor)} -> {_dot_id('output:' + name)} [style=dotted];")
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def _summary(plan: Plan) -> str:
+    t = plan.totals()
+    text = f"{t['partitions']} partitions, {t['bridges']} bridges, {human_bytes(t['bytes_bridged'])} bridged"
+    total = plan.estimate.get("total_s")
+    return text if total is None else text + f", estimated {placing.format_s(total)}"

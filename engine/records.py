@@ -25,6 +25,7 @@ import secrets
 import sys
 import tempfile
 import time
+from functools import lru_cache
 from importlib import metadata
 from typing import Any, Mapping
 
@@ -42,6 +43,7 @@ __all__ = [
     "digest_portable",
     "load_output",
     "utc_iso",
+    "provenance",
 ]
 
 RECORD_FORMAT = 1
@@ -115,7 +117,17 @@ def new_run_dir(runs_dir: str, name: str, digest: str) -> tuple[str, str]:
             continue
 
 
+@lru_cache(maxsize=1)
+def _versions() -> tuple[tuple[str, str | None], ...]:
+    return tuple(_read_versions().items())
+
+
 def versions() -> dict[str, str | None]:
+    """Versions of hetflow, Python and the libraries a run's results depend on (read once per process)."""
+    return dict(_versions())
+
+
+def _read_versions() -> dict[str, str | None]:
     def version(dist: str) -> str | None:
         try:
             return metadata.version(dist)
@@ -137,3 +149,32 @@ def digest_portable(portable: PortableActivation) -> str:
     h.update(json.dumps(list(portable.shape.dims)).encode() + b"\0")
     h.update(portable.bytes)
     return "sha256:" + h.hexdigest()
+
+
+def provenance(manifest_file: str) -> dict[str, Any]:
+    """Where and by whom a run ran, and the git state of the manifest's repository."""
+    import getpass
+    import socket
+    import subprocess
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = None
+    out: dict[str, Any] = {"hostname": socket.gethostname(), "user": user, "pid": os.getpid(), "git": None}
+    folder = os.path.dirname(os.path.abspath(manifest_file))
+
+    def git(*args: str) -> str | None:
+        try:
+            proc = subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit:
+        rel = os.path.relpath(os.path.abspath(manifest_file), git("rev-parse", "--show-toplevel") or folder)
+        status = git("status", "--porcelain")
+        out["git"] = {"commit": commit, "dirty": bool(status), "manifest_dirty": bool(git("status", "--porcelain", "--", os.path.abspath(manifest_file))),
+                      "path": rel}
+    return out

@@ -26,14 +26,18 @@ from typing import Any, Callable, Mapping
 
 import dask.threaded
 
-from hetflow.engine.errors import RunFailed
+from hetflow.engine.cache import Cache, CacheUse, partition_keys
+from hetflow.engine.errors import RunFailed, UsageError
+from hetflow.engine.events import EventStream, Sink, run_event
 from hetflow.engine.lowering import TaskGraph, bridge_ref, lower, subgraph_plan, tensor_ref
 from hetflow.engine.manifest import Manifest
+from hetflow.engine.phases import PhaseRunner
 from hetflow.engine.planner import Plan
 from hetflow.engine.records import (
     RECORD_FORMAT,
     digest_portable,
     new_run_dir,
+    provenance,
     save_npy_atomic,
     utc_iso,
     versions,
@@ -124,9 +128,11 @@ class LocalRuntime:
     """Executes the lowered tasks in this process against executor instances."""
 
     def __init__(self, plan: Plan, executors: Mapping[str, Executor], *,
-                 emit: Callable[[dict], None] | None = None, worker: str | None = None) -> None:
+                 emit: Callable[[dict], None] | None = None, worker: str | None = None,
+                 cache: CacheUse | None = None) -> None:
         self.plan = plan
         self.executors = dict(executors)
+        self.cache = cache
         self.graph: TaskGraph = lower(plan, self)
         self.handles = HandleTable(self.graph.refcounts)
         self.events: list[dict] = []
@@ -211,7 +217,7 @@ class LocalRuntime:
         refs = [ref for _, ref in self.graph.sources[pid]]
         try:
             handles = [self.handles.get(ref) for ref in refs]
-            outputs = self._attempts(pid, lambda: executor.execute(self._subplans[pid], handles))
+            outputs = self._attempts(pid, lambda: self._compute(pid, executor, handles))
         except ExecutorError as e:
             self._event("partition", pid, part.executor, start, "failed", node=e.node, error=str(e),
                         timed_out=isinstance(e, StageTimedOut))
@@ -222,8 +228,15 @@ class LocalRuntime:
             produced[tensor] = handle
         for ref in refs:
             self.handles.done(ref)
-        self._event("partition", pid, part.executor, start, "succeeded", nodes=list(part.nodes))
+        cached = self.cache is not None and pid in self.cache.hits
+        stored = self.cache is not None and pid in self.cache.stored
+        self._event("partition", pid, part.executor, start, "succeeded", nodes=list(part.nodes), cached=cached, stored=stored)
         return produced
+
+    def _compute(self, pid: str, executor: Executor, handles: list[ActivationHandle]) -> list[ActivationHandle]:
+        if self.cache is None:
+            return executor.execute(self._subplans[pid], handles)
+        return self.cache.compute(pid, executor, self._subplans[pid], handles, self._partitions[pid].outputs)
 
     def export(self, bridge_id: str, produced: dict) -> PortableActivation:
         start = time.time()
@@ -234,7 +247,7 @@ class LocalRuntime:
             self._event("export", bridge_id, bridge.source, start, "failed", error=str(e))
             raise StageFailure(self.plan.nodes[bridge.tensor].partition, None, f"export of {bridge.tensor!r}: {e}") from None
         self.handles.done(tensor_ref(bridge.tensor))
-        self._event("export", bridge_id, bridge.source, start, "succeeded", bytes=len(portable.bytes))
+        self._event("export", bridge_id, bridge.source, start, "succeeded", bytes=portable.nbytes)
         return portable
 
     def import_(self, bridge_id: str, portable: PortableActivation) -> ActivationHandle:
@@ -247,7 +260,7 @@ class LocalRuntime:
             self._event("import", bridge_id, bridge.destination, start, "failed", error=str(e))
             raise StageFailure(self.plan.nodes[bridge.consumers[0]].partition, None, f"import of {bridge.tensor!r}: {e}") from None
         self.handles.register(bridge_ref(bridge_id), executor, handle)
-        self._event("import", bridge_id, bridge.destination, start, "succeeded", bytes=len(portable.bytes))
+        self._event("import", bridge_id, bridge.destination, start, "succeeded", bytes=portable.nbytes)
         return handle
 
     def output(self, name: str, produced: dict) -> PortableActivation:
@@ -270,7 +283,7 @@ class RunResult:
 
 
 def create_executors(plan: Plan) -> dict[str, Executor]:
-    return {e.name: create(e.vendor, e.name, e.device) for e in plan.executors.values()}
+    return {e.name: create(e.vendor, e.name, e.device, memory_limit=e.memory_limit) for e in plan.executors.values()}
 
 
 def execute(
@@ -281,11 +294,38 @@ def execute(
     overrides: Mapping[str, Any] | None = None,
     executors: Mapping[str, Executor] | None = None,
     num_workers: int | None = None,
+    cluster: Any = None,
+    on_event: Sink | None = None,
+    cache_dir: str | None = None,
+    use_cache: bool = True,
+    matrix_point: Mapping[str, Any] | None = None,
+    resume: str | None = None,
 ) -> RunResult:
-    """Run ``plan`` and write its record; raises :class:`RunFailed` when a stage fails."""
-    run_id, run_dir = new_run_dir(runs_dir, manifest.name, manifest.digest)
+    """Run ``plan`` and write its record; raises :class:`RunFailed` when a stage fails.
+
+    ``cluster`` (a :class:`hetflow.engine.distributed.Cluster`) runs the
+    same task graph on a Dask cluster instead of the threaded scheduler;
+    ``on_event`` receives every event of the run's stream as it happens.
+
+    Partitions are taken from, and stored in, the cache under ``cache_dir``
+    (default ``RUNS_DIR/.cache``) unless ``use_cache`` is false.
+    ``resume`` names an earlier run to continue in its own folder: what it
+    finished is in the cache, the rest runs.
+    """
+    if resume is not None:
+        run_id, run_dir = resume, os.path.join(runs_dir, resume)
+    else:
+        run_id, run_dir = new_run_dir(runs_dir, manifest.name, manifest.digest)
     record_path = os.path.join(run_dir, "record.json")
     started = time.time()
+    phases = getattr(manifest, "phases", {})
+    if phases and cluster is not None:
+        raise UsageError("emulator phases run on the threaded scheduler only: hetflow.engine.distributed does not "
+                         "lower phase or witness tasks yet; run without a cluster")
+    # a phase's array is not content-addressed (the guest's run is its source), so its consumers are not cached
+    keys = partition_keys(plan, frozenset(s.id for s in manifest.stages.values()
+                                          if not s.cache or any(i in phases for i in s.inputs)))
+    cache_use = CacheUse(Cache(cache_dir or os.path.join(runs_dir, ".cache")), keys, read=use_cache, write=use_cache)
     record: dict[str, Any] = {
         "format": RECORD_FORMAT,
         "run_id": run_id,
@@ -297,8 +337,10 @@ def execute(
                      "digest": manifest.digest, "resolved": manifest.resolved},
         "params": dict(manifest.params),
         "overrides": dict(overrides or {}),
-        "matrix_point": None,
-        "scheduler": {"kind": "threads", "workers": num_workers or os.cpu_count()},
+        "matrix_point": dict(matrix_point) if matrix_point else None,
+        "resumed": resume is not None,
+        "host": provenance(manifest.file),
+        "scheduler": cluster.describe() if cluster is not None else {"kind": "threads", "workers": num_workers or os.cpu_count()},
         "versions": versions(),
         "inventory": [o.to_json() for o in inventory()],
         "plan": plan.to_json(),
@@ -311,22 +353,37 @@ def execute(
     }
     write_json_atomic(record_path, record)
 
-    instances = dict(executors) if executors is not None else create_executors(plan)
-    runtime = LocalRuntime(plan, instances)
-    pool = ThreadPoolExecutor(max_workers=num_workers or os.cpu_count() or 1, thread_name_prefix="hetflow")
+    stream = EventStream([on_event] if on_event is not None else [])
     failure: BaseException | None = None
     results: list[Any] = []
-    try:
-        results = dask.threaded.get(runtime.graph.dsk, runtime.graph.keys, pool=pool)
-    except BaseException as e:  # noqa: BLE001 - recorded, then re-raised below
-        failure = e
-    finally:
-        pool.shutdown(wait=True)
-        runtime.handles.release_all()
+    if cluster is not None:
+        runtime, results, failure, live_after = cluster.run_graph(plan, run_id, stream, cache_use)
+    else:
+        instances = dict(executors) if executors is not None else create_executors(plan)
+        runtime = LocalRuntime(plan, instances, emit=stream.emit, cache=cache_use)
+        stream.emit(run_event("started", run_id, tasks=len(runtime.graph.dsk), mode="threads"))
+        pool = ThreadPoolExecutor(max_workers=num_workers or os.cpu_count() or 1, thread_name_prefix="hetflow")
+        phase_runner = PhaseRunner(manifest.emulators, phases, runtime._event) if phases else None
+        try:
+            dsk, graph_keys = runtime.graph.dsk, runtime.graph.keys
+            if phase_runner is not None:
+                first = phase_runner.round1()
+                dask.threaded.get(first, list(first), pool=pool)
+                second = phase_runner.round2()
+                dsk, graph_keys = {**dsk, **second}, graph_keys + [k for k in second if k.startswith("phase:")]
+            results = dask.threaded.get(dsk, graph_keys, pool=pool)
+        except BaseException as e:  # noqa: BLE001 - recorded, then re-raised below
+            failure = e
+        finally:
+            pool.shutdown(wait=True)
+            runtime.handles.release_all()
+        live_after = {name: ex.live_activations() for name, ex in instances.items()}
 
     ended = time.time()
     record["tasks"] = sorted(runtime.events, key=lambda e: e["start"])
     for event in record["tasks"]:
+        # the ISO stamps have millisecond resolution; offset_s keeps sub-millisecond tasks apart on a timeline
+        event["offset_s"] = round(event["start"] - started, 6)
         event["start"], event["end"] = utc_iso(event["start"]), utc_iso(event["end"])
     _node_status(record, runtime, failure)
     if failure is None:
@@ -339,16 +396,34 @@ def execute(
                 "tensor": plan.outputs[name], "file": file, "shape": list(portable.shape.dims),
                 "dtype": portable.dtype.value, "bytes": len(portable.bytes), "digest": digest_portable(portable),
             }
+        for name, (pid, fieldname) in getattr(manifest, "phase_outputs", {}).items():
+            if phases[pid].kind.array and fieldname is None:
+                portable = phase_runner.results[pid]["portable"]
+                file = f"{name}.npy"
+                save_npy_atomic(os.path.join(run_dir, file), portable.to_array())
+                record["outputs"][name] = {
+                    "phase": pid, "file": file, "shape": list(portable.shape.dims), "dtype": portable.dtype.value,
+                    "bytes": len(portable.bytes), "digest": digest_portable(portable), "encoding": "witness-limbs16"}
+            else:
+                value, digest = phase_runner.output(pid, fieldname)
+                record["outputs"][name] = {"phase": pid, "field": fieldname, "value": value, "digest": digest}
     else:
         record["error"] = _describe_failure(failure, plan, manifest)
     record["status"] = "succeeded" if failure is None else "failed"
     record["ended_at"] = utc_iso(ended)
     record["duration_s"] = round(ended - started, 6)
-    record["live_activations_after"] = {name: ex.live_activations() for name, ex in instances.items()}
+    record["live_activations_after"] = live_after
+    # Hits and stores happen where partitions run, on workers in cluster mode: the task events carry them.
+    done = [e for e in record["tasks"] if e["kind"] == "partition" and e["status"] == "succeeded"]
+    record["cache"] = {**cache_use.to_json(), "hits": [e["id"] for e in done if e.get("cached")],
+                       "stored": [e["id"] for e in done if e.get("stored")]}
+    record["events"] = stream.events
     write_json_atomic(record_path, record)
+    stream.emit(run_event(record["status"] if failure is not None else "finished", run_id,
+                          duration_s=record["duration_s"], error=(record["error"] or {}).get("message")))
     result = RunResult(run_id, run_dir, record_path, record["status"], record)
     if failure is not None:
-        if not isinstance(failure, (StageFailure, ExecutorError)):
+        if not isinstance(failure, (StageFailure, ExecutorError, ClusterFailure)):
             raise failure
         raise RunFailed(record["error"]["message"], record_path) from failure
     return result
@@ -362,8 +437,12 @@ def _node_status(record: dict, runtime: LocalRuntime, failure: BaseException | N
             entry["status"] = "not run" if failure is not None else "succeeded"
             continue
         entry["started_at"], entry["ended_at"], entry["duration_s"] = event["start"], event["end"], event["duration_s"]
+        entry["attempts"] = event.get("attempt", 1)
         if event["status"] == "succeeded":
             entry["status"] = "succeeded"
+        elif event.get("timed_out"):
+            entry["status"] = "timed out"
+            entry["error"] = event["error"]
         elif event.get("node") == node:
             entry["status"] = "failed"
             entry["error"] = event["error"]
@@ -372,8 +451,11 @@ def _node_status(record: dict, runtime: LocalRuntime, failure: BaseException | N
 
 
 def _describe_failure(failure: BaseException, plan: Plan, manifest: Manifest) -> dict:
+    if isinstance(failure, ClusterFailure):
+        return {"partition": None, "node": None, "message": str(failure), "lost": failure.lost}
     if isinstance(failure, StageFailure):
-        origin = str(manifest.stages[failure.node].origin) if failure.node in manifest.stages else None
+        decl = manifest.stages.get(failure.node) or getattr(manifest, "phases", {}).get(failure.node)
+        origin = str(decl.origin) if decl is not None else None
         return {"partition": failure.partition, "node": failure.node, "message": str(failure), "origin": origin}
     return {"partition": None, "node": None, "message": f"{type(failure).__name__}: {failure}",
             "traceback": "".join(traceback.format_exception(failure))}

@@ -151,10 +151,14 @@ class TensorShape:
 
 @dataclass(frozen=True)
 class BoundDevice:
-    """One device an executor is bound to. ``bus_address`` is the stable identity."""
+    """One device an executor is bound to. ``bus_address`` is the stable identity.
+
+    ``memory_bytes`` is the device's total memory where the vendor reports it.
+    """
 
     bus_address: str
     display_name: str
+    memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -175,13 +179,28 @@ class PortableActivation:
     little-endian, dequantized. ``int4`` packs two values per byte, the
     element with the lower index in the low nibble; an odd count leaves
     the last high nibble zero.
+
+    ``bytes`` is any read-only bytes-like object: a ``bytes``, or a
+    ``memoryview`` over an executor's reused staging buffer (see
+    :mod:`hetflow.executors.staging`), which saves a copy of every bridged
+    tensor. Pickling always carries a plain ``bytes``.
     """
 
     shape: TensorShape
     dtype: Dtype
-    bytes: bytes = field(repr=False)
+    bytes: bytes | memoryview = field(repr=False)
+
+    def __reduce__(self):
+        return (PortableActivation, (self.shape, self.dtype, bytes(self.bytes)))
+
+    @property
+    def nbytes(self) -> int:
+        """Length of ``bytes``, known without reading them (an executor may produce them lazily)."""
+        return self.dtype.nbytes(self.shape.element_count())
 
     def __post_init__(self) -> None:
+        if isinstance(self.bytes, memoryview) and (self.bytes.format != "B" or self.bytes.ndim != 1):
+            object.__setattr__(self, "bytes", self.bytes.cast("B"))
         want = self.dtype.nbytes(self.shape.element_count())
         if len(self.bytes) != want:
             raise ValueError(

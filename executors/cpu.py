@@ -13,6 +13,17 @@ array namespace, so other executors reuse both. Every activation is an
 immutable array in a table keyed by handle, guarded by one lock; ops run
 outside the lock, so threads compute in parallel.
 
+A bridge between two CPU executors costs one warm memcpy: an export
+copies the array into a reused store of a :class:`StagingPool` and hands
+out a read-only view of it, and an import adopts the portable bytes as
+its (immutable) array without copying them again. The store returns to
+the pool once neither the portable activation nor the imported array
+refers to it.
+
+``memory_limit`` caps the bytes of live activations: an allocation,
+import or sub-graph result that would go past it raises
+:class:`OutOfMemory`, as a device that ran out of memory would.
+
 Examples
 --------
 >>> import numpy as np
@@ -32,6 +43,7 @@ import itertools
 import json
 import os
 import platform
+import sys
 import threading
 from typing import Any, Mapping, Sequence
 
@@ -53,6 +65,7 @@ from hetflow.executors.base import (
     Vendor,
     VendorMismatch,
 )
+from hetflow.executors.staging import StagingPool
 
 __all__ = ["CpuExecutor", "decode_plan", "encode_plan", "run_nodes", "next_handle"]
 
@@ -100,13 +113,22 @@ def run_nodes(xp: Any, decoded: Mapping[str, Any], inputs: Sequence[Any], suppor
 
 
 class CpuExecutor:
-    """numpy executor; thread-safe, all seven dtypes."""
+    """numpy executor; thread-safe, all seven dtypes.
 
-    def __init__(self, name: str = "cpu") -> None:
+    ``memory_limit``: bytes of live activations this executor may hold
+    (None: no cap beyond the host's memory).
+    """
+
+    def __init__(self, name: str = "cpu", memory_limit: int | None = None) -> None:
+        if memory_limit is not None and memory_limit < 0:
+            raise ValueError(f"memory_limit must be >= 0, got {memory_limit}")
         self._name = name
         self._lock = threading.Lock()
         self._arrays: dict[ActivationHandle, np.ndarray] = {}
-        self._devices = (BoundDevice("host", platform.processor() or platform.machine() or "cpu"),)
+        self._used = 0
+        self._limit = memory_limit
+        self._staging = StagingPool(np.empty)
+        self._devices = (BoundDevice("host", platform.processor() or platform.machine() or "cpu", _host_memory()),)
 
     @property
     def vendor(self) -> Vendor:
@@ -126,18 +148,43 @@ class CpuExecutor:
 
     @property
     def memory_bytes(self) -> int | None:
-        """Host memory, the capacity the planner may check live activations against."""
-        try:
-            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (ValueError, OSError):
-            return None
+        """The capacity live activations are checked against: ``memory_limit``, else host memory."""
+        return self._limit if self._limit is not None else _host_memory()
 
-    def _register(self, array: np.ndarray) -> ActivationHandle:
-        array.flags.writeable = False
-        handle = next_handle()
+    @property
+    def memory_limit(self) -> int | None:
+        return self._limit
+
+    def memory_used(self) -> int:
+        """Bytes of the live activations."""
         with self._lock:
-            self._arrays[handle] = array
-        return handle
+            return self._used
+
+    def _reserve(self, nbytes: int, what: str) -> None:
+        """Count ``nbytes`` against the limit (caller holds the lock)."""
+        if self._limit is not None and self._used + nbytes > self._limit:
+            raise OutOfMemory(
+                f"{what} needs {nbytes} bytes, {self._used} of the memory_limit of {self._limit} bytes "
+                f"are in use on executor {self._name!r}"
+            )
+        self._used += nbytes
+
+    def _check_room(self, nbytes: int, what: str) -> None:
+        with self._lock:
+            self._reserve(nbytes, what)
+            self._used -= nbytes
+
+    def _register_all(self, arrays: Sequence[np.ndarray], what: str) -> list[ActivationHandle]:
+        for array in arrays:
+            array.flags.writeable = False
+        handles = [next_handle() for _ in arrays]
+        with self._lock:
+            self._reserve(sum(a.nbytes for a in arrays), what)
+            self._arrays.update(zip(handles, arrays))
+        return handles
+
+    def _register(self, array: np.ndarray, what: str = "activation") -> ActivationHandle:
+        return self._register_all([array], what)[0]
 
     def _get(self, handle: ActivationHandle) -> np.ndarray:
         with self._lock:
@@ -149,14 +196,18 @@ class CpuExecutor:
     def alloc_activation(self, shape: TensorShape, dtype: Dtype) -> ActivationHandle:
         if dtype not in self.supported_dtypes:
             raise UnsupportedDtype(dtype)
+        what = f"allocation of {list(shape.dims)} {dtype}"
+        self._check_room(dtype.numpy.itemsize * shape.element_count(), what)
         try:
-            return self._register(np.zeros(shape.dims, dtype=dtype.numpy))
+            return self._register(np.zeros(shape.dims, dtype=dtype.numpy), what)
         except MemoryError:
             raise OutOfMemory(f"{shape.dims} {dtype}") from None
 
     def release_activation(self, handle: ActivationHandle) -> None:
         with self._lock:
-            self._arrays.pop(handle, None)
+            array = self._arrays.pop(handle, None) if isinstance(handle, ActivationHandle) else None
+            if array is not None:
+                self._used -= array.nbytes
 
     def execute(self, plan: SubGraphPlan, inputs: Sequence[ActivationHandle]) -> list[ActivationHandle]:
         if plan.vendor is not Vendor.cpu:
@@ -166,17 +217,33 @@ class CpuExecutor:
         if len(arrays) != len(decoded["inputs"]):
             raise Backend(f"plan takes {len(decoded['inputs'])} inputs, got {len(arrays)}")
         results = run_nodes(np, decoded, arrays, frozenset(self.supported_dtypes))
-        return [self._register(np.asarray(r)) for r in results]
+        return self._register_all([np.asarray(r) for r in results], f"the results of {', '.join(decoded['outputs'])}")
 
     def export_activation(self, handle: ActivationHandle) -> PortableActivation:
         array = self._get(handle)
-        return PortableActivation.from_array(array, _dtype_of(array))
+        dtype = _dtype_of(array)
+        if dtype is Dtype.int4 or sys.byteorder != "little":
+            return PortableActivation.from_array(array, dtype)
+        try:
+            lease = self._staging.lease_array(array.nbytes)
+        except MemoryError:
+            raise OutOfMemory(f"staging buffer of {array.nbytes} bytes") from None
+        np.copyto(lease.array.view(array.dtype).reshape(array.shape), array)
+        return PortableActivation(TensorShape(array.shape), dtype, lease.view)
 
     def import_activation(self, portable: PortableActivation) -> ActivationHandle:
         if portable.dtype not in self.supported_dtypes:
             raise UnsupportedDtype(portable.dtype)
+        what = f"import of {list(portable.shape.dims)} {portable.dtype}"
+        n = portable.shape.element_count()
+        self._check_room(portable.dtype.numpy.itemsize * n, what)
         try:
-            return self._register(portable.to_array())
+            if portable.dtype is Dtype.int4 or sys.byteorder != "little" or not memoryview(portable.bytes).readonly:
+                array = portable.to_array()
+            else:
+                # Immutable bytes are adopted as they are: the activation is read-only too.
+                array = np.frombuffer(portable.bytes, dtype=portable.dtype.numpy, count=n).reshape(portable.shape.dims)
+            return self._register(array, what)
         except MemoryError:
             raise OutOfMemory(f"{portable.shape.dims} {portable.dtype}") from None
 
@@ -186,6 +253,13 @@ class CpuExecutor:
 
     def __repr__(self) -> str:
         return f"CpuExecutor({self._name!r})"
+
+
+def _host_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return None
 
 
 def _dtype_of(array: np.ndarray) -> Dtype:

@@ -29,14 +29,14 @@ Examples
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from hetflow.executors.base import Dtype
 
-__all__ = ["Op", "Arg", "ShapeError", "REGISTRY", "FLOAT_DTYPES", "ALL_DTYPES", "run", "to_dtype", "check_args"]
+__all__ = ["Op", "Arg", "Kernel", "ShapeError", "QUANT_MAX", "QUANT_DTYPES", "compute", "REGISTRY", "FLOAT_DTYPES", "ALL_DTYPES", "run", "to_dtype", "check_args", "is_deterministic"]
 
 Shape = tuple[int, ...]
 
@@ -54,13 +54,28 @@ class Arg:
 
     ``kind`` is one of ``shape`` (list of non-negative ints), ``int``,
     ``number``, ``axis`` (an int or null), ``axes`` (list of ints or null),
-    ``bool``, ``path`` (a file, relative to the manifest's folder).
+    ``bool``, ``path`` (a file, relative to the manifest's folder), ``dtype``
+    (a dtype name), ``int?`` and ``number?`` (the kind or null), ``seed``
+    (an int, or null for fresh entropy, which makes the op nondeterministic).
     """
 
     kind: str
     required: bool = False
     default: Any = None
     doc: str = ""
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """How the Vulkan executor computes an op: a WGSL template and what fills it.
+
+    ``template`` names a file in ``executors/wgsl/`` (``host`` for source
+    ops, whose values are made on the host, as on every executor, and
+    uploaded); ``expr`` is the WGSL expression or mode the template takes.
+    """
+
+    template: str
+    expr: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,6 +88,8 @@ class Op:
     args: Mapping[str, Arg] = field(default_factory=dict)
     outputs: int = 1
     doc: str = ""
+    wgsl: "Kernel | None" = None
+    dtype_aware: bool = False
 
     def shape(self, inputs: Sequence[Shape | None], args: Mapping[str, Any]) -> Shape | None:
         """Output shape, or None where an input's shape is not known before the run."""
@@ -96,6 +113,8 @@ def _check_value(kind: str, value: Any) -> str | None:
             return "a list of non-negative integers"
         if len(value) > 8:
             return "a shape of rank at most 8"
+    elif kind == "seed" and value is not None and not is_int(value):
+        return "an integer seed, or null for fresh entropy on every run"
     elif kind == "int" and not is_int(value):
         return "an integer"
     elif kind == "number" and (isinstance(value, bool) or not isinstance(value, (int, float))):
@@ -110,7 +129,18 @@ def _check_value(kind: str, value: Any) -> str | None:
         return "true or false"
     elif kind == "path" and not (isinstance(value, str) and value):
         return "a file path"
+    elif kind == "int?" and value is not None and not is_int(value):
+        return "an integer or null"
+    elif kind == "number?" and value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        return "a number or null"
+    elif kind == "dtype" and value not in {d.value for d in Dtype}:
+        return "a dtype name (" + ", ".join(d.value for d in Dtype) + ")"
     return None
+
+
+def is_deterministic(op: Op, args: Mapping[str, Any]) -> bool:
+    """Whether the op gives the same output for the same inputs: false when a seed is null."""
+    return not any(spec.kind == "seed" and args.get(key) is None for key, spec in op.args.items())
 
 
 def check_args(op: Op, args: Mapping[str, Any]) -> list[tuple[str | None, str]]:
@@ -146,9 +176,19 @@ def _widen(xp: Any, array: Any) -> Any:
 
 def run(xp: Any, name: str, inputs: Sequence[Any], args: Mapping[str, Any], dtype: Dtype) -> Any:
     """Run op ``name`` on arrays of namespace ``xp`` and return its output at ``dtype``."""
+    return to_dtype(xp, compute(xp, name, [_widen(xp, x) for x in inputs], args, dtype), dtype)
+
+
+def compute(xp: Any, name: str, inputs: Sequence[Any], args: Mapping[str, Any], dtype: Dtype) -> Any:
+    """Op ``name``'s float32 result on float32 ``inputs``, before conversion to ``dtype``.
+
+    Executors that carry a dtype in another form on their device (the CUDA
+    executor's fp8 bytes) widen and narrow around this themselves.
+    """
     op = REGISTRY[name]
-    out = op.body(xp, [_widen(xp, x) for x in inputs], op.with_defaults(args))
-    return to_dtype(xp, xp.asarray(out, dtype=np.float32), dtype)
+    full = op.with_defaults(args)
+    out = op.body(xp, list(inputs), full, dtype) if op.dtype_aware else op.body(xp, list(inputs), full)
+    return xp.asarray(out, dtype=np.float32)
 
 
 # -- shape rules ----------------------------------------------------------------
@@ -269,13 +309,38 @@ def _softmax(xp: Any, inputs: list, args: dict) -> Any:
     return e / xp.sum(e, axis=args["axis"], keepdims=True)
 
 
+def _norm_shape(inputs: list[Shape], args: dict) -> Shape:
+    x = inputs[0]
+    if not x:
+        raise ShapeError("normalization needs an input of rank 1 or more")
+    for name, s in zip(("weight", "bias"), inputs[1:]):
+        if tuple(s) != x[-1:]:
+            raise ShapeError(f"normalization: {name} of shape {list(s)} must be [{x[-1]}], the last axis of {list(x)}")
+    return x
+
+
+def _rmsnorm(xp: Any, inputs: list, args: dict) -> Any:
+    x = inputs[0]
+    y = x / xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + np.float32(args["eps"]))
+    return y * inputs[1] if len(inputs) > 1 else y
+
+
+def _layernorm(xp: Any, inputs: list, args: dict) -> Any:
+    x = inputs[0]
+    centered = x - xp.mean(x, axis=-1, keepdims=True)
+    y = centered / xp.sqrt(xp.mean(centered * centered, axis=-1, keepdims=True) + np.float32(args["eps"]))
+    if len(inputs) > 1:
+        y = y * inputs[1]
+    return y + inputs[2] if len(inputs) > 2 else y
+
+
 def _load(xp: Any, inputs: list, args: dict) -> Any:
     host = np.load(args["path"], allow_pickle=False)
     return xp.asarray(host.astype(np.float32))
 
 
 _SHAPE = Arg("shape", required=True, doc="output shape")
-_SEED = Arg("int", required=True, doc="seed of numpy's default_rng")
+_SEED = Arg("seed", required=True, doc="seed of numpy's default_rng; null draws fresh entropy (nondeterministic)")
 
 _ENTRIES = [
     Op("random.normal", (0, 0), FLOAT_DTYPES, _normal, _from_shape_arg,
@@ -318,6 +383,251 @@ _ENTRIES = [
     Op("cast", (1, 1), ALL_DTYPES, lambda xp, i, a: i[0], _same, doc="convert to the stage's dtype"),
     Op("load", (0, 0), ALL_DTYPES, _load, _load_shape, {"path": Arg("path", required=True)},
        doc="read a .npy file (path relative to the manifest's folder)"),
+    Op("max", (1, 1), ALL_DTYPES, lambda xp, i, a: xp.max(i[0], axis=a["axis"], keepdims=a["keepdims"]),
+       _reduce_shape, {"axis": Arg("axis"), "keepdims": Arg("bool", default=False)},
+       doc="maximum over one axis, or all axes when axis is null"),
+    Op("argmax", (1, 1), frozenset({Dtype.fp32}),
+       lambda xp, i, a: xp.argmax(i[0], axis=a["axis"], keepdims=a["keepdims"]),
+       _reduce_shape, {"axis": Arg("axis"), "keepdims": Arg("bool", default=False)},
+       doc="index of the first maximum (flat index when axis is null), as fp32"),
+    Op("rmsnorm", (1, 2), FLOAT_DTYPES, _rmsnorm, _norm_shape, {"eps": Arg("number", default=1e-6)},
+       doc="x / sqrt(mean(x^2) + eps) over the last axis, times an optional weight"),
+    Op("layernorm", (1, 3), FLOAT_DTYPES, _layernorm, _norm_shape, {"eps": Arg("number", default=1e-5)},
+       doc="(x - mean) / sqrt(var + eps) over the last axis, then optional weight and bias"),
 ]
 
-REGISTRY: dict[str, Op] = {op.name: op for op in _ENTRIES}
+# -- ops of issue 3: attention, rope, layout, elementwise math, quantization -----------------
+
+
+def _attention_shape(inputs: list[Shape], args: dict) -> Shape:
+    q, k, v = inputs
+    if min(len(q), len(k), len(v)) < 2:
+        raise ShapeError("attention needs q, k and v of rank 2 or more ([..., length, dim])")
+    if q[-1] != k[-1]:
+        raise ShapeError(f"attention: q {list(q)} and k {list(k)} differ in their last axis")
+    if k[-2] != v[-2]:
+        raise ShapeError(f"attention: k {list(k)} and v {list(v)} differ in their length axis")
+    try:
+        batch = tuple(np.broadcast_shapes(q[:-2], k[:-2], v[:-2]))
+    except ValueError:
+        raise ShapeError(f"attention: batch axes of {list(q)}, {list(k)}, {list(v)} do not broadcast") from None
+    return batch + (q[-2], v[-1])
+
+
+def _attention(xp: Any, inputs: list, args: dict) -> Any:
+    q, k, v = inputs
+    lq, lk, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    scale = np.float32(args["scale"] if args["scale"] is not None else 1.0 / math.sqrt(max(d, 1)))
+    scores = xp.matmul(q, xp.swapaxes(k, -1, -2)) * scale
+    if args["causal"]:
+        # Aligned to the bottom right: query i sees keys up to i + (lk - lq),
+        # so a query block that continues a longer key sequence (a KV cache)
+        # sees everything before it; with lq == lk this is the usual lower triangle.
+        rows = xp.arange(lq).reshape(lq, 1)
+        cols = xp.arange(lk).reshape(1, lk)
+        scores = xp.where(cols <= rows + (lk - lq), scores, np.float32(-np.inf))
+    top = xp.max(scores, axis=-1, keepdims=True) if lk else xp.zeros(scores.shape[:-1] + (1,), np.float32)
+    top = xp.where(xp.isfinite(top), top, np.float32(0))
+    e = xp.exp(scores - top)
+    total = xp.sum(e, axis=-1, keepdims=True)
+    weights = e / xp.where(total > 0, total, np.float32(1))
+    return xp.matmul(weights, v)
+
+
+def _rope_shape(inputs: list[Shape], args: dict) -> Shape:
+    x = inputs[0]
+    if len(x) < 2 or x[-1] % 2:
+        raise ShapeError(f"rope needs an input [..., length, dim] with an even dim, got {list(x)}")
+    return x
+
+
+def _rope(xp: Any, inputs: list, args: dict) -> Any:
+    x = inputs[0]
+    length, d = x.shape[-2], x.shape[-1]
+    # Angles in float64 on the host: position * frequency loses digits in
+    # float32 long before the positions a model uses.
+    inv = float(args["base"]) ** (-np.arange(0, d // 2, dtype=np.float64) * 2.0 / d)
+    angles = (np.arange(length, dtype=np.float64) + args["offset"])[:, None] * inv[None, :]
+    cos, sin = xp.asarray(np.cos(angles).astype(np.float32)), xp.asarray(np.sin(angles).astype(np.float32))
+    if args["interleaved"]:
+        a, b = x[..., 0::2], x[..., 1::2]
+        out = xp.empty_like(x)
+        out[..., 0::2] = a * cos - b * sin
+        out[..., 1::2] = b * cos + a * sin
+        return out
+    a, b = x[..., : d // 2], x[..., d // 2 :]
+    return xp.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+
+
+def _concat_shape(inputs: list[Shape], args: dict) -> Shape:
+    first = inputs[0]
+    ax = _normalize_axis(args["axis"], len(first), "concat")
+    for s in inputs[1:]:
+        if len(s) != len(first) or any(a != b for i, (a, b) in enumerate(zip(s, first)) if i != ax):
+            raise ShapeError(f"concat: shape {list(s)} does not match {list(first)} outside axis {args['axis']}")
+    return first[:ax] + (sum(s[ax] for s in inputs),) + first[ax + 1 :]
+
+
+def _split_bounds(shape: Shape, args: dict) -> tuple[int, int, int]:
+    """(axis, start, stop) of the part ``index`` of ``shape`` that split keeps."""
+    ax = _normalize_axis(args["axis"], len(shape), "split")
+    n = shape[ax] if shape else 0
+    if (args["sections"] is None) == (args["sizes"] is None):
+        raise ShapeError("split needs exactly one of 'sections' (equal parts) and 'sizes' (the length of each part)")
+    if args["sections"] is not None:
+        if args["sections"] < 1 or n % args["sections"]:
+            raise ShapeError(f"split: axis {args['axis']} of length {n} does not divide into {args['sections']} equal parts")
+        sizes = [n // args["sections"]] * args["sections"]
+    else:
+        sizes = list(args["sizes"])
+        if sum(sizes) != n:
+            raise ShapeError(f"split: sizes {sizes} add up to {sum(sizes)}, not the length {n} of axis {args['axis']}")
+    if not 0 <= args["index"] < len(sizes):
+        raise ShapeError(f"split: index {args['index']} is out of range for {len(sizes)} parts")
+    start = sum(sizes[: args["index"]])
+    return ax, start, start + sizes[args["index"]]
+
+
+def _split_shape(inputs: list[Shape], args: dict) -> Shape:
+    ax, start, stop = _split_bounds(inputs[0], args)
+    return inputs[0][:ax] + (stop - start,) + inputs[0][ax + 1 :]
+
+
+def _split(xp: Any, inputs: list, args: dict) -> Any:
+    x = inputs[0]
+    ax, start, stop = _split_bounds(tuple(x.shape), args)
+    return xp.take(x, xp.arange(start, stop), axis=ax)
+
+
+def _slice_range(shape: Shape, args: dict) -> tuple[int, range]:
+    ax = _normalize_axis(args["axis"], len(shape), "slice")
+    if args["step"] == 0:
+        raise ShapeError("slice: step must not be 0")
+    return ax, range(*slice(args["start"], args["stop"], args["step"]).indices(shape[ax]))
+
+
+def _slice_shape(inputs: list[Shape], args: dict) -> Shape:
+    ax, picked = _slice_range(inputs[0], args)
+    return inputs[0][:ax] + (len(picked),) + inputs[0][ax + 1 :]
+
+
+def _slice(xp: Any, inputs: list, args: dict) -> Any:
+    x = inputs[0]
+    ax, picked = _slice_range(tuple(x.shape), args)
+    index = [slice(None)] * x.ndim
+    index[ax] = slice(picked.start, picked.stop if picked.stop >= 0 else None, picked.step)
+    return x[tuple(index)]
+
+
+def _sigmoid(xp: Any, inputs: list, args: dict) -> Any:
+    x = inputs[0]
+    e = xp.exp(-xp.abs(x))  # never overflows, unlike exp(-x) for very negative x
+    return xp.where(x >= 0, np.float32(1) / (np.float32(1) + e), e / (np.float32(1) + e))
+
+
+QUANT_MAX = {Dtype.int8: 127.0, Dtype.int4: 7.0, Dtype.fp8e4m3: 448.0, Dtype.fp8e5m2: 57344.0}
+"""The largest magnitude each quantized dtype holds: a symmetric scale maps absmax onto it."""
+
+QUANT_DTYPES = frozenset(QUANT_MAX)
+
+
+def _scale_axes(shape: Shape, axis: int | None) -> tuple[int, ...] | None:
+    if axis is None:
+        return None
+    ax = _normalize_axis(axis, len(shape), "quantize.scale")
+    return tuple(i for i in range(len(shape)) if i != ax)
+
+
+def _scale_shape(inputs: list[Shape], args: dict) -> Shape:
+    if Dtype(args["target"]) not in QUANT_DTYPES:
+        raise ShapeError(f"quantize.scale: target must be one of {', '.join(d.value for d in QUANT_MAX)}, got {args['target']!r}")
+    shape = inputs[0]
+    if args["axis"] is None:
+        return ()
+    ax = _normalize_axis(args["axis"], len(shape), "quantize.scale")
+    return tuple(n if i == ax else 1 for i, n in enumerate(shape))
+
+
+def _scale(xp: Any, inputs: list, args: dict) -> Any:
+    x = inputs[0]
+    axes = _scale_axes(tuple(x.shape), args["axis"])
+    keep = axes is not None
+    top = xp.max(xp.abs(x), axis=axes, keepdims=keep) if x.size else xp.zeros((1,) * x.ndim if keep else (), np.float32)
+    scale = top / np.float32(QUANT_MAX[Dtype(args["target"])])
+    return xp.where(scale > 0, scale, np.float32(1))
+
+
+def _quant_shape(inputs: list[Shape], args: dict) -> Shape:
+    try:
+        out = tuple(np.broadcast_shapes(*inputs))
+    except ValueError:
+        out = None
+    if out != inputs[0]:
+        raise ShapeError(f"the scale of shape {list(inputs[1])} must broadcast to the tensor's shape {list(inputs[0])}")
+    return out
+
+
+def _quantize(xp: Any, inputs: list, args: dict, dtype: Dtype) -> Any:
+    limit = np.float32(QUANT_MAX[dtype])
+    # Saturate first: fp8e4m3 has no infinity, so an overflow would become NaN.
+    return xp.clip(inputs[0] / inputs[1], -limit, limit)
+
+
+_ENTRIES += [
+    Op("attention", (3, 3), FLOAT_DTYPES, _attention, _attention_shape,
+       {"causal": Arg("bool", default=False), "scale": Arg("number?", default=None)},
+       doc="softmax(q @ k^T * scale) @ v; scale defaults to 1/sqrt(dim); causal masks later keys"),
+    Op("rope", (1, 1), FLOAT_DTYPES, _rope, _rope_shape,
+       {"base": Arg("number", default=10000.0), "offset": Arg("int", default=0),
+        "interleaved": Arg("bool", default=False)},
+       doc="rotary position embedding over [..., length, dim]; halves rotate (interleaved: pairs)"),
+    Op("concat", (1, 64), ALL_DTYPES, lambda xp, i, a: xp.concatenate(i, axis=a["axis"]), _concat_shape,
+       {"axis": Arg("int", default=0)}, doc="join inputs along one axis"),
+    Op("split", (1, 1), ALL_DTYPES, _split, _split_shape,
+       {"axis": Arg("int", default=0), "sections": Arg("int"), "sizes": Arg("shape"),
+        "index": Arg("int", required=True)},
+       doc="part `index` of the input cut along `axis` into `sections` equal parts or parts of `sizes`"),
+    Op("slice", (1, 1), ALL_DTYPES, _slice, _slice_shape,
+       {"axis": Arg("int", default=0), "start": Arg("int?", default=None), "stop": Arg("int?", default=None),
+        "step": Arg("int", default=1)},
+       doc="x[start:stop:step] along one axis, Python's slice rules"),
+    Op("exp", (1, 1), FLOAT_DTYPES, lambda xp, i, a: xp.exp(i[0]), _same, doc="e^x"),
+    Op("log", (1, 1), FLOAT_DTYPES, lambda xp, i, a: xp.log(i[0]), _same, doc="natural logarithm"),
+    Op("sqrt", (1, 1), FLOAT_DTYPES, lambda xp, i, a: xp.sqrt(i[0]), _same, doc="square root"),
+    Op("tanh", (1, 1), FLOAT_DTYPES, lambda xp, i, a: xp.tanh(i[0]), _same, doc="hyperbolic tangent"),
+    Op("sigmoid", (1, 1), FLOAT_DTYPES, _sigmoid, _same, doc="1 / (1 + e^-x)"),
+    Op("quantize.scale", (1, 1), frozenset({Dtype.fp32}), _scale, _scale_shape,
+       {"target": Arg("dtype", required=True), "axis": Arg("axis", default=None)},
+       doc="symmetric scale absmax / max(target): per tensor, or per channel along `axis`"),
+    Op("quantize", (2, 2), QUANT_DTYPES, _quantize, _quant_shape, dtype_aware=True,
+       doc="x / scale, saturated and rounded to the stage's int8, int4 or fp8 dtype"),
+    Op("dequantize", (2, 2), FLOAT_DTYPES, lambda xp, i, a: i[0] * i[1], _quant_shape,
+       doc="q * scale"),
+]
+
+# Each op's Vulkan kernel, beside the op: an op missing here is one the
+# Vulkan executor does not offer.
+_GELU = "0.5 * x * (1.0 + tanh(clamp(0.7978846 * (x + 0.044715 * x * x * x), -15.0, 15.0)))"
+_WGSL: dict[str, Kernel] = {
+    **{name: Kernel("host") for name in ("random.normal", "random.uniform", "zeros", "ones", "arange", "load")},
+    "add": Kernel("binary", "a + b"),
+    "sub": Kernel("binary", "a - b"),
+    "mul": Kernel("binary", "a * b"),
+    "div": Kernel("binary", "a / b"),
+    "matmul": Kernel("matmul"),
+    "relu": Kernel("unary", "max(x, 0.0)"),
+    "gelu": Kernel("unary", _GELU),
+    "silu": Kernel("unary", "x / (1.0 + exp(-x))"),
+    "cast": Kernel("unary", "x"),
+    "reshape": Kernel("unary", "x"),
+    "transpose": Kernel("permute"),
+    "softmax": Kernel("softmax"),
+    "sum": Kernel("reduce", "sum"),
+    "mean": Kernel("reduce", "mean"),
+    "max": Kernel("reduce", "max"),
+    "argmax": Kernel("reduce", "argmax"),
+    "rmsnorm": Kernel("norm", "rms"),
+    "layernorm": Kernel("norm", "layer"),
+}
+
+REGISTRY: dict[str, Op] = {op.name: replace(op, wgsl=_WGSL.get(op.name)) for op in _ENTRIES}

@@ -45,8 +45,9 @@ def test_run_exit_0_prints_where_the_record_went(manifest_file, tmp_path):
     path = manifest_file(OK)
     code, out, err = run_cli("run", path, "--runs-dir", str(tmp_path / "runs"), "-p", "n=4")
     assert code == 0, err
-    record_line = out.strip().splitlines()[-1]
+    *_, record_line, run_id = out.strip().splitlines()
     assert record_line.startswith("record: ")
+    assert Path(record_line.removeprefix("record: ")).parent.name == run_id
     record = json.loads(Path(record_line.removeprefix("record: ")).read_text())
     assert record["params"] == {"n": 4} and record["overrides"] == {"n": 4}
     assert record["outputs"]["y"]["shape"] == [4]

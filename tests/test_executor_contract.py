@@ -2,8 +2,17 @@
 
 Each implementation is a fixture parameter; one that cannot start on this
 machine is skipped with the reason its probe gives.
+
+A third-party executor runs the same suite against itself by naming a
+factory in ``HETFLOW_EXECUTOR`` (``package.module:callable``, called as
+``factory(name, memory_limit=None)`` and returning a new instance)::
+
+    HETFLOW_EXECUTOR=mypkg.executor:make python -m pytest tests/test_executor_contract.py -k external
 """
 
+import importlib
+import os
+import pickle
 import threading
 
 import ml_dtypes
@@ -19,6 +28,7 @@ from hetflow.executors.base import (
     PortableActivation,
     SubGraphPlan,
     TensorShape,
+    OutOfMemory,
     UnknownHandle,
     UnsupportedDtype,
     Vendor,
@@ -27,22 +37,39 @@ from hetflow.executors.base import (
 from hetflow.executors.cpu import encode_plan
 
 IMPLEMENTATIONS = [Vendor.cpu, Vendor.cuda, Vendor.rocm, Vendor.vulkan]
+EXTERNAL = os.environ.get("HETFLOW_EXECUTOR", "")
 
 
-@pytest.fixture(params=IMPLEMENTATIONS, ids=lambda v: v.value)
-def vendor(request):
+def _external_factory(spec):
+    module, _, attr = spec.partition(":")
+    if not attr:
+        raise pytest.UsageError(f"HETFLOW_EXECUTOR must be package.module:callable, got {spec!r}")
+    return getattr(importlib.import_module(module), attr)
+
+
+@pytest.fixture(params=IMPLEMENTATIONS + ([EXTERNAL] if EXTERNAL else []),
+                ids=lambda v: v.value if isinstance(v, Vendor) else "external")
+def implementation(request):
+    """``factory(name, memory_limit=None)`` making instances of the executor under test."""
+    if not isinstance(request.param, Vendor):
+        return _external_factory(request.param)
     offer = probe(request.param)
     if not offer.available:
         pytest.skip(f"{request.param.value} executor unavailable here: {offer.reason}")
-    return request.param
+    return lambda name, memory_limit=None: create(request.param, name, memory_limit=memory_limit)
 
 
 @pytest.fixture
-def make(vendor):
+def vendor(implementation):
+    return implementation("probe").vendor
+
+
+@pytest.fixture
+def make(implementation):
     made = []
 
-    def factory(name="e"):
-        ex = create(vendor, name)
+    def factory(name="e", memory_limit=None):
+        ex = implementation(name, memory_limit=memory_limit)
         made.append(ex)
         return ex
 
@@ -186,7 +213,15 @@ def test_concurrent_calls_from_many_threads(make, vendor):
     errors = []
     rng = np.random.default_rng(1)
     w_host = rng.standard_normal((16, 16)).astype(np.float32)
-    want = np.maximum(np.ones((4, 16), np.float32) @ w_host, 0)
+    # Executors sum in their own order (numpy's BLAS, a GPU's tiles), so the
+    # reference is this executor's result computed alone: every concurrent
+    # call must give exactly it, and it must agree with numpy's.
+    alone = [ex.import_activation(portable(np.ones((4, 16)))), ex.import_activation(portable(w_host))]
+    alone += ex.execute(mlp_plan(vendor), alone)
+    want = ex.export_activation(alone[-1]).to_array()
+    for h in alone:
+        ex.release_activation(h)
+    np.testing.assert_allclose(want, np.maximum(np.ones((4, 16), np.float32) @ w_host, 0), rtol=1e-6, atol=1e-6)
 
     def worker():
         try:
@@ -208,3 +243,94 @@ def test_concurrent_calls_from_many_threads(make, vendor):
         t.join()
     assert errors == []
     assert ex.live_activations() == 0
+
+
+
+def test_memory_limit_surfaces_out_of_memory(make, vendor):
+    ex = make("small", memory_limit=64)
+    h = ex.alloc_activation(TensorShape((4, 4)), Dtype.fp32)  # exactly the 64 bytes
+    with pytest.raises(OutOfMemory, match="executor allocation failed"):
+        ex.alloc_activation(TensorShape((1,)), Dtype.fp32)
+    with pytest.raises(OutOfMemory):
+        ex.import_activation(portable([1.0]))
+    ex.release_activation(h)
+
+    x = ex.import_activation(portable(np.ones((2, 4))))
+    w = ex.import_activation(portable(np.ones((4, 2))))
+    with pytest.raises(OutOfMemory):  # a 16-byte result beside the 64 bytes in use
+        ex.execute(mlp_plan(vendor), [x, w])
+    assert ex.live_activations() == 2, "a refused result leaves no handle behind"
+    ex.release_activation(w)
+    w = ex.import_activation(portable(np.ones((4, 1))))
+    (y,) = ex.execute(mlp_plan(vendor), [x, w])  # 48 + 8 bytes fit
+    assert ex.export_activation(y).to_array().tolist() == [[4.0], [4.0]]
+    for handle in (x, w, y):
+        ex.release_activation(handle)
+
+
+def test_exports_outlive_release_and_later_exports(make):
+    a, b = make("a"), make("b")
+    first = np.arange(1000, dtype=np.float32)
+    h = a.import_activation(portable(first))
+    p = a.export_activation(h)
+    a.release_activation(h)  # the portable keeps its bytes after the handle is gone
+    for i in range(4):  # later exports of the same size may reuse staging memory, never p's
+        other = a.import_activation(portable(np.full(1000, i, np.float32)))
+        a.export_activation(other)
+        a.release_activation(other)
+    h2 = b.import_activation(p)
+    assert b.export_activation(h2).to_array().tolist() == first.tolist()
+    assert bytes(p.bytes) == first.tobytes()
+    b.release_activation(h2)
+
+
+def test_portable_activation_pickles_to_plain_bytes(make):
+    a, b = make("a"), make("b")
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    h = a.import_activation(portable(values))
+    wire = pickle.loads(pickle.dumps(a.export_activation(h)))
+    assert type(wire) is PortableActivation and isinstance(wire.bytes, bytes)
+    h2 = b.import_activation(wire)
+    assert b.export_activation(h2).to_array().tolist() == values.tolist()
+    a.release_activation(h)
+    b.release_activation(h2)
+
+
+def test_large_and_non_contiguous_results_export_row_major(make, vendor):
+    a, b = make("a"), make("b")
+    values = np.random.default_rng(3).standard_normal((1024, 1536)).astype(np.float32)
+    h = a.import_activation(portable(values))
+    plan = encode_plan(vendor, ["x"], [{"id": "t", "op": "transpose", "args": {"axes": None}, "dtype": "fp32", "inputs": ["x"]}], ["t"])
+    (t,) = a.execute(plan, [h])
+    p = a.export_activation(t)
+    assert p.shape.dims == (1536, 1024)
+    assert bytes(p.bytes) == np.ascontiguousarray(values.T).tobytes()
+    h2 = b.import_activation(p)
+    assert np.array_equal(b.export_activation(h2).to_array(), values.T)
+    for ex, handle in ((a, h), (a, t), (b, h2)):
+        ex.release_activation(handle)
+
+
+def test_concurrent_bridges_between_two_instances(make):
+    a, b = make("a"), make("b")
+    errors = []
+
+    def worker(seed):
+        try:
+            for i in range(20):
+                values = np.full((64, 33), seed * 100 + i, np.float32)
+                h = a.import_activation(portable(values))
+                p = a.export_activation(h)
+                a.release_activation(h)
+                h2 = b.import_activation(p)
+                assert np.array_equal(b.export_activation(h2).to_array(), values)
+                b.release_activation(h2)
+        except Exception as e:  # collected and re-raised in the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

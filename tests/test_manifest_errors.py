@@ -56,7 +56,8 @@ def test_unknown_key_points_at_the_key(manifest_file):
     assert errors(path) == [
         f"{path}:9:3: error: op 'relu' takes 1 input, stage 'y' gives 0",
         f"{path}:9:17: error: unknown key 'inputz' in stages.y "
-        "(allowed: op, inputs, args, dtype, executor, description); did you mean 'inputs'?",
+        "(allowed: phase, emulator, op, inputs, args, dtype, executor, vendor, colocate_with, retries, timeout, cache, "
+        "description); did you mean 'inputs'?",
     ]
 
 
@@ -105,7 +106,7 @@ def test_wrong_arity(manifest_file):
 def test_bad_and_unknown_op_arguments(manifest_file):
     path = manifest_file(GOOD.replace("seed: 0}", "seed: 0.5, mu: 1}"))
     assert errors(path) == [
-        f"{path}:8:59: error: argument 'seed' of op 'random.normal' must be an integer, got 0.5",
+        f"{path}:8:59: error: argument 'seed' of op 'random.normal' must be an integer seed, or null for fresh entropy on every run, got 0.5",
         f"{path}:8:64: error: op 'random.normal' has no argument 'mu' (accepted: shape, seed, mean, std)",
     ]
 

@@ -10,6 +10,11 @@ Public API (the engine's emulator phases call these)::
     hist = out.backend.await_rom_histogram()               # once, then None
     end_state, counts = reexecute_chunk(program, out.min_traces[i])
     verify_min_traces(program, out)                        # every chunk, from its min trace alone
+    table = witness_table(program, out.min_traces[i], input_size=len(input))  # one Dask task per chunk
+    instances = plan_instances(out.counters, {"main": 1 << 22, "mem": 1 << 22})
+    rows = instance_table(instances[k], {c: table_of[c] for c in instances[k].chunks})
+
+Witness columns, state machines and the packing rule: :mod:`.witness`.
 
 On the reference path ``await_*`` return ``([], None)``/``None`` (the
 seed's Rust variant); the same plans and histogram come from
@@ -32,6 +37,8 @@ from .machine import (INPUT_ADDR, OUTPUT_ADDR, RAM_ADDR, RAM_SIZE, STACK_TOP, UA
                       GuestError, GuestTrap, StepLimitExceeded)
 from .memplan import (mem_ops_from_min_traces, mem_plans_from_min_traces, plan_memory,
                       rom_histogram_from_min_traces)
+from .witness import COLUMNS as WITNESS_COLUMNS
+from .witness import DEFAULT_SIZES, STATE_MACHINES, Instance, instance_table, plan, plan_instances, witness_table
 from .output import (BackendArtifacts, CountersChunkMetrics, EmuTrace, EmuTraceStart, ExecutionOutput,
                      ExecutorError, MemPlan, RomHistogram, RunnerFailed, RunnerHandleConsumed)
 
@@ -41,6 +48,8 @@ __all__ = [
     "Program", "ExecutionOutput", "BackendArtifacts", "EmuTrace", "EmuTraceStart", "CountersChunkMetrics",
     "MemPlan", "RomHistogram", "EmulatorError", "ElfError", "GuestError", "GuestTrap", "StepLimitExceeded",
     "ExecutorError", "RunnerFailed", "RunnerHandleConsumed",
+    "witness_table", "instance_table", "plan", "plan_instances", "Instance", "WITNESS_COLUMNS", "STATE_MACHINES",
+    "DEFAULT_SIZES",
     "INPUT_ADDR", "OUTPUT_ADDR", "RAM_ADDR", "RAM_SIZE", "STACK_TOP", "UART_ADDR", "machine",
 ]
 
@@ -55,13 +64,16 @@ def _program(program: Program | str | Path) -> Program:
 
 def execute(program: Program | str | Path, *, backend: str = "fast", input: bytes = b"",
             chunk_steps: int = DEFAULT_CHUNK_STEPS, max_steps: int = DEFAULT_MAX_STEPS,
-            mem_plan_rows: int = 1 << 22, rom_histogram: bool = True, mem_plan_xp=np) -> ExecutionOutput:
+            mem_plan_rows: int = 1 << 22, rom_histogram: bool = True, mem_plan_xp=np,
+            runners: bool = True) -> ExecutionOutput:
     """Run a guest from its entry point and return the seed's ExecutionOutput.
 
     ``backend="fast"`` starts the MO and RH runners in threads beside the
     main execution (set ``rom_histogram=False`` for a rank without the
     ROM state machine: RH is then absent and ``await_rom_histogram``
-    returns None).
+    returns None).  ``runners=False`` starts neither runner (for a caller
+    that only wants the run itself, like ``hetflow emulate``): the fast
+    backend's ``await_mem_plans`` then reports its handle as consumed.
 
     Raises
     ------
@@ -78,6 +90,10 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
         from . import reference
         r = reference.run(program, input, chunk_steps, max_steps)
         artifacts = BackendArtifacts.reference()
+    elif not runners:
+        from . import fast
+        r = fast.run(program, input, chunk_steps, max_steps)
+        artifacts = BackendArtifacts.fast(None, None)
     else:
         from . import fast
         mo_image = fast.Image(program, input, len(input))

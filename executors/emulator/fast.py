@@ -35,6 +35,16 @@ runner:
 * ``LOG_PCS`` — the ROM-histogram runner (RH): executions per slot.
 * ``REPLAY`` — re-execution of one chunk: reads are popped from ``rbuf``
   instead of memory, and stores do not touch memory.
+* ``WITNESS`` (with ``REPLAY``) — one row per step into ``wbuf``, the
+  columns of :data:`hetflow.executors.emulator.witness.COLUMNS`.
+
+The compiled loop never allocates or reassigns an array (numba would
+reference-count it on every step): :meth:`_Machine.run` calls it on
+slices of at most ``_SLICE`` steps and first makes room for a slice's
+worst case (3 words read, 9 logged values and 1 printed byte per step).
+Only the write syscall can need more; the loop then stops before that
+step with ``ST_GROW``, undoes its fetch, and is called again with
+bigger buffers.
 
 The compiled function is ``nogil=True`` (MO and RH run in threads beside
 the main execution; chunk re-executions run in parallel threads) and
@@ -50,22 +60,24 @@ import numba
 import numpy as np
 
 from . import machine as M
-from .elf import PERM_R, PERM_W, PERM_X, Program
+from .elf import PERM_R, PERM_W, PERM_X, Program, Segment
 from .isa import BY_NAME, CLASSES, decode_arrays
 from .output import EmuTrace, EmuTraceStart, RomHistogram
 
-__all__ = ["run", "replay_chunk", "Image", "mem_ops_runner", "rom_histogram_runner"]
+__all__ = ["run", "replay_chunk", "Image", "mem_ops_runner", "rom_histogram_runner", "warm_up"]
 
-REC_READS, LOG_OPS, LOG_PCS, REPLAY = 1, 2, 4, 8
+REC_READS, LOG_OPS, LOG_PCS, REPLAY, WITNESS = 1, 2, 4, 8, 16
 
 # status codes returned by _run
-ST_BUDGET, ST_END, ST_TRAP, ST_REPLAY_EXHAUSTED = 0, 1, 2, 3
+ST_BUDGET, ST_END, ST_TRAP, ST_REPLAY_EXHAUSTED, ST_GROW = 0, 1, 2, 3, 4
 
 # indices into the st array
 S_PC, S_STEP, S_PRIV, S_RES = 0, 1, 2, 3
 S_MSTATUS, S_MTVEC, S_MEPC, S_MCAUSE, S_MTVAL, S_MSCRATCH, S_MIE = 4, 5, 6, 7, 8, 9, 10
-S_END, S_CODE, S_ECAUSE, S_ETVAL, S_EINSN = 11, 12, 13, 14, 15
-N_ST = 16
+S_END, S_CODE, S_ECAUSE, S_ETVAL, S_EINSN, S_NEED = 11, 12, 13, 14, 15, 16
+N_ST = 17
+N_WITNESS = 16
+_SLICE = 1 << 18                       # steps per call of the compiled loop (bounds buffer headroom)
 assert M.CSR_STATE == ("mstatus", "mtvec", "mepc", "mcause", "mtval", "mscratch", "mie")
 
 # op ids (compile-time constants in the jitted code)
@@ -157,20 +169,20 @@ def _find(addr, size, nreg, rbase, rsize):
 
 
 @_jit
-def _decode(w, match, mask, fmt, order, start, stop, row):
-    """Fill a decode-cache row [raw, op, rd, rs1, rs2, imm, cls] for word w."""
-    row[0] = w
-    row[1] = -1
+def _decode(w, match, mask, fmt, order, start, stop, dc, slot):
+    """Fill decode-cache row ``dc[slot]`` = [raw, op, rd, rs1, rs2, imm, cls] for word w."""
+    dc[slot, 0] = w
+    dc[slot, 1] = -1
     opc = w & 0x7F
     for k in range(start[opc], stop[opc]):
         i = order[k]
         if (w & mask[i]) == match[i]:
-            row[1] = i
+            dc[slot, 1] = i
             break
-    row[2] = (w >> 7) & 0x1F
-    row[3] = (w >> 15) & 0x1F
-    row[4] = (w >> 20) & 0x1F
-    f = fmt[row[1]] if row[1] >= 0 else 0
+    dc[slot, 2] = (w >> 7) & 0x1F
+    dc[slot, 3] = (w >> 15) & 0x1F
+    dc[slot, 4] = (w >> 20) & 0x1F
+    f = fmt[dc[slot, 1]] if dc[slot, 1] >= 0 else 0
     imm = np.int64(0)
     if f == _F_I:
         imm = _sx(w >> 20, 12)
@@ -188,7 +200,7 @@ def _decode(w, match, mask, fmt, order, start, stop, row):
         imm = _sx((((w >> 31) & 1) << 20) | (((w >> 12) & 0xFF) << 12) | (((w >> 20) & 1) << 11) | (((w >> 21) & 0x3FF) << 1), 21)
     elif f == _F_CSR or f == _F_CSRI:
         imm = (w >> 20) & 0xFFF
-    row[5] = imm
+    dc[slot, 5] = imm
 
 
 @_jit
@@ -265,8 +277,9 @@ def _csr_write(c, v, st):
 def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
          t_match, t_mask, t_fmt, t_cls, t_order, t_start, t_stop,
          regs, st, counts, tohost, budget, mode,
-         rbuf, rpos, obuf, opos, hist, cbuf, cpos):
+         rbuf, rpos, obuf, opos, hist, cbuf, cpos, t_use, wbuf, wofs):
     nreg = rbase.shape[0]
+    wit = (mode & WITNESS) != 0
     rec = (mode & REC_READS) != 0
     logops = (mode & LOG_OPS) != 0
     logpcs = (mode & LOG_PCS) != 0
@@ -276,15 +289,27 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
     priv = st[S_PRIV]
     res = st[S_RES]
     n = 0
+    endk = st[S_END]
     status = ST_BUDGET
     fr = 0                                   # region of the last fetch
     while n < budget:
         npc = pc + 4
+        rpos0 = rpos
+        opos0 = opos
         slot = 0
         d = np.int64(0)
         cause = -1
         tval = np.int64(0)
         raw = np.int64(-1)
+        a = np.int64(0)
+        b = np.int64(0)
+        wpc = pc
+        wa7 = regs[17]
+        wm_op = 0
+        wm_w = 0
+        wm_addr = np.int64(0)
+        wm_r = np.int64(0)
+        wm_wv = np.int64(0)
         # ---- fetch
         d = pc - rbase[fr]
         if not (d >= 0 and d <= rsize[fr] - 4 and (rperm[fr] & PERM_X) != 0):
@@ -307,13 +332,9 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                 else:
                     w = np.int64(mem64[off >> 3])
                     if rec:
-                        if rpos + 1 > rbuf.shape[0]:
-                            rbuf = _grow(rbuf, rpos + 1)
                         rbuf[rpos] = np.uint64(w)
                         rpos += 1
                 if logops:
-                    if opos + 3 > obuf.shape[0]:
-                        obuf = _grow(obuf, opos + 3)
                     obuf[opos] = pc & ~7
                     obuf[opos + 1] = step
                     obuf[opos + 2] = 0
@@ -323,7 +344,7 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                 raw = np.int64(mem32[off >> 2])
             slot = rslot[fr] + (d >> 2)
             if dc[slot, 0] != raw:
-                _decode(raw, t_match, t_mask, t_fmt, t_order, t_start, t_stop, dc[slot])
+                _decode(raw, t_match, t_mask, t_fmt, t_order, t_start, t_stop, dc, slot)
                 dc[slot, 6] = t_cls[dc[slot, 1]] if dc[slot, 1] >= 0 else C_SYSTEM
             if logpcs:
                 hist[slot] += 1
@@ -504,6 +525,7 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                 a7 = regs[17]
                 if a7 == 93:
                     st[S_END] = 1
+                    endk = 1
                     st[S_CODE] = regs[10]
                 elif a7 == 64:
                     fd, buf, ln = regs[10], regs[11], regs[12]
@@ -520,8 +542,12 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                         else:
                             first = buf & ~7
                             last = (buf + ln - 1) & ~7
-                            if cpos + (last - first) + 8 > cbuf.shape[0]:
-                                cbuf = _grow(cbuf, cpos + (last - first) + 8)
+                            nw = ((last - first) >> 3) + 1
+                            if (cpos + nw * 8 > cbuf.shape[0] or (rec and rpos + nw > rbuf.shape[0])
+                                    or (logops and opos + 3 * nw > obuf.shape[0])):
+                                st[S_NEED] = nw
+                                status = ST_GROW
+                                break
                             boff = roff[ri] + (first - rbase[ri])
                             k = 0
                             wa = first
@@ -535,13 +561,9 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                                 else:
                                     w = np.int64(mem64[(boff >> 3) + k])
                                     if rec:
-                                        if rpos + 1 > rbuf.shape[0]:
-                                            rbuf = _grow(rbuf, rpos + 1)
                                         rbuf[rpos] = np.uint64(w)
                                         rpos += 1
                                 if logops:
-                                    if opos + 3 > obuf.shape[0]:
-                                        obuf = _grow(obuf, opos + 3)
                                     obuf[opos] = wa
                                     obuf[opos + 1] = step
                                     obuf[opos + 2] = 0
@@ -635,17 +657,18 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                         else:
                             w = np.int64(mem64[off >> 3])
                             if rec:
-                                if rpos + 1 > rbuf.shape[0]:
-                                    rbuf = _grow(rbuf, rpos + 1)
                                 rbuf[rpos] = np.uint64(w)
                                 rpos += 1
                         if logops:
-                            if opos + 3 > obuf.shape[0]:
-                                obuf = _grow(obuf, opos + 3)
                             obuf[opos] = addr & ~7
                             obuf[opos + 1] = step
                             obuf[opos + 2] = 0
                             opos += 3
+                        if wit:
+                            wm_op = 1
+                            wm_w = width
+                            wm_addr = addr
+                            wm_r = w if isd else _srl(w, (off & 7) * 8) & 0xFFFFFFFF
                         if isd:
                             old = w
                             src = b
@@ -704,16 +727,12 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                             w0 = np.int64(mem64[off >> 3])
                             w1 = np.int64(mem64[(off >> 3) + 1]) if two else np.int64(0)
                             if rec:
-                                if rpos + 2 > rbuf.shape[0]:
-                                    rbuf = _grow(rbuf, rpos + 2)
                                 rbuf[rpos] = np.uint64(w0)
                                 rpos += 1
                                 if two:
                                     rbuf[rpos] = np.uint64(w1)
                                     rpos += 1
                         if logops:
-                            if opos + 6 > obuf.shape[0]:
-                                obuf = _grow(obuf, opos + 6)
                             obuf[opos] = addr & ~7
                             obuf[opos + 1] = step
                             obuf[opos + 2] = 0
@@ -726,6 +745,11 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                         v = _srl(w0, sh * 8)
                         if two:
                             v |= w1 << ((8 - sh) * 8)
+                        if wit:
+                            wm_op = 1
+                            wm_w = msize
+                            wm_addr = addr
+                            wm_r = v if msize == 8 else v & ((np.int64(1) << (8 * msize)) - 1)
                         if msize == 8:
                             pass
                         elif op == OP_LB:
@@ -748,12 +772,15 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                     else:
                         if msize < 8:
                             sval &= (np.int64(1) << (8 * msize)) - 1
+                        if wit:
+                            wm_op |= 2
+                            wm_w = msize
+                            wm_addr = addr
+                            wm_wv = sval
                         off = roff[ri] + (addr - rbase[ri])
                         sh = off & 7
                         two = sh + msize > 8
                         if logops:
-                            if opos + 6 > obuf.shape[0]:
-                                obuf = _grow(obuf, opos + 6)
                             obuf[opos] = addr & ~7
                             obuf[opos + 1] = step
                             obuf[opos + 2] = 1
@@ -774,12 +801,11 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                                 for j in range(msize):
                                     mem[off + j] = np.uint8(_srl(sval, 8 * j) & 0xFF)
                         if addr == _UART and msize == 1:
-                            if cpos + 1 > cbuf.shape[0]:
-                                cbuf = _grow(cbuf, cpos + 1)
                             cbuf[cpos] = np.uint8(sval)
                             cpos += 1
                         if tohost != -1 and addr == tohost and sval != 0:
                             st[S_END] = 2
+                            endk = 2
                             st[S_CODE] = _srl(sval, 1) if (sval & 1) != 0 else sval
             # misaligned jump or branch target: the instruction traps, rd unchanged
             if cause < 0 and (npc & 3) != 0:
@@ -803,17 +829,54 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
             priv = 3
             npc = st[S_MTVEC] & ~3
         regs[0] = 0
+        if wit:
+            wn = wofs + n
+            wbuf[wn, 0] = step
+            wbuf[wn, 1] = wpc
+            wbuf[wn, 2] = raw
+            wbuf[wn, 3] = op
+            wbuf[wn, 4] = dc[slot, 6] if op >= 0 else C_SYSTEM
+            use = t_use[op] if op >= 0 else 0
+            wrd = 0
+            if cause < 0:
+                if (use & 4) != 0:
+                    wrd = dc[slot, 2]
+                elif op == OP_ECALL and wa7 == 64:
+                    wrd = 10
+            else:
+                wm_op = 0
+                wm_w = 0
+                wm_addr = 0
+                wm_r = 0
+                wm_wv = 0
+            wbuf[wn, 5] = wrd
+            wbuf[wn, 6] = regs[wrd]
+            wbuf[wn, 7] = a if (use & 1) != 0 else 0
+            wbuf[wn, 8] = b if (use & 2) != 0 else 0
+            wbuf[wn, 9] = wm_op
+            wbuf[wn, 10] = wm_w
+            wbuf[wn, 11] = wm_addr
+            wbuf[wn, 12] = wm_r
+            wbuf[wn, 13] = wm_wv
+            wbuf[wn, 14] = cause
+            wbuf[wn, 15] = npc
         pc = npc
         step += 1
         n += 1
-        if st[S_END] != 0:
+        if endk != 0:
             status = ST_END
             break
     st[S_PC] = pc
     st[S_STEP] = step
     st[S_PRIV] = priv
     st[S_RES] = res
-    return status, n, rbuf, rpos, obuf, opos, cbuf, cpos
+    if status == ST_GROW:                  # undo the fetch of the step that did not run
+        counts[dc[slot, 6]] -= 1
+        if logpcs:
+            hist[slot] -= 1
+        rpos = rpos0
+        opos = opos0
+    return status, n, rpos, opos, cpos
 
 
 # --------------------------------------------------------------------------
@@ -858,6 +921,12 @@ class Image:
     def copy_mem(self):
         return self.mem.copy()
 
+    def peek_insn(self, mem, pc: int) -> int | None:
+        for r in self.regions:
+            if r.perm & PERM_X and r.base <= pc and pc + 4 <= r.base + r.size:
+                return self.peek_u32(mem, pc)
+        return None
+
     def peek_u32(self, mem, addr: int) -> int:
         for r, o in zip(self.regions, self.roff):
             if r.base <= addr and addr + 4 <= r.base + r.size:
@@ -888,14 +957,52 @@ class _Machine:
         self.hist = np.zeros(image.nslot if mode & LOG_PCS else 0, dtype=np.int64)
         self.cbuf = np.empty(256, dtype=np.uint8)
         self.cpos = 0
+        self.wbuf = np.empty((0, N_WITNESS), dtype=np.int64)
+        self.wofs = 0
+
+    def _room(self, buf: np.ndarray, used: int, need: int) -> np.ndarray:
+        if used + need <= buf.shape[0]:
+            return buf
+        grown = np.empty(max(used + need, 2 * buf.shape[0]), dtype=buf.dtype)
+        grown[:used] = buf[:used]
+        return grown
 
     def run(self, budget: int, counts: np.ndarray) -> int:
+        """Run up to ``budget`` steps.  The compiled loop never allocates:
+        before each call the buffers get room for the worst case of a
+        slice of steps (3 words read, 3 operations logged, 1 byte printed
+        per step); only the write syscall can need more, and then the loop
+        stops before that step (ST_GROW) and is called again."""
         im = self.image
-        (status, n, self.rbuf, self.rpos, self.obuf, self.opos, self.cbuf, self.cpos) = _run(
-            self.mem, self.mem64, self.mem32, im.rbase, im.rsize, im.roff, im.rperm, im.rslot, self.dc,
-            _TAB["match"], _TAB["mask"], _TAB["fmt"], _TAB["cls"], _TAB["order"], _TAB["start"], _TAB["stop"],
-            self.regs, self.st, counts, im.tohost, budget, self.mode,
-            self.rbuf, self.rpos, self.obuf, self.opos, self.hist, self.cbuf, self.cpos)
+        done = 0
+        status = ST_BUDGET
+        while done < budget:
+            b = min(budget - done, _SLICE)
+            if self.mode & REC_READS:
+                self.rbuf = self._room(self.rbuf, self.rpos, 3 * b)
+            if self.mode & LOG_OPS:
+                self.obuf = self._room(self.obuf, self.opos, 9 * b)
+            self.cbuf = self._room(self.cbuf, self.cpos, b)
+            status, n, self.rpos, self.opos, self.cpos = _run(
+                self.mem, self.mem64, self.mem32, im.rbase, im.rsize, im.roff, im.rperm, im.rslot, self.dc,
+                _TAB["match"], _TAB["mask"], _TAB["fmt"], _TAB["cls"], _TAB["order"], _TAB["start"], _TAB["stop"],
+                self.regs, self.st, counts, im.tohost, b, self.mode,
+                self.rbuf, self.rpos, self.obuf, self.opos, self.hist, self.cbuf, self.cpos, _TAB["use"], self.wbuf,
+                self.wofs)
+            done += n
+            self.wofs += n
+            if status == ST_GROW:
+                need = int(self.st[S_NEED])
+                if self.mode & REC_READS:
+                    self.rbuf = self._room(self.rbuf, self.rpos, need + 3)
+                if self.mode & LOG_OPS:
+                    self.obuf = self._room(self.obuf, self.opos, 3 * need + 9)
+                self.cbuf = self._room(self.cbuf, self.cpos, 8 * need + 1)
+                if self.mode & REPLAY and self.rpos + need > self.rbuf.shape[0]:
+                    return ST_REPLAY_EXHAUSTED
+                continue
+            if status != ST_BUDGET:
+                return status
         return status
 
     def state(self) -> EmuTraceStart:
@@ -915,7 +1022,7 @@ class _Machine:
                               insn=None if insn < 0 else insn, step=step)
         if status == ST_REPLAY_EXHAUSTED:
             raise M.EmulatorError(f"min trace exhausted at pc {pc:#x} (step {step})")
-        raise M.StepLimitExceeded(max_steps, pc=pc, insn=None, step=step)
+        raise M.StepLimitExceeded(max_steps, pc=pc, insn=self.image.peek_insn(self.mem, pc), step=step)
 
 
 def _entry(program: Program) -> EmuTraceStart:
@@ -961,6 +1068,23 @@ def histogram_from_slots(image: Image, hist: np.ndarray, steps: int) -> RomHisto
     hist = hist[:len(pcs)]
     nz = hist != 0
     return RomHistogram(steps, pcs[nz], hist[nz].astype(np.uint64))
+
+
+_warm = threading.Lock()
+_warmed = False
+
+
+def warm_up() -> None:
+    """Compile the interpreter, or load it from numba's cache, once per
+    process, so that a caller can time a run without the compile."""
+    global _warmed
+    with _warm:
+        if _warmed:
+            return
+        program = Program("warm-up", 0x8000_0000, (Segment(0x8000_0000, bytes(8), PERM_R | PERM_X),))
+        image = Image(program, b"", 0)
+        _Machine(image, image.copy_mem(), _entry(program), REC_READS).run(1, np.zeros(len(CLASSES), dtype=np.int64))
+        _warmed = True
 
 
 def spawn(fn, *args) -> Future:
@@ -1027,6 +1151,8 @@ def replay_chunk(program: Program, trace: EmuTrace, input_size: int = 0, image: 
         image = Image(program, None, input_size)
     m = _Machine(image, image.mem, trace.start_state, REPLAY | mode)
     m.rbuf = np.ascontiguousarray(trace.mem_reads, dtype=np.uint64)
+    if mode & WITNESS:
+        m.wbuf = np.zeros((trace.steps, N_WITNESS), dtype=np.int64)
     counts = np.zeros(len(CLASSES), dtype=np.int64)
     status = m.run(trace.steps, counts) if trace.steps else ST_BUDGET
     n = int(m.st[S_STEP]) - trace.start_state.step

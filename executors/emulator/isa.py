@@ -46,6 +46,10 @@ __all__ = [
     "decode",
     "decode_arrays",
     "sign_extend",
+    "USE_RS1",
+    "USE_RS2",
+    "USE_RD",
+    "operand_use",
 ]
 
 #: operation classes of the per-chunk counters, in counter-column order
@@ -194,6 +198,22 @@ for _i, _ins in enumerate(TABLE):
     _BY_OPCODE.setdefault(_ins.opcode, []).append(_i)
 
 
+#: operand-use bits of :func:`operand_use`
+USE_RS1, USE_RS2, USE_RD = 1, 2, 4
+_FORMAT_USE = {"R": 7, "I": 5, "SH6": 5, "SH5": 5, "S": 3, "B": 3, "U": 4, "J": 4, "CSR": 5, "CSRI": 4, "A": 7,
+               "N": 0}
+
+
+def operand_use(op: int) -> int:
+    """Which register fields instruction ``op`` reads (USE_RS1, USE_RS2)
+    and writes (USE_RD), from its format: what a witness row records.
+
+    >>> operand_use(BY_NAME["sd"]) == USE_RS1 | USE_RS2
+    True
+    """
+    return _FORMAT_USE[TABLE[op].fmt]
+
+
 def sign_extend(value: int, bits: int) -> int:
     """Interpret the low ``bits`` bits of ``value`` as a two's-complement int."""
     value &= (1 << bits) - 1
@@ -249,7 +269,7 @@ def decode_arrays() -> dict[str, np.ndarray]:
     """The table as numpy arrays, for compiled decoders.
 
     ``match``, ``mask``, ``fmt`` (index into FORMATS), ``cls`` (index into
-    CLASSES) per row; ``order`` lists row indices grouped by major opcode
+    CLASSES), ``use`` (:func:`operand_use`) per row; ``order`` lists row indices grouped by major opcode
     and ``start``/``stop`` (length 128) delimit each opcode's group.
     """
     n = len(TABLE)
@@ -266,6 +286,7 @@ def decode_arrays() -> dict[str, np.ndarray]:
         "mask": np.array([t.mask for t in TABLE], dtype=np.int64),
         "fmt": np.array([FORMATS.index(t.fmt) for t in TABLE], dtype=np.int64),
         "cls": np.array([CLASSES.index(t.cls) for t in TABLE], dtype=np.int64),
+        "use": np.array([_FORMAT_USE[t.fmt] for t in TABLE], dtype=np.int64),
         "order": order,
         "start": start,
         "stop": stop,

@@ -24,6 +24,8 @@ read from its min trace, so :func:`replay_chunk` re-executes one chunk
 alone.  Both ports can also log memory operations (for the memory
 planner) and instruction addresses (for the ROM histogram), which is how
 the reference path derives mem plans and the histogram from min traces.
+:func:`witness_step` wraps :func:`step` and returns the step's witness
+row (the port notes the step's data access in ``access``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import numpy as np
 
 from . import machine as M
 from .elf import PERM_R, PERM_W, PERM_X, Program
-from .isa import BY_NAME, CLASSES, TABLE, Decoded, decode, sign_extend
+from .isa import BY_NAME, CLASSES, TABLE, USE_RD, USE_RS1, USE_RS2, Decoded, decode, operand_use, sign_extend
 from .output import EmuTrace, EmuTraceStart
 
 __all__ = ["Hart", "LivePort", "ReplayPort", "Trap", "step", "run", "replay_chunk", "SEMANTICS"]
@@ -43,6 +45,7 @@ MASK64 = (1 << 64) - 1
 MASK32 = (1 << 32) - 1
 _CLASS_INDEX = {c: i for i, c in enumerate(CLASSES)}
 _SYSTEM = _CLASS_INDEX["system"]
+_ECALL = BY_NAME["ecall"]
 
 
 def s64(v: int) -> int:
@@ -80,6 +83,7 @@ class Hart:
         self.end: End | None = None
         self.stdout = bytearray()
         self.tohost: int | None = None
+        self.trap = -1                 # mcause of the trap the last step took, -1 = none
 
     def state(self) -> EmuTraceStart:
         return EmuTraceStart(self.pc, self.step, self.priv, tuple(self.x),
@@ -118,6 +122,8 @@ class _Port:
         self.ops: list[tuple[int, int, int]] | None = [] if log_ops else None   # (word addr, step, is_write)
         self.pcs: list[int] | None = [] if log_pcs else None
         self.step = 0
+        # the data access of the current step, for witness rows: [flags, width, address, read, written]
+        self.access: list[int] | None = None
 
     def region(self, addr: int, size: int, perm: int) -> int | None:
         """Index of the region holding all of [addr, addr+size) with ``perm``."""
@@ -147,13 +153,19 @@ class _Port:
         if self.region(addr, size, perm) is None:
             raise Trap(fault, addr)
         self._log(addr, size, 0)
-        return _extract(self.read_words(addr, size), addr, size)
+        value = _extract(self.read_words(addr, size), addr, size)
+        if self.access is not None:
+            self.access[0:4] = [self.access[0] | 1, size, addr, value]
+        return value
 
     def store(self, addr: int, size: int, value: int) -> None:
         i = self.region(addr, size, PERM_W)
         if i is None:
             raise Trap(7, addr)
         self._log(addr, size, 1)
+        if self.access is not None:
+            self.access[0:3] = [self.access[0] | 2, size, addr]
+            self.access[4] = value & ((1 << (8 * size)) - 1)
         self.write_bytes(i, addr, (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little"))
 
     def read_buffer(self, addr: int, size: int) -> bytes | None:
@@ -199,6 +211,14 @@ class LivePort(_Port):
     def write_bytes(self, region, addr, data):
         r = self.regions[region]
         self.mem[region][addr - r.base:addr - r.base + len(data)] = data
+
+    def peek_insn(self, pc: int) -> int | None:
+        """The instruction word at pc (None if pc is not executable), unrecorded."""
+        i = self.region(pc, 4, PERM_X)
+        if i is None:
+            return None
+        off = pc - self.regions[i].base
+        return int.from_bytes(self.mem[i][off:off + 4], "little")
 
     def peek(self, addr: int, size: int) -> int:
         """Read without recording (for the public outputs at the end)."""
@@ -664,6 +684,7 @@ assert set(SEMANTICS) == set(BY_NAME), set(BY_NAME) - set(SEMANTICS)
 # the step and the run loops
 
 def take_trap(h: Hart, t: Trap) -> None:
+    h.trap = t.cause
     if h.csr["mtvec"] == 0:
         raise M.GuestTrap(t.cause, t.tval, pc=h.pc, insn=h.insn, step=h.step)
     h.csr["mepc"] = h.pc
@@ -681,6 +702,7 @@ def step(h: Hart, m: _Port, counts: list[int]) -> None:
     """Execute one instruction slot; sets ``h.end`` when the guest ends."""
     m.step = h.step
     h.insn = None
+    h.trap = -1
     h.npc = (h.pc + 4) & MASK64
     try:
         h.insn = m.fetch(h.pc)
@@ -709,7 +731,7 @@ def _chunks(h: Hart, m: _Port, chunk_steps: int, max_steps: int):
         n = 0
         while n < chunk_steps and h.end is None:
             if h.step >= max_steps:
-                raise M.StepLimitExceeded(max_steps, pc=h.pc, insn=None, step=h.step)
+                raise M.StepLimitExceeded(max_steps, pc=h.pc, insn=m.peek_insn(h.pc), step=h.step)
             step(h, m, counts)
             n += 1
         yield start, n, counts, first_read
@@ -743,23 +765,53 @@ def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, 
     }
 
 
+def witness_step(h: Hart, m: _Port, counts: list[int]) -> tuple[int, ...]:
+    """Execute one step and return its witness row (the columns of
+    :data:`hetflow.executors.emulator.witness.COLUMNS`), as unsigned ints."""
+    pc, at, a7, before = h.pc, h.step, h.x[17], tuple(h.x)
+    m.access = [0, 0, 0, 0, 0]
+    step(h, m, counts)
+    if h.insn is None:
+        op, d = -2, None
+    else:
+        d = decode(h.insn)
+        op = -1 if d is None else d.op
+    use = operand_use(op) if op >= 0 else 0
+    trapped = h.trap >= 0
+    rd = 0
+    if not trapped and use & USE_RD:
+        rd = d.rd
+    elif not trapped and op == _ECALL and a7 == M.SYS_WRITE:
+        rd = 10
+    access = [0, 0, 0, 0, 0] if trapped else m.access
+    return (at, pc, -1 if h.insn is None else h.insn, op,
+            _CLASS_INDEX[TABLE[op].cls] if op >= 0 else _SYSTEM, rd, h.x[rd],
+            before[d.rs1] if use & USE_RS1 else 0, before[d.rs2] if use & USE_RS2 else 0,
+            *access, h.trap, h.pc)
+
+
 def replay_chunk(program: Program, trace: EmuTrace, input_size: int = 0,
-                 log_ops: bool = False, log_pcs: bool = False):
+                 log_ops: bool = False, log_pcs: bool = False, witness: bool = False):
     """Re-execute one chunk from its min trace alone.
 
     Returns ``(end_state, counts, port)``; raises EmulatorError if the
     chunk does not consume exactly its recorded reads or does not end
-    where the trace says it ends.
+    where the trace says it ends.  With ``witness=True`` the port's
+    ``rows`` holds one witness row per step.
     """
     regions = M.build_regions(program, input_size)
     h = Hart(trace.start_state)
     h.tohost = program.tohost
     port = ReplayPort(regions, trace.mem_reads, log_ops, log_pcs)
     counts = [0] * len(CLASSES)
+    port.rows = [] if witness else None
     for _ in range(trace.steps):
         if h.end is not None:
             raise M.EmulatorError(f"chunk {trace.chunk_id}: guest ended before the chunk's {trace.steps} steps")
-        step(h, port, counts)
+        if witness:
+            port.rows.append(witness_step(h, port, counts))
+        else:
+            step(h, port, counts)
     if port.pos != len(port.reads):
         raise M.EmulatorError(f"chunk {trace.chunk_id}: consumed {port.pos} of {len(port.reads)} recorded reads")
     if (h.end is not None) != trace.end:

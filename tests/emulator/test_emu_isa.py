@@ -28,10 +28,11 @@ def test_both_decoders_agree():
     words = [ins.match for ins in isa.TABLE] + [rng.getrandbits(32) for _ in range(20000)]
     words += [ins.match | (rng.getrandbits(32) & ~ins.mask & 0xFFFFFFFF) for ins in isa.TABLE for _ in range(50)]
     arr = isa.decode_arrays()
-    row = np.zeros(8, dtype=np.int64)
+    dc = np.zeros((1, 8), dtype=np.int64)
+    row = dc[0]
     for w in words:
         d = isa.decode(w)
-        fast._decode(w, arr["match"], arr["mask"], arr["fmt"], arr["order"], arr["start"], arr["stop"], row)
+        fast._decode(w, arr["match"], arr["mask"], arr["fmt"], arr["order"], arr["start"], arr["stop"], dc, 0)
         if d is None:
             assert row[1] == -1, hex(w)
         else:

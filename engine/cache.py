@@ -1,0 +1,351 @@
+"""The content-addressed partition cache.
+
+Every partition gets a **cache key**, a sha256 over the canonical JSON of
+
+* ``definition``: its executor vendor and its nodes (op, args, dtype,
+  inputs), with a ``load`` path replaced by the sha256 of the file's
+  bytes, so moving a project keeps its cache and editing a data file
+  invalidates it;
+* ``inputs``: for each tensor it reads, the key of the partition that
+  produced it (so a key changes whenever anything upstream changes);
+* ``version``: the hetflow version.
+
+A partition whose key matches a complete entry is not executed: its
+outputs are imported from the stored portable activations. A partition is
+*uncacheable* (always runs, never stored) when one of its stages says
+``cache: false``, runs a nondeterministic op (a random op with ``seed:
+null``), reads a file that does not exist, or reads from an uncacheable
+partition; :attr:`PartitionKey.reason` says which.
+
+An entry is a folder ``ROOT/KEY[:2]/KEY/`` holding ``entry.json`` (key,
+definition, and for every output its shape, dtype, byte count and sha256)
+and one ``TENSOR.bin`` of portable bytes per output. It is written into a
+temporary folder beside it and renamed into place, so an entry either
+exists whole or not at all; a read checks every checksum and treats a
+mismatch as a miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Iterator, Mapping
+
+from hetflow.engine.planner import Partition, Plan
+from hetflow.executors import ops as oplib
+from hetflow.executors.base import Dtype, PortableActivation, TensorShape
+
+__all__ = ["CACHE_FORMAT", "PartitionKey", "Cache", "CacheUse", "partition_keys", "hetflow_version", "file_digest", "explain"]
+
+CACHE_FORMAT = 1
+
+
+def hetflow_version() -> str:
+    try:
+        return metadata.version("hetflow")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _canonical(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def file_digest(path: str) -> str | None:
+    """sha256 of a file's bytes, memoized by (path, size, mtime); None when it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    memo = (path, st.st_size, st.st_mtime_ns)
+    if memo not in _FILE_DIGESTS:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _FILE_DIGESTS[memo] = "sha256:" + h.hexdigest()
+    return _FILE_DIGESTS[memo]
+
+
+@dataclass(frozen=True)
+class PartitionKey:
+    partition: str
+    nodes: tuple[str, ...]
+    key: str | None
+    definition: str | None
+    inputs: Mapping[str, str | None] = field(default_factory=dict)
+    version: str = ""
+    reason: str = ""
+    node_digests: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def cacheable(self) -> bool:
+        return self.key is not None
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "definition": self.definition, "inputs": dict(self.inputs),
+                "version": self.version, "nodes": list(self.nodes), "reason": self.reason or None,
+                "node_digests": dict(self.node_digests)}
+
+
+def _definition(plan: Plan, part: Partition, uncacheable: list[str]) -> dict:
+    nodes = []
+    for n in part.nodes:
+        node = plan.nodes[n]
+        op = oplib.REGISTRY[node.op]
+        args = dict(plan.stage_args[n])
+        for name, spec in op.args.items():
+            if spec.kind == "path" and isinstance(args.get(name), str):
+                digest = file_digest(args[name])
+                if digest is None:
+                    uncacheable.append(f"stage {n!r} reads {args[name]!r}, which cannot be read")
+                args[name] = {"file_sha256": digest}
+        if not oplib.is_deterministic(op, plan.stage_args[n]):
+            uncacheable.append(f"stage {n!r} is nondeterministic (seed: null)")
+        nodes.append({"id": n, "op": node.op, "args": args, "dtype": node.dtype.value,
+                      "inputs": list(plan.stage_inputs[n])})
+    return {"vendor": plan.executors[part.executor].vendor.value, "nodes": nodes,
+            "inputs": list(part.inputs), "outputs": list(part.outputs)}
+
+
+def partition_keys(plan: Plan, no_cache_stages: frozenset[str] = frozenset(), version: str | None = None) -> dict[str, PartitionKey]:
+    """The cache key of every partition, in execution order."""
+    version = version or hetflow_version()
+    producer = {n: p.id for p in plan.partitions for n in p.nodes}
+    by_id = {p.id: p for p in plan.partitions}
+    keys: dict[str, PartitionKey] = {}
+    for part in _dependency_order(plan.partitions, producer):
+        why: list[str] = [f"stage {n!r} has cache: false" for n in part.nodes if n in no_cache_stages]
+        definition = _definition(plan, part, why)
+        inputs: dict[str, str | None] = {}
+        for tensor in part.inputs:
+            upstream = keys[producer[tensor]]
+            inputs[tensor] = upstream.key
+            if upstream.key is None:
+                why.append(f"input {tensor!r} comes from uncacheable partition {upstream.partition}")
+        def_digest = _sha(_canonical(definition))
+        key = None if why else _sha(_canonical({"format": CACHE_FORMAT, "definition": def_digest,
+                                                 "inputs": inputs, "version": version}))
+        node_digests = {n["id"]: _sha(_canonical(n)) for n in definition["nodes"]}
+        keys[part.id] = PartitionKey(part.id, part.nodes, key, def_digest, inputs, version, "; ".join(why), node_digests)
+    return {p: keys[p] for p in by_id}
+
+
+def _dependency_order(partitions: tuple[Partition, ...], producer: Mapping[str, str]) -> list[Partition]:
+    by_id = {p.id: p for p in partitions}
+    done: set[str] = set()
+    order: list[Partition] = []
+    for root in partitions:
+        stack = [(root.id, False)]
+        while stack:
+            pid, expanded = stack.pop()
+            if pid in done:
+                continue
+            if expanded:
+                done.add(pid)
+                order.append(by_id[pid])
+                continue
+            stack.append((pid, True))
+            stack.extend((producer[t], False) for t in by_id[pid].inputs if producer[t] not in done)
+    return order
+
+
+class Cache:
+    """The entries under one root folder; safe to share between threads and processes."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def _folder(self, key: str) -> str:
+        hexkey = key.split(":")[-1]
+        return os.path.join(self.root, hexkey[:2], hexkey)
+
+    def has(self, key: str) -> bool:
+        return os.path.isfile(os.path.join(self._folder(key), "entry.json"))
+
+    def load(self, key: str) -> dict[str, PortableActivation] | None:
+        """The stored outputs of ``key``, or None when absent or damaged."""
+        folder = self._folder(key)
+        try:
+            with open(os.path.join(folder, "entry.json"), encoding="utf-8") as f:
+                entry = json.load(f)
+            outputs = {}
+            for tensor, meta in entry["outputs"].items():
+                with open(os.path.join(folder, meta["file"]), "rb") as f:
+                    data = f.read()
+                if _sha(data) != meta["sha256"]:
+                    return None
+                outputs[tensor] = PortableActivation(TensorShape(tuple(meta["shape"])), Dtype(meta["dtype"]), data)
+            return outputs
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def store(self, key: str, definition: Mapping[str, Any], outputs: Mapping[str, PortableActivation]) -> bool:
+        """Write an entry atomically; False when one already exists."""
+        final = self._folder(key)
+        if self.has(key):
+            return False
+        parent = os.path.dirname(final)
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
+        try:
+            meta = {}
+            for i, (tensor, portable) in enumerate(outputs.items()):
+                name = f"{i}.bin"
+                with open(os.path.join(tmp, name), "wb") as f:
+                    f.write(portable.bytes)
+                    f.flush()
+                    os.fsync(f.fileno())
+                meta[tensor] = {"file": name, "shape": list(portable.shape.dims), "dtype": portable.dtype.value,
+                                "bytes": len(portable.bytes), "sha256": _sha(portable.bytes)}
+            entry = {"format": CACHE_FORMAT, "key": key, "created": time.time(), "definition": dict(definition),
+                     "outputs": meta}
+            with open(os.path.join(tmp, "entry.json"), "w", encoding="utf-8") as f:
+                json.dump(entry, f)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if not self.has(key):
+                    raise
+                # another writer renamed a complete entry into place first
+                shutil.rmtree(tmp, ignore_errors=True)
+                return False
+            return True
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def keys(self) -> Iterator[str]:
+        if not os.path.isdir(self.root):
+            return
+        for shard in sorted(os.listdir(self.root)):
+            folder = os.path.join(self.root, shard)
+            if len(shard) != 2 or not os.path.isdir(folder):
+                continue
+            for name in sorted(os.listdir(folder)):
+                if not name.startswith(".") and os.path.isfile(os.path.join(folder, name, "entry.json")):
+                    yield "sha256:" + name
+
+    def remove(self, key: str) -> None:
+        shutil.rmtree(self._folder(key), ignore_errors=True)
+
+    def clean_temporaries(self) -> int:
+        """Remove folders left by writers that died before renaming; returns how many."""
+        removed = 0
+        if not os.path.isdir(self.root):
+            return 0
+        for shard in os.listdir(self.root):
+            folder = os.path.join(self.root, shard)
+            if not os.path.isdir(folder):
+                continue
+            for name in os.listdir(folder):
+                if name.startswith(".tmp-"):
+                    shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+                    removed += 1
+        return removed
+
+
+class CacheUse:
+    """How one run uses the cache: the keys of its partitions, and what it hit and stored."""
+
+    def __init__(self, cache: Cache, keys: Mapping[str, PartitionKey], read: bool = True, write: bool = True) -> None:
+        self.cache = cache
+        self.keys = dict(keys)
+        self.read = read
+        self.write = write
+        self.hits: list[str] = []
+        self.stored: list[str] = []
+        self._lock = threading.Lock()
+
+    def compute(self, pid: str, executor: Any, subplan: Any, handles: list, outputs: tuple[str, ...]) -> list:
+        """The partition's output handles: imported from a complete entry, or executed (and stored)."""
+        info = self.keys[pid]
+        if info.cacheable and self.read:
+            entry = self.cache.load(info.key)
+            if entry is not None and set(entry) == set(outputs):
+                restored: list = []
+                try:
+                    for tensor in outputs:
+                        restored.append(executor.import_activation(entry[tensor]))
+                except BaseException:
+                    for h in restored:
+                        executor.release_activation(h)
+                    raise
+                with self._lock:
+                    self.hits.append(pid)
+                return restored
+        result = executor.execute(subplan, handles)
+        if info.cacheable and self.write:
+            try:
+                portables = {t: executor.export_activation(h) for t, h in zip(outputs, result, strict=True)}
+            except BaseException:
+                for h in result:
+                    executor.release_activation(h)
+                raise
+            if self.cache.store(info.key, info.to_json(), portables):
+                with self._lock:
+                    self.stored.append(pid)
+        return result
+
+    def to_json(self) -> dict:
+        return {"dir": os.path.abspath(self.cache.root), "read": self.read, "write": self.write,
+                "keys": {pid: k.to_json() for pid, k in self.keys.items()},
+                "hits": sorted(self.hits, key=lambda p: int(p[1:]) if p[1:].isdigit() else 0),
+                "stored": sorted(self.stored, key=lambda p: int(p[1:]) if p[1:].isdigit() else 0)}
+
+
+def explain(keys: Mapping[str, PartitionKey], cache: Cache, previous: Mapping[str, Any] | None) -> dict[str, dict]:
+    """For every partition: ``cached`` or ``will run``, and why (Snakemake's ``--reason``).
+
+    ``previous`` is the record of the latest earlier run of the same
+    manifest (and matrix point); a partition is matched to the one there
+    that ran the same stages, and the first part of the key that differs
+    is the reason.
+    """
+    before: dict[frozenset, dict] = {}
+    for info in ((previous or {}).get("cache") or {}).get("keys", {}).values():
+        if isinstance(info, dict):
+            before[frozenset(info.get("nodes", []))] = info
+    stale = {pid for pid, k in keys.items() if not (k.cacheable and cache.has(k.key))}
+    producer = {n: pid for pid, k in keys.items() for n in k.nodes}
+    out: dict[str, dict] = {}
+    for pid, k in keys.items():
+        if not k.cacheable:
+            out[pid] = {"status": "will run", "reason": f"not cacheable: {k.reason}"}
+            continue
+        if pid not in stale:
+            out[pid] = {"status": "cached", "reason": f"entry {k.key[:19]} is complete"}
+            continue
+        old = before.get(frozenset(k.nodes))
+        if previous is None:
+            reason = "no cache entry; no earlier run of this manifest"
+        elif old is None:
+            reason = "no cache entry; the earlier run had no partition of these stages"
+        elif old.get("version") != k.version:
+            reason = f"hetflow version changed ({old.get('version')} -> {k.version})"
+        elif old.get("definition") != k.definition:
+            changed = [n for n, d in k.node_digests.items() if (old.get("node_digests") or {}).get(n) != d]
+            reason = "definition changed: " + (", ".join(f"stage {n!r}" for n in changed) if changed else "stages differ")
+        elif dict(old.get("inputs") or {}) != dict(k.inputs):
+            moved = [t for t, key in k.inputs.items() if (old.get("inputs") or {}).get(t) != key]
+            reason = "input changed: " + ", ".join(f"{t!r} (from {producer.get(t, '?')})" for t in moved)
+        else:
+            reason = "no cache entry (removed, or the earlier run did not finish it)"
+        out[pid] = {"status": "will run", "reason": reason}
+    return out

@@ -1,0 +1,238 @@
+"""The planner's cost model: seconds to run a stage on a vendor, seconds to bridge a tensor.
+
+The planner places free stages to minimise one number, the plan's
+*estimated time*: the sum, over every stage, of its execution estimate on
+the executor it runs on, plus, over every bridge, its transfer estimate.
+It is a sum (as if every task ran one after another), which is what the
+placement decides; overlap between executors is left to Dask.
+
+Execution: a roofline with a fixed overhead, StarPU's ``dmda`` idea
+without the calibration run::
+
+    exec_s(stage, vendor) = launch_s + max(flops / flops_per_s, bytes / bytes_per_s)
+
+where the stage's :class:`Work` (``flops``, ``bytes`` read and written)
+comes from a per-op rule in :data:`OP_RULES` (op name -> rule), with
+:func:`default_rule` for every op without one (one flop per output
+element, every input and the output touched once). A vendor's
+:class:`DeviceProfile` holds ``flops_per_s``, ``bytes_per_s`` and
+``launch_s``.
+
+Transfer: a bridge exports on the source, carries portable bytes and
+imports on the destination: two tasks and a link::
+
+    transfer_s(bytes, src, dst) = latency_s + bytes / bytes_per_s
+
+from the :class:`Link` for the vendor pair in :data:`LINKS` (host memcpy
+between two CPU executors, PCIe between host and device, a device copy
+between two devices of one vendor). ``latency_s`` includes the Dask
+overhead of the bridge's two tasks, so a bridge is never free.
+
+The figures are planning numbers from published measurements (see
+``/work/shared/research/placement-and-bridges.md`` §8: host memcpy
+5-10 GB/s per core, PCIe Gen4 pinned about 25 GB/s and pageable 1.4-8
+GB/s), not a calibration of this machine. The model is replaceable:
+pass any object with ``exec_s``, ``transfer_s``, ``link`` and ``name`` to
+:func:`hetflow.engine.planner.plan`.
+
+Examples
+--------
+>>> from hetflow.executors.base import Dtype, Vendor
+>>> model = CostModel()
+>>> w = model.work("matmul", [(64, 128), (128, 256)], (64, 256), Dtype.fp32)
+>>> w.flops, w.bytes
+(4194304, 229376)
+>>> model.exec_s("matmul", [(64, 128), (128, 256)], (64, 256), Dtype.fp32, Vendor.cpu) > \\
+...     model.exec_s("matmul", [(64, 128), (128, 256)], (64, 256), Dtype.fp32, Vendor.cuda)
+True
+>>> round(model.transfer_s(10**9, Vendor.cpu, Vendor.cuda), 3)
+0.167
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from hetflow.executors.base import Dtype, Vendor
+
+__all__ = [
+    "Work",
+    "DeviceProfile",
+    "Link",
+    "OP_RULES",
+    "PROFILES",
+    "LINKS",
+    "HOST_STAGING",
+    "DEVICE_COPY",
+    "default_rule",
+    "CostModel",
+    "human_bytes",
+]
+
+Shape = tuple[int, ...]
+
+HOST_STAGING = "portable host staging"
+DEVICE_COPY = "same-vendor device copy"
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one stage does: floating-point operations and bytes read plus written."""
+
+    flops: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    flops_per_s: float
+    bytes_per_s: float
+    launch_s: float
+
+
+@dataclass(frozen=True)
+class Link:
+    """How a bridge between two vendors moves bytes."""
+
+    kind: str
+    bytes_per_s: float
+    latency_s: float
+    description: str
+
+
+def _elements(shape: Shape | None) -> int:
+    return 0 if shape is None else math.prod(shape)
+
+
+def _bytes(shape: Shape | None, dtype: Dtype) -> int:
+    return 0 if shape is None else dtype.nbytes(_elements(shape))
+
+
+def default_rule(flops_per_element: int = 1) -> Callable[..., Work]:
+    """An elementwise rule: ``flops_per_element`` per output element, every tensor touched once."""
+
+    def rule(inputs: Sequence[Shape | None], output: Shape | None, dtype: Dtype) -> Work:
+        n = _elements(output)
+        # inputs arrive at their producer's dtype; the executor widens them to fp32 first
+        read = sum(4 * _elements(s) for s in inputs)
+        return Work(flops_per_element * n, read + _bytes(output, dtype))
+
+    return rule
+
+
+def _matmul(inputs: Sequence[Shape | None], output: Shape | None, dtype: Dtype) -> Work:
+    a, b = inputs
+    if a is None or b is None or output is None:
+        return Work(0, 0)
+    inner = a[-1]
+    return Work(2 * _elements(output) * inner, 4 * (_elements(a) + _elements(b)) + _bytes(output, dtype))
+
+
+def _generator(flops_per_element: int) -> Callable[..., Work]:
+    def rule(inputs: Sequence[Shape | None], output: Shape | None, dtype: Dtype) -> Work:
+        return Work(flops_per_element * _elements(output), _bytes(output, dtype))
+
+    return rule
+
+
+OP_RULES: dict[str, Callable[[Sequence[Shape | None], Shape | None, Dtype], Work]] = {
+    "matmul": _matmul,
+    # numpy's generators run on the host for every executor; their cost is the drawing
+    "random.normal": _generator(20),
+    "random.uniform": _generator(10),
+    "zeros": _generator(0),
+    "ones": _generator(0),
+    "arange": _generator(1),
+    "load": _generator(0),
+    "gelu": default_rule(12),
+    "silu": default_rule(6),
+    "softmax": default_rule(6),
+    "div": default_rule(4),
+    "transpose": default_rule(0),
+    "reshape": default_rule(0),
+    "cast": default_rule(1),
+}
+"""Per-op work rules; an op not listed uses ``default_rule()``."""
+
+PROFILES: dict[Vendor, DeviceProfile] = {
+    # one numpy call on one core: ~20 GFLOP/s vectorised, ~5 GB/s touched, ~10 us of Python per op
+    Vendor.cpu: DeviceProfile(flops_per_s=2e10, bytes_per_s=5e9, launch_s=1e-5),
+    # a data-centre GPU through cupy: tens of TFLOP/s, ~1.5 TB/s HBM, ~20 us per kernel launch from Python
+    Vendor.cuda: DeviceProfile(flops_per_s=2e13, bytes_per_s=1.5e12, launch_s=2e-5),
+    Vendor.rocm: DeviceProfile(flops_per_s=2e13, bytes_per_s=1.5e12, launch_s=2e-5),
+    Vendor.vulkan: DeviceProfile(flops_per_s=5e12, bytes_per_s=4e11, launch_s=5e-5),
+}
+
+_TASKS_S = 2 * 2.5e-4  # a bridge is two Dask tasks (export, import), ~0.25 ms each in-process
+
+LINKS: dict[tuple[Vendor, Vendor], Link] = {}
+for _src in Vendor:
+    for _dst in Vendor:
+        if _src is Vendor.cpu and _dst is Vendor.cpu:
+            LINKS[_src, _dst] = Link(HOST_STAGING, 5e9, _TASKS_S, "host memcpy (export copy + import copy)")
+        elif _src is _dst:
+            LINKS[_src, _dst] = Link(DEVICE_COPY, 2.5e10, _TASKS_S + 1e-5, f"{_src.value} device to device")
+        elif Vendor.cpu in (_src, _dst):
+            LINKS[_src, _dst] = Link(HOST_STAGING, 6e9, _TASKS_S + 1e-5, "PCIe, pageable host staging")
+        else:
+            LINKS[_src, _dst] = Link(HOST_STAGING, 3e9, _TASKS_S + 2e-5, "PCIe twice, through host memory")
+
+
+def human_bytes(n: int | None) -> str:
+    """
+    >>> human_bytes(262144), human_bytes(None), human_bytes(12)
+    ('256.0 KiB', 'unknown size', '12 B')
+    """
+    if n is None:
+        return "unknown size"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+class CostModel:
+    """The default, replaceable cost model: per-op work rules, vendor profiles, links."""
+
+    name = "roofline-v1"
+    min_gain_s = 1e-3
+    """The planner leaves the baseline placement only to save more than this (about four Dask tasks)."""
+
+    def __init__(
+        self,
+        rules: Mapping[str, Callable[..., Work]] | None = None,
+        profiles: Mapping[Vendor, DeviceProfile] | None = None,
+        links: Mapping[tuple[Vendor, Vendor], Link] | None = None,
+    ) -> None:
+        self.rules = dict(OP_RULES if rules is None else rules)
+        self.profiles = dict(PROFILES if profiles is None else profiles)
+        self.links = dict(LINKS if links is None else links)
+        self._default = default_rule()
+
+    def work(self, op: str, inputs: Sequence[Shape | None], output: Shape | None, dtype: Dtype) -> Work:
+        return self.rules.get(op, self._default)(inputs, output, dtype)
+
+    def exec_s(self, op: str, inputs: Sequence[Shape | None], output: Shape | None, dtype: Dtype,
+               vendor: Vendor) -> float:
+        w = self.work(op, inputs, output, dtype)
+        p = self.profiles[vendor]
+        return p.launch_s + max(w.flops / p.flops_per_s, w.bytes / p.bytes_per_s)
+
+    def link(self, src: Vendor, dst: Vendor) -> Link:
+        return self.links[src, dst]
+
+    def transfer_s(self, nbytes: int | None, src: Vendor, dst: Vendor) -> float:
+        link = self.links[src, dst]
+        return link.latency_s + (nbytes or 0) / link.bytes_per_s
+
+    def describe(self) -> dict:
+        """The model's numbers, as plan JSON carries them."""
+        return {
+            "name": self.name,
+            "profiles": {v.value: {"flops_per_s": p.flops_per_s, "bytes_per_s": p.bytes_per_s,
+                                   "launch_s": p.launch_s} for v, p in self.profiles.items()},
+        }

@@ -1,0 +1,590 @@
+"""The cluster runtime: the lowered task graph, unchanged, on a Dask ``distributed`` cluster.
+
+A :class:`Cluster` is either a ``LocalCluster`` of worker processes that
+hetflow starts (``--workers N``) or an existing cluster it joins
+(``--scheduler tcp://HOST:PORT`` or a scheduler file), started with the
+plain ``dask scheduler`` / ``dask worker`` commands. A run on it goes:
+
+1. **ask**: every worker reports its address, name, threads and worker
+   resources (the scheduler's identity) and what it offers for each
+   vendor the plan names (:func:`worker_offers`, run on each worker by
+   ``Client.run``; probing a GPU SDK costs seconds, so only those);
+   :meth:`Cluster.probe` is the union, so the planner's vendor preference
+   lists resolve against the cluster, not against the client's machine.
+2. **place** (:meth:`Cluster.place`, at plan time): every executor of the
+   plan gets one worker, the first rule that applies:
+
+   * an explicit mapping ``--place NAME=WORKER`` (a worker name or address);
+   * a worker started with the resource ``executor-NAME`` (``dask worker
+     --resources executor-accel=1``);
+   * otherwise the workers that offer the executor's vendor (and, for a
+     GPU vendor, have its ``device`` index): the one hosting the fewest
+     executors so far, by worker name on a tie, so executors spread out.
+
+   No worker can host it: the plan fails with a :class:`ManifestError` at
+   the executor's declaration, naming the executor and what each worker
+   offers, instead of a task waiting forever for a worker (dask#9587).
+   The placement is part of the plan (``ExecutorPlan.worker``).
+3. **host**: a :class:`HetflowWorkerPlugin`, registered from the client
+   with ``Client.register_plugin`` (plain workers need nothing but hetflow
+   installed), creates inside each worker the executors placed on it and
+   one :class:`~hetflow.engine.run.LocalRuntime` over them. The scheduler
+   also hands it to workers that join later, a restarted one included.
+4. **submit**: each task of :func:`~hetflow.engine.lowering.lower`'s graph
+   is one ``Client.submit``, in dependency order, whose function is the
+   :class:`_OnWorker` runtime: it finds the run's ``LocalRuntime`` in the
+   worker it landed on and calls the same method the threaded scheduler
+   calls. A task bound to executor E (``TaskGraph.bound``) is submitted
+   with ``workers=[address of E's worker], allow_other_workers=False``;
+   these are per-task restrictions, not graph annotations, so no graph
+   optimization can drop them (dask#7036). A handle therefore never
+   leaves its worker; a bridge's export runs on the source worker, its
+   import on the destination, and the :class:`PortableActivation` between
+   them is an ordinary Dask result that Dask moves from worker to worker.
+   A task bound to no executor may run anywhere and Dask retries it.
+5. **watch**: while waiting, the client polls the scheduler's workers; a
+   worker that hosted an executor and is gone fails the run with a
+   :class:`~hetflow.engine.run.ClusterFailure` saying what was lost
+   (the worker, its executors, the activations they held, the tasks not
+   finished): an executor's state dies with its process, and hetflow does
+   not recompute a partition on a restarted executor.
+6. **close**, on success and on every failure: remaining futures are
+   cancelled; on each worker the plugin stops accepting tasks, waits for
+   the ones running, releases every handle the run still holds and
+   reports each executor's live activations; it then logs the flush
+   marker of :mod:`hetflow.engine.events`. The client waits for every
+   marker, so the event stream (carried by ``Worker.log_event`` and
+   ``Client.subscribe_topic``) is complete before the record is written,
+   and unregisters the plugin, whose teardown drops the executors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import graphlib
+import importlib.util
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from distributed import Client, WorkerPlugin, get_worker
+
+from hetflow.engine.errors import Diagnostic, ManifestError, UsageError
+from hetflow.engine.events import EventStream, run_event
+from hetflow.engine.lowering import TaskGraph, lower
+from hetflow.engine.manifest import Manifest
+from hetflow.engine.planner import Plan
+from hetflow.engine.cache import Cache, CacheUse
+from hetflow.engine.run import ClusterFailure, LocalRuntime
+from hetflow.executors import Offer, create, probe
+from hetflow.executors.base import Vendor
+
+__all__ = ["Cluster", "WorkerInfo", "HetflowWorkerPlugin", "worker_offers", "PLUGIN_PREFIX", "RESOURCE_PREFIX"]
+
+PLUGIN_PREFIX = "hetflow-run-"
+RESOURCE_PREFIX = "executor-"
+_POLL_S = 0.2
+_CLOSE_WAIT_S = 30.0
+_FLUSH_WAIT_S = 10.0
+_CONNECT_TIMEOUT_S = 10.0
+
+
+def worker_offers(vendors: list[str]) -> list[Offer]:
+    """What the worker this runs on offers for ``vendors`` (``Client.run`` calls it).
+
+    Probing a GPU vendor imports its SDK, seconds per worker, so a plan
+    asks only for the vendors its executors name.
+    """
+    return [probe(Vendor(v)) for v in vendors]
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """One worker as the scheduler reports it, with the offers probed on it so far."""
+
+    address: str
+    name: str
+    nthreads: int
+    resources: Mapping[str, float]
+    offers: dict = dataclasses.field(default_factory=dict, compare=False)
+
+    def offer(self, vendor: Vendor) -> Offer | None:
+        return self.offers.get(vendor)
+
+    def summary(self) -> str:
+        """``worker 0 (tcp://...): cpu; resources executor-accel=1``"""
+        offered = ", ".join(v.value for v in Vendor if v in self.offers and self.offers[v].available) or "no vendor"
+        res = ", ".join(f"{k}={v:g}" for k, v in sorted(self.resources.items()))
+        return f"worker {self.name} ({self.address}): {offered}" + (f"; resources {res}" if res else "")
+
+
+class HetflowWorkerPlugin(WorkerPlugin):
+    """Hosts one run's executors inside a worker and refuses tasks once the run is closed."""
+
+    idempotent = False
+
+    def __init__(self, run_id: str, plan: Plan, cache: CacheUse | None = None) -> None:
+        self.run_id = run_id
+        # The cache folder must be one every worker can reach (a shared filesystem beyond one machine).
+        self.cache = (cache.cache.root, cache.keys, cache.read, cache.write) if cache is not None else None
+        self.name = PLUGIN_PREFIX + run_id
+        self.plan = plan
+        self.hosts = {e.name: (e.worker, e.worker_name) for e in plan.executors.values()}
+        self.runtime: LocalRuntime | None = None
+        self.closed = False
+        self.inflight = 0
+        self._cond = threading.Condition()
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["runtime"], state["_cond"] = None, None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._cond = threading.Condition()
+
+    def setup(self, worker: Any) -> None:
+        mine = [e for e, (address, name) in self.hosts.items()
+                if worker.address == address or str(worker.name) == name]
+        executors = {e: create(self.plan.executors[e].vendor, e, self.plan.executors[e].device) for e in mine}
+        topic = PLUGIN_PREFIX + self.run_id
+        self.runtime = LocalRuntime(self.plan, executors, emit=lambda event: worker.log_event(topic, event),
+                                    worker=worker.address,
+                                    cache=CacheUse(Cache(self.cache[0]), *self.cache[1:]) if self.cache else None)
+
+    def teardown(self, worker: Any) -> None:
+        if self.runtime is not None:
+            self.runtime.handles.release_all()
+            self.runtime = None
+
+    def enter(self) -> LocalRuntime:
+        with self._cond:
+            if self.closed or self.runtime is None:
+                raise RuntimeError(f"run {self.run_id} is closed on this worker")
+            self.inflight += 1
+            return self.runtime
+
+    def leave(self) -> None:
+        with self._cond:
+            self.inflight -= 1
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self.closed = True
+
+
+def _plugin(run_id: str) -> HetflowWorkerPlugin:
+    worker = get_worker()
+    plugin = worker.plugins.get(PLUGIN_PREFIX + run_id)
+    if plugin is None:
+        raise RuntimeError(f"worker {worker.address} does not host run {run_id}")
+    return plugin
+
+
+class _OnWorker:
+    """The lowering's ``Runtime`` on a cluster: each call runs the worker's own ``LocalRuntime``."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+
+    def _call(self, method: str, *args: Any) -> Any:
+        plugin = _plugin(self.run_id)
+        runtime = plugin.enter()
+        try:
+            return getattr(runtime, method)(*args)
+        finally:
+            plugin.leave()
+
+    def run_partition(self, pid: str, sources: list[Any]) -> dict:
+        return self._call("run_partition", pid, sources)
+
+    def export(self, bridge_id: str, produced: dict) -> Any:
+        return self._call("export", bridge_id, produced)
+
+    def import_(self, bridge_id: str, portable: Any) -> Any:
+        return self._call("import_", bridge_id, portable)
+
+    def output(self, name: str, produced: dict) -> Any:
+        return self._call("output", name, produced)
+
+
+async def _close_run(run_id: str, wait_s: float, dask_worker: Any = None) -> dict:
+    """On one worker: stop the run, wait for its running tasks, release, report, flush."""
+    plugin = dask_worker.plugins.get(PLUGIN_PREFIX + run_id)
+    if plugin is None or plugin.runtime is None:
+        return {"live": {}, "released": 0, "running": 0, "abandoned": 0}
+    plugin.close()
+    deadline = time.monotonic() + wait_s
+    while plugin.inflight and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    runtime = plugin.runtime
+    released = runtime.handles.release_all()
+    report = {"live": {n: ex.live_activations() for n, ex in runtime.executors.items()}, "released": released,
+              "running": plugin.inflight, "abandoned": runtime.abandoned}
+    dask_worker.log_event(PLUGIN_PREFIX + run_id,
+                          {"event": "flush", "kind": "run", "id": run_id, "worker": dask_worker.address})
+    return report
+
+
+def _dependencies(arg: Any, dsk: Mapping[str, Any]) -> list[str]:
+    if isinstance(arg, str):
+        return [arg] if arg in dsk else []
+    if isinstance(arg, list):
+        return [d for a in arg for d in _dependencies(a, dsk)]
+    return []
+
+
+def _substitute(arg: Any, dsk: Mapping[str, Any], futures: Mapping[str, Any]) -> Any:
+    if isinstance(arg, str) and arg in dsk:
+        return futures[arg]
+    if isinstance(arg, list):
+        return [_substitute(a, dsk, futures) for a in arg]
+    return arg
+
+
+@dataclass
+class _ClusterRun:
+    """What ``execute`` reads back from a cluster run: the graph and the completed tasks."""
+
+    graph: TaskGraph
+    events: list[dict]
+
+
+class Cluster:
+    """A Dask cluster hetflow runs on, and the client connected to it."""
+
+    def __init__(self, client: Client, kind: str, target: str, owned: Any = None) -> None:
+        self.client = client
+        self.kind = kind
+        self.target = target
+        self._owned = owned
+        self._workers: list[WorkerInfo] | None = None
+
+    @classmethod
+    def local(cls, workers: int, threads_per_worker: int | None = None) -> Cluster:
+        """Start a ``LocalCluster`` of ``workers`` processes on loopback.
+
+        Its workers' own logs are silenced: hetflow reports a failing task
+        itself, and Dask's "Compute Failed" tracebacks would bury that.
+        """
+        from distributed import LocalCluster
+
+        if workers < 1:
+            raise UsageError("--workers must be at least 1")
+        if threads_per_worker is not None and threads_per_worker < 1:
+            raise UsageError("--threads-per-worker must be at least 1")
+        threads = threads_per_worker or max(1, (os.cpu_count() or 1) // workers)
+        lc = LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
+                          dashboard_address=":0", silence_logs=logging.CRITICAL)
+        try:
+            client = Client(lc, set_as_default=False)
+        except BaseException:
+            lc.close()
+            raise
+        return cls(client, "local-cluster", lc.scheduler_address, owned=lc)
+
+    @classmethod
+    def connect(cls, target: str, *, timeout: float = _CONNECT_TIMEOUT_S) -> Cluster:
+        """Join an existing cluster: ``tcp://HOST:PORT`` or the path of a scheduler file."""
+        if os.path.isfile(target):
+            kwargs: dict[str, Any] = {"scheduler_file": target}
+        elif "://" in target:
+            kwargs = {"address": target}
+        else:
+            raise UsageError(f"--scheduler expects tcp://HOST:PORT or a scheduler file; {target!r} is neither "
+                             "(no such file, no scheme)")
+        try:
+            client = Client(**kwargs, timeout=timeout, set_as_default=False)
+        except (OSError, TimeoutError, ValueError) as e:
+            raise UsageError(f"cannot connect to the Dask scheduler at {target}: {e}") from None
+        try:
+            client.wait_for_workers(1, timeout=timeout)
+        except (TimeoutError, OSError):
+            client.close()
+            raise UsageError(f"the Dask cluster at {target} has no workers (waited {timeout:g} s)") from None
+        return cls(client, "cluster", target)
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.client.close()
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
+
+    def _identity(self, n_workers: int = -1) -> dict:
+        """The scheduler's identity, asked now: ``Client.scheduler_info``'s cache is overwritten
+        in the background by a refresh that carries no workers."""
+        return self.client.sync(self.client.scheduler.identity, n_workers=n_workers)
+
+    @property
+    def address(self) -> str:
+        return self.client.scheduler.address
+
+    @property
+    def dashboard_link(self) -> str | None:
+        """The dashboard's URL; ``None`` when the scheduler serves none (a local one without bokeh)."""
+        if "dashboard" not in self._identity(0).get("services", {}):
+            return None
+        if self._owned is not None and importlib.util.find_spec("bokeh") is None:
+            return None
+        return self.client.dashboard_link
+
+    def workers(self, vendors: tuple[Vendor, ...] = ()) -> list[WorkerInfo]:
+        """Every worker, sorted by name, with its offers for ``vendors`` probed; cached."""
+        if self._workers is None:
+            info = self._identity()["workers"]
+            self._workers = sorted(
+                (WorkerInfo(address, str(w.get("name", address)), int(w.get("nthreads", 1)),
+                            dict(w.get("resources") or {})) for address, w in info.items()),
+                key=lambda w: (_sort_name(w.name), w.address))
+        missing = [v for v in vendors if any(v not in w.offers for w in self._workers)]
+        if missing:
+            got = self.client.run(worker_offers, [v.value for v in missing], on_error="return",
+                                  workers=[w.address for w in self._workers])
+            for w in self._workers:
+                answer = got.get(w.address)
+                if isinstance(answer, BaseException) or answer is None:
+                    why = f"{type(answer).__name__}: {answer}" if answer is not None else "it did not answer"
+                    raise UsageError(f"worker {w.name} ({w.address}) cannot run hetflow: {why}; "
+                                     "install hetflow on every worker") from None
+                w.offers.update({o.vendor: o for o in answer})
+        return self._workers
+
+    def offered(self) -> str:
+        """What each worker offers, every vendor probed: for messages about what is missing."""
+        return "; ".join(w.summary() for w in self.workers(tuple(Vendor))) or "no workers"
+
+    def probe(self, vendor: Vendor) -> Offer:
+        """The cluster's offer for ``vendor``: available when at least one worker offers it."""
+        workers = self.workers((vendor,))
+        having = [(w, w.offer(vendor)) for w in workers]
+        having = [(w, o) for w, o in having if o is not None and o.available]
+        if not having:
+            return Offer(vendor, False, f"no worker of the cluster offers {vendor.value} (the cluster offers: "
+                                        f"{self.offered()})")
+        first = having[0][1]
+        names = ", ".join(w.name for w, _ in having)
+        return Offer(vendor, True, f"offered by {len(having)} of {len(workers)} workers ({names})",
+                     first.devices, first.dtypes)
+
+    def place(self, plan: Plan, manifest: Manifest, mapping: Mapping[str, str] | None = None) -> Plan:
+        """``plan`` with a worker for every executor; raises :class:`ManifestError` when one has none."""
+        mapping = dict(mapping or {})
+        workers = self.workers(tuple({e.vendor: None for e in plan.executors.values()}))
+        unknown = [e for e in mapping if e not in plan.executors]
+        if unknown:
+            raise UsageError(f"--place {unknown[0]}=...: the manifest declares no executor {unknown[0]!r} "
+                             f"(declared: {', '.join(plan.executors)})")
+        load = {w.address: 0 for w in workers}
+        placed = {}
+        problems = []
+        pinned_first = sorted(plan.executors.values(), key=lambda e: self._candidates(e, workers, mapping)[0] is workers)
+        for e in pinned_first:
+            where = manifest.executors[e.name].vendor_origin if e.name in manifest.executors else None
+            pool, reason = self._candidates(e, workers, mapping)
+            able = [w for w in pool if _can_host(w, e.vendor, e.device)]
+            if not able:
+                if pool is workers:
+                    why = f"no worker offers {e.vendor.value}" + ("" if e.vendor is Vendor.cpu else f" device {e.device}")
+                elif not pool:
+                    why = f"{reason} matches no worker"
+                else:
+                    why = f"{reason} names worker(s) {', '.join(w.name for w in pool)}, which do not offer {e.vendor.value}"
+                problems.append(Diagnostic(where, f"executor {e.name!r} ({e.vendor.value}) cannot be placed on the "
+                                                  f"cluster at {self.target}: {why}; the cluster offers: {self.offered()}"))
+                continue
+            pick = min(able, key=lambda w: (load[w.address], _sort_name(w.name), w.address))
+            load[pick.address] += 1
+            placed[e.name] = dataclasses.replace(e, worker=pick.address, worker_name=pick.name,
+                                                 worker_reason=f"{reason}; worker {pick.name}")
+        if problems:
+            raise ManifestError(problems)
+        return dataclasses.replace(plan, executors={name: placed[name] for name in plan.executors})
+
+    @staticmethod
+    def _candidates(e: Any, workers: list[WorkerInfo], mapping: Mapping[str, str]) -> tuple[list[WorkerInfo], str]:
+        if e.name in mapping:
+            wanted = mapping[e.name]
+            return [w for w in workers if wanted in (w.name, w.address)], f"--place {e.name}={wanted}"
+        resource = RESOURCE_PREFIX + e.name
+        tagged = [w for w in workers if w.resources.get(resource, 0) > 0]
+        if tagged:
+            return tagged, f"worker resource {resource}"
+        return workers, f"offers {e.vendor.value}, fewest executors"
+
+    def describe(self) -> dict:
+        return {
+            "kind": self.kind, "address": self.address, "dashboard": self.dashboard_link,
+            "workers": [{"address": w.address, "name": w.name, "nthreads": w.nthreads, "resources": dict(w.resources)}
+                        for w in self.workers()],
+        }
+
+    def run_graph(self, plan: Plan, run_id: str, stream: EventStream,
+                  cache: CacheUse | None = None) -> tuple[_ClusterRun, list, BaseException | None, dict]:
+        """Run the lowered graph of a placed ``plan``: (completed tasks, results, failure, live activations)."""
+        missing = [e.name for e in plan.executors.values() if e.worker is None]
+        if missing:
+            raise ValueError(f"executors {missing} have no worker: Cluster.place the plan first")
+        client = self.client
+        topic = PLUGIN_PREFIX + run_id
+        flushed: set[str] = set()
+        flush_cond = threading.Condition()
+
+        def on_event(item: tuple[float, dict]) -> None:
+            _, event = item
+            if event.get("event") == "flush":
+                with flush_cond:
+                    flushed.add(event.get("worker"))
+                    flush_cond.notify_all()
+            stream.emit(event)
+
+        graph = lower(plan, _OnWorker(run_id))
+        client.subscribe_topic(topic, on_event)
+        plugin = HetflowWorkerPlugin(run_id, plan, cache)
+        futures: dict[str, Any] = {}
+        failure: BaseException | None = None
+        results: list[Any] = []
+        registered = False
+        try:
+            client.register_plugin(plugin, name=plugin.name)
+            registered = True
+            stream.emit(run_event("started", run_id, tasks=len(graph.dsk), mode=self.kind, scheduler=self.address,
+                                  dashboard=self.dashboard_link, workers=len(self.workers())))
+            self._submit(plan, run_id, graph, futures)
+            failure = self._watch(plan, graph, futures)
+            if failure is None:
+                results = client.gather([futures[k] for k in graph.keys])
+        except Exception as e:  # noqa: BLE001 - recorded by execute, like a stage failure
+            failure = failure or e
+        live: dict[str, int] = {}
+        try:
+            client.cancel([f for f in futures.values() if not f.done()])
+            reports = client.run(_close_run, run_id, _CLOSE_WAIT_S, on_error="return") if registered else {}
+            answered = set()
+            for address, report in reports.items():
+                if isinstance(report, BaseException):
+                    continue
+                answered.add(address)
+                live.update(report["live"])
+            with flush_cond:
+                flush_cond.wait_for(lambda: answered <= flushed, timeout=_FLUSH_WAIT_S)
+        finally:
+            client.unsubscribe_topic(topic)
+            if registered:
+                try:
+                    client.unregister_worker_plugin(plugin.name)
+                except Exception:  # noqa: BLE001 - a worker that died has no plugin to remove
+                    pass
+        for name in plan.executors:
+            live.setdefault(name, 0)
+        return _ClusterRun(graph, stream.tasks()), results, _as_failure(failure), dict(sorted(live.items()))
+
+    def _submit(self, plan: Plan, run_id: str, graph: TaskGraph, futures: dict[str, Any]) -> None:
+        dsk = graph.dsk
+        order = graphlib.TopologicalSorter(
+            {key: [d for a in task[1:] for d in _dependencies(a, dsk)] for key, task in dsk.items()}
+        ).static_order()
+        for key in order:
+            fn, *args = dsk[key]
+            args = [_substitute(a, dsk, futures) for a in args]
+            executor = graph.bound.get(key)
+            if executor is None:
+                futures[key] = self.client.submit(fn, *args, key=f"{key}@{run_id}", pure=False, retries=3)
+            else:
+                futures[key] = self.client.submit(
+                    fn, *args, key=f"{key}@{run_id}", pure=False, retries=0,
+                    workers=[plan.executors[executor].worker], allow_other_workers=False,
+                )
+
+    def _watch(self, plan: Plan, graph: TaskGraph, futures: dict[str, Any]) -> BaseException | None:
+        """Wait for every future; the first failure, or a ClusterFailure when a hosting worker is gone."""
+        hosting: dict[str, list[str]] = {}
+        for e in plan.executors.values():
+            hosting.setdefault(e.worker, []).append(e.name)
+        done: queue.Queue = queue.Queue()
+        for f in futures.values():
+            f.add_done_callback(done.put)
+        remaining = len(futures)
+        while remaining:
+            try:
+                f = done.get(timeout=_POLL_S)
+            except queue.Empty:
+                f = None
+            if f is not None:
+                remaining -= 1
+                if f.status == "error":
+                    return f.exception()
+                if f.status == "cancelled":
+                    return ClusterFailure(f"task {f.key} was cancelled by the cluster", {"tasks": [str(f.key)]})
+            else:
+                alive = set(self._identity()["workers"])
+                gone = [w for w in hosting if w not in alive]
+                if gone:
+                    return _lost(plan, graph, futures, gone, hosting, self.workers())
+        return None
+
+
+def _lost(plan: Plan, graph: TaskGraph, futures: Mapping[str, Any], gone: list[str],
+          hosting: Mapping[str, list[str]], workers: list[WorkerInfo]) -> ClusterFailure:
+    names = {w.address: w.name for w in workers}
+    executors = sorted(e for w in gone for e in hosting[w])
+    finished = {k for k, f in futures.items() if f.status == "finished"}
+    unfinished = sorted(k for k, e in graph.bound.items() if e in executors and k not in finished)
+    dependents: dict[str, set[str]] = {}
+    for key, task in graph.dsk.items():
+        for dep in {d for a in task[1:] for d in _dependencies(a, graph.dsk)}:
+            dependents.setdefault(dep, set()).add(key)
+    held = []
+    for part in plan.partitions:
+        key = f"partition:{part.id}"
+        if part.executor in executors and key in finished and dependents.get(key, set()) - finished:
+            held.extend(part.outputs)
+    for b in plan.bridges:
+        key = f"import:{b.id}"
+        if b.destination in executors and key in finished and dependents.get(key, set()) - finished:
+            held.append(f"{b.tensor} (imported by bridge {b.id})")
+    where = ", ".join(f"{w} (name {names.get(w, '?')})" for w in gone)
+    message = (f"worker {where} died during the run; it hosted executor(s) {', '.join(executors)}; lost: "
+               f"{len(held)} activation(s) held there ({', '.join(held) or 'none'}) and {len(unfinished)} unfinished "
+               f"task(s) ({', '.join(unfinished) or 'none'}); an executor's state dies with its worker, so rerun the "
+               f"pipeline")
+    return ClusterFailure(message, {"workers": [{"address": w, "name": names.get(w)} for w in gone],
+                                    "executors": executors, "activations": held, "tasks": unfinished})
+
+
+def _as_failure(failure: BaseException | None) -> BaseException | None:
+    """Dask's own errors about a lost task become a ClusterFailure; stage failures pass through."""
+    if failure is None or isinstance(failure, ClusterFailure):
+        return failure
+    from distributed.scheduler import KilledWorker
+
+    if isinstance(failure, KilledWorker):
+        return ClusterFailure(f"Dask gave up on task {failure.task}: it was running on workers that died "
+                              f"({failure.last_worker.address if failure.last_worker else 'unknown'})",
+                              {"tasks": [str(failure.task)]})
+    if isinstance(failure, RuntimeError) and ("does not host run" in str(failure) or "is closed" in str(failure)):
+        return ClusterFailure(str(failure), {})
+    return failure
+
+
+def _can_host(worker: WorkerInfo, vendor: Vendor, device: int) -> bool:
+    offer = worker.offer(vendor)
+    if offer is None or not offer.available:
+        return False
+    return vendor is Vendor.cpu or device < len(offer.devices)
+
+
+def _sort_name(name: str) -> tuple:
+    return (0, int(name), "") if name.isdigit() else (1, 0, name)

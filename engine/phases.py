@@ -1,0 +1,422 @@
+"""Emulator phases as pipeline nodes: what each phase takes and yields, and how a run executes them.
+
+Algorithm
+---------
+A stage with ``phase:`` belongs to an emulator (``emulators:`` in the
+manifest), never to an executor: the planner does not place it.  The
+phases and what they yield (:data:`PHASES`):
+
+``execute``        runs the guest once (``ExecutionOutput``); fields
+                   ``steps``, ``exit_code``, ``pub_outs``, ``stdout``,
+                   ``chunks``, ``end_reason``, ``counters``.
+``mem-plans``      the memory plans (from the fast backend's MO runner, or
+                   from the min traces on the reference path); fields
+                   ``plans``, ``count``.
+``rom-histogram``  pc -> times executed (RH runner, or the min traces);
+                   fields ``steps``, ``pcs``, ``counts``.
+``plan``           state-machine instances packed from the per-chunk
+                   counters (``witness.plan_instances``); fields
+                   ``instances``, ``count``.
+``witness``        every chunk re-executed from its min trace alone into
+                   its witness table, one Dask task per chunk; the
+                   tables, concatenated in chunk order, are an *array*
+                   (an activation); fields ``rows``, ``chunks``.
+
+Only ``witness`` yields an array; every other phase yields JSON data, which
+an ``outputs:`` entry ``STAGE.FIELD`` (or ``STAGE`` for all fields)
+persists in the run record.
+
+Witness encoding
+----------------
+Activations use the seven seed dtypes, and the witness table is int64.
+The activation a ``witness`` phase hands to executor stages is fp32 of
+shape ``(rows, 4 * 16)``: column ``c`` of ``witness.COLUMNS`` becomes the
+four little-endian 16-bit limbs of its 64-bit two's-complement pattern at
+positions ``4c .. 4c+3``.  A limb is an integer in [0, 65535], which fp32
+holds exactly, so the encoding loses nothing; :func:`decode_witness`
+reassembles ``sum(limb[k] << 16k)`` as uint64 and views it as int64.
+
+Rounds
+------
+A Dask graph is static, and the number of chunks is known only after
+``execute`` has run.  A run therefore executes in two rounds on the same
+thread pool: round 1 is one task per ``execute`` phase; round 2 is the
+rest of the pipeline, lowered once the chunk counts are known: the other
+phases (``phase:ID``), ``witness:ID:I`` per chunk with ``phase:ID``
+gathering and encoding them, and the executor graph, whose bridges from a
+phase (kind ``emulator output import``) import ``phase:ID``'s portable
+activation on the consuming executor.  Phase results are host data held
+by the run, never executor handles, so the handle refcounts and the
+zero-live-activations guarantee are the executor graph's, unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from hetflow.executors.base import Dtype, PortableActivation
+
+__all__ = ["PhaseKind", "PHASES", "EmulatorDecl", "PhaseDecl", "encode_witness", "decode_witness", "LIMBS",
+           "PhaseRunner", "EMULATOR_BRIDGE"]
+
+LIMBS = 4
+EMULATOR_BRIDGE = "emulator output import"
+
+
+@dataclass(frozen=True)
+class PhaseKind:
+    name: str
+    inputs: tuple[str, ...]           # the phase each input must be
+    array: bool                       # yields an activation
+    fields: tuple[str, ...]
+    args: tuple[str, ...] = ()
+
+
+PHASES: dict[str, PhaseKind] = {
+    "execute": PhaseKind("execute", (), False,
+                         ("steps", "exit_code", "pub_outs", "stdout", "chunks", "end_reason", "counters")),
+    "mem-plans": PhaseKind("mem-plans", ("execute",), False, ("plans", "count"), ("rows_per_plan",)),
+    "rom-histogram": PhaseKind("rom-histogram", ("execute",), False, ("steps", "pcs", "counts")),
+    "plan": PhaseKind("plan", ("execute",), False, ("instances", "count"), ("sizes",)),
+    "witness": PhaseKind("witness", ("execute",), True, ("rows", "chunks")),
+}
+
+
+@dataclass(frozen=True)
+class EmulatorDecl:
+    name: str
+    isa: str
+    backend: str
+    program: str                      # absolute path
+    chunk_steps: int
+    max_steps: int
+    input: str | None                 # absolute path of the input bytes
+    origin: Any = None
+
+    def to_json(self) -> dict:
+        return {"isa": self.isa, "backend": self.backend, "program": self.program, "chunk_steps": self.chunk_steps,
+                "max_steps": self.max_steps, "input": self.input}
+
+
+@dataclass(frozen=True)
+class PhaseDecl:
+    id: str
+    phase: str
+    emulator: str
+    inputs: tuple[str, ...]
+    args: Mapping[str, Any]
+    origin: Any = None
+
+    @property
+    def kind(self) -> PhaseKind:
+        return PHASES[self.phase]
+
+    def to_json(self) -> dict:
+        return {"phase": self.phase, "emulator": self.emulator, "inputs": list(self.inputs), "args": dict(self.args),
+                "array": self.kind.array, "origin": str(self.origin) if self.origin else None}
+
+
+def encode_witness(table: np.ndarray) -> PortableActivation:
+    """int64 table (rows, C) -> fp32 activation (rows, 4C) of 16-bit limbs, exact."""
+    bits = np.ascontiguousarray(table, dtype=np.int64).view(np.uint64)
+    limbs = np.stack([(bits >> np.uint64(16 * k)) & np.uint64(0xFFFF) for k in range(LIMBS)], axis=-1)
+    return PortableActivation.from_array(limbs.reshape(table.shape[0], -1).astype(np.float32), Dtype.fp32)
+
+
+def decode_witness(values: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`encode_witness`: fp32 limbs (rows, 4C) -> int64 (rows, C)."""
+    limbs = np.asarray(values).astype(np.uint64).reshape(values.shape[0], -1, LIMBS)
+    out = np.zeros(limbs.shape[:2], dtype=np.uint64)
+    for k in range(LIMBS):
+        out |= limbs[:, :, k] << np.uint64(16 * k)
+    return out.view(np.int64)
+
+
+def _read_input(decl: EmulatorDecl) -> bytes:
+    if decl.input is None:
+        return b""
+    with open(decl.input, "rb") as f:
+        return f.read()
+
+
+class PhaseRunner:
+    """Runs a manifest's phases for one run; results are host data keyed by phase id.
+
+    ``event(kind, id, where, start, status, **extra)`` records a task
+    (the executor runtime's event recorder, so phase tasks appear in the
+    record's ``tasks`` like partitions do).
+    """
+
+    def __init__(self, emulators: Mapping[str, EmulatorDecl], phases: Mapping[str, PhaseDecl],
+                 event: Callable[..., None]) -> None:
+        self.emulators = dict(emulators)
+        self.phases = dict(phases)
+        self.event = event
+        self.results: dict[str, Any] = {}
+        self._programs: dict[str, Any] = {}
+        self._inputs: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def _program(self, emulator: str):
+        from hetflow.executors.emulator import load_elf
+        with self._lock:
+            if emulator not in self._programs:
+                self._programs[emulator] = load_elf(self.emulators[emulator].program)
+                self._inputs[emulator] = _read_input(self.emulators[emulator])
+            return self._programs[emulator], self._inputs[emulator]
+
+    def round1(self) -> dict:
+        """The ``execute`` phases: a Dask graph of one task each."""
+        return {f"phase:{p.id}": (self._run, p.id) for p in self.phases.values() if p.phase == "execute"}
+
+    def round2(self) -> dict:
+        """Every other phase, lowered now that each execute's chunk count is known."""
+        dsk: dict[str, tuple] = {}
+        for p in self.phases.values():
+            if p.phase == "execute":
+                continue
+            if p.phase == "witness":
+                chunks = len(self.results[p.inputs[0]].min_traces)
+                keys = [f"witness:{p.id}:{i}" for i in range(chunks)]
+                for i, key in enumerate(keys):
+                    dsk[key] = (self._witness_chunk, p.id, i)
+                dsk[f"phase:{p.id}"] = (self._witness_gather, p.id, keys)
+            else:
+                dsk[f"phase:{p.id}"] = (self._run, p.id)
+        return dsk
+
+    def _fail(self, pid: str, message: str) -> Exception:
+        from hetflow.engine.run import StageFailure
+        return StageFailure(f"phase:{pid}", pid, message)
+
+    def _timed(self, kind: str, id: str, pid: str, call: Callable[[], Any], **extra: Any) -> Any:
+        from hetflow.executors.emulator import EmulatorError
+        where = f"emulator:{self.phases[pid].emulator}"
+        start = time.time()
+        self.event(kind, id, where, start, "started")
+        try:
+            value = call()
+        except (EmulatorError, ValueError, OSError) as e:
+            self.event(kind, id, where, start, "failed", node=pid, error=str(e))
+            raise self._fail(pid, str(e)) from None
+        self.event(kind, id, where, start, "succeeded", nodes=[pid], phase=self.phases[pid].phase, **extra)
+        return value
+
+    def _run(self, pid: str) -> str:
+        p = self.phases[pid]
+        value = self._timed("phase", pid, pid, lambda: getattr(self, "_" + p.phase.replace("-", "_"))(p))
+        self.results[pid] = value
+        return pid
+
+    def _consumers(self, pid: str, phase: str) -> list[PhaseDecl]:
+        return [q for q in self.phases.values() if q.phase == phase and pid in q.inputs]
+
+    def _execute(self, p: PhaseDecl):
+        from hetflow.executors.emulator import execute
+        decl = self.emulators[p.emulator]
+        program, data = self._program(p.emulator)
+        plans = self._consumers(p.id, "mem-plans")
+        rows = int(plans[0].args.get("rows_per_plan", 1 << 22)) if plans else 1 << 22
+        return execute(program, backend=decl.backend, input=data, chunk_steps=decl.chunk_steps,
+                       max_steps=decl.max_steps, mem_plan_rows=rows,
+                       rom_histogram=bool(self._consumers(p.id, "rom-histogram")),
+                       runners=bool(plans or self._consumers(p.id, "rom-histogram")))
+
+    def _mem_plans(self, p: PhaseDecl):
+        from hetflow.executors.emulator import mem_plans_from_min_traces
+        out = self.results[p.inputs[0]]
+        rows = int(p.args.get("rows_per_plan", 1 << 22))
+        if self.emulators[p.emulator].backend == "fast":
+            plans, _ = out.backend.await_mem_plans()
+        else:
+            program, data = self._program(p.emulator)
+            plans, _ = mem_plans_from_min_traces(program, out.min_traces, len(data), rows)
+        return plans
+
+    def _rom_histogram(self, p: PhaseDecl):
+        from hetflow.executors.emulator import rom_histogram_from_min_traces
+        out = self.results[p.inputs[0]]
+        if self.emulators[p.emulator].backend == "fast":
+            return out.backend.await_rom_histogram()
+        program, data = self._program(p.emulator)
+        return rom_histogram_from_min_traces(program, out.min_traces, len(data))
+
+    def _plan(self, p: PhaseDecl):
+        from hetflow.executors.emulator import DEFAULT_SIZES, plan_instances
+        sizes = p.args.get("sizes") or DEFAULT_SIZES
+        return plan_instances(self.results[p.inputs[0]].counters, {k: int(v) for k, v in sizes.items()})
+
+    def _witness_chunk(self, pid: str, i: int) -> np.ndarray:
+        from hetflow.executors.emulator import witness_table
+        p = self.phases[pid]
+        program, data = self._program(p.emulator)
+        trace = self.results[p.inputs[0]].min_traces[i]
+        return self._timed("witness", f"{pid}:{i}", pid, lambda: witness_table(
+            program, trace, input_size=len(data), backend=self.emulators[p.emulator].backend), chunk=i)
+
+    def _witness_gather(self, pid: str, tables: list[np.ndarray]) -> PortableActivation:
+        from hetflow.executors.emulator import WITNESS_COLUMNS
+        table = np.concatenate(tables) if tables else np.zeros((0, len(WITNESS_COLUMNS)), dtype=np.int64)
+        portable = encode_witness(table)
+        self.results[pid] = {"rows": int(table.shape[0]), "chunks": len(tables), "portable": portable}
+        return portable
+
+    def fields(self, pid: str) -> dict[str, Any]:
+        """A phase's JSON fields (every phase but ``witness``'s array)."""
+        p = self.phases[pid]
+        v = self.results[pid]
+        if p.phase == "execute":
+            return {"steps": int(v.steps), "exit_code": int(v.exit_code),
+                    "pub_outs": [[int(i), int(x)] for i, x in v.pub_outs],
+                    "stdout": v.stdout.decode("utf-8", "replace"), "chunks": len(v.min_traces),
+                    "end_reason": v.end_reason, "counters": v.counters.totals()}
+        if p.phase == "mem-plans":
+            return {"plans": [{"segment_id": m.segment_id, "first_row": m.first_row, "count": m.count,
+                               "first": list(m.first), "last": list(m.last), "is_last": m.is_last} for m in v],
+                    "count": len(v)}
+        if p.phase == "rom-histogram":
+            return {"steps": int(v.steps), "pcs": [int(x) for x in v.pcs], "counts": [int(x) for x in v.counts]}
+        if p.phase == "plan":
+            return {"instances": [i.to_json() for i in v], "count": len(v)}
+        return {"rows": v["rows"], "chunks": v["chunks"]}
+
+    def output(self, pid: str, fieldname: str | None) -> tuple[Any, str]:
+        """The JSON value an ``outputs:`` entry persists and its digest."""
+        data = self.fields(pid)
+        value = data if fieldname is None else data[fieldname]
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+        return value, "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def resolve_path(base: str, path: str) -> str:
+    return path if os.path.isabs(path) else os.path.join(base, path)
+
+
+_EXECUTOR_ONLY = ("op", "dtype", "executor", "vendor", "colocate_with")
+
+
+def check_manifest(tree: Mapping[str, Any], doc: Any, base: str, problems: list) -> tuple[dict, dict]:
+    """The manifest's ``emulators:`` and phase stages, checked; problems are appended with FILE:LINE:COL."""
+    import difflib
+
+    from hetflow.engine.errors import Diagnostic
+    from hetflow.executors.emulator import DEFAULT_CHUNK_STEPS, DEFAULT_MAX_STEPS, ElfError, load_elf
+
+    emulators: dict[str, EmulatorDecl] = {}
+    raw = tree.get("emulators") if isinstance(tree.get("emulators"), dict) else {}
+    for name, spec in raw.items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("program"), str):
+            continue
+        here = ("emulators", name)
+        program = resolve_path(base, spec["program"])
+        try:
+            if not os.path.exists(program):
+                raise FileNotFoundError(program)
+            load_elf(program)
+        except FileNotFoundError:
+            problems.append(Diagnostic(doc.at(here + ("program",)), f"emulator {name!r}: program {spec['program']!r} does not exist ({program})"))
+        except OSError as e:
+            problems.append(Diagnostic(doc.at(here + ("program",)), f"emulator {name!r}: cannot read program {spec['program']!r}: {e.strerror or e}"))
+        except ElfError as e:
+            problems.append(Diagnostic(doc.at(here + ("program",)), f"emulator {name!r}: program {spec['program']!r} is not a guest ELF: {e}"))
+        data = spec.get("input")
+        if isinstance(data, str):
+            data = resolve_path(base, data)
+            if not os.path.isfile(data) or not os.access(data, os.R_OK):
+                problems.append(Diagnostic(doc.at(here + ("input",)), f"emulator {name!r}: input file {spec['input']!r} cannot be read ({data})"))
+        emulators[name] = EmulatorDecl(
+            name, spec.get("isa", "rv64ima"), spec.get("backend", "fast"), program,
+            spec.get("chunk_steps", DEFAULT_CHUNK_STEPS), spec.get("max_steps", DEFAULT_MAX_STEPS),
+            data if isinstance(data, str) else None, doc.key_at(here))
+
+    stages = tree.get("stages") if isinstance(tree.get("stages"), dict) else {}
+    phases: dict[str, PhaseDecl] = {}
+    pending = [(sid, spec) for sid, spec in stages.items() if isinstance(spec, dict) and spec.get("phase") in PHASES]
+    for sid, spec in pending:
+        here = ("stages", sid)
+        kind = PHASES[spec["phase"]]
+        for key in _EXECUTOR_ONLY:
+            if key in spec and key != "op":
+                problems.append(Diagnostic(doc.key_at(here + (key,)), (
+                    f"stage {sid!r} is a {kind.name} phase, which runs on its emulator: {key!r} is a key of executor stages")))
+        inputs = [i for i in spec.get("inputs", []) if isinstance(i, str)] if isinstance(spec.get("inputs"), list) else []
+        ok = True
+        if len(inputs) != len(kind.inputs):
+            want = ", ".join(kind.inputs) or "no inputs"
+            problems.append(Diagnostic(doc.at(here + ("inputs",)) if "inputs" in spec else doc.key_at(here),
+                                       f"phase {kind.name!r} takes {want}, stage {sid!r} gives {len(inputs)} input{'s' if len(inputs) != 1 else ''}"))
+            ok = False
+        for i, (ref, want) in enumerate(zip(inputs, kind.inputs)):
+            other = stages.get(ref)
+            got = other.get("phase") if isinstance(other, dict) else None
+            if ref in stages and got != want:
+                what = f"a {got} phase" if got else "an executor stage"
+                problems.append(Diagnostic(doc.at(here + ("inputs", i)),
+                                           f"phase {kind.name!r} of stage {sid!r} takes a {want} phase, but {ref!r} is {what}"))
+                ok = False
+        args = spec.get("args", {}) if isinstance(spec.get("args"), dict) else {}
+        for key in args:
+            if key not in kind.args:
+                allowed = ", ".join(kind.args) or "none"
+                problems.append(Diagnostic(doc.key_at(here + ("args", key)), f"phase {kind.name!r} has no argument {key!r} (arguments: {allowed})"))
+                ok = False
+        if "rows_per_plan" in args and not (isinstance(args["rows_per_plan"], int) and args["rows_per_plan"] > 0):
+            problems.append(Diagnostic(doc.at(here + ("args", "rows_per_plan")), "rows_per_plan must be a positive integer"))
+            ok = False
+        if "sizes" in args:
+            from hetflow.executors.emulator import STATE_MACHINES
+            sizes = args["sizes"]
+            if not isinstance(sizes, dict) or not all(k in STATE_MACHINES and isinstance(v, int) and v > 0 for k, v in sizes.items()):
+                problems.append(Diagnostic(doc.at(here + ("args", "sizes")), (
+                    f"sizes maps state machines ({', '.join(STATE_MACHINES)}) to positive row counts")))
+                ok = False
+        emulator = spec.get("emulator")
+        if isinstance(emulator, str) and emulator not in raw:
+            close = difflib.get_close_matches(emulator, list(raw), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            problems.append(Diagnostic(doc.at(here + ("emulator",)), (
+                f"stage {sid!r} names emulator {emulator!r}, which is not declared (declared: {', '.join(raw) or 'none'}){hint}")))
+            continue
+        if emulator is None and kind.name == "execute":
+            if len(raw) != 1:
+                problems.append(Diagnostic(doc.key_at(here), (
+                    f"stage {sid!r} is an execute phase: name its emulator with `emulator:` "
+                    + ("(no emulator is declared under `emulators:`)" if not raw else f"(declared: {', '.join(raw)})"))))
+                continue
+            emulator = next(iter(raw))
+        if ok and isinstance(emulator, str) or ok and inputs:
+            phases[sid] = PhaseDecl(sid, kind.name, emulator or "", tuple(inputs), dict(args), doc.key_at(here))
+    # a phase's emulator is its execute input's
+    for sid, p in list(phases.items()):
+        if p.inputs and p.inputs[0] in phases:
+            source = phases[p.inputs[0]].emulator
+            declared = stages[sid].get("emulator")
+            if isinstance(declared, str) and declared != source:
+                problems.append(Diagnostic(doc.at(("stages", sid, "emulator")), (
+                    f"stage {sid!r} names emulator {declared!r}, but its input {p.inputs[0]!r} runs on {source!r}")))
+            phases[sid] = PhaseDecl(sid, p.phase, source, p.inputs, p.args, p.origin)
+    for sid, p in list(phases.items()):
+        if p.emulator not in emulators:
+            del phases[sid]
+    return emulators, phases
+
+
+def check_output(stage: str, fieldname: str | None, stages: Mapping[str, Any], phases: Mapping[str, PhaseDecl]) -> str | None:
+    """Why ``outputs: {NAME: STAGE.FIELD}`` is wrong, or None."""
+    spec = stages.get(stage)
+    if spec is None:
+        return f"{stage!r} is not a stage"
+    if stage not in phases:
+        return f"{stage!r} is not an emulator phase, so it has no fields; name the stage alone"
+    kind = phases[stage].kind
+    if fieldname is not None and fieldname not in kind.fields:
+        return f"a {kind.name} phase has no field {fieldname!r} (fields: {', '.join(kind.fields)})"
+    return None

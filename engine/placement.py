@@ -1,0 +1,594 @@
+"""Placement: which executor runs each stage, and why.
+
+The pass works on *units*: a stage alone, or a colocation group (stages
+linked by ``colocate_with:``, transitively; one union-find component),
+which is placed as one. It goes in four steps.
+
+1. **Candidates** (:func:`candidates`): the executors a unit may run on.
+   An executor is *capable* of a stage when its offer lists the stage's
+   dtype (and, where the offer lists ops, the op). A pin (``executor:``)
+   leaves one candidate; a ``vendor:`` list keeps the capable executors
+   of its first vendor that has any (a later vendor is a *fallback*,
+   warned about); a group keeps what all its members accept. No
+   candidate left is a :class:`~hetflow.engine.errors.ManifestError` at
+   the line that asked for it.
+2. **Baseline** (:func:`baseline`): the walking skeleton's rule, in
+   topological order: with the largest input by bytes (first input on a
+   tie: the large tensor stays, the small one moves), or the first
+   candidate when there are no inputs.
+3. **Optimise** the plan's *estimated time* (:func:`total_cost`): the
+   sum of every stage's execution estimate on its executor plus every
+   bridge's transfer estimate, one bridge per (tensor, destination
+   executor), from the cost model (:mod:`hetflow.engine.costs`).
+
+   * When the free units choose between two executors A and B, the
+     optimum is a minimum s-t cut (:func:`binary_cut`), solved exactly
+     with networkx. Source side means A. A unit's execution estimate on
+     A is the capacity of ``unit -> t``, on B of ``s -> unit``. A tensor
+     whose single consumer is a free unit is a pair of edges:
+     ``u -> c`` costs the A-to-B bridge, ``c -> u`` the B-to-A one. A
+     tensor with several consumers gets one auxiliary node per
+     direction, joined to its consumers by infinite edges, so its bridge
+     to a destination is paid once however many consumers sit there.
+     Bridges to and from fixed stages become terminal edges.
+   * With three or more executors the problem is NP-hard in general.
+     The heuristic is *alpha-beta swap* (Boykov, Veksler and Zabih,
+     2001): for every pair of executors, the units now on either are
+     re-split between the two by the exact cut above, everything else
+     held fixed; rounds repeat until no swap lowers the cost, then a
+     pass of single-unit moves finishes. It starts from the baseline and
+     from "every unit on its fastest executor", and keeps the cheaper.
+     ``tests/test_planner_properties.py`` checks it against brute force
+     on small graphs.
+
+   The optimised placement replaces the baseline only when it is
+   strictly cheaper, so ties keep the predictable rule.
+4. **Explain** (:func:`explain`): every stage gets a ``reason`` line and
+   a structured ``why``: the constraint (pinned, colocated, preference)
+   and the decision. A decision is *inferred* (or *default*) when every
+   candidate executes the stage equally fast and the stage sits with its
+   largest input: only the bytes moved decided, and the rule says which.
+   Otherwise it is *cost*, with the numbers: for each candidate, the
+   stage's execution plus the bridges into and out of it, all other
+   stages held where they are.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import networkx as nx
+
+from hetflow.engine.costs import human_bytes
+from hetflow.engine.errors import Diagnostic, ManifestError
+
+__all__ = [
+    "Unit",
+    "Problem",
+    "candidates",
+    "baseline",
+    "total_cost",
+    "binary_cut",
+    "optimise",
+    "decide",
+    "components",
+    "gain_bound",
+    "brute_force",
+    "explain",
+    "format_s",
+]
+
+
+def format_s(seconds: float) -> str:
+    """
+    >>> format_s(0.0000123), format_s(0.0123), format_s(12.3)
+    ('12.3 us', '12.30 ms', '12.30 s')
+    """
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+@dataclass
+class Unit:
+    """Stages placed together, their candidate executors and what constrained them."""
+
+    id: int
+    nodes: list[str]
+    candidates: list[str]
+    constraint: str = ""          # "pinned", "colocated", "preference", "capability" or ""
+    constraint_text: str = ""
+    pinned: bool = False
+    fallback: str | None = None   # the warning text when a vendor preference fell back
+
+
+@dataclass
+class Problem:
+    """Everything the optimiser needs, precomputed once: costs are plain floats in dicts."""
+
+    graph: nx.DiGraph
+    order: list[str]                                  # a topological order of the stages
+    units: list[Unit]
+    unit_of: dict[str, int]
+    vendor: dict[str, Any]                            # executor name -> Vendor
+    exec_s: dict[str, dict[str, float]]               # stage -> executor -> seconds
+    consumers: dict[str, list[str]]                   # distinct consumers, in order
+    model: Any
+    pos: dict[str, int] = field(default_factory=dict)  # stage -> index in order
+
+    def __post_init__(self) -> None:
+        if not self.pos:
+            self.pos = {n: i for i, n in enumerate(self.order)}
+
+    def transfer(self, tensor: str, src: str, dst: str) -> float:
+        key = (self.vendor[src], self.vendor[dst])
+        return self.model.transfer_s(self.graph.nodes[tensor]["bytes"], *key)
+
+    def tensor_cost(self, u: str, exe: Mapping[str, str]) -> float:
+        home = exe[u]
+        dests = {exe[c] for c in self.consumers[u]}
+        dests.discard(home)
+        return sum(self.transfer(u, home, d) for d in dests)
+
+    def free_units(self) -> list[Unit]:
+        return [u for u in self.units if len(u.candidates) > 1]
+
+
+def _union_find(graph: nx.DiGraph) -> dict[str, str]:
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.get(x, x) != x:
+            parent[x] = parent.get(parent[x], parent[x])
+            x = parent[x]
+        return x
+
+    for n, d in graph.nodes(data=True):
+        other = d["stage"].colocate_with
+        if other is not None and other in graph and other != n:
+            a, b = find(n), find(other)
+            if a != b:
+                parent[b] = a
+    return {n: find(n) for n in graph.nodes}
+
+
+def _vendor_list(vs: Sequence[Any]) -> str:
+    return "[" + ", ".join(v.value for v in vs) + "]"
+
+
+def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, Any],
+               offers: Mapping[str, Any]) -> tuple[list[Unit], dict[str, int]]:
+    """Units in first-member order and each stage's unit; raises :class:`ManifestError`."""
+    names = list(executors)
+    pos = {n: i for i, n in enumerate(order)}
+    problems: list[Diagnostic] = []
+
+    def capable(stage: Any, ex: str) -> bool:
+        offer = offers[ex]
+        ops = getattr(offer, "ops", None)
+        return stage.dtype in offer.dtypes and (not ops or stage.op in ops)
+
+    per_node: dict[str, tuple[list[str], str, str, str | None]] = {}
+    for n in order:
+        stage = graph.nodes[n]["stage"]
+        able = [e for e in names if capable(stage, e)]
+        if stage.executor:
+            ex = executors[stage.executor]
+            if stage.vendors and ex.vendor not in stage.vendors:
+                problems.append(Diagnostic(stage.vendor_origin, (
+                    f"stage {n!r} wants vendor {_vendor_list(stage.vendors)} but its executor {ex.name!r} "
+                    f"runs {ex.vendor.value} on this machine ({ex.reason})")))
+            if stage.executor not in able:
+                problems.append(_dtype_problem(stage, [stage.executor], executors, offers))
+            per_node[n] = ([stage.executor], "pinned", f"pinned (executor: {stage.executor})", None)
+            continue
+        if not able:
+            problems.append(_dtype_problem(stage, names, executors, offers))
+            per_node[n] = (names[:1], "", "", None)
+            continue
+        if stage.vendors:
+            pick = next((v for v in stage.vendors if any(executors[e].vendor is v for e in able)), None)
+            if pick is None:
+                running = ", ".join(f"{e} {executors[e].vendor.value}" for e in names)
+                problems.append(Diagnostic(stage.vendor_origin, (
+                    f"stage {n!r} wants vendor {_vendor_list(stage.vendors)}, and no executor able to run it "
+                    f"has one here (executors: {running})")))
+                per_node[n] = (able, "", "", None)
+                continue
+            chosen = [e for e in able if executors[e].vendor is pick]
+            skipped = stage.vendors[: stage.vendors.index(pick)]
+            if skipped:
+                text = f"preference: vendor {pick.value}, fell back from {_vendor_list(stage.vendors)}"
+                warn = (f"stage {n!r} runs on {pick.value}: its preferred vendor "
+                        f"{', '.join(v.value for v in skipped)} has no capable executor here")
+            else:
+                text, warn = f"preference: vendor {pick.value}, first of {_vendor_list(stage.vendors)}", None
+            per_node[n] = (chosen, "preference", text, warn)
+            continue
+        if len(able) < len(names) and len(able) == 1:
+            per_node[n] = (able, "capability", f"capability: only {able[0]!r} runs {stage.op} at {stage.dtype.value}", None)
+            continue
+        per_node[n] = (able, "", "", None)
+    if problems:
+        raise ManifestError(problems)
+
+    roots = _union_find(graph)
+    members: dict[str, list[str]] = {}
+    for n in order:
+        members.setdefault(roots[n], []).append(n)
+    units: list[Unit] = []
+    unit_of: dict[str, int] = {}
+    for root, nodes in sorted(members.items(), key=lambda kv: pos[kv[1][0]]):
+        uid = len(units)
+        for n in nodes:
+            unit_of[n] = uid
+        if len(nodes) == 1:
+            cands, kind, text, warn = per_node[nodes[0]]
+            units.append(Unit(uid, nodes, list(cands), kind, text, kind == "pinned", warn))
+            continue
+        allowed = [e for e in names if all(e in per_node[n][0] for n in nodes)]
+        pins = [n for n in nodes if per_node[n][1] == "pinned"]
+        if not allowed:
+            first = next((graph.nodes[n]["stage"] for n in nodes if graph.nodes[n]["stage"].colocate_origin), graph.nodes[nodes[0]]["stage"])
+            offers_text = "; ".join(f"{n}: {', '.join(per_node[n][0])}" for n in nodes)
+            problems.append(Diagnostic(first.colocate_origin or first.origin, (
+                f"stages {', '.join(map(repr, nodes))} are colocated, but no executor can run them all "
+                f"({offers_text})")))
+            continue
+        if pins:
+            text = f"colocated with {', '.join(repr(m) for m in nodes if m != pins[0])} and {pins[0]!r}, pinned (executor: {allowed[0]})"
+        else:
+            text = f"colocated: {', '.join(map(repr, nodes))} run together"
+        warn = next((per_node[n][3] for n in nodes if per_node[n][3]), None)
+        units.append(Unit(uid, nodes, allowed, "colocated", text, bool(pins), warn))
+    if problems:
+        raise ManifestError(problems)
+    return units, unit_of
+
+
+def _dtype_problem(stage: Any, names: Sequence[str], executors: Mapping[str, Any], offers: Mapping[str, Any]) -> Diagnostic:
+    first = executors[names[0]]
+    supported = ", ".join(d.value for d in offers[names[0]].dtypes)
+    ops = getattr(offers[names[0]], "ops", None)
+    if stage.dtype in offers[names[0]].dtypes and ops and stage.op not in ops:
+        what = f"stage {stage.id!r} uses op {stage.op!r}, which executor {first.name!r} ({first.vendor.value}) does not run"
+    else:
+        what = (f"stage {stage.id!r} produces {stage.dtype.value}, which executor {first.name!r} ({first.vendor.value}) "
+                f"does not support (supported: {supported})")
+    if len(names) > 1:
+        what += f", nor does any other executor ({', '.join(names[1:])})"
+    return Diagnostic(stage.origin, what)
+
+
+def _largest_input(graph: nx.DiGraph, n: str) -> str | None:
+    inputs = graph.nodes[n]["stage"].inputs
+    if not inputs:
+        return None
+    sizes = [(graph.nodes[ref]["bytes"] or 0, -slot, ref) for slot, ref in enumerate(inputs)]
+    return max(sizes)[2]
+
+
+def baseline(p: Problem) -> dict[str, str]:
+    """The skeleton's rule for every unit: with the largest input of its first stage, else its first candidate."""
+    exe: dict[str, str] = {}
+    done: set[int] = set()
+    for n in p.order:
+        uid = p.unit_of[n]
+        if uid in done:
+            continue
+        unit = p.units[uid]
+        pick = unit.candidates[0]
+        ref = _largest_input(p.graph, n)
+        if len(unit.candidates) > 1 and ref is not None and exe.get(ref) in unit.candidates:
+            pick = exe[ref]
+        for m in unit.nodes:
+            exe[m] = pick
+        done.add(uid)
+    return exe
+
+
+def total_cost(p: Problem, exe: Mapping[str, str]) -> float:
+    """The plan's estimated time under ``exe``: every execution plus every bridge, once each."""
+    return sum(p.exec_s[n][exe[n]] for n in p.order) + sum(p.tensor_cost(u, exe) for u in p.order)
+
+
+def _local(p: Problem, nodes: Sequence[str], exe: Mapping[str, str]) -> float:
+    """The part of :func:`total_cost` that moving ``nodes`` can change."""
+    tensors = set(nodes)
+    for n in nodes:
+        tensors.update(p.graph.nodes[n]["stage"].inputs)
+    return sum(p.exec_s[n][exe[n]] for n in nodes) + sum(p.tensor_cost(u, exe) for u in tensors)
+
+
+def binary_cut(p: Problem, exe: Mapping[str, str], movable: Sequence[Unit], a: str, b: str) -> dict[str, str]:
+    """The optimal split of ``movable`` units between executors ``a`` and ``b``, all else fixed.
+
+    Units that share no tensor cannot change each other's cost, so each
+    connected group of them is its own (small) cut problem.
+    """
+    out = dict(exe)
+    if not movable:
+        return out
+    for component in components(p, movable):
+        _cut_component(p, out, component, a, b)
+    return out
+
+
+def components(p: Problem, movable: Sequence[Unit]) -> list[list[Unit]]:
+    """``movable`` split into groups that share no tensor: their costs are independent."""
+    ids = {u.id for u in movable}
+    link = nx.Graph()
+    link.add_nodes_from(ids)
+    for unit in movable:
+        for n in unit.nodes:
+            touching = [p.unit_of[n]] + [p.unit_of[c] for c in p.consumers[n]]
+            for ref in p.graph.nodes[n]["stage"].inputs:
+                touching.append(p.unit_of[ref])
+                touching.extend(p.unit_of[c] for c in p.consumers[ref])
+            inside = [t for t in touching if t in ids]
+            link.add_edges_from((inside[0], t) for t in inside[1:] if t != inside[0])
+    by_id = {u.id: u for u in movable}
+    return [[by_id[i] for i in sorted(c)] for c in nx.connected_components(link)]
+
+
+def _touched(p: Problem, units: Sequence[Unit]) -> list[str]:
+    nodes = [n for u in units for n in u.nodes]
+    return nodes
+
+
+def gain_bound(p: Problem, exe: Mapping[str, str], units: Sequence[Unit]) -> float:
+    """An upper bound on what re-placing ``units`` can save: their excess execution plus every bridge they touch."""
+    nodes = _touched(p, units)
+    bound = sum(p.exec_s[n][exe[n]] - min(p.exec_s[n].values()) for n in nodes)
+    tensors = set(nodes)
+    for n in nodes:
+        tensors.update(p.graph.nodes[n]["stage"].inputs)
+    return bound + sum(p.tensor_cost(u, exe) for u in tensors)
+
+
+def decide(p: Problem, start: dict[str, str], min_gain_s: float) -> tuple[dict[str, str], str]:
+    """The placement the planner uses: the optimum where it beats ``start`` by more than ``min_gain_s``.
+
+    With two executors each independent group of free units is cut on
+    its own and kept only if it saves more than ``min_gain_s``; a group
+    whose :func:`gain_bound` is already below that is not cut at all
+    (its baseline is provably within ``min_gain_s`` of optimal), which
+    keeps large plans fast. With more executors the whole placement from
+    :func:`optimise` replaces the baseline when it saves enough.
+    Returns the placement and its method.
+    """
+    free = p.free_units()
+    if not free:
+        return dict(start), "fixed"
+    labels = sorted({e for u in free for e in u.candidates}, key=list(p.vendor).index)
+    threshold = lambda base: max(min_gain_s, 1e-9 * base)  # noqa: E731
+    if len(labels) != 2:
+        if gain_bound(p, start, free) <= threshold(total_cost(p, start)):
+            return dict(start), "baseline"
+        best, method = optimise(p, start)
+        base_s, best_s = total_cost(p, start), total_cost(p, best)
+        return (best, method) if best_s < base_s - threshold(base_s) else (dict(start), "baseline")
+    out, changed = dict(start), False
+    for group in components(p, free):
+        if gain_bound(p, start, group) <= min_gain_s:
+            continue
+        trial = dict(out)
+        _cut_component(p, trial, group, labels[0], labels[1])
+        nodes = _touched(p, group)
+        if _local(p, nodes, trial) < _local(p, nodes, out) - min_gain_s:
+            out, changed = trial, True
+    return out, ("min-cut" if changed else "baseline")
+
+
+def _cut_component(p: Problem, out: dict[str, str], movable: Sequence[Unit], a: str, b: str) -> None:
+    uid_set = {u.id for u in movable}
+    g = nx.DiGraph()
+    s, t = ("s",), ("t",)
+    g.add_node(s)
+    g.add_node(t)
+
+    def add(u: Any, v: Any, cap: float) -> None:
+        if cap <= 0:
+            return
+        if g.has_edge(u, v):
+            g[u][v]["capacity"] += cap
+        else:
+            g.add_edge(u, v, capacity=cap)
+
+    def key(n: str) -> Any:
+        return p.unit_of[n] if p.unit_of[n] in uid_set else None
+
+    for unit in movable:
+        g.add_node(unit.id)
+        add(unit.id, t, sum(p.exec_s[n][a] for n in unit.nodes))
+        add(s, unit.id, sum(p.exec_s[n][b] for n in unit.nodes))
+
+    tensors: set[str] = set()
+    for unit in movable:
+        for n in unit.nodes:
+            tensors.add(n)
+            tensors.update(p.graph.nodes[n]["stage"].inputs)
+    for u in sorted(tensors, key=p.pos.__getitem__):
+        ku = key(u)
+        free_c = []
+        fixed_dests: set[str] = set()
+        for c in p.consumers[u]:
+            kc = key(c)
+            if kc is None:
+                fixed_dests.add(out[c])
+            elif kc != ku and kc not in free_c:
+                free_c.append(kc)
+        if ku is None:
+            home = out[u]
+            if not free_c:
+                continue
+            for side, dest in ((t, a), (s, b)):
+                if dest == home or dest in fixed_dests:
+                    continue
+                cost = p.transfer(u, home, dest)
+                if len(free_c) == 1:
+                    add(free_c[0], t, cost) if dest == a else add(s, free_c[0], cost)
+                elif dest == a:
+                    aux = ("anyA", u)
+                    for c in free_c:
+                        g.add_edge(c, aux)
+                    add(aux, t, cost)
+                else:
+                    aux = ("anyB", u)
+                    for c in free_c:
+                        g.add_edge(aux, c)
+                    add(s, aux, cost)
+            continue
+        # u's unit chooses: fixed destinations are unary, free consumers pairwise
+        add(ku, t, sum(p.transfer(u, a, d) for d in fixed_dests if d != a))
+        add(s, ku, sum(p.transfer(u, b, d) for d in fixed_dests if d != b))
+        if not free_c:
+            continue
+        if b not in fixed_dests:
+            cost = p.transfer(u, a, b)
+            if len(free_c) == 1:
+                add(ku, free_c[0], cost)
+            else:
+                aux = ("toB", u)
+                add(ku, aux, cost)
+                for c in free_c:
+                    g.add_edge(aux, c)
+        if a not in fixed_dests:
+            cost = p.transfer(u, b, a)
+            if len(free_c) == 1:
+                add(free_c[0], ku, cost)
+            else:
+                aux = ("toA", u)
+                add(aux, ku, cost)
+                for c in free_c:
+                    g.add_edge(c, aux)
+    _, (source_side, _) = nx.minimum_cut(g, s, t, flow_func=nx.algorithms.flow.preflow_push)
+    for unit in movable:
+        side = a if unit.id in source_side else b
+        for n in unit.nodes:
+            out[n] = side
+
+
+def _single_moves(p: Problem, exe: dict[str, str], free: Sequence[Unit]) -> dict[str, str]:
+    exe = dict(exe)
+    for _ in range(8):
+        improved = False
+        for unit in free:
+            here = exe[unit.nodes[0]]
+            best, best_cost = here, _local(p, unit.nodes, exe)
+            for e in unit.candidates:
+                if e == here:
+                    continue
+                for n in unit.nodes:
+                    exe[n] = e
+                c = _local(p, unit.nodes, exe)
+                if c < best_cost - 1e-15:
+                    best, best_cost = e, c
+            for n in unit.nodes:
+                exe[n] = best
+            improved |= best != here
+        if not improved:
+            break
+    return exe
+
+
+def _swaps(p: Problem, exe: dict[str, str], free: Sequence[Unit], executors: Sequence[str]) -> dict[str, str]:
+    best = total_cost(p, exe)
+    for _ in range(10):
+        improved = False
+        for a, b in itertools.combinations(executors, 2):
+            movable = [u for u in free if exe[u.nodes[0]] in (a, b) and a in u.candidates and b in u.candidates]
+            if not movable:
+                continue
+            trial = binary_cut(p, exe, movable, a, b)
+            c = total_cost(p, trial)
+            if c < best - 1e-12 * max(best, 1e-9):
+                exe, best, improved = trial, c, True
+        if not improved:
+            break
+    return _single_moves(p, exe, free)
+
+
+def optimise(p: Problem, start: dict[str, str]) -> tuple[dict[str, str], str]:
+    """The cheapest placement found and how: ``"min-cut"``, ``"alpha-beta swap"`` or ``"fixed"``."""
+    free = p.free_units()
+    if not free:
+        return dict(start), "fixed"
+    labels = sorted({e for u in free for e in u.candidates}, key=list(p.vendor).index)
+    if len(labels) == 2:
+        return binary_cut(p, start, free, labels[0], labels[1]), "min-cut"
+    fastest = dict(start)
+    for unit in free:
+        pick = min(unit.candidates, key=lambda e: sum(p.exec_s[n][e] for n in unit.nodes))
+        for n in unit.nodes:
+            fastest[n] = pick
+    runs = [_swaps(p, dict(start), free, labels), _swaps(p, fastest, free, labels)]
+    return min(runs, key=lambda e: total_cost(p, e)), "alpha-beta swap"
+
+
+def brute_force(p: Problem, start: Mapping[str, str]) -> tuple[dict[str, str], float]:
+    """Every combination of the free units' candidates; the optimum (for tests on small graphs)."""
+    free = p.free_units()
+    best, best_cost = dict(start), total_cost(p, start)
+    for combo in itertools.product(*(u.candidates for u in free)):
+        exe = dict(start)
+        for unit, e in zip(free, combo):
+            for n in unit.nodes:
+                exe[n] = e
+        c = total_cost(p, exe)
+        if c < best_cost:
+            best, best_cost = exe, c
+    return best, best_cost
+
+
+def explain(p: Problem, exe: Mapping[str, str], declared_first: str) -> dict[str, tuple[str, dict]]:
+    """``reason`` text and ``why`` data for every stage under the final placement ``exe``."""
+    out: dict[str, tuple[str, dict]] = {}
+    work = dict(exe)
+    for unit in p.units:
+        here = exe[unit.nodes[0]]
+        costs: dict[str, dict[str, float]] = {}
+        if len(unit.candidates) > 1:
+            for e in unit.candidates:
+                for n in unit.nodes:
+                    work[n] = e
+                total = _local(p, unit.nodes, work)
+                ex = sum(p.exec_s[n][e] for n in unit.nodes)
+                costs[e] = {"total_s": total, "exec_s": ex, "bridges_s": total - ex}
+            for n in unit.nodes:
+                work[n] = here
+        for n in unit.nodes:
+            why: dict[str, Any] = {"constraint": unit.constraint or None, "candidates": list(unit.candidates)}
+            if len(unit.candidates) == 1:
+                kind = unit.constraint or "default"
+                text = unit.constraint_text or f"default: {here!r} is the only executor"
+            else:
+                kind, decision = _decision(p, unit, n, exe, costs, declared_first)
+                text = f"{unit.constraint_text}; {decision}" if unit.constraint_text else decision
+                why["costs"] = costs
+            why["kind"] = kind
+            out[n] = (text, why)
+    return out
+
+
+def _decision(p: Problem, unit: Unit, n: str, exe: Mapping[str, str], costs: Mapping[str, Mapping[str, float]],
+              declared_first: str) -> tuple[str, str]:
+    here = exe[n]
+    execs = {round(costs[e]["exec_s"], 15) for e in unit.candidates}
+    if len(execs) == 1 and len(unit.nodes) == 1:
+        ref = _largest_input(p.graph, n)
+        if ref is None and (here == declared_first or here == unit.candidates[0]):
+            return "default", "default: no inputs and no pin, first declared executor"
+        if ref is not None and exe[ref] == here:
+            size = p.graph.nodes[ref]["bytes"] or 0
+            if len(set(p.graph.nodes[n]["stage"].inputs)) == 1:
+                return "inferred", f"inferred: with its input {ref!r}"
+            return "inferred", f"inferred: with its largest input {ref!r} ({human_bytes(size)})"
+    mine = costs[here]
+    others = ", ".join(f"{e} {format_s(costs[e]['total_s'])}" for e in unit.candidates if e != here)
+    return "cost", (f"cost: {here} {format_s(mine['total_s'])} (exec {format_s(mine['exec_s'])} + bridges "
+                    f"{format_s(mine['bridges_s'])}) vs {others}")

@@ -1,0 +1,189 @@
+"""The runs directory: records, sweeps, listing, garbage collection.
+
+``RUNS_DIR`` holds one folder per run (``record.json`` and outputs), one
+folder per matrix sweep (``sweep.json``, one row per point naming the run
+of that point), ``.cache/`` (the partition cache) and ``.locks/``.
+
+:func:`manifest_from_record` rebuilds the exact manifest a record ran
+(its resolved, fully concrete form), which is what ``verify`` and
+``--resume`` run again. :func:`collect_garbage` keeps the newest runs and
+every cache entry one of them used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from typing import Any, Iterator, Mapping
+
+from hetflow.engine.cache import Cache
+from hetflow.engine.errors import UsageError
+from hetflow.engine.manifest import Document, Manifest, compile_manifest
+from hetflow.engine.records import utc_iso, write_json_atomic
+
+__all__ = [
+    "SWEEP_FORMAT",
+    "read_record",
+    "iter_entries",
+    "list_runs",
+    "manifest_from_record",
+    "new_sweep",
+    "write_sweep",
+    "collect_garbage",
+    "latest_record",
+]
+
+SWEEP_FORMAT = 1
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def read_record(runs_dir: str, run_id: str) -> dict:
+    """The record of ``run_id``; a missing or unreadable one is a :class:`UsageError` (exit 2)."""
+    path = os.path.join(runs_dir, run_id, "record.json")
+    if not os.path.isfile(path):
+        known = [e["id"] for e in list_runs(runs_dir)][:5]
+        hint = f" (recent: {', '.join(known)})" if known else ""
+        raise UsageError(f"no run {run_id!r} in {runs_dir}{hint}")
+    record = _read_json(path)
+    if record is None:
+        raise UsageError(f"{path}: not a readable run record")
+    return record
+
+
+def iter_entries(runs_dir: str) -> Iterator[tuple[str, str, dict]]:
+    """(kind, id, data) for every run record and sweep summary, in folder order."""
+    if not os.path.isdir(runs_dir):
+        return
+    for name in sorted(os.listdir(runs_dir)):
+        folder = os.path.join(runs_dir, name)
+        if name.startswith(".") or not os.path.isdir(folder):
+            continue
+        if os.path.isfile(os.path.join(folder, "sweep.json")):
+            data = _read_json(os.path.join(folder, "sweep.json"))
+            if data is not None:
+                yield "sweep", name, data
+        elif os.path.isfile(os.path.join(folder, "record.json")):
+            data = _read_json(os.path.join(folder, "record.json"))
+            if data is not None:
+                yield "run", name, data
+
+
+def list_runs(runs_dir: str) -> list[dict]:
+    """One row per run and sweep, newest first."""
+    rows = []
+    for kind, name, data in iter_entries(runs_dir):
+        if kind == "sweep":
+            rows.append({"kind": "sweep", "id": name, "manifest": data.get("name"), "point": f"{len(data.get('points', []))} points",
+                         "status": data.get("status"), "started_at": data.get("started_at"), "duration_s": data.get("duration_s")})
+        else:
+            point = (data.get("matrix_point") or {}).get("name")
+            rows.append({"kind": "run", "id": name, "manifest": (data.get("manifest") or {}).get("name"), "point": point,
+                         "status": data.get("status"), "started_at": data.get("started_at"), "duration_s": data.get("duration_s")})
+    rows.sort(key=lambda r: (r["started_at"] or "", r["id"]), reverse=True)
+    return rows
+
+
+def manifest_from_record(record: Mapping[str, Any]) -> Manifest:
+    """The manifest a record ran, rebuilt from its resolved form; checks the digest."""
+    entry = record.get("manifest") or {}
+    resolved = entry.get("resolved")
+    if not isinstance(resolved, dict):
+        raise UsageError(f"run {record.get('run_id')} has no resolved manifest in its record")
+    file = entry.get("file") or "record.json"
+    manifest = compile_manifest(Document(file, json.loads(json.dumps(resolved)), {}, {}))
+    if manifest.digest != entry.get("digest"):
+        raise UsageError(
+            f"run {record.get('run_id')}: the resolved manifest no longer compiles to digest {entry.get('digest')} "
+            f"(got {manifest.digest}); a hetflow version change alters how manifests resolve"
+        )
+    return manifest
+
+
+def new_sweep(runs_dir: str, name: str, manifest_file: str, points: list) -> tuple[str, str, dict]:
+    """Create the sweep folder and its summary with every point pending."""
+    os.makedirs(runs_dir, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    for n in range(1000):
+        sweep_id = f"{stamp}-{name}-sweep" + (f"-{n}" if n else "")
+        folder = os.path.join(runs_dir, sweep_id)
+        try:
+            os.mkdir(folder)
+            break
+        except FileExistsError:
+            continue
+    summary = {
+        "format": SWEEP_FORMAT,
+        "kind": "sweep",
+        "sweep_id": sweep_id,
+        "name": name,
+        "manifest": os.path.abspath(manifest_file),
+        "status": "running",
+        "started_at": utc_iso(time.time()),
+        "ended_at": None,
+        "duration_s": None,
+        "params": list(dict.fromkeys(k for p in points for k in p.values)),
+        "points": [{"name": p.name, "values": dict(p.values), "status": "pending", "run_id": None,
+                    "record": None, "outputs": {}, "error": None} for p in points],
+    }
+    write_json_atomic(os.path.join(folder, "sweep.json"), summary)
+    return sweep_id, folder, summary
+
+
+def write_sweep(folder: str, summary: dict) -> None:
+    write_json_atomic(os.path.join(folder, "sweep.json"), summary)
+
+
+def _cache_keys(record: Mapping[str, Any]) -> set[str]:
+    keys = ((record.get("cache") or {}).get("keys") or {}).values()
+    return {k["key"] for k in keys if isinstance(k, dict) and k.get("key")}
+
+
+def collect_garbage(runs_dir: str, keep: int, cache_dir: str | None = None, dry_run: bool = False) -> dict:
+    """Keep the ``keep`` newest runs; remove older runs, emptied sweeps and unused cache entries."""
+    if keep < 0:
+        raise UsageError("--keep must be 0 or more")
+    runs = [r for r in list_runs(runs_dir) if r["kind"] == "run"]
+    kept = {r["id"] for r in runs[:keep]}
+    removed_runs = [r["id"] for r in runs[keep:]]
+    needed: set[str] = set()
+    for run_id in kept:
+        record = _read_json(os.path.join(runs_dir, run_id, "record.json")) or {}
+        needed |= _cache_keys(record)
+    removed_sweeps = []
+    for kind, name, data in list(iter_entries(runs_dir)):
+        if kind == "sweep" and not any(p.get("run_id") in kept for p in data.get("points", [])):
+            removed_sweeps.append(name)
+    cache = Cache(cache_dir or os.path.join(runs_dir, ".cache"))
+    removed_entries = [k for k in cache.keys() if k not in needed]
+    if not dry_run:
+        for name in removed_runs + removed_sweeps:
+            shutil.rmtree(os.path.join(runs_dir, name), ignore_errors=True)
+        for key in removed_entries:
+            cache.remove(key)
+        cache.clean_temporaries()
+    return {"kept_runs": sorted(kept), "removed_runs": removed_runs, "removed_sweeps": removed_sweeps,
+            "removed_cache_entries": len(removed_entries), "kept_cache_entries": len(needed)}
+
+
+
+def latest_record(runs_dir: str, name: str, point: str | None = None) -> dict | None:
+    """The newest record of manifest ``name`` (at matrix point ``point``), or None."""
+    best: dict | None = None
+    for kind, _, data in iter_entries(runs_dir):
+        if kind != "run" or (data.get("manifest") or {}).get("name") != name:
+            continue
+        if ((data.get("matrix_point") or {}).get("name")) != point:
+            continue
+        if best is None or (data.get("started_at") or "") > (best.get("started_at") or ""):
+            best = data
+    return best

@@ -1,0 +1,120 @@
+"""``hetflow emulate`` through ``hetflow.engine.cli.main``: results, exit
+codes, and the messages for every kind of bad input or failed run."""
+
+import hashlib
+import io
+import json
+
+import pytest
+
+from hetflow.engine import cli
+
+from _guests import GUESTS
+
+
+def emulate(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["emulate", *map(str, argv)], out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_fib_text_report(backend):
+    code, out, err = emulate(GUESTS / "fib.elf", "--backend", backend)
+    assert (code, err) == (0, "")
+    first, outputs, captured, text = out.splitlines()
+    assert first.startswith(f"{GUESTS / 'fib.elf'}: exit code 0 (exit ecall) after 516 steps, 1 chunks, in ")
+    assert first.endswith(f"M steps/s, {backend} backend)")
+    assert outputs == "public outputs: [0]=0xa1ba7878 [1]=0x27f80dda [2]=0x0000005a"
+    assert (captured, text) == ("guest output (9 bytes):", "fib done")
+
+
+def test_sha256_input_file_json(tmp_path, backend):
+    data = b"hello, hetflow\n" * 7
+    (tmp_path / "in.bin").write_bytes(data)
+    code, out, err = emulate(GUESTS / "sha256.elf", "--input", tmp_path / "in.bin", "--json", "--backend", backend,
+                             "--chunk-steps", 1000)
+    assert (code, err) == (0, "")
+    r = json.loads(out)
+    assert r["status"] == "ok" and r["backend"] == backend and r["exit_code"] == 0 and r["end_reason"] == "exit"
+    digest = b"".join(v.to_bytes(4, "big") for v in r["pub_outs"][:8])
+    assert digest == hashlib.sha256(data).digest()
+    assert len(r["pub_outs"]) == 64 and r["chunk_steps"] == 1000
+    assert r["chunks"] == -(-r["steps"] // 1000)
+    assert sum(r["counters"].values()) == r["steps"] and r["steps_per_s"] > 0
+
+
+def test_isa_test_passes_through_tohost():
+    code, out, err = emulate(GUESTS / "isa_amo.elf")
+    assert code == 0 and "exit code 0 (tohost write)" in out and "public outputs: all 64 zero" in out
+
+
+@pytest.mark.parametrize("guest, message", [
+    ("fault_store", "unhandled trap: store/AMO access fault (mcause 7, mtval 0x80000000) at pc 0x80000008, "
+                    "instruction 0x0002a023 (step 2)"),
+    ("illegal", "unhandled trap: illegal instruction (mcause 2, mtval 0x0) at pc 0x80000004, "
+                "instruction 0x00000000 (step 1)"),
+])
+def test_failed_runs_exit_1_with_pc_and_word(backend, guest, message):
+    code, out, err = emulate(GUESTS / f"{guest}.elf", "--backend", backend)
+    assert (code, out) == (1, "")
+    assert err == f"hetflow: emulate failed: {GUESTS / f'{guest}.elf'}: {message}\n"
+
+
+def test_step_limit_exits_1_not_hangs(backend):
+    code, out, err = emulate(GUESTS / "spin.elf", "--max-steps", 3000, "--chunk-steps", 1000, "--backend", backend)
+    assert (code, out) == (1, "")
+    assert err == (f"hetflow: emulate failed: {GUESTS / 'spin.elf'}: step limit reached: 3000 steps without an "
+                   f"exit at pc 0x80000000, instruction 0x0000006f (step 3000) (raise it with --max-steps)\n")
+
+
+def test_failed_run_json():
+    code, out, err = emulate(GUESTS / "illegal.elf", "--json")
+    assert code == 1
+    r = json.loads(out)
+    assert (r["status"], r["pc"], r["insn"], r["step"]) == ("failed", 0x80000004, 0, 1)
+    assert "illegal instruction" in r["error"]
+
+
+def _patched(tmp_path, offset, value):
+    raw = bytearray((GUESTS / "fib.elf").read_bytes())
+    raw[offset:offset + len(value)] = value
+    path = tmp_path / "bad.elf"
+    path.write_bytes(bytes(raw))
+    return path
+
+
+@pytest.mark.parametrize("patch, message", [
+    ((4, b"\x01"), "32-bit ELF; expected a 64-bit (ELFCLASS64) RISC-V executable"),
+    ((18, (62).to_bytes(2, "little")), "not a RISC-V ELF (e_machine is EM_X86_64); expected EM_RISCV"),
+])
+def test_bad_elf_exits_2(tmp_path, patch, message):
+    path = _patched(tmp_path, *patch)
+    code, out, err = emulate(path)
+    assert (code, out, err) == (2, "", f"hetflow: error: {path}: {message}\n")
+
+
+def test_not_an_elf_and_missing_files_exit_2(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("hello\n")
+    assert emulate(text)[2] == f"hetflow: error: {text}: not an ELF file (expected magic 7f 45 4c 46, found 68 65 6c 6c)\n"
+    code, out, err = emulate(tmp_path / "none.elf")
+    assert code == 2 and err.startswith(f"hetflow: error: {tmp_path / 'none.elf'}: cannot read")
+    code, out, err = emulate(GUESTS / "fib.elf", "--input", tmp_path / "none.bin")
+    assert (code, err) == (2, f"hetflow: error: --input {tmp_path / 'none.bin'}: cannot read: No such file or directory\n")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--max-steps", "0"], "--max-steps and --chunk-steps must be at least 1"),
+    (["--chunk-steps", "-5"], "--max-steps and --chunk-steps must be at least 1"),
+    (["--max-steps", "many"], "argument --max-steps: invalid int value: 'many'"),
+    (["--backend", "jit"], "argument --backend: invalid choice: 'jit'"),
+])
+def test_bad_arguments_exit_2(argv, message, capsys):
+    code, out, err = emulate(GUESTS / "fib.elf", *argv)
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_nonzero_guest_exit_code_is_a_failed_run(backend):
+    code, out, err = emulate(GUESTS / "exit3.elf", "--backend", backend)
+    assert code == 1 and "exit code 3 (exit ecall) after 3 steps" in out
+    assert err == f"hetflow: emulate failed: {GUESTS / 'exit3.elf'}: guest exited with code 3\n"

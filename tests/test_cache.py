@@ -1,0 +1,155 @@
+"""The content-addressed cache: hits, invalidation downstream of a change, atomic entries."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from hetflow.engine import cache as cachemod
+from hetflow.engine import records
+from hetflow.engine.cache import Cache, partition_keys
+from hetflow.engine.manifest import compile_manifest, load, parse_overrides
+from hetflow.engine.planner import plan
+from hetflow.engine.run import execute
+from hetflow.executors import probe
+from hetflow.executors.base import Dtype, PortableActivation
+
+CHAIN = """
+version: 1
+name: chain
+params: {seed_a: 1, seed_b: 2, scale: 3}
+executors: {a: {vendor: cpu}, b: {vendor: cpu}, c: {vendor: cpu}}
+stages:
+  x: {op: random.normal, args: {shape: [8, 8], seed: "${seed_a}"}, executor: a}
+  w: {op: random.normal, args: {shape: [8, 8], seed: "${seed_b}"}, executor: b}
+  h: {op: matmul, inputs: [x, w], executor: b}
+  k: {op: random.uniform, args: {shape: [1], seed: 0, low: "${scale}", high: "${scale}"}, executor: c}
+  z: {op: mul, inputs: [h, k], executor: c}
+  r: {op: relu, inputs: [z], executor: a}
+outputs: {r: r, h: h}
+"""
+
+
+def run(path, tmp_path, **over):
+    m = compile_manifest(load(path), parse_overrides([f"{k}={v}" for k, v in over.items()]))
+    p = plan(m, probe)
+    return execute(m, p, runs_dir=str(tmp_path / "runs"))
+
+
+def executed(result):
+    return sorted(t["id"] for t in result.record["tasks"] if t["kind"] == "partition" and t["status"] == "succeeded" and not t.get("cached"))
+
+
+def test_second_run_takes_every_partition_from_the_cache(manifest_file, tmp_path):
+    path = manifest_file(CHAIN)
+    first = run(path, tmp_path)
+    second = run(path, tmp_path)
+    assert executed(first) == ["p0", "p1", "p2", "p3"] and first.record["cache"]["hits"] == []
+    assert executed(second) == [] and second.record["cache"]["hits"] == ["p0", "p1", "p2", "p3"]
+    assert {k: v["digest"] for k, v in first.record["outputs"].items()} == {k: v["digest"] for k, v in second.record["outputs"].items()}
+    assert second.record["live_activations_after"] == {"a": 0, "b": 0, "c": 0}
+
+
+def test_a_param_change_reruns_exactly_the_partitions_downstream(manifest_file, tmp_path):
+    path = manifest_file(CHAIN)
+    base = run(path, tmp_path)
+    parts = {p["id"]: p["nodes"] for p in base.record["plan"]["partitions"]}
+    assert parts == {"p0": ["x"], "p1": ["w", "h"], "p2": ["k", "z"], "p3": ["r"]}
+    changed = run(path, tmp_path, scale=2)      # k, then z, then r
+    assert executed(changed) == ["p2", "p3"]
+    assert changed.record["outputs"]["h"]["digest"] == base.record["outputs"]["h"]["digest"]
+    assert changed.record["outputs"]["r"]["digest"] != base.record["outputs"]["r"]["digest"]
+    again = run(path, tmp_path, seed_a=5)       # x, then h in p1, z and r
+    assert executed(again) == ["p0", "p1", "p2", "p3"]
+
+
+def test_no_cache_recomputes_and_stores_nothing(manifest_file, tmp_path):
+    path = manifest_file(CHAIN)
+    m = compile_manifest(load(path))
+    p = plan(m, probe)
+    r = execute(m, p, runs_dir=str(tmp_path / "runs"), use_cache=False)
+    assert executed(r) == ["p0", "p1", "p2", "p3"] and r.record["cache"]["stored"] == []
+    assert list(Cache(str(tmp_path / "runs" / ".cache")).keys()) == []
+
+
+def test_keys_chain_through_inputs_and_say_why_uncacheable(manifest_file, tmp_path):
+    path = manifest_file(CHAIN.replace('seed: "${seed_b}"', "seed: null"))
+    keys = partition_keys(plan(compile_manifest(load(path)), probe))
+    assert keys["p0"].cacheable and not keys["p1"].cacheable
+    assert keys["p1"].reason == "stage 'w' is nondeterministic (seed: null)"
+    assert keys["p2"].reason == "input 'h' comes from uncacheable partition p1"
+    assert keys["p3"].inputs == {"z": None}
+    base = partition_keys(plan(compile_manifest(load(manifest_file(CHAIN, "c.yaml"))), probe))
+    assert base["p2"].inputs == {"h": base["p1"].key}
+    other_version = partition_keys(plan(compile_manifest(load(manifest_file(CHAIN, "c.yaml"))), probe), version="0.0.0")
+    assert other_version["p0"].key != base["p0"].key and other_version["p0"].definition == base["p0"].definition
+
+
+def test_load_keys_on_file_content_not_path(manifest_file, tmp_path):
+    np.save(tmp_path / "data.npy", np.arange(4, dtype=np.float32))
+    text = "version: 1\nname: l\nexecutors: {a: {vendor: cpu}}\nstages:\n  d: {op: load, args: {path: data.npy}}\noutputs: {d: d}\n"
+    path = manifest_file(text)
+    k1 = partition_keys(plan(compile_manifest(load(path)), probe))["p0"].key
+    np.save(tmp_path / "data.npy", np.arange(5, dtype=np.float32))
+    k2 = partition_keys(plan(compile_manifest(load(path)), probe))["p0"].key
+    assert k1 != k2
+    os.remove(tmp_path / "data.npy")
+    missing = partition_keys(plan(compile_manifest(load(path)), probe))["p0"]
+    assert not missing.cacheable and "cannot be read" in missing.reason
+
+
+def test_damaged_entry_is_a_miss(manifest_file, tmp_path):
+    path = manifest_file(CHAIN)
+    first = run(path, tmp_path)
+    cache = Cache(str(tmp_path / "runs" / ".cache"))
+    key = first.record["cache"]["keys"]["p0"]["key"]
+    folder = cache._folder(key)
+    with open(os.path.join(folder, "0.bin"), "r+b") as f:
+        f.write(b"\xff\xff")
+    assert cache.load(key) is None
+    second = run(path, tmp_path)
+    assert "p0" in executed(second)
+    assert second.record["outputs"]["r"]["digest"] == first.record["outputs"]["r"]["digest"]
+
+
+def _fail_on_call(monkeypatch, module, name, n):
+    real = getattr(module, name)
+    calls = {"n": 0}
+
+    def wrapper(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise OSError(f"simulated crash in {name}")
+        return real(*a, **k)
+
+    monkeypatch.setattr(module, name, wrapper)
+    return calls
+
+
+@pytest.mark.parametrize("step", ["fsync-1", "fsync-2", "fsync-3", "rename"])
+def test_a_crash_at_any_point_of_a_cache_write_leaves_no_entry(tmp_path, monkeypatch, step):
+    cache = Cache(str(tmp_path / "cache"))
+    outputs = {"a": PortableActivation.from_array(np.ones(3, np.float32), Dtype.fp32),
+               "b": PortableActivation.from_array(np.zeros(2, np.float32), Dtype.bf16)}
+    name, _, n = step.partition("-")
+    _fail_on_call(monkeypatch, cachemod.os, name, int(n or 1))
+    with pytest.raises(OSError, match="simulated crash"):
+        cache.store("sha256:" + "ab" * 32, {}, outputs)
+    monkeypatch.undo()
+    assert not cache.has("sha256:" + "ab" * 32) and cache.load("sha256:" + "ab" * 32) is None
+    assert list(cache.keys()) == []
+    assert cache.store("sha256:" + "ab" * 32, {}, outputs)
+    assert cache.load("sha256:" + "ab" * 32)["b"].bytes == outputs["b"].bytes
+
+
+@pytest.mark.parametrize("step", ["fsync", "replace"])
+def test_a_crash_while_writing_a_record_keeps_the_previous_one(tmp_path, monkeypatch, step):
+    path = str(tmp_path / "record.json")
+    records.write_json_atomic(path, {"status": "running"})
+    _fail_on_call(monkeypatch, records.os, step, 1)
+    with pytest.raises(OSError, match="simulated crash"):
+        records.write_json_atomic(path, {"status": "succeeded", "big": list(range(10000))})
+    monkeypatch.undo()
+    assert json.loads(open(path).read()) == {"status": "running"}
+    assert os.listdir(tmp_path) == ["record.json"]

@@ -1,0 +1,256 @@
+"""The cluster runtime on a real LocalCluster of worker processes (loopback), shared by the module.
+
+The killed-worker test kills a worker process, so it runs last.
+"""
+
+import io
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from hetflow.engine import cli
+from hetflow.engine.errors import ManifestError, RunFailed
+from hetflow.engine.manifest import compile_manifest, load
+from hetflow.engine.planner import plan as make_plan
+from hetflow.engine.planner import render_text
+from hetflow.engine.run import execute
+from hetflow.executors import probe
+
+distributed = pytest.importorskip("distributed")
+
+from hetflow.engine.distributed import PLUGIN_PREFIX, Cluster  # noqa: E402
+
+SPLIT = """
+version: 1
+name: split
+params: {n: 16}
+executors:
+  host: {vendor: cpu}
+  accel: {vendor: cpu}
+stages:
+  x:  {op: random.normal, args: {shape: ["${n}", 32], seed: 3}, executor: host}
+  w:  {op: random.uniform, args: {shape: [32, 8], seed: 4, low: -1, high: 1}, executor: accel}
+  h:  {op: matmul, inputs: [x, w]}
+  g:  {op: gelu, inputs: [h]}
+  s:  {op: softmax, inputs: [g], executor: host}
+  t:  {op: transpose, inputs: [g], executor: accel}
+  b:  {op: cast, inputs: [t], dtype: bf16}
+  q:  {op: cast, inputs: [h], dtype: int4, executor: host}
+outputs: {s: s, b: b, q: q}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with Cluster.local(2, 1) as c:
+        yield c
+
+
+def compiled(manifest_file, text, name="m.yaml"):
+    return compile_manifest(load(manifest_file(text, name)))
+
+
+def digests(result):
+    return {k: v["digest"] for k, v in result.record["outputs"].items()}
+
+
+def hetflow_plugins(cluster):
+    return cluster.client.run(lambda dask_worker: sorted(n for n in dask_worker.plugins if n.startswith(PLUGIN_PREFIX)))
+
+
+def test_same_digests_as_threads_and_each_task_ran_on_its_executors_worker(cluster, manifest_file, tmp_path):
+    m = compiled(manifest_file, SPLIT)
+    local = execute(m, make_plan(m, probe), runs_dir=str(tmp_path))
+    placed = cluster.place(make_plan(m, cluster.probe), m)
+    workers = {e.name: e.worker for e in placed.executors.values()}
+    assert workers["host"] != workers["accel"]
+    assert {e.worker_name for e in placed.executors.values()} == {"0", "1"}
+    assert f"on worker {workers['accel']}" in render_text(placed)
+    assert placed.to_json()["executors"]["accel"]["worker"] == workers["accel"]
+
+    remote = execute(m, placed, runs_dir=str(tmp_path), cluster=cluster, use_cache=False)
+    assert remote.status == "succeeded"
+    assert digests(remote) == digests(local) and len(digests(local)) == 3
+    record = json.loads(Path(remote.record_path).read_text())
+    assert record["scheduler"]["kind"] == "local-cluster"
+    assert record["plan"]["executors"]["accel"]["worker"] == workers["accel"]
+    tasks = record["tasks"]
+    assert len(tasks) == len(placed.partitions) + 2 * len(placed.bridges) + len(placed.outputs)
+    for task in tasks:
+        assert task["worker"] == workers[task["executor"]], task
+    exports = [t for t in tasks if t["kind"] == "export"]
+    imports = {t["id"]: t for t in tasks if t["kind"] == "import"}
+    assert exports and all(imports[e["id"]]["worker"] != e["worker"] for e in exports)
+    assert all(e["bytes"] > 0 for e in exports)
+    assert record["live_activations_after"] == {"accel": 0, "host": 0}
+    kinds = {(e["event"], e["kind"]) for e in record["events"]}
+    assert ("started", "partition") in kinds and ("started", "run") in kinds
+    assert hetflow_plugins(cluster) == {w: [] for w in workers.values()}
+
+
+def test_workers_take_partitions_from_and_store_them_in_the_cache(cluster, manifest_file, tmp_path):
+    m = compiled(manifest_file, SPLIT)
+    placed = cluster.place(make_plan(m, cluster.probe), m)
+    first = execute(m, placed, runs_dir=str(tmp_path), cluster=cluster)
+    assert first.record["cache"]["hits"] == [] and len(first.record["cache"]["stored"]) == len(placed.partitions)
+    second = execute(m, placed, runs_dir=str(tmp_path), cluster=cluster)
+    assert sorted(second.record["cache"]["hits"]) == sorted(p.id for p in placed.partitions)
+    assert digests(second) == digests(first)
+    local = execute(m, make_plan(m, probe), runs_dir=str(tmp_path))
+    assert sorted(local.record["cache"]["hits"]) == sorted(p.id for p in placed.partitions), "one cache for every mode"
+    assert second.record["live_activations_after"] == {"accel": 0, "host": 0}
+
+
+def test_unsatisfiable_executor_fails_at_plan_time(cluster, manifest_file):
+    m = compiled(manifest_file, SPLIT.replace("accel: {vendor: cpu}", "accel: {vendor: cuda}"))
+    with pytest.raises(ManifestError) as info:
+        make_plan(m, cluster.probe)
+    text = str(info.value)
+    assert ":7:19: error: executor 'accel': no vendor of [cuda] is available" in text
+    assert "no worker of the cluster offers cuda (the cluster offers: worker 0 (tcp://127.0.0.1:" in text
+    assert "; worker 1 (tcp://127.0.0.1:" in text
+
+    m = compiled(manifest_file, SPLIT, "ok.yaml")
+    with pytest.raises(ManifestError) as info:
+        cluster.place(make_plan(m, cluster.probe), m, {"accel": "gpu-box"})
+    (d,) = info.value.diagnostics
+    assert str(d.origin).endswith("ok.yaml:7:19")
+    assert d.message.startswith(f"executor 'accel' (cpu) cannot be placed on the cluster at {cluster.target}: "
+                                "--place accel=gpu-box matches no worker; the cluster offers: worker 0 (")
+
+
+def test_cli_plan_against_the_cluster_shows_placement_and_fails_with_exit_2(cluster, manifest_file):
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["plan", manifest_file(SPLIT), "--scheduler", cluster.address, "--place", "accel=0",
+                     "--format", "json"], out=out, err=err)
+    assert code == 0, err.getvalue()
+    executors = json.loads(out.getvalue())["executors"]
+    assert executors["accel"]["worker_name"] == "0" and executors["accel"]["worker_reason"].startswith("--place accel=0")
+    assert executors["host"]["worker_name"] == "1"
+
+    bad = manifest_file(SPLIT.replace("accel: {vendor: cpu}", "accel: {vendor: cuda}"), "bad.yaml")
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main(["plan", bad, "--scheduler", cluster.address], out=out, err=err) == 2
+    assert err.getvalue().startswith(f"{bad}:7:19: error: executor 'accel'") and "Traceback" not in err.getvalue()
+
+
+FLAKY = """
+version: 1
+name: limits
+executors:
+  host: {vendor: cpu}
+  accel: {vendor: cpu}
+stages:
+  ok:   {op: ones, args: {shape: [4]}, executor: host}
+  bad:  {op: load, args: {path: broken.npy}, executor: accel, retries: 2}
+  a:    {op: random.normal, args: {shape: [700, 700], seed: 1}, executor: host}
+  slow: {op: matmul, inputs: [a, a], timeout: 0.001, retries: 1}
+  z:    {op: add, inputs: [ok, ok]}
+outputs: {z: z, bad: bad, slow: slow}
+"""
+
+
+def test_retries_and_timeouts_are_enforced_on_workers_and_release_everything(cluster, manifest_file, tmp_path):
+    (tmp_path / "broken.npy").write_bytes(b"\x93NUMPY garbage")
+    m = compiled(manifest_file, FLAKY)
+    placed = cluster.place(make_plan(m, cluster.probe), m)
+    assert {p.nodes: (p.retries, p.timeout) for p in placed.partitions}[("bad",)] == (2, None)
+    with pytest.raises(RunFailed) as info:
+        execute(m, placed, runs_dir=str(tmp_path / "runs"), cluster=cluster)
+    record = json.loads(Path(info.value.record_path).read_text())
+    assert record["status"] == "failed"
+    retried = [e for e in record["events"] if e["event"] == "retried"]
+    by_id = {}
+    for e in retried:
+        by_id.setdefault(e["id"], []).append(e)
+    bad_pid = record["nodes"]["bad"]["partition"]
+    slow_pid = record["nodes"]["slow"]["partition"]
+    if bad_pid in by_id:  # the first failure cancels the rest; whichever ran shows its attempts
+        assert [e["attempt"] for e in by_id[bad_pid]] == [1, 2]
+        assert record["nodes"]["bad"]["attempts"] == 3 and record["nodes"]["bad"]["status"] == "failed"
+    if record["nodes"]["slow"].get("attempts"):
+        assert record["nodes"]["slow"]["status"] == "timed out"
+        assert record["nodes"]["slow"]["error"] == "timed out after 0.001 s"
+        assert record["nodes"]["slow"]["attempts"] == 2 and by_id[slow_pid][0]["timed_out"] is True
+    assert record["nodes"]["bad"].get("attempts") or record["nodes"]["slow"].get("attempts")
+    assert all(e["worker"].startswith("tcp://127.0.0.1:") for e in retried)
+    assert record["live_activations_after"] == {"accel": 0, "host": 0}
+    assert record["outputs"] == {}
+    assert not [f for f in os.listdir(os.path.dirname(info.value.record_path)) if f.endswith(".npy")]
+    assert all(names == [] for names in hetflow_plugins(cluster).values())
+
+
+def test_a_timeout_alone_says_timed_out(cluster, manifest_file, tmp_path):
+    m = compiled(manifest_file, FLAKY.replace("  bad:  {op: load, args: {path: broken.npy}, executor: accel, retries: 2}\n", "")
+                 .replace("bad: bad, ", ""))
+    placed = cluster.place(make_plan(m, cluster.probe), m)
+    with pytest.raises(RunFailed) as info:
+        execute(m, placed, runs_dir=str(tmp_path), cluster=cluster)
+    assert str(info.value) == f"partition {placed.nodes['slow'].partition} failed: timed out after 0.001 s"
+    record = json.loads(Path(info.value.record_path).read_text())
+    assert record["nodes"]["slow"]["status"] == "timed out" and record["nodes"]["slow"]["attempts"] == 2
+    assert record["live_activations_after"] == {"accel": 0, "host": 0}
+
+
+SLOW_ON_ACCEL = """
+version: 1
+name: victim
+executors:
+  host: {vendor: cpu}
+  accel: {vendor: cpu}
+stages:
+  x:  {op: ones, args: {shape: [64]}, executor: host}
+  y:  {op: relu, inputs: [x]}
+  a:  {op: random.normal, args: {shape: [1200, 1200], seed: 1}, executor: accel}
+  b1: {op: matmul, inputs: [a, a]}
+  b2: {op: matmul, inputs: [b1, a]}
+  b3: {op: matmul, inputs: [b2, a]}
+  b4: {op: matmul, inputs: [b3, a]}
+  b5: {op: matmul, inputs: [b4, a]}
+  b6: {op: matmul, inputs: [b5, a]}
+  k:  {op: add, inputs: [y, y], executor: host}
+outputs: {b: b6, k: k}
+"""
+
+
+def test_killing_the_worker_of_an_executor_fails_the_run_saying_what_was_lost(cluster, manifest_file, tmp_path):
+    m = compiled(manifest_file, SLOW_ON_ACCEL)
+    placed = cluster.place(make_plan(m, cluster.probe), m)
+    victim = placed.executors["accel"].worker
+    survivor = placed.executors["host"].worker
+    pid = cluster.client.run(os.getpid, workers=[victim])[victim]
+    busy = threading.Event()
+
+    def on_event(event):
+        if event.get("event") == "started" and event.get("executor") == "accel":
+            busy.set()
+
+    outcome = {}
+
+    def run():
+        try:
+            execute(m, placed, runs_dir=str(tmp_path), cluster=cluster, on_event=on_event)
+        except RunFailed as e:
+            outcome["failed"] = e
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert busy.wait(60), "the accel partition never started"
+    os.kill(pid, signal.SIGKILL)
+    thread.join(120)
+    assert not thread.is_alive()
+    failure = outcome["failed"]
+    assert f"worker {victim} (name 1) died during the run; it hosted executor(s) accel; lost: " in str(failure)
+    record = json.loads(Path(failure.record_path).read_text())
+    lost = record["error"]["lost"]
+    assert lost["executors"] == ["accel"] and lost["workers"] == [{"address": victim, "name": "1"}]
+    assert "partition:" + placed.nodes["b6"].partition in lost["tasks"]
+    assert record["status"] == "failed" and record["outputs"] == {}
+    assert record["live_activations_after"]["host"] == 0
+    alive = cluster.client.run(lambda dask_worker: sorted(n for n in dask_worker.plugins if n.startswith(PLUGIN_PREFIX)),
+                               workers=[survivor])
+    assert alive == {survivor: []}

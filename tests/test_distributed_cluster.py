@@ -1,0 +1,102 @@
+"""An existing cluster: `dask scheduler` and `dask worker` processes started here on loopback.
+
+Nothing is preloaded on the workers: hetflow brings its worker plugin from
+the client. One worker carries the resource ``executor-accel=1``.
+"""
+
+import io
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hetflow.engine import cli
+from hetflow.engine.manifest import compile_manifest, load
+from hetflow.engine.planner import plan as make_plan
+from hetflow.engine.run import execute
+from hetflow.executors import probe
+
+pytest.importorskip("distributed")
+
+from hetflow.engine.distributed import Cluster  # noqa: E402
+
+from test_distributed import SPLIT  # noqa: E402
+
+START_TIMEOUT_S = 90
+
+
+def _stop(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
+
+
+@pytest.fixture(scope="module")
+def existing(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cluster")
+    file = folder / "scheduler.json"
+    log = open(folder / "cluster.log", "w")
+    dask = [sys.executable, "-m", "dask"]
+    procs = [subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                               "--scheduler-file", str(file)], stdout=log, stderr=subprocess.STDOUT)]
+    try:
+        deadline = time.time() + START_TIMEOUT_S
+        while not file.exists() and time.time() < deadline:
+            assert procs[0].poll() is None, (folder / "cluster.log").read_text()
+            time.sleep(0.1)
+        for name, extra in (("w0", []), ("w1", ["--resources", "executor-accel=1"])):
+            procs.append(subprocess.Popen(
+                [*dask, "worker", "--scheduler-file", str(file), "--name", name, "--nthreads", "1", "--no-nanny",
+                 "--host", "127.0.0.1", "--no-dashboard", *extra], stdout=log, stderr=subprocess.STDOUT))
+        cluster = Cluster.connect(str(file), timeout=START_TIMEOUT_S)
+        try:
+            cluster.client.wait_for_workers(2, timeout=START_TIMEOUT_S)
+            yield cluster, str(file)
+        finally:
+            cluster.close()
+    finally:
+        _stop(procs)
+        log.close()
+
+
+def test_existing_cluster_gives_the_threaded_digests_and_honours_worker_resources(existing, manifest_file, tmp_path):
+    cluster, _ = existing
+    m = compile_manifest(load(manifest_file(SPLIT)))
+    local = execute(m, make_plan(m, probe), runs_dir=str(tmp_path))
+    placed = cluster.place(make_plan(m, cluster.probe), m)
+    assert placed.executors["accel"].worker_name == "w1"
+    assert placed.executors["accel"].worker_reason == "worker resource executor-accel; worker w1"
+    assert placed.executors["host"].worker_name == "w0"
+    remote = execute(m, placed, runs_dir=str(tmp_path), cluster=cluster)
+    assert {k: v["digest"] for k, v in remote.record["outputs"].items()} == \
+        {k: v["digest"] for k, v in local.record["outputs"].items()}
+    assert remote.record["scheduler"]["kind"] == "cluster"
+    assert {w["name"]: w["resources"] for w in remote.record["scheduler"]["workers"]} == \
+        {"w0": {}, "w1": {"executor-accel": 1}}
+    by_executor = {e.name: e.worker for e in placed.executors.values()}
+    assert all(t["worker"] == by_executor[t["executor"]] for t in remote.record["tasks"])
+    assert remote.record["live_activations_after"] == {"accel": 0, "host": 0}
+
+
+def test_cli_run_on_the_scheduler_file_with_json_events(existing, manifest_file, tmp_path):
+    _, file = existing
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["run", manifest_file(SPLIT), "--scheduler", file, "--runs-dir", str(tmp_path),
+                     "--log-format", "json", "--json"], out=out, err=err)
+    assert code == 0, err.getvalue()
+    result = json.loads(out.getvalue())
+    events = [json.loads(line) for line in err.getvalue().splitlines()]
+    assert events[0]["kind"] == "run" and events[0]["mode"] == "cluster" and events[0]["workers"] == 2
+    workers = {e["worker"] for e in events if e["kind"] != "run"}
+    assert len(workers) == 2 and all(w.startswith("tcp://127.0.0.1:") for w in workers)
+    record = json.loads(Path(result["record"]).read_text())
+    assert record["status"] == "succeeded" and record["scheduler"]["address"].startswith("tcp://127.0.0.1:")

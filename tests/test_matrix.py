@@ -1,0 +1,112 @@
+"""Matrix sweeps: expansion as GitHub Actions defines it, stable names, the cap, errors at original positions."""
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from hetflow.engine import cli, matrix
+from hetflow.engine.errors import ManifestError, UsageError
+from hetflow.engine.manifest import compile_manifest, load
+
+SWEEP = """
+version: 1
+name: sweep
+params: {n: 2, scale: 1.0, tag: a}
+matrix:
+  n: [2, 3]
+  scale: [1.0, 2.0]
+executors: {a: {vendor: cpu}, b: {vendor: cpu}}
+stages:
+  x: {op: ones, args: {shape: ["${n}"]}, executor: a}
+  k: {op: random.uniform, args: {shape: [1], seed: 0, low: "${scale}", high: "${scale}"}, executor: b}
+  y: {op: mul, inputs: [x, k]}
+  s: {op: sum, inputs: [y]}
+outputs: {s: s}
+"""
+
+
+def main(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    return cli.main(list(argv), out=out, err=err), out.getvalue(), err.getvalue()
+
+
+def test_cartesian_product_in_key_order(manifest_file):
+    points = matrix.expand(load(manifest_file(SWEEP)))
+    assert [p.name for p in points] == [
+        "sweep[n=2,scale=1.0]", "sweep[n=2,scale=2.0]", "sweep[n=3,scale=1.0]", "sweep[n=3,scale=2.0]"]
+    assert points[1].values == {"n": 2, "scale": 2.0}
+
+
+def test_include_and_exclude_follow_github_actions(manifest_file):
+    text = SWEEP.replace("  scale: [1.0, 2.0]\n", "  scale: [1.0, 2.0]\n  exclude: [{n: 3, scale: 2.0}]\n"
+                         "  include: [{scale: 1.0, tag: b}, {n: 4, scale: 0.5}, {n: 2, scale: 2.0, tag: c}]\n")
+    points = matrix.expand(load(manifest_file(text)))
+    assert [p.name for p in points] == [
+        "sweep[n=2,scale=1.0,tag=b]",   # include 1 adds tag to every point with scale 1.0
+        "sweep[n=2,scale=2.0,tag=c]",   # include 3 fits this point without overwriting n or scale
+        "sweep[n=3,scale=1.0,tag=b]",
+        "sweep[n=4,scale=0.5]",         # include 2 fits no point: a new one
+    ]
+
+
+def test_the_cap_and_raising_it(manifest_file):
+    path = manifest_file(SWEEP.replace("n: [2, 3]", "n: [" + ", ".join(map(str, range(1, 151))) + "]"))
+    with pytest.raises(UsageError, match="expands to 300 points, more than the cap of 256; raise it with --max-points N"):
+        matrix.expand(load(path))
+    assert len(matrix.expand(load(path), max_points=300)) == 300
+
+
+def test_matrix_key_must_be_a_param(manifest_file):
+    path = manifest_file(SWEEP.replace("  n: [2, 3]", "  m: [2, 3]"))
+    with pytest.raises(ManifestError) as info:
+        matrix.expand(load(path))
+    assert [str(d) for d in info.value.diagnostics] == [
+        f"{path}:6:3: error: matrix key 'm' is not a declared param (declared: n, scale, tag)"]
+
+
+def test_error_inside_a_point_points_at_the_original_manifest(manifest_file):
+    path = manifest_file(SWEEP.replace("n: [2, 3]", "n: [2, -1]"))
+    doc = load(path)
+    bad = matrix.select(matrix.expand(doc), "n=-1,scale=1.0")
+    compile_manifest(doc, matrix.expand(doc)[0].values)
+    with pytest.raises(ManifestError) as info:
+        compile_manifest(doc, bad.values)
+    assert [str(d) for d in info.value.diagnostics] == [
+        f"{path}:10:31: error: argument 'shape' of op 'ones' must be a list of non-negative integers, got [-1]"]
+
+
+def test_sweep_runs_every_point_and_writes_a_summary(manifest_file, tmp_path):
+    runs = str(tmp_path / "runs")
+    code, out, err = main("run", manifest_file(SWEEP), "--runs-dir", runs, "--quiet")
+    assert code == 0, err
+    sweep_id = out.strip().splitlines()[-1]
+    summary = json.loads((Path(runs) / sweep_id / "sweep.json").read_text())
+    assert summary["status"] == "succeeded" and summary["params"] == ["n", "scale"]
+    assert [p["name"] for p in summary["points"]] == [p.name for p in matrix.expand(load(manifest_file(SWEEP)))]
+    sums = {}
+    for row in summary["points"]:
+        record = json.loads((Path(runs) / row["record"]).read_text())
+        assert record["matrix_point"] == {"name": row["name"], "values": row["values"]}
+        assert record["outputs"]["s"]["digest"] == row["outputs"]["s"]
+        from hetflow.engine.records import load_output
+        sums[row["name"]] = float(load_output(str(Path(runs) / row["run_id"]), "s"))
+    assert sums == {"sweep[n=2,scale=1.0]": 2.0, "sweep[n=2,scale=2.0]": 4.0,
+                    "sweep[n=3,scale=1.0]": 3.0, "sweep[n=3,scale=2.0]": 6.0}
+    code, out, _ = main("runs", "--runs-dir", runs)
+    assert code == 0 and sweep_id in out and "4 points" in out and "sweep[n=3,scale=2.0]" in out
+    code, out, _ = main("runs", "show", sweep_id, "--runs-dir", runs)
+    assert code == 0 and out.startswith(f"sweep {sweep_id}: succeeded  manifest sweep")
+    assert len([line for line in out.splitlines() if "  succeeded  " in line]) == 4
+
+
+def test_point_runs_one(manifest_file, tmp_path):
+    runs = str(tmp_path / "runs")
+    code, out, err = main("run", manifest_file(SWEEP), "--runs-dir", runs, "--quiet", "--point", "n=3,scale=2.0", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    record = json.loads(Path(data["record"]).read_text())
+    assert record["matrix_point"]["name"] == "sweep[n=3,scale=2.0]"
+    code, _, err = main("run", manifest_file(SWEEP), "--runs-dir", runs, "--point", "n=9")
+    assert code == 2 and "no matrix point 'n=9'" in err
