@@ -382,11 +382,16 @@ def compile_manifest(doc: Document, overrides: Mapping[str, Any] | None = None) 
 
     problems: list[Diagnostic] = []
     # A matrix point arrives as overrides; the resolved manifest of a point is concrete and has no matrix.
+    # A schedule says when to run, not what: it stays out of the resolved manifest and its digest.
     resolved = {k: (v if k in ("params", "version", "name") else _interpolate(v, (k,), values, doc, problems))
-                for k, v in tree.items() if k != "matrix"}
+                for k, v in tree.items() if k not in ("matrix", "schedule")}
     if "params" in resolved:
         resolved["params"] = values
-    problems.extend(_schema_problems({**resolved, "matrix": tree["matrix"]} if "matrix" in tree else resolved, doc))
+    problems.extend(_schema_problems({**resolved, **{k: tree[k] for k in ("matrix", "schedule") if k in tree}}, doc))
+    if "schedule" in tree:
+        from hetflow.engine import schedule as schedlib
+
+        problems.extend(schedlib.check(tree["schedule"], doc, params))
     manifest = None
     try:
         manifest = _semantics(resolved, doc, problems)
@@ -456,7 +461,7 @@ def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifes
                 if isinstance(other, dict) and other.get("phase") in phaselib.PHASES and not phaselib.PHASES[other["phase"]].array:
                     arrays = ", ".join(k for k, v in phaselib.PHASES.items() if v.array)
                     problems.append(Diagnostic(doc.at(here + ("inputs", i)), (
-                        f"stage {sid!r} takes input {ref!r}, a {other['phase']} phase, which yields data, not an array; "
+                        f"stage {sid!r} takes input {ref!r}, {phaselib.article(other['phase'])} phase, which yields data, not an array; "
                         f"an executor stage can take the output of a {arrays} phase")))
 
         executor = spec.get("executor")

@@ -140,6 +140,11 @@ def decode_witness(values: np.ndarray) -> np.ndarray:
     return out.view(np.int64)
 
 
+def article(word: str) -> str:
+    """``word`` with its indefinite article: "an execute", "a witness"."""
+    return ("an " if word[:1] in "aeiou" else "a ") + word
+
+
 def _read_input(decl: EmulatorDecl) -> bytes:
     if decl.input is None:
         return b""
@@ -296,11 +301,24 @@ class PhaseRunner:
         return value, "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
+def phase_status(runner: "PhaseRunner", events: list[dict]) -> dict[str, dict]:
+    """Each phase's entry in the run record: status, emulator, its tasks, the error of a failed one."""
+    out: dict[str, dict] = {}
+    for pid, p in runner.phases.items():
+        mine = [e for e in events if e["kind"] in ("phase", "witness") and (e.get("node") == pid or pid in e.get("nodes", ()))]
+        bad = next((e for e in mine if e["status"] == "failed"), None)
+        status = "failed" if bad is not None else "succeeded" if pid in runner.results else "not run"
+        out[pid] = {"phase": p.phase, "emulator": p.emulator, "status": status, "tasks": len(mine),
+                    **({"error": bad.get("error")} if bad is not None else {})}
+    return out
+
+
 def resolve_path(base: str, path: str) -> str:
     return path if os.path.isabs(path) else os.path.join(base, path)
 
 
-_EXECUTOR_ONLY = ("op", "dtype", "executor", "vendor", "colocate_with")
+# keys of executor stages that mean nothing for a phase (a phase runs once on its emulator, uncached)
+_EXECUTOR_ONLY = ("op", "dtype", "executor", "vendor", "colocate_with", "retries", "timeout", "cache")
 
 
 def check_manifest(tree: Mapping[str, Any], doc: Any, base: str, problems: list) -> tuple[dict, dict]:
@@ -346,7 +364,7 @@ def check_manifest(tree: Mapping[str, Any], doc: Any, base: str, problems: list)
         for key in _EXECUTOR_ONLY:
             if key in spec and key != "op":
                 problems.append(Diagnostic(doc.key_at(here + (key,)), (
-                    f"stage {sid!r} is a {kind.name} phase, which runs on its emulator: {key!r} is a key of executor stages")))
+                    f"stage {sid!r} is {article(kind.name)} phase, which runs on its emulator: {key!r} is a key of executor stages")))
         inputs = [i for i in spec.get("inputs", []) if isinstance(i, str)] if isinstance(spec.get("inputs"), list) else []
         ok = True
         if len(inputs) != len(kind.inputs):
@@ -358,9 +376,9 @@ def check_manifest(tree: Mapping[str, Any], doc: Any, base: str, problems: list)
             other = stages.get(ref)
             got = other.get("phase") if isinstance(other, dict) else None
             if ref in stages and got != want:
-                what = f"a {got} phase" if got else "an executor stage"
+                what = f"{article(got)} phase" if got else "an executor stage"
                 problems.append(Diagnostic(doc.at(here + ("inputs", i)),
-                                           f"phase {kind.name!r} of stage {sid!r} takes a {want} phase, but {ref!r} is {what}"))
+                                           f"phase {kind.name!r} of stage {sid!r} takes {article(want)} phase, but {ref!r} is {what}"))
                 ok = False
         args = spec.get("args", {}) if isinstance(spec.get("args"), dict) else {}
         for key in args:
@@ -418,5 +436,5 @@ def check_output(stage: str, fieldname: str | None, stages: Mapping[str, Any], p
         return f"{stage!r} is not an emulator phase, so it has no fields; name the stage alone"
     kind = phases[stage].kind
     if fieldname is not None and fieldname not in kind.fields:
-        return f"a {kind.name} phase has no field {fieldname!r} (fields: {', '.join(kind.fields)})"
+        return f"{article(kind.name)} phase has no field {fieldname!r} (fields: {', '.join(kind.fields)})"
     return None

@@ -31,7 +31,7 @@ from hetflow.engine.errors import RunFailed, UsageError
 from hetflow.engine.events import EventStream, Sink, run_event
 from hetflow.engine.lowering import TaskGraph, bridge_ref, lower, subgraph_plan, tensor_ref
 from hetflow.engine.manifest import Manifest
-from hetflow.engine.phases import PhaseRunner
+from hetflow.engine.phases import PhaseRunner, phase_status
 from hetflow.engine.planner import Plan
 from hetflow.engine.records import (
     RECORD_FORMAT,
@@ -312,16 +312,16 @@ def execute(
     ``resume`` names an earlier run to continue in its own folder: what it
     finished is in the cache, the rest runs.
     """
+    phases = getattr(manifest, "phases", {})
+    if phases and cluster is not None:
+        raise UsageError("emulator phases run on the threaded scheduler only: hetflow.engine.distributed does not "
+                         "lower phase or witness tasks yet; run without a cluster")
     if resume is not None:
         run_id, run_dir = resume, os.path.join(runs_dir, resume)
     else:
         run_id, run_dir = new_run_dir(runs_dir, manifest.name, manifest.digest)
     record_path = os.path.join(run_dir, "record.json")
     started = time.time()
-    phases = getattr(manifest, "phases", {})
-    if phases and cluster is not None:
-        raise UsageError("emulator phases run on the threaded scheduler only: hetflow.engine.distributed does not "
-                         "lower phase or witness tasks yet; run without a cluster")
     # a phase's array is not content-addressed (the guest's run is its source), so its consumers are not cached
     keys = partition_keys(plan, frozenset(s.id for s in manifest.stages.values()
                                           if not s.cache or any(i in phases for i in s.inputs)))
@@ -386,6 +386,8 @@ def execute(
         event["offset_s"] = round(event["start"] - started, 6)
         event["start"], event["end"] = utc_iso(event["start"]), utc_iso(event["end"])
     _node_status(record, runtime, failure)
+    if phases:
+        record["phases"] = phase_status(phase_runner, record["tasks"])
     if failure is None:
         by_key = dict(zip(runtime.graph.keys, results))
         for name, key in runtime.graph.output_keys.items():

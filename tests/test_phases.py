@@ -88,6 +88,9 @@ def test_witness_is_one_task_per_chunk_and_decodes_exactly(tmp_path):
     expected = np.concatenate([emu.witness_table(GUESTS / "fib.elf", t) for t in out.min_traces])
     assert np.array_equal(phases.decode_witness(encoded), expected)
     assert all(v == 0 for v in result.record["live_activations_after"].values())
+    assert {p: e["status"] for p, e in result.record["phases"].items()} == dict.fromkeys(
+        ("run", "mem", "rom", "inst", "wit"), "succeeded")
+    assert result.record["phases"]["wit"]["tasks"] == len(out.min_traces)
 
 
 def test_the_plan_shows_the_bridge_from_the_emulator(tmp_path):
@@ -112,6 +115,20 @@ def test_a_trapping_guest_fails_the_run_and_leaves_no_live_activations(tmp_path)
     assert record["status"] == "failed" and record["error"]["node"] == "run"
     assert record["error"]["origin"].endswith(":11:3")
     assert all(v == 0 for v in record["live_activations_after"].values())
+    assert record["phases"]["run"]["status"] == "failed" and record["phases"]["wit"]["status"] == "not run"
+    assert record["nodes"]["top"]["status"] == "not run"
+
+
+def test_cli_reports_a_phase_mistake_with_exit_2(tmp_path):
+    import io
+
+    from hetflow.engine.cli import main
+    path = tmp_path / "bad.yaml"
+    path.write_text(BASE.format(program=GUESTS / "fib.elf", stages="  run: {phase: execute, retries: 2}\n"))
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["validate", str(path)], out, err) == 2
+    assert f"{path}:8:25: error: stage 'run' is an execute phase, which runs on its emulator: 'retries'" in err.getvalue()
+    assert "Traceback" not in err.getvalue()
 
 
 def _errors(tmp_path, text, name="bad.yaml"):
@@ -143,9 +160,9 @@ outputs: {{}}
     ("fib.c", "  run: {phase: execute}\n",
      "F:4:18: error: emulator 'emu': program"),
     ("fib.elf", "  run: {phase: execute}\n  a: {op: arange, args: {stop: 4}}\n  w: {phase: witness, inputs: [a]}\n",
-     "F:10:32: error: phase 'witness' of stage 'w' takes a execute phase, but 'a' is an executor stage"),
+     "F:10:32: error: phase 'witness' of stage 'w' takes an execute phase, but 'a' is an executor stage"),
     ("fib.elf", "  run: {phase: execute}\n  x: {op: relu, inputs: [run]}\n",
-     "F:9:26: error: stage 'x' takes input 'run', a execute phase, which yields data, not an array"),
+     "F:9:26: error: stage 'x' takes input 'run', an execute phase, which yields data, not an array"),
     ("fib.elf", "  run: {phase: execute, op: relu}\n",
      "F:8:9: error: stages.run needs exactly one of 'op' or 'phase', found 'op' and 'phase'"),
 ])
@@ -161,7 +178,7 @@ def test_outputs_name_phase_fields(tmp_path):
     text = BASE.format(program=GUESTS / "fib.elf", stages="  run: {phase: execute}\n  x: {op: arange, args: {stop: 4}}\n")
     text = text.replace("outputs: {}", "outputs: {a: run.stepz, b: x.steps}")
     found = _errors(tmp_path, text)
-    assert any("output 'a' names 'run.stepz': a execute phase has no field 'stepz'" in f for f in found), found
+    assert any("output 'a' names 'run.stepz': an execute phase has no field 'stepz'" in f for f in found), found
     assert any("output 'b' names 'x.steps': 'x' is not an emulator phase" in f for f in found), found
 
 

@@ -1,0 +1,678 @@
+"""Scheduled batch runs: the ``schedule:`` block, its slots, ``run-due`` and ``serve``.
+
+A manifest's ``schedule:`` names a cron expression read in an IANA time
+zone. Each fire time is a *slot*, identified by its instant in UTC
+(``2026-03-29T01:00:00Z``). The scheduler's whole job is to decide, for
+each slot, once: run it, skip it, or queue it.
+
+State lives on disk, never only in memory, so any number of schedulers
+(cron calling ``run-due`` every minute, a ``serve`` restarted by systemd)
+agree:
+
+* the *history* of a manifest is the set of slots that have a **claim**
+  (a file ``RUNS_DIR/.schedule/NAME-HASH/SLOT.json``, created with
+  ``O_CREAT | O_EXCL`` so exactly one process wins it) or a **record**
+  (a run record whose ``schedule.slot`` names it, for this manifest file);
+* the *due* slots at instant ``now`` are the fire times after the newest
+  slot of the history and at or before ``now``: all of them (at most
+  :data:`CATCHUP_LIMIT`, the newest) when ``catchup`` is true, only the
+  newest when it is false. A manifest with no history has one due slot,
+  its latest fire time; nothing before it is back-filled;
+* a due slot is *claimed* before anything else happens; a process that
+  loses the claim does nothing with that slot. That is why two
+  overlapping ``run-due`` invocations never start a slot twice, and why a
+  slot once decided (run, skipped, failed) is never run again: at most
+  once, never twice;
+* ``max_active`` decides about a claimed slot while a run of the same
+  manifest is *active* (its run lock is held by a live process, or
+  ``serve`` still waits on a run it started): ``skip`` marks the claim
+  skipped, ``queue`` waits for the active run to end and then starts,
+  ``allow`` starts at once. An allowed run takes a run lock of its own
+  slot (``NAME@SLOT``) instead of the manifest's, so it can run beside
+  another.
+
+A slot runs as a normal run in a separate process,
+``python -m hetflow.engine.cli run FILE --schedule-slot SLOT -p ...``,
+whose record carries ``schedule: {slot, cron, timezone}`` and which
+``hetflow runs`` lists like any other. Its output goes to
+``SLOT.log`` beside the claim.
+
+:func:`run_due` decides and runs every due slot of the given manifests
+and returns. :class:`Server` (``hetflow schedule serve``) loops: reread
+manifests whose file changed, reap finished runs, start due and queued
+slots, sleep until the next fire time or the poll interval. On SIGTERM
+it stops starting runs, gives the claims of queued slots back, and
+*detaches* the runs still going (they run in their own session and
+write their own records); a restarted scheduler sees them through their
+records and run locks.
+
+Examples
+--------
+>>> s = Schedule("0 0 L * *", "UTC", False, "skip", {})
+>>> [slot_id(t) for t in s.after(parse_instant("2026-01-15T00:00:00Z"), 3)]
+['2026-01-31T00:00:00Z', '2026-02-28T00:00:00Z', '2026-03-31T00:00:00Z']
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from functools import lru_cache
+from typing import Any, Callable, Mapping, Sequence
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from croniter import CroniterError, croniter
+
+from hetflow.engine.errors import Diagnostic, ManifestError, UsageError
+from hetflow.engine.records import utc_iso, write_json_atomic
+
+__all__ = [
+    "CATCHUP_LIMIT",
+    "Schedule",
+    "Entry",
+    "check",
+    "from_tree",
+    "slot_id",
+    "parse_instant",
+    "discover",
+    "load_entry",
+    "history",
+    "due_slots",
+    "claim",
+    "run_due",
+    "Server",
+    "format_event",
+]
+
+CATCHUP_LIMIT = 100
+POLICIES = ("skip", "queue", "allow")
+_UTC = timezone.utc
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A parsed ``schedule:`` block; fire times are timezone-aware datetimes."""
+
+    cron: str
+    timezone: str
+    catchup: bool
+    max_active: str
+    params: Mapping[str, Any]
+
+    @property
+    def tz(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    def _iter(self, start: datetime) -> croniter:
+        return croniter(self.cron, start.astimezone(self.tz), second_at_beginning=_has_seconds(self.cron))
+
+    def after(self, start: datetime, count: int) -> list[datetime]:
+        """The next ``count`` fire times strictly after ``start``."""
+        it = self._iter(start)
+        return [it.get_next(datetime).astimezone(_UTC) for _ in range(count)]
+
+    def latest(self, now: datetime, count: int = 1) -> list[datetime]:
+        """The newest ``count`` fire times at or before ``now``, newest first."""
+        # croniter's get_prev is strict and works in whole seconds: start just past now's second.
+        start = now.replace(microsecond=0) + timedelta(seconds=1)
+        it = self._iter(start)
+        out = []
+        for _ in range(count):
+            t = it.get_prev(datetime).astimezone(_UTC)
+            if t > now:
+                continue
+            out.append(t)
+        return out
+
+    def record(self, slot: datetime) -> dict:
+        """What a scheduled run's record says about its schedule."""
+        return {"slot": slot_id(slot), "cron": self.cron, "timezone": self.timezone}
+
+
+def _has_seconds(cron: str) -> bool:
+    return not cron.strip().startswith("@") and len(cron.split()) == 6
+
+
+def slot_id(t: datetime) -> str:
+    """A slot's identity: its instant in UTC, to the second."""
+    return t.astimezone(_UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _slot_file(t: datetime) -> str:
+    return t.astimezone(_UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def parse_instant(text: str) -> datetime:
+    """An ISO 8601 instant (``--now``); without an offset it is UTC.
+
+    >>> slot_id(parse_instant("2026-03-29T03:30:00+02:00"))
+    '2026-03-29T01:30:00Z'
+    """
+    try:
+        t = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"--now expects an ISO 8601 instant such as 2026-03-29T01:30:00Z, got {text!r}") from None
+    return t.replace(tzinfo=_UTC) if t.tzinfo is None else t.astimezone(_UTC)
+
+
+@lru_cache(maxsize=1)
+def _zones() -> tuple[str, ...]:
+    return tuple(sorted(available_timezones()))
+
+
+def check(value: Any, doc: Any, params: Mapping[str, Any]) -> list[Diagnostic]:
+    """What is wrong with a ``schedule:`` block beyond its shape (the schema checks that)."""
+    if not isinstance(value, dict):
+        return []
+    problems = []
+    cron = value.get("cron")
+    if isinstance(cron, str) and cron.strip():
+        fields = cron.split()
+        if not cron.strip().startswith("@") and len(fields) not in (5, 6):
+            problems.append(Diagnostic(doc.at(("schedule", "cron")), (
+                f"schedule.cron {cron!r} has {len(fields)} fields; a cron expression has 5 "
+                "(minute hour day-of-month month day-of-week) or 6 with seconds first")))
+        else:
+            try:
+                croniter(cron, datetime(2000, 1, 1, tzinfo=_UTC), second_at_beginning=_has_seconds(cron)).get_next(datetime)
+            except (CroniterError, ValueError, KeyError) as e:
+                problems.append(Diagnostic(doc.at(("schedule", "cron")),
+                                           f"schedule.cron {cron!r} is not a valid cron expression: {e}"))
+    tz = value.get("timezone")
+    if isinstance(tz, str) and tz:
+        try:
+            ZoneInfo(tz)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            close = difflib.get_close_matches(tz, _zones(), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            problems.append(Diagnostic(doc.at(("schedule", "timezone")),
+                                       f"unknown time zone {tz!r} in schedule.timezone: give an IANA name such as "
+                                       f"Europe/Berlin or UTC{hint}"))
+    overrides = value.get("params")
+    if isinstance(overrides, dict):
+        for key in overrides:
+            if key not in params:
+                declared = ", ".join(sorted(params)) or "none"
+                problems.append(Diagnostic(doc.key_at(("schedule", "params", key)),
+                                           f"schedule.params sets {key!r}, which is not a declared param (declared: {declared})"))
+    return problems
+
+
+def from_tree(tree: Any) -> Schedule | None:
+    """The :class:`Schedule` of a validated manifest tree, or None when it has none."""
+    value = tree.get("schedule") if isinstance(tree, dict) else None
+    if not isinstance(value, dict):
+        return None
+    return Schedule(value["cron"].strip(), value.get("timezone", "UTC"), bool(value.get("catchup", False)),
+                    value.get("max_active", "skip"), dict(value.get("params") or {}))
+
+
+# --- manifests and their state on disk ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One scheduled manifest: its file, name and schedule, and where its claims go."""
+
+    file: str
+    name: str
+    schedule: Schedule
+
+    @property
+    def key(self) -> str:
+        digest = hashlib.sha256(os.path.abspath(self.file).encode()).hexdigest()[:12]
+        return f"{self.name}-{digest}"
+
+    def claims_dir(self, runs_dir: str) -> str:
+        return os.path.join(runs_dir, ".schedule", self.key)
+
+    def lock_file(self, runs_dir: str) -> str:
+        from hetflow.engine.locks import lock_path
+
+        return lock_path(runs_dir, self.file, self.name)
+
+
+def discover(paths: Sequence[str]) -> list[str]:
+    """Manifest files named by ``paths``: a file as given, a folder's ``*.yaml``/``*.yml`` (not recursive)."""
+    files = []
+    for path in paths:
+        if os.path.isdir(path):
+            files.extend(os.path.join(path, n) for n in sorted(os.listdir(path))
+                         if n.endswith((".yaml", ".yml")) and not n.startswith("."))
+        elif os.path.exists(path):
+            files.append(path)
+        else:
+            raise UsageError(f"{path}: no such file or folder")
+    return list(dict.fromkeys(files))
+
+
+def load_entry(file: str) -> Entry | None:
+    """The scheduled manifest in ``file`` (validated as ``run`` would), or None without ``schedule:``."""
+    from hetflow.engine.manifest import compile_manifest, load
+
+    doc = load(file)
+    manifest = compile_manifest(doc, {})
+    sched = from_tree(doc.value)
+    if sched is None:
+        return None
+    if sched.params:
+        compile_manifest(doc, sched.params)
+    return Entry(file, manifest.name, sched)
+
+
+def history(runs_dir: str, entry: Entry) -> dict[str, str]:
+    """Slot id -> state for every slot of ``entry`` claimed or recorded in ``runs_dir``."""
+    from hetflow.engine.runs import iter_entries
+
+    done: dict[str, str] = {}
+    folder = entry.claims_dir(runs_dir)
+    if os.path.isdir(folder):
+        for name in os.listdir(folder):
+            if name.endswith(".json"):
+                try:
+                    slot = datetime.strptime(name[:-5], "%Y%m%dT%H%M%SZ").replace(tzinfo=_UTC)
+                except ValueError:
+                    continue
+                done[slot_id(slot)] = "claimed"
+    me = os.path.abspath(entry.file)
+    for kind, _, data in iter_entries(runs_dir):
+        slot = (data.get("schedule") or {}).get("slot") if kind == "run" else None
+        if slot and (data.get("manifest") or {}).get("file") == me:
+            done[slot] = data.get("status") or "recorded"
+    return done
+
+
+def due_slots(schedule: Schedule, done: Mapping[str, str] | set, now: datetime) -> list[datetime]:
+    """The slots to decide at ``now``, oldest first (see the module docstring).
+
+    >>> s = Schedule("0 * * * *", "UTC", True, "skip", {})
+    >>> now = parse_instant("2026-01-01T03:30:00Z")
+    >>> [slot_id(t) for t in due_slots(s, {"2026-01-01T01:00:00Z"}, now)]
+    ['2026-01-01T02:00:00Z', '2026-01-01T03:00:00Z']
+    >>> [slot_id(t) for t in due_slots(Schedule("0 * * * *", "UTC", False, "skip", {}), {"2026-01-01T01:00:00Z"}, now)]
+    ['2026-01-01T03:00:00Z']
+    """
+    newest = max(done) if done else None
+    recent = schedule.latest(now, CATCHUP_LIMIT if schedule.catchup else 1)
+    missed = [t for t in recent if newest is None or slot_id(t) > newest]
+    if newest is None or not schedule.catchup:
+        missed = missed[:1]
+    return sorted(missed)
+
+
+def claim(runs_dir: str, entry: Entry, slot: datetime, state: str = "claimed") -> str | None:
+    """Claim ``slot`` for this process: the claim's path, or None when another process has it."""
+    folder = entry.claims_dir(runs_dir)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, _slot_file(slot) + ".json")
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return None
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(_claim_body(entry, slot, state), f)
+    return path
+
+
+def _claim_body(entry: Entry, slot: datetime, state: str, **more: Any) -> dict:
+    return {"slot": slot_id(slot), "manifest": os.path.abspath(entry.file), "state": state, "pid": os.getpid(),
+            "host": socket.gethostname(), "at": utc_iso(time.time()), **more}
+
+
+def _mark(path: str, entry: Entry, slot: datetime, state: str, **more: Any) -> None:
+    write_json_atomic(path, _claim_body(entry, slot, state, **more))
+
+
+def lock_active(path: str) -> bool:
+    """Whether a live process holds the run lock at ``path``, read from the holder it wrote.
+
+    Reading, not trying the lock, so that probing never makes a starting run see the lock held.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        holder = json.loads(text) if text.strip() else {}
+    except (OSError, ValueError):
+        return False
+    pid = holder.get("pid")
+    if not isinstance(pid, int):
+        return False
+    if holder.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# --- starting a slot's run ------------------------------------------------------------------------
+
+
+def command(entry: Entry, slot: datetime, runs_dir: str) -> list[str]:
+    """The ``hetflow run`` command line of one slot."""
+    argv = [sys.executable, "-m", "hetflow.engine.cli", "run", entry.file, "--runs-dir", runs_dir,
+            "--schedule-slot", slot_id(slot), "--quiet", "--json"]
+    for key, value in entry.schedule.params.items():
+        argv += ["-p", f"{key}={json.dumps(value)}"]
+    return argv
+
+
+@dataclass
+class Child:
+    """A slot's run in its own process."""
+
+    entry: Entry
+    slot: datetime
+    claim: str
+    process: subprocess.Popen
+    log: str
+    started: float = field(default_factory=time.time)
+
+
+def start(entry: Entry, slot: datetime, runs_dir: str, claim_path: str) -> Child:
+    log = claim_path[:-5] + ".log"
+    with open(log, "ab") as f:
+        # Its own session: a SIGTERM or Ctrl-C meant for the scheduler does not reach the run.
+        process = subprocess.Popen(command(entry, slot, runs_dir), stdin=subprocess.DEVNULL, stdout=f,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    _mark(claim_path, entry, slot, "started", run_pid=process.pid, log=log)
+    return Child(entry, slot, claim_path, process, log)
+
+
+LOCKED = 4  # hetflow run's exit code when the manifest's run lock is held
+
+
+def outcome(child: Child) -> dict:
+    """What a finished child did: status, run id, error, from its JSON result line."""
+    rc = child.process.returncode
+    result: dict[str, Any] = {}
+    try:
+        with open(child.log, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("{"):
+                    try:
+                        result = json.loads(line)
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    status = "succeeded" if rc == 0 else "locked" if rc == LOCKED else "failed"
+    run_id = result.get("run_id") or result.get("sweep_id")
+    out = {"status": status, "rc": rc, "run_id": run_id, "duration_s": round(time.time() - child.started, 3)}
+    if rc != 0:
+        out["error"] = result.get("error") or _last_line(child.log)
+    return out
+
+
+def _last_line(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = [line.strip() for line in f if line.strip()]
+        return lines[-1] if lines else ""
+    except OSError:
+        return ""
+
+
+Log = Callable[[str, Mapping[str, Any]], None]
+
+
+def _finish(child: Child, log: Log) -> dict:
+    info = outcome(child)
+    state = {"succeeded": "succeeded", "failed": "failed", "locked": "skipped"}[info["status"]]
+    extra = {k: v for k, v in info.items() if k != "status"}
+    _mark(child.claim, child.entry, child.slot, state, **extra)
+    event = "skipped" if info["status"] == "locked" else info["status"]
+    fields = {"manifest": child.entry.name, "slot": slot_id(child.slot), **extra}
+    if event == "skipped":
+        fields["reason"] = "another run took the run lock first"
+    log(event, fields)
+    return info
+
+
+# --- run-due ------------------------------------------------------------------------------------
+
+
+def run_due(files: Sequence[str], runs_dir: str, now: datetime, log: Log,
+            wait: float = 0.5) -> tuple[dict, list[Diagnostic]]:
+    """Decide and run, one after another, every slot of ``files`` due at ``now``.
+
+    Returns counts per outcome and the diagnostics of manifests that did not
+    validate (those are left alone; the others still run).
+
+    ``queue`` waits (polling every ``wait`` seconds) for the active run to end.
+    """
+    counts = {"started": 0, "succeeded": 0, "failed": 0, "skipped": 0, "claimed_elsewhere": 0, "invalid": 0}
+    problems: list[Diagnostic] = []
+    for file in files:
+        try:
+            entry = load_entry(file)
+        except ManifestError as e:
+            problems.extend(e.diagnostics)
+            counts["invalid"] += 1
+            continue
+        except UsageError as e:
+            problems.append(Diagnostic(None, f"{file}: {e}"))
+            counts["invalid"] += 1
+            continue
+        if entry is None:
+            continue
+        for slot in due_slots(entry.schedule, history(runs_dir, entry), now):
+            path = claim(runs_dir, entry, slot)
+            fields = {"manifest": entry.name, "slot": slot_id(slot)}
+            if path is None:
+                counts["claimed_elsewhere"] += 1
+                log("claimed-elsewhere", fields)
+                continue
+            policy = entry.schedule.max_active
+            if policy != "allow" and lock_active(entry.lock_file(runs_dir)):
+                if policy == "skip":
+                    _mark(path, entry, slot, "skipped", reason="a run of this manifest is active")
+                    counts["skipped"] += 1
+                    log("skipped", {**fields, "reason": "a run of this manifest is active"})
+                    continue
+                log("queued", fields)
+            while True:
+                while policy == "queue" and lock_active(entry.lock_file(runs_dir)):
+                    time.sleep(wait)
+                child = start(entry, slot, runs_dir, path)
+                counts["started"] += 1
+                log("started", {**fields, "pid": child.process.pid})
+                child.process.wait()
+                if child.process.returncode == LOCKED and policy == "queue":
+                    continue
+                info = _finish(child, log)
+                counts["skipped" if info["status"] == "locked" else info["status"]] += 1
+                break
+    return counts, problems
+
+
+# --- serve --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Watched:
+    entry: Entry | None
+    stamp: tuple
+    error: str | None = None
+
+
+class Server:
+    """``hetflow schedule serve``: a loop over :meth:`tick`; see the module docstring.
+
+    ``clock`` gives the current instant (a test can move it); ``log(event, fields)``
+    receives one call per event.
+    """
+
+    def __init__(self, paths: Sequence[str], runs_dir: str, log: Log, poll: float = 5.0,
+                 clock: Callable[[], datetime] = lambda: datetime.now(_UTC)) -> None:
+        if poll <= 0:
+            raise UsageError("--poll must be more than 0 seconds")
+        self.paths = list(paths)
+        self.runs_dir = runs_dir
+        self.log = log
+        self.poll = poll
+        self.clock = clock
+        self.watched: dict[str, _Watched] = {}
+        self.running: list[Child] = []
+        self.queued: list[tuple[Entry, datetime, str]] = []
+        self.stopping = False
+
+    def scan(self) -> None:
+        """Load new manifests, reload changed ones, forget removed ones."""
+        try:
+            files = discover(self.paths)
+        except UsageError as e:
+            self.log("error", {"error": str(e)})
+            files = [f for f in self.watched if os.path.exists(f)]
+        for file in list(self.watched):
+            if file not in files:
+                old = self.watched.pop(file)
+                self.log("removed", {"file": file, "manifest": old.entry.name if old.entry else None})
+        for file in files:
+            try:
+                st = os.stat(file)
+            except OSError:
+                continue
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+            seen = self.watched.get(file)
+            if seen is not None and seen.stamp == stamp:
+                continue
+            try:
+                entry = load_entry(file)
+                error = None
+            except ManifestError as e:
+                entry, error = None, "; ".join(str(d) for d in e.diagnostics)
+            except UsageError as e:
+                entry, error = None, f"{file}: {e}"
+            self.watched[file] = _Watched(entry, stamp, error)
+            if error:
+                self.log("invalid", {"file": file, "error": error})
+            elif entry is not None:
+                nxt = entry.schedule.after(self.clock(), 1)[0]
+                self.log("reloaded" if seen is not None else "loaded",
+                         {"file": file, "manifest": entry.name, "cron": entry.schedule.cron,
+                          "timezone": entry.schedule.timezone, "catchup": entry.schedule.catchup,
+                          "max_active": entry.schedule.max_active, "next": slot_id(nxt)})
+            elif seen is not None and seen.entry is not None:
+                self.log("unscheduled", {"file": file, "manifest": seen.entry.name})
+
+    def _active(self, entry: Entry) -> bool:
+        mine = os.path.abspath(entry.file)
+        return any(os.path.abspath(c.entry.file) == mine for c in self.running) or lock_active(entry.lock_file(self.runs_dir))
+
+    def _start(self, entry: Entry, slot: datetime, path: str) -> None:
+        child = start(entry, slot, self.runs_dir, path)
+        self.running.append(child)
+        self.log("started", {"manifest": entry.name, "slot": slot_id(slot), "pid": child.process.pid})
+
+    def reap(self) -> None:
+        for child in list(self.running):
+            if child.process.poll() is None:
+                continue
+            self.running.remove(child)
+            if child.process.returncode == LOCKED and child.entry.schedule.max_active == "queue":
+                self.queued.append((child.entry, child.slot, child.claim))
+                _mark(child.claim, child.entry, child.slot, "queued")
+                self.log("queued", {"manifest": child.entry.name, "slot": slot_id(child.slot)})
+                continue
+            _finish(child, self.log)
+
+    def tick(self) -> None:
+        """One round: reap, start queued slots whose manifest is idle, decide due slots."""
+        self.reap()
+        for item in list(self.queued):
+            entry, slot, path = item
+            if not self._active(entry):
+                self.queued.remove(item)
+                self._start(entry, slot, path)
+        now = self.clock()
+        for watched in list(self.watched.values()):
+            entry = watched.entry
+            if entry is None:
+                continue
+            for slot in due_slots(entry.schedule, history(self.runs_dir, entry), now):
+                path = claim(self.runs_dir, entry, slot)
+                fields = {"manifest": entry.name, "slot": slot_id(slot)}
+                if path is None:
+                    self.log("claimed-elsewhere", fields)
+                    continue
+                policy = entry.schedule.max_active
+                if policy == "allow" or not self._active(entry):
+                    self._start(entry, slot, path)
+                elif policy == "skip":
+                    _mark(path, entry, slot, "skipped", reason="a run of this manifest is active")
+                    self.log("skipped", {**fields, "reason": "a run of this manifest is active"})
+                else:
+                    _mark(path, entry, slot, "queued")
+                    self.queued.append((entry, slot, path))
+                    self.log("queued", fields)
+
+    def _sleep_for(self) -> float:
+        now = self.clock()
+        wake = self.poll
+        for watched in self.watched.values():
+            if watched.entry is not None:
+                nxt = watched.entry.schedule.after(now, 1)[0]
+                wake = min(wake, (nxt - now).total_seconds() + 0.05)
+        if self.running or self.queued:
+            wake = min(wake, 0.5)
+        return max(wake, 0.05)
+
+    def stop(self, *_: Any) -> None:
+        self.stopping = True
+
+    def serve(self) -> None:
+        """Run until SIGTERM or SIGINT (or :meth:`stop`); then give back queued claims and detach."""
+        old = {s: signal.signal(s, self.stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        self.log("serving", {"paths": self.paths, "runs_dir": self.runs_dir, "pid": os.getpid(), "poll_s": self.poll})
+        try:
+            while not self.stopping:
+                self.scan()
+                self.tick()
+                deadline = time.monotonic() + self._sleep_for()
+                while not self.stopping and time.monotonic() < deadline:
+                    time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+            self.reap()
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
+        for entry, slot, path in self.queued:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            self.log("unqueued", {"manifest": entry.name, "slot": slot_id(slot)})
+        self.queued.clear()
+        for child in self.running:
+            self.log("detached", {"manifest": child.entry.name, "slot": slot_id(child.slot), "pid": child.process.pid})
+        self.log("stopped", {"detached": len(self.running)})
+
+
+def format_event(event: str, fields: Mapping[str, Any], fmt: str = "text", at: float | None = None) -> str:
+    """One log line: ``TIME EVENT key=value ...`` or a JSON object with ``ts`` and ``event``.
+
+    >>> format_event("started", {"manifest": "m", "slot": "2026-01-01T00:00:00Z"}, at=0)
+    '1970-01-01T00:00:00.000Z started manifest=m slot=2026-01-01T00:00:00Z'
+    """
+    ts = utc_iso(time.time() if at is None else at)
+    if fmt == "json":
+        return json.dumps({"ts": ts, "event": event, **fields}, default=str)
+    parts = []
+    for k, v in fields.items():
+        if v is None:
+            continue
+        text = v if isinstance(v, str) else json.dumps(v, default=str)
+        parts.append(f"{k}={json.dumps(text) if (' ' in text or not text) else text}")
+    return " ".join([ts, event, *parts])
