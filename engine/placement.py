@@ -296,6 +296,24 @@ def total_cost(p: Problem, exe: Mapping[str, str]) -> float:
     return sum(p.exec_s[n][exe[n]] for n in p.order) + sum(p.tensor_cost(u, exe) for u in p.order)
 
 
+def _moved_cost(p: Problem, nodes: Sequence[str], exe: Mapping[str, str], counts: Mapping[str, Mapping[str, int]],
+                target: str) -> float:
+    """:func:`_local` of ``nodes`` moved to ``target``, from per-tensor consumer counts under ``exe``."""
+    moved = set(nodes)
+    adjusted: dict[str, dict[str, int]] = {}
+    for n in nodes:
+        for ref in dict.fromkeys(p.graph.nodes[n]["stage"].inputs):
+            dests = adjusted.setdefault(ref, dict(counts[ref]))
+            dests[exe[n]] -= 1
+            dests[target] = dests.get(target, 0) + 1
+    total = sum(p.exec_s[n][target] for n in nodes)
+    for u in set(nodes) | set(adjusted):
+        home = target if u in moved else exe[u]
+        dests = adjusted.get(u, counts[u])
+        total += sum(p.transfer(u, home, d) for d, k in dests.items() if k > 0 and d != home)
+    return total
+
+
 def _local(p: Problem, nodes: Sequence[str], exe: Mapping[str, str]) -> float:
     """The part of :func:`total_cost` that moving ``nodes`` can change."""
     tensors = set(nodes)
@@ -323,14 +341,15 @@ def components(p: Problem, movable: Sequence[Unit]) -> list[list[Unit]]:
     ids = {u.id for u in movable}
     link = nx.Graph()
     link.add_nodes_from(ids)
-    for unit in movable:
-        for n in unit.nodes:
-            touching = [p.unit_of[n]] + [p.unit_of[c] for c in p.consumers[n]]
-            for ref in p.graph.nodes[n]["stage"].inputs:
-                touching.append(p.unit_of[ref])
-                touching.extend(p.unit_of[c] for c in p.consumers[ref])
-            inside = [t for t in touching if t in ids]
-            link.add_edges_from((inside[0], t) for t in inside[1:] if t != inside[0])
+    # Units are linked through the tensors they produce or read: a tensor's producer and all its
+    # consumers share its bridges. Each tensor is visited once and its units chained, which links
+    # the same components as linking every pair, in time linear in the edges.
+    tensors = dict.fromkeys(t for unit in movable for n in unit.nodes
+                            for t in (n, *p.graph.nodes[n]["stage"].inputs))
+    for tensor in tensors:
+        touching = [p.unit_of[tensor]] + [p.unit_of[c] for c in p.consumers[tensor]]
+        inside = list(dict.fromkeys(t for t in touching if t in ids))
+        link.add_edges_from(zip(inside, inside[1:]))
     by_id = {u.id: u for u in movable}
     return [[by_id[i] for i in sorted(c)] for c in nx.connected_components(link)]
 
@@ -548,19 +567,23 @@ def brute_force(p: Problem, start: Mapping[str, str]) -> tuple[dict[str, str], f
 def explain(p: Problem, exe: Mapping[str, str], declared_first: str) -> dict[str, tuple[str, dict]]:
     """``reason`` text and ``why`` data for every stage under the final placement ``exe``."""
     out: dict[str, tuple[str, dict]] = {}
-    work = dict(exe)
+    # How many consumers of each tensor sit on each executor under ``exe``: moving one unit changes a
+    # tensor's bridges only through these counts, so a tensor with thousands of consumers is not
+    # rescanned for every one of them.
+    counts: dict[str, dict[str, int]] = {}
+    for u in p.order:
+        c: dict[str, int] = {}
+        for consumer in p.consumers[u]:
+            c[exe[consumer]] = c.get(exe[consumer], 0) + 1
+        counts[u] = c
     for unit in p.units:
         here = exe[unit.nodes[0]]
         costs: dict[str, dict[str, float]] = {}
         if len(unit.candidates) > 1:
             for e in unit.candidates:
-                for n in unit.nodes:
-                    work[n] = e
-                total = _local(p, unit.nodes, work)
+                total = _moved_cost(p, unit.nodes, exe, counts, e)
                 ex = sum(p.exec_s[n][e] for n in unit.nodes)
                 costs[e] = {"total_s": total, "exec_s": ex, "bridges_s": total - ex}
-            for n in unit.nodes:
-                work[n] = here
         for n in unit.nodes:
             why: dict[str, Any] = {"constraint": unit.constraint or None, "candidates": list(unit.candidates)}
             if len(unit.candidates) == 1:
