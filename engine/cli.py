@@ -69,6 +69,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--no-cache", action="store_true", help="neither take partitions from the cache nor store them")
     r.add_argument("--cache-dir", metavar="DIR", help="the partition cache (default: RUNS_DIR/.cache)")
     r.add_argument("--resume", metavar="RUN_ID", help="continue a run that crashed or was killed, in its own folder")
+    r.add_argument("--schedule-slot", metavar="SLOT",
+                   help="run as the schedule slot SLOT (a UTC instant) of the manifest's schedule: block; "
+                        "hetflow schedule passes it")
     _cluster_args(r)
     r.add_argument("--quiet", action="store_true", help="no progress display and no event log")
     r.add_argument("--log-format", choices=["text", "json"], default="text",
@@ -107,6 +110,25 @@ def _parser() -> argparse.ArgumentParser:
                     help=f"fail after this many steps without an exit (default: {EMULATE_MAX_STEPS})")
     em.add_argument("--chunk-steps", type=int, default=1 << 18, help="steps per min-trace chunk (default: 262144)")
     em.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    sc = sub.add_parser("schedule", help="keep the schedule: of manifests: list, run what is due, serve")
+    scsub = sc.add_subparsers(dest="schedule_command", required=True, parser_class=_Parser)
+    sl = scsub.add_parser("list", help="each scheduled manifest with its next fire times")
+    sl.add_argument("paths", nargs="+", metavar="PATH", help="a manifest, or a folder of *.yaml manifests")
+    sl.add_argument("--now", metavar="ISO", help="list fire times after this instant (default: now)")
+    sl.add_argument("--count", type=int, default=3, metavar="N", help="fire times per manifest (default: 3)")
+    sl.add_argument("--json", action="store_true")
+    sd = scsub.add_parser("run-due", help="run every slot due now, once, and exit (for cron)")
+    sd.add_argument("paths", nargs="+", metavar="PATH", help="a manifest, or a folder of *.yaml manifests")
+    sd.add_argument("--now", metavar="ISO", help="decide as if it were this instant (default: now)")
+    sd.add_argument("--runs-dir", default="runs", help="where run folders and slot claims go (default: ./runs)")
+    sd.add_argument("--log-format", choices=["text", "json"], default="text", help="one line per event, as text or JSON")
+    ss = scsub.add_parser("serve", help="keep the schedules: start due runs as processes until SIGTERM")
+    ss.add_argument("paths", nargs="+", metavar="PATH", help="a manifest, or a folder of *.yaml manifests")
+    ss.add_argument("--runs-dir", default="runs", help="where run folders and slot claims go (default: ./runs)")
+    ss.add_argument("--log-format", choices=["text", "json"], default="text", help="one line per event, as text or JSON")
+    ss.add_argument("--poll", type=float, default=5.0, metavar="SECONDS",
+                    help="how often to look for changed manifests (default: 5)")
 
     rp = sub.add_parser("report", help="a self-contained HTML page of a run or sweep: plan graph, timeline, outputs")
     rp.add_argument("run_id", metavar="RUN_ID", help="a run id or sweep id under --runs-dir, or a run folder")
@@ -292,7 +314,14 @@ def _cmd_run(args: argparse.Namespace, out, err) -> int:
                 raise UsageError(f"--point: {args.file} has no matrix")
             jobs = [(compile_manifest(doc, overrides), None, overrides)]
     sink = _event_sink(args, err)
-    lock = RunLock(lock_path(args.runs_dir, args.file, jobs[0][0].name), manifest=args.file, run=args.resume)
+    lock_name = jobs[0][0].name
+    if args.schedule_slot:
+        from hetflow.engine import schedule as schedlib
+
+        if args.resume:
+            raise UsageError("--resume continues a run as it was; it takes no --schedule-slot")
+        args.schedule_record, lock_name = schedlib.slot_run(doc, jobs[0][0].name, args.schedule_slot)
+    lock = RunLock(lock_path(args.runs_dir, args.file, lock_name), manifest=args.file, run=args.resume)
     try:
         with lock, _cluster(args) as cluster:
             if jobs[0][1] is not None and not args.point and not args.resume:
@@ -310,7 +339,7 @@ def _execute(args: argparse.Namespace, manifest, cluster, sink, point, overrides
 
     return plan, execute(manifest, plan, runs_dir=args.runs_dir, overrides=overrides, num_workers=args.threads,
                          cluster=cluster, on_event=sink, cache_dir=args.cache_dir, use_cache=not args.no_cache,
-                         matrix_point=point, resume=args.resume)
+                         matrix_point=point, resume=args.resume, schedule=getattr(args, "schedule_record", None))
 
 
 def _run(args: argparse.Namespace, manifest, cluster, sink, out, err, point=None, overrides=None) -> int:
@@ -582,9 +611,59 @@ def _cmd_report(args: argparse.Namespace, out, err) -> int:
     return EXIT_OK
 
 
+def _cmd_schedule(args: argparse.Namespace, out, err) -> int:
+    from datetime import datetime, timezone
+
+    from hetflow.engine import schedule as schedlib
+
+    def log(event: str, fields) -> None:
+        print(schedlib.format_event(event, fields, args.log_format), file=out, flush=True)
+
+    files = schedlib.discover(args.paths)
+    if args.schedule_command == "serve":
+        schedlib.Server(args.paths, args.runs_dir, log, poll=args.poll).serve()
+        return EXIT_OK
+    now = schedlib.parse_instant(args.now) if args.now else datetime.now(timezone.utc)
+    if args.schedule_command == "run-due":
+        counts, problems = schedlib.run_due(files, args.runs_dir, now, log)
+        for d in problems:
+            print(d, file=err)
+        if problems:
+            return EXIT_BAD_INPUT
+        return EXIT_RUN_FAILED if counts["failed"] else EXIT_OK
+    if args.count < 1:
+        raise UsageError("--count must be at least 1")
+    rows, problems = [], []
+    for file in files:
+        try:
+            entry = schedlib.load_entry(file)
+        except ManifestError as e:
+            problems.extend(e.diagnostics)
+            continue
+        if entry is None:
+            continue
+        s = entry.schedule
+        rows.append({"file": file, "manifest": entry.name, "cron": s.cron, "timezone": s.timezone, "catchup": s.catchup,
+                     "max_active": s.max_active, "params": dict(s.params),
+                     "next": [schedlib.slot_id(t) for t in s.after(now, args.count)],
+                     "next_local": [t.astimezone(s.tz).isoformat() for t in s.after(now, args.count)]})
+    for d in problems:
+        print(d, file=err)
+    if args.json:
+        print(json.dumps(rows, indent=2), file=out)
+    elif not rows and not problems:
+        print("no scheduled manifests in " + ", ".join(args.paths), file=out)
+    for r in rows if not args.json else []:
+        print(f"{r['manifest']}  {r['file']}  cron {r['cron']!r} in {r['timezone']}  catchup {str(r['catchup']).lower()}  "
+              f"max_active {r['max_active']}", file=out)
+        for utc, local in zip(r["next"], r["next_local"]):
+            print(f"  {utc}  ({local})", file=out)
+    return EXIT_BAD_INPUT if problems else EXIT_OK
+
+
 _COMMANDS = {"validate": _cmd_validate, "plan": _cmd_plan, "run": _cmd_run, "executors": _cmd_executors,
              "verify": _cmd_verify, "runs": _cmd_runs,
-             "emulate": _cmd_emulate, "report": _cmd_report}
+             "emulate": _cmd_emulate, "report": _cmd_report, "schedule": _cmd_schedule}
 
 
 def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:

@@ -790,6 +790,16 @@ def _section_outputs(run_dir: str, record: Mapping[str, Any]) -> str:
     rows = []
     for name, o in outputs.items():
         shape = o.get("shape")
+        if "value" in o and "file" not in o:
+            # an emulator phase's data field (steps, exit_code, ...): its value is in the record itself
+            text = json.dumps(o["value"])
+            shown = text if len(text) <= 160 else text[:157] + "..."
+            digest = str(o.get("digest", ""))
+            rows.append(f'<tr class="output" data-output="{_e(name)}"><td><b>{_e(name)}</b>'
+                        f'<div class="muted">{_e(o.get("phase", ""))}.{_e(o.get("field", ""))}</div></td>'
+                        f'<td colspan="3">value</td><td><code title="{_e(digest)}">{_e(digest[:19])}…</code></td>'
+                        f'<td colspan="4"><code>{_e(shown)}</code></td></tr>')
+            continue
         try:
             array = load_output(run_dir, name)
             stats = output_stats(array)

@@ -9,9 +9,15 @@ its executor. When the run ends, succeeded or failed, the thread pool is
 drained and every handle still held is released, so a finished run
 leaves zero live activations.
 
-:func:`execute` is the whole run: create the run folder and a
-``running`` record, create executors, lower, ``dask.threaded.get`` on a
-pool it owns, release, write outputs and the final record.
+:func:`execute` is the whole run: create the run folder (or reopen it
+for ``resume``) and a ``running`` record, compute every partition's cache
+key, create executors, lower, run the graph (``dask.threaded.get`` on a
+pool it owns, in rounds when emulator phases decide the chunk count; or
+on a Dask cluster through :mod:`hetflow.engine.distributed`), release,
+write outputs and the final record. A partition task takes its outputs
+from the cache when its key has a complete entry (:class:`CacheUse`),
+retries and times out as its stages say, and reports every attempt to
+the run's event stream.
 """
 
 from __future__ import annotations
@@ -300,6 +306,7 @@ def execute(
     use_cache: bool = True,
     matrix_point: Mapping[str, Any] | None = None,
     resume: str | None = None,
+    schedule: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Run ``plan`` and write its record; raises :class:`RunFailed` when a stage fails.
 
@@ -311,6 +318,8 @@ def execute(
     (default ``RUNS_DIR/.cache``) unless ``use_cache`` is false.
     ``resume`` names an earlier run to continue in its own folder: what it
     finished is in the cache, the rest runs.
+    ``schedule`` (``{slot, cron, timezone}``) marks a run started by
+    ``hetflow schedule`` for one slot; it goes into the record as is.
     """
     phases = getattr(manifest, "phases", {})
     if phases and cluster is not None:
@@ -338,6 +347,7 @@ def execute(
         "params": dict(manifest.params),
         "overrides": dict(overrides or {}),
         "matrix_point": dict(matrix_point) if matrix_point else None,
+        "schedule": dict(schedule) if schedule else None,
         "resumed": resume is not None,
         "host": provenance(manifest.file),
         "scheduler": cluster.describe() if cluster is not None else {"kind": "threads", "workers": num_workers or os.cpu_count()},

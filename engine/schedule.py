@@ -63,11 +63,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import CroniterError, croniter
@@ -115,22 +117,31 @@ class Schedule:
     def _iter(self, start: datetime) -> croniter:
         return croniter(self.cron, start.astimezone(self.tz), second_at_beginning=_has_seconds(self.cron))
 
+    def _fires(self, it: croniter, backwards: bool = False) -> Iterator[datetime]:
+        # A wall-clock time the fall-back repeats fires once, as cron does: the second pass
+        # (fold=1) is dropped when croniter yields it.
+        while True:
+            t = (it.get_prev if backwards else it.get_next)(datetime)
+            local = t.astimezone(self.tz)
+            if local.fold == 1 and local.replace(fold=0).utcoffset() != local.utcoffset():
+                continue
+            yield t.astimezone(_UTC)
+
     def after(self, start: datetime, count: int) -> list[datetime]:
         """The next ``count`` fire times strictly after ``start``."""
-        it = self._iter(start)
-        return [it.get_next(datetime).astimezone(_UTC) for _ in range(count)]
+        fires = self._fires(self._iter(start))
+        return [next(fires) for _ in range(count)]
 
     def latest(self, now: datetime, count: int = 1) -> list[datetime]:
         """The newest ``count`` fire times at or before ``now``, newest first."""
         # croniter's get_prev is strict and works in whole seconds: start just past now's second.
         start = now.replace(microsecond=0) + timedelta(seconds=1)
-        it = self._iter(start)
-        out = []
-        for _ in range(count):
-            t = it.get_prev(datetime).astimezone(_UTC)
-            if t > now:
-                continue
-            out.append(t)
+        fires = self._fires(self._iter(start), backwards=True)
+        out: list[datetime] = []
+        while len(out) < count:
+            t = next(fires)
+            if t <= now:
+                out.append(t)
         return out
 
     def record(self, slot: datetime) -> dict:
@@ -185,8 +196,9 @@ def check(value: Any, doc: Any, params: Mapping[str, Any]) -> list[Diagnostic]:
             try:
                 croniter(cron, datetime(2000, 1, 1, tzinfo=_UTC), second_at_beginning=_has_seconds(cron)).get_next(datetime)
             except (CroniterError, ValueError, KeyError) as e:
+                hint = "; schedule: is not interpolated, write the expression itself" if "${" in cron else ""
                 problems.append(Diagnostic(doc.at(("schedule", "cron")),
-                                           f"schedule.cron {cron!r} is not a valid cron expression: {e}"))
+                                           f"schedule.cron {cron!r} is not a valid cron expression: {e}{hint}"))
     tz = value.get("timezone")
     if isinstance(tz, str) and tz:
         try:
@@ -214,6 +226,22 @@ def from_tree(tree: Any) -> Schedule | None:
         return None
     return Schedule(value["cron"].strip(), value.get("timezone", "UTC"), bool(value.get("catchup", False)),
                     value.get("max_active", "skip"), dict(value.get("params") or {}))
+
+
+def slot_run(doc: Any, name: str, slot_text: str) -> tuple[dict, str]:
+    """For ``hetflow run --schedule-slot``: the record's ``schedule`` entry and the run lock's name.
+
+    An ``allow`` schedule locks the slot, not the manifest, so its runs may overlap.
+    """
+    sched = from_tree(doc.value)
+    if sched is None:
+        raise UsageError(f"--schedule-slot: {doc.file} has no schedule: block")
+    try:
+        slot = parse_instant(slot_text)
+    except UsageError:
+        raise UsageError(f"--schedule-slot expects a UTC instant such as 2026-03-29T01:00:00Z, got {slot_text!r}") from None
+    lock_name = f"{name}@{_slot_file(slot)}" if sched.max_active == "allow" else name
+    return sched.record(slot), lock_name
 
 
 # --- manifests and their state on disk ----------------------------------------------------------
@@ -446,15 +474,17 @@ def _finish(child: Child, log: Log) -> dict:
 
 def run_due(files: Sequence[str], runs_dir: str, now: datetime, log: Log,
             wait: float = 0.5) -> tuple[dict, list[Diagnostic]]:
-    """Decide and run, one after another, every slot of ``files`` due at ``now``.
+    """Decide and run every slot of ``files`` due at ``now``, and return when all have ended.
 
-    Returns counts per outcome and the diagnostics of manifests that did not
-    validate (those are left alone; the others still run).
-
-    ``queue`` waits (polling every ``wait`` seconds) for the active run to end.
+    The slots of one manifest run one after another, oldest first; different
+    manifests run side by side. ``queue`` waits (polling every ``wait``
+    seconds) for the active run to end. Returns counts per outcome and the
+    diagnostics of manifests that did not validate (those are left alone;
+    the others still run).
     """
     counts = {"started": 0, "succeeded": 0, "failed": 0, "skipped": 0, "claimed_elsewhere": 0, "invalid": 0}
     problems: list[Diagnostic] = []
+    entries = []
     for file in files:
         try:
             entry = load_entry(file)
@@ -466,36 +496,52 @@ def run_due(files: Sequence[str], runs_dir: str, now: datetime, log: Log,
             problems.append(Diagnostic(None, f"{file}: {e}"))
             counts["invalid"] += 1
             continue
-        if entry is None:
-            continue
-        for slot in due_slots(entry.schedule, history(runs_dir, entry), now):
-            path = claim(runs_dir, entry, slot)
-            fields = {"manifest": entry.name, "slot": slot_id(slot)}
-            if path is None:
-                counts["claimed_elsewhere"] += 1
-                log("claimed-elsewhere", fields)
-                continue
-            policy = entry.schedule.max_active
-            if policy != "allow" and lock_active(entry.lock_file(runs_dir)):
-                if policy == "skip":
-                    _mark(path, entry, slot, "skipped", reason="a run of this manifest is active")
-                    counts["skipped"] += 1
-                    log("skipped", {**fields, "reason": "a run of this manifest is active"})
-                    continue
-                log("queued", fields)
-            while True:
-                while policy == "queue" and lock_active(entry.lock_file(runs_dir)):
-                    time.sleep(wait)
-                child = start(entry, slot, runs_dir, path)
-                counts["started"] += 1
-                log("started", {**fields, "pid": child.process.pid})
-                child.process.wait()
-                if child.process.returncode == LOCKED and policy == "queue":
-                    continue
-                info = _finish(child, log)
-                counts["skipped" if info["status"] == "locked" else info["status"]] += 1
-                break
+        if entry is not None:
+            entries.append(entry)
+    guard = threading.Lock()
+
+    def locked_log(event: str, fields: Mapping[str, Any]) -> None:
+        with guard:
+            log(event, fields)
+
+    def count(key: str) -> None:
+        with guard:
+            counts[key] += 1
+
+    with ThreadPoolExecutor(max_workers=max(1, len(entries))) as pool:
+        for f in [pool.submit(_run_entry_due, e, runs_dir, now, locked_log, count, wait) for e in entries]:
+            f.result()
     return counts, problems
+
+
+def _run_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: Callable[[str], None], wait: float) -> None:
+    for slot in due_slots(entry.schedule, history(runs_dir, entry), now):
+        path = claim(runs_dir, entry, slot)
+        fields = {"manifest": entry.name, "slot": slot_id(slot)}
+        if path is None:
+            count("claimed_elsewhere")
+            log("claimed-elsewhere", fields)
+            continue
+        policy = entry.schedule.max_active
+        if policy != "allow" and lock_active(entry.lock_file(runs_dir)):
+            if policy == "skip":
+                _mark(path, entry, slot, "skipped", reason="a run of this manifest is active")
+                count("skipped")
+                log("skipped", {**fields, "reason": "a run of this manifest is active"})
+                continue
+            log("queued", fields)
+        while True:
+            while policy == "queue" and lock_active(entry.lock_file(runs_dir)):
+                time.sleep(wait)
+            child = start(entry, slot, runs_dir, path)
+            count("started")
+            log("started", {**fields, "pid": child.process.pid})
+            child.process.wait()
+            if child.process.returncode == LOCKED and policy == "queue":
+                continue
+            info = _finish(child, log)
+            count("skipped" if info["status"] == "locked" else info["status"])
+            break
 
 
 # --- serve --------------------------------------------------------------------------------------

@@ -1,0 +1,329 @@
+"""Scheduled runs: fire times, run-due's once-only slots, catch-up, and a real ``serve``."""
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from hetflow.engine import schedule as sched
+from hetflow.engine.cli import main
+from hetflow.engine.locks import RunLock, lock_path
+from hetflow.engine.errors import ManifestError
+from hetflow.engine.manifest import compile_manifest, loads
+
+BODY = """\
+executors: {host: {vendor: cpu}}
+stages:
+  x: {op: ones, args: {shape: ["${n}"]}}
+outputs: {x: x}
+"""
+
+
+def write(folder: Path, name: str, schedule: str, body: str = BODY, params: str = "{n: 4}") -> str:
+    text = f"version: 1\nname: {name}\nparams: {params}\nschedule:\n{textwrap.indent(textwrap.dedent(schedule), '  ')}{body}"
+    path = folder / f"{name}.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def records(runs: Path) -> list[dict]:
+    found = []
+    for rec in sorted(runs.glob("*/record.json")):
+        found.append(json.loads(rec.read_text()))
+    return found
+
+
+def at(text: str):
+    return sched.parse_instant(text)
+
+
+# --- fire times ---------------------------------------------------------------------------------
+
+
+def test_month_ends_with_last_day_of_month():
+    s = sched.Schedule("30 23 L * *", "UTC", False, "skip", {})
+    got = [sched.slot_id(t) for t in s.after(at("2028-01-31T23:30:00Z"), 3)]
+    assert got == ["2028-02-29T23:30:00Z", "2028-03-31T23:30:00Z", "2028-04-30T23:30:00Z"]  # 2028 is a leap year
+
+
+def test_dst_spring_forward_and_fall_back_in_berlin():
+    s = sched.Schedule("30 2 * * *", "Europe/Berlin", False, "skip", {})
+    # 2026-03-29 02:30 does not exist in Berlin (clocks jump 02:00 -> 03:00): it fires at 03:00 CEST.
+    spring = [sched.slot_id(t) for t in s.after(at("2026-03-27T12:00:00Z"), 3)]
+    assert spring == ["2026-03-28T01:30:00Z", "2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"]
+    # 2026-10-25 02:30 happens twice (CEST, then CET): it fires once.
+    fall = [sched.slot_id(t) for t in s.after(at("2026-10-23T12:00:00Z"), 3)]
+    assert fall == ["2026-10-24T00:30:00Z", "2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"]
+    hourly = sched.Schedule("0 * * * *", "Europe/Berlin", False, "skip", {})
+    # Every hour is still an hour apart in UTC across the spring gap.
+    got = [sched.slot_id(t) for t in hourly.after(at("2026-03-29T00:30:00Z"), 3)]
+    assert got == ["2026-03-29T01:00:00Z", "2026-03-29T02:00:00Z", "2026-03-29T03:00:00Z"]
+
+
+def test_six_fields_put_seconds_first():
+    s = sched.Schedule("*/20 0 12 * * *", "UTC", False, "skip", {})
+    got = [sched.slot_id(t) for t in s.after(at("2026-05-01T11:59:59Z"), 4)]
+    assert got == ["2026-05-01T12:00:00Z", "2026-05-01T12:00:20Z", "2026-05-01T12:00:40Z", "2026-05-02T12:00:00Z"]
+    assert [sched.slot_id(t) for t in s.latest(at("2026-05-01T12:00:20Z"), 2)] == ["2026-05-01T12:00:20Z", "2026-05-01T12:00:00Z"]
+
+
+def test_due_slots_first_time_catchup_and_latest_only():
+    hourly = dict(cron="0 * * * *", timezone="UTC", max_active="skip", params={})
+    now = at("2026-01-01T05:10:00Z")
+    assert [sched.slot_id(t) for t in sched.due_slots(sched.Schedule(catchup=True, **hourly), {}, now)] == ["2026-01-01T05:00:00Z"]
+    done = {"2026-01-01T02:00:00Z": "succeeded"}
+    assert [sched.slot_id(t) for t in sched.due_slots(sched.Schedule(catchup=True, **hourly), done, now)] == [
+        "2026-01-01T03:00:00Z", "2026-01-01T04:00:00Z", "2026-01-01T05:00:00Z"]
+    assert [sched.slot_id(t) for t in sched.due_slots(sched.Schedule(catchup=False, **hourly), done, now)] == ["2026-01-01T05:00:00Z"]
+    assert sched.due_slots(sched.Schedule(catchup=True, **hourly), {"2026-01-01T05:00:00Z": "failed"}, now) == []
+
+
+# --- the manifest -------------------------------------------------------------------------------
+
+
+def test_bad_cron_and_timezone_are_file_line_col_errors(tmp_path):
+    bad = write(tmp_path, "bad", 'cron: "61 * * * *"\ntimezone: Europe/Berlinn\n')
+    code, _, err = cli("validate", bad)
+    assert code == 2
+    assert f"{bad}:5:9: error: schedule.cron '61 * * * *' is not a valid cron expression" in err
+    assert (f"{bad}:6:13: error: unknown time zone 'Europe/Berlinn' in schedule.timezone: give an IANA name such as "
+            "Europe/Berlin or UTC; did you mean 'Europe/Berlin'?") in err
+    assert "Traceback" not in err
+    seven = write(tmp_path, "seven", 'cron: "0 0 0 1 1 * 2030"\n')
+    code, _, err = cli("schedule", "list", seven)
+    assert code == 2
+    assert err.strip() == (f"{seven}:5:9: error: schedule.cron '0 0 0 1 1 * 2030' has 7 fields; a cron expression has 5 "
+                           "(minute hour day-of-month month day-of-week) or 6 with seconds first")
+    unknown = write(tmp_path, "unknown", 'cron: "@daily"\nmax_active: later\nparams: {m: 1}\n')
+    code, _, err = cli("validate", unknown)
+    assert code == 2
+    assert f"{unknown}:6:15: error: schedule.max_active must be one of skip, queue, allow; found 'later'" in err
+    assert f"{unknown}:7:12: error: schedule.params sets 'm', which is not a declared param (declared: n)" in err
+
+
+def test_schedule_is_outside_the_digest():
+    plain = "version: 1\nname: d\nparams: {n: 4}\n" + BODY
+    with_schedule = plain.replace("params: {n: 4}\n", 'params: {n: 4}\nschedule: {cron: "0 3 * * *", params: {n: 5}}\n')
+    a = compile_manifest(loads(plain, "a.yaml"))
+    b = compile_manifest(loads(with_schedule, "b.yaml"))
+    assert a.digest == b.digest and "schedule" not in b.resolved
+    with pytest.raises(ManifestError) as e:
+        compile_manifest(loads(with_schedule.replace("0 3", "0 ${n}"), "c.yaml"))
+    assert str(e.value.diagnostics[0]).endswith("schedule: is not interpolated, write the expression itself")
+
+
+def test_list_shows_next_fire_times(tmp_path):
+    write(tmp_path, "nightly", 'cron: "0 2 * * *"\ntimezone: Europe/Berlin\n')
+    (tmp_path / "plain.yaml").write_text("version: 1\nname: plain\nparams: {n: 1}\n" + BODY)
+    code, out, err = cli("schedule", "list", str(tmp_path), "--now", "2026-03-28T12:00:00Z", "--count", "2")
+    assert code == 0, err
+    assert out.splitlines() == [
+        f"nightly  {tmp_path / 'nightly.yaml'}  cron '0 2 * * *' in Europe/Berlin  catchup false  max_active skip",
+        "  2026-03-29T01:00:00Z  (2026-03-29T03:00:00+02:00)",
+        "  2026-03-30T00:00:00Z  (2026-03-30T02:00:00+02:00)",
+    ]
+    code, out, _ = cli("schedule", "list", str(tmp_path), "--now", "2026-03-28T12:00:00Z", "--json")
+    assert [r["manifest"] for r in json.loads(out)] == ["nightly"]
+
+
+# --- run-due ------------------------------------------------------------------------------------
+
+
+def test_two_concurrent_run_due_start_a_slot_once(tmp_path):
+    m = write(tmp_path, "race", 'cron: "*/5 * * * *"\n')
+    runs = tmp_path / "runs"
+    argv = [sys.executable, "-m", "hetflow.engine.cli", "schedule", "run-due", m, "--now", "2026-06-01T10:07:00Z",
+            "--runs-dir", str(runs), "--log-format", "json"]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    seen = [json.loads(line)["event"] for o, _ in outs for line in o.splitlines()]
+    # The loser either finds the slot in the history already or loses the O_EXCL claim.
+    assert seen.count("started") == 1 and seen.count("succeeded") == 1
+    assert set(seen) <= {"started", "succeeded", "claimed-elsewhere"}
+    assert [r["schedule"]["slot"] for r in records(runs)] == ["2026-06-01T10:05:00Z"]
+
+
+def test_a_claim_is_won_once(tmp_path):
+    m = write(tmp_path, "once", 'cron: "* * * * *"\n')
+    entry = sched.load_entry(m)
+    slot = at("2026-06-01T10:05:00Z")
+    first = sched.claim(str(tmp_path / "runs"), entry, slot)
+    assert first is not None and first.endswith("20260601T100500Z.json")
+    assert sched.claim(str(tmp_path / "runs"), entry, slot) is None
+    assert sched.history(str(tmp_path / "runs"), entry) == {"2026-06-01T10:05:00Z": "claimed"}
+
+
+def test_run_due_is_idempotent_and_catches_up_after_downtime(tmp_path):
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    write(folder, "all", 'cron: "0 * * * *"\ncatchup: true\nparams: {n: 3}\n')
+    write(folder, "latest", 'cron: "0 * * * *"\ncatchup: false\n')
+    runs = tmp_path / "runs"
+    code, out, err = cli("schedule", "run-due", str(folder), "--now", "2026-06-01T10:20:00Z", "--runs-dir", str(runs))
+    assert code == 0, out + err
+    assert "started manifest=all slot=2026-06-01T10:00:00Z" in out and "succeeded manifest=all" in out
+    code, out, err = cli("schedule", "run-due", str(folder), "--now", "2026-06-01T10:40:00Z", "--runs-dir", str(runs))
+    assert code == 0 and out == "", out + err  # the 10:00 slot ran: nothing is due
+    rec = next(r for r in records(runs) if r["manifest"]["name"] == "all")
+    assert rec["status"] == "succeeded" and rec["overrides"] == {"n": 3}
+    assert rec["schedule"] == {"slot": "2026-06-01T10:00:00Z", "cron": "0 * * * *", "timezone": "UTC"}
+    assert rec["run_id"] in cli("runs", "--runs-dir", str(runs))[1]
+    # Downtime: nothing ran at 11:00; the next invocation comes at 12:05.
+    code, out, err = cli("schedule", "run-due", str(folder), "--now", "2026-06-01T12:05:00Z", "--runs-dir", str(runs))
+    assert code == 0, out + err
+    slots = {}
+    for r in records(runs):
+        slots.setdefault(r["manifest"]["name"], []).append(r["schedule"]["slot"])
+    assert sorted(slots["all"]) == ["2026-06-01T10:00:00Z", "2026-06-01T11:00:00Z", "2026-06-01T12:00:00Z"]
+    assert sorted(slots["latest"]) == ["2026-06-01T10:00:00Z", "2026-06-01T12:00:00Z"]
+
+
+def test_skip_while_a_run_holds_the_lock(tmp_path):
+    m = write(tmp_path, "busy", 'cron: "0 * * * *"\nmax_active: skip\n')
+    runs = tmp_path / "runs"
+    with RunLock(lock_path(str(runs), m, "busy"), manifest=m):
+        code, out, _ = cli("schedule", "run-due", m, "--now", "2026-06-01T10:05:00Z", "--runs-dir", str(runs))
+    assert code == 0
+    assert 'skipped manifest=busy slot=2026-06-01T10:00:00Z reason="a run of this manifest is active"' in out
+    assert records(runs) == []
+    code, out, _ = cli("schedule", "run-due", m, "--now", "2026-06-01T10:06:00Z", "--runs-dir", str(runs))
+    assert out == ""  # a skipped slot is decided: never run later
+
+
+def test_failing_scheduled_run_exits_1_with_its_record(tmp_path):
+    body = BODY.replace('{op: ones, args: {shape: ["${n}"]}}', "{op: load, args: {path: missing.npy}}")
+    m = write(tmp_path, "broken", 'cron: "0 * * * *"\n', body=body)
+    runs = tmp_path / "runs"
+    code, out, _ = cli("schedule", "run-due", m, "--now", "2026-06-01T10:05:00Z", "--runs-dir", str(runs))
+    assert code == 1
+    assert "failed manifest=broken slot=2026-06-01T10:00:00Z rc=1" in out
+    (rec,) = records(runs)
+    assert rec["status"] == "failed" and rec["schedule"]["slot"] == "2026-06-01T10:00:00Z"
+
+
+# --- serve --------------------------------------------------------------------------------------
+
+
+def serve(paths, runs: Path, log: Path) -> subprocess.Popen:
+    f = open(log, "w")
+    argv = [sys.executable, "-m", "hetflow.engine.cli", "schedule", "serve", *paths, "--runs-dir", str(runs),
+            "--log-format", "json", "--poll", "0.5"]
+    return subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, text=True)
+
+
+def events(log: Path) -> list[dict]:
+    out = []
+    for line in log.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def stop(proc: subprocess.Popen) -> int:
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=15)
+
+
+def wait_detached(runs: Path, timeout: float = 30) -> None:
+    """Serve detaches its runs on exit; let them end before the test's folder goes."""
+    pids = []
+    for claim in runs.glob(".schedule/*/*.json"):
+        body = json.loads(claim.read_text())
+        if body.get("state") == "started":
+            pids.append(body["run_pid"])
+
+    def gone() -> bool:
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                continue
+            return False
+        return True
+
+    wait_for(gone, timeout, "the detached runs")
+
+
+def test_serve_fires_skips_survives_failures_reloads_and_stops_on_sigterm(tmp_path):
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    good = write(folder, "tick", 'cron: "* * * * * *"\nmax_active: skip\n')
+    body = BODY.replace('{op: ones, args: {shape: ["${n}"]}}', "{op: load, args: {path: missing.npy}}")
+    write(folder, "broken", 'cron: "*/2 * * * * *"\n', body=body)
+    runs, log = tmp_path / "runs", tmp_path / "serve.log"
+    proc = serve([str(folder)], runs, log)
+    try:
+        names = lambda e: [x.get("manifest") for x in events(log) if x["event"] == e]  # noqa: E731
+        wait_for(lambda: names("failed").count("broken") >= 1 and names("succeeded").count("tick") >= 1, 45, "a failed and a succeeded run")
+        # One-second slots, runs slower than that, max_active skip: some slots are skipped.
+        wait_for(lambda: "tick" in names("skipped"), 20, "a skipped slot")
+        before = {r["run_id"] for r in records(runs)}
+        Path(good).write_text(Path(good).read_text().replace("max_active: skip\n", "max_active: skip\n  params: {n: 7}\n"))
+        wait_for(lambda: "tick" in names("reloaded"), 10, "the reload")
+        wait_for(lambda: any(r["overrides"] == {"n": 7} and r["run_id"] not in before for r in records(runs)), 30,
+                 "a run of the edited manifest")
+        assert proc.poll() is None  # failures did not stop it
+    finally:
+        code = stop(proc)
+    log_events = events(log)
+    wait_detached(runs)
+    assert code == 0
+    assert log_events[0]["event"] == "serving" and log_events[-1]["event"] == "stopped"
+    started = [e for e in log_events if e["event"] == "started" and e["manifest"] == "tick"]
+    assert len(started) >= 2 and len({e["slot"] for e in started}) == len(started)
+    assert "Traceback" not in log.read_text()
+
+
+def test_serve_restart_catches_up_from_records(tmp_path):
+    m = write(tmp_path, "every2", 'cron: "*/2 * * * * *"\ncatchup: true\nmax_active: queue\n')
+    runs, log1, log2 = tmp_path / "runs", tmp_path / "first.log", tmp_path / "second.log"
+    first = serve([m], runs, log1)
+    try:
+        wait_for(lambda: any(e["event"] == "started" for e in events(log1)), 30, "a first run")
+        wait_for(lambda: any(e["event"] == "queued" for e in events(log1)), 20, "a queued slot")
+    finally:
+        first.kill()  # no chance to clean up: the claims on disk are all that is left
+        first.wait(timeout=10)
+    claimed_before = set(sched.history(str(runs), sched.load_entry(m)))
+    time.sleep(4.5)  # downtime: two or more slots pass with no scheduler
+    second = serve([m], runs, log2)
+    try:
+        wait_for(lambda: sum(e["event"] in ("queued", "started") for e in events(log2)) >= 2, 30, "caught-up slots")
+    finally:
+        code = stop(second)
+    wait_detached(runs)
+    assert code == 0
+    caught = list(dict.fromkeys(e["slot"] for e in events(log2) if e["event"] in ("queued", "started")))
+    newest_before = max(claimed_before)
+    # The first slots the restarted server takes are the ones missed while down, oldest first, none taken twice.
+    assert caught[0] > newest_before and not set(caught) & claimed_before
+    gap = [s for s in caught if s < caught[0]]
+    assert gap == []
+    entry = sched.load_entry(m)
+    missed = [sched.slot_id(t) for t in entry.schedule.after(sched.parse_instant(newest_before), 2)]
+    assert missed == sorted(caught)[:2]
