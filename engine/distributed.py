@@ -242,11 +242,33 @@ def _dependencies(arg: Any, dsk: Mapping[str, Any]) -> list[str]:
 
 
 def _substitute(arg: Any, dsk: Mapping[str, Any], futures: Mapping[str, Any]) -> Any:
-    if isinstance(arg, str) and arg in dsk:
+    if isinstance(arg, str) and (arg in dsk or (arg.startswith("phase:") and arg in futures)):
         return futures[arg]
     if isinstance(arg, list):
         return [_substitute(a, dsk, futures) for a in arg]
     return arg
+
+
+def _witness_on_worker(run_id: str, pid: str, i: int, where: str, program: Any, trace: Any, input_size: int,
+                       backend: str) -> Any:
+    """One witness chunk, re-executed from its min trace on whichever worker Dask chose."""
+    from hetflow.engine.run import StageFailure
+    from hetflow.executors.emulator import EmulatorError, witness_table
+
+    plugin = _plugin(run_id)
+    runtime = plugin.enter()
+    try:
+        start = time.time()
+        runtime._event("witness", f"{pid}:{i}", where, start, "started")
+        try:
+            table = witness_table(program, trace, input_size=input_size, backend=backend)
+        except (EmulatorError, ValueError) as e:
+            runtime._event("witness", f"{pid}:{i}", where, start, "failed", node=pid, error=str(e))
+            raise StageFailure(f"phase:{pid}", pid, str(e)) from None
+        runtime._event("witness", f"{pid}:{i}", where, start, "succeeded", nodes=[pid], phase="witness", chunk=i)
+        return table
+    finally:
+        plugin.leave()
 
 
 @dataclass
@@ -431,8 +453,8 @@ class Cluster:
                         for w in self.workers()],
         }
 
-    def run_graph(self, plan: Plan, run_id: str, stream: EventStream,
-                  cache: CacheUse | None = None) -> tuple[_ClusterRun, list, BaseException | None, dict]:
+    def run_graph(self, plan: Plan, run_id: str, stream: EventStream, cache: CacheUse | None = None,
+                  phases: Any = None) -> tuple[_ClusterRun, list, BaseException | None, dict]:
         """Run the lowered graph of a placed ``plan``: (completed tasks, results, failure, live activations)."""
         missing = [e.name for e in plan.executors.values() if e.worker is None]
         if missing:
@@ -462,6 +484,8 @@ class Cluster:
             registered = True
             stream.emit(run_event("started", run_id, tasks=len(graph.dsk), mode=self.kind, scheduler=self.address,
                                   dashboard=self.dashboard_link, workers=len(self.workers())))
+            if phases is not None:
+                self._run_phases(phases, run_id, futures)
             self._submit(plan, run_id, graph, futures)
             failure = self._watch(plan, graph, futures)
             if failure is None:
@@ -490,6 +514,37 @@ class Cluster:
         for name in plan.executors:
             live.setdefault(name, 0)
         return _ClusterRun(graph, stream.tasks()), results, _as_failure(failure), dict(sorted(live.items()))
+
+    def _run_phases(self, runner: Any, run_id: str, futures: dict[str, Any]) -> None:
+        """Emulator phases on a cluster, in the same two rounds as in-process.
+
+        ``execute``, ``mem-plans``, ``rom-histogram`` and ``plan`` run here on
+        the client (the fast backend's MO/RH runners are threads of the
+        process that ran ``execute``); every ``witness`` chunk is its own task,
+        bound to no worker, so the chunks spread over the whole cluster; a
+        witness array is gathered here and scattered once, and the bridge's
+        import task reads it from Dask like any other input.
+        """
+        import dask.threaded
+
+        first = runner.round1()
+        dask.threaded.get(first, list(first))
+        second = runner.round2()
+        for pid, p in runner.phases.items():
+            if p.phase != "witness":
+                continue
+            program, data = runner._program(p.emulator)
+            traces = runner.results[p.inputs[0]].min_traces
+            backend = runner.emulators[p.emulator].backend
+            chunks = [self.client.submit(_witness_on_worker, run_id, pid, i, f"emulator:{p.emulator}", program, trace,
+                                         len(data), backend, key=f"witness:{pid}:{i}@{run_id}", pure=False, retries=3)
+                      for i, trace in enumerate(traces)]
+            tables = self.client.gather(chunks)
+            portable = runner._witness_gather(pid, tables)
+            futures[f"phase:{pid}"] = self.client.scatter(portable, hash=False)
+        rest = {k: v for k, v in second.items() if not k.startswith("witness:") and runner.phases[k[6:]].phase != "witness"}
+        if rest:
+            dask.threaded.get(rest, list(rest))
 
     def _submit(self, plan: Plan, run_id: str, graph: TaskGraph, futures: dict[str, Any]) -> None:
         dsk = graph.dsk

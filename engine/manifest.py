@@ -64,6 +64,9 @@ __all__ = [
 
 Path = tuple  # a value's position in the tree: keys and list indexes
 
+MAX_VALUES = 2_000_000
+MAX_DEPTH = 64
+
 # libyaml's parser when PyYAML was built with it: same nodes and marks, ten times faster.
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -122,6 +125,8 @@ def loads(text: str, file: str = "<string>") -> Document:
     loader = _Loader(text)
     try:
         root = loader.get_single_node()
+    except RecursionError:
+        raise ManifestError([Diagnostic(Origin(file, 1, 1), f"the document has nesting deeper than {MAX_DEPTH} levels")]) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         what = e.problem or "invalid YAML"
@@ -142,7 +147,16 @@ def loads(text: str, file: str = "<string>") -> Document:
     key_marks: dict[Path, Origin] = {}
     problems: list[Diagnostic] = []
 
+    built = [0]
+
     def build(node: yaml.Node, path: Path) -> Any:
+        # Aliases are expanded into the plain tree, so a few lines can name billions of values
+        # (an alias bomb); a manifest is never that large or that deep.
+        built[0] += 1
+        if built[0] > MAX_VALUES or len(path) > MAX_DEPTH:
+            what = (f"more than {MAX_VALUES:,} values once aliases are expanded" if built[0] > MAX_VALUES
+                    else f"nesting deeper than {MAX_DEPTH} levels")
+            raise ManifestError([Diagnostic(_origin(file, node.start_mark), f"the document has {what}")])
         marks[path] = _origin(file, node.start_mark)
         if isinstance(node, yaml.MappingNode):
             out: dict[str, Any] = {}

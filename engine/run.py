@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping
 import dask.threaded
 
 from hetflow.engine.cache import Cache, CacheUse, partition_keys
-from hetflow.engine.errors import RunFailed, UsageError
+from hetflow.engine.errors import RunFailed
 from hetflow.engine.events import EventStream, Sink, run_event
 from hetflow.engine.lowering import TaskGraph, bridge_ref, lower, subgraph_plan, tensor_ref
 from hetflow.engine.manifest import Manifest
@@ -322,9 +322,6 @@ def execute(
     ``hetflow schedule`` for one slot; it goes into the record as is.
     """
     phases = getattr(manifest, "phases", {})
-    if phases and cluster is not None:
-        raise UsageError("emulator phases run on the threaded scheduler only: hetflow.engine.distributed does not "
-                         "lower phase or witness tasks yet; run without a cluster")
     if resume is not None:
         run_id, run_dir = resume, os.path.join(runs_dir, resume)
     else:
@@ -367,7 +364,10 @@ def execute(
     failure: BaseException | None = None
     results: list[Any] = []
     if cluster is not None:
-        runtime, results, failure, live_after = cluster.run_graph(plan, run_id, stream, cache_use)
+        # phase tasks that run on the client are recorded as the threaded mode records them
+        recorder = LocalRuntime(plan, {}, emit=stream.emit) if phases else None
+        phase_runner = PhaseRunner(manifest.emulators, phases, recorder._event) if phases else None
+        runtime, results, failure, live_after = cluster.run_graph(plan, run_id, stream, cache_use, phase_runner)
     else:
         instances = dict(executors) if executors is not None else create_executors(plan)
         runtime = LocalRuntime(plan, instances, emit=stream.emit, cache=cache_use)

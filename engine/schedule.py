@@ -280,7 +280,7 @@ def discover(paths: Sequence[str]) -> list[str]:
             files.append(path)
         else:
             raise UsageError(f"{path}: no such file or folder")
-    return list(dict.fromkeys(files))
+    return list(dict.fromkeys(os.path.normpath(f) for f in files))
 
 
 def load_entry(file: str) -> Entry | None:
@@ -685,8 +685,12 @@ class Server:
         self.log("serving", {"paths": self.paths, "runs_dir": self.runs_dir, "pid": os.getpid(), "poll_s": self.poll})
         try:
             while not self.stopping:
-                self.scan()
-                self.tick()
+                try:
+                    self.scan()
+                    self.tick()
+                except OSError as e:
+                    # A full disk or a runs directory gone for a moment must not end the scheduler.
+                    self.log("error", {"error": f"{type(e).__name__}: {e}"})
                 deadline = time.monotonic() + self._sleep_for()
                 while not self.stopping and time.monotonic() < deadline:
                     time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))

@@ -184,3 +184,20 @@ def test_loads_keeps_marks():
     doc = loads("a:\n  - 1\n  - {b: 2}\n", "f.yaml")
     assert str(doc.at(("a", 1, "b"))) == "f.yaml:3:9"
     assert str(doc.key_at(("a", 1, "b"))) == "f.yaml:3:6"
+
+
+def test_alias_bombs_and_deep_nesting_are_errors_not_hangs(manifest_file, monkeypatch):
+    import hetflow.engine.manifest as mf
+
+    monkeypatch.setattr(mf, "MAX_VALUES", 50_000)  # the same check as at 2,000,000, reached sooner
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefg", "bcdefgh"))
+    path = manifest_file(bomb)
+    (msg,) = errors(path)
+    assert msg.startswith(f"{path}:") and msg.endswith("error: the document has more than 50,000 values once aliases are expanded")
+    deep = manifest_file("a: " + "[" * 100 + "]" * 100 + "\n", "deep.yaml")
+    (msg,) = errors(deep)
+    assert msg.endswith("error: the document has nesting deeper than 64 levels")
+    deeper = manifest_file("a: " + "[" * 5000 + "]" * 5000 + "\n", "deeper.yaml")
+    (msg,) = errors(deeper)
+    assert msg.startswith(f"{deeper}:1:") and msg.endswith("error: the document has nesting deeper than 64 levels")

@@ -274,7 +274,7 @@ def test_serve_fires_skips_survives_failures_reloads_and_stops_on_sigterm(tmp_pa
     folder.mkdir()
     good = write(folder, "tick", 'cron: "* * * * * *"\nmax_active: skip\n')
     body = BODY.replace('{op: ones, args: {shape: ["${n}"]}}', "{op: load, args: {path: missing.npy}}")
-    write(folder, "broken", 'cron: "*/2 * * * * *"\n', body=body)
+    write(folder, "broken", 'cron: "*/3 * * * * *"\n', body=body)
     runs, log = tmp_path / "runs", tmp_path / "serve.log"
     proc = serve([str(folder)], runs, log)
     try:
@@ -327,3 +327,10 @@ def test_serve_restart_catches_up_from_records(tmp_path):
     entry = sched.load_entry(m)
     missed = [sched.slot_id(t) for t in entry.schedule.after(sched.parse_instant(newest_before), 2)]
     assert missed == sorted(caught)[:2]
+
+
+def test_docstring_examples():
+    import doctest
+
+    result = doctest.testmod(sched)
+    assert result.attempted > 0 and result.failed == 0
