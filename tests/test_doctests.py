@@ -13,6 +13,8 @@ MODULES = [
     "hetflow.engine.errors",
     "hetflow.engine.manifest",
     "hetflow.engine.planner",
+    "hetflow.engine.matrix",
+    "hetflow.engine.schedule",
 ]
 
 

@@ -107,6 +107,8 @@ def test_bad_cron_and_timezone_are_file_line_col_errors(tmp_path):
     assert code == 2
     assert err.strip() == (f"{seven}:5:9: error: schedule.cron '0 0 0 1 1 * 2030' has 7 fields; a cron expression has 5 "
                            "(minute hour day-of-month month day-of-week) or 6 with seconds first")
+    code, out, err2 = cli("schedule", "run-due", seven, "--runs-dir", str(tmp_path / "runs"))
+    assert (code, out, err2) == (2, "", err) and not (tmp_path / "runs").exists()
     unknown = write(tmp_path, "unknown", 'cron: "@daily"\nmax_active: later\nparams: {m: 1}\n')
     code, _, err = cli("validate", unknown)
     assert code == 2
@@ -310,7 +312,7 @@ def test_serve_restart_catches_up_from_records(tmp_path):
         first.kill()  # no chance to clean up: the claims on disk are all that is left
         first.wait(timeout=10)
     claimed_before = set(sched.history(str(runs), sched.load_entry(m)))
-    time.sleep(4.5)  # downtime: two or more slots pass with no scheduler
+    time.sleep(3.0)  # downtime (plus the restart's own start-up): two or more slots pass with no scheduler
     second = serve([m], runs, log2)
     try:
         wait_for(lambda: sum(e["event"] in ("queued", "started") for e in events(log2)) >= 2, 30, "caught-up slots")
