@@ -200,4 +200,6 @@ def test_alias_bombs_and_deep_nesting_are_errors_not_hangs(manifest_file, monkey
     assert msg.endswith("error: the document has nesting deeper than 64 levels")
     deeper = manifest_file("a: " + "[" * 5000 + "]" * 5000 + "\n", "deeper.yaml")
     (msg,) = errors(deeper)
-    assert msg.startswith(f"{deeper}:1:") and msg.endswith("error: the document has nesting deeper than 64 levels")
+    # libyaml's composer reaches our limit; PyYAML's pure-Python parser stops earlier, with its own message
+    assert msg.startswith(f"{deeper}:1:") and (msg.endswith("error: the document has nesting deeper than 64 levels")
+                                               or msg.endswith("exceeded maximum nesting depth"))
