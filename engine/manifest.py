@@ -13,7 +13,10 @@ again; they look up a path.
 2. interpolate: ``"${name}"`` alone becomes the param's typed value,
    ``${name}`` inside a longer string becomes its text; paths are kept,
    so every value still points at where it was written;
-3. schema: the tree against ``schemas/pipeline.schema.json``;
+3. schema: the tree against ``schemas/pipeline.schema.json``, first with
+   a validator compiled from it once (fastjsonschema), which only says
+   valid or not; when it says not, jsonschema re-checks the same tree and
+   its errors become the diagnostics, so the fast path changes no message;
 4. semantics: ops exist, arguments and arity fit the op, inputs and
    executors exist, dtypes are ones the op supports, no cycle, outputs
    name stages;
@@ -31,7 +34,9 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import gc
 import hashlib
 import importlib.resources
 import json
@@ -41,6 +46,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Iterator, Mapping
 
+import fastjsonschema
 import jsonschema
 import networkx as nx
 import yaml
@@ -69,6 +75,8 @@ MAX_DEPTH = 64
 
 # libyaml's parser when PyYAML was built with it: same nodes and marks, ten times faster.
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+_STR_TAG = "tag:yaml.org,2002:str"
 
 _REF = re.compile(r"\$\{([^}]*)\}")
 
@@ -120,8 +128,26 @@ def _origin(file: str, mark: yaml.Mark | None) -> Origin:
     return Origin(file, mark.line + 1, mark.column + 1)
 
 
+@contextlib.contextmanager
+def _gc_paused():
+    """Loading and checking allocate millions of small acyclic objects (nodes, paths, marks);
+    cyclic GC passes over them grow with the manifest and free nothing."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def loads(text: str, file: str = "<string>") -> Document:
     """Parse YAML text into a :class:`Document`; raises :class:`ManifestError`."""
+    with _gc_paused():
+        return _loads(text, file)
+
+
+def _loads(text: str, file: str) -> Document:
     loader = _Loader(text)
     try:
         root = loader.get_single_node()
@@ -174,6 +200,9 @@ def loads(text: str, file: str = "<string>") -> Document:
             return out
         if isinstance(node, yaml.SequenceNode):
             return [build(item, path + (i,)) for i, item in enumerate(node.value)]
+        if node.tag == _STR_TAG:
+            # What SafeConstructor returns for a str scalar, without its per-object bookkeeping.
+            return node.value
         try:
             return loader.construct_object(node, deep=True)
         except yaml.constructor.ConstructorError as e:
@@ -311,7 +340,26 @@ def _interpolate(value: Any, path: Path, params: Mapping[str, Any], doc: Documen
     return _REF.sub(lambda m: next(texts), value)
 
 
+@lru_cache(maxsize=1)
+def _fast_validator():
+    # The same schema file, compiled to Python once: it only answers "valid or not", in a
+    # fraction of jsonschema's time. Every keyword the schema uses means the same in draft 7,
+    # which is the newest draft fastjsonschema compiles.
+    spec = dict(schema())
+    spec["$schema"] = "http://json-schema.org/draft-07/schema#"
+    return fastjsonschema.compile(spec)
+
+
 def _schema_problems(tree: Any, doc: Document) -> list[Diagnostic]:
+    # Happy path first. fastjsonschema is never more lenient than jsonschema on this schema
+    # (e.g. it refuses 1.0 as an integer), so "valid" there means valid here; anything it
+    # refuses, or cannot even look at (an undefined ${name}), is re-checked precisely below,
+    # which alone decides the diagnostics.
+    try:
+        _fast_validator()(tree)
+        return []
+    except Exception:
+        pass
     validator = jsonschema.Draft202012Validator(schema())
     problems: list[Diagnostic] = []
     for error in validator.iter_errors(tree):
@@ -380,6 +428,11 @@ def _explain(error: jsonschema.ValidationError, doc: Document) -> Iterator[Diagn
 
 def compile_manifest(doc: Document, overrides: Mapping[str, Any] | None = None) -> Manifest:
     """Validate and resolve a document into a :class:`Manifest`; raises :class:`ManifestError`."""
+    with _gc_paused():
+        return _compile(doc, overrides)
+
+
+def _compile(doc: Document, overrides: Mapping[str, Any] | None) -> Manifest:
     overrides = dict(overrides or {})
     tree = doc.value
     if not isinstance(tree, dict):

@@ -203,3 +203,38 @@ def test_alias_bombs_and_deep_nesting_are_errors_not_hangs(manifest_file, monkey
     # libyaml's composer reaches our limit; PyYAML's pure-Python parser stops earlier, with its own message
     assert msg.startswith(f"{deeper}:1:") and (msg.endswith("error: the document has nesting deeper than 64 levels")
                                                or msg.endswith("exceeded maximum nesting depth"))
+
+
+def test_the_fast_schema_check_agrees_with_jsonschema(manifest_file):
+    """The happy path trusts the compiled check's "valid": it must never accept what jsonschema refuses."""
+    import glob
+    import os
+
+    import jsonschema
+
+    from hetflow.engine.manifest import _fast_validator, schema
+
+    def verdicts(tree):
+        try:
+            _fast_validator()(tree)
+            fast = True
+        except Exception:
+            fast = False
+        return fast, not list(jsonschema.Draft202012Validator(schema()).iter_errors(tree))
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    trees = [dict(compile_manifest(load(p)).resolved) for p in sorted(glob.glob(os.path.join(repo, "examples", "*.yaml"))
+                                                                     + glob.glob(os.path.join(repo, "pipelines", "*.yaml")))]
+    good = load(manifest_file(GOOD)).value
+    assert all(verdicts(t) == (True, True) for t in trees + [good])
+    bad = [
+        {**good, "version": 7},
+        {**good, "extra": 1},
+        {**good, "stages": {**good["stages"], "y": {"op": "relu", "inputs": ["x"], "retries": "1"}}},
+        {**good, "stages": {**good["stages"], "y": {"op": "relu", "dtype": "fp64"}}},
+        {**good, "stages": {"9bad": {"op": "relu"}}},
+        {**good, "executors": {"host": {"vendor": ["cpu", "cpu"]}}},
+        {**good, "matrix": {"n": []}},
+    ]
+    for tree in bad:
+        assert verdicts(tree) == (False, False), tree

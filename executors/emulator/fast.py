@@ -24,6 +24,20 @@ rd, rs1, rs2, imm, class); an entry is reused only while the word in
 memory still equals the cached raw word, so self-modifying code behaves
 exactly as in the reference (the new word is seen by the next fetch).
 
+Each step first tries a *fast path*, taken when nothing per step is
+logged (no ``LOG_OPS``, ``LOG_PCS`` or ``WITNESS``): the pc lies in a
+read-only executable region, whose decode-cache rows can never go stale
+(no store can reach it), so the word is neither re-read nor compared; the
+op is one of the common ALU, branch, jump, load and store instructions;
+and a load or store falls inside one word of a region with the right
+permission (the region of the last access is tried first, then the
+table).  Everything that could trap, print, end the guest or touch CSRs
+(misaligned targets or accesses, the UART, ``tohost``, system and atomic
+instructions, writable code) leaves the fast path before any state
+changes and runs through the general step, so both paths record exactly
+what the reference records.  Array indices in the fast path are unsigned,
+which lets numba drop its negative-index wraparound.
+
 ``mode`` selects what a call records, so one compiled loop serves every
 runner:
 
@@ -292,7 +306,189 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
     endk = st[S_END]
     status = ST_BUDGET
     fr = 0                                   # region of the last fetch
+    # Fast path: a step whose instruction sits in a read-only executable
+    # region (its decode-cache row can never go stale) and needs nothing but
+    # registers and one aligned-within-a-word access of a data region.  It
+    # runs only when nothing per step is logged; any other case, or any
+    # condition that could trap, print or end the guest, falls through to the
+    # general step below before any state has changed.
+    quick = not (wit or logops or logpcs)
+    xb = np.int64(0)                         # read-only executable region: base, last offset, first slot
+    xlim = np.int64(-1)
+    xslot = np.int64(0)
+    dr = 0                                   # region of the last fast load or store
     while n < budget:
+        if quick:
+            d = pc - xb
+            if d >= 0 and d <= xlim:
+                slot = xslot + (d >> 2)
+                # unsigned indices: numba then skips its negative-index wraparound
+                us = np.uint64(slot)
+                op = dc[us, 1]
+                if op >= 0:                  # decoded (rows start as -1)
+                    urd = np.uint64(dc[us, 2])
+                    a = regs[np.uint64(dc[us, 3])]
+                    b = regs[np.uint64(dc[us, 4])]
+                    imm = dc[us, 5]
+                    npc = pc + 4
+                    ok = True
+                    if op == OP_ADDI:
+                        regs[urd] = a + imm
+                    elif op == OP_SLLI:
+                        regs[urd] = a << imm
+                    elif op == OP_ADD:
+                        regs[urd] = a + b
+                    elif op <= OP_LWU and op >= OP_LB:
+                        addr = a + imm
+                        msize = 1 << ((op - OP_LB) & 3) if op < OP_LBU else 1 << (op - OP_LBU)
+                        dd = addr - rbase[dr]
+                        if not (dd >= 0 and dd <= rsize[dr] - msize and (rperm[dr] & PERM_R) != 0):
+                            ri = _find(addr, msize, nreg, rbase, rsize)
+                            if ri >= 0 and (rperm[ri] & PERM_R) != 0:
+                                dr = ri
+                                dd = addr - rbase[dr]
+                            else:
+                                dd = -1
+                        off = roff[dr] + dd
+                        sh = off & 7
+                        if dd < 0 or sh + msize > 8 or (replay and rpos >= rbuf.shape[0]):
+                            ok = False
+                        else:
+                            if replay:
+                                w0 = np.int64(rbuf[np.uint64(rpos)])
+                                rpos += 1
+                            else:
+                                w0 = np.int64(mem64[np.uint64(off >> 3)])
+                                if rec:
+                                    rbuf[np.uint64(rpos)] = np.uint64(w0)
+                                    rpos += 1
+                            v = _srl(w0, sh * 8)
+                            if op == OP_LD:
+                                pass
+                            elif op == OP_LW:
+                                v = _sx(v, 32)
+                            elif op == OP_LBU:
+                                v &= 0xFF
+                            elif op == OP_LB:
+                                v = _sx(v, 8)
+                            elif op == OP_LH:
+                                v = _sx(v, 16)
+                            elif op == OP_LHU:
+                                v &= 0xFFFF
+                            else:
+                                v &= 0xFFFFFFFF
+                            regs[urd] = v
+                    elif op <= OP_SD and op >= OP_SB:
+                        addr = a + imm
+                        msize = 1 << (op - OP_SB)
+                        dd = addr - rbase[dr]
+                        if not (dd >= 0 and dd <= rsize[dr] - msize and (rperm[dr] & PERM_W) != 0):
+                            ri = _find(addr, msize, nreg, rbase, rsize)
+                            if ri >= 0 and (rperm[ri] & PERM_W) != 0:
+                                dr = ri
+                                dd = addr - rbase[dr]
+                            else:
+                                dd = -1
+                        off = roff[dr] + dd
+                        sh = off & 7
+                        if dd < 0 or sh + msize > 8 or addr == _UART or addr == tohost:
+                            ok = False
+                        elif not replay:
+                            if msize == 8:
+                                mem64[np.uint64(off >> 3)] = np.uint64(b)
+                            else:
+                                m = ((np.int64(1) << (8 * msize)) - 1) << (8 * sh)
+                                old = np.int64(mem64[np.uint64(off >> 3)])
+                                mem64[np.uint64(off >> 3)] = np.uint64((old & ~m) | ((b << (8 * sh)) & m))
+                    elif op <= OP_BGEU and op >= OP_BEQ:
+                        if op == OP_BNE:
+                            t = a != b
+                        elif op == OP_BEQ:
+                            t = a == b
+                        elif op == OP_BLT:
+                            t = a < b
+                        elif op == OP_BGE:
+                            t = a >= b
+                        elif op == OP_BLTU:
+                            t = _ltu(a, b)
+                        else:
+                            t = not _ltu(a, b)
+                        if t:
+                            npc = pc + imm
+                            ok = (npc & 3) == 0
+                    elif op == OP_JAL:
+                        npc = pc + imm
+                        if (npc & 3) == 0:
+                            regs[urd] = pc + 4
+                        else:
+                            ok = False
+                    elif op == OP_JALR:
+                        npc = (a + imm) & ~1
+                        if (npc & 3) == 0:
+                            regs[urd] = pc + 4
+                        else:
+                            ok = False
+                    elif op == OP_LUI:
+                        regs[urd] = imm
+                    elif op == OP_AUIPC:
+                        regs[urd] = pc + imm
+                    elif op == OP_SLTI:
+                        regs[urd] = 1 if a < imm else 0
+                    elif op == OP_SLTIU:
+                        regs[urd] = 1 if _ltu(a, imm) else 0
+                    elif op == OP_XORI:
+                        regs[urd] = a ^ imm
+                    elif op == OP_ORI:
+                        regs[urd] = a | imm
+                    elif op == OP_ANDI:
+                        regs[urd] = a & imm
+                    elif op == OP_SRLI:
+                        regs[urd] = _srl(a, imm)
+                    elif op == OP_SRAI:
+                        regs[urd] = a >> imm
+                    elif op == OP_SUB:
+                        regs[urd] = a - b
+                    elif op == OP_SLL:
+                        regs[urd] = a << (b & 63)
+                    elif op == OP_SLT:
+                        regs[urd] = 1 if a < b else 0
+                    elif op == OP_SLTU:
+                        regs[urd] = 1 if _ltu(a, b) else 0
+                    elif op == OP_XOR:
+                        regs[urd] = a ^ b
+                    elif op == OP_SRL:
+                        regs[urd] = _srl(a, b & 63)
+                    elif op == OP_SRA:
+                        regs[urd] = a >> (b & 63)
+                    elif op == OP_OR:
+                        regs[urd] = a | b
+                    elif op == OP_AND:
+                        regs[urd] = a & b
+                    elif op == OP_ADDIW:
+                        regs[urd] = _sx(a + imm, 32)
+                    elif op == OP_SLLIW:
+                        regs[urd] = _sx(a << imm, 32)
+                    elif op == OP_SRLIW:
+                        regs[urd] = _sx(_srl(a & 0xFFFFFFFF, imm), 32)
+                    elif op == OP_SRAIW:
+                        regs[urd] = _sx(a, 32) >> imm
+                    elif op == OP_ADDW:
+                        regs[urd] = _sx(a + b, 32)
+                    elif op == OP_SUBW:
+                        regs[urd] = _sx(a - b, 32)
+                    elif op == OP_MUL:
+                        regs[urd] = a * b
+                    elif op == OP_MULW:
+                        regs[urd] = _sx(a * b, 32)
+                    else:
+                        ok = False
+                    if ok:
+                        regs[np.uint64(0)] = 0
+                        counts[np.uint64(dc[us, 6])] += 1
+                        pc = npc
+                        step += 1
+                        n += 1
+                        continue
         npc = pc + 4
         rpos0 = rpos
         opos0 = opos
@@ -343,6 +539,10 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
             else:
                 raw = np.int64(mem32[off >> 2])
             slot = rslot[fr] + (d >> 2)
+            if (rperm[fr] & PERM_W) == 0:
+                xb = rbase[fr]
+                xlim = rsize[fr] - 4
+                xslot = rslot[fr]
             if dc[slot, 0] != raw:
                 _decode(raw, t_match, t_mask, t_fmt, t_order, t_start, t_stop, dc, slot)
                 dc[slot, 6] = t_cls[dc[slot, 1]] if dc[slot, 1] >= 0 else C_SYSTEM
@@ -919,7 +1119,21 @@ class Image:
         self.tohost = -1 if program.tohost is None else program.tohost
 
     def copy_mem(self):
-        return self.mem.copy()
+        # The RAM region is all zero: a fresh zeroed array gets its pages
+        # lazily from the OS, so only the other regions are copied.
+        mem = np.zeros(self.mem.shape[0], dtype=np.uint8)
+        for r, o in zip(self.regions, self.roff):
+            if r.name != "ram":
+                mem[o:o + r.size] = self.mem[o:o + r.size]
+        return mem
+
+    def peek_u32s(self, mem, addr: int, n: int) -> list[int]:
+        """The ``n`` little-endian words from ``addr`` (4-aligned, in one region)."""
+        for r, o in zip(self.regions, self.roff):
+            if r.base <= addr and addr + 4 * n <= r.base + r.size and (int(o) + addr - r.base) % 4 == 0:
+                o = int(o) + addr - r.base
+                return mem[o:o + 4 * n].view("<u4").tolist()
+        return [self.peek_u32(mem, addr + 4 * i) for i in range(n)]
 
     def peek_insn(self, mem, pc: int) -> int | None:
         for r in self.regions:
@@ -1009,8 +1223,8 @@ class _Machine:
         st = self.st
         res = int(st[S_RES])
         return EmuTraceStart(int(st[S_PC]) & _U64, int(st[S_STEP]), int(st[S_PRIV]),
-                             tuple(int(v) & _U64 for v in self.regs),
-                             tuple(int(v) & _U64 for v in st[S_MSTATUS:S_MIE + 1]),
+                             tuple(self.regs.view(np.uint64).tolist()),
+                             tuple(st[S_MSTATUS:S_MIE + 1].view(np.uint64).tolist()),
                              -1 if res == -1 else res & _U64)
 
     def fail(self, status: int, max_steps: int):
@@ -1132,7 +1346,7 @@ def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, 
             break
     st = m.st
     code = int(st[S_CODE]) & _U64
-    pub_outs = [(i, image.peek_u32(mem, M.OUTPUT_ADDR + 4 * i)) for i in range(M.N_OUTPUTS)]
+    pub_outs = list(enumerate(image.peek_u32s(mem, M.OUTPUT_ADDR, M.N_OUTPUTS)))
     return {
         "traces": traces, "counts": np.array(table, dtype=np.int64).reshape(-1, len(CLASSES)),
         "steps": int(st[S_STEP]), "exit_code": code, "end_reason": "exit" if st[S_END] == 1 else "tohost",
