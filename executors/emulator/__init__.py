@@ -96,13 +96,12 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
         artifacts = BackendArtifacts.fast(None, None)
     else:
         from . import fast
-        mo_image = fast.Image(program, input, len(input))
-        mo = fast.spawn(lambda: plan_memory(fast.mem_ops_runner(mo_image, program, max_steps), mem_plan_rows,
+        image = fast.image_of(program, input, len(input))     # shared by MT, MO and RH: each copies its memory
+        mo = fast.spawn(lambda: plan_memory(fast.mem_ops_runner(image, program, max_steps), mem_plan_rows,
                                             mem_plan_xp))
         rh = None
         if rom_histogram:
-            rh_image = fast.Image(program, input, len(input))
-            rh = fast.spawn(fast.rom_histogram_runner, rh_image, program, max_steps)
+            rh = fast.spawn(fast.rom_histogram_runner, image, program, max_steps)
         r = fast.run(program, input, chunk_steps, max_steps)
         artifacts = BackendArtifacts.fast(mo, rh)
     return ExecutionOutput(

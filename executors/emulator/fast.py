@@ -67,6 +67,7 @@ the main execution; chunk re-executions run in parallel threads) and
 
 from __future__ import annotations
 
+import functools
 import threading
 from concurrent.futures import Future
 
@@ -75,10 +76,10 @@ import numpy as np
 
 from . import machine as M
 from .elf import PERM_R, PERM_W, PERM_X, Program, Segment
-from .isa import BY_NAME, CLASSES, decode_arrays
+from .isa import BY_NAME, CLASSES, TABLE, decode_arrays
 from .output import EmuTrace, EmuTraceStart, RomHistogram
 
-__all__ = ["run", "replay_chunk", "Image", "mem_ops_runner", "rom_histogram_runner", "warm_up"]
+__all__ = ["run", "replay_chunk", "Image", "image_of", "mem_ops_runner", "rom_histogram_runner", "warm_up"]
 
 REC_READS, LOG_OPS, LOG_PCS, REPLAY, WITNESS = 1, 2, 4, 8, 16
 
@@ -96,7 +97,13 @@ assert M.CSR_STATE == ("mstatus", "mtvec", "mepc", "mcause", "mtval", "mscratch"
 
 # op ids (compile-time constants in the jitted code)
 globals().update({"OP_" + n.upper().replace(".", "_"): i for n, i in BY_NAME.items()})
-C_SYSTEM = CLASSES.index("system")
+C_ALU, C_MULDIV, C_LOAD, C_STORE, C_BRANCH, C_JUMP, C_SYSTEM = (
+    CLASSES.index(c) for c in ("alu", "muldiv", "load", "store", "branch", "jump", "system"))
+
+# fast-path kinds, decode-cache column 7 (0: the op always takes the general step)
+K_ALU, K_MULDIV, K_LOAD, K_STORE, K_BRANCH, K_JAL, K_JALR = 1, 2, 3, 4, 5, 6, 7
+_KIND_CLASS = {K_ALU: "alu", K_MULDIV: "muldiv", K_LOAD: "load", K_STORE: "store", K_BRANCH: "branch",
+               K_JAL: "jump", K_JALR: "jump"}
 
 _TAB = decode_arrays()
 _F_I, _F_SH6, _F_SH5, _F_S, _F_B, _F_U, _F_J, _F_CSR, _F_CSRI = 1, 2, 3, 4, 5, 6, 7, 8, 9
@@ -172,6 +179,133 @@ def _remu(a, b):
         return a
     return np.int64(np.uint64(a) % np.uint64(b))
 
+
+@numba.njit(inline="always", cache=True)
+def _alu(op, a, b, imm, pc):
+    """rd's new value for every op that only computes rd from rs1 (a),
+    rs2 (b), the immediate and pc: the K_ALU and K_MULDIV ops.
+
+    Both the fast path and the general step call it; ``inline="always"``
+    inlines it at numba-IR level into each, so the equality chain on
+    ``op`` still becomes one jump table per call site and the shared
+    semantics costs no call.
+    """
+    if op == OP_ADDI:
+        return a + imm
+    elif op == OP_SLLI:
+        return a << imm
+    elif op == OP_ADD:
+        return a + b
+    elif op == OP_ADDIW:
+        return _sx(a + imm, 32)
+    elif op == OP_SRLIW:
+        return _sx(_srl(a & 0xFFFFFFFF, imm), 32)
+    elif op == OP_SLLIW:
+        return _sx(a << imm, 32)
+    elif op == OP_XOR:
+        return a ^ b
+    elif op == OP_OR:
+        return a | b
+    elif op == OP_ADDW:
+        return _sx(a + b, 32)
+    elif op == OP_AND:
+        return a & b
+    elif op == OP_LUI:
+        return imm
+    elif op == OP_AUIPC:
+        return pc + imm
+    elif op == OP_SLTI:
+        return np.int64(1) if a < imm else np.int64(0)
+    elif op == OP_SLTIU:
+        return np.int64(1) if _ltu(a, imm) else np.int64(0)
+    elif op == OP_XORI:
+        return a ^ imm
+    elif op == OP_ORI:
+        return a | imm
+    elif op == OP_ANDI:
+        return a & imm
+    elif op == OP_SRLI:
+        return _srl(a, imm)
+    elif op == OP_SRAI:
+        return a >> imm
+    elif op == OP_SUB:
+        return a - b
+    elif op == OP_SLL:
+        return a << (b & 63)
+    elif op == OP_SLT:
+        return np.int64(1) if a < b else np.int64(0)
+    elif op == OP_SLTU:
+        return np.int64(1) if _ltu(a, b) else np.int64(0)
+    elif op == OP_SRL:
+        return _srl(a, b & 63)
+    elif op == OP_SRA:
+        return a >> (b & 63)
+    elif op == OP_SRAIW:
+        return _sx(a, 32) >> imm
+    elif op == OP_SUBW:
+        return _sx(a - b, 32)
+    elif op == OP_SLLW:
+        return _sx(a << (b & 31), 32)
+    elif op == OP_SRLW:
+        return _sx(_srl(a & 0xFFFFFFFF, b & 31), 32)
+    elif op == OP_SRAW:
+        return _sx(a, 32) >> (b & 31)
+    elif op == OP_MUL:
+        return a * b
+    elif op == OP_MULH:
+        h = _mulhu(a, b)
+        if a < 0:
+            h -= b
+        if b < 0:
+            h -= a
+        return h
+    elif op == OP_MULHSU:
+        h = _mulhu(a, b)
+        if a < 0:
+            h -= b
+        return h
+    elif op == OP_MULHU:
+        return _mulhu(a, b)
+    elif op == OP_DIV:
+        return _divs(a, b, 64)
+    elif op == OP_DIVU:
+        return _divu(a, b)
+    elif op == OP_REM:
+        return _rems(a, b, 64)
+    elif op == OP_REMU:
+        return _remu(a, b)
+    elif op == OP_MULW:
+        return _sx(a * b, 32)
+    elif op == OP_DIVW:
+        return _sx(_divs(_sx(a, 32), _sx(b, 32), 32), 32)
+    elif op == OP_DIVUW:
+        return _sx(_divu(a & 0xFFFFFFFF, b & 0xFFFFFFFF), 32)
+    elif op == OP_REMW:
+        return _sx(_rems(_sx(a, 32), _sx(b, 32), 32), 32)
+    else:                                    # OP_REMUW
+        return _sx(_remu(a & 0xFFFFFFFF, b & 0xFFFFFFFF), 32)
+
+
+_ALU_OPS = ("lui auipc addi slti sltiu xori ori andi slli srli srai add sub sll slt sltu xor srl sra or and "
+            "addiw slliw srliw sraiw addw subw sllw srlw sraw").split()
+_MULDIV_OPS = "mul mulh mulhsu mulhu div divu rem remu mulw divw divuw remw remuw".split()
+
+
+def _kinds() -> np.ndarray:
+    """Fast-path kind per op id (0: general step only).  Each kind has one
+    counter class, so the fast path's counter index is a constant."""
+    kind = np.zeros(len(TABLE), dtype=np.int64)
+    for names, k in ((_ALU_OPS, K_ALU), (_MULDIV_OPS, K_MULDIV), (("beq", "bne", "blt", "bge", "bltu", "bgeu"), K_BRANCH),
+                     (("lb", "lh", "lw", "ld", "lbu", "lhu", "lwu"), K_LOAD), (("sb", "sh", "sw", "sd"), K_STORE),
+                     (("jal",), K_JAL), (("jalr",), K_JALR)):
+        for name in names:
+            kind[BY_NAME[name]] = k
+    for k, cls in _KIND_CLASS.items():
+        assert {TABLE[i].cls for i in np.flatnonzero(kind == k)} == {cls}, (k, cls)
+    return kind
+
+
+_TAB["kind"] = _kinds()
 
 @_jit
 def _find(addr, size, nreg, rbase, rsize):
@@ -291,7 +425,7 @@ def _csr_write(c, v, st):
 def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
          t_match, t_mask, t_fmt, t_cls, t_order, t_start, t_stop,
          regs, st, counts, tohost, budget, mode,
-         rbuf, rpos, obuf, opos, hist, cbuf, cpos, t_use, wbuf, wofs):
+         rbuf, rpos, obuf, opos, hist, cbuf, cpos, t_use, wbuf, wofs, t_kind):
     nreg = rbase.shape[0]
     wit = (mode & WITNESS) != 0
     rec = (mode & REC_READS) != 0
@@ -302,7 +436,8 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
     step = st[S_STEP]
     priv = st[S_PRIV]
     res = st[S_RES]
-    n = 0
+    step0 = step
+    stop = step + budget
     endk = st[S_END]
     status = ST_BUDGET
     fr = 0                                   # region of the last fetch
@@ -317,28 +452,47 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
     xlim = np.int64(-1)
     xslot = np.int64(0)
     dr = 0                                   # region of the last fast load or store
-    while n < budget:
+    while step < stop:
         if quick:
             d = pc - xb
             if d >= 0 and d <= xlim:
-                slot = xslot + (d >> 2)
                 # unsigned indices: numba then skips its negative-index wraparound
-                us = np.uint64(slot)
-                op = dc[us, 1]
-                if op >= 0:                  # decoded (rows start as -1)
+                us = np.uint64(xslot + (d >> 2))
+                k = dc[us, 7]
+                if k > 0:                    # a fast-path op (rows start as -1: not decoded yet)
                     urd = np.uint64(dc[us, 2])
                     a = regs[np.uint64(dc[us, 3])]
                     b = regs[np.uint64(dc[us, 4])]
                     imm = dc[us, 5]
-                    npc = pc + 4
-                    ok = True
-                    if op == OP_ADDI:
-                        regs[urd] = a + imm
-                    elif op == OP_SLLI:
-                        regs[urd] = a << imm
-                    elif op == OP_ADD:
-                        regs[urd] = a + b
-                    elif op <= OP_LWU and op >= OP_LB:
+                    if k == K_ALU:
+                        regs[urd] = _alu(dc[us, 1], a, b, imm, pc)
+                        regs[np.uint64(0)] = 0
+                        counts[C_ALU] += 1
+                        pc += 4
+                        step += 1
+                        continue
+                    if k == K_BRANCH:
+                        op = dc[us, 1]
+                        if op == OP_BNE:
+                            t = a != b
+                        elif op == OP_BEQ:
+                            t = a == b
+                        elif op == OP_BLT:
+                            t = a < b
+                        elif op == OP_BGE:
+                            t = a >= b
+                        elif op == OP_BLTU:
+                            t = _ltu(a, b)
+                        else:
+                            t = not _ltu(a, b)
+                        npc = pc + imm if t else pc + 4
+                        if (npc & 3) == 0:
+                            counts[C_BRANCH] += 1
+                            pc = npc
+                            step += 1
+                            continue
+                    elif k == K_LOAD:
+                        op = dc[us, 1]
                         addr = a + imm
                         msize = 1 << ((op - OP_LB) & 3) if op < OP_LBU else 1 << (op - OP_LBU)
                         dd = addr - rbase[dr]
@@ -351,9 +505,7 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                                 dd = -1
                         off = roff[dr] + dd
                         sh = off & 7
-                        if dd < 0 or sh + msize > 8 or (replay and rpos >= rbuf.shape[0]):
-                            ok = False
-                        else:
+                        if dd >= 0 and sh + msize <= 8 and not (replay and rpos >= rbuf.shape[0]):
                             if replay:
                                 w0 = np.int64(rbuf[np.uint64(rpos)])
                                 rpos += 1
@@ -378,7 +530,13 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                             else:
                                 v &= 0xFFFFFFFF
                             regs[urd] = v
-                    elif op <= OP_SD and op >= OP_SB:
+                            regs[np.uint64(0)] = 0
+                            counts[C_LOAD] += 1
+                            pc += 4
+                            step += 1
+                            continue
+                    elif k == K_STORE:
+                        op = dc[us, 1]
                         addr = a + imm
                         msize = 1 << (op - OP_SB)
                         dd = addr - rbase[dr]
@@ -391,104 +549,34 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                                 dd = -1
                         off = roff[dr] + dd
                         sh = off & 7
-                        if dd < 0 or sh + msize > 8 or addr == _UART or addr == tohost:
-                            ok = False
-                        elif not replay:
-                            if msize == 8:
-                                mem64[np.uint64(off >> 3)] = np.uint64(b)
-                            else:
-                                m = ((np.int64(1) << (8 * msize)) - 1) << (8 * sh)
-                                old = np.int64(mem64[np.uint64(off >> 3)])
-                                mem64[np.uint64(off >> 3)] = np.uint64((old & ~m) | ((b << (8 * sh)) & m))
-                    elif op <= OP_BGEU and op >= OP_BEQ:
-                        if op == OP_BNE:
-                            t = a != b
-                        elif op == OP_BEQ:
-                            t = a == b
-                        elif op == OP_BLT:
-                            t = a < b
-                        elif op == OP_BGE:
-                            t = a >= b
-                        elif op == OP_BLTU:
-                            t = _ltu(a, b)
-                        else:
-                            t = not _ltu(a, b)
-                        if t:
-                            npc = pc + imm
-                            ok = (npc & 3) == 0
-                    elif op == OP_JAL:
-                        npc = pc + imm
-                        if (npc & 3) == 0:
-                            regs[urd] = pc + 4
-                        else:
-                            ok = False
-                    elif op == OP_JALR:
-                        npc = (a + imm) & ~1
-                        if (npc & 3) == 0:
-                            regs[urd] = pc + 4
-                        else:
-                            ok = False
-                    elif op == OP_LUI:
-                        regs[urd] = imm
-                    elif op == OP_AUIPC:
-                        regs[urd] = pc + imm
-                    elif op == OP_SLTI:
-                        regs[urd] = 1 if a < imm else 0
-                    elif op == OP_SLTIU:
-                        regs[urd] = 1 if _ltu(a, imm) else 0
-                    elif op == OP_XORI:
-                        regs[urd] = a ^ imm
-                    elif op == OP_ORI:
-                        regs[urd] = a | imm
-                    elif op == OP_ANDI:
-                        regs[urd] = a & imm
-                    elif op == OP_SRLI:
-                        regs[urd] = _srl(a, imm)
-                    elif op == OP_SRAI:
-                        regs[urd] = a >> imm
-                    elif op == OP_SUB:
-                        regs[urd] = a - b
-                    elif op == OP_SLL:
-                        regs[urd] = a << (b & 63)
-                    elif op == OP_SLT:
-                        regs[urd] = 1 if a < b else 0
-                    elif op == OP_SLTU:
-                        regs[urd] = 1 if _ltu(a, b) else 0
-                    elif op == OP_XOR:
-                        regs[urd] = a ^ b
-                    elif op == OP_SRL:
-                        regs[urd] = _srl(a, b & 63)
-                    elif op == OP_SRA:
-                        regs[urd] = a >> (b & 63)
-                    elif op == OP_OR:
-                        regs[urd] = a | b
-                    elif op == OP_AND:
-                        regs[urd] = a & b
-                    elif op == OP_ADDIW:
-                        regs[urd] = _sx(a + imm, 32)
-                    elif op == OP_SLLIW:
-                        regs[urd] = _sx(a << imm, 32)
-                    elif op == OP_SRLIW:
-                        regs[urd] = _sx(_srl(a & 0xFFFFFFFF, imm), 32)
-                    elif op == OP_SRAIW:
-                        regs[urd] = _sx(a, 32) >> imm
-                    elif op == OP_ADDW:
-                        regs[urd] = _sx(a + b, 32)
-                    elif op == OP_SUBW:
-                        regs[urd] = _sx(a - b, 32)
-                    elif op == OP_MUL:
-                        regs[urd] = a * b
-                    elif op == OP_MULW:
-                        regs[urd] = _sx(a * b, 32)
-                    else:
-                        ok = False
-                    if ok:
+                        if dd >= 0 and sh + msize <= 8 and addr != _UART and addr != tohost:
+                            if not replay:
+                                if msize == 8:
+                                    mem64[np.uint64(off >> 3)] = np.uint64(b)
+                                else:
+                                    m = ((np.int64(1) << (8 * msize)) - 1) << (8 * sh)
+                                    old = np.int64(mem64[np.uint64(off >> 3)])
+                                    mem64[np.uint64(off >> 3)] = np.uint64((old & ~m) | ((b << (8 * sh)) & m))
+                            counts[C_STORE] += 1
+                            pc += 4
+                            step += 1
+                            continue
+                    elif k == K_MULDIV:
+                        regs[urd] = _alu(dc[us, 1], a, b, imm, pc)
                         regs[np.uint64(0)] = 0
-                        counts[np.uint64(dc[us, 6])] += 1
-                        pc = npc
+                        counts[C_MULDIV] += 1
+                        pc += 4
                         step += 1
-                        n += 1
                         continue
+                    else:                        # K_JAL, K_JALR
+                        npc = pc + imm if k == K_JAL else (a + imm) & ~1
+                        if (npc & 3) == 0:
+                            regs[urd] = pc + 4
+                            regs[np.uint64(0)] = 0
+                            counts[C_JUMP] += 1
+                            pc = npc
+                            step += 1
+                            continue
         npc = pc + 4
         rpos0 = rpos
         opos0 = opos
@@ -546,6 +634,7 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
             if dc[slot, 0] != raw:
                 _decode(raw, t_match, t_mask, t_fmt, t_order, t_start, t_stop, dc, slot)
                 dc[slot, 6] = t_cls[dc[slot, 1]] if dc[slot, 1] >= 0 else C_SYSTEM
+                dc[slot, 7] = t_kind[dc[slot, 1]] if dc[slot, 1] >= 0 else 0
             if logpcs:
                 hist[slot] += 1
             op = dc[slot, 1]
@@ -566,10 +655,8 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
             is_load = False
             is_store = False
             sval = np.int64(0)
-            if op == OP_ADDI:
-                regs[rd] = a + imm
-            elif op == OP_ADD:
-                regs[rd] = a + b
+            if dc[slot, 7] == K_ALU or dc[slot, 7] == K_MULDIV:
+                regs[rd] = _alu(op, a, b, imm, pc)
             elif op == OP_LD:
                 msize = 8
                 is_load = True
@@ -629,96 +716,6 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                 npc = (a + imm) & ~1
                 if (npc & 3) == 0:
                     regs[rd] = pc + 4
-            elif op == OP_LUI:
-                regs[rd] = imm
-            elif op == OP_AUIPC:
-                regs[rd] = pc + imm
-            elif op == OP_SLTI:
-                regs[rd] = 1 if a < imm else 0
-            elif op == OP_SLTIU:
-                regs[rd] = 1 if _ltu(a, imm) else 0
-            elif op == OP_XORI:
-                regs[rd] = a ^ imm
-            elif op == OP_ORI:
-                regs[rd] = a | imm
-            elif op == OP_ANDI:
-                regs[rd] = a & imm
-            elif op == OP_SLLI:
-                regs[rd] = a << imm
-            elif op == OP_SRLI:
-                regs[rd] = _srl(a, imm)
-            elif op == OP_SRAI:
-                regs[rd] = a >> imm
-            elif op == OP_SUB:
-                regs[rd] = a - b
-            elif op == OP_SLL:
-                regs[rd] = a << (b & 63)
-            elif op == OP_SLT:
-                regs[rd] = 1 if a < b else 0
-            elif op == OP_SLTU:
-                regs[rd] = 1 if _ltu(a, b) else 0
-            elif op == OP_XOR:
-                regs[rd] = a ^ b
-            elif op == OP_SRL:
-                regs[rd] = _srl(a, b & 63)
-            elif op == OP_SRA:
-                regs[rd] = a >> (b & 63)
-            elif op == OP_OR:
-                regs[rd] = a | b
-            elif op == OP_AND:
-                regs[rd] = a & b
-            elif op == OP_ADDIW:
-                regs[rd] = _sx(a + imm, 32)
-            elif op == OP_SLLIW:
-                regs[rd] = _sx(a << imm, 32)
-            elif op == OP_SRLIW:
-                regs[rd] = _sx(_srl(a & 0xFFFFFFFF, imm), 32)
-            elif op == OP_SRAIW:
-                regs[rd] = _sx(a, 32) >> imm
-            elif op == OP_ADDW:
-                regs[rd] = _sx(a + b, 32)
-            elif op == OP_SUBW:
-                regs[rd] = _sx(a - b, 32)
-            elif op == OP_SLLW:
-                regs[rd] = _sx(a << (b & 31), 32)
-            elif op == OP_SRLW:
-                regs[rd] = _sx(_srl(a & 0xFFFFFFFF, b & 31), 32)
-            elif op == OP_SRAW:
-                regs[rd] = _sx(a, 32) >> (b & 31)
-            elif op == OP_MUL:
-                regs[rd] = a * b
-            elif op == OP_MULH:
-                h = _mulhu(a, b)
-                if a < 0:
-                    h -= b
-                if b < 0:
-                    h -= a
-                regs[rd] = h
-            elif op == OP_MULHSU:
-                h = _mulhu(a, b)
-                if a < 0:
-                    h -= b
-                regs[rd] = h
-            elif op == OP_MULHU:
-                regs[rd] = _mulhu(a, b)
-            elif op == OP_DIV:
-                regs[rd] = _divs(a, b, 64)
-            elif op == OP_DIVU:
-                regs[rd] = _divu(a, b)
-            elif op == OP_REM:
-                regs[rd] = _rems(a, b, 64)
-            elif op == OP_REMU:
-                regs[rd] = _remu(a, b)
-            elif op == OP_MULW:
-                regs[rd] = _sx(a * b, 32)
-            elif op == OP_DIVW:
-                regs[rd] = _sx(_divs(_sx(a, 32), _sx(b, 32), 32), 32)
-            elif op == OP_DIVUW:
-                regs[rd] = _sx(_divu(a & 0xFFFFFFFF, b & 0xFFFFFFFF), 32)
-            elif op == OP_REMW:
-                regs[rd] = _sx(_rems(_sx(a, 32), _sx(b, 32), 32), 32)
-            elif op == OP_REMUW:
-                regs[rd] = _sx(_remu(a & 0xFFFFFFFF, b & 0xFFFFFFFF), 32)
             elif op == OP_FENCE or op == OP_FENCE_I or op == OP_WFI:
                 pass
             elif op == OP_ECALL:
@@ -1030,7 +1027,7 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
             npc = st[S_MTVEC] & ~3
         regs[0] = 0
         if wit:
-            wn = wofs + n
+            wn = wofs + step - step0
             wbuf[wn, 0] = step
             wbuf[wn, 1] = wpc
             wbuf[wn, 2] = raw
@@ -1062,7 +1059,6 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
             wbuf[wn, 15] = npc
         pc = npc
         step += 1
-        n += 1
         if endk != 0:
             status = ST_END
             break
@@ -1076,13 +1072,14 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
             hist[slot] -= 1
         rpos = rpos0
         opos = opos0
-    return status, n, rpos, opos, cpos
+    return status, step - step0, rpos, opos, cpos
 
 
 # --------------------------------------------------------------------------
 # Python side: images, state conversion, runners
 
 _U64 = (1 << 64) - 1
+_NO_READS = np.empty(0, dtype=np.uint64)       # shared, never written: its size is 0
 
 
 def _to_i64(v: int) -> int:
@@ -1149,6 +1146,16 @@ class Image:
         raise AssertionError(hex(addr))
 
 
+@functools.lru_cache(maxsize=16)
+def image_of(program: Program, input_bytes: bytes | None, input_size: int) -> Image:
+    """The :class:`Image` of a program and input, built once per process
+    and shared: a run copies its memory (:meth:`Image.copy_mem`) and a
+    replay only reads it, so nothing ever writes the shared one.  Keyed by
+    value (``Program`` is frozen), so re-running a guest, or the MO and RH
+    runners beside the main execution, pay for the image once."""
+    return Image(program, input_bytes, input_size)
+
+
 class _Machine:
     """One interpreter instance: image memory, decode cache, state arrays."""
 
@@ -1202,7 +1209,7 @@ class _Machine:
                 _TAB["match"], _TAB["mask"], _TAB["fmt"], _TAB["cls"], _TAB["order"], _TAB["start"], _TAB["stop"],
                 self.regs, self.st, counts, im.tohost, b, self.mode,
                 self.rbuf, self.rpos, self.obuf, self.opos, self.hist, self.cbuf, self.cpos, _TAB["use"], self.wbuf,
-                self.wofs)
+                self.wofs, _TAB["kind"])
             done += n
             self.wofs += n
             if status == ST_GROW:
@@ -1316,13 +1323,16 @@ def spawn(fn, *args) -> Future:
 
 def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = 1 << 32):
     """Main execution (MT): min traces + per-chunk counters; same dict as reference.run."""
-    image = Image(program, input_bytes, len(input_bytes))
+    image = image_of(program, input_bytes, len(input_bytes))
     mem = image.copy_mem()
     m = _Machine(image, mem, _entry(program), REC_READS)
     traces, table = [], []
     while True:
         start = m.state()
         counts = np.zeros(len(CLASSES), dtype=np.int64)
+        # Each chunk records into a buffer of its own, which becomes the min
+        # trace's array: shrunk in place below instead of copied out.
+        m.rbuf = _NO_READS
         m.rpos = 0
         first_step = start.step
         status = ST_BUDGET
@@ -1340,7 +1350,14 @@ def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, 
         ended = status == ST_END
         if not ended and n < chunk_steps:
             m.fail(ST_BUDGET, max_steps)            # step limit
-        traces.append(EmuTrace(len(traces), start, n, m.rbuf[:m.rpos].copy(), ended))
+        reads, m.rbuf = m.rbuf, _NO_READS
+        if reads is _NO_READS:
+            reads = np.empty(0, dtype=np.uint64)
+        else:
+            # realloc keeps the pages: no copy.  No view of this buffer
+            # exists (the compiled loop keeps none), hence refcheck=False.
+            reads.resize(m.rpos, refcheck=False)
+        traces.append(EmuTrace(len(traces), start, n, reads, ended))
         table.append(counts)
         if ended:
             break
@@ -1362,7 +1379,7 @@ def replay_chunk(program: Program, trace: EmuTrace, input_size: int = 0, image: 
     between threads: replay never writes memory.
     """
     if image is None:
-        image = Image(program, None, input_size)
+        image = image_of(program, None, input_size)
     m = _Machine(image, image.mem, trace.start_state, REPLAY | mode)
     m.rbuf = np.ascontiguousarray(trace.mem_reads, dtype=np.uint64)
     if mode & WITNESS:
