@@ -444,10 +444,11 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
     # Fast path: a step whose instruction sits in a read-only executable
     # region (its decode-cache row can never go stale) and needs nothing but
     # registers and one aligned-within-a-word access of a data region.  It
-    # runs only when nothing per step is logged; any other case, or any
-    # condition that could trap, print or end the guest, falls through to the
-    # general step below before any state has changed.
-    quick = not (wit or logops or logpcs)
+    # logs what MO and RH need; witness rows come from the general step
+    # alone.  Any other case, or any condition that could trap, print or end
+    # the guest, falls through to the general step below before any state
+    # has changed.
+    quick = not wit
     xb = np.int64(0)                         # read-only executable region: base, last offset, first slot
     xlim = np.int64(-1)
     xslot = np.int64(0)
@@ -460,6 +461,8 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                 us = np.uint64(xslot + (d >> 2))
                 k = dc[us, 7]
                 if k > 0:                    # a fast-path op (rows start as -1: not decoded yet)
+                    if logpcs:               # taken back below if the step leaves the fast path
+                        hist[us] += 1
                     urd = np.uint64(dc[us, 2])
                     a = regs[np.uint64(dc[us, 3])]
                     b = regs[np.uint64(dc[us, 4])]
@@ -531,6 +534,11 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                                 v &= 0xFFFFFFFF
                             regs[urd] = v
                             regs[np.uint64(0)] = 0
+                            if logops:
+                                obuf[np.uint64(opos)] = addr & ~7
+                                obuf[np.uint64(opos + 1)] = step
+                                obuf[np.uint64(opos + 2)] = 0
+                                opos += 3
                             counts[C_LOAD] += 1
                             pc += 4
                             step += 1
@@ -557,6 +565,11 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                                     m = ((np.int64(1) << (8 * msize)) - 1) << (8 * sh)
                                     old = np.int64(mem64[np.uint64(off >> 3)])
                                     mem64[np.uint64(off >> 3)] = np.uint64((old & ~m) | ((b << (8 * sh)) & m))
+                            if logops:
+                                obuf[np.uint64(opos)] = addr & ~7
+                                obuf[np.uint64(opos + 1)] = step
+                                obuf[np.uint64(opos + 2)] = 1
+                                opos += 3
                             counts[C_STORE] += 1
                             pc += 4
                             step += 1
@@ -577,6 +590,8 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                             pc = npc
                             step += 1
                             continue
+                    if logpcs:
+                        hist[us] -= 1
         npc = pc + 4
         rpos0 = rpos
         opos0 = opos

@@ -14,7 +14,8 @@ import random
 import numpy as np
 import pytest
 
-from hetflow.executors.emulator import execute, fast
+from hetflow.executors.emulator import (execute, fast, mem_ops_from_min_traces, mem_plans_from_min_traces,
+                                       rom_histogram_from_min_traces)
 from hetflow.executors.emulator.elf import PERM_R, PERM_X, Program, Segment
 from hetflow.executors.emulator.isa import BY_NAME, TABLE
 
@@ -124,6 +125,21 @@ def test_fast_path_chunked_and_replayed():
         state, counts, _ = fast.replay_chunk(prog, t, len(inp))
         assert state == fst.min_traces[i + 1].start_state
         assert list(counts) == list(fst.counters.table[i])
+
+
+def test_fast_path_mem_ops_and_rom_histogram_match_reference_path():
+    # MO and RH log from the fast path too; the reference path derives both
+    # from the min traces
+    prog, inp = random_program(11, n=1200, rounds=3)
+    ref = execute(prog, backend="reference", input=inp, chunk_steps=500)
+    ops = fast.mem_ops_runner(fast.image_of(prog, inp, len(inp)), prog, 1 << 20)
+    assert np.array_equal(ops, mem_ops_from_min_traces(prog, ref.min_traces, len(inp)))
+    out = execute(prog, backend="fast", input=inp, chunk_steps=500, mem_plan_rows=128)
+    assert out.backend.await_mem_plans() == mem_plans_from_min_traces(prog, ref.min_traces, len(inp),
+                                                                      rows_per_plan=128)
+    hist = out.backend.await_rom_histogram()
+    assert hist == rom_histogram_from_min_traces(prog, ref.min_traces, len(inp))
+    assert int(hist.counts.max()) == 3
 
 
 @pytest.mark.parametrize("name", ["isa_smc", "sort"])
