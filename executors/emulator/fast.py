@@ -20,23 +20,27 @@ Decoding uses the shared ISA table compiled into numpy arrays
 (:func:`hetflow.executors.emulator.isa.decode_arrays`): the candidates of
 the word's major opcode are scanned for ``word & mask == match``.  The
 result is cached per instruction address in ``dc`` (raw word, op id,
-rd, rs1, rs2, imm, class); an entry is reused only while the word in
+rd, rs1, rs2, imm, class, fast-path kind); an entry is reused only while the word in
 memory still equals the cached raw word, so self-modifying code behaves
 exactly as in the reference (the new word is seen by the next fetch).
 
-Each step first tries a *fast path*, taken when nothing per step is
-logged (no ``LOG_OPS``, ``LOG_PCS`` or ``WITNESS``): the pc lies in a
-read-only executable region, whose decode-cache rows can never go stale
-(no store can reach it), so the word is neither re-read nor compared; the
-op is one of the common ALU, branch, jump, load and store instructions;
-and a load or store falls inside one word of a region with the right
-permission (the region of the last access is tried first, then the
-table).  Everything that could trap, print, end the guest or touch CSRs
-(misaligned targets or accesses, the UART, ``tohost``, system and atomic
-instructions, writable code) leaves the fast path before any state
+Each step first tries a *fast path*, taken unless witness rows are being
+written (``WITNESS``): the pc lies in a read-only executable region, whose
+decode-cache rows can never go stale (no store can reach it), so the word
+is neither re-read nor compared; the row's fast-path kind (column 7,
+filled at decode) says the op is an ALU or M op, a branch, a jump, a load
+or a store; and a load or store falls inside one word of a region with
+the right permission (the region of the last access is tried first, then
+the table).  Everything that could trap, print, end the guest or touch
+CSRs (misaligned targets or accesses, the UART, ``tohost``, system and
+atomic instructions, writable code) leaves the fast path before any state
 changes and runs through the general step, so both paths record exactly
-what the reference records.  Array indices in the fast path are unsigned,
-which lets numba drop its negative-index wraparound.
+what the reference records.  Both paths compute ALU and M results with
+one helper, :func:`_alu`, inlined into each.  The first execution of an
+instruction always takes the general step (it decodes the word), and so
+does the first step of each call of the compiled loop.  Array indices in
+the fast path are unsigned, which lets numba drop its negative-index
+wraparound.
 
 ``mode`` selects what a call records, so one compiled loop serves every
 runner:
@@ -59,6 +63,11 @@ worst case (3 words read, 9 logged values and 1 printed byte per step).
 Only the write syscall can need more; the loop then stops before that
 step with ``ST_GROW``, undoes its fetch, and is called again with
 bigger buffers.
+
+Per run, the Python side does little: the memory image of a program and
+input is built once per process (:func:`image_of`) and each run copies
+it; each chunk records into a buffer of its own that becomes the min
+trace's ``mem_reads`` (shrunk in place, not copied).
 
 The compiled function is ``nogil=True`` (MO and RH run in threads beside
 the main execution; chunk re-executions run in parallel threads) and
@@ -186,9 +195,9 @@ def _alu(op, a, b, imm, pc):
     rs2 (b), the immediate and pc: the K_ALU and K_MULDIV ops.
 
     Both the fast path and the general step call it; ``inline="always"``
-    inlines it at numba-IR level into each, so the equality chain on
-    ``op`` still becomes one jump table per call site and the shared
-    semantics costs no call.
+    inlines it at numba-IR level into each, so the shared semantics costs
+    no call and LLVM turns each copy's equality chain on ``op`` into a
+    jump table.
     """
     if op == OP_ADDI:
         return a + imm
