@@ -304,8 +304,8 @@ def _kinds() -> np.ndarray:
     """Fast-path kind per op id (0: general step only).  Each kind has one
     counter class, so the fast path's counter index is a constant."""
     kind = np.zeros(len(TABLE), dtype=np.int64)
-    for names, k in ((_ALU_OPS, K_ALU), (_MULDIV_OPS, K_MULDIV), (("beq", "bne", "blt", "bge", "bltu", "bgeu"), K_BRANCH),
-                     (("lb", "lh", "lw", "ld", "lbu", "lhu", "lwu"), K_LOAD), (("sb", "sh", "sw", "sd"), K_STORE),
+    for names, k in ((_ALU_OPS, K_ALU), (_MULDIV_OPS, K_MULDIV), ("beq bne blt bge bltu bgeu".split(), K_BRANCH),
+                     ("lb lh lw ld lbu lhu lwu".split(), K_LOAD), ("sb sh sw sd".split(), K_STORE),
                      (("jal",), K_JAL), (("jalr",), K_JALR)):
         for name in names:
             kind[BY_NAME[name]] = k

@@ -79,7 +79,8 @@ def random_program(seed, n=1500, rounds=4):
         if kind < 0.3:
             code.append(enc(rng.choice(ALU_R), rd(), rs(), rs()))
         elif kind < 0.45:
-            code.append(enc(rng.choice(ALU_I), rd(), rs(), imm=rng.choice([0, 1, -1, 2047, -2048, rng.randrange(-2048, 2048)])))
+            imm = rng.choice([0, 1, -1, 2047, -2048, rng.randrange(-2048, 2048)])
+            code.append(enc(rng.choice(ALU_I), rd(), rs(), imm=imm))
         elif kind < 0.55:
             name = rng.choice(SHIFT6 + SHIFT5)
             code.append(enc(name, rd(), rs(), imm=rng.randrange(64 if name in SHIFT6 else 32)))
