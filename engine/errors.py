@@ -13,21 +13,90 @@ Examples
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import Callable
 
 __all__ = ["Origin", "Diagnostic", "HetflowError", "ManifestError", "UsageError", "RunFailed"]
 
 
-@dataclass(frozen=True, order=True)
+@functools.total_ordering
 class Origin:
-    """Where a value of a manifest was written."""
+    """Where a value of a manifest was written.
 
-    file: str
-    line: int
-    col: int
+    An origin may be *pending*: a large manifest is loaded without
+    recording where each value was written, and a pending origin finds
+    its line and column (by re-reading the file precisely, once per
+    document) only when something asks for them, which is when an error
+    or a warning is printed. Either kind compares, hashes, prints and
+    pickles the same.
+
+    >>> asked = []
+    >>> o = Origin.pending("m.yaml", lambda: asked.append(1) or Origin("m.yaml", 4, 2))
+    >>> len(asked)
+    0
+    >>> str(o), o == Origin("m.yaml", 4, 2), len(asked)
+    ('m.yaml:4:2', True, 1)
+    """
+
+    __slots__ = ("file", "_line", "_col")
+
+    def __init__(self, file: str, line: int, col: int) -> None:
+        self.file = file
+        self._line = line
+        self._col = col
+
+    @staticmethod
+    def pending(file: str, find: Callable[[], Origin]) -> Origin:
+        """An origin in ``file`` whose position ``find()`` computes when first needed."""
+        return _Deferred(file, find)
+
+    def _resolve(self) -> None:
+        """Sets ``_line`` and ``_col`` of a pending origin (subclasses say how)."""
+
+    @property
+    def line(self) -> int:
+        if self._line is None:
+            self._resolve()
+        return self._line
+
+    @property
+    def col(self) -> int:
+        if self._line is None:
+            self._resolve()
+        return self._col
+
+    def _key(self) -> tuple[str, int, int]:
+        return (self.file, self.line, self.col)
+
+    def __eq__(self, other: object) -> bool:
+        return self._key() == other._key() if isinstance(other, Origin) else NotImplemented
+
+    def __lt__(self, other: object) -> bool:
+        return self._key() < other._key() if isinstance(other, Origin) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __reduce__(self):
+        return (Origin, self._key())
+
+    def __repr__(self) -> str:
+        return f"Origin(file={self.file!r}, line={self.line!r}, col={self.col!r})"
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.col}"
+
+
+class _Deferred(Origin):
+    __slots__ = ("_find",)
+
+    def __init__(self, file: str, find: Callable[[], Origin]) -> None:
+        self.file, self._line, self._col, self._find = file, None, None, find
+
+    def _resolve(self) -> None:
+        found = self._find()
+        self._line, self._col = found.line, found.col
 
 
 @dataclass(frozen=True)

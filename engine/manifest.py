@@ -5,7 +5,12 @@ value, where it was written: a :class:`Document` is the plain data tree
 (dicts, lists, scalars) plus ``marks``, a table from a value's *path*
 (the tuple of keys and indexes leading to it) to its :class:`Origin`, and
 ``key_marks`` for the keys of mappings. Later passes never look at YAML
-again; they look up a path.
+again; they look up a path. Recording a mark for each of a million values
+costs more than parsing them, so the happy path builds the tree alone
+and the marks are recovered from the text when an error or warning first
+needs one (see :class:`Document`); anything unusual (a non-string or
+duplicate key, a merge key, a constructor error, the size and depth
+limits) goes straight to the precise build, which alone reports problems.
 
 ``compile_manifest`` then runs, on that document:
 
@@ -101,25 +106,85 @@ def _has_undefined(value: Any) -> bool:
     return False
 
 
-@dataclass(frozen=True)
 class Document:
-    """A parsed YAML file: plain data plus the origin of every value."""
+    """A parsed YAML file: plain data plus the origin of every value.
 
-    file: str
-    value: Any
-    marks: Mapping[Path, Origin]
-    key_marks: Mapping[Path, Origin]
+    ``marks`` maps a value's path to its :class:`Origin` and ``key_marks``
+    a mapping key's path to the key's. A document loaded from text keeps
+    the text instead of the marks: they are found, by parsing the text
+    again with the position-keeping build, the first time anything reads
+    them, and until then :meth:`at` and :meth:`key_at` hand out pending
+    origins that resolve themselves the same way. A manifest that is
+    valid never pays for its marks; one with an error pays once.
+    """
+
+    __slots__ = ("file", "value", "_marks", "_key_marks", "text")
+
+    def __init__(self, file: str, value: Any, marks: Mapping[Path, Origin] | None = None,
+                 key_marks: Mapping[Path, Origin] | None = None, *, text: str | None = None) -> None:
+        self.file = file
+        self.value = value
+        self.text = text
+        if marks is None and text is None:
+            marks, key_marks = {}, {}
+        self._marks = marks
+        self._key_marks = key_marks if key_marks is not None else ({} if marks is not None else None)
+
+    def _recover(self) -> None:
+        with _gc_paused():
+            loader, root = _compose(self.text or "", self.file)
+            precise = _precise(loader, root, self.file, self.text)
+        self._marks, self._key_marks = precise.marks, precise.key_marks
+
+    @property
+    def marks(self) -> Mapping[Path, Origin]:
+        if self._marks is None:
+            self._recover()
+        return self._marks
+
+    @property
+    def key_marks(self) -> Mapping[Path, Origin]:
+        if self._key_marks is None:
+            self._recover()
+        return self._key_marks
 
     def at(self, path: Path) -> Origin:
         """Origin of the value at ``path``, or of its nearest written ancestor."""
         path = tuple(path)
-        while path not in self.marks and path:
+        if self._marks is None:
+            return _Unresolved(self, path, False)
+        return self._value_origin(path)
+
+    def _value_origin(self, path: Path) -> Origin:
+        marks = self.marks
+        while path not in marks and path:
             path = path[:-1]
-        return self.marks.get(path, Origin(self.file, 1, 1))
+        return marks.get(path, Origin(self.file, 1, 1))
 
     def key_at(self, path: Path) -> Origin:
         """Origin of the key naming the value at ``path``."""
-        return self.key_marks.get(tuple(path)) or self.at(path)
+        path = tuple(path)
+        if self._marks is None:
+            return _Unresolved(self, path, True)
+        return self._key_marks.get(path) or self._value_origin(path)
+
+
+class _Unresolved(Origin):
+    """The origin of a path in a document whose marks are not known yet (one object, no closure:
+    a large manifest hands out hundreds of thousands of these)."""
+
+    __slots__ = ("_doc", "_path", "_is_key")
+
+    def __init__(self, doc: Document, path: Path, is_key: bool) -> None:
+        self.file, self._line, self._col = doc.file, None, None
+        self._doc, self._path, self._is_key = doc, path, is_key
+
+    def _resolve(self) -> None:
+        doc = self._doc
+        doc.marks  # noqa: B018 - recovers the document's marks, so the lookup below finds a position
+        found = (doc.key_at if self._is_key else doc.at)(self._path)
+        self._line, self._col = found.line, found.col
+        self._doc = None
 
 
 def _origin(file: str, mark: yaml.Mark | None) -> Origin:
@@ -147,7 +212,25 @@ def loads(text: str, file: str = "<string>") -> Document:
         return _loads(text, file)
 
 
+class _Decline(Exception):
+    """The fast build met something that only the precise build handles or reports."""
+
+
+_MAP, _SEQ, _SCALAR = yaml.MappingNode, yaml.SequenceNode, yaml.ScalarNode
+
+
 def _loads(text: str, file: str) -> Document:
+    loader, root = _compose(text, file)
+    try:
+        value = _fast_build(loader, root, 0, [1])
+    except (_Decline, yaml.YAMLError):
+        # a constructor that raised leaves its node marked as under construction
+        loader.constructed_objects, loader.recursive_objects, loader.deep_construct = {}, {}, False
+        return _precise(loader, root, file, text)
+    return Document(file, value, text=text)
+
+
+def _compose(text: str, file: str) -> tuple[Any, yaml.Node]:
     loader = _Loader(text)
     try:
         root = loader.get_single_node()
@@ -168,7 +251,43 @@ def _loads(text: str, file: str) -> Document:
         loader.dispose()
     if root is None:
         raise ManifestError([Diagnostic(Origin(file, 1, 1), "the file is empty; a manifest is a YAML mapping")])
+    return loader, root
 
+
+def _fast_build(loader: Any, node: yaml.Node, depth: int, size: list[int]) -> Any:
+    """The plain tree of ``node`` without marks, or :class:`_Decline`.
+
+    It returns exactly what :func:`_precise` would, and declines wherever
+    :func:`_precise` would report a problem or do more than construct:
+    a key that is not a plain string (a merge key among them), a duplicate
+    key, the value or depth limits. ``size`` counts values as
+    :func:`_precise` does, aliases expanded.
+    """
+    cls = node.__class__
+    if cls is _SCALAR:
+        return node.value if node.tag == _STR_TAG else loader.construct_object(node, deep=True)
+    items = node.value
+    size[0] += len(items)
+    if depth >= MAX_DEPTH or size[0] > MAX_VALUES:
+        raise _Decline
+    if cls is _MAP:
+        out: dict[str, Any] = {}
+        for key_node, value_node in items:
+            if key_node.__class__ is not _SCALAR or key_node.tag != _STR_TAG:
+                raise _Decline
+            key = key_node.value
+            if key in out:
+                raise _Decline
+            if value_node.__class__ is _SCALAR and value_node.tag == _STR_TAG:
+                out[key] = value_node.value
+            else:
+                out[key] = _fast_build(loader, value_node, depth + 1, size)
+        return out
+    return [_fast_build(loader, item, depth + 1, size) for item in items]
+
+
+def _precise(loader: Any, root: yaml.Node, file: str, text: str | None) -> Document:
+    """The plain tree with the origin of every value and key; raises :class:`ManifestError`."""
     marks: dict[Path, Origin] = {}
     key_marks: dict[Path, Origin] = {}
     problems: list[Diagnostic] = []
@@ -212,7 +331,7 @@ def _loads(text: str, file: str) -> Document:
     value = build(root, ())
     if problems:
         raise ManifestError(problems)
-    return Document(file, value, marks, key_marks)
+    return Document(file, value, marks, key_marks, text=text)
 
 
 def load(file: str | os.PathLike) -> Document:
@@ -253,7 +372,11 @@ class ExecutorDecl:
 
 @dataclass(frozen=True)
 class StageDecl:
-    """One stage, fully concrete. ``args`` has defaults filled in and paths made absolute."""
+    """One stage, fully concrete. ``args`` has defaults filled in and paths made absolute.
+
+    Its origins (``origin``, ``op_origin``, ...) are looked up in ``doc``
+    when asked for, so a stage holds no position it never reports.
+    """
 
     id: str
     op: str
@@ -261,17 +384,48 @@ class StageDecl:
     args: Mapping[str, Any]
     dtype: Dtype
     executor: str | None
-    origin: Origin
-    op_origin: Origin
-    inputs_origin: Origin
-    executor_origin: Origin | None
     retries: int = 0
     timeout: float | None = None
     cache: bool = True
     vendors: tuple[Vendor, ...] = ()
-    vendor_origin: Origin | None = None
     colocate_with: str | None = None
-    colocate_origin: Origin | None = None
+    doc: Document | None = field(default=None, repr=False, compare=False)
+
+    def _written(self, key: str) -> bool:
+        spec = self.doc.value["stages"][self.id] if self.doc is not None else None
+        return isinstance(spec, dict) and key in spec
+
+    def _at(self, key: str | None) -> Origin | None:
+        if self.doc is None:
+            return None
+        here = ("stages", self.id)
+        return self.doc.key_at(here) if key is None else self.doc.at(here + (key,))
+
+    @property
+    def origin(self) -> Origin | None:
+        """The stage's key."""
+        return self._at(None)
+
+    @property
+    def op_origin(self) -> Origin | None:
+        return self._at("op")
+
+    @property
+    def inputs_origin(self) -> Origin | None:
+        """Its ``inputs:``, or the stage's key when it has none."""
+        return self._at("inputs" if self._written("inputs") else None)
+
+    @property
+    def executor_origin(self) -> Origin | None:
+        return self._at("executor") if self._written("executor") else None
+
+    @property
+    def vendor_origin(self) -> Origin | None:
+        return self._at("vendor") if self._written("vendor") else None
+
+    @property
+    def colocate_origin(self) -> Origin | None:
+        return self._at("colocate_with") if self._written("colocate_with") else None
 
 
 @dataclass(frozen=True)
@@ -345,9 +499,48 @@ def _fast_validator():
     # The same schema file, compiled to Python once: it only answers "valid or not", in a
     # fraction of jsonschema's time. Every keyword the schema uses means the same in draft 7,
     # which is the newest draft fastjsonschema compiles.
-    spec = dict(schema())
-    spec["$schema"] = "http://json-schema.org/draft-07/schema#"
-    return fastjsonschema.compile(spec)
+    #
+    # Compiled code names each value of a mapping by formatting ``locals()`` of the function that
+    # checks the mapping, which for ``stages`` is the whole manifest's: costly per stage. So the
+    # manifest is checked with its stages' values left open, and each stage by a validator of its
+    # own definition; together they accept exactly what the schema accepts.
+    draft = "http://json-schema.org/draft-07/schema#"
+    spec = _without_exclusive_required(schema())
+    stage_ref = spec["properties"]["stages"]["additionalProperties"]
+    spec["properties"]["stages"]["additionalProperties"] = True
+    top = fastjsonschema.compile({**spec, "$schema": draft})
+    stage = fastjsonschema.compile({"$schema": draft, "$id": spec.get("$id", ""), "$defs": spec["$defs"], **stage_ref})
+
+    def validate(tree: Any) -> None:
+        top(tree)
+        for value in tree["stages"].values():
+            stage(value)
+
+    return validate
+
+
+def _without_exclusive_required(node: Any) -> Any:
+    """The schema with each ``oneOf: [{required: [a]}, {required: [b]}]`` said another way.
+
+    Compiled code tries every ``oneOf`` branch and raises inside the one
+    that fails, which for a stage's "op or phase" costs more than the rest
+    of the stage. ``anyOf`` the two, and ``b`` forbidding ``a``, accepts
+    exactly the same objects and raises nothing on a valid one. jsonschema
+    keeps the original, so the diagnostics keep their wording.
+    """
+    if isinstance(node, list):
+        return [_without_exclusive_required(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _without_exclusive_required(v) for k, v in node.items()}
+    alts = node.get("oneOf")
+    if (isinstance(alts, list) and len(alts) == 2 and all(set(a) == {"required"} and len(a["required"]) == 1 for a in alts)
+            and "anyOf" not in node and "dependencies" not in node):
+        (a,), (b,) = alts[0]["required"], alts[1]["required"]
+        del out["oneOf"]
+        out["anyOf"] = [{"required": [a]}, {"required": [b]}]
+        out["dependencies"] = {b: {"not": {"required": [a]}}}
+    return out
 
 
 def _schema_problems(tree: Any, doc: Document) -> list[Diagnostic]:
@@ -450,8 +643,11 @@ def _compile(doc: Document, overrides: Mapping[str, Any] | None) -> Manifest:
     problems: list[Diagnostic] = []
     # A matrix point arrives as overrides; the resolved manifest of a point is concrete and has no matrix.
     # A schedule says when to run, not what: it stays out of the resolved manifest and its digest.
-    resolved = {k: (v if k in ("params", "version", "name") else _interpolate(v, (k,), values, doc, problems))
-                for k, v in tree.items() if k not in ("matrix", "schedule")}
+    if doc.text is not None and "${" not in doc.text:
+        resolved = {k: v for k, v in tree.items() if k not in ("matrix", "schedule")}
+    else:
+        resolved = {k: (v if k in ("params", "version", "name") else _interpolate(v, (k,), values, doc, problems))
+                    for k, v in tree.items() if k not in ("matrix", "schedule")}
     if "params" in resolved:
         resolved["params"] = values
     problems.extend(_schema_problems({**resolved, **{k: tree[k] for k in ("matrix", "schedule") if k in tree}}, doc))
@@ -495,18 +691,17 @@ def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifes
 
     raw_stages = _as_dict(tree.get("stages"))
     stages: dict[str, StageDecl] = {}
-    graph = nx.DiGraph()
+    edges: list[tuple[str, str]] = []
     from hetflow.engine import phases as phaselib
     emulators, phase_decls = phaselib.check_manifest(tree, doc, base, problems)
     for sid, spec in raw_stages.items():
         if not isinstance(spec, dict):
             continue
         here = ("stages", sid)
-        graph.add_node(sid)
         if "phase" in spec:
             for ref in (spec.get("inputs") if isinstance(spec.get("inputs"), list) else []):
                 if isinstance(ref, str) and ref in raw_stages:
-                    graph.add_edge(ref, sid)
+                    edges.append((ref, sid))
             continue
         op_name = spec.get("op")
         op = oplib.REGISTRY.get(op_name) if isinstance(op_name, str) else None
@@ -523,7 +718,7 @@ def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifes
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 problems.append(Diagnostic(doc.at(here + ("inputs", i)), f"stage {sid!r} takes input {ref!r}, which is not a stage{hint}"))
             else:
-                graph.add_edge(ref, sid)
+                edges.append((ref, sid))
                 other = raw_stages[ref]
                 if isinstance(other, dict) and other.get("phase") in phaselib.PHASES and not phaselib.PHASES[other["phase"]].array:
                     arrays = ", ".join(k for k, v in phaselib.PHASES.items() if v.array)
@@ -574,20 +769,16 @@ def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifes
         stages[sid] = StageDecl(
             id=sid, op=op.name, inputs=tuple(inputs), args=full, dtype=dtype or Dtype.fp32,
             executor=executor if isinstance(executor, str) else None,
-            origin=doc.key_at(here), op_origin=doc.at(here + ("op",)),
-            inputs_origin=doc.at(here + ("inputs",)) if "inputs" in spec else doc.key_at(here),
-            executor_origin=doc.at(here + ("executor",)) if "executor" in spec else None,
             retries=spec.get("retries", 0), timeout=spec.get("timeout"),
             cache=spec.get("cache", True) is not False,
-            vendors=_stage_vendors(spec.get("vendor")),
-            vendor_origin=doc.at(here + ("vendor",)) if "vendor" in spec else None,
+            vendors=_stage_vendors(spec.get("vendor")) if "vendor" in spec else (),
             colocate_with=spec["colocate_with"] if isinstance(spec.get("colocate_with"), str) else None,
-            colocate_origin=doc.at(here + ("colocate_with",)) if "colocate_with" in spec else None,
+            doc=doc,
         )
 
     problems.extend(_placement_constraints(stages, executors, raw_stages, doc))
 
-    for cycle in _cycles(graph):
+    for cycle in _cycles(raw_stages, edges):
         names = " -> ".join(cycle + [cycle[0]])
         first = cycle[0]
         problems.append(Diagnostic(doc.key_at(("stages", first)), f"cycle between stages: {names}"))
@@ -625,9 +816,14 @@ def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifes
     )
 
 
-def _cycles(graph: nx.DiGraph) -> list[list[str]]:
+def _cycles(stages: Mapping[str, Any], edges: list[tuple[str, str]]) -> list[list[str]]:
     """One cycle per strongly connected component that has one, nodes in manifest order."""
-    order = {n: i for i, n in enumerate(graph.nodes)}
+    order = {n: i for i, n in enumerate(stages)}
+    if all(order[u] < order[v] for u, v in edges):
+        return []  # every input is written above its stage: the file order is a topological order
+    graph = nx.DiGraph()
+    graph.add_nodes_from(n for n, spec in stages.items() if isinstance(spec, dict))
+    graph.add_edges_from(edges)
     found = []
     for component in nx.strongly_connected_components(graph):
         if len(component) == 1:

@@ -67,6 +67,7 @@ from hetflow.engine.errors import Diagnostic, ManifestError
 __all__ = [
     "Unit",
     "Problem",
+    "node_data",
     "candidates",
     "baseline",
     "total_cost",
@@ -119,14 +120,27 @@ class Problem:
     consumers: dict[str, list[str]]                   # distinct consumers, in order
     model: Any
     pos: dict[str, int] = field(default_factory=dict)  # stage -> index in order
+    # read from the graph once: the passes below look these up millions of times on large plans
+    inputs: dict[str, tuple[str, ...]] = field(default_factory=dict)   # distinct inputs, in slot order
+    nbytes: dict[str, int | None] = field(default_factory=dict)
+    _transfers: dict[tuple, float] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not self.pos:
             self.pos = {n: i for i, n in enumerate(self.order)}
+        attrs = node_data(self.graph)
+        if not self.inputs:
+            self.inputs = {n: tuple(dict.fromkeys(attrs[n]["stage"].inputs)) for n in self.order}
+        if not self.nbytes:
+            self.nbytes = {n: attrs[n]["bytes"] for n in self.order}
 
     def transfer(self, tensor: str, src: str, dst: str) -> float:
-        key = (self.vendor[src], self.vendor[dst])
-        return self.model.transfer_s(self.graph.nodes[tensor]["bytes"], *key)
+        # the model is a pure function of bytes and vendors, and most tensors share a few sizes
+        key = (self.nbytes[tensor], src, dst)
+        cost = self._transfers.get(key)
+        if cost is None:
+            cost = self._transfers[key] = self.model.transfer_s(key[0], self.vendor[src], self.vendor[dst])
+        return cost
 
     def tensor_cost(self, u: str, exe: Mapping[str, str]) -> float:
         home = exe[u]
@@ -136,6 +150,15 @@ class Problem:
 
     def free_units(self) -> list[Unit]:
         return [u for u in self.units if len(u.candidates) > 1]
+
+
+def node_data(graph: nx.DiGraph) -> dict[str, dict]:
+    """Each node's attribute dict (the graph's own, not a copy), as a plain dict.
+
+    A networkx node view checks its key's type on every lookup; the passes
+    below look up nodes millions of times on a large plan.
+    """
+    return dict(graph.nodes(data=True))
 
 
 def _union_find(graph: nx.DiGraph) -> dict[str, str]:
@@ -173,9 +196,13 @@ def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, 
         return stage.dtype in offer.dtypes and (not ops or stage.op in ops)
 
     per_node: dict[str, tuple[list[str], str, str, str | None]] = {}
+    attrs = node_data(graph)
+    able_for: dict[tuple, list[str]] = {}
     for n in order:
-        stage = graph.nodes[n]["stage"]
-        able = [e for e in names if capable(stage, e)]
+        stage = attrs[n]["stage"]
+        able = able_for.get((stage.op, stage.dtype.value))
+        if able is None:
+            able = able_for[stage.op, stage.dtype.value] = [e for e in names if capable(stage, e)]
         if stage.executor:
             ex = executors[stage.executor]
             if stage.vendors and ex.vendor not in stage.vendors:
@@ -215,6 +242,14 @@ def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, 
         per_node[n] = (able, "", "", None)
     if problems:
         raise ManifestError(problems)
+
+    if not any(attrs[n]["stage"].colocate_with for n in order):
+        # no colocation: every stage is its own unit, already in first-member order
+        units = []
+        for uid, n in enumerate(order):
+            cands, kind, text, warn = per_node[n]
+            units.append(Unit(uid, [n], list(cands), kind, text, kind == "pinned", warn))
+        return units, {n: uid for uid, n in enumerate(order)}
 
     roots = _union_find(graph)
     members: dict[str, list[str]] = {}
@@ -264,12 +299,15 @@ def _dtype_problem(stage: Any, names: Sequence[str], executors: Mapping[str, Any
     return Diagnostic(stage.origin, what)
 
 
-def _largest_input(graph: nx.DiGraph, n: str) -> str | None:
-    inputs = graph.nodes[n]["stage"].inputs
+def _largest_input(p: Problem, n: str) -> str | None:
+    inputs = p.inputs[n]
     if not inputs:
         return None
-    sizes = [(graph.nodes[ref]["bytes"] or 0, -slot, ref) for slot, ref in enumerate(inputs)]
-    return max(sizes)[2]
+    if len(inputs) == 1:
+        return inputs[0]
+    nbytes = p.nbytes
+    # the first slot wins a tie; a repeated input counts at its first slot, as ``inputs`` keeps it
+    return max(((nbytes[ref] or 0, -slot, ref) for slot, ref in enumerate(inputs)))[2]
 
 
 def baseline(p: Problem) -> dict[str, str]:
@@ -282,7 +320,7 @@ def baseline(p: Problem) -> dict[str, str]:
             continue
         unit = p.units[uid]
         pick = unit.candidates[0]
-        ref = _largest_input(p.graph, n)
+        ref = _largest_input(p, n)
         if len(unit.candidates) > 1 and ref is not None and exe.get(ref) in unit.candidates:
             pick = exe[ref]
         for m in unit.nodes:
@@ -299,10 +337,12 @@ def total_cost(p: Problem, exe: Mapping[str, str]) -> float:
 def _moved_cost(p: Problem, nodes: Sequence[str], exe: Mapping[str, str], counts: Mapping[str, Mapping[str, int]],
                 target: str) -> float:
     """:func:`_local` of ``nodes`` moved to ``target``, from per-tensor consumer counts under ``exe``."""
+    if len(nodes) == 1:
+        return _moved_cost_one(p, nodes[0], exe, counts, target)
     moved = set(nodes)
     adjusted: dict[str, dict[str, int]] = {}
     for n in nodes:
-        for ref in dict.fromkeys(p.graph.nodes[n]["stage"].inputs):
+        for ref in p.inputs[n]:
             dests = adjusted.setdefault(ref, dict(counts[ref]))
             dests[exe[n]] -= 1
             dests[target] = dests.get(target, 0) + 1
@@ -314,11 +354,35 @@ def _moved_cost(p: Problem, nodes: Sequence[str], exe: Mapping[str, str], counts
     return total
 
 
+def _moved_cost_one(p: Problem, n: str, exe: Mapping[str, str], counts: Mapping[str, Mapping[str, int]],
+                    target: str) -> float:
+    """:func:`_moved_cost` of one stage, without copying its inputs' counts."""
+    transfer = p.transfer
+    total = p.exec_s[n][target]
+    for d, k in counts[n].items():
+        if k > 0 and d != target:
+            total += transfer(n, target, d)
+    here = exe[n]
+    for ref in p.inputs[n]:
+        home = exe[ref]
+        c = counts[ref]
+        for d, k in c.items():
+            if d == here:
+                k -= 1
+            if d == target:
+                k += 1
+            if k > 0 and d != home:
+                total += transfer(ref, home, d)
+        if target not in c and target != home:
+            total += transfer(ref, home, target)
+    return total
+
+
 def _local(p: Problem, nodes: Sequence[str], exe: Mapping[str, str]) -> float:
     """The part of :func:`total_cost` that moving ``nodes`` can change."""
     tensors = set(nodes)
     for n in nodes:
-        tensors.update(p.graph.nodes[n]["stage"].inputs)
+        tensors.update(p.inputs[n])
     return sum(p.exec_s[n][exe[n]] for n in nodes) + sum(p.tensor_cost(u, exe) for u in tensors)
 
 
@@ -345,7 +409,7 @@ def components(p: Problem, movable: Sequence[Unit]) -> list[list[Unit]]:
     # consumers share its bridges. Each tensor is visited once and its units chained, which links
     # the same components as linking every pair, in time linear in the edges.
     tensors = dict.fromkeys(t for unit in movable for n in unit.nodes
-                            for t in (n, *p.graph.nodes[n]["stage"].inputs))
+                            for t in (n, *p.inputs[n]))
     for tensor in tensors:
         touching = [p.unit_of[tensor]] + [p.unit_of[c] for c in p.consumers[tensor]]
         inside = list(dict.fromkeys(t for t in touching if t in ids))
@@ -365,7 +429,7 @@ def gain_bound(p: Problem, exe: Mapping[str, str], units: Sequence[Unit]) -> flo
     bound = sum(p.exec_s[n][exe[n]] - min(p.exec_s[n].values()) for n in nodes)
     tensors = set(nodes)
     for n in nodes:
-        tensors.update(p.graph.nodes[n]["stage"].inputs)
+        tensors.update(p.inputs[n])
     return bound + sum(p.tensor_cost(u, exe) for u in tensors)
 
 
@@ -392,6 +456,10 @@ def decide(p: Problem, start: dict[str, str], min_gain_s: float) -> tuple[dict[s
         base_s, best_s = total_cost(p, start), total_cost(p, best)
         return (best, method) if best_s < base_s - threshold(base_s) else (dict(start), "baseline")
     out, changed = dict(start), False
+    # groups share no tensor, so their bounds sum to at most the whole one: below the threshold,
+    # no group would be cut, and finding the groups is the larger part of the work
+    if gain_bound(p, start, free) <= min_gain_s:
+        return out, "baseline"
     for group in components(p, free):
         if gain_bound(p, start, group) <= min_gain_s:
             continue
@@ -430,7 +498,7 @@ def _cut_component(p: Problem, out: dict[str, str], movable: Sequence[Unit], a: 
     for unit in movable:
         for n in unit.nodes:
             tensors.add(n)
-            tensors.update(p.graph.nodes[n]["stage"].inputs)
+            tensors.update(p.inputs[n])
     for u in sorted(tensors, key=p.pos.__getitem__):
         ku = key(u)
         free_c = []
@@ -603,12 +671,12 @@ def _decision(p: Problem, unit: Unit, n: str, exe: Mapping[str, str], costs: Map
     here = exe[n]
     execs = {round(costs[e]["exec_s"], 15) for e in unit.candidates}
     if len(execs) == 1 and len(unit.nodes) == 1:
-        ref = _largest_input(p.graph, n)
+        ref = _largest_input(p, n)
         if ref is None and (here == declared_first or here == unit.candidates[0]):
             return "default", "default: no inputs and no pin, first declared executor"
         if ref is not None and exe[ref] == here:
-            size = p.graph.nodes[ref]["bytes"] or 0
-            if len(set(p.graph.nodes[n]["stage"].inputs)) == 1:
+            size = p.nbytes[ref] or 0
+            if len(p.inputs[n]) == 1:
                 return "inferred", f"inferred: with its input {ref!r}"
             return "inferred", f"inferred: with its largest input {ref!r} ({human_bytes(size)})"
     mine = costs[here]

@@ -1,7 +1,8 @@
 """The planner: manifest -> graph -> placed -> partitioned -> bridged -> :class:`Plan`.
 
 :func:`plan` lists the passes by name; each takes a value and returns a
-new one, never mutating its input:
+new one, never mutating its input (``plan`` itself runs them on the graph
+it has just built and owns, in place, which spares a copy per pass):
 
 ``build_graph(manifest)``
     a ``networkx.DiGraph``, one node per stage with its op, args, dtype,
@@ -39,7 +40,7 @@ import contextlib
 import dataclasses
 import gc
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import networkx as nx
 
@@ -271,26 +272,29 @@ def build_graph(manifest: Manifest) -> nx.DiGraph:
     phases = getattr(manifest, "phases", {})
     # a phase's array enters the graph through a bridge, not an edge: the stage's graph view omits it
     full_inputs = {s.id: s.inputs for s in manifest.stages.values()}
+    nodes = []
     for i, stage in enumerate(manifest.stages.values()):
-        if any(ref in phases for ref in stage.inputs):
+        if phases and any(ref in phases for ref in stage.inputs):
             stage = dataclasses.replace(stage, inputs=tuple(r for r in stage.inputs if r not in phases))
-        graph.add_node(stage.id, stage=stage, order=i)
-    for stage in manifest.stages.values():
-        for slot, ref in enumerate(stage.inputs):
-            if ref not in phases:
-                graph.add_edge(ref, stage.id, slot=slot)
+        nodes.append((stage.id, {"stage": stage, "order": i}))
+    graph.add_nodes_from(nodes)
+    graph.add_edges_from((ref, stage.id, {"slot": slot}) for stage in manifest.stages.values()
+                         for slot, ref in enumerate(stage.inputs) if ref not in phases)
     problems: list[Diagnostic] = []
+    shapes: dict[str, Any] = {}
+    attrs = placing.node_data(graph)
     for sid in _execution_order(graph):
-        stage = graph.nodes[sid]["stage"]
+        d = attrs[sid]
+        stage = d["stage"]
         op = oplib.REGISTRY[stage.op]
-        in_shapes = [None if ref in phases else graph.nodes[ref]["shape"] for ref in full_inputs[sid]]
+        in_shapes = [None if ref in phases else shapes[ref] for ref in full_inputs[sid]]
         try:
             shape = op.shape(in_shapes, stage.args)
         except oplib.ShapeError as e:
             problems.append(Diagnostic(stage.inputs_origin if stage.inputs else stage.op_origin, f"stage {sid!r}: {e}"))
             shape = None
-        graph.nodes[sid]["shape"] = shape
-        graph.nodes[sid]["bytes"] = None if shape is None else stage.dtype.nbytes(_count(shape))
+        shapes[sid] = d["shape"] = shape
+        d["bytes"] = None if shape is None else stage.dtype.nbytes(_count(shape))
     if problems:
         raise ManifestError(problems)
     return graph
@@ -338,85 +342,114 @@ def place(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan], first_execut
     the estimated time of the baseline and of the result;
     ``graph.graph["fallbacks"]`` the vendor-preference fallbacks.
     """
-    probe = probe or default_probe
-    model = model or CostModel()
     out = graph.copy()
+    _place_into(out, executors, first_executor, probe=probe or default_probe, model=model or CostModel())
+    return out
+
+
+def _place_into(out: nx.DiGraph, executors: Mapping[str, ExecutorPlan], first_executor: str, *,
+                probe: Callable[[Vendor], Offer], model: Any) -> None:
+    """:func:`place` on a graph the caller owns: it gains the attributes in place, no copy is made."""
     problem = placement_problem(out, executors, probe, model)
     start = placing.baseline(problem)
     # a gain below the model's noise would make plans flip on small edits; predictability wins there
     final, method = placing.decide(problem, start, getattr(model, "min_gain_s", 0.0))
     reasons = placing.explain(problem, final, first_executor)
+    attrs, exec_s = placing.node_data(out), problem.exec_s
     for n in problem.order:
-        out.nodes[n]["executor"] = final[n]
-        out.nodes[n]["reason"], out.nodes[n]["why"] = reasons[n]
-        out.nodes[n]["estimated_s"] = problem.exec_s[n][final[n]]
+        d, e = attrs[n], final[n]
+        d["executor"] = e
+        d["reason"], d["why"] = reasons[n]
+        d["estimated_s"] = exec_s[n][e]
     out.graph["vendors"] = problem.vendor
     out.graph["model"] = model
+    baseline_s = placing.total_cost(problem, start)
     out.graph["placement"] = {
         "method": method,
-        "baseline_s": placing.total_cost(problem, start),
-        "total_s": placing.total_cost(problem, final),
+        "baseline_s": baseline_s,
+        "total_s": baseline_s if final == start else placing.total_cost(problem, final),
     }
     out.graph["fallbacks"] = [(u.nodes, u.fallback) for u in problem.units if u.fallback]
-    return out
 
 
 def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
                       probe: Callable[[Vendor], Offer], model: Any) -> placing.Problem:
-    """The placement problem of a built graph: units, candidates, execution estimates, consumers."""
+    """The placement problem of a built graph: units, candidates, execution estimates, consumers.
+
+    The cost model is taken to be a pure function of its arguments: stages
+    with the same op, shapes, dtype and vendor share one estimate.
+    """
     out = graph
     order = _execution_order(out)
     offers = {name: probe(e.vendor) for name, e in executors.items()}
     units, unit_of = placing.candidates(out, order, executors, offers)
     vendor = {name: e.vendor for name, e in executors.items()}
     exec_s: dict[str, dict[str, float]] = {}
+    attrs = placing.node_data(out)
+    shape_of = {n: attrs[n]["shape"] for n in order}
+    known: dict[tuple, dict[str, float]] = {}
     for n in order:
-        d = out.nodes[n]
+        d = attrs[n]
         stage = d["stage"]
-        shapes = [out.nodes[r]["shape"] for r in stage.inputs]
-        per_vendor: dict[Vendor, float] = {}
-        exec_s[n] = {}
+        shapes = [shape_of[r] for r in stage.inputs]
+        # keyed by plain strings and tuples: an Enum hashes through a Python-level method
+        per_executor = known.setdefault((stage.op, tuple(shapes), d["shape"], stage.dtype.value), {})
+        exec_s[n] = row = {}
         for e in units[unit_of[n]].candidates:
-            if vendor[e] not in per_vendor:
-                per_vendor[vendor[e]] = model.exec_s(stage.op, shapes, d["shape"], stage.dtype, vendor[e])
-            exec_s[n][e] = per_vendor[vendor[e]]
-    consumers = {n: list(dict.fromkeys(out.successors(n))) for n in order}
+            cost = per_executor.get(e)
+            if cost is None:
+                cost = per_executor[e] = model.exec_s(stage.op, shapes, d["shape"], stage.dtype, vendor[e])
+            row[e] = cost
+    consumers = {n: list(nbrs) for n, nbrs in out.adjacency()}
     return placing.Problem(out, order, units, unit_of, vendor, exec_s, consumers, model)
 
 
 def partition(graph: nx.DiGraph) -> nx.DiGraph:
     """A copy of ``graph`` with ``partition`` (an id ``p0``, ``p1``, ... in execution order) on every node."""
     out = graph.copy()
+    _partition_into(out)
+    return out
+
+
+def _partition_into(out: nx.DiGraph) -> None:
+    """:func:`partition` on a graph the caller owns, in place."""
+    attrs = placing.node_data(out)
+    ex = {n: d["executor"] for n, d in attrs.items()}
     same = nx.Graph()
     same.add_nodes_from(out.nodes)
-    same.add_edges_from((u, v) for u, v in out.edges if not is_bridged(out, u, v))
+    same.add_edges_from((u, v) for u, v in _edges(out) if ex[u] == ex[v])
     groups = {n: i for i, comp in enumerate(nx.connected_components(same)) for n in comp}
     if not _contracts_to_dag(out, groups):
         crossings: dict[str, int] = {}
+        pred = out.pred
         for n in nx.topological_sort(out):
-            crossings[n] = max(
-                (crossings[p] + (1 if is_bridged(out, p, n) else 0) for p in out.predecessors(n)), default=0
-            )
+            crossings[n] = max((crossings[p] + (ex[p] != ex[n]) for p in pred[n]), default=0)
         split = nx.Graph()
         split.add_nodes_from(out.nodes)
         split.add_edges_from(
-            (u, v) for u, v in same.edges if crossings[u] == crossings[v]
+            (u, v) for u, v in _edges(same) if crossings[u] == crossings[v]
         )
         groups = {n: i for i, comp in enumerate(nx.connected_components(split)) for n in comp}
     names: dict[int, str] = {}
     for n in _execution_order(out):
         if groups[n] not in names:
             names[groups[n]] = f"p{len(names)}"
-    for n in out.nodes:
-        out.nodes[n]["partition"] = names[groups[n]]
-    return out
+    for n, d in attrs.items():
+        d["partition"] = names[groups[n]]
+
+
+def _edges(graph: nx.Graph) -> Iterator[tuple[str, str]]:
+    """The graph's edges, read from its adjacency. A graph's ``edges`` view refers back to the graph,
+    so once asked for it the graph is freed only by the cyclic GC, which on a large plan costs more
+    than planning it."""
+    return ((u, v) for u, nbrs in graph.adjacency() for v in nbrs)
 
 
 def _contracts_to_dag(graph: nx.DiGraph, groups: Mapping[str, int]) -> bool:
     """Whether contracting each group to one node leaves a DAG."""
     quotient = nx.DiGraph()
     quotient.add_nodes_from(set(groups.values()))
-    quotient.add_edges_from((groups[u], groups[v]) for u, v in graph.edges if groups[u] != groups[v])
+    quotient.add_edges_from((groups[u], groups[v]) for u, v in _edges(graph) if groups[u] != groups[v])
     return nx.is_directed_acyclic_graph(quotient)
 
 
@@ -425,7 +458,15 @@ def _execution_order(graph: nx.DiGraph) -> list[str]:
     cached = graph.graph.get("execution_order")
     if cached is not None and len(cached) == len(graph):
         return cached
-    order = list(nx.lexicographical_topological_sort(graph, key=lambda n: graph.nodes[n]["order"]))
+    attrs = graph.nodes
+    written = sorted(graph, key=lambda n: attrs[n]["order"])
+    pos = {n: i for i, n in enumerate(written)}
+    if all(pos[u] < pos[v] for u, v in _edges(graph)):
+        # Every input is written above its stage. The lexicographic sort below picks, at each step,
+        # the earliest-written stage whose inputs are done, which is then always the next one written.
+        order = written
+    else:
+        order = list(nx.lexicographical_topological_sort(graph, key=lambda n: attrs[n]["order"]))
     graph.graph["execution_order"] = order
     return order
 
@@ -438,17 +479,20 @@ def bridges(graph: nx.DiGraph) -> list[Bridge]:
     """
     found: dict[tuple[str, str], list[str]] = {}
     execution = _execution_order(graph)
+    attrs = placing.node_data(graph)
     for v in execution:
-        for u in graph.predecessors(v):
-            if is_bridged(graph, u, v):
-                found.setdefault((u, graph.nodes[v]["executor"]), []).append(v)
+        dest = attrs[v]["executor"]
+        # the graph's predecessors of v, in slot order, without a view per node
+        for u in dict.fromkeys(attrs[v]["stage"].inputs):
+            if attrs[u]["executor"] != dest:
+                found.setdefault((u, dest), []).append(v)
     order = {n: i for i, n in enumerate(execution)}
     vendors = graph.graph.get("vendors")
     model = graph.graph.get("model")
     out = []
     for (tensor, dest), consumers in sorted(found.items(), key=lambda kv: (order[kv[0][0]], order[kv[1][0]])):
-        src = graph.nodes[tensor]["executor"]
-        nbytes = graph.nodes[tensor]["bytes"]
+        src = attrs[tensor]["executor"]
+        nbytes = attrs[tensor]["bytes"]
         extra: dict[str, Any] = {}
         if vendors is not None and model is not None:
             link = model.link(vendors[src], vendors[dest])
@@ -463,23 +507,25 @@ def bridges(graph: nx.DiGraph) -> list[Bridge]:
 
 def _partitions(graph: nx.DiGraph, outputs: Mapping[str, str]) -> tuple[Partition, ...]:
     members: dict[str, list[str]] = {}
+    attrs = placing.node_data(graph)
     for n in _execution_order(graph):
-        members.setdefault(graph.nodes[n]["partition"], []).append(n)
+        members.setdefault(attrs[n]["partition"], []).append(n)
     persisted = set(outputs.values())
+    succ = dict(graph.adjacency())
     result = []
     for pid in sorted(members, key=lambda p: int(p[1:])):
         nodes = members[pid]
         inside = set(nodes)
-        inputs: list[str] = []
+        inputs: dict[str, None] = {}
         for n in nodes:
-            for ref in graph.nodes[n]["stage"].inputs:
-                if ref not in inside and ref not in inputs:
-                    inputs.append(ref)
-        outs = [n for n in nodes if n in persisted or any(s not in inside for s in graph.successors(n))]
-        decls = [graph.nodes[n]["stage"] for n in nodes]
+            for ref in attrs[n]["stage"].inputs:
+                if ref not in inside:
+                    inputs[ref] = None
+        outs = [n for n in nodes if n in persisted or any(s not in inside for s in succ[n])]
+        decls = [attrs[n]["stage"] for n in nodes]
         timeouts = [d.timeout for d in decls if d.timeout is not None]
         result.append(Partition(
-            pid, graph.nodes[nodes[0]]["executor"], tuple(nodes), tuple(inputs), tuple(outs),
+            pid, attrs[nodes[0]]["executor"], tuple(nodes), tuple(inputs), tuple(outs),
             retries=max(d.retries for d in decls), timeout=sum(timeouts) if timeouts else None,
         ))
     return tuple(result)
@@ -508,10 +554,11 @@ def _gc_paused():
 
 def _plan(manifest: Manifest, probe: Callable[[Vendor], Offer], model: Any) -> Plan:
     executors = choose_executors(manifest, probe)
-    graph = build_graph(manifest)
-    placed = place(graph, executors, first_executor=next(iter(manifest.executors)), probe=probe, model=model)
-    _check_dtypes(placed, executors, probe)
-    parted = partition(placed)
+    # the graph is this function's own, so the passes annotate it in place rather than copy it
+    parted = build_graph(manifest)
+    _place_into(parted, executors, first_executor=next(iter(manifest.executors)), probe=probe, model=model)
+    _check_dtypes(parted, executors, probe)
+    _partition_into(parted)
     crossing = bridges(parted)
     nodes = {
         n: NodePlan(
@@ -538,7 +585,7 @@ def _plan(manifest: Manifest, probe: Callable[[Vendor], Offer], model: Any) -> P
         name=manifest.name, digest=manifest.digest, executors=executors, nodes=nodes,
         partitions=parts, bridges=tuple(crossing),
         outputs=dict(manifest.outputs),
-        stage_args={s.id: dict(s.args) for s in manifest.stages.values()},
+        stage_args={s.id: s.args for s in manifest.stages.values()},
         stage_inputs={s.id: s.inputs for s in manifest.stages.values()},
         warnings=tuple(_warnings(manifest, executors, parted, crossing, estimate, model)),
         estimate=estimate, memory=memory,
@@ -579,8 +626,9 @@ def _check_memory(parts: tuple[Partition, ...], graph: nx.DiGraph, manifest: Man
     """
     out: dict[str, dict] = {}
     problems: list[Diagnostic] = []
+    nbytes = {n: d["bytes"] for n, d in graph.nodes(data=True)}
     for part in parts:
-        sizes = [graph.nodes[n]["bytes"] or 0 for n in part.inputs] + [graph.nodes[n]["bytes"] or 0 for n in part.nodes]
+        sizes = [nbytes[n] or 0 for n in part.inputs] + [nbytes[n] or 0 for n in part.nodes]
         peak = sum(sizes)
         decl = manifest.executors[part.executor]
         capacity, source = getattr(decl, "memory_bytes", None), "declared"

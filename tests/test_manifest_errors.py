@@ -235,6 +235,8 @@ def test_the_fast_schema_check_agrees_with_jsonschema(manifest_file):
         {**good, "stages": {"9bad": {"op": "relu"}}},
         {**good, "executors": {"host": {"vendor": ["cpu", "cpu"]}}},
         {**good, "matrix": {"n": []}},
+        {**good, "stages": {**good["stages"], "y": {"op": "relu", "phase": "execute", "inputs": ["x"]}}},
+        {**good, "stages": {**good["stages"], "y": {"inputs": ["x"]}}},
     ]
     for tree in bad:
         assert verdicts(tree) == (False, False), tree
