@@ -1170,13 +1170,22 @@ class Image:
         raise AssertionError(hex(addr))
 
 
-@functools.lru_cache(maxsize=16)
 def image_of(program: Program, input_bytes: bytes | None, input_size: int) -> Image:
     """The :class:`Image` of a program and input, built once per process
     and shared: a run copies its memory (:meth:`Image.copy_mem`) and a
     replay only reads it, so nothing ever writes the shared one.  Keyed by
     value (``Program`` is frozen), so re-running a guest, or the MO and RH
-    runners beside the main execution, pay for the image once."""
+    runners beside the main execution, pay for the image once.  The last
+    8 images (each holding its input) stay alive; a program that is not
+    hashable gets an image of its own."""
+    try:
+        return _cached_image(program, input_bytes, input_size)
+    except TypeError:
+        return Image(program, input_bytes, input_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_image(program: Program, input_bytes: bytes | None, input_size: int) -> Image:
     return Image(program, input_bytes, input_size)
 
 

@@ -164,3 +164,9 @@ def test_min_trace_arrays_are_exact_and_own_their_data():
     before = reads[1].copy()
     reads[0][:] = 0
     assert np.array_equal(reads[1], before)
+
+
+def test_unhashable_program_still_runs():
+    p = guest("fib")
+    listed = Program(p.name, p.entry, list(p.segments), p.tohost)
+    assert execute(listed, backend="fast", runners=False).same_result(execute(p, backend="fast", runners=False)) == []
