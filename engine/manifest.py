@@ -85,6 +85,8 @@ _STR_TAG = "tag:yaml.org,2002:str"
 
 _REF = re.compile(r"\$\{([^}]*)\}")
 
+_DTYPES = {name: Dtype(name) for name in Dtype.__members__}
+
 
 class _Undefined:
     """Stands for an undefined ``${name}``, already reported, so no later check reports it again."""
@@ -131,7 +133,7 @@ class Document:
         self._key_marks = key_marks if key_marks is not None else ({} if marks is not None else None)
 
     def _recover(self) -> None:
-        with _gc_paused():
+        with gc_paused():
             loader, root = _compose(self.text or "", self.file)
             precise = _precise(loader, root, self.file, self.text)
         self._marks, self._key_marks = precise.marks, precise.key_marks
@@ -194,21 +196,30 @@ def _origin(file: str, mark: yaml.Mark | None) -> Origin:
 
 
 @contextlib.contextmanager
-def _gc_paused():
-    """Loading and checking allocate millions of small acyclic objects (nodes, paths, marks);
-    cyclic GC passes over them grow with the manifest and free nothing."""
+def gc_paused():
+    """Cyclic GC off for a pass that allocates millions of small acyclic objects (nodes, stages,
+    plan entries): collections would walk them again and again and free nothing.
+
+    On the way out the survivors move straight to the oldest generation
+    (``gc.freeze`` then ``gc.unfreeze``: two list splices), so the first
+    young collection after the pass does not walk all of them once more;
+    they stay collectable like any long-lived object.
+    """
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was:
+            gc.freeze()
+            gc.unfreeze()
             gc.enable()
+
 
 
 def loads(text: str, file: str = "<string>") -> Document:
     """Parse YAML text into a :class:`Document`; raises :class:`ManifestError`."""
-    with _gc_paused():
+    with gc_paused():
         return _loads(text, file)
 
 
@@ -621,7 +632,7 @@ def _explain(error: jsonschema.ValidationError, doc: Document) -> Iterator[Diagn
 
 def compile_manifest(doc: Document, overrides: Mapping[str, Any] | None = None) -> Manifest:
     """Validate and resolve a document into a :class:`Manifest`; raises :class:`ManifestError`."""
-    with _gc_paused():
+    with gc_paused():
         return _compile(doc, overrides)
 
 
@@ -694,6 +705,12 @@ def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifes
     edges: list[tuple[str, str]] = []
     from hetflow.engine import phases as phaselib
     emulators, phase_decls = phaselib.check_manifest(tree, doc, base, problems)
+    declared_executors = _as_dict(tree.get("executors"))
+    # looked up once per op or stage kind rather than once per stage: a manifest may hold 100,000
+    data_phases = {sid for sid, spec in raw_stages.items() if isinstance(spec, dict)
+                   and spec.get("phase") in phaselib.PHASES and not phaselib.PHASES[spec["phase"]].array}
+    fits: dict[tuple[str, str], bool] = {}
+    path_args: dict[str, list[str]] = {}
     for sid, spec in raw_stages.items():
         if not isinstance(spec, dict):
             continue
@@ -719,22 +736,22 @@ def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifes
                 problems.append(Diagnostic(doc.at(here + ("inputs", i)), f"stage {sid!r} takes input {ref!r}, which is not a stage{hint}"))
             else:
                 edges.append((ref, sid))
-                other = raw_stages[ref]
-                if isinstance(other, dict) and other.get("phase") in phaselib.PHASES and not phaselib.PHASES[other["phase"]].array:
+                if ref in data_phases:
+                    other = raw_stages[ref]
                     arrays = ", ".join(k for k, v in phaselib.PHASES.items() if v.array)
                     problems.append(Diagnostic(doc.at(here + ("inputs", i)), (
                         f"stage {sid!r} takes input {ref!r}, {phaselib.article(other['phase'])} phase, which yields data, not an array; "
                         f"an executor stage can take the output of a {arrays} phase")))
 
         executor = spec.get("executor")
-        if isinstance(executor, str) and executor not in _as_dict(tree.get("executors")):
-            declared = ", ".join(_as_dict(tree.get("executors"))) or "none"
-            close = difflib.get_close_matches(executor, list(_as_dict(tree.get("executors"))), n=1)
+        if isinstance(executor, str) and executor not in declared_executors:
+            declared = ", ".join(declared_executors) or "none"
+            close = difflib.get_close_matches(executor, list(declared_executors), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             problems.append(Diagnostic(doc.at(here + ("executor",)), f"stage {sid!r} names executor {executor!r}, which is not declared (declared: {declared}){hint}"))
 
         dtype_name = spec.get("dtype", "fp32")
-        dtype = Dtype(dtype_name) if dtype_name in Dtype.__members__ else None
+        dtype = _DTYPES.get(dtype_name)
         args = spec.get("args", {})
         args = args if isinstance(args, dict) else {}
         if op is None:
@@ -756,15 +773,21 @@ def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifes
             else:
                 where = doc.key_at(here + ("args", arg))
             problems.append(Diagnostic(where, message))
-        if dtype is not None and dtype not in op.dtypes:
+        fit = fits.get((op.name, dtype_name)) if dtype is not None else True
+        if fit is None:
+            fit = fits[op.name, dtype_name] = dtype in op.dtypes
+        if not fit:
             supported = ", ".join(d.value for d in Dtype if d in op.dtypes)
             problems.append(Diagnostic(
                 doc.at(here + ("dtype",)),
                 f"op {op.name!r} does not support dtype {dtype.value} (supported: {supported})",
             ))
         full = op.with_defaults(args)
-        for arg, spec_arg in op.args.items():
-            if spec_arg.kind == "path" and isinstance(full.get(arg), str):
+        paths = path_args.get(op.name)
+        if paths is None:
+            paths = path_args[op.name] = [arg for arg, spec_arg in op.args.items() if spec_arg.kind == "path"]
+        for arg in paths:
+            if isinstance(full.get(arg), str):
                 full[arg] = os.path.join(base, full[arg])
         stages[sid] = StageDecl(
             id=sid, op=op.name, inputs=tuple(inputs), args=full, dtype=dtype or Dtype.fp32,

@@ -143,8 +143,12 @@ class Problem:
         return cost
 
     def tensor_cost(self, u: str, exe: Mapping[str, str]) -> float:
+        consumers = self.consumers[u]
         home = exe[u]
-        dests = {exe[c] for c in self.consumers[u]}
+        if len(consumers) == 1:
+            dest = exe[consumers[0]]
+            return 0.0 if dest == home else self.transfer(u, home, dest)
+        dests = {exe[c] for c in consumers}
         dests.discard(home)
         return sum(self.transfer(u, home, d) for d in dests)
 
@@ -198,11 +202,21 @@ def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, 
     per_node: dict[str, tuple[list[str], str, str, str | None]] = {}
     attrs = node_data(graph)
     able_for: dict[tuple, list[str]] = {}
+    free: dict[tuple, tuple] = {}
     for n in order:
         stage = attrs[n]["stage"]
-        able = able_for.get((stage.op, stage.dtype.value))
+        key = (stage.op, stage.dtype.value)
+        able = able_for.get(key)
         if able is None:
-            able = able_for[stage.op, stage.dtype.value] = [e for e in names if capable(stage, e)]
+            able = able_for[key] = [e for e in names if capable(stage, e)]
+        if not stage.executor and not stage.vendors and able:
+            # the common case, one entry per op and dtype
+            entry = free.get(key)
+            if entry is None:
+                entry = free[key] = ((able, "capability", f"capability: only {able[0]!r} runs {stage.op} at {stage.dtype.value}", None)
+                                     if len(able) < len(names) and len(able) == 1 else (able, "", "", None))
+            per_node[n] = entry
+            continue
         if stage.executor:
             ex = executors[stage.executor]
             if stage.vendors and ex.vendor not in stage.vendors:
@@ -426,7 +440,12 @@ def _touched(p: Problem, units: Sequence[Unit]) -> list[str]:
 def gain_bound(p: Problem, exe: Mapping[str, str], units: Sequence[Unit]) -> float:
     """An upper bound on what re-placing ``units`` can save: their excess execution plus every bridge they touch."""
     nodes = _touched(p, units)
-    bound = sum(p.exec_s[n][exe[n]] - min(p.exec_s[n].values()) for n in nodes)
+    exec_s = p.exec_s
+    bound = 0.0
+    for n in nodes:
+        row = exec_s[n]
+        if len(row) > 1:
+            bound += row[exe[n]] - min(row.values())
     tensors = set(nodes)
     for n in nodes:
         tensors.update(p.inputs[n])
@@ -639,21 +658,26 @@ def explain(p: Problem, exe: Mapping[str, str], declared_first: str) -> dict[str
     # tensor's bridges only through these counts, so a tensor with thousands of consumers is not
     # rescanned for every one of them.
     counts: dict[str, dict[str, int]] = {}
-    for u in p.order:
+    for u, cs in p.consumers.items():
         c: dict[str, int] = {}
-        for consumer in p.consumers[u]:
-            c[exe[consumer]] = c.get(exe[consumer], 0) + 1
+        for consumer in cs:
+            e = exe[consumer]
+            c[e] = c.get(e, 0) + 1
         counts[u] = c
+    exec_s = p.exec_s
     for unit in p.units:
         here = exe[unit.nodes[0]]
         costs: dict[str, dict[str, float]] = {}
         if len(unit.candidates) > 1:
+            single = unit.nodes[0] if len(unit.nodes) == 1 else None
             for e in unit.candidates:
-                total = _moved_cost(p, unit.nodes, exe, counts, e)
-                ex = sum(p.exec_s[n][e] for n in unit.nodes)
+                if single is not None:
+                    total, ex = _moved_cost_one(p, single, exe, counts, e), exec_s[single][e]
+                else:
+                    total, ex = _moved_cost(p, unit.nodes, exe, counts, e), sum(exec_s[n][e] for n in unit.nodes)
                 costs[e] = {"total_s": total, "exec_s": ex, "bridges_s": total - ex}
         for n in unit.nodes:
-            why: dict[str, Any] = {"constraint": unit.constraint or None, "candidates": list(unit.candidates)}
+            why: dict[str, Any] = {"constraint": unit.constraint or None, "candidates": unit.candidates}
             if len(unit.candidates) == 1:
                 kind = unit.constraint or "default"
                 text = unit.constraint_text or f"default: {here!r} is the only executor"

@@ -7,7 +7,8 @@ it has just built and owns, in place, which spares a copy per pass):
 ``build_graph(manifest)``
     a ``networkx.DiGraph``, one node per stage with its op, args, dtype,
     output ``shape`` and ``bytes`` (from the op registry's shape rule) and
-    its manifest ``origin``; one edge per input, in input order (``slot``).
+    its manifest ``origin``; one edge per distinct input (the stage's
+    ``inputs`` keep the order and repeats).
 ``choose_executors(manifest, probe)``
     each declared executor gets the first vendor of its preference list
     that this machine offers (:class:`ExecutorPlan`).
@@ -36,9 +37,7 @@ run`` executes exactly it. ``Plan.to_json()`` is the documented JSON form
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
@@ -47,7 +46,7 @@ import networkx as nx
 from hetflow.engine import placement as placing
 from hetflow.engine.costs import CostModel, human_bytes
 from hetflow.engine.errors import Diagnostic, ManifestError, Origin
-from hetflow.engine.manifest import Manifest
+from hetflow.engine.manifest import Manifest, gc_paused
 from hetflow.executors import Offer
 from hetflow.executors import probe as default_probe
 from hetflow.executors import ops as oplib
@@ -273,13 +272,20 @@ def build_graph(manifest: Manifest) -> nx.DiGraph:
     # a phase's array enters the graph through a bridge, not an edge: the stage's graph view omits it
     full_inputs = {s.id: s.inputs for s in manifest.stages.values()}
     nodes = []
+    seen: set[str] = set()
+    in_order = True  # every input written above its stage: the file order is the execution order
     for i, stage in enumerate(manifest.stages.values()):
         if phases and any(ref in phases for ref in stage.inputs):
             stage = dataclasses.replace(stage, inputs=tuple(r for r in stage.inputs if r not in phases))
+        if in_order and not seen.issuperset(stage.inputs):
+            in_order = False
+        seen.add(stage.id)
         nodes.append((stage.id, {"stage": stage, "order": i}))
     graph.add_nodes_from(nodes)
-    graph.add_edges_from((ref, stage.id, {"slot": slot}) for stage in manifest.stages.values()
-                         for slot, ref in enumerate(stage.inputs) if ref not in phases)
+    graph.add_edges_from((ref, stage.id) for stage in manifest.stages.values()
+                         for ref in stage.inputs if ref not in phases)
+    if in_order:
+        graph.graph["execution_order"] = [n for n, _ in nodes]
     problems: list[Diagnostic] = []
     shapes: dict[str, Any] = {}
     attrs = placing.node_data(graph)
@@ -387,19 +393,19 @@ def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
     exec_s: dict[str, dict[str, float]] = {}
     attrs = placing.node_data(out)
     shape_of = {n: attrs[n]["shape"] for n in order}
-    known: dict[tuple, dict[str, float]] = {}
+    # Stages alike in op, shapes, dtype and candidates share one row (rows are never written after).
+    # Keyed by plain strings and tuples: an Enum hashes through a Python-level method.
+    rows: dict[tuple, dict[str, float]] = {}
     for n in order:
         d = attrs[n]
         stage = d["stage"]
-        shapes = [shape_of[r] for r in stage.inputs]
-        # keyed by plain strings and tuples: an Enum hashes through a Python-level method
-        per_executor = known.setdefault((stage.op, tuple(shapes), d["shape"], stage.dtype.value), {})
-        exec_s[n] = row = {}
-        for e in units[unit_of[n]].candidates:
-            cost = per_executor.get(e)
-            if cost is None:
-                cost = per_executor[e] = model.exec_s(stage.op, shapes, d["shape"], stage.dtype, vendor[e])
-            row[e] = cost
+        shapes = tuple(shape_of[r] for r in stage.inputs)
+        cands = units[unit_of[n]].candidates
+        key = (stage.op, shapes, d["shape"], stage.dtype.value, *cands)
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = {e: model.exec_s(stage.op, list(shapes), d["shape"], stage.dtype, vendor[e]) for e in cands}
+        exec_s[n] = row
     consumers = {n: list(nbrs) for n, nbrs in out.adjacency()}
     return placing.Problem(out, order, units, unit_of, vendor, exec_s, consumers, model)
 
@@ -536,20 +542,8 @@ def plan(manifest: Manifest, probe: Callable[[Vendor], Offer], *, model: Any = N
 
     ``model`` replaces the cost model (:class:`~hetflow.engine.costs.CostModel`).
     """
-    with _gc_paused():
+    with gc_paused():
         return _plan(manifest, probe, model or CostModel())
-
-
-@contextlib.contextmanager
-def _gc_paused():
-    """The passes allocate millions of small acyclic objects; cyclic GC passes over a large manifest cost more than they free."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _plan(manifest: Manifest, probe: Callable[[Vendor], Offer], model: Any) -> Plan:

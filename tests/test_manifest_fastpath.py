@@ -1,0 +1,127 @@
+"""The loader's happy path builds the tree without marks; it must agree with the precise build.
+
+``loads`` builds a document's values alone and recovers the marks from
+the text only when an origin is asked for; anything unusual goes to the
+precise build. These tests hold the two builds to the same tree, the
+same marks and the same diagnostics.
+"""
+
+from __future__ import annotations
+
+import datetime
+import pickle
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hetflow.engine import manifest as mf
+from hetflow.engine.errors import ManifestError, Origin
+
+
+def precise(text: str, file: str = "t.yaml") -> mf.Document:
+    loader, root = mf._compose(text, file)
+    return mf._precise(loader, root, file, text)
+
+
+def outcome(build, text: str):
+    try:
+        doc = build(text)
+    except ManifestError as e:
+        return "error", [str(d) for d in e.diagnostics]
+    return "ok", doc.value, dict(doc.marks), dict(doc.key_marks)
+
+
+TRICKY = [
+    "a: 1\nb: [x, 'y', \"z\"]\n",
+    "a: yes\nb: off\nc: ~\nd: 0x1f\ne: 012\nf: 1_000\ng: .inf\nh: -.5\ni: 1.5e3\nj: 2001-12-14\n",
+    "a: &x {b: 1}\nc: *x\n",
+    "base: &b {x: 1}\nderived:\n  <<: *b\n  y: 2\n",
+    "a: 1\na: 2\n",
+    "1: x\n",
+    "? [a, b]\n: c\n",
+    "a: !!str 12\nb: !!int '7'\nc: !!binary aGk=\n",
+    "a: !!python/object:os.system x\n",
+    "a: !custom x\n",
+    "= : v\n",
+    "a: |\n  line\n  two\n",
+    "a: 'it''s'\nb: \"tab\\tq\"\n",
+    "stages:\n  s0: {op: ones, args: {shape: [2]}}\n  s1:\n    op: relu\n    inputs: [s0]\n",
+    "a: " + "[" * 70 + "]" * 70 + "\n",
+    "a: []\nb: {}\nc: ''\nd:\n",
+    "a: [1, [2, [3, {b: [4]}]]]\n",
+]
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_fast_and_precise_builds_agree(text):
+    assert outcome(lambda t: mf.loads(t, "t.yaml"), text) == outcome(precise, text)
+
+
+def test_plain_values_match_pyyaml_safe_load():
+    text = TRICKY[1]
+    doc = mf.loads(text, "t.yaml")
+    assert doc.value == yaml.safe_load(text)
+    assert doc.value["a"] is True and doc.value["e"] == 10 and doc.value["h"] == "-.5"
+    assert doc.value["j"] == datetime.date(2001, 12, 14)
+
+
+def test_alias_bomb_and_depth_still_refused():
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefg", "bcdefgh"))
+    with pytest.raises(ManifestError, match="values once aliases are expanded"):
+        mf.loads(bomb, "bomb.yaml")
+    with pytest.raises(ManifestError, match="nesting deeper than 64 levels"):
+        mf.loads("a: " + "[" * 100 + "]" * 100 + "\n", "deep.yaml")
+
+
+def test_marks_are_recovered_only_when_asked_for():
+    text = "version: 1\nname: demo\nstages:\n  x: {op: ones}\n"
+    doc = mf.loads(text, "demo.yaml")
+    assert doc._marks is None
+    where = doc.at(("stages", "x", "op"))
+    key = doc.key_at(("stages", "x"))
+    assert doc._marks is None, "handing out an origin must not parse the text again"
+    assert (str(where), str(key)) == ("demo.yaml:4:11", "demo.yaml:4:3")
+    assert doc._marks is not None
+    assert dict(doc.marks) == dict(precise(text, "demo.yaml").marks)
+
+
+def test_pending_origins_compare_sort_and_pickle_like_resolved_ones():
+    doc = mf.loads("a: 1\nb: 2\n", "o.yaml")
+    a, b = doc.at(("a",)), doc.key_at(("b",))
+    assert a == Origin("o.yaml", 1, 4) and b == Origin("o.yaml", 2, 1)
+    assert sorted([b, a]) == [a, b] and hash(a) == hash(Origin("o.yaml", 1, 4))
+    again = pickle.loads(pickle.dumps(doc.at(("b",))))
+    assert type(again) is Origin and again == Origin("o.yaml", 2, 4)
+
+
+def test_stage_origins_point_at_the_stage_lines():
+    text = "version: 1\nname: n\nexecutors: {h: {vendor: cpu}}\nstages:\n  x: {op: ones, args: {shape: [2]}}\n  y:\n    op: relu\n    inputs: [x]\n    executor: h\noutputs: {o: y}\n"
+    m = mf.compile_manifest(mf.loads(text, "s.yaml"))
+    y = m.stages["y"]
+    assert [str(o) for o in (y.origin, y.op_origin, y.inputs_origin, y.executor_origin)] == [
+        "s.yaml:6:3", "s.yaml:7:9", "s.yaml:8:13", "s.yaml:9:15"]
+    assert m.stages["x"].executor_origin is None and str(m.stages["x"].inputs_origin) == "s.yaml:5:3"
+
+
+scalars = st.one_of(
+    st.integers(-10**6, 10**6), st.booleans(), st.none(),
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+    st.text(alphabet="abcyesnoONfl0123456789.-_~: ", max_size=8),
+)
+trees = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(st.text(alphabet="abkeyon0123_-", min_size=1, max_size=5), inner, max_size=4)),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(tree=st.dictionaries(st.text(alphabet="abkey_", min_size=1, max_size=4), trees, min_size=1, max_size=4),
+       flow=st.sampled_from([None, True, False]))
+def test_random_documents_build_the_same_both_ways(tree, flow):
+    text = yaml.safe_dump(tree, default_flow_style=flow, sort_keys=False)
+    assert outcome(lambda t: mf.loads(t, "t.yaml"), text) == outcome(precise, text)
