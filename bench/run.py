@@ -3,7 +3,9 @@
 Every ``bench/bench_*.py`` module exposes ``run(quick: bool) -> list[dict]``;
 each row names a baseline and a subject, both timed in this one process,
 and ``ratio = baseline_s / subject_s`` (above 1: the subject is faster).
-The table goes to stdout and every row to ``bench/results.json``.
+The table goes to stdout and the rows to ``bench/results.json``, where
+they replace that module's rows of an earlier run and leave the other
+modules' rows as they were (``runs`` says when each module last ran).
 
     python bench/run.py            # all benchmarks
     python bench/run.py overhead   # those whose module name contains "overhead"
@@ -63,11 +65,25 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if r.get("notes"):
             print(f"  {r['name']}: {r['notes']}")
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    ran = {p.stem for p in discover(args.patterns)}
+    # A run of some modules replaces their rows and keeps the others' from earlier runs; ``runs``
+    # says when each module's rows were measured.
+    kept, runs = [], {}
+    try:
+        with open(args.output, encoding="utf-8") as f:
+            earlier = json.load(f)
+        kept = [r for r in earlier.get("rows", []) if r.get("module") not in ran]
+        runs = {m: v for m, v in (earlier.get("runs") or {}).items() if m not in ran} if isinstance(earlier.get("runs"), dict) else {}
+    except (OSError, ValueError, AttributeError):
+        pass
+    runs.update({m: {"created": created, "quick": args.quick} for m in sorted(ran)})
     result = {
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created": created,
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
         "quick": args.quick,
-        "rows": rows,
+        "runs": dict(sorted(runs.items())),
+        "rows": sorted(kept + rows, key=lambda r: r.get("module", "")),
     }
     tmp = args.output + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
