@@ -125,3 +125,22 @@ trees = st.recursive(
 def test_random_documents_build_the_same_both_ways(tree, flow):
     text = yaml.safe_dump(tree, default_flow_style=flow, sort_keys=False)
     assert outcome(lambda t: mf.loads(t, "t.yaml"), text) == outcome(precise, text)
+
+
+@pytest.mark.parametrize("broken", [
+    {"s5": "{op: relu, inputs: [s4], retries: x}", "9bad": "{op: relu, inputs: [s3]}", "s20": "{op: relu, inputs: [s19], bogus: 1}"},
+    {},
+])
+def test_the_schema_pass_over_refused_stages_reports_what_the_whole_pass_does(broken):
+    import jsonschema
+
+    lines = ["version: 1", "name: n", "executors: {h: {vendor: cpu}}", "extra: 1", "stages:", "  s0: {op: ones, args: {shape: [2]}}"]
+    for i in range(1, 30):
+        lines.append(f"  s{i}: " + broken.get(f"s{i}", f"{{op: relu, inputs: [s{i - 1}]}}"))
+    lines += [f"  {sid}: {spec}" for sid, spec in broken.items() if not sid.startswith("s")]
+    lines.append("outputs: {y: s29}")
+    doc = mf.loads("\n".join(lines) + "\n", "b.yaml")
+    got = sorted(str(d) for d in mf._schema_problems(doc.value, doc))
+    whole = sorted(str(d) for e in jsonschema.Draft202012Validator(mf.schema()).iter_errors(doc.value)
+                   for d in mf._explain(e, doc))
+    assert got == whole and len(got) == 1 + len(broken)
