@@ -113,14 +113,17 @@ class Document:
 
     ``marks`` maps a value's path to its :class:`Origin` and ``key_marks``
     a mapping key's path to the key's. A document loaded from text keeps
-    the text instead of the marks: they are found, by parsing the text
-    again with the position-keeping build, the first time anything reads
-    them, and until then :meth:`at` and :meth:`key_at` hand out pending
-    origins that resolve themselves the same way. A manifest that is
-    valid never pays for its marks; one with an error pays once.
+    the text instead of the marks, and :meth:`at` and :meth:`key_at` hand
+    out pending origins. The first one asked for its position parses the
+    text again into YAML nodes, which the document then keeps: each
+    pending origin walks them along its path (a mapping's keys indexed
+    once), so a hundred thousand positions cost one parse, not a mark
+    for every value. ``marks`` itself is built in full only when read. A
+    manifest that is valid never pays for its positions; one with an
+    error pays once.
     """
 
-    __slots__ = ("file", "value", "_marks", "_key_marks", "text")
+    __slots__ = ("file", "value", "_marks", "_key_marks", "text", "_root", "_index")
 
     def __init__(self, file: str, value: Any, marks: Mapping[Path, Origin] | None = None,
                  key_marks: Mapping[Path, Origin] | None = None, *, text: str | None = None) -> None:
@@ -131,6 +134,34 @@ class Document:
             marks, key_marks = {}, {}
         self._marks = marks
         self._key_marks = key_marks if key_marks is not None else ({} if marks is not None else None)
+        self._root: yaml.Node | None = None
+        self._index: dict[int, dict[str, tuple[yaml.Node, yaml.Node]]] = {}
+
+    def _find(self, path: Path, is_key: bool) -> Origin:
+        """What ``key_at(path)`` (``is_key``) or ``at(path)`` would say once the marks are known."""
+        if self._marks is not None:
+            return self.key_at(path) if is_key else self.at(path)
+        if self._root is None:
+            with gc_paused():
+                self._root = _compose(self.text or "", self.file)[1]
+        node, key_node, depth = self._root, None, 0
+        for part in path:
+            if node.__class__ is _MAP and isinstance(part, str):
+                index = self._index.get(id(node))
+                if index is None:
+                    # only documents the fast build accepted get here: every key a plain string, none repeated
+                    index = self._index[id(node)] = {k.value: (k, v) for k, v in node.value}
+                found = index.get(part)
+            elif node.__class__ is _SEQ and isinstance(part, int) and 0 <= part < len(node.value):
+                found = (None, node.value[part])
+            else:
+                found = None
+            if found is None:
+                break
+            (key_node, node), depth = found, depth + 1
+        if is_key and depth == len(path) and key_node is not None:
+            return _origin(self.file, key_node.start_mark)
+        return _origin(self.file, node.start_mark)
 
     def _recover(self) -> None:
         with gc_paused():
@@ -182,9 +213,7 @@ class _Unresolved(Origin):
         self._doc, self._path, self._is_key = doc, path, is_key
 
     def _resolve(self) -> None:
-        doc = self._doc
-        doc.marks  # noqa: B018 - recovers the document's marks, so the lookup below finds a position
-        found = (doc.key_at if self._is_key else doc.at)(self._path)
+        found = self._doc._find(self._path, self._is_key)
         self._line, self._col = found.line, found.col
         self._doc = None
 

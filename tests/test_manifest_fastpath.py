@@ -84,8 +84,25 @@ def test_marks_are_recovered_only_when_asked_for():
     key = doc.key_at(("stages", "x"))
     assert doc._marks is None, "handing out an origin must not parse the text again"
     assert (str(where), str(key)) == ("demo.yaml:4:11", "demo.yaml:4:3")
-    assert doc._marks is not None
     assert dict(doc.marks) == dict(precise(text, "demo.yaml").marks)
+
+
+def _fast_built(text: str) -> bool:
+    try:
+        return mf.loads(text, "t.yaml")._marks is None
+    except ManifestError:
+        return False
+
+
+@pytest.mark.parametrize("text", [t for t in TRICKY if _fast_built(t)])
+def test_pending_origins_find_what_the_marks_say(text):
+    """A pending origin walks the YAML nodes; it must land where the precise build's marks point."""
+    exact = precise(text)
+    paths = list(exact.marks) + [p + ("missing",) for p in exact.marks] + [p + (7,) for p in exact.marks]
+    fresh = mf.loads(text, "t.yaml")
+    for path in paths:
+        assert str(fresh.at(path)) == str(exact.at(path)), path
+        assert str(fresh.key_at(path)) == str(exact.key_at(path)), path
 
 
 def test_pending_origins_compare_sort_and_pickle_like_resolved_ones():
@@ -125,6 +142,9 @@ trees = st.recursive(
 def test_random_documents_build_the_same_both_ways(tree, flow):
     text = yaml.safe_dump(tree, default_flow_style=flow, sort_keys=False)
     assert outcome(lambda t: mf.loads(t, "t.yaml"), text) == outcome(precise, text)
+    fresh, exact = mf.loads(text, "t.yaml"), precise(text)
+    for path in exact.marks:
+        assert (str(fresh.at(path)), str(fresh.key_at(path))) == (str(exact.at(path)), str(exact.key_at(path)))
 
 
 @pytest.mark.parametrize("broken", [
