@@ -164,3 +164,15 @@ def test_the_schema_pass_over_refused_stages_reports_what_the_whole_pass_does(br
     whole = sorted(str(d) for e in jsonschema.Draft202012Validator(mf.schema()).iter_errors(doc.value)
                    for d in mf._explain(e, doc))
     assert got == whole and len(got) == 1 + len(broken)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=st.one_of(st.text(max_size=10), st.text(alphabet="0123456789.+-_:eExXoObBtTfFnNyYlu~<= ", max_size=10),
+                       st.sampled_from(["yes", "Off", "~", "null", "0x1f", "012", "1_000", ".inf", "-.5", "1.5e3",
+                                        "2001-12-14", "<<", "=", "1:30", "0b101", ".NaN", "1e3", ""])),
+       plain=st.booleans(), quoted=st.booleans())
+def test_the_loaders_tag_resolution_is_pyyamls(value, plain, quoted):
+    ours, pyyaml = mf._Loader(""), mf._SafeLoader("")
+    assert ours.resolve(yaml.ScalarNode, value, (plain, quoted)) == pyyaml.resolve(yaml.ScalarNode, value, (plain, quoted))
+    for kind in (yaml.SequenceNode, yaml.MappingNode):
+        assert ours.resolve(kind, None, (plain, quoted)) == pyyaml.resolve(kind, None, (plain, quoted))
