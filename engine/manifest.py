@@ -262,7 +262,9 @@ def gc_paused():
     On the way out the survivors move straight to the oldest generation
     (``gc.freeze`` then ``gc.unfreeze``: two list splices), so the first
     young collection after the pass does not walk all of them once more;
-    they stay collectable like any long-lived object.
+    they stay collectable like any long-lived object. A process that has
+    frozen objects of its own (before forking workers, say) keeps them
+    frozen: there the survivors are left where they are.
     """
     was = gc.isenabled()
     gc.disable()
@@ -270,8 +272,9 @@ def gc_paused():
         yield
     finally:
         if was:
-            gc.freeze()
-            gc.unfreeze()
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 

@@ -176,3 +176,18 @@ def test_the_loaders_tag_resolution_is_pyyamls(value, plain, quoted):
     assert ours.resolve(yaml.ScalarNode, value, (plain, quoted)) == pyyaml.resolve(yaml.ScalarNode, value, (plain, quoted))
     for kind in (yaml.SequenceNode, yaml.MappingNode):
         assert ours.resolve(kind, None, (plain, quoted)) == pyyaml.resolve(kind, None, (plain, quoted))
+
+
+def test_pausing_the_gc_leaves_a_host_process_frozen_objects_frozen():
+    import gc
+
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        mf.loads("a: 1\n", "f.yaml")
+        assert gc.isenabled() and gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+    mf.loads("a: 1\n", "f.yaml")
+    assert gc.isenabled() and gc.get_freeze_count() == 0
