@@ -33,7 +33,9 @@ The figures are planning numbers from published measurements (see
 5-10 GB/s per core, PCIe Gen4 pinned about 25 GB/s and pageable 1.4-8
 GB/s), not a calibration of this machine. The model is replaceable:
 pass any object with ``exec_s``, ``transfer_s``, ``link`` and ``name`` to
-:func:`hetflow.engine.planner.plan`.
+:func:`hetflow.engine.planner.plan`. Its methods must be pure functions of
+their arguments: the planner asks once per distinct question (op, shapes,
+dtype, vendor; bytes and vendor pair) and reuses the answer.
 
 Examples
 --------
