@@ -130,7 +130,8 @@ class Problem:
             self.pos = {n: i for i, n in enumerate(self.order)}
         attrs = node_data(self.graph)
         if not self.inputs:
-            self.inputs = {n: tuple(dict.fromkeys(attrs[n]["stage"].inputs)) for n in self.order}
+            self.inputs = {n: (ins if len(ins) < 2 else tuple(dict.fromkeys(ins)))
+                           for n, ins in ((n, attrs[n]["stage"].inputs) for n in self.order)}
         if not self.nbytes:
             self.nbytes = {n: attrs[n]["bytes"] for n in self.order}
 

@@ -399,7 +399,7 @@ def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
     for n in order:
         d = attrs[n]
         stage = d["stage"]
-        shapes = tuple(shape_of[r] for r in stage.inputs)
+        shapes = tuple([shape_of[r] for r in stage.inputs])
         cands = units[unit_of[n]].candidates
         key = (stage.op, shapes, d["shape"], stage.dtype.value, *cands)
         row = rows.get(key)
@@ -421,10 +421,8 @@ def _partition_into(out: nx.DiGraph) -> None:
     """:func:`partition` on a graph the caller owns, in place."""
     attrs = placing.node_data(out)
     ex = {n: d["executor"] for n, d in attrs.items()}
-    same = nx.Graph()
-    same.add_nodes_from(out.nodes)
-    same.add_edges_from((u, v) for u, v in _edges(out) if ex[u] == ex[v])
-    groups = {n: i for i, comp in enumerate(nx.connected_components(same)) for n in comp}
+    same = [(u, v) for u, v in _edges(out) if ex[u] == ex[v]]
+    groups = _components(out, same)
     if not _contracts_to_dag(out, groups):
         crossings: dict[str, int] = {}
         pred = out.pred
@@ -432,16 +430,35 @@ def _partition_into(out: nx.DiGraph) -> None:
             crossings[n] = max((crossings[p] + (ex[p] != ex[n]) for p in pred[n]), default=0)
         split = nx.Graph()
         split.add_nodes_from(out.nodes)
-        split.add_edges_from(
-            (u, v) for u, v in _edges(same) if crossings[u] == crossings[v]
-        )
+        split.add_edges_from((u, v) for u, v in same if crossings[u] == crossings[v])
         groups = {n: i for i, comp in enumerate(nx.connected_components(split)) for n in comp}
-    names: dict[int, str] = {}
+    names: dict[Any, str] = {}
     for n in _execution_order(out):
         if groups[n] not in names:
             names[groups[n]] = f"p{len(names)}"
     for n, d in attrs.items():
         d["partition"] = names[groups[n]]
+
+
+def _components(graph: nx.DiGraph, edges: list[tuple[str, str]]) -> dict[str, str]:
+    """Each node's connected component under ``edges``, named by one of its members.
+
+    What ``nx.connected_components`` of a graph of these edges gives, by
+    union-find over the edges (path halving): on a large plan, building
+    that graph costs more than the components.
+    """
+    parent = {n: n for n in graph}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = x = parent[parent[x]]
+        return x
+
+    for u, v in edges:
+        a, b = find(u), find(v)
+        if a != b:
+            parent[b] = a
+    return {n: find(n) for n in parent}
 
 
 def _edges(graph: nx.Graph) -> Iterator[tuple[str, str]]:
@@ -451,7 +468,7 @@ def _edges(graph: nx.Graph) -> Iterator[tuple[str, str]]:
     return ((u, v) for u, nbrs in graph.adjacency() for v in nbrs)
 
 
-def _contracts_to_dag(graph: nx.DiGraph, groups: Mapping[str, int]) -> bool:
+def _contracts_to_dag(graph: nx.DiGraph, groups: Mapping[str, Any]) -> bool:
     """Whether contracting each group to one node leaves a DAG."""
     quotient = nx.DiGraph()
     quotient.add_nodes_from(set(groups.values()))
