@@ -218,6 +218,25 @@ outputs: {b: b6, k: k}
 """
 
 
+def test_emulator_phases_run_on_the_cluster_with_witness_chunks_on_workers(cluster, tmp_path):
+    from test_phases import GUESTS, PIPELINE
+
+    path = tmp_path / "zk.yaml"
+    path.write_text(PIPELINE.format(backend="fast", program=GUESTS / "fib.elf"))
+    m = compile_manifest(load(path))
+    local = execute(m, make_plan(m, probe), runs_dir=str(tmp_path / "local"))
+    placed = cluster.place(make_plan(m, cluster.probe), m)
+    remote = execute(m, placed, runs_dir=str(tmp_path / "remote"), cluster=cluster, use_cache=False)
+    assert remote.status == "succeeded"
+    assert digests(remote) == digests(local) and "trace" in digests(remote)
+    chunks = [t for t in remote.record["tasks"] if t["kind"] == "witness"]
+    assert len(chunks) == -(-remote.record["outputs"]["steps"]["value"] // 128)
+    worker_addresses = {w.address for w in cluster.workers()}
+    assert chunks and all(t["worker"] in worker_addresses for t in chunks)
+    assert remote.record["phases"]["wit"]["status"] == "succeeded"
+    assert remote.record["live_activations_after"] == {"cpu": 0}
+
+
 def test_killing_the_worker_of_an_executor_fails_the_run_saying_what_was_lost(cluster, manifest_file, tmp_path):
     m = compiled(manifest_file, SLOW_ON_ACCEL)
     placed = cluster.place(make_plan(m, cluster.probe), m)
@@ -255,22 +274,3 @@ def test_killing_the_worker_of_an_executor_fails_the_run_saying_what_was_lost(cl
     alive = cluster.client.run(lambda dask_worker: sorted(n for n in dask_worker.plugins if n.startswith(PLUGIN_PREFIX)),
                                workers=[survivor])
     assert alive == {survivor: []}
-
-
-def test_emulator_phases_run_on_the_cluster_with_witness_chunks_on_workers(cluster, tmp_path):
-    from test_phases import GUESTS, PIPELINE
-
-    path = tmp_path / "zk.yaml"
-    path.write_text(PIPELINE.format(backend="fast", program=GUESTS / "fib.elf"))
-    m = compile_manifest(load(path))
-    local = execute(m, make_plan(m, probe), runs_dir=str(tmp_path / "local"))
-    placed = cluster.place(make_plan(m, cluster.probe), m)
-    remote = execute(m, placed, runs_dir=str(tmp_path / "remote"), cluster=cluster, use_cache=False)
-    assert remote.status == "succeeded"
-    assert digests(remote) == digests(local) and "trace" in digests(remote)
-    chunks = [t for t in remote.record["tasks"] if t["kind"] == "witness"]
-    assert len(chunks) == -(-remote.record["outputs"]["steps"]["value"] // 128)
-    worker_addresses = {w.address for w in cluster.workers()}
-    assert chunks and all(t["worker"] in worker_addresses for t in chunks)
-    assert remote.record["phases"]["wit"]["status"] == "succeeded"
-    assert remote.record["live_activations_after"] == {"cpu": 0}
