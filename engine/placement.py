@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import networkx as nx
 
@@ -68,6 +68,7 @@ __all__ = [
     "Unit",
     "Problem",
     "node_data",
+    "roots",
     "candidates",
     "baseline",
     "total_cost",
@@ -166,22 +167,31 @@ def node_data(graph: nx.DiGraph) -> dict[str, dict]:
     return dict(graph.nodes(data=True))
 
 
-def _union_find(graph: nx.DiGraph) -> dict[str, str]:
-    parent: dict[str, str] = {}
+def roots(nodes: Iterable[str], pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Each node's connected component under ``pairs``, named by one of its members.
+
+    What ``nx.connected_components`` of a graph of these pairs gives, by
+    union-find (path halving): on a large plan, building that graph costs
+    more than the components.
+    """
+    parent = {n: n for n in nodes}
 
     def find(x: str) -> str:
-        while parent.get(x, x) != x:
-            parent[x] = parent.get(parent[x], parent[x])
-            x = parent[x]
+        while parent[x] != x:
+            parent[x] = x = parent[parent[x]]
         return x
 
-    for n, d in graph.nodes(data=True):
-        other = d["stage"].colocate_with
-        if other is not None and other in graph and other != n:
-            a, b = find(n), find(other)
-            if a != b:
-                parent[b] = a
-    return {n: find(n) for n in graph.nodes}
+    for u, v in pairs:
+        a, b = find(u), find(v)
+        if a != b:
+            parent[b] = a
+    return {n: find(n) for n in parent}
+
+
+def _colocation_roots(graph: nx.DiGraph) -> dict[str, str]:
+    return roots(graph, ((n, d["stage"].colocate_with) for n, d in graph.nodes(data=True)
+                         if d["stage"].colocate_with is not None and d["stage"].colocate_with in graph
+                         and d["stage"].colocate_with != n))
 
 
 def _vendor_list(vs: Sequence[Any]) -> str:
@@ -266,10 +276,10 @@ def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, 
             units.append(Unit(uid, [n], list(cands), kind, text, kind == "pinned", warn))
         return units, {n: uid for uid, n in enumerate(order)}
 
-    roots = _union_find(graph)
+    root_of = _colocation_roots(graph)
     members: dict[str, list[str]] = {}
     for n in order:
-        members.setdefault(roots[n], []).append(n)
+        members.setdefault(root_of[n], []).append(n)
     units: list[Unit] = []
     unit_of: dict[str, int] = {}
     for root, nodes in sorted(members.items(), key=lambda kv: pos[kv[1][0]]):

@@ -422,7 +422,7 @@ def _partition_into(out: nx.DiGraph) -> None:
     attrs = placing.node_data(out)
     ex = {n: d["executor"] for n, d in attrs.items()}
     same = [(u, v) for u, v in _edges(out) if ex[u] == ex[v]]
-    groups = _components(out, same)
+    groups = placing.roots(out, same)
     if not _contracts_to_dag(out, groups):
         crossings: dict[str, int] = {}
         pred = out.pred
@@ -438,27 +438,6 @@ def _partition_into(out: nx.DiGraph) -> None:
             names[groups[n]] = f"p{len(names)}"
     for n, d in attrs.items():
         d["partition"] = names[groups[n]]
-
-
-def _components(graph: nx.DiGraph, edges: list[tuple[str, str]]) -> dict[str, str]:
-    """Each node's connected component under ``edges``, named by one of its members.
-
-    What ``nx.connected_components`` of a graph of these edges gives, by
-    union-find over the edges (path halving): on a large plan, building
-    that graph costs more than the components.
-    """
-    parent = {n: n for n in graph}
-
-    def find(x: str) -> str:
-        while parent[x] != x:
-            parent[x] = x = parent[parent[x]]
-        return x
-
-    for u, v in edges:
-        a, b = find(u), find(v)
-        if a != b:
-            parent[b] = a
-    return {n: find(n) for n in parent}
 
 
 def _edges(graph: nx.Graph) -> Iterator[tuple[str, str]]:
