@@ -1,0 +1,1 @@
+"""Ready-made pipeline manifests, shipped as package data (see ``hetflow examples``)."""
