@@ -39,9 +39,7 @@ Examples
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import gc
 import hashlib
 import importlib.resources
 import json

@@ -187,9 +187,9 @@ def test_loads_keeps_marks():
 
 
 def test_alias_bombs_and_deep_nesting_are_errors_not_hangs(manifest_file, monkeypatch):
-    import hetflow.engine.manifest as mf
+    import hetflow.engine.loader as ld
 
-    monkeypatch.setattr(mf, "MAX_VALUES", 50_000)  # the same check as at 2,000,000, reached sooner
+    monkeypatch.setattr(ld, "MAX_VALUES", 50_000)  # the same check as at 2,000,000, reached sooner
     bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefg", "bcdefgh"))
     path = manifest_file(bomb)

@@ -16,13 +16,14 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hetflow.engine import loader as ld
 from hetflow.engine import manifest as mf
 from hetflow.engine.errors import ManifestError, Origin
 
 
 def precise(text: str, file: str = "t.yaml") -> mf.Document:
-    loader, root = mf._compose(text, file)
-    return mf._precise(loader, root, file, text)
+    loader, root = ld._compose(text, file)
+    return ld._precise(loader, root, file, text)
 
 
 def outcome(build, text: str):
@@ -172,7 +173,7 @@ def test_the_schema_pass_over_refused_stages_reports_what_the_whole_pass_does(br
                                         "2001-12-14", "<<", "=", "1:30", "0b101", ".NaN", "1e3", ""])),
        plain=st.booleans(), quoted=st.booleans())
 def test_the_loaders_tag_resolution_is_pyyamls(value, plain, quoted):
-    ours, pyyaml = mf._Loader(""), mf._SafeLoader("")
+    ours, pyyaml = ld._Loader(""), ld._SafeLoader("")
     assert ours.resolve(yaml.ScalarNode, value, (plain, quoted)) == pyyaml.resolve(yaml.ScalarNode, value, (plain, quoted))
     for kind in (yaml.SequenceNode, yaml.MappingNode):
         assert ours.resolve(kind, None, (plain, quoted)) == pyyaml.resolve(kind, None, (plain, quoted))
