@@ -102,6 +102,13 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true")
     e.add_argument("--ops", action="store_true", help="list the op registry: arity, arguments, dtypes")
 
+    ex = sub.add_parser("examples", help="the example manifests and guest programs shipped with hetflow")
+    exsub = ex.add_subparsers(dest="examples_command", required=True, parser_class=_Parser)
+    exsub.add_parser("list", help="every shipped file")
+    exc = exsub.add_parser("copy", help="write examples/ and pipelines/ into DIR, ready to run")
+    exc.add_argument("dir", metavar="DIR")
+    exc.add_argument("--force", action="store_true", help="overwrite files that already exist there")
+
     em = sub.add_parser("emulate", help="run one RISC-V guest program directly")
     em.add_argument("elf", metavar="ELF")
     em.add_argument("--backend", choices=["fast", "reference"], default="fast")
@@ -530,6 +537,19 @@ def _cmd_executors(args: argparse.Namespace, out, err) -> int:
     return EXIT_OK
 
 
+def _cmd_examples(args: argparse.Namespace, out, err) -> int:
+    from hetflow.engine import examples
+
+    if args.examples_command == "list":
+        for name in examples.shipped():
+            print(name, file=out)
+        return EXIT_OK
+    written = examples.copy(args.dir, force=args.force)
+    print(f"wrote {len(written)} files under {args.dir}; try: hetflow run {os.path.join(args.dir, 'examples', 'quickstart.yaml')}",
+          file=out)
+    return EXIT_OK
+
+
 # A guest that never exits must fail in seconds, not hang a cron job.
 EMULATE_MAX_STEPS = 1 << 28
 
@@ -663,7 +683,7 @@ def _cmd_schedule(args: argparse.Namespace, out, err) -> int:
 
 _COMMANDS = {"validate": _cmd_validate, "plan": _cmd_plan, "run": _cmd_run, "executors": _cmd_executors,
              "verify": _cmd_verify, "runs": _cmd_runs,
-             "emulate": _cmd_emulate, "report": _cmd_report, "schedule": _cmd_schedule}
+             "emulate": _cmd_emulate, "examples": _cmd_examples, "report": _cmd_report, "schedule": _cmd_schedule}
 
 
 def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:

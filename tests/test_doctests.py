@@ -6,6 +6,8 @@ import importlib
 import pytest
 
 MODULES = [
+    "hetflow",
+    "hetflow.engine.examples",
     "hetflow.executors",
     "hetflow.executors.base",
     "hetflow.executors.ops",

@@ -1,0 +1,75 @@
+"""The example manifests and guest programs that ship inside the package.
+
+A checkout has them in ``examples/`` and ``pipelines/``; an installed
+wheel has them as the package data of ``hetflow.examples`` and
+``hetflow.pipelines``. :func:`copy` writes both trees into a folder of
+the user's with the same layout, so the relative paths inside the
+manifests (``../examples/guests/fib.elf``) hold there too.
+
+Examples
+--------
+>>> "examples/quickstart.yaml" in shipped()
+True
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.resources import files
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
+from hetflow.engine.errors import UsageError
+
+__all__ = ["shipped", "copy"]
+
+_TREES = {"examples": "hetflow.examples", "pipelines": "hetflow.pipelines"}
+
+
+def _walk(node: Traversable, prefix: str):
+    for child in sorted(node.iterdir(), key=lambda c: c.name):
+        if child.name.startswith(("__", ".")):
+            continue
+        name = f"{prefix}/{child.name}"
+        if child.is_dir():
+            yield from _walk(child, name)
+        else:
+            yield name, child
+
+
+def _files() -> dict[str, Traversable]:
+    return {name: node for top, package in _TREES.items() for name, node in _walk(files(package), top)}
+
+
+def shipped() -> list[str]:
+    """Every shipped file, as a path relative to the folder :func:`copy` writes."""
+    return list(_files())
+
+
+def copy(dest: str | os.PathLike, force: bool = False) -> list[Path]:
+    """Write the shipped examples and pipelines under ``dest``; return the files written.
+
+    Raises
+    ------
+    UsageError
+        Where a file would be overwritten and ``force`` is false; nothing is
+        written then.
+    """
+    root = Path(dest)
+    sources = _files()
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"{root} is not a folder")
+    clashes = [name for name in sources if (root / name).exists()]
+    if clashes and not force:
+        more = f" and {len(clashes) - 3} more" if len(clashes) > 3 else ""
+        raise UsageError(f"{', '.join(str(root / c) for c in clashes[:3])}{more} already exist; "
+                         "choose an empty folder or pass --force to overwrite them")
+    written = []
+    for name, node in sources.items():
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_bytes(node.read_bytes())
+        os.replace(tmp, target)
+        written.append(target)
+    return written
