@@ -143,6 +143,9 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--runs-dir", default="runs", help="where run folders are (default: ./runs)")
     rp.add_argument("--graph", choices=["auto", "graphviz", "builtin"], default="auto",
                     help="plan graph layout: Graphviz's dot when installed (auto), or hetflow's own (builtin)")
+
+    sch = sub.add_parser("schema", help="the manifest JSON Schema for editors, with the op registry folded in")
+    sch.add_argument("-o", "--output", metavar="FILE", help="write it to FILE instead of stdout")
     return p
 
 
@@ -631,6 +634,22 @@ def _cmd_report(args: argparse.Namespace, out, err) -> int:
     return EXIT_OK
 
 
+def _cmd_schema(args: argparse.Namespace, out, err) -> int:
+    from hetflow.engine import records, schemagen
+
+    ops = dict(oplib.REGISTRY)
+    text = schemagen.dumps(schemagen.editor_schema(ops))
+    if args.output is None or args.output == "-":
+        out.write(text)
+        return EXIT_OK
+    try:
+        records.write_text_atomic(args.output, text)
+    except OSError as e:
+        raise UsageError(f"-o {args.output}: cannot write: {e.strerror or e}") from None
+    print(f"schema: {args.output}", file=out)
+    return EXIT_OK
+
+
 def _cmd_schedule(args: argparse.Namespace, out, err) -> int:
     from datetime import datetime, timezone
 
@@ -683,7 +702,8 @@ def _cmd_schedule(args: argparse.Namespace, out, err) -> int:
 
 _COMMANDS = {"validate": _cmd_validate, "plan": _cmd_plan, "run": _cmd_run, "executors": _cmd_executors,
              "verify": _cmd_verify, "runs": _cmd_runs,
-             "emulate": _cmd_emulate, "examples": _cmd_examples, "report": _cmd_report, "schedule": _cmd_schedule}
+             "emulate": _cmd_emulate, "examples": _cmd_examples, "report": _cmd_report, "schedule": _cmd_schedule,
+             "schema": _cmd_schema}
 
 
 def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:

@@ -17,6 +17,7 @@ MODULES = [
     "hetflow.engine.planner",
     "hetflow.engine.matrix",
     "hetflow.engine.schedule",
+    "hetflow.engine.schemagen",
 ]
 
 
