@@ -36,6 +36,7 @@ from hetflow.executors.base import Dtype, PortableActivation
 __all__ = [
     "RECORD_FORMAT",
     "write_json_atomic",
+    "write_text_atomic",
     "dumps_record",
     "save_npy_atomic",
     "new_run_dir",
@@ -83,6 +84,10 @@ def dumps_record(data: Mapping[str, Any]) -> str:
 
 def write_json_atomic(path: str, data: Mapping[str, Any]) -> None:
     text = dumps_record(data)
+    _atomic(path, lambda f: f.write(text.encode()))
+
+
+def write_text_atomic(path: str, text: str) -> None:
     _atomic(path, lambda f: f.write(text.encode()))
 
 

@@ -48,6 +48,7 @@ from hetflow.engine.records import (
     utc_iso,
     versions,
     write_json_atomic,
+    write_text_atomic,
 )
 from hetflow.executors import create, inventory
 from hetflow.executors.base import ActivationHandle, Executor, ExecutorError, PortableActivation
@@ -307,6 +308,7 @@ def execute(
     matrix_point: Mapping[str, Any] | None = None,
     resume: str | None = None,
     schedule: Mapping[str, Any] | None = None,
+    inputs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> RunResult:
     """Run ``plan`` and write its record; raises :class:`RunFailed` when a stage fails.
 
@@ -320,6 +322,10 @@ def execute(
     finished is in the cache, the rest runs.
     ``schedule`` (``{slot, cron, timezone}``) marks a run started by
     ``hetflow schedule`` for one slot; it goes into the record as is.
+    ``inputs`` describes the arrays handed in for ``input`` stages (stage
+    name -> shape, dtype, bytes, digest); it goes into the record as is.
+    A failed run also writes ``traceback.txt`` in its folder, named by the
+    record's ``error.traceback_file``.
     """
     phases = getattr(manifest, "phases", {})
     if resume is not None:
@@ -345,6 +351,7 @@ def execute(
         "overrides": dict(overrides or {}),
         "matrix_point": dict(matrix_point) if matrix_point else None,
         "schedule": dict(schedule) if schedule else None,
+        "inputs": {k: dict(v) for k, v in (inputs or {}).items()},
         "resumed": resume is not None,
         "host": provenance(manifest.file),
         "scheduler": cluster.describe() if cluster is not None else {"kind": "threads", "workers": num_workers or os.cpu_count()},
@@ -421,6 +428,8 @@ def execute(
                 record["outputs"][name] = {"phase": pid, "field": fieldname, "value": value, "digest": digest}
     else:
         record["error"] = _describe_failure(failure, plan, manifest)
+        write_text_atomic(os.path.join(run_dir, "traceback.txt"), _traceback_text(failure))
+        record["error"]["traceback_file"] = "traceback.txt"
     record["status"] = "succeeded" if failure is None else "failed"
     record["ended_at"] = utc_iso(ended)
     record["duration_s"] = round(ended - started, 6)
@@ -471,3 +480,12 @@ def _describe_failure(failure: BaseException, plan: Plan, manifest: Manifest) ->
         return {"partition": failure.partition, "node": failure.node, "message": str(failure), "origin": origin}
     return {"partition": None, "node": None, "message": f"{type(failure).__name__}: {failure}",
             "traceback": "".join(traceback.format_exception(failure))}
+
+
+def _traceback_text(failure: BaseException) -> str:
+    """The failure's traceback, led by the executor's own when the engine re-raised it as a stage failure."""
+    text = "".join(traceback.format_exception(failure))
+    cause = failure.__context__ if failure.__suppress_context__ else None
+    if cause is None:
+        return text
+    return "".join(traceback.format_exception(cause)) + "\nThe run reported it as:\n\n" + text

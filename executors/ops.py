@@ -339,6 +339,18 @@ def _load(xp: Any, inputs: list, args: dict) -> Any:
     return xp.asarray(host.astype(np.float32))
 
 
+def _input(xp: Any, inputs: list, args: dict) -> Any:
+    # The engine puts the array handed to the run into ``data`` (its portable bytes, base64) when the run starts.
+    import base64
+
+    from hetflow.executors.base import PortableActivation, TensorShape
+
+    if args.get("data") is None:
+        raise ValueError("no array was handed in for this input stage (hetflow.run(..., inputs={STAGE: array}))")
+    portable = PortableActivation(TensorShape(tuple(args["shape"])), Dtype(args["dtype"]), base64.b64decode(args["data"]))
+    return xp.asarray(portable.to_array().astype(np.float32))
+
+
 _SHAPE = Arg("shape", required=True, doc="output shape")
 _SEED = Arg("seed", required=True, doc="seed of numpy's default_rng; null draws fresh entropy (nondeterministic)")
 
@@ -383,6 +395,9 @@ _ENTRIES = [
     Op("cast", (1, 1), ALL_DTYPES, lambda xp, i, a: i[0], _same, doc="convert to the stage's dtype"),
     Op("load", (0, 0), ALL_DTYPES, _load, _load_shape, {"path": Arg("path", required=True)},
        doc="read a .npy file (path relative to the manifest's folder)"),
+    Op("input", (0, 0), ALL_DTYPES, _input, _from_shape_arg,
+       {"shape": _SHAPE, "dtype": Arg("dtype", required=True, doc="dtype of the array handed in")},
+       doc="an array handed in from Python: hetflow.run(..., inputs={STAGE: array}) of this shape and dtype"),
     Op("max", (1, 1), ALL_DTYPES, lambda xp, i, a: xp.max(i[0], axis=a["axis"], keepdims=a["keepdims"]),
        _reduce_shape, {"axis": Arg("axis"), "keepdims": Arg("bool", default=False)},
        doc="maximum over one axis, or all axes when axis is null"),
@@ -609,7 +624,7 @@ _ENTRIES += [
 # Vulkan executor does not offer.
 _GELU = "0.5 * x * (1.0 + tanh(clamp(0.7978846 * (x + 0.044715 * x * x * x), -15.0, 15.0)))"
 _WGSL: dict[str, Kernel] = {
-    **{name: Kernel("host") for name in ("random.normal", "random.uniform", "zeros", "ones", "arange", "load")},
+    **{name: Kernel("host") for name in ("random.normal", "random.uniform", "zeros", "ones", "arange", "load", "input")},
     "add": Kernel("binary", "a + b"),
     "sub": Kernel("binary", "a - b"),
     "mul": Kernel("binary", "a * b"),
