@@ -1,22 +1,45 @@
 """Loading: YAML text -> a :class:`Document`, plain data that knows where each value was written.
 
-``load`` parses YAML with PyYAML's safe composer and keeps, for every
-value, where it was written: a :class:`Document` is the plain data tree
-(dicts, lists, scalars) plus ``marks``, a table from a value's *path*
-(the tuple of keys and indexes leading to it) to its :class:`Origin`, and
-``key_marks`` for the keys of mappings. Later passes never look at YAML
-again; they look up a path. Recording a mark for each of a million values
-costs more than parsing them, so the happy path builds the tree alone
-and the marks are recovered from the text when an error or warning first
-needs one (see :class:`Document`); anything unusual (a non-string or
-duplicate key, a merge key, a constructor error, the size and depth
-limits) goes straight to the precise build, which alone reports problems.
+The value of a document is exactly what ``yaml.safe_load`` returns for
+the same text, or the document is refused where ``yaml.safe_load``
+refuses it, at ``FILE:LINE:COL``. Two refusals go beyond it, both
+resource limits: more than ``MAX_VALUES`` values once aliases are
+expanded (an alias bomb; a recursive alias expands without end) and
+nesting deeper than ``MAX_DEPTH``. What YAML allows but a manifest does
+not (a key that is not a string, a key written twice, an empty file) is
+kept in ``Document.problems``, which validation reports first; the value
+keeps the last of two equal keys, as PyYAML's does.
+
+Every value remembers where it was written: a :class:`Document` is the
+plain data tree (dicts, lists, scalars) plus ``marks``, a table from a
+value's *path* (the tuple of keys and indexes leading to it) to its
+:class:`Origin`, and ``key_marks`` for the keys of mappings. Later passes
+never look at YAML again; they look up a path. Recording a mark for each
+of a million values costs more than parsing them, so the happy path
+builds the tree alone and the marks are recovered from the text when an
+error or warning first needs one (see :class:`Document`); anything
+unusual (a non-string or duplicate key, a merge key, a tag on a mapping
+or sequence, a constructor error, the size and depth limits) goes
+straight to the precise build, which alone reports problems.
+
+Parsing: libyaml (PyYAML's C parser) is ten times faster than PyYAML's
+own, and differs from it at the edges: a tab after ``key:``, a byte
+order mark at the start of a later line, some error positions. So
+libyaml parses only text made of printable ASCII and newlines, where the
+two agree, and a document it refuses is parsed again by PyYAML's own
+parser, whose answer stands; any other text goes to PyYAML's parser,
+the one ``yaml.safe_load`` uses. Both resolve tags with the same table
+and build values with the same ``SafeConstructor``.
 
 Examples
 --------
 >>> doc = loads("version: 1\\nname: demo\\n", "demo.yaml")
 >>> doc.value["name"], str(doc.at(("name",)))
 ('demo', 'demo.yaml:2:7')
+>>> loads("a: !!python/object:os.system {}\\n", "bad.yaml")
+Traceback (most recent call last):
+  ...
+hetflow.engine.errors.ManifestError: bad.yaml:1:4: error: YAML: could not determine a constructor for the tag 'tag:yaml.org,2002:python/object:os.system'
 """
 
 from __future__ import annotations
@@ -24,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import re
 from typing import Any, Mapping
 
 import yaml
@@ -39,12 +63,22 @@ MAX_DEPTH = 64
 
 _MAP, _SEQ, _SCALAR = yaml.MappingNode, yaml.SequenceNode, yaml.ScalarNode
 
-# libyaml's parser when PyYAML was built with it: same nodes and marks, ten times faster.
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_STR_TAG = "tag:yaml.org,2002:str"
+_MAP_TAG = "tag:yaml.org,2002:map"
+_SEQ_TAG = "tag:yaml.org,2002:seq"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+# Where libyaml and PyYAML's parser agree: printable ASCII and newlines; no tab, CR, BOM or control character.
+_NOT_PLAIN = re.compile(r"[^\n\x20-\x7e]")
+
+# What PyYAML's reader counts as a line break, for the line of a character it refuses.
+_BREAK = re.compile(r"\r\n|[\n\r\x85\u2028\u2029]")
+
+_RESOLVERS = yaml.SafeLoader.yaml_implicit_resolvers
 
 
-class _Loader(_SafeLoader):  # type: ignore[misc, valid-type]
-    """The safe loader, with its tag resolution said faster.
+class _Resolve:
+    """PyYAML's tag resolution, said faster.
 
     The composer asks ``resolve`` for the tag of every node: PyYAML looks
     up the implicit resolvers of the scalar's first character, joins two
@@ -55,9 +89,8 @@ class _Loader(_SafeLoader):  # type: ignore[misc, valid-type]
     defaults.
     """
 
-    _by_first = {first: tuple(rs) + tuple(_SafeLoader.yaml_implicit_resolvers.get(None, ()))
-                 for first, rs in _SafeLoader.yaml_implicit_resolvers.items() if first is not None}
-    _wildcard = tuple(_SafeLoader.yaml_implicit_resolvers.get(None, ()))
+    _by_first = {first: tuple(rs) + tuple(_RESOLVERS.get(None, ())) for first, rs in _RESOLVERS.items() if first is not None}
+    _wildcard = tuple(_RESOLVERS.get(None, ()))
 
     def resolve(self, kind, value, implicit):  # noqa: ANN001, ANN201 - PyYAML's signature
         if self.yaml_path_resolvers:
@@ -70,8 +103,13 @@ class _Loader(_SafeLoader):  # type: ignore[misc, valid-type]
             return self.DEFAULT_SCALAR_TAG
         return self.DEFAULT_SEQUENCE_TAG if kind is _SEQ else self.DEFAULT_MAPPING_TAG
 
-_STR_TAG = "tag:yaml.org,2002:str"
 
+class _PyLoader(_Resolve, yaml.SafeLoader):
+    """``yaml.safe_load``'s loader: PyYAML's parser."""
+
+
+# libyaml's parser when PyYAML was built with it: same nodes and marks, ten times faster.
+_CLoader = type("_CLoader", (_Resolve, yaml.CSafeLoader), {}) if hasattr(yaml, "CSafeLoader") else None
 
 class Document:
     """A parsed YAML file: plain data plus the origin of every value.
@@ -86,15 +124,21 @@ class Document:
     for every value. ``marks`` itself is built in full only when read. A
     manifest that is valid never pays for its positions; one with an
     error pays once.
+
+    ``problems`` holds what YAML allows and a manifest does not (a key
+    that is not a string, a key written twice, no document at all);
+    validation reports them before anything else.
     """
 
-    __slots__ = ("file", "value", "_marks", "_key_marks", "text", "_root", "_index")
+    __slots__ = ("file", "value", "_marks", "_key_marks", "text", "_root", "_index", "problems")
 
     def __init__(self, file: str, value: Any, marks: Mapping[Path, Origin] | None = None,
-                 key_marks: Mapping[Path, Origin] | None = None, *, text: str | None = None) -> None:
+                 key_marks: Mapping[Path, Origin] | None = None, *, text: str | None = None,
+                 problems: tuple[Diagnostic, ...] = ()) -> None:
         self.file = file
         self.value = value
         self.text = text
+        self.problems = problems
         if marks is None and text is None:
             marks, key_marks = {}, {}
         self._marks = marks
@@ -213,9 +257,18 @@ def gc_paused():
             gc.enable()
 
 
-
 def loads(text: str, file: str = "<string>") -> Document:
-    """Parse YAML text into a :class:`Document`; raises :class:`ManifestError`."""
+    """Parse YAML text into a :class:`Document`; raises :class:`ManifestError`.
+
+    The value is ``yaml.safe_load(text)``'s; see the module's docstring.
+
+    Examples
+    --------
+    >>> loads("a: &x {b: 1}\\nc:\\n  <<: *x\\n  d: 0o7\\n").value
+    {'a': {'b': 1}, 'c': {'b': 1, 'd': '0o7'}}
+    >>> [str(d) for d in loads("a: 1\\na: 2\\n", "t.yaml").problems]
+    ["t.yaml:2:1: error: duplicate key 'a'"]
+    """
     with gc_paused():
         return _loads(text, file)
 
@@ -226,6 +279,8 @@ class _Decline(Exception):
 
 def _loads(text: str, file: str) -> Document:
     loader, root = _compose(text, file)
+    if root is None:
+        return Document(file, None, problems=(Diagnostic(Origin(file, 1, 1), "the file is empty; a manifest is a YAML mapping"),))
     try:
         value = _fast_build(loader, root, 0, [1])
     except (_Decline, yaml.YAMLError):
@@ -235,38 +290,56 @@ def _loads(text: str, file: str) -> Document:
     return Document(file, value, text=text)
 
 
-def _compose(text: str, file: str) -> tuple[Any, yaml.Node]:
-    loader = _Loader(text)
+def _compose(text: str, file: str) -> tuple[Any, yaml.Node | None]:
+    """The loader and the root node of ``text`` (``None`` when it holds no document)."""
+    if _CLoader is not None and _NOT_PLAIN.search(text) is None:
+        loader = _CLoader(text)
+        try:
+            return loader, loader.get_single_node()
+        except RecursionError:
+            pass
+        except yaml.YAMLError:
+            pass  # libyaml refuses a few documents that PyYAML's parser accepts; PyYAML's answer stands
+        finally:
+            loader.dispose()
+    loader = _PyLoader(text)
     try:
-        root = loader.get_single_node()
+        return loader, loader.get_single_node()
     except RecursionError:
         raise ManifestError([Diagnostic(Origin(file, 1, 1), f"the document has nesting deeper than {MAX_DEPTH} levels")]) from None
     except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        what = e.problem or "invalid YAML"
-        if e.context:
-            started = ""
-            if e.context_mark is not None and mark is not None and e.context_mark.line != mark.line:
-                started = f" (opened at line {e.context_mark.line + 1}, column {e.context_mark.column + 1})"
-            what = f"{e.context}{started}: {what}"
-        raise ManifestError([Diagnostic(_origin(file, mark), f"YAML syntax: {what}")]) from None
-    except yaml.YAMLError as e:
-        raise ManifestError([Diagnostic(Origin(file, 1, 1), f"YAML: {e}")]) from None
+        raise ManifestError([_yaml_problem(file, e, "YAML syntax")]) from None
+    except yaml.reader.ReaderError as e:
+        before = text[:e.position]
+        line = len(_BREAK.findall(before))
+        col = e.position - max(before.rfind(c) for c in "\n\r\x85\u2028\u2029")
+        raise ManifestError([Diagnostic(Origin(file, line + 1, col), f"YAML: character {e.character!r} is not allowed "
+                                        "(YAML allows tab, newline and printable characters)")]) from None
     finally:
         loader.dispose()
-    if root is None:
-        raise ManifestError([Diagnostic(Origin(file, 1, 1), "the file is empty; a manifest is a YAML mapping")])
-    return loader, root
+
+
+def _yaml_problem(file: str, e: yaml.MarkedYAMLError, kind: str, node: yaml.Node | None = None) -> Diagnostic:
+    mark = e.problem_mark or e.context_mark or (node.start_mark if node is not None else None)
+    what = e.problem or "invalid YAML"
+    if e.context:
+        started = ""
+        if e.context_mark is not None and mark is not None and e.context_mark.line != mark.line:
+            started = f" (opened at line {e.context_mark.line + 1}, column {e.context_mark.column + 1})"
+        what = f"{e.context}{started}: {what}"
+    return Diagnostic(_origin(file, mark), f"{kind}: {what}")
 
 
 def _fast_build(loader: Any, node: yaml.Node, depth: int, size: list[int]) -> Any:
     """The plain tree of ``node`` without marks, or :class:`_Decline`.
 
     It returns exactly what :func:`_precise` would, and declines wherever
-    :func:`_precise` would report a problem or do more than construct:
-    a key that is not a plain string (a merge key among them), a duplicate
-    key, the value or depth limits. ``size`` counts values as
-    :func:`_precise` does, aliases expanded.
+    :func:`_precise` would report a problem or do more than build plain
+    mappings, sequences and scalars: a key that is not a plain string (a
+    merge key among them), a duplicate key, a tag on a mapping or a
+    sequence (``!!set``, ``!!omap``, ``!!python/...``, ``!foo``), the
+    value or depth limits. ``size`` counts values as :func:`_precise`
+    does, aliases expanded.
     """
     cls = node.__class__
     if cls is _SCALAR:
@@ -276,6 +349,8 @@ def _fast_build(loader: Any, node: yaml.Node, depth: int, size: list[int]) -> An
     if depth >= MAX_DEPTH or size[0] > MAX_VALUES:
         raise _Decline
     if cls is _MAP:
+        if node.tag != _MAP_TAG:
+            raise _Decline
         out: dict[str, Any] = {}
         for key_node, value_node in items:
             if key_node.__class__ is not _SCALAR or key_node.tag != _STR_TAG:
@@ -288,65 +363,129 @@ def _fast_build(loader: Any, node: yaml.Node, depth: int, size: list[int]) -> An
             else:
                 out[key] = _fast_build(loader, value_node, depth + 1, size)
         return out
+    if node.tag != _SEQ_TAG:
+        raise _Decline
     return [_fast_build(loader, item, depth + 1, size) for item in items]
 
 
+class _Refused(Exception):
+    """A value ``yaml.safe_load`` would not build, or one past the limits; carries its diagnostic."""
+
+
 def _precise(loader: Any, root: yaml.Node, file: str, text: str | None) -> Document:
-    """The plain tree with the origin of every value and key; raises :class:`ManifestError`."""
+    """The plain tree with the origin of every value and key; raises :class:`ManifestError`.
+
+    Mappings are built as ``SafeConstructor.construct_mapping`` builds
+    them (merge keys flattened, a later key replacing an equal earlier
+    one), nodes with any other tag by the constructor itself. Keys that
+    are not strings and keys written twice (not counting those a merge
+    brings in) become ``problems`` of the document, not refusals.
+    """
     marks: dict[Path, Origin] = {}
     key_marks: dict[Path, Origin] = {}
+    refusals: list[Diagnostic] = []
     problems: list[Diagnostic] = []
-
+    merged: dict[int, int] = {}  # id of a flattened mapping node -> how many of its pairs a merge brought
     built = [0]
 
-    def build(node: yaml.Node, path: Path) -> Any:
+    def limit(where: yaml.Mark | None, depth: int) -> None:
         # Aliases are expanded into the plain tree, so a few lines can name billions of values
         # (an alias bomb); a manifest is never that large or that deep.
         built[0] += 1
-        if built[0] > MAX_VALUES or len(path) > MAX_DEPTH:
+        if built[0] > MAX_VALUES or depth > MAX_DEPTH:
             what = (f"more than {MAX_VALUES:,} values once aliases are expanded" if built[0] > MAX_VALUES
                     else f"nesting deeper than {MAX_DEPTH} levels")
-            raise ManifestError([Diagnostic(_origin(file, node.start_mark), f"the document has {what}")])
+            raise ManifestError([Diagnostic(_origin(file, where), f"the document has {what}")])
+
+    def count(value: Any, where: yaml.Mark, depth: int) -> Any:
+        """A value the constructor built: its parts count against the limits, as in the plain tree."""
+        if isinstance(value, (list, tuple, set, dict)):
+            for part in (value.items() if isinstance(value, dict) else value):
+                limit(where, depth + 1)
+                count(part, where, depth + 1)
+        return value
+
+    def construct(node: yaml.Node, deep: bool) -> Any:
+        try:
+            return loader.construct_object(node, deep=deep)
+        except yaml.constructor.ConstructorError as e:
+            raise _Refused(_yaml_problem(file, e, "YAML", node)) from None
+
+    def key_of(key_node: yaml.Node) -> Any:
+        if key_node.__class__ is _SCALAR and key_node.tag == _STR_TAG:
+            return key_node.value
+        key = construct(key_node, False)  # as construct_mapping does: a mapping key is refused unbuilt
+        try:
+            hash(key)
+        except TypeError:
+            raise _Refused(Diagnostic(_origin(file, key_node.start_mark),
+                                      "YAML: while constructing a mapping: found unhashable key")) from None
+        return key
+
+    def build(node: yaml.Node, path: Path) -> Any:
+        limit(node.start_mark, len(path))
         marks[path] = _origin(file, node.start_mark)
-        if isinstance(node, yaml.MappingNode):
-            out: dict[str, Any] = {}
-            loader.flatten_mapping(node)
-            for key_node, value_node in node.value:
-                key = loader.construct_object(key_node, deep=True)
+        cls, tag = node.__class__, node.tag
+        if cls is _MAP and tag == _MAP_TAG:
+            if id(node) not in merged:
+                # flatten_mapping puts the pairs merges bring in front of the written ones
+                written_pairs = sum(1 for k, _ in node.value if k.tag != _MERGE_TAG)
+                try:
+                    loader.flatten_mapping(node)
+                except yaml.constructor.ConstructorError as e:
+                    raise _Refused(_yaml_problem(file, e, "YAML", node)) from None
+                merged[id(node)] = len(node.value) - written_pairs
+            out: dict[Any, Any] = {}
+            written: set = set()
+            for i, (key_node, value_node) in enumerate(node.value):
+                key = key_of(key_node)
                 where = _origin(file, key_node.start_mark)
-                if not isinstance(key, str):
-                    problems.append(Diagnostic(where, f"keys must be strings, found {key!r}"))
-                    key = str(key)
-                if key in out:
-                    problems.append(Diagnostic(where, f"duplicate key {key!r}"))
+                if i >= merged[id(node)]:
+                    if not isinstance(key, str):
+                        problems.append(Diagnostic(where, f"keys must be strings, found {key!r}"))
+                    elif key in written:
+                        problems.append(Diagnostic(where, f"duplicate key {key!r}"))
+                    written.add(key)
                 key_marks[path + (key,)] = where
                 out[key] = build(value_node, path + (key,))
             return out
-        if isinstance(node, yaml.SequenceNode):
+        if cls is _SEQ and tag == _SEQ_TAG:
             return [build(item, path + (i,)) for i, item in enumerate(node.value)]
-        if node.tag == _STR_TAG:
+        if tag == _STR_TAG and cls is _SCALAR:
             # What SafeConstructor returns for a str scalar, without its per-object bookkeeping.
             return node.value
-        try:
-            return loader.construct_object(node, deep=True)
-        except yaml.constructor.ConstructorError as e:
-            problems.append(Diagnostic(_origin(file, node.start_mark), f"YAML: {e.problem}"))
-            return None
+        return count(construct(node, True), node.start_mark, len(path))
 
-    value = build(root, ())
-    if problems:
-        raise ManifestError(problems)
-    return Document(file, value, marks, key_marks, text=text)
+    try:
+        value = build(root, ())
+    except _Refused as e:
+        refusals.append(e.args[0])
+    if refusals:
+        raise ManifestError(refusals)
+    return Document(file, value, marks, key_marks, text=text, problems=tuple(problems))
 
 
 def load(file: str | os.PathLike) -> Document:
-    """Read and parse a manifest file."""
+    """Read and parse a manifest file; text that is not UTF-8 is refused at its first bad byte."""
     name = os.fspath(file)
     try:
-        with open(name, encoding="utf-8") as f:
-            text = f.read()
+        with open(name, "rb") as f:
+            data = f.read()
     except FileNotFoundError:
         raise ManifestError([Diagnostic(None, f"{name}: no such file")]) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ManifestError([Diagnostic(None, f"{name}: cannot read: {e}")]) from None
+    except OSError as e:
+        raise ManifestError([Diagnostic(None, f"{name}: cannot read: {e.strerror or e}")]) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ManifestError([_not_utf8(name, data, e)]) from None
     return loads(text, name)
+
+
+def _not_utf8(file: str, data: bytes, e: UnicodeDecodeError) -> Diagnostic:
+    """Where the first byte that is not UTF-8 is, counted in the characters before it on its line."""
+    before = data[:e.start].decode("utf-8")  # everything before the first bad byte decodes
+    line = len(_BREAK.findall(before))
+    col = len(before) - max(before.rfind(c) for c in "\n\r\x85\u2028\u2029")
+    return Diagnostic(Origin(file, line + 1, col), f"the file is not UTF-8: byte 0x{data[e.start]:02x} ({e.reason}); "
+                      "save it as UTF-8")

@@ -413,6 +413,8 @@ def compile_manifest(doc: Document, overrides: Mapping[str, Any] | None = None) 
 def _compile(doc: Document, overrides: Mapping[str, Any] | None) -> Manifest:
     overrides = dict(overrides or {})
     tree = doc.value
+    if doc.problems:  # keys that are not strings or are written twice, an empty file: YAML takes them, a manifest not
+        raise ManifestError(list(doc.problems))
     if not isinstance(tree, dict):
         raise ManifestError([Diagnostic(doc.at(()), "a manifest is a YAML mapping of keys such as version, name, stages")])
 

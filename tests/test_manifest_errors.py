@@ -42,7 +42,7 @@ def test_yaml_syntax_error_points_at_the_problem(manifest_file):
     (msg,) = errors(path)
     assert msg == (
         f"{path}:6:1: error: YAML syntax: while parsing a flow mapping (opened at line 5, column 6): "
-        "did not find expected ',' or '}'"
+        "expected ',' or '}', but got '<scalar>'"
     )
 
 

@@ -173,10 +173,11 @@ def test_the_schema_pass_over_refused_stages_reports_what_the_whole_pass_does(br
                                         "2001-12-14", "<<", "=", "1:30", "0b101", ".NaN", "1e3", ""])),
        plain=st.booleans(), quoted=st.booleans())
 def test_the_loaders_tag_resolution_is_pyyamls(value, plain, quoted):
-    ours, pyyaml = ld._Loader(""), ld._SafeLoader("")
-    assert ours.resolve(yaml.ScalarNode, value, (plain, quoted)) == pyyaml.resolve(yaml.ScalarNode, value, (plain, quoted))
-    for kind in (yaml.SequenceNode, yaml.MappingNode):
-        assert ours.resolve(kind, None, (plain, quoted)) == pyyaml.resolve(kind, None, (plain, quoted))
+    pyyaml = yaml.SafeLoader("")
+    for ours in (ld._PyLoader(""), ld._CLoader("")):
+        assert ours.resolve(yaml.ScalarNode, value, (plain, quoted)) == pyyaml.resolve(yaml.ScalarNode, value, (plain, quoted))
+        for kind in (yaml.SequenceNode, yaml.MappingNode):
+            assert ours.resolve(kind, None, (plain, quoted)) == pyyaml.resolve(kind, None, (plain, quoted))
 
 
 def test_pausing_the_gc_leaves_a_host_process_frozen_objects_frozen():
