@@ -635,7 +635,7 @@ def _cmd_report(args: argparse.Namespace, out, err) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace, out, err) -> int:
-    from hetflow.engine import records, schemagen
+    from hetflow.engine import schemagen
 
     ops = dict(oplib.REGISTRY)
     text = schemagen.dumps(schemagen.editor_schema(ops))
@@ -643,7 +643,7 @@ def _cmd_schema(args: argparse.Namespace, out, err) -> int:
         out.write(text)
         return EXIT_OK
     try:
-        records.write_text_atomic(args.output, text)
+        schemagen.write(args.output, text)
     except OSError as e:
         raise UsageError(f"-o {args.output}: cannot write: {e.strerror or e}") from None
     print(f"schema: {args.output}", file=out)

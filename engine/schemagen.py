@@ -44,12 +44,14 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import tempfile
 from typing import Any, Mapping
 
 from hetflow.executors import ops as oplib
 from hetflow.executors.base import Dtype
 
-__all__ = ["editor_schema", "dumps", "KIND_SCHEMAS", "LITERAL_SECTIONS", "REF_PATTERN", "TEMPLATE_PATTERN"]
+__all__ = ["editor_schema", "dumps", "write", "KIND_SCHEMAS", "LITERAL_SECTIONS", "REF_PATTERN", "TEMPLATE_PATTERN"]
 
 # Each Arg kind as JSON Schema, the same values ops.check_args accepts (YAML's 1.0 aside: JSON
 # Schema calls it an integer). A kind missing here is left unconstrained in editors.
@@ -65,6 +67,7 @@ KIND_SCHEMAS: dict[str, dict] = {
     "int?": {"type": ["integer", "null"]},
     "number?": {"type": ["number", "null"]},
     "seed": {"type": ["integer", "null"]},
+    "str?": {"type": ["string", "null"]},
 }
 
 # Top-level sections the engine reads as written; every other section is interpolated.
@@ -113,6 +116,19 @@ def editor_schema(ops: Mapping[str, oplib.Op], base: Mapping[str, Any] | None = 
 def dumps(spec: Mapping[str, Any]) -> str:
     """The schema as the text ``hetflow schema`` writes: indented JSON, one final newline."""
     return json.dumps(spec, indent=2, ensure_ascii=False) + "\n"
+
+
+def write(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, then a rename."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def _arity(lo: int, hi: int) -> str:

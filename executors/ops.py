@@ -133,7 +133,7 @@ def _check_value(kind: str, value: Any) -> str | None:
         return "an integer or null"
     elif kind == "number?" and value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
         return "a number or null"
-    elif kind == "dtype" and value not in {d.value for d in Dtype}:
+    elif kind == "dtype" and not (isinstance(value, str) and value in {d.value for d in Dtype}):
         return "a dtype name (" + ", ".join(d.value for d in Dtype) + ")"
     return None
 
