@@ -208,6 +208,8 @@ class Manifest:
     emulators: Mapping[str, Any] = field(default_factory=dict)
     phases: Mapping[str, Any] = field(default_factory=dict)
     phase_outputs: Mapping[str, tuple[str, str | None]] = field(default_factory=dict)
+    plugins: tuple[Any, ...] = ()
+    """The :class:`hetflow.executors.plugins.Plugin` of every module ``plugins:`` names, and of entry points used."""
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -487,6 +489,8 @@ def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifes
                    and spec.get("phase") in phaselib.PHASES and not phaselib.PHASES[spec["phase"]].array}
     fits: dict[tuple[str, str], bool] = {}
     path_args: dict[str, list[str]] = {}
+    plugins = _load_plugins(tree, doc, base, problems)
+    used_plugins: dict[str, Any] = {p.module: p for p in plugins}
     for sid, spec in raw_stages.items():
         if not isinstance(spec, dict):
             continue
@@ -497,11 +501,14 @@ def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifes
                     edges.append((ref, sid))
             continue
         op_name = spec.get("op")
-        op = oplib.REGISTRY.get(op_name) if isinstance(op_name, str) else None
+        op = oplib.REGISTRY.get(op_name) if op_name in oplib.BUILTIN else None
         if isinstance(op_name, str) and op is None:
-            close = difflib.get_close_matches(op_name, list(oplib.REGISTRY), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            problems.append(Diagnostic(doc.at(here + ("op",)), f"unknown op {op_name!r} in stage {sid!r}{hint}"))
+            op, hint = _user_op(op_name, plugins, used_plugins, doc.at(here + ("op",)), problems)
+            if op is None and hint is not None:
+                if not hint:
+                    close = difflib.get_close_matches(op_name, [*oplib.BUILTIN, *(n for p in plugins for n in p.ops)], n=1)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
+                problems.append(Diagnostic(doc.at(here + ("op",)), f"unknown op {op_name!r} in stage {sid!r}{hint}"))
 
         inputs = spec.get("inputs", [])
         inputs = [i for i in inputs if isinstance(i, str)] if isinstance(inputs, list) else []
@@ -539,7 +546,7 @@ def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifes
                 doc.at(here + ("inputs",)) if "inputs" in spec else doc.key_at(here),
                 f"op {op.name!r} takes {want} input{'s' if hi != 1 else ''}, stage {sid!r} gives {len(inputs)}",
             ))
-        for arg, message in oplib.check_args(op, args):
+        for arg, message in oplib.check_args(op, args, len(inputs) if lo <= len(inputs) <= hi else None):
             if arg is not None and _has_undefined(args.get(arg)):
                 continue
             if arg is None:
@@ -565,6 +572,8 @@ def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifes
         for arg in paths:
             if isinstance(full.get(arg), str):
                 full[arg] = os.path.join(base, full[arg])
+        if op.name == "load" and isinstance(full.get("path"), str) and dtype is not None:
+            _check_load(sid, spec, full, dtype, doc, problems)
         stages[sid] = StageDecl(
             id=sid, op=op.name, inputs=tuple(inputs), args=full, dtype=dtype or Dtype.fp32,
             executor=executor if isinstance(executor, str) else None,
@@ -612,7 +621,64 @@ def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifes
         params=dict(tree.get("params", {})), executors=executors, stages=stages,
         outputs=outputs, output_origins=output_origins, resolved=tree, digest=digest,
         emulators=emulators, phases=phase_decls, phase_outputs=phase_outputs,
+        plugins=tuple(used_plugins.values()),
     )
+
+
+def _load_plugins(tree: dict, doc: Document, base: str, problems: list[Diagnostic]) -> list[Any]:
+    """Load every module ``plugins:`` names; a failure is a problem at the entry that names it."""
+    from hetflow.executors import plugins as pluginlib
+
+    loaded = []
+    specs = tree.get("plugins")
+    for i, spec in enumerate(specs if isinstance(specs, list) else []):
+        if not isinstance(spec, str):
+            continue
+        try:
+            loaded.append(pluginlib.load_plugin(spec, base))
+        except pluginlib.PluginError as e:
+            problems.append(Diagnostic(doc.at(("plugins", i)), str(e)))
+    return loaded
+
+
+def _user_op(name: str, plugins: list[Any], used: dict[str, Any], where: Origin,
+             problems: list[Diagnostic]) -> tuple[Any, str | None]:
+    """The plugin op ``name`` names for this manifest: (op, None), or (None, hint); (None, None) when reported."""
+    from hetflow.executors import plugins as pluginlib
+
+    try:
+        op, hint = pluginlib.resolve_op(name, plugins)
+    except pluginlib.PluginError as e:
+        problems.append(Diagnostic(where, f"op {name!r}: {e}"))
+        return None, None
+    if op is not None and op.source not in used:
+        found = pluginlib.plugin_for(name)
+        if found is not None:
+            used[found.module] = found
+    return op, hint
+
+
+def _check_load(sid: str, spec: dict, args: dict, dtype: Dtype, doc: Document, problems: list[Diagnostic]) -> None:
+    """The file a ``load`` stage reads exists, parses, holds the array, and fits the stage's dtype."""
+    here = ("stages", sid, "args")
+    try:
+        oplib.read_array(args["path"], args.get("key"), header=True)
+    except ValueError as e:
+        where = here + ("key",) if "key" in (spec.get("args") or {}) and "has no array" in str(e) else here + ("path",)
+        problems.append(Diagnostic(doc.at(where), f"stage {sid!r}: {e}"))
+        return
+    if args.get("cast") or "dtype" in spec:
+        return
+    try:
+        problem = oplib.lossy_load(oplib.read_array(args["path"], args.get("key")), dtype)
+    except (ValueError, MemoryError) as e:
+        problems.append(Diagnostic(doc.at(here + ("path",)), f"stage {sid!r}: {e}"))
+        return
+    if problem:
+        problems.append(Diagnostic(doc.at(here + ("path",)), (
+            f"stage {sid!r} loads {os.path.basename(args['path'])}"
+            + (f" [{args['key']}]" if args.get("key") else "") + f": {problem}; "
+            f"say dtype: on the stage, or cast: true in its args, to convert anyway")))
 
 
 def _cycles(stages: Mapping[str, Any], edges: list[tuple[str, str]]) -> list[list[str]]:

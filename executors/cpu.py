@@ -89,8 +89,9 @@ def decode_plan(plan: SubGraphPlan) -> dict:
         raise Backend(f"undecodable sub-graph plan: {e}") from None
 
 
-def run_nodes(xp: Any, decoded: Mapping[str, Any], inputs: Sequence[Any], supported: frozenset[Dtype]) -> list[Any]:
-    """Evaluate a decoded plan's nodes on arrays of namespace ``xp``."""
+def run_nodes(xp: Any, decoded: Mapping[str, Any], inputs: Sequence[Any], supported: frozenset[Dtype],
+              vendor: Vendor = Vendor.cpu) -> list[Any]:
+    """Evaluate a decoded plan's nodes on arrays of namespace ``xp``, with ``vendor``'s kernels where an op has one."""
     values: dict[str, Any] = dict(zip(decoded["inputs"], inputs, strict=True))
     for node in decoded["nodes"]:
         dtype = Dtype(node["dtype"])
@@ -100,12 +101,13 @@ def run_nodes(xp: Any, decoded: Mapping[str, Any], inputs: Sequence[Any], suppor
             raise err
         try:
             args = [values[ref] for ref in node["inputs"]]
-            values[node["id"]] = ops.run(xp, node["op"], args, node["args"], dtype)
+            values[node["id"]] = ops.run(xp, node["op"], args, node["args"], dtype, vendor)
         except MemoryError:
             err = OutOfMemory(f"node {node['id']!r}")
             err.node = node["id"]
             raise err from None
-        except ExecutorError:
+        except ExecutorError as e:
+            e.node = e.node or node["id"]
             raise
         except Exception as e:
             raise Backend(f"{node['op']} failed: {type(e).__name__}: {e}", node=node["id"]) from e

@@ -401,13 +401,14 @@ class CudaExecutor:
                     if ref not in wide:
                         wide[ref] = widen(cp, *values[ref])
                     args.append(wide[ref])
-                out = ops.compute(cp, node["op"], args, node["args"], dtype)
+                out = ops.compute(cp, node["op"], args, node["args"], dtype, self.vendor)
                 values[node["id"]] = (cp.ascontiguousarray(narrow(cp, out, dtype)), dtype)
             except MemoryError:
                 err = OutOfMemory(f"node {node['id']!r} on device {self._index}")
                 err.node = node["id"]
                 raise err from None
-            except ExecutorError:
+            except ExecutorError as e:
+                e.node = e.node or node["id"]
                 raise
             except Exception as e:
                 raise Backend(f"{node['op']} failed: {type(e).__name__}: {e}", node=node["id"]) from e

@@ -29,6 +29,7 @@ Examples
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
@@ -36,7 +37,7 @@ import numpy as np
 
 from hetflow.executors.base import Dtype
 
-__all__ = ["Op", "Arg", "Kernel", "ShapeError", "QUANT_MAX", "QUANT_DTYPES", "compute", "REGISTRY", "FLOAT_DTYPES", "ALL_DTYPES", "run", "to_dtype", "check_args", "is_deterministic"]
+__all__ = ["Op", "Arg", "Kernel", "ShapeError", "BUILTIN", "QUANT_MAX", "QUANT_DTYPES", "compute", "REGISTRY", "FLOAT_DTYPES", "ALL_DTYPES", "run", "to_dtype", "check_args", "is_deterministic"]
 
 Shape = tuple[int, ...]
 
@@ -76,6 +77,8 @@ class Kernel:
 
     template: str
     expr: str = ""
+    params: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+    """For a user's WGSL kernel (``template`` ``source``, ``expr`` its source): the words after P[0]."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,30 @@ class Op:
     doc: str = ""
     wgsl: "Kernel | None" = None
     dtype_aware: bool = False
+    kernels: Mapping[str, Callable[..., Any]] = field(default_factory=dict, repr=False)
+    """Per-vendor replacements of ``body`` (vendor name -> callable), for the array-module vendors."""
+    invoke: Callable[..., Any] | None = field(default=None, repr=False)
+    """How a user's op is called: ``invoke(xp, vendor, inputs, args, dtype)``; None for built-in ops."""
+    cost_rule: Callable[..., Any] | None = field(default=None, repr=False)
+    """``cost_rule(input_shapes, args) -> (flops, bytes)``, or None for the cost model's own rule."""
+    source: str = "built-in"
+    """Where the op comes from: ``built-in``, or the plugin that defines it."""
+    defined_at: str = ""
+    """``FILE:LINE`` of a user's op."""
+    identity: str | None = None
+    """Digest of the code the op runs (plugin file or distribution, plus kernel sources); None for built-ins."""
+    checks: Callable[[int, Mapping[str, Any]], list[tuple[str | None, str]]] | None = field(default=None, repr=False)
+    """Problems with the number of inputs together with the args (the binary ops' scalar ``value``)."""
+
+    def runs_on(self, vendor: str) -> bool:
+        """Whether the op has an implementation for ``vendor`` (a vendor name).
+
+        The array-module vendors (cpu, cuda, rocm) run the generic body;
+        Vulkan needs a WGSL kernel.
+        """
+        if vendor == "vulkan":
+            return self.wgsl is not None
+        return True
 
     def shape(self, inputs: Sequence[Shape | None], args: Mapping[str, Any]) -> Shape | None:
         """Output shape, or None where an input's shape is not known before the run."""
@@ -135,6 +162,10 @@ def _check_value(kind: str, value: Any) -> str | None:
         return "a number or null"
     elif kind == "dtype" and not (isinstance(value, str) and value in {d.value for d in Dtype}):
         return "a dtype name (" + ", ".join(d.value for d in Dtype) + ")"
+    elif kind == "str" and not isinstance(value, str):
+        return "a string"
+    elif kind == "str?" and value is not None and not isinstance(value, str):
+        return "a string or null"
     return None
 
 
@@ -143,8 +174,17 @@ def is_deterministic(op: Op, args: Mapping[str, Any]) -> bool:
     return not any(spec.kind == "seed" and args.get(key) is None for key, spec in op.args.items())
 
 
-def check_args(op: Op, args: Mapping[str, Any]) -> list[tuple[str | None, str]]:
-    """Problems with ``args`` for ``op``: (argument name or None, message) pairs."""
+def check_args(op: Op, args: Mapping[str, Any], n_inputs: int | None = None) -> list[tuple[str | None, str]]:
+    """Problems with ``args`` for ``op``: (argument name or None, message) pairs.
+
+    With ``n_inputs``, also the rules that tie the args to the number of
+    inputs (a binary op takes a second input or a scalar ``value``).
+
+    >>> check_args(REGISTRY["mul"], {"value": 2.0}, 1)
+    []
+    >>> check_args(REGISTRY["mul"], {"value": 2.0}, 2)
+    [('value', "op 'mul' takes a second input or args.value, not both")]
+    """
     problems: list[tuple[str | None, str]] = []
     for key, value in args.items():
         spec = op.args.get(key)
@@ -158,6 +198,8 @@ def check_args(op: Op, args: Mapping[str, Any]) -> list[tuple[str | None, str]]:
     for key, spec in op.args.items():
         if spec.required and key not in args:
             problems.append((None, f"op {op.name!r} needs argument {key!r}"))
+    if n_inputs is not None and op.checks is not None and not problems:
+        problems.extend(op.checks(n_inputs, args))
     return problems
 
 
@@ -174,20 +216,27 @@ def _widen(xp: Any, array: Any) -> Any:
     return array if array.dtype == np.float32 else array.astype(np.float32)
 
 
-def run(xp: Any, name: str, inputs: Sequence[Any], args: Mapping[str, Any], dtype: Dtype) -> Any:
+def run(xp: Any, name: str, inputs: Sequence[Any], args: Mapping[str, Any], dtype: Dtype, vendor: Any = None) -> Any:
     """Run op ``name`` on arrays of namespace ``xp`` and return its output at ``dtype``."""
-    return to_dtype(xp, compute(xp, name, [_widen(xp, x) for x in inputs], args, dtype), dtype)
+    return to_dtype(xp, compute(xp, name, [_widen(xp, x) for x in inputs], args, dtype, vendor), dtype)
 
 
-def compute(xp: Any, name: str, inputs: Sequence[Any], args: Mapping[str, Any], dtype: Dtype) -> Any:
+def compute(xp: Any, name: str, inputs: Sequence[Any], args: Mapping[str, Any], dtype: Dtype, vendor: Any = None) -> Any:
     """Op ``name``'s float32 result on float32 ``inputs``, before conversion to ``dtype``.
 
     Executors that carry a dtype in another form on their device (the CUDA
     executor's fp8 bytes) widen and narrow around this themselves.
+    ``vendor`` (a :class:`Vendor` or its name) picks the op's kernel for
+    that vendor where it has one.
     """
     op = REGISTRY[name]
     full = op.with_defaults(args)
-    out = op.body(xp, list(inputs), full, dtype) if op.dtype_aware else op.body(xp, list(inputs), full)
+    vendor = getattr(vendor, "value", vendor)
+    if op.invoke is not None:
+        out = op.invoke(xp, vendor, list(inputs), full, dtype)
+    else:
+        body = op.kernels.get(vendor, op.body) if op.kernels else op.body
+        out = body(xp, list(inputs), full, dtype) if op.dtype_aware else body(xp, list(inputs), full)
     return xp.asarray(out, dtype=np.float32)
 
 
@@ -274,10 +323,141 @@ def _arange_shape(inputs: list[Shape], args: dict) -> Shape:
     return (max(0, math.ceil((args["stop"] - args["start"]) / args["step"])),)
 
 
+LOAD_FORMATS = (".npy", ".npz", ".safetensors")
+"""The file types ``load`` reads, by suffix."""
+
+_SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "I64": "int64", "I32": "int32",
+                       "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool", "U16": "uint16",
+                       "U32": "uint32", "U64": "uint64"}
+
+
+def read_array(path: str, key: str | None = None, *, header: bool = False) -> Any:
+    """The array ``load`` reads from ``path`` (and ``key`` in an archive).
+
+    With ``header``, only what the file says about the array, as a
+    ``(shape, numpy dtype)`` pair, without reading its values. Raises
+    :class:`ValueError` with a message that says what is wrong and what
+    the file holds.
+
+    >>> import os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> np.savez(os.path.join(folder, "d.npz"), x=np.ones((2, 3), np.float32), y=np.arange(2))
+    >>> read_array(os.path.join(folder, "d.npz"), "x", header=True)
+    ((2, 3), dtype('float32'))
+    >>> read_array(os.path.join(folder, "d.npz"), "z")
+    Traceback (most recent call last):
+    ...
+    ValueError: d.npz has no array 'z' (it holds: x, y)
+    """
+    name = os.path.basename(path)
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in LOAD_FORMATS:
+        raise ValueError(f"{name}: load reads {', '.join(LOAD_FORMATS)} files, not {suffix or 'a file without a suffix'}")
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: no such file")
+    try:
+        if suffix == ".npy":
+            if key is not None:
+                raise ValueError(f"{name} is a .npy file, which holds one array: leave out 'key'")
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+            return (tuple(array.shape), array.dtype) if header else np.asarray(array)
+        if suffix == ".npz":
+            with np.load(path, allow_pickle=False) as archive:
+                key = _archive_key(name, key, list(archive.files))
+                if not header:
+                    return archive[key]
+                with archive.zip.open(key + ".npy") as member:
+                    version = np.lib.format.read_magic(member)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+                        return tuple(shape), dtype
+                    if version == (2, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+                        return tuple(shape), dtype
+                array = archive[key]
+                return tuple(array.shape), array.dtype
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(path, framework="numpy") as f:
+                key = _archive_key(name, key, list(f.keys()))
+                if not header:
+                    return f.get_tensor(key)
+                part = f.get_slice(key)
+                kind = part.get_dtype()
+                if kind not in _SAFETENSORS_DTYPES:
+                    raise ValueError(f"{name}: array {key!r} is {kind}, which numpy cannot read "
+                                     f"(load reads {', '.join(_SAFETENSORS_DTYPES)})")
+                return tuple(part.get_shape()), np.dtype(_SAFETENSORS_DTYPES[kind])
+        except SafetensorError as e:
+            raise ValueError(f"{name} is not a readable safetensors file: {e}") from None
+    except ValueError as e:
+        if str(e).startswith(name) or str(e).startswith(path):
+            raise
+        raise ValueError(f"{name} does not parse as {suffix}: {e}") from None
+    except (OSError, EOFError, KeyError) as e:
+        raise ValueError(f"{name} does not parse as {suffix}: {type(e).__name__}: {e}") from None
+
+
+def _archive_key(name: str, key: str | None, keys: list[str]) -> str:
+    if key is None:
+        if len(keys) == 1:
+            return keys[0]
+        raise ValueError(f"{name} holds {len(keys)} arrays: say which with 'key' (one of: {', '.join(keys) or 'none'})")
+    if key not in keys:
+        raise ValueError(f"{name} has no array {key!r} (it holds: {', '.join(keys) or 'nothing'})")
+    return key
+
+
+def lossy_load(array: Any, dtype: Dtype) -> str | None:
+    """Why converting ``array`` to ``dtype`` would lose values, or None.
+
+    Complex values lose their imaginary part; finite floats beyond the
+    dtype's range become infinities; integers (labels, indices) must come
+    back unchanged. Float64 rounding within range is the numeric rule, not
+    a loss.
+
+    >>> lossy_load(np.array([1, 2, 3]), Dtype.fp32) is None
+    True
+    >>> lossy_load(np.array([2**40 + 1]), Dtype.fp32)
+    'int64 values such as 1099511627777 do not survive conversion to fp32'
+    """
+    array = np.asarray(array)
+    if array.dtype.kind == "c":
+        return f"{array.dtype} values have an imaginary part, which {dtype.value} drops"
+    if array.size == 0 or array.dtype.kind == "b":
+        return None
+    if array.dtype.kind == "f":
+        finite = array[np.isfinite(array)]
+        if finite.size == 0:
+            return None
+        top = float(np.max(np.abs(finite)))
+        limit = float(QUANT_MAX.get(dtype, 0.0)) or float(ml_finfo_max(dtype))
+        if top > limit:
+            return f"{array.dtype} values up to {top:g} are beyond the range of {dtype.value} (largest {limit:g})"
+        return None
+    if array.dtype.kind in "iu":
+        back = to_dtype(np, array.astype(np.float64).astype(np.float32), dtype).astype(np.float64)
+        bad = np.flatnonzero(back.reshape(-1) != array.reshape(-1).astype(np.float64))
+        if bad.size:
+            return f"{array.dtype} values such as {array.reshape(-1)[bad[0]]} do not survive conversion to {dtype.value}"
+        if np.any(np.abs(array.astype(np.float64)) > 2**24):
+            worst = array.reshape(-1)[int(np.argmax(np.abs(array.reshape(-1).astype(np.float64))))]
+            return f"{array.dtype} values such as {worst} do not survive conversion to {dtype.value}"
+    return None
+
+
+def ml_finfo_max(dtype: Dtype) -> float:
+    """The largest finite value of a float dtype (ml_dtypes' finfo for the narrow ones)."""
+    import ml_dtypes
+
+    return float(ml_dtypes.finfo(dtype.numpy).max)
+
+
 def _load_shape(inputs: list[Shape], args: dict) -> Shape | None:
     try:
-        return tuple(np.load(args["path"], mmap_mode="r", allow_pickle=False).shape)
-    except (OSError, ValueError):
+        return read_array(args["path"], args.get("key"), header=True)[0]
+    except ValueError:
         return None
 
 
@@ -335,8 +515,46 @@ def _layernorm(xp: Any, inputs: list, args: dict) -> Any:
 
 
 def _load(xp: Any, inputs: list, args: dict) -> Any:
-    host = np.load(args["path"], allow_pickle=False)
+    host = np.asarray(read_array(args["path"], args.get("key")))
+    if host.dtype.kind == "c":
+        host = host.real
     return xp.asarray(host.astype(np.float32))
+
+
+def _with_value(f: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+    """A binary body that takes its second operand from ``args.value`` when there is one input."""
+
+    def body(xp: Any, inputs: list, args: dict) -> Any:
+        other = inputs[1] if len(inputs) > 1 else np.float32(args["value"])
+        return f(inputs[0], other)
+
+    return body
+
+
+def _scalar_checks(n_inputs: int, args: Mapping[str, Any]) -> list[tuple[str | None, str]]:
+    if n_inputs == 2 and args.get("value") is not None:
+        return [("value", "op {op} takes a second input or args.value, not both")]
+    if n_inputs == 1 and args.get("value") is None:
+        return [(None, "op {op} takes a second input or args.value (a number), and has neither")]
+    return []
+
+
+def _scalar_shape(inputs: list[Shape], args: dict) -> Shape:
+    return _broadcast(inputs, args) if len(inputs) > 1 else inputs[0]
+
+
+_VALUE = Arg("number?", default=None, doc="the second operand as a number, in place of a second input")
+
+
+def _binary(name: str, f: Callable[[Any, Any], Any], dtypes: frozenset[Dtype], doc: str) -> Op:
+    def checks(n: int, args: Mapping[str, Any]) -> list[tuple[str | None, str]]:
+        return [(k, m.replace("{op}", repr(name))) for k, m in _scalar_checks(n, args)]
+
+    return Op(name, (1, 2), dtypes, _with_value(f), _scalar_shape, {"value": _VALUE}, doc=doc, checks=checks)
+
+
+def _where_shape(inputs: list[Shape], args: dict) -> Shape:
+    return _broadcast(inputs, args)
 
 
 def _input(xp: Any, inputs: list, args: dict) -> Any:
@@ -370,10 +588,18 @@ _ENTRIES = [
        _arange_shape,
        {"start": Arg("number", default=0), "stop": Arg("number", required=True), "step": Arg("number", default=1)},
        doc="evenly spaced values in [start, stop)"),
-    Op("add", (2, 2), ALL_DTYPES, lambda xp, i, a: i[0] + i[1], _broadcast, doc="elementwise sum, broadcasting"),
-    Op("sub", (2, 2), ALL_DTYPES, lambda xp, i, a: i[0] - i[1], _broadcast, doc="elementwise difference"),
-    Op("mul", (2, 2), ALL_DTYPES, lambda xp, i, a: i[0] * i[1], _broadcast, doc="elementwise product"),
-    Op("div", (2, 2), FLOAT_DTYPES, lambda xp, i, a: i[0] / i[1], _broadcast, doc="elementwise quotient"),
+    Op("full", (0, 0), ALL_DTYPES, lambda xp, i, a: xp.full(tuple(a["shape"]), np.float32(a["value"]), np.float32),
+       _from_shape_arg, {"shape": _SHAPE, "value": Arg("number", required=True, doc="the value of every element")},
+       doc="a tensor of one value"),
+    _binary("add", lambda a, b: a + b, ALL_DTYPES, "elementwise sum, broadcasting; or x + args.value"),
+    _binary("sub", lambda a, b: a - b, ALL_DTYPES, "elementwise difference; or x - args.value"),
+    _binary("mul", lambda a, b: a * b, ALL_DTYPES, "elementwise product; or x * args.value"),
+    _binary("div", lambda a, b: a / b, FLOAT_DTYPES, "elementwise quotient; or x / args.value"),
+    _binary("eq", lambda a, b: (a == b).astype(np.float32), ALL_DTYPES, "1 where x == y (or args.value), else 0"),
+    _binary("lt", lambda a, b: (a < b).astype(np.float32), ALL_DTYPES, "1 where x < y (or args.value), else 0"),
+    _binary("gt", lambda a, b: (a > b).astype(np.float32), ALL_DTYPES, "1 where x > y (or args.value), else 0"),
+    Op("where", (3, 3), ALL_DTYPES, lambda xp, i, a: xp.where(i[0] != 0, i[1], i[2]), _where_shape,
+       doc="elementwise: b where cond is nonzero, else c (inputs: cond, b, c), broadcasting"),
     Op("matmul", (2, 2), ALL_DTYPES, lambda xp, i, a: xp.matmul(i[0], i[1]), _matmul_shape,
        doc="matrix product with numpy's matmul rules"),
     Op("relu", (1, 1), ALL_DTYPES, lambda xp, i, a: xp.maximum(i[0], np.float32(0)), _same, doc="max(x, 0)"),
@@ -393,8 +619,11 @@ _ENTRIES = [
     Op("reshape", (1, 1), ALL_DTYPES, lambda xp, i, a: xp.reshape(i[0], tuple(a["shape"])), _reshape_shape,
        {"shape": _SHAPE}, doc="same values, new shape"),
     Op("cast", (1, 1), ALL_DTYPES, lambda xp, i, a: i[0], _same, doc="convert to the stage's dtype"),
-    Op("load", (0, 0), ALL_DTYPES, _load, _load_shape, {"path": Arg("path", required=True)},
-       doc="read a .npy file (path relative to the manifest's folder)"),
+    Op("load", (0, 0), ALL_DTYPES, _load, _load_shape,
+       {"path": Arg("path", required=True, doc="a .npy, .npz or .safetensors file, relative to the manifest's folder"),
+        "key": Arg("str?", default=None, doc="the array's name in a .npz or .safetensors file"),
+        "cast": Arg("bool", default=False, doc="convert to the stage's dtype even where values are lost")},
+       doc="read an array from a .npy, .npz (key) or .safetensors (key) file (path relative to the manifest's folder)"),
     Op("input", (0, 0), ALL_DTYPES, _input, _from_shape_arg,
        {"shape": _SHAPE, "dtype": Arg("dtype", required=True, doc="dtype of the array handed in")},
        doc="an array handed in from Python: hetflow.run(..., inputs={STAGE: array}) of this shape and dtype"),
@@ -629,6 +858,9 @@ _WGSL: dict[str, Kernel] = {
     "sub": Kernel("binary", "a - b"),
     "mul": Kernel("binary", "a * b"),
     "div": Kernel("binary", "a / b"),
+    "eq": Kernel("binary", "select(0.0, 1.0, a == b)"),
+    "lt": Kernel("binary", "select(0.0, 1.0, a < b)"),
+    "gt": Kernel("binary", "select(0.0, 1.0, a > b)"),
     "matmul": Kernel("matmul"),
     "relu": Kernel("unary", "max(x, 0.0)"),
     "gelu": Kernel("unary", _GELU),
@@ -646,3 +878,6 @@ _WGSL: dict[str, Kernel] = {
 }
 
 REGISTRY: dict[str, Op] = {op.name: replace(op, wgsl=_WGSL.get(op.name)) for op in _ENTRIES}
+
+BUILTIN: frozenset[str] = frozenset(REGISTRY)
+"""The names of the built-in ops, which no plugin may define."""

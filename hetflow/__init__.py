@@ -21,4 +21,6 @@ try:
 except _metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
     __version__ = "0+unknown"
 
-__all__ = ["__version__"]
+from hetflow.executors.plugins import op  # noqa: E402 - after __version__, which plugins may read
+
+__all__ = ["__version__", "op"]

@@ -94,8 +94,9 @@ def test_load_keys_on_file_content_not_path(manifest_file, tmp_path):
     np.save(tmp_path / "data.npy", np.arange(5, dtype=np.float32))
     k2 = partition_keys(plan(compile_manifest(load(path)), probe))["p0"].key
     assert k1 != k2
+    compiled = compile_manifest(load(path))
     os.remove(tmp_path / "data.npy")
-    missing = partition_keys(plan(compile_manifest(load(path)), probe))["p0"]
+    missing = partition_keys(plan(compiled, probe))["p0"]
     assert not missing.cacheable and "cannot be read" in missing.reason
 
 

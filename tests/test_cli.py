@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.engine import cli
+from hetflow.engine import cli, planner
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -54,10 +54,12 @@ def test_run_exit_0_prints_where_the_record_went(manifest_file, tmp_path):
 
 
 def test_run_exit_1_when_a_stage_fails(manifest_file, tmp_path):
-    path = manifest_file(OK.replace("op: arange, args: {stop: \"${n}\"}", "op: load, args: {path: missing.npy}"))
+    (tmp_path / "boom.py").write_text("from hetflow import op\n\n\n@op('t.boom', shape=lambda: (3,))\n"
+                                      "def boom(xp):\n    raise RuntimeError('no data today')\n")
+    path = manifest_file("plugins: [boom.py]\n" + OK.replace("op: arange, args: {stop: \"${n}\"}", "op: t.boom"))
     code, out, err = run_cli("run", path, "--runs-dir", str(tmp_path / "runs"))
     assert code == 1
-    assert "hetflow: run failed: stage 'x' failed: " in err
+    assert "hetflow: run failed: stage 'x' failed: " in err and "RuntimeError: no data today (boom.py:6)" in err
     assert "record: " in err
     assert "Traceback" not in err
 
@@ -77,7 +79,7 @@ def test_exit_3_for_internal_errors_with_log(manifest_file, monkeypatch):
     def broken(*a, **k):
         raise RuntimeError("planner exploded")
 
-    monkeypatch.setattr(cli, "make_plan", broken)
+    monkeypatch.setattr(planner, "plan", broken)
     code, _, err = run_cli("plan", manifest_file(OK))
     assert code == 3
     assert err.startswith("hetflow: internal error: RuntimeError: planner exploded (traceback in ")

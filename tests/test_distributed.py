@@ -10,6 +10,7 @@ import signal
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hetflow.engine import cli
@@ -155,8 +156,9 @@ outputs: {z: z, bad: bad, slow: slow}
 
 
 def test_retries_and_timeouts_are_enforced_on_workers_and_release_everything(cluster, manifest_file, tmp_path):
-    (tmp_path / "broken.npy").write_bytes(b"\x93NUMPY garbage")
+    np.save(tmp_path / "broken.npy", np.ones((4, 4), np.float32))
     m = compiled(manifest_file, FLAKY)
+    (tmp_path / "broken.npy").write_bytes(b"\x93NUMPY garbage")  # validate read it whole; it breaks before the run
     placed = cluster.place(make_plan(m, cluster.probe), m)
     assert {p.nodes: (p.retries, p.timeout) for p in placed.partitions}[("bad",)] == (2, None)
     with pytest.raises(RunFailed) as info:

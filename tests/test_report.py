@@ -100,11 +100,13 @@ class Elements(HTMLParser):
         return out
 
 
-def run(text: str, folder: Path, overrides=None, name="m.yaml"):
+def run(text: str, folder: Path, overrides=None, name="m.yaml", before_run=None):
     path = folder / name
     path.write_text(text)
     m = compile_manifest(load(str(path)), overrides or {})
     p = plan(m, probe)
+    if before_run is not None:
+        before_run()
     try:
         return execute(m, p, runs_dir=str(folder / "runs"), overrides=overrides or {}).record
     except RunFailed as e:
@@ -114,9 +116,10 @@ def run(text: str, folder: Path, overrides=None, name="m.yaml"):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("report")
-    (folder / "broken.npy").write_bytes(b"\x93NUMPY garbage")
+    np.save(folder / "broken.npy", np.ones((4, 4), np.float32))
     ok = run(SPLIT, folder, name="split.yaml")
-    bad = run(FAILING, folder, name="m.yaml")
+    # validate reads the file whole; it breaks between the plan and the run
+    bad = run(FAILING, folder, name="m.yaml", before_run=lambda: (folder / "broken.npy").write_bytes(b"\x93NUMPY garbage"))
     assert ok["status"] == "succeeded" and bad["status"] == "failed"
     return {"dir": folder, "runs": folder / "runs", "ok": ok, "bad": bad}
 

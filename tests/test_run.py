@@ -95,8 +95,9 @@ outputs: {z: z, keep: keep}
 
 def test_failing_stage_releases_everything_and_is_recorded(manifest_file, tmp_path):
     path = manifest_file(FAILING)
-    (tmp_path / "broken.npy").write_bytes(b"\x93NUMPY garbage")
+    np.save(tmp_path / "broken.npy", np.ones((4, 4), np.float32))
     m, p = compile_and_plan(path)
+    (tmp_path / "broken.npy").write_bytes(b"\x93NUMPY garbage")  # validate read it whole; it breaks before the run
     executors = create_executors(p)
     with pytest.raises(RunFailed) as info:
         execute(m, p, runs_dir=str(tmp_path / "runs"), executors=executors)
