@@ -8,7 +8,11 @@ Every partition gets a **cache key**, a sha256 over the canonical JSON of
   invalidates it;
 * ``inputs``: for each tensor it reads, the key of the partition that
   produced it (so a key changes whenever anything upstream changes);
-* ``version``: the hetflow version.
+* ``version``: the hetflow version;
+* for every user's op a node runs, ``code``: the op's identity (the
+  sha256 of its plugin's file or distribution plus its kernel sources),
+  so editing an op re-runs exactly the partitions that use it, and
+  :func:`explain` says so ("code changed: op 'lab.scale_shift' (ops.py)").
 
 A partition whose key matches a complete entry is not executed: its
 outputs are imported from the stored portable activations. A partition is
@@ -40,6 +44,7 @@ from typing import Any, Iterator, Mapping
 
 from hetflow.engine.planner import Partition, Plan
 from hetflow.executors import ops as oplib
+from hetflow.executors import plugins
 from hetflow.executors.base import Dtype, PortableActivation, TensorShape
 
 __all__ = ["CACHE_FORMAT", "PartitionKey", "Cache", "CacheUse", "partition_keys", "hetflow_version", "file_digest", "explain"]
@@ -91,6 +96,8 @@ class PartitionKey:
     version: str = ""
     reason: str = ""
     node_digests: Mapping[str, str] = field(default_factory=dict)
+    code: Mapping[str, str | None] = field(default_factory=dict)
+    """The identity of every user's op the partition runs (op name -> digest)."""
 
     @property
     def cacheable(self) -> bool:
@@ -99,7 +106,7 @@ class PartitionKey:
     def to_json(self) -> dict:
         return {"key": self.key, "definition": self.definition, "inputs": dict(self.inputs),
                 "version": self.version, "nodes": list(self.nodes), "reason": self.reason or None,
-                "node_digests": dict(self.node_digests)}
+                "node_digests": dict(self.node_digests), "code": dict(self.code)}
 
 
 def _definition(plan: Plan, part: Partition, uncacheable: list[str]) -> dict:
@@ -116,8 +123,12 @@ def _definition(plan: Plan, part: Partition, uncacheable: list[str]) -> dict:
                 args[name] = {"file_sha256": digest}
         if not oplib.is_deterministic(op, plan.stage_args[n]):
             uncacheable.append(f"stage {n!r} is nondeterministic (seed: null)")
-        nodes.append({"id": n, "op": node.op, "args": args, "dtype": node.dtype.value,
-                      "inputs": list(plan.stage_inputs[n])})
+        entry = {"id": n, "op": node.op, "args": args, "dtype": node.dtype.value, "inputs": list(plan.stage_inputs[n])}
+        if op.invoke is not None:
+            if op.identity is None:
+                uncacheable.append(f"stage {n!r} runs op {node.op!r}, whose code has no identity")
+            entry["code"] = op.identity
+        nodes.append(entry)
     return {"vendor": plan.executors[part.executor].vendor.value, "nodes": nodes,
             "inputs": list(part.inputs), "outputs": list(part.outputs)}
 
@@ -141,7 +152,9 @@ def partition_keys(plan: Plan, no_cache_stages: frozenset[str] = frozenset(), ve
         key = None if why else _sha(_canonical({"format": CACHE_FORMAT, "definition": def_digest,
                                                  "inputs": inputs, "version": version}))
         node_digests = {n["id"]: _sha(_canonical(n)) for n in definition["nodes"]}
-        keys[part.id] = PartitionKey(part.id, part.nodes, key, def_digest, inputs, version, "; ".join(why), node_digests)
+        code = {n["op"]: n["code"] for n in definition["nodes"] if "code" in n}
+        keys[part.id] = PartitionKey(part.id, part.nodes, key, def_digest, inputs, version, "; ".join(why), node_digests,
+                                     code)
     return {p: keys[p] for p in by_id}
 
 
@@ -310,6 +323,12 @@ class CacheUse:
                 "stored": sorted(self.stored, key=lambda p: int(p[1:]) if p[1:].isdigit() else 0)}
 
 
+def _code_label(op: str) -> str:
+    """Where op ``op``'s code lives: its plugin's file name, or its distribution and version."""
+    found = plugins.plugin_for(op)
+    return found.label if found is not None else oplib.REGISTRY[op].source if op in oplib.REGISTRY else "?"
+
+
 def explain(keys: Mapping[str, PartitionKey], cache: Cache, previous: Mapping[str, Any] | None) -> dict[str, dict]:
     """For every partition: ``cached`` or ``will run``, and why (Snakemake's ``--reason``).
 
@@ -339,6 +358,9 @@ def explain(keys: Mapping[str, PartitionKey], cache: Cache, previous: Mapping[st
             reason = "no cache entry; the earlier run had no partition of these stages"
         elif old.get("version") != k.version:
             reason = f"hetflow version changed ({old.get('version')} -> {k.version})"
+        elif any((old.get("code") or {}).get(name) != digest for name, digest in k.code.items()):
+            changed = [name for name, digest in k.code.items() if (old.get("code") or {}).get(name) != digest]
+            reason = "code changed: " + ", ".join(f"op {name!r} ({_code_label(name)})" for name in changed)
         elif old.get("definition") != k.definition:
             changed = [n for n, d in k.node_digests.items() if (old.get("node_digests") or {}).get(n) != d]
             reason = "definition changed: " + (", ".join(f"stage {n!r}" for n in changed) if changed else "stages differ")

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Sequence
+from typing import Any, Sequence
 
 from hetflow.engine.errors import HetflowError, ManifestError, RunFailed, UsageError
 from hetflow.engine.locks import LockHeld
@@ -442,8 +442,12 @@ def _cmd_verify(args: argparse.Namespace, out, err) -> int:
         got = fresh.get(name)
         rows.append({"output": name, "recorded": entry["digest"], "rerun": got, "match": got == entry["digest"]})
     ok = rerun_ok and all(r["match"] for r in rows)
+    changed = _changed_sources(record, manifest)
+    for line in changed:
+        print(f"hetflow: {line}", file=err)
     if args.json:
-        print(json.dumps({"run_id": args.run_id, "rerun_id": rerun, "match": ok, "outputs": rows}), file=out)
+        print(json.dumps({"run_id": args.run_id, "rerun_id": rerun, "match": ok, "outputs": rows, "changed": changed}),
+              file=out)
     else:
         width = max([len(r["output"]) for r in rows] + [6])
         print(f"{'output':<{width}}  {'recorded':<23}  {'rerun':<23}  match", file=out)
@@ -452,6 +456,26 @@ def _cmd_verify(args: argparse.Namespace, out, err) -> int:
                   f"{'yes' if r['match'] else 'NO'}", file=out)
         print(f"verify {args.run_id}: {'all outputs match' if ok else 'MISMATCH'} (rerun {rerun})", file=out)
     return EXIT_OK if ok else EXIT_RUN_FAILED
+
+
+def _changed_sources(record: dict, manifest: Any) -> list[str]:
+    """The plugins and data files whose bytes differ from those the recorded run used."""
+    from hetflow.engine.cache import file_digest
+
+    now = {p.spec: p for p in getattr(manifest, "plugins", ())}
+    changed = []
+    for p in record.get("plugins") or []:
+        current = now.get(p["spec"])
+        if current is None or current.digest != p["digest"]:
+            where = p.get("file") or p.get("distribution") or p["module"]
+            changed.append(f"plugin {p['spec']!r} ({where}) is not the code the run used "
+                           f"({p['digest'][:19]} then, {current.digest[:19] if current else 'absent'} now)")
+    for stage, d in (record.get("data") or {}).items():
+        digest = file_digest(d["path"])
+        if digest != d["digest"]:
+            changed.append(f"stage {stage!r} reads {d['path']}, whose bytes changed since the run "
+                           f"({(d['digest'] or 'unreadable')[:19]} then, {(digest or 'unreadable')[:19]} now)")
+    return changed
 
 
 def _cmd_runs(args: argparse.Namespace, out, err) -> int:

@@ -55,8 +55,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+from hetflow.executors import ops as oplib
 from hetflow.executors.base import Dtype, Vendor
 
 __all__ = [
@@ -215,12 +216,21 @@ class CostModel:
         self.links = dict(LINKS if links is None else links)
         self._default = default_rule()
 
-    def work(self, op: str, inputs: Sequence[Shape | None], output: Shape | None, dtype: Dtype) -> Work:
+    def work(self, op: str, inputs: Sequence[Shape | None], output: Shape | None, dtype: Dtype,
+             args: Mapping[str, Any] | None = None) -> Work:
+        """The stage's work; a user's op with ``cost=`` answers for itself from its shapes and ``args``."""
+        user = oplib.REGISTRY.get(op)
+        if user is not None and user.cost_rule is not None and all(s is not None for s in inputs):
+            try:
+                flops, nbytes = user.cost_rule(list(inputs), user.with_defaults(args or {}))
+                return Work(flops, nbytes)
+            except Exception:  # noqa: BLE001 - a broken cost= falls back to the default rule; costs only steer placement
+                pass
         return self.rules.get(op, self._default)(inputs, output, dtype)
 
     def exec_s(self, op: str, inputs: Sequence[Shape | None], output: Shape | None, dtype: Dtype,
-               vendor: Vendor) -> float:
-        w = self.work(op, inputs, output, dtype)
+               vendor: Vendor, args: Mapping[str, Any] | None = None) -> float:
+        w = self.work(op, inputs, output, dtype, args)
         p = self.profiles[vendor]
         return p.launch_s + max(w.flops / p.flops_per_s, w.bytes / p.bytes_per_s)
 

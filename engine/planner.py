@@ -401,10 +401,13 @@ def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
         stage = d["stage"]
         shapes = tuple([shape_of[r] for r in stage.inputs])
         cands = units[unit_of[n]].candidates
-        key = (stage.op, shapes, d["shape"], stage.dtype.value, *cands)
+        user_cost = oplib.REGISTRY[stage.op].cost_rule is not None
+        key = (stage.op, shapes, d["shape"], stage.dtype.value, *cands) + ((n,) if user_cost else ())
         row = rows.get(key)
         if row is None:
-            row = rows[key] = {e: model.exec_s(stage.op, list(shapes), d["shape"], stage.dtype, vendor[e]) for e in cands}
+            more = {"args": stage.args} if user_cost else {}
+            row = rows[key] = {e: model.exec_s(stage.op, list(shapes), d["shape"], stage.dtype, vendor[e], **more)
+                               for e in cands}
         exec_s[n] = row
     consumers = {n: list(nbrs) for n, nbrs in out.adjacency()}
     return placing.Problem(out, order, units, unit_of, vendor, exec_s, consumers, model)

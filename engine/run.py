@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping
 
 import dask.threaded
 
-from hetflow.engine.cache import Cache, CacheUse, partition_keys
+from hetflow.engine.cache import Cache, CacheUse, file_digest, partition_keys
 from hetflow.engine.errors import RunFailed
 from hetflow.engine.events import EventStream, Sink, run_event
 from hetflow.engine.lowering import TaskGraph, bridge_ref, lower, subgraph_plan, tensor_ref
@@ -81,13 +81,23 @@ class ClusterFailure(Exception):
 
 
 class StageFailure(Exception):
-    """A partition's executor failed; names the node when the executor knows it."""
+    """A partition's executor failed; names the node when the executor knows it.
 
-    def __init__(self, partition: str, node: str | None, message: str) -> None:
+    When a user's op raised, ``op`` names it and ``user_traceback`` is the
+    traceback of the user's code alone.
+    """
+
+    def __init__(self, partition: str, node: str | None, message: str, op: str | None = None,
+                 user_traceback: str | None = None) -> None:
         super().__init__(partition, node, message)
         self.partition = partition
         self.node = node
         self.message = message
+        self.op = op
+        self.user_traceback = user_traceback
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.partition, self.node, self.message, self.op, self.user_traceback))
 
     def __str__(self) -> str:
         where = f"stage {self.node!r}" if self.node else f"partition {self.partition}"
@@ -228,7 +238,7 @@ class LocalRuntime:
         except ExecutorError as e:
             self._event("partition", pid, part.executor, start, "failed", node=e.node, error=str(e),
                         timed_out=isinstance(e, StageTimedOut))
-            raise StageFailure(pid, e.node, str(e)) from None
+            raise StageFailure(pid, e.node, str(e), getattr(e, "op", None), getattr(e, "user_traceback", None)) from None
         produced = {}
         for tensor, handle in zip(part.outputs, outputs, strict=True):
             self.handles.register(tensor_ref(tensor), executor, handle)
@@ -351,6 +361,8 @@ def execute(
         "overrides": dict(overrides or {}),
         "matrix_point": dict(matrix_point) if matrix_point else None,
         "schedule": dict(schedule) if schedule else None,
+        "plugins": [p.to_json() for p in getattr(manifest, "plugins", ())],
+        "data": _data_files(manifest),
         "inputs": {k: dict(v) for k, v in (inputs or {}).items()},
         "resumed": resume is not None,
         "host": provenance(manifest.file),
@@ -471,19 +483,34 @@ def _node_status(record: dict, runtime: LocalRuntime, failure: BaseException | N
             entry["status"] = "failed" if event.get("node") is None else "cancelled"
 
 
+def _data_files(manifest: Manifest) -> dict[str, dict]:
+    """Every file a ``load`` stage reads, with the sha256 of its bytes (stage -> path, key, digest)."""
+    return {s.id: {"path": s.args["path"], "key": s.args.get("key"), "digest": file_digest(s.args["path"])}
+            for s in manifest.stages.values() if s.op == "load" and isinstance(s.args.get("path"), str)}
+
+
 def _describe_failure(failure: BaseException, plan: Plan, manifest: Manifest) -> dict:
     if isinstance(failure, ClusterFailure):
         return {"partition": None, "node": None, "message": str(failure), "lost": failure.lost}
     if isinstance(failure, StageFailure):
         decl = manifest.stages.get(failure.node) or getattr(manifest, "phases", {}).get(failure.node)
         origin = str(decl.origin) if decl is not None else None
-        return {"partition": failure.partition, "node": failure.node, "message": str(failure), "origin": origin}
+        described = {"partition": failure.partition, "node": failure.node, "message": str(failure), "origin": origin}
+        if failure.op is not None:
+            described.update(op=failure.op, traceback=failure.user_traceback)
+        return described
     return {"partition": None, "node": None, "message": f"{type(failure).__name__}: {failure}",
             "traceback": "".join(traceback.format_exception(failure))}
 
 
 def _traceback_text(failure: BaseException) -> str:
-    """The failure's traceback, led by the executor's own when the engine re-raised it as a stage failure."""
+    """The failure's traceback, led by the executor's own when the engine re-raised it as a stage failure.
+
+    A user's op that raised gets the traceback of the user's code alone:
+    their files and lines, none of hetflow's.
+    """
+    if getattr(failure, "user_traceback", None):
+        return failure.user_traceback
     text = "".join(traceback.format_exception(failure))
     cause = failure.__context__ if failure.__suppress_context__ else None
     if cause is None:
