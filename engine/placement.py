@@ -63,6 +63,7 @@ import networkx as nx
 
 from hetflow.engine.costs import human_bytes
 from hetflow.engine.errors import Diagnostic, ManifestError
+from hetflow.executors import ops as oplib
 
 __all__ = [
     "Unit",
@@ -208,7 +209,7 @@ def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, 
     def capable(stage: Any, ex: str) -> bool:
         offer = offers[ex]
         ops = getattr(offer, "ops", None)
-        return stage.dtype in offer.dtypes and (not ops or stage.op in ops)
+        return stage.dtype in offer.dtypes and (not ops or stage.op in ops or _user_op_runs(offer, stage.op))
 
     per_node: dict[str, tuple[list[str], str, str, str | None]] = {}
     attrs = node_data(graph)
@@ -310,11 +311,18 @@ def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, 
     return units, unit_of
 
 
+def _user_op_runs(offer: Any, op: str) -> bool:
+    """A user's op runs where it has a kernel, whatever the vendor's (earlier) list of ops says."""
+    found = oplib.REGISTRY.get(op)
+    vendor = getattr(getattr(offer, "vendor", None), "value", None)
+    return found is not None and found.invoke is not None and vendor is not None and found.runs_on(vendor)
+
+
 def _dtype_problem(stage: Any, names: Sequence[str], executors: Mapping[str, Any], offers: Mapping[str, Any]) -> Diagnostic:
     first = executors[names[0]]
     supported = ", ".join(d.value for d in offers[names[0]].dtypes)
     ops = getattr(offers[names[0]], "ops", None)
-    if stage.dtype in offers[names[0]].dtypes and ops and stage.op not in ops:
+    if stage.dtype in offers[names[0]].dtypes and ops and stage.op not in ops and not _user_op_runs(offers[names[0]], stage.op):
         what = f"stage {stage.id!r} uses op {stage.op!r}, which executor {first.name!r} ({first.vendor.value}) does not run"
     else:
         what = (f"stage {stage.id!r} produces {stage.dtype.value}, which executor {first.name!r} ({first.vendor.value}) "

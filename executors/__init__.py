@@ -41,7 +41,13 @@ class Offer:
     """The registry ops this vendor computes; None when it computes every one."""
 
     def offers_op(self, op: str) -> bool:
-        return self.ops is None or op in self.ops
+        """Whether this vendor computes ``op``; a user's op asks its own kernels, which may be newer than the probe."""
+        if self.ops is None or op in self.ops:
+            return True
+        from hetflow.executors.ops import REGISTRY
+
+        found = REGISTRY.get(op)
+        return found is not None and found.invoke is not None and found.runs_on(self.vendor.value)
 
     def to_json(self) -> dict:
         return {

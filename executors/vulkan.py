@@ -191,6 +191,8 @@ def offered_ops() -> tuple[str, ...]:
 
 @lru_cache(maxsize=None)
 def _source(template: str, **subs: Any) -> str:
+    if template == "source":  # a user's op brings its own WGSL (ops.Kernel("source", code))
+        return subs["CODE"]
     text = (KERNELS / f"{template}.wgsl").read_text()
     if template in ("widen", "narrow"):
         text = (KERNELS / "dtypes.wgsl").read_text() + "\n" + text
@@ -386,6 +388,23 @@ class _Recording:
         self.pass_.end()
         self.dev.queue.submit([self.encoder.finish()])
         self.keep.clear()
+
+
+def _user_params(op: ops.Op, kernel: ops.Kernel, shapes: list[tuple[int, ...]], args: dict) -> list[int]:
+    """The words after P[0] for a user's WGSL kernel: its params function's, else the args in declared order."""
+    if kernel.params is not None:
+        values = list(kernel.params(*shapes, **{k: v for k, v in args.items() if k in op.args}))
+    else:
+        values = [float(args[k]) if op.args[k].kind.startswith("number") else args[k] for k in op.args]
+    words = []
+    for v in values:
+        if isinstance(v, (bool, np.bool_)) or isinstance(v, (int, np.integer)) and not isinstance(v, float):
+            words.append(int(v) & 0xFFFFFFFF)
+        elif isinstance(v, (float, np.floating)):
+            words.append(int(np.array([v], np.float32).view(np.uint32)[0]))
+        else:
+            raise ValueError(f"op {op.name!r}: its WGSL parameter {v!r} is not a number")
+    return words
 
 
 def _linear_groups(count: int) -> tuple[int, int, int]:
@@ -609,7 +628,7 @@ class VulkanExecutor:
             if n:
                 rec.dispatch("unary", {"EXPR": kernel.expr}, [xs[0].buffer, y.buffer], [n], _linear_groups(-(-n // _WG)))
         elif kernel.template == "binary":
-            a, b = xs
+            a, b = xs if len(xs) == 2 else (xs[0], self._upload((), Dtype.fp32, np.float32(args["value"]).tobytes()))
             params = [n, len(shape), *shape, *_broadcast_strides(a.shape, shape), *_broadcast_strides(b.shape, shape)]
             if n:
                 rec.dispatch("binary", {"EXPR": kernel.expr}, [a.buffer, b.buffer, y.buffer], params, _linear_groups(-(-n // _WG)))
@@ -623,6 +642,11 @@ class VulkanExecutor:
                 rec.dispatch("permute", {}, [x.buffer, y.buffer], params, _linear_groups(-(-n // _WG)))
         elif kernel.template == "matmul":
             self._matmul(rec, xs[0], xs[1], y)
+        elif kernel.template == "source":
+            if n:
+                words = _user_params(op, kernel, [x.shape for x in xs], args)
+                rec.dispatch("source", {"CODE": kernel.expr}, [*(x.buffer for x in xs), y.buffer], [n, *words],
+                             _linear_groups(-(-n // _WG)))
         elif kernel.template in ("reduce", "softmax"):
             x = xs[0]
             axis = args["axis"]
