@@ -81,7 +81,7 @@ from hetflow.engine.manifest import Manifest
 from hetflow.engine.planner import Plan
 from hetflow.engine.cache import Cache, CacheUse
 from hetflow.engine.run import ClusterFailure, LocalRuntime
-from hetflow.executors import Offer, create, probe
+from hetflow.executors import Offer, create, plugins, probe
 from hetflow.executors.base import Vendor
 
 __all__ = ["Cluster", "WorkerInfo", "HetflowWorkerPlugin", "worker_offers", "PLUGIN_PREFIX", "RESOURCE_PREFIX"]
@@ -139,6 +139,7 @@ class HetflowWorkerPlugin(WorkerPlugin):
         self.closed = False
         self.inflight = 0
         self._cond = threading.Condition()
+        self.plugins = _plugins_of(plan)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -150,6 +151,7 @@ class HetflowWorkerPlugin(WorkerPlugin):
         self._cond = threading.Condition()
 
     def setup(self, worker: Any) -> None:
+        _load_plugins(self.plugins, worker)
         mine = [e for e, (address, name) in self.hosts.items()
                 if worker.address == address or str(worker.name) == name]
         executors = {e: create(self.plan.executors[e].vendor, e, self.plan.executors[e].device) for e in mine}
@@ -178,6 +180,34 @@ class HetflowWorkerPlugin(WorkerPlugin):
     def close(self) -> None:
         with self._cond:
             self.closed = True
+
+
+def _plugins_of(plan: Plan) -> list[tuple[str, str, str, bytes | None]]:
+    """(kind, spec, path or module, source) of the plugin of every user's op the plan runs.
+
+    A path plugin travels as its bytes, so a worker on another machine
+    runs exactly the code the client planned with; an installed module or
+    entry point must be installed on the worker too.
+    """
+    seen: dict[str, tuple[str, str, str, bytes | None]] = {}
+    for node in plan.nodes.values():
+        found = plugins.plugin_for(getattr(node, "op", None) or "")
+        if found is not None and found.module not in seen:
+            target = found.file if found.kind == "path" else found.module
+            seen[found.module] = (found.kind, found.spec, target or found.module, found.source)
+    return list(seen.values())
+
+
+def _load_plugins(wanted: list[tuple[str, str, str, bytes | None]], worker: Any) -> None:
+    for kind, spec, target, source in wanted:
+        try:
+            if kind == "path":
+                plugins.load_source(target, source or b"", spec)
+            else:
+                plugins.load_module(target, spec, kind=kind)
+        except plugins.PluginError as e:
+            raise RuntimeError(f"worker {worker.name} ({worker.address}) cannot load plugin {spec!r} "
+                               f"(module {target}): {e}") from None
 
 
 def _plugin(run_id: str) -> HetflowWorkerPlugin:
