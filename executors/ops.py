@@ -853,7 +853,7 @@ _ENTRIES += [
 # Vulkan executor does not offer.
 _GELU = "0.5 * x * (1.0 + tanh(clamp(0.7978846 * (x + 0.044715 * x * x * x), -15.0, 15.0)))"
 _WGSL: dict[str, Kernel] = {
-    **{name: Kernel("host") for name in ("random.normal", "random.uniform", "zeros", "ones", "arange", "load", "input")},
+    **{name: Kernel("host") for name in ("random.normal", "random.uniform", "zeros", "ones", "arange", "load", "input", "full")},
     "add": Kernel("binary", "a + b"),
     "sub": Kernel("binary", "a - b"),
     "mul": Kernel("binary", "a * b"),
