@@ -17,7 +17,7 @@ import functools
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Origin", "Diagnostic", "HetflowError", "ManifestError", "UsageError", "RunFailed"]
+__all__ = ["Origin", "Diagnostic", "HetflowError", "ManifestError", "UsageError", "RunFailed", "RunCancelled"]
 
 
 @functools.total_ordering
@@ -134,3 +134,12 @@ class RunFailed(HetflowError):
     def __init__(self, message: str, record_path: str | None = None) -> None:
         super().__init__(message)
         self.record_path = record_path
+
+
+class RunCancelled(HetflowError):
+    """SIGINT or SIGTERM stopped a run; its record says ``cancelled``, the signal and what had finished."""
+
+    def __init__(self, message: str, record_path: str | None = None, signal: str | None = None) -> None:
+        super().__init__(message)
+        self.record_path = record_path
+        self.signal = signal

@@ -207,8 +207,8 @@ class ProgressDisplay:
                     self.console.print(f"dashboard: {event['dashboard']}")
                 self.progress.start()
                 self._task = self.progress.add_task(f"run {event['id']}", total=event.get("tasks"), bridged="")
-            elif what in ("finished", "failed"):
-                if what == "failed":
+            elif what in ("finished", "failed", "cancelled"):
+                if what != "finished":
                     self.console.print(f"[red]{format_line(event)}[/red]", highlight=False)
                 self.close()
             return

@@ -1,9 +1,11 @@
-"""One run at a time per manifest and runs directory.
+"""One run at a time per manifest, resolved params and runs directory.
 
 A scheduled job (cron, Airflow) that starts while the previous run of the
 same manifest still runs must stop with a clear message instead of racing
-it. :class:`RunLock` is a file ``RUNS_DIR/.locks/NAME-HASH.lock`` (HASH of
-the manifest's absolute path) held with ``fcntl.flock``: the kernel drops
+it, while different points of one sweep may run side by side. :class:`RunLock`
+is a file ``RUNS_DIR/.locks/NAME-HASH-PARAMS.lock`` (HASH of the manifest's
+absolute path, PARAMS of its resolved params' canonical JSON) held with
+``fcntl.flock``: the kernel drops
 the lock when its holder dies, however it dies, so a lock left behind by a
 dead process is simply taken over. The file also says who holds it (pid,
 host, run id, since when), which goes into the message a second run gets.
@@ -17,11 +19,11 @@ import json
 import os
 import socket
 import time
-from typing import Any
+from typing import Any, Mapping
 
 from hetflow.engine.errors import HetflowError
 
-__all__ = ["LockHeld", "RunLock", "lock_path"]
+__all__ = ["LockHeld", "RunLock", "lock_path", "manifest_locks"]
 
 
 class LockHeld(HetflowError):
@@ -36,9 +38,32 @@ class LockHeld(HetflowError):
         self.holder = holder
 
 
-def lock_path(runs_dir: str, manifest_file: str, name: str) -> str:
+def lock_path(runs_dir: str, manifest_file: str, name: str, params: Mapping[str, Any] | None = None) -> str:
+    """The lock of manifest ``name`` in ``manifest_file`` run with the resolved ``params``.
+
+    >>> lock_path("runs", "/p/m.yaml", "m", {"b": 2, "a": 1}) == lock_path("runs", "/p/m.yaml", "m", {"a": 1, "b": 2})
+    True
+    >>> lock_path("runs", "/p/m.yaml", "m", {"a": 1}) != lock_path("runs", "/p/m.yaml", "m", {"a": 2})
+    True
+    """
     digest = hashlib.sha256(os.path.abspath(manifest_file).encode()).hexdigest()[:12]
-    return os.path.join(runs_dir, ".locks", f"{name}-{digest}.lock")
+    tail = ""
+    if params is not None:
+        text = json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
+        tail = "-" + hashlib.sha256(text.encode()).hexdigest()[:12]
+    return os.path.join(runs_dir, ".locks", f"{name}-{digest}{tail}.lock")
+
+
+def manifest_locks(runs_dir: str, manifest_file: str, name: str) -> list[str]:
+    """Every lock file of manifest ``name`` in ``manifest_file``, whatever its params."""
+    base = os.path.basename(lock_path(runs_dir, manifest_file, name))[: -len(".lock")]
+    folder = os.path.join(runs_dir, ".locks")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return sorted(os.path.join(folder, n) for n in names
+                  if n.endswith(".lock") and (n == base + ".lock" or n.startswith(base + "-")))
 
 
 class RunLock:

@@ -33,7 +33,8 @@ from typing import Any, Callable, Mapping
 import dask.threaded
 
 from hetflow.engine.cache import Cache, CacheUse, file_digest, partition_keys
-from hetflow.engine.errors import RunFailed
+from hetflow.engine.cancel import Cancel, Cancelled, current
+from hetflow.engine.errors import RunCancelled, RunFailed
 from hetflow.engine.events import EventStream, Sink, run_event
 from hetflow.engine.lowering import TaskGraph, bridge_ref, lower, subgraph_plan, tensor_ref
 from hetflow.engine.manifest import Manifest
@@ -111,14 +112,16 @@ class HandleTable:
         self._expected = dict(refcounts)
         self._live: dict[str, tuple[Executor, ActivationHandle, int]] = {}
         self._lock = threading.Lock()
+        self._closed = False
 
     def register(self, ref: str, executor: Executor, handle: ActivationHandle) -> None:
         count = self._expected.get(ref, 0)
-        if count == 0:
-            executor.release_activation(handle)
-            return
         with self._lock:
-            self._live[ref] = (executor, handle, count)
+            keep = count > 0 and not self._closed
+            if keep:
+                self._live[ref] = (executor, handle, count)
+        if not keep:
+            executor.release_activation(handle)
 
     def get(self, ref: str) -> ActivationHandle:
         with self._lock:
@@ -126,6 +129,8 @@ class HandleTable:
 
     def done(self, ref: str) -> None:
         with self._lock:
+            if self._closed and ref not in self._live:
+                return
             executor, handle, count = self._live[ref]
             if count > 1:
                 self._live[ref] = (executor, handle, count - 1)
@@ -140,16 +145,24 @@ class HandleTable:
             executor.release_activation(handle)
         return len(held)
 
+    def close(self) -> int:
+        """Release every handle held, and from now on every handle registered (an abandoned task's)."""
+        with self._lock:
+            self._closed = True
+        return self.release_all()
+
 
 class LocalRuntime:
     """Executes the lowered tasks in this process against executor instances."""
 
     def __init__(self, plan: Plan, executors: Mapping[str, Executor], *,
                  emit: Callable[[dict], None] | None = None, worker: str | None = None,
-                 cache: CacheUse | None = None) -> None:
+                 cache: CacheUse | None = None, cancel: Cancel | None = None) -> None:
         self.plan = plan
         self.executors = dict(executors)
         self.cache = cache
+        self.cancel = cancel or Cancel()
+        self.running: set[str] = set()
         self.graph: TaskGraph = lower(plan, self)
         self.handles = HandleTable(self.graph.refcounts)
         self.events: list[dict] = []
@@ -178,13 +191,15 @@ class LocalRuntime:
         part = self._partitions[pid]
         attempt = 1
         while True:
+            self.cancel.check()
             self._attempt_of[f"partition:{pid}"] = attempt
             start = time.time()
             self._event("partition", pid, part.executor, start, "started")
+            self.running.add(pid)
             try:
                 return call() if part.timeout is None else self._within(part, call)
             except ExecutorError as e:
-                if attempt > part.retries:
+                if attempt > part.retries or self.cancel.requested:
                     raise
                 self._event("partition", pid, part.executor, start, "retried", node=e.node, error=str(e),
                             timed_out=isinstance(e, StageTimedOut))
@@ -239,6 +254,8 @@ class LocalRuntime:
             self._event("partition", pid, part.executor, start, "failed", node=e.node, error=str(e),
                         timed_out=isinstance(e, StageTimedOut))
             raise StageFailure(pid, e.node, str(e), getattr(e, "op", None), getattr(e, "user_traceback", None)) from None
+        finally:
+            self.running.discard(pid)
         produced = {}
         for tensor, handle in zip(part.outputs, outputs, strict=True):
             self.handles.register(tensor_ref(tensor), executor, handle)
@@ -319,6 +336,8 @@ def execute(
     resume: str | None = None,
     schedule: Mapping[str, Any] | None = None,
     inputs: Mapping[str, Mapping[str, Any]] | None = None,
+    cancel: Cancel | None = None,
+    verifies: str | None = None,
 ) -> RunResult:
     """Run ``plan`` and write its record; raises :class:`RunFailed` when a stage fails.
 
@@ -336,7 +355,18 @@ def execute(
     name -> shape, dtype, bytes, digest); it goes into the record as is.
     A failed run also writes ``traceback.txt`` in its folder, named by the
     record's ``error.traceback_file``.
+
+    ``cancel`` (a :class:`hetflow.engine.cancel.Cancel`, set by SIGINT or
+    SIGTERM under :func:`hetflow.engine.cancel.stopping`, whose flag is the
+    default) stops the run:
+    no new partition starts, running ones are abandoned, every handle is
+    released and the record says ``cancelled`` with the signal, the time
+    and the partitions that had finished; then :class:`RunCancelled` is
+    raised. A ``KeyboardInterrupt`` is taken as a SIGINT's cancellation.
+    ``verifies`` names the run this one re-executes for ``hetflow verify``;
+    the record keeps it, and such runs are never an earlier run's baseline.
     """
+    cancel = cancel or current() or Cancel()
     phases = getattr(manifest, "phases", {})
     if resume is not None:
         run_id, run_dir = resume, os.path.join(runs_dir, resume)
@@ -365,6 +395,7 @@ def execute(
         "data": _data_files(manifest),
         "inputs": {k: dict(v) for k, v in (inputs or {}).items()},
         "resumed": resume is not None,
+        "verifies": verifies,
         "host": provenance(manifest.file),
         "scheduler": cluster.describe() if cluster is not None else {"kind": "threads", "workers": num_workers or os.cpu_count()},
         "versions": versions(),
@@ -378,34 +409,64 @@ def execute(
         "live_activations_after": None,
     }
     write_json_atomic(record_path, record)
+    final_written = threading.Event()
+    runtime: Any = None
 
+    def forced_exit() -> None:
+        # A second signal: the process ends now; leave a record that says so, unless the full one is written.
+        if final_written.is_set():
+            return
+        now = time.time()
+        events = list(runtime.events) if runtime is not None else []
+        write_json_atomic(record_path, {**record, "status": "cancelled", "ended_at": utc_iso(now),
+                                        "duration_s": round(now - started, 6),
+                                        "cancelled": _cancel_info(cancel, events, runtime, forced=True)})
+
+    forget_hook = cancel.on_forced_exit(forced_exit)
     stream = EventStream([on_event] if on_event is not None else [])
     failure: BaseException | None = None
     results: list[Any] = []
+    live_after: dict[str, int] | None
     if cluster is not None:
         # phase tasks that run on the client are recorded as the threaded mode records them
         recorder = LocalRuntime(plan, {}, emit=stream.emit) if phases else None
         phase_runner = PhaseRunner(manifest.emulators, phases, recorder._event) if phases else None
-        runtime, results, failure, live_after = cluster.run_graph(plan, run_id, stream, cache_use, phase_runner)
+        try:
+            runtime, results, failure, live_after = cancel.wait(
+                lambda: cluster.run_graph(plan, run_id, stream, cache_use, phase_runner))
+        except (Cancelled, KeyboardInterrupt) as e:
+            # the workers' handles go with the run's plugin when the cluster closes; what is left is not known here
+            failure, live_after = e, None
+            runtime = LocalRuntime.__new__(LocalRuntime)
+            runtime.events, runtime.running = stream.tasks(), set()
     else:
         instances = dict(executors) if executors is not None else create_executors(plan)
-        runtime = LocalRuntime(plan, instances, emit=stream.emit, cache=cache_use)
+        runtime = LocalRuntime(plan, instances, emit=stream.emit, cache=cache_use, cancel=cancel)
         stream.emit(run_event("started", run_id, tasks=len(runtime.graph.dsk), mode="threads"))
         pool = ThreadPoolExecutor(max_workers=num_workers or os.cpu_count() or 1, thread_name_prefix="hetflow")
         phase_runner = PhaseRunner(manifest.emulators, phases, runtime._event) if phases else None
-        try:
+
+        def run_graph() -> list[Any]:
             dsk, graph_keys = runtime.graph.dsk, runtime.graph.keys
             if phase_runner is not None:
                 first = phase_runner.round1()
                 dask.threaded.get(first, list(first), pool=pool)
+                cancel.check()
                 second = phase_runner.round2()
                 dsk, graph_keys = {**dsk, **second}, graph_keys + [k for k in second if k.startswith("phase:")]
-            results = dask.threaded.get(dsk, graph_keys, pool=pool)
+            return dask.threaded.get(dsk, graph_keys, pool=pool)
+
+        try:
+            results = cancel.wait(run_graph)
         except BaseException as e:  # noqa: BLE001 - recorded, then re-raised below
             failure = e
         finally:
-            pool.shutdown(wait=True)
-            runtime.handles.release_all()
+            stopped = isinstance(failure, (Cancelled, KeyboardInterrupt))
+            if stopped:
+                cancel.request("SIGINT")  # a KeyboardInterrupt without stopping(): no new partition starts
+            # a cancelled run does not wait for the partitions it abandons: they release what they return
+            pool.shutdown(wait=not stopped, cancel_futures=stopped)
+            runtime.handles.close()
         live_after = {name: ex.live_activations() for name, ex in instances.items()}
 
     ended = time.time()
@@ -415,7 +476,10 @@ def execute(
         event["offset_s"] = round(event["start"] - started, 6)
         event["start"], event["end"] = utc_iso(event["start"]), utc_iso(event["end"])
     _node_status(record, runtime, failure)
-    if phases:
+    cancelled = isinstance(failure, (Cancelled, KeyboardInterrupt))
+    if cancelled:
+        record["cancelled"] = _cancel_info(cancel, record["tasks"], runtime)
+    if phases and not cancelled:
         record["phases"] = phase_status(phase_runner, record["tasks"])
     if failure is None:
         by_key = dict(zip(runtime.graph.keys, results))
@@ -438,11 +502,11 @@ def execute(
             else:
                 value, digest = phase_runner.output(pid, fieldname)
                 record["outputs"][name] = {"phase": pid, "field": fieldname, "value": value, "digest": digest}
-    else:
+    elif not cancelled:
         record["error"] = _describe_failure(failure, plan, manifest)
         write_text_atomic(os.path.join(run_dir, "traceback.txt"), _traceback_text(failure))
         record["error"]["traceback_file"] = "traceback.txt"
-    record["status"] = "succeeded" if failure is None else "failed"
+    record["status"] = "succeeded" if failure is None else "cancelled" if cancelled else "failed"
     record["ended_at"] = utc_iso(ended)
     record["duration_s"] = round(ended - started, 6)
     record["live_activations_after"] = live_after
@@ -452,9 +516,16 @@ def execute(
                        "stored": [e["id"] for e in done if e.get("stored")]}
     record["events"] = stream.events
     write_json_atomic(record_path, record)
+    final_written.set()
+    forget_hook()
     stream.emit(run_event(record["status"] if failure is not None else "finished", run_id,
-                          duration_s=record["duration_s"], error=(record["error"] or {}).get("message")))
+                          duration_s=record["duration_s"],
+                          error=(record["error"] or {}).get("message") or (f"by {record['cancelled']['signal']}" if cancelled else None)))
     result = RunResult(run_id, run_dir, record_path, record["status"], record)
+    if cancelled:
+        info = record["cancelled"]
+        raise RunCancelled(f"run {run_id} cancelled by {info['signal']}: {len(info['finished'])} of "
+                           f"{len(plan.partitions)} partitions had finished", record_path, info["signal"]) from None
     if failure is not None:
         if not isinstance(failure, (StageFailure, ExecutorError, ClusterFailure)):
             raise failure
@@ -462,12 +533,22 @@ def execute(
     return result
 
 
+def _cancel_info(cancel: Cancel, events: list[dict], runtime: Any, forced: bool = False) -> dict:
+    """The record's ``cancelled`` entry: the signal, when it came, what had finished and what was abandoned."""
+    at = cancel.at if cancel.at is not None else time.time()
+    finished = sorted({e["id"] for e in events if e.get("kind") == "partition" and e.get("status") == "succeeded"})
+    running = sorted(getattr(runtime, "running", ()) or ())
+    return {"signal": cancel.signal or "SIGINT", "at": utc_iso(at), "finished": finished, "abandoned": running,
+            "forced_exit": forced}
+
+
 def _node_status(record: dict, runtime: LocalRuntime, failure: BaseException | None) -> None:
     done = {e["id"]: e for e in runtime.events if e["kind"] == "partition"}
     for node, entry in record["nodes"].items():
         event = done.get(entry["partition"])
         if event is None:
-            entry["status"] = "not run" if failure is not None else "succeeded"
+            abandoned = entry["partition"] in getattr(runtime, "running", ())
+            entry["status"] = "cancelled" if abandoned else "not run" if failure is not None else "succeeded"
             continue
         entry["started_at"], entry["ended_at"], entry["duration_s"] = event["start"], event["end"], event["duration_s"]
         entry["attempts"] = event.get("attempt", 1)

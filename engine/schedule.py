@@ -263,10 +263,11 @@ class Entry:
     def claims_dir(self, runs_dir: str) -> str:
         return os.path.join(runs_dir, ".schedule", self.key)
 
-    def lock_file(self, runs_dir: str) -> str:
-        from hetflow.engine.locks import lock_path
+    def active(self, runs_dir: str) -> bool:
+        """Whether a live process holds a run lock of this manifest, with any params."""
+        from hetflow.engine.locks import manifest_locks
 
-        return lock_path(runs_dir, self.file, self.name)
+        return any(lock_active(path) for path in manifest_locks(runs_dir, self.file, self.name))
 
 
 def discover(paths: Sequence[str]) -> list[str]:
@@ -523,7 +524,7 @@ def _run_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: 
             log("claimed-elsewhere", fields)
             continue
         policy = entry.schedule.max_active
-        if policy != "allow" and lock_active(entry.lock_file(runs_dir)):
+        if policy != "allow" and entry.active(runs_dir):
             if policy == "skip":
                 _mark(path, entry, slot, "skipped", reason="a run of this manifest is active")
                 count("skipped")
@@ -531,7 +532,7 @@ def _run_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: 
                 continue
             log("queued", fields)
         while True:
-            while policy == "queue" and lock_active(entry.lock_file(runs_dir)):
+            while policy == "queue" and entry.active(runs_dir):
                 time.sleep(wait)
             child = start(entry, slot, runs_dir, path)
             count("started")
@@ -616,7 +617,7 @@ class Server:
 
     def _active(self, entry: Entry) -> bool:
         mine = os.path.abspath(entry.file)
-        return any(os.path.abspath(c.entry.file) == mine for c in self.running) or lock_active(entry.lock_file(self.runs_dir))
+        return any(os.path.abspath(c.entry.file) == mine for c in self.running) or entry.active(self.runs_dir)
 
     def _start(self, entry: Entry, slot: datetime, path: str) -> None:
         child = start(entry, slot, self.runs_dir, path)

@@ -1,0 +1,147 @@
+"""SIGINT and SIGTERM stop runs and sweeps: real processes, real signals, records that stay true."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hetflow.engine.cancel import Cancel, Cancelled, stopping
+
+CHAIN = 24  # matmuls in the long partition: about two seconds here, long enough to be signalled in
+
+
+def long_manifest(folder: Path, matrix: str = "") -> str:
+    chain = "\n".join(f"  m{i}: {{op: matmul, inputs: [m{i - 1}, q], executor: b}}" for i in range(1, CHAIN + 1))
+    path = folder / "long.yaml"
+    path.write_text(f"""\
+version: 1
+name: long
+params: {{n: 768, scale: 0.036}}
+{matrix}executors: {{a: {{vendor: cpu}}, b: {{vendor: cpu}}}}
+stages:
+  x: {{op: random.normal, args: {{shape: ["${{n}}", "${{n}}"], seed: 1}}, executor: a}}
+  q: {{op: mul, inputs: [x], args: {{value: "${{scale}}"}}, executor: a}}
+  m0: {{op: relu, inputs: [q], executor: b}}
+{chain}
+outputs: {{q: q, y: m{CHAIN}}}
+""")
+    return str(path)
+
+
+def hetflow(*argv: str) -> list[str]:
+    return [sys.executable, "-m", "hetflow.engine.cli", *argv]
+
+
+def start_and_signal(argv: list[str], signals: list[int], when) -> tuple[int, str, list[dict]]:
+    """Start ``hetflow`` with JSON events on stderr; send ``signals`` once ``when(event)`` is true."""
+    proc = subprocess.Popen(hetflow(*argv, "--log-format", "json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    events = []
+    try:
+        for line in proc.stderr:
+            if not line.startswith("{"):
+                continue
+            event = json.loads(line)
+            events.append(event)
+            if when(event):
+                for i, sig in enumerate(signals):
+                    if i:
+                        time.sleep(0.05)
+                    os.kill(proc.pid, sig)
+                break
+        out, rest = proc.communicate(timeout=60)
+        events += [json.loads(line) for line in rest.splitlines() if line.startswith("{")]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, out, events
+
+
+def long_partition_started(event: dict) -> bool:
+    return event.get("event") == "started" and event.get("kind") == "partition" and event.get("executor") == "b"
+
+
+def only_record(runs: Path) -> dict:
+    found = [json.loads(p.read_text()) for p in runs.glob("*/record.json")]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def run_json(*argv: str) -> tuple[int, dict]:
+    done = subprocess.run(hetflow(*argv, "--quiet", "--json"), capture_output=True, text=True, timeout=120)
+    return done.returncode, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("plain")
+    code, result = run_json("run", long_manifest(folder), "--runs-dir", str(folder / "runs"), "--no-cache")
+    assert code == 0, result
+    return result["outputs"]
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_during_a_long_partition_cancels_and_resume_reuses_what_finished(tmp_path, uninterrupted, sig, code):
+    path, runs = long_manifest(tmp_path), tmp_path / "runs"
+    t0 = time.time()
+    rc, _, events = start_and_signal(["run", path, "--runs-dir", str(runs)], [sig], long_partition_started)
+    assert rc == code
+    assert time.time() - t0 < 30
+    record = only_record(runs)
+    assert record["status"] == "cancelled"
+    info = record["cancelled"]
+    assert info["signal"] == signal.Signals(sig).name and info["at"].endswith("Z") and not info["forced_exit"]
+    short = record["nodes"]["q"]["partition"]
+    long_ = record["nodes"][f"m{CHAIN}"]["partition"]
+    assert info["finished"] == [short] and info["abandoned"] == [long_]
+    assert record["nodes"]["q"]["status"] == "succeeded" and record["nodes"]["m1"]["status"] == "cancelled"
+    assert record["live_activations_after"] == {"a": 0, "b": 0}
+    assert record["ended_at"] is not None and record["duration_s"] > 0 and record["outputs"] == {}
+    assert any(e.get("kind") == "run" and e["event"] == "cancelled" for e in events)
+
+    rc, result = run_json("run", path, "--runs-dir", str(runs), "--resume", record["run_id"])
+    assert rc == 0 and result["run_id"] == record["run_id"]
+    assert result["cache_hits"] == [short]
+    assert result["outputs"] == uninterrupted
+    resumed = only_record(runs)
+    assert resumed["status"] == "succeeded" and resumed["resumed"] and "cancelled" not in resumed
+
+
+def test_second_sigint_exits_at_once_with_a_valid_cancelled_record(tmp_path):
+    path, runs = long_manifest(tmp_path), tmp_path / "runs"
+    rc, _, _ = start_and_signal(["run", path, "--runs-dir", str(runs)], [signal.SIGINT, signal.SIGINT],
+                                long_partition_started)
+    assert rc == 130
+    record = only_record(runs)  # valid JSON, whichever write came last
+    assert record["status"] == "cancelled" and record["cancelled"]["signal"] == "SIGINT"
+    assert not list(runs.glob("*/.tmp-*"))
+
+
+def test_cancel_wait_returns_results_and_stops_on_request():
+    cancel = Cancel()
+    assert cancel.wait(lambda: 7) == 7
+    with pytest.raises(ZeroDivisionError):
+        cancel.wait(lambda: 1 / 0)
+    started = time.time()
+
+    def slow() -> None:
+        time.sleep(5)
+
+    import threading
+
+    threading.Timer(0.2, cancel.request, args=("SIGTERM",)).start()
+    with pytest.raises(Cancelled) as caught:
+        cancel.wait(slow)
+    assert caught.value.signal == "SIGTERM" and time.time() - started < 2
+
+
+def test_stopping_restores_the_previous_handlers():
+    before = signal.getsignal(signal.SIGTERM)
+    with stopping() as cancel:
+        assert signal.getsignal(signal.SIGTERM) == cancel._handle
+    assert signal.getsignal(signal.SIGTERM) == before
