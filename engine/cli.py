@@ -146,6 +146,8 @@ def _parser() -> argparse.ArgumentParser:
 
     sch = sub.add_parser("schema", help="the manifest JSON Schema for editors, with the op registry folded in")
     sch.add_argument("-o", "--output", metavar="FILE", help="write it to FILE instead of stdout")
+    sch.add_argument("--plugins", nargs="+", metavar="SPEC",
+                     help="also fold in the ops of these plugins (.py paths or module names), as a manifest's plugins: loads them")
     return p
 
 
@@ -673,7 +675,15 @@ def _cmd_report(args: argparse.Namespace, out, err) -> int:
 def _cmd_schema(args: argparse.Namespace, out, err) -> int:
     from hetflow.engine import schemagen
 
-    ops = dict(oplib.REGISTRY)
+    from hetflow.executors import plugins
+
+    ops = {name: op for name, op in oplib.REGISTRY.items() if op.invoke is None}
+    for spec in args.plugins or ():
+        try:
+            loaded = plugins.load_plugin(spec, os.getcwd())
+        except plugins.PluginError as e:
+            raise UsageError(f"--plugins {spec}: {e}") from None
+        ops.update({name: oplib.REGISTRY[name] for name in loaded.ops})
     text = schemagen.dumps(schemagen.editor_schema(ops))
     if args.output is None or args.output == "-":
         out.write(text)
