@@ -70,13 +70,20 @@ import numpy as np
 from hetflow.engine import matrix
 from hetflow.engine import planner
 from hetflow.engine.errors import RunFailed, UsageError
-from hetflow.engine.manifest import Manifest, compile_manifest, load
+from hetflow.engine.manifest import Document, Manifest, compile_manifest, load
 from hetflow.executors import probe
 from hetflow.executors.base import Dtype, PortableActivation
 
 __all__ = ["Plan", "Run", "Failure", "Sweep", "validate", "plan", "run", "sweep", "open_run"]
 
 Params = Mapping[str, Any]
+
+
+def _source(path: str | os.PathLike | Document) -> tuple[str, Document | None]:
+    """The manifest's file name, and its document when the caller (the CLI) has loaded it already."""
+    if isinstance(path, Document):
+        return path.file, path
+    return os.fspath(path), None
 
 
 def _overrides(params: Params | None) -> dict[str, Any]:
@@ -215,8 +222,8 @@ def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | 
     >>> p.nodes["x"]["shape"], len(p.bridges) > 0
     ([8, 128], True)
     """
-    path = os.fspath(path)
-    doc = load(path)
+    path, doc = _source(path)
+    doc = doc or load(path)
     overrides = _overrides(params)
     chosen = None
     if matrix.has_matrix(doc):
@@ -224,7 +231,7 @@ def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | 
         found = matrix.select(points, point) if point else points[0]
         chosen, overrides = found.name, {**overrides, **found.values}
     elif point:
-        raise UsageError(f"point {point!r}: {path} has no matrix")
+        raise UsageError(f"--point: {path} has no matrix")
     manifest = compile_manifest(doc, overrides)
     with _cluster(workers, threads_per_worker, scheduler, place) as cluster:
         made = _plan_on(manifest, cluster, place)
@@ -488,7 +495,7 @@ def open_run(run_id: str, runs_dir: str | os.PathLike = "runs") -> Run:
     return Run(os.path.join(os.fspath(runs_dir), run_id))
 
 
-def _jobs(path: str, overrides: dict, point: str | None, resume: str | None, runs_dir: str,
+def _jobs(path: str, doc: Document | None, overrides: dict, point: str | None, resume: str | None, runs_dir: str,
           max_points: int) -> tuple[Any, list[tuple[Manifest, dict | None, dict]]]:
     """The document and one (manifest, matrix point, overrides) job per point to run."""
     if resume:
@@ -500,7 +507,7 @@ def _jobs(path: str, overrides: dict, point: str | None, resume: str | None, run
         if os.path.abspath(record["manifest"]["file"]) != os.path.abspath(path):
             raise UsageError(f"run {resume} ran {record['manifest']['file']}, not {path}")
         return None, [(manifest_from_record(record), record.get("matrix_point"), record.get("overrides") or {})]
-    doc = load(path)
+    doc = doc or load(path)
     if not matrix.has_matrix(doc):
         if point:
             raise UsageError(f"--point: {path} has no matrix")
@@ -548,7 +555,8 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
         inputs: Mapping[str, np.ndarray] | None = None, point: str | None = None, threads: int | None = None,
         threads_per_worker: int | None = None, place: Mapping[str, str] | None = None,
         cache_dir: str | os.PathLike | None = None, on_event: Callable[[dict], None] | None = None,
-        resume: str | None = None, schedule_slot: str | None = None) -> Run:
+        resume: str | None = None, schedule_slot: str | None = None,
+        max_points: int = matrix.DEFAULT_MAX_POINTS) -> Run:
     """Run one point of a manifest and return its :class:`Run`, succeeded or failed.
 
     Parameters
@@ -584,6 +592,8 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
         the id of a run that crashed or was killed, to continue in its own folder.
     schedule_slot
         run as this slot (a UTC instant) of the manifest's ``schedule:``.
+    max_points
+        the most points the manifest's matrix may expand to.
 
     Returns
     -------
@@ -608,10 +618,10 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
     >>> r.status, r.outputs["probs"].shape, r.outputs["probs_bf16"].dtype.name
     ('succeeded', (8, 10), 'bfloat16')
     """
-    path, runs_dir = os.fspath(path), os.fspath(runs_dir)
+    (path, doc), runs_dir = _source(path), os.fspath(runs_dir)
     if threads is not None and threads < 1:
         raise UsageError("--threads must be at least 1")
-    doc, jobs = _jobs(path, _overrides(params), point, resume, runs_dir, max_points=1 << 30)
+    doc, jobs = _jobs(path, doc, _overrides(params), point, resume, runs_dir, max_points)
     if len(jobs) > 1:
         raise UsageError(f"{path} has a matrix of {len(jobs)} points: give point= to run one, or run them all "
                          "with hetflow.sweep()")
@@ -657,10 +667,10 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
     from hetflow.engine.records import utc_iso
     from hetflow.engine.runs import new_sweep, write_sweep
 
-    path, runs_dir = os.fspath(path), os.fspath(runs_dir)
+    (path, doc), runs_dir = _source(path), os.fspath(runs_dir)
     if threads is not None and threads < 1:
         raise UsageError("--threads must be at least 1")
-    doc, jobs = _jobs(path, _overrides(params), None, None, runs_dir, max_points)
+    doc, jobs = _jobs(path, doc, _overrides(params), None, None, runs_dir, max_points)
     if jobs[0][1] is None:
         raise UsageError(f"{path} has no matrix: run it with hetflow.run()")
     bound = _bind_inputs(jobs[0][0], inputs)

@@ -9,7 +9,6 @@ in full with ``--debug``). It is the only place that prints.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -18,19 +17,30 @@ import time
 import traceback
 from typing import Any, Sequence
 
+from hetflow.engine import api, matrix
 from hetflow.engine.errors import HetflowError, ManifestError, RunFailed, UsageError
 from hetflow.engine.locks import LockHeld
-from hetflow.engine.manifest import compile_manifest, load, parse_overrides
-from hetflow.engine.records import utc_iso
+from hetflow.engine.manifest import load, parse_overrides
 from hetflow.engine.planner import plan as make_plan
-from hetflow.engine.planner import render_dot, render_text
 from hetflow.executors import inventory, probe
 from hetflow.executors import ops as oplib
-from hetflow.executors.base import Dtype, Vendor
+from hetflow.executors.base import Dtype
 
 __all__ = ["main", "entry"]
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_LOCKED = 0, 1, 2, 3, 4
+
+
+class _ShowVersion(Exception):
+    """``--version`` was given: main prints the version to its output stream."""
+
+
+class _Version(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print hetflow's version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        raise _ShowVersion()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,6 +52,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="hetflow", description="Run declarative pipelines across heterogeneous compute.")
     p.add_argument("--debug", action="store_true", help="show the full traceback of an internal error")
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     v = sub.add_parser("validate", help="load and validate manifests; FILE:LINE:COL per problem")
@@ -146,8 +157,6 @@ def _parser() -> argparse.ArgumentParser:
 
     sch = sub.add_parser("schema", help="the manifest JSON Schema for editors, with the op registry folded in")
     sch.add_argument("-o", "--output", metavar="FILE", help="write it to FILE instead of stdout")
-    sch.add_argument("--plugins", nargs="+", metavar="SPEC",
-                     help="also fold in the ops of these plugins (.py paths or module names), as a manifest's plugins: loads them")
     return p
 
 
@@ -161,9 +170,8 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
                    help="host EXECUTOR on the worker of that name or address (with --workers or --scheduler)")
 
 
-@contextlib.contextmanager
-def _cluster(args: argparse.Namespace):
-    """The cluster the command runs on, or ``None`` for the in-process threaded scheduler; closed on exit."""
+def _cluster_kwargs(args: argparse.Namespace) -> dict:
+    """The cluster flags as the API's keywords; their combinations are checked here, in the flags' own words."""
     if args.workers is not None and args.scheduler is not None:
         raise UsageError("--workers starts a new cluster and --scheduler joins one; give one of them")
     if args.threads_per_worker is not None and args.workers is None:
@@ -171,31 +179,16 @@ def _cluster(args: argparse.Namespace):
     if args.workers is None and args.scheduler is None:
         if args.place:
             raise UsageError("--place needs a cluster: add --workers N or --scheduler ADDRESS")
-        yield None
-        return
-    if getattr(args, "threads", None) is not None:
+    elif getattr(args, "threads", None) is not None:
         raise UsageError("--threads sets the in-process scheduler; with a cluster use --threads-per-worker")
-    from hetflow.engine.distributed import Cluster  # distributed loads only for cluster runs
-
-    if args.workers is not None:
-        cluster = Cluster.local(args.workers, args.threads_per_worker)
-    else:
-        cluster = Cluster.connect(args.scheduler)
-    with cluster:
-        yield cluster
-
-
-def _plan_on(manifest, cluster, place: list[str]):
-    """The plan against this machine's offers, or against the cluster's with every executor placed on a worker."""
-    if cluster is None:
-        return make_plan(manifest, probe)
-    mapping = {}
-    for pair in place:
+    place = {}
+    for pair in args.place:
         name, sep, worker = pair.partition("=")
         if not sep or not name.strip() or not worker.strip():
             raise UsageError(f"--place expects EXECUTOR=WORKER, got {pair!r}")
-        mapping[name.strip()] = worker.strip()
-    return cluster.place(make_plan(manifest, cluster.probe), manifest, mapping)
+        place[name.strip()] = worker.strip()
+    return {"workers": args.workers, "threads_per_worker": args.threads_per_worker, "scheduler": args.scheduler,
+            "place": place or None}
 
 
 def _event_sink(args: argparse.Namespace, err):
@@ -210,15 +203,11 @@ def _event_sink(args: argparse.Namespace, err):
     return events.LineLog(err)
 
 
-def _compile(file: str, params: list[str]):
-    return compile_manifest(load(file), parse_overrides(params))
-
-
 def _cmd_validate(args: argparse.Namespace, out, err) -> int:
     problems = 0
     for file in args.files:
         try:
-            _compile(file, [])
+            api.validate(file)
         except ManifestError as e:
             problems += len(e.diagnostics)
             for d in e.diagnostics:
@@ -229,31 +218,16 @@ def _cmd_validate(args: argparse.Namespace, out, err) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace, out, err) -> int:
-    from hetflow.engine import matrix
-
-    doc = load(args.file)
-    overrides = parse_overrides(args.param)
-    point = None
-    if matrix.has_matrix(doc):
-        points = matrix.expand(doc, overrides, max_points=1 << 30)
-        chosen = matrix.select(points, args.point) if args.point else points[0]
-        point, overrides = chosen.name, {**overrides, **chosen.values}
-    elif args.point:
-        raise UsageError(f"--point: {args.file} has no matrix")
-    manifest = compile_manifest(doc, overrides)
-    with _cluster(args) as cluster:
-        plan = _plan_on(manifest, cluster, args.place)
-    status = _cache_status(args, manifest, plan, point)
+    plan = api.plan(args.file, parse_overrides(args.param), point=args.point, runs_dir=args.runs_dir,
+                    cache_dir=args.cache_dir, **_cluster_kwargs(args))
     if args.format in ("svg", "png"):
-        data = _graphviz(render_dot(plan), args.format)
+        data = _graphviz(plan.to_dot(), args.format)
     elif args.format == "json":
-        data = json.dumps({**plan.to_json(explain=True), "point": point, "cache": status}, indent=2) + "\n"
+        data = json.dumps(plan.to_json(), indent=2) + "\n"
     elif args.format == "dot":
-        data = render_dot(plan)
+        data = plan.to_dot()
     else:
-        head = f"matrix point {point}\n" if point else ""
-        data = head + render_text(plan) + "\n\ncache:\n" + "".join(
-            f"  {pid}: {s['status']}: {s['reason']}\n" for pid, s in status.items())
+        data = plan.to_text()
     if args.output:
         tmp = f"{args.output}.tmp-{os.getpid()}"
         with open(tmp, "wb") as f:
@@ -288,137 +262,76 @@ def _graphviz(dot_text: str, fmt: str) -> bytes:
     return done.stdout
 
 
-def _cache_status(args: argparse.Namespace, manifest, plan, point: str | None) -> dict:
-    from hetflow.engine.cache import Cache, explain, partition_keys
-    from hetflow.engine.runs import latest_record
-
-    keys = partition_keys(plan, frozenset(s.id for s in manifest.stages.values() if not s.cache))
-    cache = Cache(args.cache_dir or os.path.join(args.runs_dir, ".cache"))
-    return explain(keys, cache, latest_record(args.runs_dir, manifest.name, point))
-
-
 def _cmd_run(args: argparse.Namespace, out, err) -> int:
+    params = parse_overrides(args.param)
+    common = dict(runs_dir=args.runs_dir, cache=not args.no_cache, cache_dir=args.cache_dir, threads=args.threads,
+                  schedule_slot=args.schedule_slot, max_points=args.max_points, **_cluster_kwargs(args))
     if args.threads is not None and args.threads < 1:
         raise UsageError("--threads must be at least 1")
-    from hetflow.engine import matrix
-    from hetflow.engine.locks import RunLock, lock_path
-
-    overrides = parse_overrides(args.param)
-    if args.resume:
-        if args.point or args.param:
-            raise UsageError("--resume continues a run exactly as it was; it takes no --point or -p")
-        from hetflow.engine.runs import manifest_from_record, read_record
-
-        record = read_record(args.runs_dir, args.resume)
-        jobs = [(manifest_from_record(record), record.get("matrix_point"), record.get("overrides") or {})]
-        if os.path.abspath(record["manifest"]["file"]) != os.path.abspath(args.file):
-            raise UsageError(f"run {args.resume} ran {record['manifest']['file']}, not {args.file}")
-    else:
-        doc = load(args.file)
-        if matrix.has_matrix(doc):
-            points = matrix.expand(doc, overrides, max_points=args.max_points)
-            if args.point:
-                points = [matrix.select(points, args.point)]
-            jobs = [(compile_manifest(doc, {**overrides, **p.values}), {"name": p.name, "values": dict(p.values)}, overrides)
-                    for p in points]
-        else:
-            if args.point:
-                raise UsageError(f"--point: {args.file} has no matrix")
-            jobs = [(compile_manifest(doc, overrides), None, overrides)]
+    source = args.file
+    if not args.resume:
+        source = load(args.file)
+        if matrix.has_matrix(source) and not args.point:
+            return _sweep(args, source, params, common, out, err)
     sink = _event_sink(args, err)
-    lock_name = jobs[0][0].name
-    if args.schedule_slot:
-        from hetflow.engine import schedule as schedlib
-
-        if args.resume:
-            raise UsageError("--resume continues a run as it was; it takes no --schedule-slot")
-        args.schedule_record, lock_name = schedlib.slot_run(doc, jobs[0][0].name, args.schedule_slot)
-    lock = RunLock(lock_path(args.runs_dir, args.file, lock_name), manifest=args.file, run=args.resume)
     try:
-        with lock, _cluster(args) as cluster:
-            if jobs[0][1] is not None and not args.point and not args.resume:
-                return _sweep(args, jobs, cluster, sink, out, err)
-            manifest, point, given = jobs[0]
-            return _run(args, manifest, cluster, sink, out, err, point=point, overrides=given)
+        run = api.run(source, params, point=args.point, resume=args.resume, on_event=sink, **common)
     finally:
         if hasattr(sink, "close"):
             sink.close()
-
-
-def _execute(args: argparse.Namespace, manifest, cluster, sink, point, overrides):
-    plan = _plan_on(manifest, cluster, args.place)
-    from hetflow.engine.run import execute  # dask loads only for commands that run
-
-    return plan, execute(manifest, plan, runs_dir=args.runs_dir, overrides=overrides, num_workers=args.threads,
-                         cluster=cluster, on_event=sink, cache_dir=args.cache_dir, use_cache=not args.no_cache,
-                         matrix_point=point, resume=args.resume, schedule=getattr(args, "schedule_record", None))
-
-
-def _run(args: argparse.Namespace, manifest, cluster, sink, out, err, point=None, overrides=None) -> int:
-    try:
-        plan, result = _execute(args, manifest, cluster, sink, point, overrides or {})
-    except RunFailed as e:
-        run_id = os.path.basename(os.path.dirname(e.record_path or ""))
+    rec = run.record
+    if not run.ok:
         if args.json:
-            print(json.dumps({"status": "failed", "run_id": run_id, "record": e.record_path, "error": str(e)}), file=out)
-        print(f"hetflow: run failed: {e}", file=err)
-        print(f"record: {e.record_path}", file=err)
+            print(json.dumps({"status": "failed", "run_id": run.run_id, "record": run.record_path, "error": run.error}),
+                  file=out)
+        print(f"hetflow: run failed: {run.error}", file=err)
+        trace = (rec.get("error") or {}).get("traceback_file")
+        if trace and (rec.get("error") or {}).get("op"):
+            print(f"traceback: {os.path.join(os.path.dirname(run.record_path), trace)}", file=err)
+        print(f"record: {run.record_path}", file=err)
         if not args.json:
-            print(run_id, file=out)
+            print(run.run_id, file=out)
         return EXIT_RUN_FAILED
-    rec = result.record
     if args.json:
-        print(json.dumps({"status": result.status, "run_id": result.run_id, "record": result.record_path,
+        print(json.dumps({"status": run.status, "run_id": run.run_id, "record": run.record_path,
                           "outputs": {k: v["digest"] for k, v in rec["outputs"].items()},
                           "cache_hits": rec["cache"]["hits"]}), file=out)
         return EXIT_OK
-    t = plan.totals()
+    t = rec["plan"]["totals"]
     hits = len(rec["cache"]["hits"])
     cached = f", {hits} from cache" if hits else ""
-    print(f"run {result.run_id}: {result.status} in {rec['duration_s']:.3f} s "
+    print(f"run {run.run_id}: {run.status} in {rec['duration_s']:.3f} s "
           f"({t['partitions']} partitions{cached}, {t['bridges']} bridges)", file=out)
     for name, o in rec["outputs"].items():
         if "file" not in o:
             print(f"  {name}: {json.dumps(o['value'])[:60]}  {o['digest'][:23]}  (in record.json)", file=out)
             continue
-        print(f"  {name}: {o['shape']} {o['dtype']}  {o['digest'][:23]}  {os.path.join(result.run_dir, o['file'])}", file=out)
-    print(f"record: {result.record_path}", file=out)
-    print(result.run_id, file=out)
+        print(f"  {name}: {o['shape']} {o['dtype']}  {o['digest'][:23]}  {os.path.join(run.path, o['file'])}", file=out)
+    print(f"record: {run.record_path}", file=out)
+    print(run.run_id, file=out)
     return EXIT_OK
 
 
-def _sweep(args: argparse.Namespace, jobs, cluster, sink, out, err) -> int:
-    from hetflow.engine import matrix
-    from hetflow.engine.runs import new_sweep, write_sweep
-
-    points = [matrix.Point(point["name"], point["values"]) for _, point, _ in jobs]
-    sweep_id, folder, summary = new_sweep(args.runs_dir, jobs[0][0].name, args.file, points)
-    started = time.time()
-    failed = 0
-    for (manifest, point, given), row in zip(jobs, summary["points"]):
-        row["status"] = "running"
-        write_sweep(folder, summary)
-        try:
-            _, result = _execute(args, manifest, cluster, sink, point, given)
-            row.update(status="succeeded", run_id=result.run_id, record=os.path.relpath(result.record_path, args.runs_dir),
-                       outputs={k: v["digest"] for k, v in result.record["outputs"].items()})
-        except RunFailed as e:
-            failed += 1
-            row.update(status="failed", error=str(e), record=os.path.relpath(e.record_path, args.runs_dir) if e.record_path else None,
-                       run_id=os.path.basename(os.path.dirname(e.record_path)) if e.record_path else None)
-        write_sweep(folder, summary)
+def _sweep(args: argparse.Namespace, doc, params: dict, common: dict, out, err) -> int:
+    def row(point: dict) -> None:
         if not args.json:
-            print(f"{row['status']:<9} {row['name']}  {row['run_id']}", file=out)
-    summary.update(status="failed" if failed else "succeeded", ended_at=utc_iso(time.time()),
-                   duration_s=round(time.time() - started, 6))
-    write_sweep(folder, summary)
+            print(f"{point['status']:<9} {point['name']}  {point['run_id']}", file=out)
+
+    sink = _event_sink(args, err)
+    try:
+        sweep = api.sweep(doc, params, on_event=sink, on_point=row, **common)
+    finally:
+        if hasattr(sink, "close"):
+            sink.close()
+    summary, file = sweep.summary, os.path.join(sweep.path, "sweep.json")
+    failed = sum(p["status"] != "succeeded" for p in summary["points"])
     if args.json:
-        print(json.dumps({"status": summary["status"], "sweep_id": sweep_id, "summary": os.path.join(folder, "sweep.json"),
+        print(json.dumps({"status": summary["status"], "sweep_id": sweep.sweep_id, "summary": file,
                           "points": [{k: r[k] for k in ("name", "status", "run_id", "outputs")} for r in summary["points"]]}), file=out)
     else:
-        print(f"sweep {sweep_id}: {len(jobs) - failed} of {len(jobs)} points succeeded", file=out)
-        print(f"summary: {os.path.join(folder, 'sweep.json')}", file=out)
-        print(sweep_id, file=out)
+        print(f"sweep {sweep.sweep_id}: {len(summary['points']) - failed} of {len(summary['points'])} points succeeded", file=out)
+        print(f"summary: {file}", file=out)
+        print(sweep.sweep_id, file=out)
     return EXIT_RUN_FAILED if failed else EXIT_OK
 
 
@@ -540,28 +453,16 @@ def _cmd_runs(args: argparse.Namespace, out, err) -> int:
 
 def _cmd_executors(args: argparse.Namespace, out, err) -> int:
     if args.ops:
-        from hetflow.executors import plugins
-
-        # Listing every op is the one place that imports every installed plugin.
-        loaded, failed = plugins.all_plugins()
-        for spec, problem in failed:
-            print(f"hetflow: entry point {spec}: {problem}", file=err)
-        where = {name: p.label + (f" ({p.spec})" if p.kind == "entry point" else "") for p in loaded for name in p.ops}
         rows = [{"op": op.name, "inputs": list(op.arity), "args": {k: {"kind": a.kind, "required": a.required, "default": a.default} for k, a in op.args.items()},
-                 "dtypes": [d.value for d in Dtype if d in op.dtypes], "doc": op.doc,
-                 "source": "built-in" if op.name in oplib.BUILTIN else where.get(op.name, op.defined_at or op.source),
-                 "vendors": [v.value for v in Vendor if op.runs_on(v.value)],
-                 "kernels": sorted({*op.kernels, *(["vulkan"] if op.invoke is not None and op.wgsl else [])})}
-                for op in oplib.REGISTRY.values() if op.name in oplib.BUILTIN or op.name in where]
+                 "dtypes": [d.value for d in Dtype if d in op.dtypes], "doc": op.doc}
+                for op in oplib.REGISTRY.values()]
         if args.json:
             print(json.dumps(rows, indent=2), file=out)
         else:
             for r in rows:
                 arity = str(r["inputs"][0]) if r["inputs"][0] == r["inputs"][1] else f"{r['inputs'][0]}-{r['inputs'][1]}"
                 argtext = ", ".join(k + ("" if a["required"] else f"={a['default']}") for k, a in r["args"].items())
-                origin = "" if r["source"] == "built-in" else f"  from {r['source']}"
-                print(f"{r['op']:<15} inputs {arity}  args({argtext})  dtypes {','.join(r['dtypes'])}  {r['doc']}{origin}",
-                      file=out)
+                print(f"{r['op']:<15} inputs {arity}  args({argtext})  dtypes {','.join(r['dtypes'])}  {r['doc']}", file=out)
         return EXIT_OK
     offers = inventory()
     if args.json:
@@ -675,15 +576,7 @@ def _cmd_report(args: argparse.Namespace, out, err) -> int:
 def _cmd_schema(args: argparse.Namespace, out, err) -> int:
     from hetflow.engine import schemagen
 
-    from hetflow.executors import plugins
-
-    ops = {name: op for name, op in oplib.REGISTRY.items() if op.invoke is None}
-    for spec in args.plugins or ():
-        try:
-            loaded = plugins.load_plugin(spec, os.getcwd())
-        except plugins.PluginError as e:
-            raise UsageError(f"--plugins {spec}: {e}") from None
-        ops.update({name: oplib.REGISTRY[name] for name in loaded.ops})
+    ops = dict(oplib.REGISTRY)
     text = schemagen.dumps(schemagen.editor_schema(ops))
     if args.output is None or args.output == "-":
         out.write(text)
@@ -760,6 +653,11 @@ def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
     try:
         args = _parser().parse_args(argv)
         return _COMMANDS[args.command](args, out, err)
+    except _ShowVersion:
+        import hetflow
+
+        print(f"hetflow {hetflow.__version__}", file=out)
+        return EXIT_OK
     except ManifestError as e:
         for d in e.diagnostics:
             print(d, file=err)

@@ -1,13 +1,37 @@
 """hetflow: declarative YAML pipelines across heterogeneous compute.
 
 The public Python API lives here; the CLI (``hetflow ...``) is a thin
-layer over it. ``hetflow.engine`` (manifest -> plan -> Dask -> run record)
-and ``hetflow.executors`` (the vendor boundary, the op library, the
-emulator) are the packages behind it.
+layer over it: ``hetflow validate``, ``plan`` and ``run`` call
+:func:`validate`, :func:`plan` and :func:`run`. ``hetflow.engine``
+(manifest -> plan -> Dask -> run record) and ``hetflow.executors`` (the
+vendor boundary, the op library, the emulator) are the packages behind it.
+
+* :func:`validate`, :func:`plan`, :func:`run`, :func:`sweep`,
+  :func:`open_run`; what they return: :class:`Plan`, :class:`Run` (with
+  its :class:`Failure` list), :class:`Sweep`.
+* The errors, one hierarchy under :class:`HetflowError`:
+  :class:`ManifestError` (the manifest is wrong; ``diagnostics`` holds each
+  ``FILE:LINE:COL`` problem as a :class:`Diagnostic`), :class:`UsageError`
+  (bad arguments: params, points, inputs), :class:`LockHeld` (another run
+  of the manifest holds its lock). A stage that fails is not an exception:
+  :func:`run` returns a :class:`Run` whose ``status`` is ``"failed"``.
 
 Examples
 --------
->>> import hetflow
+>>> import hetflow, tempfile
+>>> from importlib.resources import files
+>>> quickstart = files("hetflow.examples") / "quickstart.yaml"
+>>> hetflow.validate(quickstart)
+>>> hetflow.plan(quickstart, params={"batch": 8}).totals["partitions"]
+3
+>>> r = hetflow.run(quickstart, params={"batch": 8}, runs_dir=tempfile.mkdtemp())
+>>> r.status, r.outputs["probs"].shape
+('succeeded', (8, 10))
+>>> try:
+...     hetflow.run(quickstart, params={"batchsize": 8})
+... except hetflow.UsageError as e:
+...     print(e)
+-p batchsize: ... declares no param 'batchsize' (declared: batch, hidden, seed)
 >>> isinstance(hetflow.__version__, str)
 True
 """
@@ -23,4 +47,14 @@ except _metadata.PackageNotFoundError:  # a source tree on sys.path, never insta
 
 from hetflow.executors.plugins import op  # noqa: E402 - after __version__, which plugins may read
 
-__all__ = ["__version__", "op"]
+from hetflow.engine.api import Failure, Plan, Run, Sweep, open_run, plan, run, sweep, validate  # noqa: E402
+from hetflow.engine.errors import Diagnostic, HetflowError, ManifestError, UsageError  # noqa: E402
+from hetflow.engine.locks import LockHeld  # noqa: E402
+
+__all__ = ["__version__", "op", "validate", "plan", "run", "sweep", "open_run", "Plan", "Run", "Failure", "Sweep",
+           "HetflowError", "ManifestError", "UsageError", "LockHeld", "Diagnostic"]
+
+# The public names are documented, and their Examples run, as members of this module.
+for _name in ("validate", "plan", "run", "sweep", "open_run", "Plan", "Run", "Failure", "Sweep"):
+    globals()[_name].__module__ = __name__
+del _name

@@ -7,6 +7,7 @@ import pytest
 
 MODULES = [
     "hetflow",
+    "hetflow.engine.api",
     "hetflow.engine.examples",
     "hetflow.executors",
     "hetflow.executors.base",

@@ -1,0 +1,303 @@
+"""The Python API (``import hetflow``): plan, run, inputs, failures, open_run, and the CLI on top of it."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hetflow
+from hetflow.engine import cli
+from hetflow.engine.records import digest_portable
+from hetflow.executors.base import Dtype, PortableActivation
+
+REPO = Path(__file__).resolve().parent.parent
+QUICKSTART = REPO / "examples" / "quickstart.yaml"
+GUESTS = REPO / "examples" / "guests"
+
+SPLIT = """\
+version: 1
+name: split
+params: {n: 6, k: 2.0}
+executors: {a: {vendor: cpu}, b: {vendor: cpu}}
+stages:
+  x: {op: arange, args: {stop: "${n}"}, executor: a}
+  y: {op: mul, inputs: [x, x], executor: b}
+outputs: {y: y}
+"""
+
+# One input stage per dtype, each persisted as it came and once more after a bridge to another executor.
+DTYPES = [d.value for d in Dtype]
+EVERY_DTYPE = "version: 1\nname: dtypes\nexecutors: {a: {vendor: cpu}, b: {vendor: cpu}}\nstages:\n" + "".join(
+    f"  in_{d}: {{op: input, args: {{shape: [3, 5], dtype: {d}}}, dtype: {d}, executor: a}}\n"
+    f"  via_{d}: {{op: cast, inputs: [in_{d}], dtype: {d}, executor: b}}\n" for d in DTYPES
+) + "outputs: {" + ", ".join(f"{d}: in_{d}, {d}_bridged: via_{d}" for d in DTYPES) + "}\n"
+
+
+def _cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    return cli.main(list(argv), out=out, err=err), out.getvalue(), err.getvalue()
+
+
+def _values(dtype: Dtype, rng: np.random.Generator) -> np.ndarray:
+    """Values every dtype holds exactly, in its own numpy type."""
+    if dtype is Dtype.int4:
+        return rng.integers(-8, 8, (3, 5)).astype(dtype.numpy)
+    if dtype is Dtype.int8:
+        return rng.integers(-128, 128, (3, 5)).astype(dtype.numpy)
+    return rng.standard_normal((3, 5)).astype(np.float32).astype(dtype.numpy)
+
+
+def test_public_names_are_exported_and_documented():
+    assert set(hetflow.__all__) >= {"run", "plan", "validate", "open_run", "sweep", "Run", "Plan", "Failure", "Sweep",
+                                    "ManifestError", "UsageError", "HetflowError", "LockHeld", "__version__"}
+    for name in hetflow.__all__:
+        assert hasattr(hetflow, name), name
+    for name in ("run", "plan", "validate", "open_run", "sweep", "Run", "Plan"):
+        assert getattr(hetflow, name).__doc__, name
+    assert issubclass(hetflow.ManifestError, hetflow.HetflowError) and issubclass(hetflow.UsageError, hetflow.HetflowError)
+
+
+def test_version_flag_prints_the_package_version():
+    assert _cli("--version") == (0, f"hetflow {hetflow.__version__}\n", "")
+    done = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "--version"], capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stdout) == (0, f"hetflow {hetflow.__version__}\n")
+
+
+def test_plan_with_params_is_the_data_plan_json_prints(manifest_file):
+    path = manifest_file(SPLIT)
+    p = hetflow.plan(path, params={"n": 9})
+    assert p.nodes["x"]["shape"] == [9] and p.nodes["y"]["executor"] == "b"
+    assert [b["tensor"] for b in p.bridges] == ["x"]
+    assert [part["nodes"] for part in p.partitions] == [["x"], ["y"]]
+    code, out, _ = _cli("plan", path, "-p", "n=9", "--format", "json")
+    assert code == 0
+    printed = json.loads(out)
+    assert printed["nodes"] == p.nodes and printed["partitions"] == p.partitions and printed["bridges"] == p.bridges
+    assert p.to_json() == printed
+    svg = p._repr_svg_()
+    assert svg.startswith("<svg") and "plan-graph" in svg and ">x<" in svg.replace("</tspan>", "<")
+    assert "2 partitions, 1 bridges" in p._repr_html_()
+
+
+def test_run_with_params_reads_outputs_and_record(manifest_file, tmp_path):
+    runs = tmp_path / "runs"
+    r = hetflow.run(manifest_file(SPLIT), params={"n": 4}, runs_dir=runs)
+    assert (r.status, r.failures) == ("succeeded", [])
+    assert r.path == str(runs / r.run_id) and os.path.isfile(os.path.join(r.path, "record.json"))
+    assert r.outputs["y"].tolist() == [0.0, 1.0, 4.0, 9.0]
+    assert r.record["params"] == {"n": 4, "k": 2.0} and r.record["overrides"] == {"n": 4}
+    assert r.record["inputs"] == {}
+    html = r._repr_html_()
+    assert r.run_id in html and "succeeded" in html and r.record["outputs"]["y"]["digest"][:23] in html
+    again = hetflow.open_run(r.run_id, runs_dir=runs)
+    assert again.record == r.record and again.outputs["y"].tolist() == r.outputs["y"].tolist()
+    assert hetflow.open_run(r.path).run_id == r.run_id
+    with pytest.raises(hetflow.UsageError, match="no run 'nope' in"):
+        hetflow.open_run("nope", runs_dir=runs)
+    with pytest.raises(KeyError, match="the run has no output 'z' \\(outputs: y\\)"):
+        r.outputs["z"]
+
+
+def test_outputs_of_every_dtype_read_back_exactly(manifest_file, tmp_path):
+    rng = np.random.default_rng(5)
+    arrays = {f"in_{d.value}": _values(d, rng) for d in Dtype}
+    r = hetflow.run(manifest_file(EVERY_DTYPE), inputs=arrays, runs_dir=tmp_path / "runs")
+    assert r.status == "succeeded", r.error
+    for d in Dtype:
+        given = arrays[f"in_{d.value}"]
+        for name in (d.value, f"{d.value}_bridged"):
+            got = r.outputs[name]
+            assert got.dtype == np.dtype(d.numpy) and got.shape == (3, 5), name
+            assert got.tobytes() == given.tobytes(), name
+        digest = digest_portable(PortableActivation.from_array(given, d))
+        assert r.record["inputs"][f"in_{d.value}"] == {"shape": [3, 5], "dtype": d.value,
+                                                       "bytes": d.nbytes(15), "digest": digest}
+        assert r.record["outputs"][d.value]["digest"] == digest
+    assert hetflow.open_run(r.run_id, runs_dir=tmp_path / "runs").outputs["int4_bridged"].tobytes() == arrays["in_int4"].tobytes()
+
+
+def test_scalar_outputs_of_a_phase_are_values(tmp_path):
+    path = tmp_path / "emu.yaml"
+    path.write_text(f"version: 1\nname: emu\nemulators: {{emu: {{backend: reference, program: {GUESTS / 'exit3.elf'}}}}}\n"
+                    "executors: {cpu: {vendor: cpu}}\nstages:\n  go: {phase: execute}\n"
+                    "outputs: {steps: go.steps, code: go.exit_code}\n")
+    r = hetflow.run(path, runs_dir=tmp_path / "runs")
+    assert r.status == "succeeded", r.error
+    assert r.outputs["code"] == 3 and isinstance(r.outputs["steps"], int) and r.outputs["steps"] > 0
+
+
+def test_inputs_are_checked_before_anything_runs(manifest_file, tmp_path):
+    path = manifest_file("""\
+        version: 1
+        name: takes
+        executors: {host: {vendor: cpu}}
+        stages:
+          x: {op: input, args: {shape: [2, 3], dtype: fp32}}
+          y: {op: relu, inputs: [x]}
+        outputs: {y: y}
+        """)
+    runs = tmp_path / "runs"
+    good = np.ones((2, 3), np.float32)
+    cases = [
+        ({"x": np.ones((3, 2), np.float32)},
+         f"inputs['x']: stage 'x' ({path}:5:3) takes an array with shape [2, 3] and dtype fp32 (numpy float32); "
+         "got shape [3, 2] and numpy dtype float32"),
+        ({"x": good.astype(np.float64)}, "got shape [2, 3] and numpy dtype float64"),
+        ({"x": [[1.0] * 3] * 2}, "inputs['x']: expected a numpy array with shape [2, 3] and dtype fp32 (numpy float32), got list"),
+        (None, f"{path}:5:3: stage 'x' is an input: its array comes from Python, "
+               "hetflow.run(..., inputs={'x': array}) with shape [2, 3] and dtype fp32 (numpy float32)"),
+        ({"x": good, "z": good}, f"inputs: {path} has no input stage 'z' (input stages: x)"),
+    ]
+    for inputs, message in cases:
+        with pytest.raises(hetflow.UsageError) as caught:
+            hetflow.run(path, inputs=inputs, runs_dir=runs)
+        assert message in str(caught.value)
+    assert not runs.exists(), "a rejected run must leave nothing behind"
+    code, out, err = _cli("run", path, "--runs-dir", str(runs))
+    assert (code, out) == (2, "")
+    assert err == (f"hetflow: error: {path}:5:3: stage 'x' is an input: its array comes from Python, "
+                   "hetflow.run(..., inputs={'x': array}) with shape [2, 3] and dtype fp32 (numpy float32)\n")
+    assert not runs.exists()
+    r = hetflow.run(path, inputs={"x": good * -1}, runs_dir=runs)
+    assert r.status == "succeeded" and r.outputs["y"].tolist() == [[0.0] * 3] * 2
+
+
+def test_the_cache_key_covers_the_arrays_handed_in(manifest_file, tmp_path):
+    path = manifest_file("""\
+        version: 1
+        name: cached
+        executors: {host: {vendor: cpu}}
+        stages:
+          x: {op: input, args: {shape: [4], dtype: fp32}}
+          y: {op: add, inputs: [x, x]}
+        outputs: {y: y}
+        """)
+    runs = tmp_path / "runs"
+    one = hetflow.run(path, inputs={"x": np.arange(4, dtype=np.float32)}, runs_dir=runs)
+    same = hetflow.run(path, inputs={"x": np.arange(4, dtype=np.float32)}, runs_dir=runs)
+    other = hetflow.run(path, inputs={"x": np.ones(4, np.float32)}, runs_dir=runs)
+    assert one.record["cache"]["hits"] == [] and same.record["cache"]["hits"] != []
+    assert other.record["cache"]["hits"] == [] and other.outputs["y"].tolist() == [2.0] * 4
+    assert same.outputs["y"].tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_a_failed_run_is_returned_with_its_failures(manifest_file, tmp_path):
+    # a draw of 4 M values takes tens of milliseconds: far past a 1 ms timeout
+    path = manifest_file("""\
+        version: 1
+        name: fails
+        executors: {a: {vendor: cpu}, b: {vendor: cpu}}
+        stages:
+          x: {op: random.normal, args: {shape: [2048, 2048], seed: 1}, executor: a, timeout: 0.001}
+          y: {op: relu, inputs: [x], executor: b}
+        outputs: {y: y}
+        """)
+    r = hetflow.run(path, runs_dir=tmp_path / "runs")
+    assert r.status == "failed" and not r.ok
+    assert len(r.outputs) == 0
+    [failure] = r.failures
+    assert (failure.stage, failure.op, failure.status) == ("x", "random.normal", "timed out")
+    assert failure.origin == f"{path}:5:3"
+    assert failure.message == "timed out after 0.001 s" and "stage 'x' failed: timed out" in r.error
+    assert failure.traceback_file == os.path.join(r.path, "traceback.txt")
+    text = Path(failure.traceback_file).read_text()
+    assert "Traceback (most recent call last)" in text and "StageTimedOut: timed out after 0.001 s" in text
+    assert r.record["nodes"]["y"]["status"] == "not run"
+    assert "timed out after 0.001 s" in r._repr_html_()
+
+
+def test_manifest_errors_carry_every_position(manifest_file):
+    path = manifest_file("""\
+        version: 1
+        name: broken
+        executors: {a: {vendor: cpu}}
+        stages:
+          x: {op: arange, args: {stop: 4}}
+          y: {op: relu2, inputs: [x]}
+          z: {op: relu, inputs: [w]}
+        outputs: {z: z}
+        """)
+    for call in (hetflow.validate, hetflow.plan, hetflow.run):
+        with pytest.raises(hetflow.ManifestError) as caught:
+            call(path)
+        found = [(d.origin.file, d.origin.line, d.origin.col, d.message) for d in caught.value.diagnostics]
+        assert found == [
+            (path, 6, 11, "unknown op 'relu2' in stage 'y'; did you mean 'relu'?"),
+            (path, 7, 26, "stage 'z' takes input 'w', which is not a stage"),
+        ], found
+    with pytest.raises(hetflow.UsageError, match="declares no param 'n'"):
+        hetflow.validate(path, params={"n": 1})
+    with pytest.raises(hetflow.ManifestError, match="no such file"):
+        hetflow.run(Path(path).with_name("missing.yaml"))
+
+
+def test_api_and_cli_give_the_same_digests(tmp_path):
+    r = hetflow.run(QUICKSTART, params={"batch": 4}, runs_dir=tmp_path / "api", cache=False)
+    code, out, _ = _cli("run", str(QUICKSTART), "-p", "batch=4", "--runs-dir", str(tmp_path / "cli"), "--no-cache",
+                        "--json", "--quiet")
+    assert code == 0
+    printed = json.loads(out)
+    assert printed["outputs"] == {k: v["digest"] for k, v in r.record["outputs"].items()}
+    assert printed["outputs"] and r.record["manifest"]["digest"] == hetflow.open_run(
+        printed["run_id"], runs_dir=tmp_path / "cli").record["manifest"]["digest"]
+
+
+def test_a_matrix_manifest_needs_a_point_or_a_sweep(manifest_file, tmp_path):
+    path = manifest_file(SPLIT.replace("outputs:", "matrix: {n: [2, 3]}\noutputs:"))
+    with pytest.raises(hetflow.UsageError, match="has a matrix of 2 points: give point= to run one"):
+        hetflow.run(path, runs_dir=tmp_path / "runs")
+    one = hetflow.run(path, point="n=3", runs_dir=tmp_path / "runs")
+    assert one.outputs["y"].tolist() == [0.0, 1.0, 4.0] and one.record["matrix_point"]["name"] == "split[n=3]"
+    rows = []
+    s = hetflow.sweep(path, runs_dir=tmp_path / "runs", on_point=rows.append)
+    assert s.status == "succeeded" and [row["name"] for row in rows] == ["split[n=2]", "split[n=3]"]
+    assert [run.outputs["y"].tolist() for run in s.runs] == [[0.0, 1.0], [0.0, 1.0, 4.0]]
+
+
+def test_run_from_threads(manifest_file, tmp_path):
+    paths = [manifest_file(SPLIT.replace("name: split", f"name: split{i}"), f"m{i}.yaml") for i in range(2)]
+    results: dict[int, object] = {}
+
+    def go(i: int) -> None:
+        results[i] = hetflow.run(paths[i], params={"n": 3 + i}, runs_dir=tmp_path / "runs")
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert [results[i].outputs["y"].tolist() for i in range(2)] == [[0.0, 1.0, 4.0], [0.0, 1.0, 4.0, 9.0]]
+
+
+def test_run_inside_a_running_client_uses_it(manifest_file, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    path = manifest_file(SPLIT)
+    threaded = hetflow.run(path, runs_dir=tmp_path / "runs", cache=False)
+    with pytest.raises(hetflow.UsageError, match="scheduler='current' needs a running distributed.Client"):
+        hetflow.run(path, runs_dir=tmp_path / "runs", scheduler="current")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as lc, distributed.Client(lc) as client:
+        r = hetflow.run(path, runs_dir=tmp_path / "runs", scheduler="current", cache=False)
+        assert r.status == "succeeded", r.error
+        assert r.record["scheduler"]["kind"] == "client"
+        assert r.record["scheduler"]["address"] == client.scheduler.address
+        assert {e["worker"] for e in r.record["tasks"] if e["kind"] == "partition"} == set(client.scheduler_info()["workers"])
+        assert r.record["outputs"] == threaded.record["outputs"]
+        assert client.status == "running", "hetflow must leave the caller's client open"
+        assert client.submit(lambda: 41 + 1).result() == 42
+
+
+def test_the_api_example_runs(tmp_path):
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "api.py")], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert "succeeded" in done.stdout and "failed" in done.stdout and "rejected" in done.stdout
