@@ -283,7 +283,7 @@ def _loads(text: str, file: str) -> Document:
         return Document(file, None, problems=(Diagnostic(Origin(file, 1, 1), "the file is empty; a manifest is a YAML mapping"),))
     try:
         value = _fast_build(loader, root, 0, [1])
-    except (_Decline, yaml.YAMLError):
+    except Exception:  # noqa: BLE001 - _Decline, or whatever SafeConstructor raised: the precise build reports it
         # a constructor that raised leaves its node marked as under construction
         loader.constructed_objects, loader.recursive_objects, loader.deep_construct = {}, {}, False
         return _precise(loader, root, file, text)
@@ -302,8 +302,9 @@ def _compose(text: str, file: str) -> tuple[Any, yaml.Node | None]:
             pass  # libyaml refuses a few documents that PyYAML's parser accepts; PyYAML's answer stands
         finally:
             loader.dispose()
-    loader = _PyLoader(text)
+    loader = None
     try:
+        loader = _PyLoader(text)  # its reader refuses control characters here, before parsing
         return loader, loader.get_single_node()
     except RecursionError:
         raise ManifestError([Diagnostic(Origin(file, 1, 1), f"the document has nesting deeper than {MAX_DEPTH} levels")]) from None
@@ -313,10 +314,11 @@ def _compose(text: str, file: str) -> tuple[Any, yaml.Node | None]:
         before = text[:e.position]
         line = len(_BREAK.findall(before))
         col = e.position - max(before.rfind(c) for c in "\n\r\x85\u2028\u2029")
-        raise ManifestError([Diagnostic(Origin(file, line + 1, col), f"YAML: character {e.character!r} is not allowed "
+        raise ManifestError([Diagnostic(Origin(file, line + 1, col), f"YAML: character #x{e.character:04x} is not allowed "
                                         "(YAML allows tab, newline and printable characters)")]) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _yaml_problem(file: str, e: yaml.MarkedYAMLError, kind: str, node: yaml.Node | None = None) -> Diagnostic:
@@ -410,6 +412,11 @@ def _precise(loader: Any, root: yaml.Node, file: str, text: str | None) -> Docum
             return loader.construct_object(node, deep=deep)
         except yaml.constructor.ConstructorError as e:
             raise _Refused(_yaml_problem(file, e, "YAML", node)) from None
+        except Exception:  # noqa: BLE001
+            # SafeConstructor lets ValueError, KeyError and others out for a scalar its tag cannot read
+            # (``!!int yes``, ``!!bool y``); safe_load raises them too
+            raise _Refused(Diagnostic(_origin(file, node.start_mark),
+                                      f"YAML: {node.value!r} is not a valid {node.tag.rsplit(':', 1)[-1]}")) from None
 
     def key_of(key_node: yaml.Node) -> Any:
         if key_node.__class__ is _SCALAR and key_node.tag == _STR_TAG:

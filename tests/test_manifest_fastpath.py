@@ -193,3 +193,77 @@ def test_pausing_the_gc_leaves_a_host_process_frozen_objects_frozen():
         gc.unfreeze()
     mf.loads("a: 1\n", "f.yaml")
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+# Each of these documents once loaded to a value nobody wrote, or was refused where yaml.safe_load takes it.
+SAFE_LOAD_DIFFERENCES = [
+    "a: !!python/object:os.system {cmd: ls}\n",  # a python tag on a mapping was dropped: a dict
+    "a: !!python/tuple [1, 2]\n",  # ... and on a sequence: a list
+    "a: !foo {b: 1}\n",  # a custom tag on a mapping: a dict
+    "a: !!str [x]\n",  # a str tag on a sequence: a list
+    "a: !!set {x, y}\n",  # a set became a dict of None
+    "a: !!omap [b: 1, c: 2]\n",  # an ordered map became a list of dicts
+    "a: !!pairs [b: 1, b: 2]\n",
+    "a: !!int yes\n",  # SafeConstructor raises ValueError: safe_load refuses
+    "a: !!bool y\n",  # ... KeyError
+    "a:\tb\n",  # libyaml takes a tab after the colon; PyYAML refuses it
+    "a: 1\n\ufeffb: 2\n",  # libyaml skips a BOM that starts a later line; PyYAML keeps it in the key
+    "a: 1\na: 2\n",  # a duplicate key: the last one wins, validation refuses it
+    "1: x\n",  # a key that is not a string stays an int
+    "base: &b {x: 1, y: 1}\nd:\n  <<: *b\n  y: 2\n",  # a merge's keys overridden are not duplicates
+    "d:\n  <<: [{x: 1}, {x: 2, z: 3}]\n",  # the first of merged mappings wins
+    "d:\n  <<: 1\n",  # a merge of a scalar: refused, not an uncaught ConstructorError
+    "? [a, b]\n: c\n",  # an unhashable key: refused
+    "= : v\n",
+    "",  # no document: None, and validation says the file is empty
+    "a: \x07\n",  # a control character: refused at its position
+]
+
+
+@pytest.mark.parametrize("text", SAFE_LOAD_DIFFERENCES)
+def test_the_loader_gives_safe_loads_value_or_refusal(text):
+    try:
+        expected = ("ok", yaml.safe_load(text))
+    except Exception:  # noqa: BLE001 - safe_load lets ValueError and KeyError out for some tagged scalars
+        expected = ("refused",)
+    try:
+        got = ("ok", mf.loads(text, "t.yaml").value)
+    except ManifestError as e:
+        assert all(d.origin.line >= 1 and d.origin.col >= 1 for d in e.diagnostics)
+        got = ("refused",)
+    assert got == expected
+
+
+def test_manifest_rules_beyond_yaml_are_problems_that_validation_reports():
+    doc = mf.loads("version: 1\nversion: 1\n3: x\n", "t.yaml")
+    assert doc.value == {"version": 1, 3: "x"}
+    assert [str(d) for d in doc.problems] == ["t.yaml:2:1: error: duplicate key 'version'",
+                                               "t.yaml:3:1: error: keys must be strings, found 3"]
+    with pytest.raises(ManifestError) as e:
+        mf.compile_manifest(doc)
+    assert [str(d) for d in e.value.diagnostics] == [str(d) for d in doc.problems]
+    merged = mf.loads("b: &b {x: 1}\nd:\n  <<: *b\n  x: 2\n", "t.yaml")
+    assert merged.value["d"] == {"x": 2} and merged.problems == ()
+
+
+def test_refusals_point_at_the_culprit():
+    def where(text):
+        with pytest.raises(ManifestError) as e:
+            mf.loads(text, "t.yaml")
+        return [str(d) for d in e.value.diagnostics]
+
+    assert where("a: 1\nb: !!python/object:os.system {}\n") == [
+        "t.yaml:2:4: error: YAML: could not determine a constructor for the tag 'tag:yaml.org,2002:python/object:os.system'"]
+    assert where("a: 1\nb: !!int yes\n") == ["t.yaml:2:4: error: YAML: 'yes' is not a valid int"]
+    assert where("a: 1\nb:\tc\n")[0].startswith("t.yaml:2:3: error: YAML syntax: ")
+    assert where("a: 1\nb: x\x07\n") == [
+        "t.yaml:2:5: error: YAML: character #x0007 is not allowed (YAML allows tab, newline and printable characters)"]
+
+
+def test_a_file_that_is_not_utf8_is_refused_at_its_first_bad_byte(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_bytes("version: 1\nname: é\xe9\n".encode("utf-8")[:-3] + b"\xff\n")
+    with pytest.raises(ManifestError) as e:
+        ld.load(path)
+    assert [str(d) for d in e.value.diagnostics] == [
+        f"{path}:2:8: error: the file is not UTF-8: byte 0xff (invalid start byte); save it as UTF-8"]
