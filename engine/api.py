@@ -521,8 +521,9 @@ def _jobs(path: str, doc: Document | None, overrides: dict, point: str | None, r
 
 @contextlib.contextmanager
 def _session(path: str, doc: Any, manifest: Manifest, runs_dir: str, resume: str | None, schedule_slot: str | None,
-             cluster_args: tuple) -> Iterator[tuple[Any, dict | None]]:
-    """The manifest's run lock and the cluster, held for one run or a whole sweep."""
+             cluster_args: tuple, lock: bool = True) -> Iterator[tuple[Any, dict | None, str]]:
+    """The run lock of the manifest and its resolved params (unless ``lock`` is false: a sweep locks
+    each point) and the cluster; yields (cluster, schedule entry, lock name)."""
     from hetflow.engine.locks import RunLock, lock_path
 
     schedule, lock_name = None, manifest.name
@@ -532,8 +533,9 @@ def _session(path: str, doc: Any, manifest: Manifest, runs_dir: str, resume: str
         if resume:
             raise UsageError("--resume continues a run as it was; it takes no --schedule-slot")
         schedule, lock_name = schedlib.slot_run(doc, manifest.name, schedule_slot)
-    with RunLock(lock_path(runs_dir, path, lock_name), manifest=path, run=resume), _cluster(*cluster_args) as cluster:
-        yield cluster, schedule
+    held = RunLock(lock_path(runs_dir, path, lock_name, manifest.params), manifest=path, run=resume) if lock else None
+    with held or contextlib.nullcontext(), _cluster(*cluster_args) as cluster:
+        yield cluster, schedule, lock_name
 
 
 def _execute(manifest: Manifest, cluster: Any, place: Mapping[str, str] | None, bound: Mapping[str, PortableActivation],
@@ -628,7 +630,7 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
     manifest, mpoint, given = jobs[0]
     bound = _bind_inputs(manifest, inputs)
     with _session(path, doc, manifest, runs_dir, resume, schedule_slot,
-                  (workers, threads_per_worker, scheduler, place, threads)) as (cluster, schedule):
+                  (workers, threads_per_worker, scheduler, place, threads)) as (cluster, schedule, _):
         return _execute(manifest, cluster, place, bound, runs_dir=runs_dir, overrides=given, num_workers=threads,
                         on_event=on_event, cache_dir=os.fspath(cache_dir) if cache_dir else None, use_cache=cache,
                         matrix_point=mpoint, resume=resume, schedule=schedule)
@@ -657,41 +659,70 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
           inputs: Mapping[str, np.ndarray] | None = None, max_points: int = matrix.DEFAULT_MAX_POINTS,
           threads: int | None = None, threads_per_worker: int | None = None, place: Mapping[str, str] | None = None,
           cache_dir: str | os.PathLike | None = None, on_event: Callable[[dict], None] | None = None,
-          on_point: Callable[[dict], None] | None = None, schedule_slot: str | None = None) -> Sweep:
+          on_point: Callable[[dict], None] | None = None, schedule_slot: str | None = None,
+          parallel: int = 1, resume: str | None = None) -> Sweep:
     """Run every point of a manifest's ``matrix:``, one run each, and return the :class:`Sweep`.
 
     Takes :func:`run`'s arguments; ``max_points`` caps the expansion, and
     ``on_point`` is called with each point's row of ``sweep.json`` when
     the point ends. A point that fails does not stop the sweep.
+    ``parallel`` runs up to that many points at once (threads; on a
+    cluster their tasks share its workers); each point holds the run lock
+    of its own params. ``resume`` names a cancelled or failed sweep to
+    continue in its own folder: only the points that did not succeed run,
+    a point whose run had started continuing that run. SIGINT and SIGTERM
+    under :func:`hetflow.engine.cancel.stopping` cancel the sweep
+    (:class:`RunCancelled`; ``sweep.json`` says ``cancelled``).
     """
-    from hetflow.engine.records import utc_iso
-    from hetflow.engine.runs import new_sweep, write_sweep
+    from hetflow.engine.locks import RunLock, lock_path
+    from hetflow.engine.runs import manifest_from_record, new_sweep, read_record
+    from hetflow.engine.sweeps import resume_rows, run_points
 
     (path, doc), runs_dir = _source(path), os.fspath(runs_dir)
     if threads is not None and threads < 1:
         raise UsageError("--threads must be at least 1")
-    doc, jobs = _jobs(path, doc, _overrides(params), None, None, runs_dir, max_points)
-    if jobs[0][1] is None:
-        raise UsageError(f"{path} has no matrix: run it with hetflow.run()")
-    bound = _bind_inputs(jobs[0][0], inputs)
-    with _session(path, doc, jobs[0][0], runs_dir, None, schedule_slot,
-                  (workers, threads_per_worker, scheduler, place, threads)) as (cluster, schedule):
+    if resume:
+        folder = os.path.join(runs_dir, resume)
+        try:
+            with open(os.path.join(folder, "sweep.json"), encoding="utf-8") as f:
+                summary = json.load(f)
+        except (OSError, ValueError):
+            raise UsageError(f"no sweep {resume!r} in {runs_dir}") from None
+        if params:
+            raise UsageError("--resume continues a sweep with the params it had; it takes no -p")
+        if os.path.abspath(summary["manifest"]) != os.path.abspath(path):
+            raise UsageError(f"sweep {resume} ran {summary['manifest']}, not {path}")
+        doc = doc or load(path)
+        given = dict(summary.get("overrides") or {})
+        todo = []
+        for row, again in resume_rows(summary, runs_dir):
+            point = {"name": row["name"], "values": dict(row["values"])}
+            if again is not None:
+                record = read_record(runs_dir, again)
+                todo.append((row, (manifest_from_record(record), point, given, again)))
+            else:
+                todo.append((row, (compile_manifest(doc, {**given, **row["values"]}), point, given, None)))
+        first = todo[0][1][0] if todo else compile_manifest(doc, given)
+    else:
+        doc, jobs = _jobs(path, doc, _overrides(params), None, None, runs_dir, max_points)
+        if jobs[0][1] is None:
+            raise UsageError(f"{path} has no matrix: run it with hetflow.run()")
         points = [matrix.Point(p["name"], p["values"]) for _, p, _ in jobs]
-        sweep_id, folder, summary = new_sweep(runs_dir, jobs[0][0].name, path, points)
-        started = time.time()
-        for (manifest, mpoint, given), row in zip(jobs, summary["points"]):
-            row["status"] = "running"
-            write_sweep(folder, summary)
-            done = _execute(manifest, cluster, place, bound, runs_dir=runs_dir, overrides=given, num_workers=threads,
-                            on_event=on_event, cache_dir=os.fspath(cache_dir) if cache_dir else None, use_cache=cache,
-                            matrix_point=mpoint, schedule=schedule)
-            row.update(status=done.status, run_id=done.run_id, record=os.path.relpath(done.record_path, runs_dir),
-                       outputs={k: v["digest"] for k, v in done.record["outputs"].items()}, error=done.error)
-            write_sweep(folder, summary)
-            if on_point is not None:
-                on_point(dict(row))
-        failed = sum(row["status"] != "succeeded" for row in summary["points"])
-        summary.update(status="failed" if failed else "succeeded", ended_at=utc_iso(time.time()),
-                       duration_s=round(time.time() - started, 6))
-        write_sweep(folder, summary)
+        first = jobs[0][0]
+    bound = _bind_inputs(first, inputs)
+    with _session(path, doc, first, runs_dir, None, schedule_slot,
+                  (workers, threads_per_worker, scheduler, place, threads), lock=False) as (cluster, schedule, lock_name):
+        if not resume:
+            _, folder, summary = new_sweep(runs_dir, first.name, path, points, jobs[0][2])
+            todo = [(row, (manifest, mpoint, given, None)) for (manifest, mpoint, given), row in zip(jobs, summary["points"])]
+
+        def run_one(job: tuple, row: dict) -> Run:
+            manifest, mpoint, given, again = job
+            with RunLock(lock_path(runs_dir, path, lock_name, manifest.params), manifest=path, run=again):
+                return _execute(manifest, cluster, place, bound, runs_dir=runs_dir, overrides=given,
+                                num_workers=threads, on_event=on_event,
+                                cache_dir=os.fspath(cache_dir) if cache_dir else None, use_cache=cache,
+                                matrix_point=mpoint, schedule=schedule, resume=again)
+
+        run_points(folder, summary, todo, run_one, parallel=parallel, on_point=on_point)
     return Sweep(folder)

@@ -18,7 +18,7 @@ import traceback
 from typing import Any, Sequence
 
 from hetflow.engine import api, matrix
-from hetflow.engine.errors import HetflowError, ManifestError, RunFailed, UsageError
+from hetflow.engine.errors import HetflowError, ManifestError, RunCancelled, RunFailed, UsageError
 from hetflow.engine.locks import LockHeld
 from hetflow.engine.manifest import load, parse_overrides
 from hetflow.engine.planner import plan as make_plan
@@ -79,7 +79,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--max-points", type=int, default=256, metavar="N", help="the most points a matrix may expand to (default: 256)")
     r.add_argument("--no-cache", action="store_true", help="neither take partitions from the cache nor store them")
     r.add_argument("--cache-dir", metavar="DIR", help="the partition cache (default: RUNS_DIR/.cache)")
-    r.add_argument("--resume", metavar="RUN_ID", help="continue a run that crashed or was killed, in its own folder")
+    r.add_argument("--resume", metavar="RUN_ID",
+                   help="continue a run (or a sweep, by its SWEEP_ID) that was cancelled, crashed or was killed, in its "
+                        "own folder: what finished is reused, the rest runs")
+    r.add_argument("--parallel", type=int, default=1, metavar="K",
+                   help="run up to K points of a matrix sweep at once (default: 1)")
     r.add_argument("--schedule-slot", metavar="SLOT",
                    help="run as the schedule slot SLOT (a UTC instant) of the manifest's schedule: block; "
                         "hetflow schedule passes it")
@@ -269,10 +273,16 @@ def _cmd_run(args: argparse.Namespace, out, err) -> int:
     if args.threads is not None and args.threads < 1:
         raise UsageError("--threads must be at least 1")
     source = args.file
+    if args.parallel < 1:
+        raise UsageError("--parallel must be at least 1")
     if not args.resume:
         source = load(args.file)
         if matrix.has_matrix(source) and not args.point:
             return _sweep(args, source, params, common, out, err)
+    elif os.path.isfile(os.path.join(args.runs_dir, args.resume, "sweep.json")):
+        if args.point:
+            raise UsageError("--resume continues a sweep's unfinished points; it takes no --point")
+        return _sweep(args, source, params, common, out, err)
     sink = _event_sink(args, err)
     try:
         run = api.run(source, params, point=args.point, resume=args.resume, on_event=sink, **common)
@@ -319,7 +329,8 @@ def _sweep(args: argparse.Namespace, doc, params: dict, common: dict, out, err) 
 
     sink = _event_sink(args, err)
     try:
-        sweep = api.sweep(doc, params, on_event=sink, on_point=row, **common)
+        sweep = api.sweep(doc, params, on_event=sink, on_point=row, parallel=args.parallel, resume=args.resume,
+                          **common)
     finally:
         if hasattr(sink, "close"):
             sink.close()
@@ -652,7 +663,19 @@ def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
     debug = "--debug" in argv
     try:
         args = _parser().parse_args(argv)
-        return _COMMANDS[args.command](args, out, err)
+        if args.command not in _STOPPABLE:
+            return _COMMANDS[args.command](args, out, err)
+        from hetflow.engine.cancel import stopping
+
+        with stopping():
+            return _COMMANDS[args.command](args, out, err)
+    except RunCancelled as e:
+        print(f"hetflow: {e}", file=err)
+        if e.record_path:
+            print(f"record: {e.record_path}", file=err)
+        from hetflow.engine.cancel import exit_code_of
+
+        return exit_code_of(e.signal)
     except _ShowVersion:
         import hetflow
 
@@ -693,8 +716,18 @@ def _write_crash_log() -> str:
     return path
 
 
+# Commands that run pipelines: SIGINT and SIGTERM cancel them (hetflow.engine.cancel) and they exit 128 + signal.
+_STOPPABLE = frozenset({"run", "verify"})
+
+
 def entry() -> None:
-    sys.exit(main())
+    code = main()
+    if code > 128:
+        # A cancelled run abandoned executor calls still going in worker threads; the interpreter would wait for them.
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -109,8 +109,9 @@ def manifest_from_record(record: Mapping[str, Any]) -> Manifest:
     return manifest
 
 
-def new_sweep(runs_dir: str, name: str, manifest_file: str, points: list) -> tuple[str, str, dict]:
-    """Create the sweep folder and its summary with every point pending."""
+def new_sweep(runs_dir: str, name: str, manifest_file: str, points: list,
+              overrides: Mapping[str, Any] | None = None) -> tuple[str, str, dict]:
+    """Create the sweep folder and its summary with every point pending; ``overrides`` are the sweep's ``-p``."""
     os.makedirs(runs_dir, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     for n in range(1000):
@@ -132,6 +133,7 @@ def new_sweep(runs_dir: str, name: str, manifest_file: str, points: list) -> tup
         "ended_at": None,
         "duration_s": None,
         "params": list(dict.fromkeys(k for p in points for k in p.values)),
+        "overrides": dict(overrides or {}),
         "points": [{"name": p.name, "values": dict(p.values), "status": "pending", "run_id": None,
                     "record": None, "outputs": {}, "error": None} for p in points],
     }

@@ -138,7 +138,7 @@ time.sleep(float(sys.argv[2]))
 def test_the_lock_refuses_a_second_run_while_the_first_lives(manifest_file, tmp_path):
     runs = str(tmp_path / "runs")
     path = manifest_file(VERIFY.replace("SEED", "1"))
-    where = lock_path(runs, path, "v")
+    where = lock_path(runs, path, "v", {})  # the lock of the manifest run with its (no) params
     holder = subprocess.Popen([sys.executable, "-c", HOLD, where, "60"], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -155,7 +155,7 @@ def test_the_lock_refuses_a_second_run_while_the_first_lives(manifest_file, tmp_
 def test_a_lock_left_by_a_dead_process_is_taken_over(manifest_file, tmp_path):
     runs = str(tmp_path / "runs")
     path = manifest_file(VERIFY.replace("SEED", "1"))
-    where = lock_path(runs, path, "v")
+    where = lock_path(runs, path, "v", {})  # the lock of the manifest run with its (no) params
     holder = subprocess.Popen([sys.executable, "-c", HOLD, where, "60"], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     holder.send_signal(signal.SIGKILL)

@@ -145,3 +145,32 @@ def test_stopping_restores_the_previous_handlers():
     with stopping() as cancel:
         assert signal.getsignal(signal.SIGTERM) == cancel._handle
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+SWEEP = "matrix: {scale: [0.036, 0.035]}\n"
+
+
+def test_sigterm_during_a_sweep_cancels_it_and_resume_runs_only_unfinished_points(tmp_path, tmp_path_factory):
+    path, runs = long_manifest(tmp_path, SWEEP), tmp_path / "runs"
+    plain = tmp_path_factory.mktemp("plain-sweep")
+    code, expected = run_json("run", long_manifest(plain, SWEEP), "--runs-dir", str(plain / "runs"), "--no-cache")
+    assert code == 0
+
+    rc, _, _ = start_and_signal(["run", path, "--runs-dir", str(runs)], [signal.SIGTERM], long_partition_started)
+    assert rc == 143
+    (sweep_file,) = runs.glob("*/sweep.json")
+    summary = json.loads(sweep_file.read_text())
+    assert summary["status"] == "cancelled" and summary["cancelled"]["signal"] == "SIGTERM"
+    first, second = summary["points"]
+    assert first["status"] == "cancelled" and second["status"] == "pending" and second["run_id"] is None
+    cancelled = json.loads((runs / first["run_id"] / "record.json").read_text())
+    assert cancelled["status"] == "cancelled" and cancelled["live_activations_after"] == {"a": 0, "b": 0}
+
+    rc, result = run_json("run", path, "--runs-dir", str(runs), "--resume", summary["sweep_id"])
+    assert rc == 0 and result["sweep_id"] == summary["sweep_id"] and result["status"] == "succeeded"
+    got = {p["name"]: p for p in result["points"]}
+    assert got[first["name"]]["run_id"] == first["run_id"]  # the cancelled point's run continued in its folder
+    assert {p["name"]: p["outputs"] for p in expected["points"]} == {n: p["outputs"] for n, p in got.items()}
+    resumed = json.loads((runs / first["run_id"] / "record.json").read_text())
+    assert resumed["status"] == "succeeded" and resumed["cache"]["hits"] == cancelled["cancelled"]["finished"]
+    assert len(list(runs.glob("*/record.json"))) == 2
