@@ -635,9 +635,15 @@ def _load_plugins(tree: dict, doc: Document, base: str, problems: list[Diagnosti
         if not isinstance(spec, str):
             continue
         try:
-            loaded.append(pluginlib.load_plugin(spec, base))
+            plugin = pluginlib.load_plugin(spec, base)
         except pluginlib.PluginError as e:
             problems.append(Diagnostic(doc.at(("plugins", i)), str(e)))
+            continue
+        for other in loaded:
+            for name in sorted(set(other.ops) & set(plugin.ops)):
+                problems.append(Diagnostic(doc.at(("plugins", i)), (
+                    f"op {name!r} is defined twice: by plugin {other.spec!r} and by plugin {spec!r}")))
+        loaded.append(plugin)
     return loaded
 
 

@@ -367,6 +367,11 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
        cost: Callable | None = None, doc: str | None = None) -> Callable[[Callable], OpFunction]:
     """Register the decorated function as op ``name`` (``ns.name``).
 
+    One process may load several projects' plugins (a scheduler, a
+    notebook, tests): a plugin loaded later takes over a name an earlier
+    one defined, and a manifest whose own plugins define one name twice
+    is refused.
+
     Parameters
     ----------
     name : str
@@ -413,8 +418,8 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
             old = oplib.REGISTRY.get(name)
             if loading is not None and name in _LOADING.defined:
                 raise PluginError(f"op {name!r} is defined twice: at {_LOADING.defined[name]} and at {where}", where)
-            if old is not None and old.source != module and not (loading is None and old.defined_at == where):
-                raise PluginError(f"op {name!r} is defined twice: at {old.defined_at} ({old.source}) and at {where}", where)
+            if old is not None and old.invoke is None:
+                raise PluginError(f"op {name!r} would shadow the built-in op {name!r}; choose another name", where)
             text = doc if doc is not None else (inspect.getdoc(fn) or "").split("\n")[0]
             oplib.REGISTRY[name] = oplib.Op(
                 name, arity, kinds, fn, _shape_rule(shape, name, where), args, doc=text,
@@ -528,7 +533,8 @@ def load_source(path: str, code: bytes, spec: str | None = None) -> Plugin:
     digest = "sha256:" + hashlib.sha256(code).hexdigest()
     with _LOCK:
         known = _PLUGINS.get(("path", path))
-        if known is not None and known.source == code and all(n in oplib.REGISTRY for n in known.ops):
+        if known is not None and known.source == code and all(
+                n in oplib.REGISTRY and oplib.REGISTRY[n].source == known.module for n in known.ops):
             return replace(known, spec=spec)
         module_name = "hetflow_plugin_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0]) + \
             "_" + hashlib.sha256(path.encode()).hexdigest()[:10]

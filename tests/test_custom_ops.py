@@ -1,0 +1,346 @@
+"""Users' ops (issue 14): @hetflow.op, plugins:, kernels per vendor, code identity in the cache, errors."""
+
+import io
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hetflow.engine import cli
+from hetflow.engine.cache import Cache, explain, partition_keys
+from hetflow.engine.distributed import Cluster
+from hetflow.engine.errors import ManifestError
+from hetflow.engine.manifest import compile_manifest, load
+from hetflow.engine.planner import plan as make_plan
+from hetflow.engine.run import execute
+from hetflow.executors import Vendor, ops, probe
+
+OPS = '''
+from hetflow import op
+
+SCALE_SHIFT = """
+@group(0) @binding(0) var<storage, read> X: array<f32>;
+@group(0) @binding(1) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(2) var<storage, read> P: array<u32>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    if (i >= P[0]) { return; }
+    Y[i] = X[i] * bitcast<f32>(P[1]) + bitcast<f32>(P[2]);
+}
+"""
+
+
+@op("t.scale_shift", dtypes=["fp32", "fp16", "bf16"])
+def scale_shift(xp, x, *, scale: float = 1.0, shift: float = 0.0):
+    """x * scale + shift."""
+    return x * scale + shift
+
+
+scale_shift.kernel("vulkan", wgsl=SCALE_SHIFT)
+
+
+@op("t.outer", shape=lambda a, b: (a[0], b[0]))
+def outer(xp, a, b):
+    return xp.outer(a, b)
+
+
+@op("t.marked")
+def marked(xp, x, *, k: int):
+    return x + k
+
+
+@marked.kernel("cpu")
+def marked_cpu(xp, x, *, k: int):
+    return x + 1000 * k
+'''
+
+PIPELINE = """\
+version: 1
+name: custom
+plugins: [ops.py]
+executors:
+  host: {vendor: cpu}
+  other: {vendor: cpu}
+  third: {vendor: cpu}
+stages:
+  x: {op: arange, args: {stop: 6}, executor: third}
+  y: {op: t.scale_shift, inputs: [x], args: {scale: 2, shift: 0.5}, executor: host}
+  r: {op: relu, inputs: [x], executor: third}
+  o: {op: t.outer, inputs: [y, r], executor: other}
+outputs: {o: o, r: r}
+"""
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "ops.py").write_text(OPS)
+
+    def write(text: str = PIPELINE, name: str = "m.yaml") -> str:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text))
+        return str(path)
+
+    return write
+
+
+def run_cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def compiled(path):
+    return compile_manifest(load(path))
+
+
+def problems(path) -> list[str]:
+    with pytest.raises(ManifestError) as info:
+        compiled(path)
+    return [str(d).removeprefix(f"{path}:").replace(": error: ", ": ", 1) for d in info.value.diagnostics]
+
+
+def test_the_decorator_reads_arity_args_and_dtypes_from_the_signature(project):
+    compiled(project())
+    op = ops.REGISTRY["t.scale_shift"]
+    assert op.arity == (1, 1) and op.dtypes == {ops.Dtype.fp32, ops.Dtype.fp16, ops.Dtype.bf16}
+    assert {k: (a.kind, a.required, a.default) for k, a in op.args.items()} == {
+        "scale": ("number", False, 1.0), "shift": ("number", False, 0.0)}
+    assert ops.REGISTRY["t.marked"].args["k"].required
+    assert ops.REGISTRY["t.outer"].shape([(3,), (4,)], {}) == (3, 4)
+    assert op.source != "built-in" and op.defined_at.endswith("ops.py:18") and op.identity.startswith("sha256:")
+
+
+def test_arity_args_and_dtype_errors_at_their_positions(project):
+    path = project(PIPELINE.replace(
+        "  o: {op: t.outer, inputs: [y, r], executor: other}",
+        "  o: {op: t.outer, inputs: [y], executor: other}\n"
+        "  a: {op: t.scale_shift, inputs: [x], args: {scale: fast, shfit: 1}}\n"
+        "  m: {op: t.marked, inputs: [x]}\n"
+        "  d: {op: t.scale_shift, inputs: [x], dtype: int8}"))
+    assert problems(path) == [
+        "12:28: op 't.outer' takes 2 inputs, stage 'o' gives 1",
+        "13:53: argument 'scale' of op 't.scale_shift' must be a number, got 'fast'",
+        "13:59: op 't.scale_shift' has no argument 'shfit' (accepted: scale, shift)",
+        "14:3: op 't.marked' needs argument 'k'",
+        "15:46: op 't.scale_shift' does not support dtype int8 (supported: fp32, fp16, bf16)",
+    ]
+
+
+def test_a_manifest_cannot_import_anything_by_naming_it(project, tmp_path):
+    path = project(PIPELINE.replace("op: relu", "op: os.system").replace("op: t.outer", "op: builtins.eval"))
+    assert problems(path) == ["11:11: unknown op 'os.system' in stage 'r'", "12:11: unknown op 'builtins.eval' in stage 'o'"]
+    # an op another manifest's plugin defines is not this manifest's
+    compiled(project())
+    path = project(PIPELINE.replace("plugins: [ops.py]\n", ""), "other.yaml")
+    assert any("unknown op 't.scale_shift'" in p and "does not list in plugins:" in p for p in problems(path))
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("import nothing_here_at_all\n", "3:11: {dir}/broken.py:1: plugin 'broken.py' failed to import: "
+                                     "ModuleNotFoundError: No module named 'nothing_here_at_all'"),
+    ("from hetflow import op\n\n@op('random.normal')\ndef f(xp, x):\n    return x\n",
+     "3:11: {dir}/broken.py:3: op 'random.normal' would shadow the built-in op 'random.normal'; choose another name"),
+    ("from hetflow import op\n\n@op('t.twice')\ndef f(xp, x):\n    return x\n\n\n@op('t.twice')\ndef g(xp, x):\n    return x\n",
+     "3:11: {dir}/broken.py:8: op 't.twice' is defined twice: at {dir}/broken.py:3 and at {dir}/broken.py:8"),
+    ("def f(:\n", "3:11: {dir}/broken.py:1: plugin 'broken.py' does not parse: invalid syntax"),
+    ("from hetflow import op\n\n@op('t.untyped')\ndef f(xp, x, *, k):\n    return x\n",
+     "3:11: {dir}/broken.py:3: op 't.untyped': argument 'k' needs a type annotation (float, int, bool or str, optionally '| None')"),
+])
+def test_a_broken_plugin_is_exit_2_with_its_file_line_and_the_manifest_position(project, tmp_path, body, expected):
+    (tmp_path / "broken.py").write_text(body)
+    path = project(PIPELINE.replace("plugins: [ops.py]", "plugins: [broken.py, ops.py]"))
+    assert problems(path) == [expected.format(dir=tmp_path)]
+    code, _, err = run_cli("validate", path)
+    assert code == 2 and "Traceback" not in err
+
+
+def test_a_shape_function_that_raises_or_returns_a_non_shape_is_exit_2(project, tmp_path):
+    (tmp_path / "shapes.py").write_text(textwrap.dedent("""\
+        from hetflow import op
+
+        @op("t.raises", shape=lambda x: (x[5],))
+        def raises(xp, x):
+            return x
+
+        @op("t.nonshape", shape=lambda x: "big")
+        def nonshape(xp, x):
+            return x
+        """))
+    path = project(PIPELINE.replace("plugins: [ops.py]", "plugins: [ops.py, shapes.py]")
+                   .replace("op: relu", "op: t.raises").replace("op: t.outer, inputs: [y, r]", "op: t.nonshape, inputs: [y]"))
+    with pytest.raises(ManifestError) as info:
+        make_plan(compiled(path), probe)
+    assert [str(d) for d in info.value.diagnostics] == [
+        f"{path}:11:29: error: stage 'r': op 't.raises': its shape= raised IndexError: tuple index out of range (shapes.py:3)",
+        f"{path}:12:31: error: stage 'o': op 't.nonshape': its shape= returned 'big', not a tuple of non-negative integers (shapes.py:7)",
+    ]
+    assert run_cli("plan", path)[0] == 2
+
+
+def test_runs_on_cpu_with_the_users_numbers(project, tmp_path):
+    m = compiled(project())
+    result = execute(m, make_plan(m, probe), runs_dir=str(tmp_path / "runs"))
+    y = np.arange(6, dtype=np.float32) * 2 + 0.5
+    got = np.load(os.path.join(result.run_dir, "o.npy"))
+    np.testing.assert_array_equal(got, np.outer(y, np.maximum(np.arange(6, dtype=np.float32), 0)))
+    record = result.record
+    assert [p["spec"] for p in record["plugins"]] == ["ops.py"]
+    assert record["plugins"][0]["file"] == str(tmp_path / "ops.py")
+    assert record["plugins"][0]["digest"].startswith("sha256:")
+    assert record["data"] == {}
+    assert set(record["plugins"][0]["ops"]) == {"t.scale_shift", "t.outer", "t.marked"}
+
+
+def test_a_kernel_override_is_used_where_declared_and_only_there():
+    import hetflow.executors.plugins as plugins  # noqa: F401 - registers the decorator's module
+
+    path = Path(__file__).parent / "_never_written.py"
+    assert not path.exists()
+    source = OPS.encode()
+    plugins.load_source(str(path), source)
+    x = [np.ones(3, np.float32)]
+    assert ops.run(np, "t.marked", x, {"k": 2}, ops.Dtype.fp32, Vendor.cpu).tolist() == [2001.0] * 3
+    assert ops.run(np, "t.marked", x, {"k": 2}, ops.Dtype.fp32, Vendor.cuda).tolist() == [3.0] * 3
+
+
+VULKAN = probe(Vendor.vulkan)
+
+
+@pytest.mark.skipif(not VULKAN.available, reason=f"vulkan executor unavailable here: {VULKAN.reason}")
+def test_the_same_op_on_cpu_and_on_vulkan_gives_the_same_result(project, tmp_path):
+    text = PIPELINE.replace("  other: {vendor: cpu}", "  other: {vendor: cpu}\n  gpu: {vendor: vulkan}")
+    on_cpu = compiled(project(text))
+    on_gpu = compiled(project(text.replace("args: {scale: 2, shift: 0.5}, executor: host",
+                                           "args: {scale: 2, shift: 0.5}, executor: gpu"), "g.yaml"))
+    placed = make_plan(on_gpu, probe)
+    assert placed.nodes["y"].executor == "gpu" and placed.nodes["o"].executor == "other"
+    a = execute(on_cpu, make_plan(on_cpu, probe), runs_dir=str(tmp_path / "a"), use_cache=False)
+    b = execute(on_gpu, placed, runs_dir=str(tmp_path / "b"), use_cache=False)
+    assert a.record["outputs"]["o"]["digest"] == b.record["outputs"]["o"]["digest"]
+    # without a Vulkan kernel an op goes elsewhere, with the reason
+    unplaced = compiled(project(text.replace("  o: {op: t.outer, inputs: [y, r], executor: other}",
+                                             "  o: {op: t.outer, inputs: [y, r], vendor: [vulkan, cpu]}"), "u.yaml"))
+    p = make_plan(unplaced, probe)
+    assert p.nodes["o"].executor != "gpu"
+
+
+def test_editing_the_op_reruns_exactly_what_uses_it_and_comments_rerun_nothing(project, tmp_path):
+    path = project()
+    runs = str(tmp_path / "runs")
+
+    def go():
+        m = compiled(path)
+        return execute(m, make_plan(m, probe), runs_dir=runs)
+
+    first = go()
+    by_nodes = {tuple(k["nodes"]): pid for pid, k in first.record["cache"]["keys"].items()}
+    assert len(first.record["cache"]["stored"]) == 3
+    Path(path).write_text("# a comment\n" + Path(path).read_text().replace("outputs:", "# another\noutputs:"))
+    assert go().record["cache"]["hits"] == sorted(first.record["cache"]["keys"], key=lambda p: int(p[1:]))
+    ops_py = tmp_path / "ops.py"
+    ops_py.write_text(ops_py.read_text().replace("return x * scale + shift", "return x * scale + shift + 1"))
+    m = compiled(path)
+    p = make_plan(m, probe)
+    reasons = explain(partition_keys(p), Cache(os.path.join(runs, ".cache")), first.record)
+    y_part = next(pid for pid, k in partition_keys(p).items() if "y" in k.nodes)
+    assert reasons[y_part] == {"status": "will run", "reason": "code changed: op 't.scale_shift' (ops.py)"}
+    code, out, _ = run_cli("plan", path, "--runs-dir", runs)
+    assert code == 0 and "code changed: op 't.scale_shift' (ops.py)" in out
+    third = execute(m, p, runs_dir=runs)
+    r_part = by_nodes[("x", "r")]
+    assert third.record["cache"]["hits"] == [r_part]
+    o = np.load(os.path.join(third.run_dir, "o.npy"))
+    assert o[1, 1] == (1 * 2 + 0.5 + 1) * 1
+
+
+def test_an_op_that_raises_fails_its_stage_with_the_users_traceback(project, tmp_path):
+    (tmp_path / "boom.py").write_text(textwrap.dedent("""\
+        from hetflow import op
+
+
+        def check(x):
+            raise ValueError("negative input")
+
+
+        @op("t.boom")
+        def boom(xp, x):
+            return check(x)
+        """))
+    path = project(PIPELINE.replace("plugins: [ops.py]", "plugins: [ops.py, boom.py]")
+                   .replace("op: relu, inputs: [x], executor: third", "op: t.boom, inputs: [x], executor: third, retries: 1"))
+    code, out, err = run_cli("run", path, "--runs-dir", str(tmp_path / "runs"))
+    assert code == 1
+    lines = [line for line in err.strip().splitlines() if not line.startswith("[")]
+    assert lines[0] == ("hetflow: run failed: stage 'r' failed: backend error: op 't.boom' raised ValueError: "
+                        "negative input (boom.py:5)")
+    assert lines[1].startswith("traceback: ") and lines[1].endswith("traceback.txt") and "Traceback" not in err
+    record = json.loads(Path(lines[2].removeprefix("record: ")).read_text())
+    assert record["error"]["op"] == "t.boom" and record["error"]["node"] == "r"
+    assert record["nodes"]["r"]["attempts"] == 2
+    trace = record["error"]["traceback"]
+    assert f'File "{tmp_path}/boom.py", line 10, in boom' in trace and f'File "{tmp_path}/boom.py", line 5, in check' in trace
+    assert "hetflow" not in trace.replace(str(tmp_path), "") and trace.endswith("ValueError: negative input\n")
+    assert Path(lines[1].removeprefix("traceback: ")).read_text() == trace
+
+
+def test_a_result_that_contradicts_the_declared_shape_or_dtype_is_a_run_time_error(project, tmp_path):
+    (tmp_path / "liar.py").write_text(textwrap.dedent("""\
+        from hetflow import op
+
+        @op("t.liar", shape=lambda x: (x[0], 2))
+        def liar(xp, x):
+            return xp.stack([x, x, x], axis=1)
+
+        @op("t.wide")
+        def wide(xp, x):
+            return x.astype("float64")
+        """))
+    for op_name, message in [("t.liar", "op 't.liar' returned shape [6, 3], but its shape rule declares [6, 2]"),
+                             ("t.wide", "op 't.wide' returned float64 values for a fp32 stage")]:
+        path = project(PIPELINE.replace("plugins: [ops.py]", "plugins: [ops.py, liar.py]")
+                       .replace("op: relu", f"op: {op_name}").replace("  o: {op: t.outer, inputs: [y, r], executor: other}\n", "")
+                       .replace("outputs: {o: o, r: r}", "outputs: {r: r}"), f"{op_name}.yaml")
+        code, _, err = run_cli("run", path, "--runs-dir", str(tmp_path / "runs"))
+        assert code == 1 and message in err
+
+
+def test_plugins_load_on_the_workers_of_a_local_cluster(project, tmp_path):
+    m = compiled(project())
+    local = execute(m, make_plan(m, probe), runs_dir=str(tmp_path / "a"), use_cache=False)
+    with Cluster.local(2, 1) as cluster:
+        placed = cluster.place(make_plan(m, cluster.probe), m)
+        remote = execute(m, placed, runs_dir=str(tmp_path / "b"), cluster=cluster, use_cache=False)
+    assert remote.record["outputs"]["o"]["digest"] == local.record["outputs"]["o"]["digest"]
+    assert {t["worker"] for t in remote.record["tasks"] if t["kind"] == "partition"} - {None}
+
+
+def test_an_installed_entry_point_is_discovered_without_importing_until_used(tmp_path, monkeypatch, manifest_file):
+    site = tmp_path / "site"
+    (site / "labops").mkdir(parents=True)
+    (site / "labops" / "__init__.py").write_text("")
+    (site / "labops" / "ops.py").write_text(
+        "from hetflow import op\n\n\n@op('labx.neg')\ndef neg(xp, x):\n    return -x\n")
+    info = site / "labops-1.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: labops\nVersion: 1.2\n")
+    (info / "entry_points.txt").write_text("[hetflow.ops]\nlabx = labops.ops\n")
+    (info / "RECORD").write_text("labops/__init__.py,,\nlabops/ops.py,,\nlabops-1.2.dist-info/METADATA,,\n")
+    (info / "top_level.txt").write_text("labops\n")
+    monkeypatch.syspath_prepend(str(site))
+    from hetflow.executors import plugins
+
+    assert [e.name for e in plugins.entry_points()] == ["labx"] and "labops.ops" not in sys.modules
+    path = manifest_file("version: 1\nname: ep\nexecutors: {h: {vendor: cpu}}\nstages:\n"
+                         "  x: {op: ones, args: {shape: [2]}}\n  y: {op: labx.neg, inputs: [x]}\noutputs: {y: y}\n")
+    m = compiled(path)
+    assert [(p.kind, p.distribution, p.version) for p in m.plugins] == [("entry point", "labops", "1.2")]
+    result = execute(m, make_plan(m, probe), runs_dir=str(tmp_path / "runs"))
+    assert np.load(os.path.join(result.run_dir, "y.npy")).tolist() == [-1.0, -1.0]
+    code, out, _ = run_cli("executors", "--ops")
+    assert code == 0 and any(line.startswith("labx.neg") and "from labops 1.2" in line for line in out.splitlines())
