@@ -127,6 +127,27 @@ def scale(sizes: list[int]) -> list[dict]:
     return rows
 
 
+def loads_side_by_side(before: str, n: int = 100_000, repeat: int = 7) -> dict:
+    """Median seconds to load the ``n``-stage manifest with the loader module at path ``before`` and with
+    the current one, taking turns in one process (the machine's noise falls on both)."""
+    import importlib.util
+    import statistics
+
+    from hetflow.engine import loader
+
+    spec = importlib.util.spec_from_file_location("loader_before", before)
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    text = generate(n)
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    for i in range(repeat):
+        for name, module in sorted({"before": old, "after": loader}.items(), reverse=i % 2 == 1):
+            t0 = time.perf_counter()
+            module.loads(text, f"scale-{n}.yaml")
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def run(quick: bool) -> list[dict]:
     return fused(1000, 2 if quick else 5) + scale([1000, 10000] if quick else [1000, 10000, 100000])
 
