@@ -98,14 +98,26 @@ def _parser() -> argparse.ArgumentParser:
     vf.add_argument("--runs-dir", default="runs", help="where run folders are (default: ./runs)")
     vf.add_argument("--json", action="store_true")
 
-    rs = sub.add_parser("runs", help="list runs and sweeps; show one; remove old ones")
+    rs = sub.add_parser("runs", help="list runs and sweeps; show, compare and tabulate them; remove old ones")
     rs.add_argument("--runs-dir", default="runs", help="where run folders are (default: ./runs)")
     rs.add_argument("--json", action="store_true")
+    rs.add_argument("--manifest", metavar="NAME", help="only runs of this manifest (its name or file)")
+    rs.add_argument("--status", choices=["running", "succeeded", "failed", "cancelled"], help="only runs with this status")
+    rs.add_argument("--since", metavar="WHEN", help="only runs started since: an age (30d, 12h, 45m, 2w) or a date (2026-03-01)")
     rsub = rs.add_subparsers(dest="runs_command", parser_class=_Parser)
-    show = rsub.add_parser("show", help="one run's record, summarized")
-    show.add_argument("run_id", metavar="RUN_ID")
+    show = rsub.add_parser("show", help="one run's record, summarized, with the values of scalar outputs")
+    show.add_argument("run_id", metavar="RUN_ID", help="a run or sweep id, a unique prefix of one, or latest")
     show.add_argument("--json", action="store_true", help="the whole record")
     show.add_argument("--runs-dir", default=argparse.SUPPRESS)
+    df = rsub.add_parser("diff", help="two runs side by side: params, point, manifest, plugins, data files, versions, outputs")
+    df.add_argument("a", metavar="A", help="a run id, a unique prefix of one, or latest")
+    df.add_argument("b", metavar="B", help="a run id, a unique prefix of one, or latest")
+    df.add_argument("--json", action="store_true")
+    df.add_argument("--runs-dir", default=argparse.SUPPRESS)
+    tb = rsub.add_parser("table", help="one row per run with its params and scalar outputs: a sweep's points or the runs named")
+    tb.add_argument("refs", nargs="+", metavar="SWEEP_ID|RUN_ID", help="one sweep, or runs (ids, unique prefixes, latest)")
+    tb.add_argument("--format", choices=["text", "csv", "json", "markdown"], default="text")
+    tb.add_argument("--runs-dir", default=argparse.SUPPRESS)
     gc = rsub.add_parser("gc", help="keep the newest N runs; remove older runs and cache entries no kept run needs")
     gc.add_argument("--keep", type=int, required=True, metavar="N")
     gc.add_argument("--cache-dir", metavar="DIR", help="the partition cache (default: RUNS_DIR/.cache)")
@@ -275,6 +287,10 @@ def _cmd_run(args: argparse.Namespace, out, err) -> int:
     source = args.file
     if args.parallel < 1:
         raise UsageError("--parallel must be at least 1")
+    if args.resume:
+        from hetflow.engine.runs import resolve_id
+
+        args.resume = resolve_id(args.runs_dir, args.resume)
     if not args.resume:
         source = load(args.file)
         if matrix.has_matrix(source) and not args.point:
@@ -407,7 +423,15 @@ def _changed_sources(record: dict, manifest: Any) -> list[str]:
 def _cmd_runs(args: argparse.Namespace, out, err) -> int:
     from hetflow.engine import runs
 
+    if args.runs_command == "diff":
+        return _runs_diff(args, out)
+    if args.runs_command == "table":
+        from hetflow.engine.compare import render_table, table
+
+        out.write(render_table(table(args.runs_dir, args.refs), args.format))
+        return EXIT_OK
     if args.runs_command == "show":
+        args.run_id = runs.resolve_id(args.runs_dir, args.run_id)
         sweep_file = os.path.join(args.runs_dir, args.run_id, "sweep.json")
         if os.path.isfile(sweep_file):
             with open(sweep_file, encoding="utf-8") as f:
@@ -432,8 +456,17 @@ def _cmd_runs(args: argparse.Namespace, out, err) -> int:
         print(f"started {record['started_at']}  duration {record.get('duration_s')} s  digest {record['manifest']['digest'][:23]}", file=out)
         cache = record.get("cache") or {}
         print(f"partitions: {len(record['plan']['partitions'])}, from cache: {len(cache.get('hits', []))}", file=out)
+        from hetflow.engine.compare import output_view
+
         for name, o in record.get("outputs", {}).items():
-            print(f"  {name}: {o.get('shape', 'value')} {o.get('dtype', '')}  {o['digest'][:23]}", file=out)
+            print(f"  {name}: {_view_text(output_view(os.path.join(args.runs_dir, args.run_id), name, o))}  "
+                  f"{o['digest'][:23]}", file=out)
+        if record.get("cancelled"):
+            c = record["cancelled"]
+            print(f"cancelled by {c['signal']} at {c['at']}: finished {', '.join(c['finished']) or 'nothing'}; "
+                  f"resume with: hetflow run {record['manifest']['file']} --resume {record['run_id']}", file=out)
+        if record.get("verifies"):
+            print(f"verification run of {record['verifies']}", file=out)
         if record.get("error"):
             print(f"error: {record['error'].get('message')}", file=out)
         return EXIT_OK
@@ -446,7 +479,7 @@ def _cmd_runs(args: argparse.Namespace, out, err) -> int:
             print(f"kept {len(result['kept_runs'])} runs; {verb} {len(result['removed_runs'])} runs, "
                   f"{len(result['removed_sweeps'])} sweeps, {result['removed_cache_entries']} cache entries", file=out)
         return EXIT_OK
-    rows = runs.list_runs(args.runs_dir)
+    rows = runs.list_runs(args.runs_dir, manifest=args.manifest, status=args.status, since=args.since)
     if args.json:
         print(json.dumps(rows, indent=2), file=out)
         return EXIT_OK
@@ -459,6 +492,51 @@ def _cmd_runs(args: argparse.Namespace, out, err) -> int:
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     for line in [head] + body:
         print("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip(), file=out)
+    return EXIT_OK
+
+
+def _view_text(view: dict) -> str:
+    """An output as ``runs show`` and ``runs diff`` print it: its value, or its shape and statistics."""
+    if "value" in view:
+        text = json.dumps(view["value"])
+        return text if len(text) <= 80 else text[:77] + "..."
+    shape = "x".join(str(d) for d in view.get("shape") or []) or "-"
+    if "missing" in view:
+        return f"{shape} {view.get('dtype')} ({view['missing']})"
+    if "min" not in view:
+        return f"{shape} {view.get('dtype')}"
+    return f"{shape} {view.get('dtype')} min {view['min']:.6g} max {view['max']:.6g} mean {view['mean']:.6g}"
+
+
+def _runs_diff(args: argparse.Namespace, out) -> int:
+    from hetflow.engine.compare import diff_runs
+
+    d = diff_runs(args.runs_dir, args.a, args.b)
+    if args.json:
+        print(json.dumps(d, indent=2), file=out)
+        return EXIT_OK
+    a, b = d["a"]["run_id"], d["b"]["run_id"]
+    print(f"a: {a} ({d['a']['status']}, {d['a']['started_at']})", file=out)
+    print(f"b: {b} ({d['b']['status']}, {d['b']['started_at']})", file=out)
+    for section in ("manifest", "params", "matrix_point", "plugins", "data", "inputs", "versions"):
+        rows = d[section]
+        if not rows:
+            continue
+        print(f"{section.replace('_', ' ')}:", file=out)
+        for key, va, vb in rows:
+            print(f"  {key}: {json.dumps(va)} -> {json.dumps(vb)}", file=out)
+    print("outputs:", file=out)
+    for r in d["outputs"]:
+        if r["a"] is None or r["b"] is None:
+            print(f"  {r['output']}: only in {'b' if r['a'] is None else 'a'}", file=out)
+            continue
+        if r["same"]:
+            print(f"  {r['output']}: same  {_view_text(r['a'])}  {r['a']['digest'][:23]}", file=out)
+            continue
+        extra = f"  max abs difference {r['max_abs_diff']:.6g}" if "max_abs_diff" in r else ""
+        print(f"  {r['output']}: differs{extra}", file=out)
+        print(f"    a: {_view_text(r['a'])}  {r['a']['digest'][:23]}", file=out)
+        print(f"    b: {_view_text(r['b'])}  {r['b']['digest'][:23]}", file=out)
     return EXIT_OK
 
 

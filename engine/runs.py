@@ -47,13 +47,37 @@ def _read_json(path: str) -> dict | None:
         return None
 
 
+def resolve_id(runs_dir: str, ref: str, kind: str | None = None) -> str:
+    """The folder name of a run or sweep named by ``ref``: its id, a unique prefix of it, or ``latest``.
+
+    ``latest`` is the newest entry of ``kind`` (``"run"``, ``"sweep"``, or either when None).
+    An unknown or ambiguous ``ref`` is a :class:`UsageError` naming the candidates.
+    """
+    if ref and os.path.isdir(os.path.join(runs_dir, ref)) and not ref.startswith("."):
+        return ref
+    rows = [r for r in list_runs(runs_dir) if kind is None or r["kind"] == kind]
+    what = kind or "run or sweep"
+    if ref == "latest":
+        if not rows:
+            raise UsageError(f"no {what} in {runs_dir} yet")
+        return rows[0]["id"]
+    matches = [r["id"] for r in rows if r["id"].startswith(ref)] if ref else []
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        shown = ", ".join(matches[:5]) + (" ..." if len(matches) > 5 else "")
+        raise UsageError(f"{ref!r} is the start of {len(matches)} ids in {runs_dir} ({shown}); give more of it")
+    known = [r["id"] for r in rows][:5]
+    hint = f" (recent: {', '.join(known)})" if known else ""
+    raise UsageError(f"no {what} {ref!r} in {runs_dir}{hint}")
+
+
 def read_record(runs_dir: str, run_id: str) -> dict:
-    """The record of ``run_id``; a missing or unreadable one is a :class:`UsageError` (exit 2)."""
-    path = os.path.join(runs_dir, run_id, "record.json")
+    """The record of ``run_id`` (an id, a unique prefix or ``latest``); a missing or unreadable one is a
+    :class:`UsageError` (exit 2)."""
+    path = os.path.join(runs_dir, resolve_id(runs_dir, run_id, "run"), "record.json")
     if not os.path.isfile(path):
-        known = [e["id"] for e in list_runs(runs_dir)][:5]
-        hint = f" (recent: {', '.join(known)})" if known else ""
-        raise UsageError(f"no run {run_id!r} in {runs_dir}{hint}")
+        raise UsageError(f"{os.path.dirname(path)} is a sweep, not a run: give one of its points' run ids")
     record = _read_json(path)
     if record is None:
         raise UsageError(f"{path}: not a readable run record")
@@ -78,17 +102,61 @@ def iter_entries(runs_dir: str) -> Iterator[tuple[str, str, dict]]:
                 yield "run", name, data
 
 
-def list_runs(runs_dir: str) -> list[dict]:
-    """One row per run and sweep, newest first."""
+def parse_since(text: str, now: float | None = None) -> str:
+    """The UTC ISO instant ``--since`` and ``--older-than`` name: ``30d``, ``12h``, ``45m``, ``2w`` ago, or a date.
+
+    >>> parse_since("2026-03-01")
+    '2026-03-01T00:00:00.000Z'
+    >>> parse_since("1d", now=86400.0 * 2)
+    '1970-01-02T00:00:00.000Z'
+    """
+    now = time.time() if now is None else now
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+    text = text.strip()
+    if len(text) > 1 and text[-1] in units and text[:-1].replace(".", "", 1).isdigit():
+        return utc_iso(now - float(text[:-1]) * units[text[-1]])
+    from datetime import datetime, timezone
+
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"expected an age such as 30d, 12h, 45m or 2w, or a date such as 2026-03-01, got {text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return utc_iso(when.timestamp())
+
+
+def list_runs(runs_dir: str, manifest: str | None = None, status: str | None = None, since: str | None = None) -> list[dict]:
+    """One row per run and sweep, newest first.
+
+    ``manifest`` keeps entries of that manifest name (or file), ``status``
+    those with that status, ``since`` (see :func:`parse_since`) those
+    started at or after it.
+    """
+    rows = _list(runs_dir)
+    if manifest is not None:
+        path = os.path.abspath(manifest)
+        rows = [r for r in rows if manifest == r["manifest"] or path == r["file"]]
+    if status is not None:
+        rows = [r for r in rows if r["status"] == status]
+    if since is not None:
+        after = parse_since(since)
+        rows = [r for r in rows if (r["started_at"] or "") >= after]
+    return rows
+
+
+def _list(runs_dir: str) -> list[dict]:
     rows = []
     for kind, name, data in iter_entries(runs_dir):
         if kind == "sweep":
             rows.append({"kind": "sweep", "id": name, "manifest": data.get("name"), "point": f"{len(data.get('points', []))} points",
-                         "status": data.get("status"), "started_at": data.get("started_at"), "duration_s": data.get("duration_s")})
+                         "status": data.get("status"), "started_at": data.get("started_at"), "duration_s": data.get("duration_s"),
+                         "file": data.get("manifest"), "verifies": None})
         else:
             point = (data.get("matrix_point") or {}).get("name")
             rows.append({"kind": "run", "id": name, "manifest": (data.get("manifest") or {}).get("name"), "point": point,
-                         "status": data.get("status"), "started_at": data.get("started_at"), "duration_s": data.get("duration_s")})
+                         "status": data.get("status"), "started_at": data.get("started_at"), "duration_s": data.get("duration_s"),
+                         "file": (data.get("manifest") or {}).get("file"), "verifies": data.get("verifies")})
     rows.sort(key=lambda r: (r["started_at"] or "", r["id"]), reverse=True)
     return rows
 
