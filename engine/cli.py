@@ -371,18 +371,24 @@ def _cmd_verify(args: argparse.Namespace, out, err) -> int:
         raise UsageError(f"run {args.run_id} did not succeed (status {record.get('status')}); there is nothing to verify")
     manifest = manifest_from_record(record)
     plan = make_plan(manifest, probe)
+    from hetflow.engine.compare import mismatch_causes
+
     try:
         result = execute(manifest, plan, runs_dir=args.runs_dir, overrides=record.get("overrides") or {},
-                         use_cache=False, matrix_point=record.get("matrix_point"))
+                         use_cache=False, matrix_point=record.get("matrix_point"), verifies=record["run_id"])
         fresh = {k: v["digest"] for k, v in result.record["outputs"].items()}
-        rerun, rerun_ok = result.run_id, True
+        rerun, rerun_ok, rerun_record = result.run_id, True, result.record
     except RunFailed as e:
         fresh, rerun, rerun_ok = {}, os.path.basename(os.path.dirname(e.record_path or "")), False
+        rerun_record = read_record(args.runs_dir, rerun) if rerun else None
         print(f"hetflow: the rerun failed: {e}", file=err)
     rows = []
     for name, entry in record.get("outputs", {}).items():
         got = fresh.get(name)
-        rows.append({"output": name, "recorded": entry["digest"], "rerun": got, "match": got == entry["digest"]})
+        row = {"output": name, "recorded": entry["digest"], "rerun": got, "match": got == entry["digest"]}
+        if not row["match"] and rerun_ok:
+            row["causes"] = mismatch_causes(record, rerun_record, name)
+        rows.append(row)
     ok = rerun_ok and all(r["match"] for r in rows)
     changed = _changed_sources(record, manifest)
     for line in changed:
@@ -396,7 +402,12 @@ def _cmd_verify(args: argparse.Namespace, out, err) -> int:
         for r in rows:
             print(f"{r['output']:<{width}}  {r['recorded'][:23]:<23}  {(r['rerun'] or 'missing')[:23]:<23}  "
                   f"{'yes' if r['match'] else 'NO'}", file=out)
-        print(f"verify {args.run_id}: {'all outputs match' if ok else 'MISMATCH'} (rerun {rerun})", file=out)
+        for r in rows:
+            for cause in r.get("causes", ()):
+                print(f"  {r['output']}: likely cause: {cause}", file=out)
+        bad = [r["output"] for r in rows if not r["match"]]
+        verdict = "all outputs match" if ok else f"MISMATCH in {', '.join(bad)}" if bad and rerun_ok else "MISMATCH"
+        print(f"verify {record['run_id']}: {verdict} (rerun {rerun}, a verification run)", file=out)
     return EXIT_OK if ok else EXIT_RUN_FAILED
 
 
@@ -487,7 +498,8 @@ def _cmd_runs(args: argparse.Namespace, out, err) -> int:
         print(f"no runs in {args.runs_dir}", file=out)
         return EXIT_OK
     head = ["id", "manifest", "point", "status", "started", "duration"]
-    body = [[r["id"], r["manifest"] or "-", r["point"] or "-", r["status"] or "-", r["started_at"] or "-",
+    body = [[r["id"], r["manifest"] or "-", r["point"] or "-",
+             (r["status"] or "-") + (f" (verifies {r['verifies']})" if r.get("verifies") else ""), r["started_at"] or "-",
              "-" if r["duration_s"] is None else f"{r['duration_s']:.2f} s"] for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     for line in [head] + body:

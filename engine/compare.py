@@ -31,7 +31,7 @@ from hetflow.engine.errors import UsageError
 from hetflow.engine.records import load_output
 from hetflow.engine.runs import _read_json, list_runs, read_record, resolve_id
 
-__all__ = ["SMALL", "output_view", "load_array", "changes", "diff_runs", "table", "render_table"]
+__all__ = ["SMALL", "output_view", "load_array", "changes", "diff_runs", "table", "render_table", "mismatch_causes"]
 
 SMALL = 16
 
@@ -203,3 +203,54 @@ def render_table(data: Mapping[str, Any], fmt: str) -> str:
         return "\n".join([row(head), "|" + "|".join(" --- " for _ in head) + "|", *(row(line) for line in body)]) + "\n"
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     return "".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() + "\n" for line in [head] + body)
+
+
+def _upstream(plan_nodes: Mapping[str, Any], tensor: str) -> list[str]:
+    """``tensor``'s node and every node it depends on, in the record's plan."""
+    seen: dict[str, None] = {}
+    stack = [tensor]
+    while stack:
+        node = stack.pop()
+        if node in seen or node not in plan_nodes:
+            continue
+        seen[node] = None
+        stack.extend(plan_nodes[node].get("inputs") or [])
+    return list(seen)
+
+
+def mismatch_causes(record: Mapping[str, Any], rerun: Mapping[str, Any] | None, output: str) -> list[str]:
+    """The likely causes, as far as the two records show them, of ``output`` differing between a run and its rerun.
+
+    Looks at the output's upstream stages: a data file whose digest changed,
+    a plugin whose code changed, an op that is not deterministic (a random
+    op without a seed); then at library versions. Says so when it sees none.
+    """
+    from hetflow.executors import ops as oplib
+
+    nodes = (record.get("plan") or {}).get("nodes") or {}
+    entry = (record.get("outputs") or {}).get(output) or {}
+    upstream = _upstream(nodes, entry.get("tensor") or entry.get("phase") or output)
+    stages = ((record.get("manifest") or {}).get("resolved") or {}).get("stages") or {}
+    rerun = rerun or {}
+    causes = []
+    now_data = rerun.get("data") or {}
+    for stage, d in (record.get("data") or {}).items():
+        if stage in upstream and (now_data.get(stage) or {}).get("digest") != d.get("digest"):
+            causes.append(f"input file changed: {d.get('path')} (read by stage {stage!r}) is not the file the run read")
+    now_plugins = {p.get("spec"): p.get("digest") for p in rerun.get("plugins") or []}
+    used = {nodes[n].get("op") for n in upstream}
+    for p in record.get("plugins") or []:
+        if now_plugins.get(p.get("spec")) != p.get("digest") and used & set(p.get("ops") or []):
+            causes.append(f"plugin code changed: {p.get('spec')!r} (ops {', '.join(sorted(used & set(p['ops'])))})")
+    for node in upstream:
+        op = oplib.REGISTRY.get(nodes[node].get("op"))
+        args = (stages.get(node) or {}).get("args") or {}
+        if op is not None and not oplib.is_deterministic(op, args):
+            causes.append(f"nondeterministic op: stage {node!r} ({op.name}) has no seed")
+    moved = changes(record.get("versions") or {}, rerun.get("versions") or {}) if rerun else []
+    if moved:
+        causes.append("version changed: " + ", ".join(f"{k} {a} -> {b}" for k, a, b in moved))
+    if not causes:
+        causes.append("no cause visible in the records: same data files, plugin code, versions and seeded ops; "
+                      "an executor that does not reproduce its own results (a GPU's reduction order, threads) is left")
+    return causes

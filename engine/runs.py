@@ -247,10 +247,13 @@ def collect_garbage(runs_dir: str, keep: int, cache_dir: str | None = None, dry_
 
 
 def latest_record(runs_dir: str, name: str, point: str | None = None) -> dict | None:
-    """The newest record of manifest ``name`` (at matrix point ``point``), or None."""
+    """The newest record of manifest ``name`` (at matrix point ``point``), or None.
+
+    Verification runs (``hetflow verify``'s reruns, whose record names the run they verify) are never taken.
+    """
     best: dict | None = None
     for kind, _, data in iter_entries(runs_dir):
-        if kind != "run" or (data.get("manifest") or {}).get("name") != name:
+        if kind != "run" or (data.get("manifest") or {}).get("name") != name or data.get("verifies"):
             continue
         if ((data.get("matrix_point") or {}).get("name")) != point:
             continue

@@ -1,0 +1,68 @@
+"""verify names each mismatching output and its likely cause; its reruns are marked and never a baseline."""
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+
+from hetflow.engine.cli import main
+from hetflow.engine.runs import latest_record
+
+MANIFEST = """\
+version: 1
+name: ver
+executors: {h: {vendor: cpu}}
+stages:
+  d: {op: load, args: {path: data.npy}}
+  y: {op: mul, inputs: [d], args: {value: 2.0}}
+  r: {op: random.normal, args: {shape: [4], seed: SEED}}
+  k: {op: ones, args: {shape: [2]}}
+outputs: {y: y, r: r, k: k}
+"""
+
+
+def cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def setup(tmp_path: Path, seed: str) -> tuple[str, str, str]:
+    np.save(tmp_path / "data.npy", np.arange(6, dtype=np.float32))
+    path = tmp_path / "ver.yaml"
+    path.write_text(MANIFEST.replace("SEED", seed))
+    runs = str(tmp_path / "runs")
+    code, out, err = cli("run", str(path), "--runs-dir", runs, "--quiet", "--json")
+    assert code == 0, err
+    return str(path), runs, json.loads(out)["run_id"]
+
+
+def test_verify_names_the_changed_input_file_and_the_unseeded_op(tmp_path):
+    path, runs, run_id = setup(tmp_path, "null")
+    np.save(tmp_path / "data.npy", np.arange(6, dtype=np.float32) + 1)
+    code, out, _ = cli("verify", run_id[:24], "--runs-dir", runs)
+    assert code == 1
+    changed = f"input file changed: {tmp_path / 'data.npy'} (read by stage 'd') is not the file the run read"
+    assert f"  y: likely cause: {changed}\n" in out
+    assert "  r: likely cause: nondeterministic op: stage 'r' (random.normal) has no seed" in out
+    assert "k: likely cause" not in out
+    assert f"verify {run_id}: MISMATCH in y, r (rerun " in out
+    code, out, _ = cli("verify", run_id, "--runs-dir", runs, "--json")
+    rows = {r["output"]: r for r in json.loads(out)["outputs"]}
+    assert rows["k"]["match"] and "causes" not in rows["k"]
+    assert rows["y"]["causes"] == [changed]
+
+
+def test_verification_runs_are_marked_and_never_the_baseline_of_plan(tmp_path):
+    path, runs, run_id = setup(tmp_path, "3")
+    code, out, _ = cli("verify", run_id, "--runs-dir", runs, "--json")
+    assert code == 0
+    rerun = json.loads(out)["rerun_id"]
+    record = json.loads(Path(runs, rerun, "record.json").read_text())
+    assert record["verifies"] == run_id
+    assert latest_record(runs, "ver")["run_id"] == run_id
+    code, out, _ = cli("runs", "--runs-dir", runs)
+    assert f"succeeded (verifies {run_id})" in next(line for line in out.splitlines() if line.startswith(rerun))
+    code, out, _ = cli("runs", "--runs-dir", runs, "show", rerun)
+    assert f"verification run of {run_id}" in out
