@@ -193,7 +193,9 @@ def _fold_ops(stage: dict, ops: Mapping[str, oplib.Op]) -> None:
             "inputs": {"minItems": lo, "maxItems": hi},
             "dtype": {"enum": [d.value for d in Dtype if d in op.dtypes]},
         }}
-        required = (["args"] if required_args else []) + (["inputs"] if lo > 0 else [])
+        # a stage without dtype gets fp32, which not every op supports
+        required = ((["args"] if required_args else []) + (["inputs"] if lo > 0 else [])
+                    + (["dtype"] if Dtype.fp32 not in op.dtypes else []))
         if required:
             then["required"] = required
         rules.append({"if": {"properties": {"op": {"const": name}}, "required": ["op"]}, "then": then})

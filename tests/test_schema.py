@@ -12,6 +12,7 @@ import textwrap
 
 import jsonschema
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,9 +25,9 @@ EDITOR_SCHEMA = ROOT / "schemas" / "pipeline.schema.json"
 REGENERATE = "hetflow schema -o schemas/pipeline.schema.json"
 
 
-def check_jsonschema(*files: pathlib.Path) -> dict:
+def check_jsonschema(*files: pathlib.Path, schema: pathlib.Path = EDITOR_SCHEMA) -> dict:
     """Run the real check-jsonschema CLI against the repo's editor schema; its JSON report."""
-    done = subprocess.run([sys.executable, "-m", "check_jsonschema", "--schemafile", str(EDITOR_SCHEMA),
+    done = subprocess.run([sys.executable, "-m", "check_jsonschema", "--schemafile", str(schema),
                            "-o", "json", *map(str, files)], capture_output=True, text=True, timeout=120)
     report = json.loads(done.stdout)
     assert done.returncode == (0 if report["status"] == "ok" else 1), done.stderr
@@ -38,8 +39,9 @@ def flagged(report: dict) -> set[str]:
 
 
 def test_the_repo_schema_is_the_generated_one():
-    want = schemagen.dumps(schemagen.editor_schema(oplib.REGISTRY))
-    assert EDITOR_SCHEMA.read_text(encoding="utf-8") == want, (
+    out = io.StringIO()
+    assert main(["schema"], out=out, err=io.StringIO()) == 0
+    assert EDITOR_SCHEMA.read_text(encoding="utf-8") == out.getvalue(), (
         f"schemas/pipeline.schema.json is stale (the op registry or pipeline.base.json changed): run `{REGENERATE}`")
 
 
@@ -60,11 +62,20 @@ def test_hetflow_schema_into_a_missing_folder_is_bad_input(tmp_path):
     assert not (tmp_path / "no").exists()
 
 
-def test_every_manifest_in_the_repo_passes_check_jsonschema():
+def test_every_manifest_in_the_repo_passes_check_jsonschema(tmp_path):
+    """Against the repo's schema; one with ``plugins:`` against ``hetflow schema --plugins`` of its plugins."""
     manifests = sorted(p for folder in ("examples", "pipelines") for p in (ROOT / folder).rglob("*.y*ml"))
     assert {"quickstart.yaml", "zkvm_trace.yaml"} <= {p.name for p in manifests}
-    report = check_jsonschema(*manifests)
+    with_plugins = {p: yaml.safe_load(p.read_text())["plugins"] for p in manifests if "plugins" in yaml.safe_load(p.read_text())}
+    report = check_jsonschema(*(p for p in manifests if p not in with_plugins))
     assert report["status"] == "ok", report["errors"]
+    for i, (path, specs) in enumerate(with_plugins.items()):
+        schema = tmp_path / f"schema-{i}.json"
+        # a separate process: loading plugins adds their ops to this process's registry
+        subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "schema", "--plugins", *specs, "-o", str(schema)],
+                       cwd=path.parent, check=True, capture_output=True, timeout=120)
+        report = check_jsonschema(path, schema=schema)
+        assert report["status"] == "ok", report["errors"]
 
 
 def test_the_base_schema_refused_the_references_in_zkvm_trace():
@@ -86,6 +97,7 @@ BAD = """\
       w: {op: relu, inputs: [x, x], dtype: int3}
       v: {op: reshape, inputs: [x]}
       u: {phase: mem-plans, inputs: [x], args: {rows: 4}}
+      t: {op: quantize, inputs: [x, x]}
     outputs: {y: y}
 """
 
@@ -101,6 +113,7 @@ def test_check_jsonschema_flags_wrong_op_args_and_unknown_ops(tmp_path):
         "$.stages.w.dtype",         # no dtype int3
         "$.stages.v",               # reshape requires args.shape
         "$.stages.u.args",          # mem-plans takes rows_per_plan
+        "$.stages.t",               # quantize has no fp32 output, the default dtype
     }
 
 
