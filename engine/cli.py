@@ -118,8 +118,10 @@ def _parser() -> argparse.ArgumentParser:
     tb.add_argument("refs", nargs="+", metavar="SWEEP_ID|RUN_ID", help="one sweep, or runs (ids, unique prefixes, latest)")
     tb.add_argument("--format", choices=["text", "csv", "json", "markdown"], default="text")
     tb.add_argument("--runs-dir", default=argparse.SUPPRESS)
-    gc = rsub.add_parser("gc", help="keep the newest N runs; remove older runs and cache entries no kept run needs")
-    gc.add_argument("--keep", type=int, required=True, metavar="N")
+    gc = rsub.add_parser("gc", help="remove old runs (per manifest, or by age), the sweeps and schedule claims left "
+                                    "without runs, and cache entries no kept run needs")
+    gc.add_argument("--keep", type=int, metavar="N", help="keep the newest N runs of each manifest")
+    gc.add_argument("--older-than", metavar="AGE", help="remove runs started more than AGE ago (30d, 12h, 2w) or before a date")
     gc.add_argument("--cache-dir", metavar="DIR", help="the partition cache (default: RUNS_DIR/.cache)")
     gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     gc.add_argument("--json", action="store_true")
@@ -157,6 +159,13 @@ def _parser() -> argparse.ArgumentParser:
     sd.add_argument("--now", metavar="ISO", help="decide as if it were this instant (default: now)")
     sd.add_argument("--runs-dir", default="runs", help="where run folders and slot claims go (default: ./runs)")
     sd.add_argument("--log-format", choices=["text", "json"], default="text", help="one line per event, as text or JSON")
+    sd.add_argument("--dry-run", action="store_true",
+                    help="say which slots would run, be skipped or be queued; claim, start and write nothing")
+    st = scsub.add_parser("status", help="each scheduled manifest's last slot, its run and result, and its next slot")
+    st.add_argument("paths", nargs="+", metavar="PATH", help="a manifest, or a folder of *.yaml manifests")
+    st.add_argument("--runs-dir", default="runs", help="where run folders and slot claims are (default: ./runs)")
+    st.add_argument("--now", metavar="ISO", help="the instant to compute the next slot from (default: now)")
+    st.add_argument("--json", action="store_true")
     ss = scsub.add_parser("serve", help="keep the schedules: start due runs as processes until SIGTERM")
     ss.add_argument("paths", nargs="+", metavar="PATH", help="a manifest, or a folder of *.yaml manifests")
     ss.add_argument("--runs-dir", default="runs", help="where run folders and slot claims go (default: ./runs)")
@@ -482,13 +491,23 @@ def _cmd_runs(args: argparse.Namespace, out, err) -> int:
             print(f"error: {record['error'].get('message')}", file=out)
         return EXIT_OK
     if args.runs_command == "gc":
-        result = runs.collect_garbage(args.runs_dir, args.keep, args.cache_dir, dry_run=args.dry_run)
+        result = runs.collect_garbage(args.runs_dir, args.keep, args.cache_dir, dry_run=args.dry_run,
+                                      older_than=args.older_than)
         if args.json:
             print(json.dumps(result), file=out)
         else:
             verb = "would remove" if args.dry_run else "removed"
+            if args.dry_run:
+                for r in result["removed"]:
+                    print(f"would remove run {r['id']}  {r['manifest']}  {r['status']}  started {r['started_at']}: "
+                          f"{r['why']}", file=out)
+                for name in result["removed_sweeps"]:
+                    print(f"would remove sweep {name}: none of its points' runs is kept", file=out)
+                for claim in result["removed_claims"]:
+                    print(f"would remove schedule claim {claim}", file=out)
             print(f"kept {len(result['kept_runs'])} runs; {verb} {len(result['removed_runs'])} runs, "
-                  f"{len(result['removed_sweeps'])} sweeps, {result['removed_cache_entries']} cache entries", file=out)
+                  f"{len(result['removed_sweeps'])} sweeps, {result['removed_cache_entries']} cache entries, "
+                  f"{len(result['removed_claims'])} schedule claims", file=out)
         return EXIT_OK
     rows = runs.list_runs(args.runs_dir, manifest=args.manifest, status=args.status, since=args.since)
     if args.json:
@@ -704,12 +723,28 @@ def _cmd_schedule(args: argparse.Namespace, out, err) -> int:
         return EXIT_OK
     now = schedlib.parse_instant(args.now) if args.now else datetime.now(timezone.utc)
     if args.schedule_command == "run-due":
-        counts, problems = schedlib.run_due(files, args.runs_dir, now, log)
+        counts, problems = schedlib.run_due(files, args.runs_dir, now, log, dry_run=args.dry_run)
         for d in problems:
             print(d, file=err)
         if problems:
             return EXIT_BAD_INPUT
         return EXIT_RUN_FAILED if counts["failed"] else EXIT_OK
+    if args.schedule_command == "status":
+        rows, problems = schedlib.status(files, args.runs_dir, now)
+        for d in problems:
+            print(d, file=err)
+        if args.json:
+            print(json.dumps(rows, indent=2), file=out)
+        for r in rows if not args.json else []:
+            if r["last_slot"] is None:
+                last = "never ran"
+            else:
+                result = r["status"] or r["state"]
+                took = f" in {r['duration_s']:.2f} s" if r["duration_s"] is not None else ""
+                last = f"last slot {r['last_slot']}: {result}{took}" + (f" (run {r['run_id']})" if r["run_id"] else "")
+            active = "  active now" if r["active"] else ""
+            print(f"{r['manifest']}  {r['file']}  {last}  next {r['next_slot']}{active}", file=out)
+        return EXIT_BAD_INPUT if problems else EXIT_OK
     if args.count < 1:
         raise UsageError("--count must be at least 1")
     rows, problems = [], []

@@ -25,7 +25,9 @@ from hetflow.engine.records import utc_iso, write_json_atomic
 
 __all__ = [
     "SWEEP_FORMAT",
+    "resolve_id",
     "read_record",
+    "parse_since",
     "iter_entries",
     "list_runs",
     "manifest_from_record",
@@ -218,32 +220,110 @@ def _cache_keys(record: Mapping[str, Any]) -> set[str]:
     return {k["key"] for k in keys if isinstance(k, dict) and k.get("key")}
 
 
-def collect_garbage(runs_dir: str, keep: int, cache_dir: str | None = None, dry_run: bool = False) -> dict:
-    """Keep the ``keep`` newest runs; remove older runs, emptied sweeps and unused cache entries."""
-    if keep < 0:
+def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | None = None, dry_run: bool = False,
+                    older_than: str | None = None) -> dict:
+    """Remove old runs, the sweeps and schedule claims left without runs, and cache entries no kept run uses.
+
+    ``keep`` keeps the newest N runs *of each manifest* (by name);
+    ``older_than`` (an age such as ``30d``, see :func:`parse_since`) removes
+    only runs started before it. Given both, a run goes when both say so.
+    A run whose process still lives on this host is never removed. Returns
+    what was (or, with ``dry_run``, would be) removed, each run with why.
+    """
+    if keep is None and older_than is None:
+        raise UsageError("runs gc needs --keep N (per manifest), --older-than AGE, or both")
+    if keep is not None and keep < 0:
         raise UsageError("--keep must be 0 or more")
-    runs = [r for r in list_runs(runs_dir) if r["kind"] == "run"]
-    kept = {r["id"] for r in runs[:keep]}
-    removed_runs = [r["id"] for r in runs[keep:]]
+    cutoff = parse_since(older_than) if older_than is not None else None
+    rows = [r for r in list_runs(runs_dir) if r["kind"] == "run"]
+    seen: dict[str, int] = {}
+    removed: list[dict] = []
+    kept: list[str] = []
+    for r in rows:  # newest first
+        name = r["manifest"] or "?"
+        seen[name] = seen.get(name, 0) + 1
+        why = []
+        if keep is not None:
+            if seen[name] <= keep:
+                kept.append(r["id"])
+                continue
+            why.append(f"beyond the newest {keep} of {name}")
+        if cutoff is not None:
+            if (r["started_at"] or "") >= cutoff:
+                kept.append(r["id"])
+                continue
+            why.append(f"started before {cutoff} ({older_than} ago)")
+        if _alive(runs_dir, r["id"]):
+            kept.append(r["id"])
+            continue
+        removed.append({"id": r["id"], "manifest": name, "status": r["status"], "started_at": r["started_at"],
+                        "why": "; ".join(why)})
+    gone = {r["id"] for r in removed}
     needed: set[str] = set()
     for run_id in kept:
         record = _read_json(os.path.join(runs_dir, run_id, "record.json")) or {}
         needed |= _cache_keys(record)
     removed_sweeps = []
     for kind, name, data in list(iter_entries(runs_dir)):
-        if kind == "sweep" and not any(p.get("run_id") in kept for p in data.get("points", [])):
+        if kind != "sweep":
+            continue
+        ran = [p.get("run_id") for p in data.get("points", []) if p.get("run_id")]
+        if ran and all(run_id in gone or not os.path.isdir(os.path.join(runs_dir, run_id)) for run_id in ran):
             removed_sweeps.append(name)
+        elif not ran and cutoff is not None and (data.get("started_at") or "") < cutoff:
+            removed_sweeps.append(name)
+    claims = _stale_claims(runs_dir, gone, cutoff)
     cache = Cache(cache_dir or os.path.join(runs_dir, ".cache"))
     removed_entries = [k for k in cache.keys() if k not in needed]
     if not dry_run:
-        for name in removed_runs + removed_sweeps:
+        for name in [r["id"] for r in removed] + removed_sweeps:
             shutil.rmtree(os.path.join(runs_dir, name), ignore_errors=True)
+        for path in claims:
+            for file in (path, path[: -len(".json")] + ".log"):
+                try:
+                    os.unlink(file)
+                except FileNotFoundError:
+                    pass
         for key in removed_entries:
             cache.remove(key)
         cache.clean_temporaries()
-    return {"kept_runs": sorted(kept), "removed_runs": removed_runs, "removed_sweeps": removed_sweeps,
-            "removed_cache_entries": len(removed_entries), "kept_cache_entries": len(needed)}
+    return {"kept_runs": sorted(kept), "removed_runs": [r["id"] for r in removed], "removed": removed,
+            "removed_sweeps": removed_sweeps, "removed_claims": [os.path.relpath(c, runs_dir) for c in claims],
+            "removed_cache_entries": len(removed_entries), "kept_cache_entries": len(needed), "dry_run": dry_run}
 
+
+def _alive(runs_dir: str, run_id: str) -> bool:
+    """Whether the run's record says ``running`` and names a process that still lives on this host."""
+    import socket
+
+    record = _read_json(os.path.join(runs_dir, run_id, "record.json")) or {}
+    host = record.get("host") or {}
+    if record.get("status") != "running" or host.get("hostname") != socket.gethostname() or not isinstance(host.get("pid"), int):
+        return False
+    try:
+        os.kill(host["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stale_claims(runs_dir: str, gone: set[str], cutoff: str | None) -> list[str]:
+    """Schedule claims whose run is removed, and run-less claims (skipped slots) older than ``cutoff``.
+
+    The newest claim of each manifest stays: it is where ``run-due`` continues from.
+    """
+    root = os.path.join(runs_dir, ".schedule")
+    out = []
+    for folder in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        names = sorted(n for n in os.listdir(os.path.join(root, folder)) if n.endswith(".json"))
+        for n in names[:-1]:
+            path = os.path.join(root, folder, n)
+            body = _read_json(path) or {}
+            if body.get("run_id") in gone or (not body.get("run_id") and cutoff is not None and (body.get("at") or "") < cutoff):
+                out.append(path)
+    return out
 
 
 def latest_record(runs_dir: str, name: str, point: str | None = None) -> dict | None:

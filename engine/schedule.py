@@ -91,6 +91,8 @@ __all__ = [
     "due_slots",
     "claim",
     "run_due",
+    "run_hook",
+    "status",
     "Server",
     "format_event",
 ]
@@ -109,6 +111,8 @@ class Schedule:
     catchup: bool
     max_active: str
     params: Mapping[str, Any]
+    on_failure: str | None = None
+    on_success: str | None = None
 
     @property
     def tz(self) -> ZoneInfo:
@@ -225,7 +229,8 @@ def from_tree(tree: Any) -> Schedule | None:
     if not isinstance(value, dict):
         return None
     return Schedule(value["cron"].strip(), value.get("timezone", "UTC"), bool(value.get("catchup", False)),
-                    value.get("max_active", "skip"), dict(value.get("params") or {}))
+                    value.get("max_active", "skip"), dict(value.get("params") or {}),
+                    value.get("on_failure"), value.get("on_success"))
 
 
 def slot_run(doc: Any, name: str, slot_text: str) -> tuple[dict, str]:
@@ -408,6 +413,7 @@ class Child:
     process: subprocess.Popen
     log: str
     started: float = field(default_factory=time.time)
+    runs_dir: str = "runs"
 
 
 def start(entry: Entry, slot: datetime, runs_dir: str, claim_path: str) -> Child:
@@ -417,7 +423,7 @@ def start(entry: Entry, slot: datetime, runs_dir: str, claim_path: str) -> Child
         process = subprocess.Popen(command(entry, slot, runs_dir), stdin=subprocess.DEVNULL, stdout=f,
                                    stderr=subprocess.STDOUT, start_new_session=True)
     _mark(claim_path, entry, slot, "started", run_pid=process.pid, log=log)
-    return Child(entry, slot, claim_path, process, log)
+    return Child(entry, slot, claim_path, process, log, runs_dir=runs_dir)
 
 
 LOCKED = 4  # hetflow run's exit code when the manifest's run lock is held
@@ -467,15 +473,57 @@ def _finish(child: Child, log: Log) -> dict:
     if event == "skipped":
         fields["reason"] = "another run took the run lock first"
     log(event, fields)
+    run_hook(child, info, log)
     return info
+
+
+HOOK_TIMEOUT_S = 300
+
+
+def run_hook(child: Child, info: Mapping[str, Any], log: Log) -> int | None:
+    """Run the schedule's ``on_success`` or ``on_failure`` command for a finished slot, once; its exit code.
+
+    The command runs through the shell from the manifest's folder, its
+    output appended to the slot's log, with the record's path and the
+    outcome in its environment (see the schema's ``on_failure``).
+    """
+    sched = child.entry.schedule
+    which = "on_success" if info["status"] == "succeeded" else "on_failure" if info["status"] == "failed" else None
+    command = getattr(sched, which) if which else None
+    if not command:
+        return None
+    record = ""
+    if info.get("run_id"):
+        folder = os.path.join(child.runs_dir, info["run_id"])
+        record = next((os.path.abspath(os.path.join(folder, n)) for n in ("record.json", "sweep.json")
+                       if os.path.isfile(os.path.join(folder, n))), "")
+    env = {**os.environ, "HETFLOW_RECORD": record, "HETFLOW_RUN_ID": info.get("run_id") or "",
+           "HETFLOW_STATUS": info["status"], "HETFLOW_MANIFEST": child.entry.name, "HETFLOW_SLOT": slot_id(child.slot),
+           "HETFLOW_ERROR": str(info.get("error") or "")}
+    with open(child.log, "ab") as f:
+        f.write(f"{which}: {command}\n".encode())
+        f.flush()
+        try:
+            rc: int | None = subprocess.run(command, shell=True, cwd=os.path.dirname(os.path.abspath(child.entry.file)),
+                                            env=env, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                                            timeout=HOOK_TIMEOUT_S).returncode
+        except subprocess.TimeoutExpired:
+            rc = None
+    log("hook", {"manifest": child.entry.name, "slot": slot_id(child.slot), "hook": which,
+                 "rc": "timed out" if rc is None else rc})
+    return rc
 
 
 # --- run-due ------------------------------------------------------------------------------------
 
 
 def run_due(files: Sequence[str], runs_dir: str, now: datetime, log: Log,
-            wait: float = 0.5) -> tuple[dict, list[Diagnostic]]:
+            wait: float = 0.5, dry_run: bool = False) -> tuple[dict, list[Diagnostic]]:
     """Decide and run every slot of ``files`` due at ``now``, and return when all have ended.
+
+    ``dry_run`` decides without acting: each due slot is logged as
+    ``would-run``, ``would-skip`` or ``would-queue``; nothing is claimed,
+    started or written.
 
     The slots of one manifest run one after another, oldest first; different
     manifests run side by side. ``queue`` waits (polling every ``wait``
@@ -483,7 +531,8 @@ def run_due(files: Sequence[str], runs_dir: str, now: datetime, log: Log,
     diagnostics of manifests that did not validate (those are left alone;
     the others still run).
     """
-    counts = {"started": 0, "succeeded": 0, "failed": 0, "skipped": 0, "claimed_elsewhere": 0, "invalid": 0}
+    counts = {"started": 0, "succeeded": 0, "failed": 0, "skipped": 0, "claimed_elsewhere": 0, "invalid": 0,
+              "would_run": 0, "would_skip": 0, "would_queue": 0}
     problems: list[Diagnostic] = []
     entries = []
     for file in files:
@@ -510,9 +559,69 @@ def run_due(files: Sequence[str], runs_dir: str, now: datetime, log: Log,
             counts[key] += 1
 
     with ThreadPoolExecutor(max_workers=max(1, len(entries))) as pool:
-        for f in [pool.submit(_run_entry_due, e, runs_dir, now, locked_log, count, wait) for e in entries]:
+        due = _dry_entry_due if dry_run else _run_entry_due
+        for f in [pool.submit(due, e, runs_dir, now, locked_log, count, wait) for e in entries]:
             f.result()
     return counts, problems
+
+
+def _dry_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: Callable[[str], None], wait: float) -> None:
+    active = entry.schedule.max_active != "allow" and entry.active(runs_dir)
+    for slot in due_slots(entry.schedule, history(runs_dir, entry), now):
+        fields = {"manifest": entry.name, "slot": slot_id(slot)}
+        if active and entry.schedule.max_active == "skip":
+            count("would_skip")
+            log("would-skip", {**fields, "reason": "a run of this manifest is active"})
+        elif active:
+            count("would_queue")
+            log("would-queue", {**fields, "reason": "a run of this manifest is active"})
+        else:
+            count("would_run")
+            log("would-run", {**fields, "command": " ".join(command(entry, slot, runs_dir)[3:])})
+
+
+def status(files: Sequence[str], runs_dir: str, now: datetime) -> tuple[list[dict], list[Diagnostic]]:
+    """Per scheduled manifest: its last slot and what became of it (the run, its status), and its next slot."""
+    from hetflow.engine.runs import iter_entries
+
+    entries, problems = [], []
+    for file in files:
+        try:
+            entry = load_entry(file)
+        except ManifestError as e:
+            problems.extend(e.diagnostics)
+            continue
+        if entry is not None:
+            entries.append(entry)
+    records: dict[str, dict[str, dict]] = {}
+    for kind, name, data in iter_entries(runs_dir):
+        slot = (data.get("schedule") or {}).get("slot") if kind == "run" else None
+        if slot:
+            mine = records.setdefault((data.get("manifest") or {}).get("file") or "", {})
+            if slot not in mine or (data.get("started_at") or "") > (mine[slot].get("started_at") or ""):
+                mine[slot] = data
+    rows = []
+    for entry in entries:
+        done = history(runs_dir, entry)
+        last = max(done) if done else None
+        row: dict[str, Any] = {"manifest": entry.name, "file": entry.file, "cron": entry.schedule.cron,
+                               "last_slot": last, "state": None, "run_id": None, "status": None, "duration_s": None,
+                               "active": entry.active(runs_dir),
+                               "next_slot": slot_id(entry.schedule.after(now, 1)[0])}
+        if last is not None:
+            claim_file = os.path.join(entry.claims_dir(runs_dir), _slot_file(parse_instant(last)) + ".json")
+            try:
+                with open(claim_file, encoding="utf-8") as f:
+                    body = json.load(f)
+            except (OSError, ValueError):
+                body = {}
+            row["state"] = body.get("state") or done[last]
+            row["run_id"] = body.get("run_id")
+            rec = records.get(os.path.abspath(entry.file), {}).get(last)
+            if rec is not None:
+                row.update(run_id=rec.get("run_id"), status=rec.get("status"), duration_s=rec.get("duration_s"))
+        rows.append(row)
+    return rows, problems
 
 
 def _run_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: Callable[[str], None], wait: float) -> None:

@@ -26,6 +26,11 @@ outputs: {x: x}
 """
 
 
+# A run that validates and then fails: a stage cannot finish within its timeout (a missing load file is bad input).
+FAILS_AT_RUN_TIME = ("{op: matmul, inputs: [w, w], timeout: 0.000001}\n"
+                     "  w: {op: random.normal, args: {shape: [512, 512], seed: 1}}")
+
+
 def write(folder: Path, name: str, schedule: str, body: str = BODY, params: str = "{n: 4}") -> str:
     text = f"version: 1\nname: {name}\nparams: {params}\nschedule:\n{textwrap.indent(textwrap.dedent(schedule), '  ')}{body}"
     path = folder / f"{name}.yaml"
@@ -207,7 +212,7 @@ def test_skip_while_a_run_holds_the_lock(tmp_path):
 
 
 def test_failing_scheduled_run_exits_1_with_its_record(tmp_path):
-    body = BODY.replace('{op: ones, args: {shape: ["${n}"]}}', "{op: load, args: {path: missing.npy}}")
+    body = BODY.replace('{op: ones, args: {shape: ["${n}"]}}', FAILS_AT_RUN_TIME)
     m = write(tmp_path, "broken", 'cron: "0 * * * *"\n', body=body)
     runs = tmp_path / "runs"
     code, out, _ = cli("schedule", "run-due", m, "--now", "2026-06-01T10:05:00Z", "--runs-dir", str(runs))
@@ -275,7 +280,7 @@ def test_serve_fires_skips_survives_failures_reloads_and_stops_on_sigterm(tmp_pa
     folder = tmp_path / "pipelines"
     folder.mkdir()
     good = write(folder, "tick", 'cron: "* * * * * *"\nmax_active: skip\n')
-    body = BODY.replace('{op: ones, args: {shape: ["${n}"]}}', "{op: load, args: {path: missing.npy}}")
+    body = BODY.replace('{op: ones, args: {shape: ["${n}"]}}', FAILS_AT_RUN_TIME)
     write(folder, "broken", 'cron: "*/3 * * * * *"\n', body=body)
     runs, log = tmp_path / "runs", tmp_path / "serve.log"
     proc = serve([str(folder)], runs, log)
