@@ -213,10 +213,10 @@ class Manifest:
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    """``["k=v", ...]`` from ``-p`` into a dict; each value is read as a YAML scalar.
+    """``["k=v", ...]`` from ``-p`` into a dict; each value is read as YAML: a scalar, or a flow list or map.
 
-    >>> parse_overrides(["hidden=8192", "name=run a", "on=true"])
-    {'hidden': 8192, 'name': 'run a', 'on': True}
+    >>> parse_overrides(["hidden=8192", "name=run a", "on=true", "shape=[8, 8]", "opt={lr: 0.1}", "t=a: b"])
+    {'hidden': 8192, 'name': 'run a', 'on': True, 'shape': [8, 8], 'opt': {'lr': 0.1}, 't': 'a: b'}
     """
     out: dict[str, Any] = {}
     for pair in pairs:
@@ -224,11 +224,17 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         key = key.strip()
         if not sep or not key:
             raise UsageError(f"-p expects KEY=VALUE, got {pair!r}")
+        flow = text.strip().startswith(("[", "{"))
         try:
             value = yaml.safe_load(text) if text.strip() else ""
-        except yaml.YAMLError:
+        except yaml.YAMLError as e:
+            if flow:
+                mark = getattr(e, "problem_mark", None)
+                where = f" at column {len(key) + 2 + mark.column}" if mark is not None else ""
+                raise UsageError(f"-p {pair}: the value is not a valid YAML flow {'list' if text.strip()[0] == '[' else 'map'}"
+                                 f"{where}: {getattr(e, 'problem', None) or e}") from None
             value = text
-        if isinstance(value, (dict, list)) or isinstance(value, (bytes, bytearray)):
+        if (isinstance(value, (dict, list)) and not flow) or isinstance(value, (bytes, bytearray)):
             value = text
         out[key] = value
     return out
@@ -427,6 +433,14 @@ def _compile(doc: Document, overrides: Mapping[str, Any] | None) -> Manifest:
     if unknown:
         declared = ", ".join(sorted(params)) or "none"
         raise UsageError(f"-p {unknown[0]}: {doc.file} declares no param {unknown[0]!r} (declared: {declared})")
+    for key, value in overrides.items():
+        default = params[key]
+        kinds = {type(x) for x in (default, value) if isinstance(x, (list, dict))}
+        if default is not None and (isinstance(default, (list, dict)) != isinstance(value, (list, dict)) or len(kinds) > 1):
+            want = {list: "a list, such as -p 'KEY=[8, 8]'", dict: "a map, such as -p 'KEY={a: 1}'"}.get(
+                type(default), "a single value, not a list or map").replace("KEY", key)
+            raise UsageError(f"-p {key}={json.dumps(value)}: param {key!r} is {want} (its default at "
+                             f"{doc.at(('params', key))} is {json.dumps(default)})")
     values = {**params, **overrides}
 
     problems: list[Diagnostic] = []

@@ -142,10 +142,62 @@ def expand(doc: Document, overrides: Mapping[str, Any] | None = None, max_points
     return points
 
 
+def _split_pairs(text: str) -> list[str]:
+    """``a=1,b=[1, 2]`` -> ``['a=1', 'b=[1, 2]']``: commas inside brackets or braces stay."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += ch in "[{"
+        depth -= ch in "]}"
+        if ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
 def select(points: list[Point], wanted: str) -> Point:
-    """The point named ``wanted`` (full name, or just the part in brackets)."""
+    """The point ``wanted`` names: its full name, the part in brackets, or ``key=value`` pairs in any order
+    that match exactly one point (a partial point).
+
+    >>> pts = [Point("m[a=1,b=x]", {"a": 1, "b": "x"}), Point("m[a=1,b=y]", {"a": 1, "b": "y"}),
+    ...        Point("m[a=2,b=y]", {"a": 2, "b": "y"})]
+    >>> select(pts, "b=x,a=1").name, select(pts, "m[b=x,a=1]").name, select(pts, "a=2").name
+    ('m[a=1,b=x]', 'm[a=1,b=x]', 'm[a=2,b=y]')
+    >>> select(pts, "a=1")
+    Traceback (most recent call last):
+    ...
+    hetflow.engine.errors.UsageError: --point a=1 matches 2 points (m[a=1,b=x], m[a=1,b=y]); give more keys
+    """
+    import yaml
+
     for p in points:
         if wanted in (p.name, p.name[p.name.index("[") + 1 : -1]):
             return p
+    body = wanted[wanted.index("[") + 1 : -1] if wanted.endswith("]") and "[" in wanted else wanted
+    pairs: dict[str, Any] = {}
+    for part in _split_pairs(body):
+        key, sep, text = part.partition("=")
+        if not sep or not key.strip():
+            pairs = {}
+            break
+        try:
+            pairs[key.strip()] = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            pairs[key.strip()] = text.strip()
+
+    def same(a: Any, b: Any) -> bool:
+        return a == b or _text(a) == _text(b)
+
     names = ", ".join(p.name for p in points[:10]) + (" ..." if len(points) > 10 else "")
+    if pairs:
+        keys = {k for p in points for k in p.values}
+        unknown = sorted(set(pairs) - keys)
+        if unknown:
+            raise UsageError(f"--point {wanted}: {unknown[0]!r} is not a matrix key (keys: {', '.join(sorted(keys))})")
+        found = [p for p in points if all(k in p.values and same(p.values[k], v) for k, v in pairs.items())]
+        if len(found) == 1:
+            return found[0]
+        if found:
+            shown = ", ".join(p.name for p in found[:10]) + (" ..." if len(found) > 10 else "")
+            raise UsageError(f"--point {wanted} matches {len(found)} points ({shown}); give more keys")
     raise UsageError(f"no matrix point {wanted!r} (points: {names})")

@@ -110,3 +110,50 @@ def test_point_runs_one(manifest_file, tmp_path):
     assert record["matrix_point"]["name"] == "sweep[n=3,scale=2.0]"
     code, _, err = main("run", manifest_file(SWEEP), "--runs-dir", runs, "--point", "n=9")
     assert code == 2 and "no matrix point 'n=9'" in err
+
+
+def test_point_keys_in_any_order_and_partial_points(manifest_file, tmp_path):
+    runs = str(tmp_path / "runs")
+    path = manifest_file(SWEEP)
+    code, out, err = main("run", path, "--runs-dir", runs, "--quiet", "--point", "scale=2.0,n=3", "--json")
+    assert code == 0, err
+    assert json.loads(Path(json.loads(out)["record"]).read_text())["matrix_point"]["name"] == "sweep[n=3,scale=2.0]"
+    doc = load(path)
+    points = matrix.expand(doc)
+    assert matrix.select(points, "sweep[scale=1.0,n=2]").name == "sweep[n=2,scale=1.0]"
+    code, _, err = main("plan", path, "--point", "n=3")
+    assert code == 2
+    assert "--point n=3 matches 2 points (sweep[n=3,scale=1.0], sweep[n=3,scale=2.0]); give more keys" in err
+    code, _, err = main("plan", path, "--point", "width=3")
+    assert code == 2 and "'width' is not a matrix key (keys: n, scale)" in err
+    one = manifest_file(SWEEP.replace("  scale: [1.0, 2.0]\n", ""), "one.yaml")
+    code, out, err = main("plan", one, "--point", "n=3")
+    assert code == 0 and out.startswith("matrix point sweep[n=3]\n")
+
+
+LISTS = """
+version: 1
+name: lists
+params: {shape: [2, 2], v: 1.0}
+executors: {a: {vendor: cpu}}
+stages:
+  x: {op: ones, args: {shape: "${shape}"}}
+outputs: {x: x}
+"""
+
+
+def test_p_takes_yaml_flow_lists_and_maps_and_its_errors_name_the_argument(manifest_file, tmp_path):
+    path = manifest_file(LISTS)
+    runs = str(tmp_path / "runs")
+    code, out, err = main("run", path, "--runs-dir", runs, "--quiet", "--json", "-p", "shape=[3, 4]", "-p", "v=2")
+    assert code == 0, err
+    record = json.loads(Path(json.loads(out)["record"]).read_text())
+    assert record["params"] == {"shape": [3, 4], "v": 2} and record["outputs"]["x"]["shape"] == [3, 4]
+    code, _, err = main("run", path, "--runs-dir", runs, "-p", "shape=[3, 4")
+    assert code == 2 and err.startswith("hetflow: error: -p shape=[3, 4: the value is not a valid YAML flow list at column")
+    code, _, err = main("run", path, "--runs-dir", runs, "-p", "shape=8")
+    assert code == 2
+    assert (f"hetflow: error: -p shape=8: param 'shape' is a list, such as -p 'shape=[8, 8]' (its default at "
+            f"{path}:4:17 is [2, 2])") in err
+    code, _, err = main("run", path, "--runs-dir", runs, "-p", "v={a: 1}")
+    assert code == 2 and '-p v={"a": 1}: param \'v\' is a single value, not a list or map (its default at ' in err
