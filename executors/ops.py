@@ -360,22 +360,29 @@ def read_array(path: str, key: str | None = None, *, header: bool = False) -> An
             if key is not None:
                 raise ValueError(f"{name} is a .npy file, which holds one array: leave out 'key'")
             array = np.load(path, mmap_mode="r", allow_pickle=False)
+            _numeric(name, key, array.dtype)
             return (tuple(array.shape), array.dtype) if header else np.asarray(array)
         if suffix == ".npz":
             with np.load(path, allow_pickle=False) as archive:
                 key = _archive_key(name, key, list(archive.files))
                 if not header:
-                    return archive[key]
+                    array = archive[key]
+                    _numeric(name, key, array.dtype)
+                    return array
                 with archive.zip.open(key + ".npy") as member:
                     version = np.lib.format.read_magic(member)
                     if version == (1, 0):
                         shape, _, dtype = np.lib.format.read_array_header_1_0(member)
-                        return tuple(shape), dtype
-                    if version == (2, 0):
+                    elif version == (2, 0):
                         shape, _, dtype = np.lib.format.read_array_header_2_0(member)
-                        return tuple(shape), dtype
-                array = archive[key]
-                return tuple(array.shape), array.dtype
+                    else:
+                        array = archive[key]
+                        shape, dtype = array.shape, array.dtype
+                    _numeric(name, key, dtype)
+                    # the member's CRC is checked only once it is read to its end: a damaged archive fails here
+                    while member.read(1 << 20):
+                        pass
+                return tuple(shape), dtype
         from safetensors import SafetensorError, safe_open
 
         try:
@@ -395,8 +402,15 @@ def read_array(path: str, key: str | None = None, *, header: bool = False) -> An
         if str(e).startswith(name) or str(e).startswith(path):
             raise
         raise ValueError(f"{name} does not parse as {suffix}: {e}") from None
-    except (OSError, EOFError, KeyError) as e:
+    except Exception as e:  # noqa: BLE001 - numpy and zipfile fail on damaged bytes in many ways (BadZipFile, zlib, tokenize)
         raise ValueError(f"{name} does not parse as {suffix}: {type(e).__name__}: {e}") from None
+
+
+def _numeric(name: str, key: str | None, dtype: np.dtype) -> None:
+    """Refuse arrays of strings, objects, records or dates: ``load`` reads numbers."""
+    if dtype.kind not in "biufc":
+        what = f"{name}: array {key!r}" if key else name
+        raise ValueError(f"{what} holds {dtype} values; load reads numbers (bool, integer, float or complex)")
 
 
 def _archive_key(name: str, key: str | None, keys: list[str]) -> str:
@@ -518,7 +532,8 @@ def _load(xp: Any, inputs: list, args: dict) -> Any:
     host = np.asarray(read_array(args["path"], args.get("key")))
     if host.dtype.kind == "c":
         host = host.real
-    return xp.asarray(host.astype(np.float32))
+    with np.errstate(over="ignore"):  # validate refused lossy values unless the manifest asked to convert anyway
+        return xp.asarray(host.astype(np.float32))
 
 
 def _with_value(f: Callable[[Any, Any], Any]) -> Callable[..., Any]:
