@@ -150,17 +150,22 @@ def test_stopping_restores_the_previous_handlers():
 SWEEP = "matrix: {scale: [0.036, 0.035]}\n"
 
 
-def test_sigterm_during_a_sweep_cancels_it_and_resume_runs_only_unfinished_points(tmp_path, tmp_path_factory):
-    path, runs = long_manifest(tmp_path, SWEEP), tmp_path / "runs"
+@pytest.fixture(scope="module")
+def uninterrupted_sweep(tmp_path_factory):
     plain = tmp_path_factory.mktemp("plain-sweep")
     code, expected = run_json("run", long_manifest(plain, SWEEP), "--runs-dir", str(plain / "runs"), "--no-cache")
     assert code == 0
+    return expected
 
-    rc, _, _ = start_and_signal(["run", path, "--runs-dir", str(runs)], [signal.SIGTERM], long_partition_started)
-    assert rc == 143
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_during_a_sweep_cancels_it_and_resume_runs_only_unfinished_points(tmp_path, uninterrupted_sweep, sig, code):
+    path, runs, expected = long_manifest(tmp_path, SWEEP), tmp_path / "runs", uninterrupted_sweep
+    rc, _, _ = start_and_signal(["run", path, "--runs-dir", str(runs)], [sig], long_partition_started)
+    assert rc == code
     (sweep_file,) = runs.glob("*/sweep.json")
     summary = json.loads(sweep_file.read_text())
-    assert summary["status"] == "cancelled" and summary["cancelled"]["signal"] == "SIGTERM"
+    assert summary["status"] == "cancelled" and summary["cancelled"]["signal"] == signal.Signals(sig).name
     first, second = summary["points"]
     assert first["status"] == "cancelled" and second["status"] == "pending" and second["run_id"] is None
     cancelled = json.loads((runs / first["run_id"] / "record.json").read_text())

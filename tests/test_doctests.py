@@ -18,6 +18,11 @@ MODULES = [
     "hetflow.engine.planner",
     "hetflow.engine.matrix",
     "hetflow.engine.schedule",
+    "hetflow.engine.cancel",
+    "hetflow.engine.compare",
+    "hetflow.engine.locks",
+    "hetflow.engine.runs",
+    "hetflow.engine.sweeps",
     "hetflow.engine.schemagen",
 ]
 
