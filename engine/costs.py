@@ -28,6 +28,20 @@ between two CPU executors, PCIe between host and device, a device copy
 between two devices of one vendor). ``latency_s`` includes the Dask
 overhead of the bridge's two tasks, so a bridge is never free.
 
+Emulator phases: a phase runs on its emulator, never on an executor, so
+it is priced but never moved. Its estimate is its steps at the measured
+rate of its backend (:data:`PHASE_RATES`, from ``bench/results.json``'s
+``bench_emulator`` rows) plus Dask's overhead per task (a ``witness``
+phase is one task per chunk)::
+
+    phase_s(phase, backend, steps, tasks) = tasks * task_s + steps / rate
+
+At plan time the guest has not run, so ``steps`` is the emulator's
+``max_steps``: the estimate is an upper bound. A phase's array (a
+``witness`` table) is host memory when the phase ends; a bridge from it
+is the destination executor's import alone (:data:`IMPORT_LINKS`): one
+host copy into a CPU executor, a host-to-device copy into a device.
+
 The figures are planning numbers from published measurements (see
 ``/work/shared/research/placement-and-bridges.md`` §8: host memcpy
 5-10 GB/s per core, PCIe Gen4 pinned about 25 GB/s and pageable 1.4-8
@@ -72,12 +86,16 @@ __all__ = [
     "default_rule",
     "CostModel",
     "human_bytes",
+    "EMULATOR_IMPORT",
+    "PHASE_RATES",
+    "IMPORT_LINKS",
 ]
 
 Shape = tuple[int, ...]
 
 HOST_STAGING = "portable host staging"
 DEVICE_COPY = "same-vendor device copy"
+EMULATOR_IMPORT = "emulator output import"
 
 
 @dataclass(frozen=True)
@@ -183,6 +201,34 @@ for _src in Vendor:
             LINKS[_src, _dst] = Link(HOST_STAGING, 3e9, _TASKS_S + 2e-5, "PCIe twice, through host memory")
 
 
+IMPORT_LINKS: dict[Vendor, Link] = {
+    # the import's one copy (an executor-to-executor bridge makes two, export and import: 5 GB/s for both)
+    v: Link(EMULATOR_IMPORT, 1e10, _TASKS_S / 2, "host memory, the import's copy") if v is Vendor.cpu
+    else Link(EMULATOR_IMPORT, 6e9, _TASKS_S / 2 + 1e-5, "PCIe, pageable host staging")
+    for v in Vendor
+}
+"""How an emulator phase's array reaches an executor of each vendor: the import task alone."""
+
+PHASE_RATES: dict[tuple[str, str], float | None] = {
+    # bench_emulator, "emulate sort.elf with min traces": fast whole run 225.0 M steps/s, reference 0.308 M steps/s
+    ("execute", "fast"): 2.25e8,
+    ("execute", "reference"): 3.08e5,
+    # "execute() with MO and RH runners": 75.1 M steps/s end to end; the runners are what these phases wait for
+    ("mem-plans", "fast"): 7.51e7,
+    ("rom-histogram", "fast"): 7.51e7,
+    # the reference derives them by replaying the min traces, at its execution rate
+    ("mem-plans", "reference"): 3.08e5,
+    ("rom-histogram", "reference"): 3.08e5,
+    # "witness tables of sort.elf chunks": 29.6 M rows/s on one thread; a row is a step
+    ("witness", "fast"): 2.96e7,
+    ("witness", "reference"): 3.08e5,
+    # packing instances from per-chunk counters does not depend on the steps
+    ("plan", "fast"): None,
+    ("plan", "reference"): None,
+}
+"""Steps per second of each (phase, backend); ``None``: the phase's time does not grow with the steps."""
+
+
 def human_bytes(n: int | None) -> str:
     """
     >>> human_bytes(262144), human_bytes(None), human_bytes(12)
@@ -241,10 +287,33 @@ class CostModel:
         link = self.links[src, dst]
         return link.latency_s + (nbytes or 0) / link.bytes_per_s
 
+    def import_link(self, dst: Vendor) -> Link:
+        """The link that carries an emulator phase's array into an executor of vendor ``dst``."""
+        return IMPORT_LINKS[dst]
+
+    def import_s(self, nbytes: int | None, dst: Vendor) -> float:
+        """Seconds to import ``nbytes`` of a phase's host array on an executor of vendor ``dst``.
+
+        >>> round(CostModel().import_s(10**9, Vendor.cpu), 4)
+        0.1003
+        """
+        link = IMPORT_LINKS[dst]
+        return link.latency_s + (nbytes or 0) / link.bytes_per_s
+
+    def phase_s(self, phase: str, backend: str, steps: int, tasks: int = 1) -> float:
+        """Seconds of an emulator phase of ``steps`` steps run as ``tasks`` Dask tasks.
+
+        >>> round(CostModel().phase_s("execute", "fast", 225_000_000), 4)
+        1.0003
+        """
+        rate = PHASE_RATES.get((phase, backend))
+        return tasks * _TASKS_S / 2 + (steps / rate if rate else 0.0)
+
     def describe(self) -> dict:
         """The model's numbers, as plan JSON carries them."""
         return {
             "name": self.name,
             "profiles": {v.value: {"flops_per_s": p.flops_per_s, "bytes_per_s": p.bytes_per_s,
                                    "launch_s": p.launch_s} for v, p in self.profiles.items()},
+            "phase_rates": {f"{phase}/{backend}": rate for (phase, backend), rate in PHASE_RATES.items()},
         }

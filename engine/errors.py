@@ -17,7 +17,7 @@ import functools
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Origin", "Diagnostic", "HetflowError", "ManifestError", "UsageError", "RunFailed", "RunCancelled"]
+__all__ = ["Origin", "Diagnostic", "HetflowError", "ManifestError", "UsageError", "RunFailed", "RunCancelled", "StageFailure"]
 
 
 @functools.total_ordering
@@ -143,3 +143,30 @@ class RunCancelled(HetflowError):
         super().__init__(message)
         self.record_path = record_path
         self.signal = signal
+
+
+class StageFailure(Exception):
+    """A task of a run failed: a partition's executor, a bridge, or an emulator phase.
+
+    ``partition`` is the failing task's partition (``phase:ID`` for an
+    emulator phase); ``node`` names the stage or phase when it is known.
+    When a user's op raised, ``op`` names it and ``user_traceback`` is the
+    traceback of the user's code alone. The run records it; the error the
+    user sees is the :class:`RunFailed` that follows.
+    """
+
+    def __init__(self, partition: str, node: str | None, message: str, op: str | None = None,
+                 user_traceback: str | None = None) -> None:
+        super().__init__(partition, node, message)
+        self.partition = partition
+        self.node = node
+        self.message = message
+        self.op = op
+        self.user_traceback = user_traceback
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.partition, self.node, self.message, self.op, self.user_traceback))
+
+    def __str__(self) -> str:
+        where = f"stage {self.node!r}" if self.node else f"partition {self.partition}"
+        return f"{where} failed: {self.message}"

@@ -62,6 +62,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from hetflow.engine.errors import StageFailure
 from hetflow.executors.base import Dtype, PortableActivation
 
 __all__ = ["PhaseKind", "PHASES", "EmulatorDecl", "PhaseDecl", "encode_witness", "decode_witness", "LIMBS",
@@ -199,7 +200,6 @@ class PhaseRunner:
         return dsk
 
     def _fail(self, pid: str, message: str) -> Exception:
-        from hetflow.engine.run import StageFailure
         return StageFailure(f"phase:{pid}", pid, message)
 
     def _timed(self, kind: str, id: str, pid: str, call: Callable[[], Any], **extra: Any) -> Any:

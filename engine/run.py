@@ -34,7 +34,7 @@ import dask.threaded
 
 from hetflow.engine.cache import Cache, CacheUse, file_digest, partition_keys
 from hetflow.engine.cancel import Cancel, Cancelled, current
-from hetflow.engine.errors import RunCancelled, RunFailed
+from hetflow.engine.errors import RunCancelled, RunFailed, StageFailure
 from hetflow.engine.events import EventStream, Sink, run_event
 from hetflow.engine.lowering import TaskGraph, bridge_ref, lower, subgraph_plan, tensor_ref
 from hetflow.engine.manifest import Manifest
@@ -79,30 +79,6 @@ class ClusterFailure(Exception):
 
     def __str__(self) -> str:
         return self.message
-
-
-class StageFailure(Exception):
-    """A partition's executor failed; names the node when the executor knows it.
-
-    When a user's op raised, ``op`` names it and ``user_traceback`` is the
-    traceback of the user's code alone.
-    """
-
-    def __init__(self, partition: str, node: str | None, message: str, op: str | None = None,
-                 user_traceback: str | None = None) -> None:
-        super().__init__(partition, node, message)
-        self.partition = partition
-        self.node = node
-        self.message = message
-        self.op = op
-        self.user_traceback = user_traceback
-
-    def __reduce__(self) -> tuple:
-        return (type(self), (self.partition, self.node, self.message, self.op, self.user_traceback))
-
-    def __str__(self) -> str:
-        where = f"stage {self.node!r}" if self.node else f"partition {self.partition}"
-        return f"{where} failed: {self.message}"
 
 
 class HandleTable:
