@@ -206,8 +206,10 @@ def _load_plugins(wanted: list[tuple[str, str, str, bytes | None]], worker: Any)
             else:
                 plugins.load_module(target, spec, kind=kind)
         except plugins.PluginError as e:
-            raise RuntimeError(f"worker {worker.name} ({worker.address}) cannot load plugin {spec!r} "
-                               f"(module {target}): {e}") from None
+            # a ClusterFailure reaches the client through register_plugin and fails the run with this message
+            raise ClusterFailure(f"worker {worker.name} ({worker.address}) cannot load plugin {spec!r} "
+                                 f"(module {target}): {e}",
+                                 {"worker": worker.address, "plugin": spec, "module": target}) from None
 
 
 def _plugin(run_id: str) -> HetflowWorkerPlugin:
@@ -536,11 +538,11 @@ class Cluster:
                 flush_cond.wait_for(lambda: answered <= flushed, timeout=_FLUSH_WAIT_S)
         finally:
             client.unsubscribe_topic(topic)
-            if registered:
-                try:
-                    client.unregister_worker_plugin(plugin.name)
-                except Exception:  # noqa: BLE001 - a worker that died has no plugin to remove
-                    pass
+            # a registration that failed on one worker is still held by the scheduler, which would give it to new workers
+            try:
+                client.unregister_worker_plugin(plugin.name)
+            except Exception:  # noqa: BLE001 - a worker that died has no plugin to remove
+                pass
         for name in plan.executors:
             live.setdefault(name, 0)
         return _ClusterRun(graph, stream.tasks()), results, _as_failure(failure), dict(sorted(live.items()))
