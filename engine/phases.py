@@ -62,14 +62,15 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from hetflow.engine.costs import EMULATOR_IMPORT
 from hetflow.engine.errors import StageFailure
 from hetflow.executors.base import Dtype, PortableActivation
 
 __all__ = ["PhaseKind", "PHASES", "EmulatorDecl", "PhaseDecl", "encode_witness", "decode_witness", "LIMBS",
-           "PhaseRunner", "EMULATOR_BRIDGE"]
+           "PhaseRunner", "EMULATOR_BRIDGE", "target", "planned", "execution_order"]
 
 LIMBS = 4
-EMULATOR_BRIDGE = "emulator output import"
+EMULATOR_BRIDGE = EMULATOR_IMPORT
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,57 @@ class PhaseDecl:
     def to_json(self) -> dict:
         return {"phase": self.phase, "emulator": self.emulator, "inputs": list(self.inputs), "args": dict(self.args),
                 "array": self.kind.array, "origin": str(self.origin) if self.origin else None}
+
+
+def target(emulator: str) -> str:
+    """The placement target of every phase of ``emulator``: where the plan says the phase runs.
+
+    >>> target("guest")
+    'emulator:guest'
+    """
+    return f"emulator:{emulator}"
+
+
+def execution_order(phases: Mapping[str, PhaseDecl]) -> list[str]:
+    """The phases in an order that runs every input first: the ``execute`` phases, then the rest.
+
+    Every other phase takes exactly one ``execute`` phase, so this is a
+    topological order of the phases whatever order they were written in.
+    """
+    return ([pid for pid, p in phases.items() if not p.inputs] +
+            [pid for pid, p in phases.items() if p.inputs])
+
+
+def planned(p: PhaseDecl, emulator: EmulatorDecl) -> dict[str, Any]:
+    """What the plan knows of phase ``p`` before its guest runs.
+
+    The guest's length is known only once ``execute`` has run; the plan
+    holds its bound, the emulator's ``max_steps`` (a run that reaches it
+    fails). A ``witness`` phase re-executes every chunk, one Dask task
+    each: at most ``ceil(max_steps / chunk_steps)`` tasks (``chunks_max``),
+    and its table has one row per step, so its array is at most
+    ``(max_steps, 4 * columns)`` fp32 limbs. ``size`` says whether
+    ``shape`` and ``bytes`` are ``exact`` or an upper ``bound``; a phase
+    that yields data has neither.
+
+    >>> e = EmulatorDecl("guest", "rv64ima", "fast", "/g.elf", chunk_steps=1024, max_steps=10_000, input=None)
+    >>> w = planned(PhaseDecl("trace", "witness", "guest", ("run",), {}), e)
+    >>> w["chunks_max"], w["shape"], w["bytes"], w["size"]
+    (10, [10000, 64], 2560000, 'bound')
+    >>> planned(PhaseDecl("run", "execute", "guest", (), {}), e)["size"] is None
+    True
+    """
+    from hetflow.executors.emulator import WITNESS_COLUMNS
+
+    steps = int(emulator.max_steps)
+    out: dict[str, Any] = {"target": target(p.emulator), "backend": emulator.backend, "steps_max": steps,
+                           "tasks_max": 1, "shape": None, "dtype": None, "bytes": None, "size": None}
+    if p.kind.array:
+        chunks = -(-steps // int(emulator.chunk_steps))
+        shape = [steps, LIMBS * len(WITNESS_COLUMNS)]
+        out.update(tasks_max=chunks, chunks_max=chunks, rows_max=steps, shape=shape, dtype=Dtype.fp32.value,
+                   bytes=Dtype.fp32.nbytes(shape[0] * shape[1]), size="bound")
+    return out
 
 
 def encode_witness(table: np.ndarray) -> PortableActivation:

@@ -68,6 +68,9 @@ from hetflow.executors import ops as oplib
 __all__ = [
     "Unit",
     "Problem",
+    "is_phase",
+    "node_inputs",
+    "import_s",
     "node_data",
     "roots",
     "candidates",
@@ -133,7 +136,7 @@ class Problem:
         attrs = node_data(self.graph)
         if not self.inputs:
             self.inputs = {n: (ins if len(ins) < 2 else tuple(dict.fromkeys(ins)))
-                           for n, ins in ((n, attrs[n]["stage"].inputs) for n in self.order)}
+                           for n, ins in ((n, node_inputs(attrs[n])) for n in self.order)}
         if not self.nbytes:
             self.nbytes = {n: attrs[n]["bytes"] for n in self.order}
 
@@ -142,7 +145,9 @@ class Problem:
         key = (self.nbytes[tensor], src, dst)
         cost = self._transfers.get(key)
         if cost is None:
-            cost = self._transfers[key] = self.model.transfer_s(key[0], self.vendor[src], self.vendor[dst])
+            source = self.vendor[src]
+            cost = self._transfers[key] = (self.model.transfer_s(key[0], source, self.vendor[dst]) if source is not None
+                                           else import_s(self.model, key[0], self.vendor[dst]))
         return cost
 
     def tensor_cost(self, u: str, exe: Mapping[str, str]) -> float:
@@ -157,6 +162,32 @@ class Problem:
 
     def free_units(self) -> list[Unit]:
         return [u for u in self.units if len(u.candidates) > 1]
+
+
+def is_phase(d: Mapping[str, Any]) -> bool:
+    """Whether a node's attributes are an emulator phase's (placed on its emulator, never moved).
+
+    >>> is_phase({"phase": object()}), is_phase({"stage": object()})
+    (True, False)
+    """
+    return "phase" in d
+
+
+def node_inputs(d: Mapping[str, Any]) -> tuple[str, ...]:
+    """The inputs of a stage or a phase, in slot order."""
+    return d["phase"].inputs if "phase" in d else d["stage"].inputs
+
+
+def import_s(model: Any, nbytes: int | None, vendor: Any) -> float:
+    """Seconds to bring an emulator phase's host array onto an executor of ``vendor``.
+
+    A cost model without ``import_s`` prices it as a bridge from a CPU executor.
+    """
+    own = getattr(model, "import_s", None)
+    if own is not None:
+        return own(nbytes, vendor)
+    from hetflow.executors.base import Vendor
+    return model.transfer_s(nbytes, Vendor.cpu, vendor)
 
 
 def node_data(graph: nx.DiGraph) -> dict[str, dict]:
@@ -191,7 +222,7 @@ def roots(nodes: Iterable[str], pairs: Iterable[tuple[str, str]]) -> dict[str, s
 
 def _colocation_roots(graph: nx.DiGraph) -> dict[str, str]:
     return roots(graph, ((n, d["stage"].colocate_with) for n, d in graph.nodes(data=True)
-                         if d["stage"].colocate_with is not None and d["stage"].colocate_with in graph
+                         if "stage" in d and d["stage"].colocate_with is not None and d["stage"].colocate_with in graph
                          and d["stage"].colocate_with != n))
 
 
@@ -216,6 +247,10 @@ def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, 
     able_for: dict[tuple, list[str]] = {}
     free: dict[tuple, tuple] = {}
     for n in order:
+        if "phase" in attrs[n]:
+            where = attrs[n]["target"]
+            per_node[n] = ([where], "emulator", f"emulator: {attrs[n]['phase'].phase} phase, runs on {where}", None)
+            continue
         stage = attrs[n]["stage"]
         key = (stage.op, stage.dtype.value)
         able = able_for.get(key)
@@ -269,7 +304,7 @@ def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, 
     if problems:
         raise ManifestError(problems)
 
-    if not any(attrs[n]["stage"].colocate_with for n in order):
+    if not any("stage" in attrs[n] and attrs[n]["stage"].colocate_with for n in order):
         # no colocation: every stage is its own unit, already in first-member order
         units = []
         for uid, n in enumerate(order):

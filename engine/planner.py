@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import networkx as nx
 
+from hetflow.engine import phases as phaselib
 from hetflow.engine import placement as placing
 from hetflow.engine.costs import CostModel, human_bytes
 from hetflow.engine.errors import Diagnostic, ManifestError, Origin
@@ -100,6 +101,8 @@ class NodePlan:
     origin: Origin
     why: Mapping[str, Any] = field(default_factory=dict, compare=False)
     estimated_s: float | None = None
+    bound: bool = False
+    """``shape`` and ``bytes`` are an upper bound (the stage reads a bounded phase array), not exact."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,8 @@ class Bridge:
     kind: str = "portable host staging"
     estimated_s: float | None = None
     link: str = ""
+    bound: bool = False
+    """``bytes`` is an upper bound (a ``witness`` table's), not exact."""
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,7 @@ class Plan:
             "bridges": len(self.bridges),
             "bytes_bridged": sum(known),
             "bytes_bridged_unknown": len(known) != len(self.bridges),
+            "bytes_bridged_bound": any(b.bound for b in self.bridges),
         }
 
     def to_json(self, explain: bool = False) -> dict:
@@ -212,6 +218,7 @@ class Plan:
                     "shape": list(n.shape) if n.shape is not None else None,
                     "dtype": n.dtype.value,
                     "bytes": n.bytes,
+                    "size": _size(n.bytes, n.bound),
                     "origin": str(n.origin),
                     **({"why": _jsonable(n.why), "estimated_s": n.estimated_s} if explain else {}),
                 }
@@ -225,7 +232,7 @@ class Plan:
             ],
             "bridges": [
                 {"id": b.id, "tensor": b.tensor, "source": b.source, "destination": b.destination,
-                 "bytes": b.bytes, "consumers": list(b.consumers), "kind": b.kind,
+                 "bytes": b.bytes, "size": _size(b.bytes, b.bound), "consumers": list(b.consumers), "kind": b.kind,
                  **({"link": b.link, "estimated_s": b.estimated_s} if explain else {})}
                 for b in self.bridges
             ],
@@ -242,6 +249,32 @@ class Plan:
             data["warnings"] = [{"kind": w.kind, "message": w.message, "origin": str(w.origin) if w.origin else None}
                                 for w in self.warnings]
         return data
+
+
+def _size(nbytes: int | None, bound: bool) -> str:
+    """How a plan knows a size: ``exact``, an upper ``bound``, or ``unknown``."""
+    return "unknown" if nbytes is None else "bound" if bound else "exact"
+
+
+def _bytes_text(nbytes: int | None, bound: bool) -> str:
+    """
+    >>> _bytes_text(2560000, True), _bytes_text(256, False)
+    ('at most 2.4 MiB', '256 B')
+    """
+    return ("at most " if bound and nbytes is not None else "") + human_bytes(nbytes)
+
+
+def _shape_text(shape: Any, bound: bool = False, sep: str = ", ") -> str:
+    """
+    >>> _shape_text((10000, 64), True), _shape_text((64,)), _shape_text(None)
+    ('[<=10000, 64]', '[64]', '?')
+    """
+    if shape is None:
+        return "?"
+    dims = [str(d) for d in shape]
+    if bound and dims:
+        dims[0] = "<=" + dims[0]
+    return "[" + sep.join(dims) + "]"
 
 
 def _jsonable(value: Any) -> Any:
@@ -266,34 +299,57 @@ def is_bridged(graph: nx.DiGraph, u: str, v: str) -> bool:
 
 
 def build_graph(manifest: Manifest) -> nx.DiGraph:
-    """One node per stage with shapes and bytes; raises :class:`ManifestError` on shape errors."""
+    """One node per stage and per emulator phase, with shapes and bytes; raises :class:`ManifestError` on shape errors.
+
+    A phase node carries its ``phase`` declaration, its placement
+    ``target`` (its emulator) and what :func:`hetflow.engine.phases.planned`
+    knows of it. A ``witness`` table's rows are bounded, not known, so
+    its ``shape`` and ``bytes`` are upper bounds (``bound`` is true); a
+    stage that reads a bounded tensor is bounded too, unless its shape
+    rule gives the same shape for one row as for the bound (``max`` over
+    axis 0 of a table has as many elements whatever its rows).
+    """
     graph = nx.DiGraph()
     phases = getattr(manifest, "phases", {})
-    # a phase's array enters the graph through a bridge, not an edge: the stage's graph view omits it
-    full_inputs = {s.id: s.inputs for s in manifest.stages.values()}
     nodes = []
     seen: set[str] = set()
+    planned: dict[str, dict] = {}
+    for pid in phaselib.execution_order(phases):
+        p = phases[pid]
+        planned[pid] = info = phaselib.planned(p, manifest.emulators[p.emulator])
+        seen.add(pid)
+        nodes.append((pid, {"phase": p, "order": len(nodes), "target": info["target"], "planned": info}))
     in_order = True  # every input written above its stage: the file order is the execution order
+    first = len(nodes)
     for i, stage in enumerate(manifest.stages.values()):
-        if phases and any(ref in phases for ref in stage.inputs):
-            stage = dataclasses.replace(stage, inputs=tuple(r for r in stage.inputs if r not in phases))
         if in_order and not seen.issuperset(stage.inputs):
             in_order = False
         seen.add(stage.id)
-        nodes.append((stage.id, {"stage": stage, "order": i}))
+        nodes.append((stage.id, {"stage": stage, "order": first + i}))
     graph.add_nodes_from(nodes)
-    graph.add_edges_from((ref, stage.id) for stage in manifest.stages.values()
-                         for ref in stage.inputs if ref not in phases)
+    graph.add_edges_from((ref, p.id) for p in phases.values() for ref in p.inputs)
+    graph.add_edges_from((ref, stage.id) for stage in manifest.stages.values() for ref in stage.inputs)
     if in_order:
         graph.graph["execution_order"] = [n for n, _ in nodes]
     problems: list[Diagnostic] = []
     shapes: dict[str, Any] = {}
+    # each bounded tensor's shape at one row: a stage whose shape is the same there and at the bound is exact
+    small: dict[str, Any] = {}
     attrs = placing.node_data(graph)
+    for pid, info in planned.items():
+        d = attrs[pid]
+        shape = None if info["shape"] is None else tuple(info["shape"])
+        shapes[pid] = d["shape"] = shape
+        d["bytes"], d["bound"] = info["bytes"], info["size"] == "bound"
+        if d["bound"]:
+            small[pid] = (1,) + shape[1:]
     for sid in _execution_order(graph):
         d = attrs[sid]
+        if "phase" in d:
+            continue
         stage = d["stage"]
         op = oplib.REGISTRY[stage.op]
-        in_shapes = [None if ref in phases else shapes[ref] for ref in full_inputs[sid]]
+        in_shapes = [shapes[ref] for ref in stage.inputs]
         try:
             shape = op.shape(in_shapes, stage.args)
         except oplib.ShapeError as e:
@@ -301,6 +357,14 @@ def build_graph(manifest: Manifest) -> nx.DiGraph:
             shape = None
         shapes[sid] = d["shape"] = shape
         d["bytes"] = None if shape is None else stage.dtype.nbytes(_count(shape))
+        if small and shape is not None and any(ref in small for ref in stage.inputs):
+            try:
+                at_one = op.shape([small.get(ref, shapes[ref]) for ref in stage.inputs], stage.args)
+            except oplib.ShapeError:
+                at_one = None
+            if at_one != shape:
+                d["bound"] = True
+                small[sid] = at_one
     if problems:
         raise ManifestError(problems)
     return graph
@@ -392,12 +456,23 @@ def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
     vendor = {name: e.vendor for name, e in executors.items()}
     exec_s: dict[str, dict[str, float]] = {}
     attrs = placing.node_data(out)
+    phase_s = getattr(model, "phase_s", None)
+    for n in order:
+        d = attrs[n]
+        if "phase" in d:
+            # a phase has one place to run: its estimate is a constant of the plan, an upper bound from max_steps
+            info = d["planned"]
+            vendor[d["target"]] = None
+            exec_s[n] = {d["target"]: phase_s(d["phase"].phase, info["backend"], info["steps_max"], info["tasks_max"])
+                         if phase_s is not None else 0.0}
     shape_of = {n: attrs[n]["shape"] for n in order}
     # Stages alike in op, shapes, dtype and candidates share one row (rows are never written after).
     # Keyed by plain strings and tuples: an Enum hashes through a Python-level method.
     rows: dict[tuple, dict[str, float]] = {}
     for n in order:
         d = attrs[n]
+        if "phase" in d:
+            continue
         stage = d["stage"]
         shapes = tuple([shape_of[r] for r in stage.inputs])
         cands = units[unit_of[n]].candidates
@@ -423,6 +498,10 @@ def partition(graph: nx.DiGraph) -> nx.DiGraph:
 def _partition_into(out: nx.DiGraph) -> None:
     """:func:`partition` on a graph the caller owns, in place."""
     attrs = placing.node_data(out)
+    if any("phase" in d for d in attrs.values()):
+        # phases run on their emulators, in no partition; the partitions are the stages' own
+        attrs = {n: d for n, d in attrs.items() if "phase" not in d}
+        out = out.subgraph(attrs).copy()
     ex = {n: d["executor"] for n, d in attrs.items()}
     same = [(u, v) for u, v in _edges(out) if ex[u] == ex[v]]
     groups = placing.roots(out, same)
@@ -437,6 +516,8 @@ def _partition_into(out: nx.DiGraph) -> None:
         groups = {n: i for i, comp in enumerate(nx.connected_components(split)) for n in comp}
     names: dict[Any, str] = {}
     for n in _execution_order(out):
+        if n not in groups:
+            continue
         if groups[n] not in names:
             names[groups[n]] = f"p{len(names)}"
     for n, d in attrs.items():
@@ -486,6 +567,8 @@ def bridges(graph: nx.DiGraph) -> list[Bridge]:
     execution = _execution_order(graph)
     attrs = placing.node_data(graph)
     for v in execution:
+        if "phase" in attrs[v]:
+            continue  # a phase reads only phases of its own emulator
         dest = attrs[v]["executor"]
         # the graph's predecessors of v, in slot order, without a view per node
         for u in dict.fromkeys(attrs[v]["stage"].inputs):
@@ -498,14 +581,19 @@ def bridges(graph: nx.DiGraph) -> list[Bridge]:
     for (tensor, dest), consumers in sorted(found.items(), key=lambda kv: (order[kv[0][0]], order[kv[1][0]])):
         src = attrs[tensor]["executor"]
         nbytes = attrs[tensor]["bytes"]
-        extra: dict[str, Any] = {}
+        from_phase = "phase" in attrs[tensor]
+        extra: dict[str, Any] = {"kind": phaselib.EMULATOR_BRIDGE} if from_phase else {}
         if vendors is not None and model is not None:
-            link = model.link(vendors[src], vendors[dest])
-            extra = {"kind": link.kind, "link": link.description,
-                     "estimated_s": model.transfer_s(nbytes, vendors[src], vendors[dest])}
+            if from_phase:
+                link = model.import_link(vendors[dest]) if hasattr(model, "import_link") else None
+                extra.update(link=link.description if link else "", estimated_s=placing.import_s(model, nbytes, vendors[dest]))
+            else:
+                link = model.link(vendors[src], vendors[dest])
+                extra = {"kind": link.kind, "link": link.description,
+                         "estimated_s": model.transfer_s(nbytes, vendors[src], vendors[dest])}
         out.append(Bridge(
             id=f"{tensor}@{dest}", tensor=tensor, source=src, destination=dest,
-            bytes=nbytes, consumers=tuple(consumers), **extra,
+            bytes=nbytes, consumers=tuple(consumers), bound=attrs[tensor].get("bound", False), **extra,
         ))
     return out
 
@@ -514,7 +602,8 @@ def _partitions(graph: nx.DiGraph, outputs: Mapping[str, str]) -> tuple[Partitio
     members: dict[str, list[str]] = {}
     attrs = placing.node_data(graph)
     for n in _execution_order(graph):
-        members.setdefault(attrs[n]["partition"], []).append(n)
+        if "phase" not in attrs[n]:
+            members.setdefault(attrs[n]["partition"], []).append(n)
     persisted = set(outputs.values())
     succ = dict(graph.adjacency())
     result = []
@@ -524,7 +613,8 @@ def _partitions(graph: nx.DiGraph, outputs: Mapping[str, str]) -> tuple[Partitio
         inputs: dict[str, None] = {}
         for n in nodes:
             for ref in attrs[n]["stage"].inputs:
-                if ref not in inside:
+                # a phase's array enters through its bridge's import (the plan's phase_inputs), not a partition
+                if ref not in inside and "phase" not in attrs[ref]:
                     inputs[ref] = None
         outs = [n for n in nodes if n in persisted or any(s not in inside for s in succ[n])]
         decls = [attrs[n]["stage"] for n in nodes]
@@ -557,14 +647,14 @@ def _plan(manifest: Manifest, probe: Callable[[Vendor], Offer], model: Any) -> P
         n: NodePlan(
             id=n, op=d["stage"].op, executor=d["executor"], reason=d["reason"], partition=d["partition"],
             shape=d["shape"], dtype=d["stage"].dtype, bytes=d["bytes"], origin=d["stage"].origin,
-            why=d["why"], estimated_s=d["estimated_s"],
+            why=d["why"], estimated_s=d["estimated_s"], bound=d.get("bound", False),
         )
         for n, d in ((n, parted.nodes[n]) for n in manifest.stages)
     }
     parts = _partitions(parted, manifest.outputs)
     memory = _check_memory(parts, parted, manifest, executors, probe)
-    phase_inputs, phase_bridges = _phase_bridges(manifest, parted, parts)
-    crossing = crossing + phase_bridges
+    phase_inputs = _phase_inputs(manifest, parts)
+    phases = _phase_plans(manifest, parted)
     placement = parted.graph["placement"]
     estimate = {
         "model": model.describe() if hasattr(model, "describe") else {"name": getattr(model, "name", type(model).__name__)},
@@ -573,6 +663,7 @@ def _plan(manifest: Manifest, probe: Callable[[Vendor], Offer], model: Any) -> P
         "total_s": placement["total_s"],
         "exec_s": sum(n.estimated_s or 0.0 for n in nodes.values()),
         "bridges_s": sum(b.estimated_s or 0.0 for b in crossing),
+        **({"phases_s": sum(p["estimated_s"] or 0.0 for p in phases.values()), "phases_bound": True} if phases else {}),
     }
     return Plan(
         name=manifest.name, digest=manifest.digest, executors=executors, nodes=nodes,
@@ -582,30 +673,48 @@ def _plan(manifest: Manifest, probe: Callable[[Vendor], Offer], model: Any) -> P
         stage_inputs={s.id: s.inputs for s in manifest.stages.values()},
         warnings=tuple(_warnings(manifest, executors, parted, crossing, estimate, model)),
         estimate=estimate, memory=memory,
-        phases={p.id: p.to_json() for p in getattr(manifest, "phases", {}).values()},
+        phases=phases,
         emulators={e.name: e.to_json() for e in getattr(manifest, "emulators", {}).values()},
         phase_inputs=phase_inputs, phase_outputs=dict(getattr(manifest, "phase_outputs", {})),
     )
 
 
-def _phase_bridges(manifest: Manifest, graph: nx.DiGraph, parts: tuple[Partition, ...]) -> tuple[dict, list[Bridge]]:
-    """Phase arrays consumed by partitions: each partition's phase inputs, and one bridge per
-    (phase, destination executor) whose source is the phase's emulator."""
+def _phase_inputs(manifest: Manifest, parts: tuple[Partition, ...]) -> dict[str, tuple[str, ...]]:
+    """The phase arrays each partition imports (through its bridge from the phase's emulator)."""
     phases = getattr(manifest, "phases", {})
     inputs: dict[str, tuple[str, ...]] = {}
-    found: dict[tuple[str, str], list[str]] = {}
     for part in parts:
         refs = [r for n in part.nodes for r in manifest.stages[n].inputs if r in phases]
         if refs:
             inputs[part.id] = tuple(dict.fromkeys(refs))
-        for n in part.nodes:
-            for r in dict.fromkeys(manifest.stages[n].inputs):
-                if r in phases:
-                    found.setdefault((r, part.executor), []).append(n)
-    out = [Bridge(id=f"{tensor}@{dest}", tensor=tensor, source=f"emulator:{phases[tensor].emulator}", destination=dest,
-                  bytes=None, consumers=tuple(consumers), kind="emulator output import")
-           for (tensor, dest), consumers in found.items()]
-    return inputs, out
+    return inputs
+
+
+def _phase_plans(manifest: Manifest, graph: nx.DiGraph) -> dict[str, dict]:
+    """Each phase as the plan lists it: its declaration, where it runs, what it yields and who reads it.
+
+    ``outputs`` are the phase's fields (``array`` for a witness table);
+    ``consumers`` the stages that read its array, ``persisted`` the
+    ``outputs:`` entries that keep it; ``estimated_s`` is an upper bound
+    (``max_steps`` at the backend's measured rate).
+    """
+    attrs = placing.node_data(graph)
+    persisted: dict[str, list[str]] = {}
+    for name, (pid, _) in getattr(manifest, "phase_outputs", {}).items():
+        persisted.setdefault(pid, []).append(name)
+    out: dict[str, dict] = {}
+    for pid in phaselib.execution_order(getattr(manifest, "phases", {})):
+        d = attrs[pid]
+        p = d["phase"]
+        out[pid] = {
+            **p.to_json(), **d["planned"],
+            "outputs": (["array"] if p.kind.array else []) + list(p.kind.fields),
+            "consumers": [c for c in graph.successors(pid) if "stage" in attrs[c]],
+            "phase_consumers": [c for c in graph.successors(pid) if "phase" in attrs[c]],
+            "persisted": persisted.get(pid, []),
+            "reason": d["reason"], "estimated_s": d["estimated_s"],
+        }
+    return out
 
 
 def _check_memory(parts: tuple[Partition, ...], graph: nx.DiGraph, manifest: Manifest,
@@ -662,7 +771,7 @@ def _warnings(manifest: Manifest, executors: Mapping[str, ExecutorPlan], graph: 
     total = estimate.get("total_s") or 0.0
     vendors = graph.graph.get("vendors", {})
     for b in crossing:
-        if not b.bytes or not total or b.source not in vendors:
+        if not b.bytes or not total or vendors.get(b.source) is None:
             continue
         moving = b.bytes / model.link(vendors[b.source], vendors[b.destination]).bytes_per_s
         if moving > DOMINANT_BRIDGE * total:
@@ -677,6 +786,8 @@ def _warnings(manifest: Manifest, executors: Mapping[str, ExecutorPlan], graph: 
 def _check_dtypes(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan], probe: Callable[[Vendor], Offer]) -> None:
     problems = []
     for n, d in graph.nodes(data=True):
+        if "phase" in d:
+            continue
         ex = executors[d["executor"]]
         supported = probe(ex.vendor).dtypes
         dtype = d["stage"].dtype
@@ -701,20 +812,18 @@ def render_text(plan: Plan) -> str:
     nw = max((len(n) for n in plan.nodes), default=0)
     ow = max((len(n.op) for n in plan.nodes.values()), default=0)
     for n in plan.nodes.values():
-        shape = "?" if n.shape is None else "[" + ", ".join(map(str, n.shape)) + "]"
+        shape = _shape_text(n.shape, n.bound)
         est = "" if n.estimated_s is None else f"  ~{placing.format_s(n.estimated_s)}"
         lines.append(
             f"  {n.id:<{nw}}  {n.op:<{ow}}  {n.partition:<4} on {n.executor:<{width}}  {shape} {n.dtype.value} "
-            f"({human_bytes(n.bytes)}){est}  {n.reason}"
+            f"({_bytes_text(n.bytes, n.bound)}){est}  {n.reason}"
         )
     if plan.phases:
         lines += ["", "emulator phases:"]
         pw = max(len(p) for p in plan.phases)
+        tw = max(len(p.get("target", "")) for p in plan.phases.values())
         for pid, p in plan.phases.items():
-            e = plan.emulators.get(p["emulator"], {})
-            yields = "array" if p["array"] else "data"
-            lines.append(f"  {pid:<{pw}}  {p['phase']:<13} on emulator {p['emulator']} ({e.get('backend')}, "
-                         f"chunk_steps {e.get('chunk_steps')})  inputs: {', '.join(p['inputs']) or '-'}; yields {yields}")
+            lines.append(f"  {pid:<{pw}}  {p['phase']:<13} on {p.get('target', ''):<{tw}}  " + _phase_text(plan, pid, p))
     lines += ["", "partitions:"]
     for p in plan.partitions:
         ins = ", ".join(list(p.inputs) + list(plan.phase_inputs.get(p.id, ()))) or "-"
@@ -729,20 +838,44 @@ def render_text(plan: Plan) -> str:
         lines.append("  none: every edge stays on one executor")
     for b in plan.bridges:
         lines.append(
-            f"  {b.id}: {b.tensor} {b.source} -> {b.destination}, {human_bytes(b.bytes)}, {b.kind}; "
+            f"  {b.id}: {b.tensor} {b.source} -> {b.destination}, {_bytes_text(b.bytes, b.bound)}, {b.kind}; "
             f"consumers: {', '.join(b.consumers)}"
             + ("" if b.estimated_s is None else f"; ~{placing.format_s(b.estimated_s)} over {b.link}")
         )
     t = plan.totals()
     total = plan.estimate.get("total_s")
     lines += ["", f"totals: {t['nodes']} nodes, {t['partitions']} partitions, {t['bridges']} bridges, "
-              f"{human_bytes(t['bytes_bridged'])} bridged" + (" (some sizes unknown)" if t["bytes_bridged_unknown"] else "")
+              + ("at most " if t["bytes_bridged_bound"] else "")
+              + f"{human_bytes(t['bytes_bridged'])} bridged" + (" (some sizes unknown)" if t["bytes_bridged_unknown"] else "")
               + ("" if total is None else
-                 f", estimated {placing.format_s(total)} (exec {placing.format_s(plan.estimate['exec_s'])} + bridges "
-                 f"{placing.format_s(plan.estimate['bridges_s'])}; placement: {plan.estimate['placement']})")]
+                 f", estimated {'at most ' if 'phases_s' in plan.estimate else ''}{placing.format_s(total)} "
+                 f"(exec {placing.format_s(plan.estimate['exec_s'])} + bridges {placing.format_s(plan.estimate['bridges_s'])}"
+                 + (f" + phases {placing.format_s(plan.estimate['phases_s'])}" if "phases_s" in plan.estimate else "")
+                 + f"; placement: {plan.estimate['placement']})")]
     if plan.warnings:
         lines += ["", "warnings:"] + [f"  {w}" for w in plan.warnings]
     return "\n".join(lines)
+
+
+def _phase_text(plan: Plan, pid: str, p: Mapping[str, Any]) -> str:
+    """One phase of the text plan: inputs, what it yields and to whom, its fan-out and its estimate."""
+    e = plan.emulators.get(p["emulator"], {})
+    parts = [f"inputs: {', '.join(p['inputs']) or '-'}"]
+    if p["array"]:
+        size = "bound" if p.get("size") == "bound" else "exact"
+        readers = p.get("consumers") or []
+        parts.append(f"yields array {_shape_text(p.get('shape'), size == 'bound')} {p.get('dtype')} "
+                     f"({_bytes_text(p.get('bytes'), size == 'bound')}, {size}: {e.get('max_steps')} rows max)"
+                     + (f" to {', '.join(readers)}" if readers else ""))
+        if "chunks_max" in p:
+            parts.append(f"fan-out: at most {p['chunks_max']} tasks, one per chunk "
+                         f"(max_steps {e.get('max_steps')} / chunk_steps {e.get('chunk_steps')})")
+    else:
+        parts.append("yields " + ", ".join(f for f in p.get("outputs", []) if f != "array") + " (data)")
+    if p.get("estimated_s") is not None:
+        parts.append(f"at most ~{placing.format_s(p['estimated_s'])} ({e.get('backend')} backend, "
+                     f"{p.get('steps_max')} steps max)")
+    return "; ".join(parts)
 
 
 def _dot_id(text: str) -> str:

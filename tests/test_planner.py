@@ -149,12 +149,13 @@ def test_plan_json_is_stable_and_complete(manifest_file):
     assert data["format"] == PLAN_FORMAT
     assert data["nodes"]["y"] == {
         "op": "relu", "executor": "b", "reason": "pinned (executor: b)", "partition": "p1", "inputs": ["x"],
-        "shape": [2, 3], "dtype": "fp32", "bytes": 24, "origin": data["nodes"]["y"]["origin"],
+        "shape": [2, 3], "dtype": "fp32", "bytes": 24, "size": "exact", "origin": data["nodes"]["y"]["origin"],
     }
     assert data["nodes"]["y"]["origin"].endswith(":10:3")
     assert data["bridges"] == [{"id": "x@b", "tensor": "x", "source": "a", "destination": "b", "bytes": 24,
-                                "consumers": ["y"], "kind": "portable host staging"}]
-    assert data["totals"] == {"nodes": 2, "partitions": 2, "bridges": 1, "bytes_bridged": 24, "bytes_bridged_unknown": False}
+                                "size": "exact", "consumers": ["y"], "kind": "portable host staging"}]
+    assert data["totals"] == {"nodes": 2, "partitions": 2, "bridges": 1, "bytes_bridged": 24, "bytes_bridged_unknown": False,
+                              "bytes_bridged_bound": False}
     text = render_text(p)
     assert "x@b: x a -> b, 24 B, portable host staging; consumers: y" in text
     assert "totals: 2 nodes, 2 partitions, 1 bridges, 24 B bridged" in text
