@@ -900,20 +900,27 @@ def render_dot(plan: Plan) -> str:
             out.append(f"      label={_dot_id(p.id)}; style=dashed; color=gray60;")
             for n in p.nodes:
                 node = plan.nodes[n]
-                shape = "?" if node.shape is None else "x".join(map(str, node.shape))
+                shape = _shape_text(node.shape, node.bound, "x").strip("[]") if node.shape is not None else "?"
                 label = f"{n}\n{node.op} {shape} {node.dtype.value}"
                 out.append(f"      {_dot_id('stage:' + n)} [shape=box, label={_dot_id(label)}];")
             out.append("    }")
         out.append("  }")
     for b in plan.bridges:
-        label = f"{b.id}\n{human_bytes(b.bytes)}\n{b.kind}"
+        label = f"{b.id}\n{_bytes_text(b.bytes, b.bound)}\n{b.kind}"
         out.append(f"  {_dot_id('bridge:' + b.id)} [shape=diamond, style=filled, fillcolor=lightyellow, label={_dot_id(label)}];")
         out.append(f"  {_dot_id('stage:' + b.tensor)} -> {_dot_id('bridge:' + b.id)} [color=orange];")
         for c in b.consumers:
             out.append(f"  {_dot_id('bridge:' + b.id)} -> {_dot_id('stage:' + c)} [color=orange];")
+    for i, (name, e) in enumerate(plan.emulators.items()):
+        out.append(f"  subgraph cluster_emulator_{i} {{")
+        title = f"emulator {name} ({e.get('backend')}, {e.get('isa')})"
+        out.append(f"    label={_dot_id(title)}; style=rounded; color=steelblue;")
+        for pid, p in plan.phases.items():
+            if p["emulator"] == name:
+                out.append(f"    {_dot_id('stage:' + pid)} [shape=ellipse, style=filled, fillcolor=lightblue, "
+                           f"label={_dot_id(_phase_label(pid, p))}];")
+        out.append("  }")
     for pid, p in plan.phases.items():
-        label = f"{pid}\n{p['phase']} on emulator {p['emulator']}"
-        out.append(f"  {_dot_id('stage:' + pid)} [shape=ellipse, style=filled, fillcolor=lightblue, label={_dot_id(label)}];")
         for ref in p["inputs"]:
             out.append(f"  {_dot_id('stage:' + ref)} -> {_dot_id('stage:' + pid)};")
     for n, node in plan.nodes.items():
@@ -923,12 +930,28 @@ def render_dot(plan: Plan) -> str:
     for name, tensor in plan.outputs.items():
         out.append(f"  {_dot_id('output:' + name)} [shape=note, label={_dot_id(name)}];")
         out.append(f"  {_dot_id('stage:' + tensor)} -> {_dot_id('output:' + name)} [style=dotted];")
+    for name, (pid, fieldname) in plan.phase_outputs.items():
+        ref = f"{pid}.{fieldname}" if fieldname else pid
+        out.append(f"  {_dot_id('output:' + name)} [shape=note, label={_dot_id(f'{name}: {ref}')}];")
+        out.append(f"  {_dot_id('stage:' + pid)} -> {_dot_id('output:' + name)} [style=dotted];")
     out.append("}")
     return "\n".join(out) + "\n"
 
 
+def _phase_label(pid: str, p: Mapping[str, Any]) -> str:
+    """A phase node's label: id, phase, its array's shape and bytes (marked when bounded), its fan-out."""
+    lines = [pid, f"{p['phase']} phase"]
+    if p.get("array"):
+        bound = p.get("size") == "bound"
+        lines.append(f"{_shape_text(p.get('shape'), bound, 'x')} {p.get('dtype')}, {_bytes_text(p.get('bytes'), bound)}")
+    if p.get("chunks_max") is not None:
+        lines.append(f"<= {p['chunks_max']} chunk tasks")
+    return "\n".join(lines)
+
+
 def _summary(plan: Plan) -> str:
     t = plan.totals()
-    text = f"{t['partitions']} partitions, {t['bridges']} bridges, {human_bytes(t['bytes_bridged'])} bridged"
+    text = (f"{t['partitions']} partitions, {t['bridges']} bridges, "
+            f"{'at most ' if t['bytes_bridged_bound'] else ''}{human_bytes(t['bytes_bridged'])} bridged")
     total = plan.estimate.get("total_s")
     return text if total is None else text + f", estimated {placing.format_s(total)}"

@@ -295,16 +295,34 @@ class PlanLayout:
 _NODE_W, _BRIDGE_W, _NODE_H, _BRIDGE_H, _HGAP, _VGAP, _PAD, _LABEL_H = 172, 128, 50, 38, 40, 12, 16, 24
 
 
+def _phase_target(p: Mapping[str, Any]) -> str:
+    return p.get("target") or f"emulator:{p.get('emulator')}"
+
+
 def _plan_graph(plan: Mapping[str, Any]) -> nx.DiGraph:
+    """The plan's graph as the report draws it: stages, emulator phases (on their emulator) and bridges."""
     g = nx.DiGraph()
+    phases = plan.get("phases") or {}
+    for pid, p in phases.items():
+        g.add_node(f"n:{pid}", kind="phase", id=pid, executor=_phase_target(p), data=p)
     nodes = plan.get("nodes") or {}
     for nid, n in nodes.items():
         g.add_node(f"n:{nid}", kind="stage", id=nid, executor=n.get("executor"), data=n)
     bridges = {(b.get("tensor"), b.get("destination")): b for b in plan.get("bridges") or []}
     for b in bridges.values():
         g.add_node(f"b:{b.get('id')}", kind="bridge", id=b.get("id"), executor=b.get("source"), data=b)
+    for pid, p in phases.items():
+        for src in p.get("inputs") or []:
+            if src in phases:
+                g.add_edge(f"n:{src}", f"n:{pid}")
     for nid, n in nodes.items():
         for src in n.get("inputs") or []:
+            if src in phases:
+                bridge = bridges.get((src, n.get("executor")))
+                if bridge is not None:
+                    g.add_edge(f"n:{src}", f"b:{bridge.get('id')}")
+                    g.add_edge(f"b:{bridge.get('id')}", f"n:{nid}")
+                continue
             if src not in nodes:
                 continue
             bridge = bridges.get((src, n.get("executor")))
@@ -330,7 +348,9 @@ def layout_plan(plan: Mapping[str, Any]) -> PlanLayout:
     True
     """
     g = _plan_graph(plan)
-    names = list((plan.get("executors") or {}).keys())
+    # emulators first: their phases are where the data enters
+    names = list(dict.fromkeys(_phase_target(p) for p in (plan.get("phases") or {}).values()))
+    names += list((plan.get("executors") or {}).keys())
     for _, d in g.nodes(data=True):
         if d["executor"] not in names:
             names.append(d["executor"])
@@ -343,7 +363,7 @@ def layout_plan(plan: Mapping[str, Any]) -> PlanLayout:
 
     def slot(n: str) -> tuple[str, int]:
         d = g.nodes[n]
-        if d["kind"] == "stage":
+        if d["kind"] != "bridge":
             return ("band", band_of[d["executor"]])
         src = band_of[d["executor"]]
         dst = band_of.get(d["data"].get("destination"), src)
@@ -385,13 +405,13 @@ def layout_plan(plan: Mapping[str, Any]) -> PlanLayout:
     n_cols = max(column.values(), default=0) + 1
     col_w = [_BRIDGE_W] * n_cols
     for n, d in g.nodes(data=True):
-        if d["kind"] == "stage":
+        if d["kind"] != "bridge":
             col_w[column[n]] = _NODE_W
     col_x = [_PAD * 2 + sum(col_w[:c]) + c * _HGAP for c in range(n_cols)]
     placed = {}
     for n, d in g.nodes(data=True):
         s = slot(n)
-        w, h = (_NODE_W, _NODE_H) if d["kind"] == "stage" else (_BRIDGE_W, _BRIDGE_H)
+        w, h = (_BRIDGE_W, _BRIDGE_H) if d["kind"] == "bridge" else (_NODE_W, _NODE_H)
         y = slot_top[s] + row[n] * ((_NODE_H if s[0] == "band" else _BRIDGE_H) + _VGAP)
         x = col_x[column[n]] + (col_w[column[n]] - w) / 2
         placed[n] = GraphNode(d["id"], d["kind"], band_of[d["executor"]], column[n], x, y, w, h, d["data"])
@@ -399,14 +419,56 @@ def layout_plan(plan: Mapping[str, Any]) -> PlanLayout:
     return PlanLayout(width, height, tuple(bands), placed, tuple(g.edges))
 
 
-def _shape_text(shape: Any) -> str:
+def _shape_text(shape: Any, bound: bool = False) -> str:
     """
-    >>> _shape_text([16, 8]), _shape_text([]), _shape_text(None)
-    ('16×8', 'scalar', '?')
+    >>> _shape_text([16, 8]), _shape_text([]), _shape_text(None), _shape_text([100, 64], bound=True)
+    ('16×8', 'scalar', '?', '≤100×64')
     """
     if shape is None:
         return "?"
-    return "×".join(str(s) for s in shape) if shape else "scalar"
+    return ("≤" if bound and shape else "") + ("×".join(str(s) for s in shape) if shape else "scalar")
+
+
+def _bytes(d: Mapping[str, Any], short: bool = False) -> str:
+    """A node's or bridge's bytes, said to be an upper bound when the plan says so.
+
+    >>> _bytes({"bytes": 2560000, "size": "bound"}), _bytes({"bytes": 2560000, "size": "bound"}, short=True)
+    ('at most 2.4 MiB', '≤ 2.4 MiB')
+    """
+    text = human_bytes(d.get("bytes"))
+    if d.get("size") == "bound" and d.get("bytes") is not None:
+        return ("≤ " if short else "at most ") + text
+    return text
+
+
+def _emulator_kind(emulators: Mapping[str, Any], band: str) -> str:
+    name = band.split(":", 1)[1] if band.startswith("emulator:") else band
+    e = emulators.get(name)
+    return f"emulator, {e.get('backend')} backend" if isinstance(e, Mapping) else "?"
+
+
+def _phase_tip(pid: str, d: Mapping[str, Any], status: str) -> tuple[str, str]:
+    """A phase node's hover text and its one-line summary."""
+    bound = d.get("size") == "bound"
+    lines = [f"{d.get('phase')} phase {pid}", f"runs on {_phase_target(d)}",
+             f"inputs {', '.join(d.get('inputs') or []) or 'none'}"]
+    if d.get("array"):
+        sub = f"{d.get('phase')} · {_bytes(d, short=True)} {d.get('dtype') or ''}".rstrip()
+        lines.append(f"yields {_shape_text(d.get('shape'), bound)} {d.get('dtype')}, {_bytes(d)}"
+                     + (" (an upper bound: max_steps rows)" if bound else ""))
+        if d.get("chunks_max") is not None:
+            lines.append(f"fan-out at most {d['chunks_max']} witness tasks, one per chunk")
+        if d.get("consumers"):
+            lines.append(f"read by {', '.join(d['consumers'])}")
+    else:
+        sub = f"{d.get('phase')} · data"
+        fields = [f for f in d.get("outputs") or [] if f != "array"]
+        if fields:
+            lines.append(f"yields {', '.join(fields)}")
+    lines.append(f"status {status}")
+    if d.get("origin"):
+        lines.append(str(d["origin"]))
+    return "\n".join(lines), sub
 
 
 def _status_of_bridges(record: Mapping[str, Any]) -> dict[str, str]:
@@ -427,8 +489,10 @@ def _svg_plan_builtin(record: Mapping[str, Any]) -> str:
     plan = record.get("plan") or {}
     lay = layout_plan(plan)
     node_status = {n: (v or {}).get("status", "unknown") for n, v in (record.get("nodes") or {}).items()}
+    phase_status = {n: (v or {}).get("status", "unknown") for n, v in (record.get("phases") or {}).items()}
     bridge_status = _status_of_bridges(record)
     executors = plan.get("executors") or {}
+    emulators = plan.get("emulators") or {}
     names = [b[0] for b in lay.bands]
     parts = [f'<svg class="plan-graph" data-layout="builtin" xmlns="http://www.w3.org/2000/svg" '
              f'viewBox="0 0 {lay.width:.0f} {lay.height:.0f}" {_fit(lay.width)} '
@@ -437,7 +501,7 @@ def _svg_plan_builtin(record: Mapping[str, Any]) -> str:
              'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#8791a0"/></marker></defs>']
     for name, top, h in lay.bands:
         colour = _executor_colour(names, name)
-        vendor = (executors.get(name) or {}).get("vendor", "?")
+        vendor = (executors.get(name) or {}).get("vendor") or _emulator_kind(emulators, name)
         parts.append(f'<g class="band" data-executor="{_e(name)}"><rect x="{_PAD / 2}" y="{top:.1f}" '
                      f'width="{lay.width - _PAD:.0f}" height="{h:.1f}" rx="10" fill="{colour}" fill-opacity="0.07" '
                      f'stroke="{colour}" stroke-opacity="0.35"/>'
@@ -452,12 +516,23 @@ def _svg_plan_builtin(record: Mapping[str, Any]) -> str:
                      f'{x2 - 2:.1f},{y2:.1f}" marker-end="url(#arrow)"/>')
     for key, n in lay.nodes.items():
         d = n.data
-        if n.kind == "stage":
+        if n.kind == "phase":
+            status = phase_status.get(n.id, "unknown")
+            colour = _executor_colour(names, n.data.get("target") or _phase_target(d))
+            tip, sub = _phase_tip(n.id, d, status)
+            mark = {"failed": " ✗", "not run": " ⊘"}.get(status, "")
+            parts.append(
+                f'<g class="gnode phase status-{_e(status.replace(" ", "-"))}" id="phase-{_e(n.id)}" data-tip="{_e(tip)}">'
+                f'<title>{_e(tip)}</title>'
+                f'<rect x="{n.x:.1f}" y="{n.y:.1f}" width="{n.w}" height="{n.h}" rx="{n.h / 2:.0f}" class="box pbox"/>'
+                f'<text x="{n.x + 16:.1f}" y="{n.y + 19:.1f}" class="nid">{_e(n.id)}{mark}</text>'
+                f'<text x="{n.x + 16:.1f}" y="{n.y + 36:.1f}" class="nsub" fill="{colour}">{_e(sub)}</text></g>')
+        elif n.kind == "stage":
             status = node_status.get(n.id, "unknown")
             colour = _executor_colour(names, d.get("executor"))
-            shape = _shape_text(d.get("shape"))
+            shape = _shape_text(d.get("shape"), d.get("size") == "bound")
             tip = (f"stage {n.id}\nop {d.get('op')}\nexecutor {d.get('executor')} ({d.get('reason', '')})\n"
-                   f"partition {d.get('partition')}\n{shape} {d.get('dtype')}, {human_bytes(d.get('bytes'))}\n"
+                   f"partition {d.get('partition')}\n{shape} {d.get('dtype')}, {_bytes(d)}\n"
                    f"status {status}\n{d.get('origin', '')}")
             mark = {"failed": " ✗", "timed out": " ✗ timed out", "cancelled": " ⊘", "not run": " ⊘"}.get(status, "")
             parts.append(
@@ -471,7 +546,7 @@ def _svg_plan_builtin(record: Mapping[str, Any]) -> str:
         else:
             status = bridge_status.get(n.id, "not run" if record.get("status") == "failed" else "unknown")
             tip = (f"bridge {n.id}\ncarries {d.get('tensor')} from {d.get('source')} to {d.get('destination')}\n"
-                   f"{human_bytes(d.get('bytes'))} ({d.get('kind', 'bridge')})\n"
+                   f"{_bytes(d)} ({d.get('kind', 'bridge')})\n"
                    f"consumers {', '.join(d.get('consumers') or [])}\nstatus {status}")
             cx, cy = n.x + n.w / 2, n.y + n.h / 2
             hw, hh = n.w / 2, n.h / 2
@@ -483,7 +558,7 @@ def _svg_plan_builtin(record: Mapping[str, Any]) -> str:
                 f'<text x="{cx:.1f}" y="{cy - 3:.1f}" class="bid" text-anchor="middle">{_e(d.get("tensor"))} → '
                 f'{_e(d.get("destination"))}</text>'
                 f'<text x="{cx:.1f}" y="{cy + 11:.1f}" class="bbytes" text-anchor="middle">'
-                f'{_e(human_bytes(d.get("bytes")))}</text></g>')
+                f'{_e(_bytes(d, short=True))}</text></g>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -502,6 +577,7 @@ def plan_dot(record: Mapping[str, Any]) -> str:
     g = _plan_graph(plan)
     names = list((plan.get("executors") or {}).keys())
     node_status = {n: (v or {}).get("status", "unknown") for n, v in (record.get("nodes") or {}).items()}
+    node_status.update({n: (v or {}).get("status", "unknown") for n, v in (record.get("phases") or {}).items()})
     bridge_status = _status_of_bridges(record)
     lines = ["digraph plan {", '  rankdir=LR; bgcolor="transparent"; nodesep=0.25; ranksep=0.45;',
              '  node [fontname="Helvetica", fontsize=10, shape=box, style="rounded,filled", fillcolor="white", '
@@ -509,15 +585,24 @@ def plan_dot(record: Mapping[str, Any]) -> str:
              '  edge [color="#8791a0", arrowsize=0.7];']
     for i, name in enumerate(names + [n for n in {d["executor"] for _, d in g.nodes(data=True)} if n not in names]):
         colour = _executor_colour(names, name)
-        vendor = ((plan.get("executors") or {}).get(name) or {}).get("vendor", "?")
+        vendor = ((plan.get("executors") or {}).get(name) or {}).get("vendor") or _emulator_kind(plan.get("emulators") or {}, name)
         lines.append(f"  subgraph cluster_{i} {{ label={_dot_quote(f'{name} · {vendor}')}; fontname=\"Helvetica\"; "
                      f'fontsize=11; fontcolor="{colour}"; style="rounded,filled"; color="{colour}"; fillcolor="{colour}12";')
         for n, d in g.nodes(data=True):
+            if d["kind"] == "phase" and d["executor"] == name:
+                tip, sub = _phase_tip(d["id"], d["data"], node_status.get(d["id"], "unknown"))
+                extra = "\n".join(tip.split("\n")[3:-2 if d["data"].get("origin") else -1])
+                attrs = {"label": f"{d['id']}\n{sub}" + (f"\n{extra}" if extra else ""), "id": f"phase-{d['id']}",
+                         "class": f"phase status-{node_status.get(d['id'], 'unknown').replace(' ', '-')}",
+                         "shape": "box", "style": "rounded,filled", "fillcolor": "#efedfb", "color": "#6d5bd0",
+                         "tooltip": tip}
+                lines.append(f"    {_dot_quote(n)} [" + ", ".join(f"{k}={_dot_quote(v)}" for k, v in attrs.items()) + "];")
+                continue
             if d["kind"] != "stage" or d["executor"] != name:
                 continue
             data = d["data"]
             status = node_status.get(d["id"], "unknown")
-            shape = _shape_text(data.get("shape"))
+            shape = _shape_text(data.get("shape"), data.get("size") == "bound")
             attrs = {"label": f"{d['id']}\n{data.get('op')} · {shape} {data.get('dtype')}", "id": f"stage-{d['id']}",
                      "class": f"stage status-{status.replace(' ', '-')}",
                      "tooltip": f"{data.get('origin', '')} · {status}"}
@@ -532,7 +617,7 @@ def plan_dot(record: Mapping[str, Any]) -> str:
             continue
         data = d["data"]
         status = bridge_status.get(d["id"], "unknown")
-        attrs = {"label": f"{data.get('tensor')} → {data.get('destination')}\n{human_bytes(data.get('bytes'))}",
+        attrs = {"label": f"{data.get('tensor')} → {data.get('destination')}\n{_bytes(data)}",
                  "shape": "cds", "fillcolor": "#fff3dc", "color": "#d08a18", "id": f"bridge-{d['id']}",
                  "class": f"bridge status-{status}", "tooltip": f"bridge {d['id']}: {human_bytes(data.get('bytes'))}"}
         if status == "failed":
@@ -579,7 +664,7 @@ def _fit(width: float) -> str:
 
 def _section_plan(record: Mapping[str, Any], graph: str) -> str:
     plan = record.get("plan")
-    if not plan or not plan.get("nodes"):
+    if not plan or not (plan.get("nodes") or plan.get("phases")):
         return _section("plan", "Plan", '<p class="muted">This record has no plan.</p>')
     svg = None
     note = ""
@@ -592,18 +677,24 @@ def _section_plan(record: Mapping[str, Any], graph: str) -> str:
         svg = _svg_plan_builtin(record)
     totals = plan.get("totals") or {}
     bridges = plan.get("bridges") or []
+    phases = plan.get("phases") or {}
+    on_emulators = (f'; {len(phases)} emulator phases on {len({_phase_target(p) for p in phases.values()})} '
+                    f'emulator{"s" if len({_phase_target(p) for p in phases.values()}) != 1 else ""}') if phases else ""
     summary = (f'<p class="lede">{len(plan.get("nodes") or {})} stages in {len(plan.get("partitions") or [])} '
-               f'partitions on {len(plan.get("executors") or {})} executors; {len(bridges)} '
+               f'partitions on {len(plan.get("executors") or {})} executors{on_emulators}; {len(bridges)} '
                f'{"bridge carries" if len(bridges) == 1 else "bridges carry"} '
+               f'{"at most " if totals.get("bytes_bridged_bound") else ""}'
                f'{_e(human_bytes(totals.get("bytes_bridged", sum(b.get("bytes") or 0 for b in bridges))))}.</p>')
     rows = "".join(
         f'<tr><td><code>{_e(b.get("id"))}</code></td><td>{_e(b.get("tensor"))}</td><td>{_e(b.get("source"))} → '
-        f'{_e(b.get("destination"))}</td><td class="num">{_e(human_bytes(b.get("bytes")))}</td>'
+        f'{_e(b.get("destination"))}</td><td class="num">{_e(_bytes(b))}</td>'
         f'<td>{_e(", ".join(b.get("consumers") or []))}</td><td class="num">{_e(_bridge_cost(record, b.get("id")))}</td></tr>'
         for b in bridges)
     table = ('<table class="grid"><thead><tr><th>bridge</th><th>tensor</th><th>from → to</th><th>bytes</th>'
              f'<th>consumers</th><th>export + import</th></tr></thead><tbody>{rows}</tbody></table>') if bridges else ""
-    legend = ('<p class="legend"><span class="sw sw-stage"></span>stage <span class="sw sw-bridge"></span>bridge '
+    legend = ('<p class="legend"><span class="sw sw-stage"></span>stage '
+              + ('<span class="sw sw-phase"></span>emulator phase ' if plan.get("phases") else "")
+              + '<span class="sw sw-bridge"></span>bridge '
               '<span class="sw sw-failed"></span>failed <span class="sw sw-notrun"></span>not run</p>')
     return _section("plan", "Plan", summary + note + legend + f'<div class="scroll graph-wrap">{svg}</div>' + table)
 
@@ -1168,7 +1259,8 @@ svg text{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Arial,sans-serif}
 .gnode.status-failed .box,.gnode.status-timed-out .box{fill:#fde8e8;stroke:var(--bad);stroke-width:2.5}
 .gnode.status-failed .nid,.gnode.status-timed-out .nid{fill:var(--bad)}
 .gnode.status-cancelled,.gnode.status-not-run{opacity:.55}.gnode.status-cancelled .box,.gnode.status-not-run .box{stroke-dasharray:4 3}
-.gnode .bbox{fill:#fff3dc;stroke:#d08a18;stroke-width:1.4}.gnode.bridge.status-failed .bbox{stroke:var(--bad);stroke-width:2.5}
+.gnode .bbox{fill:#fff3dc;stroke:#d08a18;stroke-width:1.4}.gnode .pbox{fill:#efedfb;stroke:#6d5bd0}
+.sw-phase{background:#efedfb;border:1.5px solid #6d5bd0;border-radius:6px}.gnode.bridge.status-failed .bbox{stroke:var(--bad);stroke-width:2.5}
 .gnode .bid{font-size:11px;font-weight:600;fill:#7a4a00}.gnode .bbytes{font-size:11px;fill:#7a4a00}
 .edge{fill:none;stroke:#8791a0;stroke-width:1.4}.edge.bridged{stroke:#d08a18;stroke-dasharray:5 3}
 .timeline .lane-bg{fill:#fff;stroke:var(--line)}.timeline .lane:nth-of-type(even) .lane-bg{fill:#fafbfc}
