@@ -18,6 +18,13 @@ write outputs and the final record. A partition task takes its outputs
 from the cache when its key has a complete entry (:class:`CacheUse`),
 retries and times out as its stages say, and reports every attempt to
 the run's event stream.
+
+A run waits for its graph through :meth:`hetflow.engine.cancel.Cancel.wait`,
+so SIGINT or SIGTERM (under :func:`hetflow.engine.cancel.stopping`) ends
+the wait at once: no partition starts after it, running ones are abandoned
+as timed-out attempts are (the pool is not joined; the closed
+:class:`HandleTable` releases whatever they return), and the record says
+``cancelled`` with the signal, the time and the finished partitions.
 """
 
 from __future__ import annotations

@@ -6,8 +6,10 @@ of that point), ``.cache/`` (the partition cache) and ``.locks/``.
 
 :func:`manifest_from_record` rebuilds the exact manifest a record ran
 (its resolved, fully concrete form), which is what ``verify`` and
-``--resume`` run again. :func:`collect_garbage` keeps the newest runs and
-every cache entry one of them used.
+``--resume`` run again. :func:`resolve_id` reads the ids users type (a
+unique prefix, ``latest``). :func:`collect_garbage` keeps the newest runs
+of each manifest (or those younger than an age) and every cache entry one
+of them used, and removes the sweeps and schedule claims left without runs.
 """
 
 from __future__ import annotations
