@@ -728,19 +728,23 @@ def _check_memory(parts: tuple[Partition, ...], graph: nx.DiGraph, manifest: Man
     """
     out: dict[str, dict] = {}
     problems: list[Diagnostic] = []
-    nbytes = {n: d["bytes"] for n, d in graph.nodes(data=True)}
+    # a bounded size (read from a witness table) may be far above what the guest yields: it is shown, never refused
+    nbytes = {n: d["bytes"] for n, d in graph.nodes(data=True) if not d.get("bound")}
+    bounded = {n: d["bytes"] for n, d in graph.nodes(data=True) if d.get("bound")}
     for part in parts:
-        sizes = [nbytes[n] or 0 for n in part.inputs] + [nbytes[n] or 0 for n in part.nodes]
-        peak = sum(sizes)
+        members = list(part.inputs) + list(part.nodes)
+        peak = sum(nbytes.get(n) or 0 for n in members)
+        upper = sum(bounded.get(n) or 0 for n in members)
         decl = manifest.executors[part.executor]
         capacity, source = getattr(decl, "memory_bytes", None), "declared"
         if capacity is None:
             devices = probe(executors[part.executor].vendor).devices
             device = devices[decl.device] if 0 <= decl.device < len(devices) else None
             capacity, source = getattr(device, "memory_bytes", None), "detected"
-        out[part.id] = {"peak_bytes": peak, "memory_bytes": capacity, "memory_source": source if capacity else None}
+        out[part.id] = {"peak_bytes": peak, "memory_bytes": capacity, "memory_source": source if capacity else None,
+                        **({"peak_bound_bytes": peak + upper} if upper else {})}
         if capacity is not None and peak > capacity:
-            biggest = max(part.nodes, key=lambda n: graph.nodes[n]["bytes"] or 0)
+            biggest = max(part.nodes, key=lambda n: nbytes.get(n) or 0)
             where = f"declared at {decl.memory_origin}" if source == "declared" and decl.memory_origin else source
             problems.append(Diagnostic(graph.nodes[biggest]["stage"].origin, (
                 f"partition {part.id} on executor {part.executor!r} holds {human_bytes(peak)} of live activations at its "
@@ -831,7 +835,9 @@ def render_text(plan: Plan) -> str:
         limits = (f"; retries: {p.retries}" if p.retries else "") + (f"; timeout: {p.timeout:g} s" if p.timeout is not None else "")
         mem = plan.memory.get(p.id)
         if mem and mem.get("memory_bytes"):
-            limits += f"; peak {human_bytes(mem['peak_bytes'])} of {human_bytes(mem['memory_bytes'])} {mem['memory_source']}"
+            limits += f"; peak {human_bytes(mem['peak_bytes'])}" + (
+                f" (at most {human_bytes(mem['peak_bound_bytes'])} with bounded sizes)" if "peak_bound_bytes" in mem else "")
+            limits += f" of {human_bytes(mem['memory_bytes'])} {mem['memory_source']}"
         lines.append(f"  {p.id} on {p.executor}: {', '.join(p.nodes)}  (inputs: {ins}; outputs: {outs}{limits})")
     lines += ["", "bridges:"]
     if not plan.bridges:

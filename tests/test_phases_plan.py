@@ -202,3 +202,12 @@ def test_the_report_draws_phase_nodes_in_a_browser(tmp_path, graph):
     assert done.returncode == 0, done.stderr[-2000:]
     header = shot.read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", header[16:24]) == (1400, 1200)
+
+
+def test_a_bound_above_the_executors_memory_is_shown_not_refused(tmp_path):
+    path = tmp_path / "huge.yaml"
+    path.write_text(PIPELINE.format(program=GUESTS / "fib.elf", chunk=1024, max_steps=10**9))
+    p = plan(compile_manifest(load(str(path))), probe)
+    mem = p.memory[p.nodes["lim"].partition]
+    assert mem["peak_bytes"] == 0 and mem["peak_bound_bytes"] == 10**9 * COLUMNS * 4 > (mem["memory_bytes"] or 0)
+    assert "peak 0 B (at most 238.4 GiB with bounded sizes) of " in render_text(p)
