@@ -24,7 +24,7 @@ from hetflow.engine.manifest import load, parse_overrides
 from hetflow.engine.planner import plan as make_plan
 from hetflow.executors import inventory, probe
 from hetflow.executors import ops as oplib
-from hetflow.executors.base import Dtype
+from hetflow.executors.base import Dtype, Vendor
 
 __all__ = ["main", "entry"]
 
@@ -182,6 +182,8 @@ def _parser() -> argparse.ArgumentParser:
 
     sch = sub.add_parser("schema", help="the manifest JSON Schema for editors, with the op registry folded in")
     sch.add_argument("-o", "--output", metavar="FILE", help="write it to FILE instead of stdout")
+    sch.add_argument("--plugins", nargs="+", metavar="SPEC",
+                     help="also fold in the ops of these plugins (.py paths or module names), as a manifest's plugins: loads them")
     return p
 
 
@@ -573,16 +575,28 @@ def _runs_diff(args: argparse.Namespace, out) -> int:
 
 def _cmd_executors(args: argparse.Namespace, out, err) -> int:
     if args.ops:
+        from hetflow.executors import plugins
+
+        # Listing every op is the one place that imports every installed plugin.
+        loaded, failed = plugins.all_plugins()
+        for spec, problem in failed:
+            print(f"hetflow: entry point {spec}: {problem}", file=err)
+        where = {name: p.label + (f" ({p.spec})" if p.kind == "entry point" else "") for p in loaded for name in p.ops}
         rows = [{"op": op.name, "inputs": list(op.arity), "args": {k: {"kind": a.kind, "required": a.required, "default": a.default} for k, a in op.args.items()},
-                 "dtypes": [d.value for d in Dtype if d in op.dtypes], "doc": op.doc}
-                for op in oplib.REGISTRY.values()]
+                 "dtypes": [d.value for d in Dtype if d in op.dtypes], "doc": op.doc,
+                 "source": "built-in" if op.name in oplib.BUILTIN else where.get(op.name, op.defined_at or op.source),
+                 "vendors": [v.value for v in Vendor if op.runs_on(v.value)],
+                 "kernels": sorted({*op.kernels, *(["vulkan"] if op.invoke is not None and op.wgsl else [])})}
+                for op in oplib.REGISTRY.values() if op.name in oplib.BUILTIN or op.name in where]
         if args.json:
             print(json.dumps(rows, indent=2), file=out)
         else:
             for r in rows:
                 arity = str(r["inputs"][0]) if r["inputs"][0] == r["inputs"][1] else f"{r['inputs'][0]}-{r['inputs'][1]}"
                 argtext = ", ".join(k + ("" if a["required"] else f"={a['default']}") for k, a in r["args"].items())
-                print(f"{r['op']:<15} inputs {arity}  args({argtext})  dtypes {','.join(r['dtypes'])}  {r['doc']}", file=out)
+                origin = "" if r["source"] == "built-in" else f"  from {r['source']}"
+                print(f"{r['op']:<15} inputs {arity}  args({argtext})  dtypes {','.join(r['dtypes'])}  {r['doc']}{origin}",
+                      file=out)
         return EXIT_OK
     offers = inventory()
     if args.json:
@@ -696,7 +710,15 @@ def _cmd_report(args: argparse.Namespace, out, err) -> int:
 def _cmd_schema(args: argparse.Namespace, out, err) -> int:
     from hetflow.engine import schemagen
 
-    ops = dict(oplib.REGISTRY)
+    from hetflow.executors import plugins
+
+    ops = {name: op for name, op in oplib.REGISTRY.items() if op.invoke is None}
+    for spec in args.plugins or ():
+        try:
+            loaded = plugins.load_plugin(spec, os.getcwd())
+        except plugins.PluginError as e:
+            raise UsageError(f"--plugins {spec}: {e}") from None
+        ops.update({name: oplib.REGISTRY[name] for name in loaded.ops})
     text = schemagen.dumps(schemagen.editor_schema(ops))
     if args.output is None or args.output == "-":
         out.write(text)
