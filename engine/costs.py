@@ -71,6 +71,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from hetflow.engine.phases import EMULATOR_BRIDGE
 from hetflow.executors import ops as oplib
 from hetflow.executors.base import Dtype, Vendor
 
@@ -95,7 +96,7 @@ Shape = tuple[int, ...]
 
 HOST_STAGING = "portable host staging"
 DEVICE_COPY = "same-vendor device copy"
-EMULATOR_IMPORT = "emulator output import"
+EMULATOR_IMPORT = EMULATOR_BRIDGE
 
 
 @dataclass(frozen=True)

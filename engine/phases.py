@@ -62,7 +62,6 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from hetflow.engine.costs import EMULATOR_IMPORT
 from hetflow.engine.errors import StageFailure
 from hetflow.executors.base import Dtype, PortableActivation
 
@@ -70,7 +69,7 @@ __all__ = ["PhaseKind", "PHASES", "EmulatorDecl", "PhaseDecl", "encode_witness",
            "PhaseRunner", "EMULATOR_BRIDGE", "target", "planned", "execution_order"]
 
 LIMBS = 4
-EMULATOR_BRIDGE = EMULATOR_IMPORT
+EMULATOR_BRIDGE = "emulator output import"
 
 
 @dataclass(frozen=True)
