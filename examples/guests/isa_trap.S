@@ -6,7 +6,7 @@ TEST_BEGIN
     /* CSRs */
     li gp, 1; li t0, 0x1234; csrw mscratch, t0; csrrs x14, mscratch, zero; li x7, 0x1234; bne x14, x7, fail
     li gp, 2; csrrc x14, mscratch, t0; csrr x14, mscratch; bnez x14, fail
-    li gp, 3; csrr x14, misa; li x7, 0x8000000000101101; bne x14, x7, fail
+    li gp, 3; csrr x14, misa; li x7, 0x8000000000101105; bne x14, x7, fail
     li gp, 4; csrr x14, mhartid; bnez x14, fail
     li gp, 5; csrr a1, cycle; csrr a2, instret; bgeu a1, a2, fail      /* counters count steps */
     li gp, 6; csrwi medeleg, 0; csrwi mideleg, 0; csrw satp, zero; csrw pmpaddr0, t0; csrw pmpcfg0, zero; csrr x14, mip
@@ -22,8 +22,15 @@ TEST_BEGIN
     li gp, 11; li t0, 0x10; ld t1, 0(t0); li x7, 5; bne s2, x7, fail; li x7, 0x10; bne s3, x7, fail
     /* store into the read-only input region: mcause 7 */
     li gp, 12; li t0, 0x40000000; sd t0, 0(t0); li x7, 7; bne s2, x7, fail
-    /* misaligned jump target: mcause 0, rd unchanged */
-    li gp, 13; li t4, 0; la t0, pass; addi t0, t0, 2; jalr t4, 0(t0); li x7, 0; bne s2, x7, fail; bnez t4, fail
+    /* IALIGN = 16 (C): a jump to an address that is 2 mod 4 runs, no trap, and links */
+    li gp, 13; li s2, 0; li t4, 0; la t0, 13f; jalr t4, 0(t0)
+    .balign 4
+    .option push
+    .option rvc
+    c.nop
+13: c.nop
+    .option pop
+    bnez s2, fail; beqz t4, fail
     /* misaligned AMO: mcause 6 */
     li gp, 14; la t0, scratch; addi t0, t0, 1; amoadd.d t1, t1, (t0); li x7, 6; bne s2, x7, fail
     /* enter U-mode with mret; MPP = U */

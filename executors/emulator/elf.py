@@ -18,9 +18,13 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ElfError", "Segment", "Program", "load_elf", "PERM_R", "PERM_W", "PERM_X"]
+__all__ = ["ElfError", "Segment", "Program", "load_elf", "PERM_R", "PERM_W", "PERM_X", "FETCH_MODES"]
 
 PERM_R, PERM_W, PERM_X = 1, 2, 4
+
+#: a program's fetch protection: "executable" faults on fetches outside
+#: PF_X segments; "any" lets every mapped region be fetched from
+FETCH_MODES = ("executable", "any")
 
 EM_RISCV = 243
 PT_LOAD = 1
@@ -47,12 +51,17 @@ class Segment:
 
 @dataclass(frozen=True)
 class Program:
-    """A loaded guest: entry point, segments, and the optional ``tohost``."""
+    """A loaded guest: entry point, segments, the optional ``tohost``, and
+    the fetch protection it runs under."""
 
     name: str
     entry: int
     segments: tuple[Segment, ...]
     tohost: int | None = None
+    #: which memory instructions may be fetched from: "executable" (segments
+    #: with PF_X only) or "any" (every mapped region, as the ISA has it); see
+    #: :mod:`.machine`, "Fetch protection"
+    fetch: str = "executable"
 
 
 def _perm(p_flags: int) -> int:
@@ -61,8 +70,10 @@ def _perm(p_flags: int) -> int:
     return (PERM_R if p_flags & PF_R else 0) | (PERM_W if p_flags & PF_W else 0) | (PERM_X if p_flags & PF_X else 0)
 
 
-def load_elf(source: str | Path | bytes, name: str | None = None) -> Program:
+def load_elf(source: str | Path | bytes, name: str | None = None, *, fetch: str = "executable") -> Program:
     """Load a guest program from a path or from the file's bytes.
+
+    ``fetch`` is the program's fetch protection (:data:`FETCH_MODES`).
 
     Raises
     ------
@@ -75,6 +86,8 @@ def load_elf(source: str | Path | bytes, name: str | None = None) -> Program:
     from elftools.elf.elffile import ELFFile
     from elftools.elf.sections import SymbolTableSection
 
+    if fetch not in FETCH_MODES:
+        raise ValueError(f"unknown fetch protection {fetch!r}; expected one of {', '.join(FETCH_MODES)}")
     if isinstance(source, (bytes, bytearray)):
         raw = bytes(source)
         label = name or "<bytes>"
@@ -135,6 +148,6 @@ def load_elf(source: str | Path | bytes, name: str | None = None) -> Program:
             raise ElfError(f"{label}: PT_LOAD segments overlap: [{a.vaddr:#x}, {a.end:#x}) and [{b.vaddr:#x}, {b.end:#x})")
     if not any(s.perm & PERM_X and s.vaddr <= entry < s.end for s in segments):
         raise ElfError(f"{label}: entry point {entry:#x} is not inside an executable PT_LOAD segment")
-    if entry & 3:
-        raise ElfError(f"{label}: entry point {entry:#x} is not 4-byte aligned (no C extension)")
-    return Program(Path(label).name, entry, tuple(segments), tohost)
+    if entry & 1:
+        raise ElfError(f"{label}: entry point {entry:#x} is odd; instructions are 2-byte aligned")
+    return Program(Path(label).name, entry, tuple(segments), tohost, fetch)

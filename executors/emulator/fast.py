@@ -85,7 +85,7 @@ import numpy as np
 
 from . import machine as M
 from .elf import PERM_R, PERM_W, PERM_X, Program, Segment
-from .isa import BY_NAME, CLASSES, TABLE, decode_arrays
+from .isa import BY_NAME, CLASSES, TABLE, compressed_arrays, decode_arrays
 from .output import EmuTrace, EmuTraceStart, RomHistogram
 
 __all__ = ["run", "replay_chunk", "Image", "image_of", "mem_ops_runner", "rom_histogram_runner", "warm_up"]
@@ -111,10 +111,12 @@ C_ALU, C_MULDIV, C_LOAD, C_STORE, C_BRANCH, C_JUMP, C_SYSTEM = (
 
 # fast-path kinds, decode-cache column 7 (0: the op always takes the general step)
 K_ALU, K_MULDIV, K_LOAD, K_STORE, K_BRANCH, K_JAL, K_JALR = 1, 2, 3, 4, 5, 6, 7
+K_C = 8                                # added to the kind of a compressed instruction
 _KIND_CLASS = {K_ALU: "alu", K_MULDIV: "muldiv", K_LOAD: "load", K_STORE: "store", K_BRANCH: "branch",
                K_JAL: "jump", K_JALR: "jump"}
 
 _TAB = decode_arrays()
+_CTAB = compressed_arrays()
 _F_I, _F_SH6, _F_SH5, _F_S, _F_B, _F_U, _F_J, _F_CSR, _F_CSRI = 1, 2, 3, 4, 5, 6, 7, 8, 9
 
 _MSTATUS_WMASK = M.MSTATUS_WMASK
@@ -326,9 +328,17 @@ def _find(addr, size, nreg, rbase, rsize):
 
 
 @_jit
-def _decode(w, match, mask, fmt, order, start, stop, dc, slot):
-    """Fill decode-cache row ``dc[slot]`` = [raw, op, rd, rs1, rs2, imm, cls] for word w."""
-    dc[slot, 0] = w
+def _decode(w, match, mask, fmt, order, start, stop, dc, slot, ctab):
+    """Fill decode-cache row ``dc[slot]`` = [raw, op, rd, rs1, rs2, imm, size] for the
+    instruction w: a 16-bit parcel (looked up in ``ctab``, the compressed table
+    decoded for every parcel) or a 32-bit word."""
+    dc[slot, 0] = _sx(w, 32)
+    if (w & 3) != 3:
+        for j in range(5):
+            dc[slot, 1 + j] = ctab[w & 0xFFFF, j]
+        dc[slot, 6] = 2
+        return
+    dc[slot, 6] = 4
     dc[slot, 1] = -1
     opc = w & 0x7F
     for k in range(start[opc], stop[opc]):
@@ -419,7 +429,7 @@ def _csr_write(c, v, st):
     elif c == 0x305:
         st[S_MTVEC] = v & ~2
     elif c == 0x341:
-        st[S_MEPC] = v & ~3
+        st[S_MEPC] = v & ~1
     elif c == 0x342:
         st[S_MCAUSE] = v
     elif c == 0x343:
@@ -434,8 +444,9 @@ def _csr_write(c, v, st):
 def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
          t_match, t_mask, t_fmt, t_cls, t_order, t_start, t_stop,
          regs, st, counts, tohost, budget, mode,
-         rbuf, rpos, obuf, opos, hist, cbuf, cpos, t_use, wbuf, wofs, t_kind):
+         rbuf, rpos, obuf, opos, hist, cbuf, cpos, t_use, wbuf, wofs, t_kind, ctab, rhslot, xperm):
     nreg = rbase.shape[0]
+    scratch = dc.shape[0] - 1               # the decode row of regions without slots of their own
     wit = (mode & WITNESS) != 0
     rec = (mode & REC_READS) != 0
     logops = (mode & LOG_OPS) != 0
@@ -467,7 +478,7 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
             d = pc - xb
             if d >= 0 and d <= xlim:
                 # unsigned indices: numba then skips its negative-index wraparound
-                us = np.uint64(xslot + (d >> 2))
+                us = np.uint64(xslot + (d >> 1))
                 k = dc[us, 7]
                 if k > 0:                    # a fast-path op (rows start as -1: not decoded yet)
                     if logpcs:               # taken back below if the step leaves the fast path
@@ -475,16 +486,33 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                     urd = np.uint64(dc[us, 2])
                     a = regs[np.uint64(dc[us, 3])]
                     b = regs[np.uint64(dc[us, 4])]
-                    imm = dc[us, 5]
+                    imm = np.int64(dc[us, 5])
+                    # The hottest kind has a copy per instruction size, so that
+                    # pc advances by a constant (no load in the pc chain).
                     if k == K_ALU:
-                        regs[urd] = _alu(dc[us, 1], a, b, imm, pc)
+                        regs[urd] = _alu(np.int64(dc[us, 1]), a, b, imm, pc)
                         regs[np.uint64(0)] = 0
                         counts[C_ALU] += 1
                         pc += 4
                         step += 1
                         continue
+                    if k == K_ALU + K_C:
+                        regs[urd] = _alu(np.int64(dc[us, 1]), a, b, imm, pc)
+                        regs[np.uint64(0)] = 0
+                        counts[C_ALU] += 1
+                        pc += 2
+                        step += 1
+                        continue
+                    # A branch, not a select: the store keeps LLVM from turning
+                    # this into a conditional move, which would put the load
+                    # of k into the chain of pc values from step to step.
+                    ilen = np.int64(4)
+                    if k > K_C:
+                        k -= K_C
+                        ilen = np.int64(2)
+                        st[S_NEED] = 0
                     if k == K_BRANCH:
-                        op = dc[us, 1]
+                        op = np.int64(dc[us, 1])
                         if op == OP_BNE:
                             t = a != b
                         elif op == OP_BEQ:
@@ -497,14 +525,12 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                             t = _ltu(a, b)
                         else:
                             t = not _ltu(a, b)
-                        npc = pc + imm if t else pc + 4
-                        if (npc & 3) == 0:
-                            counts[C_BRANCH] += 1
-                            pc = npc
-                            step += 1
-                            continue
+                        counts[C_BRANCH] += 1
+                        pc = pc + imm if t else pc + ilen
+                        step += 1
+                        continue
                     elif k == K_LOAD:
-                        op = dc[us, 1]
+                        op = np.int64(dc[us, 1])
                         addr = a + imm
                         msize = 1 << ((op - OP_LB) & 3) if op < OP_LBU else 1 << (op - OP_LBU)
                         dd = addr - rbase[dr]
@@ -549,11 +575,11 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                                 obuf[np.uint64(opos + 2)] = 0
                                 opos += 3
                             counts[C_LOAD] += 1
-                            pc += 4
+                            pc += ilen
                             step += 1
                             continue
                     elif k == K_STORE:
-                        op = dc[us, 1]
+                        op = np.int64(dc[us, 1])
                         addr = a + imm
                         msize = 1 << (op - OP_SB)
                         dd = addr - rbase[dr]
@@ -580,31 +606,32 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                                 obuf[np.uint64(opos + 2)] = 1
                                 opos += 3
                             counts[C_STORE] += 1
-                            pc += 4
+                            pc += ilen
                             step += 1
                             continue
                     elif k == K_MULDIV:
-                        regs[urd] = _alu(dc[us, 1], a, b, imm, pc)
+                        regs[urd] = _alu(np.int64(dc[us, 1]), a, b, imm, pc)
                         regs[np.uint64(0)] = 0
                         counts[C_MULDIV] += 1
-                        pc += 4
+                        pc += ilen
                         step += 1
                         continue
                     else:                        # K_JAL, K_JALR
                         npc = pc + imm if k == K_JAL else (a + imm) & ~1
-                        if (npc & 3) == 0:
-                            regs[urd] = pc + 4
-                            regs[np.uint64(0)] = 0
-                            counts[C_JUMP] += 1
-                            pc = npc
-                            step += 1
-                            continue
+                        regs[urd] = pc + ilen
+                        regs[np.uint64(0)] = 0
+                        counts[C_JUMP] += 1
+                        pc = npc
+                        step += 1
+                        continue
                     if logpcs:
                         hist[us] -= 1
-        npc = pc + 4
+        npc = pc
         rpos0 = rpos
         opos0 = opos
         slot = 0
+        hs = 0
+        cls = C_SYSTEM
         d = np.int64(0)
         cause = -1
         tval = np.int64(0)
@@ -618,51 +645,85 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
         wm_addr = np.int64(0)
         wm_r = np.int64(0)
         wm_wv = np.int64(0)
-        # ---- fetch
+        # ---- fetch: the first parcel, then the second if the first's low bits are 11
         d = pc - rbase[fr]
-        if not (d >= 0 and d <= rsize[fr] - 4 and (rperm[fr] & PERM_X) != 0):
-            fr = _find(pc, 4, nreg, rbase, rsize)
-            if fr < 0 or (rperm[fr] & PERM_X) == 0:
+        if not (d >= 0 and d <= rsize[fr] - 2 and (rperm[fr] & xperm) == xperm):
+            fr = _find(pc, 2, nreg, rbase, rsize)
+            if fr < 0 or (rperm[fr] & xperm) != xperm:
                 fr = 0
                 cause = 1
                 tval = pc
             else:
                 d = pc - rbase[fr]
         if cause < 0:
-            off = roff[fr] + d
-            if (rperm[fr] & PERM_W) != 0:
-                if replay:
-                    if rpos >= rbuf.shape[0]:
-                        status = ST_REPLAY_EXHAUSTED
-                        break
-                    w = np.int64(rbuf[rpos])
-                    rpos += 1
+            fa = pc                              # the parcel being fetched: its address, region, offset
+            ff = fr
+            fd = d
+            for part in range(2):
+                off = roff[ff] + fd
+                if (rperm[ff] & (PERM_W | PERM_X)) == PERM_X:
+                    w = np.int64(mem64[off >> 3])     # the program's read-only code: not a recorded read
                 else:
-                    w = np.int64(mem64[off >> 3])
-                    if rec:
-                        rbuf[rpos] = np.uint64(w)
+                    if replay:
+                        if rpos >= rbuf.shape[0]:
+                            status = ST_REPLAY_EXHAUSTED
+                            break
+                        w = np.int64(rbuf[rpos])
                         rpos += 1
-                if logops:
-                    obuf[opos] = pc & ~7
-                    obuf[opos + 1] = step
-                    obuf[opos + 2] = 0
-                    opos += 3
-                raw = _srl(w, (off & 7) * 8) & 0xFFFFFFFF
+                    else:
+                        w = np.int64(mem64[off >> 3])
+                        if rec:
+                            rbuf[rpos] = np.uint64(w)
+                            rpos += 1
+                    if logops:
+                        obuf[opos] = fa & ~7
+                        obuf[opos + 1] = step
+                        obuf[opos + 2] = 0
+                        opos += 3
+                if part == 1:
+                    raw |= (w & 0xFFFF) << 16
+                    break
+                sh = (off & 7) * 8
+                raw = _srl(w, sh) & 0xFFFF
+                if (raw & 3) != 3:
+                    break
+                if sh != 48:
+                    raw = _srl(w, sh) & 0xFFFFFFFF
+                    break
+                fa = pc + 2                      # a 4-byte instruction across two words
+                fd = d + 2
+                if not (fd <= rsize[ff] - 2):
+                    ff = _find(fa, 2, nreg, rbase, rsize)
+                    if ff < 0 or (rperm[ff] & xperm) != xperm:
+                        cause = 1
+                        tval = fa
+                        raw = np.int64(-1)
+                        break
+                    fd = fa - rbase[ff]
+            if status == ST_REPLAY_EXHAUSTED:
+                break
+        if cause < 0:
+            if rslot[fr] >= 0:
+                slot = rslot[fr] + (d >> 1)
             else:
-                raw = np.int64(mem32[off >> 2])
-            slot = rslot[fr] + (d >> 2)
-            if (rperm[fr] & PERM_W) == 0:
+                slot = scratch
+            hs = rhslot[fr] + (d >> 1)
+            if (rperm[fr] & (PERM_W | PERM_X)) == PERM_X:
                 xb = rbase[fr]
                 xlim = rsize[fr] - 4
                 xslot = rslot[fr]
-            if dc[slot, 0] != raw:
-                _decode(raw, t_match, t_mask, t_fmt, t_order, t_start, t_stop, dc, slot)
-                dc[slot, 6] = t_cls[dc[slot, 1]] if dc[slot, 1] >= 0 else C_SYSTEM
+            if np.int64(dc[slot, 0]) != _sx(raw, 32):
+                _decode(raw, t_match, t_mask, t_fmt, t_order, t_start, t_stop, dc, slot, ctab)
                 dc[slot, 7] = t_kind[dc[slot, 1]] if dc[slot, 1] >= 0 else 0
+                if dc[slot, 7] > 0 and dc[slot, 6] == 2:
+                    dc[slot, 7] += K_C
             if logpcs:
-                hist[slot] += 1
-            op = dc[slot, 1]
-            counts[dc[slot, 6]] += 1
+                hist[hs] += 1
+            op = np.int64(dc[slot, 1])
+            npc = pc + np.int64(dc[slot, 6])
+            if op >= 0:
+                cls = t_cls[op]
+            counts[cls] += 1
         else:
             op = np.int64(-2)
             counts[C_SYSTEM] += 1
@@ -670,16 +731,16 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
             cause = 2
             tval = raw
         elif op >= 0:
-            rd = dc[slot, 2]
+            rd = np.int64(dc[slot, 2])
             a = regs[dc[slot, 3]]
             b = regs[dc[slot, 4]]
-            imm = dc[slot, 5]
+            imm = np.int64(dc[slot, 5])
             # ---- loads and stores (and the memory side of atomics)
             msize = 0
             is_load = False
             is_store = False
             sval = np.int64(0)
-            if dc[slot, 7] == K_ALU or dc[slot, 7] == K_MULDIV:
+            if (dc[slot, 7] & 7) == K_ALU or (dc[slot, 7] & 7) == K_MULDIV:
                 regs[rd] = _alu(op, a, b, imm, pc)
             elif op == OP_LD:
                 msize = 8
@@ -733,13 +794,11 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                 if not _ltu(a, b):
                     npc = pc + imm
             elif op == OP_JAL:
+                regs[rd] = npc
                 npc = pc + imm
-                if (npc & 3) == 0:
-                    regs[rd] = pc + 4
             elif op == OP_JALR:
+                regs[rd] = npc
                 npc = (a + imm) & ~1
-                if (npc & 3) == 0:
-                    regs[rd] = pc + 4
             elif op == OP_FENCE or op == OP_FENCE_I or op == OP_WFI:
                 pass
             elif op == OP_ECALL:
@@ -822,7 +881,7 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
             elif op >= OP_CSRRW and op <= OP_CSRRCI:
                 c = imm
                 isimm = op >= OP_CSRRWI
-                src = dc[slot, 3] if isimm else a
+                src = np.int64(dc[slot, 3]) if isimm else a
                 kind = (op - OP_CSRRW) % 3            # 0 rw, 1 rs, 2 rc
                 writes = kind == 0 or dc[slot, 3] != 0
                 if (not _csr_known(c)) or ((c >> 8) & 3) > priv or (writes and (c >> 10) == 3):
@@ -1028,10 +1087,6 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                             st[S_END] = 2
                             endk = 2
                             st[S_CODE] = _srl(sval, 1) if (sval & 1) != 0 else sval
-            # misaligned jump or branch target: the instruction traps, rd unchanged
-            if cause < 0 and (npc & 3) != 0:
-                cause = 0
-                tval = npc
         # ---- traps
         if cause >= 0:
             if st[S_MTVEC] == 0:
@@ -1056,12 +1111,12 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
             wbuf[wn, 1] = wpc
             wbuf[wn, 2] = raw
             wbuf[wn, 3] = op
-            wbuf[wn, 4] = dc[slot, 6] if op >= 0 else C_SYSTEM
+            wbuf[wn, 4] = cls
             use = t_use[op] if op >= 0 else 0
             wrd = 0
             if cause < 0:
                 if (use & 4) != 0:
-                    wrd = dc[slot, 2]
+                    wrd = np.int64(dc[slot, 2])
                 elif op == OP_ECALL and wa7 == 64:
                     wrd = 10
             else:
@@ -1091,9 +1146,9 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
     st[S_PRIV] = priv
     st[S_RES] = res
     if status == ST_GROW:                  # undo the fetch of the step that did not run
-        counts[dc[slot, 6]] -= 1
+        counts[cls] -= 1
         if logpcs:
-            hist[slot] -= 1
+            hist[hs] -= 1
         rpos = rpos0
         opos = opos0
     return status, step - step0, rpos, opos, cpos
@@ -1116,15 +1171,26 @@ class Image:
 
     def __init__(self, program: Program, input_bytes: bytes | None, input_size: int):
         regions = M.build_regions(program, input_size, input_bytes)
+        self.xperm = M.fetch_permission(program.fetch)
+        # Decode-cache rows and histogram counters, one per 2-byte parcel:
+        # executable segments have both, numbered alike (the fast path
+        # indexes both with one slot); under fetch protection "any" the other
+        # regions get counters only, and decode into one shared scratch row
+        # (a row is checked against the raw instruction before each use).
         offs, off, slots, slot = [], 0, [], 0
         for r in regions:
             offs.append(off)
             off += r.size
             if r.perm & PERM_X:
                 slots.append(slot)
-                slot += r.size // 4
+                slot += r.size // 2
             else:
                 slots.append(-1)
+        hslots, hslot = list(slots), slot
+        for i, r in enumerate(regions):
+            if hslots[i] < 0 and self.xperm == 0:
+                hslots[i] = hslot
+                hslot += r.size // 2
         self.mem = np.zeros(off, dtype=np.uint8)
         for r, o in zip(regions, offs):
             if r.name == "ram":
@@ -1136,7 +1202,9 @@ class Image:
         self.roff = np.array(offs, dtype=np.int64)
         self.rperm = np.array([r.perm for r in regions], dtype=np.int64)
         self.rslot = np.array(slots, dtype=np.int64)
-        self.nslot = max(slot, 1)
+        self.rhslot = np.array(hslots, dtype=np.int64)
+        self.nslot = slot + 1                 # + the scratch row
+        self.nhist = max(hslot, 1)
         self.tohost = -1 if program.tohost is None else program.tohost
 
     def copy_mem(self):
@@ -1156,11 +1224,20 @@ class Image:
                 return mem[o:o + 4 * n].view("<u4").tolist()
         return [self.peek_u32(mem, addr + 4 * i) for i in range(n)]
 
-    def peek_insn(self, mem, pc: int) -> int | None:
-        for r in self.regions:
-            if r.perm & PERM_X and r.base <= pc and pc + 4 <= r.base + r.size:
-                return self.peek_u32(mem, pc)
+    def _parcel(self, mem, addr: int) -> int | None:
+        for r, o in zip(self.regions, self.roff):
+            if r.perm & self.xperm == self.xperm and r.base <= addr and addr + 2 <= r.base + r.size:
+                o = int(o) + addr - r.base
+                return int(mem[o]) | int(mem[o + 1]) << 8
         return None
+
+    def peek_insn(self, mem, pc: int) -> int | None:
+        """The instruction at pc, or None where it cannot be fetched."""
+        lo = self._parcel(mem, pc)
+        if lo is None or lo & 3 != 3:
+            return lo
+        hi = self._parcel(mem, pc + 2)
+        return None if hi is None else lo | hi << 16
 
     def peek_u32(self, mem, addr: int) -> int:
         for r, o in zip(self.regions, self.roff):
@@ -1196,7 +1273,9 @@ class _Machine:
         self.image, self.mem, self.mode = image, mem, mode
         self.mem64 = mem.view(np.uint64)
         self.mem32 = mem.view(np.uint32)
-        self.dc = np.full((image.nslot, 8), -1, dtype=np.int64)
+        # int32 rows of 32 bytes: two 2-byte slots per cache line.  -4 is no
+        # raw instruction (a compressed parcel has its upper 16 bits zero).
+        self.dc = np.full((image.nslot, 8), -4, dtype=np.int32)
         self.regs = np.array([_to_i64(v) for v in start.regs], dtype=np.int64)
         self.st = np.zeros(N_ST, dtype=np.int64)
         self.st[S_PC] = _to_i64(start.pc)
@@ -1208,7 +1287,7 @@ class _Machine:
         self.rpos = 0
         self.obuf = np.empty(1024 if mode & LOG_OPS else 0, dtype=np.int64)
         self.opos = 0
-        self.hist = np.zeros(image.nslot if mode & LOG_PCS else 0, dtype=np.int64)
+        self.hist = np.zeros(image.nhist if mode & LOG_PCS else 0, dtype=np.int64)
         self.cbuf = np.empty(256, dtype=np.uint8)
         self.cpos = 0
         self.wbuf = np.empty((0, N_WITNESS), dtype=np.int64)
@@ -1242,7 +1321,7 @@ class _Machine:
                 _TAB["match"], _TAB["mask"], _TAB["fmt"], _TAB["cls"], _TAB["order"], _TAB["start"], _TAB["stop"],
                 self.regs, self.st, counts, im.tohost, b, self.mode,
                 self.rbuf, self.rpos, self.obuf, self.opos, self.hist, self.cbuf, self.cpos, _TAB["use"], self.wbuf,
-                self.wofs, _TAB["kind"])
+                self.wofs, _TAB["kind"], _CTAB, im.rhslot, im.xperm)
             done += n
             self.wofs += n
             if status == ST_GROW:
@@ -1314,11 +1393,12 @@ def rom_histogram_runner(image: Image, program: Program, max_steps: int) -> RomH
 
 
 def histogram_from_slots(image: Image, hist: np.ndarray, steps: int) -> RomHistogram:
-    pcs = []
-    for r, slot in zip(image.regions, image.rslot):
+    pcs = [np.zeros(0, dtype=np.uint64)] * len(image.regions)
+    for i, (r, slot) in enumerate(zip(image.regions, image.rhslot)):
         if slot >= 0:
-            pcs.append(np.arange(r.base, r.base + r.size, 4, dtype=np.uint64))
-    pcs = np.concatenate(pcs) if pcs else np.zeros(0, dtype=np.uint64)
+            pcs[i] = np.arange(r.base, r.base + r.size, 2, dtype=np.uint64)
+    order = np.argsort(image.rhslot, kind="stable")
+    pcs = np.concatenate([pcs[i] for i in order])
     hist = hist[:len(pcs)]
     nz = hist != 0
     return RomHistogram(steps, pcs[nz], hist[nz].astype(np.uint64))

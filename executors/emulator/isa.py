@@ -1,4 +1,4 @@
-"""The RV64IMA + Zicsr + Zifencei instruction set, as one table.
+"""The RV64IMAC + Zicsr + Zifencei instruction set, as one table.
 
 One line per instruction, in the spirit of riscv-opcodes: the name, the
 encoding format, the bit pattern (``0``/``1`` fixed, ``.`` free; bit 31 on
@@ -7,8 +7,24 @@ pattern compiles into ``match``/``mask``: a 32-bit word ``w`` is that
 instruction when ``w & mask == match``.  Both backends decode from this
 table: the reference backend through :func:`decode`, the fast backend
 through :func:`decode_arrays` (the same table as numpy arrays, with an
-index per major opcode).  ``tests/emulator/test_isa.py`` checks that no
+index per major opcode).  ``tests/emulator/test_emu_isa.py`` checks that no
 two entries can match the same word.
+
+The C extension is a second, smaller table (:data:`C_TABLE`): one line
+per 16-bit form with its pattern (bit 15 on the left), the base
+instruction it stands for and where that instruction's operands come
+from.  A compressed parcel decodes *into the main table*: its
+:class:`Decoded` has the base instruction's op id and ``size`` 2, so both
+backends execute one set of semantics and the counters, witness rows and
+histograms never see a separate compressed opcode ("each RVC instruction
+expands into a single base instruction", RISC-V unprivileged ISA, "C"
+extension).  Lines are tried in order and the first that matches wins;
+a line may overlap only lines after it, and only where it is the more
+specific.  A line whose base is ``None`` marks a reserved encoding, and
+``nonzero`` names an operand the encoding reserves when zero (all-zero
+``c.addi4spn``, ``c.lwsp`` with rd = x0, ...): both decode to ``None``,
+an illegal instruction.  The F/D forms (c.fld, c.fsd, c.fldsp, c.fsdsp)
+have no line: without F and D they are illegal too.
 
 Formats and the fields :func:`decode` extracts (``imm`` is sign-extended
 to a Python int unless noted):
@@ -45,6 +61,12 @@ __all__ = [
     "Decoded",
     "decode",
     "decode_arrays",
+    "CInstr",
+    "C_TABLE",
+    "decode_compressed",
+    "compressed_arrays",
+    "instruction_size",
+    "decode_insn",
     "sign_extend",
     "USE_RS1",
     "USE_RS2",
@@ -226,6 +248,7 @@ class Decoded(NamedTuple):
     rs1: int
     rs2: int
     imm: int
+    size: int = 4    # bytes: 2 for a compressed parcel
 
 
 def _imm(fmt: str, w: int) -> int:
@@ -291,3 +314,198 @@ def decode_arrays() -> dict[str, np.ndarray]:
         "start": start,
         "stop": stop,
     }
+
+
+# --------------------------------------------------------------------------
+# C: the compressed forms
+
+def _bits(p, hi: int, lo: int):
+    """p[hi:lo]; works on a Python int and elementwise on an int64 array."""
+    return (p >> lo) & ((1 << (hi - lo + 1)) - 1)
+
+
+def _sext(v, bits: int):
+    """Sign-extend the low ``bits`` bits (an int or an int64 array)."""
+    sign = 1 << (bits - 1)
+    return ((v & ((1 << bits) - 1)) ^ sign) - sign
+
+
+# where a compressed form's operands come from: rd', rs1', rs2' are
+# x8..x15 ("the eight most popular registers"), r = inst[11:7], r2 = inst[6:2]
+_C_REGS = {
+    "r": lambda p: _bits(p, 11, 7),
+    "r2": lambda p: _bits(p, 6, 2),
+    "r'": lambda p: 8 + _bits(p, 9, 7),        # rs1'/rd' of CL, CS, CA, CB
+    "r2'": lambda p: 8 + _bits(p, 4, 2),       # rd' of CIW/CL, rs2' of CS/CA
+}
+
+# the immediates, bit by bit as the spec's format tables scatter them
+_C_IMMS = {
+    "0": lambda p: p & 0,
+    "addi4spn": lambda p: _bits(p, 12, 11) << 4 | _bits(p, 10, 7) << 6 | _bits(p, 6, 6) << 2 | _bits(p, 5, 5) << 3,
+    "lw": lambda p: _bits(p, 12, 10) << 3 | _bits(p, 6, 6) << 2 | _bits(p, 5, 5) << 6,
+    "ld": lambda p: _bits(p, 12, 10) << 3 | _bits(p, 6, 5) << 6,
+    "i6": lambda p: _sext(_bits(p, 12, 12) << 5 | _bits(p, 6, 2), 6),
+    "u6": lambda p: _bits(p, 12, 12) << 5 | _bits(p, 6, 2),
+    "addi16sp": lambda p: _sext(_bits(p, 12, 12) << 9 | _bits(p, 6, 6) << 4 | _bits(p, 5, 5) << 6
+                                | _bits(p, 4, 3) << 7 | _bits(p, 2, 2) << 5, 10),
+    "lui": lambda p: _sext(_bits(p, 12, 12) << 17 | _bits(p, 6, 2) << 12, 18),
+    "j": lambda p: _sext(_bits(p, 12, 12) << 11 | _bits(p, 11, 11) << 4 | _bits(p, 10, 9) << 8
+                         | _bits(p, 8, 8) << 10 | _bits(p, 7, 7) << 6 | _bits(p, 6, 6) << 7
+                         | _bits(p, 5, 3) << 1 | _bits(p, 2, 2) << 5, 12),
+    "b": lambda p: _sext(_bits(p, 12, 12) << 8 | _bits(p, 11, 10) << 3 | _bits(p, 6, 5) << 6
+                         | _bits(p, 4, 3) << 1 | _bits(p, 2, 2) << 5, 9),
+    "lwsp": lambda p: _bits(p, 12, 12) << 5 | _bits(p, 6, 4) << 2 | _bits(p, 3, 2) << 6,
+    "ldsp": lambda p: _bits(p, 12, 12) << 5 | _bits(p, 6, 5) << 3 | _bits(p, 4, 2) << 6,
+    "swsp": lambda p: _bits(p, 12, 9) << 2 | _bits(p, 8, 7) << 6,
+    "sdsp": lambda p: _bits(p, 12, 10) << 3 | _bits(p, 9, 7) << 6,
+}
+
+
+@dataclass(frozen=True)
+class CInstr:
+    """One compressed form: ``base`` is the TABLE instruction it stands for
+    (None: a reserved encoding); rd/rs1/rs2 are a key of the register
+    fields or a fixed register number; imm a key of the immediates."""
+
+    name: str
+    match: int
+    mask: int
+    base: str | None
+    rd: str | int
+    rs1: str | int
+    rs2: str | int
+    imm: str
+    nonzero: str | None
+
+
+def _c_pattern(bits: str) -> tuple[int, int]:
+    bits = bits.replace(" ", "")
+    if len(bits) != 16 or set(bits) - set("01."):
+        raise ValueError(f"bad compressed pattern {bits!r}")
+    return _pattern("0" * 16 + bits)
+
+
+#         name          pattern (bit 15 ... bit 0)   base     rd     rs1    rs2    imm         nonzero
+_C_ROWS = [
+    # quadrant 0
+    ("c.addi4spn", "000 ........ ... 00",       "addi",  "r2'", 2,     0,     "addi4spn", "imm"),
+    ("c.lw",       "010 ... ... .. ... 00",     "lw",    "r2'", "r'",  0,     "lw",       None),
+    ("c.ld",       "011 ... ... .. ... 00",     "ld",    "r2'", "r'",  0,     "ld",       None),
+    ("c.sw",       "110 ... ... .. ... 00",     "sw",    0,     "r'",  "r2'", "lw",       None),
+    ("c.sd",       "111 ... ... .. ... 00",     "sd",    0,     "r'",  "r2'", "ld",       None),
+    # quadrant 1 (c.addi with rd = x0 is c.nop; nonzero-immediate rules there are HINTs, not reserved)
+    ("c.addi",     "000 . ..... ..... 01",      "addi",  "r",   "r",   0,     "i6",       None),
+    ("c.addiw",    "001 . ..... ..... 01",      "addiw", "r",   "r",   0,     "i6",       "rd"),
+    ("c.li",       "010 . ..... ..... 01",      "addi",  "r",   0,     0,     "i6",       None),
+    ("reserved",   "011 0 00010 00000 01",      None,    0,     0,     0,     "0",        None),   # c.addi16sp 0
+    ("c.addi16sp", "011 . 00010 ..... 01",      "addi",  2,     2,     0,     "addi16sp", None),
+    ("c.lui",      "011 . ..... ..... 01",      "lui",   "r",   0,     0,     "lui",      "imm"),
+    ("c.srli",     "100 . 00 ... ..... 01",     "srli",  "r'",  "r'",  0,     "u6",       None),
+    ("c.srai",     "100 . 01 ... ..... 01",     "srai",  "r'",  "r'",  0,     "u6",       None),
+    ("c.andi",     "100 . 10 ... ..... 01",     "andi",  "r'",  "r'",  0,     "i6",       None),
+    ("c.sub",      "100 0 11 ... 00 ... 01",    "sub",   "r'",  "r'",  "r2'", "0",        None),
+    ("c.xor",      "100 0 11 ... 01 ... 01",    "xor",   "r'",  "r'",  "r2'", "0",        None),
+    ("c.or",       "100 0 11 ... 10 ... 01",    "or",    "r'",  "r'",  "r2'", "0",        None),
+    ("c.and",      "100 0 11 ... 11 ... 01",    "and",   "r'",  "r'",  "r2'", "0",        None),
+    ("c.subw",     "100 1 11 ... 00 ... 01",    "subw",  "r'",  "r'",  "r2'", "0",        None),
+    ("c.addw",     "100 1 11 ... 01 ... 01",    "addw",  "r'",  "r'",  "r2'", "0",        None),
+    ("c.j",        "101 ........... 01",        "jal",   0,     0,     0,     "j",        None),
+    ("c.beqz",     "110 ... ... ..... 01",      "beq",   0,     "r'",  0,     "b",        None),
+    ("c.bnez",     "111 ... ... ..... 01",      "bne",   0,     "r'",  0,     "b",        None),
+    # quadrant 2 (c.slli with rd = x0 or shamt = 0 is a HINT)
+    ("c.slli",     "000 . ..... ..... 10",      "slli",  "r",   "r",   0,     "u6",       None),
+    ("c.lwsp",     "010 . ..... ..... 10",      "lw",    "r",   2,     0,     "lwsp",     "rd"),
+    ("c.ldsp",     "011 . ..... ..... 10",      "ld",    "r",   2,     0,     "ldsp",     "rd"),
+    ("c.ebreak",   "100 1 00000 00000 10",      "ebreak", 0,    0,     0,     "0",        None),
+    ("c.jr",       "100 0 ..... 00000 10",      "jalr",  0,     "r",   0,     "0",        "rs1"),
+    ("c.jalr",     "100 1 ..... 00000 10",      "jalr",  1,     "r",   0,     "0",        None),
+    ("c.mv",       "100 0 ..... ..... 10",      "add",   "r",   0,     "r2",  "0",        None),
+    ("c.add",      "100 1 ..... ..... 10",      "add",   "r",   "r",   "r2",  "0",        None),
+    ("c.swsp",     "110 . ..... ..... 10",      "sw",    0,     2,     "r2",  "swsp",     None),
+    ("c.sdsp",     "111 . ..... ..... 10",      "sd",    0,     2,     "r2",  "sdsp",     None),
+]
+
+
+def _build_c() -> tuple[CInstr, ...]:
+    rows = []
+    for name, pattern, base, rd, rs1, rs2, imm, nonzero in _C_ROWS:
+        assert base is None or base in BY_NAME, name
+        assert all(isinstance(r, int) or r in _C_REGS for r in (rd, rs1, rs2)) and imm in _C_IMMS, name
+        match, mask = _c_pattern(pattern)
+        rows.append(CInstr(name, match, mask, base, rd, rs1, rs2, imm, nonzero))
+    return tuple(rows)
+
+
+#: the compressed forms, in decoding order (first match wins)
+C_TABLE: tuple[CInstr, ...] = _build_c()
+
+
+def _c_operands(row: CInstr, p):
+    """(rd, rs1, rs2, imm) of compressed parcel(s) ``p`` under ``row``."""
+    def reg(r):
+        return r if isinstance(r, int) else _C_REGS[r](p)
+    return reg(row.rd), reg(row.rs1), reg(row.rs2), _C_IMMS[row.imm](p)
+
+
+def instruction_size(parcel: int) -> int:
+    """Bytes of the instruction whose first 16-bit parcel is ``parcel``:
+    2 unless its two low bits are 11.
+
+    >>> instruction_size(0x4501), instruction_size(0x0513)   # c.li a0, 0 / addi ...
+    (2, 4)
+    """
+    return 4 if parcel & 3 == 3 else 2
+
+
+def decode_compressed(parcel: int) -> Decoded | None:
+    """Decode a 16-bit parcel into the main table; ``None`` if illegal.
+
+    >>> d = decode_compressed(0x4505)                  # c.li a0, 1
+    >>> TABLE[d.op].name, d.rd, d.rs1, d.imm, d.size
+    ('addi', 10, 0, 1, 2)
+    >>> decode_compressed(0x0000) is None              # the all-zero parcel is illegal
+    True
+    """
+    for row in C_TABLE:
+        if parcel & row.mask == row.match:
+            if row.base is None:
+                return None
+            rd, rs1, rs2, imm = _c_operands(row, parcel)
+            if row.nonzero and {"rd": rd, "rs1": rs1, "imm": imm}[row.nonzero] == 0:
+                return None
+            return Decoded(BY_NAME[row.base], rd, rs1, rs2, imm, 2)
+    return None
+
+
+def compressed_arrays() -> np.ndarray:
+    """Every 16-bit parcel decoded at once, for compiled decoders: an
+    (65536, 5) int64 array of ``[op, rd, rs1, rs2, imm]`` per parcel,
+    op = -1 where the parcel is illegal or not compressed (low bits 11).
+    Built from :data:`C_TABLE` with the same operand rules as
+    :func:`decode_compressed`, elementwise."""
+    p = np.arange(1 << 16, dtype=np.int64)
+    out = np.zeros((1 << 16, 5), dtype=np.int64)
+    out[:, 0] = -1
+    todo = (p & 3) != 3
+    for row in C_TABLE:
+        hit = todo & ((p & row.mask) == row.match)
+        todo &= ~hit
+        if row.base is None:
+            continue
+        rd, rs1, rs2, imm = (np.broadcast_to(v, p.shape) for v in _c_operands(row, p))
+        if row.nonzero:
+            hit &= {"rd": rd, "rs1": rs1, "imm": imm}[row.nonzero] != 0
+        out[hit, 0] = BY_NAME[row.base]
+        out[hit, 1], out[hit, 2], out[hit, 3], out[hit, 4] = rd[hit], rs1[hit], rs2[hit], imm[hit]
+    return out
+
+
+def decode_insn(insn: int) -> Decoded | None:
+    """Decode a fetched instruction of either size (what a fetch returns:
+    a 16-bit parcel or a 32-bit word).
+
+    >>> [TABLE[decode_insn(i).op].name for i in (0x9002, 0x00100073)]   # c.ebreak, ebreak
+    ['ebreak', 'ebreak']
+    """
+    return decode(insn) if insn & 3 == 3 else decode_compressed(insn & 0xFFFF)

@@ -16,9 +16,32 @@ Every region is 8-byte aligned in base and size (ELF segments are widened
 to whole 8-byte words); segments that collide after widening, or with the
 fixed regions, are an :class:`~hetflow.executors.emulator.elf.ElfError`.
 An access is allowed when all its bytes lie in one region with the needed
-permission (r for loads, w for stores, x for fetches, r+w for AMOs);
-otherwise it is an access fault.  Misaligned loads and stores are
-performed (no trap); LR/SC and AMOs must be naturally aligned.
+permission (r for loads, w for stores, r+w for AMOs, and for fetches
+what the fetch protection below asks); otherwise it is an access fault.
+Misaligned loads and stores are performed (no trap); LR/SC and AMOs must
+be naturally aligned.
+
+Instructions (RV64IMAC)
+-----------------------
+An instruction is 2 or 4 bytes: a 16-bit parcel whose low bits are not
+11 is a compressed instruction, otherwise a second parcel follows.  pc is
+always even (IALIGN = 16), so no jump or branch can raise
+instruction-address-misaligned, and a 4-byte instruction may sit at any
+even address, across an 8-byte word or from one region into the next:
+each parcel is fetched (and may fault) on its own, and an access fault
+on the second names pc + 2 in mtval while mepc names pc.
+
+Fetch protection
+----------------
+By the privileged ISA, a machine-mode hart without PMP may fetch from any
+memory.  A program runs under one of two protections
+(:attr:`~hetflow.executors.emulator.elf.Program.fetch`):
+
+* ``executable`` (the default): only ELF segments with PF_X may be
+  fetched from; a jump into data, the stack or the input is an
+  instruction access fault, which catches wild jumps early.
+* ``any``: every mapped region may be fetched from, as the ISA has it
+  (code copied to RAM at run time, a trampoline on the stack).
 
 Registers at the entry point: all zero except sp = STACK_TOP,
 a0 = INPUT_ADDR, a1 = OUTPUT_ADDR (ZisK's BIOS passes the same a0/a1).
@@ -51,10 +74,10 @@ index: the number of steps before the reading instruction.
 
 CSRs
 ----
-mstatus (MIE, MPIE, MPP, MPRV writable; UXL reads 2), misa (RV64IMAU,
+mstatus (MIE, MPIE, MPP, MPRV writable; UXL reads 2), misa (RV64IMACU,
 read-only), mhartid/mvendorid/mimpid = 0, marchid = 0xFFFEEEE (ZisK's
 ARCH_ID, so ZisK guests write their outputs to OUTPUT_ADDR), mtvec (BASE
-plus MODE bit 0; exceptions go to BASE), mepc (bits 1:0 read 0), mcause,
+plus MODE bit 0; exceptions go to BASE), mepc (bit 0 reads 0), mcause,
 mtval, mscratch, mie (MSIE/MTIE/MEIE).  medeleg, mideleg, mip, satp,
 pmpcfg*, pmpaddr*, mcounteren, mcountinhibit, menvcfg, mhpm* are accepted
 and read 0 (M/U harts have nothing to delegate, no paging, no PMP
@@ -70,20 +93,23 @@ visible to the very next fetch; ``fence.i`` is therefore a no-op, which
 the spec allows (fetches may observe stores earlier than FENCE.I
 guarantees).  For min traces, an instruction fetched from a *writable*
 region counts as a memory read (the aligned 8-byte word holding it is
-recorded); fetches from read-only regions come from the program itself.
+recorded: both words when a 4-byte instruction spans two); so does a
+fetch from any region that is not a read-only executable segment of the
+program (the input, or RAM under fetch protection ``any``).  Fetches from
+read-only executable segments come from the program itself.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .elf import PERM_R, PERM_W, ElfError, Program
+from .elf import FETCH_MODES, PERM_R, PERM_W, PERM_X, ElfError, Program
 
 __all__ = [
     "INPUT_ADDR", "RAM_ADDR", "RAM_SIZE", "UART_ADDR", "OUTPUT_ADDR", "N_OUTPUTS", "STACK_TOP",
     "ARCH_ID_ZISK", "MISA", "CSR_STATE", "Region", "build_regions", "initial_state",
     "EmulatorError", "GuestError", "GuestTrap", "StepLimitExceeded", "CAUSES",
-    "SYS_EXIT", "SYS_WRITE",
+    "SYS_EXIT", "SYS_WRITE", "fetch_permission",
 ]
 
 INPUT_ADDR = 0x4000_0000
@@ -98,8 +124,8 @@ SYS_WRITE = 64
 SYS_EXIT = 93
 
 ARCH_ID_ZISK = 0x0FFFEEEE
-#: MXL=2 (64-bit) and the extensions A, I, M, U
-MISA = (2 << 62) | (1 << 0) | (1 << 8) | (1 << 12) | (1 << 20)
+#: MXL=2 (64-bit) and the extensions A, C, I, M, U
+MISA = (2 << 62) | (1 << 0) | (1 << 2) | (1 << 8) | (1 << 12) | (1 << 20)
 
 PRIV_U, PRIV_M = 0, 3
 
@@ -201,6 +227,18 @@ def build_regions(program: Program, input_size: int, input_bytes: bytes | None =
                            f"and {b.name} [{b.base:#x}, {b.end:#x}); link the program at 0x80000000 "
                            f"and keep segments 8-byte apart")
     return tuple(regions)
+
+
+def fetch_permission(fetch: str) -> int:
+    """The permission a region needs to be fetched from under a fetch
+    protection: PERM_X, or nothing beyond being mapped.
+
+    >>> fetch_permission("executable") == PERM_X, fetch_permission("any")
+    (True, 0)
+    """
+    if fetch not in FETCH_MODES:
+        raise ValueError(f"unknown fetch protection {fetch!r}; expected one of {', '.join(FETCH_MODES)}")
+    return PERM_X if fetch == "executable" else 0
 
 
 def initial_state(program: Program):

@@ -6,10 +6,12 @@ A :class:`Hart` holds the architectural state (pc, x0..x31 as unsigned
 64-bit Python ints, privilege, the live CSRs, the LR reservation, the step
 index).  :func:`step` executes one instruction slot:
 
-1. *fetch* the 32-bit word at pc through the memory port (an access fault
-   if pc is not in an executable region);
-2. *decode* it with :func:`hetflow.executors.emulator.isa.decode` (the
-   shared table; no match is an illegal instruction);
+1. *fetch* the instruction at pc through the memory port: its first
+   16-bit parcel, and the second when the first's low bits are 11 (an
+   access fault if a parcel is not in fetchable memory);
+2. *decode* it with :func:`hetflow.executors.emulator.isa.decode_insn`
+   (the shared tables; a compressed parcel decodes into the base
+   instruction it stands for; no match is an illegal instruction);
 3. *execute* the row's function from ``SEMANTICS`` (one small function per
    instruction, registered with ``@semantics("name")``).  Functions compute
    on Python ints and registers are truncated to 64 bits once, in
@@ -36,7 +38,8 @@ import numpy as np
 
 from . import machine as M
 from .elf import PERM_R, PERM_W, PERM_X, Program
-from .isa import BY_NAME, CLASSES, TABLE, USE_RD, USE_RS1, USE_RS2, Decoded, decode, operand_use, sign_extend
+from .isa import (BY_NAME, CLASSES, TABLE, USE_RD, USE_RS1, USE_RS2, Decoded, decode_insn, instruction_size,
+                  operand_use, sign_extend)
 from .output import EmuTrace, EmuTraceStart
 
 __all__ = ["Hart", "LivePort", "ReplayPort", "Trap", "step", "run", "replay_chunk", "SEMANTICS"]
@@ -79,6 +82,7 @@ class Hart:
         self.csr = dict(zip(M.CSR_STATE, start.csrs))
         self.reservation = start.reservation
         self.npc = 0
+        self.next = 0                  # pc + the current instruction's size: the link address
         self.insn: int | None = None
         self.end: End | None = None
         self.stdout = bytearray()
@@ -117,8 +121,10 @@ def _extract(words: list[int], addr: int, size: int) -> int:
 
 
 class _Port:
-    def __init__(self, regions: tuple[M.Region, ...], log_ops: bool = False, log_pcs: bool = False):
+    def __init__(self, regions: tuple[M.Region, ...], log_ops: bool = False, log_pcs: bool = False,
+                 fetch: str = "executable"):
         self.regions = regions
+        self.fetch_perm = M.fetch_permission(fetch)
         self.ops: list[tuple[int, int, int]] | None = [] if log_ops else None   # (word addr, step, is_write)
         self.pcs: list[int] | None = [] if log_pcs else None
         self.step = 0
@@ -137,17 +143,35 @@ class _Port:
             for w in _words(addr, size):
                 self.ops.append((w, self.step, is_write))
 
-    def fetch(self, pc: int) -> int:
-        i = self.region(pc, 4, PERM_X)
+    def _code_word(self, addr: int) -> int:
+        """The aligned 8-byte word holding the parcel at ``addr``.
+
+        "For instruction-fetch access faults on RISC-V systems with
+        variable-length instructions, mtval will point to the portion of
+        the instruction that caused the fault, while mepc will point to the
+        beginning of the instruction."  (privileged ISA, mtval)
+        """
+        i = self.region(addr, 2, self.fetch_perm)
         if i is None:
-            raise Trap(1, pc)
+            raise Trap(1, addr)
+        r, w = self.regions[i], addr & ~7
+        if r.perm & (PERM_W | PERM_X) == PERM_X:   # the program's read-only code: not a recorded read
+            return int.from_bytes(r.data[w - r.base:w - r.base + 8], "little")
+        self._log(w, 8, 0)
+        return self.read_words(w, 8)[0]
+
+    def fetch(self, pc: int) -> int:
+        """The instruction at pc: a 16-bit parcel, or 32 bits when the
+        first parcel's low bits are 11 (which may span two words)."""
+        w0 = self._code_word(pc)
         if self.pcs is not None:
             self.pcs.append(pc)
-        if self.regions[i].perm & PERM_W:          # writable code: a recorded memory read
-            self._log(pc, 4, 0)
-            return _extract(self.read_words(pc, 4), pc, 4)
-        r = self.regions[i]
-        return int.from_bytes(r.data[pc - r.base:pc - r.base + 4], "little")
+        shift = (pc & 7) * 8
+        if (w0 >> shift) & 3 != 3:
+            return (w0 >> shift) & 0xFFFF
+        if pc & 7 != 6:
+            return (w0 >> shift) & MASK32
+        return (w0 >> 48) | (self._code_word(pc + 2) & 0xFFFF) << 16
 
     def load(self, addr: int, size: int, fault: int = 5, perm: int = PERM_R) -> int:
         if self.region(addr, size, perm) is None:
@@ -192,8 +216,8 @@ class _Port:
 class LivePort(_Port):
     """Owns the memory image; records every word read into ``reads``."""
 
-    def __init__(self, regions, log_ops=False, log_pcs=False):
-        super().__init__(regions, log_ops, log_pcs)
+    def __init__(self, regions, log_ops=False, log_pcs=False, fetch="executable"):
+        super().__init__(regions, log_ops, log_pcs, fetch)
         self.mem = [bytearray(r.data) for r in regions]
         self.reads: list[int] = []
 
@@ -213,12 +237,19 @@ class LivePort(_Port):
         self.mem[region][addr - r.base:addr - r.base + len(data)] = data
 
     def peek_insn(self, pc: int) -> int | None:
-        """The instruction word at pc (None if pc is not executable), unrecorded."""
-        i = self.region(pc, 4, PERM_X)
+        """The instruction at pc (None if pc is not fetchable), unrecorded."""
+        i = self.region(pc, 2, self.fetch_perm)
         if i is None:
             return None
         off = pc - self.regions[i].base
-        return int.from_bytes(self.mem[i][off:off + 4], "little")
+        lo = int.from_bytes(self.mem[i][off:off + 2], "little")
+        if lo & 3 != 3:
+            return lo
+        j = self.region(pc + 2, 2, self.fetch_perm)
+        if j is None:
+            return None
+        off = pc + 2 - self.regions[j].base
+        return lo | int.from_bytes(self.mem[j][off:off + 2], "little") << 16
 
     def peek(self, addr: int, size: int) -> int:
         """Read without recording (for the public outputs at the end)."""
@@ -231,8 +262,8 @@ class LivePort(_Port):
 class ReplayPort(_Port):
     """No writable memory: reads come from a min trace, stores only check."""
 
-    def __init__(self, regions, reads: np.ndarray, log_ops=False, log_pcs=False):
-        super().__init__(regions, log_ops, log_pcs)
+    def __init__(self, regions, reads: np.ndarray, log_ops=False, log_pcs=False, fetch="executable"):
+        super().__init__(regions, log_ops, log_pcs, fetch)
         self.reads = [int(v) for v in reads]
         self.pos = 0
 
@@ -265,10 +296,12 @@ def semantics(*names: str):
 
 
 def _jump(h: Hart, target: int) -> None:
-    target &= MASK64
-    if target & 3:
-        raise Trap(0, target)          # no C extension: IALIGN = 32
-    h.npc = target
+    # With C, IALIGN = 16 and every target is even (branch and jump offsets
+    # are multiples of 2, jalr clears bit 0): "instruction-address-misaligned
+    # exceptions are not possible on machines that support extensions with
+    # 16-bit aligned instructions, such as the compressed instruction-set
+    # extension, C."
+    h.npc = target & MASK64
 
 
 # RV64I: upper immediates and jumps
@@ -282,7 +315,7 @@ def _auipc(h, m, d): h.write(d.rd, h.pc + d.imm)
 @semantics("jal")
 def _jal(h, m, d):
     _jump(h, h.pc + d.imm)
-    h.write(d.rd, h.pc + 4)
+    h.write(d.rd, h.next)
 
 @semantics("jalr")
 def _jalr(h, m, d):
@@ -291,7 +324,7 @@ def _jalr(h, m, d):
     # bit of the result to zero."
     target = (h.x[d.rs1] + d.imm) & ~1
     _jump(h, target)
-    h.write(d.rd, h.pc + 4)
+    h.write(d.rd, h.next)
 
 
 # branches
@@ -645,7 +678,7 @@ def csr_write(h: Hart, csr: int, v: int) -> None:
     elif name == "mtvec":
         v &= ~2                                    # MODE 0 (direct) or 1 (vectored)
     elif name == "mepc":
-        v &= ~3                                    # IALIGN = 32
+        v &= ~1                                    # "mepc[0] is always zero" (IALIGN = 16)
     elif name == "mie":
         v &= M.MIE_WMASK
     if name is not None:
@@ -703,10 +736,10 @@ def step(h: Hart, m: _Port, counts: list[int]) -> None:
     m.step = h.step
     h.insn = None
     h.trap = -1
-    h.npc = (h.pc + 4) & MASK64
     try:
         h.insn = m.fetch(h.pc)
-        d = decode(h.insn)
+        d = decode_insn(h.insn)
+        h.next = h.npc = (h.pc + instruction_size(h.insn)) & MASK64
         if d is None:
             counts[_SYSTEM] += 1
             raise Trap(2, h.insn)
@@ -750,7 +783,7 @@ def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, 
     regions = M.build_regions(program, len(input_bytes), input_bytes)
     h = Hart(entry_state(program))
     h.tohost = program.tohost
-    port = LivePort(regions, log_ops, log_pcs)
+    port = LivePort(regions, log_ops, log_pcs, program.fetch)
     traces, table = [], []
     for start, n, counts, first_read in _chunks(h, port, chunk_steps, max_steps):
         reads = np.array(port.reads[first_read:], dtype=np.uint64)
@@ -774,7 +807,7 @@ def witness_step(h: Hart, m: _Port, counts: list[int]) -> tuple[int, ...]:
     if h.insn is None:
         op, d = -2, None
     else:
-        d = decode(h.insn)
+        d = decode_insn(h.insn)
         op = -1 if d is None else d.op
     use = operand_use(op) if op >= 0 else 0
     trapped = h.trap >= 0
@@ -802,7 +835,7 @@ def replay_chunk(program: Program, trace: EmuTrace, input_size: int = 0,
     regions = M.build_regions(program, input_size)
     h = Hart(trace.start_state)
     h.tohost = program.tohost
-    port = ReplayPort(regions, trace.mem_reads, log_ops, log_pcs)
+    port = ReplayPort(regions, trace.mem_reads, log_ops, log_pcs, program.fetch)
     counts = [0] * len(CLASSES)
     port.rows = [] if witness else None
     for _ in range(trace.steps):
