@@ -63,10 +63,10 @@ def test_a_worker_that_cannot_import_a_plugin_fails_the_run_naming_the_worker_an
         assert cluster.client.run_on_scheduler(_held_plugins) == []
         # once the worker can import it, the same run on the same cluster succeeds
         cluster.client.run(site.addsitedir, str(folder))
-        code, _, err = run_cli("run", str(path), "--scheduler", cluster.address, "--runs-dir", runs)
+        code, out, err = run_cli("run", str(path), "--scheduler", cluster.address, "--runs-dir", runs)
         assert code == 0, err
         assert cluster.client.run_on_scheduler(_held_plugins) == []
-    done = sorted(p for p in Path(runs).iterdir() if (p / "record.json").exists())
-    last = json.loads((done[-1] / "record.json").read_text())
+    folder = Path(runs) / out.split()[-1]
+    last = json.loads((folder / "record.json").read_text())
     assert last["status"] == "succeeded" and [p["module"] for p in last["plugins"]] == [MODULE]
-    assert np.load(done[-1] / "y.npy").tolist() == [-1.0, -1.0, -1.0]
+    assert np.load(folder / "y.npy").tolist() == [-1.0, -1.0, -1.0]

@@ -117,7 +117,8 @@ def test_every_op_of_the_registry_is_covered_or_a_host_source():
     for name in OFFER.ops:
         kernel = ops.REGISTRY[name].wgsl
         assert name in tested or kernel.template == "host", f"{name} has a WGSL kernel but no test"
-    assert set(OFFER.ops) == {n for n, op in ops.REGISTRY.items() if op.wgsl is not None}
+    # users' ops that other tests registered carry their own kernels; the offer lists the built-in ones
+    assert set(OFFER.ops) == {n for n, op in ops.REGISTRY.items() if op.wgsl is not None and n in ops.BUILTIN}
 
 
 def test_large_matmul_uses_many_tiles(vk):
