@@ -9,7 +9,7 @@ import pytest  # noqa: F401
 from hetflow.executors.emulator import execute, load_elf
 
 GUESTS = Path(__file__).resolve().parents[2] / "examples" / "guests"
-ISA_TESTS = ["isa_alu", "isa_muldiv", "isa_mem", "isa_amo", "isa_smc", "isa_trap"]
+ISA_TESTS = ["isa_alu", "isa_muldiv", "isa_mem", "isa_amo", "isa_smc", "isa_trap", "isa_rvc"]
 _runs = {}
 
 

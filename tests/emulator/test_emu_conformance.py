@@ -59,7 +59,7 @@ def test_backends_identical(name):
     assert len(ref.min_traces) > 1
 
 
-@pytest.mark.parametrize("name", ["fib", "isa_smc", "isa_trap", "isa_amo", "isa_mem"])
+@pytest.mark.parametrize("name", ["fib", "isa_smc", "isa_trap", "isa_amo", "isa_mem", "isa_rvc"])
 def test_min_traces_reexecute(backend, name):
     out = run(name, backend)
     for replay in ("reference", "fast"):
