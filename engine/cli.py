@@ -146,6 +146,9 @@ def _parser() -> argparse.ArgumentParser:
                     help=f"fail after this many steps without an exit (default: {EMULATE_MAX_STEPS})")
     em.add_argument("--chunk-steps", type=int, default=1 << 18, help="steps per min-trace chunk (default: 262144)")
     em.add_argument("--json", action="store_true", help="print the result as JSON")
+    em.add_argument("--fetch", choices=["executable", "any"], default="executable",
+                    help="where instructions may be fetched from: executable ELF segments only (default; a jump "
+                         "into data faults) or any mapped memory, as the ISA lets M-mode without PMP")
 
     sc = sub.add_parser("schedule", help="keep the schedule: of manifests: list, run what is due, serve")
     scsub = sc.add_subparsers(dest="schedule_command", required=True, parser_class=_Parser)
@@ -636,7 +639,7 @@ def _cmd_emulate(args: argparse.Namespace, out, err) -> int:
     from hetflow.executors.emulator import ElfError, GuestError, execute, load_elf  # numba loads only here
 
     try:
-        program = load_elf(args.elf)
+        program = load_elf(args.elf, fetch=args.fetch)
     except ElfError as e:
         raise UsageError(str(e)) from None
     data = b""
