@@ -3,8 +3,11 @@
 Algorithm
 ---------
 A stage with ``phase:`` belongs to an emulator (``emulators:`` in the
-manifest), never to an executor: the planner does not place it.  The
-phases and what they yield (:data:`PHASES`):
+manifest), never to an executor: it is a node of the planner's graph
+whose only placement is its emulator, :func:`target` (``emulator:NAME``),
+and :func:`planned` is what the plan knows of it before the guest runs
+(its fan-out and the bound on its array).  The phases and what they
+yield (:data:`PHASES`):
 
 ``execute``        runs the guest once (``ExecutionOutput``); fields
                    ``steps``, ``exit_code``, ``pub_outs``, ``stdout``,

@@ -9,7 +9,10 @@ which is placed as one. It goes in four steps.
    dtype (and, where the offer lists ops, the op). A pin (``executor:``)
    leaves one candidate; a ``vendor:`` list keeps the capable executors
    of its first vendor that has any (a later vendor is a *fallback*,
-   warned about); a group keeps what all its members accept. No
+   warned about); a group keeps what all its members accept; an
+   emulator phase has one candidate, its emulator (``emulator:NAME``),
+   whose arrays reach an executor by an import alone (priced by the
+   cost model's ``import_s``). No
    candidate left is a :class:`~hetflow.engine.errors.ManifestError` at
    the line that asked for it.
 2. **Baseline** (:func:`baseline`): the walking skeleton's rule, in

@@ -7,20 +7,28 @@ it has just built and owns, in place, which spares a copy per pass):
 ``build_graph(manifest)``
     a ``networkx.DiGraph``, one node per stage with its op, args, dtype,
     output ``shape`` and ``bytes`` (from the op registry's shape rule) and
-    its manifest ``origin``; one edge per distinct input (the stage's
-    ``inputs`` keep the order and repeats).
+    its manifest ``origin``, and one node per emulator phase with its
+    ``target`` (its emulator) and what is known of it before the guest
+    runs (:func:`hetflow.engine.phases.planned`: fan-out, and a witness
+    table's shape and bytes, bounded by ``max_steps``); one edge per
+    distinct input (the stage's ``inputs`` keep the order and repeats).
+    A size is exact or an upper bound (``bound``): a stage reading a
+    bounded tensor is bounded unless its shape does not depend on it.
 ``choose_executors(manifest, probe)``
     each declared executor gets the first vendor of its preference list
     that this machine offers (:class:`ExecutorPlan`).
 ``place(graph, executors)``
     every node gets one ``executor`` and a ``reason``:
 
+    * **emulator**: a phase runs on its emulator, never moved; its
+      estimate (steps at the backend's measured rate) and the import of
+      its array into each candidate of a consuming stage are priced;
     * **pinned**: the stage names ``executor:``;
     * **inferred**: the executor of its largest input by bytes, the first
       input on a tie (the large tensor stays put, the small one moves);
     * **default**: no inputs and no pin: the first declared executor.
 ``partition(graph)``
-    every node gets a ``partition``: the maximal connected subgraphs of
+    every stage gets a ``partition`` (phases belong to none): the maximal connected subgraphs of
     same-executor edges. If contracting them would create a cycle (A on
     e1 feeds B on e2 feeds C on e1 with A -> C), each component is split
     by *crossings*, the most executor changes on any path into the node;
@@ -581,7 +589,7 @@ def bridges(graph: nx.DiGraph) -> list[Bridge]:
     for (tensor, dest), consumers in sorted(found.items(), key=lambda kv: (order[kv[0][0]], order[kv[1][0]])):
         src = attrs[tensor]["executor"]
         nbytes = attrs[tensor]["bytes"]
-        from_phase = "phase" in attrs[tensor]
+        from_phase = placing.is_phase(attrs[tensor])
         extra: dict[str, Any] = {"kind": phaselib.EMULATOR_BRIDGE} if from_phase else {}
         if vendors is not None and model is not None:
             if from_phase:
@@ -709,8 +717,8 @@ def _phase_plans(manifest: Manifest, graph: nx.DiGraph) -> dict[str, dict]:
         out[pid] = {
             **p.to_json(), **d["planned"],
             "outputs": (["array"] if p.kind.array else []) + list(p.kind.fields),
-            "consumers": [c for c in graph.successors(pid) if "stage" in attrs[c]],
-            "phase_consumers": [c for c in graph.successors(pid) if "phase" in attrs[c]],
+            "consumers": [c for c in graph.successors(pid) if not placing.is_phase(attrs[c])],
+            "phase_consumers": [c for c in graph.successors(pid) if placing.is_phase(attrs[c])],
             "persisted": persisted.get(pid, []),
             "reason": d["reason"], "estimated_s": d["estimated_s"],
         }
