@@ -104,10 +104,14 @@ class EmulatorDecl:
     max_steps: int
     input: str | None                 # absolute path of the input bytes
     origin: Any = None
+    fetch: str = "executable"         # where instructions may be fetched from (the emulator's fetch protection)
 
     def to_json(self) -> dict:
-        return {"isa": self.isa, "backend": self.backend, "program": self.program, "chunk_steps": self.chunk_steps,
-                "max_steps": self.max_steps, "input": self.input}
+        out = {"isa": self.isa, "backend": self.backend, "program": self.program, "chunk_steps": self.chunk_steps,
+               "max_steps": self.max_steps, "input": self.input}
+        if self.fetch != "executable":  # the default adds no key, so earlier runs' cache keys still hold
+            out["fetch"] = self.fetch
+        return out
 
 
 @dataclass(frozen=True)
@@ -229,7 +233,7 @@ class PhaseRunner:
         from hetflow.executors.emulator import load_elf
         with self._lock:
             if emulator not in self._programs:
-                self._programs[emulator] = load_elf(self.emulators[emulator].program)
+                self._programs[emulator] = load_elf(self.emulators[emulator].program, fetch=self.emulators[emulator].fetch)
                 self._inputs[emulator] = _read_input(self.emulators[emulator])
             return self._programs[emulator], self._inputs[emulator]
 
@@ -407,7 +411,7 @@ def check_manifest(tree: Mapping[str, Any], doc: Any, base: str, problems: list)
         emulators[name] = EmulatorDecl(
             name, spec.get("isa", "rv64ima"), spec.get("backend", "fast"), program,
             spec.get("chunk_steps", DEFAULT_CHUNK_STEPS), spec.get("max_steps", DEFAULT_MAX_STEPS),
-            data if isinstance(data, str) else None, doc.key_at(here))
+            data if isinstance(data, str) else None, doc.key_at(here), spec.get("fetch", "executable"))
 
     stages = tree.get("stages") if isinstance(tree.get("stages"), dict) else {}
     phases: dict[str, PhaseDecl] = {}

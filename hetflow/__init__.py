@@ -45,16 +45,39 @@ try:
 except _metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
     __version__ = "0+unknown"
 
-from hetflow.executors.plugins import op  # noqa: E402 - after __version__, which plugins may read
-
-from hetflow.engine.api import Failure, Plan, Run, Sweep, open_run, plan, run, sweep, validate  # noqa: E402
-from hetflow.engine.errors import Diagnostic, HetflowError, ManifestError, UsageError  # noqa: E402
-from hetflow.engine.locks import LockHeld  # noqa: E402
-
 __all__ = ["__version__", "op", "validate", "plan", "run", "sweep", "open_run", "Plan", "Run", "Failure", "Sweep",
            "HetflowError", "ManifestError", "UsageError", "LockHeld", "Diagnostic"]
 
-# The public names are documented, and their Examples run, as members of this module.
-for _name in ("validate", "plan", "run", "sweep", "open_run", "Plan", "Run", "Failure", "Sweep"):
-    globals()[_name].__module__ = __name__
-del _name
+# Where each public name is defined. They load on first use (PEP 562), so a
+# command that needs none of them (``hetflow emulate``) does not pay for the
+# engine's imports: numpy, networkx, jsonschema, dask.
+_HOMES = {
+    "op": "hetflow.executors.plugins",
+    **dict.fromkeys(("validate", "plan", "run", "sweep", "open_run", "Plan", "Run", "Failure", "Sweep"),
+                    "hetflow.engine.api"),
+    **dict.fromkeys(("HetflowError", "ManifestError", "UsageError", "Diagnostic"), "hetflow.engine.errors"),
+    "LockHeld": "hetflow.engine.locks",
+}
+
+# The API's functions and classes are documented, and their Examples run, as members of this module.
+_DOCUMENTED_HERE = frozenset(("validate", "plan", "run", "sweep", "open_run", "Plan", "Run", "Failure", "Sweep"))
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'hetflow' has no attribute {name!r}")
+    import importlib
+
+    module = importlib.import_module(home)
+    for public, where in _HOMES.items():
+        if where == home:
+            value = getattr(module, public)
+            if public in _DOCUMENTED_HERE:
+                value.__module__ = __name__
+            globals()[public] = value
+    return globals()[name]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -30,6 +30,8 @@ MODULES = [
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name):
     module = importlib.import_module(name)
+    for public in getattr(module, "__all__", ()):  # names a module loads on first use are documented there too
+        getattr(module, public)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0, f"{name} has no examples"
     assert result.failed == 0

@@ -13,9 +13,39 @@ from _guests import GUESTS
 
 
 def emulate(*argv):
+    argv = list(map(str, argv))
+    if "--backend" in argv and argv[argv.index("--backend") + 1] == "fast":
+        argv.append("--no-interpreter-start")  # a test of the fast backend runs it from the first step
     out, err = io.StringIO(), io.StringIO()
-    code = cli.main(["emulate", *map(str, argv)], out=out, err=err)
+    code = cli.main(["emulate", *argv], out=out, err=err)
     return code, out.getvalue(), err.getvalue()
+
+
+def _same_run(r: dict) -> dict:
+    return {k: r[k] for k in ("status", "steps", "exit_code", "end_reason", "pub_outs", "stdout", "chunks", "counters")}
+
+
+@pytest.mark.parametrize("guest", ["fib.elf", "exit3.elf", "sdk/hello.elf"])
+def test_a_short_guest_ends_in_the_interpreter_with_the_fast_backends_results(guest):
+    code, out, err = emulate(GUESTS / guest, "--json", "--chunk-steps", 4000)
+    fast_code, fast_out, _ = emulate(GUESTS / guest, "--json", "--chunk-steps", 4000, "--backend", "fast")
+    r, f = json.loads(out), json.loads(fast_out)
+    assert (r["backend"], r["ran_on"], f["ran_on"]) == ("fast", "reference", "fast")
+    assert code == fast_code and _same_run(r) == _same_run(f)
+    text = emulate(GUESTS / guest)[1].splitlines()[0]
+    assert text.endswith("fast backend; it ended within the first 20,000 steps, run by the reference interpreter)")
+
+
+def test_a_longer_guest_is_rerun_on_the_fast_backend():
+    r = json.loads(emulate(GUESTS / "sort.elf", "--json")[1])
+    assert (r["ran_on"], r["status"]) == ("fast", "ok") and r["steps"] > cli.INTERPRETER_START_STEPS
+
+
+@pytest.mark.parametrize("max_steps", [3000, 30000])
+def test_the_step_limit_is_the_same_with_the_interpreter_start(max_steps):
+    code, out, err = emulate(GUESTS / "spin.elf", "--max-steps", max_steps)
+    assert (code, out) == (1, "")
+    assert f"step limit reached: {max_steps} steps without an exit" in err and f"(step {max_steps})" in err
 
 
 def test_fib_text_report(backend):
