@@ -76,9 +76,10 @@ from distributed import Client, WorkerPlugin, get_worker
 
 from hetflow.engine.errors import Diagnostic, ManifestError, UsageError
 from hetflow.engine.events import EventStream, run_event
-from hetflow.engine.lowering import TaskGraph, lower
+from hetflow.engine.lowering import TaskGraph, bridge_ref, lower, tensor_ref
 from hetflow.engine.manifest import Manifest
 from hetflow.engine.planner import Plan
+from hetflow.engine.records import utc_iso
 from hetflow.engine.cache import Cache, CacheUse
 from hetflow.engine.run import ClusterFailure, LocalRuntime
 from hetflow.executors import Offer, create, plugins, probe
@@ -130,6 +131,9 @@ class HetflowWorkerPlugin(WorkerPlugin):
 
     def __init__(self, run_id: str, plan: Plan, cache: CacheUse | None = None) -> None:
         self.run_id = run_id
+        self.paused = False
+        self.revoked: set[tuple[str, int]] = set()
+        self.completed: set[str] = set()
         # The cache folder must be one every worker can reach (a shared filesystem beyond one machine).
         self.cache = (cache.cache.root, cache.keys, cache.read, cache.write) if cache is not None else None
         self.name = PLUGIN_PREFIX + run_id
@@ -152,9 +156,9 @@ class HetflowWorkerPlugin(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         _load_plugins(self.plugins, worker)
-        mine = [e for e, (address, name) in self.hosts.items()
-                if worker.address == address or str(worker.name) == name]
-        executors = {e: create(self.plan.executors[e].vendor, e, self.plan.executors[e].device) for e in mine}
+        # by address alone: a worker restarted under the same name hosts only what a recovery hands it
+        mine = [e for e, (address, _) in self.hosts.items() if worker.address == address]
+        executors = {e: _create(self.plan.executors[e]) for e in mine}
         topic = PLUGIN_PREFIX + self.run_id
         self.runtime = LocalRuntime(self.plan, executors, emit=lambda event: worker.log_event(topic, event),
                                     worker=worker.address,
@@ -165,21 +169,28 @@ class HetflowWorkerPlugin(WorkerPlugin):
             self.runtime.handles.release_all()
             self.runtime = None
 
-    def enter(self) -> LocalRuntime:
+    def enter(self, key: str | None = None, generation: int = 0) -> LocalRuntime:
+        """The runtime for one task; waits while a recovery holds the run, refuses a revoked task."""
         with self._cond:
+            self._cond.wait_for(lambda: not self.paused or self.closed)
             if self.closed or self.runtime is None:
                 raise RuntimeError(f"run {self.run_id} is closed on this worker")
+            if (key, generation) in self.revoked:
+                raise RuntimeError(f"task {key} of run {self.run_id} was revoked: it runs again after a lost worker")
             self.inflight += 1
             return self.runtime
 
-    def leave(self) -> None:
+    def leave(self, completed: str | None = None) -> None:
         with self._cond:
             self.inflight -= 1
+            if completed is not None:
+                self.completed.add(completed)
             self._cond.notify_all()
 
     def close(self) -> None:
         with self._cond:
             self.closed = True
+            self._cond.notify_all()
 
 
 def _plugins_of(plan: Plan) -> list[tuple[str, str, str, bytes | None]]:
@@ -221,30 +232,74 @@ def _plugin(run_id: str) -> HetflowWorkerPlugin:
 
 
 class _OnWorker:
-    """The lowering's ``Runtime`` on a cluster: each call runs the worker's own ``LocalRuntime``."""
+    """The lowering's ``Runtime`` on a cluster: each call runs the worker's own ``LocalRuntime``.
 
-    def __init__(self, run_id: str) -> None:
+    ``generation`` counts the recoveries before the task was submitted; the
+    worker refuses a task of a generation a recovery revoked, so a
+    cancelled task that still reaches a thread has no effect on handles.
+    """
+
+    def __init__(self, run_id: str, generation: int = 0) -> None:
         self.run_id = run_id
+        self.generation = generation
 
-    def _call(self, method: str, *args: Any) -> Any:
+    def _call(self, key: str, method: str, *args: Any) -> Any:
         plugin = _plugin(self.run_id)
-        runtime = plugin.enter()
+        runtime = plugin.enter(key, self.generation)
+        completed = None
         try:
-            return getattr(runtime, method)(*args)
+            out = getattr(runtime, method)(*args)
+            completed = key
+            return out
         finally:
-            plugin.leave()
+            plugin.leave(completed)
 
     def run_partition(self, pid: str, sources: list[Any]) -> dict:
-        return self._call("run_partition", pid, sources)
+        return self._call(f"partition:{pid}", "run_partition", pid, sources)
 
     def export(self, bridge_id: str, produced: dict) -> Any:
-        return self._call("export", bridge_id, produced)
+        return self._call(f"export:{bridge_id}", "export", bridge_id, produced)
 
     def import_(self, bridge_id: str, portable: Any) -> Any:
-        return self._call("import_", bridge_id, portable)
+        return self._call(f"import:{bridge_id}", "import_", bridge_id, portable)
 
     def output(self, name: str, produced: dict) -> Any:
-        return self._call("output", name, produced)
+        return self._call(f"output:{name}", "output", name, produced)
+
+
+def _create(e: Any) -> Any:
+    return create(e.vendor, e.name, e.device, memory_limit=getattr(e, "memory_limit", None))
+
+
+async def _pause_run(run_id: str, wait_s: float, dask_worker: Any = None) -> dict:
+    """On one worker: hold new tasks of the run, wait for the running ones, say what is done and held."""
+    plugin = dask_worker.plugins.get(PLUGIN_PREFIX + run_id)
+    if plugin is None or plugin.runtime is None:
+        return {"completed": [], "live": {}, "running": 0}
+    with plugin._cond:
+        plugin.paused = True
+    deadline = time.monotonic() + wait_s
+    while plugin.inflight and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    return {"completed": sorted(plugin.completed), "live": plugin.runtime.handles.live(), "running": plugin.inflight}
+
+
+def _resume_run(run_id: str, revoked: list[tuple[str, int]], adopt: list[Any], expect: Mapping[str, int],
+                dask_worker: Any = None) -> list[str]:
+    """On one worker: create the executors it takes over, set refcounts, refuse revoked tasks, resume."""
+    plugin = dask_worker.plugins.get(PLUGIN_PREFIX + run_id)
+    if plugin is None or plugin.runtime is None:
+        if adopt:
+            raise RuntimeError(f"worker {dask_worker.address} does not host run {run_id}")
+        return []
+    for e in adopt:
+        plugin.runtime.executors[e.name] = _create(e)
+    plugin.runtime.handles.expect(expect)
+    with plugin._cond:
+        plugin.revoked.update((k, g) for k, g in revoked)
+        plugin.paused = False
+        plugin._cond.notify_all()
+    return sorted(plugin.runtime.executors)
 
 
 async def _close_run(run_id: str, wait_s: float, dask_worker: Any = None) -> dict:
@@ -288,7 +343,7 @@ def _witness_on_worker(run_id: str, pid: str, i: int, where: str, program: Any, 
     from hetflow.executors.emulator import EmulatorError, witness_table
 
     plugin = _plugin(run_id)
-    runtime = plugin.enter()
+    runtime = plugin.enter(f"witness:{pid}:{i}")
     try:
         start = time.time()
         runtime._event("witness", f"{pid}:{i}", where, start, "started")
@@ -303,12 +358,139 @@ def _witness_on_worker(run_id: str, pid: str, i: int, where: str, program: Any, 
         plugin.leave()
 
 
+@dataclass(frozen=True)
+class Recovery:
+    """What a lost worker costs a run: the tasks to submit again and the refcounts of what they produce.
+
+    ``rerun`` (in dependency order) holds every task that had not completed
+    and cannot complete without something lost, every task bound to a lost
+    executor that had not finished, and every finished task whose lost
+    result one of those needs (found upward from each rerun task, so a
+    partition that finished on the lost worker runs again only when a
+    consumer still waits for it); ``release`` holds finished or completed
+    tasks whose Dask results are lost or unreliable and are not run again;
+    ``expect`` maps each executor to the consumers each rerun handle will
+    have (the tasks of ``rerun`` that read it).
+    """
+
+    rerun: tuple[str, ...]
+    release: frozenset[str]
+    expect: Mapping[str, Mapping[str, int]]
+
+
+def _io(plan: Plan, graph: TaskGraph) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Per task key: the handle refs it reads, and those it registers."""
+    reads: dict[str, set[str]] = {}
+    writes: dict[str, set[str]] = {}
+    for part in plan.partitions:
+        key = f"partition:{part.id}"
+        reads[key] = {ref for _, ref in graph.sources[part.id]}
+        writes[key] = {tensor_ref(t) for t in part.outputs}
+    for b in plan.bridges:
+        writes[f"import:{b.id}"] = {bridge_ref(b.id)}
+        if f"export:{b.id}" in graph.dsk:
+            reads[f"export:{b.id}"] = {tensor_ref(b.tensor)}
+    for name, key in graph.output_keys.items():
+        reads[key] = {tensor_ref(plan.outputs[name])}
+    return reads, writes
+
+
+def plan_recovery(plan: Plan, graph: TaskGraph, lost: set[str], finished: set[str], completed: set[str],
+                  live: set[str]) -> Recovery:
+    """Which tasks run again after the executors ``lost`` died with their worker.
+
+    ``finished``: tasks whose Dask futures had finished; ``completed``:
+    tasks the surviving workers ran to the end (their own account, which
+    may be ahead of the futures); ``live``: the refs the survivors hold.
+    A handle-valued task (partition, import) that completed on a survivor
+    is available to a consumer that has not run, whose reference it still
+    holds; a value (export, output) is available when its executor
+    survived and it finished or completed.
+
+    Examples
+    --------
+    Two executors ``a``, ``b``; ``p0`` on ``a`` feeds ``p1`` on ``b`` through
+    bridge ``x@b``, ``p1`` is the output. ``b``'s worker died after the
+    import finished and while ``p1`` ran: the import runs again from the
+    export's value, which ``a`` still holds, and so does ``p1``.
+
+    >>> from hetflow.engine.manifest import compile_manifest, loads
+    >>> from hetflow.engine.planner import plan as make_plan
+    >>> from hetflow.executors import probe
+    >>> m = compile_manifest(loads(
+    ...     "version: 1\\nname: r\\nexecutors: {a: {vendor: cpu}, b: {vendor: cpu}}\\nstages:\\n"
+    ...     "  x: {op: ones, args: {shape: [2]}, executor: a}\\n"
+    ...     "  y: {op: relu, inputs: [x], executor: b}\\noutputs: {y: y}\\n", "r.yaml"))
+    >>> p = make_plan(m, probe)
+    >>> g = lower(p, _OnWorker("r"))
+    >>> sorted(g.dsk)
+    ['export:x@b', 'import:x@b', 'output:y', 'partition:p0', 'partition:p1']
+    >>> r = plan_recovery(p, g, {"b"}, {"partition:p0", "export:x@b", "import:x@b"},
+    ...                   {"partition:p0", "export:x@b"}, set())
+    >>> r.rerun, dict(r.expect)
+    (('import:x@b', 'partition:p1', 'output:y'), {'b': {'bridge:x@b': 1, 'tensor:y': 1}})
+    """
+    dsk, bound = graph.dsk, graph.bound
+    deps = {k: [d for a in task[1:] for d in _dependencies(a, dsk)] for k, task in dsk.items()}
+    order = list(graphlib.TopologicalSorter(deps).static_order())
+    reads, writes = _io(plan, graph)
+    done = finished | completed
+
+    def is_lost(key: str) -> bool:
+        return bound.get(key) in lost
+
+    # a survivor's task that completed after its dependency was lost may never be reported finished by Dask
+    shaky: set[str] = set()
+    for key in order:
+        if key in completed and key not in finished and any(is_lost(d) or d in shaky for d in deps[key]):
+            shaky.add(key)
+
+    def available(dep: str, consumer: str) -> bool:
+        if dep.startswith("phase:") or is_lost(dep):
+            return dep.startswith("phase:")
+        if dep not in writes:
+            return True  # a value: kept by its future, which finishes unless it is in the rerun set
+        return dep not in done or reads.get(consumer, set()) & writes[dep] <= live
+
+    rerun = {k for k in dsk if is_lost(k) and k not in finished}
+    rerun |= {k for k in graph.output_keys.values() if is_lost(k) or k in shaky}
+    changed = True
+    while changed:
+        changed = False
+        for key in order:
+            if key not in rerun and key not in done and any(d in rerun or d in shaky or is_lost(d) for d in deps[key]):
+                rerun.add(key)
+                changed = True
+        for key in list(rerun):
+            for dep in deps[key]:
+                if dep not in rerun and not available(dep, key):
+                    rerun.add(dep)
+                    changed = True
+    expect: dict[str, dict[str, int]] = {}
+    for key in rerun:
+        for ref in reads.get(key, ()):
+            producer = next((d for d in deps[key] if ref in writes.get(d, ())), None)
+            if producer in rerun:
+                counts = expect.setdefault(bound[producer], {})
+                counts[ref] = counts.get(ref, 0) + 1
+    release = frozenset(k for k in dsk if k not in rerun and k in finished | shaky and (is_lost(k) or k in shaky))
+    return Recovery(tuple(k for k in order if k in rerun), release, {e: dict(sorted(c.items())) for e, c in sorted(expect.items())})
+
+
 @dataclass
 class _ClusterRun:
-    """What ``execute`` reads back from a cluster run: the graph and the completed tasks."""
+    """What ``execute`` reads back from a cluster run: the graph, the completed tasks and the recoveries."""
 
     graph: TaskGraph
     events: list[dict]
+    recoveries: list[dict] = dataclasses.field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Gone:
+    """Workers that hosted executors and left the cluster."""
+
+    workers: list[str]
 
 
 class Cluster:
@@ -416,6 +598,10 @@ class Cluster:
                 w.offers.update({o.vendor: o for o in answer})
         return self._workers
 
+    def refresh(self) -> None:
+        """Forget the workers asked before (one left, one joined): the next question asks the scheduler again."""
+        self._workers = None
+
     def offered(self) -> str:
         """What each worker offers, every vendor probed: for messages about what is missing."""
         return "; ".join(w.summary() for w in self.workers(tuple(Vendor))) or "no workers"
@@ -510,18 +696,30 @@ class Cluster:
         futures: dict[str, Any] = {}
         failure: BaseException | None = None
         results: list[Any] = []
+        recoveries: list[dict] = []
         registered = False
         try:
             client.register_plugin(plugin, name=plugin.name)
             registered = True
             stream.emit(run_event("started", run_id, tasks=len(graph.dsk), mode=self.kind, scheduler=self.address,
                                   dashboard=self.dashboard_link, workers=len(self.workers())))
+            phase_values: dict[str, Any] = {}
             if phases is not None:
-                self._run_phases(phases, run_id, futures)
-            self._submit(plan, run_id, graph, futures)
-            failure = self._watch(plan, graph, futures)
+                self._run_phases(phases, run_id, futures, phase_values)
+            generation: dict[str, int] = {}
+            self._submit(plan, run_id, graph, futures, graph.dsk, generation, 0)
+            finished: set[str] = set()
+            while True:
+                outcome = self._watch(plan, futures, finished)
+                if not isinstance(outcome, _Gone):
+                    failure = outcome
+                    break
+                plan = self._recover(plan, run_id, graph, futures, generation, outcome.workers, recoveries,
+                                     phase_values, finished)
             if failure is None:
-                results = client.gather([futures[k] for k in graph.keys])
+                values = dict(zip(graph.output_keys.values(),
+                                  client.gather([futures[k] for k in graph.output_keys.values()])))
+                results = [values.get(k) for k in graph.keys]
         except Exception as e:  # noqa: BLE001 - recorded by execute, like a stage failure
             failure = failure or e
         live: dict[str, int] = {}
@@ -545,9 +743,12 @@ class Cluster:
                 pass
         for name in plan.executors:
             live.setdefault(name, 0)
-        return _ClusterRun(graph, stream.tasks()), results, _as_failure(failure), dict(sorted(live.items()))
+        for entry in recoveries:
+            _mark_cached(entry, stream.events)
+        return (_ClusterRun(graph, stream.tasks(), recoveries), results, _as_failure(failure),
+                dict(sorted(live.items())))
 
-    def _run_phases(self, runner: Any, run_id: str, futures: dict[str, Any]) -> None:
+    def _run_phases(self, runner: Any, run_id: str, futures: dict[str, Any], values: dict[str, Any]) -> None:
         """Emulator phases on a cluster, in the same two rounds as in-process.
 
         ``execute``, ``mem-plans``, ``rom-histogram`` and ``plan`` run here on
@@ -574,59 +775,191 @@ class Cluster:
             tables = self.client.gather(chunks)
             portable = runner._witness_gather(pid, tables)
             futures[f"phase:{pid}"] = self.client.scatter(portable, hash=False)
+            values[f"phase:{pid}"] = portable
         rest = {k: v for k, v in second.items() if not k.startswith("witness:") and runner.phases[k[6:]].phase != "witness"}
         if rest:
             dask.threaded.get(rest, list(rest))
 
-    def _submit(self, plan: Plan, run_id: str, graph: TaskGraph, futures: dict[str, Any]) -> None:
+    def _submit(self, plan: Plan, run_id: str, graph: TaskGraph, futures: dict[str, Any], keys: Any,
+                generation: dict[str, int], gen: int, given: Mapping[str, Any] | None = None) -> None:
+        """Submit ``keys`` of the graph in dependency order as generation ``gen``.
+
+        A dependency in ``given`` stands for itself (a kept future, or
+        ``None`` for a handle its executor still holds); any other comes
+        from ``futures``.
+        """
         dsk = graph.dsk
+        wanted = set(keys)
         order = graphlib.TopologicalSorter(
-            {key: [d for a in task[1:] for d in _dependencies(a, dsk)] for key, task in dsk.items()}
+            {key: [d for a in dsk[key][1:] for d in _dependencies(a, dsk) if d in wanted] for key in wanted}
         ).static_order()
+        runtime = _OnWorker(run_id, gen)
+        suffix = f"~{gen}" if gen else ""
+        client = self.client
         for key in order:
             fn, *args = dsk[key]
-            args = [_substitute(a, dsk, futures) for a in args]
+            if gen:
+                fn = getattr(runtime, fn.__name__)
+            args = [_substitute(a, dsk, futures if given is None else {**futures, **given}) for a in args]
             executor = graph.bound.get(key)
+            generation[key] = gen
             if executor is None:
-                futures[key] = self.client.submit(fn, *args, key=f"{key}@{run_id}", pure=False, retries=3)
+                futures[key] = client.submit(fn, *args, key=f"{key}@{run_id}{suffix}", pure=False, retries=3)
             else:
-                futures[key] = self.client.submit(
-                    fn, *args, key=f"{key}@{run_id}", pure=False, retries=0,
+                futures[key] = client.submit(
+                    fn, *args, key=f"{key}@{run_id}{suffix}", pure=False, retries=0,
                     workers=[plan.executors[executor].worker], allow_other_workers=False,
                 )
 
-    def _watch(self, plan: Plan, graph: TaskGraph, futures: dict[str, Any]) -> BaseException | None:
-        """Wait for every future; the first failure, or a ClusterFailure when a hosting worker is gone."""
-        hosting: dict[str, list[str]] = {}
-        for e in plan.executors.values():
-            hosting.setdefault(e.worker, []).append(e.name)
+    def _watch(self, plan: Plan, futures: dict[str, Any], finished: set[str]) -> BaseException | _Gone | None:
+        """Wait for every future: ``None``, the first failure, or the hosting workers that are gone.
+
+        ``finished`` gathers the keys whose futures finished, as they do: a
+        future of a result lost with its worker later says ``lost`` or
+        ``pending``, but the task did run.
+        """
+        hosting = {e.worker for e in plan.executors.values()}
         done: queue.Queue = queue.Queue()
-        for f in futures.values():
-            f.add_done_callback(done.put)
-        remaining = len(futures)
+
+        def on_done(f: Any, key: str) -> None:
+            if f.status == "finished" and futures.get(key) is f:
+                finished.add(key)
+            done.put((key, f))
+
+        for key, f in futures.items():
+            f.add_done_callback(lambda f, key=key: on_done(f, key))
+        remaining = set(futures)
+        poll = time.monotonic() + _POLL_S
         while remaining:
             try:
-                f = done.get(timeout=_POLL_S)
+                key, f = done.get(timeout=max(0.0, poll - time.monotonic()))
             except queue.Empty:
-                f = None
-            if f is not None:
-                remaining -= 1
+                key, f = None, None
+            if f is not None and futures.get(key) is f and key in remaining:
+                remaining.discard(key)
                 if f.status == "error":
                     return f.exception()
                 if f.status == "cancelled":
                     return ClusterFailure(f"task {f.key} was cancelled by the cluster", {"tasks": [str(f.key)]})
-            else:
+            if time.monotonic() >= poll:
                 alive = set(self._identity()["workers"])
-                gone = [w for w in hosting if w not in alive]
+                gone = sorted(w for w in hosting if w not in alive)
                 if gone:
-                    return _lost(plan, graph, futures, gone, hosting, self.workers())
+                    return _Gone(gone)
+                poll = time.monotonic() + _POLL_S
         return None
 
+    def _recover(self, plan: Plan, run_id: str, graph: TaskGraph, futures: dict[str, Any],
+                 generation: dict[str, int], gone: list[str], recoveries: list[dict],
+                 phase_values: Mapping[str, Any], finished: set[str]) -> Plan:
+        """Re-create the executors of the ``gone`` workers elsewhere and submit again what they lost.
 
-def _lost(plan: Plan, graph: TaskGraph, futures: Mapping[str, Any], gone: list[str],
-          hosting: Mapping[str, list[str]], workers: list[WorkerInfo]) -> ClusterFailure:
-    names = {w.address: w.name for w in workers}
-    executors = sorted(e for w in gone for e in hosting[w])
+        Raises :class:`ClusterFailure` when no live worker can host one of
+        them: the run ends at once with the reason.
+        """
+        detected = time.time()
+        names = {w.address: w.name for w in self.workers()}
+        lost = {e.name for e in plan.executors.values() if e.worker in gone}
+        alive = self._alive_workers(tuple({plan.executors[e].vendor: None for e in lost}), gone)
+        load = {w.address: 0 for w in alive}
+        for e in plan.executors.values():
+            if e.name not in lost and e.worker in load:
+                load[e.worker] += 1
+        moved = {}
+        for name in sorted(lost):
+            e = plan.executors[name]
+            able = [w for w in alive if _can_host(w, e.vendor, e.device)]
+            tagged = [w for w in able if w.resources.get(RESOURCE_PREFIX + name, 0) > 0]
+            if not able:
+                offered = "; ".join(w.summary() for w in alive) or "no live workers"
+                raise _lost(plan, graph, futures, gone, names,
+                            f"no live worker can host executor {name!r}: none offers {e.vendor.value}"
+                            + ("" if e.vendor is Vendor.cpu else f" device {e.device}")
+                            + f" (the live workers offer: {offered})", recoveries)
+            pick = min(tagged or able, key=lambda w: (load[w.address], _sort_name(w.name), w.address))
+            load[pick.address] += 1
+            moved[name] = dataclasses.replace(e, worker=pick.address, worker_name=pick.name,
+                                              worker_reason=f"re-created after worker {names.get(e.worker, e.worker)} "
+                                                            f"was lost; worker {pick.name}")
+        survivors = [w.address for w in alive]
+        paused = self.client.run(_pause_run, run_id, _CLOSE_WAIT_S, workers=survivors, on_error="return")
+        completed: set[str] = set()
+        live: set[str] = set()
+        for address, report in paused.items():
+            if isinstance(report, BaseException) or report["running"]:
+                why = report if isinstance(report, BaseException) else f"{report['running']} task(s) still running"
+                raise ClusterFailure(f"recovery from the loss of worker {', '.join(gone)} could not hold the run "
+                                     f"on worker {address}: {why}", {"workers": gone})
+            completed.update(report["completed"])
+            live.update(report["live"])
+        ran = set(finished)
+        recovery = plan_recovery(plan, graph, lost, ran, completed, live)
+        rerun = set(recovery.rerun)
+        # released, not cancelled: Dask cancels every dependent of a cancelled key, finished ones too,
+        # while a released key is forgotten once no task waits for it (those that wait are rerun as well)
+        for key in rerun | recovery.release:
+            f = futures.pop(key, None)
+            if f is not None:
+                f.release()
+                finished.discard(key)
+        revoked = [(k, generation[k]) for k in recovery.rerun if k in generation]
+        new_plan = dataclasses.replace(plan, executors={n: moved.get(n, e) for n, e in plan.executors.items()})
+        by_worker: dict[str, tuple[list, dict]] = {a: ([], {}) for a in survivors}
+        for name, e in moved.items():
+            by_worker[e.worker][0].append(e)
+        for executor, counts in recovery.expect.items():
+            by_worker[new_plan.executors[executor].worker][1].update(counts)
+        for address, (adopt, expect) in by_worker.items():
+            self.client.run(_resume_run, run_id, revoked, adopt, expect, workers=[address])
+        given: dict[str, Any] = {}
+        for key in recovery.rerun:
+            for a in graph.dsk[key][1:]:
+                for dep in _dependencies(a, graph.dsk) + ([a] if isinstance(a, str) and a.startswith("phase:") else []):
+                    if dep in rerun:
+                        continue
+                    if dep.startswith("phase:") and futures[dep].status != "finished":
+                        futures[dep] = self.client.scatter(phase_values[dep], hash=False)
+                    if dep not in futures or dep in recovery.release:
+                        given[dep] = None
+        gen = max(generation.values(), default=0) + 1
+        self._submit(new_plan, run_id, graph, futures, recovery.rerun, generation, gen, given)
+        self.refresh()
+        where = {k: new_plan.executors[graph.bound[k]] for k in recovery.rerun if k in graph.bound}
+        recoveries.append({
+            "lost_workers": [{"address": w, "name": names.get(w)} for w in gone],
+            "detected_at": utc_iso(detected),
+            "generation": gen,
+            "executors": {n: {"from": {"address": plan.executors[n].worker, "name": plan.executors[n].worker_name},
+                              "to": {"address": e.worker, "name": e.worker_name}} for n, e in moved.items()},
+            "recomputed": [{"task": k, "executor": where[k].name if k in where else None,
+                            "worker": where[k].worker if k in where else None,
+                            "had_finished": k in ran or k in completed} for k in recovery.rerun],
+            "released": sorted(recovery.release),
+        })
+        return new_plan
+
+    def _alive_workers(self, vendors: tuple[Vendor, ...], gone: list[str]) -> list[WorkerInfo]:
+        """The workers alive now, a restarted one included, with their offers for ``vendors``."""
+        known = {w.address: w for w in self.workers()}
+        info = self._identity()["workers"]
+        alive = [known.get(a) or WorkerInfo(a, str(w.get("name", a)), int(w.get("nthreads", 1)),
+                                            dict(w.get("resources") or {}))
+                 for a, w in info.items() if a not in gone]
+        fresh = [w for w in alive if any(v not in w.offers for v in vendors)]
+        if fresh:
+            got = self.client.run(worker_offers, [v.value for v in vendors], on_error="return",
+                                  workers=[w.address for w in fresh])
+            for w in fresh:
+                answer = got.get(w.address)
+                if isinstance(answer, list):
+                    w.offers.update({o.vendor: o for o in answer})
+        return sorted(alive, key=lambda w: (_sort_name(w.name), w.address))
+
+
+def _lost(plan: Plan, graph: TaskGraph, futures: Mapping[str, Any], gone: list[str], names: Mapping[str, str],
+          reason: str, recoveries: list[dict]) -> ClusterFailure:
+    """The failure of a run that cannot recover from losing the ``gone`` workers, saying what was lost and why."""
+    executors = sorted(e.name for e in plan.executors.values() if e.worker in gone)
     finished = {k for k, f in futures.items() if f.status == "finished"}
     unfinished = sorted(k for k, e in graph.bound.items() if e in executors and k not in finished)
     dependents: dict[str, set[str]] = {}
@@ -645,10 +978,23 @@ def _lost(plan: Plan, graph: TaskGraph, futures: Mapping[str, Any], gone: list[s
     where = ", ".join(f"{w} (name {names.get(w, '?')})" for w in gone)
     message = (f"worker {where} died during the run; it hosted executor(s) {', '.join(executors)}; lost: "
                f"{len(held)} activation(s) held there ({', '.join(held) or 'none'}) and {len(unfinished)} unfinished "
-               f"task(s) ({', '.join(unfinished) or 'none'}); an executor's state dies with its worker, so rerun the "
-               f"pipeline")
+               f"task(s) ({', '.join(unfinished) or 'none'}); {reason}")
     return ClusterFailure(message, {"workers": [{"address": w, "name": names.get(w)} for w in gone],
-                                    "executors": executors, "activations": held, "tasks": unfinished})
+                                    "executors": executors, "activations": held, "tasks": unfinished,
+                                    "reason": reason, "recoveries": list(recoveries)})
+
+
+def _mark_cached(entry: dict, events: list[dict]) -> None:
+    """Say of each recomputed partition whether its run after the recovery took it from the cache."""
+    after = {}
+    for e in events:
+        if e.get("kind") == "partition" and e.get("event") == "finished":
+            after[e["id"]] = e
+    for item in entry["recomputed"]:
+        if item["task"].startswith("partition:"):
+            event = after.get(item["task"].split(":", 1)[1])
+            if event is not None and event.get("worker") == item["worker"]:
+                item["cached"] = bool(event.get("cached"))
 
 
 def _as_failure(failure: BaseException | None) -> BaseException | None:

@@ -101,10 +101,24 @@ class HandleTable:
         count = self._expected.get(ref, 0)
         with self._lock:
             keep = count > 0 and not self._closed
+            # a producer run again after a lost worker replaces what its first run registered
+            replaced = self._live.pop(ref, None)
             if keep:
                 self._live[ref] = (executor, handle, count)
+        if replaced is not None:
+            replaced[0].release_activation(replaced[1])
         if not keep:
             executor.release_activation(handle)
+
+    def expect(self, counts: Mapping[str, int]) -> None:
+        """Set how many consumers the next handle registered under each ref will have."""
+        with self._lock:
+            self._expected.update(counts)
+
+    def live(self) -> dict[str, int]:
+        """Each ref held now, with the consumers it still waits for."""
+        with self._lock:
+            return {ref: count for ref, (_, _, count) in self._live.items()}
 
     def get(self, ref: str) -> ActivationHandle:
         with self._lock:
@@ -493,6 +507,8 @@ def execute(
     record["ended_at"] = utc_iso(ended)
     record["duration_s"] = round(ended - started, 6)
     record["live_activations_after"] = live_after
+    if getattr(runtime, "recoveries", None):
+        record["recovery"] = runtime.recoveries
     # Hits and stores happen where partitions run, on workers in cluster mode: the task events carry them.
     done = [e for e in record["tasks"] if e["kind"] == "partition" and e["status"] == "succeeded"]
     record["cache"] = {**cache_use.to_json(), "hits": [e["id"] for e in done if e.get("cached")],

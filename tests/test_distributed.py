@@ -1,13 +1,11 @@
 """The cluster runtime on a real LocalCluster of worker processes (loopback), shared by the module.
 
-The killed-worker test kills a worker process, so it runs last.
+Killed workers are the subject of test_distributed_recovery.py.
 """
 
 import io
 import json
 import os
-import signal
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -199,27 +197,6 @@ def test_a_timeout_alone_says_timed_out(cluster, manifest_file, tmp_path):
     assert record["live_activations_after"] == {"accel": 0, "host": 0}
 
 
-SLOW_ON_ACCEL = """
-version: 1
-name: victim
-executors:
-  host: {vendor: cpu}
-  accel: {vendor: cpu}
-stages:
-  x:  {op: ones, args: {shape: [64]}, executor: host}
-  y:  {op: relu, inputs: [x]}
-  a:  {op: random.normal, args: {shape: [1200, 1200], seed: 1}, executor: accel}
-  b1: {op: matmul, inputs: [a, a]}
-  b2: {op: matmul, inputs: [b1, a]}
-  b3: {op: matmul, inputs: [b2, a]}
-  b4: {op: matmul, inputs: [b3, a]}
-  b5: {op: matmul, inputs: [b4, a]}
-  b6: {op: matmul, inputs: [b5, a]}
-  k:  {op: add, inputs: [y, y], executor: host}
-outputs: {b: b6, k: k}
-"""
-
-
 def test_emulator_phases_run_on_the_cluster_with_witness_chunks_on_workers(cluster, tmp_path):
     from test_phases import GUESTS, PIPELINE
 
@@ -237,42 +214,3 @@ def test_emulator_phases_run_on_the_cluster_with_witness_chunks_on_workers(clust
     assert chunks and all(t["worker"] in worker_addresses for t in chunks)
     assert remote.record["phases"]["wit"]["status"] == "succeeded"
     assert remote.record["live_activations_after"] == {"cpu": 0}
-
-
-def test_killing_the_worker_of_an_executor_fails_the_run_saying_what_was_lost(cluster, manifest_file, tmp_path):
-    m = compiled(manifest_file, SLOW_ON_ACCEL)
-    placed = cluster.place(make_plan(m, cluster.probe), m)
-    victim = placed.executors["accel"].worker
-    survivor = placed.executors["host"].worker
-    pid = cluster.client.run(os.getpid, workers=[victim])[victim]
-    busy = threading.Event()
-
-    def on_event(event):
-        if event.get("event") == "started" and event.get("executor") == "accel":
-            busy.set()
-
-    outcome = {}
-
-    def run():
-        try:
-            execute(m, placed, runs_dir=str(tmp_path), cluster=cluster, on_event=on_event)
-        except RunFailed as e:
-            outcome["failed"] = e
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    assert busy.wait(60), "the accel partition never started"
-    os.kill(pid, signal.SIGKILL)
-    thread.join(120)
-    assert not thread.is_alive()
-    failure = outcome["failed"]
-    assert f"worker {victim} (name 1) died during the run; it hosted executor(s) accel; lost: " in str(failure)
-    record = json.loads(Path(failure.record_path).read_text())
-    lost = record["error"]["lost"]
-    assert lost["executors"] == ["accel"] and lost["workers"] == [{"address": victim, "name": "1"}]
-    assert "partition:" + placed.nodes["b6"].partition in lost["tasks"]
-    assert record["status"] == "failed" and record["outputs"] == {}
-    assert record["live_activations_after"]["host"] == 0
-    alive = cluster.client.run(lambda dask_worker: sorted(n for n in dask_worker.plugins if n.startswith(PLUGIN_PREFIX)),
-                               workers=[survivor])
-    assert alive == {survivor: []}
