@@ -43,11 +43,20 @@ plain ``dask scheduler`` / ``dask worker`` commands. A run on it goes:
    them is an ordinary Dask result that Dask moves from worker to worker.
    A task bound to no executor may run anywhere and Dask retries it.
 5. **watch**: while waiting, the client polls the scheduler's workers; a
-   worker that hosted an executor and is gone fails the run with a
-   :class:`~hetflow.engine.run.ClusterFailure` saying what was lost
-   (the worker, its executors, the activations they held, the tasks not
-   finished): an executor's state dies with its process, and hetflow does
-   not recompute a partition on a restarted executor.
+   worker that hosted an executor and is gone starts a **recovery**
+   (:meth:`Cluster._recover`): each of its executors is re-created on a
+   live worker that offers the vendor (a :class:`ClusterFailure` saying
+   why, at once, when none does); the survivors hold the run
+   (:func:`_pause_run`: running tasks finish, new ones wait) and report
+   the tasks they completed and the handles they hold;
+   :func:`plan_recovery` picks the tasks to run again, only those whose
+   results were lost or that would read one; their old futures are
+   released (never cancelled: Dask cancels every dependent of a cancelled
+   key, finished ones too), the survivors are told the new refcounts and
+   which old tasks to refuse (:func:`_resume_run`), and the tasks are
+   submitted again as the next *generation*, pinned to the executors'
+   new workers. A partition run again takes its outputs from the cache
+   when its first run stored them.
 6. **close**, on success and on every failure: remaining futures are
    cancelled; on each worker the plugin stops accepting tasks, waits for
    the ones running, releases every handle the run still holds and
