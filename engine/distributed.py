@@ -81,6 +81,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from dask.sizeof import sizeof
 from distributed import Client, WorkerPlugin, get_worker
 
 from hetflow.engine.errors import Diagnostic, ManifestError, UsageError
@@ -92,7 +93,7 @@ from hetflow.engine.records import utc_iso
 from hetflow.engine.cache import Cache, CacheUse
 from hetflow.engine.run import ClusterFailure, LocalRuntime
 from hetflow.executors import Offer, create, plugins, probe
-from hetflow.executors.base import Vendor
+from hetflow.executors.base import PortableActivation, Vendor
 
 __all__ = ["Cluster", "WorkerInfo", "HetflowWorkerPlugin", "worker_offers", "PLUGIN_PREFIX", "RESOURCE_PREFIX"]
 
@@ -102,6 +103,12 @@ _POLL_S = 0.2
 _CLOSE_WAIT_S = 30.0
 _FLUSH_WAIT_S = 10.0
 _CONNECT_TIMEOUT_S = 10.0
+
+
+@sizeof.register(PortableActivation)
+def _sizeof_portable(portable: PortableActivation) -> int:
+    # Dask's memory accounting (spilling, transfer batching) sees the bytes, not a small object
+    return portable.nbytes
 
 
 def worker_offers(vendors: list[str]) -> list[Offer]:
