@@ -297,7 +297,7 @@ class PhaseRunner:
         from hetflow.executors.emulator import mem_plans_from_min_traces
         out = self.results[p.inputs[0]]
         rows = int(p.args.get("rows_per_plan", 1 << 22))
-        if self.emulators[p.emulator].backend == "fast":
+        if self.emulators[p.emulator].backend in ("fast", "native"):
             plans, _ = out.backend.await_mem_plans()
         else:
             program, data = self._program(p.emulator)
@@ -307,7 +307,7 @@ class PhaseRunner:
     def _rom_histogram(self, p: PhaseDecl):
         from hetflow.executors.emulator import rom_histogram_from_min_traces
         out = self.results[p.inputs[0]]
-        if self.emulators[p.emulator].backend == "fast":
+        if self.emulators[p.emulator].backend in ("fast", "native"):
             return out.backend.await_rom_histogram()
         program, data = self._program(p.emulator)
         return rom_histogram_from_min_traces(program, out.min_traces, len(data))

@@ -53,7 +53,7 @@ __all__ = [
     "INPUT_ADDR", "OUTPUT_ADDR", "RAM_ADDR", "RAM_SIZE", "STACK_TOP", "UART_ADDR", "machine",
 ]
 
-BACKENDS = ("reference", "fast")
+BACKENDS = ("reference", "fast", "native")
 DEFAULT_CHUNK_STEPS = 1 << 18
 DEFAULT_MAX_STEPS = 1 << 32
 
@@ -68,7 +68,8 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
             runners: bool = True) -> ExecutionOutput:
     """Run a guest from its entry point and return the seed's ExecutionOutput.
 
-    ``backend="fast"`` starts the MO and RH runners in threads beside the
+    ``backend="fast"`` (and ``"native"``, the same on translated code)
+    starts the MO and RH runners in threads beside the
     main execution (set ``rom_histogram=False`` for a rank without the
     ROM state machine: RH is then absent and ``await_rom_histogram``
     returns None).  ``runners=False`` starts neither runner (for a caller
@@ -86,10 +87,23 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
         raise ValueError("chunk_steps and max_steps must be positive")
     program = _program(program)
     input = bytes(input)
+    extra = {}
     if backend == "reference":
         from . import reference
         r = reference.run(program, input, chunk_steps, max_steps)
         artifacts = BackendArtifacts.reference()
+    elif backend == "native":
+        from . import fast, native
+        mo = rh = None
+        if runners:
+            image = fast.image_of(program, input, len(input))
+            mo = fast.spawn(lambda: plan_memory(native.mem_ops_runner(image, program, max_steps), mem_plan_rows,
+                                                mem_plan_xp))
+            if rom_histogram:
+                rh = fast.spawn(native.rom_histogram_runner, image, program, max_steps)
+        r = native.run(program, input, chunk_steps, max_steps)
+        artifacts = BackendArtifacts("native", mo, rh)
+        extra["translation"] = native.last_translation()
     elif not runners:
         from . import fast
         r = fast.run(program, input, chunk_steps, max_steps)
@@ -108,7 +122,7 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
         min_traces=r["traces"], counters=CountersChunkMetrics(r["counts"]), pub_outs=r["pub_outs"],
         steps=r["steps"], backend=artifacts, exit_code=r["exit_code"], stdout=r["stdout"],
         end_reason=r["end_reason"], extra={"program": program.name, "input_size": len(input),
-                                           "chunk_steps": chunk_steps, "backend": backend},
+                                           "chunk_steps": chunk_steps, "backend": backend, **extra},
     )
 
 
@@ -124,6 +138,9 @@ def reexecute_chunk(program: Program | str | Path, trace: EmuTrace, *, input_siz
     if backend == "fast":
         from . import fast
         state, counts, _ = fast.replay_chunk(program, trace, input_size)
+    elif backend == "native":
+        from . import native
+        state, counts, _ = native.replay_chunk(program, trace, input_size)
     elif backend == "reference":
         from . import reference
         state, counts, _ = reference.replay_chunk(program, trace, input_size)

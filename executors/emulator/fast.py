@@ -1363,9 +1363,9 @@ def _entry(program: Program) -> EmuTraceStart:
     return EmuTraceStart(pc, 0, M.PRIV_M, tuple(regs), tuple(0 for _ in M.CSR_STATE), -1)
 
 
-def _whole_run(image: Image, program: Program, mode: int, max_steps: int) -> _Machine:
+def _whole_run(image: Image, program: Program, mode: int, max_steps: int, machine=None) -> _Machine:
     """Run the whole program in one machine (the MO and RH runners)."""
-    m = _Machine(image, image.copy_mem(), _entry(program), mode)
+    m = (machine or _Machine)(image, image.copy_mem(), _entry(program), mode)
     counts = np.zeros(len(CLASSES), dtype=np.int64)
     while True:
         left = max_steps - int(m.st[S_STEP])
@@ -1379,16 +1379,16 @@ def _whole_run(image: Image, program: Program, mode: int, max_steps: int) -> _Ma
             m.fail(status, max_steps)
 
 
-def mem_ops_runner(image: Image, program: Program, max_steps: int) -> np.ndarray:
+def mem_ops_runner(image: Image, program: Program, max_steps: int, machine=None) -> np.ndarray:
     """MO: every word access of the run as an (n, 3) int64 array
     ``[word address, step, is_write]`` in execution order."""
-    m = _whole_run(image, program, LOG_OPS, max_steps)
+    m = _whole_run(image, program, LOG_OPS, max_steps, machine)
     return m.obuf[:m.opos].reshape(-1, 3).copy()
 
 
-def rom_histogram_runner(image: Image, program: Program, max_steps: int) -> RomHistogram:
+def rom_histogram_runner(image: Image, program: Program, max_steps: int, machine=None) -> RomHistogram:
     """RH: executions per instruction address."""
-    m = _whole_run(image, program, LOG_PCS, max_steps)
+    m = _whole_run(image, program, LOG_PCS, max_steps, machine)
     return histogram_from_slots(image, m.hist, int(m.st[S_STEP]))
 
 
@@ -1434,11 +1434,15 @@ def spawn(fn, *args) -> Future:
     return fut
 
 
-def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = 1 << 32):
-    """Main execution (MT): min traces + per-chunk counters; same dict as reference.run."""
+def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = 1 << 32,
+        machine=None):
+    """Main execution (MT): min traces + per-chunk counters; same dict as reference.run.
+
+    ``machine`` is the :class:`_Machine` class to run (the native backend
+    passes its subclass)."""
     image = image_of(program, input_bytes, len(input_bytes))
     mem = image.copy_mem()
-    m = _Machine(image, mem, _entry(program), REC_READS)
+    m = (machine or _Machine)(image, mem, _entry(program), REC_READS)
     traces, table = [], []
     while True:
         start = m.state()
@@ -1485,7 +1489,7 @@ def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, 
 
 
 def replay_chunk(program: Program, trace: EmuTrace, input_size: int = 0, image: Image | None = None,
-                 mode: int = 0):
+                 mode: int = 0, machine=None):
     """Re-execute one chunk from its min trace (compiled, releases the GIL).
 
     Returns ``(end_state, counts, machine)``.  ``image`` may be shared
@@ -1493,7 +1497,7 @@ def replay_chunk(program: Program, trace: EmuTrace, input_size: int = 0, image: 
     """
     if image is None:
         image = image_of(program, None, input_size)
-    m = _Machine(image, image.mem, trace.start_state, REPLAY | mode)
+    m = (machine or _Machine)(image, image.mem, trace.start_state, REPLAY | mode)
     m.rbuf = np.ascontiguousarray(trace.mem_reads, dtype=np.uint64)
     if mode & WITNESS:
         m.wbuf = np.zeros((trace.steps, N_WITNESS), dtype=np.int64)

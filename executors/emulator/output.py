@@ -16,6 +16,8 @@ between the ``reference`` and ``fast`` backends.
   ``await_rom_histogram()`` returns the histogram once, then ``None``.  A
   runner's exception surfaces as :class:`RunnerFailed` ("MO runner
   failed: ...").
+* ``BackendArtifacts("native", mo, rh)``: the same on the native backend,
+  whose MO and RH runners run translated code.
 * ``BackendArtifacts.reference()`` (the seed's ``Rust`` variant) has no
   async work: ``await_mem_plans()`` returns ``([], None)`` and
   ``await_rom_histogram()`` returns ``None``, at once, every time.  The
@@ -151,7 +153,7 @@ class BackendArtifacts:
     """Backend-specific async artifacts; see the module docstring."""
 
     def __init__(self, kind: str, mo: Future | None = None, rh: Future | None = None):
-        if kind not in ("fast", "reference"):
+        if kind not in ("fast", "native", "reference"):
             raise ValueError(f"unknown backend kind {kind!r}")
         self.kind = kind
         self.mo = mo

@@ -1,0 +1,332 @@
+"""The ``native`` backend: the guest's code translated to host code with LLVM.
+
+Algorithm
+---------
+The machine is the fast backend's (:mod:`.fast`): the same memory image,
+region table, register and state arrays, min-trace buffers and chunk loop
+(:func:`hetflow.executors.emulator.fast.run` runs a :class:`NativeMachine`
+instead of its interpreter).  Only :meth:`NativeMachine.run`, "run this
+many steps", differs: it calls the translated code, and falls back to the
+fast interpreter (:func:`hetflow.executors.emulator.fast._run`) for what
+the translation does not do.
+
+Translation (:mod:`.native_translate`) covers the program's *read-only
+executable* segments, found block by block from the entry point, and
+compiles them into one LLVM function in which blocks branch to each
+other directly and ``jalr`` dispatches through one ``switch``: a Python
+call runs until a chunk boundary or an instruction that needs the
+interpreter.  Code in read-only segments cannot change (a store there is
+an access fault), so a translation is never stale; code in a *writable*
+region (self-modifying code, ``fence.i``, code copied to RAM under fetch
+protection ``any``) is never translated and always runs in the
+interpreter, which fetches every instruction from current memory and
+records the fetch in the min trace as the machine requires.  A store
+into such code is therefore seen by the very next fetch, as on the other
+backends.
+
+Where it falls back to the interpreter, one step at a time unless said:
+
+* an instruction that is not translated: ``ecall`` (exit, write),
+  ``ebreak``, ``mret``, CSR instructions, LR/SC and AMOs, illegal words;
+* a load or store that would fault, that is misaligned across two words,
+  that stores to the UART or ``tohost``, or (on replay) finds the min
+  trace exhausted: the interpreter runs it and raises or records exactly
+  what the other backends do;
+* the steps before a chunk boundary that a whole block would overrun
+  (all of them at once), so every chunk ends on its exact step;
+* a pc outside translated code: in writable memory up to 256 steps at a
+  time; in read-only code that discovery did not reach (an indirect jump
+  target) one step, and after :data:`RETRANSLATE_AFTER` such misses the
+  code is translated again with the missed pcs as extra seeds.
+
+Witness rows (``WITNESS``) are written by the interpreter alone.
+
+The compiled code is cached on disk per *code digest* (the bytes and
+addresses of the read-only executable segments, the translation seeds and
+mode, LLVM's version and the host CPU), like numba's cache: a run of a
+program seen before loads the object code instead of translating.  The
+last translation's cost is :func:`last_translation` (seconds, blocks,
+instructions, whether it came from the cache); :func:`execute
+<hetflow.executors.emulator.execute>` puts it in
+``ExecutionOutput.extra["translation"]``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import fast
+from .elf import PERM_W, PERM_X, Program
+from .fast import LOG_OPS, REC_READS, REPLAY, S_PC, S_STEP, ST_BUDGET, WITNESS, Image
+from .native_translate import (CTX_NREG, CTX_OPOS, CTX_RLEN, CTX_RPOS, CTX_STOP, CTX_TOHOST, N_CTX, N_MISS,
+                               N_SHORT, emit_ir, find_blocks)
+from .output import EmuTrace
+
+__all__ = ["NativeMachine", "Translation", "run", "replay_chunk", "mem_ops_runner", "rom_histogram_runner",
+           "last_translation", "cache_dir", "warm_up"]
+
+#: bumped whenever generated code changes, so old cache entries are not used
+VERSION = 1
+RETRANSLATE_AFTER = 64
+_WRITABLE_BURST = 256
+
+
+def cache_dir() -> Path:
+    """Where compiled translations are kept: ``$HETFLOW_NATIVE_CACHE``, else
+    ``$XDG_CACHE_HOME/hetflow/native`` (``~/.cache/hetflow/native``)."""
+    if os.environ.get("HETFLOW_NATIVE_CACHE"):
+        return Path(os.environ["HETFLOW_NATIVE_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "hetflow" / "native"
+
+
+@dataclass
+class Translation:
+    """One compiled translation of a program's read-only code for one mode."""
+
+    digest: str
+    mode: int
+    seeds: frozenset
+    heads: frozenset              # the blocks' first pcs
+    tails: dict                   # any other translated pc -> steps to its block's end
+    blocks: int
+    seconds: float                # translate + compile, or load from the cache
+    cached: bool
+    fn: object                    # the ctypes function
+    engine: object                # keeps the code alive
+
+    def report(self) -> dict:
+        return {"blocks": self.blocks, "instructions": len(self.heads) + len(self.tails), "seconds": self.seconds,
+                "cached": self.cached, "digest": self.digest[:16]}
+
+
+_llvm_lock = threading.RLock()
+_llvm = None
+_loaded: dict[tuple[str, int], Translation] = {}
+_digests: "weakref.WeakKeyDictionary[Image, str]" = weakref.WeakKeyDictionary()
+_last: dict = {}
+_ARGS = ctypes.CFUNCTYPE(ctypes.c_int64, *[ctypes.c_void_p] * 9)     # releases the GIL while it runs
+
+
+def _init():
+    """LLVM's target machine for this host (once; llvmlite loads only here)."""
+    global _llvm
+    if _llvm is None:
+        import llvmlite
+        import llvmlite.binding as llvm
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        target = llvm.Target.from_default_triple()
+        cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+        tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="static", codemodel="jitdefault")
+        ident = f"{VERSION}|llvmlite {llvmlite.__version__}|{llvm.get_process_triple()}|{cpu}|{features}"
+        _llvm = (llvm, tm, ident)
+    return _llvm
+
+
+def _code_regions(image: Image):
+    return [(r, int(s)) for r, s in zip(image.regions, image.rslot) if r.perm & (PERM_W | PERM_X) == PERM_X]
+
+
+def code_digest(image: Image) -> str:
+    """The digest of what translation reads: read-only executable segments
+    (address, bytes, histogram slot) and the translator's identity."""
+    d = _digests.get(image)
+    if d is None:
+        h = hashlib.sha256(_init()[2].encode())
+        for r, slot in _code_regions(image):
+            h.update(f"{r.base}:{r.size}:{slot}:".encode())
+            h.update(r.data)
+        d = _digests[image] = h.hexdigest()
+    return d
+
+
+def _in_code(image: Image, pc: int) -> bool:
+    return any(r.base <= pc < r.end for r, _ in _code_regions(image))
+
+
+def _seeds_file(digest: str) -> Path:
+    return cache_dir() / f"{digest[:32]}.seeds.json"
+
+
+def _stored_seeds(digest: str) -> set[int]:
+    try:
+        return set(json.loads(_seeds_file(digest).read_text()))
+    except (OSError, ValueError):
+        return set()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        pass                     # a read-only cache directory only costs the next run a translation
+
+
+def _compile(image: Image, digest: str, mode: int, seeds: set[int]) -> Translation:
+    llvm, tm, _ = _init()
+    t0 = time.perf_counter()
+    regions = [r for r, _ in _code_regions(image)]
+    blocks = find_blocks(regions, [s for _, s in _code_regions(image)], sorted(seeds))
+    heads = frozenset(b.pc for b in blocks)
+    tails = {ins.pc: len(b.insns) - j for b in blocks for j, ins in enumerate(b.insns) if j}
+    key = hashlib.sha256(f"{digest}|{mode}|{sorted(seeds)}".encode()).hexdigest()
+    path = cache_dir() / f"{key[:40]}.o"
+    obj, cached = None, False
+    try:
+        obj = path.read_bytes()
+        cached = True
+    except OSError:
+        pass
+    if obj is None:
+        module = llvm.parse_assembly(emit_ir(blocks, mode, image.tohost))
+        module.verify()
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(module, pb)
+        obj = tm.emit_object(module)
+        _write_atomic(path, obj)
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    engine.finalize_object()
+    fn = _ARGS(engine.get_function_address("hf_run"))
+    return Translation(digest, mode, frozenset(seeds), heads, tails, len(blocks), time.perf_counter() - t0, cached, fn,
+                       engine)
+
+
+def translation(image: Image, mode: int, pc: int, extra: set[int] = frozenset()) -> Translation:
+    """The compiled translation of ``image``'s read-only code for ``mode``
+    that covers ``pc`` when pc lies in that code (translating, or loading
+    from the disk cache, when needed)."""
+    digest = code_digest(image)
+    with _llvm_lock:
+        t = _loaded.get((digest, mode))
+        want = set(extra)
+        if _in_code(image, pc) and (t is None or (pc not in t.heads and pc not in t.tails)):
+            want.add(pc)
+        if t is not None and not want - t.seeds:
+            return t
+        seeds = want | _stored_seeds(digest) | (set(t.seeds) if t else set())
+        t = _compile(image, digest, mode, seeds)
+        if not seeds <= _stored_seeds(digest):
+            _write_atomic(_seeds_file(digest), json.dumps(sorted(seeds | _stored_seeds(digest))).encode())
+        _loaded[(digest, mode)] = t
+        _last.clear()
+        _last.update(t.report())
+        return t
+
+
+def last_translation() -> dict:
+    """The cost of the most recent translation this process made or loaded:
+    ``{blocks, instructions, seconds, cached, digest}`` (empty before any)."""
+    return dict(_last)
+
+
+def _ptr(a: np.ndarray) -> int:
+    return a.ctypes.data
+
+
+class NativeMachine(fast._Machine):
+    """The fast backend's machine whose ``run`` calls translated code."""
+
+    def __init__(self, image: Image, mem: np.ndarray, start, mode: int):
+        super().__init__(image, mem, start, mode)
+        self.ctx = np.zeros(N_CTX, dtype=np.int64)
+        self.ctx[CTX_NREG] = len(image.regions)
+        self.ctx[CTX_TOHOST] = image.tohost
+        self.rtab = np.ascontiguousarray(np.stack([image.rbase, image.rsize, image.roff, image.rperm], axis=1))
+        self.code = None if mode & WITNESS else translation(image, mode, int(start.pc))
+        self.missed: set[int] = set()
+        self.n_missed = 0
+
+    def run(self, budget: int, counts: np.ndarray) -> int:
+        """Run up to ``budget`` steps: translated code where there is some,
+        the interpreter for the rest (see the module docstring)."""
+        if self.code is None:
+            return super().run(budget, counts)
+        st, ctx, im = self.st, self.ctx, self.image
+        first = int(st[S_STEP])
+        while True:
+            done = int(st[S_STEP]) - first
+            if done >= budget:
+                return ST_BUDGET
+            b = min(budget - done, fast._SLICE)
+            stop = int(st[S_STEP]) + b
+            if self.mode & REC_READS:
+                self.rbuf = self._room(self.rbuf, self.rpos, b)
+            if self.mode & LOG_OPS:
+                self.obuf = self._room(self.obuf, self.opos, 3 * b)
+            ctx[CTX_STOP] = stop
+            ctx[CTX_RPOS] = self.rpos
+            ctx[CTX_OPOS] = self.opos
+            ctx[CTX_RLEN] = self.rbuf.shape[0]
+            status = self.code.fn(_ptr(self.regs), _ptr(st), _ptr(self.mem), _ptr(self.rbuf), _ptr(ctx),
+                                  _ptr(counts), _ptr(self.rtab), _ptr(self.obuf), _ptr(self.hist))
+            self.rpos, self.opos = int(ctx[CTX_RPOS]), int(ctx[CTX_OPOS])
+            left = stop - int(st[S_STEP])
+            if left == 0:
+                continue
+            k = 1
+            if status == N_SHORT:
+                k = left
+            elif status == N_MISS:
+                pc = int(st[S_PC]) & fast._U64
+                if pc in self.code.tails:          # inside a block: the interpreter finishes it
+                    k = min(left, self.code.tails[pc])
+                elif _in_code(im, pc):
+                    self.missed.add(pc)
+                    self.n_missed += 1
+                    if self.n_missed >= RETRANSLATE_AFTER:
+                        self.code = translation(im, self.mode, pc, self.missed)
+                        self.n_missed = 0
+                        continue
+                else:
+                    k = min(left, _WRITABLE_BURST)
+            s = fast._Machine.run(self, k, counts)
+            if s != ST_BUDGET:
+                return s
+
+
+def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = 1 << 32):
+    """Main execution (MT) on translated code: the same dict as :func:`.fast.run`."""
+    return fast.run(program, input_bytes, chunk_steps, max_steps, machine=NativeMachine)
+
+
+def replay_chunk(program: Program, trace: EmuTrace, input_size: int = 0, image: Image | None = None,
+                 mode: int = 0):
+    """Re-execute one chunk from its min trace on translated code."""
+    return fast.replay_chunk(program, trace, input_size, image, mode, machine=NativeMachine)
+
+
+def mem_ops_runner(image: Image, program: Program, max_steps: int) -> np.ndarray:
+    """MO on translated code (see :func:`.fast.mem_ops_runner`)."""
+    return fast.mem_ops_runner(image, program, max_steps, machine=NativeMachine)
+
+
+def rom_histogram_runner(image: Image, program: Program, max_steps: int):
+    """RH on translated code (see :func:`.fast.rom_histogram_runner`)."""
+    return fast.rom_histogram_runner(image, program, max_steps, machine=NativeMachine)
+
+
+def warm_up() -> None:
+    """Load the interpreter and LLVM once per process, so that a caller can
+    time a run without them (a program's own translation is timed apart,
+    :func:`last_translation`)."""
+    fast.warm_up()
+    with _llvm_lock:
+        _init()

@@ -1,0 +1,581 @@
+"""Translation of a guest's read-only code into one LLVM IR function.
+
+This is the compiler half of the ``native`` backend (:mod:`.native` runs
+what it produces).  It has two passes:
+
+1. :func:`find_blocks` — *discovery*.  Starting from the *seeds* (the
+   entry point, plus any pc the runtime later reports as missed), it
+   follows control flow through the program's read-only executable
+   segments, decoding with the shared ISA table
+   (:func:`hetflow.executors.emulator.isa.decode_insn`).  Branch targets,
+   fall-throughs after a branch, jump targets, return addresses (the
+   instruction after a ``jal``/``jalr`` that links) and the instruction
+   after anything it does not translate become *leaders*; a *block* runs
+   from a leader to the next leader, a control transfer, an instruction
+   it does not translate, or :data:`MAX_BLOCK` instructions.  Translated:
+   every ALU and M op, loads, stores, branches, ``jal``, ``jalr`` and
+   the no-op fences and ``wfi``.  Not translated (the block ends before
+   it and the interpreter runs it): ``ecall``, ``ebreak``, ``mret``,
+   CSR instructions, atomics, illegal words, and any instruction outside
+   a read-only executable segment or crossing its end.
+
+2. :func:`emit_ir` — one function ``hf_run`` holding every block:
+   guest registers x1..x31, the step, the counters and the min-trace
+   position live in local variables (LLVM keeps them in host registers),
+   blocks branch straight to each other and ``jalr`` goes through one
+   ``switch`` on pc over the blocks' first instructions.  The function
+   runs until the step count reaches ``stop`` and returns a status:
+
+   * ``N_STOP``  — exactly ``stop`` steps were reached;
+   * ``N_SHORT`` — the next block does not fit before ``stop``: the
+     interpreter runs the remaining steps, so chunk boundaries fall on the
+     exact step;
+   * ``N_SIDE``  — the instruction at pc needs the interpreter: a load or
+     store outside one aligned word of a region with the right permission
+     (a fault, a misaligned access across words), a store to the UART or
+     ``tohost``, an exhausted min trace on replay, or an untranslated
+     instruction;
+   * ``N_MISS``  — pc is not the first instruction of a block.
+
+   Each block adds its step count and its per-class counter increments
+   once, at its end (the step of its i-th instruction is the block's first
+   step plus i); a side exit at the i-th instruction adds only the first
+   i instructions'.  A block is entered at its first instruction only: the
+   runtime lets the interpreter finish a block it entered in the middle.
+   The function is specialised on ``mode``: with ``REC_READS`` every
+   loaded word is appended to the min-trace buffer, with ``REPLAY`` it is
+   taken from it instead of memory (and stores leave memory alone), with
+   ``LOG_OPS`` each access appends (word address, step, is_write), with
+   ``LOG_PCS`` each instruction bumps its histogram slot.
+
+Semantics follow :mod:`.fast` (and so the reference) bit for bit; division
+is guarded so LLVM never sees a zero divisor or a signed overflow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .elf import PERM_R, PERM_W, PERM_X
+from .fast import LOG_OPS, LOG_PCS, REC_READS, REPLAY
+from .isa import BY_NAME, CLASSES, TABLE, decode_insn
+from .machine import UART_ADDR
+
+__all__ = ["Insn", "Block", "find_blocks", "emit_ir", "N_STOP", "N_SIDE", "N_SHORT", "N_MISS", "MAX_BLOCK",
+           "CTX_STOP", "CTX_RPOS", "CTX_RLEN", "CTX_OPOS", "CTX_NREG", "CTX_TOHOST", "N_CTX"]
+
+N_STOP, N_SIDE, N_SHORT, N_MISS = 0, 1, 2, 3
+MAX_BLOCK = 64
+# the context array shared with the runtime: inputs and the buffer positions
+CTX_STOP, CTX_RPOS, CTX_RLEN, CTX_OPOS, CTX_NREG, CTX_TOHOST = range(6)
+N_CTX = 6
+
+_ALU = set("lui auipc addi slti sltiu xori ori andi slli srli srai add sub sll slt sltu xor srl sra or and "
+           "addiw slliw srliw sraiw addw subw sllw srlw sraw "
+           "mul mulh mulhsu mulhu div divu rem remu mulw divw divuw remw remuw".split())
+_LOADS = {"lb": (1, "s"), "lh": (2, "s"), "lw": (4, "s"), "ld": (8, ""), "lbu": (1, "z"), "lhu": (2, "z"),
+          "lwu": (4, "z")}
+_STORES = {"sb": 1, "sh": 2, "sw": 4, "sd": 8}
+_BRANCHES = {"beq": "eq", "bne": "ne", "blt": "slt", "bge": "sge", "bltu": "ult", "bgeu": "uge"}
+_NOPS = {"fence", "fence.i", "wfi"}
+TRANSLATED = _ALU | set(_LOADS) | set(_STORES) | set(_BRANCHES) | _NOPS | {"jal", "jalr"}
+
+
+@dataclass(frozen=True)
+class Insn:
+    pc: int
+    name: str
+    rd: int
+    rs1: int
+    rs2: int
+    imm: int
+    size: int
+    cls: int            # index into CLASSES
+    hslot: int          # histogram slot of this pc
+
+
+@dataclass(frozen=True)
+class Block:
+    pc: int
+    insns: tuple[Insn, ...]
+
+
+def _code_reader(regions, rslot):
+    """fetch(pc) -> (raw instruction, histogram slot) from read-only
+    executable regions, or None where the interpreter must fetch."""
+    code = [(r.base, r.data, s) for r, s in zip(regions, rslot) if r.perm & (PERM_W | PERM_X) == PERM_X]
+
+    def fetch(pc):
+        for base, data, slot in code:
+            d = pc - base
+            if 0 <= d <= len(data) - 2:
+                lo = int.from_bytes(data[d:d + 2], "little")
+                if lo & 3 != 3:
+                    return lo, slot + d // 2
+                if d + 4 > len(data):
+                    return None
+                return int.from_bytes(data[d:d + 4], "little"), slot + d // 2
+        return None
+    return fetch
+
+
+def find_blocks(regions, rslot, seeds) -> list[Block]:
+    """The blocks reachable from ``seeds`` in the read-only executable
+    regions (``rslot``: each region's first histogram slot).
+
+    >>> from hetflow.executors.emulator.machine import Region
+    >>> code = bytes.fromhex("13051000" "9308d005" "73000000")   # li a0,1; li a7,93; ecall
+    >>> [(hex(b.pc), [i.name for i in b.insns]) for b in find_blocks([Region("t", 0x1000, 12, 5, code)], [0], [0x1000])]
+    [('0x1000', ['addi', 'addi'])]
+    """
+    fetch = _code_reader(regions, rslot)
+    insns: dict[int, Insn | None] = {}
+    leaders: set[int] = set()
+    work = list(seeds)
+    leaders.update(work)
+    while work:
+        pc = work.pop()
+        while pc not in insns:
+            got = fetch(pc)
+            d = decode_insn(got[0]) if got else None
+            name = TABLE[d.op].name if d is not None else None
+            if name not in TRANSLATED:
+                insns[pc] = None
+                if name is not None and name not in ("mret", "ebreak"):
+                    leaders.add(pc + d.size)          # where the interpreter hands back
+                    work.append(pc + d.size)
+                break
+            ins = Insn(pc, name, d.rd, d.rs1, d.rs2, d.imm, d.size, CLASSES.index(TABLE[d.op].cls), got[1])
+            insns[pc] = ins
+            nxt = pc + d.size
+            if name in _BRANCHES:
+                for t in (pc + d.imm, nxt):
+                    leaders.add(t)
+                    work.append(t)
+                break
+            if name == "jal":
+                leaders.add(pc + d.imm)
+                work.append(pc + d.imm)
+                if d.rd:
+                    leaders.add(nxt)
+                    work.append(nxt)
+                break
+            if name == "jalr":
+                if d.rd:
+                    leaders.add(nxt)
+                    work.append(nxt)
+                break
+            pc = nxt
+    blocks = []
+    starts = sorted(p for p in leaders if insns.get(p) is not None)
+    while starts:
+        start = starts.pop()
+        body, pc = [], start
+        while True:
+            ins = insns.get(pc)
+            if ins is None or (body and pc in leaders):
+                break
+            if len(body) == MAX_BLOCK:            # a long run goes on in a block of its own
+                leaders.add(pc)
+                starts.append(pc)
+                break
+            body.append(ins)
+            if ins.name in _BRANCHES or ins.name in ("jal", "jalr"):
+                break
+            pc += ins.size
+        blocks.append(Block(start, tuple(body)))
+    return sorted(blocks, key=lambda b: b.pc)
+
+
+def _i64(v: int) -> int:
+    v &= (1 << 64) - 1
+    return v - (1 << 64) if v >> 63 else v
+
+
+class _Emitter:
+    def __init__(self, mode: int):
+        self.mode = mode
+        self.out: list[str] = []
+        self.n = 0
+
+    def tmp(self) -> str:
+        self.n += 1
+        return f"%t{self.n}"
+
+    def e(self, line: str):
+        self.out.append("  " + line)
+
+    def label(self, name: str):
+        self.out.append(f"{name}:")
+
+    def op(self, text: str) -> str:
+        t = self.tmp()
+        self.e(f"{t} = {text}")
+        return t
+
+    def reg(self, r: int) -> str:
+        return "0" if r == 0 else self.op(f"load i64, i64* %x{r}")
+
+    def set_reg(self, r: int, v: str):
+        if r:
+            self.e(f"store i64 {v}, i64* %x{r}")
+
+    def load(self, var: str) -> str:
+        return self.op(f"load i64, i64* %{var}")
+
+    def store(self, var: str, v) -> None:
+        self.e(f"store i64 {v}, i64* %{var}")
+
+    def add_to(self, var: str, k: int):
+        if k:
+            v = self.load(var)
+            self.store(var, self.op(f"add i64 {v}, {k}"))
+
+    def elem(self, ptr: str, idx: str) -> str:
+        return self.op(f"getelementptr inbounds i64, i64* %{ptr}, i64 {idx}")
+
+
+def _w(e: _Emitter, v: str) -> str:
+    return e.op(f"trunc i64 {v} to i32")
+
+
+def _sx(e: _Emitter, v32: str) -> str:
+    return e.op(f"sext i32 {v32} to i64")
+
+
+def _alu(e: _Emitter, ins: Insn) -> str:
+    """rd's value for an ALU or M instruction."""
+    n, imm = ins.name, ins.imm
+    if n == "lui":
+        return str(_i64(imm))
+    if n == "auipc":
+        return str(_i64(ins.pc + imm))
+    a = e.reg(ins.rs1)
+    simple_i = {"addi": "add", "xori": "xor", "ori": "or", "andi": "and", "slli": "shl", "srli": "lshr",
+                "srai": "ashr"}
+    if n in simple_i:
+        return e.op(f"{simple_i[n]} i64 {a}, {imm}")
+    if n in ("slti", "sltiu"):
+        c = e.op(f"icmp {'slt' if n == 'slti' else 'ult'} i64 {a}, {imm}")
+        return e.op(f"zext i1 {c} to i64")
+    if n in ("addiw", "slliw", "srliw", "sraiw"):
+        op = {"addiw": "add", "slliw": "shl", "srliw": "lshr", "sraiw": "ashr"}[n]
+        return _sx(e, e.op(f"{op} i32 {_w(e, a)}, {imm}"))
+    b = e.reg(ins.rs2)
+    simple_r = {"add": "add", "sub": "sub", "xor": "xor", "or": "or", "and": "and", "mul": "mul"}
+    if n in simple_r:
+        return e.op(f"{simple_r[n]} i64 {a}, {b}")
+    if n in ("sll", "srl", "sra"):
+        sh = e.op(f"and i64 {b}, 63")
+        return e.op(f"{ {'sll': 'shl', 'srl': 'lshr', 'sra': 'ashr'}[n]} i64 {a}, {sh}")
+    if n in ("slt", "sltu"):
+        c = e.op(f"icmp {'slt' if n == 'slt' else 'ult'} i64 {a}, {b}")
+        return e.op(f"zext i1 {c} to i64")
+    if n in ("addw", "subw", "mulw"):
+        return _sx(e, e.op(f"{n[:-1]} i32 {_w(e, a)}, {_w(e, b)}"))
+    if n in ("sllw", "srlw", "sraw"):
+        sh = e.op(f"and i32 {_w(e, b)}, 31")
+        op = {"sllw": "shl", "srlw": "lshr", "sraw": "ashr"}[n]
+        return _sx(e, e.op(f"{op} i32 {_w(e, a)}, {sh}"))
+    if n in ("mulh", "mulhsu", "mulhu"):
+        ea = "sext" if n in ("mulh", "mulhsu") else "zext"
+        eb = "sext" if n == "mulh" else "zext"
+        wa = e.op(f"{ea} i64 {a} to i128")
+        wb = e.op(f"{eb} i64 {b} to i128")
+        p = e.op(f"mul i128 {wa}, {wb}")
+        return e.op(f"trunc i128 {e.op(f'lshr i128 {p}, 64')} to i64")
+    # division: "The quotient of division by zero has all bits set, and the
+    # remainder of division by zero equals the dividend"; on signed overflow
+    # "the quotient is equal to the dividend, and the remainder is zero" —
+    # exactly what dividing by 1 gives, so the divisor becomes 1 in both cases
+    word = n.endswith("w")
+    t = "i32" if word else "i64"
+    if word:
+        a, b = _w(e, a), _w(e, b)
+    signed = n in ("div", "rem", "divw", "remw")
+    bz = e.op(f"icmp eq {t} {b}, 0")
+    bad = bz
+    if signed:
+        amin = -(1 << 31) if word else -(1 << 63)
+        ov = e.op(f"and i1 {e.op(f'icmp eq {t} {a}, {amin}')}, {e.op(f'icmp eq {t} {b}, -1')}")
+        bad = e.op(f"or i1 {bz}, {ov}")
+    sb = e.op(f"select i1 {bad}, {t} 1, {t} {b}")
+    if n.startswith("div"):
+        q = e.op(f"{'sdiv' if signed else 'udiv'} {t} {a}, {sb}")
+        r = e.op(f"select i1 {bz}, {t} -1, {t} {q}")
+    else:
+        q = e.op(f"{'srem' if signed else 'urem'} {t} {a}, {sb}")
+        r = e.op(f"select i1 {bz}, {t} {a}, {t} {q}")
+    return _sx(e, r) if word else r
+
+
+def _region_check(e: _Emitter, cache: str, addr: str, msize: int, perm: int, hit: str, side: str):
+    """Branch to ``hit`` with the region cache ``cache`` holding the region of
+    [addr, addr + msize) (which has ``perm``), else to ``side``."""
+    base = e.load(f"{cache}base")
+    size = e.load(f"{cache}size")
+    dd = e.op(f"sub i64 {addr}, {base}")
+    lim = e.op(f"sub i64 {size}, {msize}")
+    ok = e.op(f"and i1 {e.op(f'icmp sge i64 {dd}, 0')}, {e.op(f'icmp sle i64 {dd}, {lim}')}")
+    miss = f"{hit}_miss"
+    e.e(f"br i1 {ok}, label %{hit}, label %{miss}")
+    e.label(miss)
+    ri = e.op(f"call i64 @hf_find(i64 {addr}, i64 {msize}, i64 {perm}, i64* %rtab, i64 %nreg)")
+    upd = f"{hit}_upd"
+    e.e(f"br i1 {e.op(f'icmp slt i64 {ri}, 0')}, label %{side}, label %{upd}")
+    e.label(upd)
+    k = e.op(f"mul i64 {ri}, 4")
+    for j, f in enumerate(("base", "size", "off")):
+        idx = e.op(f"add i64 {k}, {j}")
+        e.store(f"{cache}{f}", e.op(f"load i64, i64* {e.elem('rtab', idx)}"))
+    e.e(f"br label %{hit}")
+    e.label(hit)
+
+
+def _log_op(e: _Emitter, addr: str, i: int, is_write: int):
+    if not e.mode & LOG_OPS:
+        return
+    pos = e.load("opos")
+    step = e.op(f"add i64 {e.load('bstep')}, {i}")
+    for j, v in enumerate((e.op(f"and i64 {addr}, -8"), step, str(is_write))):
+        idx = e.op(f"add i64 {pos}, {j}")
+        e.e(f"store i64 {v}, i64* {e.elem('obuf', idx)}")
+    e.store("opos", e.op(f"add i64 {pos}, 3"))
+
+
+def _memory(e: _Emitter, ins: Insn, i: int, lab: str, side: str):
+    """A load or store that stays inside one aligned word of a region with
+    the right permission; anything else takes the side exit first."""
+    a = e.reg(ins.rs1)
+    addr = e.op(f"add i64 {a}, {ins.imm}")
+    if ins.name in _LOADS:
+        msize, ext = _LOADS[ins.name]
+        _region_check(e, "l", addr, msize, PERM_R, f"{lab}_in", side)
+        cache = "l"
+    else:
+        msize = _STORES[ins.name]
+        c = e.op(f"or i1 {e.op(f'icmp eq i64 {addr}, {UART_ADDR}')}, {e.op(f'icmp eq i64 {addr}, %tohost')}")
+        e.e(f"br i1 {c}, label %{side}, label %{lab}_notio")
+        e.label(f"{lab}_notio")
+        _region_check(e, "s", addr, msize, PERM_W, f"{lab}_in", side)
+        cache = "s"
+    base = e.load(cache + "base")
+    off = e.op(f"add i64 {e.load(cache + 'off')}, {e.op(f'sub i64 {addr}, {base}')}")
+    sh = e.op(f"and i64 {off}, 7")
+    if msize > 1:
+        fits = e.op(f"icmp ule i64 {e.op(f'add i64 {sh}, {msize}')}, 8")
+        e.e(f"br i1 {fits}, label %{lab}_fit, label %{side}")
+        e.label(f"{lab}_fit")
+    if ins.name in _LOADS:
+        if e.mode & REPLAY:
+            rp = e.load("rpos")
+            e.e(f"br i1 {e.op(f'icmp slt i64 {rp}, %rlen')}, label %{lab}_rd, label %{side}")
+            e.label(f"{lab}_rd")
+            w = e.op(f"load i64, i64* {e.elem('rbuf', rp)}")
+            e.store("rpos", e.op(f"add i64 {rp}, 1"))
+        else:
+            wp = e.op(f"getelementptr inbounds i8, i8* %mem, i64 {e.op(f'and i64 {off}, -8')}")
+            w = e.op(f"load i64, i64* {e.op(f'bitcast i8* {wp} to i64*')}, align 8")
+            if e.mode & REC_READS:
+                rp = e.load("rpos")
+                e.e(f"store i64 {w}, i64* {e.elem('rbuf', rp)}")
+                e.store("rpos", e.op(f"add i64 {rp}, 1"))
+        _log_op(e, addr, i, 0)
+        v = e.op(f"lshr i64 {w}, {e.op(f'shl i64 {sh}, 3')}")
+        if msize < 8:
+            bits = 8 * msize
+            v = e.op(f"{ext}ext i{bits} {e.op(f'trunc i64 {v} to i{bits}')} to i64")
+        e.set_reg(ins.rd, v)
+    else:
+        _log_op(e, addr, i, 1)
+        if not e.mode & REPLAY:
+            b = e.reg(ins.rs2)
+            bits = 8 * msize
+            v = b if msize == 8 else e.op(f"trunc i64 {b} to i{bits}")
+            p = e.op(f"getelementptr inbounds i8, i8* %mem, i64 {off}")
+            e.e(f"store i{bits} {v}, i{bits}* {e.op(f'bitcast i8* {p} to i{bits}*')}, align {msize}")
+
+
+_HEADER = """\
+define internal i64 @hf_find(i64 %addr, i64 %size, i64 %perm, i64* noalias %rtab, i64 %nreg) noinline cold {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%i1, %next]
+  %more = icmp slt i64 %i, %nreg
+  br i1 %more, label %body, label %none
+body:
+  %k = mul i64 %i, 4
+  %pb = getelementptr inbounds i64, i64* %rtab, i64 %k
+  %base = load i64, i64* %pb
+  %k1 = add i64 %k, 1
+  %ps = getelementptr inbounds i64, i64* %rtab, i64 %k1
+  %size1 = load i64, i64* %ps
+  %d = sub i64 %addr, %base
+  %lim = sub i64 %size1, %size
+  %c0 = icmp sge i64 %d, 0
+  %c1 = icmp sle i64 %d, %lim
+  %in = and i1 %c0, %c1
+  br i1 %in, label %found, label %next
+next:
+  %i1 = add i64 %i, 1
+  br label %loop
+found:
+  %k3 = add i64 %k, 3
+  %pp = getelementptr inbounds i64, i64* %rtab, i64 %k3
+  %p = load i64, i64* %pp
+  %has = and i64 %p, %perm
+  %ok = icmp eq i64 %has, %perm
+  %r = select i1 %ok, i64 %i, i64 -1
+  ret i64 %r
+none:
+  ret i64 -1
+}
+"""
+
+_STATE = ["step", "bstep", "xpc", "jpc", "rpos", "opos", "status", "lbase", "lsize", "loff", "sbase", "ssize",
+          "soff"]
+
+
+def emit_ir(blocks: list[Block], mode: int, tohost: int) -> str:
+    """The module text: ``i64 hf_run(regs, st, mem, rbuf, ctx, counts, rtab, obuf, hist)``."""
+    e = _Emitter(mode)
+    ncls = len(CLASSES)
+    heads = {b.pc for b in blocks}
+    e.out.append("define i64 @hf_run(i64* noalias %regs, i64* noalias %st, i8* noalias %mem, i64* noalias %rbuf, "
+                 "i64* noalias %ctx, i64* noalias %counts, i64* noalias %rtab, i64* noalias %obuf, "
+                 "i64* noalias %hist) nounwind {")
+    e.label("entry")
+    for r in range(1, 32):
+        e.e(f"%x{r} = alloca i64")
+    for v in _STATE + [f"c{c}" for c in range(ncls)]:
+        e.e(f"%{v} = alloca i64")
+    for r in range(1, 32):
+        e.store(f"x{r}", e.op(f"load i64, i64* {e.elem('regs', str(r))}"))
+    for c in range(ncls):
+        e.store(f"c{c}", e.op(f"load i64, i64* {e.elem('counts', str(c))}"))
+    e.e(f"%stop = load i64, i64* {e.elem('ctx', str(CTX_STOP))}")
+    e.e(f"%rlen = load i64, i64* {e.elem('ctx', str(CTX_RLEN))}")
+    e.e(f"%nreg = load i64, i64* {e.elem('ctx', str(CTX_NREG))}")
+    e.e(f"%tohost = load i64, i64* {e.elem('ctx', str(CTX_TOHOST))}")
+    e.store("rpos", e.op(f"load i64, i64* {e.elem('ctx', str(CTX_RPOS))}"))
+    e.store("opos", e.op(f"load i64, i64* {e.elem('ctx', str(CTX_OPOS))}"))
+    e.store("step", e.op(f"load i64, i64* {e.elem('st', '1')}"))
+    e.store("jpc", e.op(f"load i64, i64* {e.elem('st', '0')}"))
+    for v in ("lbase", "lsize", "loff", "sbase", "ssize", "soff"):
+        e.store(v, 0)
+    e.e("br label %dispatch")
+
+    e.label("dispatch")
+    t = e.load("jpc")
+    cases = " ".join(f"i64 {_i64(pc)}, label %H_{pc:x}" for pc in sorted(heads))
+    e.e(f"switch i64 {t}, label %miss [ {cases} ]")
+    e.label("miss")
+    e.store("xpc", e.load("jpc"))
+    e.store("status", N_MISS)
+    e.e("br label %exit")
+
+    def prefix(b: Block, i: int) -> list[int]:
+        k = [0] * ncls
+        for ins in b.insns[:i]:
+            k[ins.cls] += 1
+        return k
+
+    def goto(pc: int) -> str:
+        """The label a transfer to pc goes to (a miss exit if untranslated)."""
+        return f"H_{pc:x}" if pc in heads else f"M_{pc:x}"
+
+    misses: set[int] = set()          # transfers to an untranslated pc
+    falls: set[int] = set()           # fall-through into an untranslated instruction
+    for b in blocks:
+        n = len(b.insns)
+        # head: the whole block must fit before stop
+        e.label(f"H_{b.pc:x}")
+        s = e.load("step")
+        e.store("bstep", s)
+        fits = e.op(f"icmp sge i64 {e.op(f'sub i64 %stop, {s}')}, {n}")
+        e.e(f"br i1 {fits}, label %I_{b.pc:x}, label %S_{b.pc:x}")
+        e.label(f"S_{b.pc:x}")                       # does not fit: the interpreter runs up to stop
+        e.store("xpc", _i64(b.pc))
+        e.store("status", N_SHORT)
+        e.e("br label %exit")
+        for j, ins in enumerate(b.insns):
+            if ins.name not in _LOADS and ins.name not in _STORES:
+                continue
+            # a side exit before this instruction: the first j instructions are done
+            e.label(f"X_{ins.pc:x}")
+            e.store("xpc", _i64(ins.pc))
+            e.store("step", e.op(f"add i64 {e.load('bstep')}, {j}"))
+            for c, k in enumerate(prefix(b, j)):
+                e.add_to(f"c{c}", k)
+            e.store("status", N_SIDE)
+            e.e("br label %exit")
+        for j, ins in enumerate(b.insns):
+            lab = f"I_{ins.pc:x}"
+            e.label(lab)
+            side = f"X_{ins.pc:x}"
+            last = j == n - 1
+            term = None
+            if ins.name in _ALU:
+                e.set_reg(ins.rd, _alu(e, ins))
+            elif ins.name in _LOADS or ins.name in _STORES:
+                _memory(e, ins, j, lab, side)
+            elif ins.name in _BRANCHES:
+                c = e.op(f"icmp {_BRANCHES[ins.name]} i64 {e.reg(ins.rs1)}, {e.reg(ins.rs2)}")
+                term = ("br", c, ins.pc + ins.imm, ins.pc + ins.size)
+            elif ins.name == "jal":
+                e.set_reg(ins.rd, str(_i64(ins.pc + ins.size)))
+                term = ("jump", ins.pc + ins.imm)
+            elif ins.name == "jalr":
+                target = e.op(f"and i64 {e.op(f'add i64 {e.reg(ins.rs1)}, {ins.imm}')}, -2")
+                e.set_reg(ins.rd, str(_i64(ins.pc + ins.size)))
+                e.store("jpc", target)
+                term = ("indirect",)
+            if e.mode & LOG_PCS:
+                p = e.elem("hist", str(ins.hslot))
+                old = e.op(f"load i64, i64* {p}")
+                e.e(f"store i64 {e.op(f'add i64 {old}, 1')}, i64* {p}")
+            if not last:
+                e.e(f"br label %I_{b.insns[j + 1].pc:x}")
+                continue
+            # the block's end: its steps and counters, then where it goes
+            e.store("step", e.op(f"add i64 {e.load('bstep')}, {n}"))
+            for c, k in enumerate(prefix(b, n)):
+                e.add_to(f"c{c}", k)
+            if term is None:
+                nxt = ins.pc + ins.size
+                target = goto(nxt)
+                if target.startswith("M_"):          # untranslated: the interpreter runs it
+                    target = f"N_{nxt:x}"
+                    falls.add(nxt)
+                e.e(f"br label %{target}")
+            elif term[0] == "br":
+                for pc in term[2:]:
+                    if goto(pc).startswith("M_"):
+                        misses.add(pc)
+                e.e(f"br i1 {term[1]}, label %{goto(term[2])}, label %{goto(term[3])}")
+            elif term[0] == "jump":
+                if goto(term[1]).startswith("M_"):
+                    misses.add(term[1])
+                e.e(f"br label %{goto(term[1])}")
+            else:
+                e.e("br label %dispatch")
+    for kind, status, pcs in (("N", N_SIDE, falls), ("M", N_MISS, misses)):
+        for pc in sorted(pcs):
+            e.label(f"{kind}_{pc:x}")
+            e.store("xpc", _i64(pc))
+            e.store("status", status)
+            e.e("br label %exit")
+
+    e.label("exit")
+    for r in range(1, 32):
+        e.e(f"store i64 {e.load(f'x{r}')}, i64* {e.elem('regs', str(r))}")
+    for c in range(ncls):
+        e.e(f"store i64 {e.load(f'c{c}')}, i64* {e.elem('counts', str(c))}")
+    e.e(f"store i64 {e.load('xpc')}, i64* {e.elem('st', '0')}")
+    e.e(f"store i64 {e.load('step')}, i64* {e.elem('st', '1')}")
+    e.e(f"store i64 {e.load('rpos')}, i64* {e.elem('ctx', str(CTX_RPOS))}")
+    e.e(f"store i64 {e.load('opos')}, i64* {e.elem('ctx', str(CTX_OPOS))}")
+    e.e(f"ret i64 {e.load('status')}")
+    e.out.append("}")
+    return _HEADER + "\n".join(e.out) + "\n"
