@@ -19,9 +19,9 @@ ROOTS = {
     "hetflow.pipelines": "pipelines",
 }
 
-# Files a run needs at install time besides Python modules: schemas, shaders,
-# example manifests, guest programs with their sources and build files.
-DATA = ["*.json", "*.wgsl", "*.yaml", "*.yml", "*.npy", "*.npz", "*.safetensors", "*.elf",
+# Files a run needs at install time besides Python modules: schemas, shaders, the report page's
+# template, style sheet and script, example manifests, guest programs with their sources and build files.
+DATA = ["*.json", "*.html", "*.css", "*.js", "*.wgsl", "*.yaml", "*.yml", "*.npy", "*.npz", "*.safetensors", "*.elf",
         "*.c", "*.h", "*.S", "*.ld", "*.py", "*.ipynb", "*.md", "Makefile"]
 
 

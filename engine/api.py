@@ -167,10 +167,9 @@ class Plan:
 
     def to_svg(self) -> str:
         """The plan graph as SVG: Graphviz's layout where ``dot`` is installed, hetflow's own otherwise."""
-        from hetflow.engine import report
+        from hetflow.engine.report import graph
 
-        record = {"plan": self._data}
-        return report._svg_plan_graphviz(record) or report._svg_plan_builtin(record)
+        return graph.plan_svg({"plan": self._data})
 
     def _repr_svg_(self) -> str:
         return self.to_svg()

@@ -1,9 +1,11 @@
 """HTML run reports, generated from real runs: a success with bridges, a failing stage, a sweep, old records."""
 
 import doctest
+import importlib
 import io
 import json
 import os
+import pkgutil
 import re
 import shutil
 import struct
@@ -162,7 +164,7 @@ def test_outputs_show_stats_and_a_histogram_from_the_npy_files(runs):
     s = load_output(str(runs["runs"] / record["run_id"]), "s").astype(np.float64)
     row = text[text.index('data-output="s"'):text.index("</tr>", text.index('data-output="s"'))]
     for value in (s.min(), s.max(), s.mean()):
-        assert f'<td class="num">{report._fmt_num(value)}</td>' in row
+        assert f'<td class="num">{report.text._fmt_num(value)}</td>' in row
     assert "16×8" in row and "fp32" in row and record["outputs"]["s"]["digest"][:19] in row
     assert row.count("<rect") == 24  # the histogram's bins
     b_row = text[text.index('data-output="b"'):]
@@ -170,8 +172,9 @@ def test_outputs_show_stats_and_a_histogram_from_the_npy_files(runs):
 
 
 def test_docstring_examples():
-    result = doctest.testmod(report, optionflags=doctest.ELLIPSIS)
-    assert result.attempted >= 5 and result.failed == 0
+    modules = [report] + [importlib.import_module(f"{report.__name__}.{m.name}") for m in pkgutil.iter_modules(report.__path__)]
+    results = [doctest.testmod(m, optionflags=doctest.ELLIPSIS) for m in modules]
+    assert sum(r.attempted for r in results) >= 5 and sum(r.failed for r in results) == 0
 
 
 def test_output_stats_follow_numpy():
@@ -303,8 +306,8 @@ def test_sweep_report_has_a_row_per_point_and_plots_scalars_against_params(tmp_p
     assert by_low.count("<circle") == 4 and "n=4" in by_low and "n=8" in by_low
     for p in points:
         value = float(load_output(str(tmp_path / "runs" / p["run_id"]), "total"))
-        assert report._fmt_num(value) in text
-        assert f"total={report._fmt_num(value)}" in text
+        assert report.text._fmt_num(value) in text
+        assert f"total={report.text._fmt_num(value)}" in text
     out = io.StringIO()
     assert main(["report", "swept-sweep", "--runs-dir", str(tmp_path / "runs")], out, io.StringIO()) == 0
     assert (sweep_dir / "report.html").exists()
@@ -361,7 +364,7 @@ def test_lanes_per_worker_and_other_task_kinds(runs):
     chunk = dict(record["tasks"][0], kind="chunk", id="rv#0", executor="rv", worker="tcp://127.0.0.1:4000",
                  nodes=["trace"], bytes=4096)
     record["tasks"].append(chunk)
-    bars = report._bars(record)
+    bars = report.data._bars(record)
     assert {b.lane for b in bars} == {f"tcp://127.0.0.1:{port} · {executor}" for port in (4000, 4001)
                                       for executor in ("host", "accel")} | {"tcp://127.0.0.1:4000 · rv"}
     doc = Elements(report.render_run(str(runs["runs"] / record["run_id"]), record, graph="builtin"))
@@ -385,6 +388,6 @@ def test_report_of_a_sweep_that_hetflow_run_wrote(tmp_path):
     assert {(a["data-output"], a["data-param"]) for a in doc.having("svg", class_="sweep-plot")} == {("total", "n"), ("total", "low")}
     for p in summary["points"]:
         value = float(load_output(str(runs_dir / p["run_id"]), "total"))
-        assert f"total={report._fmt_num(value)}" in text
+        assert f"total={report.text._fmt_num(value)}" in text
     point = Elements(report.render(report.locate(summary["points"][0]["run_id"], str(runs_dir))))
     assert "swept[" in "".join(point.text)  # the run page names its matrix point

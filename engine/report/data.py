@@ -1,0 +1,230 @@
+"""What a report shows, computed from a run's record and outputs: no HTML here.
+
+The timeline's bars (:class:`Bar`, one per task of the record, packed into
+sub-rows by :func:`pack_lanes`), the plan as the report draws it (stages,
+emulator phases and bridges as one graph), each output's statistics
+(:func:`output_stats`), and a sweep's points with their scalar outputs.
+Every field of a record is read with a default, so records of an older
+``format``, or written by a run that crashed half way, still yield data.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+import networkx as nx
+import numpy as np
+
+from hetflow.engine.records import load_output
+
+__all__ = ["Bar", "pack_lanes", "output_stats"]
+
+_FAILED = ("failed", "timed out")
+
+
+def _parse_iso(text: Any) -> float | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return _dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One task on the timeline; times are seconds from the run's start."""
+
+    kind: str
+    id: str
+    lane: str
+    start: float
+    duration: float
+    status: str
+    task: Mapping[str, Any]
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+
+def _bars(record: Mapping[str, Any]) -> list[Bar]:
+    t0 = _parse_iso(record.get("started_at"))
+    workers = any(t.get("worker") for t in record.get("tasks") or [])
+    bars = []
+    for task in record.get("tasks") or []:
+        if not isinstance(task, Mapping):
+            continue
+        start = task.get("offset_s")
+        if start is None:
+            ts = _parse_iso(task.get("start"))
+            start = (ts - t0) if ts is not None and t0 is not None else 0.0
+        duration = task.get("duration_s")
+        if duration is None:
+            te, ts = _parse_iso(task.get("end")), _parse_iso(task.get("start"))
+            duration = (te - ts) if te is not None and ts is not None else 0.0
+        executor = task.get("executor") or task.get("emulator") or "engine"
+        lane = f"{task.get('worker')} · {executor}" if workers and task.get("worker") else str(executor)
+        bars.append(Bar(str(task.get("kind", "task")), str(task.get("id", "?")), lane, max(0.0, float(start)),
+                        max(0.0, float(duration)), str(task.get("status", "unknown")), task))
+    return bars
+
+
+def pack_lanes(bars: Iterable[Bar]) -> dict[str, list[list[Bar]]]:
+    """Bars per lane, packed into sub-rows where they overlap in time.
+
+    >>> a = Bar("partition", "p0", "host", 0.0, 2.0, "succeeded", {})
+    >>> b = Bar("partition", "p1", "host", 1.0, 2.0, "succeeded", {})
+    >>> c = Bar("partition", "p2", "host", 2.5, 1.0, "succeeded", {})
+    >>> [[x.id for x in row] for row in pack_lanes([a, b, c])["host"]]
+    [['p0', 'p2'], ['p1']]
+    """
+    lanes: dict[str, list[list[Bar]]] = {}
+    for bar in sorted(bars, key=lambda b: (b.start, b.end)):
+        rows = lanes.setdefault(bar.lane, [])
+        for row in rows:
+            if row[-1].end <= bar.start + 1e-9:
+                row.append(bar)
+                break
+        else:
+            rows.append([bar])
+    return lanes
+
+
+def _phase_target(p: Mapping[str, Any]) -> str:
+    return p.get("target") or f"emulator:{p.get('emulator')}"
+
+
+def _plan_graph(plan: Mapping[str, Any]) -> nx.DiGraph:
+    """The plan's graph as the report draws it: stages, emulator phases (on their emulator) and bridges."""
+    g = nx.DiGraph()
+    phases = plan.get("phases") or {}
+    for pid, p in phases.items():
+        g.add_node(f"n:{pid}", kind="phase", id=pid, executor=_phase_target(p), data=p)
+    nodes = plan.get("nodes") or {}
+    for nid, n in nodes.items():
+        g.add_node(f"n:{nid}", kind="stage", id=nid, executor=n.get("executor"), data=n)
+    bridges = {(b.get("tensor"), b.get("destination")): b for b in plan.get("bridges") or []}
+    for b in bridges.values():
+        g.add_node(f"b:{b.get('id')}", kind="bridge", id=b.get("id"), executor=b.get("source"), data=b)
+    for pid, p in phases.items():
+        for src in p.get("inputs") or []:
+            if src in phases:
+                g.add_edge(f"n:{src}", f"n:{pid}")
+    for nid, n in nodes.items():
+        for src in n.get("inputs") or []:
+            if src in phases:
+                bridge = bridges.get((src, n.get("executor")))
+                if bridge is not None:
+                    g.add_edge(f"n:{src}", f"b:{bridge.get('id')}")
+                    g.add_edge(f"b:{bridge.get('id')}", f"n:{nid}")
+                continue
+            if src not in nodes:
+                continue
+            bridge = bridges.get((src, n.get("executor")))
+            if nodes[src].get("executor") != n.get("executor") and bridge is not None:
+                g.add_edge(f"n:{src}", f"b:{bridge.get('id')}")
+                g.add_edge(f"b:{bridge.get('id')}", f"n:{nid}")
+            else:
+                g.add_edge(f"n:{src}", f"n:{nid}")
+    return g
+
+
+def _status_of_bridges(record: Mapping[str, Any]) -> dict[str, str]:
+    status: dict[str, str] = {}
+    for t in record.get("tasks") or []:
+        if t.get("kind") in ("export", "import"):
+            prev = status.get(t.get("id"))
+            if t.get("status") == "failed" or prev is None:
+                status[t.get("id")] = t.get("status", "unknown")
+    return status
+
+
+def output_stats(array: np.ndarray, bins: int = 24) -> dict[str, Any]:
+    """min/max/mean over the finite values and a histogram of them.
+
+    >>> s = output_stats(np.array([1.0, 2.0, 3.0, np.nan], dtype=np.float32), bins=2)
+    >>> s["min"], s["max"], s["mean"], s["nonfinite"], s["counts"]
+    (1.0, 3.0, 2.0, 1, [1, 2])
+    """
+    values = np.asarray(array).astype(np.float64).ravel()
+    finite = values[np.isfinite(values)]
+    out: dict[str, Any] = {"size": int(values.size), "nonfinite": int(values.size - finite.size),
+                           "min": None, "max": None, "mean": None, "counts": [], "edges": []}
+    if finite.size:
+        lo, hi = float(finite.min()), float(finite.max())
+        out.update(min=lo, max=hi, mean=float(finite.mean()))
+        if finite.size > 1:
+            counts, edges = np.histogram(finite, bins=bins if hi > lo else 1)
+            out.update(counts=[int(c) for c in counts], edges=[float(x) for x in edges])
+    return out
+
+
+def _point_record(sweep_dir: str, runs_dir: str, point: Mapping[str, Any]) -> tuple[str | None, dict | None]:
+    candidates = []
+    if point.get("record"):
+        path = str(point["record"])
+        # relative to the sweep folder, or to the runs folder that holds it (what ``hetflow run`` writes)
+        candidates += [path] if os.path.isabs(path) else [os.path.join(sweep_dir, path), os.path.join(runs_dir, path),
+                                                          os.path.join(os.path.dirname(os.path.abspath(sweep_dir)), path)]
+    if point.get("run_id"):
+        rid = str(point["run_id"])
+        candidates += [os.path.join(sweep_dir, rid, "record.json"), os.path.join(os.path.dirname(os.path.abspath(sweep_dir)), rid, "record.json"),
+                       os.path.join(runs_dir, rid, "record.json")]
+    for path in candidates:
+        if os.path.isfile(path):
+            try:
+                with open(path, encoding="utf-8") as f:
+                    return os.path.dirname(path), json.load(f)
+            except (OSError, json.JSONDecodeError):
+                return os.path.dirname(path), None
+    return None, None
+
+
+def _point_values(matrix_point: Any) -> dict:
+    """The param values of a record's ``matrix_point``: ``{"name", "values"}`` or a plain mapping."""
+    if not isinstance(matrix_point, Mapping):
+        return {}
+    values = matrix_point.get("values")
+    return dict(values) if isinstance(values, Mapping) else {k: v for k, v in matrix_point.items() if k != "name"}
+
+
+def _scalar(run_dir: str, name: str, entry: Mapping[str, Any]) -> float | None:
+    shape = entry.get("shape")
+    if shape is None or math.prod(shape) != 1:
+        return None
+    try:
+        value = float(np.asarray(load_output(run_dir, name)).astype(np.float64).ravel()[0])
+    except Exception:  # noqa: BLE001 - an unreadable output is a gap in the plot, not a broken report
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _sweep_points(sweep_dir: str, sweep: Mapping[str, Any], runs_dir: str) -> list[dict]:
+    points = []
+    for p in sweep.get("points") or []:
+        if not isinstance(p, Mapping):
+            continue
+        run_dir, record = _point_record(sweep_dir, runs_dir, p)
+        params = p.get("params") or p.get("values") or _point_values((record or {}).get("matrix_point"))
+        scalars, digests = {}, {}
+        for name, entry in ((record or {}).get("outputs") or {}).items():
+            digests[name] = entry.get("digest")
+            value = _scalar(run_dir, name, entry) if run_dir else None
+            if value is not None:
+                scalars[name] = value
+        points.append({"name": p.get("name") or p.get("run_id") or "?", "params": dict(params),
+                       "run_id": p.get("run_id") or (record or {}).get("run_id"),
+                       "status": (record or {}).get("status") or p.get("status") or "missing",
+                       "duration_s": (record or {}).get("duration_s"), "scalars": scalars, "digests": digests,
+                       "error": ((record or {}).get("error") or {}).get("message") or p.get("error")})
+    return points
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

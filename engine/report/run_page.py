@@ -1,0 +1,351 @@
+"""The report page of one run: a section per part of the record, each a function to an HTML fragment.
+
+Sections: the header (identity, params, versions, inventory), the plan
+(graph, bridges), the timeline (a lane per executor or worker, bars packed
+into sub-rows, a dashed line from each bridge's export to its import), the
+outputs (statistics and a histogram each) and the failures. A section that
+has nothing to show says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Mapping
+
+from hetflow.engine.errors import UsageError
+from hetflow.engine.planner import human_bytes
+from hetflow.engine.records import RECORD_FORMAT, load_output
+from hetflow.engine.report.data import _FAILED, Bar, _bars, _phase_target, _point_values, output_stats, pack_lanes
+from hetflow.engine.report.graph import _svg_plan_builtin, _svg_plan_graphviz
+from hetflow.engine.report.page import _kv_table, _page, _section, _status_badge
+from hetflow.engine.report.text import (_EMULATOR_COLOUR, _KIND_COLOURS, _PALETTE, _bytes, _e, _executor_colour, _fit,
+                                        _fmt_num, _fmt_seconds, _nice_step, _shape_text)
+
+__all__ = ["GRAPH_MODES", "render_run"]
+
+GRAPH_MODES = ("auto", "graphviz", "builtin")
+
+
+def render_run(run_dir: str, record: Mapping[str, Any], *, graph: str = "auto") -> str:
+    """The report page of one run, from its folder and record."""
+    if graph not in GRAPH_MODES:
+        raise UsageError(f"graph layout must be one of {', '.join(GRAPH_MODES)}, got {graph!r}")
+    manifest = record.get("manifest") or {}
+    title = f"{manifest.get('name') or 'run'} · {record.get('run_id', '')} · hetflow report"
+    nav = [("plan", "Plan"), ("timeline", "Timeline"), ("outputs", "Outputs"), ("failures", "Failures")]
+    body = (_section_header(record) + _section_plan(record, graph) + _section_timeline(record)
+            + _section_outputs(run_dir, record) + _section_failures(record))
+    return _page(title, nav, body)
+
+
+def _section_header(record: Mapping[str, Any]) -> str:
+    manifest = record.get("manifest") or {}
+    name = manifest.get("name") or (record.get("plan") or {}).get("name") or "run"
+    fmt = record.get("format")
+    notes = []
+    if fmt is None or (isinstance(fmt, int) and fmt < RECORD_FORMAT):
+        notes.append(f"record format {fmt if fmt is not None else 'unknown'} (older than {RECORD_FORMAT}): "
+                     "fields it lacks are shown as absent")
+    elif isinstance(fmt, int) and fmt > RECORD_FORMAT:
+        notes.append(f"record format {fmt} is newer than this hetflow reads ({RECORD_FORMAT}): shown as far as known")
+    inventory = record.get("inventory") or []
+    inv_rows = "".join(
+        f'<tr><td>{_e(o.get("vendor"))}</td><td>{"✓ available" if o.get("available") else "unavailable"}</td>'
+        f'<td>{_e(o.get("reason"))}</td><td>{_e(", ".join(d.get("display_name", "") + " (" + d.get("bus_address", "") + ")" for d in o.get("devices") or []))}</td>'
+        f'<td>{_e(", ".join(o.get("dtypes") or []))}</td></tr>' for o in inventory if isinstance(o, Mapping))
+    versions = record.get("versions") or {}
+    version_text = " · ".join(f"{k} {v}" for k, v in versions.items() if v and k in ("hetflow", "python", "numpy", "dask", "distributed", "cupy"))
+    scheduler = record.get("scheduler") or {}
+    facts = [
+        ("run id", f'<code>{_e(record.get("run_id"))}</code>'),
+        ("manifest", f'<code>{_e(manifest.get("file"))}</code>'),
+        ("digest", f'<code>{_e(manifest.get("digest") or (record.get("plan") or {}).get("manifest_digest"))}</code>'),
+        ("started", f'<time data-utc="{_e(record.get("started_at"))}">{_e(record.get("started_at"))}</time>'),
+        ("duration", _e(_fmt_seconds(record.get("duration_s")))),
+        ("scheduler", _e(", ".join(f"{k} {v}" if k != "kind" else str(v) for k, v in scheduler.items()) or "—")),
+        ("versions", _e(version_text or "—")),
+    ]
+    live = record.get("live_activations_after")
+    if isinstance(live, Mapping):
+        facts.append(("live activations after", _e(", ".join(f"{k} {v}" for k, v in live.items()) or "—")))
+    grid = "".join(f'<div class="fact"><div class="k">{k}</div><div class="v">{v}</div></div>' for k, v in facts)
+    body = (f'<header class="top"><div class="title"><h1>{_e(name)}</h1>{_status_badge(record.get("status", "unknown"))}'
+            f'</div><div class="facts">{grid}</div>'
+            + "".join(f'<p class="note">{_e(n)}</p>' for n in notes)
+            + '<div class="cols"><div><h3>params</h3>' + _kv_table(record.get("params") or {})
+            + '</div><div><h3>overrides</h3>' + _kv_table(record.get("overrides") or {})
+            + '</div><div><h3>matrix point</h3>' + _matrix_point(record.get("matrix_point")) + "</div></div>"
+            + ('<details><summary>executor inventory of the machine</summary><table class="grid"><thead><tr><th>vendor</th>'
+               '<th>state</th><th>reason</th><th>devices</th><th>dtypes</th></tr></thead><tbody>'
+               + inv_rows + "</tbody></table></details>" if inv_rows else "")
+            + "</header>")
+    return body
+
+
+def _matrix_point(point: Any) -> str:
+    if not point:
+        return '<span class="muted">not a sweep point</span>'
+    name = f'<div><code>{_e(point.get("name"))}</code></div>' if isinstance(point, Mapping) and point.get("name") else ""
+    return name + _kv_table(_point_values(point))
+
+
+def _section_plan(record: Mapping[str, Any], graph: str) -> str:
+    plan = record.get("plan")
+    if not plan or not (plan.get("nodes") or plan.get("phases")):
+        return _section("plan", "Plan", '<p class="muted">This record has no plan.</p>')
+    svg = None
+    note = ""
+    if graph in ("auto", "graphviz"):
+        svg = _svg_plan_graphviz(record)
+        if svg is None and graph == "graphviz":
+            note = '<p class="muted">Graphviz was asked for but <code>dot</code> is not available or failed; ' \
+                   'this is hetflow\'s own layout.</p>'
+    if svg is None:
+        svg = _svg_plan_builtin(record)
+    totals = plan.get("totals") or {}
+    bridges = plan.get("bridges") or []
+    phases = plan.get("phases") or {}
+    on_emulators = (f'; {len(phases)} emulator phases on {len({_phase_target(p) for p in phases.values()})} '
+                    f'emulator{"s" if len({_phase_target(p) for p in phases.values()}) != 1 else ""}') if phases else ""
+    summary = (f'<p class="lede">{len(plan.get("nodes") or {})} stages in {len(plan.get("partitions") or [])} '
+               f'partitions on {len(plan.get("executors") or {})} executors{on_emulators}; {len(bridges)} '
+               f'{"bridge carries" if len(bridges) == 1 else "bridges carry"} '
+               f'{"at most " if totals.get("bytes_bridged_bound") else ""}'
+               f'{_e(human_bytes(totals.get("bytes_bridged", sum(b.get("bytes") or 0 for b in bridges))))}.</p>')
+    rows = "".join(
+        f'<tr><td><code>{_e(b.get("id"))}</code></td><td>{_e(b.get("tensor"))}</td><td>{_e(b.get("source"))} → '
+        f'{_e(b.get("destination"))}</td><td class="num">{_e(_bytes(b))}</td>'
+        f'<td>{_e(", ".join(b.get("consumers") or []))}</td><td class="num">{_e(_bridge_cost(record, b.get("id")))}</td></tr>'
+        for b in bridges)
+    table = ('<table class="grid"><thead><tr><th>bridge</th><th>tensor</th><th>from → to</th><th>bytes</th>'
+             f'<th>consumers</th><th>export + import</th></tr></thead><tbody>{rows}</tbody></table>') if bridges else ""
+    legend = ('<p class="legend"><span class="sw sw-stage"></span>stage '
+              + ('<span class="sw sw-phase"></span>emulator phase ' if plan.get("phases") else "")
+              + '<span class="sw sw-bridge"></span>bridge '
+              '<span class="sw sw-failed"></span>failed <span class="sw sw-notrun"></span>not run</p>')
+    return _section("plan", "Plan", summary + note + legend + f'<div class="scroll graph-wrap">{svg}</div>' + table)
+
+
+def _bridge_cost(record: Mapping[str, Any], bridge_id: str) -> str:
+    times = [t.get("duration_s") or 0.0 for t in record.get("tasks") or []
+             if t.get("id") == bridge_id and t.get("kind") in ("export", "import")]
+    return _fmt_seconds(sum(times)) if times else "—"
+
+
+def _section_timeline(record: Mapping[str, Any]) -> str:
+    bars = _bars(record)
+    if not bars:
+        return _section("timeline", "Timeline", '<p class="muted">This record has no task timings.</p>')
+    names = list(((record.get("plan") or {}).get("executors") or {}).keys())
+    lanes = pack_lanes(bars)
+    lane_order = sorted(lanes, key=lambda lane: (lane.split(" · ")[-1] not in names,
+                                                 names.index(lane.split(" · ")[-1]) if lane.split(" · ")[-1] in names else 0,
+                                                 lane))
+    last = max([b.end for b in bars] + [record.get("duration_s") or 0.0])
+    first = min(b.start for b in bars)
+    # start-up (record, executors, lowering) can dwarf the tasks; the axis then starts at the first task
+    origin = first if first > 0.05 * last else 0.0
+    span = (last - origin) or 1e-3
+    step = _nice_step(span)
+    unit, scale = ("ms", 1e3) if span < 2 else ("s", 1.0)
+    label_w, plot_w, row_h, bar_h, axis_h = 190, 900, 24, 18, 28
+    width = label_w + plot_w + 20
+    heights = [len(lanes[lane]) * row_h + 12 for lane in lane_order]
+    height = axis_h + sum(heights) + 10
+
+    def x_of(t: float) -> float:
+        return label_w + plot_w * (t - origin) / span
+
+    parts = [f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+             f'{_fit(width)} role="img" aria-label="timeline">']
+    tick = 0.0
+    while tick <= span * 1.0001:
+        x = x_of(origin + tick)
+        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{axis_h - 6}" y2="{height - 6}" class="tick"/>'
+                     f'<text x="{x:.1f}" y="{axis_h - 10}" class="ticklabel" text-anchor="middle">'
+                     f'{tick * scale:.{max(0, -math.floor(math.log10(step * scale)) if step * scale < 1 else 0)}f} {unit}</text>')
+        tick += step
+    y = axis_h
+    centre: dict[tuple[str, str], tuple[float, float, float]] = {}
+    for lane, h in zip(lane_order, heights):
+        executor = lane.split(" · ")[-1]
+        colour = _executor_colour(names, executor)
+        parts.append(f'<g class="lane" data-lane="{_e(lane)}"><rect x="0" y="{y}" width="{width}" height="{h}" '
+                     f'class="lane-bg"/><rect x="0" y="{y}" width="4" height="{h}" fill="{colour}"/>'
+                     f'<text x="12" y="{y + 17}" class="lane-label">{_e(lane)}</text>'
+                     f'<text x="12" y="{y + 31}" class="lane-sub">{sum(len(r) for r in lanes[lane])} tasks</text></g>')
+        for r, row in enumerate(lanes[lane]):
+            top = y + 6 + r * row_h
+            for bar in row:
+                x0 = x_of(bar.start)
+                w = max(2.5, plot_w * bar.duration / span)
+                t = bar.task
+                details = [f"{bar.kind} {bar.id}", f"lane {lane}", f"status {bar.status}",
+                           f"start +{_fmt_seconds(bar.start)}", f"duration {_fmt_seconds(bar.duration)}"]
+                if t.get("nodes"):
+                    details.append("nodes " + ", ".join(map(str, t["nodes"])))
+                if t.get("bytes") is not None:
+                    details.append(f"bytes {human_bytes(t['bytes'])} ({t['bytes']} B)")
+                if t.get("thread"):
+                    details.append(f"thread {t['thread']}")
+                if t.get("worker"):
+                    details.append(f"worker {t['worker']}")
+                if t.get("attempt") is not None or t.get("attempts") is not None:
+                    details.append(f"attempt {t.get('attempt', t.get('attempts'))}")
+                if t.get("cached"):
+                    details.append("cached: outputs taken from the cache, not recomputed")
+                if t.get("timed_out"):
+                    details.append("timed out")
+                if t.get("error"):
+                    details.append(f"error {t['error']}")
+                tip = "\n".join(details)
+                cls = f"bar kind-{_e(bar.kind)} status-{_e(bar.status.replace(' ', '-'))}" + (" cached" if t.get("cached") else "")
+                parts.append(f'<g class="{cls}" data-kind="{_e(bar.kind)}" data-id="{_e(bar.id)}" data-tip="{_e(tip)}">'
+                             f'<title>{_e(tip)}</title><rect x="{x0:.2f}" y="{top}" width="{w:.2f}" height="{bar_h}" '
+                             f'rx="3" fill="{_bar_colour(bar, names)}"/>')
+                if w > 8 * len(bar.id) + 10:
+                    parts.append(f'<text x="{x0 + 5:.1f}" y="{top + 13}" class="barlabel">{_e(bar.id)}</text>')
+                parts.append("</g>")
+                centre[(bar.kind, bar.id)] = (x0, x0 + w, top + bar_h / 2)
+        y += h
+    for (kind, bid), (_, x_end, y_exp) in centre.items():
+        if kind == "export" and ("import", bid) in centre:
+            x_imp, _, y_imp = centre[("import", bid)]
+            parts.append(f'<path class="hop" d="M{x_end:.1f},{y_exp:.1f} L{max(x_imp, x_end):.1f},{y_imp:.1f}"/>')
+    parts.append("</svg>")
+    kinds = sorted({b.kind for b in bars}, key=lambda k: (k not in _KIND_COLOURS, list(_KIND_COLOURS).index(k)
+                                                          if k in _KIND_COLOURS else 0, k))
+    legend = " ".join(
+        f'<span class="sw" style="background:{_KIND_COLOURS.get(k) or (_PALETTE[0] if k == "partition" else _EMULATOR_COLOUR)}">'
+        f'</span>{_e(k)}' for k in kinds)
+    busy = {}
+    for b in bars:
+        busy[b.lane] = busy.get(b.lane, 0.0) + b.duration
+    axis = (f"The axis starts at the first task, {_fmt_seconds(origin)} after the run started (run record, "
+            "executors, lowering); hover a bar for its offset from the run's start." if origin else
+            "The axis starts when the run started.")
+    lede = (f'<p class="lede">{len(bars)} tasks on {len(lanes)} lanes over {_fmt_seconds(span)}: '
+            + "; ".join(f"{_e(lane)} busy {_fmt_seconds(busy[lane])}" for lane in lane_order)
+            + f'.</p><p class="muted">{_e(axis)}</p>')
+    return _section("timeline", "Timeline", lede + f'<p class="legend">{legend} <span class="sw sw-failed"></span>failed '
+                    f'— partitions take their executor\'s colour; the dashed line is a bridge hop</p>'
+                    f'<div class="scroll">{"".join(parts)}</div>' + _task_table(bars))
+
+
+def _bar_colour(bar: Bar, names: list[str]) -> str:
+    if bar.kind == "partition":
+        return _executor_colour(names, bar.task.get("executor"))
+    return _KIND_COLOURS.get(bar.kind) or _EMULATOR_COLOUR
+
+
+def _task_table(bars: list[Bar]) -> str:
+    rows = "".join(
+        f'<tr class="task status-{_e(b.status.replace(" ", "-"))}"><td>{_e(b.kind)}</td><td><code>{_e(b.id)}</code></td>'
+        f'<td>{_e(b.lane)}</td><td class="num">+{_e(_fmt_seconds(b.start))}</td><td class="num">{_e(_fmt_seconds(b.duration))}</td>'
+        f'<td class="num">{_e(human_bytes(b.task["bytes"]) if b.task.get("bytes") is not None else "")}</td>'
+        f'<td>{_e(", ".join(map(str, b.task.get("nodes") or [])))}</td><td>{_status_badge(b.status)}</td></tr>'
+        for b in sorted(bars, key=lambda b: b.start))
+    return ('<details><summary>every task, in start order</summary><table class="grid"><thead><tr><th>kind</th><th>id</th>'
+            '<th>lane</th><th>start</th><th>duration</th><th>bytes</th><th>nodes</th><th>status</th></tr></thead>'
+            f'<tbody>{rows}</tbody></table></details>')
+
+
+def _section_outputs(run_dir: str, record: Mapping[str, Any]) -> str:
+    outputs = record.get("outputs") or {}
+    if not outputs:
+        declared = ((record.get("plan") or {}).get("outputs") or {})
+        why = " because the run failed" if record.get("status") == "failed" else ""
+        listed = f' (declared: {_e(", ".join(declared))})' if declared else ""
+        return _section("outputs", "Outputs", f'<p class="muted">No outputs were written{why}{listed}.</p>')
+    rows = []
+    for name, o in outputs.items():
+        shape = o.get("shape")
+        if "value" in o and "file" not in o:
+            # an emulator phase's data field (steps, exit_code, ...): its value is in the record itself
+            text = json.dumps(o["value"])
+            shown = text if len(text) <= 160 else text[:157] + "..."
+            digest = str(o.get("digest", ""))
+            rows.append(f'<tr class="output" data-output="{_e(name)}"><td><b>{_e(name)}</b>'
+                        f'<div class="muted">{_e(o.get("phase", ""))}.{_e(o.get("field", ""))}</div></td>'
+                        f'<td colspan="3">value</td><td><code title="{_e(digest)}">{_e(digest[:19])}…</code></td>'
+                        f'<td colspan="4"><code>{_e(shown)}</code></td></tr>')
+            continue
+        try:
+            array = load_output(run_dir, name)
+            stats = output_stats(array)
+            problem = ""
+        except Exception as e:  # noqa: BLE001 - a missing or damaged .npy is shown, not fatal to the report
+            stats, problem = {}, f"not readable: {type(e).__name__}: {e}"
+        if problem:
+            cells = f'<td colspan="4" class="bad">{_e(problem)}</td>'
+        else:
+            nonfinite = f' <span class="warn">{stats["nonfinite"]} non-finite</span>' if stats.get("nonfinite") else ""
+            cells = (f'<td class="num">{_e(_fmt_num(stats.get("min")))}</td><td class="num">{_e(_fmt_num(stats.get("max")))}</td>'
+                     f'<td class="num">{_e(_fmt_num(stats.get("mean")))}{nonfinite}</td><td>{_histogram_svg(stats)}</td>')
+        digest = str(o.get("digest", ""))
+        rows.append(f'<tr class="output" data-output="{_e(name)}"><td><b>{_e(name)}</b><div class="muted">{_e(o.get("tensor", ""))}</div></td>'
+                    f'<td>{_e(_shape_text(shape))}</td>'
+                    f'<td>{_e(o.get("dtype"))}</td><td class="num">{_e(human_bytes(o.get("bytes")))}</td>'
+                    f'<td><code title="{_e(digest)}">{_e(digest[:19])}…</code></td>{cells}</tr>')
+    table = ('<table class="grid"><thead><tr><th>output</th><th>shape</th><th>dtype</th><th>bytes</th><th>digest</th>'
+             '<th>min</th><th>max</th><th>mean</th><th>histogram</th></tr></thead><tbody>' + "".join(rows) + "</tbody></table>")
+    return _section("outputs", "Outputs", table)
+
+
+def _histogram_svg(stats: Mapping[str, Any]) -> str:
+    counts = stats.get("counts") or []
+    if not counts:
+        return ""
+    w, h = 168, 40
+    peak = max(counts) or 1
+    bw = w / len(counts)
+    bars = "".join(
+        f'<rect x="{i * bw:.2f}" y="{h - (h - 2) * c / peak:.2f}" width="{max(bw - 1, 1):.2f}" '
+        f'height="{(h - 2) * c / peak:.2f}"><title>[{_fmt_num(stats["edges"][i])}, {_fmt_num(stats["edges"][i + 1])}): '
+        f'{c}</title></rect>' for i, c in enumerate(counts))
+    return f'<svg class="hist" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}">{bars}</svg>'
+
+
+def _section_failures(record: Mapping[str, Any]) -> str:
+    nodes = record.get("nodes") or {}
+    plan_nodes = (record.get("plan") or {}).get("nodes") or {}
+    error = record.get("error") or {}
+    failed = [n for n, v in nodes.items() if (v or {}).get("status") in _FAILED]
+    skipped = [n for n, v in nodes.items() if (v or {}).get("status") in ("cancelled", "not run")]
+    if not failed and not error:
+        if record.get("status") == "running":
+            return _section("failures", "Failures", '<p class="muted">The run has not finished (or crashed before '
+                            'writing its final record).</p>')
+        return _section("failures", "Failures", '<p class="ok-text">No stage failed.</p>')
+    cards = []
+    for n in failed or [error.get("node") or error.get("partition") or "run"]:
+        entry = nodes.get(n) or {}
+        origin = (error.get("origin") if error.get("node") == n else None) or (plan_nodes.get(n) or {}).get("origin")
+        message = entry.get("error") or error.get("message") or "failed"
+        tasks = [t for t in record.get("tasks") or [] if t.get("id") == entry.get("partition") or t.get("node") == n]
+        attempts = entry.get("attempts") or max((t.get("attempt") or 0 for t in tasks), default=0) or max(1, len(tasks))
+        cards.append(
+            f'<div class="failure" data-stage="{_e(n)}"><h3>✗ {_e(n)}</h3><dl>'
+            f'<dt>stage</dt><dd><code>{_e(n)}</code> ({_e((plan_nodes.get(n) or {}).get("op", "?"))}) in partition '
+            f'{_e(entry.get("partition", error.get("partition")))} on {_e(entry.get("executor", "?"))}</dd>'
+            f'<dt>error</dt><dd><pre>{_e(message)}</pre></dd>'
+            f'<dt>attempts</dt><dd>{_e(attempts)}</dd>'
+            f'<dt>manifest</dt><dd><code class="origin">{_e(_file_line(origin))}</code></dd></dl>'
+            + (f'<details><summary>traceback</summary><pre>{_e(error["traceback"])}</pre></details>'
+               if error.get("traceback") else "") + "</div>")
+    if skipped:
+        cards.append(f'<p class="muted">Not run because of the failure: {_e(", ".join(skipped))}.</p>')
+    return _section("failures", "Failures", "".join(cards))
+
+
+def _file_line(origin: Any) -> str:
+    """``FILE:LINE`` of a ``FILE:LINE:COL`` origin (what an editor jumps to), unknown when absent.
+
+    >>> _file_line("/p/m.yaml:10:3"), _file_line(None)
+    ('/p/m.yaml:10', 'unknown')
+    """
+    if not origin:
+        return "unknown"
+    parts = str(origin).rsplit(":", 2)
+    return f"{parts[0]}:{parts[1]}" if len(parts) == 3 and parts[1].isdigit() else str(origin)
