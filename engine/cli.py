@@ -137,9 +137,11 @@ def _parser() -> argparse.ArgumentParser:
 
     em = sub.add_parser("emulate", help="run one RISC-V guest program directly")
     em.add_argument("elf", metavar="ELF")
-    em.add_argument("--backend", choices=["fast", "reference"], default="fast")
+    em.add_argument("--backend", choices=["fast", "reference", "native"], default="fast",
+                    help="fast (the numba interpreter), native (the guest's code translated to host code with LLVM, "
+                         "cached on disk per program) or reference (plain Python); identical results")
     em.add_argument("--no-interpreter-start", dest="interpreter_start", action="store_false",
-                    help=f"run on the fast backend from the first step (by default a guest first gets "
+                    help=f"run on the fast or native backend from the first step (by default a guest first gets "
                          f"{INTERPRETER_START_STEPS:,} steps in the reference interpreter, which spares a short guest "
                          "the fast backend's start-up)")
     em.add_argument("--input", metavar="FILE", help="bytes mapped at the guest's input address ('-' reads stdin)")
@@ -681,7 +683,7 @@ def _cmd_emulate(args: argparse.Namespace, out, err) -> int:
     t0 = time.perf_counter()
     try:
         result = None
-        if args.backend == "fast" and args.interpreter_start:
+        if args.backend in ("fast", "native") and args.interpreter_start:
             budget = min(args.max_steps, INTERPRETER_START_STEPS)
             try:
                 result = execute(program, backend="reference", input=data, chunk_steps=args.chunk_steps,
@@ -694,6 +696,10 @@ def _cmd_emulate(args: argparse.Namespace, out, err) -> int:
             if args.backend == "fast":
                 from hetflow.executors.emulator import fast
                 fast.warm_up()                 # steps/s measures the run, not numba's compile
+                t0 = time.perf_counter()
+            elif args.backend == "native":
+                from hetflow.executors.emulator import native    # llvmlite loads only here
+                native.warm_up()
                 t0 = time.perf_counter()
             result = execute(program, backend=args.backend, input=data, chunk_steps=args.chunk_steps,
                              max_steps=args.max_steps, runners=False)
@@ -716,7 +722,9 @@ def _cmd_emulate(args: argparse.Namespace, out, err) -> int:
                           "steps": result.steps, "exit_code": result.exit_code, "end_reason": result.end_reason,
                           "pub_outs": [v for _, v in result.pub_outs], "stdout": text,
                           "chunks": len(result.min_traces), "chunk_steps": args.chunk_steps,
-                          "counters": result.counters.totals(), "elapsed_s": elapsed, "steps_per_s": rate}), file=out)
+                          "counters": result.counters.totals(), "elapsed_s": elapsed, "steps_per_s": rate,
+                          **({"translation": result.extra["translation"]} if "translation" in result.extra else {})}),
+              file=out)
     else:
         how = {"exit": "exit ecall", "tohost": "tohost write"}.get(result.end_reason, result.end_reason)
         print(f"{args.elf}: exit code {result.exit_code} ({how}) after {result.steps} steps, "
@@ -724,6 +732,10 @@ def _cmd_emulate(args: argparse.Namespace, out, err) -> int:
               f"{args.backend} backend" + ("" if ran_on == args.backend else
                                           f"; it ended within the first {INTERPRETER_START_STEPS:,} steps, run by the "
                                           f"{ran_on} interpreter") + ")", file=out)
+        tr = result.extra.get("translation")
+        if tr:
+            print(f"translation: {tr['blocks']} blocks, {tr['instructions']} instructions, {tr['seconds']:.3f} s "
+                  f"({'loaded from the cache' if tr['cached'] else 'compiled and cached'}; included above)", file=out)
         nonzero = [(i, v) for i, v in result.pub_outs if v]
         if nonzero:
             print("public outputs: " + " ".join(f"[{i}]={v:#010x}" for i, v in nonzero), file=out)
