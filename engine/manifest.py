@@ -1,34 +1,31 @@
-"""Manifest passes: load, validate, resolve.
+"""Manifest passes: load, resolve, validate.
 
-``load`` parses YAML with PyYAML's safe composer and keeps, for every
-value, where it was written: a :class:`Document` is the plain data tree
-(dicts, lists, scalars) plus ``marks``, a table from a value's *path*
-(the tuple of keys and indexes leading to it) to its :class:`Origin`, and
-``key_marks`` for the keys of mappings. Later passes never look at YAML
-again; they look up a path. Recording a mark for each of a million values
-costs more than parsing them, so the happy path builds the tree alone
-and the marks are recovered from the text when an error or warning first
-needs one (see :class:`Document`); anything unusual (a non-string or
-duplicate key, a merge key, a constructor error, the size and depth
-limits) goes straight to the precise build, which alone reports problems.
+:func:`load` parses YAML with PyYAML's safe composer and keeps, for every
+value, where it was written (:mod:`hetflow.engine.loader`): a
+:class:`Document` is the plain data tree (dicts, lists, scalars) plus
+``marks``, a table from a value's *path* (the tuple of keys and indexes
+leading to it) to its :class:`Origin`, and ``key_marks`` for the keys of
+mappings. Later passes never look at YAML again; they look up a path.
 
-``compile_manifest`` then runs, on that document:
+:func:`compile_manifest` then runs, on that document:
 
-1. params: the declared defaults, overridden by ``-p key=value``;
-2. interpolate: ``"${name}"`` alone becomes the param's typed value,
-   ``${name}`` inside a longer string becomes its text; paths are kept,
-   so every value still points at where it was written;
-3. schema: the tree against ``schemas/pipeline.base.json``, first with
-   a validator compiled from it once (fastjsonschema), which only says
-   valid or not; when it says not, jsonschema re-checks the same tree and
-   its errors become the diagnostics, so the fast path changes no message;
-4. semantics: ops exist, arguments and arity fit the op, inputs and
-   executors exist, dtypes are ones the op supports, no cycle, outputs
-   name stages;
+1. :func:`~hetflow.engine.resolve.resolve` (:mod:`hetflow.engine.resolve`):
+   the declared param defaults, overridden by ``-p key=value``;
+   ``"${name}"`` alone becomes the param's typed value, ``${name}`` inside
+   a longer string becomes its text; paths are kept, so every value still
+   points at where it was written;
+2. :func:`validate`: the schema check (:mod:`hetflow.engine.schemacheck`:
+   the resolved tree against ``schemas/pipeline.base.json``), the
+   ``schedule:`` check, then the semantic checks
+   (:mod:`hetflow.engine.semantics`: ops exist, arguments and arity fit the
+   op, inputs and executors exist, dtypes are ones the op supports, no
+   cycle, outputs name stages);
 
 and returns a :class:`Manifest` whose ``digest`` hashes its canonical
-JSON. Every problem found becomes one :class:`Diagnostic`; all of them
-are raised together as one :class:`ManifestError`.
+JSON. Params are resolved before the schema sees the tree, because the
+schema checks the typed values a ``${name}`` stands for. Every problem
+found becomes one :class:`Diagnostic`; all of them are raised together as
+one :class:`ManifestError`.
 
 Examples
 --------
@@ -39,24 +36,21 @@ Examples
 
 from __future__ import annotations
 
-import difflib
-import hashlib
-import importlib.resources
-import json
-import os
-import re
-from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
-import fastjsonschema
-import jsonschema
-import networkx as nx
-import yaml
-
-from hetflow.engine.errors import Diagnostic, ManifestError, Origin, UsageError
-from hetflow.executors import ops as oplib
-from hetflow.executors.base import Dtype, Vendor
+from hetflow.engine.errors import Diagnostic, ManifestError
+from hetflow.engine.loader import (  # noqa: F401 - re-exported: the loader was part of this module
+    MAX_DEPTH,
+    MAX_VALUES,
+    Document,
+    Path,
+    gc_paused,
+    load,
+    loads,
+)
+from hetflow.engine.resolve import canonical_json, parse_overrides, resolve
+from hetflow.engine.schemacheck import schema, schema_problems
+from hetflow.engine.semantics import ExecutorDecl, Manifest, StageDecl, check_semantics
 
 __all__ = [
     "Document",
@@ -68,716 +62,53 @@ __all__ = [
     "schema",
     "parse_overrides",
     "compile_manifest",
+    "validate",
     "canonical_json",
 ]
 
-from hetflow.engine.loader import (  # noqa: F401 - re-exported: the loader was part of this module
-    MAX_DEPTH,
-    MAX_VALUES,
-    Document,
-    Path,
-    gc_paused,
-    load,
-    loads,
-)
-
-_REF = re.compile(r"\$\{([^}]*)\}")
-
-_DTYPES = {name: Dtype(name) for name in Dtype.__members__}
-
-
-class _Undefined:
-    """Stands for an undefined ``${name}``, already reported, so no later check reports it again."""
-
-    def __repr__(self) -> str:
-        return "<undefined>"
-
-
-UNDEFINED = _Undefined()
-
-
-def _has_undefined(value: Any) -> bool:
-    if value is UNDEFINED:
-        return True
-    if isinstance(value, dict):
-        return any(_has_undefined(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_has_undefined(v) for v in value)
-    return False
-
-
-@lru_cache(maxsize=1)
-def schema() -> dict:
-    """The manifest's JSON Schema, shipped as package data.
-
-    This is the hand-written base, open to any op name: ops, plugin ops
-    included, are checked by the semantic pass, whose messages suggest the
-    nearest name. ``pipeline.schema.json`` is the editors' copy with the
-    op registry folded in (``hetflow schema``).
-    """
-    text = importlib.resources.files("hetflow.schemas").joinpath("pipeline.base.json").read_text()
-    return json.loads(text)
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-@dataclass(frozen=True)
-class ExecutorDecl:
-    name: str
-    vendors: tuple[Vendor, ...]
-    device: int
-    origin: Origin
-    vendor_origin: Origin
-    memory_bytes: int | None = None
-    memory_origin: Origin | None = None
-    memory_limit: int | None = None
-
-
-@dataclass(frozen=True)
-class StageDecl:
-    """One stage, fully concrete. ``args`` has defaults filled in and paths made absolute.
-
-    Its origins (``origin``, ``op_origin``, ...) are looked up in ``doc``
-    when asked for, so a stage holds no position it never reports.
-    """
-
-    id: str
-    op: str
-    inputs: tuple[str, ...]
-    args: Mapping[str, Any]
-    dtype: Dtype
-    executor: str | None
-    retries: int = 0
-    timeout: float | None = None
-    cache: bool = True
-    vendors: tuple[Vendor, ...] = ()
-    colocate_with: str | None = None
-    doc: Document | None = field(default=None, repr=False, compare=False)
-
-    def _written(self, key: str) -> bool:
-        spec = self.doc.value["stages"][self.id] if self.doc is not None else None
-        return isinstance(spec, dict) and key in spec
-
-    def _at(self, key: str | None) -> Origin | None:
-        if self.doc is None:
-            return None
-        here = ("stages", self.id)
-        return self.doc.key_at(here) if key is None else self.doc.at(here + (key,))
-
-    @property
-    def origin(self) -> Origin | None:
-        """The stage's key."""
-        return self._at(None)
-
-    @property
-    def op_origin(self) -> Origin | None:
-        return self._at("op")
-
-    @property
-    def inputs_origin(self) -> Origin | None:
-        """Its ``inputs:``, or the stage's key when it has none."""
-        return self._at("inputs" if self._written("inputs") else None)
-
-    @property
-    def executor_origin(self) -> Origin | None:
-        return self._at("executor") if self._written("executor") else None
-
-    @property
-    def vendor_origin(self) -> Origin | None:
-        return self._at("vendor") if self._written("vendor") else None
-
-    @property
-    def colocate_origin(self) -> Origin | None:
-        return self._at("colocate_with") if self._written("colocate_with") else None
-
-
-@dataclass(frozen=True)
-class Manifest:
-    file: str
-    name: str
-    description: str
-    params: Mapping[str, Any]
-    executors: Mapping[str, ExecutorDecl]
-    stages: Mapping[str, StageDecl]
-    outputs: Mapping[str, str]
-    output_origins: Mapping[str, Origin]
-    resolved: Mapping[str, Any] = field(repr=False)
-    digest: str = ""
-    emulators: Mapping[str, Any] = field(default_factory=dict)
-    phases: Mapping[str, Any] = field(default_factory=dict)
-    phase_outputs: Mapping[str, tuple[str, str | None]] = field(default_factory=dict)
-    plugins: tuple[Any, ...] = ()
-    """The :class:`hetflow.executors.plugins.Plugin` of every module ``plugins:`` names, and of entry points used."""
-
-
-def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    """``["k=v", ...]`` from ``-p`` into a dict; each value is read as YAML: a scalar, or a flow list or map.
-
-    >>> parse_overrides(["hidden=8192", "name=run a", "on=true", "shape=[8, 8]", "opt={lr: 0.1}", "t=a: b"])
-    {'hidden': 8192, 'name': 'run a', 'on': True, 'shape': [8, 8], 'opt': {'lr': 0.1}, 't': 'a: b'}
-    """
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise UsageError(f"-p expects KEY=VALUE, got {pair!r}")
-        flow = text.strip().startswith(("[", "{"))
-        try:
-            value = yaml.safe_load(text) if text.strip() else ""
-        except yaml.YAMLError as e:
-            if flow:
-                mark = getattr(e, "problem_mark", None)
-                where = f" at column {len(key) + 2 + mark.column}" if mark is not None else ""
-                raise UsageError(f"-p {pair}: the value is not a valid YAML flow {'list' if text.strip()[0] == '[' else 'map'}"
-                                 f"{where}: {getattr(e, 'problem', None) or e}") from None
-            value = text
-        if (isinstance(value, (dict, list)) and not flow) or isinstance(value, (bytes, bytearray)):
-            value = text
-        out[key] = value
-    return out
-
-
-def _interpolate(value: Any, path: Path, params: Mapping[str, Any], doc: Document, problems: list[Diagnostic]) -> Any:
-    if isinstance(value, dict):
-        return {k: _interpolate(v, path + (k,), params, doc, problems) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_interpolate(v, path + (i,), params, doc, problems) for i, v in enumerate(value)]
-    if not isinstance(value, str) or "${" not in value:
-        return value
-
-    def lookup(name: str) -> Any:
-        if name in params:
-            return params[name]
-        close = difflib.get_close_matches(name, list(params), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        declared = ", ".join(sorted(params)) or "none"
-        problems.append(Diagnostic(doc.at(path), f"undefined param ${{{name}}} (declared params: {declared}){hint}"))
-        return UNDEFINED
-
-    whole = _REF.fullmatch(value)
-    if whole:
-        return lookup(whole.group(1))
-    parts = [lookup(m.group(1)) for m in _REF.finditer(value)]
-    if any(p is UNDEFINED for p in parts):
-        return UNDEFINED
-    texts = iter(str(p) for p in parts)
-    return _REF.sub(lambda m: next(texts), value)
-
-
-@lru_cache(maxsize=1)
-def _fast_validator():
-    # The same schema file, compiled to Python once: it only answers "valid or not", in a
-    # fraction of jsonschema's time. Every keyword the schema uses means the same in draft 7,
-    # which is the newest draft fastjsonschema compiles.
-    #
-    # Compiled code names each value of a mapping by formatting ``locals()`` of the function that
-    # checks the mapping, which for ``stages`` is the whole manifest's: costly per stage. So the
-    # manifest is checked with its stages' values left open, and each stage by a validator of its
-    # own definition; together they accept exactly what the schema accepts.
-    draft = "http://json-schema.org/draft-07/schema#"
-    spec = _without_exclusive_required(schema())
-    stage_ref = spec["properties"]["stages"]["additionalProperties"]
-    spec["properties"]["stages"]["additionalProperties"] = True
-    top = fastjsonschema.compile({**spec, "$schema": draft})
-    stage = fastjsonschema.compile({"$schema": draft, "$id": spec.get("$id", ""), "$defs": spec["$defs"], **stage_ref})
-    name = fastjsonschema.compile({"$schema": draft, "$id": spec.get("$id", ""), "$defs": spec["$defs"],
-                                   **spec["properties"]["stages"]["propertyNames"]})
-
-    def validate(tree: Any) -> None:
-        top(tree)
-        for value in tree["stages"].values():
-            stage(value)
-
-    def accepts_stage(sid: Any, value: Any) -> bool:
-        try:
-            name(sid)
-            stage(value)
-            return True
-        except Exception:
-            return False
-
-    validate.accepts_stage = accepts_stage  # type: ignore[attr-defined]
-    return validate
-
-
-def _without_exclusive_required(node: Any) -> Any:
-    """The schema with each ``oneOf: [{required: [a]}, {required: [b]}]`` said another way.
-
-    Compiled code tries every ``oneOf`` branch and raises inside the one
-    that fails, which for a stage's "op or phase" costs more than the rest
-    of the stage. ``anyOf`` the two, and ``b`` forbidding ``a``, accepts
-    exactly the same objects and raises nothing on a valid one. jsonschema
-    keeps the original, so the diagnostics keep their wording.
-    """
-    if isinstance(node, list):
-        return [_without_exclusive_required(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: _without_exclusive_required(v) for k, v in node.items()}
-    alts = node.get("oneOf")
-    if (isinstance(alts, list) and len(alts) == 2 and all(set(a) == {"required"} and len(a["required"]) == 1 for a in alts)
-            and "anyOf" not in node and "dependencies" not in node):
-        (a,), (b,) = alts[0]["required"], alts[1]["required"]
-        del out["oneOf"]
-        out["anyOf"] = [{"required": [a]}, {"required": [b]}]
-        out["dependencies"] = {b: {"not": {"required": [a]}}}
-    return out
-
-
-def _schema_problems(tree: Any, doc: Document) -> list[Diagnostic]:
-    # Happy path first. fastjsonschema is never more lenient than jsonschema on this schema
-    # (e.g. it refuses 1.0 as an integer), so "valid" there means valid here; anything it
-    # refuses, or cannot even look at (an undefined ${name}), is re-checked precisely below,
-    # which alone decides the diagnostics.
-    fast = _fast_validator()
-    try:
-        fast(tree)
-        return []
-    except Exception:
-        pass
-    # A stage the compiled check accepts, under a name it accepts, holds no error of its own, and
-    # nothing else in the schema looks across stages but ``minProperties``: so the precise pass
-    # checks the refused stages only (or one stage, when the problem is elsewhere), which on a large
-    # manifest is most of its time.
-    stages = tree.get("stages") if isinstance(tree, dict) else None
-    if isinstance(stages, dict) and len(stages) > 1:
-        refused = {sid: spec for sid, spec in stages.items() if not fast.accepts_stage(sid, spec)}
-        tree = {**tree, "stages": refused or dict([next(iter(stages.items()))])}
-    validator = jsonschema.Draft202012Validator(schema())
-    problems: list[Diagnostic] = []
-    for error in validator.iter_errors(tree):
-        if not _has_undefined(error.instance):
-            problems.extend(_explain(error, doc))
-    return problems
-
-
-def _describe(path: Path) -> str:
-    if not path:
-        return "the manifest"
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _explain(error: jsonschema.ValidationError, doc: Document) -> Iterator[Diagnostic]:
-    path = tuple(error.absolute_path)
-    where = _describe(path)
-    v = error.validator
-    if v == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = list(error.schema.get("properties", {}))
-        for key in error.instance:
-            if key not in allowed:
-                close = difflib.get_close_matches(key, allowed, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                yield Diagnostic(
-                    doc.key_at(path + (key,)),
-                    f"unknown key {key!r} in {where} (allowed: {', '.join(allowed)}){hint}",
-                )
-        return
-    if v == "required":
-        missing = [k for k in error.validator_value if k not in error.instance]
-        yield Diagnostic(doc.at(path), f"{where} is missing required key {', '.join(map(repr, missing))}")
-        return
-    if v == "const":
-        yield Diagnostic(doc.at(path), f"{where} must be {error.validator_value!r}, found {error.instance!r}")
-        return
-    if v == "enum":
-        options = ", ".join(map(str, error.validator_value))
-        yield Diagnostic(doc.at(path), f"{where} must be one of {options}; found {error.instance!r}")
-        return
-    if v == "propertyNames":
-        bad = error.instance
-        yield Diagnostic(
-            doc.key_at(path + (bad,)),
-            f"invalid name {bad!r} in {where}: "
-            "a name starts with a letter or '_' and holds letters, digits, '_' or '-'",
-        )
-        return
-    if v == "oneOf" and all(set(alt) == {"required"} for alt in error.validator_value) and isinstance(error.instance, dict):
-        keys = [alt["required"][0] for alt in error.validator_value]
-        found = [k for k in keys if k in error.instance]
-        yield Diagnostic(doc.key_at(path + (found[1],)) if len(found) > 1 else doc.at(path),
-                         f"{where} needs exactly one of {' or '.join(map(repr, keys))}, "
-                         + (f"found {' and '.join(map(repr, found))}" if found else "found neither"))
-        return
-    if v in ("oneOf", "anyOf") and error.context:
-        best = jsonschema.exceptions.best_match(error.context)
-        if best is not None and best.validator in ("enum", "const"):
-            yield from _explain(best, doc)
-            return
-    yield Diagnostic(doc.at(path), f"{where}: {error.message}")
-
 
 def compile_manifest(doc: Document, overrides: Mapping[str, Any] | None = None) -> Manifest:
-    """Validate and resolve a document into a :class:`Manifest`; raises :class:`ManifestError`."""
+    """Resolve and validate a document into a :class:`Manifest`; raises :class:`ManifestError`."""
     with gc_paused():
         return _compile(doc, overrides)
 
 
 def _compile(doc: Document, overrides: Mapping[str, Any] | None) -> Manifest:
-    overrides = dict(overrides or {})
     tree = doc.value
     if doc.problems:  # keys that are not strings or are written twice, an empty file: YAML takes them, a manifest not
         raise ManifestError(list(doc.problems))
     if not isinstance(tree, dict):
         raise ManifestError([Diagnostic(doc.at(()), "a manifest is a YAML mapping of keys such as version, name, stages")])
+    if not isinstance(tree.get("params", {}), dict):
+        raise ManifestError(schema_problems(tree, doc))
+    resolved, problems = resolve(doc, overrides)
+    return validate(resolved, doc, problems)
 
-    params = tree.get("params", {})
-    if not isinstance(params, dict):
-        raise ManifestError(_schema_problems(tree, doc))
-    unknown = [k for k in overrides if k not in params]
-    if unknown:
-        declared = ", ".join(sorted(params)) or "none"
-        raise UsageError(f"-p {unknown[0]}: {doc.file} declares no param {unknown[0]!r} (declared: {declared})")
-    for key, value in overrides.items():
-        default = params[key]
-        kinds = {type(x) for x in (default, value) if isinstance(x, (list, dict))}
-        if default is not None and (isinstance(default, (list, dict)) != isinstance(value, (list, dict)) or len(kinds) > 1):
-            want = {list: "a list, such as -p 'KEY=[8, 8]'", dict: "a map, such as -p 'KEY={a: 1}'"}.get(
-                type(default), "a single value, not a list or map").replace("KEY", key)
-            raise UsageError(f"-p {key}={json.dumps(value)}: param {key!r} is {want} (its default at "
-                             f"{doc.at(('params', key))} is {json.dumps(default)})")
-    values = {**params, **overrides}
 
-    problems: list[Diagnostic] = []
-    # A matrix point arrives as overrides; the resolved manifest of a point is concrete and has no matrix.
-    # A schedule says when to run, not what: it stays out of the resolved manifest and its digest.
-    if doc.text is not None and "${" not in doc.text:
-        resolved = {k: v for k, v in tree.items() if k not in ("matrix", "schedule")}
-    else:
-        resolved = {k: (v if k in ("params", "version", "name") else _interpolate(v, (k,), values, doc, problems))
-                    for k, v in tree.items() if k not in ("matrix", "schedule")}
-    if "params" in resolved:
-        resolved["params"] = values
-    problems.extend(_schema_problems({**resolved, **{k: tree[k] for k in ("matrix", "schedule") if k in tree}}, doc))
+def validate(resolved: dict, doc: Document, problems: list[Diagnostic] | None = None) -> Manifest:
+    """The validate pass: the schema check, the ``schedule:`` check and the semantic checks of a resolved tree.
+
+    ``problems`` are those found before (by the resolve pass); they are
+    raised with the rest.
+
+    Raises
+    ------
+    ManifestError
+        every problem found, each at its ``FILE:LINE:COL``.
+    """
+    tree = doc.value
+    problems = list(problems or [])
+    problems.extend(schema_problems({**resolved, **{k: tree[k] for k in ("matrix", "schedule") if k in tree}}, doc))
     if "schedule" in tree:
         from hetflow.engine import schedule as schedlib
 
-        problems.extend(schedlib.check(tree["schedule"], doc, params))
+        problems.extend(schedlib.check(tree["schedule"], doc, tree.get("params", {})))
     manifest = None
     try:
-        manifest = _semantics(resolved, doc, problems)
+        manifest = check_semantics(resolved, doc, problems)
     except (KeyError, TypeError, AttributeError):
         if not problems:
             raise
     if problems or manifest is None:
         raise ManifestError(problems)
     return manifest
-
-
-def _as_dict(value: Any) -> dict:
-    return value if isinstance(value, dict) else {}
-
-
-def _semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifest | None:
-    base = os.path.dirname(os.path.abspath(doc.file)) if doc.file != "<string>" else os.getcwd()
-    executors: dict[str, ExecutorDecl] = {}
-    for name, spec in _as_dict(tree.get("executors")).items():
-        if not isinstance(spec, dict) or "vendor" not in spec:
-            continue
-        raw = spec["vendor"]
-        names = raw if isinstance(raw, list) else [raw]
-        if not all(n in Vendor.__members__ for n in names):
-            continue
-        device = spec.get("device", 0)
-        memory = _memory_bytes(spec.get("memory"))
-        executors[name] = ExecutorDecl(
-            name, tuple(Vendor(n) for n in names), device if isinstance(device, int) else 0,
-            doc.key_at(("executors", name)), doc.at(("executors", name, "vendor")),
-            memory_bytes=memory, memory_origin=doc.at(("executors", name, "memory")) if memory else None,
-            memory_limit=_memory_limit(spec.get("memory_limit")),
-        )
-
-    raw_stages = _as_dict(tree.get("stages"))
-    stages: dict[str, StageDecl] = {}
-    edges: list[tuple[str, str]] = []
-    from hetflow.engine import phases as phaselib
-    emulators, phase_decls = phaselib.check_manifest(tree, doc, base, problems)
-    declared_executors = _as_dict(tree.get("executors"))
-    # looked up once per op or stage kind rather than once per stage: a manifest may hold 100,000
-    data_phases = {sid for sid, spec in raw_stages.items() if isinstance(spec, dict)
-                   and spec.get("phase") in phaselib.PHASES and not phaselib.PHASES[spec["phase"]].array}
-    fits: dict[tuple[str, str], bool] = {}
-    path_args: dict[str, list[str]] = {}
-    plugins = _load_plugins(tree, doc, base, problems)
-    used_plugins: dict[str, Any] = {p.module: p for p in plugins}
-    for sid, spec in raw_stages.items():
-        if not isinstance(spec, dict):
-            continue
-        here = ("stages", sid)
-        if "phase" in spec:
-            for ref in (spec.get("inputs") if isinstance(spec.get("inputs"), list) else []):
-                if isinstance(ref, str) and ref in raw_stages:
-                    edges.append((ref, sid))
-            continue
-        op_name = spec.get("op")
-        op = oplib.REGISTRY.get(op_name) if op_name in oplib.BUILTIN else None
-        if isinstance(op_name, str) and op is None:
-            op, hint = _user_op(op_name, plugins, used_plugins, doc.at(here + ("op",)), problems)
-            if op is None and hint is not None:
-                if not hint:
-                    close = difflib.get_close_matches(op_name, [*oplib.BUILTIN, *(n for p in plugins for n in p.ops)], n=1)
-                    hint = f"; did you mean {close[0]!r}?" if close else ""
-                problems.append(Diagnostic(doc.at(here + ("op",)), f"unknown op {op_name!r} in stage {sid!r}{hint}"))
-
-        inputs = spec.get("inputs", [])
-        inputs = [i for i in inputs if isinstance(i, str)] if isinstance(inputs, list) else []
-        for i, ref in enumerate(inputs):
-            if ref not in raw_stages:
-                close = difflib.get_close_matches(ref, list(raw_stages), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                problems.append(Diagnostic(doc.at(here + ("inputs", i)), f"stage {sid!r} takes input {ref!r}, which is not a stage{hint}"))
-            else:
-                edges.append((ref, sid))
-                if ref in data_phases:
-                    other = raw_stages[ref]
-                    arrays = ", ".join(k for k, v in phaselib.PHASES.items() if v.array)
-                    problems.append(Diagnostic(doc.at(here + ("inputs", i)), (
-                        f"stage {sid!r} takes input {ref!r}, {phaselib.article(other['phase'])} phase, which yields data, not an array; "
-                        f"an executor stage can take the output of a {arrays} phase")))
-
-        executor = spec.get("executor")
-        if isinstance(executor, str) and executor not in declared_executors:
-            declared = ", ".join(declared_executors) or "none"
-            close = difflib.get_close_matches(executor, list(declared_executors), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            problems.append(Diagnostic(doc.at(here + ("executor",)), f"stage {sid!r} names executor {executor!r}, which is not declared (declared: {declared}){hint}"))
-
-        dtype_name = spec.get("dtype", "fp32")
-        dtype = _DTYPES.get(dtype_name)
-        args = spec.get("args", {})
-        args = args if isinstance(args, dict) else {}
-        if op is None:
-            continue
-        lo, hi = op.arity
-        if not lo <= len(inputs) <= hi:
-            want = str(lo) if lo == hi else f"{lo} to {hi}"
-            problems.append(Diagnostic(
-                doc.at(here + ("inputs",)) if "inputs" in spec else doc.key_at(here),
-                f"op {op.name!r} takes {want} input{'s' if hi != 1 else ''}, stage {sid!r} gives {len(inputs)}",
-            ))
-        for arg, message in oplib.check_args(op, args, len(inputs) if lo <= len(inputs) <= hi else None):
-            if arg is not None and _has_undefined(args.get(arg)):
-                continue
-            if arg is None:
-                where = doc.at(here + ("args",)) if "args" in spec else doc.key_at(here)
-            elif arg in op.args:
-                where = doc.at(here + ("args", arg))
-            else:
-                where = doc.key_at(here + ("args", arg))
-            problems.append(Diagnostic(where, message))
-        fit = fits.get((op.name, dtype_name)) if dtype is not None else True
-        if fit is None:
-            fit = fits[op.name, dtype_name] = dtype in op.dtypes
-        if not fit:
-            supported = ", ".join(d.value for d in Dtype if d in op.dtypes)
-            problems.append(Diagnostic(
-                doc.at(here + ("dtype",)),
-                f"op {op.name!r} does not support dtype {dtype.value} (supported: {supported})",
-            ))
-        full = op.with_defaults(args)
-        paths = path_args.get(op.name)
-        if paths is None:
-            paths = path_args[op.name] = [arg for arg, spec_arg in op.args.items() if spec_arg.kind == "path"]
-        for arg in paths:
-            if isinstance(full.get(arg), str):
-                full[arg] = os.path.join(base, full[arg])
-        if op.name == "load" and isinstance(full.get("path"), str) and dtype is not None:
-            _check_load(sid, spec, full, dtype, doc, problems)
-        stages[sid] = StageDecl(
-            id=sid, op=op.name, inputs=tuple(inputs), args=full, dtype=dtype or Dtype.fp32,
-            executor=executor if isinstance(executor, str) else None,
-            retries=spec.get("retries", 0), timeout=spec.get("timeout"),
-            cache=spec.get("cache", True) is not False,
-            vendors=_stage_vendors(spec.get("vendor")) if "vendor" in spec else (),
-            colocate_with=spec["colocate_with"] if isinstance(spec.get("colocate_with"), str) else None,
-            doc=doc,
-        )
-
-    problems.extend(_placement_constraints(stages, executors, raw_stages, doc))
-
-    for cycle in _cycles(raw_stages, edges):
-        names = " -> ".join(cycle + [cycle[0]])
-        first = cycle[0]
-        problems.append(Diagnostic(doc.key_at(("stages", first)), f"cycle between stages: {names}"))
-
-    outputs: dict[str, str] = {}
-    output_origins: dict[str, Origin] = {}
-    phase_outputs: dict[str, tuple[str, str | None]] = {}
-    for out, ref in _as_dict(tree.get("outputs")).items():
-        if not isinstance(ref, str):
-            continue
-        stage_ref, _, fieldname = ref.partition(".")
-        if stage_ref in phase_decls or fieldname:
-            problem = phaselib.check_output(stage_ref, fieldname or None, raw_stages, phase_decls)
-            if problem:
-                problems.append(Diagnostic(doc.at(("outputs", out)), f"output {out!r} names {ref!r}: {problem}"))
-            else:
-                phase_outputs[out] = (stage_ref, fieldname or None)
-            output_origins[out] = doc.at(("outputs", out))
-            continue
-        if ref not in raw_stages:
-            close = difflib.get_close_matches(ref, list(raw_stages), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            problems.append(Diagnostic(doc.at(("outputs", out)), f"output {out!r} names {ref!r}, which is not a stage{hint}"))
-        outputs[out] = ref
-        output_origins[out] = doc.at(("outputs", out))
-
-    if problems:
-        return None
-    digest = "sha256:" + hashlib.sha256(canonical_json(tree).encode()).hexdigest()
-    return Manifest(
-        file=doc.file, name=tree["name"], description=tree.get("description", ""),
-        params=dict(tree.get("params", {})), executors=executors, stages=stages,
-        outputs=outputs, output_origins=output_origins, resolved=tree, digest=digest,
-        emulators=emulators, phases=phase_decls, phase_outputs=phase_outputs,
-        plugins=tuple(used_plugins.values()),
-    )
-
-
-def _load_plugins(tree: dict, doc: Document, base: str, problems: list[Diagnostic]) -> list[Any]:
-    """Load every module ``plugins:`` names; a failure is a problem at the entry that names it."""
-    from hetflow.executors import plugins as pluginlib
-
-    loaded = []
-    specs = tree.get("plugins")
-    for i, spec in enumerate(specs if isinstance(specs, list) else []):
-        if not isinstance(spec, str):
-            continue
-        try:
-            plugin = pluginlib.load_plugin(spec, base)
-        except pluginlib.PluginError as e:
-            problems.append(Diagnostic(doc.at(("plugins", i)), str(e)))
-            continue
-        for other in loaded:
-            for name in sorted(set(other.ops) & set(plugin.ops)):
-                problems.append(Diagnostic(doc.at(("plugins", i)), (
-                    f"op {name!r} is defined twice: by plugin {other.spec!r} and by plugin {spec!r}")))
-        loaded.append(plugin)
-    return loaded
-
-
-def _user_op(name: str, plugins: list[Any], used: dict[str, Any], where: Origin,
-             problems: list[Diagnostic]) -> tuple[Any, str | None]:
-    """The plugin op ``name`` names for this manifest: (op, None), or (None, hint); (None, None) when reported."""
-    from hetflow.executors import plugins as pluginlib
-
-    try:
-        op, hint = pluginlib.resolve_op(name, plugins)
-    except pluginlib.PluginError as e:
-        problems.append(Diagnostic(where, f"op {name!r}: {e}"))
-        return None, None
-    if op is not None and op.source not in used:
-        found = pluginlib.plugin_for(name)
-        if found is not None:
-            used[found.module] = found
-    return op, hint
-
-
-def _check_load(sid: str, spec: dict, args: dict, dtype: Dtype, doc: Document, problems: list[Diagnostic]) -> None:
-    """The file a ``load`` stage reads exists, parses, holds the array, and fits the stage's dtype."""
-    here = ("stages", sid, "args")
-    try:
-        oplib.read_array(args["path"], args.get("key"), header=True)
-    except ValueError as e:
-        where = here + ("key",) if "key" in (spec.get("args") or {}) and "has no array" in str(e) else here + ("path",)
-        problems.append(Diagnostic(doc.at(where), f"stage {sid!r}: {e}"))
-        return
-    if args.get("cast") or "dtype" in spec:
-        return
-    try:
-        problem = oplib.lossy_load(oplib.read_array(args["path"], args.get("key")), dtype)
-    except (ValueError, MemoryError) as e:
-        problems.append(Diagnostic(doc.at(here + ("path",)), f"stage {sid!r}: {e}"))
-        return
-    if problem:
-        problems.append(Diagnostic(doc.at(here + ("path",)), (
-            f"stage {sid!r} loads {os.path.basename(args['path'])}"
-            + (f" [{args['key']}]" if args.get("key") else "") + f": {problem}; "
-            f"say dtype: on the stage, or cast: true in its args, to convert anyway")))
-
-
-def _cycles(stages: Mapping[str, Any], edges: list[tuple[str, str]]) -> list[list[str]]:
-    """One cycle per strongly connected component that has one, nodes in manifest order."""
-    order = {n: i for i, n in enumerate(stages)}
-    if all(order[u] < order[v] for u, v in edges):
-        return []  # every input is written above its stage: the file order is a topological order
-    graph = nx.DiGraph()
-    graph.add_nodes_from(n for n, spec in stages.items() if isinstance(spec, dict))
-    graph.add_edges_from(edges)
-    found = []
-    for component in nx.strongly_connected_components(graph):
-        if len(component) == 1:
-            (n,) = component
-            if not graph.has_edge(n, n):
-                continue
-        sub = graph.subgraph(component)
-        start = min(component, key=order.__getitem__)
-        edges = nx.find_cycle(sub, source=start)
-        found.append([u for u, _ in edges])
-    return sorted(found, key=lambda c: order[c[0]])
-
-
-_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-          "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
-
-
-def _memory_bytes(value: Any) -> int | None:
-    """An executor's ``memory:`` in bytes; the schema has already checked its form.
-
-    >>> _memory_bytes("1.5 KiB"), _memory_bytes(4096), _memory_bytes(None)
-    (1536, 4096, None)
-    """
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value if value > 0 else None
-    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?) ?([KMGT]i?B|B)", value) if isinstance(value, str) else None
-    if m is None or m.group(2) not in _UNITS:
-        return None
-    return int(float(m.group(1)) * _UNITS[m.group(2)])
-
-
-def _memory_limit(value: Any) -> int | None:
-    """An executor's ``memory_limit:`` in bytes (0 is a valid cap, unlike ``memory:``)."""
-    return 0 if value == 0 and not isinstance(value, bool) else _memory_bytes(value)
-
-
-def _stage_vendors(value: Any) -> tuple[Vendor, ...]:
-    names = value if isinstance(value, list) else [value] if isinstance(value, str) else []
-    return tuple(Vendor(n) for n in names if n in Vendor.__members__)
-
-
-def _placement_constraints(stages: Mapping[str, StageDecl], executors: Mapping[str, ExecutorDecl],
-                           raw_stages: Mapping[str, Any], doc: Document) -> list[Diagnostic]:
-    """``colocate_with`` names another stage and its group's pins agree; a pin runs a preferred vendor."""
-    problems: list[Diagnostic] = []
-    group = nx.Graph()
-    for s in stages.values():
-        if s.colocate_with is None:
-            continue
-        if s.colocate_with == s.id:
-            problems.append(Diagnostic(s.colocate_origin, f"stage {s.id!r} is colocated with itself; name another stage"))
-        elif s.colocate_with not in raw_stages:
-            close = difflib.get_close_matches(s.colocate_with, list(raw_stages), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            problems.append(Diagnostic(s.colocate_origin, f"stage {s.id!r} is colocated with {s.colocate_with!r}, which is not a stage{hint}"))
-        elif s.colocate_with in stages:
-            group.add_edge(s.id, s.colocate_with)
-    for members in nx.connected_components(group):
-        pins = sorted({(stages[m].executor, m) for m in members if stages[m].executor}, key=lambda p: list(stages).index(p[1]))
-        if len({e for e, _ in pins}) > 1:
-            (first, a), (_, b) = pins[0], next(p for p in pins if p[0] != pins[0][0])
-            where = stages[b].colocate_origin or stages[b].executor_origin or stages[b].origin
-            problems.append(Diagnostic(where, f"stage {b!r} is pinned to {stages[b].executor!r} but colocated (through colocate_with) "
-                                              f"with {a!r}, pinned to {first!r}; one group runs on one executor"))
-    for s in stages.values():
-        if s.executor and s.vendors and s.executor in executors:
-            declared = executors[s.executor].vendors
-            if not set(declared) & set(s.vendors):
-                problems.append(Diagnostic(s.vendor_origin, (
-                    f"stage {s.id!r} wants vendor [{', '.join(v.value for v in s.vendors)}] but is pinned to executor "
-                    f"{s.executor!r}, which runs [{', '.join(v.value for v in declared)}]")))
-    return problems

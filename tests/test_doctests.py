@@ -15,6 +15,8 @@ MODULES = [
     "hetflow.executors.cpu",
     "hetflow.engine.errors",
     "hetflow.engine.manifest",
+    "hetflow.engine.resolve",
+    "hetflow.engine.semantics",
     "hetflow.engine.planner",
     "hetflow.engine.matrix",
     "hetflow.engine.schedule",

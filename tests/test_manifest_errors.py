@@ -212,7 +212,7 @@ def test_the_fast_schema_check_agrees_with_jsonschema(manifest_file):
 
     import jsonschema
 
-    from hetflow.engine.manifest import _fast_validator, schema
+    from hetflow.engine.schemacheck import _fast_validator, schema
 
     def verdicts(tree):
         try:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from hetflow.engine import loader as ld
 from hetflow.engine import manifest as mf
+from hetflow.engine import schemacheck
 from hetflow.engine.errors import ManifestError, Origin
 
 
@@ -161,9 +162,9 @@ def test_the_schema_pass_over_refused_stages_reports_what_the_whole_pass_does(br
     lines += [f"  {sid}: {spec}" for sid, spec in broken.items() if not sid.startswith("s")]
     lines.append("outputs: {y: s29}")
     doc = mf.loads("\n".join(lines) + "\n", "b.yaml")
-    got = sorted(str(d) for d in mf._schema_problems(doc.value, doc))
+    got = sorted(str(d) for d in schemacheck.schema_problems(doc.value, doc))
     whole = sorted(str(d) for e in jsonschema.Draft202012Validator(mf.schema()).iter_errors(doc.value)
-                   for d in mf._explain(e, doc))
+                   for d in schemacheck._explain(e, doc))
     assert got == whole and len(got) == 1 + len(broken)
 
 

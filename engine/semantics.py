@@ -1,0 +1,437 @@
+"""The semantic checks, and the typed :class:`Manifest` they build from a tree the schema accepted.
+
+What a schema cannot say: ops exist (built-in or from the manifest's
+``plugins:``), arguments and arity fit the op, inputs and executors
+exist, dtypes are ones the op supports, a ``load`` stage's file holds the
+array, no cycle, ``colocate_with`` groups agree with their pins, outputs
+name stages; emulators and their phases are checked by
+:func:`hetflow.engine.phases.check_manifest`. Every problem becomes one
+:class:`~hetflow.engine.errors.Diagnostic` at its ``FILE:LINE:COL``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import networkx as nx
+
+from hetflow.engine.errors import Diagnostic, Origin
+from hetflow.engine.loader import Document
+from hetflow.engine.resolve import canonical_json, has_undefined
+from hetflow.executors import ops as oplib
+from hetflow.executors.base import Dtype, Vendor
+
+__all__ = ["ExecutorDecl", "StageDecl", "Manifest", "check_semantics"]
+
+_DTYPES = {name: Dtype(name) for name in Dtype.__members__}
+
+
+@dataclass(frozen=True)
+class ExecutorDecl:
+    name: str
+    vendors: tuple[Vendor, ...]
+    device: int
+    origin: Origin
+    vendor_origin: Origin
+    memory_bytes: int | None = None
+    memory_origin: Origin | None = None
+    memory_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class StageDecl:
+    """One stage, fully concrete. ``args`` has defaults filled in and paths made absolute.
+
+    Its origins (``origin``, ``op_origin``, ...) are looked up in ``doc``
+    when asked for, so a stage holds no position it never reports.
+    """
+
+    id: str
+    op: str
+    inputs: tuple[str, ...]
+    args: Mapping[str, Any]
+    dtype: Dtype
+    executor: str | None
+    retries: int = 0
+    timeout: float | None = None
+    cache: bool = True
+    vendors: tuple[Vendor, ...] = ()
+    colocate_with: str | None = None
+    doc: Document | None = field(default=None, repr=False, compare=False)
+
+    def _written(self, key: str) -> bool:
+        spec = self.doc.value["stages"][self.id] if self.doc is not None else None
+        return isinstance(spec, dict) and key in spec
+
+    def _at(self, key: str | None) -> Origin | None:
+        if self.doc is None:
+            return None
+        here = ("stages", self.id)
+        return self.doc.key_at(here) if key is None else self.doc.at(here + (key,))
+
+    @property
+    def origin(self) -> Origin | None:
+        """The stage's key."""
+        return self._at(None)
+
+    @property
+    def op_origin(self) -> Origin | None:
+        return self._at("op")
+
+    @property
+    def inputs_origin(self) -> Origin | None:
+        """Its ``inputs:``, or the stage's key when it has none."""
+        return self._at("inputs" if self._written("inputs") else None)
+
+    @property
+    def executor_origin(self) -> Origin | None:
+        return self._at("executor") if self._written("executor") else None
+
+    @property
+    def vendor_origin(self) -> Origin | None:
+        return self._at("vendor") if self._written("vendor") else None
+
+    @property
+    def colocate_origin(self) -> Origin | None:
+        return self._at("colocate_with") if self._written("colocate_with") else None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    file: str
+    name: str
+    description: str
+    params: Mapping[str, Any]
+    executors: Mapping[str, ExecutorDecl]
+    stages: Mapping[str, StageDecl]
+    outputs: Mapping[str, str]
+    output_origins: Mapping[str, Origin]
+    resolved: Mapping[str, Any] = field(repr=False)
+    digest: str = ""
+    emulators: Mapping[str, Any] = field(default_factory=dict)
+    phases: Mapping[str, Any] = field(default_factory=dict)
+    phase_outputs: Mapping[str, tuple[str, str | None]] = field(default_factory=dict)
+    plugins: tuple[Any, ...] = ()
+    """The :class:`hetflow.executors.plugins.Plugin` of every module ``plugins:`` names, and of entry points used."""
+
+
+def _as_dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifest | None:
+    """Check a resolved tree the schema has seen; append each problem to ``problems``.
+
+    Returns the :class:`Manifest` when this pass found nothing, else ``None``.
+    """
+    base = os.path.dirname(os.path.abspath(doc.file)) if doc.file != "<string>" else os.getcwd()
+    executors: dict[str, ExecutorDecl] = {}
+    for name, spec in _as_dict(tree.get("executors")).items():
+        if not isinstance(spec, dict) or "vendor" not in spec:
+            continue
+        raw = spec["vendor"]
+        names = raw if isinstance(raw, list) else [raw]
+        if not all(n in Vendor.__members__ for n in names):
+            continue
+        device = spec.get("device", 0)
+        memory = _memory_bytes(spec.get("memory"))
+        executors[name] = ExecutorDecl(
+            name, tuple(Vendor(n) for n in names), device if isinstance(device, int) else 0,
+            doc.key_at(("executors", name)), doc.at(("executors", name, "vendor")),
+            memory_bytes=memory, memory_origin=doc.at(("executors", name, "memory")) if memory else None,
+            memory_limit=_memory_limit(spec.get("memory_limit")),
+        )
+
+    raw_stages = _as_dict(tree.get("stages"))
+    stages: dict[str, StageDecl] = {}
+    edges: list[tuple[str, str]] = []
+    from hetflow.engine import phases as phaselib
+    emulators, phase_decls = phaselib.check_manifest(tree, doc, base, problems)
+    declared_executors = _as_dict(tree.get("executors"))
+    # looked up once per op or stage kind rather than once per stage: a manifest may hold 100,000
+    data_phases = {sid for sid, spec in raw_stages.items() if isinstance(spec, dict)
+                   and spec.get("phase") in phaselib.PHASES and not phaselib.PHASES[spec["phase"]].array}
+    fits: dict[tuple[str, str], bool] = {}
+    path_args: dict[str, list[str]] = {}
+    plugins = _load_plugins(tree, doc, base, problems)
+    used_plugins: dict[str, Any] = {p.module: p for p in plugins}
+    for sid, spec in raw_stages.items():
+        if not isinstance(spec, dict):
+            continue
+        here = ("stages", sid)
+        if "phase" in spec:
+            for ref in (spec.get("inputs") if isinstance(spec.get("inputs"), list) else []):
+                if isinstance(ref, str) and ref in raw_stages:
+                    edges.append((ref, sid))
+            continue
+        op_name = spec.get("op")
+        op = oplib.REGISTRY.get(op_name) if op_name in oplib.BUILTIN else None
+        if isinstance(op_name, str) and op is None:
+            op, hint = _user_op(op_name, plugins, used_plugins, doc.at(here + ("op",)), problems)
+            if op is None and hint is not None:
+                if not hint:
+                    close = difflib.get_close_matches(op_name, [*oplib.BUILTIN, *(n for p in plugins for n in p.ops)], n=1)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
+                problems.append(Diagnostic(doc.at(here + ("op",)), f"unknown op {op_name!r} in stage {sid!r}{hint}"))
+
+        inputs = spec.get("inputs", [])
+        inputs = [i for i in inputs if isinstance(i, str)] if isinstance(inputs, list) else []
+        for i, ref in enumerate(inputs):
+            if ref not in raw_stages:
+                close = difflib.get_close_matches(ref, list(raw_stages), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                problems.append(Diagnostic(doc.at(here + ("inputs", i)), f"stage {sid!r} takes input {ref!r}, which is not a stage{hint}"))
+            else:
+                edges.append((ref, sid))
+                if ref in data_phases:
+                    other = raw_stages[ref]
+                    arrays = ", ".join(k for k, v in phaselib.PHASES.items() if v.array)
+                    problems.append(Diagnostic(doc.at(here + ("inputs", i)), (
+                        f"stage {sid!r} takes input {ref!r}, {phaselib.article(other['phase'])} phase, which yields data, not an array; "
+                        f"an executor stage can take the output of a {arrays} phase")))
+
+        executor = spec.get("executor")
+        if isinstance(executor, str) and executor not in declared_executors:
+            declared = ", ".join(declared_executors) or "none"
+            close = difflib.get_close_matches(executor, list(declared_executors), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            problems.append(Diagnostic(doc.at(here + ("executor",)), f"stage {sid!r} names executor {executor!r}, which is not declared (declared: {declared}){hint}"))
+
+        dtype_name = spec.get("dtype", "fp32")
+        dtype = _DTYPES.get(dtype_name)
+        args = spec.get("args", {})
+        args = args if isinstance(args, dict) else {}
+        if op is None:
+            continue
+        lo, hi = op.arity
+        if not lo <= len(inputs) <= hi:
+            want = str(lo) if lo == hi else f"{lo} to {hi}"
+            problems.append(Diagnostic(
+                doc.at(here + ("inputs",)) if "inputs" in spec else doc.key_at(here),
+                f"op {op.name!r} takes {want} input{'s' if hi != 1 else ''}, stage {sid!r} gives {len(inputs)}",
+            ))
+        for arg, message in oplib.check_args(op, args, len(inputs) if lo <= len(inputs) <= hi else None):
+            if arg is not None and has_undefined(args.get(arg)):
+                continue
+            if arg is None:
+                where = doc.at(here + ("args",)) if "args" in spec else doc.key_at(here)
+            elif arg in op.args:
+                where = doc.at(here + ("args", arg))
+            else:
+                where = doc.key_at(here + ("args", arg))
+            problems.append(Diagnostic(where, message))
+        fit = fits.get((op.name, dtype_name)) if dtype is not None else True
+        if fit is None:
+            fit = fits[op.name, dtype_name] = dtype in op.dtypes
+        if not fit:
+            supported = ", ".join(d.value for d in Dtype if d in op.dtypes)
+            problems.append(Diagnostic(
+                doc.at(here + ("dtype",)),
+                f"op {op.name!r} does not support dtype {dtype.value} (supported: {supported})",
+            ))
+        full = op.with_defaults(args)
+        paths = path_args.get(op.name)
+        if paths is None:
+            paths = path_args[op.name] = [arg for arg, spec_arg in op.args.items() if spec_arg.kind == "path"]
+        for arg in paths:
+            if isinstance(full.get(arg), str):
+                full[arg] = os.path.join(base, full[arg])
+        if op.name == "load" and isinstance(full.get("path"), str) and dtype is not None:
+            _check_load(sid, spec, full, dtype, doc, problems)
+        stages[sid] = StageDecl(
+            id=sid, op=op.name, inputs=tuple(inputs), args=full, dtype=dtype or Dtype.fp32,
+            executor=executor if isinstance(executor, str) else None,
+            retries=spec.get("retries", 0), timeout=spec.get("timeout"),
+            cache=spec.get("cache", True) is not False,
+            vendors=_stage_vendors(spec.get("vendor")) if "vendor" in spec else (),
+            colocate_with=spec["colocate_with"] if isinstance(spec.get("colocate_with"), str) else None,
+            doc=doc,
+        )
+
+    problems.extend(_placement_constraints(stages, executors, raw_stages, doc))
+
+    for cycle in _cycles(raw_stages, edges):
+        names = " -> ".join(cycle + [cycle[0]])
+        first = cycle[0]
+        problems.append(Diagnostic(doc.key_at(("stages", first)), f"cycle between stages: {names}"))
+
+    outputs: dict[str, str] = {}
+    output_origins: dict[str, Origin] = {}
+    phase_outputs: dict[str, tuple[str, str | None]] = {}
+    for out, ref in _as_dict(tree.get("outputs")).items():
+        if not isinstance(ref, str):
+            continue
+        stage_ref, _, fieldname = ref.partition(".")
+        if stage_ref in phase_decls or fieldname:
+            problem = phaselib.check_output(stage_ref, fieldname or None, raw_stages, phase_decls)
+            if problem:
+                problems.append(Diagnostic(doc.at(("outputs", out)), f"output {out!r} names {ref!r}: {problem}"))
+            else:
+                phase_outputs[out] = (stage_ref, fieldname or None)
+            output_origins[out] = doc.at(("outputs", out))
+            continue
+        if ref not in raw_stages:
+            close = difflib.get_close_matches(ref, list(raw_stages), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            problems.append(Diagnostic(doc.at(("outputs", out)), f"output {out!r} names {ref!r}, which is not a stage{hint}"))
+        outputs[out] = ref
+        output_origins[out] = doc.at(("outputs", out))
+
+    if problems:
+        return None
+    digest = "sha256:" + hashlib.sha256(canonical_json(tree).encode()).hexdigest()
+    return Manifest(
+        file=doc.file, name=tree["name"], description=tree.get("description", ""),
+        params=dict(tree.get("params", {})), executors=executors, stages=stages,
+        outputs=outputs, output_origins=output_origins, resolved=tree, digest=digest,
+        emulators=emulators, phases=phase_decls, phase_outputs=phase_outputs,
+        plugins=tuple(used_plugins.values()),
+    )
+
+
+def _load_plugins(tree: dict, doc: Document, base: str, problems: list[Diagnostic]) -> list[Any]:
+    """Load every module ``plugins:`` names; a failure is a problem at the entry that names it."""
+    from hetflow.executors import plugins as pluginlib
+
+    loaded = []
+    specs = tree.get("plugins")
+    for i, spec in enumerate(specs if isinstance(specs, list) else []):
+        if not isinstance(spec, str):
+            continue
+        try:
+            plugin = pluginlib.load_plugin(spec, base)
+        except pluginlib.PluginError as e:
+            problems.append(Diagnostic(doc.at(("plugins", i)), str(e)))
+            continue
+        for other in loaded:
+            for name in sorted(set(other.ops) & set(plugin.ops)):
+                problems.append(Diagnostic(doc.at(("plugins", i)), (
+                    f"op {name!r} is defined twice: by plugin {other.spec!r} and by plugin {spec!r}")))
+        loaded.append(plugin)
+    return loaded
+
+
+def _user_op(name: str, plugins: list[Any], used: dict[str, Any], where: Origin,
+             problems: list[Diagnostic]) -> tuple[Any, str | None]:
+    """The plugin op ``name`` names for this manifest: (op, None), or (None, hint); (None, None) when reported."""
+    from hetflow.executors import plugins as pluginlib
+
+    try:
+        op, hint = pluginlib.resolve_op(name, plugins)
+    except pluginlib.PluginError as e:
+        problems.append(Diagnostic(where, f"op {name!r}: {e}"))
+        return None, None
+    if op is not None and op.source not in used:
+        found = pluginlib.plugin_for(name)
+        if found is not None:
+            used[found.module] = found
+    return op, hint
+
+
+def _check_load(sid: str, spec: dict, args: dict, dtype: Dtype, doc: Document, problems: list[Diagnostic]) -> None:
+    """The file a ``load`` stage reads exists, parses, holds the array, and fits the stage's dtype."""
+    here = ("stages", sid, "args")
+    try:
+        oplib.read_array(args["path"], args.get("key"), header=True)
+    except ValueError as e:
+        where = here + ("key",) if "key" in (spec.get("args") or {}) and "has no array" in str(e) else here + ("path",)
+        problems.append(Diagnostic(doc.at(where), f"stage {sid!r}: {e}"))
+        return
+    if args.get("cast") or "dtype" in spec:
+        return
+    try:
+        problem = oplib.lossy_load(oplib.read_array(args["path"], args.get("key")), dtype)
+    except (ValueError, MemoryError) as e:
+        problems.append(Diagnostic(doc.at(here + ("path",)), f"stage {sid!r}: {e}"))
+        return
+    if problem:
+        problems.append(Diagnostic(doc.at(here + ("path",)), (
+            f"stage {sid!r} loads {os.path.basename(args['path'])}"
+            + (f" [{args['key']}]" if args.get("key") else "") + f": {problem}; "
+            f"say dtype: on the stage, or cast: true in its args, to convert anyway")))
+
+
+def _cycles(stages: Mapping[str, Any], edges: list[tuple[str, str]]) -> list[list[str]]:
+    """One cycle per strongly connected component that has one, nodes in manifest order."""
+    order = {n: i for i, n in enumerate(stages)}
+    if all(order[u] < order[v] for u, v in edges):
+        return []  # every input is written above its stage: the file order is a topological order
+    graph = nx.DiGraph()
+    graph.add_nodes_from(n for n, spec in stages.items() if isinstance(spec, dict))
+    graph.add_edges_from(edges)
+    found = []
+    for component in nx.strongly_connected_components(graph):
+        if len(component) == 1:
+            (n,) = component
+            if not graph.has_edge(n, n):
+                continue
+        sub = graph.subgraph(component)
+        start = min(component, key=order.__getitem__)
+        edges = nx.find_cycle(sub, source=start)
+        found.append([u for u, _ in edges])
+    return sorted(found, key=lambda c: order[c[0]])
+
+_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def _memory_bytes(value: Any) -> int | None:
+    """An executor's ``memory:`` in bytes; the schema has already checked its form.
+
+    >>> _memory_bytes("1.5 KiB"), _memory_bytes(4096), _memory_bytes(None)
+    (1536, 4096, None)
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if value > 0 else None
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?) ?([KMGT]i?B|B)", value) if isinstance(value, str) else None
+    if m is None or m.group(2) not in _UNITS:
+        return None
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def _memory_limit(value: Any) -> int | None:
+    """An executor's ``memory_limit:`` in bytes (0 is a valid cap, unlike ``memory:``)."""
+    return 0 if value == 0 and not isinstance(value, bool) else _memory_bytes(value)
+
+
+def _stage_vendors(value: Any) -> tuple[Vendor, ...]:
+    names = value if isinstance(value, list) else [value] if isinstance(value, str) else []
+    return tuple(Vendor(n) for n in names if n in Vendor.__members__)
+
+
+def _placement_constraints(stages: Mapping[str, StageDecl], executors: Mapping[str, ExecutorDecl],
+                           raw_stages: Mapping[str, Any], doc: Document) -> list[Diagnostic]:
+    """``colocate_with`` names another stage and its group's pins agree; a pin runs a preferred vendor."""
+    problems: list[Diagnostic] = []
+    group = nx.Graph()
+    for s in stages.values():
+        if s.colocate_with is None:
+            continue
+        if s.colocate_with == s.id:
+            problems.append(Diagnostic(s.colocate_origin, f"stage {s.id!r} is colocated with itself; name another stage"))
+        elif s.colocate_with not in raw_stages:
+            close = difflib.get_close_matches(s.colocate_with, list(raw_stages), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            problems.append(Diagnostic(s.colocate_origin, f"stage {s.id!r} is colocated with {s.colocate_with!r}, which is not a stage{hint}"))
+        elif s.colocate_with in stages:
+            group.add_edge(s.id, s.colocate_with)
+    for members in nx.connected_components(group):
+        pins = sorted({(stages[m].executor, m) for m in members if stages[m].executor}, key=lambda p: list(stages).index(p[1]))
+        if len({e for e, _ in pins}) > 1:
+            (first, a), (_, b) = pins[0], next(p for p in pins if p[0] != pins[0][0])
+            where = stages[b].colocate_origin or stages[b].executor_origin or stages[b].origin
+            problems.append(Diagnostic(where, f"stage {b!r} is pinned to {stages[b].executor!r} but colocated (through colocate_with) "
+                                              f"with {a!r}, pinned to {first!r}; one group runs on one executor"))
+    for s in stages.values():
+        if s.executor and s.vendors and s.executor in executors:
+            declared = executors[s.executor].vendors
+            if not set(declared) & set(s.vendors):
+                problems.append(Diagnostic(s.vendor_origin, (
+                    f"stage {s.id!r} wants vendor [{', '.join(v.value for v in s.vendors)}] but is pinned to executor "
+                    f"{s.executor!r}, which runs [{', '.join(v.value for v in declared)}]")))
+    return problems
