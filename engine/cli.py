@@ -800,7 +800,9 @@ def _cmd_schedule(args: argparse.Namespace, out, err) -> int:
 
     files = schedlib.discover(args.paths)
     if args.schedule_command == "serve":
-        schedlib.Server(args.paths, args.runs_dir, log, poll=args.poll).serve()
+        from hetflow.engine.serve import Server
+
+        Server(args.paths, args.runs_dir, log, poll=args.poll).serve()
         return EXIT_OK
     now = schedlib.parse_instant(args.now) if args.now else datetime.now(timezone.utc)
     if args.schedule_command == "run-due":

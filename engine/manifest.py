@@ -100,9 +100,9 @@ def validate(resolved: dict, doc: Document, problems: list[Diagnostic] | None = 
     problems = list(problems or [])
     problems.extend(schema_problems({**resolved, **{k: tree[k] for k in ("matrix", "schedule") if k in tree}}, doc))
     if "schedule" in tree:
-        from hetflow.engine import schedule as schedlib
+        from hetflow.engine import cron
 
-        problems.extend(schedlib.check(tree["schedule"], doc, tree.get("params", {})))
+        problems.extend(cron.check(tree["schedule"], doc, tree.get("params", {})))
     manifest = None
     try:
         manifest = check_semantics(resolved, doc, problems)

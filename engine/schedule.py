@@ -38,13 +38,11 @@ whose record carries ``schedule: {slot, cron, timezone}`` and which
 ``SLOT.log`` beside the claim.
 
 :func:`run_due` decides and runs every due slot of the given manifests
-and returns. :class:`Server` (``hetflow schedule serve``) loops: reread
-manifests whose file changed, reap finished runs, start due and queued
-slots, sleep until the next fire time or the poll interval. On SIGTERM
-it stops starting runs, gives the claims of queued slots back, and
-*detaches* the runs still going (they run in their own session and
-write their own records); a restarted scheduler sees them through their
-records and run locks.
+and returns. The parts live in three modules: :mod:`hetflow.engine.cron`
+(fire times, slots, which are due: pure), this one (manifests, claims,
+starting a slot's run, ``run-due``, ``status``) and
+:mod:`hetflow.engine.serve` (the :class:`~hetflow.engine.serve.Server`
+loop of ``hetflow schedule serve``).
 
 Examples
 --------
@@ -55,11 +53,9 @@ Examples
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -67,13 +63,22 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from functools import lru_cache
-from typing import Any, Callable, Iterator, Mapping, Sequence
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+from datetime import datetime
+from typing import Any, Callable, Mapping, Sequence
 
-from croniter import CroniterError, croniter
-
+from hetflow.engine.cron import (  # noqa: F401 - the cron names are part of this module's API
+    _UTC,
+    CATCHUP_LIMIT,
+    POLICIES,
+    Schedule,
+    _slot_file,
+    check,
+    due_slots,
+    from_tree,
+    parse_instant,
+    slot_id,
+    slot_run,
+)
 from hetflow.engine.errors import Diagnostic, ManifestError, UsageError
 from hetflow.engine.records import utc_iso, write_json_atomic
 
@@ -93,160 +98,8 @@ __all__ = [
     "run_due",
     "run_hook",
     "status",
-    "Server",
     "format_event",
 ]
-
-CATCHUP_LIMIT = 100
-POLICIES = ("skip", "queue", "allow")
-_UTC = timezone.utc
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """A parsed ``schedule:`` block; fire times are timezone-aware datetimes."""
-
-    cron: str
-    timezone: str
-    catchup: bool
-    max_active: str
-    params: Mapping[str, Any]
-    on_failure: str | None = None
-    on_success: str | None = None
-
-    @property
-    def tz(self) -> ZoneInfo:
-        return ZoneInfo(self.timezone)
-
-    def _iter(self, start: datetime) -> croniter:
-        return croniter(self.cron, start.astimezone(self.tz), second_at_beginning=_has_seconds(self.cron))
-
-    def _fires(self, it: croniter, backwards: bool = False) -> Iterator[datetime]:
-        # A wall-clock time the fall-back repeats fires once, as cron does: the second pass
-        # (fold=1) is dropped when croniter yields it.
-        while True:
-            t = (it.get_prev if backwards else it.get_next)(datetime)
-            local = t.astimezone(self.tz)
-            if local.fold == 1 and local.replace(fold=0).utcoffset() != local.utcoffset():
-                continue
-            yield t.astimezone(_UTC)
-
-    def after(self, start: datetime, count: int) -> list[datetime]:
-        """The next ``count`` fire times strictly after ``start``."""
-        fires = self._fires(self._iter(start))
-        return [next(fires) for _ in range(count)]
-
-    def latest(self, now: datetime, count: int = 1) -> list[datetime]:
-        """The newest ``count`` fire times at or before ``now``, newest first."""
-        # croniter's get_prev is strict and works in whole seconds: start just past now's second.
-        start = now.replace(microsecond=0) + timedelta(seconds=1)
-        fires = self._fires(self._iter(start), backwards=True)
-        out: list[datetime] = []
-        while len(out) < count:
-            t = next(fires)
-            if t <= now:
-                out.append(t)
-        return out
-
-    def record(self, slot: datetime) -> dict:
-        """What a scheduled run's record says about its schedule."""
-        return {"slot": slot_id(slot), "cron": self.cron, "timezone": self.timezone}
-
-
-def _has_seconds(cron: str) -> bool:
-    return not cron.strip().startswith("@") and len(cron.split()) == 6
-
-
-def slot_id(t: datetime) -> str:
-    """A slot's identity: its instant in UTC, to the second."""
-    return t.astimezone(_UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _slot_file(t: datetime) -> str:
-    return t.astimezone(_UTC).strftime("%Y%m%dT%H%M%SZ")
-
-
-def parse_instant(text: str) -> datetime:
-    """An ISO 8601 instant (``--now``); without an offset it is UTC.
-
-    >>> slot_id(parse_instant("2026-03-29T03:30:00+02:00"))
-    '2026-03-29T01:30:00Z'
-    """
-    try:
-        t = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"--now expects an ISO 8601 instant such as 2026-03-29T01:30:00Z, got {text!r}") from None
-    return t.replace(tzinfo=_UTC) if t.tzinfo is None else t.astimezone(_UTC)
-
-
-@lru_cache(maxsize=1)
-def _zones() -> tuple[str, ...]:
-    return tuple(sorted(available_timezones()))
-
-
-def check(value: Any, doc: Any, params: Mapping[str, Any]) -> list[Diagnostic]:
-    """What is wrong with a ``schedule:`` block beyond its shape (the schema checks that)."""
-    if not isinstance(value, dict):
-        return []
-    problems = []
-    cron = value.get("cron")
-    if isinstance(cron, str) and cron.strip():
-        fields = cron.split()
-        if not cron.strip().startswith("@") and len(fields) not in (5, 6):
-            problems.append(Diagnostic(doc.at(("schedule", "cron")), (
-                f"schedule.cron {cron!r} has {len(fields)} fields; a cron expression has 5 "
-                "(minute hour day-of-month month day-of-week) or 6 with seconds first")))
-        else:
-            try:
-                croniter(cron, datetime(2000, 1, 1, tzinfo=_UTC), second_at_beginning=_has_seconds(cron)).get_next(datetime)
-            except (CroniterError, ValueError, KeyError) as e:
-                hint = "; schedule: is not interpolated, write the expression itself" if "${" in cron else ""
-                problems.append(Diagnostic(doc.at(("schedule", "cron")),
-                                           f"schedule.cron {cron!r} is not a valid cron expression: {e}{hint}"))
-    tz = value.get("timezone")
-    if isinstance(tz, str) and tz:
-        try:
-            ZoneInfo(tz)
-        except (ZoneInfoNotFoundError, ValueError, OSError):
-            close = difflib.get_close_matches(tz, _zones(), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            problems.append(Diagnostic(doc.at(("schedule", "timezone")),
-                                       f"unknown time zone {tz!r} in schedule.timezone: give an IANA name such as "
-                                       f"Europe/Berlin or UTC{hint}"))
-    overrides = value.get("params")
-    if isinstance(overrides, dict):
-        for key in overrides:
-            if key not in params:
-                declared = ", ".join(sorted(params)) or "none"
-                problems.append(Diagnostic(doc.key_at(("schedule", "params", key)),
-                                           f"schedule.params sets {key!r}, which is not a declared param (declared: {declared})"))
-    return problems
-
-
-def from_tree(tree: Any) -> Schedule | None:
-    """The :class:`Schedule` of a validated manifest tree, or None when it has none."""
-    value = tree.get("schedule") if isinstance(tree, dict) else None
-    if not isinstance(value, dict):
-        return None
-    return Schedule(value["cron"].strip(), value.get("timezone", "UTC"), bool(value.get("catchup", False)),
-                    value.get("max_active", "skip"), dict(value.get("params") or {}),
-                    value.get("on_failure"), value.get("on_success"))
-
-
-def slot_run(doc: Any, name: str, slot_text: str) -> tuple[dict, str]:
-    """For ``hetflow run --schedule-slot``: the record's ``schedule`` entry and the run lock's name.
-
-    An ``allow`` schedule locks the slot, not the manifest, so its runs may overlap.
-    """
-    sched = from_tree(doc.value)
-    if sched is None:
-        raise UsageError(f"--schedule-slot: {doc.file} has no schedule: block")
-    try:
-        slot = parse_instant(slot_text)
-    except UsageError:
-        raise UsageError(f"--schedule-slot expects a UTC instant such as 2026-03-29T01:00:00Z, got {slot_text!r}") from None
-    lock_name = f"{name}@{_slot_file(slot)}" if sched.max_active == "allow" else name
-    return sched.record(slot), lock_name
 
 
 # --- manifests and their state on disk ----------------------------------------------------------
@@ -323,24 +176,6 @@ def history(runs_dir: str, entry: Entry) -> dict[str, str]:
         if slot and (data.get("manifest") or {}).get("file") == me:
             done[slot] = data.get("status") or "recorded"
     return done
-
-
-def due_slots(schedule: Schedule, done: Mapping[str, str] | set, now: datetime) -> list[datetime]:
-    """The slots to decide at ``now``, oldest first (see the module docstring).
-
-    >>> s = Schedule("0 * * * *", "UTC", True, "skip", {})
-    >>> now = parse_instant("2026-01-01T03:30:00Z")
-    >>> [slot_id(t) for t in due_slots(s, {"2026-01-01T01:00:00Z"}, now)]
-    ['2026-01-01T02:00:00Z', '2026-01-01T03:00:00Z']
-    >>> [slot_id(t) for t in due_slots(Schedule("0 * * * *", "UTC", False, "skip", {}), {"2026-01-01T01:00:00Z"}, now)]
-    ['2026-01-01T03:00:00Z']
-    """
-    newest = max(done) if done else None
-    recent = schedule.latest(now, CATCHUP_LIMIT if schedule.catchup else 1)
-    missed = [t for t in recent if newest is None or slot_id(t) > newest]
-    if newest is None or not schedule.catchup:
-        missed = missed[:1]
-    return sorted(missed)
 
 
 def claim(runs_dir: str, entry: Entry, slot: datetime, state: str = "claimed") -> str | None:
@@ -652,172 +487,6 @@ def _run_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: 
             info = _finish(child, log)
             count("skipped" if info["status"] == "locked" else info["status"])
             break
-
-
-# --- serve --------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Watched:
-    entry: Entry | None
-    stamp: tuple
-    error: str | None = None
-
-
-class Server:
-    """``hetflow schedule serve``: a loop over :meth:`tick`; see the module docstring.
-
-    ``clock`` gives the current instant (a test can move it); ``log(event, fields)``
-    receives one call per event.
-    """
-
-    def __init__(self, paths: Sequence[str], runs_dir: str, log: Log, poll: float = 5.0,
-                 clock: Callable[[], datetime] = lambda: datetime.now(_UTC)) -> None:
-        if poll <= 0:
-            raise UsageError("--poll must be more than 0 seconds")
-        self.paths = list(paths)
-        self.runs_dir = runs_dir
-        self.log = log
-        self.poll = poll
-        self.clock = clock
-        self.watched: dict[str, _Watched] = {}
-        self.running: list[Child] = []
-        self.queued: list[tuple[Entry, datetime, str]] = []
-        self.stopping = False
-
-    def scan(self) -> None:
-        """Load new manifests, reload changed ones, forget removed ones."""
-        try:
-            files = discover(self.paths)
-        except UsageError as e:
-            self.log("error", {"error": str(e)})
-            files = [f for f in self.watched if os.path.exists(f)]
-        for file in list(self.watched):
-            if file not in files:
-                old = self.watched.pop(file)
-                self.log("removed", {"file": file, "manifest": old.entry.name if old.entry else None})
-        for file in files:
-            try:
-                st = os.stat(file)
-            except OSError:
-                continue
-            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
-            seen = self.watched.get(file)
-            if seen is not None and seen.stamp == stamp:
-                continue
-            try:
-                entry = load_entry(file)
-                error = None
-            except ManifestError as e:
-                entry, error = None, "; ".join(str(d) for d in e.diagnostics)
-            except UsageError as e:
-                entry, error = None, f"{file}: {e}"
-            self.watched[file] = _Watched(entry, stamp, error)
-            if error:
-                self.log("invalid", {"file": file, "error": error})
-            elif entry is not None:
-                nxt = entry.schedule.after(self.clock(), 1)[0]
-                self.log("reloaded" if seen is not None else "loaded",
-                         {"file": file, "manifest": entry.name, "cron": entry.schedule.cron,
-                          "timezone": entry.schedule.timezone, "catchup": entry.schedule.catchup,
-                          "max_active": entry.schedule.max_active, "next": slot_id(nxt)})
-            elif seen is not None and seen.entry is not None:
-                self.log("unscheduled", {"file": file, "manifest": seen.entry.name})
-
-    def _active(self, entry: Entry) -> bool:
-        mine = os.path.abspath(entry.file)
-        return any(os.path.abspath(c.entry.file) == mine for c in self.running) or entry.active(self.runs_dir)
-
-    def _start(self, entry: Entry, slot: datetime, path: str) -> None:
-        child = start(entry, slot, self.runs_dir, path)
-        self.running.append(child)
-        self.log("started", {"manifest": entry.name, "slot": slot_id(slot), "pid": child.process.pid})
-
-    def reap(self) -> None:
-        for child in list(self.running):
-            if child.process.poll() is None:
-                continue
-            self.running.remove(child)
-            if child.process.returncode == LOCKED and child.entry.schedule.max_active == "queue":
-                self.queued.append((child.entry, child.slot, child.claim))
-                _mark(child.claim, child.entry, child.slot, "queued")
-                self.log("queued", {"manifest": child.entry.name, "slot": slot_id(child.slot)})
-                continue
-            _finish(child, self.log)
-
-    def tick(self) -> None:
-        """One round: reap, start queued slots whose manifest is idle, decide due slots."""
-        self.reap()
-        for item in list(self.queued):
-            entry, slot, path = item
-            if not self._active(entry):
-                self.queued.remove(item)
-                self._start(entry, slot, path)
-        now = self.clock()
-        for watched in list(self.watched.values()):
-            entry = watched.entry
-            if entry is None:
-                continue
-            for slot in due_slots(entry.schedule, history(self.runs_dir, entry), now):
-                path = claim(self.runs_dir, entry, slot)
-                fields = {"manifest": entry.name, "slot": slot_id(slot)}
-                if path is None:
-                    self.log("claimed-elsewhere", fields)
-                    continue
-                policy = entry.schedule.max_active
-                if policy == "allow" or not self._active(entry):
-                    self._start(entry, slot, path)
-                elif policy == "skip":
-                    _mark(path, entry, slot, "skipped", reason="a run of this manifest is active")
-                    self.log("skipped", {**fields, "reason": "a run of this manifest is active"})
-                else:
-                    _mark(path, entry, slot, "queued")
-                    self.queued.append((entry, slot, path))
-                    self.log("queued", fields)
-
-    def _sleep_for(self) -> float:
-        now = self.clock()
-        wake = self.poll
-        for watched in self.watched.values():
-            if watched.entry is not None:
-                nxt = watched.entry.schedule.after(now, 1)[0]
-                wake = min(wake, (nxt - now).total_seconds() + 0.05)
-        if self.running or self.queued:
-            wake = min(wake, 0.5)
-        return max(wake, 0.05)
-
-    def stop(self, *_: Any) -> None:
-        self.stopping = True
-
-    def serve(self) -> None:
-        """Run until SIGTERM or SIGINT (or :meth:`stop`); then give back queued claims and detach."""
-        old = {s: signal.signal(s, self.stop) for s in (signal.SIGTERM, signal.SIGINT)}
-        self.log("serving", {"paths": self.paths, "runs_dir": self.runs_dir, "pid": os.getpid(), "poll_s": self.poll})
-        try:
-            while not self.stopping:
-                try:
-                    self.scan()
-                    self.tick()
-                except OSError as e:
-                    # A full disk or a runs directory gone for a moment must not end the scheduler.
-                    self.log("error", {"error": f"{type(e).__name__}: {e}"})
-                deadline = time.monotonic() + self._sleep_for()
-                while not self.stopping and time.monotonic() < deadline:
-                    time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
-            self.reap()
-        finally:
-            for s, handler in old.items():
-                signal.signal(s, handler)
-        for entry, slot, path in self.queued:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-            self.log("unqueued", {"manifest": entry.name, "slot": slot_id(slot)})
-        self.queued.clear()
-        for child in self.running:
-            self.log("detached", {"manifest": child.entry.name, "slot": slot_id(child.slot), "pid": child.process.pid})
-        self.log("stopped", {"detached": len(self.running)})
 
 
 def format_event(event: str, fields: Mapping[str, Any], fmt: str = "text", at: float | None = None) -> str:

@@ -20,6 +20,7 @@ MODULES = [
     "hetflow.engine.planner",
     "hetflow.engine.matrix",
     "hetflow.engine.schedule",
+    "hetflow.engine.cron",
     "hetflow.engine.cancel",
     "hetflow.engine.compare",
     "hetflow.engine.locks",

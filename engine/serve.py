@@ -1,0 +1,188 @@
+"""``hetflow schedule serve``: the scheduler's loop, around the decisions of :mod:`hetflow.engine.schedule`.
+
+:class:`Server` loops: reread manifests whose file changed, reap finished
+runs, start due and queued slots, sleep until the next fire time or the
+poll interval. On SIGTERM it stops starting runs, gives the claims of
+queued slots back, and *detaches* the runs still going (they run in
+their own session and write their own records); a restarted scheduler
+sees them through their records and run locks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable, Sequence
+
+from hetflow.engine.cron import _UTC, due_slots, slot_id
+from hetflow.engine.errors import ManifestError, UsageError
+from hetflow.engine.schedule import (LOCKED, Child, Entry, Log, _finish, _mark, claim, discover, history, load_entry,
+                                     start)
+
+__all__ = ["Server"]
+
+
+@dataclass
+class _Watched:
+    entry: Entry | None
+    stamp: tuple
+    error: str | None = None
+
+
+class Server:
+    """``hetflow schedule serve``: a loop over :meth:`tick`; see the module docstring.
+
+    ``clock`` gives the current instant (a test can move it); ``log(event, fields)``
+    receives one call per event.
+    """
+
+    def __init__(self, paths: Sequence[str], runs_dir: str, log: Log, poll: float = 5.0,
+                 clock: Callable[[], datetime] = lambda: datetime.now(_UTC)) -> None:
+        if poll <= 0:
+            raise UsageError("--poll must be more than 0 seconds")
+        self.paths = list(paths)
+        self.runs_dir = runs_dir
+        self.log = log
+        self.poll = poll
+        self.clock = clock
+        self.watched: dict[str, _Watched] = {}
+        self.running: list[Child] = []
+        self.queued: list[tuple[Entry, datetime, str]] = []
+        self.stopping = False
+
+    def scan(self) -> None:
+        """Load new manifests, reload changed ones, forget removed ones."""
+        try:
+            files = discover(self.paths)
+        except UsageError as e:
+            self.log("error", {"error": str(e)})
+            files = [f for f in self.watched if os.path.exists(f)]
+        for file in list(self.watched):
+            if file not in files:
+                old = self.watched.pop(file)
+                self.log("removed", {"file": file, "manifest": old.entry.name if old.entry else None})
+        for file in files:
+            try:
+                st = os.stat(file)
+            except OSError:
+                continue
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+            seen = self.watched.get(file)
+            if seen is not None and seen.stamp == stamp:
+                continue
+            try:
+                entry = load_entry(file)
+                error = None
+            except ManifestError as e:
+                entry, error = None, "; ".join(str(d) for d in e.diagnostics)
+            except UsageError as e:
+                entry, error = None, f"{file}: {e}"
+            self.watched[file] = _Watched(entry, stamp, error)
+            if error:
+                self.log("invalid", {"file": file, "error": error})
+            elif entry is not None:
+                nxt = entry.schedule.after(self.clock(), 1)[0]
+                self.log("reloaded" if seen is not None else "loaded",
+                         {"file": file, "manifest": entry.name, "cron": entry.schedule.cron,
+                          "timezone": entry.schedule.timezone, "catchup": entry.schedule.catchup,
+                          "max_active": entry.schedule.max_active, "next": slot_id(nxt)})
+            elif seen is not None and seen.entry is not None:
+                self.log("unscheduled", {"file": file, "manifest": seen.entry.name})
+
+    def _active(self, entry: Entry) -> bool:
+        mine = os.path.abspath(entry.file)
+        return any(os.path.abspath(c.entry.file) == mine for c in self.running) or entry.active(self.runs_dir)
+
+    def _start(self, entry: Entry, slot: datetime, path: str) -> None:
+        child = start(entry, slot, self.runs_dir, path)
+        self.running.append(child)
+        self.log("started", {"manifest": entry.name, "slot": slot_id(slot), "pid": child.process.pid})
+
+    def reap(self) -> None:
+        for child in list(self.running):
+            if child.process.poll() is None:
+                continue
+            self.running.remove(child)
+            if child.process.returncode == LOCKED and child.entry.schedule.max_active == "queue":
+                self.queued.append((child.entry, child.slot, child.claim))
+                _mark(child.claim, child.entry, child.slot, "queued")
+                self.log("queued", {"manifest": child.entry.name, "slot": slot_id(child.slot)})
+                continue
+            _finish(child, self.log)
+
+    def tick(self) -> None:
+        """One round: reap, start queued slots whose manifest is idle, decide due slots."""
+        self.reap()
+        for item in list(self.queued):
+            entry, slot, path = item
+            if not self._active(entry):
+                self.queued.remove(item)
+                self._start(entry, slot, path)
+        now = self.clock()
+        for watched in list(self.watched.values()):
+            entry = watched.entry
+            if entry is None:
+                continue
+            for slot in due_slots(entry.schedule, history(self.runs_dir, entry), now):
+                path = claim(self.runs_dir, entry, slot)
+                fields = {"manifest": entry.name, "slot": slot_id(slot)}
+                if path is None:
+                    self.log("claimed-elsewhere", fields)
+                    continue
+                policy = entry.schedule.max_active
+                if policy == "allow" or not self._active(entry):
+                    self._start(entry, slot, path)
+                elif policy == "skip":
+                    _mark(path, entry, slot, "skipped", reason="a run of this manifest is active")
+                    self.log("skipped", {**fields, "reason": "a run of this manifest is active"})
+                else:
+                    _mark(path, entry, slot, "queued")
+                    self.queued.append((entry, slot, path))
+                    self.log("queued", fields)
+
+    def _sleep_for(self) -> float:
+        now = self.clock()
+        wake = self.poll
+        for watched in self.watched.values():
+            if watched.entry is not None:
+                nxt = watched.entry.schedule.after(now, 1)[0]
+                wake = min(wake, (nxt - now).total_seconds() + 0.05)
+        if self.running or self.queued:
+            wake = min(wake, 0.5)
+        return max(wake, 0.05)
+
+    def stop(self, *_: Any) -> None:
+        self.stopping = True
+
+    def serve(self) -> None:
+        """Run until SIGTERM or SIGINT (or :meth:`stop`); then give back queued claims and detach."""
+        old = {s: signal.signal(s, self.stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        self.log("serving", {"paths": self.paths, "runs_dir": self.runs_dir, "pid": os.getpid(), "poll_s": self.poll})
+        try:
+            while not self.stopping:
+                try:
+                    self.scan()
+                    self.tick()
+                except OSError as e:
+                    # A full disk or a runs directory gone for a moment must not end the scheduler.
+                    self.log("error", {"error": f"{type(e).__name__}: {e}"})
+                deadline = time.monotonic() + self._sleep_for()
+                while not self.stopping and time.monotonic() < deadline:
+                    time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+            self.reap()
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
+        for entry, slot, path in self.queued:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            self.log("unqueued", {"manifest": entry.name, "slot": slot_id(slot)})
+        self.queued.clear()
+        for child in self.running:
+            self.log("detached", {"manifest": child.entry.name, "slot": slot_id(child.slot), "pid": child.process.pid})
+        self.log("stopped", {"detached": len(self.running)})
