@@ -272,7 +272,7 @@ def cli_page() -> str:
     """The CLI's reference: every command and subcommand with its usage and arguments."""
     parser = _cli_parser()
     out = ["# Command line", "", "!!! info \"Generated\"",
-           "    " + GENERATED.format(source="the argparse parser in `engine/cli.py`"), "",
+           "    " + GENERATED.format(source="the argparse parser in `engine/cli/parser.py`"), "",
            parser.description or "", "",
            "Exit codes are listed in [Exit codes](exit-codes.md).", "",
            "## `hetflow`", "", "```", _usage(parser), "```", "", *_options_table(parser),

@@ -1,0 +1,45 @@
+"""What the commands share: the exit codes, the cluster flags as the API's keywords, the event sink."""
+
+from __future__ import annotations
+
+import argparse
+
+from hetflow.engine.errors import UsageError
+
+__all__ = ["EXIT_OK", "EXIT_RUN_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "EXIT_LOCKED", "cluster_kwargs",
+           "event_sink"]
+
+EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_LOCKED = 0, 1, 2, 3, 4
+
+
+def cluster_kwargs(args: argparse.Namespace) -> dict:
+    """The cluster flags as the API's keywords; their combinations are checked here, in the flags' own words."""
+    if args.workers is not None and args.scheduler is not None:
+        raise UsageError("--workers starts a new cluster and --scheduler joins one; give one of them")
+    if args.threads_per_worker is not None and args.workers is None:
+        raise UsageError("--threads-per-worker goes with --workers")
+    if args.workers is None and args.scheduler is None:
+        if args.place:
+            raise UsageError("--place needs a cluster: add --workers N or --scheduler ADDRESS")
+    elif getattr(args, "threads", None) is not None:
+        raise UsageError("--threads sets the in-process scheduler; with a cluster use --threads-per-worker")
+    place = {}
+    for pair in args.place:
+        name, sep, worker = pair.partition("=")
+        if not sep or not name.strip() or not worker.strip():
+            raise UsageError(f"--place expects EXECUTOR=WORKER, got {pair!r}")
+        place[name.strip()] = worker.strip()
+    return {"workers": args.workers, "threads_per_worker": args.threads_per_worker, "scheduler": args.scheduler,
+            "place": place or None}
+
+
+def event_sink(args: argparse.Namespace, err):
+    if args.quiet:
+        return None
+    from hetflow.engine import events
+
+    if args.log_format == "json":
+        return events.JsonLog(err)
+    if hasattr(err, "isatty") and err.isatty():
+        return events.ProgressDisplay(err)
+    return events.LineLog(err)

@@ -1,0 +1,191 @@
+"""The ``hetflow`` argument parser: every command, its flags and their help, in one place.
+
+The CLI reference of the documentation is generated from :func:`_parser`.
+A parse error is a :class:`~hetflow.engine.errors.UsageError` (exit 2),
+never argparse's own exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hetflow.engine.cli.emulate import EMULATE_MAX_STEPS, INTERPRETER_START_STEPS
+from hetflow.engine.errors import UsageError
+
+__all__ = ["_parser"]
+
+
+class _ShowVersion(Exception):
+    """``--version`` was given: main prints the version to its output stream."""
+
+
+class _Version(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print hetflow's version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        raise _ShowVersion()
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own exit code is already 2
+        self.print_usage(sys.stderr)
+        raise UsageError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="hetflow", description="Run declarative pipelines across heterogeneous compute.")
+    p.add_argument("--debug", action="store_true", help="show the full traceback of an internal error")
+    p.add_argument("--version", action=_Version)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    v = sub.add_parser("validate", help="load and validate manifests; FILE:LINE:COL per problem")
+    v.add_argument("files", nargs="+", metavar="FILE")
+
+    pl = sub.add_parser("plan", help="placement, partitions, bridges, and why")
+    pl.add_argument("file", metavar="FILE")
+    pl.add_argument("--format", choices=["text", "json", "dot", "svg", "png"], default="text",
+                    help="text for people, json as data, dot for Graphviz; svg and png render through Graphviz's dot")
+    pl.add_argument("-o", "--output", metavar="FILE", help="write the plan to FILE instead of standard output")
+    pl.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE", help="override a param")
+    pl.add_argument("--point", metavar="NAME", help="plan this point of the matrix (default: the first)")
+    pl.add_argument("--runs-dir", default="runs", help="where earlier runs are, to say what is cached and why (default: ./runs)")
+    pl.add_argument("--cache-dir", metavar="DIR", help="the partition cache (default: RUNS_DIR/.cache)")
+    _cluster_args(pl)
+
+    r = sub.add_parser("run", help="run a pipeline and write its run record")
+    r.add_argument("file", metavar="FILE")
+    r.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE", help="override a param")
+    r.add_argument("--runs-dir", default="runs", help="where run folders go (default: ./runs)")
+    r.add_argument("--threads", type=int, default=None, help="threads of the in-process scheduler (default: CPU count)")
+    r.add_argument("--json", action="store_true", help="print the result as JSON")
+    r.add_argument("--point", metavar="NAME", help="run one point of the matrix: its full name or the part in brackets")
+    r.add_argument("--max-points", type=int, default=256, metavar="N", help="the most points a matrix may expand to (default: 256)")
+    r.add_argument("--no-cache", action="store_true", help="neither take partitions from the cache nor store them")
+    r.add_argument("--cache-dir", metavar="DIR", help="the partition cache (default: RUNS_DIR/.cache)")
+    r.add_argument("--resume", metavar="RUN_ID",
+                   help="continue a run (or a sweep, by its SWEEP_ID) that was cancelled, crashed or was killed, in its "
+                        "own folder: what finished is reused, the rest runs")
+    r.add_argument("--parallel", type=int, default=1, metavar="K",
+                   help="run up to K points of a matrix sweep at once (default: 1)")
+    r.add_argument("--schedule-slot", metavar="SLOT",
+                   help="run as the schedule slot SLOT (a UTC instant) of the manifest's schedule: block; "
+                        "hetflow schedule passes it")
+    _cluster_args(r)
+    r.add_argument("--quiet", action="store_true", help="no progress display and no event log")
+    r.add_argument("--log-format", choices=["text", "json"], default="text",
+                   help="the run's events on stderr: text is a progress bar on a terminal and one line per event "
+                        "otherwise; json is one JSON object per event per line")
+
+    vf = sub.add_parser("verify", help="rerun a run's resolved manifest without the cache and compare output digests")
+    vf.add_argument("run_id", metavar="RUN_ID")
+    vf.add_argument("--runs-dir", default="runs", help="where run folders are (default: ./runs)")
+    vf.add_argument("--json", action="store_true")
+
+    rs = sub.add_parser("runs", help="list runs and sweeps; show, compare and tabulate them; remove old ones")
+    rs.add_argument("--runs-dir", default="runs", help="where run folders are (default: ./runs)")
+    rs.add_argument("--json", action="store_true")
+    rs.add_argument("--manifest", metavar="NAME", help="only runs of this manifest (its name or file)")
+    rs.add_argument("--status", choices=["running", "succeeded", "failed", "cancelled"], help="only runs with this status")
+    rs.add_argument("--since", metavar="WHEN", help="only runs started since: an age (30d, 12h, 45m, 2w) or a date (2026-03-01)")
+    rsub = rs.add_subparsers(dest="runs_command", parser_class=_Parser)
+    show = rsub.add_parser("show", help="one run's record, summarized, with the values of scalar outputs")
+    show.add_argument("run_id", metavar="RUN_ID", help="a run or sweep id, a unique prefix of one, or latest")
+    show.add_argument("--json", action="store_true", help="the whole record")
+    show.add_argument("--runs-dir", default=argparse.SUPPRESS)
+    df = rsub.add_parser("diff", help="two runs side by side: params, point, manifest, plugins, data files, versions, outputs")
+    df.add_argument("a", metavar="A", help="a run id, a unique prefix of one, or latest")
+    df.add_argument("b", metavar="B", help="a run id, a unique prefix of one, or latest")
+    df.add_argument("--json", action="store_true")
+    df.add_argument("--runs-dir", default=argparse.SUPPRESS)
+    tb = rsub.add_parser("table", help="one row per run with its params and scalar outputs: a sweep's points or the runs named")
+    tb.add_argument("refs", nargs="+", metavar="SWEEP_ID|RUN_ID", help="one sweep, or runs (ids, unique prefixes, latest)")
+    tb.add_argument("--format", choices=["text", "csv", "json", "markdown"], default="text")
+    tb.add_argument("--runs-dir", default=argparse.SUPPRESS)
+    gc = rsub.add_parser("gc", help="remove old runs (per manifest, or by age), the sweeps and schedule claims left "
+                                    "without runs, and cache entries no kept run needs")
+    gc.add_argument("--keep", type=int, metavar="N", help="keep the newest N runs of each manifest")
+    gc.add_argument("--older-than", metavar="AGE", help="remove runs started more than AGE ago (30d, 12h, 2w) or before a date")
+    gc.add_argument("--cache-dir", metavar="DIR", help="the partition cache (default: RUNS_DIR/.cache)")
+    gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+    gc.add_argument("--json", action="store_true")
+    gc.add_argument("--runs-dir", default=argparse.SUPPRESS)
+
+    e = sub.add_parser("executors", help="what this machine offers: vendors, devices, dtypes")
+    e.add_argument("--json", action="store_true")
+    e.add_argument("--ops", action="store_true", help="list the op registry: arity, arguments, dtypes")
+
+    ex = sub.add_parser("examples", help="the example manifests and guest programs shipped with hetflow")
+    exsub = ex.add_subparsers(dest="examples_command", required=True, parser_class=_Parser)
+    exsub.add_parser("list", help="every shipped file")
+    exc = exsub.add_parser("copy", help="write examples/ and pipelines/ into DIR, ready to run")
+    exc.add_argument("dir", metavar="DIR")
+    exc.add_argument("--force", action="store_true", help="overwrite files that already exist there")
+
+    em = sub.add_parser("emulate", help="run one RISC-V guest program directly")
+    em.add_argument("elf", metavar="ELF")
+    em.add_argument("--backend", choices=["fast", "reference", "native"], default="fast",
+                    help="fast (the numba interpreter), native (the guest's code translated to host code with LLVM, "
+                         "cached on disk per program) or reference (plain Python); identical results")
+    em.add_argument("--no-interpreter-start", dest="interpreter_start", action="store_false",
+                    help=f"run on the fast or native backend from the first step (by default a guest first gets "
+                         f"{INTERPRETER_START_STEPS:,} steps in the reference interpreter, which spares a short guest "
+                         "the fast backend's start-up)")
+    em.add_argument("--input", metavar="FILE", help="bytes mapped at the guest's input address ('-' reads stdin)")
+    em.add_argument("--max-steps", type=int, default=EMULATE_MAX_STEPS,
+                    help=f"fail after this many steps without an exit (default: {EMULATE_MAX_STEPS})")
+    em.add_argument("--chunk-steps", type=int, default=1 << 18, help="steps per min-trace chunk (default: 262144)")
+    em.add_argument("--json", action="store_true", help="print the result as JSON")
+    em.add_argument("--fetch", choices=["executable", "any"], default="executable",
+                    help="where instructions may be fetched from: executable ELF segments only (default; a jump "
+                         "into data faults) or any mapped memory, as the ISA lets M-mode without PMP")
+
+    sc = sub.add_parser("schedule", help="keep the schedule: of manifests: list, run what is due, serve")
+    scsub = sc.add_subparsers(dest="schedule_command", required=True, parser_class=_Parser)
+    sl = scsub.add_parser("list", help="each scheduled manifest with its next fire times")
+    sl.add_argument("paths", nargs="+", metavar="PATH", help="a manifest, or a folder of *.yaml manifests")
+    sl.add_argument("--now", metavar="ISO", help="list fire times after this instant (default: now)")
+    sl.add_argument("--count", type=int, default=3, metavar="N", help="fire times per manifest (default: 3)")
+    sl.add_argument("--json", action="store_true")
+    sd = scsub.add_parser("run-due", help="run every slot due now, once, and exit (for cron)")
+    sd.add_argument("paths", nargs="+", metavar="PATH", help="a manifest, or a folder of *.yaml manifests")
+    sd.add_argument("--now", metavar="ISO", help="decide as if it were this instant (default: now)")
+    sd.add_argument("--runs-dir", default="runs", help="where run folders and slot claims go (default: ./runs)")
+    sd.add_argument("--log-format", choices=["text", "json"], default="text", help="one line per event, as text or JSON")
+    sd.add_argument("--dry-run", action="store_true",
+                    help="say which slots would run, be skipped or be queued; claim, start and write nothing")
+    st = scsub.add_parser("status", help="each scheduled manifest's last slot, its run and result, and its next slot")
+    st.add_argument("paths", nargs="+", metavar="PATH", help="a manifest, or a folder of *.yaml manifests")
+    st.add_argument("--runs-dir", default="runs", help="where run folders and slot claims are (default: ./runs)")
+    st.add_argument("--now", metavar="ISO", help="the instant to compute the next slot from (default: now)")
+    st.add_argument("--json", action="store_true")
+    ss = scsub.add_parser("serve", help="keep the schedules: start due runs as processes until SIGTERM")
+    ss.add_argument("paths", nargs="+", metavar="PATH", help="a manifest, or a folder of *.yaml manifests")
+    ss.add_argument("--runs-dir", default="runs", help="where run folders and slot claims go (default: ./runs)")
+    ss.add_argument("--log-format", choices=["text", "json"], default="text", help="one line per event, as text or JSON")
+    ss.add_argument("--poll", type=float, default=5.0, metavar="SECONDS",
+                    help="how often to look for changed manifests (default: 5)")
+
+    rp = sub.add_parser("report", help="a self-contained HTML page of a run or sweep: plan graph, timeline, outputs")
+    rp.add_argument("run_id", metavar="RUN_ID", help="a run id or sweep id under --runs-dir, or a run folder")
+    rp.add_argument("-o", "--output", metavar="FILE", help="where to write the page (default: RUN_DIR/report.html)")
+    rp.add_argument("--runs-dir", default="runs", help="where run folders are (default: ./runs)")
+    rp.add_argument("--graph", choices=["auto", "graphviz", "builtin"], default="auto",
+                    help="plan graph layout: Graphviz's dot when installed (auto), or hetflow's own (builtin)")
+
+    sch = sub.add_parser("schema", help="the manifest JSON Schema for editors, with the op registry folded in")
+    sch.add_argument("-o", "--output", metavar="FILE", help="write it to FILE instead of stdout")
+    sch.add_argument("--plugins", nargs="+", metavar="SPEC",
+                     help="also fold in the ops of these plugins (.py paths or module names), as a manifest's plugins: loads them")
+    return p
+
+
+def _cluster_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workers", type=int, metavar="N", help="run on a new local Dask cluster of N worker processes")
+    p.add_argument("--threads-per-worker", type=int, metavar="T",
+                   help="threads of each --workers process (default: CPU count / N)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run on an existing Dask cluster: tcp://HOST:PORT or the path of a scheduler file")
+    p.add_argument("--place", action="append", default=[], metavar="EXECUTOR=WORKER",
+                   help="host EXECUTOR on the worker of that name or address (with --workers or --scheduler)")

@@ -1,0 +1,237 @@
+"""``hetflow validate``, ``plan``, ``run`` (a matrix sweep included) and ``verify``: the API's passes on a manifest."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from hetflow.engine.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, cluster_kwargs, event_sink
+from hetflow.engine.errors import ManifestError, RunFailed, UsageError
+
+__all__ = ["cmd_validate", "cmd_plan", "cmd_run", "cmd_verify"]
+
+
+def cmd_validate(args: argparse.Namespace, out, err) -> int:
+    from hetflow.engine import api
+
+    problems = 0
+    for file in args.files:
+        try:
+            api.validate(file)
+        except ManifestError as e:
+            problems += len(e.diagnostics)
+            for d in e.diagnostics:
+                print(d, file=err)
+        else:
+            print(f"{file}: ok", file=out)
+    return EXIT_BAD_INPUT if problems else EXIT_OK
+
+
+def cmd_plan(args: argparse.Namespace, out, err) -> int:
+    from hetflow.engine import api
+    from hetflow.engine.manifest import parse_overrides
+
+    plan = api.plan(args.file, parse_overrides(args.param), point=args.point, runs_dir=args.runs_dir,
+                    cache_dir=args.cache_dir, **cluster_kwargs(args))
+    if args.format in ("svg", "png"):
+        data = _graphviz(plan.to_dot(), args.format)
+    elif args.format == "json":
+        data = json.dumps(plan.to_json(), indent=2) + "\n"
+    elif args.format == "dot":
+        data = plan.to_dot()
+    else:
+        data = plan.to_text()
+    if args.output:
+        tmp = f"{args.output}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode())
+        os.replace(tmp, args.output)
+        print(f"{args.output}: plan written ({args.format})", file=err)
+    elif isinstance(data, bytes):
+        if args.format == "png" and getattr(out, "isatty", lambda: False)():
+            raise UsageError("--format png writes binary data; give -o FILE or redirect standard output")
+        buffer = getattr(out, "buffer", None)
+        if buffer is None:
+            raise UsageError(f"--format {args.format} needs -o FILE here (the output stream takes no bytes)")
+        buffer.write(data)
+        buffer.flush()
+    else:
+        out.write(data)
+    return EXIT_OK
+
+
+def _graphviz(dot_text: str, fmt: str) -> bytes:
+    """Render DOT through Graphviz's ``dot``; a missing or failing ``dot`` is bad input (exit 2)."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("dot")
+    if exe is None:
+        raise UsageError(f"--format {fmt} renders through Graphviz's `dot`, which is not installed (not on PATH); "
+                         "install Graphviz (apt-get install graphviz, brew install graphviz) or use --format dot")
+    done = subprocess.run([exe, f"-T{fmt}"], input=dot_text.encode(), capture_output=True, timeout=120)
+    if done.returncode != 0:
+        raise UsageError(f"Graphviz's dot failed to render {fmt}: {done.stderr.decode(errors='replace').strip()}")
+    return done.stdout
+
+
+def cmd_run(args: argparse.Namespace, out, err) -> int:
+    from hetflow.engine import api, matrix
+    from hetflow.engine.manifest import load, parse_overrides
+
+    params = parse_overrides(args.param)
+    common = dict(runs_dir=args.runs_dir, cache=not args.no_cache, cache_dir=args.cache_dir, threads=args.threads,
+                  schedule_slot=args.schedule_slot, max_points=args.max_points, **cluster_kwargs(args))
+    if args.threads is not None and args.threads < 1:
+        raise UsageError("--threads must be at least 1")
+    source = args.file
+    if args.parallel < 1:
+        raise UsageError("--parallel must be at least 1")
+    if args.resume:
+        from hetflow.engine.runs import resolve_id
+
+        args.resume = resolve_id(args.runs_dir, args.resume)
+    if not args.resume:
+        source = load(args.file)
+        if matrix.has_matrix(source) and not args.point:
+            return _sweep(args, source, params, common, out, err)
+    elif os.path.isfile(os.path.join(args.runs_dir, args.resume, "sweep.json")):
+        if args.point:
+            raise UsageError("--resume continues a sweep's unfinished points; it takes no --point")
+        return _sweep(args, source, params, common, out, err)
+    sink = event_sink(args, err)
+    try:
+        run = api.run(source, params, point=args.point, resume=args.resume, on_event=sink, **common)
+    finally:
+        if hasattr(sink, "close"):
+            sink.close()
+    rec = run.record
+    if not run.ok:
+        if args.json:
+            print(json.dumps({"status": "failed", "run_id": run.run_id, "record": run.record_path, "error": run.error}),
+                  file=out)
+        print(f"hetflow: run failed: {run.error}", file=err)
+        trace = (rec.get("error") or {}).get("traceback_file")
+        if trace and (rec.get("error") or {}).get("op"):
+            print(f"traceback: {os.path.join(os.path.dirname(run.record_path), trace)}", file=err)
+        print(f"record: {run.record_path}", file=err)
+        if not args.json:
+            print(run.run_id, file=out)
+        return EXIT_RUN_FAILED
+    if args.json:
+        print(json.dumps({"status": run.status, "run_id": run.run_id, "record": run.record_path,
+                          "outputs": {k: v["digest"] for k, v in rec["outputs"].items()},
+                          "cache_hits": rec["cache"]["hits"]}), file=out)
+        return EXIT_OK
+    t = rec["plan"]["totals"]
+    hits = len(rec["cache"]["hits"])
+    cached = f", {hits} from cache" if hits else ""
+    print(f"run {run.run_id}: {run.status} in {rec['duration_s']:.3f} s "
+          f"({t['partitions']} partitions{cached}, {t['bridges']} bridges)", file=out)
+    for name, o in rec["outputs"].items():
+        if "file" not in o:
+            print(f"  {name}: {json.dumps(o['value'])[:60]}  {o['digest'][:23]}  (in record.json)", file=out)
+            continue
+        print(f"  {name}: {o['shape']} {o['dtype']}  {o['digest'][:23]}  {os.path.join(run.path, o['file'])}", file=out)
+    print(f"record: {run.record_path}", file=out)
+    print(run.run_id, file=out)
+    return EXIT_OK
+
+
+def _sweep(args: argparse.Namespace, doc, params: dict, common: dict, out, err) -> int:
+    from hetflow.engine import api
+
+    def row(point: dict) -> None:
+        if not args.json:
+            print(f"{point['status']:<9} {point['name']}  {point['run_id']}", file=out)
+
+    sink = event_sink(args, err)
+    try:
+        sweep = api.sweep(doc, params, on_event=sink, on_point=row, parallel=args.parallel, resume=args.resume,
+                          **common)
+    finally:
+        if hasattr(sink, "close"):
+            sink.close()
+    summary, file = sweep.summary, os.path.join(sweep.path, "sweep.json")
+    failed = sum(p["status"] != "succeeded" for p in summary["points"])
+    if args.json:
+        print(json.dumps({"status": summary["status"], "sweep_id": sweep.sweep_id, "summary": file,
+                          "points": [{k: r[k] for k in ("name", "status", "run_id", "outputs")} for r in summary["points"]]}), file=out)
+    else:
+        print(f"sweep {sweep.sweep_id}: {len(summary['points']) - failed} of {len(summary['points'])} points succeeded", file=out)
+        print(f"summary: {file}", file=out)
+        print(sweep.sweep_id, file=out)
+    return EXIT_RUN_FAILED if failed else EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace, out, err) -> int:
+    from hetflow.engine.planner import plan as make_plan
+    from hetflow.executors import probe
+    from hetflow.engine.run import execute
+    from hetflow.engine.runs import manifest_from_record, read_record
+
+    record = read_record(args.runs_dir, args.run_id)
+    if record.get("status") != "succeeded":
+        raise UsageError(f"run {args.run_id} did not succeed (status {record.get('status')}); there is nothing to verify")
+    manifest = manifest_from_record(record)
+    plan = make_plan(manifest, probe)
+    from hetflow.engine.compare import mismatch_causes
+
+    try:
+        result = execute(manifest, plan, runs_dir=args.runs_dir, overrides=record.get("overrides") or {},
+                         use_cache=False, matrix_point=record.get("matrix_point"), verifies=record["run_id"])
+        fresh = {k: v["digest"] for k, v in result.record["outputs"].items()}
+        rerun, rerun_ok, rerun_record = result.run_id, True, result.record
+    except RunFailed as e:
+        fresh, rerun, rerun_ok = {}, os.path.basename(os.path.dirname(e.record_path or "")), False
+        rerun_record = read_record(args.runs_dir, rerun) if rerun else None
+        print(f"hetflow: the rerun failed: {e}", file=err)
+    rows = []
+    for name, entry in record.get("outputs", {}).items():
+        got = fresh.get(name)
+        row = {"output": name, "recorded": entry["digest"], "rerun": got, "match": got == entry["digest"]}
+        if not row["match"] and rerun_ok:
+            row["causes"] = mismatch_causes(record, rerun_record, name)
+        rows.append(row)
+    ok = rerun_ok and all(r["match"] for r in rows)
+    changed = _changed_sources(record, manifest)
+    for line in changed:
+        print(f"hetflow: {line}", file=err)
+    if args.json:
+        print(json.dumps({"run_id": args.run_id, "rerun_id": rerun, "match": ok, "outputs": rows, "changed": changed}),
+              file=out)
+    else:
+        width = max([len(r["output"]) for r in rows] + [6])
+        print(f"{'output':<{width}}  {'recorded':<23}  {'rerun':<23}  match", file=out)
+        for r in rows:
+            print(f"{r['output']:<{width}}  {r['recorded'][:23]:<23}  {(r['rerun'] or 'missing')[:23]:<23}  "
+                  f"{'yes' if r['match'] else 'NO'}", file=out)
+        for r in rows:
+            for cause in r.get("causes", ()):
+                print(f"  {r['output']}: likely cause: {cause}", file=out)
+        bad = [r["output"] for r in rows if not r["match"]]
+        verdict = "all outputs match" if ok else f"MISMATCH in {', '.join(bad)}" if bad and rerun_ok else "MISMATCH"
+        print(f"verify {record['run_id']}: {verdict} (rerun {rerun}, a verification run)", file=out)
+    return EXIT_OK if ok else EXIT_RUN_FAILED
+
+
+def _changed_sources(record: dict, manifest: Any) -> list[str]:
+    """The plugins and data files whose bytes differ from those the recorded run used."""
+    from hetflow.engine.cache import file_digest
+
+    now = {p.spec: p for p in getattr(manifest, "plugins", ())}
+    changed = []
+    for p in record.get("plugins") or []:
+        current = now.get(p["spec"])
+        if current is None or current.digest != p["digest"]:
+            where = p.get("file") or p.get("distribution") or p["module"]
+            changed.append(f"plugin {p['spec']!r} ({where}) is not the code the run used "
+                           f"({p['digest'][:19]} then, {current.digest[:19] if current else 'absent'} now)")
+    for stage, d in (record.get("data") or {}).items():
+        digest = file_digest(d["path"])
+        if digest != d["digest"]:
+            changed.append(f"stage {stage!r} reads {d['path']}, whose bytes changed since the run "
+                           f"({(d['digest'] or 'unreadable')[:19]} then, {(digest or 'unreadable')[:19]} now)")
+    return changed

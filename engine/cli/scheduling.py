@@ -1,0 +1,79 @@
+"""``hetflow schedule list|run-due|status|serve``: keep the ``schedule:`` of manifests."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from hetflow.engine.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED
+from hetflow.engine.errors import ManifestError, UsageError
+
+__all__ = ["cmd_schedule"]
+
+
+def cmd_schedule(args: argparse.Namespace, out, err) -> int:
+    from datetime import datetime, timezone
+
+    from hetflow.engine import schedule as schedlib
+
+    def log(event: str, fields) -> None:
+        print(schedlib.format_event(event, fields, args.log_format), file=out, flush=True)
+
+    files = schedlib.discover(args.paths)
+    if args.schedule_command == "serve":
+        from hetflow.engine.serve import Server
+
+        Server(args.paths, args.runs_dir, log, poll=args.poll).serve()
+        return EXIT_OK
+    now = schedlib.parse_instant(args.now) if args.now else datetime.now(timezone.utc)
+    if args.schedule_command == "run-due":
+        counts, problems = schedlib.run_due(files, args.runs_dir, now, log, dry_run=args.dry_run)
+        for d in problems:
+            print(d, file=err)
+        if problems:
+            return EXIT_BAD_INPUT
+        return EXIT_RUN_FAILED if counts["failed"] else EXIT_OK
+    if args.schedule_command == "status":
+        rows, problems = schedlib.status(files, args.runs_dir, now)
+        for d in problems:
+            print(d, file=err)
+        if args.json:
+            print(json.dumps(rows, indent=2), file=out)
+        for r in rows if not args.json else []:
+            if r["last_slot"] is None:
+                last = "never ran"
+            else:
+                result = r["status"] or r["state"]
+                took = f" in {r['duration_s']:.2f} s" if r["duration_s"] is not None else ""
+                last = f"last slot {r['last_slot']}: {result}{took}" + (f" (run {r['run_id']})" if r["run_id"] else "")
+            active = "  active now" if r["active"] else ""
+            print(f"{r['manifest']}  {r['file']}  {last}  next {r['next_slot']}{active}", file=out)
+        return EXIT_BAD_INPUT if problems else EXIT_OK
+    if args.count < 1:
+        raise UsageError("--count must be at least 1")
+    rows, problems = [], []
+    for file in files:
+        try:
+            entry = schedlib.load_entry(file)
+        except ManifestError as e:
+            problems.extend(e.diagnostics)
+            continue
+        if entry is None:
+            continue
+        s = entry.schedule
+        rows.append({"file": file, "manifest": entry.name, "cron": s.cron, "timezone": s.timezone, "catchup": s.catchup,
+                     "max_active": s.max_active, "params": dict(s.params),
+                     "next": [schedlib.slot_id(t) for t in s.after(now, args.count)],
+                     "next_local": [t.astimezone(s.tz).isoformat() for t in s.after(now, args.count)]})
+    for d in problems:
+        print(d, file=err)
+    if args.json:
+        print(json.dumps(rows, indent=2), file=out)
+    elif not rows and not problems:
+        print("no scheduled manifests in " + ", ".join(args.paths), file=out)
+    for r in rows if not args.json else []:
+        print(f"{r['manifest']}  {r['file']}  cron {r['cron']!r} in {r['timezone']}  catchup {str(r['catchup']).lower()}  "
+              f"max_active {r['max_active']}", file=out)
+        for utc, local in zip(r["next"], r["next_local"]):
+            print(f"  {utc}  ({local})", file=out)
+    return EXIT_BAD_INPUT if problems else EXIT_OK
