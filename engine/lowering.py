@@ -37,7 +37,7 @@ from typing import Any, Mapping, Protocol
 
 from hetflow.engine.planner import Partition, Plan
 from hetflow.executors.base import SubGraphPlan
-from hetflow.executors.cpu import encode_plan
+from hetflow.executors.payload import encode_plan
 
 __all__ = ["TaskGraph", "Runtime", "lower", "subgraph_plan", "partition_key", "tensor_ref", "bridge_ref"]
 

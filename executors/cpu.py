@@ -1,15 +1,9 @@
 """The CPU executor: numpy on the host.
 
-A :class:`SubGraphPlan` for this executor carries, as UTF-8 JSON, the
-partition the planner assigned to it::
-
-    {"inputs":  ["x"],                       # tensors the caller passes, in order
-     "nodes":   [{"id": "h", "op": "matmul", "args": {}, "dtype": "fp32",
-                  "inputs": ["x", "w"]}, ...],  # in an order where inputs come first
-     "outputs": ["h"]}                       # tensors returned, in order
-
-:func:`decode_plan` reads it; :func:`run_nodes` evaluates it against any
-array namespace, so other executors reuse both. Every activation is an
+A :class:`SubGraphPlan` for this executor carries the partition the
+planner assigned to it, in the payload every vendor reads
+(:mod:`hetflow.executors.payload`); :func:`run_nodes` evaluates it against
+any array namespace, so other executors reuse it. Every activation is an
 immutable array in a table keyed by handle, guarded by one lock; ops run
 outside the lock, so threads compute in parallel.
 
@@ -40,7 +34,6 @@ Examples
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import platform
 import sys
@@ -65,6 +58,7 @@ from hetflow.executors.base import (
     Vendor,
     VendorMismatch,
 )
+from hetflow.executors.payload import decode_plan, encode_plan
 from hetflow.executors.staging import StagingPool
 
 __all__ = ["CpuExecutor", "decode_plan", "encode_plan", "run_nodes", "next_handle"]
@@ -75,18 +69,6 @@ _HANDLES = itertools.count(1)
 def next_handle() -> ActivationHandle:
     """A handle value no other executor in this process has issued."""
     return ActivationHandle(next(_HANDLES))
-
-
-def encode_plan(vendor: Vendor, inputs: Sequence[str], nodes: Sequence[Mapping[str, Any]], outputs: Sequence[str]) -> SubGraphPlan:
-    payload = {"inputs": list(inputs), "nodes": [dict(n) for n in nodes], "outputs": list(outputs)}
-    return SubGraphPlan(vendor, json.dumps(payload, sort_keys=True).encode())
-
-
-def decode_plan(plan: SubGraphPlan) -> dict:
-    try:
-        return json.loads(plan.payload.decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise Backend(f"undecodable sub-graph plan: {e}") from None
 
 
 def run_nodes(xp: Any, decoded: Mapping[str, Any], inputs: Sequence[Any], supported: frozenset[Dtype],

@@ -3,7 +3,7 @@
 One :class:`CudaExecutor` owns one device (``device: N`` in the manifest)
 and reports :attr:`Vendor.cuda`, or :attr:`Vendor.rocm` when cupy is a
 ROCm (HIP) build. It runs the same sub-graph plans as the CPU executor
-(:func:`hetflow.executors.cpu.decode_plan`) with the same op bodies
+(:func:`hetflow.executors.payload.decode_plan`) with the same op bodies
 (:func:`hetflow.executors.ops.compute`), on ``cupy`` instead of ``numpy``.
 
 Carriers
@@ -66,7 +66,8 @@ from hetflow.executors.base import (
     Vendor,
     VendorMismatch,
 )
-from hetflow.executors.cpu import decode_plan, next_handle
+from hetflow.executors.cpu import next_handle
+from hetflow.executors.payload import decode_plan
 from hetflow.executors.staging import StagingPool
 
 __all__ = ["CARRIERS", "CudaExecutor", "DevicePortable", "cupy_build", "probe_devices", "widen", "narrow", "pack_int4", "unpack_int4"]

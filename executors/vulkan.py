@@ -11,8 +11,8 @@ downloads), made once, grown to the largest transfer up to
 chunks. A fresh WebGPU buffer is zero-filled, which is what
 ``alloc_activation`` promises.
 
-Compute. A :class:`SubGraphPlan` is the CPU executor's JSON partition
-(:func:`hetflow.executors.cpu.decode_plan`). Every node follows the op
+Compute. A :class:`SubGraphPlan` is the JSON partition every vendor reads
+(:func:`hetflow.executors.payload.decode_plan`). Every node follows the op
 library's numeric rule on the device: each input that is not fp32 is
 *widened* by ``widen.wgsl`` into a temporary f32 buffer, the op's kernel
 computes f32, and a result of another dtype is *narrowed* by
@@ -81,7 +81,8 @@ from hetflow.executors.base import (
     Vendor,
     VendorMismatch,
 )
-from hetflow.executors.cpu import decode_plan, next_handle
+from hetflow.executors.cpu import next_handle
+from hetflow.executors.payload import decode_plan
 
 __all__ = ["VulkanExecutor", "adapters", "describe", "offered_ops", "SUPPORTED_DTYPES", "STAGING_CHUNK", "wgpu_version", "enumeration_chatter"]
 

@@ -13,6 +13,7 @@ MODULES = [
     "hetflow.executors.base",
     "hetflow.executors.ops",
     "hetflow.executors.cpu",
+    "hetflow.executors.payload",
     "hetflow.engine.errors",
     "hetflow.engine.manifest",
     "hetflow.engine.resolve",

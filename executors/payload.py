@@ -1,0 +1,48 @@
+"""The sub-graph plan payload: how the engine hands a partition to an executor of any vendor.
+
+A :class:`~hetflow.executors.base.SubGraphPlan` carries, as UTF-8 JSON,
+the partition the planner assigned to one executor::
+
+    {"inputs":  ["x"],                       # tensors the caller passes, in order
+     "nodes":   [{"id": "h", "op": "matmul", "args": {}, "dtype": "fp32",
+                  "inputs": ["x", "w"]}, ...],  # in an order where inputs come first
+     "outputs": ["h"]}                       # tensors returned, in order
+
+The engine's lowering encodes it and every executor (CPU, CUDA, Vulkan, a
+third party's) decodes it, so the codec lives here, beside the contract,
+where both may import it: ``hetflow.executors`` never imports
+``hetflow.engine``.
+
+Examples
+--------
+>>> plan = encode_plan(Vendor.cpu, ["x"], [{"id": "y", "op": "relu", "args": {}, "dtype": "fp32", "inputs": ["x"]}], ["y"])
+>>> decode_plan(plan)["outputs"], plan.vendor.value
+(['y'], 'cpu')
+>>> decode_plan(SubGraphPlan(Vendor.cpu, b"{"))
+Traceback (most recent call last):
+...
+hetflow.executors.base.Backend: backend error: undecodable sub-graph plan: ...
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Sequence
+
+from hetflow.executors.base import Backend, SubGraphPlan, Vendor
+
+__all__ = ["encode_plan", "decode_plan"]
+
+
+def encode_plan(vendor: Vendor, inputs: Sequence[str], nodes: Sequence[Mapping[str, Any]], outputs: Sequence[str]) -> SubGraphPlan:
+    """A :class:`SubGraphPlan` for ``vendor`` holding the partition's inputs, nodes and outputs."""
+    payload = {"inputs": list(inputs), "nodes": [dict(n) for n in nodes], "outputs": list(outputs)}
+    return SubGraphPlan(vendor, json.dumps(payload, sort_keys=True).encode())
+
+
+def decode_plan(plan: SubGraphPlan) -> dict:
+    """The payload of ``plan`` as a dict; an undecodable one is the executor's :class:`Backend` error."""
+    try:
+        return json.loads(plan.payload.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise Backend(f"undecodable sub-graph plan: {e}") from None
