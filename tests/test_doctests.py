@@ -19,6 +19,7 @@ MODULES = [
     "hetflow.engine.resolve",
     "hetflow.engine.semantics",
     "hetflow.engine.planner",
+    "hetflow.engine.planview",
     "hetflow.engine.matrix",
     "hetflow.engine.schedule",
     "hetflow.engine.cron",

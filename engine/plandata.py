@@ -1,0 +1,211 @@
+"""The plan as data: what ``hetflow plan`` prints and ``hetflow run`` executes.
+
+:class:`Plan` holds the executors chosen, every node with its executor,
+partition and reason, the partitions, the bridges and, for emulator
+phases, what is known of them before the guest runs. ``Plan.to_json()``
+is the documented JSON form; ``PLAN_FORMAT`` versions it. The planner
+(:mod:`hetflow.engine.planner`) builds a plan; :mod:`hetflow.engine.planview`
+shows one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from hetflow.engine.errors import Origin
+from hetflow.executors.base import Dtype, Vendor
+
+__all__ = ["PLAN_FORMAT", "ExecutorPlan", "NodePlan", "PlanWarning", "Partition", "Bridge", "Plan"]
+
+PLAN_FORMAT = 2
+
+
+@dataclass(frozen=True)
+class ExecutorPlan:
+    name: str
+    vendor: Vendor
+    device: int
+    reason: str
+    worker: str | None = None
+    worker_name: str | None = None
+    worker_reason: str = ""
+    memory_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    id: str
+    op: str
+    executor: str
+    reason: str
+    partition: str
+    shape: tuple[int, ...] | None
+    dtype: Dtype
+    bytes: int | None
+    origin: Origin
+    why: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    estimated_s: float | None = None
+    bound: bool = False
+    """``shape`` and ``bytes`` are an upper bound (the stage reads a bounded phase array), not exact."""
+
+
+@dataclass(frozen=True)
+class PlanWarning:
+    """Something the plan does that its author may not want: a dominating bridge, a vendor fallback."""
+
+    kind: str
+    message: str
+    origin: Origin | None = None
+
+    def __str__(self) -> str:
+        return f"{self.origin}: warning: {self.message}" if self.origin else f"warning: {self.message}"
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Nodes that run as one task on one executor, in execution order.
+
+    ``retries`` is the largest ``retries`` of its stages; ``timeout`` the
+    sum of the timeouts its stages set, ``None`` when none sets one.
+    """
+
+    id: str
+    executor: str
+    nodes: tuple[str, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    retries: int = 0
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class Bridge:
+    """Carries ``tensor`` from ``source`` to ``destination`` executor, once."""
+
+    id: str
+    tensor: str
+    source: str
+    destination: str
+    bytes: int | None
+    consumers: tuple[str, ...]
+    kind: str = "portable host staging"
+    estimated_s: float | None = None
+    link: str = ""
+    bound: bool = False
+    """``bytes`` is an upper bound (a ``witness`` table's), not exact."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    digest: str
+    executors: Mapping[str, ExecutorPlan]
+    nodes: Mapping[str, NodePlan]
+    partitions: tuple[Partition, ...]
+    bridges: tuple[Bridge, ...]
+    outputs: Mapping[str, str]
+    stage_args: Mapping[str, Mapping[str, Any]] = field(repr=False)
+    stage_inputs: Mapping[str, tuple[str, ...]] = field(repr=False)
+    warnings: tuple[PlanWarning, ...] = ()
+    estimate: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    memory: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
+    phases: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    emulators: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    phase_inputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    phase_outputs: Mapping[str, tuple[str, str | None]] = field(default_factory=dict)
+
+    def partition_of(self, node: str) -> Partition:
+        pid = self.nodes[node].partition
+        return next(p for p in self.partitions if p.id == pid)
+
+    def bridge_for(self, tensor: str, destination: str) -> Bridge | None:
+        return next((b for b in self.bridges if b.tensor == tensor and b.destination == destination), None)
+
+    def totals(self) -> dict:
+        known = [b.bytes for b in self.bridges if b.bytes is not None]
+        return {
+            "nodes": len(self.nodes),
+            "partitions": len(self.partitions),
+            "bridges": len(self.bridges),
+            "bytes_bridged": sum(known),
+            "bytes_bridged_unknown": len(known) != len(self.bridges),
+            "bytes_bridged_bound": any(b.bound for b in self.bridges),
+        }
+
+    def to_json(self, explain: bool = False) -> dict:
+        """The plan as JSON-ready data; its keys are stable within ``format``.
+
+        ``explain=True`` (what ``hetflow plan --format json`` prints) adds
+        the estimates and the reasons as data: ``why`` and ``estimated_s``
+        per node, ``estimated_s`` and ``link`` per bridge, ``peak_bytes``
+        and ``memory_bytes`` per partition, ``estimated_s`` in totals, and
+        the top-level ``estimate`` and ``warnings``.
+        """
+        data = {
+            "format": PLAN_FORMAT,
+            "name": self.name,
+            "manifest_digest": self.digest,
+            "executors": {
+                e.name: {"vendor": e.vendor.value, "device": e.device, "reason": e.reason,
+                         **({"worker": e.worker, "worker_name": e.worker_name, "worker_reason": e.worker_reason}
+                            if e.worker else {}),
+                         **({"memory_limit": e.memory_limit} if e.memory_limit is not None else {})}
+                for e in self.executors.values()
+            },
+            "nodes": {
+                n.id: {
+                    "op": n.op,
+                    "executor": n.executor,
+                    "reason": n.reason,
+                    "partition": n.partition,
+                    "inputs": list(self.stage_inputs[n.id]),
+                    "shape": list(n.shape) if n.shape is not None else None,
+                    "dtype": n.dtype.value,
+                    "bytes": n.bytes,
+                    "size": _size(n.bytes, n.bound),
+                    "origin": str(n.origin),
+                    **({"why": _jsonable(n.why), "estimated_s": n.estimated_s} if explain else {}),
+                }
+                for n in self.nodes.values()
+            },
+            "partitions": [
+                {"id": p.id, "executor": p.executor, "nodes": list(p.nodes),
+                 "inputs": list(p.inputs), "outputs": list(p.outputs), "retries": p.retries, "timeout": p.timeout,
+                 **(dict(self.memory.get(p.id, {})) if explain else {})}
+                for p in self.partitions
+            ],
+            "bridges": [
+                {"id": b.id, "tensor": b.tensor, "source": b.source, "destination": b.destination,
+                 "bytes": b.bytes, "size": _size(b.bytes, b.bound), "consumers": list(b.consumers), "kind": b.kind,
+                 **({"link": b.link, "estimated_s": b.estimated_s} if explain else {})}
+                for b in self.bridges
+            ],
+            "outputs": dict(self.outputs),
+            "totals": self.totals(),
+        }
+        if self.phases:
+            data["emulators"] = {k: dict(v) for k, v in self.emulators.items()}
+            data["phases"] = {k: dict(v) for k, v in self.phases.items()}
+            data["phase_outputs"] = {k: f"{s}.{f}" if f else s for k, (s, f) in self.phase_outputs.items()}
+        if explain:
+            data["totals"]["estimated_s"] = self.estimate.get("total_s")
+            data["estimate"] = _jsonable(self.estimate)
+            data["warnings"] = [{"kind": w.kind, "message": w.message, "origin": str(w.origin) if w.origin else None}
+                                for w in self.warnings]
+        return data
+
+
+def _size(nbytes: int | None, bound: bool) -> str:
+    """How a plan knows a size: ``exact``, an upper ``bound``, or ``unknown``."""
+    return "unknown" if nbytes is None else "bound" if bound else "exact"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float):
+        return float(f"{value:.6g}")
+    return value
