@@ -77,7 +77,7 @@ __all__ = ["NativeMachine", "Translation", "run", "replay_chunk", "mem_ops_runne
            "last_translation", "cache_dir", "warm_up"]
 
 #: bumped whenever generated code changes, so old cache entries are not used
-VERSION = 1
+VERSION = 2
 RETRANSLATE_AFTER = 64
 _WRITABLE_BURST = 256
 
@@ -129,7 +129,10 @@ def _init():
         llvm.initialize_native_asmprinter()
         target = llvm.Target.from_default_triple()
         cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-        tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="static", codemodel="jitdefault")
+        def tm():
+            # an execution engine owns (and disposes of) the target machine it is given: one each
+            return target.create_target_machine(cpu=cpu, features=features, opt=2, reloc="static",
+                                                codemodel="jitdefault")
         ident = f"{VERSION}|llvmlite {llvmlite.__version__}|{llvm.get_process_triple()}|{cpu}|{features}"
         _llvm = (llvm, tm, ident)
     return _llvm
@@ -179,7 +182,8 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def _compile(image: Image, digest: str, mode: int, seeds: set[int]) -> Translation:
-    llvm, tm, _ = _init()
+    llvm, new_tm, _ = _init()
+    tm = new_tm()
     t0 = time.perf_counter()
     regions = [r for r, _ in _code_regions(image)]
     blocks = find_blocks(regions, [s for _, s in _code_regions(image)], sorted(seeds))
@@ -196,25 +200,41 @@ def _compile(image: Image, digest: str, mode: int, seeds: set[int]) -> Translati
     if obj is None:
         module = llvm.parse_assembly(emit_ir(blocks, mode, image.tohost))
         module.verify()
-        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        # A short pipeline: what matters is promoting the guest registers
+        # to SSA values and folding each block's arithmetic; the -O2/-O3
+        # pipelines cost ten times the compile time here for no speed.
+        # a builder per module (its analysis caches refer to this module's
+        # functions), and its tuning options alive as long as it
+        pto = llvm.create_pipeline_tuning_options(speed_level=1)
         pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(module, pb)
+        fpm = llvm.create_new_function_pass_manager()
+        fpm.add_sroa_pass()
+        fpm.add_instruction_combine_pass()
+        fpm.add_simplify_cfg_pass()
+        fpm.add_new_gvn_pass()
+        fpm.add_dead_code_elimination_pass()
+        for f in module.functions:
+            if not f.is_declaration:
+                fpm.run(f, pb)
         obj = tm.emit_object(module)
+        del fpm, pb, pto
         _write_atomic(path, obj)
-    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
-    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_tm())
+    ref = llvm.ObjectFileRef.from_data(obj)
+    engine.add_object_file(ref)
     engine.finalize_object()
     fn = _ARGS(engine.get_function_address("hf_run"))
+    # the object's bytes and handle live as long as the engine that loaded them
     return Translation(digest, mode, frozenset(seeds), heads, tails, len(blocks), time.perf_counter() - t0, cached, fn,
-                       engine)
+                       (engine, ref, obj))
 
 
 def translation(image: Image, mode: int, pc: int, extra: set[int] = frozenset()) -> Translation:
     """The compiled translation of ``image``'s read-only code for ``mode``
     that covers ``pc`` when pc lies in that code (translating, or loading
     from the disk cache, when needed)."""
-    digest = code_digest(image)
     with _llvm_lock:
+        digest = code_digest(image)
         t = _loaded.get((digest, mode))
         want = set(extra)
         if _in_code(image, pc) and (t is None or (pc not in t.heads and pc not in t.tails)):
