@@ -223,6 +223,13 @@ PHASE_RATES: dict[tuple[str, str], float | None] = {
     # "witness tables of sort.elf chunks": 29.6 M rows/s on one thread; a row is a step
     ("witness", "fast"): 2.96e7,
     ("witness", "reference"): 3.08e5,
+    # bench_emulator, "emulate sha256.elf over 1024 KiB with min traces, native": 2412.3 M steps/s; its MO and
+    # RH runners run translated code too; witness rows come from the fast interpreter
+    ("execute", "native"): 2.41e9,
+    ("mem-plans", "native"): 7.51e7,
+    ("rom-histogram", "native"): 7.51e7,
+    ("witness", "native"): 2.96e7,
+    ("plan", "native"): None,
     # packing instances from per-chunk counters does not depend on the steps
     ("plan", "fast"): None,
     ("plan", "reference"): None,
