@@ -179,6 +179,9 @@ class HetflowWorkerPlugin(WorkerPlugin):
         self.runtime = LocalRuntime(self.plan, executors, emit=lambda event: worker.log_event(topic, event),
                                     worker=worker.address,
                                     cache=CacheUse(Cache(self.cache[0]), *self.cache[1:]) if self.cache else None)
+        # before any task of the run: the first partition on this worker is timed on its own work
+        worker.log_event(topic, {"event": "warm-up", "kind": "run", "id": self.run_id, "worker": worker.address,
+                                 "duration_s": self.runtime.warm_up(), "time": time.time()})
 
     def teardown(self, worker: Any) -> None:
         if self.runtime is not None:

@@ -91,17 +91,25 @@ class EventStream:
         self._lock = threading.Lock()
 
     def emit(self, event: dict) -> None:
-        event = dict(event)
-        event.setdefault("time", event.get("end", event.get("start", time.time())))
+        """Keep ``event`` (not a copy: an emitter hands over a dict it no longer changes) and pass it on.
+
+        Without sinks this takes no lock (``list.append`` is atomic); with
+        sinks, a lock keeps each sink seeing events one at a time, in order.
+        """
+        if "time" not in event:
+            event["time"] = event.get("end", event.get("start", time.time()))
+        if not self._sinks:
+            self.events.append(event)
+            return
         with self._lock:
             self.events.append(event)
             for sink in self._sinks:
                 sink(event)
 
     def tasks(self) -> list[dict]:
-        """The events that close a task, ordered by when the task started."""
+        """The events that close a task (copies), ordered by when the task started."""
         with self._lock:
-            ends = [dict(e) for e in self.events if is_task_end(e)]
+            ends = [dict(e) for e in list(self.events) if is_task_end(e)]
         return sorted(ends, key=lambda e: e.get("start", e["time"]))
 
 
@@ -131,6 +139,8 @@ def format_line(event: dict) -> str:
             return f"run {event['id']} started: {event.get('tasks', '?')} tasks{extra}{link}"
         if what == "flush":
             return f"worker {event.get('worker')} flushed its events"
+        if what == "warm-up":
+            return f"worker {event.get('worker')} warmed up for run {event['id']} in {event.get('duration_s', 0):.3f} s"
         tail = f": {event['error']}" if event.get("error") else ""
         return f"run {event['id']} {what}{tail}"
     name = _task_name(event)
