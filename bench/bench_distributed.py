@@ -84,7 +84,7 @@ def _row(name, baseline, b_s, subject, s_s, notes):
             "ratio": b_s / s_s if s_s else None, "notes": notes}
 
 
-def bridge_row(cluster, runs: str, mib: int, repeats: int = 3) -> dict:
+def bridge_row(cluster, runs: str, mib: int, repeats: int = 5) -> dict:
     """A ``mib`` MiB fp32 bridge from worker 1 to worker 0 against ``client.scatter`` + a task moving the array.
 
     Both sides are timed turn about, best of ``repeats``: hetflow from the
@@ -117,9 +117,10 @@ def bridge_row(cluster, runs: str, mib: int, repeats: int = 3) -> dict:
                 "client.scatter to worker 1, moved to worker 0 by a task", best_b,
                 "hetflow export on worker 1 + Dask transfer + import on worker 0", best_h,
                 f"best of {repeats}, turn about; hetflow from export start to import end. Bytes copied in user space "
-                f"per bridge: {nbytes} on export (the tensor into the CPU executor's reused staging store); none into "
-                "or out of the pickle stream (protocol-5 out-of-band frame, sent from the store, received into one "
-                "buffer); none on import (the CPU executor adopts the received read-only frame)")
+                f"per bridge of {nbytes}: none on export (the portable bytes are the activation's own read-only "
+                "memory), none into or out of the pickle stream (a protocol-5 out-of-band frame, sent from that "
+                "memory, received into one buffer), none on import (the CPU executor adopts the received frame); "
+                "the kernel's socket copies are the same for both sides")
 
 
 def run(quick: bool) -> list[dict]:

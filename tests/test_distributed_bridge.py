@@ -1,4 +1,4 @@
-"""A bridge's portable bytes on Dask's wire: out of band, no copy into or out of the message.
+"""A bridge's portable bytes on Dask's wire: out of band, no copy on export, into or out of the message, or on import.
 
 Dask's comms turn a message into frames with ``distributed.protocol.dumps``
 and back with ``loads``; a TCP read fills one fresh buffer per frame. The
@@ -29,8 +29,10 @@ def _frames_of(value):
 def test_the_bytes_are_a_frame_of_their_own_sent_from_the_exporters_memory(dtype):
     source = CpuExecutor("source")
     values = np.random.default_rng(0).standard_normal((256, 300)).astype(dtype.numpy)
-    portable = source.export_activation(source.import_activation(PortableActivation.from_array(values, dtype)))
+    handle = source.import_activation(PortableActivation.from_array(values, dtype))
+    portable = source.export_activation(handle)
     exported = np.frombuffer(portable.bytes, np.uint8)
+    assert np.shares_memory(exported, source._get(handle)), "the export copied the activation"
 
     frames = _frames_of(portable)
     big = [f for f in frames if len(memoryview(f).cast("B")) >= portable.nbytes]
@@ -65,3 +67,14 @@ def test_older_pickle_protocols_carry_plain_bytes():
     assert isinstance(again.bytes, bytes) and np.array_equal(again.to_array(), portable.to_array())
     in_band = pickle.loads(pickle.dumps(portable, protocol=5))
     assert np.array_equal(in_band.to_array(), portable.to_array()) and in_band.shape == portable.shape
+
+
+def test_a_non_contiguous_activation_is_exported_through_a_staging_copy():
+    source = CpuExecutor("source")
+    handle = source.import_activation(PortableActivation.from_array(np.arange(12, dtype=np.float32).reshape(3, 4),
+                                                                    Dtype.fp32))
+    array = source._get(handle)
+    strided = source._register(array.T)
+    portable = source.export_activation(strided)
+    assert np.array_equal(portable.to_array(), np.arange(12, dtype=np.float32).reshape(3, 4).T)
+    assert not np.shares_memory(np.frombuffer(portable.bytes, np.uint8), array)

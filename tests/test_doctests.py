@@ -24,6 +24,8 @@ MODULES = [
     "hetflow.engine.schedule",
     "hetflow.engine.cron",
     "hetflow.engine.cancel",
+    "hetflow.engine.events",
+    "hetflow.engine.distributed",
     "hetflow.engine.compare",
     "hetflow.engine.locks",
     "hetflow.engine.runs",
