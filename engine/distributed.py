@@ -718,10 +718,11 @@ class Cluster:
         recoveries: list[dict] = []
         registered = False
         try:
-            client.register_plugin(plugin, name=plugin.name)
-            registered = True
+            # before the plugin: its set-up on each worker reports the worker's warm-up
             stream.emit(run_event("started", run_id, tasks=len(graph.dsk), mode=self.kind, scheduler=self.address,
                                   dashboard=self.dashboard_link, workers=len(self.workers())))
+            client.register_plugin(plugin, name=plugin.name)
+            registered = True
             phase_values: dict[str, Any] = {}
             if phases is not None:
                 self._run_phases(phases, run_id, futures, phase_values)
