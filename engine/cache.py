@@ -284,6 +284,9 @@ class CacheUse:
         self.write = write
         self.hits: list[str] = []
         self.stored: list[str] = []
+        # membership per partition in O(1): a 10,000-partition run asks once per partition
+        self.hit_set: set[str] = set()
+        self.stored_set: set[str] = set()
         self._lock = threading.Lock()
 
     def compute(self, pid: str, executor: Any, subplan: Any, handles: list, outputs: tuple[str, ...]) -> list:
@@ -302,6 +305,7 @@ class CacheUse:
                     raise
                 with self._lock:
                     self.hits.append(pid)
+                    self.hit_set.add(pid)
                 return restored
         result = executor.execute(subplan, handles)
         if info.cacheable and self.write:
@@ -314,6 +318,7 @@ class CacheUse:
             if self.cache.store(info.key, info.to_json(), portables):
                 with self._lock:
                     self.stored.append(pid)
+                    self.stored_set.add(pid)
         return result
 
     def to_json(self) -> dict:

@@ -287,8 +287,8 @@ class LocalRuntime:
             produced[tensor] = handle
         for ref in refs:
             self.handles.done(ref)
-        cached = self.cache is not None and pid in self.cache.hits
-        stored = self.cache is not None and pid in self.cache.stored
+        cached = self.cache is not None and pid in self.cache.hit_set
+        stored = self.cache is not None and pid in self.cache.stored_set
         self._event("partition", pid, part.executor, start, "succeeded", nodes=list(part.nodes), cached=cached, stored=stored)
         return produced
 
