@@ -298,7 +298,7 @@ def _arity(lo: int, hi: int) -> str:
 def ops_page() -> str:
     """The op registry's reference: every op's inputs, arguments, dtypes and kernels."""
     from hetflow.executors.base import Dtype
-    from hetflow.executors.ops import REGISTRY
+    from hetflow.executors.ops import BUILTIN, REGISTRY
 
     order = [d for d in Dtype]
     out = ["# Ops", "", "!!! info \"Generated\"",
@@ -310,12 +310,13 @@ def ops_page() -> str:
            "saturate, NaN becoming 0). To add your own, see "
            "[Write your own op](../how-to/custom-op.md).", "",
            "| op | inputs | args | dtypes | does |", "| --- | --- | --- | --- | --- |"]
-    for name, op in REGISTRY.items():
+    builtin = {name: op for name, op in REGISTRY.items() if name in BUILTIN}  # users' ops are documented by their plugins
+    for name, op in builtin.items():
         args = ", ".join(f"`{a}`" for a in op.args) or ""
         dtypes = ", ".join(d.value for d in order if d in op.dtypes)
         out.append(f"| [`{name}`](#{'op-' + name.replace('.', '-')}) | {_arity(*op.arity)} | {args} | {dtypes} | {_cell(op.doc)} |")
     out.append("")
-    for name, op in REGISTRY.items():
+    for name, op in builtin.items():
         out += [f"### `{name}` {{#{'op-' + name.replace('.', '-')}}}", "", _cell(op.doc) + ".", "",
                 f"- **inputs**: {_arity(*op.arity)}",
                 "- **dtypes**: " + ", ".join(f"`{d.value}`" for d in order if d in op.dtypes)]
