@@ -17,6 +17,10 @@ keyword arguments, so ``hetflow validate``, ``hetflow plan`` and
 * :func:`sweep` runs every point of a manifest's ``matrix:``.
 * :func:`open_run` reads an earlier run back as the same :class:`Run`.
 
+What they return is in :mod:`hetflow.engine.results`; the arrays handed in
+are bound to ``input`` stages in :mod:`hetflow.engine.inputs`; the
+cluster a call runs on is chosen in :mod:`hetflow.engine.clusters`.
+
 Arrays enter a run through ``input`` stages (``{op: input, args: {shape:
 [...], dtype: ...}}``): ``run(..., inputs={STAGE: array})`` checks every
 array's shape and dtype against its stage when the run starts, and the
@@ -55,13 +59,9 @@ dtype('float32')
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import dataclasses
-import html
 import json
 import os
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Callable
 
@@ -69,10 +69,12 @@ import numpy as np
 
 from hetflow.engine import matrix
 from hetflow.engine import planner
+from hetflow.engine.clusters import open_cluster, plan_on
 from hetflow.engine.errors import RunFailed, UsageError
+from hetflow.engine.inputs import bind_inputs, describe_inputs, with_inputs
 from hetflow.engine.manifest import Document, Manifest, compile_manifest, load
-from hetflow.executors import probe
-from hetflow.executors.base import Dtype, PortableActivation
+from hetflow.engine.results import Failure, Plan, Run, Sweep
+from hetflow.executors.base import PortableActivation
 
 __all__ = ["Plan", "Run", "Failure", "Sweep", "validate", "plan", "run", "sweep", "open_run"]
 
@@ -119,70 +121,6 @@ def validate(path: str | os.PathLike, params: Params | None = None) -> None:
     [(5, 11, "unknown op 'relu2' in stage 'x'; did you mean 'relu'?")]
     """
     compile_manifest(load(path), _overrides(params))
-
-
-# -- plan -------------------------------------------------------------------------
-
-
-class Plan:
-    """A manifest's plan: placement, partitions, bridges, and why.
-
-    ``nodes``, ``partitions``, ``bridges`` (and ``executors``, ``outputs``,
-    ``totals``, ``warnings``, ``estimate``) are the data ``hetflow plan
-    --format json`` prints, which :meth:`to_json` returns whole; ``point``
-    is the matrix point planned (None without a matrix) and ``cache``
-    says, per partition, whether a run would take it from the cache and
-    why. In a notebook the plan draws itself as SVG.
-    """
-
-    def __init__(self, engine_plan: planner.Plan, point: str | None = None, cache: Mapping[str, Any] | None = None) -> None:
-        self.engine_plan = engine_plan
-        self.point = point
-        self.cache = dict(cache or {})
-        self._data = {**engine_plan.to_json(explain=True), "point": point, "cache": self.cache}
-
-    name = property(lambda self: self._data["name"], doc="the manifest's name")
-    nodes = property(lambda self: self._data["nodes"], doc="every stage: op, executor, partition, shape, dtype, why")
-    partitions = property(lambda self: self._data["partitions"], doc="the partitions, in execution order")
-    bridges = property(lambda self: self._data["bridges"], doc="every tensor that crosses executors")
-    executors = property(lambda self: self._data["executors"], doc="each executor's vendor, device and reason")
-    outputs = property(lambda self: self._data["outputs"], doc="output name -> the stage it persists")
-    totals = property(lambda self: self._data["totals"], doc="counts of nodes, partitions, bridges; bytes bridged")
-    warnings = property(lambda self: self._data["warnings"], doc="what the planner warns about")
-    estimate = property(lambda self: self._data["estimate"], doc="the cost model's estimate")
-
-    def to_json(self) -> dict:
-        """The plan as ``hetflow plan --format json`` prints it (a fresh copy)."""
-        return json.loads(json.dumps(self._data))
-
-    def to_text(self) -> str:
-        """The plan as ``hetflow plan`` prints it for people."""
-        head = f"matrix point {self.point}\n" if self.point else ""
-        return head + planner.render_text(self.engine_plan) + "\n\ncache:\n" + "".join(
-            f"  {pid}: {s['status']}: {s['reason']}\n" for pid, s in self.cache.items())
-
-    def to_dot(self) -> str:
-        """The plan as Graphviz DOT."""
-        return planner.render_dot(self.engine_plan)
-
-    def to_svg(self) -> str:
-        """The plan graph as SVG: Graphviz's layout where ``dot`` is installed, hetflow's own otherwise."""
-        from hetflow.engine.report import graph
-
-        return graph.plan_svg({"plan": self._data})
-
-    def _repr_svg_(self) -> str:
-        return self.to_svg()
-
-    def _repr_html_(self) -> str:
-        t = self.totals
-        point = f" at {html.escape(self.point)}" if self.point else ""
-        return (f"<div><p><b>plan {html.escape(self.name)}</b>{point}: {t['nodes']} nodes, {t['partitions']} partitions, "
-                f"{t['bridges']} bridges</p>{self.to_svg()}</div>")
-
-    def __repr__(self) -> str:
-        t = self.totals
-        return f"<hetflow.Plan {self.name}: {t['nodes']} nodes, {t['partitions']} partitions, {t['bridges']} bridges>"
 
 
 def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | None = None,
@@ -232,15 +170,9 @@ def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | 
     elif point:
         raise UsageError(f"--point: {path} has no matrix")
     manifest = compile_manifest(doc, overrides)
-    with _cluster(workers, threads_per_worker, scheduler, place) as cluster:
-        made = _plan_on(manifest, cluster, place)
+    with open_cluster(workers, threads_per_worker, scheduler, place) as cluster:
+        made = plan_on(manifest, cluster, place)
     return Plan(made, chosen, _cache_status(manifest, made, chosen, os.fspath(runs_dir), cache_dir))
-
-
-def _plan_on(manifest: Manifest, cluster: Any, place: Mapping[str, str] | None) -> planner.Plan:
-    if cluster is None:
-        return planner.plan(manifest, probe)
-    return cluster.place(planner.plan(manifest, cluster.probe), manifest, dict(place or {}))
 
 
 def _cache_status(manifest: Manifest, made: planner.Plan, point: str | None, runs_dir: str,
@@ -251,231 +183,6 @@ def _cache_status(manifest: Manifest, made: planner.Plan, point: str | None, run
     keys = partition_keys(made, frozenset(s.id for s in manifest.stages.values() if not s.cache))
     cache = Cache(os.fspath(cache_dir) if cache_dir else os.path.join(runs_dir, ".cache"))
     return explain(keys, cache, latest_record(runs_dir, manifest.name, point))
-
-
-@contextlib.contextmanager
-def _cluster(workers: int | None, threads_per_worker: int | None, scheduler: Any,
-             place: Mapping[str, str] | None, threads: int | None = None) -> Iterator[Any]:
-    """The cluster a call runs on, or ``None`` for the in-process threaded scheduler.
-
-    A cluster hetflow starts or connects to is closed on the way out; a
-    ``distributed.Client`` given (or ``"current"``, the one in effect) is
-    the caller's and stays open.
-    """
-    if workers is not None and scheduler is not None:
-        raise UsageError("workers= starts a new cluster and scheduler= joins one; give one of them")
-    if threads_per_worker is not None and workers is None:
-        raise UsageError("threads_per_worker= goes with workers=")
-    if workers is None and scheduler is None:
-        if place:
-            raise UsageError("place= needs a cluster: give workers=N or scheduler=")
-        yield None
-        return
-    if threads is not None:
-        raise UsageError("threads= sets the in-process scheduler; with a cluster use threads_per_worker=")
-    from hetflow.engine.distributed import Cluster  # distributed loads only for cluster runs
-
-    if workers is not None:
-        with Cluster.local(workers, threads_per_worker) as cluster:
-            yield cluster
-        return
-    if isinstance(scheduler, (str, os.PathLike)) and os.fspath(scheduler) != "current":
-        with Cluster.connect(os.fspath(scheduler)) as cluster:
-            yield cluster
-        return
-    yield Cluster(_client(scheduler), "client", "")
-
-
-def _client(scheduler: Any) -> Any:
-    """The ``distributed.Client`` that ``scheduler`` names: itself, or the current one for ``"current"``."""
-    from distributed import Client, default_client
-
-    if isinstance(scheduler, Client):
-        return scheduler
-    if scheduler != "current":
-        raise UsageError(f"scheduler= takes None, 'current', a distributed.Client, tcp://HOST:PORT or a scheduler "
-                         f"file; got {scheduler!r}")
-    try:
-        return default_client()
-    except ValueError:
-        raise UsageError("scheduler='current' needs a running distributed.Client (with Client(...): or "
-                         "Client(...) made the default); none is") from None
-
-
-# -- inputs -----------------------------------------------------------------------
-
-
-def _bind_inputs(manifest: Manifest, inputs: Mapping[str, Any] | None) -> dict[str, PortableActivation]:
-    """Every ``input`` stage's array, checked against the stage's declared shape and dtype."""
-    declared = {s.id: s for s in manifest.stages.values() if s.op == "input"}
-    given = dict(inputs or {})
-    unknown = sorted(k for k in given if k not in declared)
-    if unknown:
-        raise UsageError(f"inputs: {manifest.file} has no input stage {unknown[0]!r} "
-                         f"(input stages: {', '.join(declared) or 'none'})")
-    bound = {}
-    for name, stage in declared.items():
-        dtype, shape = Dtype(stage.args["dtype"]), tuple(stage.args["shape"])
-        want = f"shape {list(shape)} and dtype {dtype.value} (numpy {np.dtype(dtype.numpy).name})"
-        if name not in given:
-            raise UsageError(f"{stage.origin}: stage {name!r} is an input: its array comes from Python, "
-                             f"hetflow.run(..., inputs={{{name!r}: array}}) with {want}")
-        value = given[name]
-        if not isinstance(value, np.ndarray):
-            raise UsageError(f"inputs[{name!r}]: expected a numpy array with {want}, got {type(value).__name__}")
-        if value.dtype != np.dtype(dtype.numpy) or value.shape != shape:
-            raise UsageError(f"inputs[{name!r}]: stage {name!r} ({stage.origin}) takes an array with {want}; "
-                             f"got shape {list(value.shape)} and numpy dtype {value.dtype.name}")
-        bound[name] = PortableActivation.from_array(value, dtype)
-    return bound
-
-
-def _with_inputs(made: planner.Plan, bound: Mapping[str, PortableActivation]) -> planner.Plan:
-    if not bound:
-        return made
-    args = dict(made.stage_args)
-    for name, portable in bound.items():
-        args[name] = {**args[name], "data": base64.b64encode(bytes(portable.bytes)).decode("ascii")}
-    return dataclasses.replace(made, stage_args=args)
-
-
-def _describe_inputs(bound: Mapping[str, PortableActivation]) -> dict[str, dict]:
-    from hetflow.engine.records import digest_portable
-
-    return {name: {"shape": list(p.shape.dims), "dtype": p.dtype.value, "bytes": p.nbytes, "digest": digest_portable(p)}
-            for name, p in bound.items()}
-
-
-# -- runs -------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Failure:
-    """One thing that failed in a run.
-
-    ``stage`` and ``op`` name the stage (None when the run failed outside
-    any stage, a lost cluster worker say); ``traceback_file`` is the path
-    of the run's ``traceback.txt``, or None when the run wrote none.
-    """
-
-    stage: str | None
-    op: str | None
-    message: str
-    traceback_file: str | None = None
-    status: str = "failed"
-    origin: str | None = None
-
-
-class _Outputs(Mapping):
-    """A run's outputs by name, each read from its run folder when first asked for."""
-
-    def __init__(self, path: str, entries: Mapping[str, Mapping[str, Any]]) -> None:
-        self._path = path
-        self._entries = entries
-        self._loaded: dict[str, Any] = {}
-
-    def __getitem__(self, name: str) -> Any:
-        if name not in self._entries:
-            known = ", ".join(self._entries) or "none"
-            raise KeyError(f"the run has no output {name!r} (outputs: {known})")
-        if name not in self._loaded:
-            entry = self._entries[name]
-            if "file" in entry:
-                from hetflow.engine.records import load_output
-
-                self._loaded[name] = load_output(self._path, name)
-            else:
-                self._loaded[name] = entry.get("value")
-        return self._loaded[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __repr__(self) -> str:
-        return f"<outputs {', '.join(self._entries) or 'none'}>"
-
-
-class Run:
-    """One run, read from its folder: ``status``, ``run_id``, ``path``, ``outputs``, ``record``, ``failures``.
-
-    ``outputs[NAME]`` is a numpy array with the output's exact dtype
-    (``ml_dtypes`` types for bf16, fp8 and int4) or, for a scalar output
-    of an emulator phase, its value. ``record`` is ``record.json`` as a
-    dict. In a notebook the run shows a summary table.
-    """
-
-    def __init__(self, path: str | os.PathLike) -> None:
-        self.path = os.fspath(path)
-        record_file = os.path.join(self.path, "record.json")
-        try:
-            with open(record_file, encoding="utf-8") as f:
-                self.record: dict = json.load(f)
-        except FileNotFoundError:
-            raise UsageError(f"{self.path}: no run record (record.json) here") from None
-        except (OSError, ValueError) as e:
-            raise UsageError(f"{record_file}: not a readable run record: {e}") from None
-        self.outputs: Mapping[str, Any] = _Outputs(self.path, self.record.get("outputs") or {})
-
-    @property
-    def run_id(self) -> str:
-        return self.record.get("run_id") or os.path.basename(self.path)
-
-    @property
-    def status(self) -> str:
-        """``succeeded``, ``failed``, or ``running`` for a run that has not finished (or crashed)."""
-        return self.record.get("status") or "unknown"
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "succeeded"
-
-    @property
-    def error(self) -> str | None:
-        """The run's error message, or None."""
-        return (self.record.get("error") or {}).get("message")
-
-    @property
-    def record_path(self) -> str:
-        return os.path.join(self.path, "record.json")
-
-    @property
-    def failures(self) -> list[Failure]:
-        """Each failed or timed-out stage, or the run's one error where no stage is to blame."""
-        error = self.record.get("error") or {}
-        tb = os.path.join(self.path, error["traceback_file"]) if error.get("traceback_file") else None
-        plan_nodes = (self.record.get("plan") or {}).get("nodes") or {}
-        out = []
-        for node, entry in (self.record.get("nodes") or {}).items():
-            if entry.get("status") in ("failed", "timed out") and entry.get("error"):
-                origin = error.get("origin") if error.get("node") == node else (plan_nodes.get(node) or {}).get("origin")
-                out.append(Failure(node, (plan_nodes.get(node) or {}).get("op"), entry["error"], tb, entry["status"], origin))
-        if not out and error:
-            node = error.get("node")
-            out.append(Failure(node, (plan_nodes.get(node) or {}).get("op") if node else None, error.get("message") or "failed",
-                               tb, "failed", error.get("origin")))
-        return out
-
-    def _repr_html_(self) -> str:
-        e = html.escape
-        rec = self.record
-        rows = [("run", self.run_id), ("status", self.status), ("manifest", (rec.get("manifest") or {}).get("name")),
-                ("point", (rec.get("matrix_point") or {}).get("name") or "-"), ("started", rec.get("started_at")),
-                ("duration", "-" if rec.get("duration_s") is None else f"{rec['duration_s']:.3f} s"), ("folder", self.path)]
-        head = "".join(f"<tr><th style='text-align:left'>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in rows)
-        outs = "".join(
-            f"<tr><td>{e(n)}</td><td>{e(str(o.get('shape', 'value')))}</td><td>{e(str(o.get('dtype', '')))}</td>"
-            f"<td><code>{e(o['digest'][:23])}</code></td></tr>" for n, o in (rec.get("outputs") or {}).items())
-        fails = "".join(f"<tr><td>{e(str(f.stage))}</td><td>{e(str(f.op))}</td><td>{e(f.message)}</td></tr>"
-                        for f in self.failures)
-        return (f"<table>{head}</table>"
-                + (f"<table><tr><th>output</th><th>shape</th><th>dtype</th><th>digest</th></tr>{outs}</table>" if outs else "")
-                + (f"<table><tr><th>stage</th><th>op</th><th>failure</th></tr>{fails}</table>" if fails else ""))
-
-    def __repr__(self) -> str:
-        return f"<hetflow.Run {self.run_id}: {self.status}>"
 
 
 def open_run(run_id: str, runs_dir: str | os.PathLike = "runs") -> Run:
@@ -533,7 +240,7 @@ def _session(path: str, doc: Any, manifest: Manifest, runs_dir: str, resume: str
             raise UsageError("--resume continues a run as it was; it takes no --schedule-slot")
         schedule, lock_name = schedlib.slot_run(doc, manifest.name, schedule_slot)
     held = RunLock(lock_path(runs_dir, path, lock_name, manifest.params), manifest=path, run=resume) if lock else None
-    with held or contextlib.nullcontext(), _cluster(*cluster_args) as cluster:
+    with held or contextlib.nullcontext(), open_cluster(*cluster_args) as cluster:
         yield cluster, schedule, lock_name
 
 
@@ -541,9 +248,9 @@ def _execute(manifest: Manifest, cluster: Any, place: Mapping[str, str] | None, 
              **kwargs: Any) -> Run:
     from hetflow.engine.run import execute  # dask loads only for calls that run
 
-    made = _with_inputs(_plan_on(manifest, cluster, place), bound)
+    made = with_inputs(plan_on(manifest, cluster, place), bound)
     try:
-        result = execute(manifest, made, inputs=_describe_inputs(bound), cluster=cluster, **kwargs)
+        result = execute(manifest, made, inputs=describe_inputs(bound), cluster=cluster, **kwargs)
     except RunFailed as e:
         if not e.record_path:
             raise
@@ -627,30 +334,12 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
         raise UsageError(f"{path} has a matrix of {len(jobs)} points: give point= to run one, or run them all "
                          "with hetflow.sweep()")
     manifest, mpoint, given = jobs[0]
-    bound = _bind_inputs(manifest, inputs)
+    bound = bind_inputs(manifest, inputs)
     with _session(path, doc, manifest, runs_dir, resume, schedule_slot,
                   (workers, threads_per_worker, scheduler, place, threads)) as (cluster, schedule, _):
         return _execute(manifest, cluster, place, bound, runs_dir=runs_dir, overrides=given, num_workers=threads,
                         on_event=on_event, cache_dir=os.fspath(cache_dir) if cache_dir else None, use_cache=cache,
                         matrix_point=mpoint, resume=resume, schedule=schedule)
-
-
-class Sweep:
-    """A matrix sweep: ``sweep_id``, ``path``, ``status``, ``summary`` (``sweep.json``) and one :class:`Run` per point."""
-
-    def __init__(self, path: str | os.PathLike) -> None:
-        self.path = os.fspath(path)
-        with open(os.path.join(self.path, "sweep.json"), encoding="utf-8") as f:
-            self.summary: dict = json.load(f)
-        runs_dir = os.path.dirname(os.path.abspath(self.path))
-        self.runs: list[Run | None] = [Run(os.path.join(runs_dir, p["run_id"])) if p.get("run_id") else None
-                                       for p in self.summary["points"]]
-
-    sweep_id = property(lambda self: self.summary["sweep_id"])
-    status = property(lambda self: self.summary["status"])
-
-    def __repr__(self) -> str:
-        return f"<hetflow.Sweep {self.sweep_id}: {self.status}, {len(self.runs)} points>"
 
 
 def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str | os.PathLike = "runs",
@@ -708,7 +397,7 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
             raise UsageError(f"{path} has no matrix: run it with hetflow.run()")
         points = [matrix.Point(p["name"], p["values"]) for _, p, _ in jobs]
         first = jobs[0][0]
-    bound = _bind_inputs(first, inputs)
+    bound = bind_inputs(first, inputs)
     with _session(path, doc, first, runs_dir, None, schedule_slot,
                   (workers, threads_per_worker, scheduler, place, threads), lock=False) as (cluster, schedule, lock_name):
         if not resume:

@@ -53,8 +53,8 @@ __all__ = ["__version__", "op", "validate", "plan", "run", "sweep", "open_run", 
 # engine's imports: numpy, networkx, jsonschema, dask.
 _HOMES = {
     "op": "hetflow.executors.plugins",
-    **dict.fromkeys(("validate", "plan", "run", "sweep", "open_run", "Plan", "Run", "Failure", "Sweep"),
-                    "hetflow.engine.api"),
+    **dict.fromkeys(("validate", "plan", "run", "sweep", "open_run"), "hetflow.engine.api"),
+    **dict.fromkeys(("Plan", "Run", "Failure", "Sweep"), "hetflow.engine.results"),
     **dict.fromkeys(("HetflowError", "ManifestError", "UsageError", "Diagnostic"), "hetflow.engine.errors"),
     "LockHeld": "hetflow.engine.locks",
 }

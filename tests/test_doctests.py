@@ -8,6 +8,9 @@ import pytest
 MODULES = [
     "hetflow",
     "hetflow.engine.api",
+    "hetflow.engine.results",
+    "hetflow.engine.inputs",
+    "hetflow.engine.clusters",
     "hetflow.engine.examples",
     "hetflow.executors",
     "hetflow.executors.base",

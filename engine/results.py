@@ -1,0 +1,245 @@
+"""What the Python API returns: a :class:`Plan`, a :class:`Run` with its :class:`Failure` list, a :class:`Sweep`.
+
+Each is a view of data hetflow has already made: a plan's is the JSON
+``hetflow plan --format json`` prints, a run's is its folder's
+``record.json`` (outputs read from the folder when first asked for), a
+sweep's is ``sweep.json``. :mod:`hetflow.engine.api` makes them; users
+import them from ``hetflow``.
+
+Examples
+--------
+>>> import json, os, tempfile
+>>> folder = tempfile.mkdtemp()
+>>> with open(os.path.join(folder, "record.json"), "w") as f:
+...     json.dump({"run_id": "r1", "status": "failed", "outputs": {"n": {"value": 3}},
+...                "error": {"message": "boom", "node": "y", "origin": "m.yaml:6:5"},
+...                "plan": {"nodes": {"y": {"op": "relu"}}},
+...                "nodes": {"y": {"status": "failed", "error": "boom"}}}, f)
+>>> r = Run(folder)
+>>> r.run_id, r.ok, r.outputs["n"]
+('r1', False, 3)
+>>> r.failures
+[Failure(stage='y', op='relu', message='boom', traceback_file=None, status='failed', origin='m.yaml:6:5')]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from hetflow.engine import planner
+from hetflow.engine.errors import UsageError
+
+__all__ = ["Plan", "Run", "Failure", "Sweep"]
+
+
+class Plan:
+    """A manifest's plan: placement, partitions, bridges, and why.
+
+    ``nodes``, ``partitions``, ``bridges`` (and ``executors``, ``outputs``,
+    ``totals``, ``warnings``, ``estimate``) are the data ``hetflow plan
+    --format json`` prints, which :meth:`to_json` returns whole; ``point``
+    is the matrix point planned (None without a matrix) and ``cache``
+    says, per partition, whether a run would take it from the cache and
+    why. In a notebook the plan draws itself as SVG.
+    """
+
+    def __init__(self, engine_plan: planner.Plan, point: str | None = None, cache: Mapping[str, Any] | None = None) -> None:
+        self.engine_plan = engine_plan
+        self.point = point
+        self.cache = dict(cache or {})
+        self._data = {**engine_plan.to_json(explain=True), "point": point, "cache": self.cache}
+
+    name = property(lambda self: self._data["name"], doc="the manifest's name")
+    nodes = property(lambda self: self._data["nodes"], doc="every stage: op, executor, partition, shape, dtype, why")
+    partitions = property(lambda self: self._data["partitions"], doc="the partitions, in execution order")
+    bridges = property(lambda self: self._data["bridges"], doc="every tensor that crosses executors")
+    executors = property(lambda self: self._data["executors"], doc="each executor's vendor, device and reason")
+    outputs = property(lambda self: self._data["outputs"], doc="output name -> the stage it persists")
+    totals = property(lambda self: self._data["totals"], doc="counts of nodes, partitions, bridges; bytes bridged")
+    warnings = property(lambda self: self._data["warnings"], doc="what the planner warns about")
+    estimate = property(lambda self: self._data["estimate"], doc="the cost model's estimate")
+
+    def to_json(self) -> dict:
+        """The plan as ``hetflow plan --format json`` prints it (a fresh copy)."""
+        return json.loads(json.dumps(self._data))
+
+    def to_text(self) -> str:
+        """The plan as ``hetflow plan`` prints it for people."""
+        head = f"matrix point {self.point}\n" if self.point else ""
+        return head + planner.render_text(self.engine_plan) + "\n\ncache:\n" + "".join(
+            f"  {pid}: {s['status']}: {s['reason']}\n" for pid, s in self.cache.items())
+
+    def to_dot(self) -> str:
+        """The plan as Graphviz DOT."""
+        return planner.render_dot(self.engine_plan)
+
+    def to_svg(self) -> str:
+        """The plan graph as SVG: Graphviz's layout where ``dot`` is installed, hetflow's own otherwise."""
+        from hetflow.engine.report import graph
+
+        return graph.plan_svg({"plan": self._data})
+
+    def _repr_svg_(self) -> str:
+        return self.to_svg()
+
+    def _repr_html_(self) -> str:
+        t = self.totals
+        point = f" at {html.escape(self.point)}" if self.point else ""
+        return (f"<div><p><b>plan {html.escape(self.name)}</b>{point}: {t['nodes']} nodes, {t['partitions']} partitions, "
+                f"{t['bridges']} bridges</p>{self.to_svg()}</div>")
+
+    def __repr__(self) -> str:
+        t = self.totals
+        return f"<hetflow.Plan {self.name}: {t['nodes']} nodes, {t['partitions']} partitions, {t['bridges']} bridges>"
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """One thing that failed in a run.
+
+    ``stage`` and ``op`` name the stage (None when the run failed outside
+    any stage, a lost cluster worker say); ``traceback_file`` is the path
+    of the run's ``traceback.txt``, or None when the run wrote none.
+    """
+
+    stage: str | None
+    op: str | None
+    message: str
+    traceback_file: str | None = None
+    status: str = "failed"
+    origin: str | None = None
+
+
+class _Outputs(Mapping):
+    """A run's outputs by name, each read from its run folder when first asked for."""
+
+    def __init__(self, path: str, entries: Mapping[str, Mapping[str, Any]]) -> None:
+        self._path = path
+        self._entries = entries
+        self._loaded: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._entries:
+            known = ", ".join(self._entries) or "none"
+            raise KeyError(f"the run has no output {name!r} (outputs: {known})")
+        if name not in self._loaded:
+            entry = self._entries[name]
+            if "file" in entry:
+                from hetflow.engine.records import load_output
+
+                self._loaded[name] = load_output(self._path, name)
+            else:
+                self._loaded[name] = entry.get("value")
+        return self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"<outputs {', '.join(self._entries) or 'none'}>"
+
+
+class Run:
+    """One run, read from its folder: ``status``, ``run_id``, ``path``, ``outputs``, ``record``, ``failures``.
+
+    ``outputs[NAME]`` is a numpy array with the output's exact dtype
+    (``ml_dtypes`` types for bf16, fp8 and int4) or, for a scalar output
+    of an emulator phase, its value. ``record`` is ``record.json`` as a
+    dict. In a notebook the run shows a summary table.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        record_file = os.path.join(self.path, "record.json")
+        try:
+            with open(record_file, encoding="utf-8") as f:
+                self.record: dict = json.load(f)
+        except FileNotFoundError:
+            raise UsageError(f"{self.path}: no run record (record.json) here") from None
+        except (OSError, ValueError) as e:
+            raise UsageError(f"{record_file}: not a readable run record: {e}") from None
+        self.outputs: Mapping[str, Any] = _Outputs(self.path, self.record.get("outputs") or {})
+
+    @property
+    def run_id(self) -> str:
+        return self.record.get("run_id") or os.path.basename(self.path)
+
+    @property
+    def status(self) -> str:
+        """``succeeded``, ``failed``, or ``running`` for a run that has not finished (or crashed)."""
+        return self.record.get("status") or "unknown"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "succeeded"
+
+    @property
+    def error(self) -> str | None:
+        """The run's error message, or None."""
+        return (self.record.get("error") or {}).get("message")
+
+    @property
+    def record_path(self) -> str:
+        return os.path.join(self.path, "record.json")
+
+    @property
+    def failures(self) -> list[Failure]:
+        """Each failed or timed-out stage, or the run's one error where no stage is to blame."""
+        error = self.record.get("error") or {}
+        tb = os.path.join(self.path, error["traceback_file"]) if error.get("traceback_file") else None
+        plan_nodes = (self.record.get("plan") or {}).get("nodes") or {}
+        out = []
+        for node, entry in (self.record.get("nodes") or {}).items():
+            if entry.get("status") in ("failed", "timed out") and entry.get("error"):
+                origin = error.get("origin") if error.get("node") == node else (plan_nodes.get(node) or {}).get("origin")
+                out.append(Failure(node, (plan_nodes.get(node) or {}).get("op"), entry["error"], tb, entry["status"], origin))
+        if not out and error:
+            node = error.get("node")
+            out.append(Failure(node, (plan_nodes.get(node) or {}).get("op") if node else None, error.get("message") or "failed",
+                               tb, "failed", error.get("origin")))
+        return out
+
+    def _repr_html_(self) -> str:
+        e = html.escape
+        rec = self.record
+        rows = [("run", self.run_id), ("status", self.status), ("manifest", (rec.get("manifest") or {}).get("name")),
+                ("point", (rec.get("matrix_point") or {}).get("name") or "-"), ("started", rec.get("started_at")),
+                ("duration", "-" if rec.get("duration_s") is None else f"{rec['duration_s']:.3f} s"), ("folder", self.path)]
+        head = "".join(f"<tr><th style='text-align:left'>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in rows)
+        outs = "".join(
+            f"<tr><td>{e(n)}</td><td>{e(str(o.get('shape', 'value')))}</td><td>{e(str(o.get('dtype', '')))}</td>"
+            f"<td><code>{e(o['digest'][:23])}</code></td></tr>" for n, o in (rec.get("outputs") or {}).items())
+        fails = "".join(f"<tr><td>{e(str(f.stage))}</td><td>{e(str(f.op))}</td><td>{e(f.message)}</td></tr>"
+                        for f in self.failures)
+        return (f"<table>{head}</table>"
+                + (f"<table><tr><th>output</th><th>shape</th><th>dtype</th><th>digest</th></tr>{outs}</table>" if outs else "")
+                + (f"<table><tr><th>stage</th><th>op</th><th>failure</th></tr>{fails}</table>" if fails else ""))
+
+    def __repr__(self) -> str:
+        return f"<hetflow.Run {self.run_id}: {self.status}>"
+
+
+class Sweep:
+    """A matrix sweep: ``sweep_id``, ``path``, ``status``, ``summary`` (``sweep.json``) and one :class:`Run` per point."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        with open(os.path.join(self.path, "sweep.json"), encoding="utf-8") as f:
+            self.summary: dict = json.load(f)
+        runs_dir = os.path.dirname(os.path.abspath(self.path))
+        self.runs: list[Run | None] = [Run(os.path.join(runs_dir, p["run_id"])) if p.get("run_id") else None
+                                       for p in self.summary["points"]]
+
+    sweep_id = property(lambda self: self.summary["sweep_id"])
+    status = property(lambda self: self.summary["status"])
+
+    def __repr__(self) -> str:
+        return f"<hetflow.Sweep {self.sweep_id}: {self.status}, {len(self.runs)} points>"
