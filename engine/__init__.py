@@ -1,1 +1,64 @@
-"""hetflow engine: manifest -> plan -> Dask -> run record."""
+"""hetflow engine: manifest -> plan -> Dask -> run record.
+
+A run is a chain of passes, each a function from one value to the next,
+each in its own module; ``docs/concepts/passes.md`` is the same list with
+what each pass checks and decides.
+
+============  ==================================================  =====================================
+pass          function                                            takes -> returns
+============  ==================================================  =====================================
+load          :func:`hetflow.engine.loader.load`                  a file -> ``Document`` (the tree and
+                                                                  where each value was written)
+resolve       :func:`hetflow.engine.resolve.resolve`              ``Document``, overrides ->
+                                                                  (resolved tree, problems)
+validate      :func:`hetflow.engine.manifest.validate`            resolved tree, ``Document``, problems
+                                                                  -> ``Manifest``
+graph         :func:`hetflow.engine.planner.build_graph`          ``Manifest`` -> ``networkx.DiGraph``
+place         :func:`hetflow.engine.planner.place`                graph, executors -> placed graph
+partition     :func:`hetflow.engine.planner.partition`            placed graph -> partitioned graph
+bridge        :func:`hetflow.engine.planner.bridges`              partitioned graph -> ``[Bridge]``
+lower         :func:`hetflow.engine.lowering.lower`               ``Plan``, runtime -> ``TaskGraph``
+run           :func:`hetflow.engine.run.execute`                  ``Manifest``, ``Plan`` -> ``RunResult``
+record        :mod:`hetflow.engine.records`                       the record dict -> ``record.json``,
+                                                                  written atomically
+============  ==================================================  =====================================
+
+Resolve runs before validate: the schema checks the typed values that
+``${name}`` references stand for, so it sees the tree after interpolation.
+A matrix point (:func:`hetflow.engine.matrix.expand` and
+:func:`~hetflow.engine.matrix.select`) is one more set of overrides for
+resolve. :func:`hetflow.engine.manifest.compile_manifest` runs resolve
+then validate. Between graph and place,
+:func:`hetflow.engine.planner.choose_executors` gives each declared
+executor the first vendor of its list that the machine offers;
+:func:`hetflow.engine.planner.plan` runs graph, place, partition and
+bridge and returns the :class:`~hetflow.engine.plandata.Plan`, plain data
+that ``hetflow plan`` prints and ``hetflow run`` executes. On a Dask
+cluster :func:`hetflow.engine.clusters.plan_on` also places each executor
+on a worker, and :class:`hetflow.engine.distributed.Cluster` runs the
+lowered graph there. Emulator phases add their tasks to the graph in a
+second round, once the guest's chunk count is known
+(:class:`hetflow.engine.phases.PhaseRunner`). :mod:`hetflow.engine.api`
+chains the passes for ``hetflow.validate``, ``plan`` and ``run``, and the
+CLI calls those.
+
+Examples
+--------
+The passes of ``examples/quickstart.yaml``, one by one:
+
+>>> from importlib.resources import files
+>>> from hetflow.engine import loader, resolve, manifest, planner, lowering, run
+>>> from hetflow.executors import probe
+>>> doc = loader.load(files("hetflow.examples") / "quickstart.yaml")
+>>> tree, problems = resolve.resolve(doc, {"batch": 8})
+>>> m = manifest.validate(tree, doc, problems)
+>>> graph = planner.build_graph(m)
+>>> executors = planner.choose_executors(m, probe)
+>>> placed = planner.place(graph, executors, next(iter(m.executors)))
+>>> parted = planner.partition(placed)
+>>> [b.id for b in planner.bridges(parted)]
+['x@accel', 'logits@host']
+>>> p = planner.plan(m, probe)
+>>> sorted(lowering.lower(p, run.LocalRuntime(p, run.create_executors(p))).dsk)[:4]
+['export:logits@host', 'export:x@accel', 'import:logits@host', 'import:x@accel']
+"""
