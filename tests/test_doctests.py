@@ -15,6 +15,8 @@ MODULES = [
     "hetflow.executors",
     "hetflow.executors.base",
     "hetflow.executors.ops",
+    "hetflow.executors.opdecl",
+    "hetflow.executors.builtin.loading",
     "hetflow.executors.cpu",
     "hetflow.executors.payload",
     "hetflow.engine.errors",

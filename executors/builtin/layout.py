@@ -1,0 +1,105 @@
+"""Ops that move values without computing on them: ``transpose``, ``reshape``, ``concat``, ``split``, ``slice``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hetflow.executors.opdecl import ALL_DTYPES, Arg, Kernel, Op, Shape, ShapeError, normalize_axis
+
+__all__ = ["OPS"]
+
+
+def _transpose_shape(inputs: list[Shape], args: dict) -> Shape:
+    shape, axes = inputs[0], args["axes"]
+    if axes is None:
+        return tuple(reversed(shape))
+    if sorted(a % max(len(shape), 1) for a in axes) != list(range(len(shape))):
+        raise ShapeError(f"transpose: axes {axes} are not a permutation of {len(shape)} axes")
+    return tuple(shape[a] for a in axes)
+
+
+def _reshape_shape(inputs: list[Shape], args: dict) -> Shape:
+    new = tuple(args["shape"])
+    if math.prod(new) != math.prod(inputs[0]):
+        raise ShapeError(f"reshape: cannot reshape {list(inputs[0])} into {list(new)}")
+    return new
+
+
+def _concat_shape(inputs: list[Shape], args: dict) -> Shape:
+    first = inputs[0]
+    ax = normalize_axis(args["axis"], len(first), "concat")
+    for s in inputs[1:]:
+        if len(s) != len(first) or any(a != b for i, (a, b) in enumerate(zip(s, first)) if i != ax):
+            raise ShapeError(f"concat: shape {list(s)} does not match {list(first)} outside axis {args['axis']}")
+    return first[:ax] + (sum(s[ax] for s in inputs),) + first[ax + 1 :]
+
+
+def _split_bounds(shape: Shape, args: dict) -> tuple[int, int, int]:
+    """(axis, start, stop) of the part ``index`` of ``shape`` that split keeps."""
+    ax = normalize_axis(args["axis"], len(shape), "split")
+    n = shape[ax] if shape else 0
+    if (args["sections"] is None) == (args["sizes"] is None):
+        raise ShapeError("split needs exactly one of 'sections' (equal parts) and 'sizes' (the length of each part)")
+    if args["sections"] is not None:
+        if args["sections"] < 1 or n % args["sections"]:
+            raise ShapeError(f"split: axis {args['axis']} of length {n} does not divide into {args['sections']} equal parts")
+        sizes = [n // args["sections"]] * args["sections"]
+    else:
+        sizes = list(args["sizes"])
+        if sum(sizes) != n:
+            raise ShapeError(f"split: sizes {sizes} add up to {sum(sizes)}, not the length {n} of axis {args['axis']}")
+    if not 0 <= args["index"] < len(sizes):
+        raise ShapeError(f"split: index {args['index']} is out of range for {len(sizes)} parts")
+    start = sum(sizes[: args["index"]])
+    return ax, start, start + sizes[args["index"]]
+
+
+def _split_shape(inputs: list[Shape], args: dict) -> Shape:
+    ax, start, stop = _split_bounds(inputs[0], args)
+    return inputs[0][:ax] + (stop - start,) + inputs[0][ax + 1 :]
+
+
+def _split(xp: Any, inputs: list, args: dict) -> Any:
+    x = inputs[0]
+    ax, start, stop = _split_bounds(tuple(x.shape), args)
+    return xp.take(x, xp.arange(start, stop), axis=ax)
+
+
+def _slice_range(shape: Shape, args: dict) -> tuple[int, range]:
+    ax = normalize_axis(args["axis"], len(shape), "slice")
+    if args["step"] == 0:
+        raise ShapeError("slice: step must not be 0")
+    return ax, range(*slice(args["start"], args["stop"], args["step"]).indices(shape[ax]))
+
+
+def _slice_shape(inputs: list[Shape], args: dict) -> Shape:
+    ax, picked = _slice_range(inputs[0], args)
+    return inputs[0][:ax] + (len(picked),) + inputs[0][ax + 1 :]
+
+
+def _slice(xp: Any, inputs: list, args: dict) -> Any:
+    x = inputs[0]
+    ax, picked = _slice_range(tuple(x.shape), args)
+    index = [slice(None)] * x.ndim
+    index[ax] = slice(picked.start, picked.stop if picked.stop >= 0 else None, picked.step)
+    return x[tuple(index)]
+
+
+OPS = [
+    Op("transpose", (1, 1), ALL_DTYPES, lambda xp, i, a: xp.transpose(i[0], a["axes"]), _transpose_shape,
+       {"axes": Arg("axes")}, doc="permute axes (reverse them when axes is null)", wgsl=Kernel("permute")),
+    Op("reshape", (1, 1), ALL_DTYPES, lambda xp, i, a: xp.reshape(i[0], tuple(a["shape"])), _reshape_shape,
+       {"shape": Arg("shape", required=True, doc="output shape")}, doc="same values, new shape",
+       wgsl=Kernel("unary", "x")),
+    Op("concat", (1, 64), ALL_DTYPES, lambda xp, i, a: xp.concatenate(i, axis=a["axis"]), _concat_shape,
+       {"axis": Arg("int", default=0)}, doc="join inputs along one axis"),
+    Op("split", (1, 1), ALL_DTYPES, _split, _split_shape,
+       {"axis": Arg("int", default=0), "sections": Arg("int"), "sizes": Arg("shape"),
+        "index": Arg("int", required=True)},
+       doc="part `index` of the input cut along `axis` into `sections` equal parts or parts of `sizes`"),
+    Op("slice", (1, 1), ALL_DTYPES, _slice, _slice_shape,
+       {"axis": Arg("int", default=0), "start": Arg("int?", default=None), "stop": Arg("int?", default=None),
+        "step": Arg("int", default=1)},
+       doc="x[start:stop:step] along one axis, Python's slice rules"),
+]

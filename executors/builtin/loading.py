@@ -1,0 +1,215 @@
+"""Arrays from outside the pipeline: ``load`` reads a ``.npy``, ``.npz`` or ``.safetensors`` file, ``input`` takes an array handed in from Python.
+
+:func:`read_array` reads a file's array, or only its header, which is
+how the planner knows a ``load`` stage's shape before anything runs;
+:func:`lossy_load` says why a file's values would not survive conversion
+to the stage's dtype (the manifest check refuses that unless ``cast:
+true``).
+
+Examples
+--------
+>>> lossy_load(np.array([1.0, 1e6]), Dtype.fp8e4m3)
+'float64 values up to 1e+06 are beyond the range of fp8e4m3 (largest 448)'
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from hetflow.executors.base import Dtype
+from hetflow.executors.opdecl import ALL_DTYPES, QUANT_MAX, Arg, Kernel, Op, Shape, from_shape_arg, to_dtype
+
+__all__ = ["OPS", "LOAD_FORMATS", "read_array", "lossy_load", "ml_finfo_max"]
+
+
+LOAD_FORMATS = (".npy", ".npz", ".safetensors")
+"""The file types ``load`` reads, by suffix."""
+
+_SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "I64": "int64", "I32": "int32",
+                       "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool", "U16": "uint16",
+                       "U32": "uint32", "U64": "uint64"}
+
+
+def read_array(path: str, key: str | None = None, *, header: bool = False) -> Any:
+    """The array ``load`` reads from ``path`` (and ``key`` in an archive).
+
+    With ``header``, only what the file says about the array, as a
+    ``(shape, numpy dtype)`` pair, without reading its values. Raises
+    :class:`ValueError` with a message that says what is wrong and what
+    the file holds.
+
+    >>> import os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> np.savez(os.path.join(folder, "d.npz"), x=np.ones((2, 3), np.float32), y=np.arange(2))
+    >>> read_array(os.path.join(folder, "d.npz"), "x", header=True)
+    ((2, 3), dtype('float32'))
+    >>> read_array(os.path.join(folder, "d.npz"), "z")
+    Traceback (most recent call last):
+    ...
+    ValueError: d.npz has no array 'z' (it holds: x, y)
+    """
+    name = os.path.basename(path)
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in LOAD_FORMATS:
+        raise ValueError(f"{name}: load reads {', '.join(LOAD_FORMATS)} files, not {suffix or 'a file without a suffix'}")
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: no such file")
+    try:
+        if suffix == ".npy":
+            if key is not None:
+                raise ValueError(f"{name} is a .npy file, which holds one array: leave out 'key'")
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+            _numeric(name, key, array.dtype)
+            return (tuple(array.shape), array.dtype) if header else np.asarray(array)
+        if suffix == ".npz":
+            with np.load(path, allow_pickle=False) as archive:
+                key = _archive_key(name, key, list(archive.files))
+                if not header:
+                    array = archive[key]
+                    _numeric(name, key, array.dtype)
+                    return array
+                with archive.zip.open(key + ".npy") as member:
+                    version = np.lib.format.read_magic(member)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+                    elif version == (2, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+                    else:
+                        array = archive[key]
+                        shape, dtype = array.shape, array.dtype
+                    _numeric(name, key, dtype)
+                    # the member's CRC is checked only once it is read to its end: a damaged archive fails here
+                    while member.read(1 << 20):
+                        pass
+                return tuple(shape), dtype
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(path, framework="numpy") as f:
+                key = _archive_key(name, key, list(f.keys()))
+                if not header:
+                    return f.get_tensor(key)
+                part = f.get_slice(key)
+                kind = part.get_dtype()
+                if kind not in _SAFETENSORS_DTYPES:
+                    raise ValueError(f"{name}: array {key!r} is {kind}, which numpy cannot read "
+                                     f"(load reads {', '.join(_SAFETENSORS_DTYPES)})")
+                return tuple(part.get_shape()), np.dtype(_SAFETENSORS_DTYPES[kind])
+        except SafetensorError as e:
+            raise ValueError(f"{name} is not a readable safetensors file: {e}") from None
+    except ValueError as e:
+        if str(e).startswith(name) or str(e).startswith(path):
+            raise
+        raise ValueError(f"{name} does not parse as {suffix}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - numpy and zipfile fail on damaged bytes in many ways (BadZipFile, zlib, tokenize)
+        raise ValueError(f"{name} does not parse as {suffix}: {type(e).__name__}: {e}") from None
+
+
+def _numeric(name: str, key: str | None, dtype: np.dtype) -> None:
+    """Refuse arrays of strings, objects, records or dates: ``load`` reads numbers."""
+    if dtype.kind not in "biufc":
+        what = f"{name}: array {key!r}" if key else name
+        raise ValueError(f"{what} holds {dtype} values; load reads numbers (bool, integer, float or complex)")
+
+
+def _archive_key(name: str, key: str | None, keys: list[str]) -> str:
+    if key is None:
+        if len(keys) == 1:
+            return keys[0]
+        raise ValueError(f"{name} holds {len(keys)} arrays: say which with 'key' (one of: {', '.join(keys) or 'none'})")
+    if key not in keys:
+        raise ValueError(f"{name} has no array {key!r} (it holds: {', '.join(keys) or 'nothing'})")
+    return key
+
+
+def lossy_load(array: Any, dtype: Dtype) -> str | None:
+    """Why converting ``array`` to ``dtype`` would lose values, or None.
+
+    Complex values lose their imaginary part; finite floats beyond the
+    dtype's range become infinities; integers (labels, indices) must come
+    back unchanged. Float64 rounding within range is the numeric rule, not
+    a loss.
+
+    >>> lossy_load(np.array([1, 2, 3]), Dtype.fp32) is None
+    True
+    >>> lossy_load(np.array([2**40 + 1]), Dtype.fp32)
+    'int64 values such as 1099511627777 do not survive conversion to fp32'
+    """
+    array = np.asarray(array)
+    if array.dtype.kind == "c":
+        return f"{array.dtype} values have an imaginary part, which {dtype.value} drops"
+    if array.size == 0 or array.dtype.kind == "b":
+        return None
+    if array.dtype.kind == "f":
+        finite = array[np.isfinite(array)]
+        if finite.size == 0:
+            return None
+        top = float(np.max(np.abs(finite)))
+        limit = float(QUANT_MAX.get(dtype, 0.0)) or float(ml_finfo_max(dtype))
+        if top > limit:
+            return f"{array.dtype} values up to {top:g} are beyond the range of {dtype.value} (largest {limit:g})"
+        return None
+    if array.dtype.kind in "iu":
+        back = to_dtype(np, array.astype(np.float64).astype(np.float32), dtype).astype(np.float64)
+        bad = np.flatnonzero(back.reshape(-1) != array.reshape(-1).astype(np.float64))
+        if bad.size:
+            return f"{array.dtype} values such as {array.reshape(-1)[bad[0]]} do not survive conversion to {dtype.value}"
+        if np.any(np.abs(array.astype(np.float64)) > 2**24):
+            worst = array.reshape(-1)[int(np.argmax(np.abs(array.reshape(-1).astype(np.float64))))]
+            return f"{array.dtype} values such as {worst} do not survive conversion to {dtype.value}"
+    return None
+
+
+def ml_finfo_max(dtype: Dtype) -> float:
+    """The largest finite value of a float dtype (ml_dtypes' finfo for the narrow ones)."""
+    import ml_dtypes
+
+    return float(ml_dtypes.finfo(dtype.numpy).max)
+
+
+def _load_shape(inputs: list[Shape], args: dict) -> Shape | None:
+    try:
+        return read_array(args["path"], args.get("key"), header=True)[0]
+    except ValueError:
+        return None
+
+
+# -- bodies ---------------------------------------------------------------------
+
+
+def _load(xp: Any, inputs: list, args: dict) -> Any:
+    host = np.asarray(read_array(args["path"], args.get("key")))
+    if host.dtype.kind == "c":
+        host = host.real
+    with np.errstate(over="ignore"):  # validate refused lossy values unless the manifest asked to convert anyway
+        return xp.asarray(host.astype(np.float32))
+
+
+def _input(xp: Any, inputs: list, args: dict) -> Any:
+    # The engine puts the array handed to the run into ``data`` (its portable bytes, base64) when the run starts.
+    import base64
+
+    from hetflow.executors.base import PortableActivation, TensorShape
+
+    if args.get("data") is None:
+        raise ValueError("no array was handed in for this input stage (hetflow.run(..., inputs={STAGE: array}))")
+    portable = PortableActivation(TensorShape(tuple(args["shape"])), Dtype(args["dtype"]), base64.b64decode(args["data"]))
+    return xp.asarray(portable.to_array().astype(np.float32))
+
+
+OPS = [
+    Op("load", (0, 0), ALL_DTYPES, _load, _load_shape,
+       {"path": Arg("path", required=True, doc="a .npy, .npz or .safetensors file, relative to the manifest's folder"),
+        "key": Arg("str?", default=None, doc="the array's name in a .npz or .safetensors file"),
+        "cast": Arg("bool", default=False, doc="convert to the stage's dtype even where values are lost")},
+       doc="read an array from a .npy, .npz (key) or .safetensors (key) file (path relative to the manifest's folder)",
+       wgsl=Kernel("host")),
+    Op("input", (0, 0), ALL_DTYPES, _input, from_shape_arg,
+       {"shape": Arg("shape", required=True, doc="output shape"),
+        "dtype": Arg("dtype", required=True, doc="dtype of the array handed in")},
+       doc="an array handed in from Python: hetflow.run(..., inputs={STAGE: array}) of this shape and dtype",
+       wgsl=Kernel("host")),
+]

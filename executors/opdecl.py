@@ -1,0 +1,259 @@
+"""What an op is: the declaration every op of the registry is made of, and the numeric rule.
+
+An :class:`Op` holds its contract (arity, :class:`Arg` specs, output
+dtypes, a shape rule, an optional :class:`Kernel` for Vulkan) and its
+implementation: a body written once against an array namespace ``xp``.
+The built-in ops are declared in :mod:`hetflow.executors.builtin`, users'
+ops by :func:`hetflow.op`; :mod:`hetflow.executors.ops` gathers them in
+the one registry. This module imports neither, so both may import it.
+
+Numeric rule (:func:`to_dtype`): a body computes in float32, and the
+result is converted to the stage's output dtype; float outputs round to
+nearest even, int8 and int4 outputs round to nearest even and saturate to
+the type's range, NaN becoming 0.
+
+Examples
+--------
+>>> import numpy as np
+>>> to_dtype(np, np.array([300.0, -1.5, np.nan], np.float32), Dtype.int8).tolist()
+[127, -2, 0]
+>>> broadcast([(2, 1), (3,)], {})
+(2, 3)
+>>> check_value("shape", [2, -1])
+'a list of non-negative integers'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from hetflow.executors.base import Dtype
+
+__all__ = ["Op", "Arg", "Kernel", "ShapeError", "Shape", "FLOAT_DTYPES", "ALL_DTYPES", "QUANT_MAX", "QUANT_DTYPES",
+           "check_value", "check_args", "is_deterministic", "to_dtype", "widen", "normalize_axis", "same",
+           "from_shape_arg", "broadcast"]
+
+Shape = tuple[int, ...]
+
+FLOAT_DTYPES = frozenset({Dtype.fp32, Dtype.fp16, Dtype.bf16, Dtype.fp8e4m3, Dtype.fp8e5m2})
+ALL_DTYPES = frozenset(Dtype)
+
+QUANT_MAX = {Dtype.int8: 127.0, Dtype.int4: 7.0, Dtype.fp8e4m3: 448.0, Dtype.fp8e5m2: 57344.0}
+"""The largest magnitude each quantized dtype holds: a symmetric scale maps absmax onto it."""
+
+QUANT_DTYPES = frozenset(QUANT_MAX)
+
+
+class ShapeError(ValueError):
+    """The inputs' shapes or the arguments do not fit the op."""
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument an op accepts.
+
+    ``kind`` is one of ``shape`` (list of non-negative ints), ``int``,
+    ``number``, ``axis`` (an int or null), ``axes`` (list of ints or null),
+    ``bool``, ``path`` (a file, relative to the manifest's folder), ``dtype``
+    (a dtype name), ``int?`` and ``number?`` (the kind or null), ``seed``
+    (an int, or null for fresh entropy, which makes the op nondeterministic).
+    """
+
+    kind: str
+    required: bool = False
+    default: Any = None
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """How the Vulkan executor computes an op: a WGSL template and what fills it.
+
+    ``template`` names a file in ``executors/wgsl/`` (``host`` for source
+    ops, whose values are made on the host, as on every executor, and
+    uploaded); ``expr`` is the WGSL expression or mode the template takes.
+    """
+
+    template: str
+    expr: str = ""
+    params: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+    """For a user's WGSL kernel (``template`` ``source``, ``expr`` its source): the words after P[0]."""
+
+
+@dataclass(frozen=True)
+class Op:
+    """One op: its contract (arity, args, dtypes, shape rule) and its implementations.
+
+    The planner and the checks ask the op, never its body: ``runs_on``
+    for a vendor, ``shape`` for the output shape, ``args`` for what a
+    stage may pass.
+    """
+
+    name: str
+    arity: tuple[int, int]
+    dtypes: frozenset[Dtype]
+    body: Callable[..., Any] = field(repr=False)
+    shape_rule: Callable[[list[Shape | None], dict], Shape | None] = field(repr=False)
+    args: Mapping[str, Arg] = field(default_factory=dict)
+    outputs: int = 1
+    doc: str = ""
+    wgsl: "Kernel | None" = None
+    dtype_aware: bool = False
+    kernels: Mapping[str, Callable[..., Any]] = field(default_factory=dict, repr=False)
+    """Per-vendor replacements of ``body`` (vendor name -> callable), for the array-module vendors."""
+    invoke: Callable[..., Any] | None = field(default=None, repr=False)
+    """How a user's op is called: ``invoke(xp, vendor, inputs, args, dtype)``; None for built-in ops."""
+    cost_rule: Callable[..., Any] | None = field(default=None, repr=False)
+    """``cost_rule(input_shapes, args) -> (flops, bytes)``, or None for the cost model's own rule."""
+    source: str = "built-in"
+    """Where the op comes from: ``built-in``, or the plugin that defines it."""
+    defined_at: str = ""
+    """``FILE:LINE`` of a user's op."""
+    identity: str | None = None
+    """Digest of the code the op runs (plugin file or distribution, plus kernel sources); None for built-ins."""
+    checks: Callable[[int, Mapping[str, Any]], list[tuple[str | None, str]]] | None = field(default=None, repr=False)
+    """Problems with the number of inputs together with the args (the binary ops' scalar ``value``)."""
+
+    def runs_on(self, vendor: str) -> bool:
+        """Whether the op has an implementation for ``vendor`` (a vendor name).
+
+        The array-module vendors (cpu, cuda, rocm) run the generic body;
+        Vulkan needs a WGSL kernel.
+        """
+        if vendor == "vulkan":
+            return self.wgsl is not None
+        return True
+
+    def shape(self, inputs: Sequence[Shape | None], args: Mapping[str, Any]) -> Shape | None:
+        """Output shape, or None where an input's shape is not known before the run."""
+        full = self.with_defaults(args)
+        if any(s is None for s in inputs) and self.arity[1] > 0:
+            return None
+        return self.shape_rule([tuple(s) for s in inputs], full)  # type: ignore[arg-type]
+
+    def with_defaults(self, args: Mapping[str, Any]) -> dict:
+        full = {k: a.default for k, a in self.args.items()}
+        full.update(args)
+        return full
+
+
+def check_value(kind: str, value: Any) -> str | None:
+    """What an argument of ``kind`` must be, when ``value`` is not one; None when it is."""
+
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if kind == "shape":
+        if not isinstance(value, list) or not all(is_int(v) and v >= 0 for v in value):
+            return "a list of non-negative integers"
+        if len(value) > 8:
+            return "a shape of rank at most 8"
+    elif kind == "seed" and value is not None and not is_int(value):
+        return "an integer seed, or null for fresh entropy on every run"
+    elif kind == "int" and not is_int(value):
+        return "an integer"
+    elif kind == "number" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        return "a number"
+    elif kind == "axis" and value is not None and not is_int(value):
+        return "an integer axis or null"
+    elif kind == "axes" and value is not None and not (
+        isinstance(value, list) and all(is_int(v) for v in value)
+    ):
+        return "a list of integer axes or null"
+    elif kind == "bool" and not isinstance(value, bool):
+        return "true or false"
+    elif kind == "path" and not (isinstance(value, str) and value):
+        return "a file path"
+    elif kind == "int?" and value is not None and not is_int(value):
+        return "an integer or null"
+    elif kind == "number?" and value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        return "a number or null"
+    elif kind == "dtype" and not (isinstance(value, str) and value in {d.value for d in Dtype}):
+        return "a dtype name (" + ", ".join(d.value for d in Dtype) + ")"
+    elif kind == "str" and not isinstance(value, str):
+        return "a string"
+    elif kind == "str?" and value is not None and not isinstance(value, str):
+        return "a string or null"
+    return None
+
+
+def is_deterministic(op: Op, args: Mapping[str, Any]) -> bool:
+    """Whether the op gives the same output for the same inputs: false when a seed is null."""
+    return not any(spec.kind == "seed" and args.get(key) is None for key, spec in op.args.items())
+
+
+def check_args(op: Op, args: Mapping[str, Any], n_inputs: int | None = None) -> list[tuple[str | None, str]]:
+    """Problems with ``args`` for ``op``: (argument name or None, message) pairs.
+
+    With ``n_inputs``, also the rules that tie the args to the number of
+    inputs (a binary op takes a second input or a scalar ``value``).
+
+    >>> from hetflow.executors.ops import REGISTRY
+    >>> check_args(REGISTRY["mul"], {"value": 2.0}, 1)
+    []
+    >>> check_args(REGISTRY["mul"], {"value": 2.0}, 2)
+    [('value', "op 'mul' takes a second input or args.value, not both")]
+    """
+    problems: list[tuple[str | None, str]] = []
+    for key, value in args.items():
+        spec = op.args.get(key)
+        if spec is None:
+            accepted = ", ".join(op.args) or "no arguments"
+            problems.append((key, f"op {op.name!r} has no argument {key!r} (accepted: {accepted})"))
+            continue
+        expected = check_value(spec.kind, value)
+        if expected:
+            problems.append((key, f"argument {key!r} of op {op.name!r} must be {expected}, got {value!r}"))
+    for key, spec in op.args.items():
+        if spec.required and key not in args:
+            problems.append((None, f"op {op.name!r} needs argument {key!r}"))
+    if n_inputs is not None and op.checks is not None and not problems:
+        problems.extend(op.checks(n_inputs, args))
+    return problems
+
+
+def to_dtype(xp: Any, array: Any, dtype: Dtype) -> Any:
+    """Convert a computed array to the stage's output dtype (the module's numeric rule)."""
+    if dtype.is_float:
+        return array.astype(dtype.numpy)
+    lo, hi = (-128, 127) if dtype is Dtype.int8 else (-8, 7)
+    finite = xp.nan_to_num(array.astype(np.float32), nan=0.0, posinf=hi, neginf=lo)
+    return xp.clip(xp.rint(finite), lo, hi).astype(np.int8).astype(dtype.numpy)
+
+
+def widen(xp: Any, array: Any) -> Any:
+    """``array`` as float32, the dtype every body computes in."""
+    return array if array.dtype == np.float32 else array.astype(np.float32)
+
+
+# -- shape rules shared by several families ----------------------------------------
+
+
+def normalize_axis(axis: int, rank: int, op: str) -> int:
+    """``axis`` in ``range(rank)``; :class:`ShapeError` naming ``op`` when it is out of range."""
+    if not -rank <= axis < max(rank, 1):
+        raise ShapeError(f"{op}: axis {axis} is out of range for rank {rank}")
+    return axis % max(rank, 1)
+
+
+def same(inputs: list[Shape], args: dict) -> Shape:
+    """The first input's shape."""
+    return inputs[0]
+
+
+def from_shape_arg(inputs: list[Shape], args: dict) -> Shape:
+    """The ``shape`` argument, for ops that make a tensor."""
+    return tuple(args["shape"])
+
+
+def broadcast(inputs: list[Shape], args: dict) -> Shape:
+    """The inputs' shapes broadcast together, numpy's rule."""
+    try:
+        return tuple(np.broadcast_shapes(*inputs))
+    except ValueError:
+        raise ShapeError(
+            "shapes " + " and ".join(str(list(s)) for s in inputs) + " do not broadcast"
+        ) from None
