@@ -52,7 +52,7 @@ __all__ = ["__version__", "op", "validate", "plan", "run", "sweep", "open_run", 
 # command that needs none of them (``hetflow emulate``) does not pay for the
 # engine's imports: numpy, networkx, jsonschema, dask.
 _HOMES = {
-    "op": "hetflow.executors.plugins",
+    "op": "hetflow.executors.userops",
     **dict.fromkeys(("validate", "plan", "run", "sweep", "open_run"), "hetflow.engine.api"),
     **dict.fromkeys(("Plan", "Run", "Failure", "Sweep"), "hetflow.engine.results"),
     **dict.fromkeys(("HetflowError", "ManifestError", "UsageError", "Diagnostic"), "hetflow.engine.errors"),

@@ -17,6 +17,8 @@ MODULES = [
     "hetflow.executors.ops",
     "hetflow.executors.opdecl",
     "hetflow.executors.builtin.loading",
+    "hetflow.executors.userops",
+    "hetflow.executors.codeid",
     "hetflow.executors.cpu",
     "hetflow.executors.payload",
     "hetflow.engine.errors",

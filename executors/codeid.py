@@ -1,0 +1,82 @@
+"""The identity of a user's op's code: sha256 digests of the files, or the installed distribution, it comes from.
+
+A path plugin is the bytes of its file and of the modules beside it that
+it imported; a module or entry-point plugin is its distribution's files
+plus its name and version (or the module's file when no distribution
+owns it); an op defined outside a plugin load (a notebook, a script) is
+its file's bytes, or its source. :mod:`hetflow.executors.plugins` adds
+each op's kernel sources; the engine folds the result into the cache key
+of every partition that runs the op.
+
+Examples
+--------
+>>> combine({"/a/ops.py": "sha256:00"}) == combine({"/b/ops.py": "sha256:00"})
+True
+>>> combine({"ops.py": "sha256:00"}, ["labops", "1.0"]) == combine({"ops.py": "sha256:00"})
+False
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+from importlib import metadata
+from typing import Callable, Mapping, Sequence
+
+__all__ = ["file_sha", "combine", "loose_identity", "distribution_of", "distribution_files"]
+
+
+def file_sha(path: str) -> str | None:
+    """``sha256:HEX`` of the file's bytes, or None when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return "sha256:" + hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def combine(files: Mapping[str, str], extra: Sequence[str] = ()) -> str:
+    """One digest of ``files`` (path -> digest, by base name, in path order) and ``extra`` words."""
+    h = hashlib.sha256()
+    for path in sorted(files):
+        h.update(f"{os.path.basename(path)}\0{files[path]}\n".encode())
+    for item in extra:
+        h.update(item.encode() + b"\n")
+    return "sha256:" + h.hexdigest()
+
+
+def loose_identity(fn: Callable) -> str | None:
+    """The identity of an op defined outside a plugin load (a notebook, a script): its file's bytes."""
+    path = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    digest = file_sha(path) if path else None
+    if digest is not None:
+        return digest
+    try:
+        return "sha256:" + hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()
+    except (OSError, TypeError):
+        return None
+
+
+def distribution_of(module: str) -> metadata.Distribution | None:
+    """The installed distribution that owns top-level package of ``module``, or None."""
+    top = module.split(".")[0]
+    for name in metadata.packages_distributions().get(top, []):
+        try:
+            return metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def distribution_files(dist: metadata.Distribution) -> dict[str, str]:
+    """Every file of ``dist`` but compiled bytecode, by its path in the distribution, with its digest."""
+    files: dict[str, str] = {}
+    for f in dist.files or ():
+        if "__pycache__" in f.parts or f.suffix in (".pyc",):
+            continue
+        path = str(f.locate())
+        digest = file_sha(path)
+        if digest is not None:
+            files[str(f)] = digest
+    return files

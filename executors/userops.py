@@ -1,0 +1,386 @@
+"""The ``@op`` decorator: a user's function made an op of the one registry, with its kernels.
+
+An op is one :class:`~hetflow.executors.ops.Op` in the one registry,
+beside the built-in ones. From the decorated function it takes
+
+* the arity: the positional parameters after the first, ``xp`` (the
+  array module of the executor the stage runs on); parameters with a
+  default are optional inputs, ``*xs`` takes any number;
+* the args: the keyword-only parameters, typed by their annotations
+  (``float``, ``int``, ``bool``, ``str``, each optionally ``| None``),
+  required when they have no default;
+* the dtypes the stage may ask for (``dtypes=``, default the float ones),
+  the output shape (``shape=``, a pure function of the input shapes and
+  the args; default: the first input's shape), and an optional cost
+  (``cost=``, flops and bytes from the same).
+
+``@fn.kernel(vendor)`` adds a kernel that replaces the generic body on
+that vendor: a Python function with the op's signature for ``cpu``,
+``cuda`` and ``rocm``, WGSL source for ``vulkan`` (``wgsl=``). An op runs
+on Vulkan only with a WGSL kernel, so the planner places it elsewhere
+without one.
+
+Examples
+--------
+>>> @op("doc.twice", dtypes=["fp32"])
+... def twice(xp, x, *, by: float = 2.0):
+...     return x * by
+>>> import numpy as np
+>>> from hetflow.executors import ops
+>>> ops.REGISTRY["doc.twice"].arity, sorted(ops.REGISTRY["doc.twice"].args)
+((1, 1), ['by'])
+>>> ops.run(np, "doc.twice", [np.ones(2, np.float32)], {"by": 3}, ops.Dtype.fp32).tolist()
+[3.0, 3.0]
+>>> twice(np, np.ones(1, np.float32)).tolist()
+[2.0]
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import threading
+import traceback
+import types
+import typing
+from dataclasses import replace
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from hetflow.executors import ops as oplib
+from hetflow.executors.base import Backend, Dtype
+from hetflow.executors.codeid import loose_identity
+
+__all__ = ["op", "OpFunction", "PluginError", "UserOpError"]
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)+")
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_VENDORS = ("cpu", "cuda", "rocm", "vulkan")
+
+REGISTRY_LOCK = threading.RLock()
+"""Held while the registry changes: plugins load on several threads of a worker."""
+
+LOADING = threading.local()
+"""The plugin load in progress on this thread: ``module``, and the ops it ``defined`` so far (name -> FILE:LINE),
+so that a second definition of a name is an error."""
+
+
+def is_hetflow_frame(filename: str) -> bool:
+    """Whether a traceback frame is in hetflow's own code, which a user's traceback leaves out."""
+    return filename.startswith(_HERE + os.sep)
+
+
+class PluginError(Exception):
+    """A plugin cannot be used: it fails to import, or one of its ops is malformed.
+
+    ``where`` is ``FILE:LINE`` in the plugin when known.
+    """
+
+    def __init__(self, message: str, where: str | None = None) -> None:
+        super().__init__(message, where)
+        self.message = message
+        self.where = where
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}" if self.where else self.message
+
+
+class UserOpError(Backend):
+    """A user's op raised, or returned something other than what it declared.
+
+    ``user_traceback`` is the traceback of the user's code alone (their
+    files and lines, none of hetflow's).
+    """
+
+    def __init__(self, message: str, node: str | None = None, op: str | None = None,
+                 user_traceback: str | None = None) -> None:
+        super().__init__(message, node)
+        self.op = op
+        self.user_traceback = user_traceback
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.message, self.node, self.op, self.user_traceback))
+
+
+_ANNOTATIONS: dict[Any, str] = {float: "number", int: "int", bool: "bool", str: "str"}
+
+
+def _arg_kind(annotation: Any, default: Any, name: str, opname: str, where: str) -> str:
+    optional = False
+    if annotation is inspect.Parameter.empty:
+        if default is inspect.Parameter.empty or default is None:
+            raise PluginError(f"op {opname!r}: argument {name!r} needs a type annotation "
+                              f"(float, int, bool or str, optionally '| None')", where)
+        annotation = type(default)
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        optional = len(members) < len(typing.get_args(annotation))
+        annotation = members[0] if len(members) == 1 else None
+    kind = _ANNOTATIONS.get(annotation)
+    if kind is None:
+        raise PluginError(f"op {opname!r}: argument {name!r} has annotation {annotation!r}; an argument is "
+                          f"a float, int, bool or str, optionally '| None'", where)
+    if optional or default is None:
+        if kind == "bool":
+            raise PluginError(f"op {opname!r}: argument {name!r} is a bool, which cannot be None", where)
+        kind += "?"
+    return kind
+
+
+def _signature(fn: Callable, name: str, where: str) -> tuple[tuple[int, int], dict[str, oplib.Arg], list[str]]:
+    try:
+        sig = inspect.signature(fn)
+        hints = typing.get_type_hints(fn)
+    except (TypeError, ValueError, NameError) as e:
+        raise PluginError(f"op {name!r}: cannot read the signature of {fn!r}: {e}", where) from None
+    params = list(sig.parameters.values())
+    if not params or params[0].kind not in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+        raise PluginError(f"op {name!r}: the first parameter is the array module (xp), then the inputs", where)
+    lo = hi = 0
+    args: dict[str, oplib.Arg] = {}
+    order: list[str] = []
+    for p in params[1:]:
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            hi += 1
+            lo += p.default is inspect.Parameter.empty
+        elif p.kind is inspect.Parameter.VAR_POSITIONAL:
+            hi = 64
+        elif p.kind is inspect.Parameter.KEYWORD_ONLY:
+            kind = _arg_kind(hints.get(p.name, p.annotation), p.default, p.name, name, where)
+            required = p.default is inspect.Parameter.empty
+            args[p.name] = oplib.Arg(kind, required=required, default=None if required else p.default)
+            order.append(p.name)
+        else:
+            raise PluginError(f"op {name!r}: **{p.name} is not allowed; each argument is one keyword-only parameter", where)
+    return (lo, hi), args, order
+
+
+def defined_at(fn: Callable) -> str:
+    """``FILE:LINE`` where ``fn`` is defined."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return getattr(fn, "__qualname__", repr(fn))
+    return f"{code.co_filename}:{code.co_firstlineno}"
+
+
+def _user_frames(exc: BaseException) -> tuple[str, str]:
+    """The traceback of ``exc`` without hetflow's frames, and ``FILE:LINE`` of the innermost user frame."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not is_hetflow_frame(f.filename)]
+    text = "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)) + \
+        "".join(traceback.format_exception_only(type(exc), exc))
+    last = f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else "?"
+    return text, last
+
+
+def _is_shape(value: Any) -> bool:
+    return isinstance(value, (tuple, list)) and all(
+        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in value)
+
+
+def _shape_rule(shape: Callable | None, name: str, where: str) -> Callable[[list, dict], Any]:
+    if shape is None:
+        def first(inputs: list, args: dict) -> tuple:
+            if not inputs:
+                raise oplib.ShapeError(f"op {name!r} takes no inputs, so it must give shape= ({where})")
+            return tuple(inputs[0])
+
+        return first
+
+    def rule(inputs: list, args: dict) -> tuple:
+        try:
+            out = shape(*inputs, **args)
+        except Exception as e:  # noqa: BLE001 - any failure of the user's shape= is reported with its place
+            _, at = _user_frames(e)
+            raise oplib.ShapeError(f"op {name!r}: its shape= raised {type(e).__name__}: {e} ({at})") from None
+        if not _is_shape(out):
+            raise oplib.ShapeError(f"op {name!r}: its shape= returned {out!r}, not a tuple of non-negative "
+                                   f"integers ({os.path.basename(where)})")
+        return tuple(int(d) for d in out)
+
+    return rule
+
+
+def _cost_rule(cost: Callable | None, name: str) -> Callable | None:
+    if cost is None:
+        return None
+
+    def rule(inputs: Sequence, args: Mapping[str, Any]) -> tuple[int, int]:
+        out = cost(*inputs, **args)
+        if isinstance(out, Mapping):
+            return int(out.get("flops", 0)), int(out.get("bytes", 0))
+        flops, nbytes = out
+        return int(flops), int(nbytes)
+
+    return rule
+
+
+def _invoker(name: str, fn: Callable, order: Sequence[str]) -> Callable[..., Any]:
+    def invoke(xp: Any, vendor: str | None, inputs: list, args: dict, dtype: Dtype) -> Any:
+        op = oplib.REGISTRY[name]
+        body = op.kernels.get(vendor, fn) if vendor else fn
+        kwargs = {k: float(v) if op.args[k].kind in ("number", "number?") and v is not None else v
+                  for k, v in args.items() if k in op.args}
+        try:
+            out = body(xp, *inputs, **kwargs)
+        except Exception as e:  # noqa: BLE001 - the user's exception fails the stage with their traceback
+            text, at = _user_frames(e)
+            raise UserOpError(f"op {name!r} raised {type(e).__name__}: {e} ({at})", op=name,
+                              user_traceback=text) from None
+        if not (hasattr(out, "shape") and hasattr(out, "dtype")):
+            raise UserOpError(f"op {name!r} returned a {type(out).__name__}, not an array", op=name)
+        declared = op.shape([tuple(x.shape) for x in inputs], args)
+        if declared is not None and tuple(out.shape) != tuple(declared):
+            raise UserOpError(f"op {name!r} returned shape {list(out.shape)}, but its shape rule declares "
+                              f"{list(declared)}", op=name)
+        if out.dtype != np.float32 and out.dtype != dtype.numpy:
+            raise UserOpError(f"op {name!r} returned {out.dtype} values for a {dtype.value} stage; return float32 "
+                              f"(the inputs' dtype) or {dtype.value}, converting with .astype() where meant", op=name)
+        return out
+
+    return invoke
+
+
+class OpFunction:
+    """What ``@op`` returns: the user's function, still callable, plus ``.kernel`` and ``.op``."""
+
+    def __init__(self, fn: Callable, name: str) -> None:
+        self.fn = fn
+        self.name = name
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<op {self.name!r} from {defined_at(self.fn)}>"
+
+    @property
+    def op(self) -> oplib.Op:
+        """The registry entry."""
+        return oplib.REGISTRY[self.name]
+
+    def kernel(self, vendor: str, *, wgsl: str | None = None) -> Callable[[Callable], Callable]:
+        """A kernel that replaces the generic body on ``vendor``.
+
+        For ``cpu``, ``cuda`` and ``rocm``, decorate a function with the
+        op's signature; its ``xp`` is that vendor's array module. For
+        ``vulkan``, give the WGSL source as ``wgsl=``: the inputs are bound
+        at 0..n-1 (``array<f32>``, read), the output at n
+        (``array<f32>``, read_write), and ``P: array<u32>`` at n+1 with
+        P[0] the output's element count and then one word per keyword
+        argument in declared order (floats as f32 bits, read with
+        ``bitcast<f32>(P[k])``). The entry point is ``main`` with
+        ``@workgroup_size(256)``; element ``i = gid.x + gid.y * nwg.x *
+        256u`` (more than 65535 workgroups spill into y). A function
+        decorated with the Vulkan kernel, if any, takes the input shapes
+        and the args and returns the words after P[0] instead.
+        """
+        if vendor not in _VENDORS:
+            raise PluginError(f"op {self.name!r}: no vendor {vendor!r} (vendors: {', '.join(_VENDORS)})", _caller())
+        if vendor == "vulkan":
+            if not isinstance(wgsl, str) or not wgsl.strip():
+                raise PluginError(f"op {self.name!r}: a vulkan kernel needs its WGSL source as wgsl=", _caller())
+            self._set_wgsl(wgsl, None)
+
+            def vulkan_params(fn: Callable) -> Callable:
+                self._set_wgsl(wgsl, fn)
+                return fn
+
+            return vulkan_params
+        if wgsl is not None:
+            raise PluginError(f"op {self.name!r}: wgsl= is for the vulkan kernel; a {vendor} kernel is a Python function",
+                              _caller())
+
+        def register(fn: Callable) -> Callable:
+            _signature(fn, self.name, defined_at(fn))
+            with REGISTRY_LOCK:
+                op = oplib.REGISTRY[self.name]
+                oplib.REGISTRY[self.name] = replace(op, kernels={**op.kernels, vendor: fn})
+            return fn
+
+        return register
+
+    def _set_wgsl(self, source: str, params: Callable | None) -> None:
+        with REGISTRY_LOCK:
+            op = oplib.REGISTRY[self.name]
+            oplib.REGISTRY[self.name] = replace(op, wgsl=oplib.Kernel("source", source, params=params))
+
+
+def _caller() -> str:
+    frame = inspect.stack()[2]
+    return f"{frame.filename}:{frame.lineno}"
+
+
+
+
+def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None = None,
+       cost: Callable | None = None, doc: str | None = None) -> Callable[[Callable], OpFunction]:
+    """Register the decorated function as op ``name`` (``ns.name``).
+
+    One process may load several projects' plugins (a scheduler, a
+    notebook, tests): a plugin loaded later takes over a name an earlier
+    one defined, and a manifest whose own plugins define one name twice
+    is refused.
+
+    Parameters
+    ----------
+    name : str
+        Namespaced name, ``ns.name``; may not be a built-in op's.
+    dtypes : list of str, optional
+        The dtypes a stage of this op may ask for (default: the float ones).
+    shape : callable, optional
+        ``shape(*input_shapes, **args) -> tuple``: the output shape, pure.
+        Default: the first input's shape. An op without inputs needs one.
+    cost : callable, optional
+        ``cost(*input_shapes, **args) -> {"flops": int, "bytes": int}``.
+    doc : str, optional
+        One line for listings; default: the first line of the docstring.
+
+    Raises
+    ------
+    PluginError
+        A malformed name, a built-in's name, a name defined twice, an
+        unknown dtype, or an argument without a usable annotation.
+    """
+
+    def register(fn: Callable) -> OpFunction:
+        where = defined_at(fn)
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise PluginError(f"op name {name!r} is not namespaced: write 'ns.name' (letters, digits, '_', '-')", where)
+        if name in oplib.BUILTIN:
+            raise PluginError(f"op {name!r} would shadow the built-in op {name!r}; choose another name", where)
+        try:
+            kinds = frozenset(Dtype(d) for d in dtypes) if dtypes is not None else oplib.FLOAT_DTYPES
+        except ValueError:
+            raise PluginError(f"op {name!r}: dtypes= {list(dtypes or [])!r} names an unknown dtype "
+                              f"(dtypes: {', '.join(d.value for d in Dtype)})", where) from None
+        if not kinds:
+            raise PluginError(f"op {name!r}: dtypes= is empty", where)
+        arity, args, order = _signature(fn, name, where)
+        if arity[1] == 0 and shape is None:
+            raise PluginError(f"op {name!r} takes no inputs, so it must give shape=", where)
+        for label, f in (("shape", shape), ("cost", cost)):
+            if f is not None and not callable(f):
+                raise PluginError(f"op {name!r}: {label}= must be a function of the input shapes and args", where)
+        module = getattr(fn, "__module__", None) or "__main__"
+        loading = getattr(LOADING, "module", None)
+        with REGISTRY_LOCK:
+            old = oplib.REGISTRY.get(name)
+            if loading is not None and name in LOADING.defined:
+                raise PluginError(f"op {name!r} is defined twice: at {LOADING.defined[name]} and at {where}", where)
+            if old is not None and old.invoke is None:
+                raise PluginError(f"op {name!r} would shadow the built-in op {name!r}; choose another name", where)
+            text = doc if doc is not None else (inspect.getdoc(fn) or "").split("\n")[0]
+            oplib.REGISTRY[name] = oplib.Op(
+                name, arity, kinds, fn, _shape_rule(shape, name, where), args, doc=text,
+                invoke=_invoker(name, fn, order), cost_rule=_cost_rule(cost, name), source=module,
+                defined_at=where, identity=None if loading is not None else loose_identity(fn))
+            if loading is not None:
+                LOADING.defined[name] = where
+        return OpFunction(fn, name)
+
+    return register
