@@ -19,6 +19,7 @@ MODULES = [
     "hetflow.executors.builtin.loading",
     "hetflow.executors.userops",
     "hetflow.executors.codeid",
+    "hetflow.executors.vulkan_device",
     "hetflow.executors.cpu",
     "hetflow.executors.payload",
     "hetflow.engine.errors",

@@ -185,7 +185,7 @@ def test_mixed_dtype_inputs_widen_then_compute(vk):
 
 
 def test_staging_buffers_are_reused_and_large_transfers_go_in_chunks(vk, monkeypatch):
-    from hetflow.executors import vulkan
+    from hetflow.executors import vulkan_device
 
     dev = vk._dev
     first = vk.import_activation(portable(np.ones(100)))
@@ -194,7 +194,7 @@ def test_staging_buffers_are_reused_and_large_transfers_go_in_chunks(vk, monkeyp
     second = vk.import_activation(portable(np.zeros(200)))
     vk.export_activation(second)
     assert dev._up is up and dev._down is down
-    monkeypatch.setattr(vulkan, "STAGING_CHUNK", 1 << 12)
+    monkeypatch.setattr(vulkan_device, "STAGING_CHUNK", 1 << 12)
     values = np.random.default_rng(2).standard_normal(10_001).astype(np.float32).astype(ml_dtypes.bfloat16)
     src = portable(values, Dtype.bf16)
     big = vk.import_activation(src)

@@ -1,0 +1,349 @@
+"""The Vulkan device under the executor: adapters, one wgpu device per adapter, buffers, transfers, pipelines.
+
+Memory. Every activation is one device storage buffer holding exactly the
+tensor's portable bytes (row-major, little-endian; fp16/bf16 two values
+per 32-bit word, int8 and the fp8 types four, int4 eight, low bits first),
+padded with zeros to a multiple of four bytes. Export and import are
+therefore plain copies, bit for bit, through two mapped *staging buffers*
+per device (one ``MAP_WRITE`` for uploads, one ``MAP_READ`` for
+downloads), made once, grown to the largest transfer up to
+``STAGING_CHUNK`` bytes and reused; a larger tensor goes through them in
+chunks. A fresh WebGPU buffer is zero-filled, which is what
+``alloc_activation`` promises.
+
+Devices and threads. The Vulkan adapters wgpu finds are listed by
+:func:`adapters`, GPUs before CPU-type ones (lavapipe, Mesa's software
+Vulkan device, reports itself as a CPU-type adapter). One wgpu device per
+adapter is shared by every executor instance in the process, with its
+compiled pipelines and staging buffers, behind one lock: the queue is a
+single ordered stream anyway. Handles are per instance. Errors wgpu
+raises become :class:`Backend` with wgpu's message, and
+:class:`OutOfMemory` when the device is out of memory or a tensor is
+larger than its largest buffer.
+
+The executor (:mod:`hetflow.executors.vulkan`) records its dispatches
+with a :class:`Recording` and keeps its activations as :class:`Tensor`
+buffers of a :class:`Device`.
+
+Examples
+--------
+>>> kernel_source("unary", EXPR="max(x, 0.0)").count("max(x, 0.0)")
+1
+>>> Tensor(None, (2, 3), Dtype.bf16).nbytes
+12
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from hetflow.executors.base import Backend, BoundDevice, Dtype, ExecutorError, OutOfMemory
+
+__all__ = ["Device", "Tensor", "Recording", "adapters", "describe", "wgpu_version", "enumeration_chatter",
+           "kernel_source", "wgpu_error", "STAGING_CHUNK", "KERNELS", "MAX_GROUPS"]
+
+KERNELS = Path(__file__).with_name("wgsl")
+STAGING_CHUNK = 64 << 20
+"""Largest staging buffer, in bytes; larger transfers go in chunks of this size."""
+
+MAX_GROUPS = 65535
+"""The most workgroups one dispatch may have in each dimension."""
+
+_TYPE_ORDER = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3, "Unknown": 4}
+
+
+def wgpu_version() -> str | None:
+    """The installed wgpu's version, or None when it does not import."""
+    try:
+        import wgpu
+    except Exception:
+        return None
+    return wgpu.__version__
+
+
+@lru_cache(maxsize=1)
+def adapters() -> tuple[Any, ...]:
+    """The Vulkan adapters wgpu finds, GPUs first; raises ImportError without wgpu."""
+    import wgpu
+
+    try:
+        from wgpu.backends.wgpu_native import extras
+
+        # Only Vulkan: probing the GL backend too would print EGL noise and
+        # list the same device twice.
+        extras.set_instance_extras(backends=["Vulkan"])
+    except Exception:  # the instance already exists; the filter below still applies
+        pass
+    with _StderrCaptured() as chatter:
+        found = [a for a in wgpu.gpu.enumerate_adapters_sync() if a.info.get("backend_type") == "Vulkan"]
+    global _ENUMERATION_CHATTER
+    _ENUMERATION_CHATTER = chatter.text()
+    return tuple(sorted(found, key=lambda a: _TYPE_ORDER.get(a.info.get("adapter_type", "Unknown"), 4)))
+
+
+_ENUMERATION_CHATTER = ""
+
+
+def enumeration_chatter() -> str:
+    """What the Vulkan loader and drivers printed while adapters were enumerated."""
+    return _ENUMERATION_CHATTER
+
+
+class _StderrCaptured:
+    """Collect what C code writes to file descriptor 2 (Mesa's WSI layers print
+    about a missing XDG_RUNTIME_DIR while the loader starts) instead of
+    letting it reach the user's terminal between hetflow's own lines."""
+
+    def __enter__(self) -> "_StderrCaptured":
+        import os
+        import sys
+        import tempfile
+
+        self._text = ""
+        try:
+            sys.stderr.flush()
+            self._file = tempfile.TemporaryFile()
+            self._saved = os.dup(2)
+            os.dup2(self._file.fileno(), 2)
+        except (OSError, ValueError, AttributeError):
+            self._saved = None
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import os
+
+        if self._saved is None:
+            return
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._file.seek(0)
+        self._text = self._file.read().decode(errors="replace").strip()
+        self._file.close()
+
+    def text(self) -> str:
+        return self._text
+
+
+def describe(adapter: Any, index: int) -> BoundDevice:
+    """A :class:`BoundDevice` from an adapter's info: name, vendor, device type, backend."""
+    info = adapter.info
+    kind = info.get("adapter_type", "Unknown")
+    if kind == "CPU":
+        kind_text = "CPU-type adapter (a software Vulkan device running on the host CPU, not a GPU)"
+    else:
+        kind_text = f"{kind} adapter"
+    vendor = info.get("vendor") or f"vendor 0x{info.get('vendor_id', 0):04x}"
+    name = f"{info.get('device', '?')}: {kind_text}, {vendor}, {info.get('backend_type', '?')}, {info.get('description', '')}".rstrip(", ")
+    return BoundDevice(f"vulkan:{index}:{info.get('vendor_id', 0):04x}:{info.get('device_id', 0):04x}", name)
+
+
+@lru_cache(maxsize=None)
+def kernel_source(template: str, **subs: Any) -> str:
+    """The WGSL of ``template`` (a file in ``wgsl/``) with every ``{{KEY}}`` filled from ``subs``."""
+    if template == "source":  # a user's op brings its own WGSL (ops.Kernel("source", code))
+        return subs["CODE"]
+    text = (KERNELS / f"{template}.wgsl").read_text()
+    if template in ("widen", "narrow"):
+        text = (KERNELS / "dtypes.wgsl").read_text() + "\n" + text
+    for key, value in subs.items():
+        text = text.replace("{{" + key + "}}", str(value))
+    return text
+
+
+def wgpu_error(e: Exception, what: str, node: str | None = None) -> ExecutorError:
+    """What wgpu raised as hetflow's error: :class:`OutOfMemory`, or :class:`Backend` with wgpu's message."""
+    import wgpu
+
+    if isinstance(e, ExecutorError):
+        return e
+    if isinstance(e, (wgpu.GPUOutOfMemoryError, MemoryError)):
+        err: ExecutorError = OutOfMemory(f"{what}: {e}")
+        err.node = node
+        return err
+    return Backend(f"{what}: {type(e).__name__}: {str(e).strip()}", node=node)
+
+
+class Device:
+    """One wgpu device per adapter in the process: queue, pipelines, staging, one lock."""
+
+    _instances: dict[int, "Device"] = {}
+    _guard = threading.Lock()
+
+    @classmethod
+    def get(cls, index: int) -> "Device":
+        with cls._guard:
+            if index not in cls._instances:
+                cls._instances[index] = cls(index)
+            return cls._instances[index]
+
+    def __init__(self, index: int) -> None:
+        import wgpu
+
+        self.wgpu = wgpu
+        found = adapters()
+        if not 0 <= index < len(found):
+            raise Backend(f"no Vulkan adapter {index} (found {len(found)})")
+        adapter = found[index]
+        self.bound = describe(adapter, index)
+        want = {
+            "max-storage-buffer-binding-size": adapter.limits["max-storage-buffer-binding-size"],
+            "max-buffer-size": adapter.limits["max-buffer-size"],
+        }
+        try:
+            self.device = adapter.request_device_sync(label=f"hetflow-vulkan-{index}", required_limits=want)
+        except Exception as e:
+            raise wgpu_error(e, "creating the Vulkan device") from None
+        self.queue = self.device.queue
+        self.max_buffer = int(self.device.limits["max-buffer-size"])
+        self.max_binding = int(self.device.limits["max-storage-buffer-binding-size"])
+        self.lock = threading.RLock()
+        self._pipelines: dict[tuple, Any] = {}
+        self._up: Any = None
+        self._down: Any = None
+        self._fence_src: Any = None
+
+    # -- buffers and transfers (callers hold self.lock) ---------------------------
+
+    def buffer(self, nbytes: int, what: str) -> Any:
+        size = max(4, (nbytes + 3) // 4 * 4)
+        if size > self.max_buffer:
+            raise OutOfMemory(f"{what} needs {nbytes} bytes, more than the device's largest buffer ({self.max_buffer} bytes)")
+        usage = self.wgpu.BufferUsage.STORAGE | self.wgpu.BufferUsage.COPY_SRC | self.wgpu.BufferUsage.COPY_DST
+        try:
+            return self.device.create_buffer(size=size, usage=usage)
+        except Exception as e:
+            raise wgpu_error(e, f"allocating {nbytes} bytes for {what}") from None
+
+    def _staging(self, current: Any, need: int, usage: int) -> Any:
+        if current is not None and current.size >= need:
+            return current
+        size = min(max(1 << 16, 1 << (need - 1).bit_length()), max(STAGING_CHUNK, need))
+        return self.device.create_buffer(size=size, usage=usage)
+
+    def upload(self, dst: Any, data: Any) -> None:
+        view = memoryview(data).cast("B")
+        total = len(view)
+        chunk = min(STAGING_CHUNK, self.max_buffer)
+        off = 0
+        while off < total:
+            size = min(chunk, total - off)
+            padded = (size + 3) // 4 * 4
+            self._up = self._staging(self._up, padded, self.wgpu.BufferUsage.MAP_WRITE | self.wgpu.BufferUsage.COPY_SRC)
+            self._up.map_sync(self.wgpu.MapMode.WRITE, 0, padded)
+            part = view[off : off + size]
+            self._up.write_mapped(part if padded == size else bytes(part) + bytes(padded - size), 0)
+            self._up.unmap()
+            enc = self.device.create_command_encoder()
+            enc.copy_buffer_to_buffer(self._up, 0, dst, off, padded)
+            self.queue.submit([enc.finish()])
+            off += size
+
+    def download(self, src: Any, nbytes: int) -> bytes:
+        chunk = min(STAGING_CHUNK, self.max_buffer)
+        parts = []
+        off = 0
+        while off < nbytes:
+            size = min(chunk, nbytes - off)
+            padded = (size + 3) // 4 * 4
+            self._down = self._staging(self._down, padded, self.wgpu.BufferUsage.MAP_READ | self.wgpu.BufferUsage.COPY_DST)
+            enc = self.device.create_command_encoder()
+            enc.copy_buffer_to_buffer(src, off, self._down, 0, padded)
+            self.queue.submit([enc.finish()])
+            self._down.map_sync(self.wgpu.MapMode.READ, 0, padded)
+            try:
+                parts.append(bytes(self._down.read_mapped(0, padded, copy=False)[:size]))
+            finally:
+                self._down.unmap()
+            off += size
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def wait(self) -> None:
+        """Block until the queue has finished everything submitted so far.
+
+        Mapping a buffer waits for the submissions before it, so a 4-byte
+        copy into the download staging buffer is the fence."""
+        with self.lock:
+            self._down = self._staging(self._down, 4, self.wgpu.BufferUsage.MAP_READ | self.wgpu.BufferUsage.COPY_DST)
+            if self._fence_src is None:
+                self._fence_src = self.buffer(4, "the fence")
+            enc = self.device.create_command_encoder()
+            enc.copy_buffer_to_buffer(self._fence_src, 0, self._down, 0, 4)
+            self.queue.submit([enc.finish()])
+            self._down.map_sync(self.wgpu.MapMode.READ, 0, 4)
+            self._down.unmap()
+
+    # -- pipelines ----------------------------------------------------------------
+
+    def pipeline(self, template: str, **subs: Any) -> Any:
+        key = (template, tuple(sorted(subs.items())))
+        if key not in self._pipelines:
+            module = self.device.create_shader_module(label=template, code=kernel_source(template, **subs))
+            self._pipelines[key] = self.device.create_compute_pipeline(
+                label=template, layout="auto", compute={"module": module, "entry_point": "main"}
+            )
+        return self._pipelines[key]
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An activation on the device: its storage buffer, shape and dtype."""
+
+    buffer: Any
+    shape: tuple[int, ...]
+    dtype: Dtype
+
+    @property
+    def count(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.dtype.nbytes(self.count)
+
+
+class Recording:
+    """The dispatches of one execute call, recorded into one command encoder."""
+
+    def __init__(self, dev: Device) -> None:
+        self.dev = dev
+        self.encoder = dev.device.create_command_encoder()
+        self.pass_ = self.encoder.begin_compute_pass()
+        self.keep: list[Any] = []  # parameter buffers, alive until the submit
+
+    def new(self, shape: Sequence[int], dtype: Dtype, what: str) -> Tensor:
+        shape = tuple(int(d) for d in shape)
+        return Tensor(self.dev.buffer(dtype.nbytes(math.prod(shape)), what), shape, dtype)
+
+    def dispatch(self, template: str, subs: dict, buffers: Sequence[Any], params: Sequence[int], groups: tuple[int, int, int]) -> None:
+        dev = self.dev
+        for b in buffers:
+            if b.size > dev.max_binding:
+                raise Backend(f"a tensor of {b.size} bytes exceeds the device's largest storage binding ({dev.max_binding} bytes)")
+        if max(groups) > MAX_GROUPS:
+            raise Backend(f"{template}: dispatch of {groups} workgroups exceeds the limit of {MAX_GROUPS} per dimension")
+        pipe = dev.pipeline(template, **subs)
+        pbuf = dev.device.create_buffer_with_data(
+            data=np.asarray(list(params) or [0], dtype=np.uint32).tobytes(), usage=dev.wgpu.BufferUsage.STORAGE
+        )
+        self.keep.append(pbuf)
+        entries = [
+            {"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}}
+            for i, b in enumerate([*buffers, pbuf])
+        ]
+        group = dev.device.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=entries)
+        self.keep.append(group)
+        self.pass_.set_pipeline(pipe)
+        self.pass_.set_bind_group(0, group)
+        self.pass_.dispatch_workgroups(*groups)
+
+    def submit(self) -> None:
+        self.pass_.end()
+        self.dev.queue.submit([self.encoder.finish()])
+        self.keep.clear()
