@@ -38,9 +38,10 @@ whose record carries ``schedule: {slot, cron, timezone}`` and which
 ``SLOT.log`` beside the claim.
 
 :func:`run_due` decides and runs every due slot of the given manifests
-and returns. The parts live in three modules: :mod:`hetflow.engine.cron`
-(fire times, slots, which are due: pure), this one (manifests, claims,
-starting a slot's run, ``run-due``, ``status``) and
+and returns. The parts live in four modules: :mod:`hetflow.engine.cron`
+(fire times, slots, which are due: pure), :mod:`hetflow.engine.claims`
+(scheduled manifests, their history and claims on disk), this one
+(starting a slot's run, ``run-due``, ``status``) and
 :mod:`hetflow.engine.serve` (the :class:`~hetflow.engine.serve.Server`
 loop of ``hetflow schedule serve``).
 
@@ -53,10 +54,8 @@ Examples
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -66,6 +65,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Mapping, Sequence
 
+from hetflow.engine.claims import (  # noqa: F401 - the claims' names are part of this module's API
+    Entry,
+    claim,
+    discover,
+    history,
+    load_entry,
+    lock_active,
+    mark,
+)
 from hetflow.engine.cron import (  # noqa: F401 - the cron names are part of this module's API
     _UTC,
     CATCHUP_LIMIT,
@@ -80,7 +88,7 @@ from hetflow.engine.cron import (  # noqa: F401 - the cron names are part of thi
     slot_run,
 )
 from hetflow.engine.errors import Diagnostic, ManifestError, UsageError
-from hetflow.engine.records import utc_iso, write_json_atomic
+from hetflow.engine.records import utc_iso
 
 __all__ = [
     "CATCHUP_LIMIT",
@@ -100,130 +108,6 @@ __all__ = [
     "status",
     "format_event",
 ]
-
-
-# --- manifests and their state on disk ----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One scheduled manifest: its file, name and schedule, and where its claims go."""
-
-    file: str
-    name: str
-    schedule: Schedule
-
-    @property
-    def key(self) -> str:
-        digest = hashlib.sha256(os.path.abspath(self.file).encode()).hexdigest()[:12]
-        return f"{self.name}-{digest}"
-
-    def claims_dir(self, runs_dir: str) -> str:
-        return os.path.join(runs_dir, ".schedule", self.key)
-
-    def active(self, runs_dir: str) -> bool:
-        """Whether a live process holds a run lock of this manifest, with any params."""
-        from hetflow.engine.locks import manifest_locks
-
-        return any(lock_active(path) for path in manifest_locks(runs_dir, self.file, self.name))
-
-
-def discover(paths: Sequence[str]) -> list[str]:
-    """Manifest files named by ``paths``: a file as given, a folder's ``*.yaml``/``*.yml`` (not recursive)."""
-    files = []
-    for path in paths:
-        if os.path.isdir(path):
-            files.extend(os.path.join(path, n) for n in sorted(os.listdir(path))
-                         if n.endswith((".yaml", ".yml")) and not n.startswith("."))
-        elif os.path.exists(path):
-            files.append(path)
-        else:
-            raise UsageError(f"{path}: no such file or folder")
-    return list(dict.fromkeys(os.path.normpath(f) for f in files))
-
-
-def load_entry(file: str) -> Entry | None:
-    """The scheduled manifest in ``file`` (validated as ``run`` would), or None without ``schedule:``."""
-    from hetflow.engine.manifest import compile_manifest, load
-
-    doc = load(file)
-    manifest = compile_manifest(doc, {})
-    sched = from_tree(doc.value)
-    if sched is None:
-        return None
-    if sched.params:
-        compile_manifest(doc, sched.params)
-    return Entry(file, manifest.name, sched)
-
-
-def history(runs_dir: str, entry: Entry) -> dict[str, str]:
-    """Slot id -> state for every slot of ``entry`` claimed or recorded in ``runs_dir``."""
-    from hetflow.engine.runs import iter_entries
-
-    done: dict[str, str] = {}
-    folder = entry.claims_dir(runs_dir)
-    if os.path.isdir(folder):
-        for name in os.listdir(folder):
-            if name.endswith(".json"):
-                try:
-                    slot = datetime.strptime(name[:-5], "%Y%m%dT%H%M%SZ").replace(tzinfo=_UTC)
-                except ValueError:
-                    continue
-                done[slot_id(slot)] = "claimed"
-    me = os.path.abspath(entry.file)
-    for kind, _, data in iter_entries(runs_dir):
-        slot = (data.get("schedule") or {}).get("slot") if kind == "run" else None
-        if slot and (data.get("manifest") or {}).get("file") == me:
-            done[slot] = data.get("status") or "recorded"
-    return done
-
-
-def claim(runs_dir: str, entry: Entry, slot: datetime, state: str = "claimed") -> str | None:
-    """Claim ``slot`` for this process: the claim's path, or None when another process has it."""
-    folder = entry.claims_dir(runs_dir)
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, _slot_file(slot) + ".json")
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        return None
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(_claim_body(entry, slot, state), f)
-    return path
-
-
-def _claim_body(entry: Entry, slot: datetime, state: str, **more: Any) -> dict:
-    return {"slot": slot_id(slot), "manifest": os.path.abspath(entry.file), "state": state, "pid": os.getpid(),
-            "host": socket.gethostname(), "at": utc_iso(time.time()), **more}
-
-
-def _mark(path: str, entry: Entry, slot: datetime, state: str, **more: Any) -> None:
-    write_json_atomic(path, _claim_body(entry, slot, state, **more))
-
-
-def lock_active(path: str) -> bool:
-    """Whether a live process holds the run lock at ``path``, read from the holder it wrote.
-
-    Reading, not trying the lock, so that probing never makes a starting run see the lock held.
-    """
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        holder = json.loads(text) if text.strip() else {}
-    except (OSError, ValueError):
-        return False
-    pid = holder.get("pid")
-    if not isinstance(pid, int):
-        return False
-    if holder.get("host") != socket.gethostname():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # --- starting a slot's run ------------------------------------------------------------------------
@@ -257,7 +141,7 @@ def start(entry: Entry, slot: datetime, runs_dir: str, claim_path: str) -> Child
         # Its own session: a SIGTERM or Ctrl-C meant for the scheduler does not reach the run.
         process = subprocess.Popen(command(entry, slot, runs_dir), stdin=subprocess.DEVNULL, stdout=f,
                                    stderr=subprocess.STDOUT, start_new_session=True)
-    _mark(claim_path, entry, slot, "started", run_pid=process.pid, log=log)
+    mark(claim_path, entry, slot, "started", run_pid=process.pid, log=log)
     return Child(entry, slot, claim_path, process, log, runs_dir=runs_dir)
 
 
@@ -302,7 +186,7 @@ def _finish(child: Child, log: Log) -> dict:
     info = outcome(child)
     state = {"succeeded": "succeeded", "failed": "failed", "locked": "skipped"}[info["status"]]
     extra = {k: v for k, v in info.items() if k != "status"}
-    _mark(child.claim, child.entry, child.slot, state, **extra)
+    mark(child.claim, child.entry, child.slot, state, **extra)
     event = "skipped" if info["status"] == "locked" else info["status"]
     fields = {"manifest": child.entry.name, "slot": slot_id(child.slot), **extra}
     if event == "skipped":
@@ -470,7 +354,7 @@ def _run_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: 
         policy = entry.schedule.max_active
         if policy != "allow" and entry.active(runs_dir):
             if policy == "skip":
-                _mark(path, entry, slot, "skipped", reason="a run of this manifest is active")
+                mark(path, entry, slot, "skipped", reason="a run of this manifest is active")
                 count("skipped")
                 log("skipped", {**fields, "reason": "a run of this manifest is active"})
                 continue

@@ -19,8 +19,8 @@ from typing import Any, Callable, Sequence
 
 from hetflow.engine.cron import _UTC, due_slots, slot_id
 from hetflow.engine.errors import ManifestError, UsageError
-from hetflow.engine.schedule import (LOCKED, Child, Entry, Log, _finish, _mark, claim, discover, history, load_entry,
-                                     start)
+from hetflow.engine.claims import Entry, claim, discover, history, load_entry, mark
+from hetflow.engine.schedule import LOCKED, Child, Log, _finish, start
 
 __all__ = ["Server"]
 
@@ -108,7 +108,7 @@ class Server:
             self.running.remove(child)
             if child.process.returncode == LOCKED and child.entry.schedule.max_active == "queue":
                 self.queued.append((child.entry, child.slot, child.claim))
-                _mark(child.claim, child.entry, child.slot, "queued")
+                mark(child.claim, child.entry, child.slot, "queued")
                 self.log("queued", {"manifest": child.entry.name, "slot": slot_id(child.slot)})
                 continue
             _finish(child, self.log)
@@ -136,10 +136,10 @@ class Server:
                 if policy == "allow" or not self._active(entry):
                     self._start(entry, slot, path)
                 elif policy == "skip":
-                    _mark(path, entry, slot, "skipped", reason="a run of this manifest is active")
+                    mark(path, entry, slot, "skipped", reason="a run of this manifest is active")
                     self.log("skipped", {**fields, "reason": "a run of this manifest is active"})
                 else:
-                    _mark(path, entry, slot, "queued")
+                    mark(path, entry, slot, "queued")
                     self.queued.append((entry, slot, path))
                     self.log("queued", fields)
 

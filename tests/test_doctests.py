@@ -31,6 +31,7 @@ MODULES = [
     "hetflow.engine.matrix",
     "hetflow.engine.schedule",
     "hetflow.engine.cron",
+    "hetflow.engine.claims",
     "hetflow.engine.cancel",
     "hetflow.engine.events",
     "hetflow.engine.distributed",
