@@ -20,6 +20,7 @@ MODULES = [
     "hetflow.executors.userops",
     "hetflow.executors.codeid",
     "hetflow.executors.vulkan_device",
+    "hetflow.executors.carriers",
     "hetflow.executors.cpu",
     "hetflow.executors.payload",
     "hetflow.engine.errors",
