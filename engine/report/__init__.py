@@ -54,10 +54,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 
 from hetflow.engine.errors import UsageError
+from hetflow.engine.records import write_text_atomic
 from hetflow.engine.report.data import output_stats, pack_lanes
 from hetflow.engine.report.graph import graphviz_available, plan_dot, plan_svg
 from hetflow.engine.report.layout import layout_plan
@@ -139,17 +139,6 @@ def render(located: Located, *, runs_dir: str = "runs", graph: str = "auto") -> 
 
 
 def write_report(html_text: str, path: str) -> None:
-    """Write the page atomically: a crash never leaves half a report."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".html")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(html_text.encode("utf-8"))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """Write the page atomically, as the records write theirs: a crash never leaves half a report."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    write_text_atomic(path, html_text)
