@@ -91,7 +91,7 @@ from hetflow.engine.manifest import Manifest
 from hetflow.engine.planner import Plan
 from hetflow.engine.records import utc_iso
 from hetflow.engine.cache import Cache, CacheUse
-from hetflow.engine.run import ClusterFailure, LocalRuntime
+from hetflow.engine.runtime import ClusterFailure, LocalRuntime
 from hetflow.executors import Offer, create, plugins, probe
 from hetflow.executors.base import PortableActivation, Vendor
 
@@ -273,8 +273,8 @@ class _OnWorker:
         finally:
             plugin.leave(completed)
 
-    def run_partition(self, pid: str, sources: list[Any]) -> dict:
-        return self._call(f"partition:{pid}", "run_partition", pid, sources)
+    def run_partition(self, pid: str, *sources: Any) -> dict:
+        return self._call(f"partition:{pid}", "run_partition", pid, *sources)
 
     def export(self, bridge_id: str, produced: dict) -> Any:
         return self._call(f"export:{bridge_id}", "export", bridge_id, produced)
@@ -358,7 +358,7 @@ def _substitute(arg: Any, dsk: Mapping[str, Any], futures: Mapping[str, Any]) ->
 def _witness_on_worker(run_id: str, pid: str, i: int, where: str, program: Any, trace: Any, input_size: int,
                        backend: str) -> Any:
     """One witness chunk, re-executed from its min trace on whichever worker Dask chose."""
-    from hetflow.engine.run import StageFailure
+    from hetflow.engine.errors import StageFailure
     from hetflow.executors.emulator import EmulatorError, witness_table
 
     plugin = _plugin(run_id)

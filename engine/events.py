@@ -97,7 +97,7 @@ class EventStream:
         sinks, a lock keeps each sink seeing events one at a time, in order.
         """
         if "time" not in event:
-            event["time"] = event.get("end", event.get("start", time.time()))
+            event["time"] = event["end"] if "end" in event else event["start"] if "start" in event else time.time()
         if not self._sinks:
             self.events.append(event)
             return

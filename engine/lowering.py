@@ -4,8 +4,8 @@ The graph is a dict of tuple tasks, executable by any Dask scheduler, the
 threaded one in-process or a ``distributed`` cluster, unchanged:
 
 ``partition:ID``
-    runs partition ID on its executor; depends on the producers of its
-    inputs; returns ``{tensor: ActivationHandle}`` for the partition's outputs.
+    runs partition ID on its executor; its arguments after ID are the
+    producers of its inputs, in order; returns ``{tensor: ActivationHandle}`` for the partition's outputs.
 ``export:BRIDGE``
     exports the bridge's tensor from the source executor; returns a
     :class:`~hetflow.executors.base.PortableActivation`.
@@ -57,7 +57,7 @@ def bridge_ref(bridge_id: str) -> str:
 
 
 class Runtime(Protocol):
-    def run_partition(self, pid: str, sources: list[Any]) -> dict: ...
+    def run_partition(self, pid: str, *sources: Any) -> dict: ...
     def export(self, bridge_id: str, produced: dict) -> Any: ...
     def import_(self, bridge_id: str, portable: Any) -> Any: ...
     def output(self, name: str, produced: dict) -> Any: ...
@@ -110,7 +110,8 @@ def lower(plan: Plan, runtime: Runtime) -> TaskGraph:
             refs.append((tensor, bridge_ref(bridge.id)))
             refcounts[refs[-1][1]] = refcounts.get(refs[-1][1], 0) + 1
         sources[part.id] = tuple(refs)
-        dsk[partition_key(part.id)] = (runtime.run_partition, part.id, deps)
+        # the dependencies as arguments of their own, not a list: Dask wraps a list in a task of its own
+        dsk[partition_key(part.id)] = (runtime.run_partition, part.id, *deps)
 
     for bridge in plan.bridges:
         if bridge.tensor in plan.phases:

@@ -1,17 +1,15 @@
 """Run a plan: lower it, let Dask execute it, write the run record.
 
-:class:`LocalRuntime` is what the lowered tasks call. It owns the
-executor instances of one run and a :class:`HandleTable` that counts
-references: each handle a task produces is registered with the number of
-tasks that will consume it (``TaskGraph.refcounts``), a consumer gives its
-reference back when it is done, and the last one releases the handle on
-its executor. When the run ends, succeeded or failed, the thread pool is
+The lowered tasks call a :class:`~hetflow.engine.runtime.LocalRuntime`
+(:mod:`hetflow.engine.runtime`: the task wrappers and the
+:class:`~hetflow.engine.runtime.HandleTable` of reference-counted
+handles). When the run ends, succeeded or failed, the thread pool is
 drained and every handle still held is released, so a finished run
 leaves zero live activations.
 
 :func:`execute` is the whole run: create the run folder (or reopen it
 for ``resume``) and a ``running`` record, compute every partition's cache
-key, create executors, lower, run the graph (``dask.threaded.get`` on a
+key (none when the cache is off), create executors, lower, run the graph (``dask.threaded.get`` on a
 pool it owns, in rounds when emulator phases decide the chunk count; or
 on a Dask cluster through :mod:`hetflow.engine.distributed`), release,
 write outputs and the final record. A partition task takes its outputs
@@ -46,13 +44,15 @@ from hetflow.engine.cache import Cache, CacheUse, file_digest, partition_keys
 from hetflow.engine.cancel import Cancel, Cancelled, current
 from hetflow.engine.errors import RunCancelled, RunFailed, StageFailure
 from hetflow.engine.events import EventStream, Sink, run_event
-from hetflow.engine.lowering import TaskGraph, bridge_ref, lower, subgraph_plan, tensor_ref
 from hetflow.engine.manifest import Manifest
 from hetflow.engine.phases import PhaseRunner, phase_status
 from hetflow.engine.planner import Plan
+from hetflow.engine.runtime import ClusterFailure, HandleTable, LocalRuntime, StageTimedOut
 from hetflow.engine.records import (
     RECORD_FORMAT,
     digest_portable,
+    encode_events,
+    encode_value,
     new_run_dir,
     provenance,
     save_npy_atomic,
@@ -62,274 +62,10 @@ from hetflow.engine.records import (
     write_text_atomic,
 )
 from hetflow.executors import create, inventory
-from hetflow.executors.base import ActivationHandle, Dtype, Executor, ExecutorError, PortableActivation
+from hetflow.executors.base import Executor, ExecutorError, PortableActivation
 
 __all__ = ["StageFailure", "StageTimedOut", "ClusterFailure", "HandleTable", "LocalRuntime", "RunResult", "execute",
            "create_executors"]
-
-_EVENT_OF = {"started": "started", "succeeded": "finished", "failed": "failed", "retried": "retried"}
-
-
-class StageTimedOut(ExecutorError):
-    """One attempt of a partition ran past its ``timeout``."""
-
-    def __init__(self, seconds: float, node: str | None) -> None:
-        super().__init__(f"timed out after {seconds:g} s")
-        self.seconds = seconds
-        self.node = node
-
-
-class ClusterFailure(Exception):
-    """The cluster lost part of a run (a worker hosting executors died); ``lost`` says what."""
-
-    def __init__(self, message: str, lost: Mapping[str, Any]) -> None:
-        super().__init__(message, dict(lost))
-        self.message = message
-        self.lost = dict(lost)
-
-    def __str__(self) -> str:
-        return self.message
-
-
-class HandleTable:
-    """Reference counts of the handles one run holds, keyed by refcount key."""
-
-    def __init__(self, refcounts: Mapping[str, int]) -> None:
-        self._expected = dict(refcounts)
-        self._live: dict[str, tuple[Executor, ActivationHandle, int]] = {}
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def register(self, ref: str, executor: Executor, handle: ActivationHandle) -> None:
-        count = self._expected.get(ref, 0)
-        with self._lock:
-            keep = count > 0 and not self._closed
-            # a producer run again after a lost worker replaces what its first run registered
-            replaced = self._live.pop(ref, None)
-            if keep:
-                self._live[ref] = (executor, handle, count)
-        if replaced is not None:
-            replaced[0].release_activation(replaced[1])
-        if not keep:
-            executor.release_activation(handle)
-
-    def expect(self, counts: Mapping[str, int]) -> None:
-        """Set how many consumers the next handle registered under each ref will have."""
-        with self._lock:
-            self._expected.update(counts)
-
-    def live(self) -> dict[str, int]:
-        """Each ref held now, with the consumers it still waits for."""
-        with self._lock:
-            return {ref: count for ref, (_, _, count) in self._live.items()}
-
-    def get(self, ref: str) -> ActivationHandle:
-        with self._lock:
-            return self._live[ref][1]
-
-    def done(self, ref: str) -> None:
-        with self._lock:
-            if self._closed and ref not in self._live:
-                return
-            executor, handle, count = self._live[ref]
-            if count > 1:
-                self._live[ref] = (executor, handle, count - 1)
-                return
-            del self._live[ref]
-        executor.release_activation(handle)
-
-    def release_all(self) -> int:
-        with self._lock:
-            held, self._live = list(self._live.values()), {}
-        for executor, handle, _ in held:
-            executor.release_activation(handle)
-        return len(held)
-
-    def close(self) -> int:
-        """Release every handle held, and from now on every handle registered (an abandoned task's)."""
-        with self._lock:
-            self._closed = True
-        return self.release_all()
-
-
-class LocalRuntime:
-    """Executes the lowered tasks in this process against executor instances."""
-
-    def __init__(self, plan: Plan, executors: Mapping[str, Executor], *,
-                 emit: Callable[[dict], None] | None = None, worker: str | None = None,
-                 cache: CacheUse | None = None, cancel: Cancel | None = None) -> None:
-        self.plan = plan
-        self.executors = dict(executors)
-        self.cache = cache
-        self.cancel = cancel or Cancel()
-        self.running: set[str] = set()
-        self.graph: TaskGraph = lower(plan, self)
-        self.handles = HandleTable(self.graph.refcounts)
-        self.events: list[dict] = []
-        self.emit = emit or (lambda event: None)
-        self.worker = worker
-        self.abandoned = 0
-        self._attempt_of: dict[str, int] = {}
-        self._bridges = {b.id: b for b in plan.bridges}
-        self._partitions = {p.id: p for p in plan.partitions}
-        self._subplans = {p.id: subgraph_plan(plan, p) for p in plan.partitions}
-
-    def warm_up(self) -> float:
-        """Load, before the run's clock starts, what its first tasks would load on theirs; the seconds it took.
-
-        A partition's time should be its own work. The first one in a
-        process used to carry the import of ``ml_dtypes`` (numpy's bf16,
-        fp8 and int4 types, 0.6 s here), which the first op, export or
-        import that names a dtype brings in; an executor with a
-        ``warm_up()`` method (a GPU SDK's context, a compiled kernel cache)
-        gets it called too. The record keeps the seconds as ``warm_up``.
-        """
-        t0 = time.perf_counter()
-        Dtype.fp32.numpy  # noqa: B018 - the lookup imports every extension dtype at once
-        for executor in self.executors.values():
-            hook = getattr(executor, "warm_up", None)
-            if callable(hook):
-                hook()
-        return round(time.perf_counter() - t0, 6)
-
-    def _event(self, kind: str, id: str, executor: str, start: float, status: str, **extra: Any) -> None:
-        """Report one task's start or end: one dict, handed to the stream as it is.
-
-        On a task's path there is no lock and no copy: ``list.append`` is
-        atomic, and the record copies the closing events once, at its end.
-        """
-        event = {"event": _EVENT_OF[status], "kind": kind, "id": id, "executor": executor, "worker": self.worker,
-                 "thread": threading.current_thread().name,
-                 "attempt": self._attempt_of.get(f"{kind}:{id}", 1) if kind == "partition" else 1, "start": start}
-        if status != "started":
-            end = time.time()
-            event["end"], event["duration_s"] = end, round(end - start, 6)
-        event["status"] = status
-        if extra:
-            event.update(extra)
-        if status == "succeeded" or status == "failed":
-            self.events.append(event)
-        self.emit(event)
-
-    def _attempts(self, pid: str, call: Callable[[], list[ActivationHandle]]) -> list[ActivationHandle]:
-        """``call`` up to 1 + ``retries`` times, each attempt under the partition's ``timeout``."""
-        part = self._partitions[pid]
-        attempt = 1
-        while True:
-            self.cancel.check()
-            self._attempt_of[f"partition:{pid}"] = attempt
-            start = time.time()
-            self._event("partition", pid, part.executor, start, "started")
-            self.running.add(pid)
-            try:
-                return call() if part.timeout is None else self._within(part, call)
-            except ExecutorError as e:
-                if attempt > part.retries or self.cancel.requested:
-                    raise
-                self._event("partition", pid, part.executor, start, "retried", node=e.node, error=str(e),
-                            timed_out=isinstance(e, StageTimedOut))
-                attempt += 1
-
-    def _within(self, part: Any, call: Callable[[], list[ActivationHandle]]) -> list[ActivationHandle]:
-        """Run ``call`` in its own thread and stop waiting after ``part.timeout`` seconds.
-
-        An executor call cannot be interrupted safely (a GPU kernel, a BLAS
-        call), so a timed-out attempt is abandoned: it runs to its end in
-        the background and the handles it returns are released at once.
-        """
-        box: dict[str, Any] = {}
-        lock = threading.Lock()
-        done = threading.Event()
-        executor = self.executors[part.executor]
-
-        def attempt() -> None:
-            try:
-                result: Any = call()
-            except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
-                result, box["error"] = None, e
-            with lock:
-                if box.get("abandoned"):
-                    for handle in result or ():
-                        executor.release_activation(handle)
-                    self.abandoned -= 1
-                else:
-                    box["result"] = result
-            done.set()
-
-        threading.Thread(target=attempt, name=f"{threading.current_thread().name}-{part.id}", daemon=True).start()
-        done.wait(part.timeout)
-        with lock:
-            if "result" not in box and "error" not in box:
-                box["abandoned"] = True
-                self.abandoned += 1
-                raise StageTimedOut(part.timeout, part.nodes[0] if len(part.nodes) == 1 else None)
-        if "error" in box:
-            raise box["error"]
-        return box["result"]
-
-    def run_partition(self, pid: str, sources: list[Any]) -> dict:
-        start = time.time()
-        part = self._partitions[pid]
-        executor = self.executors[part.executor]
-        refs = [ref for _, ref in self.graph.sources[pid]]
-        try:
-            handles = [self.handles.get(ref) for ref in refs]
-            outputs = self._attempts(pid, lambda: self._compute(pid, executor, handles))
-        except ExecutorError as e:
-            self._event("partition", pid, part.executor, start, "failed", node=e.node, error=str(e),
-                        timed_out=isinstance(e, StageTimedOut))
-            raise StageFailure(pid, e.node, str(e), getattr(e, "op", None), getattr(e, "user_traceback", None)) from None
-        finally:
-            self.running.discard(pid)
-        produced = {}
-        for tensor, handle in zip(part.outputs, outputs, strict=True):
-            self.handles.register(tensor_ref(tensor), executor, handle)
-            produced[tensor] = handle
-        for ref in refs:
-            self.handles.done(ref)
-        cached = self.cache is not None and pid in self.cache.hit_set
-        stored = self.cache is not None and pid in self.cache.stored_set
-        self._event("partition", pid, part.executor, start, "succeeded", nodes=list(part.nodes), cached=cached, stored=stored)
-        return produced
-
-    def _compute(self, pid: str, executor: Executor, handles: list[ActivationHandle]) -> list[ActivationHandle]:
-        if self.cache is None:
-            return executor.execute(self._subplans[pid], handles)
-        return self.cache.compute(pid, executor, self._subplans[pid], handles, self._partitions[pid].outputs)
-
-    def export(self, bridge_id: str, produced: dict) -> PortableActivation:
-        start = time.time()
-        bridge = self._bridges[bridge_id]
-        try:
-            portable = self.executors[bridge.source].export_activation(self.handles.get(tensor_ref(bridge.tensor)))
-        except ExecutorError as e:
-            self._event("export", bridge_id, bridge.source, start, "failed", error=str(e))
-            raise StageFailure(self.plan.nodes[bridge.tensor].partition, None, f"export of {bridge.tensor!r}: {e}") from None
-        self.handles.done(tensor_ref(bridge.tensor))
-        self._event("export", bridge_id, bridge.source, start, "succeeded", bytes=portable.nbytes)
-        return portable
-
-    def import_(self, bridge_id: str, portable: PortableActivation) -> ActivationHandle:
-        start = time.time()
-        bridge = self._bridges[bridge_id]
-        executor = self.executors[bridge.destination]
-        try:
-            handle = executor.import_activation(portable)
-        except ExecutorError as e:
-            self._event("import", bridge_id, bridge.destination, start, "failed", error=str(e))
-            raise StageFailure(self.plan.nodes[bridge.consumers[0]].partition, None, f"import of {bridge.tensor!r}: {e}") from None
-        self.handles.register(bridge_ref(bridge_id), executor, handle)
-        self._event("import", bridge_id, bridge.destination, start, "succeeded", bytes=portable.nbytes)
-        return handle
-
-    def output(self, name: str, produced: dict) -> PortableActivation:
-        start = time.time()
-        tensor = self.plan.outputs[name]
-        home = self.plan.nodes[tensor].executor
-        portable = self.executors[home].export_activation(self.handles.get(tensor_ref(tensor)))
-        self.handles.done(tensor_ref(tensor))
-        self._event("output", name, home, start, "succeeded", bytes=len(portable.bytes))
-        return portable
 
 
 @dataclass(frozen=True)
@@ -347,6 +83,7 @@ def create_executors(plan: Plan) -> dict[str, Executor]:
 
 _HEAP_LOCK = threading.Lock()
 _HEAP_HOLDERS = 0
+_HEAP_THRESHOLD = gc.get_threshold()
 
 
 @contextlib.contextmanager
@@ -360,11 +97,24 @@ def _frozen_heap() -> Any:
     ``gc.callbacks``). ``gc.freeze`` parks the objects alive at the start in
     the permanent generation, so collections see only what the run made;
     ``gc.unfreeze`` hands them back.
+
+    Freezing empties the oldest generation, and CPython runs a full
+    collection whenever that generation has grown by a quarter since the
+    last one: from empty, every tenth young collection. The run's own data
+    (the graph, its events, the record) then still cost 6 full
+    collections, 1.0 of 7.5 s (young ones 0.4 s). Until the run ends the
+    oldest generation is collected ten times less often (threshold 100
+    instead of 10): none in that run; young cycles are still collected as
+    they die, and older garbage by the first full collection after the last
+    run ends.
     """
-    global _HEAP_HOLDERS
+    global _HEAP_HOLDERS, _HEAP_THRESHOLD
     with _HEAP_LOCK:
         if _HEAP_HOLDERS == 0:
             gc.freeze()
+            _HEAP_THRESHOLD = gc.get_threshold()
+            young, middle, old = _HEAP_THRESHOLD
+            gc.set_threshold(young, middle, max(old, 100))
         _HEAP_HOLDERS += 1
     try:
         yield
@@ -372,6 +122,7 @@ def _frozen_heap() -> Any:
         with _HEAP_LOCK:
             _HEAP_HOLDERS -= 1
             if _HEAP_HOLDERS == 0:
+                gc.set_threshold(*_HEAP_THRESHOLD)
                 gc.unfreeze()
 
 
@@ -434,9 +185,10 @@ def _execute(
         run_id, run_dir = new_run_dir(runs_dir, manifest.name, manifest.digest)
     record_path = os.path.join(run_dir, "record.json")
     started = time.time()
-    # a phase's array is not content-addressed (the guest's run is its source), so its consumers are not cached
+    # a phase's array is not content-addressed (the guest's run is its source), so its consumers are not cached;
+    # without the cache no key is computed (0.6 s of a 10,000-partition run)
     keys = partition_keys(plan, frozenset(s.id for s in manifest.stages.values()
-                                          if not s.cache or any(i in phases for i in s.inputs)))
+                                          if not s.cache or any(i in phases for i in s.inputs))) if use_cache else {}
     cache_use = CacheUse(Cache(cache_dir or os.path.join(runs_dir, ".cache")), keys, read=use_cache, write=use_cache)
     record: dict[str, Any] = {
         "format": RECORD_FORMAT,
@@ -468,7 +220,9 @@ def _execute(
         "error": None,
         "live_activations_after": None,
     }
-    write_json_atomic(record_path, record)
+    # the plan is the record's largest constant part: encoded once for every write of the record
+    encoded = {"plan": encode_value(record["plan"])}
+    write_json_atomic(record_path, record, encoded)
     final_written = threading.Event()
     runtime: Any = None
 
@@ -480,7 +234,7 @@ def _execute(
         events = list(runtime.events) if runtime is not None else []
         write_json_atomic(record_path, {**record, "status": "cancelled", "ended_at": utc_iso(now),
                                         "duration_s": round(now - started, 6),
-                                        "cancelled": _cancel_info(cancel, events, runtime, forced=True)})
+                                        "cancelled": _cancel_info(cancel, events, runtime, forced=True)}, encoded)
 
     forget_hook = cancel.on_forced_exit(forced_exit)
     stream = EventStream([on_event] if on_event is not None else [])
@@ -493,7 +247,7 @@ def _execute(
         phase_runner = PhaseRunner(manifest.emulators, phases, recorder._event) if phases else None
         try:
             runtime, results, failure, live_after = cancel.wait(
-                lambda: cluster.run_graph(plan, run_id, stream, cache_use, phase_runner))
+                lambda: cluster.run_graph(plan, run_id, stream, cache_use if use_cache else None, phase_runner))
         except (Cancelled, KeyboardInterrupt) as e:
             # the workers' handles go with the run's plugin when the cluster closes; what is left is not known here
             failure, live_after = e, None
@@ -501,7 +255,7 @@ def _execute(
             runtime.events, runtime.running = stream.tasks(), set()
     else:
         instances = dict(executors) if executors is not None else create_executors(plan)
-        runtime = LocalRuntime(plan, instances, emit=stream.emit, cache=cache_use, cancel=cancel)
+        runtime = LocalRuntime(plan, instances, emit=stream.emit, cache=cache_use if use_cache else None, cancel=cancel)
         record["warm_up"] = [{"worker": None, "seconds": runtime.warm_up()}]
         stream.emit(run_event("started", run_id, tasks=len(runtime.graph.dsk), mode="threads"))
         pool = ThreadPoolExecutor(max_workers=num_workers or os.cpu_count() or 1, thread_name_prefix="hetflow")
@@ -584,7 +338,9 @@ def _execute(
     record["cache"] = {**cache_use.to_json(), "hits": [e["id"] for e in done if e.get("cached")],
                        "stored": [e["id"] for e in done if e.get("stored")]}
     record["events"] = stream.events
-    write_json_atomic(record_path, record)
+    encoded.update(tasks=encode_events(record["tasks"]), events=encode_events(record["events"]),
+                   nodes=encode_events(record["nodes"]))
+    write_json_atomic(record_path, record, encoded)
     final_written.set()
     forget_hook()
     stream.emit(run_event(record["status"] if failure is not None else "finished", run_id,

@@ -64,6 +64,8 @@ from hetflow.executors.staging import StagingPool
 __all__ = ["CpuExecutor", "decode_plan", "encode_plan", "run_nodes", "next_handle"]
 
 _HANDLES = itertools.count(1)
+_ALL_DTYPES = tuple(Dtype)
+_SUPPORTED = frozenset(_ALL_DTYPES)
 
 
 def next_handle() -> ActivationHandle:
@@ -128,7 +130,7 @@ class CpuExecutor:
 
     @property
     def supported_dtypes(self) -> Sequence[Dtype]:
-        return tuple(Dtype)
+        return _ALL_DTYPES
 
     @property
     def memory_bytes(self) -> int | None:
@@ -200,7 +202,7 @@ class CpuExecutor:
         decoded = decode_plan(plan)
         if len(arrays) != len(decoded["inputs"]):
             raise Backend(f"plan takes {len(decoded['inputs'])} inputs, got {len(arrays)}")
-        results = run_nodes(np, decoded, arrays, frozenset(self.supported_dtypes))
+        results = run_nodes(np, decoded, arrays, _SUPPORTED)
         return self._register_all([np.asarray(r) for r in results], f"the results of {', '.join(decoded['outputs'])}")
 
     def export_activation(self, handle: ActivationHandle) -> PortableActivation:
@@ -221,20 +223,29 @@ class CpuExecutor:
         return PortableActivation(TensorShape(array.shape), dtype, lease.view)
 
     def import_activation(self, portable: PortableActivation) -> ActivationHandle:
-        if portable.dtype not in self.supported_dtypes:
-            raise UnsupportedDtype(portable.dtype)
-        what = f"import of {list(portable.shape.dims)} {portable.dtype}"
+        dtype = portable.dtype
+        if dtype not in _SUPPORTED:
+            raise UnsupportedDtype(dtype)
         n = portable.shape.element_count()
-        self._check_room(portable.dtype.numpy.itemsize * n, what)
+        if self._limit is not None:
+            self._check_room(dtype.numpy.itemsize * n, f"import of {list(portable.shape.dims)} {dtype}")
         try:
-            if portable.dtype is Dtype.int4 or sys.byteorder != "little" or not memoryview(portable.bytes).readonly:
+            if dtype is Dtype.int4 or sys.byteorder != "little" or not memoryview(portable.bytes).readonly:
                 array = portable.to_array()
             else:
                 # Immutable bytes are adopted as they are: the activation is read-only too.
-                array = np.frombuffer(portable.bytes, dtype=portable.dtype.numpy, count=n).reshape(portable.shape.dims)
-            return self._register(array, what)
+                array = np.frombuffer(portable.bytes, dtype=dtype.numpy, count=n).reshape(portable.shape.dims)
         except MemoryError:
-            raise OutOfMemory(f"{portable.shape.dims} {portable.dtype}") from None
+            raise OutOfMemory(f"{portable.shape.dims} {dtype}") from None
+        array.flags.writeable = False
+        handle = next_handle()
+        with self._lock:
+            if self._limit is not None:
+                self._reserve(array.nbytes, f"import of {list(portable.shape.dims)} {dtype}")
+            else:
+                self._used += array.nbytes
+            self._arrays[handle] = array
+        return handle
 
     def live_activations(self) -> int:
         with self._lock:
@@ -251,8 +262,15 @@ def _host_memory() -> int | None:
         return None
 
 
+_DTYPE_OF: dict[np.dtype, Dtype] = {}
+
+
 def _dtype_of(array: np.ndarray) -> Dtype:
+    found = _DTYPE_OF.get(array.dtype)
+    if found is not None:
+        return found
     for d in Dtype:
         if d.numpy == array.dtype:
+            _DTYPE_OF[array.dtype] = d
             return d
     raise Backend(f"array of numpy dtype {array.dtype} has no hetflow dtype")

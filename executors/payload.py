@@ -27,6 +27,7 @@ hetflow.executors.base.Backend: backend error: undecodable sub-graph plan: ...
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 from hetflow.executors.base import Backend, SubGraphPlan, Vendor
@@ -41,8 +42,19 @@ def encode_plan(vendor: Vendor, inputs: Sequence[str], nodes: Sequence[Mapping[s
 
 
 def decode_plan(plan: SubGraphPlan) -> dict:
-    """The payload of ``plan`` as a dict; an undecodable one is the executor's :class:`Backend` error."""
+    """The payload of ``plan`` as a dict; an undecodable one is the executor's :class:`Backend` error.
+
+    A payload is decoded once and the dict shared by every call with the
+    same bytes (a partition retried, or run again after a lost worker; a
+    run of many small partitions paid a JSON parse per task): callers
+    read it and never change it.
+    """
+    return _decode(plan.payload)
+
+
+@lru_cache(maxsize=1 << 14)
+def _decode(payload: bytes) -> dict:
     try:
-        return json.loads(plan.payload.decode())
+        return json.loads(payload.decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise Backend(f"undecodable sub-graph plan: {e}") from None

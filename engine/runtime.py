@@ -1,0 +1,326 @@
+"""The task wrappers a lowered graph calls, and the table of the handles they hold.
+
+:class:`LocalRuntime` is what the lowered tasks call. It owns the
+executor instances of one run and a :class:`HandleTable` that counts
+references: each handle a task produces is registered with the number of
+tasks that will consume it (``TaskGraph.refcounts``), a consumer gives its
+reference back when it is done, and the last one releases the handle on
+its executor. The same runtime serves the threaded scheduler in this
+process and, inside each worker, a Dask cluster
+(:mod:`hetflow.engine.workerside`).
+
+Every task reports its start and its end to the run's event stream
+(:mod:`hetflow.engine.events`); a partition retries and times out as its
+stages say.
+
+This is the run's hot path: in the worst case, every stage its own
+partition with a bridge to the next, a 10,000-stage chain is 29,999 tasks,
+and each wrapper is paid once per task on top of Dask's own scheduling
+(about 80-170 us a task on the threaded scheduler here). So a wrapper
+takes no lock to read a handle, builds one event dict and hands it over
+without a copy, reads the clock once at its start and once at its end,
+and keeps a partition's attempt count in a local; the executor decodes a
+partition's payload once per run (:func:`hetflow.executors.payload.decode_plan`).
+Measured with ``bench/bench_overhead.py``'s worst case against raw Dask
+on the same lowered graph; the figures are in ``bench/README.md``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Mapping
+
+from hetflow.engine.cancel import Cancel
+from hetflow.engine.errors import StageFailure
+from hetflow.engine.lowering import TaskGraph, bridge_ref, lower, subgraph_plan, tensor_ref
+from hetflow.engine.planner import Plan
+from hetflow.executors.base import ActivationHandle, Dtype, Executor, ExecutorError, PortableActivation
+
+__all__ = ["StageTimedOut", "ClusterFailure", "HandleTable", "LocalRuntime"]
+
+_EVENT_OF = {"started": "started", "succeeded": "finished", "failed": "failed", "retried": "retried"}
+
+
+class StageTimedOut(ExecutorError):
+    """One attempt of a partition ran past its ``timeout``."""
+
+    def __init__(self, seconds: float, node: str | None) -> None:
+        super().__init__(f"timed out after {seconds:g} s")
+        self.seconds = seconds
+        self.node = node
+
+
+class ClusterFailure(Exception):
+    """The cluster lost part of a run (a worker hosting executors died); ``lost`` says what."""
+
+    def __init__(self, message: str, lost: Mapping[str, Any]) -> None:
+        super().__init__(message, dict(lost))
+        self.message = message
+        self.lost = dict(lost)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class HandleTable:
+    """Reference counts of the handles one run holds, keyed by refcount key.
+
+    Reading a handle takes no lock: a dict lookup is atomic, and a ref is
+    registered before any task that reads it can start (Dask runs a
+    consumer after its producer). Registering, giving back and releasing
+    change counts and take the lock.
+
+    Examples
+    --------
+    >>> from hetflow.executors.cpu import CpuExecutor
+    >>> from hetflow.executors.base import TensorShape
+    >>> ex = CpuExecutor("host")
+    >>> table = HandleTable({"tensor:x": 2})
+    >>> table.register("tensor:x", ex, ex.alloc_activation(TensorShape((2,)), Dtype.fp32))
+    >>> table.live(), ex.live_activations()
+    ({'tensor:x': 2}, 1)
+    >>> table.done("tensor:x"); table.done("tensor:x")
+    >>> table.live(), ex.live_activations()
+    ({}, 0)
+    """
+
+    def __init__(self, refcounts: Mapping[str, int]) -> None:
+        self._expected = dict(refcounts)
+        self._live: dict[str, tuple[Executor, ActivationHandle, int]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def register(self, ref: str, executor: Executor, handle: ActivationHandle) -> None:
+        count = self._expected.get(ref, 0)
+        with self._lock:
+            keep = count > 0 and not self._closed
+            # a producer run again after a lost worker replaces what its first run registered
+            replaced = self._live.pop(ref, None)
+            if keep:
+                self._live[ref] = (executor, handle, count)
+        if replaced is not None:
+            replaced[0].release_activation(replaced[1])
+        if not keep:
+            executor.release_activation(handle)
+
+    def expect(self, counts: Mapping[str, int]) -> None:
+        """Set how many consumers the next handle registered under each ref will have."""
+        with self._lock:
+            self._expected.update(counts)
+
+    def live(self) -> dict[str, int]:
+        """Each ref held now, with the consumers it still waits for."""
+        with self._lock:
+            return {ref: count for ref, (_, _, count) in self._live.items()}
+
+    def get(self, ref: str) -> ActivationHandle:
+        return self._live[ref][1]
+
+    def done(self, ref: str) -> None:
+        with self._lock:
+            if self._closed and ref not in self._live:
+                return
+            executor, handle, count = self._live[ref]
+            if count > 1:
+                self._live[ref] = (executor, handle, count - 1)
+                return
+            del self._live[ref]
+        executor.release_activation(handle)
+
+    def release_all(self) -> int:
+        with self._lock:
+            held, self._live = list(self._live.values()), {}
+        for executor, handle, _ in held:
+            executor.release_activation(handle)
+        return len(held)
+
+    def close(self) -> int:
+        """Release every handle held, and from now on every handle registered (an abandoned task's)."""
+        with self._lock:
+            self._closed = True
+        return self.release_all()
+
+
+class LocalRuntime:
+    """Executes the lowered tasks in this process against executor instances."""
+
+    def __init__(self, plan: Plan, executors: Mapping[str, Executor], *,
+                 emit: Callable[[dict], None] | None = None, worker: str | None = None,
+                 cache: Any = None, cancel: Cancel | None = None) -> None:
+        self.plan = plan
+        self.executors = dict(executors)
+        self.cache = cache
+        self.cancel = cancel or Cancel()
+        self.running: set[str] = set()
+        self.graph: TaskGraph = lower(plan, self)
+        self.handles = HandleTable(self.graph.refcounts)
+        self.events: list[dict] = []
+        self.emit = emit or (lambda event: None)
+        self.worker = worker
+        self.abandoned = 0
+        self._bridges = {b.id: b for b in plan.bridges}
+        self._partitions = {p.id: p for p in plan.partitions}
+        self._subplans = {p.id: subgraph_plan(plan, p) for p in plan.partitions}
+        # per partition: its input refs, in the order its task receives them
+        self._refs = {pid: [ref for _, ref in refs] for pid, refs in self.graph.sources.items()}
+
+    def warm_up(self) -> float:
+        """Load, before the run's clock starts, what its first tasks would load on theirs; the seconds it took.
+
+        A partition's time should be its own work. The first one in a
+        process used to carry the import of ``ml_dtypes`` (numpy's bf16,
+        fp8 and int4 types, 0.6 s here), which the first op, export or
+        import that names a dtype brings in; an executor with a
+        ``warm_up()`` method (a GPU SDK's context, a compiled kernel cache)
+        gets it called too. The record keeps the seconds as ``warm_up``.
+        """
+        t0 = time.perf_counter()
+        Dtype.fp32.numpy  # noqa: B018 - the lookup imports every extension dtype at once
+        for executor in self.executors.values():
+            hook = getattr(executor, "warm_up", None)
+            if callable(hook):
+                hook()
+        return round(time.perf_counter() - t0, 6)
+
+    def _event(self, kind: str, id: str, executor: str, start: float, status: str, attempt: int = 1,
+               **extra: Any) -> None:
+        """Report one task's start or end: one dict, handed to the stream as it is.
+
+        On a task's path there is no lock and no copy: ``list.append`` is
+        atomic, and the record copies the closing events once, at its end.
+        """
+        event = {"event": _EVENT_OF[status], "kind": kind, "id": id, "executor": executor, "worker": self.worker,
+                 "thread": threading.current_thread().name, "attempt": attempt, "start": start}
+        if status != "started":
+            end = time.time()
+            event["end"], event["duration_s"] = end, round(end - start, 6)
+        event["status"] = status
+        if extra:
+            event.update(extra)
+        if status == "succeeded" or status == "failed":
+            self.events.append(event)
+        self.emit(event)
+
+    def _attempts(self, pid: str, part: Any, start: float, call: Callable[[], list[ActivationHandle]]
+                  ) -> tuple[list[ActivationHandle], int]:
+        """``call`` up to 1 + ``retries`` times, each attempt under the partition's ``timeout``; (outputs, attempt)."""
+        attempt = 1
+        while True:
+            self.cancel.check()
+            self._event("partition", pid, part.executor, start, "started", attempt)
+            self.running.add(pid)
+            try:
+                return (call() if part.timeout is None else self._within(part, call)), attempt
+            except ExecutorError as e:
+                if attempt > part.retries or self.cancel.requested:
+                    e.attempt = attempt
+                    raise
+                self._event("partition", pid, part.executor, start, "retried", attempt, node=e.node, error=str(e),
+                            timed_out=isinstance(e, StageTimedOut))
+                attempt += 1
+                start = time.time()
+
+    def _within(self, part: Any, call: Callable[[], list[ActivationHandle]]) -> list[ActivationHandle]:
+        """Run ``call`` in its own thread and stop waiting after ``part.timeout`` seconds.
+
+        An executor call cannot be interrupted safely (a GPU kernel, a BLAS
+        call), so a timed-out attempt is abandoned: it runs to its end in
+        the background and the handles it returns are released at once.
+        """
+        box: dict[str, Any] = {}
+        lock = threading.Lock()
+        done = threading.Event()
+        executor = self.executors[part.executor]
+
+        def attempt() -> None:
+            try:
+                result: Any = call()
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+                result, box["error"] = None, e
+            with lock:
+                if box.get("abandoned"):
+                    for handle in result or ():
+                        executor.release_activation(handle)
+                    self.abandoned -= 1
+                else:
+                    box["result"] = result
+            done.set()
+
+        threading.Thread(target=attempt, name=f"{threading.current_thread().name}-{part.id}", daemon=True).start()
+        done.wait(part.timeout)
+        with lock:
+            if "result" not in box and "error" not in box:
+                box["abandoned"] = True
+                self.abandoned += 1
+                raise StageTimedOut(part.timeout, part.nodes[0] if len(part.nodes) == 1 else None)
+        if "error" in box:
+            raise box["error"]
+        return box["result"]
+
+    def run_partition(self, pid: str, *sources: Any) -> dict:
+        start = time.time()
+        part = self._partitions[pid]
+        executor = self.executors[part.executor]
+        refs = self._refs[pid]
+        handles = self.handles
+        try:
+            inputs = [handles.get(ref) for ref in refs]
+            if self.cache is None:
+                subplan = self._subplans[pid]
+                outputs, attempt = self._attempts(pid, part, start, lambda: executor.execute(subplan, inputs))
+            else:
+                outputs, attempt = self._attempts(pid, part, start, lambda: self.cache.compute(
+                    pid, executor, self._subplans[pid], inputs, part.outputs))
+        except ExecutorError as e:
+            self._event("partition", pid, part.executor, start, "failed", getattr(e, "attempt", 1), node=e.node,
+                        error=str(e), timed_out=isinstance(e, StageTimedOut))
+            raise StageFailure(pid, e.node, str(e), getattr(e, "op", None), getattr(e, "user_traceback", None)) from None
+        finally:
+            self.running.discard(pid)
+        produced = {}
+        for tensor, handle in zip(part.outputs, outputs, strict=True):
+            handles.register(tensor_ref(tensor), executor, handle)
+            produced[tensor] = handle
+        for ref in refs:
+            handles.done(ref)
+        cached = self.cache is not None and pid in self.cache.hit_set
+        stored = self.cache is not None and pid in self.cache.stored_set
+        self._event("partition", pid, part.executor, start, "succeeded", attempt, nodes=list(part.nodes),
+                    cached=cached, stored=stored)
+        return produced
+
+    def export(self, bridge_id: str, produced: dict) -> PortableActivation:
+        start = time.time()
+        bridge = self._bridges[bridge_id]
+        ref = tensor_ref(bridge.tensor)
+        try:
+            portable = self.executors[bridge.source].export_activation(self.handles.get(ref))
+        except ExecutorError as e:
+            self._event("export", bridge_id, bridge.source, start, "failed", error=str(e))
+            raise StageFailure(self.plan.nodes[bridge.tensor].partition, None, f"export of {bridge.tensor!r}: {e}") from None
+        self.handles.done(ref)
+        self._event("export", bridge_id, bridge.source, start, "succeeded", bytes=portable.nbytes)
+        return portable
+
+    def import_(self, bridge_id: str, portable: PortableActivation) -> ActivationHandle:
+        start = time.time()
+        bridge = self._bridges[bridge_id]
+        executor = self.executors[bridge.destination]
+        try:
+            handle = executor.import_activation(portable)
+        except ExecutorError as e:
+            self._event("import", bridge_id, bridge.destination, start, "failed", error=str(e))
+            raise StageFailure(self.plan.nodes[bridge.consumers[0]].partition, None, f"import of {bridge.tensor!r}: {e}") from None
+        self.handles.register(bridge_ref(bridge_id), executor, handle)
+        self._event("import", bridge_id, bridge.destination, start, "succeeded", bytes=portable.nbytes)
+        return handle
+
+    def output(self, name: str, produced: dict) -> PortableActivation:
+        start = time.time()
+        tensor = self.plan.outputs[name]
+        home = self.plan.nodes[tensor].executor
+        portable = self.executors[home].export_activation(self.handles.get(tensor_ref(tensor)))
+        self.handles.done(tensor_ref(tensor))
+        self._event("output", name, home, start, "succeeded", bytes=len(portable.bytes))
+        return portable
