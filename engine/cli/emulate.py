@@ -28,6 +28,17 @@ EMULATE_MAX_STEPS = 1 << 28
 INTERPRETER_START_STEPS = 20_000
 
 
+def _output(r: dict, program, data: bytes, chunk_steps: int):
+    """The native main execution's dict as the ExecutionOutput ``execute`` returns."""
+    from hetflow.executors.emulator.output import BackendArtifacts, CountersChunkMetrics, ExecutionOutput
+
+    return ExecutionOutput(min_traces=r["traces"], counters=CountersChunkMetrics(r["counts"]), pub_outs=r["pub_outs"],
+                           steps=r["steps"], backend=BackendArtifacts("native", None, None), exit_code=r["exit_code"],
+                           stdout=r["stdout"], end_reason=r["end_reason"],
+                           extra={"program": program.name, "input_size": len(data), "chunk_steps": chunk_steps,
+                                  "backend": "native", "translation": r["translation"]})
+
+
 def cmd_emulate(args: argparse.Namespace, out, err) -> int:
     if args.max_steps < 1 or args.chunk_steps < 1:
         raise UsageError("--max-steps and --chunk-steps must be at least 1")
@@ -51,8 +62,12 @@ def cmd_emulate(args: argparse.Namespace, out, err) -> int:
     ran_on = args.backend
     t0 = time.perf_counter()
     try:
-        result = None
-        if args.backend in ("fast", "native") and args.interpreter_start:
+        result = main_run = None
+        if args.backend == "native":
+            # numpy, numba and llvmlite stay unloaded when the disk cache holds the translation
+            from hetflow.executors.emulator import native_main
+            main_run = native_main.MainRun(program, data, translate=False)
+        if args.backend in ("fast", "native") and args.interpreter_start and (main_run is None or main_run.code is None):
             budget = min(args.max_steps, INTERPRETER_START_STEPS)
             try:
                 result = execute(program, backend="reference", input=data, chunk_steps=args.chunk_steps,
@@ -66,12 +81,13 @@ def cmd_emulate(args: argparse.Namespace, out, err) -> int:
                 from hetflow.executors.emulator import fast
                 fast.warm_up()                 # steps/s measures the run, not numba's compile
                 t0 = time.perf_counter()
-            elif args.backend == "native":
-                from hetflow.executors.emulator import native    # llvmlite loads only here
-                native.warm_up()
+            if main_run is not None:
                 t0 = time.perf_counter()
-            result = execute(program, backend=args.backend, input=data, chunk_steps=args.chunk_steps,
-                             max_steps=args.max_steps, runners=False)
+                main_run.translate()               # llvmlite loads only when the cache holds no translation
+                result = _output(main_run.run(args.chunk_steps, args.max_steps), program, data, args.chunk_steps)
+            else:
+                result = execute(program, backend=args.backend, input=data, chunk_steps=args.chunk_steps,
+                                 max_steps=args.max_steps, runners=False)
             ran_on = args.backend
     except ElfError as e:
         raise UsageError(str(e)) from None

@@ -29,16 +29,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from . import machine
 from .elf import ElfError, Program, load_elf
 from .machine import (INPUT_ADDR, OUTPUT_ADDR, RAM_ADDR, RAM_SIZE, STACK_TOP, UART_ADDR, EmulatorError,
                       GuestError, GuestTrap, StepLimitExceeded)
-from .memplan import (mem_ops_from_min_traces, mem_plans_from_min_traces, plan_memory,
-                      rom_histogram_from_min_traces)
-from .witness import COLUMNS as WITNESS_COLUMNS
-from .witness import DEFAULT_SIZES, STATE_MACHINES, Instance, instance_table, plan, plan_instances, witness_table
 from .output import (BackendArtifacts, CountersChunkMetrics, EmuTrace, EmuTraceStart, ExecutionOutput,
                      ExecutorError, MemPlan, RomHistogram, RunnerFailed, RunnerHandleConsumed)
 
@@ -53,6 +47,25 @@ __all__ = [
     "INPUT_ADDR", "OUTPUT_ADDR", "RAM_ADDR", "RAM_SIZE", "STACK_TOP", "UART_ADDR", "machine",
 ]
 
+# The memory planner and the witness tables load numpy: they load on first
+# use (PEP 562), so ``hetflow emulate`` starts without numpy.
+_LAZY = {**dict.fromkeys(("mem_ops_from_min_traces", "mem_plans_from_min_traces", "plan_memory",
+                          "rom_histogram_from_min_traces"), "memplan"),
+         **dict.fromkeys(("DEFAULT_SIZES", "STATE_MACHINES", "Instance", "instance_table", "plan", "plan_instances",
+                          "witness_table", "WITNESS_COLUMNS"), "witness")}
+
+
+def __getattr__(name: str):
+    home = _LAZY.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), "COLUMNS" if name == "WITNESS_COLUMNS" else name)
+    globals()[name] = value
+    return value
+
+
 BACKENDS = ("reference", "fast", "native")
 DEFAULT_CHUNK_STEPS = 1 << 18
 DEFAULT_MAX_STEPS = 1 << 32
@@ -64,7 +77,7 @@ def _program(program: Program | str | Path) -> Program:
 
 def execute(program: Program | str | Path, *, backend: str = "fast", input: bytes = b"",
             chunk_steps: int = DEFAULT_CHUNK_STEPS, max_steps: int = DEFAULT_MAX_STEPS,
-            mem_plan_rows: int = 1 << 22, rom_histogram: bool = True, mem_plan_xp=np,
+            mem_plan_rows: int = 1 << 22, rom_histogram: bool = True, mem_plan_xp=None,
             runners: bool = True) -> ExecutionOutput:
     """Run a guest from its entry point and return the seed's ExecutionOutput.
 
@@ -88,6 +101,10 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
     program = _program(program)
     input = bytes(input)
     extra = {}
+    if runners and backend != "reference":
+        from .memplan import plan_memory
+        if mem_plan_xp is None:
+            import numpy as mem_plan_xp
     if backend == "reference":
         from . import reference
         r = reference.run(program, input, chunk_steps, max_steps)

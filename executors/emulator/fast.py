@@ -90,16 +90,10 @@ from .output import EmuTrace, EmuTraceStart, RomHistogram
 
 __all__ = ["run", "replay_chunk", "Image", "image_of", "mem_ops_runner", "rom_histogram_runner", "warm_up"]
 
-REC_READS, LOG_OPS, LOG_PCS, REPLAY, WITNESS = 1, 2, 4, 8, 16
-
-# status codes returned by _run
-ST_BUDGET, ST_END, ST_TRAP, ST_REPLAY_EXHAUSTED, ST_GROW = 0, 1, 2, 3, 4
-
-# indices into the st array
-S_PC, S_STEP, S_PRIV, S_RES = 0, 1, 2, 3
-S_MSTATUS, S_MTVEC, S_MEPC, S_MCAUSE, S_MTVAL, S_MSCRATCH, S_MIE = 4, 5, 6, 7, 8, 9, 10
-S_END, S_CODE, S_ECAUSE, S_ETVAL, S_EINSN, S_NEED = 11, 12, 13, 14, 15, 16
-N_ST = 17
+# the mode bits, statuses and st indices (compile-time constants in the jitted code)
+from .layout import (LOG_OPS, LOG_PCS, N_ST, REC_READS, REPLAY, S_CODE, S_EINSN, S_END, S_ETVAL, S_ECAUSE,  # noqa: E402
+                     S_MCAUSE, S_MEPC, S_MIE, S_MSCRATCH, S_MSTATUS, S_MTVAL, S_MTVEC, S_NEED, S_PC, S_PRIV, S_RES,
+                     S_STEP, ST_BUDGET, ST_END, ST_GROW, ST_REPLAY_EXHAUSTED, ST_TRAP, U64, WITNESS, region_layout)
 N_WITNESS = 16
 _SLICE = 1 << 18                       # steps per call of the compiled loop (bounds buffer headroom)
 assert M.CSR_STATE == ("mstatus", "mtvec", "mepc", "mcause", "mtval", "mscratch", "mie")
@@ -1157,7 +1151,7 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
 # --------------------------------------------------------------------------
 # Python side: images, state conversion, runners
 
-_U64 = (1 << 64) - 1
+_U64 = U64
 _NO_READS = np.empty(0, dtype=np.uint64)       # shared, never written: its size is 0
 
 
@@ -1172,25 +1166,10 @@ class Image:
     def __init__(self, program: Program, input_bytes: bytes | None, input_size: int):
         regions = M.build_regions(program, input_size, input_bytes)
         self.xperm = M.fetch_permission(program.fetch)
-        # Decode-cache rows and histogram counters, one per 2-byte parcel:
-        # executable segments have both, numbered alike (the fast path
-        # indexes both with one slot); under fetch protection "any" the other
-        # regions get counters only, and decode into one shared scratch row
-        # (a row is checked against the raw instruction before each use).
-        offs, off, slots, slot = [], 0, [], 0
-        for r in regions:
-            offs.append(off)
-            off += r.size
-            if r.perm & PERM_X:
-                slots.append(slot)
-                slot += r.size // 2
-            else:
-                slots.append(-1)
-        hslots, hslot = list(slots), slot
-        for i, r in enumerate(regions):
-            if hslots[i] < 0 and self.xperm == 0:
-                hslots[i] = hslot
-                hslot += r.size // 2
+        # Regions without decode-cache rows of their own (fetch protection
+        # "any") decode into one shared scratch row, checked against the
+        # raw instruction before each use.
+        offs, slots, hslots, self.nslot, self.nhist, off = region_layout(regions, self.xperm)
         self.mem = np.zeros(off, dtype=np.uint8)
         for r, o in zip(regions, offs):
             if r.name == "ram":
@@ -1203,8 +1182,6 @@ class Image:
         self.rperm = np.array([r.perm for r in regions], dtype=np.int64)
         self.rslot = np.array(slots, dtype=np.int64)
         self.rhslot = np.array(hslots, dtype=np.int64)
-        self.nslot = slot + 1                 # + the scratch row
-        self.nhist = max(hslot, 1)
         self.tohost = -1 if program.tohost is None else program.tohost
 
     def copy_mem(self):

@@ -50,8 +50,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import numpy as np
-
 __all__ = [
     "CLASSES",
     "FORMATS",
@@ -288,13 +286,15 @@ def decode(word: int) -> Decoded | None:
     return None
 
 
-def decode_arrays() -> dict[str, np.ndarray]:
+def decode_arrays() -> dict:
     """The table as numpy arrays, for compiled decoders.
 
     ``match``, ``mask``, ``fmt`` (index into FORMATS), ``cls`` (index into
     CLASSES), ``use`` (:func:`operand_use`) per row; ``order`` lists row indices grouped by major opcode
     and ``start``/``stop`` (length 128) delimit each opcode's group.
     """
+    import numpy as np               # only compiled decoders need it: the interpreters start without it
+
     n = len(TABLE)
     order = np.array(sorted(range(n), key=lambda i: (TABLE[i].opcode, i)), dtype=np.int64)
     start = np.zeros(128, dtype=np.int64)
@@ -478,12 +478,14 @@ def decode_compressed(parcel: int) -> Decoded | None:
     return None
 
 
-def compressed_arrays() -> np.ndarray:
+def compressed_arrays():
     """Every 16-bit parcel decoded at once, for compiled decoders: an
     (65536, 5) int64 array of ``[op, rd, rs1, rs2, imm]`` per parcel,
     op = -1 where the parcel is illegal or not compressed (low bits 11).
     Built from :data:`C_TABLE` with the same operand rules as
     :func:`decode_compressed`, elementwise."""
+    import numpy as np
+
     p = np.arange(1 << 16, dtype=np.int64)
     out = np.zeros((1 << 16, 5), dtype=np.int64)
     out[:, 0] = -1

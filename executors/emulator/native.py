@@ -54,10 +54,10 @@ instructions, whether it came from the cache); :func:`execute
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import os
-import tempfile
+import shutil
+import subprocess
 import threading
 import time
 import weakref
@@ -67,28 +67,18 @@ from pathlib import Path
 import numpy as np
 
 from . import fast
-from .elf import PERM_W, PERM_X, Program
-from .fast import LOG_OPS, REC_READS, REPLAY, S_PC, S_STEP, ST_BUDGET, WITNESS, Image
+from .elf import Program
+from .fast import Image
+from .layout import LOG_OPS, REC_READS, REPLAY, S_PC, S_STEP, ST_BUDGET, WITNESS
+from .native_main import (RETRANSLATE_AFTER, VERSION, WRITABLE_BURST, cache_dir, code_digest as _regions_digest,
+                          code_regions, remember_seeds, stored_seeds, translation_key,
+                          write_atomic)
 from .native_translate import (CTX_NREG, CTX_OPOS, CTX_RLEN, CTX_RPOS, CTX_STOP, CTX_TOHOST, N_CTX, N_MISS,
                                N_SHORT, emit_ir, find_blocks)
 from .output import EmuTrace
 
 __all__ = ["NativeMachine", "Translation", "run", "replay_chunk", "mem_ops_runner", "rom_histogram_runner",
-           "last_translation", "cache_dir", "warm_up"]
-
-#: bumped whenever generated code changes, so old cache entries are not used
-VERSION = 2
-RETRANSLATE_AFTER = 64
-_WRITABLE_BURST = 256
-
-
-def cache_dir() -> Path:
-    """Where compiled translations are kept: ``$HETFLOW_NATIVE_CACHE``, else
-    ``$XDG_CACHE_HOME/hetflow/native`` (``~/.cache/hetflow/native``)."""
-    if os.environ.get("HETFLOW_NATIVE_CACHE"):
-        return Path(os.environ["HETFLOW_NATIVE_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "hetflow" / "native"
+           "last_translation", "cache_dir", "warm_up", "translate_regions", "VERSION"]
 
 
 @dataclass
@@ -105,6 +95,7 @@ class Translation:
     cached: bool
     fn: object                    # the ctypes function
     engine: object                # keeps the code alive
+    compile_seconds: float = 0.0  # of which LLVM's optimisation and code generation
 
     def report(self) -> dict:
         return {"blocks": self.blocks, "instructions": len(self.heads) + len(self.tails), "seconds": self.seconds,
@@ -123,35 +114,36 @@ def _init():
     """LLVM's target machine for this host (once; llvmlite loads only here)."""
     global _llvm
     if _llvm is None:
-        import llvmlite
         import llvmlite.binding as llvm
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         target = llvm.Target.from_default_triple()
         cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+
         def tm():
-            # an execution engine owns (and disposes of) the target machine it is given: one each
-            return target.create_target_machine(cpu=cpu, features=features, opt=2, reloc="static",
-                                                codemodel="jitdefault")
-        ident = f"{VERSION}|llvmlite {llvmlite.__version__}|{llvm.get_process_triple()}|{cpu}|{features}"
-        _llvm = (llvm, tm, ident)
+            # an execution engine owns (and disposes of) the target machine it is given: one each.
+            # Position-independent code, so that the same object links into a shared object.
+            return target.create_target_machine(cpu=cpu, features=features, opt=2, reloc="pic",
+                                                codemodel="default")
+        _llvm = (llvm, tm)
     return _llvm
 
 
+def llvm_host() -> str:
+    """LLVM's name for this host's CPU and its features."""
+    llvm = _init()[0]
+    return f"{llvm.get_process_triple()}|{llvm.get_host_cpu_name()}|{llvm.get_host_cpu_features().flatten()}"
+
+
 def _code_regions(image: Image):
-    return [(r, int(s)) for r, s in zip(image.regions, image.rslot) if r.perm & (PERM_W | PERM_X) == PERM_X]
+    return code_regions(image.regions, image.rslot)
 
 
 def code_digest(image: Image) -> str:
-    """The digest of what translation reads: read-only executable segments
-    (address, bytes, histogram slot) and the translator's identity."""
+    """The digest of what translation reads (:func:`.native_main.code_digest`)."""
     d = _digests.get(image)
     if d is None:
-        h = hashlib.sha256(_init()[2].encode())
-        for r, slot in _code_regions(image):
-            h.update(f"{r.base}:{r.size}:{slot}:".encode())
-            h.update(r.data)
-        d = _digests[image] = h.hexdigest()
+        d = _digests[image] = _regions_digest(image.regions, image.rslot)
     return d
 
 
@@ -159,74 +151,96 @@ def _in_code(image: Image, pc: int) -> bool:
     return any(r.base <= pc < r.end for r, _ in _code_regions(image))
 
 
-def _seeds_file(digest: str) -> Path:
-    return cache_dir() / f"{digest[:32]}.seeds.json"
-
-
-def _stored_seeds(digest: str) -> set[int]:
+def _link(obj_path: Path, so_path: Path) -> bool:
+    """Link the object into a shared object that :mod:`ctypes` loads
+    without LLVM, where the host has a linker (``ld`` or ``cc``)."""
+    tool = shutil.which("ld") or shutil.which("cc")
+    if tool is None:
+        return False
+    tmp = so_path.with_name(f"{so_path.name}.{os.getpid()}.tmp")
     try:
-        return set(json.loads(_seeds_file(digest).read_text()))
-    except (OSError, ValueError):
-        return set()
+        done = subprocess.run([tool, "-shared", "-o", str(tmp), str(obj_path)], capture_output=True, timeout=60)
+        if done.returncode != 0:
+            return False
+        os.replace(tmp, so_path)
+        return True
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError:
-        pass                     # a read-only cache directory only costs the next run a translation
+def _optimise_and_emit(llvm, tm, text: str) -> bytes:
+    module = llvm.parse_assembly(text)
+    module.verify()
+    # A short pipeline: what matters is promoting the guest registers
+    # to SSA values and folding each block's arithmetic; the -O2/-O3
+    # pipelines cost ten times the compile time here for no speed.
+    # a builder per module (its analysis caches refer to this module's
+    # functions), and its tuning options alive as long as it
+    pto = llvm.create_pipeline_tuning_options(speed_level=1)
+    pb = llvm.create_pass_builder(tm, pto)
+    fpm = llvm.create_new_function_pass_manager()
+    fpm.add_sroa_pass()
+    fpm.add_instruction_combine_pass()
+    fpm.add_simplify_cfg_pass()
+    fpm.add_new_gvn_pass()
+    fpm.add_dead_code_elimination_pass()
+    for f in module.functions:
+        if not f.is_declaration:
+            fpm.run(f, pb)
+    obj = tm.emit_object(module)
+    del fpm, pb, pto
+    return obj
 
 
-def _compile(image: Image, digest: str, mode: int, seeds: set[int]) -> Translation:
-    llvm, new_tm, _ = _init()
-    tm = new_tm()
+def translate_regions(regions, rslot, digest: str, mode: int, seeds: set[int]) -> Translation:
+    """Translate the read-only code of ``regions`` from ``seeds`` for
+    ``mode``, or load it from the disk cache: a shared object through
+    ctypes where one was linked, else the object code through LLVM's
+    MCJIT."""
     t0 = time.perf_counter()
-    regions = [r for r, _ in _code_regions(image)]
-    blocks = find_blocks(regions, [s for _, s in _code_regions(image)], sorted(seeds))
+    code = code_regions(regions, rslot)
+    blocks = find_blocks([r for r, _ in code], [s for _, s in code], sorted(seeds))
     heads = frozenset(b.pc for b in blocks)
     tails = {ins.pc: len(b.insns) - j for b in blocks for j, ins in enumerate(b.insns) if j}
-    key = hashlib.sha256(f"{digest}|{mode}|{sorted(seeds)}".encode()).hexdigest()
-    path = cache_dir() / f"{key[:40]}.o"
-    obj, cached = None, False
+    key = translation_key(digest, mode, seeds)
+    base = cache_dir() / key
+    obj_path, so_path = Path(f"{base}.o"), Path(f"{base}.so")
+    obj, cached, compile_s = None, False, 0.0
     try:
-        obj = path.read_bytes()
+        obj = obj_path.read_bytes()
         cached = True
     except OSError:
         pass
     if obj is None:
-        module = llvm.parse_assembly(emit_ir(blocks, mode, image.tohost))
-        module.verify()
-        # A short pipeline: what matters is promoting the guest registers
-        # to SSA values and folding each block's arithmetic; the -O2/-O3
-        # pipelines cost ten times the compile time here for no speed.
-        # a builder per module (its analysis caches refer to this module's
-        # functions), and its tuning options alive as long as it
-        pto = llvm.create_pipeline_tuning_options(speed_level=1)
-        pb = llvm.create_pass_builder(tm, pto)
-        fpm = llvm.create_new_function_pass_manager()
-        fpm.add_sroa_pass()
-        fpm.add_instruction_combine_pass()
-        fpm.add_simplify_cfg_pass()
-        fpm.add_new_gvn_pass()
-        fpm.add_dead_code_elimination_pass()
-        for f in module.functions:
-            if not f.is_declaration:
-                fpm.run(f, pb)
-        obj = tm.emit_object(module)
-        del fpm, pb, pto
-        _write_atomic(path, obj)
-    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_tm())
-    ref = llvm.ObjectFileRef.from_data(obj)
-    engine.add_object_file(ref)
-    engine.finalize_object()
-    fn = _ARGS(engine.get_function_address("hf_run"))
-    # the object's bytes and handle live as long as the engine that loaded them
-    return Translation(digest, mode, frozenset(seeds), heads, tails, len(blocks), time.perf_counter() - t0, cached, fn,
-                       (engine, ref, obj))
+        llvm, new_tm = _init()
+        t1 = time.perf_counter()
+        obj = _optimise_and_emit(llvm, new_tm(), emit_ir(blocks, mode))
+        compile_s = time.perf_counter() - t1
+        write_atomic(obj_path, obj)
+    fn = keep = None
+    if (so_path.exists() or (obj_path.exists() and _link(obj_path, so_path))):
+        try:
+            keep = ctypes.CDLL(str(so_path))
+            fn = _ARGS(("hf_run", keep))
+        except OSError:
+            fn = None
+    if fn is None:
+        llvm, new_tm = _init()
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_tm())
+        ref = llvm.ObjectFileRef.from_data(obj)
+        engine.add_object_file(ref)
+        engine.finalize_object()
+        fn = _ARGS(engine.get_function_address("hf_run"))
+        keep = (engine, ref, obj)             # the object's bytes and handle live as long as the engine
+    t = Translation(digest, mode, frozenset(seeds), heads, tails, len(blocks), time.perf_counter() - t0, cached, fn,
+                    keep, compile_s)
+    meta = {"heads": sorted(heads), "tails": {str(k): v for k, v in tails.items()},
+            "report": {k: v for k, v in t.report().items() if k not in ("seconds", "cached")}}
+    write_atomic(Path(f"{base}.json"), json.dumps(meta).encode())
+    return t
 
 
 def translation(image: Image, mode: int, pc: int, extra: set[int] = frozenset()) -> Translation:
@@ -241,10 +255,10 @@ def translation(image: Image, mode: int, pc: int, extra: set[int] = frozenset())
             want.add(pc)
         if t is not None and not want - t.seeds:
             return t
-        seeds = want | _stored_seeds(digest) | (set(t.seeds) if t else set())
-        t = _compile(image, digest, mode, seeds)
-        if not seeds <= _stored_seeds(digest):
-            _write_atomic(_seeds_file(digest), json.dumps(sorted(seeds | _stored_seeds(digest))).encode())
+        stored = stored_seeds(digest)
+        seeds = want | stored | (set(t.seeds) if t else set())
+        t = translate_regions(image.regions, image.rslot, digest, mode, seeds)
+        remember_seeds(digest, seeds)
         _loaded[(digest, mode)] = t
         _last.clear()
         _last.update(t.report())
@@ -316,7 +330,7 @@ class NativeMachine(fast._Machine):
                         self.n_missed = 0
                         continue
                 else:
-                    k = min(left, _WRITABLE_BURST)
+                    k = min(left, WRITABLE_BURST)
             s = fast._Machine.run(self, k, counts)
             if s != ST_BUDGET:
                 return s

@@ -57,7 +57,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .elf import PERM_R, PERM_W, PERM_X
-from .fast import LOG_OPS, LOG_PCS, REC_READS, REPLAY
+from .layout import LOG_OPS, LOG_PCS, REC_READS, REPLAY
 from .isa import BY_NAME, CLASSES, TABLE, decode_insn
 from .machine import UART_ADDR
 
@@ -437,7 +437,7 @@ _STATE = ["step", "bstep", "xpc", "jpc", "rpos", "opos", "status", "lbase", "lsi
           "soff"]
 
 
-def emit_ir(blocks: list[Block], mode: int, tohost: int) -> str:
+def emit_ir(blocks: list[Block], mode: int) -> str:
     """The module text: ``i64 hf_run(regs, st, mem, rbuf, ctx, counts, rtab, obuf, hist)``."""
     e = _Emitter(mode)
     ncls = len(CLASSES)

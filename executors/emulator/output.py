@@ -30,16 +30,25 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from .isa import CLASSES
 from .machine import CSR_STATE, EmulatorError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "EmuTraceStart", "EmuTrace", "CountersChunkMetrics", "ExecutionOutput", "BackendArtifacts",
     "RomHistogram", "MemPlan", "ExecutorError", "RunnerHandleConsumed", "RunnerFailed",
 ]
+
+
+def _array_equal(a, b) -> bool:
+    # numpy loads on the first comparison, not with the module: ``hetflow emulate`` never compares
+    import numpy as np
+
+    return np.array_equal(a, b)
 
 
 @dataclass(frozen=True)
@@ -78,7 +87,7 @@ class EmuTrace:
             return NotImplemented
         return (self.chunk_id, self.start_state, self.steps, self.end) == (
             other.chunk_id, other.start_state, other.steps, other.end
-        ) and np.array_equal(self.mem_reads, other.mem_reads)
+        ) and _array_equal(self.mem_reads, other.mem_reads)
 
     __hash__ = None
 
@@ -94,12 +103,13 @@ class CountersChunkMetrics:
         return {c: int(v) for c, v in zip(self.classes, self.table[i])}
 
     def totals(self) -> dict[str, int]:
-        return {c: int(v) for c, v in zip(self.classes, self.table.sum(axis=0))}
+        sums = [sum(int(v) for v in col) for col in zip(*self.table)] or [0] * len(self.classes)
+        return dict(zip(self.classes, sums))
 
     def __eq__(self, other):
         if not isinstance(other, CountersChunkMetrics):
             return NotImplemented
-        return self.classes == other.classes and np.array_equal(self.table, other.table)
+        return self.classes == other.classes and _array_equal(self.table, other.table)
 
     __hash__ = None
 
@@ -115,7 +125,7 @@ class RomHistogram:
     def __eq__(self, other):
         if not isinstance(other, RomHistogram):
             return NotImplemented
-        return self.steps == other.steps and np.array_equal(self.pcs, other.pcs) and np.array_equal(self.counts, other.counts)
+        return self.steps == other.steps and _array_equal(self.pcs, other.pcs) and _array_equal(self.counts, other.counts)
 
     __hash__ = None
 

@@ -34,8 +34,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
-
 from . import machine as M
 from .elf import PERM_R, PERM_W, PERM_X, Program
 from .isa import (BY_NAME, CLASSES, TABLE, USE_RD, USE_RS1, USE_RS2, Decoded, decode_insn, instruction_size,
@@ -262,7 +260,7 @@ class LivePort(_Port):
 class ReplayPort(_Port):
     """No writable memory: reads come from a min trace, stores only check."""
 
-    def __init__(self, regions, reads: np.ndarray, log_ops=False, log_pcs=False, fetch="executable"):
+    def __init__(self, regions, reads, log_ops=False, log_pcs=False, fetch="executable"):
         super().__init__(regions, log_ops, log_pcs, fetch)
         self.reads = [int(v) for v in reads]
         self.pos = 0
@@ -780,6 +778,8 @@ def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, 
     steps, exit_code, end_reason, stdout, pub_outs, and the port (whose
     ``ops``/``pcs`` logs are filled when requested).
     """
+    import numpy as np
+
     regions = M.build_regions(program, len(input_bytes), input_bytes)
     h = Hart(entry_state(program))
     h.tohost = program.tohost

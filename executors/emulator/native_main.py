@@ -1,0 +1,406 @@
+"""The native backend's main execution (MT) on ctypes: no numpy, numba or llvmlite.
+
+``hetflow emulate --backend native`` runs here.  A whole process is Python's
+start, the imports, the ELF load, the translation's load and the run, so
+this module keeps the first three small: the machine's state is ctypes
+arrays (``regs``, ``st``, ``ctx``, ``counts``, the min-trace buffer ``rbuf``)
+and one 8-byte aligned buffer holding every region back to back (the
+layout of :mod:`.layout`, which the generated code addresses), and the
+translation is a shared object in the disk cache loaded with
+:class:`ctypes.CDLL`.  Only a program not seen before (or a host without a
+linker) imports :mod:`.native` and llvmlite to translate it.
+
+What the translated code does not run (``ecall``, CSRs, atomics, a load or
+store that would fault or touch the UART or ``tohost``, the steps before
+a chunk boundary that a whole block would overrun, writable code; see
+:mod:`.native`) runs in the reference interpreter
+(:func:`hetflow.executors.emulator.reference.step`), one step at a time, on
+the same state: the hart's registers and pc are copied in and out around
+it, its privilege, CSRs and reservation live in the hart throughout (the
+translated code never reads them), and its memory port reads and writes
+the same buffer, appending each word it reads to the same min trace.  So
+the min traces, counters, outputs, traps and the step limit are the
+other backends', field for field (``tests/emulator`` compare them).
+
+The cache (:func:`cache_dir`) keeps, per translation key (the code
+digest, the mode and the seeds), the object code (``.o``), the shared
+object linked from it (``.so``) and what the runtime needs to know about
+it (``.json``: the blocks' first pcs and the steps from any other
+translated pc to its block's end).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import platform
+from array import array
+from pathlib import Path
+
+from . import machine as M
+from . import reference
+from .elf import PERM_W, PERM_X, Program
+from .isa import CLASSES
+from .layout import REC_READS, ST_BUDGET, ST_END, U64, region_layout
+from .native_translate import (CTX_NREG, CTX_OPOS, CTX_RLEN, CTX_RPOS, CTX_STOP, CTX_TOHOST, N_CTX, N_MISS,
+                               N_SHORT)
+from .output import EmuTrace, EmuTraceStart
+
+__all__ = ["VERSION", "RETRANSLATE_AFTER", "cache_dir", "host_identity", "code_digest", "translation_key",
+           "stored_seeds", "remember_seeds", "write_atomic", "load_cached", "Loaded", "MainRun", "run"]
+
+#: bumped whenever generated code changes, so old cache entries are not used
+VERSION = 3
+RETRANSLATE_AFTER = 64
+WRITABLE_BURST = 256
+
+_I64P = ctypes.c_void_p
+_SIG = (ctypes.c_int64, *[_I64P] * 9)
+
+
+def cache_dir() -> Path:
+    """Where compiled translations are kept: ``$HETFLOW_NATIVE_CACHE``, else
+    ``$XDG_CACHE_HOME/hetflow/native`` (``~/.cache/hetflow/native``)."""
+    if os.environ.get("HETFLOW_NATIVE_CACHE"):
+        return Path(os.environ["HETFLOW_NATIVE_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "hetflow" / "native"
+
+
+_host: list[str] = []
+
+
+def host_identity() -> str:
+    """What generated code depends on besides the guest: the translator's
+    version, llvmlite's, the machine and its CPU's features (read from
+    ``/proc/cpuinfo`` where there is one, so that finding a cached
+    translation does not load LLVM)."""
+    if not _host:
+        import llvmlite                       # the package only: its version, not the LLVM library
+
+        cpu = ""
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if line.startswith(("model name", "flags", "Features", "isa")):
+                        cpu += line
+                    elif not line.strip() and cpu:
+                        break                 # the first processor's lines are enough
+        except OSError:
+            from .native import llvm_host     # no /proc: ask LLVM
+            cpu = llvm_host()
+        _host.append(f"{VERSION}|llvmlite {llvmlite.__version__}|{platform.machine()}|"
+                     f"{hashlib.sha256(cpu.encode()).hexdigest()[:16]}")
+    return _host[0]
+
+
+def code_regions(regions, slots):
+    """The read-only executable regions, each with its first histogram slot."""
+    return [(r, int(s)) for r, s in zip(regions, slots) if r.perm & (PERM_W | PERM_X) == PERM_X]
+
+
+def code_digest(regions, slots) -> str:
+    """The digest of what translation reads: read-only executable segments
+    (address, bytes, histogram slot) and :func:`host_identity`."""
+    h = hashlib.sha256(host_identity().encode())
+    for r, slot in code_regions(regions, slots):
+        h.update(f"{r.base}:{r.size}:{slot}:".encode())
+        h.update(r.data)
+    return h.hexdigest()
+
+
+def translation_key(digest: str, mode: int, seeds) -> str:
+    return hashlib.sha256(f"{digest}|{mode}|{sorted(seeds)}".encode()).hexdigest()[:40]
+
+
+def _seeds_file(digest: str) -> Path:
+    return cache_dir() / f"{digest[:32]}.seeds.json"
+
+
+def stored_seeds(digest: str) -> set[int]:
+    """The pcs earlier runs found missing from the translation (indirect
+    jump targets): a translation starts from them too."""
+    try:
+        return set(json.loads(_seeds_file(digest).read_text()))
+    except (OSError, ValueError):
+        return set()
+
+
+def remember_seeds(digest: str, seeds) -> None:
+    """Add ``seeds`` to those :func:`stored_seeds` returns."""
+    stored = stored_seeds(digest)
+    if not set(seeds) <= stored:
+        write_atomic(_seeds_file(digest), json.dumps(sorted(stored | set(seeds))).encode())
+
+
+def write_atomic(path: Path, data: bytes) -> bool:
+    """Write a cache file whole or not at all; False where the cache is not writable."""
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        return False             # a read-only cache directory only costs the next run a translation
+
+
+class Loaded:
+    """A translation as the runtime sees it: the compiled function and
+    which pcs it covers (``heads``: blocks' first pcs; ``tails``: any
+    other translated pc -> steps to its block's end)."""
+
+    def __init__(self, fn, heads, tails, report: dict, seeds=frozenset(), keep=None):
+        self.fn, self.heads, self.tails, self.seeds, self.keep = fn, frozenset(heads), tails, frozenset(seeds), keep
+        self._report = report
+
+    def report(self) -> dict:
+        return dict(self._report)
+
+
+def load_cached(key: str, seeds=frozenset()) -> Loaded | None:
+    """The shared object cached under ``key`` with its description, or None."""
+    import time
+
+    t0 = time.perf_counter()
+    base = cache_dir() / key
+    try:
+        meta = json.loads(Path(f"{base}.json").read_text())
+        lib = ctypes.CDLL(f"{base}.so")
+    except (OSError, ValueError):
+        return None
+    fn = ctypes.CFUNCTYPE(*_SIG)(("hf_run", lib))
+    report = dict(meta["report"], seconds=time.perf_counter() - t0, cached=True)
+    return Loaded(fn, meta["heads"], {int(k): v for k, v in meta["tails"].items()}, report, seeds, lib)
+
+
+def _buffer(ctype, n: int):
+    """A zeroed array of ``n`` ``ctype``: anonymous memory whose pages the
+    OS zeroes when first touched, so 4 MiB of RAM cost nothing until used."""
+    import mmap
+
+    n = max(n, 1)
+    mem = mmap.mmap(-1, n * ctypes.sizeof(ctype))
+    arr = (ctype * n).from_buffer(mem)
+    return arr
+
+
+class _Reads:
+    """The min-trace buffer as the reference interpreter's ``reads`` list:
+    a word it reads lands where the translated code would have put it."""
+
+    def __init__(self, run: "MainRun"):
+        self.run = run
+
+    def extend(self, words) -> None:
+        r = self.run
+        words = list(words)
+        r.room(len(words))
+        for w in words:
+            r.rbuf[r.rpos] = w
+            r.rpos += 1
+
+
+class _Port(reference.LivePort):
+    """The reference interpreter's memory port over the run's buffer."""
+
+    def __init__(self, regions, fetch: str, views, run: "MainRun"):
+        reference._Port.__init__(self, regions, False, False, fetch)
+        self.mem = views
+        self.reads = _Reads(run)
+
+
+class MainRun:
+    """One main execution: the state, the translation and the chunk loop."""
+
+    def __init__(self, program: Program, input_bytes: bytes, translate: bool = True):
+        regions = M.build_regions(program, len(input_bytes), input_bytes)
+        xperm = M.fetch_permission(program.fetch)
+        offs, slots, _, _, _, size = region_layout(regions, xperm)
+        self.program, self.regions, self.slots = program, regions, slots
+        self.memory = _buffer(ctypes.c_uint64, size // 8)
+        view = memoryview(self.memory).cast("B")
+        for r, o in zip(regions, offs):
+            if r.name != "ram":               # already zero
+                view[o:o + r.size] = r.data
+        self.port = _Port(regions, program.fetch, [view[o:o + r.size] for r, o in zip(regions, offs)], self)
+        self.rtab = _buffer(ctypes.c_int64, 4 * len(regions))
+        for i, (r, o) in enumerate(zip(regions, offs)):
+            self.rtab[4 * i:4 * i + 4] = [r.base, r.size, o, r.perm]
+        self.tohost = -1 if program.tohost is None else program.tohost
+        self.ctx = _buffer(ctypes.c_int64, N_CTX)
+        self.ctx[CTX_NREG] = len(regions)
+        self.ctx[CTX_TOHOST] = self.tohost
+        self.regs = _buffer(ctypes.c_int64, 32)
+        self.st = _buffer(ctypes.c_int64, 2)                 # pc and step: all the translated code keeps
+        # the same memory as unsigned words: the hart's view, converted by ctypes at C speed
+        self.uregs = (ctypes.c_uint64 * 32).from_buffer(self.regs)
+        self.ust = (ctypes.c_uint64 * 2).from_buffer(self.st)
+        self.rbuf = _buffer(ctypes.c_uint64, 1024)
+        self.rpos = 0
+        self.hart = reference.Hart(reference.entry_state(program))
+        self.hart.tohost = program.tohost
+        self._from_hart()
+        self.code = None
+        self.missed: set[int] = set()
+        self.n_missed = 0
+        self._code_ranges = [(r.base, r.end) for r, _ in code_regions(regions, slots)]
+        self.code = _translate(self, self.hart.pc, set(), compile=translate)
+
+    def translate(self) -> None:
+        """Translate the program if the disk cache held no translation
+        (``MainRun(..., translate=False)`` only looks there)."""
+        if self.code is None:
+            self.code = _translate(self, self.hart.pc, set())
+
+    def in_code(self, pc: int) -> bool:
+        return any(lo <= pc < hi for lo, hi in self._code_ranges)
+
+    def room(self, n: int) -> None:
+        """Make room for ``n`` more words in the min-trace buffer."""
+        if self.rpos + n > len(self.rbuf):
+            grown = _buffer(ctypes.c_uint64, max(self.rpos + n, 2 * len(self.rbuf)))
+            ctypes.memmove(grown, self.rbuf, 8 * self.rpos)
+            self.rbuf = grown
+
+    # the hart and the arrays hold the same pc, step and registers between calls
+    def _to_hart(self) -> None:
+        h = self.hart
+        h.pc = self.ust[0]
+        h.step = self.st[1]
+        h.x = self.uregs[:]
+
+    def _from_hart(self) -> None:
+        h = self.hart
+        self.uregs[:] = h.x
+        self.ust[0] = h.pc
+        self.st[1] = h.step
+
+    def state(self) -> EmuTraceStart:
+        h = self.hart
+        return EmuTraceStart(self.ust[0], self.st[1], h.priv, tuple(self.uregs),
+                             tuple(h.csr[n] for n in M.CSR_STATE), h.reservation)
+
+    def interpret(self, k: int, counts) -> int:
+        """Up to ``k`` steps in the reference interpreter."""
+        h, port = self.hart, self.port
+        self._to_hart()
+        step = reference.step
+        for _ in range(k):
+            step(h, port, counts)
+            if h.end is not None:
+                break
+        self._from_hart()
+        return ST_END if h.end is not None else ST_BUDGET
+
+    def steps(self, budget: int, counts) -> int:
+        """Run up to ``budget`` steps: translated code where there is some,
+        the interpreter for the rest."""
+        st, ctx = self.st, self.ctx
+        first = st[1]
+        args = [ctypes.addressof(a) for a in (self.regs, st, self.memory)]
+        while True:
+            done = st[1] - first
+            if done >= budget:
+                return ST_BUDGET
+            b = budget - done
+            self.room(b)                      # a translated step reads at most one word
+            stop = st[1] + b
+            ctx[CTX_STOP] = stop
+            ctx[CTX_RPOS] = self.rpos
+            ctx[CTX_OPOS] = 0
+            ctx[CTX_RLEN] = len(self.rbuf)
+            status = self.code.fn(*args, ctypes.addressof(self.rbuf), ctypes.addressof(ctx), ctypes.addressof(counts),
+                                  ctypes.addressof(self.rtab), None, None)
+            self.rpos = ctx[CTX_RPOS]
+            left = stop - st[1]
+            if left == 0:
+                continue
+            k = 1
+            if status == N_SHORT:
+                k = left
+            elif status == N_MISS:
+                pc = st[0] & U64
+                if pc in self.code.tails:          # inside a block: the interpreter finishes it
+                    k = min(left, self.code.tails[pc])
+                elif self.in_code(pc):
+                    self.missed.add(pc)
+                    self.n_missed += 1
+                    if self.n_missed >= RETRANSLATE_AFTER:
+                        self.code = _translate(self, pc, self.missed)
+                        self.n_missed = 0
+                        continue
+                else:
+                    k = min(left, WRITABLE_BURST)
+            if self.interpret(k, counts) != ST_BUDGET:
+                return ST_END
+
+    def run(self, chunk_steps: int, max_steps: int) -> dict:
+        """The chunk loop: the same dict as :func:`.fast.run`, min traces'
+        reads as ``array('Q')``."""
+        traces, table = [], []
+        ncls = len(CLASSES)
+        while True:
+            start = self.state()
+            counts = (ctypes.c_int64 * ncls)()
+            self.rpos = 0
+            first = start.step
+            status = ST_BUDGET
+            while True:
+                left = min(chunk_steps - (self.st[1] - first), max_steps - self.st[1])
+                if left <= 0:
+                    break
+                status = self.steps(left, counts)
+                if status != ST_BUDGET:
+                    break
+            n = self.st[1] - first
+            ended = status == ST_END
+            if not ended and n < chunk_steps:
+                pc = self.st[0] & U64
+                raise M.StepLimitExceeded(max_steps, pc=pc, insn=self.port.peek_insn(pc), step=self.st[1])
+            reads = array("Q")
+            reads.frombytes(memoryview(self.rbuf).cast("B")[:8 * self.rpos])
+            traces.append(EmuTrace(len(traces), start, n, reads, ended))
+            table.append(list(counts))
+            if ended:
+                break
+        h = self.hart
+        return {"traces": traces, "counts": table, "steps": self.st[1], "exit_code": h.end.code & U64,
+                "end_reason": h.end.reason, "stdout": bytes(h.stdout),
+                "pub_outs": [(i, self.port.peek(M.OUTPUT_ADDR + 4 * i, 4)) for i in range(M.N_OUTPUTS)],
+                "translation": self.code.report()}
+
+
+def _translate(run: MainRun, pc: int, extra: set[int], compile: bool = True) -> Loaded | None:
+    """The translation covering ``pc`` (and ``extra``): from the disk cache
+    when it holds one, else made by :mod:`.native` (which loads llvmlite),
+    or None when ``compile`` is false."""
+    digest = code_digest(run.regions, run.slots)
+    want = set(extra)
+    if run.in_code(pc):
+        want.add(pc)
+    stored = stored_seeds(digest)
+    seeds = want | stored | (set(run.code.seeds) if run.code is not None else set())
+    if not want - stored:
+        got = load_cached(translation_key(digest, REC_READS, seeds), seeds)
+        if got is not None:
+            return got
+    if not compile:
+        return None
+    from . import native
+
+    t = native.translate_regions(run.regions, run.slots, digest, REC_READS, seeds)
+    remember_seeds(digest, seeds)
+    return Loaded(t.fn, t.heads, t.tails, t.report(), t.seeds, t)
+
+
+def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = 1 << 32) -> dict:
+    """Main execution (MT) on translated code: the dict of :func:`.fast.run`
+    (``counts`` as a list of rows, min traces' reads as ``array('Q')``) and
+    the translation's ``report`` under ``"translation"``."""
+    return MainRun(program, input_bytes).run(chunk_steps, max_steps)

@@ -1,0 +1,106 @@
+"""The native backend's main execution on ctypes (:mod:`.native_main`, what
+``hetflow emulate --backend native`` runs): every field equal to the fast
+backend's on the repository's guests and random programs, chunk boundaries
+inside blocks, the same errors, and a run from the disk cache that loads
+neither numba nor llvmlite."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from hetflow.executors.emulator import GuestTrap, StepLimitExceeded, fast, load_elf, native_main
+from hetflow.executors.emulator.elf import ElfError
+
+from _guests import GUESTS
+from test_emu_fast_path import random_program
+
+CASES = [("fib", b""), ("sort", b""), ("sha256", bytes(range(200)) * 3), ("isa_alu", b""), ("isa_mem", b""),
+         ("isa_muldiv", b""), ("isa_amo", b""), ("isa_trap", b""), ("isa_smc", b""), ("isa_rvc", b""),
+         ("sdk/hello", b"")]
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("HETFLOW_NATIVE_CACHE", str(tmp_path_factory.getbasetemp() / "native-main-cache"))
+
+
+def _same(a: dict, b: dict) -> None:
+    for k in ("steps", "exit_code", "end_reason", "stdout", "pub_outs"):
+        assert a[k] == b[k], k
+    assert np.array_equal(np.asarray(a["counts"]), np.asarray(b["counts"]))
+    assert len(a["traces"]) == len(b["traces"])
+    for s, t in zip(a["traces"], b["traces"]):
+        assert s == t, s.chunk_id
+
+
+@pytest.mark.parametrize("name,data", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("chunk", [97, 1 << 18])
+def test_guests_equal_the_fast_backend(name, data, chunk):
+    prog = load_elf(GUESTS / f"{name}.elf")
+    _same(native_main.run(prog, data, chunk), fast.run(prog, data, chunk))
+
+
+@pytest.mark.parametrize("seed,chunk", [(0, 2), (1, 5), (2, 64), (3, 1000)])
+def test_random_programs_equal_the_fast_backend(seed, chunk):
+    prog, inp = random_program(seed, n=500, rounds=3)
+    r = native_main.run(prog, inp, chunk)
+    _same(r, fast.run(prog, inp, chunk))
+    assert r["translation"]["instructions"] > 400
+
+
+@pytest.mark.parametrize("name", ["fault_store", "illegal"])
+def test_traps_are_the_fast_backends(name):
+    prog = load_elf(GUESTS / f"{name}.elf")
+    with pytest.raises(GuestTrap) as nat:
+        native_main.run(prog)
+    with pytest.raises(GuestTrap) as fst:
+        fast.run(prog)
+    assert str(nat.value) == str(fst.value)
+    assert (nat.value.pc, nat.value.insn, nat.value.step) == (fst.value.pc, fst.value.insn, fst.value.step)
+
+
+@pytest.mark.parametrize("limit", [1, 999, 12_345])
+def test_step_limit_is_exact(limit):
+    prog = load_elf(GUESTS / "spin.elf")
+    with pytest.raises(StepLimitExceeded) as nat:
+        native_main.run(prog, b"", 100, limit)
+    with pytest.raises(StepLimitExceeded) as fst:
+        fast.run(prog, b"", 100, limit)
+    assert str(nat.value) == str(fst.value) and nat.value.step == limit
+
+
+_PROBE = """
+import sys
+from hetflow.engine.cli import main
+code = main(sys.argv[1:])
+print("LOADED", sorted(m for m in ("numba", "llvmlite.binding") if m in sys.modules))
+sys.exit(code)
+"""
+
+
+def test_a_cached_translation_runs_without_numba_or_llvm(tmp_path):
+    env = {**os.environ, "HETFLOW_NATIVE_CACHE": str(tmp_path)}
+    argv = ["emulate", str(GUESTS / "sort.elf"), "--backend", "native", "--json"]
+    first = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, env=env)
+    second = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, env=env)
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    a, b = (json.loads(r.stdout.splitlines()[0]) for r in (first, second))
+    assert a["translation"]["cached"] is False and b["translation"]["cached"] is True
+    assert a["ran_on"] == b["ran_on"] == "native"
+    assert {k: a[k] for k in ("steps", "pub_outs", "counters", "chunks")} == \
+        {k: b[k] for k in ("steps", "pub_outs", "counters", "chunks")}
+    assert "llvmlite.binding" in first.stdout and second.stdout.splitlines()[-1] == "LOADED []"
+    assert list(tmp_path.glob("*.json")) and list(tmp_path.glob("*.o"))
+
+
+def test_an_unseen_short_guest_starts_in_the_interpreter(tmp_path):
+    env = {**os.environ, "HETFLOW_NATIVE_CACHE": str(tmp_path)}
+    argv = ["emulate", str(GUESTS / "fib.elf"), "--backend", "native", "--json"]
+    r = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, env=env)
+    out = json.loads(r.stdout.splitlines()[0])
+    assert (r.returncode, out["ran_on"], out["steps"]) == (0, "reference", 516)
+    assert r.stdout.splitlines()[-1] == "LOADED []"
