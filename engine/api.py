@@ -72,7 +72,7 @@ from hetflow.engine import planner
 from hetflow.engine.clusters import open_cluster, plan_on
 from hetflow.engine.errors import RunFailed, UsageError
 from hetflow.engine.inputs import bind_inputs, describe_inputs, with_inputs
-from hetflow.engine.manifest import Document, Manifest, compile_manifest, load
+from hetflow.engine.manifest import Document, Manifest, compile_manifest, gc_paused, load
 from hetflow.engine.results import Failure, Plan, Run, Sweep
 from hetflow.executors.base import PortableActivation
 
@@ -172,7 +172,8 @@ def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | 
     manifest = compile_manifest(doc, overrides)
     with open_cluster(workers, threads_per_worker, scheduler, place) as cluster:
         made = plan_on(manifest, cluster, place)
-    return Plan(made, chosen, _cache_status(manifest, made, chosen, os.fspath(runs_dir), cache_dir))
+    with gc_paused():  # the cache keys and the plan's data: a large plan's worth of new, acyclic objects
+        return Plan(made, chosen, _cache_status(manifest, made, chosen, os.fspath(runs_dir), cache_dir))
 
 
 def _cache_status(manifest: Manifest, made: planner.Plan, point: str | None, runs_dir: str,

@@ -59,8 +59,21 @@ def hetflow_version() -> str:
         return "unknown"
 
 
+# ``json.dumps`` with these options builds a new encoder on every call; a partition's key encodes every
+# one of its stages, so the one C encoder is made once (the values are acyclic manifest data)
+_ENCODE = (json.encoder.c_make_encoder(None, json.JSONEncoder().default, json.encoder.encode_basestring, None, ":", ",",
+                                       True, False, True) if json.encoder.c_make_encoder is not None else None)
+
+
 def _canonical(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    """``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` as UTF-8.
+
+    >>> _canonical({"b": [1.5, None], "a": "é"}).decode()
+    '{"a":"é","b":[1.5,null]}'
+    """
+    if _ENCODE is None:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return "".join(_ENCODE(value, 0)).encode()
 
 
 def _sha(data: bytes) -> str:
@@ -109,19 +122,28 @@ class PartitionKey:
                 "node_digests": dict(self.node_digests), "code": dict(self.code)}
 
 
-def _definition(plan: Plan, part: Partition, uncacheable: list[str]) -> dict:
+def _definition(plan: Plan, part: Partition, uncacheable: list[str], kinds: dict[str, tuple]) -> dict:
+    """The partition's ``definition`` (see the module's docstring); ``kinds`` memoizes, per op,
+    the op and the names of its path and seed arguments."""
     nodes = []
     for n in part.nodes:
         node = plan.nodes[n]
-        op = oplib.REGISTRY[node.op]
-        args = dict(plan.stage_args[n])
-        for name, spec in op.args.items():
-            if spec.kind == "path" and isinstance(args.get(name), str):
+        known = kinds.get(node.op)
+        if known is None:
+            op = oplib.REGISTRY[node.op]
+            known = kinds[node.op] = (op, [a for a, spec in op.args.items() if spec.kind == "path"],
+                                      [a for a, spec in op.args.items() if spec.kind == "seed"])
+        op, paths, seeds = known
+        given = plan.stage_args[n]
+        args = dict(given)
+        for name in paths:
+            if isinstance(args.get(name), str):
                 digest = file_digest(args[name])
                 if digest is None:
                     uncacheable.append(f"stage {n!r} reads {args[name]!r}, which cannot be read")
                 args[name] = {"file_sha256": digest}
-        if not oplib.is_deterministic(op, plan.stage_args[n]):
+        # what oplib.is_deterministic says: a seed left null draws a new stream every run
+        if seeds and any(given.get(a) is None for a in seeds):
             uncacheable.append(f"stage {n!r} is nondeterministic (seed: null)")
         entry = {"id": n, "op": node.op, "args": args, "dtype": node.dtype.value, "inputs": list(plan.stage_inputs[n])}
         if op.invoke is not None:
@@ -133,25 +155,38 @@ def _definition(plan: Plan, part: Partition, uncacheable: list[str]) -> dict:
             "inputs": list(part.inputs), "outputs": list(part.outputs)}
 
 
+def _definition_digests(definition: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+    """The digest of ``_canonical(definition)`` and of each of its nodes, every node encoded once.
+
+    With sorted keys a definition's text is its parts' texts in the order
+    ``inputs``, ``nodes``, ``outputs``, ``vendor``.
+    """
+    texts = [_canonical(n) for n in definition["nodes"]]
+    whole = b"".join((b'{"inputs":', _canonical(definition["inputs"]), b',"nodes":[', b",".join(texts),
+                      b'],"outputs":', _canonical(definition["outputs"]), b',"vendor":',
+                      _canonical(definition["vendor"]), b"}"))
+    return _sha(whole), {n["id"]: _sha(t) for n, t in zip(definition["nodes"], texts)}
+
+
 def partition_keys(plan: Plan, no_cache_stages: frozenset[str] = frozenset(), version: str | None = None) -> dict[str, PartitionKey]:
     """The cache key of every partition, in execution order."""
     version = version or hetflow_version()
     producer = {n: p.id for p in plan.partitions for n in p.nodes}
     by_id = {p.id: p for p in plan.partitions}
     keys: dict[str, PartitionKey] = {}
+    kinds: dict[str, tuple] = {}
     for part in _dependency_order(plan.partitions, producer):
         why: list[str] = [f"stage {n!r} has cache: false" for n in part.nodes if n in no_cache_stages]
-        definition = _definition(plan, part, why)
+        definition = _definition(plan, part, why, kinds)
         inputs: dict[str, str | None] = {}
         for tensor in part.inputs:
             upstream = keys[producer[tensor]]
             inputs[tensor] = upstream.key
             if upstream.key is None:
                 why.append(f"input {tensor!r} comes from uncacheable partition {upstream.partition}")
-        def_digest = _sha(_canonical(definition))
+        def_digest, node_digests = _definition_digests(definition)
         key = None if why else _sha(_canonical({"format": CACHE_FORMAT, "definition": def_digest,
                                                  "inputs": inputs, "version": version}))
-        node_digests = {n["id"]: _sha(_canonical(n)) for n in definition["nodes"]}
         code = {n["op"]: n["code"] for n in definition["nodes"] if "code" in n}
         keys[part.id] = PartitionKey(part.id, part.nodes, key, def_digest, inputs, version, "; ".join(why), node_digests,
                                      code)

@@ -117,28 +117,32 @@ class Document:
     ``marks`` maps a value's path to its :class:`Origin` and ``key_marks``
     a mapping key's path to the key's. A document loaded from text keeps
     the text instead of the marks, and :meth:`at` and :meth:`key_at` hand
-    out pending origins. The first one asked for its position parses the
-    text again into YAML nodes, which the document then keeps: each
-    pending origin walks them along its path (a mapping's keys indexed
-    once), so a hundred thousand positions cost one parse, not a mark
-    for every value. ``marks`` itself is built in full only when read. A
-    manifest that is valid never pays for its positions; one with an
-    error pays once.
+    out pending origins. The positions of the top two levels of mappings
+    (a stage's key, an executor's) are kept from the first parse, as the
+    parser's marks of each key and value: a plan prints every stage's
+    origin. Any deeper position parses the text again into YAML nodes,
+    which the document then keeps: each pending origin walks them along
+    its path (a mapping's keys indexed once), so a hundred thousand
+    positions cost one parse, not a mark for every value. ``marks``
+    itself is built in full only when read. A manifest that is valid
+    never pays for its deeper positions; one with an error pays once.
 
     ``problems`` holds what YAML allows and a manifest does not (a key
     that is not a string, a key written twice, no document at all);
     validation reports them before anything else.
     """
 
-    __slots__ = ("file", "value", "_marks", "_key_marks", "text", "_root", "_index", "problems")
+    __slots__ = ("file", "value", "_marks", "_key_marks", "text", "_root", "_index", "_shallow", "problems")
 
     def __init__(self, file: str, value: Any, marks: Mapping[Path, Origin] | None = None,
                  key_marks: Mapping[Path, Origin] | None = None, *, text: str | None = None,
-                 problems: tuple[Diagnostic, ...] = ()) -> None:
+                 problems: tuple[Diagnostic, ...] = (),
+                 shallow: Mapping[Path, Mapping[str, tuple[yaml.Mark, yaml.Mark]]] | None = None) -> None:
         self.file = file
         self.value = value
         self.text = text
         self.problems = problems
+        self._shallow = shallow
         if marks is None and text is None:
             marks, key_marks = {}, {}
         self._marks = marks
@@ -150,6 +154,10 @@ class Document:
         """What ``key_at(path)`` (``is_key``) or ``at(path)`` would say once the marks are known."""
         if self._marks is not None:
             return self.key_at(path) if is_key else self.at(path)
+        level = self._shallow.get(path[:-1]) if self._shallow and path else None
+        marks = level.get(path[-1]) if level is not None else None
+        if marks is not None:
+            return _origin(self.file, marks[0] if is_key else marks[1])
         if self._root is None:
             with gc_paused():
                 self._root = _compose(self.text or "", self.file)[1]
@@ -281,13 +289,14 @@ def _loads(text: str, file: str) -> Document:
     loader, root = _compose(text, file)
     if root is None:
         return Document(file, None, problems=(Diagnostic(Origin(file, 1, 1), "the file is empty; a manifest is a YAML mapping"),))
+    shallow: dict[Path, dict[str, tuple[yaml.Mark, yaml.Mark]]] = {}
     try:
-        value = _fast_build(loader, root, 0, [1])
+        value = _fast_build(loader, root, 0, [1], shallow)
     except Exception:  # noqa: BLE001 - _Decline, or whatever SafeConstructor raised: the precise build reports it
         # a constructor that raised leaves its node marked as under construction
         loader.constructed_objects, loader.recursive_objects, loader.deep_construct = {}, {}, False
         return _precise(loader, root, file, text)
-    return Document(file, value, text=text)
+    return Document(file, value, text=text, shallow=shallow)
 
 
 def _compose(text: str, file: str) -> tuple[Any, yaml.Node | None]:
@@ -332,7 +341,8 @@ def _yaml_problem(file: str, e: yaml.MarkedYAMLError, kind: str, node: yaml.Node
     return Diagnostic(_origin(file, mark), f"{kind}: {what}")
 
 
-def _fast_build(loader: Any, node: yaml.Node, depth: int, size: list[int]) -> Any:
+def _fast_build(loader: Any, node: yaml.Node, depth: int, size: list[int],
+                shallow: dict[Path, dict] | None = None, path: Path = ()) -> Any:
     """The plain tree of ``node`` without marks, or :class:`_Decline`.
 
     It returns exactly what :func:`_precise` would, and declines wherever
@@ -341,7 +351,9 @@ def _fast_build(loader: Any, node: yaml.Node, depth: int, size: list[int]) -> An
     merge key among them), a duplicate key, a tag on a mapping or a
     sequence (``!!set``, ``!!omap``, ``!!python/...``, ``!foo``), the
     value or depth limits. ``size`` counts values as :func:`_precise`
-    does, aliases expanded.
+    does, aliases expanded. With ``shallow``, the mappings at depth 0
+    and 1 record the marks of each key and value there, under the
+    mapping's ``path``.
     """
     cls = node.__class__
     if cls is _SCALAR:
@@ -354,14 +366,22 @@ def _fast_build(loader: Any, node: yaml.Node, depth: int, size: list[int]) -> An
         if node.tag != _MAP_TAG:
             raise _Decline
         out: dict[str, Any] = {}
+        level = None
+        if shallow is not None:
+            level = shallow[path] = {}
+        deeper = shallow if depth == 0 else None
         for key_node, value_node in items:
             if key_node.__class__ is not _SCALAR or key_node.tag != _STR_TAG:
                 raise _Decline
             key = key_node.value
             if key in out:
                 raise _Decline
+            if level is not None:
+                level[key] = (key_node.start_mark, value_node.start_mark)
             if value_node.__class__ is _SCALAR and value_node.tag == _STR_TAG:
                 out[key] = value_node.value
+            elif deeper is not None:
+                out[key] = _fast_build(loader, value_node, depth + 1, size, deeper, (key,))
             else:
                 out[key] = _fast_build(loader, value_node, depth + 1, size)
         return out

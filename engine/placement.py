@@ -193,13 +193,16 @@ def import_s(model: Any, nbytes: int | None, vendor: Any) -> float:
     return model.transfer_s(nbytes, Vendor.cpu, vendor)
 
 
-def node_data(graph: nx.DiGraph) -> dict[str, dict]:
-    """Each node's attribute dict (the graph's own, not a copy), as a plain dict.
+def node_data(graph: nx.DiGraph) -> Mapping[str, dict]:
+    """Each node's attribute dict (the graph's own, not a copy), as a plain mapping; read it, never change it.
 
     A networkx node view checks its key's type on every lookup; the passes
-    below look up nodes millions of times on a large plan.
+    below look up nodes millions of times on a large plan. The mapping is
+    the graph's own node table (networkx's ``_node``, what its views
+    read), so no pass pays for a copy of it.
     """
-    return dict(graph.nodes(data=True))
+    table = getattr(graph, "_node", None)
+    return table if type(table) is dict else dict(graph.nodes(data=True))
 
 
 def roots(nodes: Iterable[str], pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
@@ -474,19 +477,26 @@ def binary_cut(p: Problem, exe: Mapping[str, str], movable: Sequence[Unit], a: s
 def components(p: Problem, movable: Sequence[Unit]) -> list[list[Unit]]:
     """``movable`` split into groups that share no tensor: their costs are independent."""
     ids = {u.id for u in movable}
-    link = nx.Graph()
-    link.add_nodes_from(ids)
     # Units are linked through the tensors they produce or read: a tensor's producer and all its
     # consumers share its bridges. Each tensor is visited once and its units chained, which links
     # the same components as linking every pair, in time linear in the edges.
     tensors = dict.fromkeys(t for unit in movable for n in unit.nodes
                             for t in (n, *p.inputs[n]))
+    unit_of, consumers = p.unit_of, p.consumers
+    pairs = []
     for tensor in tensors:
-        touching = [p.unit_of[tensor]] + [p.unit_of[c] for c in p.consumers[tensor]]
-        inside = list(dict.fromkeys(t for t in touching if t in ids))
-        link.add_edges_from(zip(inside, inside[1:]))
-    by_id = {u.id: u for u in movable}
-    return [[by_id[i] for i in sorted(c)] for c in nx.connected_components(link)]
+        first = unit_of[tensor]
+        inside = [first] if first in ids else []
+        for c in consumers[tensor]:
+            u = unit_of[c]
+            if u in ids and u != first and (not inside or inside[-1] != u):
+                inside.append(u)
+        pairs.extend(zip(inside, inside[1:]))
+    groups: dict[int, list[Unit]] = {}
+    root_of = roots(sorted(ids), pairs)
+    for u in sorted(movable, key=lambda u: u.id):
+        groups.setdefault(root_of[u.id], []).append(u)
+    return list(groups.values())
 
 
 def _touched(p: Problem, units: Sequence[Unit]) -> list[str]:
@@ -497,7 +507,7 @@ def _touched(p: Problem, units: Sequence[Unit]) -> list[str]:
 def gain_bound(p: Problem, exe: Mapping[str, str], units: Sequence[Unit]) -> float:
     """An upper bound on what re-placing ``units`` can save: their excess execution plus every bridge they touch."""
     nodes = _touched(p, units)
-    exec_s = p.exec_s
+    exec_s, inputs = p.exec_s, p.inputs
     bound = 0.0
     for n in nodes:
         row = exec_s[n]
@@ -505,8 +515,9 @@ def gain_bound(p: Problem, exe: Mapping[str, str], units: Sequence[Unit]) -> flo
             bound += row[exe[n]] - min(row.values())
     tensors = set(nodes)
     for n in nodes:
-        tensors.update(p.inputs[n])
-    return bound + sum(p.tensor_cost(u, exe) for u in tensors)
+        tensors.update(inputs[n])
+    tensor_cost = p.tensor_cost
+    return bound + sum([tensor_cost(u, exe) for u in tensors])
 
 
 def decide(p: Problem, start: dict[str, str], min_gain_s: float) -> tuple[dict[str, str], str]:
@@ -532,10 +543,7 @@ def decide(p: Problem, start: dict[str, str], min_gain_s: float) -> tuple[dict[s
         base_s, best_s = total_cost(p, start), total_cost(p, best)
         return (best, method) if best_s < base_s - threshold(base_s) else (dict(start), "baseline")
     out, changed = dict(start), False
-    # groups share no tensor, so their bounds sum to at most the whole one: below the threshold,
-    # no group would be cut, and finding the groups is the larger part of the work
-    if gain_bound(p, start, free) <= min_gain_s:
-        return out, "baseline"
+    # groups share no tensor, so their bounds add up to the whole one: each group is bounded once
     for group in components(p, free):
         if gain_bound(p, start, group) <= min_gain_s:
             continue

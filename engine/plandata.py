@@ -10,13 +10,17 @@ shows one.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import orjson
+
 from hetflow.engine.errors import Origin
+from hetflow.engine.loader import gc_paused
 from hetflow.executors.base import Dtype, Vendor
 
-__all__ = ["PLAN_FORMAT", "ExecutorPlan", "NodePlan", "PlanWarning", "Partition", "Bridge", "Plan"]
+__all__ = ["PLAN_FORMAT", "ExecutorPlan", "NodePlan", "PlanWarning", "Partition", "Bridge", "Plan", "json_text"]
 
 PLAN_FORMAT = 2
 
@@ -142,6 +146,13 @@ class Plan:
         and ``memory_bytes`` per partition, ``estimated_s`` in totals, and
         the top-level ``estimate`` and ``warnings``.
         """
+        # a large plan's JSON is millions of new dicts and lists, all alive until written: the cyclic GC
+        # would walk them, and the plan, again and again and free nothing
+        with gc_paused():
+            return self._to_json(explain)
+
+    def _to_json(self, explain: bool) -> dict:
+        rounded: dict[float, float] = {}  # estimates repeat across stages alike: each is rounded once
         data = {
             "format": PLAN_FORMAT,
             "name": self.name,
@@ -165,7 +176,7 @@ class Plan:
                     "bytes": n.bytes,
                     "size": _size(n.bytes, n.bound),
                     "origin": str(n.origin),
-                    **({"why": _jsonable(n.why), "estimated_s": n.estimated_s} if explain else {}),
+                    **({"why": _jsonable(n.why, rounded), "estimated_s": n.estimated_s} if explain else {}),
                 }
                 for n in self.nodes.values()
             },
@@ -190,10 +201,36 @@ class Plan:
             data["phase_outputs"] = {k: f"{s}.{f}" if f else s for k, (s, f) in self.phase_outputs.items()}
         if explain:
             data["totals"]["estimated_s"] = self.estimate.get("total_s")
-            data["estimate"] = _jsonable(self.estimate)
+            data["estimate"] = _jsonable(self.estimate, rounded)
             data["warnings"] = [{"kind": w.kind, "message": w.message, "origin": str(w.origin) if w.origin else None}
                                 for w in self.warnings]
         return data
+
+
+def json_text(data: Any) -> str:
+    """``data`` as indented JSON text and a newline: the values ``json.dumps(data, indent=2)`` writes.
+
+    orjson writes it, about fifteen times faster than the standard
+    library's encoder, which drops to pure Python when it indents (a
+    100,000-stage plan is 80 MB of text). The text may differ from
+    ``json.dumps``'s in spelling alone: a float's digits may be written
+    without an exponent, and characters beyond ASCII are UTF-8 rather
+    than ``\\u`` escapes. Data orjson refuses (an integer beyond 64 bits)
+    is written by the standard library.
+
+    >>> print(json_text({"a": [1, 2.5], "b": None}), end="")
+    {
+      "a": [
+        1,
+        2.5
+      ],
+      "b": null
+    }
+    """
+    try:
+        return orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
+    except orjson.JSONEncodeError:
+        return json.dumps(data, indent=2) + "\n"
 
 
 def _size(nbytes: int | None, bound: bool) -> str:
@@ -201,11 +238,26 @@ def _size(nbytes: int | None, bound: bool) -> str:
     return "unknown" if nbytes is None else "bound" if bound else "exact"
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: Any, rounded: dict[float, float]) -> Any:
+    """``value`` as JSON data: tuples as lists, keys as strings, floats to 6 significant digits.
+
+    ``rounded`` memoizes the floats already rounded.
+
+    >>> _jsonable({"costs": {"a": (0.1234567, 2)}, 3: None}, {})
+    {'costs': {'a': [0.123457, 2]}, '3': None}
+    """
+    cls = value.__class__
+    if cls is str or cls is int or cls is bool or value is None:
+        return value
+    if cls is float:
+        out = rounded.get(value)
+        if out is None:
+            out = rounded[value] = float(f"{value:.6g}")
+        return out
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {k if k.__class__ is str else str(k): _jsonable(v, rounded) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [_jsonable(v, rounded) for v in value]
     if isinstance(value, float):
-        return float(f"{value:.6g}")
+        return _jsonable(float(value), rounded)
     return value

@@ -133,6 +133,8 @@ def build_graph(manifest: Manifest) -> nx.DiGraph:
     # each bounded tensor's shape at one row: a stage whose shape is the same there and at the bound is exact
     small: dict[str, Any] = {}
     attrs = placing.node_data(graph)
+    # shape rules are pure: stages alike in op and input shapes, with no args, share one answer
+    alike: dict[tuple, Any] = {}
     for pid, info in planned.items():
         d = attrs[pid]
         shape = None if info["shape"] is None else tuple(info["shape"])
@@ -147,11 +149,17 @@ def build_graph(manifest: Manifest) -> nx.DiGraph:
         stage = d["stage"]
         op = oplib.REGISTRY[stage.op]
         in_shapes = [shapes[ref] for ref in stage.inputs]
-        try:
-            shape = op.shape(in_shapes, stage.args)
-        except oplib.ShapeError as e:
-            problems.append(Diagnostic(stage.inputs_origin if stage.inputs else stage.op_origin, f"stage {sid!r}: {e}"))
-            shape = None
+        key = None if stage.args else (stage.op, *in_shapes)
+        shape = alike.get(key, alike) if key is not None else alike
+        if shape is alike:
+            try:
+                shape = op.shape(in_shapes, stage.args)
+            except oplib.ShapeError as e:
+                problems.append(Diagnostic(stage.inputs_origin if stage.inputs else stage.op_origin, f"stage {sid!r}: {e}"))
+                shape = None
+            else:
+                if key is not None:
+                    alike[key] = shape
         shapes[sid] = d["shape"] = shape
         d["bytes"] = None if shape is None else stage.dtype.nbytes(_count(shape))
         if small and shape is not None and any(ref in small for ref in stage.inputs):
@@ -266,6 +274,7 @@ def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
     # Stages alike in op, shapes, dtype and candidates share one row (rows are never written after).
     # Keyed by plain strings and tuples: an Enum hashes through a Python-level method.
     rows: dict[tuple, dict[str, float]] = {}
+    own_cost: dict[str, bool] = {}
     for n in order:
         d = attrs[n]
         if "phase" in d:
@@ -273,7 +282,9 @@ def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
         stage = d["stage"]
         shapes = tuple([shape_of[r] for r in stage.inputs])
         cands = units[unit_of[n]].candidates
-        user_cost = oplib.REGISTRY[stage.op].cost_rule is not None
+        user_cost = own_cost.get(stage.op)
+        if user_cost is None:
+            user_cost = own_cost[stage.op] = oplib.REGISTRY[stage.op].cost_rule is not None
         key = (stage.op, shapes, d["shape"], stage.dtype.value, *cands) + ((n,) if user_cost else ())
         row = rows.get(key)
         if row is None:
@@ -281,7 +292,9 @@ def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
             row = rows[key] = {e: model.exec_s(stage.op, list(shapes), d["shape"], stage.dtype, vendor[e], **more)
                                for e in cands}
         exec_s[n] = row
-    consumers = {n: list(nbrs) for n, nbrs in out.adjacency()}
+    succ = getattr(out, "_succ", None)  # networkx's adjacency table: no view made per node
+    consumers = ({n: list(nbrs) for n, nbrs in succ.items()} if type(succ) is dict
+                 else {n: list(nbrs) for n, nbrs in out.adjacency()})
     return placing.Problem(out, order, units, unit_of, vendor, exec_s, consumers, model)
 
 

@@ -68,6 +68,12 @@ class Plan:
         """The plan as ``hetflow plan --format json`` prints it (a fresh copy)."""
         return json.loads(json.dumps(self._data))
 
+    def dumps(self) -> str:
+        """The text ``hetflow plan --format json`` prints: :meth:`to_json`'s data, indented, written once."""
+        from hetflow.engine.plandata import json_text
+
+        return json_text(self._data)
+
     def to_text(self) -> str:
         """The plan as ``hetflow plan`` prints it for people."""
         head = f"matrix point {self.point}\n" if self.point else ""

@@ -38,7 +38,7 @@ def cmd_plan(args: argparse.Namespace, out, err) -> int:
     if args.format in ("svg", "png"):
         data = _graphviz(plan.to_dot(), args.format)
     elif args.format == "json":
-        data = json.dumps(plan.to_json(), indent=2) + "\n"
+        data = plan.dumps()
     elif args.format == "dot":
         data = plan.to_dot()
     else:
