@@ -47,7 +47,7 @@ Examples
 The passes of ``examples/quickstart.yaml``, one by one:
 
 >>> from importlib.resources import files
->>> from hetflow.engine import loader, resolve, manifest, planner, lowering, run
+>>> from hetflow.engine import loader, resolve, manifest, planner, lowering, run, runtime
 >>> from hetflow.executors import probe
 >>> doc = loader.load(files("hetflow.examples") / "quickstart.yaml")
 >>> tree, problems = resolve.resolve(doc, {"batch": 8})
@@ -59,6 +59,6 @@ The passes of ``examples/quickstart.yaml``, one by one:
 >>> [b.id for b in planner.bridges(parted)]
 ['x@accel', 'logits@host']
 >>> p = planner.plan(m, probe)
->>> sorted(lowering.lower(p, run.LocalRuntime(p, run.create_executors(p))).dsk)[:4]
+>>> sorted(lowering.lower(p, runtime.LocalRuntime(p, run.create_executors(p))).dsk)[:4]
 ['export:logits@host', 'export:x@accel', 'import:logits@host', 'import:x@accel']
 """
