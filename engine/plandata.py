@@ -176,7 +176,7 @@ class Plan:
                     "bytes": n.bytes,
                     "size": _size(n.bytes, n.bound),
                     "origin": str(n.origin),
-                    **({"why": _jsonable(n.why, rounded), "estimated_s": n.estimated_s} if explain else {}),
+                    **({"why": _why_json(n.why, rounded), "estimated_s": n.estimated_s} if explain else {}),
                 }
                 for n in self.nodes.values()
             },
@@ -236,6 +236,43 @@ def json_text(data: Any) -> str:
 def _size(nbytes: int | None, bound: bool) -> str:
     """How a plan knows a size: ``exact``, an upper ``bound``, or ``unknown``."""
     return "unknown" if nbytes is None else "bound" if bound else "exact"
+
+
+def _why_json(why: Mapping[str, Any], rounded: dict[float, float]) -> Any:
+    """:func:`_jsonable` of a node's ``why``, said directly for the shape the placement gives it.
+
+    >>> _why_json({"constraint": None, "candidates": ["a", "b"], "kind": "cost",
+    ...            "costs": {"a": {"total_s": 1 / 3, "exec_s": 0.25, "bridges_s": 1 / 12}}}, {})
+    {'constraint': None, 'candidates': ['a', 'b'], 'kind': 'cost', 'costs': {'a': {'total_s': 0.333333, 'exec_s': 0.25, 'bridges_s': 0.0833333}}}
+    """
+    out = {}
+    for key, value in why.items():
+        cls = value.__class__
+        if cls is str or value is None:
+            out[key] = value
+        elif key == "candidates" and cls is list:
+            out[key] = [c if c.__class__ is str else _jsonable(c, rounded) for c in value]
+        elif key == "costs" and cls is dict:
+            costs = {}
+            for e, row in value.items():
+                if e.__class__ is not str or row.__class__ is not dict:
+                    costs = _jsonable(value, rounded)
+                    break
+                costs[e] = entry = {}
+                for name, v in row.items():
+                    if name.__class__ is not str:
+                        name = str(name)
+                    if v.__class__ is float:
+                        r = rounded.get(v)
+                        if r is None:
+                            r = rounded[v] = float(f"{v:.6g}")
+                        entry[name] = r
+                    else:
+                        entry[name] = _jsonable(v, rounded)
+            out[key] = costs
+        else:
+            out[key if key.__class__ is str else str(key)] = _jsonable(value, rounded)
+    return out
 
 
 def _jsonable(value: Any, rounded: dict[float, float]) -> Any:

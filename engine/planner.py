@@ -1,23 +1,22 @@
 """The planner: manifest -> graph -> placed -> partitioned -> bridged -> :class:`Plan`.
 
-:func:`plan` lists the passes by name; each takes a value and returns a
+:func:`plan` runs the passes by name; each takes a value and returns a
 new one, never mutating its input (``plan`` itself runs them on the graph
-it has just built and owns, in place, which spares a copy per pass):
+it has just built and owns, in place, which spares a copy per pass). Each
+pass is a function of this module, the name of the design's step:
 
-``build_graph(manifest)``
-    a ``networkx.DiGraph``, one node per stage with its op, args, dtype,
-    output ``shape`` and ``bytes`` (from the op registry's shape rule) and
-    its manifest ``origin``, and one node per emulator phase with its
-    ``target`` (its emulator) and what is known of it before the guest
-    runs (:func:`hetflow.engine.phases.planned`: fan-out, and a witness
-    table's shape and bytes, bounded by ``max_steps``); one edge per
-    distinct input (the stage's ``inputs`` keep the order and repeats).
-    A size is exact or an upper bound (``bound``): a stage reading a
-    bounded tensor is bounded unless its shape does not depend on it.
+``graph(manifest)``
+    the graph pass, :func:`hetflow.engine.plangraph.build_graph` (also
+    here as ``build_graph``): one node per stage and per emulator phase,
+    with shapes and bytes from the op registry's shape rules (exact, or
+    an upper bound where a witness table's rows are), one edge per
+    distinct input.
 ``choose_executors(manifest, probe)``
     each declared executor gets the first vendor of its preference list
     that this machine offers (:class:`ExecutorPlan`).
-``place(graph, executors)``
+``place(graph, executors, first_executor)``
+    the place pass, :mod:`hetflow.engine.placement`'s algorithm (the
+    units, candidates and costs in :mod:`hetflow.engine.candidates`):
     every node gets one ``executor`` and a ``reason``:
 
     * **emulator**: a phase runs on its emulator, never moved; its
@@ -26,27 +25,45 @@ it has just built and owns, in place, which spares a copy per pass):
     * **pinned**: the stage names ``executor:``;
     * **inferred**: the executor of its largest input by bytes, the first
       input on a tie (the large tensor stays put, the small one moves);
-    * **default**: no inputs and no pin: the first declared executor.
+    * **default**: no inputs and no pin: the first declared executor;
+    * **cost**: the cost model's estimate says another placement is
+      faster by more than its noise.
 ``partition(graph)``
-    every stage gets a ``partition`` (phases belong to none): the maximal connected subgraphs of
-    same-executor edges. If contracting them would create a cycle (A on
-    e1 feeds B on e2 feeds C on e1 with A -> C), each component is split
-    by *crossings*, the most executor changes on any path into the node;
-    every edge between partitions then strictly increases crossings, so
-    the partitions always form a DAG.
-``bridges(graph)``
-    one :class:`Bridge` per (tensor, destination executor), shared by all
-    its consumers there; none between nodes on the same executor.
+    the partition pass, :func:`hetflow.engine.partitioning.partition`:
+    every stage gets a ``partition``, the maximal connected subgraphs of
+    same-executor edges, split where contracting them would make a cycle.
+``bridge(graph)``
+    the bridge pass, :func:`hetflow.engine.partitioning.bridges` (also
+    here as ``bridges``): one :class:`Bridge` per (tensor, destination
+    executor), shared by all its consumers there; none between nodes on
+    the same executor.
 
 The :class:`Plan` is plain data (:mod:`hetflow.engine.plandata`):
 ``hetflow plan`` prints it (:mod:`hetflow.engine.planview`) and ``hetflow
 run`` executes exactly it. ``Plan.to_json()`` is the documented JSON form
 (``PLAN_FORMAT`` versions it).
+
+Examples
+--------
+>>> from hetflow.engine.manifest import compile_manifest, loads
+>>> from hetflow.executors import probe
+>>> m = compile_manifest(loads('''
+... version: 1
+... name: two
+... executors: {a: {vendor: cpu}, b: {vendor: cpu}}
+... stages:
+...   x: {op: ones, args: {shape: [4]}, executor: a}
+...   y: {op: relu, inputs: [x], executor: b}
+... outputs: {y: y}
+... ''', "two.yaml"))
+>>> placed = place(graph(m), choose_executors(m, probe), "a")
+>>> [(b.tensor, b.source, b.destination) for b in bridge(partition(placed))]
+[('x', 'a', 'b')]
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 import networkx as nx
 
@@ -55,7 +72,9 @@ from hetflow.engine import placement as placing
 from hetflow.engine.costs import CostModel, human_bytes
 from hetflow.engine.errors import Diagnostic, ManifestError
 from hetflow.engine.manifest import Manifest, gc_paused
+from hetflow.engine.partitioning import bridges, partition, partition_into, partitions_of
 from hetflow.engine.plandata import PLAN_FORMAT, Bridge, ExecutorPlan, NodePlan, Partition, Plan, PlanWarning
+from hetflow.engine.plangraph import build_graph, execution_order, is_bridged
 from hetflow.engine.planview import render_dot, render_text
 from hetflow.executors import Offer
 from hetflow.executors import probe as default_probe
@@ -70,10 +89,12 @@ __all__ = [
     "Bridge",
     "Plan",
     "plan",
+    "graph",
     "build_graph",
     "choose_executors",
     "place",
     "partition",
+    "bridge",
     "bridges",
     "is_bridged",
     "human_bytes",
@@ -84,102 +105,14 @@ __all__ = [
 ]
 
 
-def is_bridged(graph: nx.DiGraph, u: str, v: str) -> bool:
-    """Whether the edge u -> v crosses executors.
-
-    >>> g = nx.DiGraph([("x", "y")])
-    >>> g.nodes["x"]["executor"], g.nodes["y"]["executor"] = "a", "b"
-    >>> is_bridged(g, "x", "y")
-    True
-    """
-    return graph.nodes[u]["executor"] != graph.nodes[v]["executor"]
+def graph(manifest: Manifest) -> nx.DiGraph:
+    """The graph pass: :func:`~hetflow.engine.plangraph.build_graph`; raises :class:`ManifestError` on shape errors."""
+    return build_graph(manifest)
 
 
-def build_graph(manifest: Manifest) -> nx.DiGraph:
-    """One node per stage and per emulator phase, with shapes and bytes; raises :class:`ManifestError` on shape errors.
-
-    A phase node carries its ``phase`` declaration, its placement
-    ``target`` (its emulator) and what :func:`hetflow.engine.phases.planned`
-    knows of it. A ``witness`` table's rows are bounded, not known, so
-    its ``shape`` and ``bytes`` are upper bounds (``bound`` is true); a
-    stage that reads a bounded tensor is bounded too, unless its shape
-    rule gives the same shape for one row as for the bound (``max`` over
-    axis 0 of a table has as many elements whatever its rows).
-    """
-    graph = nx.DiGraph()
-    phases = getattr(manifest, "phases", {})
-    nodes = []
-    seen: set[str] = set()
-    planned: dict[str, dict] = {}
-    for pid in phaselib.execution_order(phases):
-        p = phases[pid]
-        planned[pid] = info = phaselib.planned(p, manifest.emulators[p.emulator])
-        seen.add(pid)
-        nodes.append((pid, {"phase": p, "order": len(nodes), "target": info["target"], "planned": info}))
-    in_order = True  # every input written above its stage: the file order is the execution order
-    first = len(nodes)
-    for i, stage in enumerate(manifest.stages.values()):
-        if in_order and not seen.issuperset(stage.inputs):
-            in_order = False
-        seen.add(stage.id)
-        nodes.append((stage.id, {"stage": stage, "order": first + i}))
-    graph.add_nodes_from(nodes)
-    graph.add_edges_from((ref, p.id) for p in phases.values() for ref in p.inputs)
-    graph.add_edges_from((ref, stage.id) for stage in manifest.stages.values() for ref in stage.inputs)
-    if in_order:
-        graph.graph["execution_order"] = [n for n, _ in nodes]
-    problems: list[Diagnostic] = []
-    shapes: dict[str, Any] = {}
-    # each bounded tensor's shape at one row: a stage whose shape is the same there and at the bound is exact
-    small: dict[str, Any] = {}
-    attrs = placing.node_data(graph)
-    # shape rules are pure: stages alike in op and input shapes, with no args, share one answer
-    alike: dict[tuple, Any] = {}
-    for pid, info in planned.items():
-        d = attrs[pid]
-        shape = None if info["shape"] is None else tuple(info["shape"])
-        shapes[pid] = d["shape"] = shape
-        d["bytes"], d["bound"] = info["bytes"], info["size"] == "bound"
-        if d["bound"]:
-            small[pid] = (1,) + shape[1:]
-    for sid in _execution_order(graph):
-        d = attrs[sid]
-        if "phase" in d:
-            continue
-        stage = d["stage"]
-        op = oplib.REGISTRY[stage.op]
-        in_shapes = [shapes[ref] for ref in stage.inputs]
-        key = None if stage.args else (stage.op, *in_shapes)
-        shape = alike.get(key, alike) if key is not None else alike
-        if shape is alike:
-            try:
-                shape = op.shape(in_shapes, stage.args)
-            except oplib.ShapeError as e:
-                problems.append(Diagnostic(stage.inputs_origin if stage.inputs else stage.op_origin, f"stage {sid!r}: {e}"))
-                shape = None
-            else:
-                if key is not None:
-                    alike[key] = shape
-        shapes[sid] = d["shape"] = shape
-        d["bytes"] = None if shape is None else stage.dtype.nbytes(_count(shape))
-        if small and shape is not None and any(ref in small for ref in stage.inputs):
-            try:
-                at_one = op.shape([small.get(ref, shapes[ref]) for ref in stage.inputs], stage.args)
-            except oplib.ShapeError:
-                at_one = None
-            if at_one != shape:
-                d["bound"] = True
-                small[sid] = at_one
-    if problems:
-        raise ManifestError(problems)
-    return graph
-
-
-def _count(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+def bridge(graph: nx.DiGraph) -> list[Bridge]:
+    """The bridge pass: :func:`~hetflow.engine.partitioning.bridges` of a placed, partitioned graph."""
+    return bridges(graph)
 
 
 def choose_executors(manifest: Manifest, probe: Callable[[Vendor], Offer]) -> dict[str, ExecutorPlan]:
@@ -255,7 +188,7 @@ def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
     with the same op, shapes, dtype and vendor share one estimate.
     """
     out = graph
-    order = _execution_order(out)
+    order = execution_order(out)
     offers = {name: probe(e.vendor) for name, e in executors.items()}
     units, unit_of = placing.candidates(out, order, executors, offers)
     vendor = {name: e.vendor for name, e in executors.items()}
@@ -298,144 +231,6 @@ def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
     return placing.Problem(out, order, units, unit_of, vendor, exec_s, consumers, model)
 
 
-def partition(graph: nx.DiGraph) -> nx.DiGraph:
-    """A copy of ``graph`` with ``partition`` (an id ``p0``, ``p1``, ... in execution order) on every node."""
-    out = graph.copy()
-    _partition_into(out)
-    return out
-
-
-def _partition_into(out: nx.DiGraph) -> None:
-    """:func:`partition` on a graph the caller owns, in place."""
-    attrs = placing.node_data(out)
-    if any("phase" in d for d in attrs.values()):
-        # phases run on their emulators, in no partition; the partitions are the stages' own
-        attrs = {n: d for n, d in attrs.items() if "phase" not in d}
-        out = out.subgraph(attrs).copy()
-    ex = {n: d["executor"] for n, d in attrs.items()}
-    same = [(u, v) for u, v in _edges(out) if ex[u] == ex[v]]
-    groups = placing.roots(out, same)
-    if not _contracts_to_dag(out, groups):
-        crossings: dict[str, int] = {}
-        pred = out.pred
-        for n in nx.topological_sort(out):
-            crossings[n] = max((crossings[p] + (ex[p] != ex[n]) for p in pred[n]), default=0)
-        split = nx.Graph()
-        split.add_nodes_from(out.nodes)
-        split.add_edges_from((u, v) for u, v in same if crossings[u] == crossings[v])
-        groups = {n: i for i, comp in enumerate(nx.connected_components(split)) for n in comp}
-    names: dict[Any, str] = {}
-    for n in _execution_order(out):
-        if n not in groups:
-            continue
-        if groups[n] not in names:
-            names[groups[n]] = f"p{len(names)}"
-    for n, d in attrs.items():
-        d["partition"] = names[groups[n]]
-
-
-def _edges(graph: nx.Graph) -> Iterator[tuple[str, str]]:
-    """The graph's edges, read from its adjacency. A graph's ``edges`` view refers back to the graph,
-    so once asked for it the graph is freed only by the cyclic GC, which on a large plan costs more
-    than planning it."""
-    return ((u, v) for u, nbrs in graph.adjacency() for v in nbrs)
-
-
-def _contracts_to_dag(graph: nx.DiGraph, groups: Mapping[str, Any]) -> bool:
-    """Whether contracting each group to one node leaves a DAG."""
-    quotient = nx.DiGraph()
-    quotient.add_nodes_from(set(groups.values()))
-    quotient.add_edges_from((groups[u], groups[v]) for u, v in _edges(graph) if groups[u] != groups[v])
-    return nx.is_directed_acyclic_graph(quotient)
-
-
-def _execution_order(graph: nx.DiGraph) -> list[str]:
-    # every pass keeps the stages and edges, so the order computed once holds for the copies too
-    cached = graph.graph.get("execution_order")
-    if cached is not None and len(cached) == len(graph):
-        return cached
-    attrs = graph.nodes
-    written = sorted(graph, key=lambda n: attrs[n]["order"])
-    pos = {n: i for i, n in enumerate(written)}
-    if all(pos[u] < pos[v] for u, v in _edges(graph)):
-        # Every input is written above its stage. The lexicographic sort below picks, at each step,
-        # the earliest-written stage whose inputs are done, which is then always the next one written.
-        order = written
-    else:
-        order = list(nx.lexicographical_topological_sort(graph, key=lambda n: attrs[n]["order"]))
-    graph.graph["execution_order"] = order
-    return order
-
-
-def bridges(graph: nx.DiGraph) -> list[Bridge]:
-    """One bridge per (tensor, destination executor), consumers in execution order.
-
-    The kind and estimate come from the cost model's link for the vendor
-    pair when ``graph`` was placed by :func:`place`.
-    """
-    found: dict[tuple[str, str], list[str]] = {}
-    execution = _execution_order(graph)
-    attrs = placing.node_data(graph)
-    for v in execution:
-        if "phase" in attrs[v]:
-            continue  # a phase reads only phases of its own emulator
-        dest = attrs[v]["executor"]
-        # the graph's predecessors of v, in slot order, without a view per node
-        for u in dict.fromkeys(attrs[v]["stage"].inputs):
-            if attrs[u]["executor"] != dest:
-                found.setdefault((u, dest), []).append(v)
-    order = {n: i for i, n in enumerate(execution)}
-    vendors = graph.graph.get("vendors")
-    model = graph.graph.get("model")
-    out = []
-    for (tensor, dest), consumers in sorted(found.items(), key=lambda kv: (order[kv[0][0]], order[kv[1][0]])):
-        src = attrs[tensor]["executor"]
-        nbytes = attrs[tensor]["bytes"]
-        from_phase = placing.is_phase(attrs[tensor])
-        extra: dict[str, Any] = {"kind": phaselib.EMULATOR_BRIDGE} if from_phase else {}
-        if vendors is not None and model is not None:
-            if from_phase:
-                link = model.import_link(vendors[dest]) if hasattr(model, "import_link") else None
-                extra.update(link=link.description if link else "", estimated_s=placing.import_s(model, nbytes, vendors[dest]))
-            else:
-                link = model.link(vendors[src], vendors[dest])
-                extra = {"kind": link.kind, "link": link.description,
-                         "estimated_s": model.transfer_s(nbytes, vendors[src], vendors[dest])}
-        out.append(Bridge(
-            id=f"{tensor}@{dest}", tensor=tensor, source=src, destination=dest,
-            bytes=nbytes, consumers=tuple(consumers), bound=attrs[tensor].get("bound", False), **extra,
-        ))
-    return out
-
-
-def _partitions(graph: nx.DiGraph, outputs: Mapping[str, str]) -> tuple[Partition, ...]:
-    members: dict[str, list[str]] = {}
-    attrs = placing.node_data(graph)
-    for n in _execution_order(graph):
-        if "phase" not in attrs[n]:
-            members.setdefault(attrs[n]["partition"], []).append(n)
-    persisted = set(outputs.values())
-    succ = dict(graph.adjacency())
-    result = []
-    for pid in sorted(members, key=lambda p: int(p[1:])):
-        nodes = members[pid]
-        inside = set(nodes)
-        inputs: dict[str, None] = {}
-        for n in nodes:
-            for ref in attrs[n]["stage"].inputs:
-                # a phase's array enters through its bridge's import (the plan's phase_inputs), not a partition
-                if ref not in inside and "phase" not in attrs[ref]:
-                    inputs[ref] = None
-        outs = [n for n in nodes if n in persisted or any(s not in inside for s in succ[n])]
-        decls = [attrs[n]["stage"] for n in nodes]
-        timeouts = [d.timeout for d in decls if d.timeout is not None]
-        result.append(Partition(
-            pid, attrs[nodes[0]]["executor"], tuple(nodes), tuple(inputs), tuple(outs),
-            retries=max(d.retries for d in decls), timeout=sum(timeouts) if timeouts else None,
-        ))
-    return tuple(result)
-
-
 def plan(manifest: Manifest, probe: Callable[[Vendor], Offer], *, model: Any = None) -> Plan:
     """Run the planner's passes over ``manifest``; raises :class:`ManifestError`.
 
@@ -451,7 +246,7 @@ def _plan(manifest: Manifest, probe: Callable[[Vendor], Offer], model: Any) -> P
     parted = build_graph(manifest)
     _place_into(parted, executors, first_executor=next(iter(manifest.executors)), probe=probe, model=model)
     _check_dtypes(parted, executors, probe)
-    _partition_into(parted)
+    partition_into(parted)
     crossing = bridges(parted)
     nodes = {
         n: NodePlan(
@@ -461,7 +256,7 @@ def _plan(manifest: Manifest, probe: Callable[[Vendor], Offer], model: Any) -> P
         )
         for n, d in ((n, parted.nodes[n]) for n in manifest.stages)
     }
-    parts = _partitions(parted, manifest.outputs)
+    parts = partitions_of(parted, manifest.outputs)
     memory = _check_memory(parts, parted, manifest, executors, probe)
     phase_inputs = _phase_inputs(manifest, parts)
     phases = _phase_plans(manifest, parted)
@@ -613,5 +408,3 @@ def _check_dtypes(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan], prob
             ))
     if problems:
         raise ManifestError(problems)
-
-

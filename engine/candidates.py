@@ -1,0 +1,452 @@
+"""The placement problem: units, their candidate executors, and what a placement costs.
+
+Steps 1 and 4 of :mod:`hetflow.engine.placement`, and the cost
+evaluation its search (step 3) calls:
+
+* :func:`candidates` groups the stages into :class:`Unit` s (a stage, or
+  a ``colocate_with:`` group) and gives each the executors it may run on;
+* :class:`Problem` holds what the search needs, read from the graph once:
+  each stage's execution estimate per candidate, its distinct inputs and
+  consumers, and the transfer of a tensor between two executors;
+* :func:`total_cost` is a placement's estimated time, :func:`local_cost`
+  the part of it that moving some stages can change;
+* :func:`explain` gives every stage its ``reason`` and ``why``: for each
+  candidate, the stage's execution plus the bridges into and out of it,
+  all other stages held where they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import networkx as nx
+
+from hetflow.engine.costs import human_bytes
+from hetflow.engine.errors import Diagnostic, ManifestError
+from hetflow.executors import ops as oplib
+
+__all__ = [
+    "Unit",
+    "Problem",
+    "is_phase",
+    "node_inputs",
+    "import_s",
+    "node_data",
+    "roots",
+    "candidates",
+    "largest_input",
+    "total_cost",
+    "local_cost",
+    "explain",
+    "format_s",
+]
+
+
+def format_s(seconds: float) -> str:
+    """
+    >>> format_s(0.0000123), format_s(0.0123), format_s(12.3)
+    ('12.3 us', '12.30 ms', '12.30 s')
+    """
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+@dataclass
+class Unit:
+    """Stages placed together, their candidate executors and what constrained them."""
+
+    id: int
+    nodes: list[str]
+    candidates: list[str]
+    constraint: str = ""          # "pinned", "colocated", "preference", "capability" or ""
+    constraint_text: str = ""
+    pinned: bool = False
+    fallback: str | None = None   # the warning text when a vendor preference fell back
+
+
+@dataclass
+class Problem:
+    """Everything the optimiser needs, precomputed once: costs are plain floats in dicts."""
+
+    graph: nx.DiGraph
+    order: list[str]                                  # a topological order of the stages
+    units: list[Unit]
+    unit_of: dict[str, int]
+    vendor: dict[str, Any]                            # executor name -> Vendor
+    exec_s: dict[str, dict[str, float]]               # stage -> executor -> seconds
+    consumers: dict[str, list[str]]                   # distinct consumers, in order
+    model: Any
+    pos: dict[str, int] = field(default_factory=dict)  # stage -> index in order
+    # read from the graph once: the passes below look these up millions of times on large plans
+    inputs: dict[str, tuple[str, ...]] = field(default_factory=dict)   # distinct inputs, in slot order
+    nbytes: dict[str, int | None] = field(default_factory=dict)
+    _transfers: dict[tuple, float] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.pos:
+            self.pos = {n: i for i, n in enumerate(self.order)}
+        attrs = node_data(self.graph)
+        if not self.inputs:
+            self.inputs = {n: (ins if len(ins) < 2 else tuple(dict.fromkeys(ins)))
+                           for n, ins in ((n, node_inputs(attrs[n])) for n in self.order)}
+        if not self.nbytes:
+            self.nbytes = {n: attrs[n]["bytes"] for n in self.order}
+
+    def transfer(self, tensor: str, src: str, dst: str) -> float:
+        # the model is a pure function of bytes and vendors, and most tensors share a few sizes
+        key = (self.nbytes[tensor], src, dst)
+        cost = self._transfers.get(key)
+        if cost is None:
+            source = self.vendor[src]
+            cost = self._transfers[key] = (self.model.transfer_s(key[0], source, self.vendor[dst]) if source is not None
+                                           else import_s(self.model, key[0], self.vendor[dst]))
+        return cost
+
+    def tensor_cost(self, u: str, exe: Mapping[str, str]) -> float:
+        consumers = self.consumers[u]
+        home = exe[u]
+        if len(consumers) == 1:
+            dest = exe[consumers[0]]
+            return 0.0 if dest == home else self.transfer(u, home, dest)
+        dests = {exe[c] for c in consumers}
+        dests.discard(home)
+        return sum(self.transfer(u, home, d) for d in dests)
+
+    def free_units(self) -> list[Unit]:
+        return [u for u in self.units if len(u.candidates) > 1]
+
+
+def is_phase(d: Mapping[str, Any]) -> bool:
+    """Whether a node's attributes are an emulator phase's (placed on its emulator, never moved).
+
+    >>> is_phase({"phase": object()}), is_phase({"stage": object()})
+    (True, False)
+    """
+    return "phase" in d
+
+
+def node_inputs(d: Mapping[str, Any]) -> tuple[str, ...]:
+    """The inputs of a stage or a phase, in slot order."""
+    return d["phase"].inputs if "phase" in d else d["stage"].inputs
+
+
+def import_s(model: Any, nbytes: int | None, vendor: Any) -> float:
+    """Seconds to bring an emulator phase's host array onto an executor of ``vendor``.
+
+    A cost model without ``import_s`` prices it as a bridge from a CPU executor.
+    """
+    own = getattr(model, "import_s", None)
+    if own is not None:
+        return own(nbytes, vendor)
+    from hetflow.executors.base import Vendor
+    return model.transfer_s(nbytes, Vendor.cpu, vendor)
+
+
+def node_data(graph: nx.DiGraph) -> Mapping[str, dict]:
+    """Each node's attribute dict (the graph's own, not a copy), as a plain mapping; read it, never change it.
+
+    A networkx node view checks its key's type on every lookup; the passes
+    below look up nodes millions of times on a large plan. The mapping is
+    the graph's own node table (networkx's ``_node``, what its views
+    read), so no pass pays for a copy of it.
+    """
+    table = getattr(graph, "_node", None)
+    return table if type(table) is dict else dict(graph.nodes(data=True))
+
+
+def roots(nodes: Iterable[str], pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Each node's connected component under ``pairs``, named by one of its members.
+
+    What ``nx.connected_components`` of a graph of these pairs gives, by
+    union-find (path halving): on a large plan, building that graph costs
+    more than the components.
+    """
+    parent = {n: n for n in nodes}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = x = parent[parent[x]]
+        return x
+
+    for u, v in pairs:
+        a, b = find(u), find(v)
+        if a != b:
+            parent[b] = a
+    return {n: find(n) for n in parent}
+
+
+def _colocation_roots(graph: nx.DiGraph) -> dict[str, str]:
+    return roots(graph, ((n, d["stage"].colocate_with) for n, d in graph.nodes(data=True)
+                         if "stage" in d and d["stage"].colocate_with is not None and d["stage"].colocate_with in graph
+                         and d["stage"].colocate_with != n))
+
+
+def _vendor_list(vs: Sequence[Any]) -> str:
+    return "[" + ", ".join(v.value for v in vs) + "]"
+
+
+def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, Any],
+               offers: Mapping[str, Any]) -> tuple[list[Unit], dict[str, int]]:
+    """Units in first-member order and each stage's unit; raises :class:`ManifestError`."""
+    names = list(executors)
+    pos = {n: i for i, n in enumerate(order)}
+    problems: list[Diagnostic] = []
+
+    def capable(stage: Any, ex: str) -> bool:
+        offer = offers[ex]
+        ops = getattr(offer, "ops", None)
+        return stage.dtype in offer.dtypes and (not ops or stage.op in ops or _user_op_runs(offer, stage.op))
+
+    per_node: dict[str, tuple[list[str], str, str, str | None]] = {}
+    attrs = node_data(graph)
+    able_for: dict[tuple, list[str]] = {}
+    free: dict[tuple, tuple] = {}
+    for n in order:
+        if "phase" in attrs[n]:
+            where = attrs[n]["target"]
+            per_node[n] = ([where], "emulator", f"emulator: {attrs[n]['phase'].phase} phase, runs on {where}", None)
+            continue
+        stage = attrs[n]["stage"]
+        key = (stage.op, stage.dtype.value)
+        able = able_for.get(key)
+        if able is None:
+            able = able_for[key] = [e for e in names if capable(stage, e)]
+        if not stage.executor and not stage.vendors and able:
+            # the common case, one entry per op and dtype
+            entry = free.get(key)
+            if entry is None:
+                entry = free[key] = ((able, "capability", f"capability: only {able[0]!r} runs {stage.op} at {stage.dtype.value}", None)
+                                     if len(able) < len(names) and len(able) == 1 else (able, "", "", None))
+            per_node[n] = entry
+            continue
+        if stage.executor:
+            ex = executors[stage.executor]
+            if stage.vendors and ex.vendor not in stage.vendors:
+                problems.append(Diagnostic(stage.vendor_origin, (
+                    f"stage {n!r} wants vendor {_vendor_list(stage.vendors)} but its executor {ex.name!r} "
+                    f"runs {ex.vendor.value} on this machine ({ex.reason})")))
+            if stage.executor not in able:
+                problems.append(_dtype_problem(stage, [stage.executor], executors, offers))
+            per_node[n] = ([stage.executor], "pinned", f"pinned (executor: {stage.executor})", None)
+            continue
+        if not able:
+            problems.append(_dtype_problem(stage, names, executors, offers))
+            per_node[n] = (names[:1], "", "", None)
+            continue
+        if stage.vendors:
+            pick = next((v for v in stage.vendors if any(executors[e].vendor is v for e in able)), None)
+            if pick is None:
+                running = ", ".join(f"{e} {executors[e].vendor.value}" for e in names)
+                problems.append(Diagnostic(stage.vendor_origin, (
+                    f"stage {n!r} wants vendor {_vendor_list(stage.vendors)}, and no executor able to run it "
+                    f"has one here (executors: {running})")))
+                per_node[n] = (able, "", "", None)
+                continue
+            chosen = [e for e in able if executors[e].vendor is pick]
+            skipped = stage.vendors[: stage.vendors.index(pick)]
+            if skipped:
+                text = f"preference: vendor {pick.value}, fell back from {_vendor_list(stage.vendors)}"
+                warn = (f"stage {n!r} runs on {pick.value}: its preferred vendor "
+                        f"{', '.join(v.value for v in skipped)} has no capable executor here")
+            else:
+                text, warn = f"preference: vendor {pick.value}, first of {_vendor_list(stage.vendors)}", None
+            per_node[n] = (chosen, "preference", text, warn)
+            continue
+        if len(able) < len(names) and len(able) == 1:
+            per_node[n] = (able, "capability", f"capability: only {able[0]!r} runs {stage.op} at {stage.dtype.value}", None)
+            continue
+        per_node[n] = (able, "", "", None)
+    if problems:
+        raise ManifestError(problems)
+
+    if not any("stage" in attrs[n] and attrs[n]["stage"].colocate_with for n in order):
+        # no colocation: every stage is its own unit, already in first-member order
+        units = []
+        for uid, n in enumerate(order):
+            cands, kind, text, warn = per_node[n]
+            units.append(Unit(uid, [n], list(cands), kind, text, kind == "pinned", warn))
+        return units, {n: uid for uid, n in enumerate(order)}
+
+    root_of = _colocation_roots(graph)
+    members: dict[str, list[str]] = {}
+    for n in order:
+        members.setdefault(root_of[n], []).append(n)
+    units: list[Unit] = []
+    unit_of: dict[str, int] = {}
+    for root, nodes in sorted(members.items(), key=lambda kv: pos[kv[1][0]]):
+        uid = len(units)
+        for n in nodes:
+            unit_of[n] = uid
+        if len(nodes) == 1:
+            cands, kind, text, warn = per_node[nodes[0]]
+            units.append(Unit(uid, nodes, list(cands), kind, text, kind == "pinned", warn))
+            continue
+        allowed = [e for e in names if all(e in per_node[n][0] for n in nodes)]
+        pins = [n for n in nodes if per_node[n][1] == "pinned"]
+        if not allowed:
+            first = next((graph.nodes[n]["stage"] for n in nodes if graph.nodes[n]["stage"].colocate_origin), graph.nodes[nodes[0]]["stage"])
+            offers_text = "; ".join(f"{n}: {', '.join(per_node[n][0])}" for n in nodes)
+            problems.append(Diagnostic(first.colocate_origin or first.origin, (
+                f"stages {', '.join(map(repr, nodes))} are colocated, but no executor can run them all "
+                f"({offers_text})")))
+            continue
+        if pins:
+            text = f"colocated with {', '.join(repr(m) for m in nodes if m != pins[0])} and {pins[0]!r}, pinned (executor: {allowed[0]})"
+        else:
+            text = f"colocated: {', '.join(map(repr, nodes))} run together"
+        warn = next((per_node[n][3] for n in nodes if per_node[n][3]), None)
+        units.append(Unit(uid, nodes, allowed, "colocated", text, bool(pins), warn))
+    if problems:
+        raise ManifestError(problems)
+    return units, unit_of
+
+
+def _user_op_runs(offer: Any, op: str) -> bool:
+    """A user's op runs where it has a kernel, whatever the vendor's (earlier) list of ops says."""
+    found = oplib.REGISTRY.get(op)
+    vendor = getattr(getattr(offer, "vendor", None), "value", None)
+    return found is not None and found.invoke is not None and vendor is not None and found.runs_on(vendor)
+
+
+def _dtype_problem(stage: Any, names: Sequence[str], executors: Mapping[str, Any], offers: Mapping[str, Any]) -> Diagnostic:
+    first = executors[names[0]]
+    supported = ", ".join(d.value for d in offers[names[0]].dtypes)
+    ops = getattr(offers[names[0]], "ops", None)
+    if stage.dtype in offers[names[0]].dtypes and ops and stage.op not in ops and not _user_op_runs(offers[names[0]], stage.op):
+        what = f"stage {stage.id!r} uses op {stage.op!r}, which executor {first.name!r} ({first.vendor.value}) does not run"
+    else:
+        what = (f"stage {stage.id!r} produces {stage.dtype.value}, which executor {first.name!r} ({first.vendor.value}) "
+                f"does not support (supported: {supported})")
+    if len(names) > 1:
+        what += f", nor does any other executor ({', '.join(names[1:])})"
+    return Diagnostic(stage.origin, what)
+
+
+def largest_input(p: Problem, n: str) -> str | None:
+    inputs = p.inputs[n]
+    if not inputs:
+        return None
+    if len(inputs) == 1:
+        return inputs[0]
+    nbytes = p.nbytes
+    # the first slot wins a tie; a repeated input counts at its first slot, as ``inputs`` keeps it
+    return max(((nbytes[ref] or 0, -slot, ref) for slot, ref in enumerate(inputs)))[2]
+
+
+def total_cost(p: Problem, exe: Mapping[str, str]) -> float:
+    """The plan's estimated time under ``exe``: every execution plus every bridge, once each."""
+    return sum(p.exec_s[n][exe[n]] for n in p.order) + sum(p.tensor_cost(u, exe) for u in p.order)
+
+
+def _moved_cost(p: Problem, nodes: Sequence[str], exe: Mapping[str, str], counts: Mapping[str, Mapping[str, int]],
+                target: str) -> float:
+    """:func:`_local` of ``nodes`` moved to ``target``, from per-tensor consumer counts under ``exe``."""
+    if len(nodes) == 1:
+        return _moved_cost_one(p, nodes[0], exe, counts, target)
+    moved = set(nodes)
+    adjusted: dict[str, dict[str, int]] = {}
+    for n in nodes:
+        for ref in p.inputs[n]:
+            dests = adjusted.setdefault(ref, dict(counts[ref]))
+            dests[exe[n]] -= 1
+            dests[target] = dests.get(target, 0) + 1
+    total = sum(p.exec_s[n][target] for n in nodes)
+    for u in set(nodes) | set(adjusted):
+        home = target if u in moved else exe[u]
+        dests = adjusted.get(u, counts[u])
+        total += sum(p.transfer(u, home, d) for d, k in dests.items() if k > 0 and d != home)
+    return total
+
+
+def _moved_cost_one(p: Problem, n: str, exe: Mapping[str, str], counts: Mapping[str, Mapping[str, int]],
+                    target: str) -> float:
+    """:func:`_moved_cost` of one stage, without copying its inputs' counts."""
+    transfer = p.transfer
+    total = p.exec_s[n][target]
+    for d, k in counts[n].items():
+        if k > 0 and d != target:
+            total += transfer(n, target, d)
+    here = exe[n]
+    for ref in p.inputs[n]:
+        home = exe[ref]
+        c = counts[ref]
+        for d, k in c.items():
+            if d == here:
+                k -= 1
+            if d == target:
+                k += 1
+            if k > 0 and d != home:
+                total += transfer(ref, home, d)
+        if target not in c and target != home:
+            total += transfer(ref, home, target)
+    return total
+
+
+def local_cost(p: Problem, nodes: Sequence[str], exe: Mapping[str, str]) -> float:
+    """The part of :func:`total_cost` that moving ``nodes`` can change."""
+    tensors = set(nodes)
+    for n in nodes:
+        tensors.update(p.inputs[n])
+    return sum(p.exec_s[n][exe[n]] for n in nodes) + sum(p.tensor_cost(u, exe) for u in tensors)
+
+
+def explain(p: Problem, exe: Mapping[str, str], declared_first: str) -> dict[str, tuple[str, dict]]:
+    """``reason`` text and ``why`` data for every stage under the final placement ``exe``."""
+    out: dict[str, tuple[str, dict]] = {}
+    # How many consumers of each tensor sit on each executor under ``exe``: moving one unit changes a
+    # tensor's bridges only through these counts, so a tensor with thousands of consumers is not
+    # rescanned for every one of them.
+    counts: dict[str, dict[str, int]] = {}
+    for u, cs in p.consumers.items():
+        c: dict[str, int] = {}
+        for consumer in cs:
+            e = exe[consumer]
+            c[e] = c.get(e, 0) + 1
+        counts[u] = c
+    exec_s = p.exec_s
+    for unit in p.units:
+        here = exe[unit.nodes[0]]
+        costs: dict[str, dict[str, float]] = {}
+        if len(unit.candidates) > 1:
+            single = unit.nodes[0] if len(unit.nodes) == 1 else None
+            for e in unit.candidates:
+                if single is not None:
+                    total, ex = _moved_cost_one(p, single, exe, counts, e), exec_s[single][e]
+                else:
+                    total, ex = _moved_cost(p, unit.nodes, exe, counts, e), sum(exec_s[n][e] for n in unit.nodes)
+                costs[e] = {"total_s": total, "exec_s": ex, "bridges_s": total - ex}
+        for n in unit.nodes:
+            why: dict[str, Any] = {"constraint": unit.constraint or None, "candidates": unit.candidates}
+            if len(unit.candidates) == 1:
+                kind = unit.constraint or "default"
+                text = unit.constraint_text or f"default: {here!r} is the only executor"
+            else:
+                kind, decision = _decision(p, unit, n, exe, costs, declared_first)
+                text = f"{unit.constraint_text}; {decision}" if unit.constraint_text else decision
+                why["costs"] = costs
+            why["kind"] = kind
+            out[n] = (text, why)
+    return out
+
+
+def _decision(p: Problem, unit: Unit, n: str, exe: Mapping[str, str], costs: Mapping[str, Mapping[str, float]],
+              declared_first: str) -> tuple[str, str]:
+    here = exe[n]
+    execs = {round(costs[e]["exec_s"], 15) for e in unit.candidates}
+    if len(execs) == 1 and len(unit.nodes) == 1:
+        ref = largest_input(p, n)
+        if ref is None and (here == declared_first or here == unit.candidates[0]):
+            return "default", "default: no inputs and no pin, first declared executor"
+        if ref is not None and exe[ref] == here:
+            size = p.nbytes[ref] or 0
+            if len(p.inputs[n]) == 1:
+                return "inferred", f"inferred: with its input {ref!r}"
+            return "inferred", f"inferred: with its largest input {ref!r} ({human_bytes(size)})"
+    mine = costs[here]
+    others = ", ".join(f"{e} {format_s(costs[e]['total_s'])}" for e in unit.candidates if e != here)
+    return "cost", (f"cost: {here} {format_s(mine['total_s'])} (exec {format_s(mine['exec_s'])} + bridges "
+                    f"{format_s(mine['bridges_s'])}) vs {others}")

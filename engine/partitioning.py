@@ -1,0 +1,141 @@
+"""The partition and bridge passes: a placed graph -> partitions and the bridges between them.
+
+:func:`partition` gives every stage a ``partition`` (phases belong to
+none): the maximal connected subgraphs of same-executor edges. If
+contracting them would create a cycle (A on e1 feeds B on e2 feeds C on
+e1 with A -> C), each component is split by *crossings*, the most
+executor changes on any path into the node; every edge between
+partitions then strictly increases crossings, so the partitions always
+form a DAG. :func:`partitions_of` lists them as the plan's
+:class:`~hetflow.engine.plandata.Partition` s.
+
+:func:`bridges` makes one :class:`~hetflow.engine.plandata.Bridge` per
+(tensor, destination executor), shared by all its consumers there; none
+between nodes on the same executor.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import networkx as nx
+
+from hetflow.engine import phases as phaselib
+from hetflow.engine import placement as placing
+from hetflow.engine.plandata import Bridge, Partition
+from hetflow.engine.plangraph import edges, execution_order
+
+__all__ = ["partition", "partition_into", "bridges", "partitions_of"]
+
+
+def partition(graph: nx.DiGraph) -> nx.DiGraph:
+    """A copy of ``graph`` with ``partition`` (an id ``p0``, ``p1``, ... in execution order) on every node."""
+    out = graph.copy()
+    partition_into(out)
+    return out
+
+
+def partition_into(out: nx.DiGraph) -> None:
+    """:func:`partition` on a graph the caller owns, in place."""
+    attrs = placing.node_data(out)
+    if any("phase" in d for d in attrs.values()):
+        # phases run on their emulators, in no partition; the partitions are the stages' own
+        attrs = {n: d for n, d in attrs.items() if "phase" not in d}
+        out = out.subgraph(attrs).copy()
+    ex = {n: d["executor"] for n, d in attrs.items()}
+    same = [(u, v) for u, v in edges(out) if ex[u] == ex[v]]
+    groups = placing.roots(out, same)
+    if not _contracts_to_dag(out, groups):
+        crossings: dict[str, int] = {}
+        pred = out.pred
+        for n in nx.topological_sort(out):
+            crossings[n] = max((crossings[p] + (ex[p] != ex[n]) for p in pred[n]), default=0)
+        split = nx.Graph()
+        split.add_nodes_from(out.nodes)
+        split.add_edges_from((u, v) for u, v in same if crossings[u] == crossings[v])
+        groups = {n: i for i, comp in enumerate(nx.connected_components(split)) for n in comp}
+    names: dict[Any, str] = {}
+    for n in execution_order(out):
+        if n not in groups:
+            continue
+        if groups[n] not in names:
+            names[groups[n]] = f"p{len(names)}"
+    for n, d in attrs.items():
+        d["partition"] = names[groups[n]]
+
+
+def _contracts_to_dag(graph: nx.DiGraph, groups: Mapping[str, Any]) -> bool:
+    """Whether contracting each group to one node leaves a DAG."""
+    quotient = nx.DiGraph()
+    quotient.add_nodes_from(set(groups.values()))
+    quotient.add_edges_from((groups[u], groups[v]) for u, v in edges(graph) if groups[u] != groups[v])
+    return nx.is_directed_acyclic_graph(quotient)
+
+
+def bridges(graph: nx.DiGraph) -> list[Bridge]:
+    """One bridge per (tensor, destination executor), consumers in execution order.
+
+    The kind and estimate come from the cost model's link for the vendor
+    pair when ``graph`` was placed by :func:`place`.
+    """
+    found: dict[tuple[str, str], list[str]] = {}
+    execution = execution_order(graph)
+    attrs = placing.node_data(graph)
+    for v in execution:
+        if "phase" in attrs[v]:
+            continue  # a phase reads only phases of its own emulator
+        dest = attrs[v]["executor"]
+        # the graph's predecessors of v, in slot order, without a view per node
+        for u in dict.fromkeys(attrs[v]["stage"].inputs):
+            if attrs[u]["executor"] != dest:
+                found.setdefault((u, dest), []).append(v)
+    order = {n: i for i, n in enumerate(execution)}
+    vendors = graph.graph.get("vendors")
+    model = graph.graph.get("model")
+    out = []
+    for (tensor, dest), consumers in sorted(found.items(), key=lambda kv: (order[kv[0][0]], order[kv[1][0]])):
+        src = attrs[tensor]["executor"]
+        nbytes = attrs[tensor]["bytes"]
+        from_phase = placing.is_phase(attrs[tensor])
+        extra: dict[str, Any] = {"kind": phaselib.EMULATOR_BRIDGE} if from_phase else {}
+        if vendors is not None and model is not None:
+            if from_phase:
+                link = model.import_link(vendors[dest]) if hasattr(model, "import_link") else None
+                extra.update(link=link.description if link else "", estimated_s=placing.import_s(model, nbytes, vendors[dest]))
+            else:
+                link = model.link(vendors[src], vendors[dest])
+                extra = {"kind": link.kind, "link": link.description,
+                         "estimated_s": model.transfer_s(nbytes, vendors[src], vendors[dest])}
+        out.append(Bridge(
+            id=f"{tensor}@{dest}", tensor=tensor, source=src, destination=dest,
+            bytes=nbytes, consumers=tuple(consumers), bound=attrs[tensor].get("bound", False), **extra,
+        ))
+    return out
+
+
+def partitions_of(graph: nx.DiGraph, outputs: Mapping[str, str]) -> tuple[Partition, ...]:
+    members: dict[str, list[str]] = {}
+    attrs = placing.node_data(graph)
+    for n in execution_order(graph):
+        if "phase" not in attrs[n]:
+            members.setdefault(attrs[n]["partition"], []).append(n)
+    persisted = set(outputs.values())
+    succ = dict(graph.adjacency())
+    result = []
+    for pid in sorted(members, key=lambda p: int(p[1:])):
+        nodes = members[pid]
+        inside = set(nodes)
+        inputs: dict[str, None] = {}
+        for n in nodes:
+            for ref in attrs[n]["stage"].inputs:
+                # a phase's array enters through its bridge's import (the plan's phase_inputs), not a partition
+                if ref not in inside and "phase" not in attrs[ref]:
+                    inputs[ref] = None
+        outs = [n for n in nodes if n in persisted or any(s not in inside for s in succ[n])]
+        decls = [attrs[n]["stage"] for n in nodes]
+        timeouts = [d.timeout for d in decls if d.timeout is not None]
+        result.append(Partition(
+            pid, attrs[nodes[0]]["executor"], tuple(nodes), tuple(inputs), tuple(outs),
+            retries=max(d.retries for d in decls), timeout=sum(timeouts) if timeouts else None,
+        ))
+    return tuple(result)

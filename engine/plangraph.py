@@ -1,0 +1,150 @@
+"""The graph pass: a manifest -> a ``networkx.DiGraph`` of its stages and emulator phases.
+
+:func:`build_graph` makes one node per stage, with its op, args, dtype,
+output ``shape`` and ``bytes`` (from the op registry's shape rule) and
+its manifest ``origin``, and one node per emulator phase with its
+``target`` (its emulator) and what is known of it before the guest runs
+(:func:`hetflow.engine.phases.planned`: fan-out, and a witness table's
+shape and bytes, bounded by ``max_steps``); one edge per distinct input
+(the stage's ``inputs`` keep the order and repeats). A size is exact or
+an upper bound (``bound``): a stage reading a bounded tensor is bounded
+unless its shape does not depend on it. :func:`execution_order` is the
+order every later pass walks the nodes in.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import networkx as nx
+
+from hetflow.engine import phases as phaselib
+from hetflow.engine import placement as placing
+from hetflow.engine.errors import Diagnostic, ManifestError
+from hetflow.engine.semantics import Manifest
+from hetflow.executors import ops as oplib
+
+__all__ = ["build_graph", "execution_order", "edges", "is_bridged"]
+
+
+def is_bridged(graph: nx.DiGraph, u: str, v: str) -> bool:
+    """Whether the edge u -> v crosses executors.
+
+    >>> g = nx.DiGraph([("x", "y")])
+    >>> g.nodes["x"]["executor"], g.nodes["y"]["executor"] = "a", "b"
+    >>> is_bridged(g, "x", "y")
+    True
+    """
+    return graph.nodes[u]["executor"] != graph.nodes[v]["executor"]
+
+
+def build_graph(manifest: Manifest) -> nx.DiGraph:
+    """One node per stage and per emulator phase, with shapes and bytes; raises :class:`ManifestError` on shape errors.
+
+    A phase node carries its ``phase`` declaration, its placement
+    ``target`` (its emulator) and what :func:`hetflow.engine.phases.planned`
+    knows of it. A ``witness`` table's rows are bounded, not known, so
+    its ``shape`` and ``bytes`` are upper bounds (``bound`` is true); a
+    stage that reads a bounded tensor is bounded too, unless its shape
+    rule gives the same shape for one row as for the bound (``max`` over
+    axis 0 of a table has as many elements whatever its rows).
+    """
+    graph = nx.DiGraph()
+    phases = getattr(manifest, "phases", {})
+    nodes = []
+    seen: set[str] = set()
+    planned: dict[str, dict] = {}
+    for pid in phaselib.execution_order(phases):
+        p = phases[pid]
+        planned[pid] = info = phaselib.planned(p, manifest.emulators[p.emulator])
+        seen.add(pid)
+        nodes.append((pid, {"phase": p, "order": len(nodes), "target": info["target"], "planned": info}))
+    in_order = True  # every input written above its stage: the file order is the execution order
+    first = len(nodes)
+    for i, stage in enumerate(manifest.stages.values()):
+        if in_order and not seen.issuperset(stage.inputs):
+            in_order = False
+        seen.add(stage.id)
+        nodes.append((stage.id, {"stage": stage, "order": first + i}))
+    graph.add_nodes_from(nodes)
+    graph.add_edges_from((ref, p.id) for p in phases.values() for ref in p.inputs)
+    graph.add_edges_from((ref, stage.id) for stage in manifest.stages.values() for ref in stage.inputs)
+    if in_order:
+        graph.graph["execution_order"] = [n for n, _ in nodes]
+    problems: list[Diagnostic] = []
+    shapes: dict[str, Any] = {}
+    # each bounded tensor's shape at one row: a stage whose shape is the same there and at the bound is exact
+    small: dict[str, Any] = {}
+    attrs = placing.node_data(graph)
+    # shape rules are pure: stages alike in op and input shapes, with no args, share one answer
+    alike: dict[tuple, Any] = {}
+    for pid, info in planned.items():
+        d = attrs[pid]
+        shape = None if info["shape"] is None else tuple(info["shape"])
+        shapes[pid] = d["shape"] = shape
+        d["bytes"], d["bound"] = info["bytes"], info["size"] == "bound"
+        if d["bound"]:
+            small[pid] = (1,) + shape[1:]
+    for sid in execution_order(graph):
+        d = attrs[sid]
+        if "phase" in d:
+            continue
+        stage = d["stage"]
+        op = oplib.REGISTRY[stage.op]
+        in_shapes = [shapes[ref] for ref in stage.inputs]
+        key = None if stage.args else (stage.op, *in_shapes)
+        shape = alike.get(key, alike) if key is not None else alike
+        if shape is alike:
+            try:
+                shape = op.shape(in_shapes, stage.args)
+            except oplib.ShapeError as e:
+                problems.append(Diagnostic(stage.inputs_origin if stage.inputs else stage.op_origin, f"stage {sid!r}: {e}"))
+                shape = None
+            else:
+                if key is not None:
+                    alike[key] = shape
+        shapes[sid] = d["shape"] = shape
+        d["bytes"] = None if shape is None else stage.dtype.nbytes(_count(shape))
+        if small and shape is not None and any(ref in small for ref in stage.inputs):
+            try:
+                at_one = op.shape([small.get(ref, shapes[ref]) for ref in stage.inputs], stage.args)
+            except oplib.ShapeError:
+                at_one = None
+            if at_one != shape:
+                d["bound"] = True
+                small[sid] = at_one
+    if problems:
+        raise ManifestError(problems)
+    return graph
+
+
+def _count(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def edges(graph: nx.Graph) -> Iterator[tuple[str, str]]:
+    """The graph's edges, read from its adjacency. A graph's ``edges`` view refers back to the graph,
+    so once asked for it the graph is freed only by the cyclic GC, which on a large plan costs more
+    than planning it."""
+    return ((u, v) for u, nbrs in graph.adjacency() for v in nbrs)
+
+
+def execution_order(graph: nx.DiGraph) -> list[str]:
+    # every pass keeps the stages and edges, so the order computed once holds for the copies too
+    cached = graph.graph.get("execution_order")
+    if cached is not None and len(cached) == len(graph):
+        return cached
+    attrs = graph.nodes
+    written = sorted(graph, key=lambda n: attrs[n]["order"])
+    pos = {n: i for i, n in enumerate(written)}
+    if all(pos[u] < pos[v] for u, v in edges(graph)):
+        # Every input is written above its stage. The lexicographic sort below picks, at each step,
+        # the earliest-written stage whose inputs are done, which is then always the next one written.
+        order = written
+    else:
+        order = list(nx.lexicographical_topological_sort(graph, key=lambda n: attrs[n]["order"]))
+    graph.graph["execution_order"] = order
+    return order
