@@ -47,6 +47,7 @@ N       no operands (fences, ecall, ebreak, mret, wfi)
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -503,6 +504,7 @@ def compressed_arrays():
     return out
 
 
+@functools.lru_cache(maxsize=1 << 14)    # a program's instructions: decoded once each, not once per step
 def decode_insn(insn: int) -> Decoded | None:
     """Decode a fetched instruction of either size (what a fetch returns:
     a 16-bit parcel or a 32-bit word).

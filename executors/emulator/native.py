@@ -54,6 +54,7 @@ instructions, whether it came from the cache); :func:`execute
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
 import shutil
@@ -71,10 +72,9 @@ from .elf import Program
 from .fast import Image
 from .layout import LOG_OPS, REC_READS, REPLAY, S_PC, S_STEP, ST_BUDGET, WITNESS
 from .native_main import (RETRANSLATE_AFTER, VERSION, WRITABLE_BURST, cache_dir, code_digest as _regions_digest,
-                          code_regions, remember_seeds, stored_seeds, translation_key,
-                          write_atomic)
+                          code_regions, host_identity, remember_seeds, stored_seeds, translation_key, write_atomic)
 from .native_translate import (CTX_NREG, CTX_OPOS, CTX_RLEN, CTX_RPOS, CTX_STOP, CTX_TOHOST, N_CTX, N_MISS,
-                               N_SHORT, emit_ir, find_blocks)
+                               N_SHORT, emit_modules, find_blocks)
 from .output import EmuTrace
 
 __all__ = ["NativeMachine", "Translation", "run", "replay_chunk", "mem_ops_runner", "rom_histogram_runner",
@@ -151,15 +151,15 @@ def _in_code(image: Image, pc: int) -> bool:
     return any(r.base <= pc < r.end for r, _ in _code_regions(image))
 
 
-def _link(obj_path: Path, so_path: Path) -> bool:
-    """Link the object into a shared object that :mod:`ctypes` loads
+def _link(objects: list[Path], so_path: Path) -> bool:
+    """Link the objects into a shared object that :mod:`ctypes` loads
     without LLVM, where the host has a linker (``ld`` or ``cc``)."""
     tool = shutil.which("ld") or shutil.which("cc")
     if tool is None:
         return False
     tmp = so_path.with_name(f"{so_path.name}.{os.getpid()}.tmp")
     try:
-        done = subprocess.run([tool, "-shared", "-o", str(tmp), str(obj_path)], capture_output=True, timeout=60)
+        done = subprocess.run([tool, "-shared", "-o", str(tmp), *map(str, objects)], capture_output=True, timeout=60)
         if done.returncode != 0:
             return False
         os.replace(tmp, so_path)
@@ -195,48 +195,67 @@ def _optimise_and_emit(llvm, tm, text: str) -> bytes:
     return obj
 
 
+def _objects(texts: list[str], identity: str) -> tuple[list[Path], list[bytes], int, float]:
+    """Each module's object code, from the disk cache (keyed by the
+    module's text) or compiled; how many were compiled, and in how long."""
+    paths, objs, compiled, seconds = [], [], 0, 0.0
+    for text in texts:
+        path = cache_dir() / f"part-{hashlib.sha256(f'{identity}|{text}'.encode()).hexdigest()[:40]}.o"
+        try:
+            obj = path.read_bytes()
+        except OSError:
+            llvm, new_tm = _init()
+            t = time.perf_counter()
+            obj = _optimise_and_emit(llvm, new_tm(), text)
+            seconds += time.perf_counter() - t
+            compiled += 1
+            write_atomic(path, obj)
+        paths.append(path)
+        objs.append(obj)
+    return paths, objs, compiled, seconds
+
+
 def translate_regions(regions, rslot, digest: str, mode: int, seeds: set[int]) -> Translation:
     """Translate the read-only code of ``regions`` from ``seeds`` for
     ``mode``, or load it from the disk cache: a shared object through
-    ctypes where one was linked, else the object code through LLVM's
-    MCJIT."""
+    ctypes where one was linked, else the parts' object code through
+    LLVM's MCJIT.  Only the parts whose text is not in the cache are
+    compiled (a retranslation that adds blocks recompiles the parts that
+    hold them and the driver)."""
     t0 = time.perf_counter()
     code = code_regions(regions, rslot)
     blocks = find_blocks([r for r, _ in code], [s for _, s in code], sorted(seeds))
     heads = frozenset(b.pc for b in blocks)
     tails = {ins.pc: len(b.insns) - j for b in blocks for j, ins in enumerate(b.insns) if j}
-    key = translation_key(digest, mode, seeds)
-    base = cache_dir() / key
-    obj_path, so_path = Path(f"{base}.o"), Path(f"{base}.so")
-    obj, cached, compile_s = None, False, 0.0
-    try:
-        obj = obj_path.read_bytes()
-        cached = True
-    except OSError:
-        pass
-    if obj is None:
-        llvm, new_tm = _init()
-        t1 = time.perf_counter()
-        obj = _optimise_and_emit(llvm, new_tm(), emit_ir(blocks, mode))
-        compile_s = time.perf_counter() - t1
-        write_atomic(obj_path, obj)
+    base = cache_dir() / translation_key(digest, mode, seeds)
+    so_path = Path(f"{base}.so")
     fn = keep = None
-    if (so_path.exists() or (obj_path.exists() and _link(obj_path, so_path))):
+    compiled, compile_s = 0, 0.0
+    if so_path.exists():
         try:
             keep = ctypes.CDLL(str(so_path))
             fn = _ARGS(("hf_run", keep))
-        except OSError:
+        except (OSError, AttributeError):
             fn = None
     if fn is None:
-        llvm, new_tm = _init()
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_tm())
-        ref = llvm.ObjectFileRef.from_data(obj)
-        engine.add_object_file(ref)
-        engine.finalize_object()
-        fn = _ARGS(engine.get_function_address("hf_run"))
-        keep = (engine, ref, obj)             # the object's bytes and handle live as long as the engine
-    t = Translation(digest, mode, frozenset(seeds), heads, tails, len(blocks), time.perf_counter() - t0, cached, fn,
-                    keep, compile_s)
+        paths, objs, compiled, compile_s = _objects(emit_modules(blocks, mode), host_identity())
+        if _link(paths, so_path):
+            try:
+                keep = ctypes.CDLL(str(so_path))
+                fn = _ARGS(("hf_run", keep))
+            except (OSError, AttributeError):
+                fn = None
+        if fn is None:
+            llvm, new_tm = _init()
+            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_tm())
+            refs = [llvm.ObjectFileRef.from_data(obj) for obj in objs]
+            for ref in refs:
+                engine.add_object_file(ref)
+            engine.finalize_object()
+            fn = _ARGS(engine.get_function_address("hf_run"))
+            keep = (engine, refs, objs)           # the objects' bytes and handles live as long as the engine
+    t = Translation(digest, mode, frozenset(seeds), heads, tails, len(blocks), time.perf_counter() - t0,
+                    compiled == 0, fn, keep, compile_s)
     meta = {"heads": sorted(heads), "tails": {str(k): v for k, v in tails.items()},
             "report": {k: v for k, v in t.report().items() if k not in ("seconds", "cached")}}
     write_atomic(Path(f"{base}.json"), json.dumps(meta).encode())

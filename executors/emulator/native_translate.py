@@ -61,11 +61,13 @@ from .layout import LOG_OPS, LOG_PCS, REC_READS, REPLAY
 from .isa import BY_NAME, CLASSES, TABLE, decode_insn
 from .machine import UART_ADDR
 
-__all__ = ["Insn", "Block", "find_blocks", "emit_ir", "N_STOP", "N_SIDE", "N_SHORT", "N_MISS", "MAX_BLOCK",
-           "CTX_STOP", "CTX_RPOS", "CTX_RLEN", "CTX_OPOS", "CTX_NREG", "CTX_TOHOST", "N_CTX"]
+__all__ = ["Insn", "Block", "find_blocks", "parts", "emit_modules", "PART_INSNS", "N_CONT", "N_STOP", "N_SIDE",
+           "N_SHORT", "N_MISS", "MAX_BLOCK", "CTX_STOP", "CTX_RPOS", "CTX_RLEN", "CTX_OPOS", "CTX_NREG", "CTX_TOHOST", "N_CTX"]
 
-N_STOP, N_SIDE, N_SHORT, N_MISS = 0, 1, 2, 3
+N_STOP, N_SIDE, N_SHORT, N_MISS, N_CONT = 0, 1, 2, 3, 4
 MAX_BLOCK = 64
+#: instructions per part (one LLVM function each)
+PART_INSNS = 64
 # the context array shared with the runtime: inputs and the buffer positions
 CTX_STOP, CTX_RPOS, CTX_RLEN, CTX_OPOS, CTX_NREG, CTX_TOHOST = range(6)
 N_CTX = 6
@@ -437,14 +439,81 @@ _STATE = ["step", "bstep", "xpc", "jpc", "rpos", "opos", "status", "lbase", "lsi
           "soff"]
 
 
-def emit_ir(blocks: list[Block], mode: int) -> str:
-    """The module text: ``i64 hf_run(regs, st, mem, rbuf, ctx, counts, rtab, obuf, hist)``."""
+_PARAMS = ("i64* noalias %regs, i64* noalias %st, i8* noalias %mem, i64* noalias %rbuf, i64* noalias %ctx, "
+           "i64* noalias %counts, i64* noalias %rtab, i64* noalias %obuf, i64* noalias %hist")
+_ARGS = ("i64* %regs, i64* %st, i8* %mem, i64* %rbuf, i64* %ctx, i64* %counts, i64* %rtab, i64* %obuf, "
+         "i64* %hist")
+
+
+def parts(blocks: list[Block], size: int = PART_INSNS) -> list[list[Block]]:
+    """The blocks in address order, cut into runs that each become one
+    function: the blocks that start in one aligned window of ``4 * size``
+    bytes (so that a translation that adds blocks in one window leaves the
+    others' functions as they were).  A run is not cut inside
+    a loop (between a backward branch or jump and its target) of up to
+    about twice ``size`` instructions, so a loop's blocks branch to each
+    other directly."""
+    blocks = sorted(blocks, key=lambda b: b.pc)
+    loops = []
+    for b in blocks:
+        last = b.insns[-1]
+        target = last.pc + last.imm
+        if (last.name in _BRANCHES or (last.name == "jal" and not last.rd)) and 0 <= b.pc - target <= 8 * size:
+            loops.append((target, b.pc))
+    inside = []                              # merged (first, last) pcs of loops
+    for lo, hi in sorted(loops):
+        if inside and lo <= inside[-1][1] and max(hi, inside[-1][1]) - inside[-1][0] <= 8 * size:
+            inside[-1] = (inside[-1][0], max(hi, inside[-1][1]))
+        else:
+            inside.append((lo, hi))
+    out, window, k = [], None, 0
+    for b in blocks:
+        while k < len(inside) and inside[k][1] < b.pc:
+            k += 1
+        in_loop = k < len(inside) and inside[k][0] < b.pc <= inside[k][1]
+        if not out or (b.pc // (4 * size) != window and not in_loop):
+            out.append([])
+        window = b.pc // (4 * size)
+        out[-1].append(b)
+    return out
+
+
+def emit_modules(blocks: list[Block], mode: int, part_insns: int = PART_INSNS) -> list[str]:
+    """The translation as LLVM module texts: one per part, then the driver
+    ``i64 hf_run(regs, st, mem, rbuf, ctx, counts, rtab, obuf, hist)``.
+
+    ``hf_run`` is a loop that dispatches on pc to the part (a function,
+    :func:`parts`) holding the block that starts there; a part runs until
+    control leaves it (``N_CONT``: ``hf_run`` dispatches again) or it stops
+    with one of the statuses ``hf_run`` returns.  LLVM's code generation
+    costs more than linearly in a function's size, so parts keep a large
+    program's translation time proportional to its size; and a part is
+    named after its first block, so its text (and its compiled object) is
+    the same in a later translation that adds blocks elsewhere."""
+    groups = parts(blocks, part_insns)
+    heads = {b.pc for b in blocks}
+    names = [f"hf_p{group[0].pc:x}" for group in groups]
+    modules = [_HEADER + _emit_part(name, group, mode, heads) for name, group in zip(names, groups)]
+    lines = [f"declare i64 @{name}({_PARAMS})" for name in names]
+    lines += [f"define i64 @hf_run({_PARAMS}) nounwind {{", "entry:", "  br label %loop", "loop:",
+              "  %pc = load i64, i64* %st"]
+    cases = " ".join(f"i64 {_i64(b.pc)}, label %P{k}" for k, group in enumerate(groups) for b in group)
+    lines.append(f"  switch i64 %pc, label %none [ {cases} ]")
+    lines += ["none:", f"  ret i64 {N_MISS}"]
+    for k, name in enumerate(names):
+        lines += [f"P{k}:", f"  %s{k} = call i64 @{name}({_ARGS})", f"  %c{k} = icmp eq i64 %s{k}, {N_CONT}",
+                  f"  br i1 %c{k}, label %loop, label %R{k}", f"R{k}:", f"  ret i64 %s{k}"]
+    lines.append("}")
+    return modules + ["\n".join(lines) + "\n"]
+
+
+def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int]) -> str:
+    """One part: its blocks branch to each other directly; a transfer out of
+    it stops with ``N_CONT``."""
     e = _Emitter(mode)
     ncls = len(CLASSES)
     heads = {b.pc for b in blocks}
-    e.out.append("define i64 @hf_run(i64* noalias %regs, i64* noalias %st, i8* noalias %mem, i64* noalias %rbuf, "
-                 "i64* noalias %ctx, i64* noalias %counts, i64* noalias %rtab, i64* noalias %obuf, "
-                 "i64* noalias %hist) nounwind {")
+    e.out.append(f"define i64 @{name}({_PARAMS}) noinline nounwind {{")
     e.label("entry")
     for r in range(1, 32):
         e.e(f"%x{r} = alloca i64")
@@ -472,7 +541,7 @@ def emit_ir(blocks: list[Block], mode: int) -> str:
     e.e(f"switch i64 {t}, label %miss [ {cases} ]")
     e.label("miss")
     e.store("xpc", e.load("jpc"))
-    e.store("status", N_MISS)
+    e.store("status", N_CONT)
     e.e("br label %exit")
 
     def prefix(b: Block, i: int) -> list[int]:
@@ -482,9 +551,16 @@ def emit_ir(blocks: list[Block], mode: int) -> str:
         return k
 
     def goto(pc: int) -> str:
-        """The label a transfer to pc goes to (a miss exit if untranslated)."""
-        return f"H_{pc:x}" if pc in heads else f"M_{pc:x}"
+        """The label a transfer to pc goes to: its block, an exit to another
+        part's, or a miss exit if untranslated."""
+        if pc in heads:
+            return f"H_{pc:x}"
+        if pc in all_heads:
+            conts.add(pc)
+            return f"C_{pc:x}"
+        return f"M_{pc:x}"
 
+    conts: set[int] = set()           # transfers to another part's block
     misses: set[int] = set()          # transfers to an untranslated pc
     falls: set[int] = set()           # fall-through into an untranslated instruction
     for b in blocks:
@@ -560,7 +636,7 @@ def emit_ir(blocks: list[Block], mode: int) -> str:
                 e.e(f"br label %{goto(term[1])}")
             else:
                 e.e("br label %dispatch")
-    for kind, status, pcs in (("N", N_SIDE, falls), ("M", N_MISS, misses)):
+    for kind, status, pcs in (("N", N_SIDE, falls), ("M", N_MISS, misses), ("C", N_CONT, conts)):
         for pc in sorted(pcs):
             e.label(f"{kind}_{pc:x}")
             e.store("xpc", _i64(pc))
@@ -578,4 +654,4 @@ def emit_ir(blocks: list[Block], mode: int) -> str:
     e.e(f"store i64 {e.load('opos')}, i64* {e.elem('ctx', str(CTX_OPOS))}")
     e.e(f"ret i64 {e.load('status')}")
     e.out.append("}")
-    return _HEADER + "\n".join(e.out) + "\n"
+    return "\n".join(e.out) + "\n"
