@@ -59,7 +59,7 @@ def loose_identity(fn: Callable) -> str | None:
 
 
 def distribution_of(module: str) -> metadata.Distribution | None:
-    """The installed distribution that owns top-level package of ``module``, or None."""
+    """The installed distribution that owns the top-level package of ``module``, or None."""
     top = module.split(".")[0]
     for name in metadata.packages_distributions().get(top, []):
         try:
