@@ -189,32 +189,93 @@ def blocks(n: int, partitions: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# ``python -c`` code running the CLI of the source tree given as its first argument, folders mapped onto the
+# ``hetflow`` packages as setup.py maps them: a checkout (this one, or an earlier commit's worktree) runs as it
+# is, whatever is installed.
+_FROM_TREE = """import importlib.util, os, sys
+root = sys.argv.pop(1)
+folders = {"hetflow": "hetflow", "hetflow.engine": "engine", "hetflow.executors": "executors",
+           "hetflow.schemas": "schemas", "hetflow.examples": "examples", "hetflow.pipelines": "pipelines"}
+class Tree:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name not in folders:
+            return None
+        folder = os.path.join(root, folders[name])
+        init = os.path.join(folder, "__init__.py")
+        if os.path.exists(init):
+            return importlib.util.spec_from_file_location(name, init, submodule_search_locations=[folder])
+        spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        spec.submodule_search_locations = [folder]
+        return spec
+sys.meta_path.insert(0, Tree)
+from hetflow.engine.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _cli_s(root: str, argv: list[str], what: str) -> float:
+    """Seconds of one whole ``hetflow ARGV`` process, hetflow taken from the source tree ``root``."""
+    import subprocess
+    import sys
+
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", _FROM_TREE, root, *argv], capture_output=True, text=True)
+    took = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise RuntimeError(f"hetflow {what} ({root}) failed: {done.stderr[-2000:]}")
+    return took
+
+
+def _cli_commands(path: str, runs_dir: str) -> list[tuple[str, list[str]]]:
+    return [("plan --format json", ["plan", path, "--format", "json", "-o", path + ".plan.json", "--runs-dir", runs_dir]),
+            ("run", ["run", path, "--runs-dir", runs_dir, "--quiet", "--no-cache"])]
+
+
 def cli_scale(n: int, partitions: int, runs_dir: str) -> list[dict]:
     """``hetflow plan --format json`` and ``hetflow run`` of a ``n``-stage manifest, each a whole CLI process.
 
     The baseline is the budget of the goal, 10 s at 100,000 stages
     (0.1 ms a stage); the ratio is budget / time.
     """
-    import subprocess
-    import sys
-
     path = os.path.join(runs_dir, f"scale-{n}.yaml")
     with open(path, "w") as f:
         f.write(blocks(n, partitions))
     budget = 10.0 * n / 100_000
     rows = []
-    for what, argv in (("plan --format json", ["plan", path, "--format", "json", "-o", path + ".plan.json"]),
-                       ("run", ["run", path, "--runs-dir", runs_dir, "--quiet", "--no-cache"])):
-        t0 = time.perf_counter()
-        done = subprocess.run([sys.executable, "-c", "import sys; from hetflow.engine.cli import main; "
-                               "sys.exit(main(sys.argv[1:]))", *argv], capture_output=True, text=True)
-        took = time.perf_counter() - t0
-        if done.returncode != 0:
-            raise RuntimeError(f"hetflow {what} failed: {done.stderr[-2000:]}")
+    for what, argv in _cli_commands(path, runs_dir):
+        took = _cli_s(REPO, argv, what)
         rows.append({"name": f"hetflow {what}, {n} stages, {partitions} partitions",
                      "baseline": f"goal: {budget:g} s", "baseline_s": budget, "subject": f"hetflow {what} (CLI process)",
                      "subject_s": took, "ratio": budget / took,
                      "notes": "a whole CLI process: start-up, load, validate, plan and its output or the run and its record"})
+    return rows
+
+
+def cli_side_by_side(before: str, n: int = 100_000, partitions: int = 100, turns: int = 3) -> list[dict]:
+    """The CLI processes of :func:`cli_scale` from the source tree ``before`` (an earlier commit's worktree)
+    and from this one, taking turns; the median of ``turns`` each. The ratio is before / after."""
+    import statistics
+
+    rows = []
+    with tempfile.TemporaryDirectory() as runs_dir:
+        path = os.path.join(runs_dir, f"scale-{n}.yaml")
+        with open(path, "w") as f:
+            f.write(blocks(n, partitions))
+        for what, argv in _cli_commands(path, runs_dir):
+            times: dict[str, list[float]] = {"before": [], "after": []}
+            for i in range(turns):
+                for side, root in sorted({"before": before, "after": REPO}.items(), reverse=i % 2 == 1):
+                    times[side].append(_cli_s(root, argv, what))
+            b, a = statistics.median(times["before"]), statistics.median(times["after"])
+            rows.append({"name": f"hetflow {what}, {n} stages, {partitions} partitions, before and after",
+                         "baseline": f"before ({before})", "baseline_s": b, "subject": "after (this tree)",
+                         "subject_s": a, "ratio": b / a,
+                         "notes": (f"whole CLI processes, turn about, median of {turns}: before "
+                                   f"{', '.join(f'{t:.1f}' for t in times['before'])} s, after "
+                                   f"{', '.join(f'{t:.1f}' for t in times['after'])} s")})
     return rows
 
 

@@ -436,8 +436,10 @@ def explain(p: Problem, exe: Mapping[str, str], declared_first: str) -> dict[str
 def _decision(p: Problem, unit: Unit, n: str, exe: Mapping[str, str], costs: Mapping[str, Mapping[str, float]],
               declared_first: str) -> tuple[str, str]:
     here = exe[n]
-    execs = {round(costs[e]["exec_s"], 15) for e in unit.candidates}
-    if len(execs) == 1 and len(unit.nodes) == 1:
+    execs = [costs[e]["exec_s"] for e in unit.candidates]
+    # equal estimates, to the last digits the cost model's arithmetic may leave
+    alike = all(x == execs[0] for x in execs) or len({round(x, 15) for x in execs}) == 1
+    if alike and len(unit.nodes) == 1:
         ref = largest_input(p, n)
         if ref is None and (here == declared_first or here == unit.candidates[0]):
             return "default", "default: no inputs and no pin, first declared executor"

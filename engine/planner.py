@@ -195,40 +195,48 @@ def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
     exec_s: dict[str, dict[str, float]] = {}
     attrs = placing.node_data(out)
     phase_s = getattr(model, "phase_s", None)
-    for n in order:
+    # One walk reads everything the optimiser looks up: each node's position, distinct inputs, bytes and
+    # execution row. Stages alike in op, shapes, dtype and candidates share one row (rows are never
+    # written after), keyed by plain strings and tuples: an Enum hashes through a Python-level method.
+    pos: dict[str, int] = {}
+    inputs: dict[str, tuple[str, ...]] = {}
+    nbytes: dict[str, int | None] = {}
+    shape_of: dict[str, Any] = {}
+    rows: dict[tuple, dict[str, float]] = {}
+    own_cost: dict[str, bool] = {}
+    for i, n in enumerate(order):
         d = attrs[n]
+        pos[n] = i
+        shape_of[n] = shape = d["shape"]
+        nbytes[n] = d["bytes"]
         if "phase" in d:
+            ins = d["phase"].inputs
             # a phase has one place to run: its estimate is a constant of the plan, an upper bound from max_steps
             info = d["planned"]
             vendor[d["target"]] = None
             exec_s[n] = {d["target"]: phase_s(d["phase"].phase, info["backend"], info["steps_max"], info["tasks_max"])
                          if phase_s is not None else 0.0}
-    shape_of = {n: attrs[n]["shape"] for n in order}
-    # Stages alike in op, shapes, dtype and candidates share one row (rows are never written after).
-    # Keyed by plain strings and tuples: an Enum hashes through a Python-level method.
-    rows: dict[tuple, dict[str, float]] = {}
-    own_cost: dict[str, bool] = {}
-    for n in order:
-        d = attrs[n]
-        if "phase" in d:
-            continue
-        stage = d["stage"]
-        shapes = tuple([shape_of[r] for r in stage.inputs])
-        cands = units[unit_of[n]].candidates
-        user_cost = own_cost.get(stage.op)
-        if user_cost is None:
-            user_cost = own_cost[stage.op] = oplib.REGISTRY[stage.op].cost_rule is not None
-        key = (stage.op, shapes, d["shape"], stage.dtype.value, *cands) + ((n,) if user_cost else ())
-        row = rows.get(key)
-        if row is None:
-            more = {"args": stage.args} if user_cost else {}
-            row = rows[key] = {e: model.exec_s(stage.op, list(shapes), d["shape"], stage.dtype, vendor[e], **more)
-                               for e in cands}
-        exec_s[n] = row
+        else:
+            stage = d["stage"]
+            ins = stage.inputs
+            shapes = tuple([shape_of[r] for r in ins])
+            cands = units[unit_of[n]].candidates
+            user_cost = own_cost.get(stage.op)
+            if user_cost is None:
+                user_cost = own_cost[stage.op] = oplib.REGISTRY[stage.op].cost_rule is not None
+            key = (stage.op, shapes, shape, stage.dtype._value_, *cands) + ((n,) if user_cost else ())
+            row = rows.get(key)
+            if row is None:
+                more = {"args": stage.args} if user_cost else {}
+                row = rows[key] = {e: model.exec_s(stage.op, list(shapes), shape, stage.dtype, vendor[e], **more)
+                                   for e in cands}
+            exec_s[n] = row
+        inputs[n] = ins if len(ins) < 2 else tuple(dict.fromkeys(ins))
     succ = getattr(out, "_succ", None)  # networkx's adjacency table: no view made per node
     consumers = ({n: list(nbrs) for n, nbrs in succ.items()} if type(succ) is dict
                  else {n: list(nbrs) for n, nbrs in out.adjacency()})
-    return placing.Problem(out, order, units, unit_of, vendor, exec_s, consumers, model)
+    return placing.Problem(out, order, units, unit_of, vendor, exec_s, consumers, model,
+                           pos=pos, inputs=inputs, nbytes=nbytes)
 
 
 def plan(manifest: Manifest, probe: Callable[[Vendor], Offer], *, model: Any = None) -> Plan:
@@ -248,13 +256,14 @@ def _plan(manifest: Manifest, probe: Callable[[Vendor], Offer], model: Any) -> P
     _check_dtypes(parted, executors, probe)
     partition_into(parted)
     crossing = bridges(parted)
+    attrs = placing.node_data(parted)
     nodes = {
         n: NodePlan(
             id=n, op=d["stage"].op, executor=d["executor"], reason=d["reason"], partition=d["partition"],
             shape=d["shape"], dtype=d["stage"].dtype, bytes=d["bytes"], origin=d["stage"].origin,
             why=d["why"], estimated_s=d["estimated_s"], bound=d.get("bound", False),
         )
-        for n, d in ((n, parted.nodes[n]) for n in manifest.stages)
+        for n, d in ((n, attrs[n]) for n in manifest.stages)
     }
     parts = partitions_of(parted, manifest.outputs)
     memory = _check_memory(parts, parted, manifest, executors, probe)
