@@ -74,7 +74,7 @@ from .layout import LOG_OPS, REC_READS, REPLAY, S_PC, S_STEP, ST_BUDGET, WITNESS
 from .native_main import (RETRANSLATE_AFTER, VERSION, WRITABLE_BURST, cache_dir, code_digest as _regions_digest,
                           code_regions, host_identity, remember_seeds, stored_seeds, translation_key, write_atomic)
 from .native_translate import (CTX_NREG, CTX_OPOS, CTX_RLEN, CTX_RPOS, CTX_STOP, CTX_TOHOST, N_CTX, N_MISS,
-                               N_SHORT, emit_modules, find_blocks)
+                               N_SHORT, PAGE_SHIFT, emit_modules, find_blocks)
 from .output import EmuTrace
 
 __all__ = ["NativeMachine", "Translation", "run", "replay_chunk", "mem_ops_runner", "rom_histogram_runner",
@@ -96,6 +96,7 @@ class Translation:
     fn: object                    # the ctypes function
     engine: object                # keeps the code alive
     compile_seconds: float = 0.0  # of which LLVM's optimisation and code generation
+    pages: list = ()              # flat-memory pages holding translated writable code
 
     def report(self) -> dict:
         return {"blocks": self.blocks, "instructions": len(self.heads) + len(self.tails), "seconds": self.seconds,
@@ -215,16 +216,19 @@ def _objects(texts: list[str], identity: str) -> tuple[list[Path], list[bytes], 
     return paths, objs, compiled, seconds
 
 
-def translate_regions(regions, rslot, digest: str, mode: int, seeds: set[int]) -> Translation:
+def translate_regions(regions, rslot, digest: str, mode: int, seeds: set[int], offs=None,
+                      excluded=frozenset()) -> Translation:
     """Translate the read-only code of ``regions`` from ``seeds`` for
     ``mode``, or load it from the disk cache: a shared object through
     ctypes where one was linked, else the parts' object code through
     LLVM's MCJIT.  Only the parts whose text is not in the cache are
     compiled (a retranslation that adds blocks recompiles the parts that
-    hold them and the driver)."""
+    hold them and the driver).  With the regions' flat-memory offsets
+    ``offs``, writable executable regions are translated too (their
+    ``data`` being memory as it is now), except in the flat-memory pages
+    ``excluded``."""
     t0 = time.perf_counter()
-    code = code_regions(regions, rslot)
-    blocks = find_blocks([r for r, _ in code], [s for _, s in code], sorted(seeds))
+    blocks = find_blocks(regions, rslot, sorted(seeds), offs, excluded)
     heads = frozenset(b.pc for b in blocks)
     tails = {ins.pc: len(b.insns) - j for b in blocks for j, ins in enumerate(b.insns) if j}
     base = cache_dir() / translation_key(digest, mode, seeds)
@@ -256,7 +260,9 @@ def translate_regions(regions, rslot, digest: str, mode: int, seeds: set[int]) -
             keep = (engine, refs, objs)           # the objects' bytes and handles live as long as the engine
     t = Translation(digest, mode, frozenset(seeds), heads, tails, len(blocks), time.perf_counter() - t0,
                     compiled == 0, fn, keep, compile_s)
-    meta = {"heads": sorted(heads), "tails": {str(k): v for k, v in tails.items()},
+    t.pages = sorted({(ins.fetch + 8 * k) >> PAGE_SHIFT for b in blocks for ins in b.insns if ins.fetch >= 0
+                      for k in (0, 1) if k == 0 or (ins.size == 4 and ins.pc & 7 == 6)})
+    meta = {"heads": sorted(heads), "tails": {str(k): v for k, v in tails.items()}, "pages": t.pages,
             "report": {k: v for k, v in t.report().items() if k not in ("seconds", "cached")}}
     write_atomic(Path(f"{base}.json"), json.dumps(meta).encode())
     return t

@@ -44,8 +44,9 @@ from . import reference
 from .elf import PERM_W, PERM_X, Program
 from .isa import CLASSES
 from .layout import REC_READS, ST_BUDGET, ST_END, U64, region_layout
-from .native_translate import (CTX_NREG, CTX_OPOS, CTX_RLEN, CTX_RPOS, CTX_STOP, CTX_TOHOST, N_CTX, N_MISS,
-                               N_SHORT)
+from .machine import Region
+from .native_translate import (CTX_NREG, CTX_OPOS, CTX_PAGES, CTX_RLEN, CTX_RPOS, CTX_STOP, CTX_TOHOST, N_CTX,
+                               N_MISS, N_SHORT, PAGE_SHIFT)
 from .output import EmuTrace, EmuTraceStart
 
 __all__ = ["VERSION", "RETRANSLATE_AFTER", "cache_dir", "host_identity", "code_digest", "translation_key",
@@ -155,8 +156,9 @@ class Loaded:
     which pcs it covers (``heads``: blocks' first pcs; ``tails``: any
     other translated pc -> steps to its block's end)."""
 
-    def __init__(self, fn, heads, tails, report: dict, seeds=frozenset(), keep=None):
+    def __init__(self, fn, heads, tails, report: dict, seeds=frozenset(), keep=None, pages=()):
         self.fn, self.heads, self.tails, self.seeds, self.keep = fn, frozenset(heads), tails, frozenset(seeds), keep
+        self.pages = list(pages)      # flat-memory pages holding translated writable code
         self._report = report
 
     def report(self) -> dict:
@@ -176,7 +178,8 @@ def load_cached(key: str, seeds=frozenset()) -> Loaded | None:
         return None
     fn = ctypes.CFUNCTYPE(*_SIG)(("hf_run", lib))
     report = dict(meta["report"], seconds=time.perf_counter() - t0, cached=True)
-    return Loaded(fn, meta["heads"], {int(k): v for k, v in meta["tails"].items()}, report, seeds, lib)
+    return Loaded(fn, meta["heads"], {int(k): v for k, v in meta["tails"].items()}, report, seeds, lib,
+                  meta.get("pages", ()))
 
 
 def _buffer(ctype, n: int):
@@ -222,9 +225,9 @@ class MainRun:
         regions = M.build_regions(program, len(input_bytes), input_bytes)
         xperm = M.fetch_permission(program.fetch)
         offs, slots, _, _, _, size = region_layout(regions, xperm)
-        self.program, self.regions, self.slots = program, regions, slots
+        self.program, self.regions, self.slots, self.offs = program, regions, slots, offs
         self.memory = _buffer(ctypes.c_uint64, size // 8)
-        view = memoryview(self.memory).cast("B")
+        self.view = view = memoryview(self.memory).cast("B")
         for r, o in zip(regions, offs):
             if r.name != "ram":               # already zero
                 view[o:o + r.size] = r.data
@@ -236,6 +239,11 @@ class MainRun:
         self.ctx = _buffer(ctypes.c_int64, N_CTX)
         self.ctx[CTX_NREG] = len(regions)
         self.ctx[CTX_TOHOST] = self.tohost
+        # per page of flat memory: 0 no translated code, 1 translated writable code, 2 invalidated
+        self.pages = _buffer(ctypes.c_uint8, (size >> PAGE_SHIFT) + 2)
+        self.ctx[CTX_PAGES] = ctypes.addressof(self.pages)
+        self.snapshots: dict[int, bytes] = {}          # page -> its bytes when its code was translated
+        self.invalidations = 0
         self.regs = _buffer(ctypes.c_int64, 32)
         self.st = _buffer(ctypes.c_int64, 2)                 # pc and step: all the translated code keeps
         # the same memory as unsigned words: the hart's view, converted by ctypes at C speed
@@ -250,16 +258,44 @@ class MainRun:
         self.missed: set[int] = set()
         self.n_missed = 0
         self._code_ranges = [(r.base, r.end) for r, _ in code_regions(regions, slots)]
+        self._writable_code = [(r.base, r.end, o) for r, o in zip(regions, offs) if r.perm & (PERM_W | PERM_X) ==
+                               PERM_W | PERM_X]
         self.code = _translate(self, self.hart.pc, set(), compile=translate)
+        if self.code is not None:
+            self.use(self.code)
 
     def translate(self) -> None:
         """Translate the program if the disk cache held no translation
         (``MainRun(..., translate=False)`` only looks there)."""
         if self.code is None:
-            self.code = _translate(self, self.hart.pc, set())
+            self.code = self.use(_translate(self, self.hart.pc, set()))
 
     def in_code(self, pc: int) -> bool:
-        return any(lo <= pc < hi for lo, hi in self._code_ranges)
+        """Whether pc lies in code that translation covers: read-only
+        executable code, or writable executable code in a page not
+        invalidated."""
+        if any(lo <= pc < hi for lo, hi in self._code_ranges):
+            return True
+        return any(lo <= pc < hi and self.pages[(o + pc - lo) >> PAGE_SHIFT] != 2 for lo, hi, o in self._writable_code)
+
+    def use(self, code: "Loaded") -> "Loaded":
+        """Start using a translation: its writable code's pages are marked
+        in the page table and their bytes kept to compare against."""
+        for p in code.pages:
+            if self.pages[p] == 0:
+                self.pages[p] = 1
+                self.snapshots[p] = bytes(self.view[p << PAGE_SHIFT:(p + 1) << PAGE_SHIFT])
+        return code
+
+    def check_pages(self) -> None:
+        """Invalidate every page of translated code whose bytes changed: the
+        translated code's blocks there exit to the interpreter from now on
+        (``N_MISS``), which runs the code as it is in memory."""
+        for p, old in list(self.snapshots.items()):
+            if self.view[p << PAGE_SHIFT:(p + 1) << PAGE_SHIFT] != old:
+                self.pages[p] = 2
+                del self.snapshots[p]
+                self.invalidations += 1
 
     def room(self, n: int) -> None:
         """Make room for ``n`` more words in the min-trace buffer."""
@@ -296,6 +332,8 @@ class MainRun:
             if h.end is not None:
                 break
         self._from_hart()
+        if self.snapshots:
+            self.check_pages()
         return ST_END if h.end is not None else ST_BUDGET
 
     def steps(self, budget: int, counts) -> int:
@@ -309,7 +347,7 @@ class MainRun:
             if done >= budget:
                 return ST_BUDGET
             b = budget - done
-            self.room(b)                      # a translated step reads at most one word
+            self.room(3 * b)                  # a translated step reads at most three words (two to fetch)
             stop = st[1] + b
             ctx[CTX_STOP] = stop
             ctx[CTX_RPOS] = self.rpos
@@ -332,7 +370,7 @@ class MainRun:
                     self.missed.add(pc)
                     self.n_missed += 1
                     if self.n_missed >= RETRANSLATE_AFTER:
-                        self.code = _translate(self, pc, self.missed)
+                        self.code = self.use(_translate(self, pc, self.missed))
                         self.n_missed = 0
                         continue
                 else:
@@ -373,14 +411,24 @@ class MainRun:
         return {"traces": traces, "counts": table, "steps": self.st[1], "exit_code": h.end.code & U64,
                 "end_reason": h.end.reason, "stdout": bytes(h.stdout),
                 "pub_outs": [(i, self.port.peek(M.OUTPUT_ADDR + 4 * i, 4)) for i in range(M.N_OUTPUTS)],
-                "translation": self.code.report()}
+                "translation": {**self.code.report(), "invalidations": self.invalidations}}
 
 
 def _translate(run: MainRun, pc: int, extra: set[int], compile: bool = True) -> Loaded | None:
     """The translation covering ``pc`` (and ``extra``): from the disk cache
     when it holds one, else made by :mod:`.native` (which loads llvmlite),
     or None when ``compile`` is false."""
-    digest = code_digest(run.regions, run.slots)
+    # writable executable code is translated as it is in memory now, except in invalidated pages
+    regions = tuple(Region(r.name, r.base, r.size, r.perm, bytes(run.view[o:o + r.size]))
+                    if r.perm & (PERM_W | PERM_X) == PERM_W | PERM_X else r for r, o in zip(run.regions, run.offs))
+    excluded = frozenset(p for p, v in enumerate(run.pages) if v == 2) if run.invalidations else frozenset()
+    h = hashlib.sha256(code_digest(regions, run.slots).encode())
+    for r, o in zip(regions, run.offs):
+        if r.perm & (PERM_W | PERM_X) == PERM_W | PERM_X:
+            h.update(f"{r.base}:{o}:".encode())
+            h.update(r.data)
+    h.update(repr(sorted(excluded)).encode())
+    digest = h.hexdigest()
     want = set(extra)
     if run.in_code(pc):
         want.add(pc)
@@ -394,9 +442,9 @@ def _translate(run: MainRun, pc: int, extra: set[int], compile: bool = True) -> 
         return None
     from . import native
 
-    t = native.translate_regions(run.regions, run.slots, digest, REC_READS, seeds)
+    t = native.translate_regions(regions, run.slots, digest, REC_READS, seeds, run.offs, excluded)
     remember_seeds(digest, seeds)
-    return Loaded(t.fn, t.heads, t.tails, t.report(), t.seeds, t)
+    return Loaded(t.fn, t.heads, t.tails, t.report(), t.seeds, t, t.pages)
 
 
 def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = 1 << 32) -> dict:

@@ -62,15 +62,18 @@ from .isa import BY_NAME, CLASSES, TABLE, decode_insn
 from .machine import UART_ADDR
 
 __all__ = ["Insn", "Block", "find_blocks", "parts", "emit_modules", "PART_INSNS", "N_CONT", "N_STOP", "N_SIDE",
-           "N_SHORT", "N_MISS", "MAX_BLOCK", "CTX_STOP", "CTX_RPOS", "CTX_RLEN", "CTX_OPOS", "CTX_NREG", "CTX_TOHOST", "N_CTX"]
+           "N_SHORT", "N_MISS", "MAX_BLOCK", "CTX_STOP", "CTX_RPOS", "CTX_RLEN", "CTX_OPOS", "CTX_NREG", "CTX_TOHOST", "CTX_PAGES", "N_CTX",
+           "PAGE_SHIFT"]
 
 N_STOP, N_SIDE, N_SHORT, N_MISS, N_CONT = 0, 1, 2, 3, 4
 MAX_BLOCK = 64
 #: instructions per part (one LLVM function each)
 PART_INSNS = 64
 # the context array shared with the runtime: inputs and the buffer positions
-CTX_STOP, CTX_RPOS, CTX_RLEN, CTX_OPOS, CTX_NREG, CTX_TOHOST = range(6)
-N_CTX = 6
+CTX_STOP, CTX_RPOS, CTX_RLEN, CTX_OPOS, CTX_NREG, CTX_TOHOST, CTX_PAGES = range(7)
+N_CTX = 7
+#: flat-memory pages: 0 holds no translated code, 1 translated code in use, 2 translated code invalidated
+PAGE_SHIFT = 12
 
 _ALU = set("lui auipc addi slti sltiu xori ori andi slli srli srai add sub sll slt sltu xor srl sra or and "
            "addiw slliw srliw sraiw addw subw sllw srlw sraw "
@@ -94,6 +97,7 @@ class Insn:
     size: int
     cls: int            # index into CLASSES
     hslot: int          # histogram slot of this pc
+    fetch: int = -1     # in writable code: the flat-memory offset of pc's aligned word (fetches are recorded)
 
 
 @dataclass(frozen=True)
@@ -102,35 +106,49 @@ class Block:
     insns: tuple[Insn, ...]
 
 
-def _code_reader(regions, rslot):
-    """fetch(pc) -> (raw instruction, histogram slot) from read-only
-    executable regions, or None where the interpreter must fetch."""
-    code = [(r.base, r.data, s) for r, s in zip(regions, rslot) if r.perm & (PERM_W | PERM_X) == PERM_X]
+def _code_reader(regions, rslot, offs=None, excluded=frozenset()):
+    """fetch(pc) -> (raw instruction, histogram slot, fetch offset) from
+    read-only executable regions, and from writable executable ones when
+    their flat-memory offsets ``offs`` are given (fetch offset -1 for
+    read-only code), or None where the interpreter must fetch (and in the
+    pages of flat memory listed in ``excluded``)."""
+    code = []
+    for i, (r, s) in enumerate(zip(regions, rslot)):
+        if r.perm & (PERM_W | PERM_X) == PERM_X:
+            code.append((r.base, r.data, s, -1))
+        elif r.perm & PERM_X and offs is not None:
+            code.append((r.base, r.data, s, offs[i]))
 
     def fetch(pc):
-        for base, data, slot in code:
+        for base, data, slot, off in code:
             d = pc - base
             if 0 <= d <= len(data) - 2:
+                at = -1 if off < 0 else off + (d & ~7)
+                if at >= 0 and ((off + d) >> 12 in excluded or (off + d + 2) >> 12 in excluded):
+                    return None
                 lo = int.from_bytes(data[d:d + 2], "little")
                 if lo & 3 != 3:
-                    return lo, slot + d // 2
-                if d + 4 > len(data):
+                    return lo, slot + d // 2, at
+                if d + 4 > len(data) or (at >= 0 and (off + d + 3) >> 12 in excluded):
                     return None
-                return int.from_bytes(data[d:d + 4], "little"), slot + d // 2
+                return int.from_bytes(data[d:d + 4], "little"), slot + d // 2, at
         return None
     return fetch
 
 
-def find_blocks(regions, rslot, seeds) -> list[Block]:
+def find_blocks(regions, rslot, seeds, offs=None, excluded=frozenset()) -> list[Block]:
     """The blocks reachable from ``seeds`` in the read-only executable
-    regions (``rslot``: each region's first histogram slot).
+    regions (``rslot``: each region's first histogram slot), and in the
+    writable executable ones when their flat-memory offsets ``offs`` are
+    given, except in the flat-memory pages ``excluded`` (see
+    :func:`_code_reader`).
 
     >>> from hetflow.executors.emulator.machine import Region
     >>> code = bytes.fromhex("13051000" "9308d005" "73000000")   # li a0,1; li a7,93; ecall
     >>> [(hex(b.pc), [i.name for i in b.insns]) for b in find_blocks([Region("t", 0x1000, 12, 5, code)], [0], [0x1000])]
     [('0x1000', ['addi', 'addi'])]
     """
-    fetch = _code_reader(regions, rslot)
+    fetch = _code_reader(regions, rslot, offs, excluded)
     insns: dict[int, Insn | None] = {}
     leaders: set[int] = set()
     work = list(seeds)
@@ -147,7 +165,7 @@ def find_blocks(regions, rslot, seeds) -> list[Block]:
                     leaders.add(pc + d.size)          # where the interpreter hands back
                     work.append(pc + d.size)
                 break
-            ins = Insn(pc, name, d.rd, d.rs1, d.rs2, d.imm, d.size, CLASSES.index(TABLE[d.op].cls), got[1])
+            ins = Insn(pc, name, d.rd, d.rs1, d.rs2, d.imm, d.size, CLASSES.index(TABLE[d.op].cls), got[1], got[2])
             insns[pc] = ins
             nxt = pc + d.size
             if name in _BRANCHES:
@@ -195,8 +213,9 @@ def _i64(v: int) -> int:
 
 
 class _Emitter:
-    def __init__(self, mode: int):
+    def __init__(self, mode: int, pages: bool = False):
         self.mode = mode
+        self.pages = pages          # the translation holds writable code: stores check the page table
         self.out: list[str] = []
         self.n = 0
 
@@ -345,6 +364,23 @@ def _log_op(e: _Emitter, addr: str, i: int, is_write: int):
     e.store("opos", e.op(f"add i64 {pos}, 3"))
 
 
+def _fetch(e: _Emitter, ins: Insn, i: int):
+    """Record the fetch of an instruction in writable code as the
+    interpreters do: the aligned word(s) holding it, read from memory."""
+    if ins.fetch < 0:
+        return
+    words = [ins.fetch] + ([ins.fetch + 8] if ins.size == 4 and ins.pc & 7 == 6 else [])
+    for k, off in enumerate(words):
+        addr = (ins.pc & ~7) + 8 * k
+        _log_op(e, str(_i64(addr)), i, 0)
+        if e.mode & REC_READS:
+            wp = e.op(f"getelementptr inbounds i8, i8* %mem, i64 {off}")
+            w = e.op(f"load i64, i64* {e.op(f'bitcast i8* {wp} to i64*')}, align 8")
+            rp = e.load("rpos")
+            e.e(f"store i64 {w}, i64* {e.elem('rbuf', rp)}")
+            e.store("rpos", e.op(f"add i64 {rp}, 1"))
+
+
 def _memory(e: _Emitter, ins: Insn, i: int, lab: str, side: str):
     """A load or store that stays inside one aligned word of a region with
     the right permission; anything else takes the side exit first."""
@@ -368,6 +404,13 @@ def _memory(e: _Emitter, ins: Insn, i: int, lab: str, side: str):
         fits = e.op(f"icmp ule i64 {e.op(f'add i64 {sh}, {msize}')}, 8")
         e.e(f"br i1 {fits}, label %{lab}_fit, label %{side}")
         e.label(f"{lab}_fit")
+    if ins.name in _STORES and e.pages:
+        # a store into a page of translated code runs in the interpreter; the runtime then invalidates the page
+        page = e.op(f"lshr i64 {off}, {PAGE_SHIFT}")
+        pg = e.op(f"load i8, i8* {e.op(f'getelementptr inbounds i8, i8* %pages, i64 {page}')}")
+        e.e(f"br i1 {e.op(f'icmp eq i8 {pg}, 1')}, label %{side}, label %{lab}_code")
+        e.label(f"{lab}_code")
+    _fetch(e, ins, i)
     if ins.name in _LOADS:
         if e.mode & REPLAY:
             rp = e.load("rpos")
@@ -493,7 +536,8 @@ def emit_modules(blocks: list[Block], mode: int, part_insns: int = PART_INSNS) -
     groups = parts(blocks, part_insns)
     heads = {b.pc for b in blocks}
     names = [f"hf_p{group[0].pc:x}" for group in groups]
-    modules = [_HEADER + _emit_part(name, group, mode, heads) for name, group in zip(names, groups)]
+    pages = any(ins.fetch >= 0 for b in blocks for ins in b.insns)
+    modules = [_HEADER + _emit_part(name, group, mode, heads, pages) for name, group in zip(names, groups)]
     lines = [f"declare i64 @{name}({_PARAMS})" for name in names]
     lines += [f"define i64 @hf_run({_PARAMS}) nounwind {{", "entry:", "  br label %loop", "loop:",
               "  %pc = load i64, i64* %st"]
@@ -507,10 +551,10 @@ def emit_modules(blocks: list[Block], mode: int, part_insns: int = PART_INSNS) -
     return modules + ["\n".join(lines) + "\n"]
 
 
-def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int]) -> str:
+def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int], pages: bool = False) -> str:
     """One part: its blocks branch to each other directly; a transfer out of
     it stops with ``N_CONT``."""
-    e = _Emitter(mode)
+    e = _Emitter(mode, pages)
     ncls = len(CLASSES)
     heads = {b.pc for b in blocks}
     e.out.append(f"define i64 @{name}({_PARAMS}) noinline nounwind {{")
@@ -527,6 +571,9 @@ def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int]) -
     e.e(f"%rlen = load i64, i64* {e.elem('ctx', str(CTX_RLEN))}")
     e.e(f"%nreg = load i64, i64* {e.elem('ctx', str(CTX_NREG))}")
     e.e(f"%tohost = load i64, i64* {e.elem('ctx', str(CTX_TOHOST))}")
+    if pages:
+        where = e.elem("ctx", str(CTX_PAGES))
+        e.e(f"%pages = inttoptr i64 {e.op(f'load i64, i64* {where}')} to i8*")
     e.store("rpos", e.op(f"load i64, i64* {e.elem('ctx', str(CTX_RPOS))}"))
     e.store("opos", e.op(f"load i64, i64* {e.elem('ctx', str(CTX_OPOS))}"))
     e.store("step", e.op(f"load i64, i64* {e.elem('st', '1')}"))
@@ -567,6 +614,12 @@ def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int]) -
         n = len(b.insns)
         # head: the whole block must fit before stop
         e.label(f"H_{b.pc:x}")
+        # writable code runs translated only while its pages are unchanged since the translation
+        for page in sorted({(at + 8 * k) >> PAGE_SHIFT for ins in b.insns if ins.fetch >= 0 for at in [ins.fetch]
+                            for k in (0, 1) if k == 0 or (ins.size == 4 and ins.pc & 7 == 6)}):
+            pg = e.op(f"load i8, i8* {e.op(f'getelementptr inbounds i8, i8* %pages, i64 {page}')}")
+            e.e(f"br i1 {e.op(f'icmp eq i8 {pg}, 1')}, label %H_{b.pc:x}_{page:x}, label %V_{b.pc:x}")
+            e.label(f"H_{b.pc:x}_{page:x}")
         s = e.load("step")
         e.store("bstep", s)
         fits = e.op(f"icmp sge i64 {e.op(f'sub i64 %stop, {s}')}, {n}")
@@ -575,6 +628,11 @@ def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int]) -
         e.store("xpc", _i64(b.pc))
         e.store("status", N_SHORT)
         e.e("br label %exit")
+        if any(ins.fetch >= 0 for ins in b.insns):
+            e.label(f"V_{b.pc:x}")                   # invalidated: the interpreter runs it from memory
+            e.store("xpc", _i64(b.pc))
+            e.store("status", N_MISS)
+            e.e("br label %exit")
         for j, ins in enumerate(b.insns):
             if ins.name not in _LOADS and ins.name not in _STORES:
                 continue
@@ -592,6 +650,8 @@ def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int]) -
             side = f"X_{ins.pc:x}"
             last = j == n - 1
             term = None
+            if ins.name not in _LOADS and ins.name not in _STORES:
+                _fetch(e, ins, j)
             if ins.name in _ALU:
                 e.set_reg(ins.rd, _alu(e, ins))
             elif ins.name in _LOADS or ins.name in _STORES:

@@ -1,8 +1,9 @@
 """The native backend's main execution on ctypes (:mod:`.native_main`, what
 ``hetflow emulate --backend native`` runs): every field equal to the fast
 backend's on the repository's guests and random programs, chunk boundaries
-inside blocks, the same errors, and a run from the disk cache that loads
-neither numba nor llvmlite."""
+inside blocks, the same errors, writable code translated and invalidated
+when it is written, and a run from the disk cache that loads neither
+numba nor llvmlite."""
 
 import json
 import os
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from hetflow.executors.emulator import GuestTrap, StepLimitExceeded, fast, load_elf, native_main
-from hetflow.executors.emulator.elf import ElfError
+from hetflow.executors.emulator.elf import PERM_R, PERM_W, PERM_X, Program, Segment
 
 from _guests import GUESTS
 from test_emu_fast_path import random_program
@@ -75,6 +76,25 @@ def test_step_limit_is_exact(limit):
     with pytest.raises(StepLimitExceeded) as fst:
         fast.run(prog, b"", 100, limit)
     assert str(nat.value) == str(fst.value) and nat.value.step == limit
+
+
+def test_self_modifying_code_invalidates_its_translation():
+    # isa_smc rewrites an instruction of its own (writable) code, then runs it
+    prog = load_elf(GUESTS / "isa_smc.elf")
+    r = native_main.run(prog, b"", 97)
+    _same(r, fast.run(prog, b"", 97))
+    assert r["translation"]["instructions"] > 20 and r["translation"]["invalidations"] == 1
+
+
+def test_writable_code_left_alone_stays_translated():
+    prog, inp = random_program(5, n=300, rounds=2)
+    seg = prog.segments[0]
+    rwx = Program(prog.name, prog.entry, (Segment(seg.vaddr, seg.data, PERM_R | PERM_W | PERM_X),))
+    r, ro = native_main.run(rwx, inp, 500), native_main.run(prog, inp, 500)
+    _same(r, fast.run(rwx, inp, 500))
+    assert r["translation"]["invalidations"] == 0 and r["translation"]["instructions"] > 250
+    # every fetch from writable code is a recorded read, as on the interpreters
+    assert sum(len(t.mem_reads) for t in r["traces"]) >= sum(len(t.mem_reads) for t in ro["traces"]) + r["steps"]
 
 
 _PROBE = """
