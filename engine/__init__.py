@@ -13,10 +13,10 @@ resolve       :func:`hetflow.engine.resolve.resolve`              ``Document``, 
                                                                   (resolved tree, problems)
 validate      :func:`hetflow.engine.manifest.validate`            resolved tree, ``Document``, problems
                                                                   -> ``Manifest``
-graph         :func:`hetflow.engine.planner.build_graph`          ``Manifest`` -> ``networkx.DiGraph``
+graph         :func:`hetflow.engine.planner.graph`                ``Manifest`` -> ``networkx.DiGraph``
 place         :func:`hetflow.engine.planner.place`                graph, executors -> placed graph
 partition     :func:`hetflow.engine.planner.partition`            placed graph -> partitioned graph
-bridge        :func:`hetflow.engine.planner.bridges`              partitioned graph -> ``[Bridge]``
+bridge        :func:`hetflow.engine.planner.bridge`               partitioned graph -> ``[Bridge]``
 lower         :func:`hetflow.engine.lowering.lower`               ``Plan``, runtime -> ``TaskGraph``
 run           :func:`hetflow.engine.run.execute`                  ``Manifest``, ``Plan`` -> ``RunResult``
 record        :mod:`hetflow.engine.records`                       the record dict -> ``record.json``,
@@ -30,7 +30,12 @@ A matrix point (:func:`hetflow.engine.matrix.expand` and
 resolve. :func:`hetflow.engine.manifest.compile_manifest` runs resolve
 then validate. Between graph and place,
 :func:`hetflow.engine.planner.choose_executors` gives each declared
-executor the first vendor of its list that the machine offers;
+executor the first vendor of its list that the machine offers. The
+planner's passes are functions of :mod:`hetflow.engine.planner` named
+after their step; their work lives in :mod:`~hetflow.engine.plangraph`
+(graph), :mod:`~hetflow.engine.placement` and
+:mod:`~hetflow.engine.candidates` (place) and
+:mod:`~hetflow.engine.partitioning` (partition, bridge).
 :func:`hetflow.engine.planner.plan` runs graph, place, partition and
 bridge and returns the :class:`~hetflow.engine.plandata.Plan`, plain data
 that ``hetflow plan`` prints and ``hetflow run`` executes. On a Dask
@@ -52,11 +57,11 @@ The passes of ``examples/quickstart.yaml``, one by one:
 >>> doc = loader.load(files("hetflow.examples") / "quickstart.yaml")
 >>> tree, problems = resolve.resolve(doc, {"batch": 8})
 >>> m = manifest.validate(tree, doc, problems)
->>> graph = planner.build_graph(m)
+>>> graph = planner.graph(m)
 >>> executors = planner.choose_executors(m, probe)
 >>> placed = planner.place(graph, executors, next(iter(m.executors)))
 >>> parted = planner.partition(placed)
->>> [b.id for b in planner.bridges(parted)]
+>>> [b.id for b in planner.bridge(parted)]
 ['x@accel', 'logits@host']
 >>> p = planner.plan(m, probe)
 >>> sorted(lowering.lower(p, runtime.LocalRuntime(p, run.create_executors(p))).dsk)[:4]
