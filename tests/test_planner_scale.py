@@ -1,0 +1,117 @@
+"""What keeps a 100,000-stage plan fast also keeps its answers: positions, the printed JSON, cache keys, groups."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+
+import networkx as nx
+import pytest
+
+from hetflow.engine import cache, placement, planner
+from hetflow.engine.cli import main
+from hetflow.engine.loader import _compose, _precise, loads
+from hetflow.engine.manifest import compile_manifest, load
+from hetflow.executors import probe
+
+CHAIN = """\
+version: 1
+name: chain  # café
+executors:
+  a: {vendor: cpu}
+  b: {vendor: cpu}
+stages:
+  x: {op: ones, args: {shape: [4]}, executor: a}
+  e1: {op: relu, inputs: [x]}
+  y:
+    op: add
+    inputs: [x, e1]
+    executor: b
+  z: {op: mul, inputs: [y], args: {value: 0.1}}
+outputs: {z: z}
+"""
+
+
+@pytest.mark.parametrize("text", [CHAIN, CHAIN.replace("  # café", "")], ids=["pyyaml-parser", "libyaml-parser"])
+def test_stage_positions_come_from_the_first_parse(text):
+    doc = loads(text, "chain.yaml")
+    loader, root = _compose(text, "chain.yaml")
+    exact = _precise(loader, root, "chain.yaml", text)
+    for path in [("stages", sid) for sid in doc.value["stages"]] + [("stages",), ("name",)]:
+        assert str(doc.key_at(path)) == str(exact.key_at(path)), path
+        assert str(doc.at(path)) == str(exact.at(path)), path
+    assert str(doc.key_at(("stages", "y"))) == "chain.yaml:9:3"
+    assert doc._root is None, "a stage's position must not parse the text again"
+    assert str(doc.at(("stages", "y", "op"))) == "chain.yaml:10:9" and doc._root is not None
+    assert str(doc.at(("stages", "nope"))) == str(exact.at(("stages", "nope"))) == "chain.yaml:7:3"
+
+
+def test_printed_plan_json_is_the_plan_data(tmp_path):
+    path = tmp_path / "chain-é.yaml"
+    path.write_text(CHAIN, encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["plan", str(path), "--format", "json", "--runs-dir", str(tmp_path / "runs")], out, err) == 0
+    printed = json.loads(out.getvalue())
+    import hetflow
+
+    assert printed == hetflow.plan(path, runs_dir=tmp_path / "runs").to_json()
+    assert printed["nodes"]["e1"]["origin"].endswith("chain-é.yaml:8:3")
+    assert out.getvalue().startswith('{\n  "format": 2,\n  "name": "chain",\n')
+    target = tmp_path / "plan.json"
+    assert main(["plan", str(path), "--format", "json", "-o", str(target), "--runs-dir", str(tmp_path / "runs")],
+                io.StringIO(), io.StringIO()) == 0
+    assert json.loads(target.read_text(encoding="utf-8")) == printed
+
+
+def test_the_passes_by_name_give_the_plan():
+    m = compile_manifest(loads(CHAIN, "chain.yaml"))
+    made = planner.plan(m, probe)
+    placed = planner.place(planner.graph(m), planner.choose_executors(m, probe), "a")
+    parted = planner.partition(placed)
+    assert planner.bridge(parted) == list(made.bridges)
+    assert {n: d["partition"] for n, d in parted.nodes(data=True)} == {n: p.partition for n, p in made.nodes.items()}
+
+
+def test_cache_keys_encode_as_canonical_json():
+    value = {"b": [1.5, None, True, 1e-07], "a": {"é": "x\n", "n": 2**70}, "c": []}
+    assert cache._canonical(value) == json.dumps(value, sort_keys=True, separators=(",", ":"),
+                                                 ensure_ascii=False).encode()
+    definition = {"vendor": "cpu", "nodes": [{"id": "x", "op": "ones", "args": {"shape": [4]}, "dtype": "fp32",
+                                               "inputs": []}], "inputs": ["w"], "outputs": ["x"]}
+    digest, nodes = cache._definition_digests(definition)
+    assert digest == cache._sha(cache._canonical(definition))
+    assert nodes == {"x": cache._sha(cache._canonical(definition["nodes"][0]))}
+
+
+def _linked_components(p, movable):
+    """The components as the placement defines them, computed by networkx on every linked pair."""
+    ids = {u.id for u in movable}
+    link = nx.Graph()
+    link.add_nodes_from(ids)
+    for tensor in {t for u in movable for n in u.nodes for t in (n, *p.inputs[n])}:
+        touching = [p.unit_of[tensor]] + [p.unit_of[c] for c in p.consumers[tensor]]
+        inside = [t for t in touching if t in ids]
+        link.add_edges_from((a, b) for a in inside for b in inside if a != b)
+    return sorted(sorted(c) for c in nx.connected_components(link))
+
+
+def test_placement_groups_are_the_linked_components(tmp_path):
+    rng = random.Random(7)
+    lines = ["version: 1", "name: random", "executors:", "  a: {vendor: cpu}", "  b: {vendor: cpu}", "stages:",
+             "  s0: {op: ones, args: {shape: [8]}, executor: a}"]
+    for i in range(1, 120):
+        ins = sorted({f"s{rng.randrange(i)}" for _ in range(rng.choice([1, 1, 2]))})
+        op = "relu" if len(ins) == 1 else "add"
+        pin = f", executor: {rng.choice('ab')}" if rng.random() < 0.2 else ""
+        lines.append(f"  s{i}: {{op: {op}, inputs: [{', '.join(ins)}]{pin}}}")
+    lines.append("outputs: {y: s119}")
+    path = tmp_path / "random.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    m = compile_manifest(load(path))
+    graph = planner.build_graph(m)
+    p = planner.placement_problem(graph, planner.choose_executors(m, probe), probe, planner.CostModel())
+    free = p.free_units()
+    groups = placement.components(p, free)
+    assert sorted(sorted(u.id for u in g) for g in groups) == _linked_components(p, free)
+    assert len(groups) > 1
