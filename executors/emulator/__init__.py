@@ -110,17 +110,24 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
         r = reference.run(program, input, chunk_steps, max_steps)
         artifacts = BackendArtifacts.reference()
     elif backend == "native":
-        from . import fast, native
         mo = rh = None
-        if runners:
+        if runners:                    # the runners run on the fast backend's machine (numba) with translated code
+            from . import fast, native
             image = fast.image_of(program, input, len(input))
             mo = fast.spawn(lambda: plan_memory(native.mem_ops_runner(image, program, max_steps), mem_plan_rows,
                                                 mem_plan_xp))
             if rom_histogram:
                 rh = fast.spawn(native.rom_histogram_runner, image, program, max_steps)
-        r = native.run(program, input, chunk_steps, max_steps)
+        import numpy as np
+
+        from . import native_main
+        r = native_main.run(program, input, chunk_steps, max_steps)
+        # the same arrays as the other backends' (views of the main execution's buffers, not copies)
+        r["traces"] = [EmuTrace(t.chunk_id, t.start_state, t.steps, np.frombuffer(t.mem_reads, dtype=np.uint64),
+                                t.end) for t in r["traces"]]
+        r["counts"] = np.array(r["counts"], dtype=np.int64).reshape(-1, len(r["counts"][0]))
         artifacts = BackendArtifacts("native", mo, rh)
-        extra["translation"] = native.last_translation()
+        extra["translation"] = r["translation"]
     elif not runners:
         from . import fast
         r = fast.run(program, input, chunk_steps, max_steps)

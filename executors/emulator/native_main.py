@@ -422,13 +422,15 @@ def _translate(run: MainRun, pc: int, extra: set[int], compile: bool = True) -> 
     regions = tuple(Region(r.name, r.base, r.size, r.perm, bytes(run.view[o:o + r.size]))
                     if r.perm & (PERM_W | PERM_X) == PERM_W | PERM_X else r for r, o in zip(run.regions, run.offs))
     excluded = frozenset(p for p, v in enumerate(run.pages) if v == 2) if run.invalidations else frozenset()
-    h = hashlib.sha256(code_digest(regions, run.slots).encode())
-    for r, o in zip(regions, run.offs):
-        if r.perm & (PERM_W | PERM_X) == PERM_W | PERM_X:
-            h.update(f"{r.base}:{o}:".encode())
-            h.update(r.data)
-    h.update(repr(sorted(excluded)).encode())
-    digest = h.hexdigest()
+    digest = code_digest(regions, run.slots)
+    if run._writable_code:
+        h = hashlib.sha256(digest.encode())
+        for r, o in zip(regions, run.offs):
+            if r.perm & (PERM_W | PERM_X) == PERM_W | PERM_X:
+                h.update(f"{r.base}:{o}:".encode())
+                h.update(r.data)
+        h.update(repr(sorted(excluded)).encode())
+        digest = h.hexdigest()
     want = set(extra)
     if run.in_code(pc):
         want.add(pc)

@@ -2,7 +2,8 @@
 ALU, M, load, store, branch and jump form in translated code) against
 the reference every few steps, chunk boundaries that fall inside blocks,
 native MO and RH runners, re-execution from min traces, the exact step
-limit, indirect jumps that discovery cannot see, and the disk cache."""
+limit, indirect jumps that discovery cannot see, self-modifying code, and
+the disk cache."""
 
 import json
 import subprocess
@@ -134,11 +135,12 @@ def test_translation_is_cached_on_disk(tmp_path, monkeypatch):
     assert second.extra["translation"]["seconds"] < first.extra["translation"]["seconds"]
 
 
-def test_writable_code_runs_in_the_interpreter():
-    # isa_smc's code is writable: nothing is translated, every fetch is a recorded read
+def test_writable_code_is_translated_and_invalidated_when_written():
+    # isa_smc's code is writable: translated, then its page invalidated when it rewrites an instruction
     out = run("isa_smc", "native")
-    assert out.extra["translation"]["instructions"] == 0
+    assert out.extra["translation"]["instructions"] > 20 and out.extra["translation"]["invalidations"] == 1
     assert (out.end_reason, out.exit_code) == ("tohost", 0)
+    assert out.same_result(run("isa_smc", "reference")) == []
 
 
 def test_cli_native_backend(tmp_path):
