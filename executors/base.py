@@ -30,9 +30,13 @@ import enum
 import pickle
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy loads where array data is handled, not with this module: ``hetflow
+# emulate`` imports the executors package and never touches an array.
 
 __all__ = [
     "Vendor",
@@ -118,6 +122,7 @@ def _numpy_dtypes() -> dict[Dtype, np.dtype]:
     # ml_dtypes takes about a second to import; commands that never touch
     # tensor data (validate, plan) should not pay for it.
     import ml_dtypes
+    import numpy as np
 
     return {
         Dtype.fp32: np.dtype(np.float32),
@@ -197,6 +202,7 @@ class PortableActivation:
     Examples
     --------
     >>> import pickle
+    >>> import numpy as np
     >>> p = PortableActivation.from_array(np.arange(4, dtype=np.float32), Dtype.fp32)
     >>> buffers = []
     >>> stream = pickle.dumps(p, protocol=5, buffer_callback=buffers.append)
@@ -234,6 +240,8 @@ class PortableActivation:
     @classmethod
     def from_array(cls, array: np.ndarray, dtype: Dtype) -> "PortableActivation":
         """Encode a host array already holding ``dtype.numpy`` values."""
+        import numpy as np
+
         host = np.ascontiguousarray(array, dtype=dtype.numpy)
         if dtype is Dtype.int4:
             nibbles = host.reshape(-1).view(np.int8).astype(np.uint8) & 0x0F
@@ -246,6 +254,8 @@ class PortableActivation:
 
     def to_array(self) -> np.ndarray:
         """Decode into a new host array of ``dtype.numpy`` values."""
+        import numpy as np
+
         n = self.shape.element_count()
         if self.dtype is Dtype.int4:
             packed = np.frombuffer(self.bytes, dtype=np.uint8)
