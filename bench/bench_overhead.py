@@ -216,17 +216,21 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def _cli_s(root: str, argv: list[str], what: str) -> float:
-    """Seconds of one whole ``hetflow ARGV`` process, hetflow taken from the source tree ``root``."""
+def _cli_s(root: str, argv: list[str], what: str) -> tuple[float, float]:
+    """Seconds of one whole ``hetflow ARGV`` process, hetflow taken from the source tree ``root``: wall-clock
+    and CPU (user + system; on a machine others share, the CPU time moves less with their load)."""
+    import resource
     import subprocess
     import sys
 
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", _FROM_TREE, root, *argv], capture_output=True, text=True)
     took = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise RuntimeError(f"hetflow {what} ({root}) failed: {done.stderr[-2000:]}")
-    return took
+    return took, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def _cli_commands(path: str, runs_dir: str) -> list[tuple[str, list[str]]]:
@@ -246,11 +250,12 @@ def cli_scale(n: int, partitions: int, runs_dir: str) -> list[dict]:
     budget = 10.0 * n / 100_000
     rows = []
     for what, argv in _cli_commands(path, runs_dir):
-        took = _cli_s(REPO, argv, what)
+        took, cpu = _cli_s(REPO, argv, what)
         rows.append({"name": f"hetflow {what}, {n} stages, {partitions} partitions",
                      "baseline": f"goal: {budget:g} s", "baseline_s": budget, "subject": f"hetflow {what} (CLI process)",
                      "subject_s": took, "ratio": budget / took,
-                     "notes": "a whole CLI process: start-up, load, validate, plan and its output or the run and its record"})
+                     "notes": ("a whole CLI process: start-up, load, validate, plan and its output or the run and its "
+                               f"record; {cpu:.1f} s of CPU")})
     return rows
 
 
@@ -265,17 +270,19 @@ def cli_side_by_side(before: str, n: int = 100_000, partitions: int = 100, turns
         with open(path, "w") as f:
             f.write(blocks(n, partitions))
         for what, argv in _cli_commands(path, runs_dir):
-            times: dict[str, list[float]] = {"before": [], "after": []}
+            times: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
             for i in range(turns):
                 for side, root in sorted({"before": before, "after": REPO}.items(), reverse=i % 2 == 1):
                     times[side].append(_cli_s(root, argv, what))
-            b, a = statistics.median(times["before"]), statistics.median(times["after"])
+            b, a = (statistics.median(t for t, _ in times[side]) for side in ("before", "after"))
+            cpu = {side: statistics.median(c for _, c in times[side]) for side in times}
             rows.append({"name": f"hetflow {what}, {n} stages, {partitions} partitions, before and after",
                          "baseline": f"before ({before})", "baseline_s": b, "subject": "after (this tree)",
                          "subject_s": a, "ratio": b / a,
                          "notes": (f"whole CLI processes, turn about, median of {turns}: before "
-                                   f"{', '.join(f'{t:.1f}' for t in times['before'])} s, after "
-                                   f"{', '.join(f'{t:.1f}' for t in times['after'])} s")})
+                                   f"{', '.join(f'{t:.1f}' for t, _ in times['before'])} s, after "
+                                   f"{', '.join(f'{t:.1f}' for t, _ in times['after'])} s; median CPU "
+                                   f"{cpu['before']:.1f} s before, {cpu['after']:.1f} s after")})
     return rows
 
 

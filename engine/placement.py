@@ -140,9 +140,13 @@ def components(p: Problem, movable: Sequence[Unit]) -> list[list[Unit]]:
     # Units are linked through the tensors they produce or read: a tensor's producer and all its
     # consumers share its bridges. Each tensor is visited once and its units chained, which links
     # the same components as linking every pair, in time linear in the edges.
-    tensors = dict.fromkeys(t for unit in movable for n in unit.nodes
-                            for t in (n, *p.inputs[n]))
-    unit_of, consumers = p.unit_of, p.consumers
+    unit_of, consumers, inputs = p.unit_of, p.consumers, p.inputs
+    tensors: dict[str, None] = {}
+    for unit in movable:
+        for n in unit.nodes:
+            tensors[n] = None
+            for t in inputs[n]:
+                tensors[t] = None
     pairs = []
     for tensor in tensors:
         first = unit_of[tensor]
