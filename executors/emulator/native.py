@@ -70,7 +70,7 @@ import numpy as np
 from . import fast
 from .elf import Program
 from .fast import Image
-from .layout import LOG_OPS, REC_READS, REPLAY, S_PC, S_STEP, ST_BUDGET, WITNESS
+from .layout import LOG_OPS, REC_READS, S_PC, S_STEP, ST_BUDGET, WITNESS
 from .native_main import (RETRANSLATE_AFTER, VERSION, WRITABLE_BURST, cache_dir, code_digest as _regions_digest,
                           code_regions, host_identity, remember_seeds, stored_seeds, translation_key, write_atomic)
 from .native_translate import (CTX_NREG, CTX_OPOS, CTX_RLEN, CTX_RPOS, CTX_STOP, CTX_TOHOST, N_CTX, N_MISS,

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 from .elf import PERM_R, PERM_W, PERM_X
 from .layout import LOG_OPS, LOG_PCS, REC_READS, REPLAY
-from .isa import BY_NAME, CLASSES, TABLE, decode_insn
+from .isa import CLASSES, TABLE, decode_insn
 from .machine import UART_ADDR
 
 __all__ = ["Insn", "Block", "find_blocks", "parts", "emit_modules", "PART_INSNS", "N_CONT", "N_STOP", "N_SIDE",
@@ -488,14 +488,15 @@ _ARGS = ("i64* %regs, i64* %st, i8* %mem, i64* %rbuf, i64* %ctx, i64* %counts, i
          "i64* %hist")
 
 
-def parts(blocks: list[Block], size: int = PART_INSNS) -> list[list[Block]]:
+def parts(blocks: list[Block], size: int | None = None) -> list[list[Block]]:
     """The blocks in address order, cut into runs that each become one
     function: the blocks that start in one aligned window of ``4 * size``
     bytes (so that a translation that adds blocks in one window leaves the
     others' functions as they were).  A run is not cut inside
     a loop (between a backward branch or jump and its target) of up to
     about twice ``size`` instructions, so a loop's blocks branch to each
-    other directly."""
+    other directly.  ``size`` defaults to :data:`PART_INSNS`."""
+    size = size or PART_INSNS
     blocks = sorted(blocks, key=lambda b: b.pc)
     loops = []
     for b in blocks:
@@ -521,7 +522,7 @@ def parts(blocks: list[Block], size: int = PART_INSNS) -> list[list[Block]]:
     return out
 
 
-def emit_modules(blocks: list[Block], mode: int, part_insns: int = PART_INSNS) -> list[str]:
+def emit_modules(blocks: list[Block], mode: int, part_insns: int | None = None) -> list[str]:
     """The translation as LLVM module texts: one per part, then the driver
     ``i64 hf_run(regs, st, mem, rbuf, ctx, counts, rtab, obuf, hist)``.
 
