@@ -11,7 +11,10 @@ An event is a plain, msgpack- and JSON-ready dict:
 
 ``event``
     ``started``, ``finished``, ``failed`` or ``retried`` for a task;
-    ``run`` events (``kind: "run"``) open and close the stream.
+    ``run`` events (``kind: "run"``) open and close the stream; on a
+    cluster, ``warm-up`` (one per worker), ``scattered`` (a phase's array
+    placed on a worker: ``key``, ``bytes``, ``workers``, ``why``) and
+    ``flush`` come between.
 ``kind``, ``id``
     the task: ``partition`` (``id`` the partition), ``export`` /
     ``import`` (``id`` the bridge), ``output`` (``id`` the output name),
@@ -139,6 +142,9 @@ def format_line(event: dict) -> str:
             return f"run {event['id']} started: {event.get('tasks', '?')} tasks{extra}{link}"
         if what == "flush":
             return f"worker {event.get('worker')} flushed its events"
+        if what == "scattered":
+            again = " again after a lost worker" if event.get("why") == "recovery" else ""
+            return f"{event.get('key')} ({event.get('bytes')} B) scattered to {', '.join(event.get('workers') or ['?'])}{again}"
         if what == "warm-up":
             return f"worker {event.get('worker')} warmed up for run {event['id']} in {event.get('duration_s', 0):.3f} s"
         tail = f": {event['error']}" if event.get("error") else ""

@@ -95,10 +95,13 @@ class HandleTable:
         count = self._expected.get(ref, 0)
         with self._lock:
             keep = count > 0 and not self._closed
-            # a producer run again after a lost worker replaces what its first run registered
-            replaced = self._live.pop(ref, None)
+            # a producer run again after a lost worker replaces what its first run registered, in one
+            # assignment: a reader, who takes no lock, sees the old handle or the new one, never neither
+            replaced = self._live.get(ref)
             if keep:
                 self._live[ref] = (executor, handle, count)
+            elif replaced is not None:
+                del self._live[ref]
         if replaced is not None:
             replaced[0].release_activation(replaced[1])
         if not keep:

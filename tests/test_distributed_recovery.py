@@ -292,3 +292,62 @@ def test_losing_the_only_worker_offering_a_vendor_fails_at_once_and_releases_the
     left = cluster.client.run(lambda dask_worker: sorted(n for n in dask_worker.plugins if n.startswith(PLUGIN_PREFIX)),
                               workers=[survivor])
     assert left == {survivor: []}
+
+
+WITNESS = """
+version: 1
+name: witness-relay
+emulators:
+  emu: {{backend: fast, program: {program}, chunk_steps: 128}}
+executors:
+  host: {{vendor: cpu}}
+  accel: {{vendor: cpu}}
+stages:
+  run: {{phase: execute, emulator: emu}}
+  wit: {{phase: witness, inputs: [run]}}
+  top: {{op: max, inputs: [wit], args: {{axis: 0}}, executor: accel}}
+  sq: {{op: relu, inputs: [top], executor: host}}
+outputs: {{top: top, sq: sq, trace: wit, steps: run.steps}}
+"""
+
+
+def test_a_witness_array_lost_with_the_only_worker_holding_it_is_scattered_again(cluster, tmp_path):
+    from hetflow.executors import probe
+
+    guests = Path(__file__).resolve().parents[1] / "examples" / "guests"
+    m = compile_manifest(load(_write(tmp_path, WITNESS.format(program=guests / "fib.elf"))))
+    clean = execute(m, make_plan(m, probe), runs_dir=str(tmp_path / "local"), use_cache=False)
+    cluster.client.wait_for_workers(N_WORKERS, timeout=START_TIMEOUT_S)
+    cluster.refresh()
+    placed = cluster.place(make_plan(m, cluster.probe), m)
+    pids = cluster.client.run(os.getpid)
+    killed = []
+
+    def on_event(event):
+        # emitted on the client as the array is scattered, before any task that reads it is submitted
+        if event.get("event") == "scattered" and not killed:
+            killed.extend(event["workers"])
+            for address in event["workers"]:
+                os.kill(pids[address], signal.SIGKILL)
+
+    result = execute(m, placed, runs_dir=str(tmp_path / "runs"), cluster=cluster, on_event=on_event, use_cache=False)
+    record = json.loads(Path(result.record_path).read_text())
+    assert killed == [placed.executors["accel"].worker], "the array goes to the worker of the executor importing it"
+    assert record["status"] == "succeeded"
+    assert digests(record) == digests(clean.record) and {"top", "sq", "trace"} <= set(digests(record))
+    recoveries = record["recovery"]
+    assert killed[0] in {w["address"] for r in recoveries for w in r["lost_workers"]}
+    assert "phase:wit" in {k for r in recoveries for k in r["lost_data"]}
+    (again,) = [s for r in recoveries for s in r["rescattered"]]
+    assert again["key"] == "phase:wit" and again["bytes"] == record["outputs"]["trace"]["bytes"]
+    assert again["workers"] == [recoveries[-1]["executors"].get("accel", {}).get("to", {}).get("address")
+                                or placed.executors["accel"].worker]
+    recomputed = {item["task"] for r in recoveries for item in r["recomputed"]}
+    bridge = next(b.id for b in placed.bridges if b.tensor == "wit")
+    assert f"import:{bridge}" in recomputed
+    scattered = [e for e in record["events"] if e["event"] == "scattered"]
+    assert [e["why"] for e in scattered] == ["phase", "recovery"] and scattered[1]["workers"] == again["workers"]
+    assert record["live_activations_after"] == {"accel": 0, "host": 0}
+    workers = cluster.client.run(lambda dask_worker: sorted(n for n in dask_worker.plugins
+                                                           if n.startswith(PLUGIN_PREFIX)))
+    assert all(names == [] for names in workers.values())
