@@ -30,7 +30,8 @@ from pathlib import Path
 
 from hetflow.executors.emulator import execute, fast, load_elf, reference
 
-GUESTS = Path(__file__).resolve().parents[1] / "examples" / "guests"
+HERE = Path(__file__).resolve().parent
+GUESTS = HERE.parent / "examples" / "guests"
 
 
 def _best(fn, repeat):
@@ -181,46 +182,91 @@ def run(quick: bool) -> list[dict]:
     return rows
 
 
+_BREAKDOWN = """
+import json, sys, time
+t0 = time.perf_counter()
+from hetflow.engine.cli import main
+t1 = time.perf_counter()
+from hetflow.executors.emulator import load_elf, native_main
+t2 = time.perf_counter()
+program = load_elf(sys.argv[1])
+t3 = time.perf_counter()
+m = native_main.MainRun(program, open(sys.argv[2], "rb").read(), translate=False)
+t4 = time.perf_counter()
+r = m.run(1 << 18, 1 << 40)
+t5 = time.perf_counter()
+print(json.dumps({"cli import": t1 - t0, "emulator imports": t2 - t1, "ELF load": t3 - t2,
+                  "translation load": t4 - t3, "run": t5 - t4,
+                  "numpy loaded": "numpy" in sys.modules, "numba loaded": "numba" in sys.modules,
+                  "llvmlite loaded": "llvmlite.binding" in sys.modules, "steps": r["steps"]}))
+"""
+
+_UNICORN_BREAKDOWN = """
+import json, sys, time
+t0 = time.perf_counter()
+import unicorn
+t1 = time.perf_counter()
+sys.path.insert(0, sys.argv[3])
+import unicorn_guest
+r = unicorn_guest.run(open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read())
+t2 = time.perf_counter()
+print(json.dumps({"import unicorn": t1 - t0, "run": t2 - t1}))
+"""
+
+
+def _wall(cmd) -> float:
+    import subprocess
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    return time.perf_counter() - t
+
+
+def _median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
 def _native_rows(quick: bool) -> list[dict]:
-    """The native backend (LLVM-translated guest code) against the fast
-    interpreter and the reference on SHA-256 of 1 MiB (256 KiB quick), its
-    translation cost cold and from the disk cache, and against Unicorn
-    (where installed) on loop.elf, 300 M steps (30 M quick): in one process,
-    and whole process against whole process (``hetflow emulate`` against
-    ``bench/unicorn_guest.py``, each a fresh Python)."""
+    """The native backend (LLVM-translated guest code, its main execution
+    on :mod:`~hetflow.executors.emulator.native_main`) against the fast
+    interpreter and the reference on SHA-256 of 1 MiB (256 KiB quick); its
+    translation time against code size; and against Unicorn (where
+    installed) on loop.elf, 300 M steps (30 M quick): in one process, and
+    whole process against whole process (the ``hetflow`` console script
+    against ``bench/unicorn_guest.py``, each a fresh Python started from
+    the real interpreter, not a pyenv shim), with where each process's
+    time goes."""
+    import json
     import os
     import subprocess
     import sys
     import tempfile
 
-    from hetflow.executors.emulator import native
+    from hetflow.executors.emulator import native_main
 
     rows = []
-    native.warm_up()
     sha = load_elf(GUESTS / "sha256.elf")
     size = (256 if quick else 1024) << 10
     data = bytes((i * 131 + (i >> 8)) & 0xFF for i in range(size))
     chunk = 1 << 18
-    cold = {}
     with tempfile.TemporaryDirectory() as tmp:
         old = os.environ.get("HETFLOW_NATIVE_CACHE")
         os.environ["HETFLOW_NATIVE_CACHE"] = tmp
         try:
-            native._loaded.clear()
-            native.run(sha, data[:64], chunk)
-            cold = native.last_translation()
-            native._loaded.clear()
-            native.run(sha, data[:64], chunk)
-            warm = native.last_translation()
+            cold = native_main.run(sha, data[:64], chunk)["translation"]
+            warm = native_main.run(sha, data[:64], chunk)["translation"]
+            rows.append(_translation_row(quick))
         finally:
             if old is None:
                 del os.environ["HETFLOW_NATIVE_CACHE"]
             else:
                 os.environ["HETFLOW_NATIVE_CACHE"] = old
     repeat = 3 if quick else 10
+    fast.warm_up()
     fast.run(sha, data, chunk)
+    native_main.run(sha, data[:64], chunk)
     fast_s, fst = _best(lambda: fast.run(sha, data, chunk), repeat)
-    nat_s, nat = _best(lambda: native.run(sha, data, chunk), repeat)
+    nat_s, nat = _best(lambda: native_main.run(sha, data, chunk), repeat)
     digest = b"".join(v.to_bytes(4, "big") for _, v in nat["pub_outs"][:8])
     assert digest.hex() == hashlib.sha256(data).hexdigest() and nat["steps"] == fst["steps"]
     assert all(a == b for a, b in zip(nat["traces"], fst["traces"]))
@@ -228,7 +274,7 @@ def _native_rows(quick: bool) -> list[dict]:
     small = data[:4096]
     ref_small_s, ref_small = _best(lambda: reference.run(sha, small, chunk), 1)
     ref_s = ref_small_s * steps / ref_small["steps"]
-    rows.append({
+    rows.insert(0, {
         "name": f"emulate sha256.elf over {size >> 10} KiB with min traces, native",
         "baseline": "fast, whole run", "baseline_s": fast_s, "subject": "native, whole run", "subject_s": nat_s,
         "ratio": fast_s / nat_s,
@@ -250,43 +296,99 @@ def _native_rows(quick: bool) -> list[dict]:
     loop = GUESTS / "loop.elf"
     count = (10 if quick else 100) * 1_000_000
     arg = count.to_bytes(8, "little")
-    native.run(load_elf(loop), arg, chunk, 1 << 40)
+    native_main.run(load_elf(loop), arg, chunk, 1 << 40)
     raw = loop.read_bytes()
     uni_s, u = _best(lambda: uni.run(raw, arg), 1 if quick else 3)
-    nat_s, n = _best(lambda: native.run(load_elf(loop), arg, chunk, 1 << 40), 1 if quick else 3)
+    nat_s, n = _best(lambda: native_main.run(load_elf(loop), arg, chunk, 1 << 40), 1 if quick else 3)
     assert u["pub_outs"] == n["pub_outs"]
     steps = n["steps"]
     rows.append({
         "name": f"loop.elf, {steps // 1_000_000} M steps, in one process",
         "baseline": "Unicorn (records nothing)", "baseline_s": uni_s,
         "subject": "native, min traces recorded", "subject_s": nat_s, "ratio": uni_s / nat_s,
-        "notes": f"{_rate(steps, nat_s)} vs {_rate(steps, uni_s)} M steps/s; best of {1 if quick else 3}",
+        "notes": f"{_rate(steps, nat_s)} vs {_rate(steps, uni_s)} M steps/s; best of {1 if quick else 3}; "
+                 f"{len(n['traces'])} chunks",
     })
+    py = sys.executable
+    console = Path(py).parent / "hetflow"        # the console script itself: a pyenv shim would add its own start
     with tempfile.NamedTemporaryFile(suffix=".bin", delete=False) as f:
         f.write(arg)
     try:
-        hetflow = [sys.executable, "-m", "hetflow.engine.cli", "emulate", str(loop), "--backend", "native",
-                   "--input", f.name, "--max-steps", str(4 * count)]
-        unicorn_cmd = [sys.executable, str(Path(__file__).with_name("unicorn_guest.py")), str(loop), f.name]
-
-        def whole(cmd):
-            t = time.perf_counter()
-            subprocess.run(cmd, check=True, capture_output=True)
-            return time.perf_counter() - t
-        whole(hetflow)
-        pairs = [(whole(unicorn_cmd), whole(hetflow)) for _ in range(1 if quick else 5)]
+        hetflow = [str(console), "emulate", str(loop), "--backend", "native", "--input", f.name,
+                   "--max-steps", str(4 * count)]
+        unicorn_cmd = [py, str(Path(__file__).with_name("unicorn_guest.py")), str(loop), f.name]
+        _wall(hetflow)
+        _wall(unicorn_cmd)
+        n_pairs = 1 if quick else 9
+        pairs = [(_wall(unicorn_cmd), _wall(hetflow)) for _ in range(n_pairs)]
+        start = _median([_wall([py, "-c", "pass"]) for _ in range(5)])
+        start_s = _median([_wall([py, "-S", "-c", "pass"]) for _ in range(5)])
+        parts = [json.loads(subprocess.run([py, "-c", _BREAKDOWN, str(loop), f.name], check=True,
+                                           capture_output=True, text=True).stdout) for _ in range(3)]
+        uparts = [json.loads(subprocess.run([py, "-c", _UNICORN_BREAKDOWN, str(loop), f.name, str(HERE)],
+                                            check=True, capture_output=True, text=True).stdout) for _ in range(3)]
     finally:
         os.unlink(f.name)
     ratios = sorted(u / h for u, h in pairs)
+    het_s = _median([h for _, h in pairs])
+    where = ", ".join(f"{k} {_median([p[k] for p in parts]) * 1e3:.0f} ms" for k in
+                      ("cli import", "emulator imports", "ELF load", "translation load", "run"))
+    loaded = ", ".join(k.split()[0] for k in ("numpy loaded", "numba loaded", "llvmlite loaded") if parts[0][k])
+    uwhere = ", ".join(f"{k} {_median([p[k] for p in uparts]) * 1e3:.0f} ms" for k in ("import unicorn", "run"))
     rows.append({
         "name": f"loop.elf, {steps // 1_000_000} M steps, whole process",
-        "baseline": "python bench/unicorn_guest.py", "baseline_s": sorted(u for u, _ in pairs)[len(pairs) // 2],
-        "subject": "hetflow emulate --backend native", "subject_s": sorted(h for _, h in pairs)[len(pairs) // 2],
+        "baseline": "python bench/unicorn_guest.py", "baseline_s": _median([u for u, _ in pairs]),
+        "subject": "hetflow emulate --backend native (console script)", "subject_s": het_s,
         "ratio": ratios[len(ratios) // 2],
-        "notes": f"median of {len(pairs)} alternating pairs (ratio taken pair by pair), each a fresh process: "
-                 f"Python start-up, imports (numba's among them), ELF load, translation from the disk cache",
+        "notes": f"median of {len(pairs)} alternating pairs (ratio taken pair by pair), each a fresh process of "
+                 f"{py}; translation from the disk cache. Where hetflow's time goes: Python start {start * 1e3:.0f} ms "
+                 f"({start_s * 1e3:.0f} ms without site), {where}; the rest (the console script, the CLI's argument "
+                 f"parsing and output) {(het_s - start - sum(_median([p[k] for p in parts]) for k in ('cli import', 'emulator imports', 'ELF load', 'translation load', 'run'))) * 1e3:.0f} ms; "
+                 f"loaded: {loaded or 'none of numpy, numba, llvmlite'}. Unicorn: {uwhere}",
     })
     return rows
+
+
+def _translation_row(quick: bool) -> dict:
+    """Translation time (cold: nothing in the disk cache) against code
+    size, in parts (:func:`~hetflow.executors.emulator.native_translate.parts`)
+    and as one LLVM function (the translation before parts), on guests from
+    12 to 1,032 instructions (quick: up to sort's 125)."""
+    import os
+    import tempfile
+
+    from hetflow.executors.emulator import native_main
+    from hetflow.executors.emulator import native_blocks as nt
+
+    names = ["loop", "fib", "sort"] + ([] if quick else ["sha256", "sdk/hello"])
+    per = {}
+    whole_part = 1 << 30
+    for name in names:
+        prog = load_elf(GUESTS / f"{name}.elf")
+        for label, size in (("parts", nt.PART_INSNS), ("one function", whole_part)):
+            if label == "one function" and name != names[-1]:
+                continue
+            with tempfile.TemporaryDirectory() as tmp:
+                os.environ["HETFLOW_NATIVE_CACHE"] = tmp
+                saved = nt.PART_INSNS
+                nt.PART_INSNS = size
+                try:
+                    t = time.perf_counter()
+                    m = native_main.MainRun(prog, b"")
+                    per[(name, label)] = (time.perf_counter() - t, m.code.report()["instructions"])
+                finally:
+                    nt.PART_INSNS = saved
+    last = names[-1]
+    (parts_s, n), (whole_s, _) = per[(last, "parts")], per[(last, "one function")]
+    detail = "; ".join(f"{name} {per[(name, 'parts')][1]} instructions {per[(name, 'parts')][0] * 1e3:.0f} ms "
+                       f"({per[(name, 'parts')][0] / per[(name, 'parts')][1] * 1e3:.1f} ms each)" for name in names)
+    return {
+        "name": f"native translation of {last}.elf ({n} instructions), cold",
+        "baseline": "one LLVM function for the whole program", "baseline_s": whole_s,
+        "subject": f"parts of {nt.PART_INSNS * 4} bytes, one function each", "subject_s": parts_s,
+        "ratio": whole_s / parts_s,
+        "notes": f"find blocks, emit IR, optimise, generate code, link; cold cache. In parts: {detail}",
+    }
 
 
 def _witness_on_cluster(quick: bool) -> dict:

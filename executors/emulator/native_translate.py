@@ -1,52 +1,50 @@
-"""Translation of a guest's read-only code into one LLVM IR function.
+"""Translation of a guest's blocks into LLVM IR: the compiler half of the
+``native`` backend (:mod:`.native_blocks` finds the blocks and cuts them
+into parts; :mod:`.native` compiles what this emits; :mod:`.native_main`
+and :mod:`.native` run it).
 
-This is the compiler half of the ``native`` backend (:mod:`.native` runs
-what it produces).  It has two passes:
+:func:`emit_modules` writes one module per part and a driver,
+``hf_run(regs, st, mem, rbuf, ctx, counts, rtab, obuf, hist)``, which
+dispatches on pc to the part holding the block that starts there.  In a
+part, guest registers x1..x31, the step, the counters and the min-trace
+position live in local variables (LLVM keeps them in host registers),
+blocks branch straight to each other and ``jalr`` goes through one
+``switch`` on pc over the part's blocks.  A run stops when the step count
+reaches ``stop`` and returns a status:
 
-1. :func:`find_blocks` — *discovery*.  Starting from the *seeds* (the
-   entry point, plus any pc the runtime later reports as missed), it
-   follows control flow through the program's read-only executable
-   segments, decoding with the shared ISA table
-   (:func:`hetflow.executors.emulator.isa.decode_insn`).  Branch targets,
-   fall-throughs after a branch, jump targets, return addresses (the
-   instruction after a ``jal``/``jalr`` that links) and the instruction
-   after anything it does not translate become *leaders*; a *block* runs
-   from a leader to the next leader, a control transfer, an instruction
-   it does not translate, or :data:`MAX_BLOCK` instructions.  Translated:
-   every ALU and M op, loads, stores, branches, ``jal``, ``jalr`` and
-   the no-op fences and ``wfi``.  Not translated (the block ends before
-   it and the interpreter runs it): ``ecall``, ``ebreak``, ``mret``,
-   CSR instructions, atomics, illegal words, and any instruction outside
-   a read-only executable segment or crossing its end.
+* ``N_STOP``  — exactly ``stop`` steps were reached;
+* ``N_SHORT`` — the next block does not fit before ``stop``: the
+  interpreter runs the remaining steps, so chunk boundaries fall on the
+  exact step (one compare per block, at its head);
+* ``N_SIDE``  — the instruction at pc needs the interpreter: a load or
+  store outside one aligned word of a region with the right permission
+  (a fault, a misaligned access across words), a store to the UART or
+  ``tohost``, a store into a page of translated writable code, an
+  exhausted min trace on replay, or an untranslated instruction;
+* ``N_MISS``  — pc is not the first instruction of a block, or its block
+  lies in writable code whose page was invalidated;
+* ``N_CONT``  — (between a part and the driver only) control left the
+  part: the driver dispatches again.
 
-2. :func:`emit_ir` — one function ``hf_run`` holding every block:
-   guest registers x1..x31, the step, the counters and the min-trace
-   position live in local variables (LLVM keeps them in host registers),
-   blocks branch straight to each other and ``jalr`` goes through one
-   ``switch`` on pc over the blocks' first instructions.  The function
-   runs until the step count reaches ``stop`` and returns a status:
+Each block adds its step count and its per-class counter increments
+once, at its end (the step of its i-th instruction is the block's first
+step plus i); a side exit at the i-th instruction adds only the first
+i instructions'.  A block is entered at its first instruction only: the
+runtime lets the interpreter finish a block it entered in the middle.
+The code is specialised on ``mode``: with ``REC_READS`` every loaded
+word is appended to the min-trace buffer (and, for an instruction in
+writable code, the word or two holding it, as the interpreters record
+fetches from writable memory), with ``REPLAY`` it is taken from it
+instead of memory (and stores leave memory alone), with ``LOG_OPS`` each
+access appends (word address, step, is_write), with ``LOG_PCS`` each
+instruction bumps its histogram slot.
 
-   * ``N_STOP``  — exactly ``stop`` steps were reached;
-   * ``N_SHORT`` — the next block does not fit before ``stop``: the
-     interpreter runs the remaining steps, so chunk boundaries fall on the
-     exact step;
-   * ``N_SIDE``  — the instruction at pc needs the interpreter: a load or
-     store outside one aligned word of a region with the right permission
-     (a fault, a misaligned access across words), a store to the UART or
-     ``tohost``, an exhausted min trace on replay, or an untranslated
-     instruction;
-   * ``N_MISS``  — pc is not the first instruction of a block.
-
-   Each block adds its step count and its per-class counter increments
-   once, at its end (the step of its i-th instruction is the block's first
-   step plus i); a side exit at the i-th instruction adds only the first
-   i instructions'.  A block is entered at its first instruction only: the
-   runtime lets the interpreter finish a block it entered in the middle.
-   The function is specialised on ``mode``: with ``REC_READS`` every
-   loaded word is appended to the min-trace buffer, with ``REPLAY`` it is
-   taken from it instead of memory (and stores leave memory alone), with
-   ``LOG_OPS`` each access appends (word address, step, is_write), with
-   ``LOG_PCS`` each instruction bumps its histogram slot.
+Writable code: the page table at ``ctx[CTX_PAGES]`` has a byte per
+4 KiB page of flat memory (0 no translated code, 1 translated code in
+use, 2 invalidated).  A block in writable code checks its pages are 1 at
+its head (else ``N_MISS``); a store checks its page is not 1 (else
+``N_SIDE``: the interpreter stores, and the runtime invalidates the page
+if its bytes changed).
 
 Semantics follow :mod:`.fast` (and so the reference) bit for bit; division
 is guarded so LLVM never sees a zero divisor or a signed overflow.
@@ -54,158 +52,21 @@ is guarded so LLVM never sees a zero divisor or a signed overflow.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from .elf import PERM_R, PERM_W, PERM_X
+from .elf import PERM_R, PERM_W
+from .isa import CLASSES
 from .layout import LOG_OPS, LOG_PCS, REC_READS, REPLAY
-from .isa import CLASSES, TABLE, decode_insn
 from .machine import UART_ADDR
+from .native_blocks import _BRANCHES, _LOADS, _STORES, _ALU, MAX_BLOCK, Block, Insn, find_blocks, parts  # noqa: F401
 
-__all__ = ["Insn", "Block", "find_blocks", "parts", "emit_modules", "PART_INSNS", "N_CONT", "N_STOP", "N_SIDE",
-           "N_SHORT", "N_MISS", "MAX_BLOCK", "CTX_STOP", "CTX_RPOS", "CTX_RLEN", "CTX_OPOS", "CTX_NREG", "CTX_TOHOST", "CTX_PAGES", "N_CTX",
-           "PAGE_SHIFT"]
+__all__ = ["emit_modules", "find_blocks", "parts", "N_CONT", "N_STOP", "N_SIDE", "N_SHORT", "N_MISS", "MAX_BLOCK",
+           "CTX_STOP", "CTX_RPOS", "CTX_RLEN", "CTX_OPOS", "CTX_NREG", "CTX_TOHOST", "CTX_PAGES", "N_CTX", "PAGE_SHIFT"]
 
 N_STOP, N_SIDE, N_SHORT, N_MISS, N_CONT = 0, 1, 2, 3, 4
-MAX_BLOCK = 64
-#: instructions per part (one LLVM function each)
-PART_INSNS = 64
 # the context array shared with the runtime: inputs and the buffer positions
 CTX_STOP, CTX_RPOS, CTX_RLEN, CTX_OPOS, CTX_NREG, CTX_TOHOST, CTX_PAGES = range(7)
 N_CTX = 7
 #: flat-memory pages: 0 holds no translated code, 1 translated code in use, 2 translated code invalidated
 PAGE_SHIFT = 12
-
-_ALU = set("lui auipc addi slti sltiu xori ori andi slli srli srai add sub sll slt sltu xor srl sra or and "
-           "addiw slliw srliw sraiw addw subw sllw srlw sraw "
-           "mul mulh mulhsu mulhu div divu rem remu mulw divw divuw remw remuw".split())
-_LOADS = {"lb": (1, "s"), "lh": (2, "s"), "lw": (4, "s"), "ld": (8, ""), "lbu": (1, "z"), "lhu": (2, "z"),
-          "lwu": (4, "z")}
-_STORES = {"sb": 1, "sh": 2, "sw": 4, "sd": 8}
-_BRANCHES = {"beq": "eq", "bne": "ne", "blt": "slt", "bge": "sge", "bltu": "ult", "bgeu": "uge"}
-_NOPS = {"fence", "fence.i", "wfi"}
-TRANSLATED = _ALU | set(_LOADS) | set(_STORES) | set(_BRANCHES) | _NOPS | {"jal", "jalr"}
-
-
-@dataclass(frozen=True)
-class Insn:
-    pc: int
-    name: str
-    rd: int
-    rs1: int
-    rs2: int
-    imm: int
-    size: int
-    cls: int            # index into CLASSES
-    hslot: int          # histogram slot of this pc
-    fetch: int = -1     # in writable code: the flat-memory offset of pc's aligned word (fetches are recorded)
-
-
-@dataclass(frozen=True)
-class Block:
-    pc: int
-    insns: tuple[Insn, ...]
-
-
-def _code_reader(regions, rslot, offs=None, excluded=frozenset()):
-    """fetch(pc) -> (raw instruction, histogram slot, fetch offset) from
-    read-only executable regions, and from writable executable ones when
-    their flat-memory offsets ``offs`` are given (fetch offset -1 for
-    read-only code), or None where the interpreter must fetch (and in the
-    pages of flat memory listed in ``excluded``)."""
-    code = []
-    for i, (r, s) in enumerate(zip(regions, rslot)):
-        if r.perm & (PERM_W | PERM_X) == PERM_X:
-            code.append((r.base, r.data, s, -1))
-        elif r.perm & PERM_X and offs is not None:
-            code.append((r.base, r.data, s, offs[i]))
-
-    def fetch(pc):
-        for base, data, slot, off in code:
-            d = pc - base
-            if 0 <= d <= len(data) - 2:
-                at = -1 if off < 0 else off + (d & ~7)
-                if at >= 0 and ((off + d) >> 12 in excluded or (off + d + 2) >> 12 in excluded):
-                    return None
-                lo = int.from_bytes(data[d:d + 2], "little")
-                if lo & 3 != 3:
-                    return lo, slot + d // 2, at
-                if d + 4 > len(data) or (at >= 0 and (off + d + 3) >> 12 in excluded):
-                    return None
-                return int.from_bytes(data[d:d + 4], "little"), slot + d // 2, at
-        return None
-    return fetch
-
-
-def find_blocks(regions, rslot, seeds, offs=None, excluded=frozenset()) -> list[Block]:
-    """The blocks reachable from ``seeds`` in the read-only executable
-    regions (``rslot``: each region's first histogram slot), and in the
-    writable executable ones when their flat-memory offsets ``offs`` are
-    given, except in the flat-memory pages ``excluded`` (see
-    :func:`_code_reader`).
-
-    >>> from hetflow.executors.emulator.machine import Region
-    >>> code = bytes.fromhex("13051000" "9308d005" "73000000")   # li a0,1; li a7,93; ecall
-    >>> [(hex(b.pc), [i.name for i in b.insns]) for b in find_blocks([Region("t", 0x1000, 12, 5, code)], [0], [0x1000])]
-    [('0x1000', ['addi', 'addi'])]
-    """
-    fetch = _code_reader(regions, rslot, offs, excluded)
-    insns: dict[int, Insn | None] = {}
-    leaders: set[int] = set()
-    work = list(seeds)
-    leaders.update(work)
-    while work:
-        pc = work.pop()
-        while pc not in insns:
-            got = fetch(pc)
-            d = decode_insn(got[0]) if got else None
-            name = TABLE[d.op].name if d is not None else None
-            if name not in TRANSLATED:
-                insns[pc] = None
-                if name is not None and name not in ("mret", "ebreak"):
-                    leaders.add(pc + d.size)          # where the interpreter hands back
-                    work.append(pc + d.size)
-                break
-            ins = Insn(pc, name, d.rd, d.rs1, d.rs2, d.imm, d.size, CLASSES.index(TABLE[d.op].cls), got[1], got[2])
-            insns[pc] = ins
-            nxt = pc + d.size
-            if name in _BRANCHES:
-                for t in (pc + d.imm, nxt):
-                    leaders.add(t)
-                    work.append(t)
-                break
-            if name == "jal":
-                leaders.add(pc + d.imm)
-                work.append(pc + d.imm)
-                if d.rd:
-                    leaders.add(nxt)
-                    work.append(nxt)
-                break
-            if name == "jalr":
-                if d.rd:
-                    leaders.add(nxt)
-                    work.append(nxt)
-                break
-            pc = nxt
-    blocks = []
-    starts = sorted(p for p in leaders if insns.get(p) is not None)
-    while starts:
-        start = starts.pop()
-        body, pc = [], start
-        while True:
-            ins = insns.get(pc)
-            if ins is None or (body and pc in leaders):
-                break
-            if len(body) == MAX_BLOCK:            # a long run goes on in a block of its own
-                leaders.add(pc)
-                starts.append(pc)
-                break
-            body.append(ins)
-            if ins.name in _BRANCHES or ins.name in ("jal", "jalr"):
-                break
-            pc += ins.size
-        blocks.append(Block(start, tuple(body)))
-    return sorted(blocks, key=lambda b: b.pc)
-
 
 def _i64(v: int) -> int:
     v &= (1 << 64) - 1
@@ -486,40 +347,6 @@ _PARAMS = ("i64* noalias %regs, i64* noalias %st, i8* noalias %mem, i64* noalias
            "i64* noalias %counts, i64* noalias %rtab, i64* noalias %obuf, i64* noalias %hist")
 _ARGS = ("i64* %regs, i64* %st, i8* %mem, i64* %rbuf, i64* %ctx, i64* %counts, i64* %rtab, i64* %obuf, "
          "i64* %hist")
-
-
-def parts(blocks: list[Block], size: int | None = None) -> list[list[Block]]:
-    """The blocks in address order, cut into runs that each become one
-    function: the blocks that start in one aligned window of ``4 * size``
-    bytes (so that a translation that adds blocks in one window leaves the
-    others' functions as they were).  A run is not cut inside
-    a loop (between a backward branch or jump and its target) of up to
-    about twice ``size`` instructions, so a loop's blocks branch to each
-    other directly.  ``size`` defaults to :data:`PART_INSNS`."""
-    size = size or PART_INSNS
-    blocks = sorted(blocks, key=lambda b: b.pc)
-    loops = []
-    for b in blocks:
-        last = b.insns[-1]
-        target = last.pc + last.imm
-        if (last.name in _BRANCHES or (last.name == "jal" and not last.rd)) and 0 <= b.pc - target <= 8 * size:
-            loops.append((target, b.pc))
-    inside = []                              # merged (first, last) pcs of loops
-    for lo, hi in sorted(loops):
-        if inside and lo <= inside[-1][1] and max(hi, inside[-1][1]) - inside[-1][0] <= 8 * size:
-            inside[-1] = (inside[-1][0], max(hi, inside[-1][1]))
-        else:
-            inside.append((lo, hi))
-    out, window, k = [], None, 0
-    for b in blocks:
-        while k < len(inside) and inside[k][1] < b.pc:
-            k += 1
-        in_loop = k < len(inside) and inside[k][0] < b.pc <= inside[k][1]
-        if not out or (b.pc // (4 * size) != window and not in_loop):
-            out.append([])
-        window = b.pc // (4 * size)
-        out[-1].append(b)
-    return out
 
 
 def emit_modules(blocks: list[Block], mode: int, part_insns: int | None = None) -> list[str]:
