@@ -2,29 +2,31 @@
 
 Algorithm
 ---------
-The machine is the fast backend's (:mod:`.fast`): the same memory image,
-region table, register and state arrays, min-trace buffers and chunk loop
-(:func:`hetflow.executors.emulator.fast.run` runs a :class:`NativeMachine`
-instead of its interpreter).  Only :meth:`NativeMachine.run`, "run this
-many steps", differs: it calls the translated code, and falls back to the
-fast interpreter (:func:`hetflow.executors.emulator.fast._run`) for what
-the translation does not do.
+The backend has two runtimes over the same generated code:
 
-Translation (:mod:`.native_translate`) covers the program's *read-only
-executable* segments, found block by block from the entry point, and
-compiles them into one LLVM function in which blocks branch to each
-other directly and ``jalr`` dispatches through one ``switch``: a Python
-call runs until a chunk boundary or an instruction that needs the
-interpreter.  Code in read-only segments cannot change (a store there is
-an access fault), so a translation is never stale; code in a *writable*
-region (self-modifying code, ``fence.i``, code copied to RAM under fetch
-protection ``any``) is never translated and always runs in the
-interpreter, which fetches every instruction from current memory and
-records the fetch in the min trace as the machine requires.  A store
-into such code is therefore seen by the very next fetch, as on the other
-backends.
+* the main execution (MT) runs in :mod:`.native_main` (ctypes buffers,
+  the reference interpreter for what translated code leaves; no numpy,
+  numba or llvmlite when the translation is in the disk cache), which
+  also translates writable code and invalidates it when it is written;
+* the MO and RH runners and chunk re-execution run here, on the fast
+  backend's machine (:mod:`.fast`): the same memory image, region table,
+  state arrays and buffers (:func:`hetflow.executors.emulator.fast.run`
+  and friends run a :class:`NativeMachine` instead of their interpreter).
+  Only :meth:`NativeMachine.run`, "run this many steps", differs: it
+  calls the translated code of the program's *read-only* executable
+  segments, and falls back to the fast interpreter
+  (:func:`hetflow.executors.emulator.fast_kernel._run`) for the rest,
+  writable code included (a replay's memory is the program's image, not
+  the code a guest may have rewritten, so replay always interprets it).
 
-Where it falls back to the interpreter, one step at a time unless said:
+This module compiles: :func:`translate_regions` finds the blocks
+(:mod:`.native_blocks`), emits one LLVM module per part and a driver
+(:mod:`.native_translate`), optimises each with a short pipeline and
+generates object code, links the objects into a shared object where the
+host has a linker, and loads it with ctypes (else through LLVM's MCJIT).
+
+Where :class:`NativeMachine` falls back to the interpreter, one step at a
+time unless said:
 
 * an instruction that is not translated: ``ecall`` (exit, write),
   ``ebreak``, ``mret``, CSR instructions, LR/SC and AMOs, illegal words;
@@ -41,14 +43,13 @@ Where it falls back to the interpreter, one step at a time unless said:
 
 Witness rows (``WITNESS``) are written by the interpreter alone.
 
-The compiled code is cached on disk per *code digest* (the bytes and
-addresses of the read-only executable segments, the translation seeds and
-mode, LLVM's version and the host CPU), like numba's cache: a run of a
-program seen before loads the object code instead of translating.  The
-last translation's cost is :func:`last_translation` (seconds, blocks,
-instructions, whether it came from the cache); :func:`execute
-<hetflow.executors.emulator.execute>` puts it in
-``ExecutionOutput.extra["translation"]``.
+The compiled code is cached on disk (:func:`.native_main.cache_dir`),
+like numba's cache: each part's object code under the digest of its IR
+text, and per translation key (the code digest, the host's identity, the
+mode and the seeds) the shared object and its description, so a run of a
+program seen before loads it instead of translating.  The last
+translation's cost is :func:`last_translation` (seconds, blocks,
+instructions, whether it came from the cache).
 """
 
 from __future__ import annotations

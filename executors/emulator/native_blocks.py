@@ -30,7 +30,10 @@ from .isa import CLASSES, TABLE, decode_insn
 
 __all__ = ["Insn", "Block", "find_blocks", "parts", "TRANSLATED", "MAX_BLOCK", "PART_INSNS"]
 
-MAX_BLOCK = 64
+#: at most this many instructions a block: a chunk boundary inside a block leaves the steps before it to
+#: the interpreter, so shorter blocks cost fewer interpreted steps per chunk (SHA-256 of 1 MiB: 0.107 s at 64,
+#: 0.088 s at 16) for one more compare per 16 instructions
+MAX_BLOCK = 16
 #: instructions per part (one LLVM function each); :func:`parts` reads it when called
 PART_INSNS = 64
 
