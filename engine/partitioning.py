@@ -23,7 +23,7 @@ import networkx as nx
 from hetflow.engine import phases as phaselib
 from hetflow.engine import placement as placing
 from hetflow.engine.plandata import Bridge, Partition
-from hetflow.engine.plangraph import edges, execution_order
+from hetflow.engine.plangraph import edges, execution_order, successors
 
 __all__ = ["partition", "partition_into", "bridges", "partitions_of"]
 
@@ -120,7 +120,7 @@ def partitions_of(graph: nx.DiGraph, outputs: Mapping[str, str]) -> tuple[Partit
         if "phase" not in attrs[n]:
             members.setdefault(attrs[n]["partition"], []).append(n)
     persisted = set(outputs.values())
-    succ = dict(graph.adjacency())
+    succ = successors(graph)
     result = []
     for pid in sorted(members, key=lambda p: int(p[1:])):
         nodes = members[pid]
@@ -131,7 +131,7 @@ def partitions_of(graph: nx.DiGraph, outputs: Mapping[str, str]) -> tuple[Partit
                 # a phase's array enters through its bridge's import (the plan's phase_inputs), not a partition
                 if ref not in inside and "phase" not in attrs[ref]:
                     inputs[ref] = None
-        outs = [n for n in nodes if n in persisted or any(s not in inside for s in succ[n])]
+        outs = [n for n in nodes if n in persisted or not inside.issuperset(succ[n])]
         decls = [attrs[n]["stage"] for n in nodes]
         timeouts = [d.timeout for d in decls if d.timeout is not None]
         result.append(Partition(

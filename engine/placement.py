@@ -111,9 +111,10 @@ def baseline(p: Problem) -> dict[str, str]:
             continue
         unit = p.units[uid]
         pick = unit.candidates[0]
-        ref = largest_input(p, n)
-        if len(unit.candidates) > 1 and ref is not None and exe.get(ref) in unit.candidates:
-            pick = exe[ref]
+        if len(unit.candidates) > 1:
+            ref = largest_input(p, n)
+            if ref is not None and exe.get(ref) in unit.candidates:
+                pick = exe[ref]
         for m in unit.nodes:
             exe[m] = pick
         done.add(uid)

@@ -14,7 +14,7 @@ order every later pass walks the nodes in.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import networkx as nx
 
@@ -24,7 +24,7 @@ from hetflow.engine.errors import Diagnostic, ManifestError
 from hetflow.engine.semantics import Manifest
 from hetflow.executors import ops as oplib
 
-__all__ = ["build_graph", "execution_order", "edges", "is_bridged"]
+__all__ = ["build_graph", "execution_order", "edges", "successors", "is_bridged"]
 
 
 def is_bridged(graph: nx.DiGraph, u: str, v: str) -> bool:
@@ -129,7 +129,20 @@ def edges(graph: nx.Graph) -> Iterator[tuple[str, str]]:
     """The graph's edges, read from its adjacency. A graph's ``edges`` view refers back to the graph,
     so once asked for it the graph is freed only by the cyclic GC, which on a large plan costs more
     than planning it."""
-    return ((u, v) for u, nbrs in graph.adjacency() for v in nbrs)
+    return ((u, v) for u, nbrs in successors(graph).items() for v in nbrs)
+
+
+def successors(graph: nx.Graph) -> Mapping[str, Mapping[str, Any]]:
+    """Each node's successors, as a mapping of node to its neighbours' mapping; read it, never change it.
+
+    It is the graph's own adjacency table (networkx's ``_succ``, or
+    ``_adj`` of an undirected graph, what its views read): a view made
+    per node costs more than the lookups it serves on a large plan.
+    """
+    table = getattr(graph, "_succ", None)
+    if type(table) is not dict:
+        table = getattr(graph, "_adj", None)
+    return table if type(table) is dict else dict(graph.adjacency())
 
 
 def execution_order(graph: nx.DiGraph) -> list[str]:

@@ -74,7 +74,7 @@ from hetflow.engine.errors import Diagnostic, ManifestError
 from hetflow.engine.manifest import Manifest, gc_paused
 from hetflow.engine.partitioning import bridges, partition, partition_into, partitions_of
 from hetflow.engine.plandata import PLAN_FORMAT, Bridge, ExecutorPlan, NodePlan, Partition, Plan, PlanWarning
-from hetflow.engine.plangraph import build_graph, execution_order, is_bridged
+from hetflow.engine.plangraph import build_graph, execution_order, is_bridged, successors
 from hetflow.engine.planview import render_dot, render_text
 from hetflow.executors import Offer
 from hetflow.executors import probe as default_probe
@@ -232,9 +232,7 @@ def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
                                    for e in cands}
             exec_s[n] = row
         inputs[n] = ins if len(ins) < 2 else tuple(dict.fromkeys(ins))
-    succ = getattr(out, "_succ", None)  # networkx's adjacency table: no view made per node
-    consumers = ({n: list(nbrs) for n, nbrs in succ.items()} if type(succ) is dict
-                 else {n: list(nbrs) for n, nbrs in out.adjacency()})
+    consumers = {n: list(nbrs) for n, nbrs in successors(out).items()}
     return placing.Problem(out, order, units, unit_of, vendor, exec_s, consumers, model,
                            pos=pos, inputs=inputs, nbytes=nbytes)
 
