@@ -214,17 +214,30 @@ def provenance(manifest_file: str) -> dict[str, Any]:
     out: dict[str, Any] = {"hostname": socket.gethostname(), "user": user, "pid": os.getpid(), "git": None}
     folder = os.path.dirname(os.path.abspath(manifest_file))
 
-    def git(*args: str) -> str | None:
+    def start(*args: str) -> subprocess.Popen | None:
         try:
-            proc = subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
+            return subprocess.Popen(["git", "-C", folder, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    text=True)
+        except OSError:
             return None
-        return proc.stdout.strip() if proc.returncode == 0 else None
 
-    commit = git("rev-parse", "HEAD")
-    if commit:
-        rel = os.path.relpath(os.path.abspath(manifest_file), git("rev-parse", "--show-toplevel") or folder)
-        status = git("status", "--porcelain")
-        out["git"] = {"commit": commit, "dirty": bool(status), "manifest_dirty": bool(git("status", "--porcelain", "--", os.path.abspath(manifest_file))),
-                      "path": rel}
+    def result(proc: subprocess.Popen | None) -> str | None:
+        if proc is None:
+            return None
+        try:
+            stdout, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return None
+        return stdout.strip() if proc.returncode == 0 else None
+
+    # four questions in two rounds of processes run side by side: a run pays for git once per round
+    head = result(start("rev-parse", "HEAD", "--show-toplevel"))
+    if head and len(head.splitlines()) == 2:
+        commit, top = head.splitlines()
+        status, mine = start("status", "--porcelain"), start("status", "--porcelain", "--", os.path.abspath(manifest_file))
+        status_text, mine_text = result(status), result(mine)
+        out["git"] = {"commit": commit, "dirty": bool(status_text), "manifest_dirty": bool(mine_text),
+                      "path": os.path.relpath(os.path.abspath(manifest_file), top or folder)}
     return out

@@ -142,3 +142,29 @@ def test_same_manifest_twice_gives_the_same_digests(manifest_file, tmp_path):
     b = execute(m, p, runs_dir=str(tmp_path))
     assert a.run_id != b.run_id
     assert {k: v["digest"] for k, v in a.record["outputs"].items()} == {k: v["digest"] for k, v in b.record["outputs"].items()}
+
+
+def test_the_record_says_which_commit_the_manifest_came_from_and_whether_it_was_edited(tmp_path):
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=t@example.com", "-c", "user.name=t", *args],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    path = tmp_path / "p.yaml"
+    path.write_text(PIPELINE.replace("EXEC", "accel"))
+    (tmp_path / "other.txt").write_text("a")
+    git("add", "p.yaml", "other.txt")
+    git("commit", "-q", "-m", "first")
+
+    def provenance():
+        m, p = compile_and_plan(str(path))
+        return execute(m, p, runs_dir=str(tmp_path / "runs"), use_cache=False).record["host"]["git"]
+
+    (tmp_path / ".gitignore").write_text("runs/\n.gitignore\n")
+    assert provenance() == {"commit": git("rev-parse", "HEAD"), "dirty": False, "manifest_dirty": False, "path": "p.yaml"}
+    (tmp_path / "other.txt").write_text("b")
+    assert provenance() | {"commit": None} == {"commit": None, "dirty": True, "manifest_dirty": False, "path": "p.yaml"}
+    path.write_text(path.read_text() + "\n")
+    assert provenance() | {"commit": None} == {"commit": None, "dirty": True, "manifest_dirty": True, "path": "p.yaml"}
