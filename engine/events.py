@@ -3,7 +3,7 @@
 Dask's own progress tools each see only one kind of scheduler
 (``dask.diagnostics`` the threaded one, ``distributed``'s progress bar
 the cluster), so hetflow reports from its own task wrappers instead:
-:class:`~hetflow.engine.run.LocalRuntime`'s methods emit one event when
+:class:`~hetflow.engine.runtime.LocalRuntime`'s methods emit one event when
 a task starts and one when it finishes, fails or is retried, whether they
 run in a thread of this process or inside a Dask worker.
 
