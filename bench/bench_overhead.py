@@ -194,7 +194,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # ``python -c`` code running the CLI of the source tree given as its first argument, folders mapped onto the
 # ``hetflow`` packages as setup.py maps them: a checkout (this one, or an earlier commit's worktree) runs as it
 # is, whatever is installed.
-_FROM_TREE = """import importlib.util, os, sys
+TREE_FINDER = """import importlib.util, os, sys
 root = sys.argv.pop(1)
 folders = {"hetflow": "hetflow", "hetflow.engine": "engine", "hetflow.executors": "executors",
            "hetflow.schemas": "schemas", "hetflow.examples": "examples", "hetflow.pipelines": "pipelines"}
@@ -211,9 +211,8 @@ class Tree:
         spec.submodule_search_locations = [folder]
         return spec
 sys.meta_path.insert(0, Tree)
-from hetflow.engine.cli import main
-sys.exit(main(sys.argv[1:]))
 """
+_FROM_TREE = TREE_FINDER + "from hetflow.engine.cli import main\nsys.exit(main(sys.argv[1:]))\n"
 
 
 def _cli_s(root: str, argv: list[str], what: str) -> tuple[float, float]:

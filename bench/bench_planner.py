@@ -148,6 +148,33 @@ def loads_side_by_side(before: str, n: int = 100_000, repeat: int = 7) -> dict:
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
+def scale_side_by_side(before: str, n: int = 100_000, turns: int = 3) -> list[dict]:
+    """:func:`scale` of ``n`` stages with hetflow from the source tree ``before`` (an earlier commit's
+    worktree) and from this one, each turn a fresh process per side, taking turns; medians of ``turns``.
+    The ratio is before / after."""
+    import json
+    import statistics
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    from bench_overhead import REPO, TREE_FINDER
+
+    code = TREE_FINDER + (f"sys.path.insert(0, {here!r})\nimport json, bench_planner\n"
+                          f"print(json.dumps(bench_planner.scale([{n}])[0]))\n")
+    runs: dict[str, list[dict]] = {"before": [], "after": []}
+    for i in range(turns):
+        for side, root in sorted({"before": before, "after": REPO}.items(), reverse=i % 2 == 1):
+            done = subprocess.run([sys.executable, "-c", code, root], capture_output=True, text=True, check=True)
+            runs[side].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    b, a = (statistics.median(r["subject_s"] for r in runs[side]) for side in ("before", "after"))
+    return [{"name": f"load+validate+plan {n} nodes, before and after", "baseline": f"before ({before})",
+             "baseline_s": b, "subject": "after (this tree)", "subject_s": a, "ratio": b / a,
+             "notes": "; ".join(f"{side}: " + ", ".join(f"{r['subject_s']:.1f} s ({r['notes'].split('; ')[1]})"
+                                                         for r in runs[side]) for side in runs)}]
+
+
 def run(quick: bool) -> list[dict]:
     return fused(1000, 2 if quick else 5) + scale([1000, 10000] if quick else [1000, 10000, 100000])
 

@@ -208,7 +208,10 @@ def decide(p: Problem, start: dict[str, str], min_gain_s: float) -> tuple[dict[s
         base_s, best_s = total_cost(p, start), total_cost(p, best)
         return (best, method) if best_s < base_s - threshold(base_s) else (dict(start), "baseline")
     out, changed = dict(start), False
-    # groups share no tensor, so their bounds add up to the whole one: each group is bounded once
+    # groups share no tensor, so their bounds sum to at most the whole one: below the threshold,
+    # no group would be cut, and finding the groups is the larger part of the work
+    if gain_bound(p, start, free) <= min_gain_s:
+        return out, "baseline"
     for group in components(p, free):
         if gain_bound(p, start, group) <= min_gain_s:
             continue
