@@ -266,6 +266,17 @@ def test_cli_report_writes_the_page_and_rejects_unknown_runs(runs, tmp_path):
     assert target.read_text().startswith("<!DOCTYPE html>")
     assert main(["report", rid, "--runs-dir", str(runs["runs"])], io.StringIO(), io.StringIO()) == 0
     assert (runs["runs"] / rid / "report.html").exists()
+    from hetflow.engine.runs import list_runs
+
+    newest = list_runs(str(runs["runs"]))[0]["id"]  # what `hetflow runs list` shows first
+    for ref in ("latest", newest[:-3]):
+        out = io.StringIO()
+        assert main(["report", ref, "--runs-dir", str(runs["runs"]), "-o", str(tmp_path / "l.html")], out, io.StringIO()) == 0
+        assert f'{newest}' in (tmp_path / "l.html").read_text()
+    (tmp_path / "empty").mkdir()
+    err = io.StringIO()
+    assert main(["report", "latest", "--runs-dir", str(tmp_path / "empty")], io.StringIO(), err) == 2
+    assert err.getvalue() == f"hetflow: error: no run or sweep in {tmp_path / 'empty'} yet\n"
 
     err = io.StringIO()
     assert main(["report", "no-such-run", "--runs-dir", str(runs["runs"])], io.StringIO(), err) == 2

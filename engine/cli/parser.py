@@ -168,7 +168,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="how often to look for changed manifests (default: 5)")
 
     rp = sub.add_parser("report", help="a self-contained HTML page of a run or sweep: plan graph, timeline, outputs")
-    rp.add_argument("run_id", metavar="RUN_ID", help="a run id or sweep id under --runs-dir, or a run folder")
+    rp.add_argument("run_id", metavar="RUN_ID", help="a run or sweep id under --runs-dir, a unique prefix of one, latest, or a run folder")
     rp.add_argument("-o", "--output", metavar="FILE", help="where to write the page (default: RUN_DIR/report.html)")
     rp.add_argument("--runs-dir", default="runs", help="where run folders are (default: ./runs)")
     rp.add_argument("--graph", choices=["auto", "graphviz", "builtin"], default="auto",

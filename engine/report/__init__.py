@@ -107,7 +107,7 @@ def _read_json(path: str) -> dict:
 
 
 def locate(target: str, runs_dir: str = "runs") -> Located:
-    """Resolve a run id, a sweep id or a path to a run or sweep folder.
+    """Resolve a run id, a sweep id, a unique prefix of one, ``latest``, or a path to a run or sweep folder.
 
     Raises
     ------
@@ -125,6 +125,18 @@ def locate(target: str, runs_dir: str = "runs") -> Located:
             return Located("run", folder, _read_json(os.path.join(folder, "record.json")))
         if os.path.isfile(os.path.join(folder, "sweep.json")):
             return Located("sweep", folder, _read_json(os.path.join(folder, "sweep.json")))
+    if target and os.sep not in target and os.path.isdir(runs_dir):
+        from hetflow.engine.runs import resolve_id  # the cache and manifest load only for ids that need it
+
+        # ``latest`` and unique prefixes mean here what they mean to ``runs show`` and ``verify``.
+        try:
+            resolved = resolve_id(runs_dir, target)
+        except UsageError:
+            if target == "latest":
+                raise
+            resolved = target
+        if resolved != target:
+            return locate(resolved, runs_dir)
     raise UsageError(
         f"no run or sweep {target!r} in {runs_dir} (looked for {os.path.join(runs_dir, target, 'record.json')} "
         f"and sweep.json there); pass a run id, a sweep id or a run folder"
