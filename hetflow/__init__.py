@@ -38,13 +38,6 @@ True
 
 from __future__ import annotations
 
-from importlib import metadata as _metadata
-
-try:
-    __version__: str = _metadata.version("hetflow")
-except _metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
-    __version__ = "0+unknown"
-
 __all__ = ["__version__", "op", "validate", "plan", "run", "sweep", "open_run", "Plan", "Run", "Failure", "Sweep",
            "HetflowError", "ManifestError", "UsageError", "LockHeld", "Diagnostic"]
 
@@ -63,7 +56,20 @@ _HOMES = {
 _DOCUMENTED_HERE = frozenset(("validate", "plan", "run", "sweep", "open_run", "Plan", "Run", "Failure", "Sweep"))
 
 
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("hetflow")
+    except metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
+        return "0+unknown"
+
+
 def __getattr__(name: str):
+    if name == "__version__":
+        # Reading the distribution's metadata costs ~20 ms of start-up; only ``--version`` and the record need it.
+        globals()["__version__"] = version = _version()
+        return version
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'hetflow' has no attribute {name!r}")
