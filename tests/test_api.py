@@ -298,6 +298,6 @@ def test_run_inside_a_running_client_uses_it(manifest_file, tmp_path):
 
 def test_the_api_example_runs(tmp_path):
     done = subprocess.run([sys.executable, str(REPO / "examples" / "api.py")], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=240)
+                          text=True, timeout=240, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     assert "succeeded" in done.stdout and "failed" in done.stdout and "rejected" in done.stdout

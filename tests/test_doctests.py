@@ -3,6 +3,8 @@
 import doctest
 import importlib
 
+import tempfile
+
 import pytest
 
 MODULES = [
@@ -48,7 +50,8 @@ MODULES = [
 
 
 @pytest.mark.parametrize("name", MODULES)
-def test_docstring_examples(name):
+def test_docstring_examples(name, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the examples' mkdtemp() folders go with the test's
     module = importlib.import_module(name)
     for public in getattr(module, "__all__", ()):  # names a module loads on first use are documented there too
         getattr(module, public)
