@@ -12,7 +12,8 @@ from . import machine as M
 from .elf import PERM_R, PERM_W
 from .isa import BY_NAME, sign_extend
 from .ports import MASK64, Trap
-from .reference import SEMANTICS, End, Hart, _after_store, semantics
+from .reference import SEMANTICS, End, Hart, semantics
+from .reference_base import after_store
 
 __all__ = ["csr_read", "csr_write"]
 
@@ -53,7 +54,7 @@ def _amo(name):
         new = fn(old_v, src_v) & ((1 << (8 * width)) - 1)
         m.store(addr, width, new)
         h.write(d.rd, sign_extend(old, 8 * width))
-        _after_store(h, addr, width, new)
+        after_store(h, addr, width, new)
     SEMANTICS[name] = run_amo
 
 
@@ -91,7 +92,7 @@ def _sc(name):
         if ok:
             value = h.x[d.rs2] & ((1 << (8 * width)) - 1)
             m.store(addr, width, value)
-            _after_store(h, addr, width, value)
+            after_store(h, addr, width, value)
         h.write(d.rd, 0 if ok else 1)
     SEMANTICS[name] = fn
 
