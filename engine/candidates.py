@@ -408,27 +408,43 @@ def explain(p: Problem, exe: Mapping[str, str], declared_first: str) -> dict[str
             c[e] = c.get(e, 0) + 1
         counts[u] = c
     exec_s = p.exec_s
+    # Stages alike in constraint, candidates, costs and kind (most of a large plan) share one ``why``
+    # and one ``costs``: equal data, made once, and what prints it can tell them apart by identity.
+    shared_costs: dict[tuple, dict[str, dict[str, float]]] = {}
+    shared_why: dict[tuple, dict[str, Any]] = {}
     for unit in p.units:
         here = exe[unit.nodes[0]]
         costs: dict[str, dict[str, float]] = {}
-        if len(unit.candidates) > 1:
+        cands = unit.candidates
+        if len(cands) > 1:
             single = unit.nodes[0] if len(unit.nodes) == 1 else None
-            for e in unit.candidates:
+            figures = []
+            for e in cands:
                 if single is not None:
                     total, ex = _moved_cost_one(p, single, exe, counts, e), exec_s[single][e]
                 else:
                     total, ex = _moved_cost(p, unit.nodes, exe, counts, e), sum(exec_s[n][e] for n in unit.nodes)
-                costs[e] = {"total_s": total, "exec_s": ex, "bridges_s": total - ex}
+                figures.append((e, total, ex))
+            key = tuple(figures)
+            costs = shared_costs.get(key)
+            if costs is None:
+                costs = shared_costs[key] = {e: {"total_s": total, "exec_s": ex, "bridges_s": total - ex}
+                                             for e, total, ex in figures}
         for n in unit.nodes:
-            why: dict[str, Any] = {"constraint": unit.constraint or None, "candidates": unit.candidates}
-            if len(unit.candidates) == 1:
+            if len(cands) == 1:
                 kind = unit.constraint or "default"
                 text = unit.constraint_text or f"default: {here!r} is the only executor"
             else:
                 kind, decision = _decision(p, unit, n, exe, costs, declared_first)
                 text = f"{unit.constraint_text}; {decision}" if unit.constraint_text else decision
-                why["costs"] = costs
-            why["kind"] = kind
+            key = (unit.constraint, *cands, id(costs) if len(cands) > 1 else None, kind)
+            why = shared_why.get(key)
+            if why is None:
+                why = {"constraint": unit.constraint or None, "candidates": cands}
+                if len(cands) > 1:
+                    why["costs"] = costs
+                why["kind"] = kind
+                shared_why[key] = why
             out[n] = (text, why)
     return out
 

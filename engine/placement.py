@@ -185,6 +185,55 @@ def gain_bound(p: Problem, exe: Mapping[str, str], units: Sequence[Unit]) -> flo
     return bound + sum([tensor_cost(u, exe) for u in tensors])
 
 
+def _groups_worth_cutting(p: Problem, exe: Mapping[str, str], free: Sequence[Unit],
+                          min_gain_s: float) -> list[list[Unit]]:
+    """The groups of :func:`components` whose :func:`gain_bound` under ``exe`` exceeds ``min_gain_s``.
+
+    Each stage's excess execution and each tensor's bridges are priced
+    once, for the whole bound and the groups' alike: every tensor a group
+    touches belongs to that group alone (its producer and free consumers
+    are linked). Groups share no tensor, so their bounds sum to at most
+    the whole one: below the threshold no group is worth cutting, and the
+    groups are not looked for.
+    """
+    exec_s, inputs, unit_of, tensor_cost = p.exec_s, p.inputs, p.unit_of, p.tensor_cost
+    excess: dict[str, float] = {}
+    tensors: dict[str, None] = {}
+    for unit in free:
+        for n in unit.nodes:
+            row = exec_s[n]
+            if len(row) > 1:
+                x = row[exe[n]] - min(row.values())
+                if x:
+                    excess[n] = x
+            tensors[n] = None
+            for t in inputs[n]:
+                tensors[t] = None
+    priced = {}
+    consumers = p.consumers
+    for t in tensors:
+        cs = consumers[t]
+        if not cs or len(cs) == 1 and exe[cs[0]] == exe[t]:
+            continue
+        c = tensor_cost(t, exe)
+        if c:
+            priced[t] = c
+    if sum(excess.values()) + sum(priced.values()) <= min_gain_s:
+        return []
+    groups = components(p, free)
+    ids = {u.id for u in free}
+    group_of = {u.id: i for i, group in enumerate(groups) for u in group}
+    bound = [0.0] * len(groups)
+    for n, x in excess.items():
+        bound[group_of[unit_of[n]]] += x
+    for t, c in priced.items():
+        owner = unit_of[t]
+        if owner not in ids:
+            owner = next(unit_of[k] for k in p.consumers[t] if unit_of[k] in ids)
+        bound[group_of[owner]] += c
+    return [group for group, b in zip(groups, bound) if b > min_gain_s]
+
+
 def decide(p: Problem, start: dict[str, str], min_gain_s: float) -> tuple[dict[str, str], str]:
     """The placement the planner uses: the optimum where it beats ``start`` by more than ``min_gain_s``.
 
@@ -208,13 +257,7 @@ def decide(p: Problem, start: dict[str, str], min_gain_s: float) -> tuple[dict[s
         base_s, best_s = total_cost(p, start), total_cost(p, best)
         return (best, method) if best_s < base_s - threshold(base_s) else (dict(start), "baseline")
     out, changed = dict(start), False
-    # groups share no tensor, so their bounds sum to at most the whole one: below the threshold,
-    # no group would be cut, and finding the groups is the larger part of the work
-    if gain_bound(p, start, free) <= min_gain_s:
-        return out, "baseline"
-    for group in components(p, free):
-        if gain_bound(p, start, group) <= min_gain_s:
-            continue
+    for group in _groups_worth_cutting(p, start, free, min_gain_s):
         trial = dict(out)
         _cut_component(p, trial, group, labels[0], labels[1])
         nodes = _touched(p, group)

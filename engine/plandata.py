@@ -153,6 +153,7 @@ class Plan:
 
     def _to_json(self, explain: bool) -> dict:
         rounded: dict[float, float] = {}  # estimates repeat across stages alike: each is rounded once
+        whys: dict[int, tuple[Any, Any]] = {}  # stages alike share one ``why`` object: it is converted once
         data = {
             "format": PLAN_FORMAT,
             "name": self.name,
@@ -176,7 +177,7 @@ class Plan:
                     "bytes": n.bytes,
                     "size": _size(n.bytes, n.bound),
                     "origin": str(n.origin),
-                    **({"why": _why_json(n.why, rounded), "estimated_s": n.estimated_s} if explain else {}),
+                    **({"why": _why_memo(n.why, whys, rounded), "estimated_s": n.estimated_s} if explain else {}),
                 }
                 for n in self.nodes.values()
             },
@@ -236,6 +237,14 @@ def json_text(data: Any) -> str:
 def _size(nbytes: int | None, bound: bool) -> str:
     """How a plan knows a size: ``exact``, an upper ``bound``, or ``unknown``."""
     return "unknown" if nbytes is None else "bound" if bound else "exact"
+
+
+def _why_memo(why: Mapping[str, Any], whys: dict[int, tuple[Any, Any]], rounded: dict[float, float]) -> Any:
+    """:func:`_why_json` of ``why``, once per ``why`` object (``whys`` keeps each with its JSON data)."""
+    seen = whys.get(id(why))
+    if seen is None:
+        seen = whys[id(why)] = (why, _why_json(why, rounded))
+    return seen[1]
 
 
 def _why_json(why: Mapping[str, Any], rounded: dict[float, float]) -> Any:
