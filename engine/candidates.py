@@ -412,6 +412,7 @@ def explain(p: Problem, exe: Mapping[str, str], declared_first: str) -> dict[str
     # and one ``costs``: equal data, made once, and what prints it can tell them apart by identity.
     shared_costs: dict[tuple, dict[str, dict[str, float]]] = {}
     shared_why: dict[tuple, dict[str, Any]] = {}
+    alike_of: dict[int, bool] = {}
     for unit in p.units:
         here = exe[unit.nodes[0]]
         costs: dict[str, dict[str, float]] = {}
@@ -435,7 +436,7 @@ def explain(p: Problem, exe: Mapping[str, str], declared_first: str) -> dict[str
                 kind = unit.constraint or "default"
                 text = unit.constraint_text or f"default: {here!r} is the only executor"
             else:
-                kind, decision = _decision(p, unit, n, exe, costs, declared_first)
+                kind, decision = _decision(p, unit, n, exe, costs, declared_first, alike_of)
                 text = f"{unit.constraint_text}; {decision}" if unit.constraint_text else decision
             key = (unit.constraint, *cands, id(costs) if len(cands) > 1 else None, kind)
             why = shared_why.get(key)
@@ -450,11 +451,17 @@ def explain(p: Problem, exe: Mapping[str, str], declared_first: str) -> dict[str
 
 
 def _decision(p: Problem, unit: Unit, n: str, exe: Mapping[str, str], costs: Mapping[str, Mapping[str, float]],
-              declared_first: str) -> tuple[str, str]:
+              declared_first: str, alike_of: dict[int, bool] | None = None) -> tuple[str, str]:
+    """The kind and text of ``n``'s decision; ``alike_of`` memoizes, per ``costs`` object, whether
+    every candidate executes alike (``costs`` holds exactly the unit's candidates)."""
     here = exe[n]
-    execs = [costs[e]["exec_s"] for e in unit.candidates]
-    # equal estimates, to the last digits the cost model's arithmetic may leave
-    alike = all(x == execs[0] for x in execs) or len({round(x, 15) for x in execs}) == 1
+    alike = alike_of.get(id(costs)) if alike_of is not None else None
+    if alike is None:
+        execs = [costs[e]["exec_s"] for e in unit.candidates]
+        # equal estimates, to the last digits the cost model's arithmetic may leave
+        alike = all(x == execs[0] for x in execs) or len({round(x, 15) for x in execs}) == 1
+        if alike_of is not None:
+            alike_of[id(costs)] = alike
     if alike and len(unit.nodes) == 1:
         ref = largest_input(p, n)
         if ref is None and (here == declared_first or here == unit.candidates[0]):
