@@ -250,13 +250,16 @@ def _execute(manifest: Manifest, cluster: Any, place: Mapping[str, str] | None, 
     from hetflow.engine.run import execute  # dask loads only for calls that run
 
     made = with_inputs(plan_on(manifest, cluster, place), bound)
+    # A threaded run's record is the data it wrote; a cluster's events come over the wire as msgpack makes
+    # them (tuples for lists), so that record is read back as written.
+    mine = cluster is None
     try:
         result = execute(manifest, made, inputs=describe_inputs(bound), cluster=cluster, **kwargs)
     except RunFailed as e:
         if not e.record_path:
             raise
-        return Run(os.path.dirname(e.record_path))
-    return Run(result.run_dir)
+        return Run(os.path.dirname(e.record_path), e.record if mine else None)
+    return Run(result.run_dir, result.record if mine else None)
 
 
 def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str | os.PathLike = "runs",

@@ -129,11 +129,12 @@ class UsageError(HetflowError):
 
 
 class RunFailed(HetflowError):
-    """A stage failed while the pipeline ran; the run record says which and why."""
+    """A stage failed while the pipeline ran; the run record says which and why (``record``: its data, as written)."""
 
-    def __init__(self, message: str, record_path: str | None = None) -> None:
+    def __init__(self, message: str, record_path: str | None = None, record: dict | None = None) -> None:
         super().__init__(message)
         self.record_path = record_path
+        self.record = record
 
 
 class RunCancelled(HetflowError):

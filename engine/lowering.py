@@ -75,11 +75,9 @@ class TaskGraph:
 
 def subgraph_plan(plan: Plan, part: Partition) -> SubGraphPlan:
     """The opaque unit the partition's executor decodes."""
-    nodes = [
-        {"id": n, "op": plan.nodes[n].op, "args": plan.stage_args[n], "dtype": plan.nodes[n].dtype.value,
-         "inputs": list(plan.stage_inputs[n])}
-        for n in part.nodes
-    ]
+    info, args, inputs = plan.nodes, plan.stage_args, plan.stage_inputs
+    nodes = [{"id": n, "op": info[n].op, "args": args[n], "dtype": info[n].dtype.value, "inputs": inputs[n]}
+             for n in part.nodes]
     return encode_plan(plan.executors[part.executor].vendor, list(part.inputs) + list(plan.phase_inputs.get(part.id, ())),
                        nodes, part.outputs)
 

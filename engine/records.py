@@ -86,8 +86,46 @@ def _atomic(path: str, write) -> None:
 
 
 def encode_value(value: Any) -> str:
-    """One value of a record as compact JSON text."""
+    """One value of a record as compact JSON text: the values ``json.dumps`` writes.
+
+    orjson writes it, ten times faster than the standard library (the
+    plan and the resolved manifest of a 100,000-stage run are 27 MB of
+    text, 1.4 s). orjson spells NaN and the infinities ``null`` where the
+    standard library writes ``NaN`` and ``Infinity``, so text that holds a
+    ``null`` is not taken as it is. A dict's entries are written one by
+    one (a plan's partitions hold ``null`` timeouts, its 100,000 nodes
+    none), the standard library writing those that hold a ``null`` and
+    anything orjson leaves to it: subclasses, dataclasses, integers beyond
+    64 bits.
+
+    >>> encode_value({"a": [1, 2.5], "b": "é"})
+    '{"a":[1,2.5],"b":"é"}'
+    >>> encode_value({"timeout": float("inf"), "shape": [2], "none": None})
+    '{"timeout":Infinity,"shape":[2],"none":null}'
+    """
+    if isinstance(value, dict) and all(type(k) is str for k in value):
+        return "{" + ",".join(f"{_encode_std(k)}:{_encode_part(v)}" for k, v in value.items()) + "}"
+    return _encode_part(value)
+
+
+def _encode_part(value: Any) -> str:
+    text = _orjson(value)
+    return text.decode() if text is not None and b"null" not in text else _encode_std(value)
+
+
+def _orjson(value: Any) -> bytes | None:
+    try:
+        return orjson.dumps(value, option=_ORJSON_EXACT)
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+
+
+def _encode_std(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(',', ':'))
+
+
+# what orjson would write differently from the standard library is left to it (which writes it or raises)
+_ORJSON_EXACT = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
 def encode_events(events: Any) -> str:
@@ -122,14 +160,24 @@ def dumps_record(data: Mapping[str, Any], encoded: Mapping[str, str] | None = No
       "b": "as given"
     }
     """
+    return "".join(_record_parts(data, encoded))
+
+
+def _record_parts(data: Mapping[str, Any], encoded: Mapping[str, str] | None) -> list[str]:
     encoded = encoded or {}
-    items = [f"  {json.dumps(k)}: {encoded[k] if k in encoded else encode_value(v)}" for k, v in data.items()]
-    return "{\n" + ",\n".join(items) + "\n}\n"
+    parts = ["{\n"]
+    for i, (k, v) in enumerate(data.items()):
+        parts.append((",\n  " if i else "  ") + json.dumps(k) + ": ")
+        parts.append(encoded[k] if k in encoded else encode_value(v))
+    parts.append("\n}\n")
+    return parts
 
 
 def write_json_atomic(path: str, data: Mapping[str, Any], encoded: Mapping[str, str] | None = None) -> None:
-    text = dumps_record(data, encoded)
-    _atomic(path, lambda f: f.write(text.encode()))
+    """:func:`dumps_record`'s text, written atomically; its parts go to the file one by one (a large run's
+    record is tens of MB, and joining its parts copied all of it twice)."""
+    parts = _record_parts(data, encoded)
+    _atomic(path, lambda f: f.writelines(part.encode() for part in parts))
 
 
 def write_text_atomic(path: str, text: str) -> None:

@@ -126,9 +126,13 @@ def _frozen_heap() -> Any:
                 gc.unfreeze()
 
 
-def execute(*args: Any, **kwargs: Any) -> RunResult:
+def execute(manifest: Manifest, plan: Plan, **kwargs: Any) -> RunResult:
+    if kwargs.get("plan_json") is None:
+        # built before the heap is frozen: the plan's data lives as long as the run, out of the GC's reach with
+        # the plan, and the pass that builds it pauses the GC without asking how much is frozen (a walk of it)
+        kwargs["plan_json"] = plan.to_json()
     with _frozen_heap():
-        return _execute(*args, **kwargs)
+        return _execute(manifest, plan, **kwargs)
 
 
 def _execute(
@@ -149,6 +153,7 @@ def _execute(
     inputs: Mapping[str, Mapping[str, Any]] | None = None,
     cancel: Cancel | None = None,
     verifies: str | None = None,
+    plan_json: dict | None = None,
 ) -> RunResult:
     """Run ``plan`` and write its record; raises :class:`RunFailed` when a stage fails.
 
@@ -176,6 +181,7 @@ def _execute(
     raised. A ``KeyboardInterrupt`` is taken as a SIGINT's cancellation.
     ``verifies`` names the run this one re-executes for ``hetflow verify``;
     the record keeps it, and such runs are never an earlier run's baseline.
+    ``plan_json`` is ``plan.to_json()`` when the caller has it already.
     """
     cancel = cancel or current() or Cancel()
     phases = getattr(manifest, "phases", {})
@@ -212,7 +218,7 @@ def _execute(
         "scheduler": cluster.describe() if cluster is not None else {"kind": "threads", "workers": num_workers or os.cpu_count()},
         "versions": versions(),
         "inventory": [o.to_json() for o in inventory()],
-        "plan": plan.to_json(),
+        "plan": plan_json if plan_json is not None else plan.to_json(),
         "nodes": {n: {"status": "pending", "partition": p.partition, "executor": p.executor}
                   for n, p in plan.nodes.items()},
         "tasks": [],
@@ -220,8 +226,8 @@ def _execute(
         "error": None,
         "live_activations_after": None,
     }
-    # the plan is the record's largest constant part: encoded once for every write of the record
-    encoded = {"plan": encode_value(record["plan"])}
+    # the plan and the resolved manifest are the record's largest constant parts: encoded once for every write
+    encoded = {"plan": encode_value(record["plan"]), "manifest": encode_value(record["manifest"])}
     write_json_atomic(record_path, record, encoded)
     final_written = threading.Event()
     runtime: Any = None
@@ -337,7 +343,7 @@ def _execute(
     done = [e for e in record["tasks"] if e["kind"] == "partition" and e["status"] == "succeeded"]
     record["cache"] = {**cache_use.to_json(), "hits": [e["id"] for e in done if e.get("cached")],
                        "stored": [e["id"] for e in done if e.get("stored")]}
-    record["events"] = stream.events
+    record["events"] = list(stream.events)  # the stream goes on: the run's own end comes after the record
     encoded.update(tasks=encode_events(record["tasks"]), events=encode_events(record["events"]),
                    nodes=encode_events(record["nodes"]))
     write_json_atomic(record_path, record, encoded)
@@ -354,7 +360,7 @@ def _execute(
     if failure is not None:
         if not isinstance(failure, (StageFailure, ExecutorError, ClusterFailure)):
             raise failure
-        raise RunFailed(record["error"]["message"], record_path) from failure
+        raise RunFailed(record["error"]["message"], record_path, record) from failure
     return result
 
 
