@@ -211,7 +211,7 @@ def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, 
             per_node[n] = ([where], "emulator", f"emulator: {attrs[n]['phase'].phase} phase, runs on {where}", None)
             continue
         stage = attrs[n]["stage"]
-        key = (stage.op, stage.dtype.value)
+        key = (stage.op, stage.dtype._value_)  # an Enum's value property is a Python-level call
         able = able_for.get(key)
         if able is None:
             able = able_for[key] = [e for e in names if capable(stage, e)]
@@ -401,7 +401,13 @@ def explain(p: Problem, exe: Mapping[str, str], declared_first: str) -> dict[str
     # tensor's bridges only through these counts, so a tensor with thousands of consumers is not
     # rescanned for every one of them.
     counts: dict[str, dict[str, int]] = {}
+    alone: dict[str, dict[str, int]] = {}  # the counts of a tensor with one consumer, shared per executor: only read
     for u, cs in p.consumers.items():
+        if len(cs) == 1:
+            e = exe[cs[0]]
+            c = alone.get(e)
+            counts[u] = c if c is not None else alone.setdefault(e, {e: 1})
+            continue
         c: dict[str, int] = {}
         for consumer in cs:
             e = exe[consumer]

@@ -215,7 +215,10 @@ class Document:
         """Origin of the key naming the value at ``path``."""
         path = tuple(path)
         if self._marks is None:
-            return _Unresolved(self, path, True)
+            # a stage's key, an executor's: known from the first parse, so said at once (a plan prints them all)
+            level = self._shallow.get(path[:-1]) if self._shallow and path else None
+            marks = level.get(path[-1]) if level is not None else None
+            return _origin(self.file, marks[0]) if marks is not None else _Unresolved(self, path, True)
         return self._key_marks.get(path) or self._value_origin(path)
 
 

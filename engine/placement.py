@@ -137,22 +137,32 @@ def binary_cut(p: Problem, exe: Mapping[str, str], movable: Sequence[Unit], a: s
 
 def components(p: Problem, movable: Sequence[Unit]) -> list[list[Unit]]:
     """``movable`` split into groups that share no tensor: their costs are independent."""
-    ids = {u.id for u in movable}
-    # Units are linked through the tensors they produce or read: a tensor's producer and all its
-    # consumers share its bridges. Each tensor is visited once and its units chained, which links
-    # the same components as linking every pair, in time linear in the edges.
-    unit_of, consumers, inputs = p.unit_of, p.consumers, p.inputs
     tensors: dict[str, None] = {}
     for unit in movable:
         for n in unit.nodes:
             tensors[n] = None
-            for t in inputs[n]:
+            for t in p.inputs[n]:
                 tensors[t] = None
+    return _linked(p, movable, {u.id for u in movable}, tensors)
+
+
+def _linked(p: Problem, movable: Sequence[Unit], ids: set[int], tensors: Mapping[str, None]) -> list[list[Unit]]:
+    """:func:`components` of ``movable`` (unit ids ``ids``), given every tensor they produce or read."""
+    # Units are linked through the tensors they produce or read: a tensor's producer and all its
+    # consumers share its bridges. Each tensor is visited once and its units chained, which links
+    # the same components as linking every pair, in time linear in the edges.
+    unit_of, consumers = p.unit_of, p.consumers
     pairs = []
     for tensor in tensors:
         first = unit_of[tensor]
+        cs = consumers[tensor]
+        if len(cs) == 1:  # most tensors: one pair at most, no list to chain
+            u = unit_of[cs[0]]
+            if u != first and u in ids and first in ids:
+                pairs.append((first, u))
+            continue
         inside = [first] if first in ids else []
-        for c in consumers[tensor]:
+        for c in cs:
             u = unit_of[c]
             if u in ids and u != first and (not inside or inside[-1] != u):
                 inside.append(u)
@@ -220,8 +230,8 @@ def _groups_worth_cutting(p: Problem, exe: Mapping[str, str], free: Sequence[Uni
             priced[t] = c
     if sum(excess.values()) + sum(priced.values()) <= min_gain_s:
         return []
-    groups = components(p, free)
     ids = {u.id for u in free}
+    groups = _linked(p, free, ids, tensors)
     group_of = {u.id: i for i, group in enumerate(groups) for u in group}
     bound = [0.0] * len(groups)
     for n, x in excess.items():
