@@ -18,11 +18,13 @@ import json
 import os
 import shutil
 import time
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
+
+import orjson
 
 from hetflow.engine.cache import Cache
 from hetflow.engine.errors import UsageError
-from hetflow.engine.manifest import Document, Manifest, compile_manifest
+from hetflow.engine.manifest import Document, Manifest, compile_manifest, gc_paused
 from hetflow.engine.records import utc_iso, write_json_atomic
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "write_sweep",
     "collect_garbage",
     "latest_record",
+    "read_fields",
 ]
 
 SWEEP_FORMAT = 1
@@ -49,6 +52,61 @@ def _read_json(path: str) -> dict | None:
         return data if isinstance(data, dict) else None
     except (OSError, ValueError):
         return None
+
+
+def read_fields(path: str, keys: Iterable[str]) -> dict | None:
+    """Top-level ``keys`` of the JSON object in file ``path`` (those it has), or None when it is unreadable.
+
+    A record is written one top-level key per line
+    (:func:`hetflow.engine.records.dumps_record`), and its values hold no
+    raw newline, so a key's value is the rest of its line: only the values
+    asked for are parsed (the earlier record of a 100,000-stage run is
+    44 MB of JSON, its ``cache`` a tenth of it). A file in any other
+    layout, or a line that does not parse, is parsed whole.
+
+    >>> import tempfile
+    >>> from hetflow.engine.records import write_json_atomic
+    >>> path = os.path.join(tempfile.mkdtemp(), "record.json")
+    >>> write_json_atomic(path, {"status": "succeeded", "plan": {"nodes": {}}, "cache": {"hits": ["p0"]}})
+    >>> read_fields(path, ["cache", "status", "outputs"])
+    {'cache': {'hits': ['p0']}, 'status': 'succeeded'}
+    >>> with open(path, "w") as f:
+    ...     json.dump({"status": "failed", "cache": None}, f, indent=4)
+    >>> read_fields(path, ["status", "cache"])
+    {'status': 'failed', 'cache': None}
+    """
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    if text.startswith(b'{\n  "') and text.endswith(b"\n}\n"):
+        found = {}
+        try:
+            with gc_paused():  # a resolved manifest is 100,000 dicts: the GC would walk them as they are made
+                for key in keys:
+                    head = b'\n  ' + json.dumps(key).encode() + b': '
+                    at = text.find(head)
+                    if at < 0:
+                        continue
+                    start = at + len(head)
+                    value = text[start:text.index(b"\n", start)]
+                    found[key] = _parse(value[:-1] if value.endswith(b",") else value)
+            return found
+        except ValueError:
+            pass
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return {k: data[k] for k in keys if k in data} if isinstance(data, dict) else None
+
+
+def _parse(value: bytes) -> Any:
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return json.loads(value)  # NaN, the infinities, integers beyond 64 bits; or not JSON: ValueError
 
 
 def resolve_id(runs_dir: str, ref: str, kind: str | None = None) -> str:
@@ -328,17 +386,26 @@ def _stale_claims(runs_dir: str, gone: set[str], cutoff: str | None) -> list[str
     return out
 
 
-def latest_record(runs_dir: str, name: str, point: str | None = None) -> dict | None:
+def latest_record(runs_dir: str, name: str, point: str | None = None, keys: Iterable[str] | None = None) -> dict | None:
     """The newest record of manifest ``name`` (at matrix point ``point``), or None.
 
     Verification runs (``hetflow verify``'s reruns, whose record names the run they verify) are never taken.
+    ``keys`` (top-level keys) returns only those of it: each record is read for the few keys that choose
+    the newest (:func:`read_fields`), and the newest for ``keys``, or whole when ``keys`` is None.
     """
-    best: dict | None = None
-    for kind, _, data in iter_entries(runs_dir):
-        if kind != "run" or (data.get("manifest") or {}).get("name") != name or data.get("verifies"):
-            continue
-        if ((data.get("matrix_point") or {}).get("name")) != point:
-            continue
-        if best is None or (data.get("started_at") or "") > (best.get("started_at") or ""):
-            best = data
-    return best
+    best: tuple[str, str] | None = None
+    if os.path.isdir(runs_dir):
+        for folder in sorted(os.listdir(runs_dir)):
+            path = os.path.join(runs_dir, folder, "record.json")
+            if folder.startswith(".") or os.path.isfile(os.path.join(runs_dir, folder, "sweep.json")):
+                continue
+            data = read_fields(path, ("manifest", "verifies", "matrix_point", "started_at")) if os.path.isfile(path) else None
+            if data is None or not isinstance(data.get("manifest") or {}, dict) or data.get("verifies"):
+                continue
+            if (data.get("manifest") or {}).get("name") != name or (data.get("matrix_point") or {}).get("name") != point:
+                continue
+            if best is None or (data.get("started_at") or "") > best[0]:
+                best = (data.get("started_at") or "", path)
+    if best is None:
+        return None
+    return _read_json(best[1]) if keys is None else read_fields(best[1], keys)
