@@ -92,8 +92,8 @@ def encode_value(value: Any) -> str:
     plan and the resolved manifest of a 100,000-stage run are 27 MB of
     text, 1.4 s). orjson spells NaN and the infinities ``null`` where the
     standard library writes ``NaN`` and ``Infinity``, so text that holds a
-    ``null`` is not taken as it is. A dict's entries are written one by
-    one (a plan's partitions hold ``null`` timeouts, its 100,000 nodes
+    ``null`` is not taken as it is: a dict's entries are then written one
+    by one (a plan's partitions hold ``null`` timeouts, its 100,000 nodes
     none), the standard library writing those that hold a ``null`` and
     anything orjson leaves to it: subclasses, dataclasses, integers beyond
     64 bits.
@@ -103,9 +103,12 @@ def encode_value(value: Any) -> str:
     >>> encode_value({"timeout": float("inf"), "shape": [2], "none": None})
     '{"timeout":Infinity,"shape":[2],"none":null}'
     """
+    text = _orjson(value)
+    if text is not None and b"null" not in text:
+        return text.decode()
     if isinstance(value, dict) and all(type(k) is str for k in value):
         return "{" + ",".join(f"{_encode_std(k)}:{_encode_part(v)}" for k, v in value.items()) + "}"
-    return _encode_part(value)
+    return _encode_std(value)
 
 
 def _encode_part(value: Any) -> str:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import enum
 import pickle
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:
@@ -99,7 +98,8 @@ class Dtype(str, enum.Enum):
     @property
     def numpy(self) -> np.dtype:
         """The numpy dtype that holds this dtype's values on the host."""
-        return _numpy_dtypes()[self]
+        found = _NUMPY_DTYPES.get(self)
+        return found if found is not None else _numpy_dtypes(self in _EXTENSION_DTYPES)[self]
 
     @property
     def itemsize_bits(self) -> int:
@@ -117,22 +117,25 @@ class Dtype(str, enum.Enum):
 _BITS = {Dtype.fp32: 32, Dtype.fp16: 16, Dtype.bf16: 16, Dtype.fp8e4m3: 8, Dtype.fp8e5m2: 8, Dtype.int8: 8, Dtype.int4: 4}
 
 
-@lru_cache(maxsize=1)
-def _numpy_dtypes() -> dict[Dtype, np.dtype]:
-    # ml_dtypes takes about a second to import; commands that never touch
-    # tensor data (validate, plan) should not pay for it.
-    import ml_dtypes
+# Filled on first use, numpy's own dtypes first: ml_dtypes takes about a second to import, and only the
+# extension dtypes need it; commands that never touch tensor data (validate, plan) load neither, and a
+# run whose tensors are all fp32, fp16 or int8 loads numpy alone.
+_NUMPY_DTYPES: dict[Dtype, np.dtype] = {}
+_EXTENSION_DTYPES = frozenset({Dtype.bf16, Dtype.fp8e4m3, Dtype.fp8e5m2, Dtype.int4})
+
+
+def _numpy_dtypes(extensions: bool = True) -> dict[Dtype, np.dtype]:
     import numpy as np
 
-    return {
-        Dtype.fp32: np.dtype(np.float32),
-        Dtype.fp16: np.dtype(np.float16),
-        Dtype.bf16: np.dtype(ml_dtypes.bfloat16),
-        Dtype.fp8e4m3: np.dtype(ml_dtypes.float8_e4m3fn),
-        Dtype.fp8e5m2: np.dtype(ml_dtypes.float8_e5m2),
-        Dtype.int8: np.dtype(np.int8),
-        Dtype.int4: np.dtype(ml_dtypes.int4),
-    }
+    if not _NUMPY_DTYPES:
+        _NUMPY_DTYPES.update({Dtype.fp32: np.dtype(np.float32), Dtype.fp16: np.dtype(np.float16),
+                              Dtype.int8: np.dtype(np.int8)})
+    if extensions and len(_NUMPY_DTYPES) < len(Dtype):
+        import ml_dtypes
+
+        _NUMPY_DTYPES.update({Dtype.bf16: np.dtype(ml_dtypes.bfloat16), Dtype.fp8e4m3: np.dtype(ml_dtypes.float8_e4m3fn),
+                              Dtype.fp8e5m2: np.dtype(ml_dtypes.float8_e5m2), Dtype.int4: np.dtype(ml_dtypes.int4)})
+    return _NUMPY_DTYPES
 
 
 @dataclass(frozen=True)
