@@ -135,7 +135,7 @@ def _definition(plan: Plan, part: Partition, uncacheable: list[str], kinds: dict
                                       [a for a, spec in op.args.items() if spec.kind == "seed"])
         op, paths, seeds = known
         given = plan.stage_args[n]
-        args = dict(given)
+        args = dict(given) if paths else given  # only a path is rewritten (to its digest); the rest is read
         for name in paths:
             if isinstance(args.get(name), str):
                 digest = file_digest(args[name])

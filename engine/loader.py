@@ -390,7 +390,9 @@ def _fast_build(loader: Any, node: yaml.Node, depth: int, size: list[int],
         return out
     if node.tag != _SEQ_TAG:
         raise _Decline
-    return [_fast_build(loader, item, depth + 1, size) for item in items]
+    # a string in a sequence (a stage's inputs) is its own value: no call for each
+    return [item.value if item.__class__ is _SCALAR and item.tag == _STR_TAG else _fast_build(loader, item, depth + 1, size)
+            for item in items]
 
 
 class _Refused(Exception):

@@ -14,10 +14,12 @@ import difflib
 import importlib.resources
 import json
 from functools import lru_cache
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import fastjsonschema
-import jsonschema
+
+if TYPE_CHECKING:
+    import jsonschema
 
 from hetflow.engine.errors import Diagnostic
 from hetflow.engine.loader import Document, Path
@@ -119,6 +121,8 @@ def schema_problems(tree: Any, doc: Document) -> list[Diagnostic]:
     if isinstance(stages, dict) and len(stages) > 1:
         refused = {sid: spec for sid, spec in stages.items() if not fast.accepts_stage(sid, spec)}
         tree = {**tree, "stages": refused or dict([next(iter(stages.items()))])}
+    import jsonschema  # only a refused manifest pays for its import
+
     validator = jsonschema.Draft202012Validator(schema())
     problems: list[Diagnostic] = []
     for error in validator.iter_errors(tree):
@@ -178,6 +182,8 @@ def _explain(error: jsonschema.ValidationError, doc: Document) -> Iterator[Diagn
                          + (f"found {' and '.join(map(repr, found))}" if found else "found neither"))
         return
     if v in ("oneOf", "anyOf") and error.context:
+        import jsonschema.exceptions
+
         best = jsonschema.exceptions.best_match(error.context)
         if best is not None and best.validator in ("enum", "const"):
             yield from _explain(best, doc)
