@@ -12,10 +12,13 @@ blocks branch straight to each other and ``jalr`` goes through one
 ``switch`` on pc over the part's blocks.  A run stops when the step count
 reaches ``stop`` and returns a status:
 
-* ``N_STOP``  — exactly ``stop`` steps were reached;
-* ``N_SHORT`` — the next block does not fit before ``stop``: the
-  interpreter runs the remaining steps, so chunk boundaries fall on the
-  exact step (one compare per block, at its head);
+* ``N_STOP``  — exactly ``stop`` steps were reached: a block that does
+  not fit before ``stop`` (one compare per block, at its head) runs in its
+  stepwise copy, which compares before each instruction, so chunk
+  boundaries fall on the exact step in translated code, and the next run
+  resumes inside the block through that copy's entry for the pc;
+* ``N_SHORT`` — (no longer emitted; the runtimes still accept it) the
+  interpreter runs the steps up to ``stop``;
 * ``N_SIDE``  — the instruction at pc needs the interpreter: a load or
   store outside one aligned word of a region with the right permission
   (a fault, a misaligned access across words), a store to the UART or
@@ -29,8 +32,9 @@ reaches ``stop`` and returns a status:
 Each block adds its step count and its per-class counter increments
 once, at its end (the step of its i-th instruction is the block's first
 step plus i); a side exit at the i-th instruction adds only the first
-i instructions'.  A block is entered at its first instruction only: the
-runtime lets the interpreter finish a block it entered in the middle.
+i instructions'.  A block in read-only code is entered in the middle
+through its stepwise copy; one in writable code at its first instruction
+only (the runtime lets the interpreter finish it).
 The code is specialised on ``mode``: with ``REC_READS`` every loaded
 word is appended to the min-trace buffer (and, for an instruction in
 writable code, the word or two holding it, as the interpreters record
@@ -365,11 +369,27 @@ def emit_modules(blocks: list[Block], mode: int, part_insns: int | None = None) 
     heads = {b.pc for b in blocks}
     names = [f"hf_p{group[0].pc:x}" for group in groups]
     pages = any(ins.fetch >= 0 for b in blocks for ins in b.insns)
-    modules = [_HEADER + _emit_part(name, group, mode, heads, pages) for name, group in zip(names, groups)]
+    # a run that stopped inside a block resumes there: each later instruction of a block in read-only code
+    # (the first block holding it) is an entry of that block's part too
+    entries: list[dict[int, Block]] = []
+    taken = set(heads)
+    for group in groups:
+        mids = {}
+        for b in group:
+            if any(ins.fetch >= 0 for ins in b.insns):
+                continue
+            for ins in b.insns[1:]:
+                if ins.pc not in taken:
+                    taken.add(ins.pc)
+                    mids[ins.pc] = b
+        entries.append(mids)
+    modules = [_HEADER + _emit_part(name, group, mode, heads, pages, mids)
+               for name, group, mids in zip(names, groups, entries)]
     lines = [f"declare i64 @{name}({_PARAMS})" for name in names]
     lines += [f"define i64 @hf_run({_PARAMS}) nounwind {{", "entry:", "  br label %loop", "loop:",
               "  %pc = load i64, i64* %st"]
-    cases = " ".join(f"i64 {_i64(b.pc)}, label %P{k}" for k, group in enumerate(groups) for b in group)
+    cases = " ".join([f"i64 {_i64(b.pc)}, label %P{k}" for k, group in enumerate(groups) for b in group] +
+                     [f"i64 {_i64(pc)}, label %P{k}" for k, mids in enumerate(entries) for pc in sorted(mids)])
     lines.append(f"  switch i64 %pc, label %none [ {cases} ]")
     lines += ["none:", f"  ret i64 {N_MISS}"]
     for k, name in enumerate(names):
@@ -379,12 +399,17 @@ def emit_modules(blocks: list[Block], mode: int, part_insns: int | None = None) 
     return modules + ["\n".join(lines) + "\n"]
 
 
-def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int], pages: bool = False) -> str:
+def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int], pages: bool = False,
+               mids: dict[int, Block] | None = None) -> str:
     """One part: its blocks branch to each other directly; a transfer out of
-    it stops with ``N_CONT``."""
+    it stops with ``N_CONT``.  Each block has a second, stepwise copy (one
+    instruction at a time, the step compared with ``stop`` before each) that
+    runs where the whole block does not fit before ``stop`` and where a run
+    resumes inside the block (``mids``: pc -> its block)."""
     e = _Emitter(mode, pages)
     ncls = len(CLASSES)
     heads = {b.pc for b in blocks}
+    mids = mids or {}
     e.out.append(f"define i64 @{name}({_PARAMS}) noinline nounwind {{")
     e.label("entry")
     for r in range(1, 32):
@@ -412,7 +437,8 @@ def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int], p
 
     e.label("dispatch")
     t = e.load("jpc")
-    cases = " ".join(f"i64 {_i64(pc)}, label %H_{pc:x}" for pc in sorted(heads))
+    cases = " ".join([f"i64 {_i64(pc)}, label %H_{pc:x}" for pc in sorted(heads)] +
+                     [f"i64 {_i64(pc)}, label %E_{b.pc:x}_{pc:x}" for pc, b in sorted(mids.items())])
     e.e(f"switch i64 {t}, label %miss [ {cases} ]")
     e.label("miss")
     e.store("xpc", e.load("jpc"))
@@ -452,10 +478,8 @@ def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int], p
         e.store("bstep", s)
         fits = e.op(f"icmp sge i64 {e.op(f'sub i64 %stop, {s}')}, {n}")
         e.e(f"br i1 {fits}, label %I_{b.pc:x}, label %S_{b.pc:x}")
-        e.label(f"S_{b.pc:x}")                       # does not fit: the interpreter runs up to stop
-        e.store("xpc", _i64(b.pc))
-        e.store("status", N_SHORT)
-        e.e("br label %exit")
+        e.label(f"S_{b.pc:x}")                       # does not fit: the stepwise copy runs up to stop
+        e.e(f"br label %E_{b.pc:x}_{b.pc:x}")
         if any(ins.fetch >= 0 for ins in b.insns):
             e.label(f"V_{b.pc:x}")                   # invalidated: the interpreter runs it from memory
             e.store("xpc", _i64(b.pc))
@@ -472,58 +496,19 @@ def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int], p
                 e.add_to(f"c{c}", k)
             e.store("status", N_SIDE)
             e.e("br label %exit")
+        _emit_stepwise(e, b, goto, falls, misses)
         for j, ins in enumerate(b.insns):
             lab = f"I_{ins.pc:x}"
             e.label(lab)
-            side = f"X_{ins.pc:x}"
-            last = j == n - 1
-            term = None
-            if ins.name not in _LOADS and ins.name not in _STORES:
-                _fetch(e, ins, j)
-            if ins.name in _ALU:
-                e.set_reg(ins.rd, _alu(e, ins))
-            elif ins.name in _LOADS or ins.name in _STORES:
-                _memory(e, ins, j, lab, side)
-            elif ins.name in _BRANCHES:
-                c = e.op(f"icmp {_BRANCHES[ins.name]} i64 {e.reg(ins.rs1)}, {e.reg(ins.rs2)}")
-                term = ("br", c, ins.pc + ins.imm, ins.pc + ins.size)
-            elif ins.name == "jal":
-                e.set_reg(ins.rd, str(_i64(ins.pc + ins.size)))
-                term = ("jump", ins.pc + ins.imm)
-            elif ins.name == "jalr":
-                target = e.op(f"and i64 {e.op(f'add i64 {e.reg(ins.rs1)}, {ins.imm}')}, -2")
-                e.set_reg(ins.rd, str(_i64(ins.pc + ins.size)))
-                e.store("jpc", target)
-                term = ("indirect",)
-            if e.mode & LOG_PCS:
-                p = e.elem("hist", str(ins.hslot))
-                old = e.op(f"load i64, i64* {p}")
-                e.e(f"store i64 {e.op(f'add i64 {old}, 1')}, i64* {p}")
-            if not last:
+            term = _body(e, ins, j, lab, f"X_{ins.pc:x}")
+            if j < n - 1:
                 e.e(f"br label %I_{b.insns[j + 1].pc:x}")
                 continue
             # the block's end: its steps and counters, then where it goes
             e.store("step", e.op(f"add i64 {e.load('bstep')}, {n}"))
             for c, k in enumerate(prefix(b, n)):
                 e.add_to(f"c{c}", k)
-            if term is None:
-                nxt = ins.pc + ins.size
-                target = goto(nxt)
-                if target.startswith("M_"):          # untranslated: the interpreter runs it
-                    target = f"N_{nxt:x}"
-                    falls.add(nxt)
-                e.e(f"br label %{target}")
-            elif term[0] == "br":
-                for pc in term[2:]:
-                    if goto(pc).startswith("M_"):
-                        misses.add(pc)
-                e.e(f"br i1 {term[1]}, label %{goto(term[2])}, label %{goto(term[3])}")
-            elif term[0] == "jump":
-                if goto(term[1]).startswith("M_"):
-                    misses.add(term[1])
-                e.e(f"br label %{goto(term[1])}")
-            else:
-                e.e("br label %dispatch")
+            _leave(e, ins, term, goto, falls, misses)
     for kind, status, pcs in (("N", N_SIDE, falls), ("M", N_MISS, misses), ("C", N_CONT, conts)):
         for pc in sorted(pcs):
             e.label(f"{kind}_{pc:x}")
@@ -543,3 +528,87 @@ def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int], p
     e.e(f"ret i64 {e.load('status')}")
     e.out.append("}")
     return "\n".join(e.out) + "\n"
+
+
+def _body(e: _Emitter, ins: Insn, j: int, lab: str, side: str):
+    """An instruction's work, the ``j``-th of its block (its step is
+    ``bstep + j``); for a block's last instruction, how it leaves: None (it
+    falls through), ``("br", cond, taken, not_taken)``, ``("jump", pc)`` or
+    ``("indirect",)`` (to the pc in ``jpc``)."""
+    term = None
+    if ins.name not in _LOADS and ins.name not in _STORES:
+        _fetch(e, ins, j)
+    if ins.name in _ALU:
+        e.set_reg(ins.rd, _alu(e, ins))
+    elif ins.name in _LOADS or ins.name in _STORES:
+        _memory(e, ins, j, lab, side)
+    elif ins.name in _BRANCHES:
+        c = e.op(f"icmp {_BRANCHES[ins.name]} i64 {e.reg(ins.rs1)}, {e.reg(ins.rs2)}")
+        term = ("br", c, ins.pc + ins.imm, ins.pc + ins.size)
+    elif ins.name == "jal":
+        e.set_reg(ins.rd, str(_i64(ins.pc + ins.size)))
+        term = ("jump", ins.pc + ins.imm)
+    elif ins.name == "jalr":
+        target = e.op(f"and i64 {e.op(f'add i64 {e.reg(ins.rs1)}, {ins.imm}')}, -2")
+        e.set_reg(ins.rd, str(_i64(ins.pc + ins.size)))
+        e.store("jpc", target)
+        term = ("indirect",)
+    if e.mode & LOG_PCS:
+        p = e.elem("hist", str(ins.hslot))
+        old = e.op(f"load i64, i64* {p}")
+        e.e(f"store i64 {e.op(f'add i64 {old}, 1')}, i64* {p}")
+    return term
+
+
+def _leave(e: _Emitter, ins: Insn, term, goto, falls: set[int], misses: set[int]) -> None:
+    """The branch out of a block whose last instruction is ``ins``."""
+    if term is None:
+        nxt = ins.pc + ins.size
+        target = goto(nxt)
+        if target.startswith("M_"):          # untranslated: the interpreter runs it
+            target = f"N_{nxt:x}"
+            falls.add(nxt)
+        e.e(f"br label %{target}")
+    elif term[0] == "br":
+        for pc in term[2:]:
+            if goto(pc).startswith("M_"):
+                misses.add(pc)
+        e.e(f"br i1 {term[1]}, label %{goto(term[2])}, label %{goto(term[3])}")
+    elif term[0] == "jump":
+        if goto(term[1]).startswith("M_"):
+            misses.add(term[1])
+        e.e(f"br label %{goto(term[1])}")
+    else:
+        e.e("br label %dispatch")
+
+
+def _emit_stepwise(e: _Emitter, b: Block, goto, falls: set[int], misses: set[int]) -> None:
+    """Block ``b`` one instruction at a time: before each, the step is
+    compared with ``stop`` (``N_STOP`` there, the pc that instruction's);
+    after each, the step and its class's counter go up by one.  A run
+    reaches a chunk boundary inside a block, and resumes there, in this
+    copy; entry ``E_<block>_<pc>``."""
+    for ins in b.insns:
+        tag = f"{b.pc:x}_{ins.pc:x}"
+        e.label(f"E_{tag}")
+        s = e.load("step")
+        e.e(f"br i1 {e.op(f'icmp slt i64 {s}, %stop')}, label %EI_{tag}, label %ES_{tag}")
+        e.label(f"ES_{tag}")
+        e.store("xpc", _i64(ins.pc))
+        e.store("status", N_STOP)
+        e.e("br label %exit")
+        if ins.name in _LOADS or ins.name in _STORES:
+            e.label(f"EX_{tag}")                 # the side exit: the steps before this one are counted
+            e.store("xpc", _i64(ins.pc))
+            e.store("status", N_SIDE)
+            e.e("br label %exit")
+        e.label(f"EI_{tag}")
+        e.store("bstep", s)
+        term = _body(e, ins, 0, f"EB_{tag}", f"EX_{tag}")
+        e.store("step", e.op(f"add i64 {s}, 1"))
+        e.add_to(f"c{ins.cls}", 1)
+        if ins is not b.insns[-1]:
+            nxt = b.insns[b.insns.index(ins) + 1]
+            e.e(f"br label %E_{b.pc:x}_{nxt.pc:x}")
+        else:
+            _leave(e, ins, term, goto, falls, misses)
