@@ -71,6 +71,7 @@ from hetflow.engine import phases as phaselib
 from hetflow.engine import placement as placing
 from hetflow.engine.costs import CostModel, human_bytes
 from hetflow.engine.errors import Diagnostic, ManifestError
+from hetflow.engine.loader import frozen_instance
 from hetflow.engine.manifest import Manifest, gc_paused
 from hetflow.engine.partitioning import bridges, partition, partition_into, partitions_of
 from hetflow.engine.plandata import PLAN_FORMAT, Bridge, ExecutorPlan, NodePlan, Partition, Plan, PlanWarning
@@ -256,11 +257,11 @@ def _plan(manifest: Manifest, probe: Callable[[Vendor], Offer], model: Any) -> P
     crossing = bridges(parted)
     attrs = placing.node_data(parted)
     nodes = {
-        n: NodePlan(
+        n: frozen_instance(NodePlan, dict(
             id=n, op=d["stage"].op, executor=d["executor"], reason=d["reason"], partition=d["partition"],
             shape=d["shape"], dtype=d["stage"].dtype, bytes=d["bytes"], origin=d["stage"].origin,
             why=d["why"], estimated_s=d["estimated_s"], bound=d.get("bound", False),
-        )
+        ))
         for n, d in ((n, attrs[n]) for n in manifest.stages)
     }
     parts = partitions_of(parted, manifest.outputs)
