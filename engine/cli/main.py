@@ -8,6 +8,7 @@ cancelled by SIGINT or SIGTERM exits 128 + the signal.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import tempfile
@@ -99,4 +100,8 @@ def entry() -> None:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         os._exit(code)
+    # The interpreter's last collection would walk everything still alive and free the cycles a large
+    # pipeline left (its plan, the run's task graph): 1.2 s after a 100,000-stage run. The process ends
+    # now and the OS takes the memory back; what the command wrote is closed and flushed by now.
+    gc.freeze()
     sys.exit(code)
