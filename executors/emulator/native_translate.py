@@ -370,7 +370,7 @@ def emit_modules(blocks: list[Block], mode: int, part_insns: int | None = None) 
     names = [f"hf_p{group[0].pc:x}" for group in groups]
     pages = any(ins.fetch >= 0 for b in blocks for ins in b.insns)
     # a run that stopped inside a block resumes there: each later instruction of a block in read-only code
-    # (the first block holding it) is an entry of that block's part too
+    # (the first block holding it) is an entry of its part's stepwise function
     entries: list[dict[int, Block]] = []
     taken = set(heads)
     for group in groups:
@@ -378,38 +378,37 @@ def emit_modules(blocks: list[Block], mode: int, part_insns: int | None = None) 
         for b in group:
             if any(ins.fetch >= 0 for ins in b.insns):
                 continue
-            for ins in b.insns[1:]:
-                if ins.pc not in taken:
+            for ins in b.insns:
+                if ins.pc == b.pc or ins.pc not in taken:
                     taken.add(ins.pc)
                     mids[ins.pc] = b
         entries.append(mids)
-    modules = [_HEADER + _emit_part(name, group, mode, heads, pages, mids)
+    modules = [_HEADER + _emit_part(name, group, mode, heads, pages) + _emit_edge(name, mids, mode, heads, pages)
                for name, group, mids in zip(names, groups, entries)]
-    lines = [f"declare i64 @{name}({_PARAMS})" for name in names]
+    lines = [f"declare i64 @{pre}{name}({_PARAMS})" for name in names for pre in ("", "e_")]
     lines += [f"define i64 @hf_run({_PARAMS}) nounwind {{", "entry:", "  br label %loop", "loop:",
               "  %pc = load i64, i64* %st"]
     cases = " ".join([f"i64 {_i64(b.pc)}, label %P{k}" for k, group in enumerate(groups) for b in group] +
-                     [f"i64 {_i64(pc)}, label %P{k}" for k, mids in enumerate(entries) for pc in sorted(mids)])
+                     [f"i64 {_i64(pc)}, label %Q{k}" for k, mids in enumerate(entries) for pc in sorted(mids)
+                      if pc not in heads])
     lines.append(f"  switch i64 %pc, label %none [ {cases} ]")
     lines += ["none:", f"  ret i64 {N_MISS}"]
     for k, name in enumerate(names):
+        # a block that does not fit before stop (N_SHORT) runs in the part's stepwise function, where a run
+        # stopped inside a block resumes too
         lines += [f"P{k}:", f"  %s{k} = call i64 @{name}({_ARGS})", f"  %c{k} = icmp eq i64 %s{k}, {N_CONT}",
-                  f"  br i1 %c{k}, label %loop, label %R{k}", f"R{k}:", f"  ret i64 %s{k}"]
+                  f"  br i1 %c{k}, label %loop, label %R{k}", f"R{k}:",
+                  f"  %h{k} = icmp eq i64 %s{k}, {N_SHORT}", f"  br i1 %h{k}, label %Q{k}, label %T{k}",
+                  f"T{k}:", f"  ret i64 %s{k}",
+                  f"Q{k}:", f"  %q{k} = call i64 @e_{name}({_ARGS})", f"  %d{k} = icmp eq i64 %q{k}, {N_CONT}",
+                  f"  br i1 %d{k}, label %loop, label %U{k}", f"U{k}:", f"  ret i64 %q{k}"]
     lines.append("}")
     return modules + ["\n".join(lines) + "\n"]
 
 
-def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int], pages: bool = False,
-               mids: dict[int, Block] | None = None) -> str:
-    """One part: its blocks branch to each other directly; a transfer out of
-    it stops with ``N_CONT``.  Each block has a second, stepwise copy (one
-    instruction at a time, the step compared with ``stop`` before each) that
-    runs where the whole block does not fit before ``stop`` and where a run
-    resumes inside the block (``mids``: pc -> its block)."""
-    e = _Emitter(mode, pages)
+def _prologue(e: _Emitter, name: str, pages: bool) -> None:
+    """A function's entry: the state into local variables."""
     ncls = len(CLASSES)
-    heads = {b.pc for b in blocks}
-    mids = mids or {}
     e.out.append(f"define i64 @{name}({_PARAMS}) noinline nounwind {{")
     e.label("entry")
     for r in range(1, 32):
@@ -435,10 +434,33 @@ def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int], p
         e.store(v, 0)
     e.e("br label %dispatch")
 
+
+def _epilogue(e: _Emitter) -> None:
+    """A function's exit: the state back to the arrays, the status returned."""
+    e.label("exit")
+    for r in range(1, 32):
+        e.e(f"store i64 {e.load(f'x{r}')}, i64* {e.elem('regs', str(r))}")
+    for c in range(len(CLASSES)):
+        e.e(f"store i64 {e.load(f'c{c}')}, i64* {e.elem('counts', str(c))}")
+    e.e(f"store i64 {e.load('xpc')}, i64* {e.elem('st', '0')}")
+    e.e(f"store i64 {e.load('step')}, i64* {e.elem('st', '1')}")
+    e.e(f"store i64 {e.load('rpos')}, i64* {e.elem('ctx', str(CTX_RPOS))}")
+    e.e(f"store i64 {e.load('opos')}, i64* {e.elem('ctx', str(CTX_OPOS))}")
+    e.e(f"ret i64 {e.load('status')}")
+    e.out.append("}")
+
+
+def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int], pages: bool = False) -> str:
+    """One part: its blocks branch to each other directly; a transfer out of
+    it stops with ``N_CONT``; a block that does not fit before ``stop`` with
+    ``N_SHORT`` (the driver runs it in the part's stepwise function)."""
+    e = _Emitter(mode, pages)
+    ncls = len(CLASSES)
+    heads = {b.pc for b in blocks}
+    _prologue(e, name, pages)
     e.label("dispatch")
     t = e.load("jpc")
-    cases = " ".join([f"i64 {_i64(pc)}, label %H_{pc:x}" for pc in sorted(heads)] +
-                     [f"i64 {_i64(pc)}, label %E_{b.pc:x}_{pc:x}" for pc, b in sorted(mids.items())])
+    cases = " ".join(f"i64 {_i64(pc)}, label %H_{pc:x}" for pc in sorted(heads))
     e.e(f"switch i64 {t}, label %miss [ {cases} ]")
     e.label("miss")
     e.store("xpc", e.load("jpc"))
@@ -478,8 +500,10 @@ def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int], p
         e.store("bstep", s)
         fits = e.op(f"icmp sge i64 {e.op(f'sub i64 %stop, {s}')}, {n}")
         e.e(f"br i1 {fits}, label %I_{b.pc:x}, label %S_{b.pc:x}")
-        e.label(f"S_{b.pc:x}")                       # does not fit: the stepwise copy runs up to stop
-        e.e(f"br label %E_{b.pc:x}_{b.pc:x}")
+        e.label(f"S_{b.pc:x}")                       # does not fit: the stepwise function runs up to stop
+        e.store("xpc", _i64(b.pc))
+        e.store("status", N_SHORT)
+        e.e("br label %exit")
         if any(ins.fetch >= 0 for ins in b.insns):
             e.label(f"V_{b.pc:x}")                   # invalidated: the interpreter runs it from memory
             e.store("xpc", _i64(b.pc))
@@ -496,7 +520,6 @@ def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int], p
                 e.add_to(f"c{c}", k)
             e.store("status", N_SIDE)
             e.e("br label %exit")
-        _emit_stepwise(e, b, goto, falls, misses)
         for j, ins in enumerate(b.insns):
             lab = f"I_{ins.pc:x}"
             e.label(lab)
@@ -516,17 +539,7 @@ def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int], p
             e.store("status", status)
             e.e("br label %exit")
 
-    e.label("exit")
-    for r in range(1, 32):
-        e.e(f"store i64 {e.load(f'x{r}')}, i64* {e.elem('regs', str(r))}")
-    for c in range(ncls):
-        e.e(f"store i64 {e.load(f'c{c}')}, i64* {e.elem('counts', str(c))}")
-    e.e(f"store i64 {e.load('xpc')}, i64* {e.elem('st', '0')}")
-    e.e(f"store i64 {e.load('step')}, i64* {e.elem('st', '1')}")
-    e.e(f"store i64 {e.load('rpos')}, i64* {e.elem('ctx', str(CTX_RPOS))}")
-    e.e(f"store i64 {e.load('opos')}, i64* {e.elem('ctx', str(CTX_OPOS))}")
-    e.e(f"ret i64 {e.load('status')}")
-    e.out.append("}")
+    _epilogue(e)
     return "\n".join(e.out) + "\n"
 
 
@@ -582,13 +595,63 @@ def _leave(e: _Emitter, ins: Insn, term, goto, falls: set[int], misses: set[int]
         e.e("br label %dispatch")
 
 
-def _emit_stepwise(e: _Emitter, b: Block, goto, falls: set[int], misses: set[int]) -> None:
-    """Block ``b`` one instruction at a time: before each, the step is
-    compared with ``stop`` (``N_STOP`` there, the pc that instruction's);
-    after each, the step and its class's counter go up by one.  A run
-    reaches a chunk boundary inside a block, and resumes there, in this
-    copy; entry ``E_<block>_<pc>``."""
-    for ins in b.insns:
+def _emit_edge(name: str, mids: dict[int, Block], mode: int, all_heads: set[int], pages: bool) -> str:
+    """The part's stepwise function ``e_<name>``: from pc (any instruction
+    of a block in read-only code, ``mids``: pc -> its block) to its block's
+    end one instruction at a time, the step compared with ``stop`` before
+    each and the step and the instruction's class counter raised after
+    each.  A block that does not fit before ``stop`` runs here, so a chunk
+    boundary falls on its exact step in translated code, and the next run
+    resumes here.  It returns ``N_STOP`` at ``stop``, ``N_SIDE`` before an
+    instruction that needs the interpreter, ``N_CONT`` at the block's end
+    (``N_SIDE`` or ``N_MISS`` where that leads to untranslated code, as in
+    the part) and ``N_SHORT`` for a pc it does not hold.  A function apart
+    from the part, so that the part's code and its compile time stay as
+    they are."""
+    e = _Emitter(mode, pages)
+    _prologue(e, f"e_{name}", pages)
+    e.label("dispatch")
+    t = e.load("jpc")
+    cases = " ".join(f"i64 {_i64(pc)}, label %E_{b.pc:x}_{pc:x}" for pc, b in sorted(mids.items()))
+    e.e(f"switch i64 {t}, label %miss [ {cases} ]")
+    e.label("miss")
+    e.store("xpc", e.load("jpc"))
+    e.store("status", N_SHORT)
+    e.e("br label %exit")
+
+    def out(pc: int, fall: bool) -> int:
+        return N_CONT if pc in all_heads else N_SIDE if fall else N_MISS
+
+    def leave(ins: Insn, term) -> None:
+        if term is None:
+            nxt = ins.pc + ins.size
+            e.store("xpc", _i64(nxt))
+            e.store("status", out(nxt, True))
+        elif term[0] == "br":
+            c, taken, other = term[1:]
+            e.store("xpc", e.op(f"select i1 {c}, i64 {_i64(taken)}, i64 {_i64(other)}"))
+            e.store("status", e.op(f"select i1 {c}, i64 {out(taken, False)}, i64 {out(other, False)}"))
+        elif term[0] == "jump":
+            e.store("xpc", _i64(term[1]))
+            e.store("status", out(term[1], False))
+        else:
+            e.store("xpc", e.load("jpc"))
+            e.store("status", N_CONT)
+        e.e("br label %exit")
+
+    for b in dict.fromkeys(mids.values()):
+        _emit_stepwise(e, b, leave, {pc for pc, at in mids.items() if at is b})
+    _epilogue(e)
+    return "\n".join(e.out) + "\n"
+
+
+def _emit_stepwise(e: _Emitter, b: Block, leave, entries: set[int]) -> None:
+    """Block ``b`` one instruction at a time, from the first of ``entries``
+    (entry ``E_<block>_<pc>`` for each)."""
+    first = min(entries)
+    for j, ins in enumerate(b.insns):
+        if ins.pc < first:
+            continue
         tag = f"{b.pc:x}_{ins.pc:x}"
         e.label(f"E_{tag}")
         s = e.load("step")
@@ -607,8 +670,7 @@ def _emit_stepwise(e: _Emitter, b: Block, goto, falls: set[int], misses: set[int
         term = _body(e, ins, 0, f"EB_{tag}", f"EX_{tag}")
         e.store("step", e.op(f"add i64 {s}, 1"))
         e.add_to(f"c{ins.cls}", 1)
-        if ins is not b.insns[-1]:
-            nxt = b.insns[b.insns.index(ins) + 1]
-            e.e(f"br label %E_{b.pc:x}_{nxt.pc:x}")
+        if j < len(b.insns) - 1:
+            e.e(f"br label %E_{b.pc:x}_{b.insns[j + 1].pc:x}")
         else:
-            _leave(e, ins, term, goto, falls, misses)
+            leave(ins, term)
