@@ -128,3 +128,28 @@ def test_an_unseen_short_guest_starts_in_the_interpreter(tmp_path):
     out = json.loads(r.stdout.splitlines()[0])
     assert (r.returncode, out["ran_on"], out["steps"]) == (0, "reference", 516)
     assert r.stdout.splitlines()[-1] == "LOADED []"
+
+
+class _Counting(native_main.MainRun):
+    """The main execution, counting the steps it leaves to the interpreter."""
+
+    interpreted = 0
+
+    def interpret(self, k, counts):
+        before = self.st[1]
+        status = super().interpret(k, counts)
+        self.interpreted += self.st[1] - before
+        return status
+
+
+@pytest.mark.parametrize("chunk", [5, 97, 1000])
+def test_chunk_boundaries_inside_blocks_stay_in_translated_code(chunk):
+    # SHA-256's blocks are long: most boundaries fall inside one, which its part's stepwise
+    # function reaches and resumes from; only the ecalls are the interpreter's
+    prog = load_elf(GUESTS / "sha256.elf")
+    data = bytes(range(256)) * 4
+    m = _Counting(prog, data)
+    got = m.run(chunk, 1 << 32)
+    _same(got, fast.run(prog, data, chunk))
+    assert len(got["traces"]) > 10
+    assert m.interpreted <= 8, m.interpreted
