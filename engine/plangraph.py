@@ -78,6 +78,7 @@ def build_graph(manifest: Manifest) -> nx.DiGraph:
     attrs = placing.node_data(graph)
     # shape rules are pure: stages alike in op and input shapes, with no args, share one answer
     alike: dict[tuple, Any] = {}
+    sizes: dict[tuple, int] = {}  # bytes of a (shape, dtype), counted once
     for pid, info in planned.items():
         d = attrs[pid]
         shape = None if info["shape"] is None else tuple(info["shape"])
@@ -104,7 +105,16 @@ def build_graph(manifest: Manifest) -> nx.DiGraph:
                 if key is not None:
                     alike[key] = shape
         shapes[sid] = d["shape"] = shape
-        d["bytes"] = None if shape is None else stage.dtype.nbytes(_count(shape))
+        if shape is None:
+            d["bytes"] = None
+        elif shape.__class__ is not tuple:  # a user's shape rule may answer a list
+            d["bytes"] = stage.dtype.nbytes(_count(shape))
+        else:
+            size_key = (shape, stage.dtype)
+            nbytes = sizes.get(size_key)
+            if nbytes is None:
+                nbytes = sizes[size_key] = stage.dtype.nbytes(_count(shape))
+            d["bytes"] = nbytes
         if small and shape is not None and any(ref in small for ref in stage.inputs):
             try:
                 at_one = op.shape([small.get(ref, shapes[ref]) for ref in stage.inputs], stage.args)

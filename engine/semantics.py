@@ -158,6 +158,7 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
                    and spec.get("phase") in phaselib.PHASES and not phaselib.PHASES[spec["phase"]].array}
     fits: dict[tuple[str, str], bool] = {}
     path_args: dict[str, list[str]] = {}
+    bare_args: dict[tuple[str, int | None], list[tuple[str | None, str]]] = {}
     plugins = _load_plugins(tree, doc, base, problems)
     used_plugins: dict[str, Any] = {p.module: p for p in plugins}
     for sid, spec in raw_stages.items():
@@ -215,7 +216,14 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
                 doc.at(here + ("inputs",)) if "inputs" in spec else doc.key_at(here),
                 f"op {op.name!r} takes {want} input{'s' if hi != 1 else ''}, stage {sid!r} gives {len(inputs)}",
             ))
-        for arg, message in oplib.check_args(op, args, len(inputs) if lo <= len(inputs) <= hi else None):
+        arity = len(inputs) if lo <= len(inputs) <= hi else None
+        if args:
+            arg_problems = oplib.check_args(op, args, arity)
+        else:  # most stages: the answer is the op's and the arity's alone
+            arg_problems = bare_args.get((op.name, arity))
+            if arg_problems is None:
+                arg_problems = bare_args[op.name, arity] = oplib.check_args(op, args, arity)
+        for arg, message in arg_problems:
             if arg is not None and has_undefined(args.get(arg)):
                 continue
             if arg is None:
