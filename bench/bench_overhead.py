@@ -258,9 +258,11 @@ def cli_scale(n: int, partitions: int, runs_dir: str) -> list[dict]:
     return rows
 
 
-def cli_side_by_side(before: str, n: int = 100_000, partitions: int = 100, turns: int = 3) -> list[dict]:
+def cli_side_by_side(before: str, n: int = 100_000, partitions: int = 100, turns: int = 3,
+                     commands: tuple[str, ...] = ("plan --format json", "run")) -> list[dict]:
     """The CLI processes of :func:`cli_scale` from the source tree ``before`` (an earlier commit's worktree)
-    and from this one, taking turns; the median of ``turns`` each. The ratio is before / after."""
+    and from this one, taking turns; the median of ``turns`` each. The ratio is before / after.
+    ``commands`` picks which of them (``"run"`` alone: ``commands=("run",)``)."""
     import statistics
 
     rows = []
@@ -269,6 +271,8 @@ def cli_side_by_side(before: str, n: int = 100_000, partitions: int = 100, turns
         with open(path, "w") as f:
             f.write(blocks(n, partitions))
         for what, argv in _cli_commands(path, runs_dir):
+            if what not in commands:
+                continue
             times: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
             for i in range(turns):
                 for side, root in sorted({"before": before, "after": REPO}.items(), reverse=i % 2 == 1):
