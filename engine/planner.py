@@ -257,11 +257,12 @@ def _plan(manifest: Manifest, probe: Callable[[Vendor], Offer], model: Any) -> P
     crossing = bridges(parted)
     attrs = placing.node_data(parted)
     nodes = {
-        n: frozen_instance(NodePlan, dict(
-            id=n, op=d["stage"].op, executor=d["executor"], reason=d["reason"], partition=d["partition"],
-            shape=d["shape"], dtype=d["stage"].dtype, bytes=d["bytes"], origin=d["stage"].origin,
-            why=d["why"], estimated_s=d["estimated_s"], bound=d.get("bound", False),
-        ))
+        n: frozen_instance(NodePlan, {
+            "id": n, "op": d["stage"].op, "executor": d["executor"], "reason": d["reason"],
+            "partition": d["partition"], "shape": d["shape"], "dtype": d["stage"].dtype, "bytes": d["bytes"],
+            "origin": d["stage"].origin, "why": d["why"], "estimated_s": d["estimated_s"],
+            "bound": d.get("bound", False),
+        })
         for n, d in ((n, attrs[n]) for n in manifest.stages)
     }
     parts = partitions_of(parted, manifest.outputs)

@@ -251,15 +251,15 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
                 full[arg] = os.path.join(base, full[arg])
         if op.name == "load" and isinstance(full.get("path"), str) and dtype is not None:
             _check_load(sid, spec, full, dtype, doc, problems)
-        stages[sid] = frozen_instance(StageDecl, dict(
-            id=sid, op=op.name, inputs=tuple(inputs), args=full, dtype=dtype or Dtype.fp32,
-            executor=executor if isinstance(executor, str) else None,
-            retries=spec.get("retries", 0), timeout=spec.get("timeout"),
-            cache=spec.get("cache", True) is not False,
-            vendors=_stage_vendors(spec.get("vendor")) if "vendor" in spec else (),
-            colocate_with=spec["colocate_with"] if isinstance(spec.get("colocate_with"), str) else None,
-            doc=doc,
-        ))
+        stages[sid] = frozen_instance(StageDecl, {
+            "id": sid, "op": op.name, "inputs": tuple(inputs), "args": full, "dtype": dtype or Dtype.fp32,
+            "executor": executor if isinstance(executor, str) else None,
+            "retries": spec.get("retries", 0), "timeout": spec.get("timeout"),
+            "cache": spec.get("cache", True) is not False,
+            "vendors": _stage_vendors(spec.get("vendor")) if "vendor" in spec else (),
+            "colocate_with": spec["colocate_with"] if isinstance(spec.get("colocate_with"), str) else None,
+            "doc": doc,
+        })
 
     problems.extend(_placement_constraints(stages, executors, raw_stages, doc))
 
