@@ -53,7 +53,7 @@ __all__ = ["VERSION", "RETRANSLATE_AFTER", "cache_dir", "host_identity", "code_d
            "stored_seeds", "remember_seeds", "write_atomic", "load_cached", "Loaded", "MainRun", "run"]
 
 #: bumped whenever generated code changes, so old cache entries are not used
-VERSION = 5
+VERSION = 8
 RETRANSLATE_AFTER = 64
 WRITABLE_BURST = 256
 

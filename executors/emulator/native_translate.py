@@ -344,7 +344,7 @@ none:
 """
 
 _STATE = ["step", "bstep", "xpc", "jpc", "rpos", "opos", "status", "lbase", "lsize", "loff", "sbase", "ssize",
-          "soff"]
+          "soff", "lc", "lk"]
 
 
 _PARAMS = ("i64* noalias %regs, i64* noalias %st, i8* noalias %mem, i64* noalias %rbuf, i64* noalias %ctx, "
@@ -520,6 +520,9 @@ def _emit_part(name: str, blocks: list[Block], mode: int, all_heads: set[int], p
                 e.add_to(f"c{c}", k)
             e.store("status", N_SIDE)
             e.e("br label %exit")
+        if _self_loop(b, mode):
+            _emit_self_loop(e, b, prefix(b, n), goto, misses)
+            continue
         for j, ins in enumerate(b.insns):
             lab = f"I_{ins.pc:x}"
             e.label(lab)
@@ -593,6 +596,63 @@ def _leave(e: _Emitter, ins: Insn, term, goto, falls: set[int], misses: set[int]
         e.e(f"br label %{goto(term[1])}")
     else:
         e.e("br label %dispatch")
+
+
+def _self_loop(b: Block, mode: int) -> bool:
+    """Whether ``b`` is a loop of its own that :func:`_emit_self_loop`
+    runs: it branches back to its first instruction and has nothing that
+    needs the step inside it (no load or store, no writable code, no
+    operation or pc logs)."""
+    last = b.insns[-1]
+    return (last.name in _BRANCHES and last.pc + last.imm == b.pc and not mode & (LOG_OPS | LOG_PCS)
+            and all(ins.fetch < 0 and ins.name not in _LOADS and ins.name not in _STORES for ins in b.insns))
+
+
+def _emit_self_loop(e: _Emitter, b: Block, per: list[int], goto, misses: set[int], unroll: int = 4) -> None:
+    """A block that loops on itself: the iterations that fit before
+    ``stop`` are counted once at the head (a division by the block's
+    length), and the loop body is ``unroll`` copies of the block, each
+    leaving on the guest's branch and only the last comparing with that
+    count; the step and the counters (``per``: the block's per-class
+    counts) are added once the loop leaves, for all its iterations.  With
+    fewer than ``unroll`` iterations before ``stop`` the block goes to
+    the stepwise function (``N_SHORT``); leaving because the next copies
+    would pass ``stop`` goes back to the head."""
+    n = len(b.insns)
+    e.label(f"I_{b.pc:x}")
+    left = e.op(f"sub i64 %stop, {e.load('bstep')}")
+    k = e.op(f"sdiv i64 {left}, {n}")
+    e.store("lk", k)
+    e.store("lc", 0)
+    e.e(f"br i1 {e.op(f'icmp sge i64 {k}, {unroll}')}, label %L_{b.pc:x}_0, label %S_{b.pc:x}")
+    other = None
+    for u in range(unroll):
+        e.label(f"L_{b.pc:x}_{u}")
+        term = None
+        for j, ins in enumerate(b.insns):
+            term = _body(e, ins, j, f"L_{ins.pc:x}_{u}", f"X_{ins.pc:x}")
+        _, cond, taken, other = term
+        c = e.op(f"add i64 {e.load('lc')}, 1")
+        e.store("lc", c)
+        if u < unroll - 1:
+            e.e(f"br i1 {cond}, label %L_{b.pc:x}_{u + 1}, label %LF_{b.pc:x}")
+        else:
+            more = e.op(f"icmp sle i64 {e.op(f'add i64 {c}, {unroll}')}, {e.load('lk')}")
+            e.e(f"br i1 {cond}, label %LM_{b.pc:x}, label %LF_{b.pc:x}")
+            e.label(f"LM_{b.pc:x}")
+            e.e(f"br i1 {more}, label %L_{b.pc:x}_0, label %LB_{b.pc:x}")
+    if goto(other).startswith("M_"):
+        misses.add(other)
+    for lab, to in ((f"LF_{b.pc:x}", goto(other)), (f"LB_{b.pc:x}", f"H_{b.pc:x}")):
+        e.label(lab)
+        # opaque to LLVM's loop strength reduction, which would otherwise turn these products back into a
+        # step and counters raised at every iteration
+        c = e.op(f'call i64 asm "", "=r,0"(i64 {e.load("lc")})')
+        e.store("step", e.op(f"add i64 {e.load('bstep')}, {e.op(f'mul i64 {c}, {n}')}"))
+        for k, v in enumerate(per):
+            if v:
+                e.store(f"c{k}", e.op(f"add i64 {e.load(f'c{k}')}, {e.op(f'mul i64 {c}, {v}')}"))
+        e.e(f"br label %{to}")
 
 
 def _emit_edge(name: str, mids: dict[int, Block], mode: int, all_heads: set[int], pages: bool) -> str:

@@ -153,3 +153,15 @@ def test_chunk_boundaries_inside_blocks_stay_in_translated_code(chunk):
     _same(got, fast.run(prog, data, chunk))
     assert len(got["traces"]) > 10
     assert m.interpreted <= 8, m.interpreted
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 97, 1 << 18])
+def test_a_block_looping_on_itself_equals_the_fast_backend(chunk):
+    # loop.elf's loop is one block that branches to itself: its iterations are counted at its head and
+    # its steps and counters added once it leaves, however the chunk boundaries fall
+    prog = load_elf(GUESTS / "loop.elf")
+    data = (2000).to_bytes(8, "little")
+    m = _Counting(prog, data)
+    got = m.run(chunk, 1 << 32)
+    _same(got, fast.run(prog, data, chunk))
+    assert got["steps"] > 6000 and m.interpreted <= 8, m.interpreted
