@@ -34,8 +34,10 @@ time unless said:
   that stores to the UART or ``tohost``, or (on replay) finds the min
   trace exhausted: the interpreter runs it and raises or records exactly
   what the other backends do;
-* the steps before a chunk boundary that a whole block would overrun
-  (all of them at once), so every chunk ends on its exact step;
+* the steps before a chunk boundary that a whole block of writable
+  code would overrun (all of them at once); in read-only code the part's
+  stepwise function runs them (:func:`.native_translate.emit_modules`), so
+  every chunk ends on its exact step;
 * a pc outside translated code: in writable memory up to 256 steps at a
   time; in read-only code that discovery did not reach (an indirect jump
   target) one step, and after :data:`RETRANSLATE_AFTER` such misses the

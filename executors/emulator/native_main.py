@@ -11,8 +11,8 @@ translation is a shared object in the disk cache loaded with
 linker) imports :mod:`.native` and llvmlite to translate it.
 
 What the translated code does not run (``ecall``, CSRs, atomics, a load or
-store that would fault or touch the UART or ``tohost``, the steps before
-a chunk boundary that a whole block would overrun, writable code; see
+store that would fault or touch the UART or ``tohost``, writable code
+that was invalidated or entered in the middle of a block; see
 :mod:`.native`) runs in the reference interpreter
 (:func:`hetflow.executors.emulator.reference.step`), one step at a time, on
 the same state: the hart's registers and pc are copied in and out around

@@ -14,11 +14,14 @@ reaches ``stop`` and returns a status:
 
 * ``N_STOP``  — exactly ``stop`` steps were reached: a block that does
   not fit before ``stop`` (one compare per block, at its head) runs in its
-  stepwise copy, which compares before each instruction, so chunk
+  part's stepwise function (``e_<part>``, :func:`_emit_edge`), which
+  compares before each instruction, so chunk
   boundaries fall on the exact step in translated code, and the next run
   resumes inside the block through that copy's entry for the pc;
-* ``N_SHORT`` — (no longer emitted; the runtimes still accept it) the
-  interpreter runs the steps up to ``stop``;
+* ``N_SHORT`` — a block of writable code does not fit before ``stop``
+  (a part returns it to the driver for any block, which hands a block in
+  read-only code to the stepwise function): the interpreter runs the
+  steps up to ``stop``;
 * ``N_SIDE``  — the instruction at pc needs the interpreter: a load or
   store outside one aligned word of a region with the right permission
   (a fault, a misaligned access across words), a store to the UART or
@@ -33,7 +36,7 @@ Each block adds its step count and its per-class counter increments
 once, at its end (the step of its i-th instruction is the block's first
 step plus i); a side exit at the i-th instruction adds only the first
 i instructions'.  A block in read-only code is entered in the middle
-through its stepwise copy; one in writable code at its first instruction
+through the stepwise function; one in writable code at its first instruction
 only (the runtime lets the interpreter finish it).
 The code is specialised on ``mode``: with ``REC_READS`` every loaded
 word is appended to the min-trace buffer (and, for an instruction in
