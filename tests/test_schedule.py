@@ -306,8 +306,15 @@ def test_serve_fires_skips_survives_failures_reloads_and_stops_on_sigterm(tmp_pa
     assert "Traceback" not in log.read_text()
 
 
+# A run that outlasts the 2 s between slots on any machine, so the next slot always finds it still running.
+SLOW_OP = "import time\n\nfrom hetflow import op\n\n\n@op('t.wait')\ndef wait(xp, x, *, seconds: float):\n    time.sleep(seconds)\n    return x\n"
+SLOW_BODY = BODY.replace("executors:", "plugins: [slow_ops.py]\nexecutors:").replace(
+    "outputs: {x: x}", "  y: {op: t.wait, inputs: [x], args: {seconds: 3}}\noutputs: {y: y}")
+
+
 def test_serve_restart_catches_up_from_records(tmp_path):
-    m = write(tmp_path, "every2", 'cron: "*/2 * * * * *"\ncatchup: true\nmax_active: queue\n')
+    (tmp_path / "slow_ops.py").write_text(SLOW_OP)
+    m = write(tmp_path, "every2", 'cron: "*/2 * * * * *"\ncatchup: true\nmax_active: queue\n', body=SLOW_BODY)
     runs, log1, log2 = tmp_path / "runs", tmp_path / "first.log", tmp_path / "second.log"
     first = serve([m], runs, log1)
     try:
