@@ -236,22 +236,12 @@ def translate_regions(regions, rslot, digest: str, mode: int, seeds: set[int], o
     tails = {ins.pc: len(b.insns) - j for b in blocks for j, ins in enumerate(b.insns) if j}
     base = cache_dir() / translation_key(digest, mode, seeds)
     so_path = Path(f"{base}.so")
-    fn = keep = None
     compiled, compile_s = 0, 0.0
-    if so_path.exists():
-        try:
-            keep = ctypes.CDLL(str(so_path))
-            fn = _ARGS(("hf_run", keep))
-        except (OSError, AttributeError):
-            fn = None
+    fn, keep = _load_shared(so_path) if so_path.exists() else (None, None)
     if fn is None:
         paths, objs, compiled, compile_s = _objects(emit_modules(blocks, mode), host_identity())
         if _link(paths, so_path):
-            try:
-                keep = ctypes.CDLL(str(so_path))
-                fn = _ARGS(("hf_run", keep))
-            except (OSError, AttributeError):
-                fn = None
+            fn, keep = _load_shared(so_path)
         if fn is None:
             llvm, new_tm = _init()
             engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_tm())
@@ -269,6 +259,15 @@ def translate_regions(regions, rslot, digest: str, mode: int, seeds: set[int], o
             "report": {k: v for k, v in t.report().items() if k not in ("seconds", "cached")}}
     write_atomic(Path(f"{base}.json"), json.dumps(meta).encode())
     return t
+
+
+def _load_shared(so_path: Path):
+    """``hf_run`` of a linked translation and the library that keeps it alive, or (None, None)."""
+    try:
+        lib = ctypes.CDLL(str(so_path))
+        return _ARGS(("hf_run", lib)), lib
+    except (OSError, AttributeError):
+        return None, None
 
 
 def translation(image: Image, mode: int, pc: int, extra: set[int] = frozenset()) -> Translation:
