@@ -45,7 +45,12 @@ def cmd_emulate(args: argparse.Namespace, out, err) -> int:
     from hetflow.executors.emulator import ElfError, GuestError, execute, load_elf  # numba loads only here
 
     try:
-        program = load_elf(args.elf, fetch=args.fetch)
+        if args.backend == "native":
+            # pyelftools stays unloaded when the translation's disk cache holds what the run needs of the file
+            from hetflow.executors.emulator.native_main import load_program
+            program = load_program(args.elf, fetch=args.fetch)
+        else:
+            program = load_elf(args.elf, fetch=args.fetch)
     except ElfError as e:
         raise UsageError(str(e)) from None
     data = b""

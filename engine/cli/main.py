@@ -9,25 +9,29 @@ cancelled by SIGINT or SIGTERM exits 128 + the signal.
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 import sys
-import tempfile
 import time
-import traceback
-from typing import Sequence
+from collections.abc import Sequence
 
-from hetflow.engine.cli import catalog, emulate, pipelines, runs, scheduling
 from hetflow.engine.cli.common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_LOCKED, EXIT_OK, EXIT_RUN_FAILED
 from hetflow.engine.cli.parser import _parser, _ShowVersion
 from hetflow.engine.errors import HetflowError, ManifestError, RunCancelled, UsageError
-from hetflow.engine.locks import LockHeld
 
 __all__ = ["main", "entry"]
 
-_COMMANDS = {"validate": pipelines.cmd_validate, "plan": pipelines.cmd_plan, "run": pipelines.cmd_run,
-             "verify": pipelines.cmd_verify, "runs": runs.cmd_runs, "report": runs.cmd_report,
-             "executors": catalog.cmd_executors, "examples": catalog.cmd_examples, "schema": catalog.cmd_schema,
-             "emulate": emulate.cmd_emulate, "schedule": scheduling.cmd_schedule}
+# Each command's module loads when the command runs: ``hetflow emulate`` imports neither the
+# pipeline commands nor what they import.
+_COMMANDS = {"validate": "pipelines.cmd_validate", "plan": "pipelines.cmd_plan", "run": "pipelines.cmd_run",
+             "verify": "pipelines.cmd_verify", "runs": "runs.cmd_runs", "report": "runs.cmd_report",
+             "executors": "catalog.cmd_executors", "examples": "catalog.cmd_examples", "schema": "catalog.cmd_schema",
+             "emulate": "emulate.cmd_emulate", "schedule": "scheduling.cmd_schedule"}
+
+
+def _command(name: str):
+    module, function = _COMMANDS[name].split(".")
+    return getattr(importlib.import_module(f"hetflow.engine.cli.{module}"), function)
 
 # Commands that run pipelines: SIGINT and SIGTERM cancel them (hetflow.engine.cancel) and they exit 128 + signal.
 _STOPPABLE = frozenset({"run", "verify"})
@@ -39,13 +43,14 @@ def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
-        args = _parser().parse_args(argv)
+        # emulate's own parser alone: the same usage, help and errors without building every command's
+        args = _parser("emulate" if argv[:1] == ["emulate"] else None).parse_args(argv)
         if args.command not in _STOPPABLE:
-            return _COMMANDS[args.command](args, out, err)
+            return _command(args.command)(args, out, err)
         from hetflow.engine.cancel import stopping
 
         with stopping():
-            return _COMMANDS[args.command](args, out, err)
+            return _command(args.command)(args, out, err)
     except RunCancelled as e:
         print(f"hetflow: {e}", file=err)
         if e.record_path:
@@ -65,10 +70,12 @@ def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
     except UsageError as e:
         print(f"hetflow: error: {e}", file=err)
         return EXIT_BAD_INPUT
-    except LockHeld as e:
-        print(f"hetflow: {e}", file=err)
-        return EXIT_LOCKED
     except HetflowError as e:
+        from hetflow.engine.locks import LockHeld
+
+        if isinstance(e, LockHeld):
+            print(f"hetflow: {e}", file=err)
+            return EXIT_LOCKED
         print(f"hetflow: error: {e}", file=err)
         return EXIT_RUN_FAILED
     except SystemExit as e:  # --help
@@ -80,11 +87,16 @@ def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
         log = _write_crash_log()
         print(f"hetflow: internal error: {type(e).__name__}: {e} (traceback in {log}; --debug shows it)", file=err)
         if debug:
+            import traceback
+
             traceback.print_exc(file=err)
         return EXIT_INTERNAL
 
 
 def _write_crash_log() -> str:
+    import tempfile
+    import traceback
+
     folder = os.path.join(tempfile.gettempdir(), "hetflow")
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"crash-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log")

@@ -34,11 +34,23 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _parser() -> argparse.ArgumentParser:
+#: the commands in the order :func:`_parser` adds them (tests check it against the parser)
+COMMANDS = ("validate", "plan", "run", "verify", "runs", "executors", "examples", "emulate", "schedule", "report",
+            "schema")
+
+
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser; ``only="emulate"``: the same parser holding that command alone (what
+    ``hetflow emulate ...`` is parsed with: its usage, help and errors are the same, and the other
+    commands' parsers, a few milliseconds to build, are not built)."""
     p = _Parser(prog="hetflow", description="Run declarative pipelines across heterogeneous compute.")
     p.add_argument("--debug", action="store_true", help="show the full traceback of an internal error")
     p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    if only == "emulate":
+        sub.metavar = "{" + ",".join(COMMANDS) + "}"      # the usage an unknown flag prints names every command
+        _emulate_parser(sub)
+        return p
 
     v = sub.add_parser("validate", help="load and validate manifests; FILE:LINE:COL per problem")
     v.add_argument("files", nargs="+", metavar="FILE")
@@ -123,23 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     exc.add_argument("dir", metavar="DIR")
     exc.add_argument("--force", action="store_true", help="overwrite files that already exist there")
 
-    em = sub.add_parser("emulate", help="run one RISC-V guest program directly")
-    em.add_argument("elf", metavar="ELF")
-    em.add_argument("--backend", choices=["fast", "reference", "native"], default="fast",
-                    help="fast (the numba interpreter), native (the guest's code translated to host code with LLVM, "
-                         "cached on disk per program) or reference (plain Python); identical results")
-    em.add_argument("--no-interpreter-start", dest="interpreter_start", action="store_false",
-                    help=f"run on the fast or native backend from the first step (by default a guest first gets "
-                         f"{INTERPRETER_START_STEPS:,} steps in the reference interpreter, which spares a short guest "
-                         "the fast backend's start-up)")
-    em.add_argument("--input", metavar="FILE", help="bytes mapped at the guest's input address ('-' reads stdin)")
-    em.add_argument("--max-steps", type=int, default=EMULATE_MAX_STEPS,
-                    help=f"fail after this many steps without an exit (default: {EMULATE_MAX_STEPS})")
-    em.add_argument("--chunk-steps", type=int, default=1 << 18, help="steps per min-trace chunk (default: 262144)")
-    em.add_argument("--json", action="store_true", help="print the result as JSON")
-    em.add_argument("--fetch", choices=["executable", "any"], default="executable",
-                    help="where instructions may be fetched from: executable ELF segments only (default; a jump "
-                         "into data faults) or any mapped memory, as the ISA lets M-mode without PMP")
+    _emulate_parser(sub)
 
     sc = sub.add_parser("schedule", help="keep the schedule: of manifests: list, run what is due, serve")
     scsub = sc.add_subparsers(dest="schedule_command", required=True, parser_class=_Parser)
@@ -179,6 +175,26 @@ def _parser() -> argparse.ArgumentParser:
     sch.add_argument("--plugins", nargs="+", metavar="SPEC",
                      help="also fold in the ops of these plugins (.py paths or module names), as a manifest's plugins: loads them")
     return p
+
+
+def _emulate_parser(sub) -> None:
+    em = sub.add_parser("emulate", help="run one RISC-V guest program directly")
+    em.add_argument("elf", metavar="ELF")
+    em.add_argument("--backend", choices=["fast", "reference", "native"], default="fast",
+                    help="fast (the numba interpreter), native (the guest's code translated to host code with LLVM, "
+                         "cached on disk per program) or reference (plain Python); identical results")
+    em.add_argument("--no-interpreter-start", dest="interpreter_start", action="store_false",
+                    help=f"run on the fast or native backend from the first step (by default a guest first gets "
+                         f"{INTERPRETER_START_STEPS:,} steps in the reference interpreter, which spares a short guest "
+                         "the fast backend's start-up)")
+    em.add_argument("--input", metavar="FILE", help="bytes mapped at the guest's input address ('-' reads stdin)")
+    em.add_argument("--max-steps", type=int, default=EMULATE_MAX_STEPS,
+                    help=f"fail after this many steps without an exit (default: {EMULATE_MAX_STEPS})")
+    em.add_argument("--chunk-steps", type=int, default=1 << 18, help="steps per min-trace chunk (default: 262144)")
+    em.add_argument("--json", action="store_true", help="print the result as JSON")
+    em.add_argument("--fetch", choices=["executable", "any"], default="executable",
+                    help="where instructions may be fetched from: executable ELF segments only (default; a jump "
+                         "into data faults) or any mapped memory, as the ISA lets M-mode without PMP")
 
 
 def _cluster_args(p: argparse.ArgumentParser) -> None:

@@ -27,7 +27,7 @@ outputs and prints) are documented in :mod:`.machine`; the ISA table in
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import machine
 from .elf import ElfError, Program, load_elf
@@ -65,6 +65,9 @@ def __getattr__(name: str):
     globals()[name] = value
     return value
 
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 BACKENDS = ("reference", "fast", "native")
 DEFAULT_CHUNK_STEPS = 1 << 18

@@ -15,10 +15,11 @@ says what was expected and what was found.
 from __future__ import annotations
 
 import io
+import os
 from dataclasses import dataclass
-from pathlib import Path
 
-__all__ = ["ElfError", "Segment", "Program", "load_elf", "PERM_R", "PERM_W", "PERM_X", "FETCH_MODES"]
+__all__ = ["ElfError", "Segment", "Program", "load_elf", "read_elf", "elf_layout", "program_of", "PERM_R", "PERM_W",
+           "PERM_X", "FETCH_MODES"]
 
 PERM_R, PERM_W, PERM_X = 1, 2, 4
 
@@ -70,10 +71,12 @@ def _perm(p_flags: int) -> int:
     return (PERM_R if p_flags & PF_R else 0) | (PERM_W if p_flags & PF_W else 0) | (PERM_X if p_flags & PF_X else 0)
 
 
-def load_elf(source: str | Path | bytes, name: str | None = None, *, fetch: str = "executable") -> Program:
+def load_elf(source: str | os.PathLike | bytes, name: str | None = None, *, fetch: str = "executable") -> Program:
     """Load a guest program from a path or from the file's bytes.
 
     ``fetch`` is the program's fetch protection (:data:`FETCH_MODES`).
+    The same as :func:`read_elf`, then :func:`elf_layout`, then
+    :func:`program_of`.
 
     Raises
     ------
@@ -82,22 +85,40 @@ def load_elf(source: str | Path | bytes, name: str | None = None, *, fetch: str 
         PT_LOAD segment, overlapping segments, an entry point outside every
         executable segment, or a truncated/malformed file.
     """
+    _check_fetch(fetch)
+    raw, label = read_elf(source, name)
+    return program_of(elf_layout(raw, label), raw, label, fetch)
+
+
+def _check_fetch(fetch: str) -> None:
+    if fetch not in FETCH_MODES:
+        raise ValueError(f"unknown fetch protection {fetch!r}; expected one of {', '.join(FETCH_MODES)}")
+
+
+def read_elf(source: str | os.PathLike | bytes, name: str | None = None) -> tuple[bytes, str]:
+    """The file's bytes and the label its errors name (``name``, else the path, else ``<bytes>``)."""
+    if isinstance(source, (bytes, bytearray)):
+        return bytes(source), name or "<bytes>"
+    label = name or os.fspath(source)
+    try:
+        with open(source, "rb") as f:
+            return f.read(), label
+    except OSError as e:
+        raise ElfError(f"{label}: cannot read: {e.strerror or e}") from None
+
+
+def elf_layout(raw: bytes, label: str) -> dict:
+    """What a run needs of the file, as plain data: ``entry``, ``tohost``
+    (None without the symbol) and ``segments``, each PT_LOAD with bytes to
+    load as ``[vaddr, file offset, filesz, memsz, perm]`` in address order.
+
+    Every check of the file happens here (:func:`load_elf`'s Raises), so
+    a layout kept beside the file's digest stands for the file
+    (:func:`hetflow.executors.emulator.native_main.load_program`).
+    """
     from elftools.common.exceptions import ELFError as _PyElfError
     from elftools.elf.elffile import ELFFile
     from elftools.elf.sections import SymbolTableSection
-
-    if fetch not in FETCH_MODES:
-        raise ValueError(f"unknown fetch protection {fetch!r}; expected one of {', '.join(FETCH_MODES)}")
-    if isinstance(source, (bytes, bytearray)):
-        raw = bytes(source)
-        label = name or "<bytes>"
-    else:
-        path = Path(source)
-        label = name or str(path)
-        try:
-            raw = path.read_bytes()
-        except OSError as e:
-            raise ElfError(f"{label}: cannot read: {e.strerror or e}") from None
 
     if raw[:4] != b"\x7fELF":
         raise ElfError(f"{label}: not an ELF file (expected magic 7f 45 4c 46, found {raw[:4].hex(' ') or 'an empty file'})")
@@ -126,7 +147,7 @@ def load_elf(source: str | Path | bytes, name: str | None = None, *, fetch: str 
             data = seg.data()
             if len(data) != filesz:
                 raise ElfError(f"{label}: malformed ELF: PT_LOAD at {seg['p_vaddr']:#x} is truncated")
-            segments.append(Segment(int(seg["p_vaddr"]), bytes(data) + bytes(memsz - filesz), _perm(int(seg["p_flags"]))))
+            segments.append([int(seg["p_vaddr"]), int(seg["p_offset"]), filesz, memsz, _perm(int(seg["p_flags"]))])
         tohost = None
         symtab = elf.get_section_by_name(".symtab")
         if isinstance(symtab, SymbolTableSection):
@@ -142,12 +163,20 @@ def load_elf(source: str | Path | bytes, name: str | None = None, *, fetch: str 
 
     if not segments:
         raise ElfError(f"{label}: no PT_LOAD segment; nothing to load")
-    segments.sort(key=lambda s: s.vaddr)
-    for a, b in zip(segments, segments[1:]):
-        if b.vaddr < a.end:
-            raise ElfError(f"{label}: PT_LOAD segments overlap: [{a.vaddr:#x}, {a.end:#x}) and [{b.vaddr:#x}, {b.end:#x})")
-    if not any(s.perm & PERM_X and s.vaddr <= entry < s.end for s in segments):
+    segments.sort(key=lambda s: s[0])
+    for (a, _, _, a_size, _), (b, _, _, b_size, _) in zip(segments, segments[1:]):
+        if b < a + a_size:
+            raise ElfError(f"{label}: PT_LOAD segments overlap: [{a:#x}, {a + a_size:#x}) and [{b:#x}, {b + b_size:#x})")
+    if not any(perm & PERM_X and vaddr <= entry < vaddr + memsz for vaddr, _, _, memsz, perm in segments):
         raise ElfError(f"{label}: entry point {entry:#x} is not inside an executable PT_LOAD segment")
     if entry & 1:
         raise ElfError(f"{label}: entry point {entry:#x} is odd; instructions are 2-byte aligned")
-    return Program(Path(label).name, entry, tuple(segments), tohost, fetch)
+    return {"entry": entry, "tohost": tohost, "segments": segments}
+
+
+def program_of(layout: dict, raw: bytes, label: str, fetch: str = "executable") -> Program:
+    """The :class:`Program` an :func:`elf_layout` of ``raw`` describes."""
+    _check_fetch(fetch)
+    segments = tuple(Segment(vaddr, raw[offset:offset + filesz] + bytes(memsz - filesz), perm)
+                     for vaddr, offset, filesz, memsz, perm in layout["segments"])
+    return Program(os.path.basename(label), layout["entry"], segments, layout["tohost"], fetch)

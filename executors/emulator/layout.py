@@ -30,7 +30,8 @@ from .elf import PERM_X
 __all__ = ["REC_READS", "LOG_OPS", "LOG_PCS", "REPLAY", "WITNESS", "ST_BUDGET", "ST_END", "ST_TRAP",
            "ST_REPLAY_EXHAUSTED", "ST_GROW", "S_PC", "S_STEP", "S_PRIV", "S_RES", "S_MSTATUS", "S_MTVEC", "S_MEPC",
            "S_MCAUSE", "S_MTVAL", "S_MSCRATCH", "S_MIE", "S_END", "S_CODE", "S_ECAUSE", "S_ETVAL", "S_EINSN",
-           "S_NEED", "N_ST", "U64", "to_i64", "region_layout"]
+           "S_NEED", "N_ST", "N_STOP", "N_SIDE", "N_SHORT", "N_MISS", "N_CONT", "CTX_STOP", "CTX_RPOS", "CTX_RLEN",
+           "CTX_OPOS", "CTX_NREG", "CTX_TOHOST", "CTX_PAGES", "N_CTX", "PAGE_SHIFT", "U64", "to_i64", "region_layout"]
 
 REC_READS, LOG_OPS, LOG_PCS, REPLAY, WITNESS = 1, 2, 4, 8, 16
 
@@ -42,6 +43,14 @@ S_PC, S_STEP, S_PRIV, S_RES = 0, 1, 2, 3
 S_MSTATUS, S_MTVEC, S_MEPC, S_MCAUSE, S_MTVAL, S_MSCRATCH, S_MIE = 4, 5, 6, 7, 8, 9, 10
 S_END, S_CODE, S_ECAUSE, S_ETVAL, S_EINSN, S_NEED = 11, 12, 13, 14, 15, 16
 N_ST = 17
+
+# the native backend's generated code and its runtime (:mod:`.native_main`, which loads no translator):
+# the statuses a translated function returns, the context array's slots (inputs and buffer positions)
+N_STOP, N_SIDE, N_SHORT, N_MISS, N_CONT = 0, 1, 2, 3, 4
+CTX_STOP, CTX_RPOS, CTX_RLEN, CTX_OPOS, CTX_NREG, CTX_TOHOST, CTX_PAGES = range(7)
+N_CTX = 7
+#: flat-memory pages: 0 holds no translated code, 1 translated code in use, 2 translated code invalidated
+PAGE_SHIFT = 12
 
 U64 = (1 << 64) - 1
 

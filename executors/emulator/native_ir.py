@@ -1,5 +1,6 @@
 """The instruction half of the ``native`` backend's translator: the
-status codes and context slots the generated code shares with its runtime,
+status codes and context slots the generated code shares with its runtime
+(defined in :mod:`.layout`, which the runtime imports without the translator),
 and the emitters of one guest instruction's LLVM IR (ALU, fetch from
 writable code, loads and stores with their region checks, the memory-op
 log).  :mod:`.native_translate` assembles them into blocks, parts and the
@@ -9,19 +10,14 @@ driver.
 from __future__ import annotations
 
 from .elf import PERM_R, PERM_W
-from .layout import LOG_OPS, REC_READS, REPLAY
+from .layout import (CTX_NREG, CTX_OPOS, CTX_PAGES, CTX_RLEN, CTX_RPOS, CTX_STOP, CTX_TOHOST,  # noqa: F401
+                     LOG_OPS, N_CONT, N_CTX, N_MISS, N_SHORT, N_SIDE, N_STOP, PAGE_SHIFT, REC_READS, REPLAY)
 from .machine import UART_ADDR
 from .native_blocks import _LOADS, _STORES, Insn
 
 __all__ = ["N_CONT", "N_STOP", "N_SIDE", "N_SHORT", "N_MISS", "CTX_STOP", "CTX_RPOS", "CTX_RLEN", "CTX_OPOS",
            "CTX_NREG", "CTX_TOHOST", "CTX_PAGES", "N_CTX", "PAGE_SHIFT"]
 
-N_STOP, N_SIDE, N_SHORT, N_MISS, N_CONT = 0, 1, 2, 3, 4
-# the context array shared with the runtime: inputs and the buffer positions
-CTX_STOP, CTX_RPOS, CTX_RLEN, CTX_OPOS, CTX_NREG, CTX_TOHOST, CTX_PAGES = range(7)
-N_CTX = 7
-#: flat-memory pages: 0 holds no translated code, 1 translated code in use, 2 translated code invalidated
-PAGE_SHIFT = 12
 
 def _i64(v: int) -> int:
     v &= (1 << 64) - 1

@@ -34,29 +34,29 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import operator
 import os
-import platform
 from array import array
-from pathlib import Path
 
 from . import machine as M
 from . import reference
-from .elf import PERM_W, PERM_X, Program
+from .elf import PERM_W, PERM_X, Program, elf_layout, program_of, read_elf
 from .isa import CLASSES
-from .layout import REC_READS, ST_BUDGET, ST_END, U64, region_layout
+from .layout import (CTX_NREG, CTX_OPOS, CTX_PAGES, CTX_RLEN, CTX_RPOS, CTX_STOP, CTX_TOHOST, N_CTX, N_MISS,
+                     N_SHORT, PAGE_SHIFT, REC_READS, ST_BUDGET, ST_END, U64, region_layout)
 from .machine import Region
-from .native_translate import (CTX_NREG, CTX_OPOS, CTX_PAGES, CTX_RLEN, CTX_RPOS, CTX_STOP, CTX_TOHOST, N_CTX,
-                               N_MISS, N_SHORT, PAGE_SHIFT)
 from .output import EmuTrace, EmuTraceStart
 
 __all__ = ["VERSION", "RETRANSLATE_AFTER", "cache_dir", "host_identity", "code_digest", "translation_key",
-           "stored_seeds", "remember_seeds", "write_atomic", "load_cached", "Loaded", "MainRun", "run"]
+           "stored_seeds", "remember_seeds", "write_atomic", "load_cached", "Loaded", "MainRun", "run", "cache_path",
+           "load_program", "ELF_VERSION"]
 
 #: bumped whenever generated code changes, so old cache entries are not used
 VERSION = 8
 RETRANSLATE_AFTER = 64
 WRITABLE_BURST = 256
 
+_CSRS = operator.itemgetter(*M.CSR_STATE)
 _I64P = ctypes.c_void_p
 _SIG = (ctypes.c_int64, *[_I64P] * 9)
 
@@ -64,10 +64,17 @@ _SIG = (ctypes.c_int64, *[_I64P] * 9)
 def cache_dir() -> Path:
     """Where compiled translations are kept: ``$HETFLOW_NATIVE_CACHE``, else
     ``$XDG_CACHE_HOME/hetflow/native`` (``~/.cache/hetflow/native``)."""
+    from pathlib import Path
+
+    return Path(cache_path())
+
+
+def cache_path() -> str:
+    """:func:`cache_dir` as a string: a run from the cache does not import pathlib."""
     if os.environ.get("HETFLOW_NATIVE_CACHE"):
-        return Path(os.environ["HETFLOW_NATIVE_CACHE"])
+        return os.environ["HETFLOW_NATIVE_CACHE"]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "hetflow" / "native"
+    return os.path.join(base, "hetflow", "native")
 
 
 _host: list[str] = []
@@ -92,7 +99,7 @@ def host_identity() -> str:
         except OSError:
             from .native import llvm_host     # no /proc: ask LLVM
             cpu = llvm_host()
-        _host.append(f"{VERSION}|llvmlite {llvmlite.__version__}|{platform.machine()}|"
+        _host.append(f"{VERSION}|llvmlite {llvmlite.__version__}|{os.uname().machine}|"
                      f"{hashlib.sha256(cpu.encode()).hexdigest()[:16]}")
     return _host[0]
 
@@ -116,15 +123,16 @@ def translation_key(digest: str, mode: int, seeds) -> str:
     return hashlib.sha256(f"{digest}|{mode}|{sorted(seeds)}".encode()).hexdigest()[:40]
 
 
-def _seeds_file(digest: str) -> Path:
-    return cache_dir() / f"{digest[:32]}.seeds.json"
+def _seeds_file(digest: str) -> str:
+    return os.path.join(cache_path(), f"{digest[:32]}.seeds.json")
 
 
 def stored_seeds(digest: str) -> set[int]:
     """The pcs earlier runs found missing from the translation (indirect
     jump targets): a translation starts from them too."""
     try:
-        return set(json.loads(_seeds_file(digest).read_text()))
+        with open(_seeds_file(digest), "rb") as f:
+            return set(json.loads(f.read()))
     except (OSError, ValueError):
         return set()
 
@@ -136,19 +144,40 @@ def remember_seeds(digest: str, seeds) -> None:
         write_atomic(_seeds_file(digest), json.dumps(sorted(stored | set(seeds))).encode())
 
 
-def write_atomic(path: Path, data: bytes) -> bool:
+def write_atomic(path: Path | str, data: bytes) -> bool:
     """Write a cache file whole or not at all; False where the cache is not writable."""
     import tempfile
 
+    folder, name = os.path.split(os.fspath(path))
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=name, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
         return True
     except OSError:
         return False             # a read-only cache directory only costs the next run a translation
+
+
+#: bumped whenever what :func:`load_program` keeps of an ELF file changes
+ELF_VERSION = 1
+
+
+def load_program(source, fetch: str = "executable") -> Program:
+    """:func:`~.elf.load_elf` through the disk cache: what a run needs of
+    the file (:func:`~.elf.elf_layout`) is kept per digest of its bytes, so
+    a file seen before loads without pyelftools.  A changed file has
+    another digest and is parsed again, so its errors are ``load_elf``'s."""
+    raw, label = read_elf(source)
+    path = os.path.join(cache_path(), f"elf{ELF_VERSION}-{hashlib.sha256(raw).hexdigest()[:40]}.json")
+    try:
+        with open(path, "rb") as f:
+            layout = json.loads(f.read())
+    except (OSError, ValueError):
+        layout = elf_layout(raw, label)
+        write_atomic(path, json.dumps(layout).encode())
+    return program_of(layout, raw, label, fetch)
 
 
 class Loaded:
@@ -170,9 +199,10 @@ def load_cached(key: str, seeds=frozenset()) -> Loaded | None:
     import time
 
     t0 = time.perf_counter()
-    base = cache_dir() / key
+    base = os.path.join(cache_path(), key)
     try:
-        meta = json.loads(Path(f"{base}.json").read_text())
+        with open(f"{base}.json", "rb") as f:
+            meta = json.loads(f.read())
         lib = ctypes.CDLL(f"{base}.so")
     except (OSError, ValueError):
         return None
@@ -248,6 +278,7 @@ class MainRun:
         self.st = _buffer(ctypes.c_int64, 2)                 # pc and step: all the translated code keeps
         # the same memory as unsigned words: the hart's view, converted by ctypes at C speed
         self.uregs = (ctypes.c_uint64 * 32).from_buffer(self.regs)
+        self._uregs_view = memoryview(self.uregs).cast("B").cast("Q")
         self.ust = (ctypes.c_uint64 * 2).from_buffer(self.st)
         self.rbuf = _buffer(ctypes.c_uint64, 1024)
         self.rpos = 0
@@ -319,8 +350,8 @@ class MainRun:
 
     def state(self) -> EmuTraceStart:
         h = self.hart
-        return EmuTraceStart(self.ust[0], self.st[1], h.priv, tuple(self.uregs),
-                             tuple(h.csr[n] for n in M.CSR_STATE), h.reservation)
+        # once per chunk: the registers through a memoryview and the CSRs by one itemgetter, at C speed
+        return EmuTraceStart(self.ust[0], self.st[1], h.priv, tuple(self._uregs_view), _CSRS(h.csr), h.reservation)
 
     def interpret(self, k: int, counts) -> int:
         """Up to ``k`` steps in the reference interpreter."""
@@ -341,7 +372,9 @@ class MainRun:
         the interpreter for the rest."""
         st, ctx = self.st, self.ctx
         first = st[1]
-        args = [ctypes.addressof(a) for a in (self.regs, st, self.memory)]
+        addressof = ctypes.addressof
+        head = (addressof(self.regs), addressof(st), addressof(self.memory))
+        tail = (addressof(ctx), addressof(counts), addressof(self.rtab), None, None)
         while True:
             done = st[1] - first
             if done >= budget:
@@ -353,12 +386,11 @@ class MainRun:
             ctx[CTX_RPOS] = self.rpos
             ctx[CTX_OPOS] = 0
             ctx[CTX_RLEN] = len(self.rbuf)
-            status = self.code.fn(*args, ctypes.addressof(self.rbuf), ctypes.addressof(ctx), ctypes.addressof(counts),
-                                  ctypes.addressof(self.rtab), None, None)
+            status = self.code.fn(*head, addressof(self.rbuf), *tail)
             self.rpos = ctx[CTX_RPOS]
             left = stop - st[1]
             if left == 0:
-                continue
+                return ST_BUDGET
             k = 1
             if status == N_SHORT:
                 k = left

@@ -28,14 +28,15 @@ between the ``reference`` and ``fast`` backends.
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .isa import CLASSES
 from .machine import CSR_STATE, EmulatorError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:         # the runners' futures and the arrays: ``hetflow emulate --backend native`` loads neither
+    from concurrent.futures import Future
+
     import numpy as np
 
 __all__ = [
