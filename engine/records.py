@@ -40,6 +40,7 @@ __all__ = [
     "write_text_atomic",
     "dumps_record",
     "encode_value",
+    "encode_entries",
     "encode_events",
     "save_npy_atomic",
     "new_run_dir",
@@ -109,6 +110,21 @@ def encode_value(value: Any) -> str:
     if isinstance(value, dict) and all(type(k) is str for k in value):
         return "{" + ",".join(f"{_encode_std(k)}:{_encode_part(v)}" for k, v in value.items()) + "}"
     return _encode_std(value)
+
+
+def encode_entries(value: Mapping[str, Any]) -> str:
+    """A dict of a few large entries (a plan, a resolved manifest) as :func:`encode_value` writes it, entry by entry.
+
+    :func:`encode_value` tries the whole dict first, and a plan holds a
+    ``null`` somewhere (a partition's timeout), so that was a second pass
+    over all of it (0.2 s of a 100,000-stage run); here each entry is
+    tried alone, and only an entry whose text holds a ``null`` is written
+    again.
+
+    >>> encode_entries({"nodes": {"a": [1]}, "partitions": [{"timeout": None}]})
+    '{"nodes":{"a":[1]},"partitions":[{"timeout":null}]}'
+    """
+    return "{" + ",".join(f"{_encode_std(k)}:{_encode_part(v)}" for k, v in value.items()) + "}"
 
 
 def _encode_part(value: Any) -> str:

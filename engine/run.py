@@ -51,6 +51,7 @@ from hetflow.engine.runtime import ClusterFailure, HandleTable, LocalRuntime, St
 from hetflow.engine.records import (
     RECORD_FORMAT,
     digest_portable,
+    encode_entries,
     encode_events,
     encode_value,
     new_run_dir,
@@ -217,7 +218,7 @@ def _execute(
         "host": provenance(manifest.file),
         "scheduler": cluster.describe() if cluster is not None else {"kind": "threads", "workers": num_workers or os.cpu_count()},
         "versions": versions(),
-        "inventory": [o.to_json() for o in inventory()],
+        "inventory": [o.to_json() for o in inventory(_named_vendors(manifest, plan))],
         "plan": plan_json if plan_json is not None else plan.to_json(),
         "nodes": {n: {"status": "pending", "partition": p.partition, "executor": p.executor}
                   for n, p in plan.nodes.items()},
@@ -227,7 +228,7 @@ def _execute(
         "live_activations_after": None,
     }
     # the plan and the resolved manifest are the record's largest constant parts: encoded once for every write
-    encoded = {"plan": encode_value(record["plan"]), "manifest": encode_value(record["manifest"])}
+    encoded = {"plan": encode_entries(record["plan"]), "manifest": encode_value(record["manifest"])}
     write_json_atomic(record_path, record, encoded)
     final_written = threading.Event()
     runtime: Any = None
@@ -396,6 +397,16 @@ def _node_status(record: dict, runtime: LocalRuntime, failure: BaseException | N
             entry["error"] = event["error"]
         else:
             entry["status"] = "failed" if event.get("node") is None else "cancelled"
+
+
+def _named_vendors(manifest: Manifest, plan: Plan) -> set:
+    """The vendors the manifest's executors name (every one of their preference lists) and the plan chose.
+
+    The record's inventory holds these, probed already by the planner;
+    another vendor's probe would load its SDK for nothing (wgpu's, 0.9 s).
+    """
+    named = {v for decl in getattr(manifest, "executors", {}).values() for v in getattr(decl, "vendors", ())}
+    return named | {e.vendor for e in plan.executors.values()}
 
 
 def _data_files(manifest: Manifest) -> dict[str, dict]:

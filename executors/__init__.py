@@ -17,7 +17,7 @@ True
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 from hetflow.executors.base import BoundDevice, Dtype, Executor, Vendor
 
@@ -148,8 +148,18 @@ def probe(vendor: Vendor) -> Offer:
     return _CACHE[vendor]
 
 
-def inventory() -> list[Offer]:
-    return [probe(v) for v in Vendor]
+def inventory(vendors: Iterable[Vendor] | None = None) -> list[Offer]:
+    """What each of ``vendors`` (every vendor by default) offers here, in :class:`Vendor` order.
+
+    Probing a vendor loads its SDK (wgpu parses a C header and enumerates
+    Vulkan adapters, 0.9 s here; cupy initialises CUDA), so a caller that
+    needs a few vendors names them, and the others are not loaded.
+
+    >>> [o.vendor.value for o in inventory([Vendor.cpu])]
+    ['cpu']
+    """
+    wanted = set(Vendor) if vendors is None else set(vendors)
+    return [probe(v) for v in Vendor if v in wanted]
 
 
 def create(vendor: Vendor, name: str, device: int | None = None, memory_limit: int | None = None) -> Executor:
