@@ -57,7 +57,10 @@ def format_s(seconds: float) -> str:
 
 @dataclass
 class Unit:
-    """Stages placed together, their candidate executors and what constrained them."""
+    """Stages placed together, their candidate executors and what constrained them.
+
+    Units alike in their constraint share one ``candidates`` list: read it, never change it.
+    """
 
     id: int
     nodes: list[str]
@@ -163,20 +166,32 @@ def roots(nodes: Iterable[str], pairs: Iterable[tuple[str, str]]) -> dict[str, s
 
     What ``nx.connected_components`` of a graph of these pairs gives, by
     union-find (path halving): on a large plan, building that graph costs
-    more than the components.
+    more than the components. The finds are written out in the loops: a
+    call per lookup would cost more than the lookup.
+
+    >>> roots("abcd", [("a", "b"), ("c", "b")])
+    {'a': 'c', 'b': 'c', 'c': 'c', 'd': 'd'}
     """
     parent = {n: n for n in nodes}
-
-    def find(x: str) -> str:
-        while parent[x] != x:
-            parent[x] = x = parent[parent[x]]
-        return x
-
-    for u, v in pairs:
-        a, b = find(u), find(v)
+    for a, b in pairs:
+        up = parent[a]
+        while up != a:
+            parent[a] = a = parent[up]
+            up = parent[a]
+        up = parent[b]
+        while up != b:
+            parent[b] = b = parent[up]
+            up = parent[b]
         if a != b:
             parent[b] = a
-    return {n: find(n) for n in parent}
+    found: dict[str, str] = {}
+    for n in parent:
+        x, up = n, parent[n]
+        while up != x:
+            parent[x] = x = parent[up]
+            up = parent[x]
+        found[n] = x
+    return found
 
 
 def _colocation_roots(graph: nx.DiGraph) -> dict[str, str]:
@@ -205,12 +220,17 @@ def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, 
     attrs = node_data(graph)
     able_for: dict[tuple, list[str]] = {}
     free: dict[tuple, tuple] = {}
+    pinned: dict[str, tuple] = {}
+    colocated = False
     for n in order:
-        if "phase" in attrs[n]:
-            where = attrs[n]["target"]
-            per_node[n] = ([where], "emulator", f"emulator: {attrs[n]['phase'].phase} phase, runs on {where}", None)
+        d = attrs[n]
+        if "phase" in d:
+            where = d["target"]
+            per_node[n] = ([where], "emulator", f"emulator: {d['phase'].phase} phase, runs on {where}", None)
             continue
-        stage = attrs[n]["stage"]
+        stage = d["stage"]
+        if stage.colocate_with:
+            colocated = True
         key = (stage.op, stage.dtype._value_)  # an Enum's value property is a Python-level call
         able = able_for.get(key)
         if able is None:
@@ -231,7 +251,11 @@ def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, 
                     f"runs {ex.vendor.value} on this machine ({ex.reason})")))
             if stage.executor not in able:
                 problems.append(_dtype_problem(stage, [stage.executor], executors, offers))
-            per_node[n] = ([stage.executor], "pinned", f"pinned (executor: {stage.executor})", None)
+            entry = pinned.get(stage.executor)
+            if entry is None:
+                # one entry (and one candidate list) per executor: units never change their candidates
+                entry = pinned[stage.executor] = ([stage.executor], "pinned", f"pinned (executor: {stage.executor})", None)
+            per_node[n] = entry
             continue
         if not able:
             problems.append(_dtype_problem(stage, names, executors, offers))
@@ -263,12 +287,12 @@ def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, 
     if problems:
         raise ManifestError(problems)
 
-    if not any("stage" in attrs[n] and attrs[n]["stage"].colocate_with for n in order):
+    if not colocated:
         # no colocation: every stage is its own unit, already in first-member order
         units = []
         for uid, n in enumerate(order):
             cands, kind, text, warn = per_node[n]
-            units.append(Unit(uid, [n], list(cands), kind, text, kind == "pinned", warn))
+            units.append(Unit(uid, [n], cands, kind, text, kind == "pinned", warn))
         return units, {n: uid for uid, n in enumerate(order)}
 
     root_of = _colocation_roots(graph)
@@ -283,7 +307,7 @@ def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, 
             unit_of[n] = uid
         if len(nodes) == 1:
             cands, kind, text, warn = per_node[nodes[0]]
-            units.append(Unit(uid, nodes, list(cands), kind, text, kind == "pinned", warn))
+            units.append(Unit(uid, nodes, cands, kind, text, kind == "pinned", warn))
             continue
         allowed = [e for e in names if all(e in per_node[n][0] for n in nodes)]
         pins = [n for n in nodes if per_node[n][1] == "pinned"]
@@ -339,7 +363,18 @@ def largest_input(p: Problem, n: str) -> str | None:
 
 def total_cost(p: Problem, exe: Mapping[str, str]) -> float:
     """The plan's estimated time under ``exe``: every execution plus every bridge, once each."""
-    return sum(p.exec_s[n][exe[n]] for n in p.order) + sum(p.tensor_cost(u, exe) for u in p.order)
+    exec_s, consumers, transfer = p.exec_s, p.consumers, p.transfer
+    run = bridged = 0  # what ``sum`` starts from: the same additions in the same order, the same float
+    for n in p.order:
+        run += exec_s[n][exe[n]]
+    for u in p.order:
+        cs = consumers[u]
+        if len(cs) == 1:  # most tensors: :meth:`Problem.tensor_cost` written out
+            home, dest = exe[u], exe[cs[0]]
+            bridged += 0.0 if dest == home else transfer(u, home, dest)
+        else:
+            bridged += p.tensor_cost(u, exe)
+    return run + bridged
 
 
 def _moved_cost(p: Problem, nodes: Sequence[str], exe: Mapping[str, str], counts: Mapping[str, Mapping[str, int]],
@@ -402,64 +437,92 @@ def explain(p: Problem, exe: Mapping[str, str], declared_first: str) -> dict[str
     # rescanned for every one of them.
     counts: dict[str, dict[str, int]] = {}
     alone: dict[str, dict[str, int]] = {}  # the counts of a tensor with one consumer, shared per executor: only read
+    unread: dict[str, int] = {}  # the counts of a tensor no stage reads, shared alike
     for u, cs in p.consumers.items():
         if len(cs) == 1:
             e = exe[cs[0]]
             c = alone.get(e)
             counts[u] = c if c is not None else alone.setdefault(e, {e: 1})
             continue
+        if not cs:
+            counts[u] = unread
+            continue
         c: dict[str, int] = {}
         for consumer in cs:
             e = exe[consumer]
             c[e] = c.get(e, 0) + 1
         counts[u] = c
-    exec_s = p.exec_s
+    exec_s, inputs, nbytes = p.exec_s, p.inputs, p.nbytes
     # Stages alike in constraint, candidates, costs and kind (most of a large plan) share one ``why``
     # and one ``costs``: equal data, made once, and what prints it can tell them apart by identity.
     shared_costs: dict[tuple, dict[str, dict[str, float]]] = {}
     shared_why: dict[tuple, dict[str, Any]] = {}
     alike_of: dict[int, bool] = {}
+    cost_text: dict[tuple, str] = {}
+    # A lone stage's figures depend only on its execution row, its candidates, where it and its inputs
+    # sit, their bytes and their consumers' counts: stages alike in all of these (rows, candidate
+    # lists and counts are shared objects, compared by identity) are priced once.
+    priced: dict[tuple, dict[str, dict[str, float]]] = {}
+    names: dict[int, tuple[str, ...]] = {}
     for unit in p.units:
-        here = exe[unit.nodes[0]]
-        costs: dict[str, dict[str, float]] = {}
+        nodes = unit.nodes
         cands = unit.candidates
-        if len(cands) > 1:
-            single = unit.nodes[0] if len(unit.nodes) == 1 else None
-            figures = []
-            for e in cands:
-                if single is not None:
-                    total, ex = _moved_cost_one(p, single, exe, counts, e), exec_s[single][e]
-                else:
-                    total, ex = _moved_cost(p, unit.nodes, exe, counts, e), sum(exec_s[n][e] for n in unit.nodes)
-                figures.append((e, total, ex))
-            key = tuple(figures)
-            costs = shared_costs.get(key)
-            if costs is None:
-                costs = shared_costs[key] = {e: {"total_s": total, "exec_s": ex, "bridges_s": total - ex}
-                                             for e, total, ex in figures}
-        for n in unit.nodes:
-            if len(cands) == 1:
-                kind = unit.constraint or "default"
-                text = unit.constraint_text or f"default: {here!r} is the only executor"
-            else:
-                kind, decision = _decision(p, unit, n, exe, costs, declared_first, alike_of)
-                text = f"{unit.constraint_text}; {decision}" if unit.constraint_text else decision
-            key = (unit.constraint, *cands, id(costs) if len(cands) > 1 else None, kind)
+        here = exe[nodes[0]]
+        listed = names.get(id(cands))
+        if listed is None:
+            listed = names[id(cands)] = tuple(cands)
+        if len(cands) == 1:
+            kind = unit.constraint or "default"
+            text = unit.constraint_text or f"default: {here!r} is the only executor"
+            key = (unit.constraint, listed, None, kind)
             why = shared_why.get(key)
             if why is None:
-                why = {"constraint": unit.constraint or None, "candidates": cands}
-                if len(cands) > 1:
-                    why["costs"] = costs
-                why["kind"] = kind
-                shared_why[key] = why
+                why = shared_why[key] = {"constraint": unit.constraint or None, "candidates": cands, "kind": kind}
+            for n in nodes:
+                out[n] = (text, why)
+            continue
+        if len(nodes) == 1:
+            n = nodes[0]
+            ins = inputs[n]
+            sig: tuple = (id(exec_s[n]), listed, here, nbytes[n], id(counts[n]))
+            for ref in ins:
+                sig += (exe[ref], nbytes[ref], id(counts[ref]))
+            costs = priced.get(sig)
+            if costs is None:
+                row = exec_s[n]
+                figures = tuple([(e, _moved_cost_one(p, n, exe, counts, e), row[e]) for e in cands])
+                costs = priced[sig] = _shared_costs(shared_costs, figures)
+        else:
+            costs = _shared_costs(shared_costs, tuple([
+                (e, _moved_cost(p, nodes, exe, counts, e), sum(exec_s[n][e] for n in nodes)) for e in cands]))
+        for n in nodes:
+            kind, decision = _decision(p, unit, n, exe, costs, declared_first, alike_of, cost_text)
+            text = f"{unit.constraint_text}; {decision}" if unit.constraint_text else decision
+            key = (unit.constraint, listed, id(costs), kind)
+            why = shared_why.get(key)
+            if why is None:
+                why = shared_why[key] = {"constraint": unit.constraint or None, "candidates": cands,
+                                         "costs": costs, "kind": kind}
             out[n] = (text, why)
     return out
 
 
+def _shared_costs(shared: dict[tuple, dict[str, dict[str, float]]],
+                  figures: tuple[tuple[str, float, float], ...]) -> dict[str, dict[str, float]]:
+    """The one ``costs`` mapping of ``figures`` (candidate, total, execution), made on first sight."""
+    costs = shared.get(figures)
+    if costs is None:
+        costs = shared[figures] = {e: {"total_s": total, "exec_s": ex, "bridges_s": total - ex}
+                                   for e, total, ex in figures}
+    return costs
+
+
 def _decision(p: Problem, unit: Unit, n: str, exe: Mapping[str, str], costs: Mapping[str, Mapping[str, float]],
-              declared_first: str, alike_of: dict[int, bool] | None = None) -> tuple[str, str]:
+              declared_first: str, alike_of: dict[int, bool] | None = None,
+              cost_text: dict[tuple, str] | None = None) -> tuple[str, str]:
     """The kind and text of ``n``'s decision; ``alike_of`` memoizes, per ``costs`` object, whether
-    every candidate executes alike (``costs`` holds exactly the unit's candidates)."""
+    every candidate executes alike (``costs`` holds exactly the unit's candidates), and ``cost_text``
+    the text of a cost decision, per ``costs`` object and executor."""
     here = exe[n]
     alike = alike_of.get(id(costs)) if alike_of is not None else None
     if alike is None:
@@ -469,15 +532,22 @@ def _decision(p: Problem, unit: Unit, n: str, exe: Mapping[str, str], costs: Map
         if alike_of is not None:
             alike_of[id(costs)] = alike
     if alike and len(unit.nodes) == 1:
-        ref = largest_input(p, n)
+        inputs = p.inputs[n]
+        ref = inputs[0] if len(inputs) == 1 else largest_input(p, n)
         if ref is None and (here == declared_first or here == unit.candidates[0]):
             return "default", "default: no inputs and no pin, first declared executor"
         if ref is not None and exe[ref] == here:
-            size = p.nbytes[ref] or 0
-            if len(p.inputs[n]) == 1:
+            if len(inputs) == 1:
                 return "inferred", f"inferred: with its input {ref!r}"
+            size = p.nbytes[ref] or 0
             return "inferred", f"inferred: with its largest input {ref!r} ({human_bytes(size)})"
-    mine = costs[here]
-    others = ", ".join(f"{e} {format_s(costs[e]['total_s'])}" for e in unit.candidates if e != here)
-    return "cost", (f"cost: {here} {format_s(mine['total_s'])} (exec {format_s(mine['exec_s'])} + bridges "
-                    f"{format_s(mine['bridges_s'])}) vs {others}")
+    key = (id(costs), here)  # a ``costs`` object lists exactly the unit's candidates, in their order
+    text = cost_text.get(key) if cost_text is not None else None
+    if text is None:
+        mine = costs[here]
+        others = ", ".join(f"{e} {format_s(costs[e]['total_s'])}" for e in unit.candidates if e != here)
+        text = (f"cost: {here} {format_s(mine['total_s'])} (exec {format_s(mine['exec_s'])} + bridges "
+                f"{format_s(mine['bridges_s'])}) vs {others}")
+        if cost_text is not None:
+            cost_text[key] = text
+    return "cost", text

@@ -59,6 +59,7 @@ which is placed as one. It goes in four steps.
 from __future__ import annotations
 
 import itertools
+import operator
 from typing import Any, Mapping, Sequence
 
 import networkx as nx
@@ -105,19 +106,27 @@ def baseline(p: Problem) -> dict[str, str]:
     """The skeleton's rule for every unit: with the largest input of its first stage, else its first candidate."""
     exe: dict[str, str] = {}
     done: set[int] = set()
+    units, unit_of, inputs = p.units, p.unit_of, p.inputs
     for n in p.order:
-        uid = p.unit_of[n]
-        if uid in done:
-            continue
-        unit = p.units[uid]
-        pick = unit.candidates[0]
-        if len(unit.candidates) > 1:
-            ref = largest_input(p, n)
-            if ref is not None and exe.get(ref) in unit.candidates:
-                pick = exe[ref]
-        for m in unit.nodes:
-            exe[m] = pick
-        done.add(uid)
+        unit = units[unit_of[n]]
+        nodes = unit.nodes
+        if len(nodes) > 1:
+            if unit.id in done:
+                continue
+            done.add(unit.id)
+        cands = unit.candidates
+        pick = cands[0]
+        if len(cands) > 1:
+            ins = inputs[n]
+            if ins:
+                found = exe.get(ins[0] if len(ins) == 1 else largest_input(p, n))
+                if found in cands:
+                    pick = found
+        if len(nodes) == 1:
+            exe[n] = pick
+        else:
+            for m in nodes:
+                exe[m] = pick
     return exe
 
 
@@ -169,9 +178,12 @@ def _linked(p: Problem, movable: Sequence[Unit], ids: set[int], tensors: Mapping
         pairs.extend(zip(inside, inside[1:]))
     groups: dict[int, list[Unit]] = {}
     root_of = roots(sorted(ids), pairs)
-    for u in sorted(movable, key=lambda u: u.id):
+    for u in sorted(movable, key=_unit_id):
         groups.setdefault(root_of[u.id], []).append(u)
     return list(groups.values())
+
+
+_unit_id = operator.attrgetter("id")
 
 
 def _touched(p: Problem, units: Sequence[Unit]) -> list[str]:
@@ -209,11 +221,15 @@ def _groups_worth_cutting(p: Problem, exe: Mapping[str, str], free: Sequence[Uni
     exec_s, inputs, unit_of, tensor_cost = p.exec_s, p.inputs, p.unit_of, p.tensor_cost
     excess: dict[str, float] = {}
     tensors: dict[str, None] = {}
+    fastest: dict[int, float] = {}  # per execution row (rows are shared by stages alike)
     for unit in free:
         for n in unit.nodes:
             row = exec_s[n]
             if len(row) > 1:
-                x = row[exe[n]] - min(row.values())
+                low = fastest.get(id(row))
+                if low is None:
+                    low = fastest[id(row)] = min(row.values())
+                x = row[exe[n]] - low
                 if x:
                     excess[n] = x
             tensors[n] = None
@@ -258,7 +274,7 @@ def decide(p: Problem, start: dict[str, str], min_gain_s: float) -> tuple[dict[s
     free = p.free_units()
     if not free:
         return dict(start), "fixed"
-    labels = sorted({e for u in free for e in u.candidates}, key=list(p.vendor).index)
+    labels = _labels(p, free)
     threshold = lambda base: max(min_gain_s, 1e-9 * base)  # noqa: E731
     if len(labels) != 2:
         if gain_bound(p, start, free) <= threshold(total_cost(p, start)):
@@ -274,6 +290,12 @@ def decide(p: Problem, start: dict[str, str], min_gain_s: float) -> tuple[dict[s
         if local_cost(p, nodes, trial) < local_cost(p, nodes, out) - min_gain_s:
             out, changed = trial, True
     return out, ("min-cut" if changed else "baseline")
+
+
+def _labels(p: Problem, free: Sequence[Unit]) -> list[str]:
+    """The executors ``free`` units may choose among, in declaration order (units share candidate lists)."""
+    lists = {id(u.candidates): u.candidates for u in free}
+    return sorted({e for cands in lists.values() for e in cands}, key=list(p.vendor).index)
 
 
 def _cut_component(p: Problem, out: dict[str, str], movable: Sequence[Unit], a: str, b: str) -> None:
@@ -410,7 +432,7 @@ def optimise(p: Problem, start: dict[str, str]) -> tuple[dict[str, str], str]:
     free = p.free_units()
     if not free:
         return dict(start), "fixed"
-    labels = sorted({e for u in free for e in u.candidates}, key=list(p.vendor).index)
+    labels = _labels(p, free)
     if len(labels) == 2:
         return binary_cut(p, start, free, labels[0], labels[1]), "min-cut"
     fastest = dict(start)

@@ -51,31 +51,37 @@ def build_graph(manifest: Manifest) -> nx.DiGraph:
     """
     graph = nx.DiGraph()
     phases = getattr(manifest, "phases", {})
-    nodes = []
+    phase_order = phaselib.execution_order(phases)
+    # nodes added by name and their attributes written into the graph's own dicts: networkx copies a
+    # (node, attributes) pair's dict and merges it, a cost per node that a large plan feels
+    graph.add_nodes_from(phase_order)
+    graph.add_nodes_from(manifest.stages)
+    attrs = placing.node_data(graph)
     seen: set[str] = set()
     planned: dict[str, dict] = {}
-    for pid in phaselib.execution_order(phases):
+    for i, pid in enumerate(phase_order):
         p = phases[pid]
         planned[pid] = info = phaselib.planned(p, manifest.emulators[p.emulator])
         seen.add(pid)
-        nodes.append((pid, {"phase": p, "order": len(nodes), "target": info["target"], "planned": info}))
+        attrs[pid].update(phase=p, order=i, target=info["target"], planned=info)
     in_order = True  # every input written above its stage: the file order is the execution order
-    first = len(nodes)
+    first = len(phase_order)
     for i, stage in enumerate(manifest.stages.values()):
         if in_order and not seen.issuperset(stage.inputs):
             in_order = False
-        seen.add(stage.id)
-        nodes.append((stage.id, {"stage": stage, "order": first + i}))
-    graph.add_nodes_from(nodes)
+        sid = stage.id
+        seen.add(sid)
+        d = attrs[sid]
+        d["stage"] = stage
+        d["order"] = first + i
     graph.add_edges_from((ref, p.id) for p in phases.values() for ref in p.inputs)
     graph.add_edges_from((ref, stage.id) for stage in manifest.stages.values() for ref in stage.inputs)
     if in_order:
-        graph.graph["execution_order"] = [n for n, _ in nodes]
+        graph.graph["execution_order"] = [*phase_order, *manifest.stages]
     problems: list[Diagnostic] = []
     shapes: dict[str, Any] = {}
     # each bounded tensor's shape at one row: a stage whose shape is the same there and at the bound is exact
     small: dict[str, Any] = {}
-    attrs = placing.node_data(graph)
     # shape rules are pure: stages alike in op and input shapes, with no args, share one answer
     alike: dict[tuple, Any] = {}
     sizes: dict[tuple, int] = {}  # bytes of a (shape, dtype), counted once

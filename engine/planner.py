@@ -198,7 +198,7 @@ def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
     phase_s = getattr(model, "phase_s", None)
     # One walk reads everything the optimiser looks up: each node's position, distinct inputs, bytes and
     # execution row. Stages alike in op, shapes, dtype and candidates share one row (rows are never
-    # written after), keyed by plain strings and tuples: an Enum hashes through a Python-level method.
+    # written after), keyed by plain strings, tuples and numbers: an Enum hashes through a Python-level method.
     pos: dict[str, int] = {}
     inputs: dict[str, tuple[str, ...]] = {}
     nbytes: dict[str, int | None] = {}
@@ -219,19 +219,28 @@ def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
                          if phase_s is not None else 0.0}
         else:
             stage = d["stage"]
+            op = stage.op
             ins = stage.inputs
-            shapes = tuple([shape_of[r] for r in ins])
+            # units alike share one candidate list (see ``candidates``): its identity stands for its executors
             cands = units[unit_of[n]].candidates
-            user_cost = own_cost.get(stage.op)
+            user_cost = own_cost.get(op)
             if user_cost is None:
-                user_cost = own_cost[stage.op] = oplib.REGISTRY[stage.op].cost_rule is not None
-            key = (stage.op, shapes, shape, stage.dtype._value_, *cands) + ((n,) if user_cost else ())
+                user_cost = own_cost[op] = oplib.REGISTRY[op].cost_rule is not None
+            if user_cost:
+                key = (n,)
+            elif len(ins) == 1:
+                key = (op, shape, stage.dtype._value_, id(cands), shape_of[ins[0]])
+            else:
+                key = (op, shape, stage.dtype._value_, id(cands), *[shape_of[r] for r in ins])
             row = rows.get(key)
             if row is None:
+                shapes = [shape_of[r] for r in ins]
                 more = {"args": stage.args} if user_cost else {}
-                row = rows[key] = {e: model.exec_s(stage.op, list(shapes), shape, stage.dtype, vendor[e], **more)
-                                   for e in cands}
+                row = rows[key] = {e: model.exec_s(op, shapes, shape, stage.dtype, vendor[e], **more) for e in cands}
             exec_s[n] = row
+            if len(ins) < 2:
+                inputs[n] = ins
+                continue
         inputs[n] = ins if len(ins) < 2 else tuple(dict.fromkeys(ins))
     consumers = {n: list(nbrs) for n, nbrs in successors(out).items()}
     return placing.Problem(out, order, units, unit_of, vendor, exec_s, consumers, model,
