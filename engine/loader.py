@@ -20,7 +20,10 @@ builds the tree alone and the marks are recovered from the text when an
 error or warning first needs one (see :class:`Document`); anything
 unusual (a non-string or duplicate key, a merge key, a tag on a mapping
 or sequence, a constructor error, the size and depth limits) goes
-straight to the precise build, which alone reports problems.
+straight to the precise build, which alone reports problems. Where
+libyaml parses, the happy path builds the tree from its events without
+composing YAML nodes (most of a large manifest's load was composing);
+an anchor, an alias or a tag sends the text to the node path.
 
 Parsing: libyaml (PyYAML's C parser) is ten times faster than PyYAML's
 own, and differs from it at the edges: a tab after ``key:``, a byte
@@ -110,6 +113,7 @@ class _PyLoader(_Resolve, yaml.SafeLoader):
 
 # libyaml's parser when PyYAML was built with it: same nodes and marks, ten times faster.
 _CLoader = type("_CLoader", (_Resolve, yaml.CSafeLoader), {}) if hasattr(yaml, "CSafeLoader") else None
+_CParser = yaml.cyaml.CParser if _CLoader is not None else None
 
 class Document:
     """A parsed YAML file: plain data plus the origin of every value.
@@ -310,6 +314,13 @@ class _Decline(Exception):
 
 
 def _loads(text: str, file: str) -> Document:
+    if _CParser is not None and _NOT_PLAIN.search(text) is None:
+        try:
+            value, shallow = _event_build(text)
+        except Exception:  # noqa: BLE001 - _Decline, a YAML error or a constructor's: the node path decides and reports
+            pass
+        else:
+            return Document(file, value, text=text, shallow=shallow)
     loader, root = _compose(text, file)
     if root is None:
         return Document(file, None, problems=(Diagnostic(Origin(file, 1, 1), "the file is empty; a manifest is a YAML mapping"),))
@@ -321,6 +332,110 @@ def _loads(text: str, file: str) -> Document:
         loader.constructed_objects, loader.recursive_objects, loader.deep_construct = {}, {}, False
         return _precise(loader, root, file, text)
     return Document(file, value, text=text, shallow=shallow)
+
+
+_SCALAR_EVENT, _END_EVENTS = yaml.ScalarEvent, (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+_START_EVENTS = {yaml.MappingStartEvent: dict, yaml.SequenceStartEvent: list}
+_NO_KEY = object()
+
+
+def _event_build(text: str) -> tuple[Any, dict[Path, dict[str, tuple[yaml.Mark, yaml.Mark]]]]:
+    """What :func:`_fast_build` returns for ``text``, built from libyaml's events without composing nodes.
+
+    The composer makes a node of every event and asks the resolver, in
+    Python, about each; most of a large manifest's load was that. Here
+    the tree is built as the events arrive: a plain scalar's tag comes
+    from the same table :class:`_Resolve` uses, and a scalar that is not
+    a string is built by ``SafeConstructor`` from its node, as the
+    composer would have made it. Anything :func:`_fast_build` declines,
+    and an anchor, an alias or a tag as well, raises :class:`_Decline`,
+    so the node path takes the document; a document this accepts is
+    one it accepts, with the same value and the same ``shallow`` marks.
+    """
+    parser = _CParser(text)
+    try:
+        get = parser.get_event
+        if get().__class__ is not yaml.StreamStartEvent or get().__class__ is not yaml.DocumentStartEvent:
+            raise _Decline
+        by_first, wildcard = _Resolve._by_first, _Resolve._wildcard
+        constructor = yaml.constructor.SafeConstructor()
+        scalar_event, end_events, start_events, no_key, node = _SCALAR_EVENT, _END_EVENTS, _START_EVENTS, _NO_KEY, _SCALAR
+        shallow: dict[Path, dict[str, tuple[yaml.Mark, yaml.Mark]]] = {}
+        # the collection being built, the key waiting for its value, and the shallow marks it records, if any;
+        # ``stack`` holds the same three of each collection around it
+        cur: Any = None
+        key: Any = no_key
+        level: dict | None = None
+        key_mark = None
+        stack: list[tuple[Any, Any, dict | None]] = []
+        root: Any = None
+        size = 1
+        while True:
+            event = get()
+            cls = event.__class__
+            if cls is scalar_event:
+                if event.anchor is not None or event.tag is not None:
+                    raise _Decline
+                item = event.value
+                if event.implicit[0]:
+                    for tag, regexp in by_first.get(item[:1], wildcard):
+                        if regexp.match(item):
+                            item = constructor.construct_object(
+                                node(tag, item, event.start_mark, event.end_mark, event.style), deep=True)
+                            break
+                if cur.__class__ is dict:
+                    if key is no_key:
+                        if item.__class__ is not str or item in cur:
+                            raise _Decline  # a key that is not a string (a merge key too), or one written twice
+                        key = item
+                        if level is not None:
+                            key_mark = event.start_mark
+                        continue
+                    cur[key] = item
+                    if level is not None:
+                        level[key] = (key_mark, event.start_mark)
+                    key = no_key
+                elif cur is not None:
+                    cur.append(item)
+                else:
+                    root = item
+                    break
+                size += 1
+            elif cls in end_events:
+                cur, key, level = stack.pop()
+                if cur is None:
+                    break
+                key = no_key
+            else:
+                kind = start_events.get(cls)
+                if kind is None or event.anchor is not None or event.tag is not None:
+                    raise _Decline  # an alias, or a collection with an anchor or a tag
+                if len(stack) >= MAX_DEPTH or size > MAX_VALUES:
+                    raise _Decline
+                new = kind()
+                inner = None
+                if cur.__class__ is dict:
+                    if key is no_key:
+                        raise _Decline
+                    cur[key] = new
+                    if level is not None:
+                        level[key] = (key_mark, event.start_mark)
+                        if kind is dict and len(stack) == 1:
+                            inner = shallow[(key,)] = {}  # a mapping in the top mapping
+                elif cur is not None:
+                    cur.append(new)
+                else:
+                    root = new
+                    if kind is dict:
+                        inner = shallow[()] = {}
+                size += 1
+                stack.append((cur, key, level))
+                cur, key, level = new, no_key, inner
+        if size > MAX_VALUES or get().__class__ is not yaml.DocumentEndEvent or get().__class__ is not yaml.StreamEndEvent:
+            raise _Decline
+        return root, shallow
+    finally:
+        parser.dispose()
 
 
 def _compose(text: str, file: str) -> tuple[Any, yaml.Node | None]:

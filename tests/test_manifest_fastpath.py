@@ -149,6 +149,46 @@ def test_random_documents_build_the_same_both_ways(tree, flow):
         assert (str(fresh.at(path)), str(fresh.key_at(path))) == (str(exact.at(path)), str(exact.key_at(path)))
 
 
+def _positions(shallow: dict) -> dict:
+    return {path: {k: (a.line, a.column, b.line, b.column) for k, (a, b) in level.items()} for path, level in shallow.items()}
+
+
+def node_built(text: str):
+    """What the node path's fast build makes of ``text``: its value and shallow marks, or "declined"."""
+    try:
+        loader, root = ld._compose(text, "t.yaml")
+        shallow: dict = {}
+        return ld._fast_build(loader, root, 0, [1], shallow), _positions(shallow)
+    except Exception:  # noqa: BLE001 - whatever it declines or cannot build
+        return "declined"
+
+
+def event_built(text: str):
+    try:
+        value, shallow = ld._event_build(text)
+    except Exception:  # noqa: BLE001
+        return "declined"
+    return value, _positions(shallow)
+
+
+@pytest.mark.parametrize("text", TRICKY + [
+    "a: !!python/tuple [1, 2]\n", "a: !!set {x, y}\n", "d:\n  <<: [{x: 1}]\n", "a: *u\n", "a: b: c\n",
+    "- a\n- {b: 1}\n", "x\n", "---\n", "--- a\n--- b\n", "a: &x 1\n", "a: !!str 1\n", "a: {b: {c: [1]}}\n", "a: [b, {c: d}]\n"])
+def test_the_event_build_is_the_node_build_or_declines(text):
+    """Built from libyaml's events, a document is what the node path builds (marks included), or goes to the node path."""
+    got = event_built(text)
+    assert got == "declined" or got == node_built(text)
+    if "&" not in text and "!" not in text and "\t" not in text and "--- a" not in text and node_built(text) != "declined":
+        assert got != "declined", "the event build takes every plain document the node build takes"
+
+
+@settings(max_examples=150, deadline=None)
+@given(tree=trees, flow=st.sampled_from([None, True, False]))
+def test_random_documents_build_the_same_from_events_and_from_nodes(tree, flow):
+    text = yaml.safe_dump(tree, default_flow_style=flow, sort_keys=False)
+    assert event_built(text) == node_built(text) != "declined"
+
+
 @pytest.mark.parametrize("broken", [
     {"s5": "{op: relu, inputs: [s4], retries: x}", "9bad": "{op: relu, inputs: [s3]}", "s20": "{op: relu, inputs: [s19], bogus: 1}"},
     {},
