@@ -23,7 +23,7 @@ import networkx as nx
 from hetflow.engine import phases as phaselib
 from hetflow.engine import placement as placing
 from hetflow.engine.plandata import Bridge, Partition
-from hetflow.engine.plangraph import edges, execution_order, successors
+from hetflow.engine.plangraph import execution_order, successors
 
 __all__ = ["partition", "partition_into", "bridges", "partitions_of"]
 
@@ -43,9 +43,15 @@ def partition_into(out: nx.DiGraph) -> None:
         attrs = {n: d for n, d in attrs.items() if "phase" not in d}
         out = out.subgraph(attrs).copy()
     ex = {n: d["executor"] for n, d in attrs.items()}
-    same = [(u, v) for u, v in edges(out) if ex[u] == ex[v]]
+    # one walk over the edges: same-executor edges join a partition, the others link partitions
+    same: list[tuple[str, str]] = []
+    across: list[tuple[str, str]] = []
+    for u, nbrs in successors(out).items():
+        here = ex[u]
+        for v in nbrs:
+            (same if ex[v] == here else across).append((u, v))
     groups = placing.roots(out, same)
-    if not _contracts_to_dag(out, groups):
+    if not _contracts_to_dag(groups, across):
         crossings: dict[str, int] = {}
         pred = out.pred
         for n in nx.topological_sort(out):
@@ -56,19 +62,22 @@ def partition_into(out: nx.DiGraph) -> None:
         groups = {n: i for i, comp in enumerate(nx.connected_components(split)) for n in comp}
     names: dict[Any, str] = {}
     for n in execution_order(out):
-        if n not in groups:
-            continue
-        if groups[n] not in names:
-            names[groups[n]] = f"p{len(names)}"
+        group = groups.get(n)
+        if group is not None and group not in names:
+            names[group] = f"p{len(names)}"
     for n, d in attrs.items():
         d["partition"] = names[groups[n]]
 
 
-def _contracts_to_dag(graph: nx.DiGraph, groups: Mapping[str, Any]) -> bool:
-    """Whether contracting each group to one node leaves a DAG."""
+def _contracts_to_dag(groups: Mapping[str, Any], across: list[tuple[str, str]]) -> bool:
+    """Whether contracting each group to one node leaves a DAG, ``across`` the edges between groups.
+
+    >>> _contracts_to_dag({"a": 0, "b": 1, "c": 0}, [("a", "b"), ("b", "c")])
+    False
+    """
     quotient = nx.DiGraph()
     quotient.add_nodes_from(set(groups.values()))
-    quotient.add_edges_from((groups[u], groups[v]) for u, v in edges(graph) if groups[u] != groups[v])
+    quotient.add_edges_from((groups[u], groups[v]) for u, v in across)
     return nx.is_directed_acyclic_graph(quotient)
 
 
@@ -84,9 +93,11 @@ def bridges(graph: nx.DiGraph) -> list[Bridge]:
     for v in execution:
         if "phase" in attrs[v]:
             continue  # a phase reads only phases of its own emulator
-        dest = attrs[v]["executor"]
+        d = attrs[v]
+        dest = d["executor"]
+        ins = d["stage"].inputs
         # the graph's predecessors of v, in slot order, without a view per node
-        for u in dict.fromkeys(attrs[v]["stage"].inputs):
+        for u in (ins if len(ins) < 2 else dict.fromkeys(ins)):
             if attrs[u]["executor"] != dest:
                 found.setdefault((u, dest), []).append(v)
     order = {n: i for i, n in enumerate(execution)}
@@ -117,8 +128,14 @@ def partitions_of(graph: nx.DiGraph, outputs: Mapping[str, str]) -> tuple[Partit
     members: dict[str, list[str]] = {}
     attrs = placing.node_data(graph)
     for n in execution_order(graph):
-        if "phase" not in attrs[n]:
-            members.setdefault(attrs[n]["partition"], []).append(n)
+        d = attrs[n]
+        if "phase" not in d:
+            part = d["partition"]
+            found = members.get(part)
+            if found is None:
+                members[part] = [n]
+            else:
+                found.append(n)
     persisted = set(outputs.values())
     succ = successors(graph)
     result = []
@@ -126,16 +143,23 @@ def partitions_of(graph: nx.DiGraph, outputs: Mapping[str, str]) -> tuple[Partit
         nodes = members[pid]
         inside = set(nodes)
         inputs: dict[str, None] = {}
+        outs = []
+        timeouts = []
+        retries = 0
         for n in nodes:
-            for ref in attrs[n]["stage"].inputs:
+            decl = attrs[n]["stage"]
+            for ref in decl.inputs:
                 # a phase's array enters through its bridge's import (the plan's phase_inputs), not a partition
                 if ref not in inside and "phase" not in attrs[ref]:
                     inputs[ref] = None
-        outs = [n for n in nodes if n in persisted or not inside.issuperset(succ[n])]
-        decls = [attrs[n]["stage"] for n in nodes]
-        timeouts = [d.timeout for d in decls if d.timeout is not None]
+            if n in persisted or not inside.issuperset(succ[n]):
+                outs.append(n)
+            if decl.timeout is not None:
+                timeouts.append(decl.timeout)
+            if decl.retries > retries:
+                retries = decl.retries
         result.append(Partition(
             pid, attrs[nodes[0]]["executor"], tuple(nodes), tuple(inputs), tuple(outs),
-            retries=max(d.retries for d in decls), timeout=sum(timeouts) if timeouts else None,
+            retries=retries, timeout=sum(timeouts) if timeouts else None,
         ))
     return tuple(result)

@@ -265,15 +265,16 @@ def _plan(manifest: Manifest, probe: Callable[[Vendor], Offer], model: Any) -> P
     partition_into(parted)
     crossing = bridges(parted)
     attrs = placing.node_data(parted)
-    nodes = {
-        n: frozen_instance(NodePlan, {
-            "id": n, "op": d["stage"].op, "executor": d["executor"], "reason": d["reason"],
-            "partition": d["partition"], "shape": d["shape"], "dtype": d["stage"].dtype, "bytes": d["bytes"],
-            "origin": d["stage"].origin, "why": d["why"], "estimated_s": d["estimated_s"],
+    nodes: dict[str, NodePlan] = {}
+    for n in manifest.stages:
+        d = attrs[n]
+        stage = d["stage"]
+        nodes[n] = frozen_instance(NodePlan, {
+            "id": n, "op": stage.op, "executor": d["executor"], "reason": d["reason"],
+            "partition": d["partition"], "shape": d["shape"], "dtype": stage.dtype, "bytes": d["bytes"],
+            "origin": stage.origin, "why": d["why"], "estimated_s": d["estimated_s"],
             "bound": d.get("bound", False),
         })
-        for n, d in ((n, attrs[n]) for n in manifest.stages)
-    }
     parts = partitions_of(parted, manifest.outputs)
     memory = _check_memory(parts, parted, manifest, executors, probe)
     phase_inputs = _phase_inputs(manifest, parts)
@@ -306,6 +307,8 @@ def _phase_inputs(manifest: Manifest, parts: tuple[Partition, ...]) -> dict[str,
     """The phase arrays each partition imports (through its bridge from the phase's emulator)."""
     phases = getattr(manifest, "phases", {})
     inputs: dict[str, tuple[str, ...]] = {}
+    if not phases:
+        return inputs
     for part in parts:
         refs = [r for n in part.nodes for r in manifest.stages[n].inputs if r in phases]
         if refs:
@@ -352,8 +355,10 @@ def _check_memory(parts: tuple[Partition, ...], graph: nx.DiGraph, manifest: Man
     out: dict[str, dict] = {}
     problems: list[Diagnostic] = []
     # a bounded size (read from a witness table) may be far above what the guest yields: it is shown, never refused
-    nbytes = {n: d["bytes"] for n, d in graph.nodes(data=True) if not d.get("bound")}
-    bounded = {n: d["bytes"] for n, d in graph.nodes(data=True) if d.get("bound")}
+    nbytes: dict[str, int | None] = {}
+    bounded: dict[str, int | None] = {}
+    for n, d in placing.node_data(graph).items():
+        (bounded if d.get("bound") else nbytes)[n] = d["bytes"]
     for part in parts:
         members = list(part.inputs) + list(part.nodes)
         peak = sum(nbytes.get(n) or 0 for n in members)
@@ -412,13 +417,13 @@ def _warnings(manifest: Manifest, executors: Mapping[str, ExecutorPlan], graph: 
 
 def _check_dtypes(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan], probe: Callable[[Vendor], Offer]) -> None:
     problems = []
-    for n, d in graph.nodes(data=True):
+    offered = {name: probe(ex.vendor).dtypes for name, ex in executors.items()}
+    for n, d in placing.node_data(graph).items():
         if "phase" in d:
             continue
-        ex = executors[d["executor"]]
-        supported = probe(ex.vendor).dtypes
         dtype = d["stage"].dtype
-        if dtype not in supported:
+        if dtype not in offered[d["executor"]]:
+            ex, supported = executors[d["executor"]], offered[d["executor"]]
             problems.append(Diagnostic(
                 d["stage"].origin,
                 f"stage {n!r} produces {dtype.value}, which executor {ex.name!r} ({ex.vendor.value}) does not support "
