@@ -183,13 +183,13 @@ def run(quick: bool) -> list[dict]:
 
 
 _BREAKDOWN = """
-import json, sys, time
+import json, re, sys, time
 t0 = time.perf_counter()
 from hetflow.engine.cli import main
 t1 = time.perf_counter()
-from hetflow.executors.emulator import load_elf, native_main
+from hetflow.executors.emulator import native_main
 t2 = time.perf_counter()
-program = load_elf(sys.argv[1])
+program = native_main.load_program(sys.argv[1])
 t3 = time.perf_counter()
 m = native_main.MainRun(program, open(sys.argv[2], "rb").read(), translate=False)
 t4 = time.perf_counter()
@@ -198,7 +198,8 @@ t5 = time.perf_counter()
 print(json.dumps({"cli import": t1 - t0, "emulator imports": t2 - t1, "ELF load": t3 - t2,
                   "translation load": t4 - t3, "run": t5 - t4,
                   "numpy loaded": "numpy" in sys.modules, "numba loaded": "numba" in sys.modules,
-                  "llvmlite loaded": "llvmlite.binding" in sys.modules, "steps": r["steps"]}))
+                  "llvmlite loaded": "llvmlite.binding" in sys.modules, "elftools loaded": "elftools" in sys.modules,
+                  "steps": r["steps"]}))
 """
 
 _UNICORN_BREAKDOWN = """
@@ -309,8 +310,14 @@ def _native_rows(quick: bool) -> list[dict]:
         "notes": f"{_rate(steps, nat_s)} vs {_rate(steps, uni_s)} M steps/s; best of {1 if quick else 3}; "
                  f"{len(n['traces'])} chunks",
     })
-    py = sys.executable
-    console = Path(py).parent / "hetflow"        # the console script itself: a pyenv shim would add its own start
+    # both sides under one fresh venv holding the built wheel and Unicorn, as a user installs them; the
+    # console script itself, not a pyenv shim, which would add its own start
+    sys.path.insert(0, str(HERE))
+    from user_venv import user_python
+
+    python, under = user_python()
+    py = str(python)
+    console = python.parent / "hetflow"
     with tempfile.NamedTemporaryFile(suffix=".bin", delete=False) as f:
         f.write(arg)
     try:
@@ -323,28 +330,33 @@ def _native_rows(quick: bool) -> list[dict]:
         pairs = [(_wall(unicorn_cmd), _wall(hetflow)) for _ in range(n_pairs)]
         start = _median([_wall([py, "-c", "pass"]) for _ in range(5)])
         start_s = _median([_wall([py, "-S", "-c", "pass"]) for _ in range(5)])
-        parts = [json.loads(subprocess.run([py, "-c", _BREAKDOWN, str(loop), f.name], check=True,
+        # run from elsewhere: ``-c`` puts the working directory first on sys.path, and the checkout's hetflow/
+        # folder would shadow the installed package
+        elsewhere = tempfile.gettempdir()
+        parts = [json.loads(subprocess.run([py, "-c", _BREAKDOWN, str(loop), f.name], check=True, cwd=elsewhere,
                                            capture_output=True, text=True).stdout) for _ in range(3)]
         uparts = [json.loads(subprocess.run([py, "-c", _UNICORN_BREAKDOWN, str(loop), f.name, str(HERE)],
-                                            check=True, capture_output=True, text=True).stdout) for _ in range(3)]
+                                            check=True, cwd=elsewhere, capture_output=True, text=True).stdout)
+                  for _ in range(3)]
     finally:
         os.unlink(f.name)
     ratios = sorted(u / h for u, h in pairs)
     het_s = _median([h for _, h in pairs])
     where = ", ".join(f"{k} {_median([p[k] for p in parts]) * 1e3:.0f} ms" for k in
                       ("cli import", "emulator imports", "ELF load", "translation load", "run"))
-    loaded = ", ".join(k.split()[0] for k in ("numpy loaded", "numba loaded", "llvmlite loaded") if parts[0][k])
+    loaded = ", ".join(k.split()[0] for k in ("numpy loaded", "numba loaded", "llvmlite loaded", "elftools loaded")
+                       if parts[0][k])
     uwhere = ", ".join(f"{k} {_median([p[k] for p in uparts]) * 1e3:.0f} ms" for k in ("import unicorn", "run"))
     rows.append({
         "name": f"loop.elf, {steps // 1_000_000} M steps, whole process",
         "baseline": "python bench/unicorn_guest.py", "baseline_s": _median([u for u, _ in pairs]),
         "subject": "hetflow emulate --backend native (console script)", "subject_s": het_s,
         "ratio": ratios[len(ratios) // 2],
-        "notes": f"median of {len(pairs)} alternating pairs (ratio taken pair by pair), each a fresh process of "
-                 f"{py}; translation from the disk cache. Where hetflow's time goes: Python start {start * 1e3:.0f} ms "
+        "notes": f"median of {len(pairs)} alternating pairs (ratio taken pair by pair), each a fresh process "
+                 f"{under}; translation and ELF layout from the disk cache. Where hetflow's time goes: Python start {start * 1e3:.0f} ms "
                  f"({start_s * 1e3:.0f} ms without site), {where}; the rest (the console script, the CLI's argument "
                  f"parsing and output) {(het_s - start - sum(_median([p[k] for p in parts]) for k in ('cli import', 'emulator imports', 'ELF load', 'translation load', 'run'))) * 1e3:.0f} ms; "
-                 f"loaded: {loaded or 'none of numpy, numba, llvmlite'}. Unicorn: {uwhere}",
+                 f"loaded: {loaded or 'none of numpy, numba, llvmlite, pyelftools'}. Unicorn: {uwhere}",
     })
     return rows
 

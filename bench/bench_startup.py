@@ -2,16 +2,18 @@
 
 Each row starts ``hetflow emulate GUEST`` and ``python bench/unicorn_guest.py
 GUEST`` (QEMU's RISC-V core under Python, the same memory map and ABI) in
-turn, A B A B ..., as fresh processes (the console script beside the
-interpreter that runs Unicorn, not a pyenv shim, which would add its own
-start to one side), and takes the median wall time of each; the ratio is Unicorn's time over hetflow's (above 1, hetflow starts
-faster). The guests are short, so the figure is start-up: Python, the CLI,
+turn, A B A B ..., as fresh processes of one fresh venv that holds the
+built wheel and Unicorn, as a user installs them (``bench/user_venv.py``;
+the console script beside the interpreter that runs Unicorn, not a pyenv
+shim, which would add its own start to one side), and takes the median
+wall time of each; the ratio is Unicorn's time over hetflow's (above 1,
+hetflow starts faster). The guests are short, so the figure is start-up: Python, the CLI,
 the ELF loader and the emulator. A third row runs the fast backend from its
 first step (``--no-interpreter-start``), which loads numba's compiled
 interpreter, to show what the reference interpreter's first 20,000 steps
 spare a short guest; two more run the native backend from its first step
 with its translation in the disk cache (the warm-up run of the pair puts
-it there), which loads neither numba nor llvmlite.
+it there), which loads neither numba, llvmlite nor pyelftools.
 """
 
 from __future__ import annotations
@@ -44,13 +46,17 @@ def _pair(a: list[str], b: list[str], runs: int) -> tuple[float, float]:
 
 
 def run(quick: bool) -> list[dict]:
-    # the console script itself, beside the interpreter that runs Unicorn:
-    # a pyenv shim in front of either would add its own start-up (~70 ms)
-    hetflow = Path(sys.executable).parent / "hetflow"
     try:
         import unicorn  # noqa: F401
     except ImportError:
         return []
+    sys.path.insert(0, str(HERE))
+    from user_venv import user_python
+
+    python, under = user_python()
+    # the console script itself, beside the interpreter that runs Unicorn:
+    # a pyenv shim in front of either would add its own start-up (~70 ms)
+    hetflow = python.parent / "hetflow"
     if not hetflow.exists():
         return []
     runs = 3 if quick else 9
@@ -68,14 +74,14 @@ def run(quick: bool) -> list[dict]:
             for guest, flags, what in cases:
                 path = str(GUESTS / guest)
                 subject_s, baseline_s = _pair([str(hetflow), "emulate", *flags, path],
-                                              [sys.executable, str(HERE / "unicorn_guest.py"), path], runs)
+                                              [str(python), str(HERE / "unicorn_guest.py"), path], runs)
                 label = " ".join(["hetflow emulate", *flags])
                 rows.append({"name": f"start-up, {guest}{what}",
                              "baseline": "unicorn_guest.py (Unicorn), whole process", "baseline_s": baseline_s,
                              "subject": f"{label}, whole process", "subject_s": subject_s,
                              "ratio": baseline_s / subject_s,
                              "notes": f"median wall of {runs} fresh processes each, in turn, the console script and "
-                                      f"Unicorn both under {sys.executable}"})
+                                      f"Unicorn, {under}"})
         finally:
             if old is None:
                 del os.environ["HETFLOW_NATIVE_CACHE"]

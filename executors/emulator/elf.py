@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import io
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["ElfError", "Segment", "Program", "load_elf", "read_elf", "elf_layout", "program_of", "PERM_R", "PERM_W",
            "PERM_X", "FETCH_MODES"]
@@ -36,8 +36,7 @@ class ElfError(ValueError):
     """The file is not a loadable static ELF64 RISC-V executable."""
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(NamedTuple):
     vaddr: int
     data: bytes          # memsz bytes: file contents, then zeros
     perm: int            # PERM_R | PERM_W | PERM_X
@@ -50,8 +49,7 @@ class Segment:
         return "".join(c if self.perm & b else "-" for c, b in (("r", PERM_R), ("w", PERM_W), ("x", PERM_X)))
 
 
-@dataclass(frozen=True)
-class Program:
+class Program(NamedTuple):
     """A loaded guest: entry point, segments, the optional ``tohost``, and
     the fetch protection it runs under."""
 

@@ -48,7 +48,6 @@ N       no operands (fences, ecall, ebreak, mret, wfi)
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import NamedTuple
 
 __all__ = [
@@ -78,8 +77,7 @@ CLASSES = ("alu", "muldiv", "load", "store", "branch", "jump", "csr", "atomic", 
 FORMATS = ("R", "I", "SH6", "SH5", "S", "B", "U", "J", "CSR", "CSRI", "A", "N")
 
 
-@dataclass(frozen=True)
-class Instr:
+class Instr(NamedTuple):
     name: str
     fmt: str
     match: int
@@ -363,8 +361,7 @@ _C_IMMS = {
 }
 
 
-@dataclass(frozen=True)
-class CInstr:
+class CInstr(NamedTuple):
     """One compressed form: ``base`` is the TABLE instruction it stands for
     (None: a reserved encoding); rd/rs1/rs2 are a key of the register
     fields or a fixed register number; imm a key of the immediates."""

@@ -101,7 +101,7 @@ read-only executable segments come from the program itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .elf import FETCH_MODES, PERM_R, PERM_W, PERM_X, ElfError, Program
 
@@ -182,8 +182,7 @@ class StepLimitExceeded(GuestError):
         super().__init__(f"step limit reached: {max_steps} steps without an exit", pc=pc, insn=insn, step=step)
 
 
-@dataclass(frozen=True)
-class Region:
+class Region(NamedTuple):
     name: str
     base: int
     size: int

@@ -28,8 +28,7 @@ between the ``reference`` and ``fast`` backends.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from .isa import CLASSES
 from .machine import CSR_STATE, EmulatorError
@@ -52,8 +51,7 @@ def _array_equal(a, b) -> bool:
     return np.array_equal(a, b)
 
 
-@dataclass(frozen=True)
-class EmuTraceStart:
+class EmuTraceStart(NamedTuple):
     """Architectural state at a chunk's first step."""
 
     pc: int
@@ -67,8 +65,21 @@ class EmuTraceStart:
         return self.csrs[CSR_STATE.index(name)]
 
 
-@dataclass(frozen=True, eq=False)
-class EmuTrace:
+class _Record:
+    """A class of named fields set once by its ``__init__``, shown as ``Name(field=value, ...)``.
+
+    What ``@dataclass`` would generate, written out: a dataclass compiles its
+    methods when its class is made, which ``hetflow emulate`` would pay at
+    every start for each output class.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k)!r}' for k in self.__slots__)})"
+
+
+class EmuTrace(_Record):
     """A min trace: a chunk's start state plus every memory read, in order.
 
     ``mem_reads`` holds the aligned 8-byte words the chunk read (a load
@@ -77,11 +88,11 @@ class EmuTrace:
     ``end`` is True only for the last chunk, which ended the program.
     """
 
-    chunk_id: int
-    start_state: EmuTraceStart
-    steps: int
-    mem_reads: np.ndarray             # uint64
-    end: bool
+    __slots__ = ("chunk_id", "start_state", "steps", "mem_reads", "end")
+
+    def __init__(self, chunk_id: int, start_state: EmuTraceStart, steps: int, mem_reads: np.ndarray, end: bool):
+        self.chunk_id, self.start_state, self.steps, self.mem_reads, self.end = (
+            chunk_id, start_state, steps, mem_reads, end)       # mem_reads: uint64
 
     def __eq__(self, other):
         if not isinstance(other, EmuTrace):
@@ -93,12 +104,13 @@ class EmuTrace:
     __hash__ = None
 
 
-@dataclass(frozen=True, eq=False)
-class CountersChunkMetrics:
+class CountersChunkMetrics(_Record):
     """Per-chunk operation counts: ``table[chunk, class]``, classes as CLASSES."""
 
-    table: np.ndarray                 # int64, shape (n_chunks, len(CLASSES))
-    classes: tuple[str, ...] = CLASSES
+    __slots__ = ("table", "classes")
+
+    def __init__(self, table: np.ndarray, classes: tuple[str, ...] = CLASSES):
+        self.table, self.classes = table, classes      # table: int64, shape (n_chunks, len(CLASSES))
 
     def chunk(self, i: int) -> dict[str, int]:
         return {c: int(v) for c, v in zip(self.classes, self.table[i])}
@@ -115,13 +127,14 @@ class CountersChunkMetrics:
     __hash__ = None
 
 
-@dataclass(frozen=True, eq=False)
-class RomHistogram:
+class RomHistogram(_Record):
     """Execution count per instruction address (ZisK's ``AsmRHData``)."""
 
-    steps: int
-    pcs: np.ndarray                   # uint64, sorted, each executed at least once
-    counts: np.ndarray                # uint64
+    __slots__ = ("steps", "pcs", "counts")
+
+    def __init__(self, steps: int, pcs: np.ndarray, counts: np.ndarray):
+        # pcs: uint64, sorted, each executed at least once; counts: uint64
+        self.steps, self.pcs, self.counts = steps, pcs, counts
 
     def __eq__(self, other):
         if not isinstance(other, RomHistogram):
@@ -131,8 +144,7 @@ class RomHistogram:
     __hash__ = None
 
 
-@dataclass(frozen=True)
-class MemPlan:
+class MemPlan(NamedTuple):
     """One memory instance: ``count`` consecutive rows of the memory
     operations sorted by (address, step), from row ``first_row``."""
 
@@ -207,17 +219,20 @@ class BackendArtifacts:
         return f"BackendArtifacts.{self.kind}(mo={'pending' if self.mo else None}, rh={'pending' if self.rh else None})"
 
 
-@dataclass(eq=False)
-class ExecutionOutput:
-    min_traces: list[EmuTrace]
-    counters: CountersChunkMetrics
-    pub_outs: list[tuple[int, int]]   # (index, u32 value), index 0..63
-    steps: int
-    backend: BackendArtifacts
-    exit_code: int = 0
-    stdout: bytes = b""
-    end_reason: str = "exit"          # "exit" (ecall 93) or "tohost"
-    extra: dict = field(default_factory=dict)
+class ExecutionOutput(_Record):
+    """What a backend's run returns: the seed's fields, then what hetflow's guest ABI adds."""
+
+    __slots__ = ("min_traces", "counters", "pub_outs", "steps", "backend", "exit_code", "stdout", "end_reason",
+                 "extra")
+
+    def __init__(self, min_traces: list[EmuTrace], counters: CountersChunkMetrics, pub_outs: list[tuple[int, int]],
+                 steps: int, backend: BackendArtifacts, exit_code: int = 0, stdout: bytes = b"",
+                 end_reason: str = "exit", extra: dict | None = None):
+        self.min_traces, self.counters, self.steps, self.backend = min_traces, counters, steps, backend
+        self.pub_outs = pub_outs          # (index, u32 value), index 0..63
+        self.exit_code, self.stdout = exit_code, stdout
+        self.end_reason = end_reason      # "exit" (ecall 93) or "tohost"
+        self.extra = {} if extra is None else extra
 
     def same_result(self, other: "ExecutionOutput") -> list[str]:
         """Names of the fields (other than ``backend``) that differ."""
