@@ -38,9 +38,12 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Iterator, Mapping
+from typing import Any
+
+import orjson
 
 from hetflow.engine.planner import Partition, Plan
 from hetflow.executors import ops as oplib
@@ -122,78 +125,144 @@ class PartitionKey:
                 "node_digests": dict(self.node_digests), "code": dict(self.code)}
 
 
-def _definition(plan: Plan, part: Partition, uncacheable: list[str], kinds: dict[str, tuple]) -> dict:
-    """The partition's ``definition`` (see the module's docstring); ``kinds`` memoizes, per op,
-    the op and the names of its path and seed arguments."""
-    nodes = []
-    for n in part.nodes:
-        node = plan.nodes[n]
-        known = kinds.get(node.op)
+def _definition(plan: Plan, part: Partition, uncacheable: list[str], kinds: dict[str, tuple]) -> tuple[dict, bool, dict]:
+    """The partition's ``definition`` (see the module's docstring), whether it is :func:`_plain`, and the
+    identity of each user's op it runs; ``kinds`` memoizes, per op, the op and the names of its path and
+    seed arguments, or ``()`` for an op whose stages are written as they are."""
+    stages, stage_args, stage_inputs = plan.nodes, plan.stage_args, plan.stage_inputs
+    # every stage as the plan has it, in one pass; then the few whose ops read files, draw from a seed or
+    # are users' are amended
+    nodes = [{"id": n, "op": (node := stages[n]).op, "args": stage_args[n], "dtype": node.dtype._value_,
+              "inputs": stage_inputs[n]}  # a tuple of inputs encodes as the list it stands for
+             for n in part.nodes]
+    amend: dict[str, tuple] = {}
+    for name in {entry["op"] for entry in nodes}:
+        known = kinds.get(name)
         if known is None:
-            op = oplib.REGISTRY[node.op]
-            known = kinds[node.op] = (op, [a for a, spec in op.args.items() if spec.kind == "path"],
-                                      [a for a, spec in op.args.items() if spec.kind == "seed"])
+            op = oplib.REGISTRY[name]
+            paths = [a for a, spec in op.args.items() if spec.kind == "path"]
+            seeds = [a for a, spec in op.args.items() if spec.kind == "seed"]
+            known = kinds[name] = (op, paths, seeds) if paths or seeds or op.invoke is not None else ()
+        if known:
+            amend[name] = known
+    code: dict[str, str | None] = {}
+    for entry in nodes if amend else ():
+        known = amend.get(entry["op"])
+        if not known:
+            continue
         op, paths, seeds = known
-        given = plan.stage_args[n]
-        args = dict(given) if paths else given  # only a path is rewritten (to its digest); the rest is read
-        for name in paths:
-            if isinstance(args.get(name), str):
-                digest = file_digest(args[name])
-                if digest is None:
-                    uncacheable.append(f"stage {n!r} reads {args[name]!r}, which cannot be read")
-                args[name] = {"file_sha256": digest}
+        n, given = entry["id"], entry["args"]
+        if paths:
+            entry["args"] = args = dict(given)  # only a path is rewritten (to its digest); the rest is read
+            for name in paths:
+                if isinstance(args.get(name), str):
+                    digest = file_digest(args[name])
+                    if digest is None:
+                        uncacheable.append(f"stage {n!r} reads {args[name]!r}, which cannot be read")
+                    args[name] = {"file_sha256": digest}
         # what oplib.is_deterministic says: a seed left null draws a new stream every run
         if seeds and any(given.get(a) is None for a in seeds):
             uncacheable.append(f"stage {n!r} is nondeterministic (seed: null)")
-        entry = {"id": n, "op": node.op, "args": args, "dtype": node.dtype.value, "inputs": list(plan.stage_inputs[n])}
         if op.invoke is not None:
             if op.identity is None:
-                uncacheable.append(f"stage {n!r} runs op {node.op!r}, whose code has no identity")
-            entry["code"] = op.identity
-        nodes.append(entry)
-    return {"vendor": plan.executors[part.executor].vendor.value, "nodes": nodes,
-            "inputs": list(part.inputs), "outputs": list(part.outputs)}
+                uncacheable.append(f"stage {n!r} runs op {entry['op']!r}, whose code has no identity")
+            entry["code"] = code[entry["op"]] = op.identity
+    plain = all(_plain(entry["args"]) for entry in nodes if entry["args"])
+    return ({"vendor": plan.executors[part.executor].vendor.value, "nodes": nodes,
+             "inputs": part.inputs, "outputs": part.outputs}, plain, code)
 
 
-def _definition_digests(definition: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
-    """The digest of ``_canonical(definition)`` and of each of its nodes, every node encoded once.
+def _plain(value: Any) -> bool:
+    """Whether ``value`` holds only strings, integers, booleans, None, and lists, tuples and dicts with
+    string keys of them: data orjson writes as :func:`_canonical` does, byte for byte (orjson spells a
+    float's exponent its own way, writes a non-finite float as null and writes types the standard library
+    refuses).
 
-    With sorted keys a definition's text is its parts' texts in the order
-    ``inputs``, ``nodes``, ``outputs``, ``vendor``.
+    >>> _plain({"shape": [8, 8], "key": "w", "cast": False}), _plain({"value": 0.5}), _plain({1: "a"})
+    (True, False, False)
     """
-    texts = [_canonical(n) for n in definition["nodes"]]
-    whole = b"".join((b'{"inputs":', _canonical(definition["inputs"]), b',"nodes":[', b",".join(texts),
-                      b'],"outputs":', _canonical(definition["outputs"]), b',"vendor":',
-                      _canonical(definition["vendor"]), b"}"))
-    return _sha(whole), {n["id"]: _sha(t) for n, t in zip(definition["nodes"], texts)}
+    cls = value.__class__
+    if cls is str or cls is int or cls is bool or value is None:
+        return True
+    if cls is dict:
+        return all(k.__class__ is str and _plain(v) for k, v in value.items())
+    if cls is list or cls is tuple:
+        return all(_plain(v) for v in value)
+    return False
+
+
+def _encode(value: Any, plain: bool) -> bytes:
+    """:func:`_canonical` of ``value``, written by orjson when ``value`` is :func:`_plain`.
+
+    >>> _encode({"b": [1, None], "a": "é"}, True) == _canonical({"b": [1, None], "a": "é"})
+    True
+    """
+    if plain:
+        try:
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:  # an integer beyond 64 bits
+            pass
+    return _canonical(value)
+
+
+class _NodeDigests(Mapping):
+    """Each stage of a definition by the digest of its canonical JSON, computed when first read:
+    ``hetflow plan`` reads them only to name the stage whose definition changed."""
+
+    __slots__ = ("_nodes", "_plain", "_digests")
+
+    def __init__(self, nodes: list[dict], plain: bool) -> None:
+        self._nodes, self._plain, self._digests = nodes, plain, None
+
+    def _computed(self) -> dict[str, str]:
+        if self._digests is None:
+            self._digests = {n["id"]: _sha(_encode(n, self._plain)) for n in self._nodes}
+            self._nodes = []
+        return self._digests
+
+    def __getitem__(self, node: str) -> str:
+        return self._computed()[node]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._computed())
+
+    def __len__(self) -> int:
+        return len(self._computed())
+
+    def __repr__(self) -> str:
+        return repr(self._computed())
+
+    def __reduce__(self):
+        return (dict, (self._computed(),))
 
 
 def partition_keys(plan: Plan, no_cache_stages: frozenset[str] = frozenset(), version: str | None = None) -> dict[str, PartitionKey]:
     """The cache key of every partition, in execution order."""
     version = version or hetflow_version()
-    producer = {n: p.id for p in plan.partitions for n in p.nodes}
-    by_id = {p.id: p for p in plan.partitions}
+    stages = plan.nodes
     keys: dict[str, PartitionKey] = {}
     kinds: dict[str, tuple] = {}
-    for part in _dependency_order(plan.partitions, producer):
-        why: list[str] = [f"stage {n!r} has cache: false" for n in part.nodes if n in no_cache_stages]
-        definition = _definition(plan, part, why, kinds)
+    for part in _dependency_order(plan.partitions, stages):
+        why: list[str] = ([f"stage {n!r} has cache: false" for n in part.nodes if n in no_cache_stages]
+                          if no_cache_stages else [])
+        definition, plain, code = _definition(plan, part, why, kinds)
         inputs: dict[str, str | None] = {}
         for tensor in part.inputs:
-            upstream = keys[producer[tensor]]
+            upstream = keys[stages[tensor].partition]
             inputs[tensor] = upstream.key
             if upstream.key is None:
                 why.append(f"input {tensor!r} comes from uncacheable partition {upstream.partition}")
-        def_digest, node_digests = _definition_digests(definition)
+        def_digest = _sha(_encode(definition, plain))
         key = None if why else _sha(_canonical({"format": CACHE_FORMAT, "definition": def_digest,
                                                  "inputs": inputs, "version": version}))
-        code = {n["op"]: n["code"] for n in definition["nodes"] if "code" in n}
-        keys[part.id] = PartitionKey(part.id, part.nodes, key, def_digest, inputs, version, "; ".join(why), node_digests,
-                                     code)
-    return {p: keys[p] for p in by_id}
+        keys[part.id] = PartitionKey(part.id, part.nodes, key, def_digest, inputs, version, "; ".join(why),
+                                     _NodeDigests(definition["nodes"], plain), code)
+    return {p.id: keys[p.id] for p in plan.partitions}
 
 
-def _dependency_order(partitions: tuple[Partition, ...], producer: Mapping[str, str]) -> list[Partition]:
+def _dependency_order(partitions: tuple[Partition, ...], stages: Mapping[str, Any]) -> list[Partition]:
+    """The partitions, each after those whose outputs it reads (``stages``: the plan's nodes, which name
+    their partition)."""
     by_id = {p.id: p for p in partitions}
     done: set[str] = set()
     order: list[Partition] = []
@@ -208,7 +277,7 @@ def _dependency_order(partitions: tuple[Partition, ...], producer: Mapping[str, 
                 order.append(by_id[pid])
                 continue
             stack.append((pid, True))
-            stack.extend((producer[t], False) for t in by_id[pid].inputs if producer[t] not in done)
+            stack.extend((stages[t].partition, False) for t in by_id[pid].inputs if stages[t].partition not in done)
     return order
 
 
@@ -382,7 +451,7 @@ def explain(keys: Mapping[str, PartitionKey], cache: Cache, previous: Mapping[st
         if isinstance(info, dict):
             before[frozenset(info.get("nodes", []))] = info
     stale = {pid for pid, k in keys.items() if not (k.cacheable and cache.has(k.key))}
-    producer = {n: pid for pid, k in keys.items() for n in k.nodes}
+    producer: dict[str, str] = {}  # stage -> its partition, made when an input is the reason
     out: dict[str, dict] = {}
     for pid, k in keys.items():
         if not k.cacheable:
@@ -406,6 +475,7 @@ def explain(keys: Mapping[str, PartitionKey], cache: Cache, previous: Mapping[st
             reason = "definition changed: " + (", ".join(f"stage {n!r}" for n in changed) if changed else "stages differ")
         elif dict(old.get("inputs") or {}) != dict(k.inputs):
             moved = [t for t, key in k.inputs.items() if (old.get("inputs") or {}).get(t) != key]
+            producer = producer or {n: p for p, other in keys.items() for n in other.nodes}
             reason = "input changed: " + ", ".join(f"{t!r} (from {producer.get(t, '?')})" for t in moved)
         else:
             reason = "no cache entry (removed, or the earlier run did not finish it)"

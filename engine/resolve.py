@@ -17,6 +17,7 @@ import json
 import re
 from typing import Any, Mapping
 
+import orjson
 import yaml
 
 from hetflow.engine.errors import Diagnostic, UsageError
@@ -46,7 +47,31 @@ def has_undefined(value: Any) -> bool:
     return False
 
 
+# In orjson's compact text a float is a number token holding "." or "e", and a non-finite float is null;
+# a match inside a string only sends the value to the standard library.
+_FLOAT_OR_NULL = re.compile(rb"[:,\[](?:null|-?[0-9]+[.eE])")
+
+
 def canonical_json(value: Any) -> str:
+    """``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``.
+
+    orjson writes it, in less than half the time, when the text holds no
+    float and no null: orjson spells a float's exponent its own way and
+    writes a non-finite float as null, and it refuses what it cannot
+    write as the standard library does (an integer beyond 64 bits, a
+    date). Any other value, and a lone scalar, is written by the standard
+    library.
+
+    >>> canonical_json({"b": [1, "é"], "a": None, "c": 1e-05})
+    '{"a":null,"b":[1,"é"],"c":1e-05}'
+    """
+    try:
+        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
+                            | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS)
+    except orjson.JSONEncodeError:
+        text = b""
+    if text[:1] in (b"{", b"[") and _FLOAT_OR_NULL.search(text) is None:
+        return text.decode()
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 

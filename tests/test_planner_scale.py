@@ -78,10 +78,10 @@ def test_cache_keys_encode_as_canonical_json():
     assert cache._canonical(value) == json.dumps(value, sort_keys=True, separators=(",", ":"),
                                                  ensure_ascii=False).encode()
     definition = {"vendor": "cpu", "nodes": [{"id": "x", "op": "ones", "args": {"shape": [4]}, "dtype": "fp32",
-                                               "inputs": []}], "inputs": ["w"], "outputs": ["x"]}
-    digest, nodes = cache._definition_digests(definition)
-    assert digest == cache._sha(cache._canonical(definition))
-    assert nodes == {"x": cache._sha(cache._canonical(definition["nodes"][0]))}
+                                               "inputs": ()}], "inputs": ("w",), "outputs": ("x",)}
+    assert cache._plain(definition) and cache._encode(definition, True) == cache._canonical(definition)
+    assert dict(cache._NodeDigests(definition["nodes"], True)) == {
+        "x": cache._sha(b'{"args":{"shape":[4]},"dtype":"fp32","id":"x","inputs":[],"op":"ones"}')}
 
 
 def _linked_components(p, movable):
