@@ -157,30 +157,64 @@ def components(p: Problem, movable: Sequence[Unit]) -> list[list[Unit]]:
 
 def _linked(p: Problem, movable: Sequence[Unit], ids: set[int], tensors: Mapping[str, None]) -> list[list[Unit]]:
     """:func:`components` of ``movable`` (unit ids ``ids``), given every tensor they produce or read."""
+    return list(_linked_by_root(p, movable, ids, tensors)[0].values())
+
+
+def _linked_by_root(p: Problem, movable: Sequence[Unit], ids: set[int],
+                    tensors: Mapping[str, None]) -> tuple[dict[int, list[Unit]], list[int]]:
+    """:func:`_linked`'s groups keyed by their root unit id, and ``parent``: each unit of ``movable``'s root."""
     # Units are linked through the tensors they produce or read: a tensor's producer and all its
     # consumers share its bridges. Each tensor is visited once and its units chained, which links
-    # the same components as linking every pair, in time linear in the edges.
+    # the same components as linking every pair, in time linear in the edges. Unit ids are indices,
+    # so the union-find (path halving) keeps its parents in a list and its finds inline.
     unit_of, consumers = p.unit_of, p.consumers
-    pairs = []
+    parent = list(range(len(p.units)))
+    free = bytearray(len(p.units))
+    for i in ids:
+        free[i] = 1
     for tensor in tensors:
         first = unit_of[tensor]
         cs = consumers[tensor]
         if len(cs) == 1:  # most tensors: one pair at most, no list to chain
             u = unit_of[cs[0]]
-            if u != first and u in ids and first in ids:
-                pairs.append((first, u))
-            continue
-        inside = [first] if first in ids else []
-        for c in cs:
-            u = unit_of[c]
-            if u in ids and u != first and (not inside or inside[-1] != u):
-                inside.append(u)
-        pairs.extend(zip(inside, inside[1:]))
+            if u == first or not free[u] or not free[first]:
+                continue
+            chain = (first, u)
+        else:
+            inside = [first] if free[first] else []
+            for c in cs:
+                u = unit_of[c]
+                if free[u] and u != first and (not inside or inside[-1] != u):
+                    inside.append(u)
+            if len(inside) < 2:
+                continue
+            chain = inside
+        a = chain[0]
+        up = parent[a]
+        while up != a:
+            parent[a] = a = parent[up]
+            up = parent[a]
+        for b in chain[1:]:
+            up = parent[b]
+            while up != b:
+                parent[b] = b = parent[up]
+                up = parent[b]
+            if a != b:
+                parent[b] = a
     groups: dict[int, list[Unit]] = {}
-    root_of = roots(sorted(ids), pairs)
-    for u in sorted(movable, key=_unit_id):
-        groups.setdefault(root_of[u.id], []).append(u)
-    return list(groups.values())
+    for unit in sorted(movable, key=_unit_id):
+        x = unit.id
+        up = parent[x]
+        while up != x:
+            parent[x] = x = parent[up]
+            up = parent[x]
+        parent[unit.id] = x
+        found = groups.get(x)
+        if found is None:
+            groups[x] = [unit]
+        else:
+            found.append(unit)
+    return groups, parent
 
 
 _unit_id = operator.attrgetter("id")
@@ -247,17 +281,17 @@ def _groups_worth_cutting(p: Problem, exe: Mapping[str, str], free: Sequence[Uni
     if sum(excess.values()) + sum(priced.values()) <= min_gain_s:
         return []
     ids = {u.id for u in free}
-    groups = _linked(p, free, ids, tensors)
-    group_of = {u.id: i for i, group in enumerate(groups) for u in group}
-    bound = [0.0] * len(groups)
+    by_root, root_of = _linked_by_root(p, free, ids, tensors)
+    index = {root: i for i, root in enumerate(by_root)}
+    bound = [0.0] * len(by_root)
     for n, x in excess.items():
-        bound[group_of[unit_of[n]]] += x
+        bound[index[root_of[unit_of[n]]]] += x
     for t, c in priced.items():
         owner = unit_of[t]
         if owner not in ids:
             owner = next(unit_of[k] for k in p.consumers[t] if unit_of[k] in ids)
-        bound[group_of[owner]] += c
-    return [group for group, b in zip(groups, bound) if b > min_gain_s]
+        bound[index[root_of[owner]]] += c
+    return [group for group, b in zip(by_root.values(), bound) if b > min_gain_s]
 
 
 def decide(p: Problem, start: dict[str, str], min_gain_s: float) -> tuple[dict[str, str], str]:
