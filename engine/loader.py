@@ -274,7 +274,8 @@ def gc_paused():
 
 def frozen_instance(cls: type, values: dict[str, Any]) -> Any:
     """What ``cls(**values)`` makes, for a frozen dataclass ``cls`` without ``__post_init__``, given
-    every field; ``values`` becomes the instance's own ``__dict__``.
+    every field that has no default; ``values`` becomes the instance's own ``__dict__``, and a field
+    left out reads as its default, the class attribute a dataclass keeps it in.
 
     A frozen dataclass's ``__init__`` sets each field through
     ``object.__setattr__``, a call a field; a large manifest makes a
@@ -287,6 +288,8 @@ def frozen_instance(cls: type, values: dict[str, Any]) -> Any:
     ...     y: int = 0
     >>> frozen_instance(Point, {"x": 1, "y": 2}) == Point(1, 2), frozen_instance(Point, {"x": 1, "y": 2})
     (True, Point(x=1, y=2))
+    >>> frozen_instance(Point, {"x": 1}) == Point(1), frozen_instance(Point, {"x": 1})
+    (True, Point(x=1, y=0))
     """
     obj = object.__new__(cls)
     object.__setattr__(obj, "__dict__", values)

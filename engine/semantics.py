@@ -149,121 +149,96 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
 
     raw_stages = _as_dict(tree.get("stages"))
     stages: dict[str, StageDecl] = {}
-    edges: list[tuple[str, str]] = []
     from hetflow.engine import phases as phaselib
     emulators, phase_decls = phaselib.check_manifest(tree, doc, base, problems)
     declared_executors = _as_dict(tree.get("executors"))
-    # looked up once per op or stage kind rather than once per stage: a manifest may hold 100,000
-    data_phases = {sid for sid, spec in raw_stages.items() if isinstance(spec, dict)
-                   and spec.get("phase") in phaselib.PHASES and not phaselib.PHASES[spec["phase"]].array}
+    plugins = _load_plugins(tree, doc, base, problems)
+    used_plugins: dict[str, Any] = {p.module: p for p in plugins}
+    # A manifest may hold 100,000 stages of a few kinds: what an op settles is looked up once per op, what it
+    # settles with a dtype and a number of inputs once per kind, and an origin only for a problem found.
+    ops: dict[str, Any] = {}
     fits: dict[tuple[str, str], bool] = {}
     path_args: dict[str, list[str]] = {}
     bare_args: dict[tuple[str, int | None], list[tuple[str | None, str]]] = {}
-    plugins = _load_plugins(tree, doc, base, problems)
-    used_plugins: dict[str, Any] = {p.module: p for p in plugins}
+    passed: dict[tuple[str, str, int], dict] = {}  # (op, dtype, inputs) of a stage without args that passed -> its args
+    seen: set[str] = set()  # the stages above the one being checked
+    in_order = True  # every input is written above its stage, so the file order is a topological order
+    constrained = False  # some stage says colocate_with: or vendor:
+    builtin, registry, dtypes, optional, absent = oplib.BUILTIN, oplib.REGISTRY, _DTYPES, _OPTIONAL_FIELDS, _ABSENT
     for sid, spec in raw_stages.items():
         if not isinstance(spec, dict):
+            seen.add(sid)
             continue
-        here = ("stages", sid)
         if "phase" in spec:
             for ref in (spec.get("inputs") if isinstance(spec.get("inputs"), list) else []):
-                if isinstance(ref, str) and ref in raw_stages:
-                    edges.append((ref, sid))
+                if isinstance(ref, str) and ref in raw_stages and ref not in seen:
+                    in_order = False
+            seen.add(sid)
             continue
         op_name = spec.get("op")
-        op = oplib.REGISTRY.get(op_name) if op_name in oplib.BUILTIN else None
-        if isinstance(op_name, str) and op is None:
-            op, hint = _user_op(op_name, plugins, used_plugins, doc.at(here + ("op",)), problems)
-            if op is None and hint is not None:
-                if not hint:
-                    close = difflib.get_close_matches(op_name, [*oplib.BUILTIN, *(n for p in plugins for n in p.ops)], n=1)
-                    hint = f"; did you mean {close[0]!r}?" if close else ""
-                problems.append(Diagnostic(doc.at(here + ("op",)), f"unknown op {op_name!r} in stage {sid!r}{hint}"))
+        op = ops.get(op_name) if op_name.__class__ is str else None
+        if op is None:
+            here = ("stages", sid)
+            op = registry.get(op_name) if op_name in builtin else None
+            if isinstance(op_name, str) and op is None:
+                op, hint = _user_op(op_name, plugins, used_plugins, doc.at(here + ("op",)), problems)
+                if op is None and hint is not None:
+                    if not hint:
+                        close = difflib.get_close_matches(op_name, [*oplib.BUILTIN, *(n for p in plugins for n in p.ops)], n=1)
+                        hint = f"; did you mean {close[0]!r}?" if close else ""
+                    problems.append(Diagnostic(doc.at(here + ("op",)), f"unknown op {op_name!r} in stage {sid!r}{hint}"))
+            if op is not None:
+                ops[op_name] = op
 
         inputs = spec.get("inputs", [])
         inputs = [i for i in inputs if isinstance(i, str)] if isinstance(inputs, list) else []
         for i, ref in enumerate(inputs):
-            if ref not in raw_stages:
+            other = raw_stages.get(ref, absent)
+            if other is absent:
                 close = difflib.get_close_matches(ref, list(raw_stages), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
-                problems.append(Diagnostic(doc.at(here + ("inputs", i)), f"stage {sid!r} takes input {ref!r}, which is not a stage{hint}"))
-            else:
-                edges.append((ref, sid))
-                if ref in data_phases:
-                    other = raw_stages[ref]
-                    arrays = ", ".join(k for k, v in phaselib.PHASES.items() if v.array)
-                    problems.append(Diagnostic(doc.at(here + ("inputs", i)), (
-                        f"stage {sid!r} takes input {ref!r}, {phaselib.article(other['phase'])} phase, which yields data, not an array; "
-                        f"an executor stage can take the output of a {arrays} phase")))
+                problems.append(Diagnostic(doc.at(("stages", sid, "inputs", i)),
+                                           f"stage {sid!r} takes input {ref!r}, which is not a stage{hint}"))
+                continue
+            if ref not in seen:
+                in_order = False
+            if isinstance(other, dict) and other.get("phase") in phaselib.PHASES and not phaselib.PHASES[other["phase"]].array:
+                arrays = ", ".join(k for k, v in phaselib.PHASES.items() if v.array)
+                problems.append(Diagnostic(doc.at(("stages", sid, "inputs", i)), (
+                    f"stage {sid!r} takes input {ref!r}, {phaselib.article(other['phase'])} phase, which yields data, not an array; "
+                    f"an executor stage can take the output of a {arrays} phase")))
+        seen.add(sid)
 
         executor = spec.get("executor")
         if isinstance(executor, str) and executor not in declared_executors:
             declared = ", ".join(declared_executors) or "none"
             close = difflib.get_close_matches(executor, list(declared_executors), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            problems.append(Diagnostic(doc.at(here + ("executor",)), f"stage {sid!r} names executor {executor!r}, which is not declared (declared: {declared}){hint}"))
+            problems.append(Diagnostic(doc.at(("stages", sid, "executor")), f"stage {sid!r} names executor {executor!r}, which is not declared (declared: {declared}){hint}"))
 
         dtype_name = spec.get("dtype", "fp32")
-        dtype = _DTYPES.get(dtype_name)
+        dtype = dtypes.get(dtype_name)
         args = spec.get("args", {})
         args = args if isinstance(args, dict) else {}
         if op is None:
             continue
-        lo, hi = op.arity
-        if not lo <= len(inputs) <= hi:
-            want = str(lo) if lo == hi else f"{lo} to {hi}"
-            problems.append(Diagnostic(
-                doc.at(here + ("inputs",)) if "inputs" in spec else doc.key_at(here),
-                f"op {op.name!r} takes {want} input{'s' if hi != 1 else ''}, stage {sid!r} gives {len(inputs)}",
-            ))
-        arity = len(inputs) if lo <= len(inputs) <= hi else None
-        if args:
-            arg_problems = oplib.check_args(op, args, arity)
-        else:  # most stages: the answer is the op's and the arity's alone
-            arg_problems = bare_args.get((op.name, arity))
-            if arg_problems is None:
-                arg_problems = bare_args[op.name, arity] = oplib.check_args(op, args, arity)
-        for arg, message in arg_problems:
-            if arg is not None and has_undefined(args.get(arg)):
-                continue
-            if arg is None:
-                where = doc.at(here + ("args",)) if "args" in spec else doc.key_at(here)
-            elif arg in op.args:
-                where = doc.at(here + ("args", arg))
-            else:
-                where = doc.key_at(here + ("args", arg))
-            problems.append(Diagnostic(where, message))
-        fit = fits.get((op.name, dtype_name)) if dtype is not None else True
-        if fit is None:
-            fit = fits[op.name, dtype_name] = dtype in op.dtypes
-        if not fit:
-            supported = ", ".join(d.value for d in Dtype if d in op.dtypes)
-            problems.append(Diagnostic(
-                doc.at(here + ("dtype",)),
-                f"op {op.name!r} does not support dtype {dtype.value} (supported: {supported})",
-            ))
-        full = op.with_defaults(args)
-        paths = path_args.get(op.name)
-        if paths is None:
-            paths = path_args[op.name] = [arg for arg, spec_arg in op.args.items() if spec_arg.kind == "path"]
-        for arg in paths:
-            if isinstance(full.get(arg), str):
-                full[arg] = os.path.join(base, full[arg])
-        if op.name == "load" and isinstance(full.get("path"), str) and dtype is not None:
-            _check_load(sid, spec, full, dtype, doc, problems)
-        stages[sid] = frozen_instance(StageDecl, {
-            "id": sid, "op": op.name, "inputs": tuple(inputs), "args": full, "dtype": dtype or Dtype.fp32,
-            "executor": executor if isinstance(executor, str) else None,
-            "retries": spec.get("retries", 0), "timeout": spec.get("timeout"),
-            "cache": spec.get("cache", True) is not False,
-            "vendors": _stage_vendors(spec.get("vendor")) if "vendor" in spec else (),
-            "colocate_with": spec["colocate_with"] if isinstance(spec.get("colocate_with"), str) else None,
-            "doc": doc,
-        })
+        full = passed.get((op_name, dtype_name, len(inputs))) if not args else None
+        if full is not None:
+            full = full.copy()
+        else:
+            full = _check_op(sid, spec, op, inputs, args, dtype_name, dtype, base, doc, problems, fits, path_args, bare_args, passed)
+        fields = {"id": sid, "op": op.name, "inputs": tuple(inputs), "args": full, "dtype": dtype or Dtype.fp32,
+                  "executor": executor if isinstance(executor, str) else None, "doc": doc}
+        if not optional.isdisjoint(spec):
+            # the other fields are left to StageDecl's defaults, which are what a stage without them says
+            fields.update(_optional_fields(spec))
+            constrained = constrained or "colocate_with" in spec or "vendor" in spec
+        stages[sid] = frozen_instance(StageDecl, fields)
 
-    problems.extend(_placement_constraints(stages, executors, raw_stages, doc))
+    if constrained:
+        problems.extend(_placement_constraints(stages, executors, raw_stages, doc))
 
-    for cycle in _cycles(raw_stages, edges):
+    for cycle in ([] if in_order else _cycles(raw_stages)):
         names = " -> ".join(cycle + [cycle[0]])
         first = cycle[0]
         problems.append(Diagnostic(doc.key_at(("stages", first)), f"cycle between stages: {names}"))
@@ -300,6 +275,78 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
         emulators=emulators, phases=phase_decls, phase_outputs=phase_outputs,
         plugins=tuple(used_plugins.values()),
     )
+
+
+_ABSENT = object()
+_OPTIONAL_FIELDS = frozenset({"retries", "timeout", "cache", "vendor", "colocate_with"})
+
+
+def _optional_fields(spec: dict) -> dict[str, Any]:
+    """The fields of a :class:`StageDecl` that a stage may leave to their defaults."""
+    return {
+        "retries": spec.get("retries", 0), "timeout": spec.get("timeout"),
+        "cache": spec.get("cache", True) is not False,
+        "vendors": _stage_vendors(spec.get("vendor")) if "vendor" in spec else (),
+        "colocate_with": spec["colocate_with"] if isinstance(spec.get("colocate_with"), str) else None,
+    }
+
+
+def _check_op(sid: str, spec: dict, op: Any, inputs: list[str], args: dict, dtype_name: Any, dtype: Dtype | None,
+              base: str, doc: Document, problems: list[Diagnostic], fits: dict, path_args: dict, bare_args: dict,
+              passed: dict) -> dict:
+    """A stage's number of inputs, args and dtype against its op; returns its args with defaults and paths made absolute.
+
+    A stage without args that passes records its args under its op, dtype
+    and number of inputs in ``passed``: any other stage of that kind
+    passes too, with the same args.
+    """
+    here = ("stages", sid)
+    before = len(problems)
+    lo, hi = op.arity
+    if not lo <= len(inputs) <= hi:
+        want = str(lo) if lo == hi else f"{lo} to {hi}"
+        problems.append(Diagnostic(
+            doc.at(here + ("inputs",)) if "inputs" in spec else doc.key_at(here),
+            f"op {op.name!r} takes {want} input{'s' if hi != 1 else ''}, stage {sid!r} gives {len(inputs)}",
+        ))
+    arity = len(inputs) if lo <= len(inputs) <= hi else None
+    if args:
+        arg_problems = oplib.check_args(op, args, arity)
+    else:  # most stages: the answer is the op's and the arity's alone
+        arg_problems = bare_args.get((op.name, arity))
+        if arg_problems is None:
+            arg_problems = bare_args[op.name, arity] = oplib.check_args(op, args, arity)
+    for arg, message in arg_problems:
+        if arg is not None and has_undefined(args.get(arg)):
+            continue
+        if arg is None:
+            where = doc.at(here + ("args",)) if "args" in spec else doc.key_at(here)
+        elif arg in op.args:
+            where = doc.at(here + ("args", arg))
+        else:
+            where = doc.key_at(here + ("args", arg))
+        problems.append(Diagnostic(where, message))
+    fit = fits.get((op.name, dtype_name)) if dtype is not None else True
+    if fit is None:
+        fit = fits[op.name, dtype_name] = dtype in op.dtypes
+    if not fit:
+        supported = ", ".join(d.value for d in Dtype if d in op.dtypes)
+        problems.append(Diagnostic(
+            doc.at(here + ("dtype",)),
+            f"op {op.name!r} does not support dtype {dtype.value} (supported: {supported})",
+        ))
+    full = op.with_defaults(args)
+    paths = path_args.get(op.name)
+    if paths is None:
+        paths = path_args[op.name] = [arg for arg, spec_arg in op.args.items() if spec_arg.kind == "path"]
+    for arg in paths:
+        if isinstance(full.get(arg), str):
+            full[arg] = os.path.join(base, full[arg])
+    if op.name == "load" and isinstance(full.get("path"), str) and dtype is not None:
+        _check_load(sid, spec, full, dtype, doc, problems)
+    elif not args and dtype is not None and len(problems) == before:
+        passed[spec.get("op"), dtype_name, len(inputs)] = full.copy()
+    return full
 
 
 def _load_plugins(tree: dict, doc: Document, base: str, problems: list[Diagnostic]) -> list[Any]:
@@ -364,11 +411,11 @@ def _check_load(sid: str, spec: dict, args: dict, dtype: Dtype, doc: Document, p
             f"say dtype: on the stage, or cast: true in its args, to convert anyway")))
 
 
-def _cycles(stages: Mapping[str, Any], edges: list[tuple[str, str]]) -> list[list[str]]:
+def _cycles(stages: Mapping[str, Any]) -> list[list[str]]:
     """One cycle per strongly connected component that has one, nodes in manifest order."""
     order = {n: i for i, n in enumerate(stages)}
-    if all(order[u] < order[v] for u, v in edges):
-        return []  # every input is written above its stage: the file order is a topological order
+    edges = [(ref, sid) for sid, spec in stages.items() if isinstance(spec, dict) and isinstance(spec.get("inputs"), list)
+             for ref in spec["inputs"] if isinstance(ref, str) and ref in stages]
     graph = nx.DiGraph()
     graph.add_nodes_from(n for n, spec in stages.items() if isinstance(spec, dict))
     graph.add_edges_from(edges)

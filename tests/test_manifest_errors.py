@@ -137,6 +137,37 @@ def test_cycle_names_its_stages(manifest_file):
     assert errors(path) == [f"{path}:6:3: error: cycle between stages: a -> b -> c -> a"]
 
 
+def test_alike_stages_are_each_checked_and_keep_their_own_fields(manifest_file):
+    """Stages of one op, dtype and number of inputs are settled once; what else a stage says is its own."""
+    path = manifest_file("""
+    version: 1
+    name: t
+    executors: {host: {vendor: cpu}}
+    stages:
+      a: {op: ones, args: {shape: [2]}}
+      b: {op: relu, inputs: [a]}
+      c: {op: relu, inputs: [b], retries: 2, cache: false}
+      d: {op: relu, inputs: [c, a]}
+      e: {op: relu, inputs: [e], executor: hots}
+      f: {op: relu, inputs: [b], dtype: int4}
+      g: {op: relu, inputs: [h]}
+      h: {op: relu, inputs: [a]}
+    outputs: {g: g}
+    """)
+    assert errors(path) == [
+        f"{path}:9:25: error: op 'relu' takes 1 input, stage 'd' gives 2",
+        f"{path}:10:3: error: cycle between stages: e -> e",
+        f"{path}:10:40: error: stage 'e' names executor 'hots', which is not declared (declared: host); did you mean 'host'?",
+    ]
+    good = manifest_file(open(path).read().replace("[c, a]", "[c]").replace("[e], executor: hots", "[d]"))
+    m = compile_manifest(load(good))
+    b, c, g = m.stages["b"], m.stages["c"], m.stages["g"]
+    assert (b.retries, b.cache, b.timeout, b.vendors, b.colocate_with) == (0, True, None, (), None)
+    assert (c.retries, c.cache, c.inputs, g.inputs) == (2, False, ("b",), ("h",))
+    assert b.args == c.args and b.args is not c.args
+    assert m.stages["f"].dtype.value == "int4"
+
+
 def test_output_naming_no_stage(manifest_file):
     path = manifest_file(GOOD.replace("{y: y}", "{y: yy}"))
     assert errors(path) == [f"{path}:10:14: error: output 'y' names 'yy', which is not a stage; did you mean 'y'?"]
