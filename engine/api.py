@@ -181,7 +181,7 @@ def _cache_status(manifest: Manifest, made: planner.Plan, point: str | None, run
     from hetflow.engine.cache import Cache, explain, partition_keys
     from hetflow.engine.runs import latest_record
 
-    keys = partition_keys(made, frozenset(s.id for s in manifest.stages.values() if not s.cache))
+    keys = partition_keys(made, frozenset([s.id for s in manifest.stages.values() if not s.cache]))
     cache = Cache(os.fspath(cache_dir) if cache_dir else os.path.join(runs_dir, ".cache"))
     return explain(keys, cache, latest_record(runs_dir, manifest.name, point, keys=("cache",)))
 

@@ -20,7 +20,7 @@ from hetflow.engine.errors import Origin
 from hetflow.engine.loader import gc_paused
 from hetflow.executors.base import Dtype, Vendor
 
-__all__ = ["PLAN_FORMAT", "ExecutorPlan", "NodePlan", "PlanWarning", "Partition", "Bridge", "Plan", "json_text"]
+__all__ = ["PLAN_FORMAT", "ExecutorPlan", "NodePlan", "PlanWarning", "Partition", "Bridge", "Plan", "json_bytes", "json_text"]
 
 PLAN_FORMAT = 2
 
@@ -151,9 +151,27 @@ class Plan:
         with gc_paused():
             return self._to_json(explain)
 
+    def _nodes_json(self, explain: bool, rounded: dict[float, float]) -> dict:
+        """The ``nodes`` of :meth:`to_json`: one dict literal per stage."""
+        nodes, inputs = self.nodes.values(), self.stage_inputs
+        if not explain:
+            return {n.id: {"op": n.op, "executor": n.executor, "reason": n.reason, "partition": n.partition,
+                           "inputs": list(inputs[n.id]), "shape": None if n.shape is None else list(n.shape),
+                           "dtype": n.dtype._value_, "bytes": n.bytes,
+                           "size": "unknown" if n.bytes is None else "bound" if n.bound else "exact",
+                           "origin": str(n.origin)}
+                    for n in nodes}
+        # stages alike share one ``why`` object: each is converted once
+        whys = {key: _why_json(why, rounded) for key, why in {id(n.why): n.why for n in nodes}.items()}
+        return {n.id: {"op": n.op, "executor": n.executor, "reason": n.reason, "partition": n.partition,
+                       "inputs": list(inputs[n.id]), "shape": None if n.shape is None else list(n.shape),
+                       "dtype": n.dtype._value_, "bytes": n.bytes,
+                       "size": "unknown" if n.bytes is None else "bound" if n.bound else "exact",
+                       "origin": str(n.origin), "why": whys[id(n.why)], "estimated_s": n.estimated_s}
+                for n in nodes}
+
     def _to_json(self, explain: bool) -> dict:
         rounded: dict[float, float] = {}  # estimates repeat across stages alike: each is rounded once
-        whys: dict[int, tuple[Any, Any]] = {}  # stages alike share one ``why`` object: it is converted once
         data = {
             "format": PLAN_FORMAT,
             "name": self.name,
@@ -165,22 +183,7 @@ class Plan:
                          **({"memory_limit": e.memory_limit} if e.memory_limit is not None else {})}
                 for e in self.executors.values()
             },
-            "nodes": {
-                n.id: {
-                    "op": n.op,
-                    "executor": n.executor,
-                    "reason": n.reason,
-                    "partition": n.partition,
-                    "inputs": list(self.stage_inputs[n.id]),
-                    "shape": list(n.shape) if n.shape is not None else None,
-                    "dtype": n.dtype.value,
-                    "bytes": n.bytes,
-                    "size": _size(n.bytes, n.bound),
-                    "origin": str(n.origin),
-                    **({"why": _why_memo(n.why, whys, rounded), "estimated_s": n.estimated_s} if explain else {}),
-                }
-                for n in self.nodes.values()
-            },
+            "nodes": self._nodes_json(explain, rounded),
             "partitions": [
                 {"id": p.id, "executor": p.executor, "nodes": list(p.nodes),
                  "inputs": list(p.inputs), "outputs": list(p.outputs), "retries": p.retries, "timeout": p.timeout,
@@ -208,18 +211,19 @@ class Plan:
         return data
 
 
-def json_text(data: Any) -> str:
-    """``data`` as indented JSON text and a newline: the values ``json.dumps(data, indent=2)`` writes.
+def json_bytes(data: Any) -> bytes:
+    """``data`` as indented JSON text and a newline, in UTF-8: the values ``json.dumps(data, indent=2)`` writes.
 
     orjson writes it, about fifteen times faster than the standard
     library's encoder, which drops to pure Python when it indents (a
-    100,000-stage plan is 80 MB of text). The text may differ from
-    ``json.dumps``'s in spelling alone: a float's digits may be written
-    without an exponent, and characters beyond ASCII are UTF-8 rather
-    than ``\\u`` escapes. Data orjson refuses (an integer beyond 64 bits)
-    is written by the standard library.
+    100,000-stage plan is 80 MB of text), straight into the bytes a file
+    takes. The text may differ from ``json.dumps``'s in spelling alone: a
+    float's digits may be written without an exponent, and characters
+    beyond ASCII are UTF-8 rather than ``\\u`` escapes. Data orjson
+    refuses (an integer beyond 64 bits) is written by the standard
+    library.
 
-    >>> print(json_text({"a": [1, 2.5], "b": None}), end="")
+    >>> print(json_bytes({"a": [1, 2.5], "b": None}).decode(), end="")
     {
       "a": [
         1,
@@ -229,22 +233,23 @@ def json_text(data: Any) -> str:
     }
     """
     try:
-        return orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
+        return orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE)
     except orjson.JSONEncodeError:
-        return json.dumps(data, indent=2) + "\n"
+        return (json.dumps(data, indent=2) + "\n").encode()
+
+
+def json_text(data: Any) -> str:
+    """:func:`json_bytes` as text.
+
+    >>> json_text({"n": 2**70, "s": "é"})
+    '{\\n  "n": 1180591620717411303424,\\n  "s": "\\\\u00e9"\\n}\\n'
+    """
+    return json_bytes(data).decode()
 
 
 def _size(nbytes: int | None, bound: bool) -> str:
     """How a plan knows a size: ``exact``, an upper ``bound``, or ``unknown``."""
     return "unknown" if nbytes is None else "bound" if bound else "exact"
-
-
-def _why_memo(why: Mapping[str, Any], whys: dict[int, tuple[Any, Any]], rounded: dict[float, float]) -> Any:
-    """:func:`_why_json` of ``why``, once per ``why`` object (``whys`` keeps each with its JSON data)."""
-    seen = whys.get(id(why))
-    if seen is None:
-        seen = whys[id(why)] = (why, _why_json(why, rounded))
-    return seen[1]
 
 
 def _why_json(why: Mapping[str, Any], rounded: dict[float, float]) -> Any:

@@ -70,9 +70,14 @@ class Plan:
 
     def dumps(self) -> str:
         """The text ``hetflow plan --format json`` prints: :meth:`to_json`'s data, indented, written once."""
-        from hetflow.engine.plandata import json_text
+        return self.json_bytes().decode()
 
-        return json_text(self._data)
+    def json_bytes(self) -> bytes:
+        """:meth:`dumps` in UTF-8, as a file or a terminal takes it, written once (a 100,000-stage plan's
+        text is 80 MB)."""
+        from hetflow.engine.plandata import json_bytes
+
+        return json_bytes(self._data)
 
     def to_text(self) -> str:
         """The plan as ``hetflow plan`` prints it for people."""

@@ -38,7 +38,8 @@ def cmd_plan(args: argparse.Namespace, out, err) -> int:
     if args.format in ("svg", "png"):
         data = _graphviz(plan.to_dot(), args.format)
     elif args.format == "json":
-        data = plan.dumps()
+        # bytes where the text goes as UTF-8 anyway (a file, a UTF-8 stream): no copy of it as a str
+        data = plan.json_bytes() if args.output or _utf8_buffer(out) else plan.dumps()
     elif args.format == "dot":
         data = plan.to_dot()
     else:
@@ -55,11 +56,18 @@ def cmd_plan(args: argparse.Namespace, out, err) -> int:
         buffer = getattr(out, "buffer", None)
         if buffer is None:
             raise UsageError(f"--format {args.format} needs -o FILE here (the output stream takes no bytes)")
+        out.flush()
         buffer.write(data)
         buffer.flush()
     else:
         out.write(data)
     return EXIT_OK
+
+
+def _utf8_buffer(out) -> bool:
+    """Whether the text stream ``out`` writes UTF-8 into a binary ``buffer`` that bytes can go to directly."""
+    encoding = (getattr(out, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+    return getattr(out, "buffer", None) is not None and encoding == "utf8"
 
 
 def _graphviz(dot_text: str, fmt: str) -> bytes:
