@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import threading
 import time
+from threading import current_thread
 from typing import Any, Callable, Mapping
 
 from hetflow.engine.cancel import Cancel
@@ -196,14 +197,16 @@ class LocalRuntime:
         On a task's path there is no lock and no copy: ``list.append`` is
         atomic, and the record copies the closing events once, at its end.
         """
+        if status == "started":
+            self.emit({"event": "started", "kind": kind, "id": id, "executor": executor, "worker": self.worker,
+                       "thread": current_thread().name, "attempt": attempt, "start": start, "status": status,
+                       **extra, "time": start})
+            return
+        end = time.time()
+        # one dict literal, its ``time`` (the stream's arrival order key) the end, as the stream would set it
         event = {"event": _EVENT_OF[status], "kind": kind, "id": id, "executor": executor, "worker": self.worker,
-                 "thread": threading.current_thread().name, "attempt": attempt, "start": start}
-        if status != "started":
-            end = time.time()
-            event["end"], event["duration_s"] = end, round(end - start, 6)
-        event["status"] = status
-        if extra:
-            event.update(extra)
+                 "thread": current_thread().name, "attempt": attempt, "start": start, "end": end,
+                 "duration_s": round(end - start, 6), "status": status, **extra, "time": end}
         if status == "succeeded" or status == "failed":
             self.events.append(event)
         self.emit(event)
