@@ -208,7 +208,6 @@ def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, 
                offers: Mapping[str, Any]) -> tuple[list[Unit], dict[str, int]]:
     """Units in first-member order and each stage's unit; raises :class:`ManifestError`."""
     names = list(executors)
-    pos = {n: i for i, n in enumerate(order)}
     problems: list[Diagnostic] = []
 
     def capable(stage: Any, ex: str) -> bool:
@@ -293,8 +292,9 @@ def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, 
         for uid, n in enumerate(order):
             cands, kind, text, warn = per_node[n]
             units.append(Unit(uid, [n], cands, kind, text, kind == "pinned", warn))
-        return units, {n: uid for uid, n in enumerate(order)}
+        return units, dict(zip(order, range(len(order))))
 
+    pos = {n: i for i, n in enumerate(order)}
     root_of = _colocation_roots(graph)
     members: dict[str, list[str]] = {}
     for n in order:
@@ -463,18 +463,14 @@ def explain(p: Problem, exe: Mapping[str, str], declared_first: str) -> dict[str
     # sit, their bytes and their consumers' counts: stages alike in all of these (rows, candidate
     # lists and counts are shared objects, compared by identity) are priced once.
     priced: dict[tuple, dict[str, dict[str, float]]] = {}
-    names: dict[int, tuple[str, ...]] = {}
     for unit in p.units:
         nodes = unit.nodes
         cands = unit.candidates
         here = exe[nodes[0]]
-        listed = names.get(id(cands))
-        if listed is None:
-            listed = names[id(cands)] = tuple(cands)
         if len(cands) == 1:
             kind = unit.constraint or "default"
             text = unit.constraint_text or f"default: {here!r} is the only executor"
-            key = (unit.constraint, listed, None, kind)
+            key = (unit.constraint, cands[0], None, kind)
             why = shared_why.get(key)
             if why is None:
                 why = shared_why[key] = {"constraint": unit.constraint or None, "candidates": cands, "kind": kind}
@@ -484,21 +480,27 @@ def explain(p: Problem, exe: Mapping[str, str], declared_first: str) -> dict[str
         if len(nodes) == 1:
             n = nodes[0]
             ins = inputs[n]
-            sig: tuple = (id(exec_s[n]), listed, here, nbytes[n], id(counts[n]))
+            row = exec_s[n]
+            sig: tuple = (id(row), id(cands), here, nbytes[n], id(counts[n]))
             for ref in ins:
                 sig += (exe[ref], nbytes[ref], id(counts[ref]))
             costs = priced.get(sig)
             if costs is None:
-                row = exec_s[n]
                 figures = tuple([(e, _moved_cost_one(p, n, exe, counts, e), row[e]) for e in cands])
                 costs = priced[sig] = _shared_costs(shared_costs, figures)
         else:
             costs = _shared_costs(shared_costs, tuple([
                 (e, _moved_cost(p, nodes, exe, counts, e), sum(exec_s[n][e] for n in nodes)) for e in cands]))
         for n in nodes:
-            kind, decision = _decision(p, unit, n, exe, costs, declared_first, alike_of, cost_text)
+            ins = inputs[n]
+            if len(ins) == 1 and len(nodes) == 1 and exe[ins[0]] == here and alike_of.get(id(costs)):
+                # most stages of a large plan: :func:`_decision`'s inferred case, without the call
+                kind, decision = "inferred", f"inferred: with its input {ins[0]!r}"
+            else:
+                kind, decision = _decision(p, unit, n, exe, costs, declared_first, alike_of, cost_text)
             text = f"{unit.constraint_text}; {decision}" if unit.constraint_text else decision
-            key = (unit.constraint, listed, id(costs), kind)
+            # a ``costs`` object lists exactly the unit's candidates: it stands for them in the key
+            key = (unit.constraint, id(costs), kind)
             why = shared_why.get(key)
             if why is None:
                 why = shared_why[key] = {"constraint": unit.constraint or None, "candidates": cands,

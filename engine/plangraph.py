@@ -52,30 +52,34 @@ def build_graph(manifest: Manifest) -> nx.DiGraph:
     graph = nx.DiGraph()
     phases = getattr(manifest, "phases", {})
     phase_order = phaselib.execution_order(phases)
-    # nodes added by name and their attributes written into the graph's own dicts: networkx copies a
-    # (node, attributes) pair's dict and merges it, a cost per node that a large plan feels
-    graph.add_nodes_from(phase_order)
-    graph.add_nodes_from(manifest.stages)
-    attrs = placing.node_data(graph)
+    # The nodes and edges go straight into the new graph's own tables (networkx's ``_node``, ``_succ``
+    # and ``_pred``: what its views and algorithms read), as ``add_nodes_from`` and ``add_edges_from``
+    # would leave them, one attribute dict per edge shared by both tables; those methods check, copy
+    # and merge per item, a cost a large plan feels.
+    attrs, succ, pred = graph._node, graph._succ, graph._pred
     seen: set[str] = set()
     planned: dict[str, dict] = {}
     for i, pid in enumerate(phase_order):
         p = phases[pid]
         planned[pid] = info = phaselib.planned(p, manifest.emulators[p.emulator])
         seen.add(pid)
-        attrs[pid].update(phase=p, order=i, target=info["target"], planned=info)
+        attrs[pid] = {"phase": p, "order": i, "target": info["target"], "planned": info}
+        succ[pid], pred[pid] = {}, {}
     in_order = True  # every input written above its stage: the file order is the execution order
     first = len(phase_order)
     for i, stage in enumerate(manifest.stages.values()):
+        sid = stage.id
         if in_order and not seen.issuperset(stage.inputs):
             in_order = False
-        sid = stage.id
         seen.add(sid)
-        d = attrs[sid]
-        d["stage"] = stage
-        d["order"] = first + i
-    graph.add_edges_from((ref, p.id) for p in phases.values() for ref in p.inputs)
-    graph.add_edges_from((ref, stage.id) for stage in manifest.stages.values() for ref in stage.inputs)
+        attrs[sid] = {"stage": stage, "order": first + i}
+        succ[sid], pred[sid] = {}, {}
+    for v, refs in [*((p.id, p.inputs) for p in phases.values()), *((s.id, s.inputs) for s in manifest.stages.values())]:
+        into = pred[v]
+        for ref in refs:
+            if ref not in succ:  # not declared (validation reports it): a bare node, as networkx would add
+                attrs[ref], succ[ref], pred[ref] = {}, {}, {}
+            succ[ref][v] = into[ref] = {}
     if in_order:
         graph.graph["execution_order"] = [*phase_order, *manifest.stages]
     problems: list[Diagnostic] = []
@@ -97,13 +101,17 @@ def build_graph(manifest: Manifest) -> nx.DiGraph:
         if "phase" in d:
             continue
         stage = d["stage"]
-        op = oplib.REGISTRY[stage.op]
-        in_shapes = [shapes[ref] for ref in stage.inputs]
-        key = None if stage.args else (stage.op, *in_shapes)
+        ins = stage.inputs
+        if stage.args:
+            key = None
+        elif len(ins) == 1:
+            key = (stage.op, shapes[ins[0]])
+        else:
+            key = (stage.op, *[shapes[ref] for ref in ins])
         shape = alike.get(key, alike) if key is not None else alike
         if shape is alike:
             try:
-                shape = op.shape(in_shapes, stage.args)
+                shape = oplib.REGISTRY[stage.op].shape([shapes[ref] for ref in ins], stage.args)
             except oplib.ShapeError as e:
                 problems.append(Diagnostic(stage.inputs_origin if stage.inputs else stage.op_origin, f"stage {sid!r}: {e}"))
                 shape = None
@@ -116,14 +124,14 @@ def build_graph(manifest: Manifest) -> nx.DiGraph:
         elif shape.__class__ is not tuple:  # a user's shape rule may answer a list
             d["bytes"] = stage.dtype.nbytes(_count(shape))
         else:
-            size_key = (shape, stage.dtype)
+            size_key = (shape, stage.dtype._value_)  # an Enum hashes through a Python-level method
             nbytes = sizes.get(size_key)
             if nbytes is None:
                 nbytes = sizes[size_key] = stage.dtype.nbytes(_count(shape))
             d["bytes"] = nbytes
         if small and shape is not None and any(ref in small for ref in stage.inputs):
             try:
-                at_one = op.shape([small.get(ref, shapes[ref]) for ref in stage.inputs], stage.args)
+                at_one = oplib.REGISTRY[stage.op].shape([small.get(ref, shapes[ref]) for ref in ins], stage.args)
             except oplib.ShapeError:
                 at_one = None
             if at_one != shape:
