@@ -14,8 +14,8 @@ Examples
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
+from typing import NamedTuple
 
 __all__ = ["Origin", "Diagnostic", "HetflowError", "ManifestError", "UsageError", "RunFailed", "RunCancelled", "StageFailure"]
 
@@ -99,8 +99,7 @@ class _Deferred(Origin):
         self._line, self._col = found.line, found.col
 
 
-@dataclass(frozen=True)
-class Diagnostic:
+class Diagnostic(NamedTuple):
     origin: Origin | None
     message: str
     severity: str = "error"

@@ -15,6 +15,7 @@ MODULES = [
     "hetflow.engine.clusters",
     "hetflow.engine.examples",
     "hetflow.executors",
+    "hetflow.executors.probing",
     "hetflow.executors.base",
     "hetflow.executors.ops",
     "hetflow.executors.opdecl",

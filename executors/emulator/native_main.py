@@ -26,13 +26,14 @@ The cache (:func:`cache_dir`) keeps, per translation key (the code
 digest, the mode and the seeds), the object code (``.o``), the shared
 object linked from it (``.so``) and what the runtime needs to know about
 it (``.json``: the blocks' first pcs and the steps from any other
-translated pc to its block's end).
+translated pc to its block's end), and per digest of an ELF file's bytes
+what a run needs of the file (:func:`load_program`), so that a program
+seen before loads without pyelftools.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import operator
 import os
@@ -55,6 +56,16 @@ __all__ = ["VERSION", "RETRANSLATE_AFTER", "cache_dir", "host_identity", "code_d
 VERSION = 8
 RETRANSLATE_AFTER = 64
 WRITABLE_BURST = 256
+
+try:
+    # CPython's own SHA-256, the one hashlib falls back to: importing hashlib initialises OpenSSL and lists
+    # its digests, a few milliseconds of every start; the digests are the same
+    from _sha2 import sha256
+except ImportError:
+    try:
+        from _sha256 import sha256
+    except ImportError:
+        from hashlib import sha256
 
 _CSRS = operator.itemgetter(*M.CSR_STATE)
 _I64P = ctypes.c_void_p
@@ -100,7 +111,7 @@ def host_identity() -> str:
             from .native import llvm_host     # no /proc: ask LLVM
             cpu = llvm_host()
         _host.append(f"{VERSION}|llvmlite {llvmlite.__version__}|{os.uname().machine}|"
-                     f"{hashlib.sha256(cpu.encode()).hexdigest()[:16]}")
+                     f"{sha256(cpu.encode()).hexdigest()[:16]}")
     return _host[0]
 
 
@@ -112,7 +123,7 @@ def code_regions(regions, slots):
 def code_digest(regions, slots) -> str:
     """The digest of what translation reads: read-only executable segments
     (address, bytes, histogram slot) and :func:`host_identity`."""
-    h = hashlib.sha256(host_identity().encode())
+    h = sha256(host_identity().encode())
     for r, slot in code_regions(regions, slots):
         h.update(f"{r.base}:{r.size}:{slot}:".encode())
         h.update(r.data)
@@ -120,7 +131,7 @@ def code_digest(regions, slots) -> str:
 
 
 def translation_key(digest: str, mode: int, seeds) -> str:
-    return hashlib.sha256(f"{digest}|{mode}|{sorted(seeds)}".encode()).hexdigest()[:40]
+    return sha256(f"{digest}|{mode}|{sorted(seeds)}".encode()).hexdigest()[:40]
 
 
 def _seeds_file(digest: str) -> str:
@@ -170,7 +181,7 @@ def load_program(source, fetch: str = "executable") -> Program:
     a file seen before loads without pyelftools.  A changed file has
     another digest and is parsed again, so its errors are ``load_elf``'s."""
     raw, label = read_elf(source)
-    path = os.path.join(cache_path(), f"elf{ELF_VERSION}-{hashlib.sha256(raw).hexdigest()[:40]}.json")
+    path = os.path.join(cache_path(), f"elf{ELF_VERSION}-{sha256(raw).hexdigest()[:40]}.json")
     try:
         with open(path, "rb") as f:
             layout = json.loads(f.read())
@@ -436,7 +447,7 @@ class MainRun:
             reads = array("Q")
             reads.frombytes(memoryview(self.rbuf).cast("B")[:8 * self.rpos])
             traces.append(EmuTrace(len(traces), start, n, reads, ended))
-            table.append(list(counts))
+            table.append(counts[:])                 # a list, sliced in C (list() would go through Python's item protocol)
             if ended:
                 break
         h = self.hart
@@ -456,7 +467,7 @@ def _translate(run: MainRun, pc: int, extra: set[int], compile: bool = True) -> 
     excluded = frozenset(p for p, v in enumerate(run.pages) if v == 2) if run.invalidations else frozenset()
     digest = code_digest(regions, run.slots)
     if run._writable_code:
-        h = hashlib.sha256(digest.encode())
+        h = sha256(digest.encode())
         for r, o in zip(regions, run.offs):
             if r.perm & (PERM_W | PERM_X) == PERM_W | PERM_X:
                 h.update(f"{r.base}:{o}:".encode())
