@@ -1,9 +1,10 @@
 """The schema check: the resolved tree against ``schemas/pipeline.base.json``.
 
-First a validator compiled from the schema once (fastjsonschema), which
-only says valid or not; when it says not, jsonschema re-checks the same
-tree and its errors become the diagnostics, each at the ``FILE:LINE:COL``
-of the value or key it is about, so the fast path changes no message.
+First jsonschema-rs (the Rust implementation, built from the same
+schema once), which only says valid or not; when it says not, jsonschema
+re-checks the same tree and its errors become the diagnostics, each at
+the ``FILE:LINE:COL`` of the value or key it is about, so the fast path
+changes no message.
 A value that is an undefined ``${name}`` (already reported by the
 resolve pass) raises nothing here.
 """
@@ -15,8 +16,6 @@ import importlib.resources
 import json
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Iterator
-
-import fastjsonschema
 
 if TYPE_CHECKING:
     import jsonschema
@@ -41,79 +40,53 @@ def schema() -> dict:
     return json.loads(text)
 
 
-@lru_cache(maxsize=1)
-def _fast_validator():
-    # The same schema file, compiled to Python once: it only answers "valid or not", in a
-    # fraction of jsonschema's time. Every keyword the schema uses means the same in draft 7,
-    # which is the newest draft fastjsonschema compiles.
-    #
-    # Compiled code names each value of a mapping by formatting ``locals()`` of the function that
-    # checks the mapping, which for ``stages`` is the whole manifest's: costly per stage. So the
-    # manifest is checked with its stages' values left open, and each stage by a validator of its
-    # own definition; together they accept exactly what the schema accepts.
-    draft = "http://json-schema.org/draft-07/schema#"
-    spec = _without_exclusive_required(schema())
-    stage_ref = spec["properties"]["stages"]["additionalProperties"]
-    spec["properties"]["stages"]["additionalProperties"] = True
-    top = fastjsonschema.compile({**spec, "$schema": draft})
-    stage = fastjsonschema.compile({"$schema": draft, "$id": spec.get("$id", ""), "$defs": spec["$defs"], **stage_ref})
-    name = fastjsonschema.compile({"$schema": draft, "$id": spec.get("$id", ""), "$defs": spec["$defs"],
-                                   **spec["properties"]["stages"]["propertyNames"]})
+class _Fast:
+    """The schema, and the parts of it that check one stage and a stage's name, in jsonschema-rs.
 
-    def validate(tree: Any) -> None:
-        top(tree)
-        for value in tree["stages"].values():
-            stage(value)
+    It answers valid or not, and only ``True`` counts: a value it cannot
+    take (a date, bytes, an undefined ``${name}``) is refused, and so goes
+    to the precise check. Both implement draft 2020-12 of the same schema;
+    where they differ at the edges, jsonschema-rs is the stricter (its
+    ``$`` does not match before a final newline, NaN is not a number), so
+    its "valid" is jsonschema's.
+    """
 
-    def accepts_stage(sid: Any, value: Any) -> bool:
+    def __init__(self, spec: dict) -> None:
+        import jsonschema_rs
+
+        stages = spec["properties"]["stages"]
+        defs = {k: spec[k] for k in ("$schema", "$id", "$defs") if k in spec}
+        self._whole = jsonschema_rs.validator_for(spec)
+        self._stage = jsonschema_rs.validator_for({**defs, **stages["additionalProperties"]})
+        self._name = jsonschema_rs.validator_for({**defs, **stages["propertyNames"]})
+
+    @staticmethod
+    def _valid(validator: Any, value: Any) -> bool:
         try:
-            name(sid)
-            stage(value)
-            return True
-        except Exception:
+            return validator.is_valid(value)
+        except ValueError:  # a Python value with no JSON form
             return False
 
-    validate.accepts_stage = accepts_stage  # type: ignore[attr-defined]
-    return validate
+    def accepts(self, tree: Any) -> bool:
+        return self._valid(self._whole, tree)
+
+    def accepts_stage(self, sid: Any, value: Any) -> bool:
+        return self._valid(self._name, sid) and self._valid(self._stage, value)
 
 
-def _without_exclusive_required(node: Any) -> Any:
-    """The schema with each ``oneOf: [{required: [a]}, {required: [b]}]`` said another way.
-
-    Compiled code tries every ``oneOf`` branch and raises inside the one
-    that fails, which for a stage's "op or phase" costs more than the rest
-    of the stage. ``anyOf`` the two, and ``b`` forbidding ``a``, accepts
-    exactly the same objects and raises nothing on a valid one. jsonschema
-    keeps the original, so the diagnostics keep their wording.
-    """
-    if isinstance(node, list):
-        return [_without_exclusive_required(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: _without_exclusive_required(v) for k, v in node.items()}
-    alts = node.get("oneOf")
-    if (isinstance(alts, list) and len(alts) == 2 and all(set(a) == {"required"} and len(a["required"]) == 1 for a in alts)
-            and "anyOf" not in node and "dependencies" not in node):
-        (a,), (b,) = alts[0]["required"], alts[1]["required"]
-        del out["oneOf"]
-        out["anyOf"] = [{"required": [a]}, {"required": [b]}]
-        out["dependencies"] = {b: {"not": {"required": [a]}}}
-    return out
+@lru_cache(maxsize=1)
+def _fast_validator() -> _Fast:
+    return _Fast(schema())
 
 
 def schema_problems(tree: Any, doc: Document) -> list[Diagnostic]:
     """The schema's complaints about ``tree``, each at the place in ``doc`` it is about."""
-    # Happy path first. fastjsonschema is never more lenient than jsonschema on this schema
-    # (e.g. it refuses 1.0 as an integer), so "valid" there means valid here; anything it
-    # refuses, or cannot even look at (an undefined ${name}), is re-checked precisely below,
-    # which alone decides the diagnostics.
+    # Happy path first: "valid" there means valid here; anything it refuses, or cannot even look at
+    # (an undefined ${name}), is re-checked precisely below, which alone decides the diagnostics.
     fast = _fast_validator()
-    try:
-        fast(tree)
+    if fast.accepts(tree):
         return []
-    except Exception:
-        pass
-    # A stage the compiled check accepts, under a name it accepts, holds no error of its own, and
+    # A stage the fast check accepts, under a name it accepts, holds no error of its own, and
     # nothing else in the schema looks across stages but ``minProperties``: so the precise pass
     # checks the refused stages only (or one stage, when the problem is elsewhere), which on a large
     # manifest is most of its time.
