@@ -34,6 +34,8 @@ seen before loads without pyelftools.
 from __future__ import annotations
 
 import ctypes
+import functools
+import gc
 import json
 import operator
 import os
@@ -68,6 +70,8 @@ except ImportError:
         from hashlib import sha256
 
 _CSRS = operator.itemgetter(*M.CSR_STATE)
+# EmuTraceStart's fields in order, made without its Python-level __new__ (once per chunk)
+_new_start = functools.partial(tuple.__new__, EmuTraceStart)
 _I64P = ctypes.c_void_p
 _SIG = (ctypes.c_int64, *[_I64P] * 9)
 
@@ -292,10 +296,14 @@ class MainRun:
         self._uregs_view = memoryview(self.uregs).cast("B").cast("Q")
         self.ust = (ctypes.c_uint64 * 2).from_buffer(self.st)
         self.rbuf = _buffer(ctypes.c_uint64, 1024)
+        self.rbytes = memoryview(self.rbuf).cast("B")          # the same buffer, bytewise
         self.rpos = 0
         self.hart = reference.Hart(reference.entry_state(program))
         self.hart.tohost = program.tohost
         self._from_hart()
+        # the buffers the translated function takes that stay where they are for the whole run
+        self._head = tuple(ctypes.addressof(a) for a in (self.regs, self.st, self.memory))
+        self._ctx_at, self._rtab_at = ctypes.addressof(self.ctx), ctypes.addressof(self.rtab)
         self.code = None
         self.missed: set[int] = set()
         self.n_missed = 0
@@ -345,6 +353,7 @@ class MainRun:
             grown = _buffer(ctypes.c_uint64, max(self.rpos + n, 2 * len(self.rbuf)))
             ctypes.memmove(grown, self.rbuf, 8 * self.rpos)
             self.rbuf = grown
+            self.rbytes = memoryview(grown).cast("B")
 
     # the hart and the arrays hold the same pc, step and registers between calls
     def _to_hart(self) -> None:
@@ -362,7 +371,7 @@ class MainRun:
     def state(self) -> EmuTraceStart:
         h = self.hart
         # once per chunk: the registers through a memoryview and the CSRs by one itemgetter, at C speed
-        return EmuTraceStart(self.ust[0], self.st[1], h.priv, tuple(self._uregs_view), _CSRS(h.csr), h.reservation)
+        return _new_start((self.ust[0], self.st[1], h.priv, tuple(self._uregs_view), _CSRS(h.csr), h.reservation))
 
     def interpret(self, k: int, counts) -> int:
         """Up to ``k`` steps in the reference interpreter."""
@@ -384,8 +393,8 @@ class MainRun:
         st, ctx = self.st, self.ctx
         first = st[1]
         addressof = ctypes.addressof
-        head = (addressof(self.regs), addressof(st), addressof(self.memory))
-        tail = (addressof(ctx), addressof(counts), addressof(self.rtab), None, None)
+        head = self._head
+        tail = (self._ctx_at, addressof(counts), self._rtab_at, None, None)
         while True:
             done = st[1] - first
             if done >= budget:
@@ -424,11 +433,21 @@ class MainRun:
     def run(self, chunk_steps: int, max_steps: int) -> dict:
         """The chunk loop: the same dict as :func:`.fast.run`, min traces'
         reads as ``array('Q')``."""
+        # Each chunk leaves a few tuples and no cycles; the collector would walk every trace so far, over and over
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run(chunk_steps, max_steps)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _run(self, chunk_steps: int, max_steps: int) -> dict:
         traces, table = [], []
-        ncls = len(CLASSES)
+        counters = ctypes.c_int64 * len(CLASSES)
         while True:
             start = self.state()
-            counts = (ctypes.c_int64 * ncls)()
+            counts = counters()
             self.rpos = 0
             first = start.step
             status = ST_BUDGET
@@ -445,7 +464,7 @@ class MainRun:
                 pc = self.st[0] & U64
                 raise M.StepLimitExceeded(max_steps, pc=pc, insn=self.port.peek_insn(pc), step=self.st[1])
             reads = array("Q")
-            reads.frombytes(memoryview(self.rbuf).cast("B")[:8 * self.rpos])
+            reads.frombytes(self.rbytes[:8 * self.rpos])
             traces.append(EmuTrace(len(traces), start, n, reads, ended))
             table.append(counts[:])                 # a list, sliced in C (list() would go through Python's item protocol)
             if ended:
