@@ -16,14 +16,14 @@ between nodes on the same executor.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import networkx as nx
 
 from hetflow.engine import phases as phaselib
 from hetflow.engine import placement as placing
 from hetflow.engine.plandata import Bridge, Partition
-from hetflow.engine.plangraph import execution_order, successors
+from hetflow.engine.plangraph import execution_order, predecessors, successors
 
 __all__ = ["partition", "partition_into", "bridges", "partitions_of"]
 
@@ -36,48 +36,91 @@ def partition(graph: nx.DiGraph) -> nx.DiGraph:
 
 
 def partition_into(out: nx.DiGraph) -> None:
-    """:func:`partition` on a graph the caller owns, in place."""
+    """:func:`partition` on a graph the caller owns, in place.
+
+    One walk in execution order gives each stage a group: a new one when
+    no input on its executor has a group, else its inputs' group, groups
+    meeting at a stage merged (union-find over the groups, the earliest
+    one the root, so a partition's root is the group of its first stage).
+    """
     attrs = placing.node_data(out)
-    if any("phase" in d for d in attrs.values()):
-        # phases run on their emulators, in no partition; the partitions are the stages' own
-        attrs = {n: d for n, d in attrs.items() if "phase" not in d}
-        out = out.subgraph(attrs).copy()
-    ex = {n: d["executor"] for n, d in attrs.items()}
-    # one walk over the edges: same-executor edges join a partition, the others link partitions
-    same: list[tuple[str, str]] = []
-    across: list[tuple[str, str]] = []
-    for u, nbrs in successors(out).items():
-        here = ex[u]
-        for v in nbrs:
-            (same if ex[v] == here else across).append((u, v))
-    groups = placing.roots(out, same)
-    if not _contracts_to_dag(groups, across):
-        crossings: dict[str, int] = {}
-        pred = out.pred
-        for n in nx.topological_sort(out):
-            crossings[n] = max((crossings[p] + (ex[p] != ex[n]) for p in pred[n]), default=0)
-        split = nx.Graph()
-        split.add_nodes_from(out.nodes)
-        split.add_edges_from((u, v) for u, v in same if crossings[u] == crossings[v])
-        groups = {n: i for i, comp in enumerate(nx.connected_components(split)) for n in comp}
-    names: dict[Any, str] = {}
-    for n in execution_order(out):
+    order = execution_order(out)
+    pred = predecessors(out)
+    group_of: dict[str, int] = {}
+    parent: list[int] = []
+    across: list[tuple[str, str]] = []  # edges between executors: they link partitions
+    for v in order:
+        d = attrs[v]
+        if "phase" in d:  # phases run on their emulators, in no partition; the partitions are the stages' own
+            continue
+        here = d["executor"]
+        mine = -1
+        for u in pred[v]:
+            du = attrs[u]
+            if "phase" in du:
+                continue
+            if du["executor"] != here:
+                across.append((u, v))
+                continue
+            g = group_of[u]
+            up = parent[g]
+            while up != g:
+                parent[g] = g = parent[up]
+                up = parent[g]
+            if mine < 0:
+                mine = g
+            elif g != mine:
+                mine, g = min(mine, g), max(mine, g)
+                parent[g] = mine
+        if mine < 0:
+            mine = len(parent)
+            parent.append(mine)
+        group_of[v] = mine
+    for g in range(len(parent)):  # a merged group points at an earlier one, already a root here
+        parent[g] = parent[parent[g]]
+    names: dict[Any, str] = {}  # p0, p1, ... in the execution order of each partition's first stage
+    if _contracts_to_dag(set(parent), [(parent[group_of[u]], parent[group_of[v]]) for u, v in across]):
+        for n in order:
+            g = group_of.get(n)
+            if g is not None:
+                name = names.get(parent[g])
+                if name is None:
+                    name = names[parent[g]] = f"p{len(names)}"
+                attrs[n]["partition"] = name
+        return
+    groups = _split_by_crossings(out, attrs)
+    for n in order:
         group = groups.get(n)
         if group is not None and group not in names:
             names[group] = f"p{len(names)}"
-    for n, d in attrs.items():
-        d["partition"] = names[groups[n]]
+    for n, group in groups.items():
+        attrs[n]["partition"] = names[group]
 
 
-def _contracts_to_dag(groups: Mapping[str, Any], across: list[tuple[str, str]]) -> bool:
-    """Whether contracting each group to one node leaves a DAG, ``across`` the edges between groups.
+def _split_by_crossings(graph: nx.DiGraph, attrs: Mapping[str, dict]) -> dict[str, int]:
+    """The stages' groups when the same-executor components do not contract to a DAG: each split by crossings."""
+    if any("phase" in d for d in attrs.values()):
+        graph = graph.subgraph([n for n, d in attrs.items() if "phase" not in d]).copy()
+    ex = {n: attrs[n]["executor"] for n in graph}
+    crossings: dict[str, int] = {}
+    pred = graph.pred
+    for n in nx.topological_sort(graph):
+        crossings[n] = max((crossings[p] + (ex[p] != ex[n]) for p in pred[n]), default=0)
+    split = nx.Graph()
+    split.add_nodes_from(graph.nodes)
+    split.add_edges_from((u, v) for u, v in graph.edges if ex[u] == ex[v] and crossings[u] == crossings[v])
+    return {n: i for i, comp in enumerate(nx.connected_components(split)) for n in comp}
 
-    >>> _contracts_to_dag({"a": 0, "b": 1, "c": 0}, [("a", "b"), ("b", "c")])
-    False
+
+def _contracts_to_dag(groups: Iterable[Any], links: Iterable[tuple[Any, Any]]) -> bool:
+    """Whether the groups, joined by ``links`` (pairs of groups), form a DAG.
+
+    >>> _contracts_to_dag([0, 1], [(0, 1), (1, 0)]), _contracts_to_dag([0, 1, 2], [(0, 1), (1, 2)])
+    (False, True)
     """
     quotient = nx.DiGraph()
-    quotient.add_nodes_from(set(groups.values()))
-    quotient.add_edges_from((groups[u], groups[v]) for u, v in across)
+    quotient.add_nodes_from(groups)
+    quotient.add_edges_from(links)
     return nx.is_directed_acyclic_graph(quotient)
 
 

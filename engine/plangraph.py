@@ -24,7 +24,7 @@ from hetflow.engine.errors import Diagnostic, ManifestError
 from hetflow.engine.semantics import Manifest
 from hetflow.executors import ops as oplib
 
-__all__ = ["build_graph", "execution_order", "edges", "successors", "is_bridged"]
+__all__ = ["build_graph", "execution_order", "edges", "successors", "predecessors", "is_bridged"]
 
 
 def is_bridged(graph: nx.DiGraph, u: str, v: str) -> bool:
@@ -167,6 +167,13 @@ def successors(graph: nx.Graph) -> Mapping[str, Mapping[str, Any]]:
     if type(table) is not dict:
         table = getattr(graph, "_adj", None)
     return table if type(table) is dict else dict(graph.adjacency())
+
+
+def predecessors(graph: nx.DiGraph) -> Mapping[str, Mapping[str, Any]]:
+    """Each node's predecessors, as :func:`successors` gives successors: the graph's own table
+    (networkx's ``_pred``); read it, never change it."""
+    table = getattr(graph, "_pred", None)
+    return table if type(table) is dict else {n: dict.fromkeys(graph.predecessors(n)) for n in graph}
 
 
 def execution_order(graph: nx.DiGraph) -> list[str]:
