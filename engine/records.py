@@ -38,6 +38,7 @@ __all__ = [
     "RECORD_FORMAT",
     "write_json_atomic",
     "write_text_atomic",
+    "remove_partial_writes",
     "dumps_record",
     "encode_value",
     "encode_entries",
@@ -197,6 +198,25 @@ def write_json_atomic(path: str, data: Mapping[str, Any], encoded: Mapping[str, 
     record is tens of MB, and joining its parts copied all of it twice)."""
     parts = _record_parts(data, encoded)
     _atomic(path, lambda f: f.writelines(part.encode() for part in parts))
+
+
+def remove_partial_writes(path: str) -> int:
+    """Remove the temporary files of unfinished atomic writes to ``path``; how many there were.
+
+    A process that ends at once (a second signal's forced exit) after
+    writing ``path`` itself may have interrupted an earlier write to it
+    in the same thread, between its temporary file and the rename.
+    """
+    folder, name = os.path.split(os.path.abspath(path))
+    removed = 0
+    for entry in os.listdir(folder):
+        if entry.startswith(".tmp-") and entry.endswith(name):
+            try:
+                os.unlink(os.path.join(folder, entry))
+                removed += 1
+            except FileNotFoundError:
+                pass
+    return removed
 
 
 def write_text_atomic(path: str, text: str) -> None:

@@ -36,7 +36,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import dask.threaded
 
@@ -56,6 +56,7 @@ from hetflow.engine.records import (
     encode_value,
     new_run_dir,
     provenance,
+    remove_partial_writes,
     save_npy_atomic,
     utc_iso,
     versions,
@@ -215,7 +216,7 @@ def _execute(
         "inputs": {k: dict(v) for k, v in (inputs or {}).items()},
         "resumed": resume is not None,
         "verifies": verifies,
-        "host": provenance(manifest.file),
+        "host": None,  # the initial write's thread asks git for it
         "scheduler": cluster.describe() if cluster is not None else {"kind": "threads", "workers": num_workers or os.cpu_count()},
         "versions": versions(),
         "inventory": [o.to_json() for o in inventory(_named_vendors(manifest, plan))],
@@ -229,7 +230,7 @@ def _execute(
     }
     # the plan and the resolved manifest are the record's largest constant parts: encoded once for every write
     encoded = {"plan": encode_entries(record["plan"]), "manifest": encode_value(record["manifest"])}
-    write_json_atomic(record_path, record, encoded)
+    first_written = _initial_write(record_path, record, encoded, manifest.file)
     final_written = threading.Event()
     runtime: Any = None
 
@@ -237,11 +238,14 @@ def _execute(
         # A second signal: the process ends now; leave a record that says so, unless the full one is written.
         if final_written.is_set():
             return
+        first_written(raise_error=False)
         now = time.time()
         events = list(runtime.events) if runtime is not None else []
         write_json_atomic(record_path, {**record, "status": "cancelled", "ended_at": utc_iso(now),
                                         "duration_s": round(now - started, 6),
                                         "cancelled": _cancel_info(cancel, events, runtime, forced=True)}, encoded)
+        # the signal may have come in the middle of the final write, which never ends now
+        remove_partial_writes(record_path)
 
     forget_hook = cancel.on_forced_exit(forced_exit)
     stream = EventStream([on_event] if on_event is not None else [])
@@ -347,6 +351,7 @@ def _execute(
     record["events"] = list(stream.events)  # the stream goes on: the run's own end comes after the record
     encoded.update(tasks=encode_events(record["tasks"]), events=encode_events(record["events"]),
                    nodes=encode_events(record["nodes"]))
+    first_written()
     write_json_atomic(record_path, record, encoded)
     final_written.set()
     forget_hook()
@@ -366,6 +371,43 @@ def _execute(
 
 
 functools.update_wrapper(execute, _execute)
+
+
+def _initial_write(record_path: str, record: dict, encoded: Mapping[str, str], manifest_file: str
+                   ) -> Callable[..., None]:
+    """Write the ``running`` record in a thread of its own while the run goes on; returns the wait for it.
+
+    The write waits on other processes and on the disk: ``git`` asked for
+    the manifest's provenance (two rounds of processes, 5-8 ms here) and
+    the file's ``fsync`` (about 5 ms). A short run's tasks take a few tens
+    of ms, so that was a quarter of a 299-task run; in a thread it
+    overlaps the lowering and the tasks. The thread writes a copy of the
+    record as it is now, its ``host`` filled in (in ``record`` too: the
+    key exists, so the dict does not change size under the run's thread);
+    the final record and a forced exit's wait for it first, so the
+    ``running`` record never replaces a later one. The thread is not a
+    daemon: an interpreter that exits waits for the write to end.
+    The wait re-raises what the write raised (``raise_error=False``: not).
+    """
+    first = dict(record)
+    failed: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            record["host"] = first["host"] = provenance(manifest_file)
+            write_json_atomic(record_path, first, encoded)
+        except BaseException as e:  # noqa: BLE001 - handed to the wait
+            failed.append(e)
+
+    thread = threading.Thread(target=write, name="hetflow-record")
+    thread.start()
+
+    def wait(raise_error: bool = True) -> None:
+        thread.join()
+        if failed and raise_error:
+            raise failed[0]
+
+    return wait
 
 
 def _cancel_info(cancel: Cancel, events: list[dict], runtime: Any, forced: bool = False) -> dict:
