@@ -71,7 +71,6 @@ from hetflow.engine import matrix
 from hetflow.engine import planner
 from hetflow.engine.clusters import open_cluster, plan_on
 from hetflow.engine.errors import RunFailed, UsageError
-from hetflow.engine.inputs import bind_inputs, describe_inputs, with_inputs
 from hetflow.engine.manifest import Document, Manifest, compile_manifest, gc_paused, load
 from hetflow.engine.results import Failure, Plan, Run, Sweep
 from hetflow.executors.base import PortableActivation
@@ -247,6 +246,7 @@ def _session(path: str, doc: Any, manifest: Manifest, runs_dir: str, resume: str
 
 def _execute(manifest: Manifest, cluster: Any, place: Mapping[str, str] | None, bound: Mapping[str, PortableActivation],
              **kwargs: Any) -> Run:
+    from hetflow.engine.inputs import describe_inputs, with_inputs
     from hetflow.engine.run import execute  # dask loads only for calls that run
 
     made = with_inputs(plan_on(manifest, cluster, place), bound)
@@ -338,6 +338,8 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
         raise UsageError(f"{path} has a matrix of {len(jobs)} points: give point= to run one, or run them all "
                          "with hetflow.sweep()")
     manifest, mpoint, given = jobs[0]
+    from hetflow.engine.inputs import bind_inputs  # binding arrays is for calls that run: plan does without
+
     bound = bind_inputs(manifest, inputs)
     with _session(path, doc, manifest, runs_dir, resume, schedule_slot,
                   (workers, threads_per_worker, scheduler, place, threads)) as (cluster, schedule, _):
@@ -401,6 +403,8 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
             raise UsageError(f"{path} has no matrix: run it with hetflow.run()")
         points = [matrix.Point(p["name"], p["values"]) for _, p, _ in jobs]
         first = jobs[0][0]
+    from hetflow.engine.inputs import bind_inputs
+
     bound = bind_inputs(first, inputs)
     with _session(path, doc, first, runs_dir, None, schedule_slot,
                   (workers, threads_per_worker, scheduler, place, threads), lock=False) as (cluster, schedule, lock_name):
