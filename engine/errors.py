@@ -85,7 +85,9 @@ class Origin:
         return f"Origin(file={self.file!r}, line={self.line!r}, col={self.col!r})"
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.col}"
+        if self._line is None:
+            self._resolve()
+        return f"{self.file}:{self._line}:{self._col}"
 
 
 class _Deferred(Origin):

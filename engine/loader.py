@@ -217,12 +217,16 @@ class Document:
 
     def key_at(self, path: Path) -> Origin:
         """Origin of the key naming the value at ``path``."""
-        path = tuple(path)
+        if path.__class__ is not tuple:
+            path = tuple(path)
         if self._marks is None:
             # a stage's key, an executor's: known from the first parse, so said at once (a plan prints them all)
             level = self._shallow.get(path[:-1]) if self._shallow and path else None
             marks = level.get(path[-1]) if level is not None else None
-            return _origin(self.file, marks[0]) if marks is not None else _Unresolved(self, path, True)
+            if marks is None:
+                return _Unresolved(self, path, True)
+            mark = marks[0]
+            return Origin(self.file, mark.line + 1, mark.column + 1) if mark is not None else Origin(self.file, 1, 1)
         return self._key_marks.get(path) or self._value_origin(path)
 
 

@@ -77,7 +77,8 @@ class StageDecl:
     @property
     def origin(self) -> Origin | None:
         """The stage's key."""
-        return self._at(None)
+        doc = self.doc  # asked of every stage by a plan: one call, not two
+        return doc.key_at(("stages", self.id)) if doc is not None else None
 
     @property
     def op_origin(self) -> Origin | None:
