@@ -289,6 +289,66 @@ def cli_side_by_side(before: str, n: int = 100_000, partitions: int = 100, turns
     return rows
 
 
+# ``python -c`` code (after TREE_FINDER) timing what ``hetflow plan --format json`` does once the planner has
+# returned, in the source tree given: the cache status, the plan's data, its JSON text and the file, as
+# cmd_plan does them there; then each part alone, and the manifest digest's canonical text. Best of the
+# turns, CPU seconds, as JSON on standard output.
+_POST_PLAN = TREE_FINDER + """import json, tempfile, time
+from hetflow.engine import api, clusters, results
+from hetflow.engine.resolve import canonical_json
+path, turns = sys.argv[1], int(sys.argv[2])
+manifest = api.compile_manifest(api.load(path), {})
+made = clusters.plan_on(manifest, None, None)
+runs = tempfile.mkdtemp()
+
+def post_plan():
+    with api.gc_paused():
+        plan = results.Plan(made, None, api._cache_status(manifest, made, None, runs, None))
+    data = plan.json_bytes() if hasattr(plan, "json_bytes") else plan.dumps().encode()
+    with open(os.path.join(runs, "plan.json"), "wb") as f:
+        f.write(data)
+
+parts = {"post-plan": post_plan, "cache status": lambda: api._cache_status(manifest, made, None, runs, None),
+         "plan data": lambda: made.to_json(explain=True), "manifest digest text": lambda: canonical_json(manifest.resolved)}
+best = {}
+for name, fn in parts.items():
+    times = []
+    for _ in range(turns):
+        t0 = time.process_time()
+        fn()
+        times.append(time.process_time() - t0)
+    best[name] = min(times)
+print(json.dumps(best))
+"""
+
+
+def post_plan_side_by_side(before: str, n: int = 100_000, partitions: int = 100, turns: int = 3) -> list[dict]:
+    """CPU seconds of what ``plan --format json`` does after the planner (cache keys and status, the plan's
+    data, its JSON, the file), in the source tree ``before`` and in this one, one process each in one run;
+    best of ``turns`` per part. The ratio is before / after."""
+    import json
+    import subprocess
+    import sys
+
+    best = {}
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, f"scale-{n}.yaml")
+        with open(path, "w") as f:
+            f.write(blocks(n, partitions))
+        for side, root in (("before", before), ("after", REPO)):
+            done = subprocess.run([sys.executable, "-c", _POST_PLAN, root, path, str(turns)], capture_output=True,
+                                  text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"post-plan timing ({root}) failed: {done.stderr[-2000:]}")
+            best[side] = json.loads(done.stdout.splitlines()[-1])
+    b, a = best["before"], best["after"]
+    return [{"name": f"hetflow plan --format json after the planner, {n} stages, {partitions} partitions, before and after",
+             "baseline": f"before ({before})", "baseline_s": b["post-plan"], "subject": "after (this tree)",
+             "subject_s": a["post-plan"], "ratio": b["post-plan"] / a["post-plan"],
+             "notes": (f"CPU seconds, best of {turns}, one process per tree; parts before -> after: "
+                       + ", ".join(f"{k} {b[k]:.3f} -> {a[k]:.3f}" for k in b if k != "post-plan"))}]
+
+
 def run(quick: bool) -> list[dict]:
     n = 1000 if quick else 10_000
     repeats = 1 if quick else 3
