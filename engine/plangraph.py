@@ -65,21 +65,34 @@ def build_graph(manifest: Manifest) -> nx.DiGraph:
         seen.add(pid)
         attrs[pid] = {"phase": p, "order": i, "target": info["target"], "planned": info}
         succ[pid], pred[pid] = {}, {}
-    in_order = True  # every input written above its stage: the file order is the execution order
-    first = len(phase_order)
-    for i, stage in enumerate(manifest.stages.values()):
-        sid = stage.id
-        if in_order and not seen.issuperset(stage.inputs):
-            in_order = False
-        seen.add(sid)
-        attrs[sid] = {"stage": stage, "order": first + i}
-        succ[sid], pred[sid] = {}, {}
-    for v, refs in [*((p.id, p.inputs) for p in phases.values()), *((s.id, s.inputs) for s in manifest.stages.values())]:
-        into = pred[v]
-        for ref in refs:
+    for p in phases.values():
+        for ref in p.inputs:
             if ref not in succ:  # not declared (validation reports it): a bare node, as networkx would add
                 attrs[ref], succ[ref], pred[ref] = {}, {}, {}
-            succ[ref][v] = into[ref] = {}
+            succ[ref][p.id] = pred[p.id][ref] = {}
+    in_order = True  # every input written above its stage: the file order is the execution order
+    first = len(phase_order)
+    later: list[Any] = []  # the stages from the first one written above an input of its own
+    for i, stage in enumerate(manifest.stages.values()):
+        sid = stage.id
+        ins = stage.inputs
+        if in_order and not seen.issuperset(ins):
+            in_order = False
+        attrs[sid] = {"stage": stage, "order": first + i}
+        succ[sid], pred[sid] = {}, {}
+        if in_order:
+            seen.add(sid)
+            into = pred[sid]
+            for ref in ins:  # in file order each edge can be made with its stage
+                succ[ref][sid] = into[ref] = {}
+        else:
+            later.append(stage)
+    for stage in later:
+        into = pred[stage.id]
+        for ref in stage.inputs:
+            if ref not in succ:  # not declared (validation reports it): a bare node, as networkx would add
+                attrs[ref], succ[ref], pred[ref] = {}, {}, {}
+            succ[ref][stage.id] = into[ref] = {}
     if in_order:
         graph.graph["execution_order"] = [*phase_order, *manifest.stages]
     problems: list[Diagnostic] = []
