@@ -130,6 +130,53 @@ def _interpolate(value: Any, path: Path, params: Mapping[str, Any], doc: Documen
     return _REF.sub(lambda m: next(texts), value)
 
 
+class _UndefinedName(Exception):
+    """A ``${name}`` that names no param: :func:`_interpolate` walks again to say where."""
+
+
+def _substitute(value: Any, params: Mapping[str, Any]) -> Any:
+    """What :func:`_interpolate` returns for ``value`` when every name is defined; raises :class:`_UndefinedName`.
+
+    A mapping or list that holds no ``${...}`` is returned as it is, and
+    nothing keeps a path: a manifest of 100,000 stages with one reference
+    makes one new mapping per level above it, not a copy of every value.
+    """
+    if isinstance(value, str):
+        if "${" not in value:
+            return value
+        whole = _REF.fullmatch(value)
+        names = [whole.group(1)] if whole else [m.group(1) for m in _REF.finditer(value)]
+        if any(name not in params for name in names):
+            raise _UndefinedName
+        if whole:
+            return params[names[0]]
+        texts = iter(str(params[name]) for name in names)
+        return _REF.sub(lambda m: next(texts), value)
+    if isinstance(value, dict):
+        out = None
+        for k, v in value.items():
+            if v.__class__ is str and "${" not in v:
+                continue
+            new = _substitute(v, params)
+            if new is not v:
+                if out is None:
+                    out = dict(value)
+                out[k] = new
+        return value if out is None else out
+    if isinstance(value, list):
+        out = None
+        for i, v in enumerate(value):
+            if v.__class__ is str and "${" not in v:
+                continue
+            new = _substitute(v, params)
+            if new is not v:
+                if out is None:
+                    out = list(value)
+                out[i] = new
+        return value if out is None else out
+    return value
+
+
 def resolve(doc: Document, overrides: Mapping[str, Any] | None = None) -> tuple[dict, list[Diagnostic]]:
     """The document's tree with its params and ``${name}`` references resolved, and the problems found.
 
@@ -172,8 +219,12 @@ def resolve(doc: Document, overrides: Mapping[str, Any] | None = None) -> tuple[
     if doc.text is not None and "${" not in doc.text:
         resolved = {k: v for k, v in tree.items() if k not in ("matrix", "schedule")}
     else:
-        resolved = {k: (v if k in ("params", "version", "name") else _interpolate(v, (k,), values, doc, problems))
-                    for k, v in tree.items() if k not in ("matrix", "schedule")}
+        try:
+            resolved = {k: (v if k in ("params", "version", "name") else _substitute(v, values))
+                        for k, v in tree.items() if k not in ("matrix", "schedule")}
+        except _UndefinedName:
+            resolved = {k: (v if k in ("params", "version", "name") else _interpolate(v, (k,), values, doc, problems))
+                        for k, v in tree.items() if k not in ("matrix", "schedule")}
     if "params" in resolved:
         resolved["params"] = values
     return resolved, problems

@@ -286,3 +286,26 @@ def test_the_fast_schema_check_agrees_with_jsonschema(manifest_file):
         assert precise or not fast, tree
         sid, spec = list(tree["stages"].items())[-1]
         assert precise or not _fast_validator().accepts_stage(sid, spec), tree
+
+
+def test_references_resolve_as_the_walk_with_paths_does_and_share_what_holds_none():
+    from hetflow.engine import resolve as rs
+
+    stages = "".join(f"  s{i}: {{op: relu, inputs: [s{i - 1}]}}\n" for i in range(1, 50))
+    text = ("version: 1\nname: '${tag}-run'\nparams: {n: 4, tag: run, shape: [2, 3]}\nexecutors: {host: {vendor: cpu}}\n"
+            "stages:\n  s0: {op: random.normal, args: {shape: '${shape}', seed: '${n}'}, executor: host}\n" + stages
+            + "  t: {op: relu, inputs: [s49], description: 'n=${n}, tag=${tag}, ${n}${n}'}\noutputs: {y: t}\n")
+    doc = loads(text, "r.yaml")
+    for overrides in ({}, {"n": 9}, {"shape": [8]}):
+        values = {**doc.value["params"], **overrides}
+        resolved, problems = rs.resolve(doc, overrides)
+        walked = {k: (v if k in ("params", "version", "name") else rs._interpolate(v, (k,), values, doc, []))
+                  for k, v in doc.value.items()}
+        assert problems == [] and resolved == {**walked, "params": values}
+        assert resolved["stages"]["s7"] is doc.value["stages"]["s7"] and resolved["outputs"] is doc.value["outputs"]
+    assert resolved["stages"]["s0"]["args"] == {"shape": [8], "seed": 4}
+    assert resolved["stages"]["t"]["description"] == "n=4, tag=run, 44"
+    _, problems = rs.resolve(loads(text.replace("tag=${tag}", "tag=${tga}").replace("'${n}'}", "'${m}'}"), "r.yaml"))
+    assert [str(d) for d in problems] == [
+        "r.yaml:6:59: error: undefined param ${m} (declared params: n, shape, tag)",
+        "r.yaml:56:45: error: undefined param ${tga} (declared params: n, shape, tag); did you mean 'tag'?"]
