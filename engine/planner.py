@@ -266,15 +266,16 @@ def _plan(manifest: Manifest, probe: Callable[[Vendor], Offer], model: Any) -> P
     crossing = bridges(parted)
     attrs = placing.node_data(parted)
     nodes: dict[str, NodePlan] = {}
-    for n in manifest.stages:
+    exec_s = 0  # the stages' estimates summed in their order, as ``sum`` would
+    for n, stage in manifest.stages.items():
         d = attrs[n]
-        stage = d["stage"]
         nodes[n] = frozen_instance(NodePlan, {
             "id": n, "op": stage.op, "executor": d["executor"], "reason": d["reason"],
             "partition": d["partition"], "shape": d["shape"], "dtype": stage.dtype, "bytes": d["bytes"],
             "origin": stage.origin, "why": d["why"], "estimated_s": d["estimated_s"],
             "bound": d.get("bound", False),
         })
+        exec_s += d["estimated_s"] or 0.0
     parts = partitions_of(parted, manifest.outputs)
     memory = _check_memory(parts, parted, manifest, executors, probe)
     phase_inputs = _phase_inputs(manifest, parts)
@@ -285,7 +286,7 @@ def _plan(manifest: Manifest, probe: Callable[[Vendor], Offer], model: Any) -> P
         "placement": placement["method"],
         "baseline_s": placement["baseline_s"],
         "total_s": placement["total_s"],
-        "exec_s": sum(n.estimated_s or 0.0 for n in nodes.values()),
+        "exec_s": exec_s,
         "bridges_s": sum(b.estimated_s or 0.0 for b in crossing),
         **({"phases_s": sum(p["estimated_s"] or 0.0 for p in phases.values()), "phases_bound": True} if phases else {}),
     }
@@ -293,8 +294,8 @@ def _plan(manifest: Manifest, probe: Callable[[Vendor], Offer], model: Any) -> P
         name=manifest.name, digest=manifest.digest, executors=executors, nodes=nodes,
         partitions=parts, bridges=tuple(crossing),
         outputs=dict(manifest.outputs),
-        stage_args={s.id: s.args for s in manifest.stages.values()},
-        stage_inputs={s.id: s.inputs for s in manifest.stages.values()},
+        stage_args={n: s.args for n, s in manifest.stages.items()},
+        stage_inputs={n: s.inputs for n, s in manifest.stages.items()},
         warnings=tuple(_warnings(manifest, executors, parted, crossing, estimate, model)),
         estimate=estimate, memory=memory,
         phases=phases,
@@ -355,14 +356,16 @@ def _check_memory(parts: tuple[Partition, ...], graph: nx.DiGraph, manifest: Man
     out: dict[str, dict] = {}
     problems: list[Diagnostic] = []
     # a bounded size (read from a witness table) may be far above what the guest yields: it is shown, never refused
-    nbytes: dict[str, int | None] = {}
-    bounded: dict[str, int | None] = {}
-    for n, d in placing.node_data(graph).items():
-        (bounded if d.get("bound") else nbytes)[n] = d["bytes"]
+    attrs = placing.node_data(graph)
     for part in parts:
-        members = list(part.inputs) + list(part.nodes)
-        peak = sum(nbytes.get(n) or 0 for n in members)
-        upper = sum(bounded.get(n) or 0 for n in members)
+        peak = upper = 0
+        for members in (part.inputs, part.nodes):
+            for n in members:
+                d = attrs[n]
+                if d.get("bound"):
+                    upper += d["bytes"] or 0
+                else:
+                    peak += d["bytes"] or 0
         decl = manifest.executors[part.executor]
         capacity, source = getattr(decl, "memory_bytes", None), "declared"
         if capacity is None:
@@ -372,7 +375,7 @@ def _check_memory(parts: tuple[Partition, ...], graph: nx.DiGraph, manifest: Man
         out[part.id] = {"peak_bytes": peak, "memory_bytes": capacity, "memory_source": source if capacity else None,
                         **({"peak_bound_bytes": peak + upper} if upper else {})}
         if capacity is not None and peak > capacity:
-            biggest = max(part.nodes, key=lambda n: nbytes.get(n) or 0)
+            biggest = max(part.nodes, key=lambda n: 0 if attrs[n].get("bound") else attrs[n]["bytes"] or 0)
             where = f"declared at {decl.memory_origin}" if source == "declared" and decl.memory_origin else source
             problems.append(Diagnostic(graph.nodes[biggest]["stage"].origin, (
                 f"partition {part.id} on executor {part.executor!r} holds {human_bytes(peak)} of live activations at its "
