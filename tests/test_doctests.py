@@ -31,6 +31,8 @@ MODULES = [
     "hetflow.engine.resolve",
     "hetflow.engine.semantics",
     "hetflow.engine.planner",
+    "hetflow.engine.plandata",
+    "hetflow.engine.cache",
     "hetflow.engine.planview",
     "hetflow.engine.matrix",
     "hetflow.engine.schedule",
