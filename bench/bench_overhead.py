@@ -349,6 +349,57 @@ def post_plan_side_by_side(before: str, n: int = 100_000, partitions: int = 100,
                        + ", ".join(f"{k} {b[k]:.3f} -> {a[k]:.3f}" for k in b if k != "post-plan"))}]
 
 
+# ``python -c`` code (after TREE_FINDER) timing load and compile_manifest (resolve + validate) of a file in the
+# source tree given, CPU seconds: the first turn (with the one-off set-up a CLI process pays: the schema's
+# validators, the op registry) and the best of the turns, as JSON on standard output.
+_LOAD_VALIDATE = TREE_FINDER + """import json, time
+from hetflow.engine.manifest import compile_manifest, load
+path, turns = sys.argv[1], int(sys.argv[2])
+runs = []
+for _ in range(turns):
+    t0 = time.process_time()
+    doc = load(path)
+    t1 = time.process_time()
+    compile_manifest(doc)
+    runs.append((t1 - t0, time.process_time() - t1))
+    del doc
+print(json.dumps({"first": sum(runs[0]), "load": min(l for l, _ in runs), "validate": min(v for _, v in runs),
+                  "best": min(l + v for l, v in runs)}))
+"""
+
+
+def load_validate_side_by_side(before: str, n: int = 100_000, partitions: int = 100, turns: int = 3,
+                               processes: int = 3) -> list[dict]:
+    """CPU seconds of load + resolve + validate (``load`` then ``compile_manifest``) of the ``n``-stage manifest, in
+    the source tree ``before`` and in this one: ``processes`` processes per tree, turn about, each the best of
+    ``turns``; the row takes the median process. The ratio is before / after."""
+    import json
+    import statistics
+    import subprocess
+    import sys
+
+    got: dict[str, list[dict]] = {"before": [], "after": []}
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, f"scale-{n}.yaml")
+        with open(path, "w") as f:
+            f.write(blocks(n, partitions))
+        for i in range(processes):
+            for side, root in sorted({"before": before, "after": REPO}.items(), reverse=i % 2 == 1):
+                done = subprocess.run([sys.executable, "-c", _LOAD_VALIDATE, root, path, str(turns)],
+                                      capture_output=True, text=True)
+                if done.returncode != 0:
+                    raise RuntimeError(f"load + validate timing ({root}) failed: {done.stderr[-2000:]}")
+                got[side].append(json.loads(done.stdout.splitlines()[-1]))
+    med = {side: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for side, runs in got.items()}
+    b, a = med["before"], med["after"]
+    return [{"name": f"load + resolve + validate, {n} stages, {partitions} partitions, before and after",
+             "baseline": f"before ({before})", "baseline_s": b["best"], "subject": "after (this tree)",
+             "subject_s": a["best"], "ratio": b["best"] / a["best"],
+             "notes": (f"CPU seconds, median of {processes} processes per tree taken turn about, each the best of "
+                       f"{turns}: load {b['load']:.2f} -> {a['load']:.2f}, resolve + validate {b['validate']:.2f} -> "
+                       f"{a['validate']:.2f}; a process's first turn (its one-off set-up too) {b['first']:.2f} -> "
+                       f"{a['first']:.2f}")}]
+
 def run(quick: bool) -> list[dict]:
     n = 1000 if quick else 10_000
     repeats = 1 if quick else 3
