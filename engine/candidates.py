@@ -365,9 +365,8 @@ def total_cost(p: Problem, exe: Mapping[str, str]) -> float:
     """The plan's estimated time under ``exe``: every execution plus every bridge, once each."""
     exec_s, consumers, transfer = p.exec_s, p.consumers, p.transfer
     run = bridged = 0  # what ``sum`` starts from: the same additions in the same order, the same float
-    for n in p.order:
-        run += exec_s[n][exe[n]]
     for u in p.order:
+        run += exec_s[u][exe[u]]
         cs = consumers[u]
         if len(cs) == 1:  # most tensors: :meth:`Problem.tensor_cost` written out
             home, dest = exe[u], exe[cs[0]]

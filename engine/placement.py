@@ -252,9 +252,10 @@ def _groups_worth_cutting(p: Problem, exe: Mapping[str, str], free: Sequence[Uni
     the whole one: below the threshold no group is worth cutting, and the
     groups are not looked for.
     """
-    exec_s, inputs, unit_of, tensor_cost = p.exec_s, p.inputs, p.unit_of, p.tensor_cost
+    exec_s, inputs, unit_of, tensor_cost, consumers = p.exec_s, p.inputs, p.unit_of, p.tensor_cost, p.consumers
     excess: dict[str, float] = {}
     tensors: dict[str, None] = {}
+    priced: dict[str, float] = {}
     fastest: dict[int, float] = {}  # per execution row (rows are shared by stages alike)
     for unit in free:
         for n in unit.nodes:
@@ -266,18 +267,17 @@ def _groups_worth_cutting(p: Problem, exe: Mapping[str, str], free: Sequence[Uni
                 x = row[exe[n]] - low
                 if x:
                     excess[n] = x
-            tensors[n] = None
-            for t in inputs[n]:
+            # each tensor priced where first met (a stage before its consumers): bridges under ``exe``
+            for t in (n, *inputs[n]):
+                if t in tensors:
+                    continue
                 tensors[t] = None
-    priced = {}
-    consumers = p.consumers
-    for t in tensors:
-        cs = consumers[t]
-        if not cs or len(cs) == 1 and exe[cs[0]] == exe[t]:
-            continue
-        c = tensor_cost(t, exe)
-        if c:
-            priced[t] = c
+                cs = consumers[t]
+                if not cs or len(cs) == 1 and exe[cs[0]] == exe[t]:
+                    continue
+                c = tensor_cost(t, exe)
+                if c:
+                    priced[t] = c
     if sum(excess.values()) + sum(priced.values()) <= min_gain_s:
         return []
     ids = {u.id for u in free}

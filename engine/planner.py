@@ -205,9 +205,8 @@ def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
     shape_of: dict[str, Any] = {}
     rows: dict[tuple, dict[str, float]] = {}
     own_cost: dict[str, bool] = {}
-    for i, n in enumerate(order):
+    for n in order:
         d = attrs[n]
-        pos[n] = i
         shape_of[n] = shape = d["shape"]
         nbytes[n] = d["bytes"]
         if "phase" in d:
@@ -242,6 +241,7 @@ def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
                 inputs[n] = ins
                 continue
         inputs[n] = ins if len(ins) < 2 else tuple(dict.fromkeys(ins))
+    pos.update(zip(order, range(len(order))))
     consumers = {n: list(nbrs) for n, nbrs in successors(out).items()}
     return placing.Problem(out, order, units, unit_of, vendor, exec_s, consumers, model,
                            pos=pos, inputs=inputs, nbytes=nbytes)
