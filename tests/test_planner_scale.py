@@ -115,3 +115,43 @@ def test_placement_groups_are_the_linked_components(tmp_path):
     groups = placement.components(p, free)
     assert sorted(sorted(u.id for u in g) for g in groups) == _linked_components(p, free)
     assert len(groups) > 1
+
+
+OUT_OF_ORDER = """\
+version: 1
+name: out-of-order
+executors:
+  a: {vendor: cpu}
+  b: {vendor: cpu}
+stages:
+  x: {op: ones, args: {shape: [4]}, executor: a}
+  z: {op: add, inputs: [y, x]}
+  y: {op: relu, inputs: [x], executor: b}
+  w: {op: mul, inputs: [z, z]}
+  v: {op: relu, inputs: [x]}
+outputs: {w: w, v: v}
+"""
+
+
+@pytest.mark.parametrize("source", ["chain", "out-of-order", "phases"])
+def test_the_graph_pass_tables_are_what_networkx_would_build(source):
+    """The graph pass fills networkx's tables itself: the same graph, node, edge and neighbour order as its methods."""
+    from pathlib import Path
+
+    if source == "phases":
+        m = compile_manifest(load(Path(__file__).parent.parent / "pipelines" / "zkvm_trace.yaml"))
+        assert m.phases
+    else:
+        m = compile_manifest(loads(CHAIN if source == "chain" else OUT_OF_ORDER, f"{source}.yaml"))
+    graph = planner.build_graph(m)
+    made = nx.DiGraph()
+    made.graph.update(graph.graph)
+    made.add_nodes_from(graph.nodes(data=True))
+    made.add_edges_from((ref, p.id) for p in m.phases.values() for ref in p.inputs)
+    made.add_edges_from((ref, s.id) for s in m.stages.values() for ref in s.inputs)
+    assert nx.utils.graphs_equal(graph, made)
+    assert list(graph) == list(made) and list(graph.edges) == list(made.edges)
+    assert all(list(graph.pred[n]) == list(made.pred[n]) and list(graph.succ[n]) == list(made.succ[n]) for n in graph)
+    assert all(graph.succ[u][v] is graph.pred[v][u] for u, v in graph.edges), "one attribute dict per edge"
+    assert planner.execution_order(graph) == list(nx.lexicographical_topological_sort(
+        made, key=lambda n: made.nodes[n]["order"]))
