@@ -168,3 +168,21 @@ def test_the_record_says_which_commit_the_manifest_came_from_and_whether_it_was_
     assert provenance() | {"commit": None} == {"commit": None, "dirty": True, "manifest_dirty": False, "path": "p.yaml"}
     path.write_text(path.read_text() + "\n")
     assert provenance() | {"commit": None} == {"commit": None, "dirty": True, "manifest_dirty": True, "path": "p.yaml"}
+
+
+def test_a_cpu_run_probes_only_the_vendors_its_executors_name_and_never_loads_wgpu(manifest_file, tmp_path):
+    import subprocess
+    import sys
+
+    path = manifest_file(PIPELINE.replace("EXEC", "accel"))
+    code = ("import json, sys; from hetflow.engine.run import execute; from hetflow.engine.manifest import "
+            "compile_manifest, load; from hetflow.engine.planner import plan; from hetflow.executors import probe; "
+            f"m = compile_manifest(load({path!r})); r = execute(m, plan(m, probe), runs_dir={str(tmp_path)!r}); "
+            "print(json.dumps({'wgpu': 'wgpu' in sys.modules, 'path': r.record_path}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["wgpu"] is False
+    record = json.loads(Path(out["path"]).read_text())
+    assert [o["vendor"] for o in record["inventory"]] == ["cpu"] and record["inventory"][0]["available"]
+    assert record["host"]["pid"] != os.getpid() and record["host"]["hostname"]
