@@ -396,17 +396,21 @@ class MainRun:
         head = self._head
         tail = (self._ctx_at, addressof(counts), self._rtab_at, None, None)
         while True:
-            done = st[1] - first
+            at = st[1]
+            done = at - first
             if done >= budget:
                 return ST_BUDGET
             b = budget - done
-            self.room(3 * b)                  # a translated step reads at most three words (two to fetch)
-            stop = st[1] + b
+            rbuf = self.rbuf
+            if self.rpos + 3 * b > len(rbuf):   # a translated step reads at most three words (two to fetch)
+                self.room(3 * b)
+                rbuf = self.rbuf
+            stop = at + b
             ctx[CTX_STOP] = stop
             ctx[CTX_RPOS] = self.rpos
             ctx[CTX_OPOS] = 0
-            ctx[CTX_RLEN] = len(self.rbuf)
-            status = self.code.fn(*head, addressof(self.rbuf), *tail)
+            ctx[CTX_RLEN] = len(rbuf)
+            status = self.code.fn(*head, addressof(rbuf), *tail)
             self.rpos = ctx[CTX_RPOS]
             left = stop - st[1]
             if left == 0:
@@ -445,6 +449,7 @@ class MainRun:
     def _run(self, chunk_steps: int, max_steps: int) -> dict:
         traces, table = [], []
         counters = ctypes.c_int64 * len(CLASSES)
+        st = self.st
         while True:
             start = self.state()
             counts = counters()
@@ -452,13 +457,14 @@ class MainRun:
             first = start.step
             status = ST_BUDGET
             while True:
-                left = min(chunk_steps - (self.st[1] - first), max_steps - self.st[1])
+                at = st[1]
+                left = min(chunk_steps - (at - first), max_steps - at)
                 if left <= 0:
                     break
                 status = self.steps(left, counts)
                 if status != ST_BUDGET:
                     break
-            n = self.st[1] - first
+            n = st[1] - first
             ended = status == ST_END
             if not ended and n < chunk_steps:
                 pc = self.st[0] & U64
