@@ -99,8 +99,8 @@ def build_graph(manifest: Manifest) -> nx.DiGraph:
     shapes: dict[str, Any] = {}
     # each bounded tensor's shape at one row: a stage whose shape is the same there and at the bound is exact
     small: dict[str, Any] = {}
-    # shape rules are pure: stages alike in op and input shapes, with no args, share one answer
-    alike: dict[tuple, Any] = {}
+    # shape rules are pure: stages alike in op, dtype and input shapes, with no args, share one shape and size
+    alike: dict[tuple, tuple[Any, int | None]] = {}
     sizes: dict[tuple, int] = {}  # bytes of a (shape, dtype), counted once
     for pid, info in planned.items():
         d = attrs[pid]
@@ -109,7 +109,7 @@ def build_graph(manifest: Manifest) -> nx.DiGraph:
         d["bytes"], d["bound"] = info["bytes"], info["size"] == "bound"
         if d["bound"]:
             small[pid] = (1,) + shape[1:]
-    for sid in execution_order(graph):
+    for sid in manifest.stages if in_order else execution_order(graph):
         d = attrs[sid]
         if "phase" in d:
             continue
@@ -118,30 +118,32 @@ def build_graph(manifest: Manifest) -> nx.DiGraph:
         if stage.args:
             key = None
         elif len(ins) == 1:
-            key = (stage.op, shapes[ins[0]])
+            key = (stage.op, stage.dtype._value_, shapes[ins[0]])
         else:
-            key = (stage.op, *[shapes[ref] for ref in ins])
-        shape = alike.get(key, alike) if key is not None else alike
-        if shape is alike:
+            key = (stage.op, stage.dtype._value_, *[shapes[ref] for ref in ins])
+        known = alike.get(key) if key is not None else None
+        if known is not None:
+            shape, nbytes = known
+        else:
             try:
                 shape = oplib.REGISTRY[stage.op].shape([shapes[ref] for ref in ins], stage.args)
             except oplib.ShapeError as e:
                 problems.append(Diagnostic(stage.inputs_origin if stage.inputs else stage.op_origin, f"stage {sid!r}: {e}"))
-                shape = None
+                shape = nbytes = None
             else:
+                if shape is None:
+                    nbytes = None
+                elif shape.__class__ is not tuple:  # a user's shape rule may answer a list
+                    nbytes = stage.dtype.nbytes(_count(shape))
+                else:
+                    size_key = (shape, stage.dtype._value_)  # an Enum hashes through a Python-level method
+                    nbytes = sizes.get(size_key)
+                    if nbytes is None:
+                        nbytes = sizes[size_key] = stage.dtype.nbytes(_count(shape))
                 if key is not None:
-                    alike[key] = shape
+                    alike[key] = (shape, nbytes)
         shapes[sid] = d["shape"] = shape
-        if shape is None:
-            d["bytes"] = None
-        elif shape.__class__ is not tuple:  # a user's shape rule may answer a list
-            d["bytes"] = stage.dtype.nbytes(_count(shape))
-        else:
-            size_key = (shape, stage.dtype._value_)  # an Enum hashes through a Python-level method
-            nbytes = sizes.get(size_key)
-            if nbytes is None:
-                nbytes = sizes[size_key] = stage.dtype.nbytes(_count(shape))
-            d["bytes"] = nbytes
+        d["bytes"] = nbytes
         if small and shape is not None and any(ref in small for ref in stage.inputs):
             try:
                 at_one = oplib.REGISTRY[stage.op].shape([small.get(ref, shapes[ref]) for ref in ins], stage.args)
