@@ -480,25 +480,36 @@ def explain(p: Problem, exe: Mapping[str, str], declared_first: str) -> dict[str
             n = nodes[0]
             ins = inputs[n]
             row = exec_s[n]
-            sig: tuple = (id(row), id(cands), here, nbytes[n], id(counts[n]))
-            for ref in ins:
-                sig += (exe[ref], nbytes[ref], id(counts[ref]))
+            if len(ins) == 1:
+                ref = ins[0]
+                sig: tuple = (id(row), id(cands), here, nbytes[n], id(counts[n]), exe[ref], nbytes[ref], id(counts[ref]))
+            else:
+                sig = (id(row), id(cands), here, nbytes[n], id(counts[n]))
+                for ref in ins:
+                    sig += (exe[ref], nbytes[ref], id(counts[ref]))
             costs = priced.get(sig)
             if costs is None:
                 figures = tuple([(e, _moved_cost_one(p, n, exe, counts, e), row[e]) for e in cands])
                 costs = priced[sig] = _shared_costs(shared_costs, figures)
-        else:
-            costs = _shared_costs(shared_costs, tuple([
-                (e, _moved_cost(p, nodes, exe, counts, e), sum(exec_s[n][e] for n in nodes)) for e in cands]))
-        for n in nodes:
-            ins = inputs[n]
-            if len(ins) == 1 and len(nodes) == 1 and exe[ins[0]] == here and alike_of.get(id(costs)):
+            if len(ins) == 1 and exe[ins[0]] == here and alike_of.get(id(costs)):
                 # most stages of a large plan: :func:`_decision`'s inferred case, without the call
                 kind, decision = "inferred", f"inferred: with its input {ins[0]!r}"
             else:
                 kind, decision = _decision(p, unit, n, exe, costs, declared_first, alike_of, cost_text)
             text = f"{unit.constraint_text}; {decision}" if unit.constraint_text else decision
             # a ``costs`` object lists exactly the unit's candidates: it stands for them in the key
+            key = (unit.constraint, id(costs), kind)
+            why = shared_why.get(key)
+            if why is None:
+                why = shared_why[key] = {"constraint": unit.constraint or None, "candidates": cands,
+                                         "costs": costs, "kind": kind}
+            out[n] = (text, why)
+            continue
+        costs = _shared_costs(shared_costs, tuple([
+            (e, _moved_cost(p, nodes, exe, counts, e), sum(exec_s[n][e] for n in nodes)) for e in cands]))
+        for n in nodes:
+            kind, decision = _decision(p, unit, n, exe, costs, declared_first, alike_of, cost_text)
+            text = f"{unit.constraint_text}; {decision}" if unit.constraint_text else decision
             key = (unit.constraint, id(costs), kind)
             why = shared_why.get(key)
             if why is None:
