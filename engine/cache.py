@@ -463,6 +463,8 @@ def explain(keys: Mapping[str, PartitionKey], cache: Cache, previous: Mapping[st
         old = before.get(frozenset(k.nodes))
         if previous is None:
             reason = "no cache entry; no earlier run of this manifest"
+        elif old is None and not ((previous.get("cache") or {}).get("write") or before):
+            reason = "no cache entry; the earlier run did not write to the cache"
         elif old is None:
             reason = "no cache entry; the earlier run had no partition of these stages"
         elif old.get("version") != k.version:

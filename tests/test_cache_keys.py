@@ -133,3 +133,14 @@ def test_a_changed_stage_is_named_by_its_digest(tmp_path):
     reasons = explain(changed, Cache(str(tmp_path / "cache")), before)
     assert reasons == {"p0": {"status": "will run", "reason": "no cache entry (removed, or the earlier run did not finish it)"},
                        "p1": {"status": "will run", "reason": "definition changed: stage 's25'"}}
+
+
+def test_after_a_run_without_the_cache_the_reason_says_so(tmp_path):
+    keys = keys_of(blocks(40, 2), tmp_path)
+    store = Cache(str(tmp_path / "cache"))
+    without = {"cache": {"read": False, "write": False, "keys": {}}}
+    assert {r["reason"] for r in explain(keys, store, without).values()} == {
+        "no cache entry; the earlier run did not write to the cache"}
+    other = {"cache": {"read": True, "write": True, "keys": {"p0": {"nodes": ["elsewhere"]}}}}
+    assert {r["reason"] for r in explain(keys, store, other).values()} == {
+        "no cache entry; the earlier run had no partition of these stages"}
