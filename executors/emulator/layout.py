@@ -31,7 +31,9 @@ __all__ = ["REC_READS", "LOG_OPS", "LOG_PCS", "REPLAY", "WITNESS", "ST_BUDGET", 
            "ST_REPLAY_EXHAUSTED", "ST_GROW", "S_PC", "S_STEP", "S_PRIV", "S_RES", "S_MSTATUS", "S_MTVEC", "S_MEPC",
            "S_MCAUSE", "S_MTVAL", "S_MSCRATCH", "S_MIE", "S_END", "S_CODE", "S_ECAUSE", "S_ETVAL", "S_EINSN",
            "S_NEED", "N_ST", "N_STOP", "N_SIDE", "N_SHORT", "N_MISS", "N_CONT", "CTX_STOP", "CTX_RPOS", "CTX_RLEN",
-           "CTX_OPOS", "CTX_NREG", "CTX_TOHOST", "CTX_PAGES", "N_CTX", "PAGE_SHIFT", "U64", "to_i64", "region_layout"]
+           "CTX_OPOS", "CTX_NREG", "CTX_TOHOST", "CTX_PAGES", "CTX_CHUNK", "CTX_CEND", "CTX_LIMIT", "CTX_RECS",
+           "CTX_NREC", "CTX_RCAP", "N_CTX", "REC_PC", "REC_STEP", "REC_RPOS", "REC_COUNTS", "record_width", "PAGE_SHIFT",
+           "U64", "to_i64", "region_layout"]
 
 REC_READS, LOG_OPS, LOG_PCS, REPLAY, WITNESS = 1, 2, 4, 8, 16
 
@@ -48,7 +50,15 @@ N_ST = 17
 # the statuses a translated function returns, the context array's slots (inputs and buffer positions)
 N_STOP, N_SIDE, N_SHORT, N_MISS, N_CONT = 0, 1, 2, 3, 4
 CTX_STOP, CTX_RPOS, CTX_RLEN, CTX_OPOS, CTX_NREG, CTX_TOHOST, CTX_PAGES = range(7)
-N_CTX = 7
+# several chunks per call (the main execution only; CTX_CHUNK 0 stops at CTX_STOP): the chunk's length,
+# the current chunk's last step + 1, the run's step limit, the chunk-record buffer's address, the records
+# it holds and how many it can hold
+CTX_CHUNK, CTX_CEND, CTX_LIMIT, CTX_RECS, CTX_NREC, CTX_RCAP = range(7, 13)
+N_CTX = 13
+# a chunk record, written where a chunk ends inside translated code: the next chunk's pc and first step,
+# the min-trace position where the chunk's reads end, the chunk's counters (one per class), then the
+# next chunk's x0..x31; :func:`record_width` words in all
+REC_PC, REC_STEP, REC_RPOS, REC_COUNTS = 0, 1, 2, 3
 #: flat-memory pages: 0 holds no translated code, 1 translated code in use, 2 translated code invalidated
 PAGE_SHIFT = 12
 
@@ -63,6 +73,15 @@ def to_i64(v: int) -> int:
     """
     v &= U64
     return v - (1 << 64) if v >> 63 else v
+
+
+def record_width(n_classes: int) -> int:
+    """The words of one chunk record with ``n_classes`` counters.
+
+    >>> record_width(9)
+    44
+    """
+    return REC_COUNTS + n_classes + 32
 
 
 def region_layout(regions, xperm: int):

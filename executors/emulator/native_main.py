@@ -22,6 +22,16 @@ the same buffer, appending each word it reads to the same min trace.  So
 the min traces, counters, outputs, traps and the step limit are the
 other backends', field for field (``tests/emulator`` compare them).
 
+One call of the translated code runs many chunks: where a chunk ends
+inside translated code, the driver appends a *chunk record* (the next
+chunk's pc, first step and registers, the ended chunk's counters and
+where its reads end in the min-trace buffer; :mod:`.layout`'s ``REC_*``)
+and goes on, so the code returns only where the interpreter or a
+retranslation must step in, at the step limit, or when the record buffer
+(:data:`RECORDS`) or the min-trace buffer (:data:`BATCH_WORDS` beyond a
+chunk's worst case) is full.  :meth:`MainRun._records` then makes the
+chunks' min traces and counter rows from the records in one pass.
+
 The cache (:func:`cache_dir`) keeps, per translation key (the code
 digest, the mode and the seeds), the object code (``.o``), the shared
 object linked from it (``.so``) and what the runtime needs to know about
@@ -45,8 +55,9 @@ from . import machine as M
 from . import reference
 from .elf import PERM_W, PERM_X, Program, elf_layout, program_of, read_elf
 from .isa import CLASSES
-from .layout import (CTX_NREG, CTX_OPOS, CTX_PAGES, CTX_RLEN, CTX_RPOS, CTX_STOP, CTX_TOHOST, N_CTX, N_MISS,
-                     N_SHORT, PAGE_SHIFT, REC_READS, ST_BUDGET, ST_END, U64, region_layout)
+from .layout import (CTX_CEND, CTX_CHUNK, CTX_LIMIT, CTX_NREC, CTX_NREG, CTX_OPOS, CTX_PAGES, CTX_RCAP, CTX_RECS,
+                     CTX_RLEN, CTX_RPOS, CTX_STOP, CTX_TOHOST, N_CTX, N_MISS, N_SHORT, N_STOP, PAGE_SHIFT, REC_COUNTS,
+                     REC_PC, REC_READS, REC_RPOS, REC_STEP, ST_BUDGET, ST_END, U64, record_width, region_layout)
 from .machine import Region
 from .output import EmuTrace, EmuTraceStart
 
@@ -55,9 +66,14 @@ __all__ = ["VERSION", "RETRANSLATE_AFTER", "cache_dir", "host_identity", "code_d
            "load_program", "ELF_VERSION"]
 
 #: bumped whenever generated code changes, so old cache entries are not used
-VERSION = 8
+VERSION = 9
 RETRANSLATE_AFTER = 64
 WRITABLE_BURST = 256
+#: chunk records a call of translated code may append before it returns
+RECORDS = 1024
+#: min-trace words beyond one chunk's worst case (three a step): while the reads so far leave this much, a
+#: call goes on to the next chunk
+BATCH_WORDS = 1 << 22
 
 try:
     # CPython's own SHA-256, the one hashlib falls back to: importing hashlib initialises OpenSSL and lists
@@ -298,6 +314,10 @@ class MainRun:
         self.rbuf = _buffer(ctypes.c_uint64, 1024)
         self.rbytes = memoryview(self.rbuf).cast("B")          # the same buffer, bytewise
         self.rpos = 0
+        self._width = record_width(len(CLASSES))
+        self._regs_at = REC_COUNTS + len(CLASSES)
+        self.recs = _buffer(ctypes.c_uint64, RECORDS * self._width)
+        self._recs_view = memoryview(self.recs).cast("B").cast("Q")
         self.hart = reference.Hart(reference.entry_state(program))
         self.hart.tohost = program.tohost
         self._from_hart()
@@ -387,34 +407,67 @@ class MainRun:
             self.check_pages()
         return ST_END if h.end is not None else ST_BUDGET
 
-    def steps(self, budget: int, counts) -> int:
-        """Run up to ``budget`` steps: translated code where there is some,
-        the interpreter for the rest."""
+    def run(self, chunk_steps: int, max_steps: int) -> dict:
+        """The chunk loop: the same dict as :func:`.fast.run`, min traces'
+        reads as ``array('Q')``."""
+        # Each chunk leaves a few tuples and no cycles; the collector would walk every trace so far, over and over
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run(chunk_steps, max_steps)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _run(self, chunk_steps: int, max_steps: int) -> dict:
+        """Translated code runs from chunk boundary to chunk boundary by
+        itself, appending a record per boundary (:func:`_chunk_boundary
+        <.native_translate._chunk_boundary>`) that :meth:`_records` turns
+        into min traces and counter rows; the chunk in progress is
+        ``self.start`` with its counters in ``counts`` and its reads in
+        ``rbuf[:rpos]``.  The code returns here where it needs the
+        interpreter, a retranslation, or room in a buffer."""
+        traces, table = [], []
+        counts = (ctypes.c_int64 * len(CLASSES))()
         st, ctx = self.st, self.ctx
-        first = st[1]
-        addressof = ctypes.addressof
-        head = self._head
+        self.start = self.state()
+        self.rpos = 0
+        # room for several chunks' reads (pages are touched only when written), so that a call runs many chunks
+        self.room(3 * chunk_steps + BATCH_WORDS)
+        ctx[CTX_CHUNK] = chunk_steps
+        ctx[CTX_LIMIT] = max_steps
+        ctx[CTX_RECS] = ctypes.addressof(self.recs)
+        ctx[CTX_RCAP] = RECORDS
+        head, addressof = self._head, ctypes.addressof
         tail = (self._ctx_at, addressof(counts), self._rtab_at, None, None)
         while True:
             at = st[1]
-            done = at - first
-            if done >= budget:
-                return ST_BUDGET
-            b = budget - done
-            rbuf = self.rbuf
-            if self.rpos + 3 * b > len(rbuf):   # a translated step reads at most three words (two to fetch)
-                self.room(3 * b)
-                rbuf = self.rbuf
-            stop = at + b
+            end = self.start.step + chunk_steps
+            stop = min(end, max_steps)
+            if at >= stop:
+                if at != end:
+                    pc = st[0] & U64
+                    raise M.StepLimitExceeded(max_steps, pc=pc, insn=self.port.peek_insn(pc), step=at)
+                self._close(traces, table, counts, chunk_steps, False)
+                self.start = self.state()
+                continue
+            if self.rpos + 3 * (stop - at) > len(self.rbuf):   # a translated step reads at most three words
+                self.room(3 * (stop - at))
             ctx[CTX_STOP] = stop
+            ctx[CTX_CEND] = end
             ctx[CTX_RPOS] = self.rpos
             ctx[CTX_OPOS] = 0
-            ctx[CTX_RLEN] = len(rbuf)
-            status = self.code.fn(*head, addressof(rbuf), *tail)
+            ctx[CTX_RLEN] = len(self.rbuf)
+            ctx[CTX_NREC] = 0
+            status = self.code.fn(*head, addressof(self.rbuf), *tail)
             self.rpos = ctx[CTX_RPOS]
+            if ctx[CTX_NREC]:
+                self._records(ctx[CTX_NREC], traces, table, chunk_steps)
+                end = self.start.step + chunk_steps
+                stop = min(end, max_steps)
             left = stop - st[1]
-            if left == 0:
-                return ST_BUDGET
+            if left == 0 or status == N_STOP:
+                continue
             k = 1
             if status == N_SHORT:
                 k = left
@@ -432,54 +485,48 @@ class MainRun:
                 else:
                     k = min(left, WRITABLE_BURST)
             if self.interpret(k, counts) != ST_BUDGET:
-                return ST_END
-
-    def run(self, chunk_steps: int, max_steps: int) -> dict:
-        """The chunk loop: the same dict as :func:`.fast.run`, min traces'
-        reads as ``array('Q')``."""
-        # Each chunk leaves a few tuples and no cycles; the collector would walk every trace so far, over and over
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return self._run(chunk_steps, max_steps)
-        finally:
-            if enabled:
-                gc.enable()
-
-    def _run(self, chunk_steps: int, max_steps: int) -> dict:
-        traces, table = [], []
-        counters = ctypes.c_int64 * len(CLASSES)
-        st = self.st
-        while True:
-            start = self.state()
-            counts = counters()
-            self.rpos = 0
-            first = start.step
-            status = ST_BUDGET
-            while True:
-                at = st[1]
-                left = min(chunk_steps - (at - first), max_steps - at)
-                if left <= 0:
-                    break
-                status = self.steps(left, counts)
-                if status != ST_BUDGET:
-                    break
-            n = st[1] - first
-            ended = status == ST_END
-            if not ended and n < chunk_steps:
-                pc = self.st[0] & U64
-                raise M.StepLimitExceeded(max_steps, pc=pc, insn=self.port.peek_insn(pc), step=self.st[1])
-            reads = array("Q")
-            reads.frombytes(self.rbytes[:8 * self.rpos])
-            traces.append(EmuTrace(len(traces), start, n, reads, ended))
-            table.append(counts[:])                 # a list, sliced in C (list() would go through Python's item protocol)
-            if ended:
+                self._close(traces, table, counts, chunk_steps, True)
                 break
         h = self.hart
-        return {"traces": traces, "counts": table, "steps": self.st[1], "exit_code": h.end.code & U64,
+        return {"traces": traces, "counts": table, "steps": st[1], "exit_code": h.end.code & U64,
                 "end_reason": h.end.reason, "stdout": bytes(h.stdout),
                 "pub_outs": [(i, self.port.peek(M.OUTPUT_ADDR + 4 * i, 4)) for i in range(M.N_OUTPUTS)],
                 "translation": {**self.code.report(), "invalidations": self.invalidations}}
+
+    def _close(self, traces: list, table: list, counts, chunk_steps: int, ended: bool) -> None:
+        """The chunk in progress ends here: its min trace and counter row."""
+        reads = array("Q")
+        reads.frombytes(self.rbytes[:8 * self.rpos])
+        traces.append(EmuTrace(len(traces), self.start, self.st[1] - self.start.step, reads, ended))
+        table.append(counts[:])                 # a list, sliced in C (list() would go through Python's item protocol)
+        ctypes.memset(counts, 0, ctypes.sizeof(counts))
+        self.rpos = 0
+
+    def _records(self, n: int, traces: list, table: list, chunk_steps: int) -> None:
+        """The ``n`` chunks translated code ended since the last call, from
+        its records: each record closes the chunk in progress and starts
+        the next.  Privilege, CSRs and the reservation are the hart's: the
+        translated code neither reads nor changes them."""
+        h = self.hart
+        priv, csrs, res = h.priv, _CSRS(h.csr), h.reservation
+        rec, width, rbytes = self._recs_view, self._width, self.rbytes
+        start, prev = self.start, 0
+        append_trace, append_row = traces.append, table.append
+        for o in range(0, n * width, width):
+            rend = rec[o + REC_RPOS]
+            reads = array("Q")
+            reads.frombytes(rbytes[8 * prev:8 * rend])
+            append_trace(EmuTrace(len(traces), start, chunk_steps, reads, False))
+            append_row(rec[o + REC_COUNTS:o + self._regs_at].tolist())
+            start = _new_start((rec[o + REC_PC], rec[o + REC_STEP], priv, tuple(rec[o + self._regs_at:o + width]),
+                                csrs, res))
+            prev = rend
+        self.start = start
+        # the chunk in progress reads from the buffer's start again
+        k = self.rpos - prev
+        if k and prev:
+            ctypes.memmove(self.rbuf, ctypes.addressof(self.rbuf) + 8 * prev, 8 * k)
+        self.rpos = k
 
 
 def _translate(run: MainRun, pc: int, extra: set[int], compile: bool = True) -> Loaded | None:

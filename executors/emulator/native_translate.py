@@ -32,6 +32,10 @@ reaches ``stop`` and returns a status:
 * ``N_CONT``  — (between a part and the driver only) control left the
   part: the driver dispatches again.
 
+With ``ctx[CTX_CHUNK]`` set (the main execution), a stop at the current
+chunk's end is not a return: the driver appends the chunk's record and
+runs on to the next chunk's end (:func:`_chunk_boundary`).
+
 Each block adds its step count and its per-class counter increments
 once, at its end (the step of its i-th instruction is the block's first
 step plus i); a side exit at the i-th instruction adds only the first
@@ -60,7 +64,8 @@ is guarded so LLVM never sees a zero divisor or a signed overflow.
 from __future__ import annotations
 
 from .isa import CLASSES
-from .layout import LOG_OPS, LOG_PCS
+from .layout import (CTX_CEND, CTX_CHUNK, CTX_LIMIT, CTX_NREC, CTX_RCAP, CTX_RECS, LOG_OPS, LOG_PCS, REC_COUNTS, REC_PC,
+                     REC_RPOS, REC_STEP, record_width)
 from .native_blocks import _BRANCHES, _LOADS, _STORES, _ALU, MAX_BLOCK, Block, Insn, find_blocks, parts  # noqa: F401
 from .native_ir import (CTX_NREG, CTX_OPOS, CTX_PAGES, CTX_RLEN, CTX_RPOS, CTX_STOP, CTX_TOHOST, N_CONT,  # noqa: F401
                         N_CTX, N_MISS, N_SHORT, N_SIDE, N_STOP, PAGE_SHIFT, _alu, _Emitter, _fetch, _i64, _memory)
@@ -154,18 +159,72 @@ def emit_modules(blocks: list[Block], mode: int, part_insns: int | None = None) 
                      [f"i64 {_i64(pc)}, label %Q{k}" for k, mids in enumerate(entries) for pc in sorted(mids)
                       if pc not in heads])
     lines.append(f"  switch i64 %pc, label %none [ {cases} ]")
-    lines += ["none:", f"  ret i64 {N_MISS}"]
+    lines += ["none:", "  br label %done"]
+    incoming = [f"[{N_MISS}, %none]"]
     for k, name in enumerate(names):
         # a block that does not fit before stop (N_SHORT) runs in the part's stepwise function, where a run
         # stopped inside a block resumes too
         lines += [f"P{k}:", f"  %s{k} = call i64 @{name}({_ARGS})", f"  %c{k} = icmp eq i64 %s{k}, {N_CONT}",
                   f"  br i1 %c{k}, label %loop, label %R{k}", f"R{k}:",
-                  f"  %h{k} = icmp eq i64 %s{k}, {N_SHORT}", f"  br i1 %h{k}, label %Q{k}, label %T{k}",
-                  f"T{k}:", f"  ret i64 %s{k}",
+                  f"  %h{k} = icmp eq i64 %s{k}, {N_SHORT}", f"  br i1 %h{k}, label %Q{k}, label %done",
                   f"Q{k}:", f"  %q{k} = call i64 @e_{name}({_ARGS})", f"  %d{k} = icmp eq i64 %q{k}, {N_CONT}",
-                  f"  br i1 %d{k}, label %loop, label %U{k}", f"U{k}:", f"  ret i64 %q{k}"]
-    lines.append("}")
+                  f"  br i1 %d{k}, label %loop, label %done"]
+        incoming += [f"[%s{k}, %R{k}]", f"[%q{k}, %Q{k}]"]
+    lines += ["done:", f"  %status = phi i64 {', '.join(incoming)}", *_chunk_boundary(), "}"]
     return modules + ["\n".join(lines) + "\n"]
+
+
+def _chunk_boundary() -> list[str]:
+    """The driver's exit: where the run stopped at the current chunk's end
+    (``ctx[CTX_CEND]``, with ``ctx[CTX_CHUNK]`` not 0), the chunk's record
+    (:data:`~.layout.REC_PC` ...) is appended to the buffer at
+    ``ctx[CTX_RECS]`` and the chunk's counters zeroed, and the run goes
+    on to the next chunk's end (or the step limit) while the buffer has
+    room for another record and the min-trace buffer for another chunk's
+    reads (three words a step at most); else it returns ``N_STOP``.  Any
+    other stop returns its status to the runtime, which steps in (the
+    interpreter, a retranslation) or closes the chunk itself."""
+    ncls = len(CLASSES)
+    width = record_width(ncls)
+
+    def at(ptr: str, i: int) -> str:
+        return f"getelementptr inbounds i64, i64* %{ptr}, i64 {i}"
+
+    out = [f"  %pchunk = {at('ctx', CTX_CHUNK)}", "  %chunk = load i64, i64* %pchunk",
+           f"  %pcend = {at('ctx', CTX_CEND)}", "  %cend = load i64, i64* %pcend",
+           f"  %pstep = {at('st', 1)}", "  %step = load i64, i64* %pstep",
+           "  %on = icmp sgt i64 %chunk, 0", "  %there = icmp eq i64 %step, %cend",
+           "  %bound = and i1 %on, %there", "  br i1 %bound, label %record, label %out",
+           "out:", "  ret i64 %status",
+           "record:",
+           f"  %pnrec = {at('ctx', CTX_NREC)}", "  %nrec = load i64, i64* %pnrec",
+           f"  %precs = {at('ctx', CTX_RECS)}", "  %irecs = load i64, i64* %precs",
+           "  %recs = inttoptr i64 %irecs to i64*", f"  %roff = mul i64 %nrec, {width}",
+           "  %row = getelementptr inbounds i64, i64* %recs, i64 %roff",
+           f"  %ppc = {at('st', 0)}", "  %npc = load i64, i64* %ppc",
+           f"  %prpos = {at('ctx', CTX_RPOS)}", "  %rpos = load i64, i64* %prpos"]
+    for i, v in ((REC_PC, "%npc"), (REC_STEP, "%step"), (REC_RPOS, "%rpos")):
+        out += [f"  %w{i} = {at('row', i)}", f"  store i64 {v}, i64* %w{i}"]
+    for c in range(ncls):
+        out += [f"  %pn{c} = {at('counts', c)}", f"  %vn{c} = load i64, i64* %pn{c}",
+                f"  %wn{c} = {at('row', REC_COUNTS + c)}", f"  store i64 %vn{c}, i64* %wn{c}",
+                f"  store i64 0, i64* %pn{c}"]
+    for r in range(32):
+        out += [f"  %px{r} = {at('regs', r)}", f"  %vx{r} = load i64, i64* %px{r}",
+                f"  %wx{r} = {at('row', REC_COUNTS + ncls + r)}", f"  store i64 %vx{r}, i64* %wx{r}"]
+    out += ["  %nrec1 = add i64 %nrec, 1", "  store i64 %nrec1, i64* %pnrec",
+            "  %cend1 = add i64 %cend, %chunk", "  store i64 %cend1, i64* %pcend",
+            f"  %plimit = {at('ctx', CTX_LIMIT)}", "  %limit = load i64, i64* %plimit",
+            "  %below = icmp slt i64 %cend1, %limit", "  %stop1 = select i1 %below, i64 %cend1, i64 %limit",
+            f"  %pstop = {at('ctx', CTX_STOP)}", "  store i64 %stop1, i64* %pstop",
+            f"  %prcap = {at('ctx', CTX_RCAP)}", "  %rcap = load i64, i64* %prcap",
+            f"  %prlen = {at('ctx', CTX_RLEN)}", "  %rlen = load i64, i64* %prlen",
+            "  %span = sub i64 %stop1, %step", "  %need = mul i64 %span, 3", "  %upto = add i64 %rpos, %need",
+            "  %m1 = icmp sgt i64 %span, 0", "  %m2 = icmp slt i64 %nrec1, %rcap", "  %m3 = icmp sle i64 %upto, %rlen",
+            "  %m12 = and i1 %m1, %m2", "  %more = and i1 %m12, %m3",
+            "  br i1 %more, label %loop, label %full",
+            "full:", f"  ret i64 {N_STOP}"]
+    return out
 
 
 def _prologue(e: _Emitter, name: str, pages: bool) -> None:

@@ -165,3 +165,55 @@ def test_a_block_looping_on_itself_equals_the_fast_backend(chunk):
     got = m.run(chunk, 1 << 32)
     _same(got, fast.run(prog, data, chunk))
     assert got["steps"] > 6000 and m.interpreted <= 8, m.interpreted
+
+
+class _Calls(native_main.MainRun):
+    """The main execution, counting its calls of the translated code."""
+
+    def use(self, code):
+        code = super().use(code)
+        fn = code.fn
+        self.calls = 0
+
+        def counted(*args):
+            self.calls += 1
+            return fn(*args)
+
+        code.fn = counted
+        return code
+
+
+@pytest.mark.parametrize("records,words", [(native_main.RECORDS, native_main.BATCH_WORDS), (3, native_main.BATCH_WORDS),
+                                           (native_main.RECORDS, 0)], ids=["default", "3 records", "1 chunk of reads"])
+@pytest.mark.parametrize("name,data,chunk", [("loop", (30_000).to_bytes(8, "little"), 100),
+                                             ("sha256", bytes(range(256)) * 8, 500)])
+def test_one_call_runs_many_chunks(monkeypatch, records, words, name, data, chunk):
+    # chunks that end in translated code end there: the records of a call make the same min traces and
+    # counter rows as the other backends'; a call returns when either buffer is full
+    monkeypatch.setattr(native_main, "RECORDS", records)
+    monkeypatch.setattr(native_main, "BATCH_WORDS", words)
+    prog = load_elf(GUESTS / f"{name}.elf")
+    m = _Calls(prog, data)
+    got = m.run(chunk, 1 << 32)
+    want = fast.run(prog, data, chunk)
+    _same(got, want)
+    n = len(got["traces"])
+    assert n > 80
+    assert [type(v) for v in got["traces"][5].start_state] == [type(v) for v in want["traces"][5].start_state]
+    assert all(type(row) is list for row in got["counts"])
+    if records == 3:
+        assert m.calls >= n // 3
+    elif words == 0 and name == "sha256":         # its chunks read memory: the next chunk's room is not there
+        assert m.calls >= 10, m.calls
+    else:
+        assert m.calls <= 12, m.calls
+
+
+@pytest.mark.parametrize("chunk", [100, 250, 1000])
+def test_a_step_limit_on_a_chunk_boundary_is_exact(chunk):
+    prog = load_elf(GUESTS / "spin.elf")
+    with pytest.raises(StepLimitExceeded) as nat:
+        native_main.run(prog, b"", chunk, 5_000)
+    with pytest.raises(StepLimitExceeded) as fst:
+        fast.run(prog, b"", chunk, 5_000)
+    assert str(nat.value) == str(fst.value) and nat.value.step == 5_000
