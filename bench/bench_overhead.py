@@ -400,6 +400,56 @@ def load_validate_side_by_side(before: str, n: int = 100_000, partitions: int = 
                        f"{a['validate']:.2f}; a process's first turn (its one-off set-up too) {b['first']:.2f} -> "
                        f"{a['first']:.2f}")}]
 
+
+# ``python -c`` code (after TREE_FINDER) timing ``hetflow.engine.planner.plan`` of a compiled manifest in the
+# source tree given: CPU seconds of each of the turns, as JSON on standard output.
+_PLANNER = TREE_FINDER + """import json, time
+from hetflow.engine.manifest import compile_manifest, load
+from hetflow.engine.planner import plan
+from hetflow.executors import probe
+path, turns = sys.argv[1], int(sys.argv[2])
+manifest = compile_manifest(load(path))
+runs = []
+for _ in range(turns):
+    t0 = time.process_time()
+    made = plan(manifest, probe)
+    runs.append(time.process_time() - t0)
+    del made
+print(json.dumps(runs))
+"""
+
+
+def planner_side_by_side(before: str, n: int = 100_000, partitions: int = 100, turns: int = 3,
+                         processes: int = 3) -> list[dict]:
+    """CPU seconds of the planner alone (``planner.plan`` of the compiled ``n``-stage manifest) in the source tree
+    ``before`` and in this one: ``processes`` processes per tree, turn about, each ``turns`` plans; the row takes
+    the best plan of each tree. The ratio is before / after."""
+    import json
+    import subprocess
+    import sys
+
+    got: dict[str, list[list[float]]] = {"before": [], "after": []}
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, f"scale-{n}.yaml")
+        with open(path, "w") as f:
+            f.write(blocks(n, partitions))
+        for i in range(processes):
+            for side, root in sorted({"before": before, "after": REPO}.items(), reverse=i % 2 == 1):
+                done = subprocess.run([sys.executable, "-c", _PLANNER, root, path, str(turns)],
+                                      capture_output=True, text=True)
+                if done.returncode != 0:
+                    raise RuntimeError(f"planner timing ({root}) failed: {done.stderr[-2000:]}")
+                got[side].append(json.loads(done.stdout.splitlines()[-1]))
+    best = {side: [min(r) for r in runs] for side, runs in got.items()}
+    b, a = min(best["before"]), min(best["after"])
+    return [{"name": f"planner.plan, {n} stages, {partitions} partitions, before and after",
+             "baseline": f"before ({before})", "baseline_s": b, "subject": "after (this tree)",
+             "subject_s": a, "ratio": b / a,
+             "notes": (f"CPU seconds of hetflow.engine.planner.plan on the compiled manifest, {processes} processes "
+                       f"per tree taken turn about, {turns} plans each; each process's best: before "
+                       f"{', '.join(f'{t:.2f}' for t in best['before'])} s, after "
+                       f"{', '.join(f'{t:.2f}' for t in best['after'])} s")}]
+
 def run(quick: bool) -> list[dict]:
     n = 1000 if quick else 10_000
     repeats = 1 if quick else 3
