@@ -38,7 +38,22 @@ from hetflow.engine.lowering import TaskGraph, bridge_ref, lower, subgraph_plan,
 from hetflow.engine.planner import Plan
 from hetflow.executors.base import ActivationHandle, Dtype, Executor, ExecutorError, PortableActivation
 
-__all__ = ["StageTimedOut", "ClusterFailure", "HandleTable", "LocalRuntime"]
+__all__ = ["StageTimedOut", "ClusterFailure", "HandleTable", "LocalRuntime", "abandoned_calls"]
+
+# Executor calls given up by a timeout that are still running in this process, all runtimes together.
+_abandoned_lock = threading.Lock()
+_abandoned_calls = [0]
+
+
+def abandoned_calls() -> int:
+    """How many executor calls a timeout gave up on are still running in this process.
+
+    The CLI ends its process without the interpreter's exit handlers
+    while one is: a BLAS library's exit handler waits for the call's
+    threads, and the interpreter has stopped the daemon thread that
+    made the call, so that wait never ends.
+    """
+    return _abandoned_calls[0]
 
 _EVENT_OF = {"started": "started", "succeeded": "finished", "failed": "failed", "retried": "retried"}
 
@@ -252,6 +267,8 @@ class LocalRuntime:
                     for handle in result or ():
                         executor.release_activation(handle)
                     self.abandoned -= 1
+                    with _abandoned_lock:
+                        _abandoned_calls[0] -= 1
                 else:
                     box["result"] = result
             done.set()
@@ -262,6 +279,8 @@ class LocalRuntime:
             if "result" not in box and "error" not in box:
                 box["abandoned"] = True
                 self.abandoned += 1
+                with _abandoned_lock:
+                    _abandoned_calls[0] += 1
                 raise StageTimedOut(part.timeout, part.nodes[0] if len(part.nodes) == 1 else None)
         if "error" in box:
             raise box["error"]

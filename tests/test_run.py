@@ -186,3 +186,37 @@ def test_a_cpu_run_probes_only_the_vendors_its_executors_name_and_never_loads_wg
     record = json.loads(Path(out["path"]).read_text())
     assert [o["vendor"] for o in record["inventory"]] == ["cpu"] and record["inventory"][0]["available"]
     assert record["host"]["pid"] != os.getpid() and record["host"]["hostname"]
+
+
+WAIT_OP = "import time\n\nfrom hetflow import op\n\n\n@op('t.wait')\ndef wait(xp, x, *, seconds: float):\n    time.sleep(seconds)\n    return x\n"
+
+
+def test_a_timed_out_call_is_counted_until_it_ends_and_the_cli_exits_without_waiting(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from hetflow.engine import runtime
+
+    (tmp_path / "wait_ops.py").write_text(WAIT_OP)
+    text = ("version: 1\nname: waits\nplugins: [wait_ops.py]\nexecutors: {host: {vendor: cpu}}\nstages:\n"
+            "  x: {op: ones, args: {shape: [4]}}\n  y: {op: t.wait, inputs: [x], args: {seconds: SECONDS}, timeout: 0.05}\n"
+            "outputs: {y: y}\n")
+    path = tmp_path / "waits.yaml"
+    path.write_text(text.replace("SECONDS", "1.5"))
+    m, p = compile_and_plan(str(path))
+    before = runtime.abandoned_calls()
+    with pytest.raises(RunFailed, match="timed out"):
+        execute(m, p, runs_dir=str(tmp_path / "runs"))
+    assert runtime.abandoned_calls() == before + 1
+    deadline = time.monotonic() + 30
+    while runtime.abandoned_calls() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert runtime.abandoned_calls() == before
+    # the CLI's process ends with the run's exit code while the abandoned call sleeps on
+    path.write_text(text.replace("SECONDS", "60"))
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "run", str(path), "--runs-dir",
+                           str(tmp_path / "runs"), "--quiet"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "timed out after 0.05 s" in done.stderr, done.stderr
+    assert time.monotonic() - started < 50

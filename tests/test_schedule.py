@@ -28,7 +28,7 @@ outputs: {x: x}
 
 # A run that validates and then fails: a stage cannot finish within its timeout (a missing load file is bad input).
 FAILS_AT_RUN_TIME = ("{op: matmul, inputs: [w, w], timeout: 0.000001}\n"
-                     "  w: {op: random.normal, args: {shape: [512, 512], seed: 1}}")
+                     "  w: {op: random.normal, args: {shape: [1024, 1024], seed: 1}}")
 
 
 def write(folder: Path, name: str, schedule: str, body: str = BODY, params: str = "{n: 4}") -> str:

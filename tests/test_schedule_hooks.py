@@ -11,7 +11,7 @@ from hetflow.engine.cli import main
 FAILING = """\
 executors: {host: {vendor: cpu}}
 stages:
-  x: {op: random.normal, args: {shape: [512, 512], seed: 1}}
+  x: {op: random.normal, args: {shape: [1024, 1024], seed: 1}}
   y: {op: matmul, inputs: [x, x], timeout: 0.000001}
 outputs: {y: y}
 """

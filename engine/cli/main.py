@@ -107,8 +107,10 @@ def _write_crash_log() -> str:
 
 def entry() -> None:
     code = main()
-    if code > 128:
-        # A cancelled run abandoned executor calls still going in worker threads; the interpreter would wait for them.
+    runtime = sys.modules.get("hetflow.engine.runtime")
+    if code > 128 or (runtime is not None and runtime.abandoned_calls()):
+        # A cancelled run, or a timed-out attempt, left executor calls going in daemon threads: the interpreter
+        # would wait for them, and a BLAS library's exit handler would wait forever for a call it stopped.
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         os._exit(code)
