@@ -433,7 +433,7 @@ class MainRun:
         self.start = self.state()
         self.rpos = 0
         # room for several chunks' reads (pages are touched only when written), so that a call runs many chunks
-        self.room(3 * chunk_steps + BATCH_WORDS)
+        self.room(3 * min(chunk_steps, max_steps) + BATCH_WORDS)
         ctx[CTX_CHUNK] = chunk_steps
         ctx[CTX_LIMIT] = max_steps
         ctx[CTX_RECS] = ctypes.addressof(self.recs)
