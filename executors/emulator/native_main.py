@@ -437,7 +437,7 @@ class MainRun:
         ctx[CTX_CHUNK] = chunk_steps
         ctx[CTX_LIMIT] = max_steps
         ctx[CTX_RECS] = ctypes.addressof(self.recs)
-        ctx[CTX_RCAP] = RECORDS
+        ctx[CTX_RCAP] = len(self.recs) // self._width
         head, addressof = self._head, ctypes.addressof
         tail = (self._ctx_at, addressof(counts), self._rtab_at, None, None)
         while True:
