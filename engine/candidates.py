@@ -462,6 +462,17 @@ def explain(p: Problem, exe: Mapping[str, str], declared_first: str) -> dict[str
     # sit, their bytes and their consumers' counts: stages alike in all of these (rows, candidate
     # lists and counts are shared objects, compared by identity) are priced once.
     priced: dict[tuple, dict[str, dict[str, float]]] = {}
+
+    def decided(unit: Any, costs: dict, kind: str, decision: str) -> tuple[str, dict[str, Any]]:
+        text = f"{unit.constraint_text}; {decision}" if unit.constraint_text else decision
+        # a ``costs`` object lists exactly the unit's candidates: it stands for them in the key
+        key = (unit.constraint, id(costs), kind)
+        why = shared_why.get(key)
+        if why is None:
+            why = shared_why[key] = {"constraint": unit.constraint or None, "candidates": unit.candidates,
+                                     "costs": costs, "kind": kind}
+        return text, why
+
     for unit in p.units:
         nodes = unit.nodes
         cands = unit.candidates
@@ -496,26 +507,13 @@ def explain(p: Problem, exe: Mapping[str, str], declared_first: str) -> dict[str
                 kind, decision = "inferred", f"inferred: with its input {ins[0]!r}"
             else:
                 kind, decision = _decision(p, unit, n, exe, costs, declared_first, alike_of, cost_text)
-            text = f"{unit.constraint_text}; {decision}" if unit.constraint_text else decision
-            # a ``costs`` object lists exactly the unit's candidates: it stands for them in the key
-            key = (unit.constraint, id(costs), kind)
-            why = shared_why.get(key)
-            if why is None:
-                why = shared_why[key] = {"constraint": unit.constraint or None, "candidates": cands,
-                                         "costs": costs, "kind": kind}
-            out[n] = (text, why)
+            out[n] = decided(unit, costs, kind, decision)
             continue
         costs = _shared_costs(shared_costs, tuple([
             (e, _moved_cost(p, nodes, exe, counts, e), sum(exec_s[n][e] for n in nodes)) for e in cands]))
         for n in nodes:
             kind, decision = _decision(p, unit, n, exe, costs, declared_first, alike_of, cost_text)
-            text = f"{unit.constraint_text}; {decision}" if unit.constraint_text else decision
-            key = (unit.constraint, id(costs), kind)
-            why = shared_why.get(key)
-            if why is None:
-                why = shared_why[key] = {"constraint": unit.constraint or None, "candidates": cands,
-                                         "costs": costs, "kind": kind}
-            out[n] = (text, why)
+            out[n] = decided(unit, costs, kind, decision)
     return out
 
 
