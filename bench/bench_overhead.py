@@ -322,25 +322,35 @@ print(json.dumps(best))
 """
 
 
-def post_plan_side_by_side(before: str, n: int = 100_000, partitions: int = 100, turns: int = 3) -> list[dict]:
-    """CPU seconds of what ``plan --format json`` does after the planner (cache keys and status, the plan's
-    data, its JSON, the file), in the source tree ``before`` and in this one, one process each in one run;
-    best of ``turns`` per part. The ratio is before / after."""
+def _in_both_trees(before: str, script: str, what: str, n: int, partitions: int, turns: int,
+                   processes: int) -> dict[str, list]:
+    """Run ``python -c script ROOT MANIFEST TURNS`` in the source tree ``before`` and in this one, ``processes``
+    times each, turn about, on the ``n``-stage manifest; each process's last line of JSON, per side."""
     import json
     import subprocess
     import sys
 
-    best = {}
+    got: dict[str, list] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, f"scale-{n}.yaml")
         with open(path, "w") as f:
             f.write(blocks(n, partitions))
-        for side, root in (("before", before), ("after", REPO)):
-            done = subprocess.run([sys.executable, "-c", _POST_PLAN, root, path, str(turns)], capture_output=True,
-                                  text=True)
-            if done.returncode != 0:
-                raise RuntimeError(f"post-plan timing ({root}) failed: {done.stderr[-2000:]}")
-            best[side] = json.loads(done.stdout.splitlines()[-1])
+        for i in range(processes):
+            for side, root in sorted({"before": before, "after": REPO}.items(), reverse=i % 2 == 1):
+                done = subprocess.run([sys.executable, "-c", script, root, path, str(turns)],
+                                      capture_output=True, text=True)
+                if done.returncode != 0:
+                    raise RuntimeError(f"{what} timing ({root}) failed: {done.stderr[-2000:]}")
+                got[side].append(json.loads(done.stdout.splitlines()[-1]))
+    return got
+
+
+def post_plan_side_by_side(before: str, n: int = 100_000, partitions: int = 100, turns: int = 3) -> list[dict]:
+    """CPU seconds of what ``plan --format json`` does after the planner (cache keys and status, the plan's
+    data, its JSON, the file), in the source tree ``before`` and in this one, one process each in one run;
+    best of ``turns`` per part. The ratio is before / after."""
+    got = _in_both_trees(before, _POST_PLAN, "post-plan", n, partitions, turns, processes=1)
+    best = {side: runs[0] for side, runs in got.items()}
     b, a = best["before"], best["after"]
     return [{"name": f"hetflow plan --format json after the planner, {n} stages, {partitions} partitions, before and after",
              "baseline": f"before ({before})", "baseline_s": b["post-plan"], "subject": "after (this tree)",
@@ -373,23 +383,9 @@ def load_validate_side_by_side(before: str, n: int = 100_000, partitions: int = 
     """CPU seconds of load + resolve + validate (``load`` then ``compile_manifest``) of the ``n``-stage manifest, in
     the source tree ``before`` and in this one: ``processes`` processes per tree, turn about, each the best of
     ``turns``; the row takes the median process. The ratio is before / after."""
-    import json
     import statistics
-    import subprocess
-    import sys
 
-    got: dict[str, list[dict]] = {"before": [], "after": []}
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, f"scale-{n}.yaml")
-        with open(path, "w") as f:
-            f.write(blocks(n, partitions))
-        for i in range(processes):
-            for side, root in sorted({"before": before, "after": REPO}.items(), reverse=i % 2 == 1):
-                done = subprocess.run([sys.executable, "-c", _LOAD_VALIDATE, root, path, str(turns)],
-                                      capture_output=True, text=True)
-                if done.returncode != 0:
-                    raise RuntimeError(f"load + validate timing ({root}) failed: {done.stderr[-2000:]}")
-                got[side].append(json.loads(done.stdout.splitlines()[-1]))
+    got = _in_both_trees(before, _LOAD_VALIDATE, "load + validate", n, partitions, turns, processes)
     med = {side: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for side, runs in got.items()}
     b, a = med["before"], med["after"]
     return [{"name": f"load + resolve + validate, {n} stages, {partitions} partitions, before and after",
@@ -424,22 +420,7 @@ def planner_side_by_side(before: str, n: int = 100_000, partitions: int = 100, t
     """CPU seconds of the planner alone (``planner.plan`` of the compiled ``n``-stage manifest) in the source tree
     ``before`` and in this one: ``processes`` processes per tree, turn about, each ``turns`` plans; the row takes
     the best plan of each tree. The ratio is before / after."""
-    import json
-    import subprocess
-    import sys
-
-    got: dict[str, list[list[float]]] = {"before": [], "after": []}
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, f"scale-{n}.yaml")
-        with open(path, "w") as f:
-            f.write(blocks(n, partitions))
-        for i in range(processes):
-            for side, root in sorted({"before": before, "after": REPO}.items(), reverse=i % 2 == 1):
-                done = subprocess.run([sys.executable, "-c", _PLANNER, root, path, str(turns)],
-                                      capture_output=True, text=True)
-                if done.returncode != 0:
-                    raise RuntimeError(f"planner timing ({root}) failed: {done.stderr[-2000:]}")
-                got[side].append(json.loads(done.stdout.splitlines()[-1]))
+    got = _in_both_trees(before, _PLANNER, "planner", n, partitions, turns, processes)
     best = {side: [min(r) for r in runs] for side, runs in got.items()}
     b, a = min(best["before"]), min(best["after"])
     return [{"name": f"planner.plan, {n} stages, {partitions} partitions, before and after",
