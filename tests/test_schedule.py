@@ -276,10 +276,23 @@ def wait_detached(runs: Path, timeout: float = 30) -> None:
     wait_for(gone, timeout, "the detached runs")
 
 
+# An op that sleeps: a run that outlasts the time between its slots on any machine, so the next slot finds it running.
+SLOW_OP = "import time\n\nfrom hetflow import op\n\n\n@op('t.wait')\ndef wait(xp, x, *, seconds: float):\n    time.sleep(seconds)\n    return x\n"
+
+
+def slow_body(seconds: float) -> str:
+    return BODY.replace("executors:", "plugins: [slow_ops.py]\nexecutors:").replace(
+        "outputs: {x: x}", f"  y: {{op: t.wait, inputs: [x], args: {{seconds: {seconds}}}}}\noutputs: {{y: y}}")
+
+
+SLOW_BODY = slow_body(3)
+
+
 def test_serve_fires_skips_survives_failures_reloads_and_stops_on_sigterm(tmp_path):
     folder = tmp_path / "pipelines"
     folder.mkdir()
-    good = write(folder, "tick", 'cron: "* * * * * *"\nmax_active: skip\n')
+    (folder / "slow_ops.py").write_text(SLOW_OP)
+    good = write(folder, "tick", 'cron: "* * * * * *"\nmax_active: skip\n', body=slow_body(1.5))
     body = BODY.replace('{op: ones, args: {shape: ["${n}"]}}', FAILS_AT_RUN_TIME)
     write(folder, "broken", 'cron: "*/3 * * * * *"\n', body=body)
     runs, log = tmp_path / "runs", tmp_path / "serve.log"
@@ -287,7 +300,7 @@ def test_serve_fires_skips_survives_failures_reloads_and_stops_on_sigterm(tmp_pa
     try:
         names = lambda e: [x.get("manifest") for x in events(log) if x["event"] == e]  # noqa: E731
         wait_for(lambda: names("failed").count("broken") >= 1 and names("succeeded").count("tick") >= 1, 45, "a failed and a succeeded run")
-        # One-second slots, runs slower than that, max_active skip: some slots are skipped.
+        # One-second slots, runs that wait 1.5 s, max_active skip: some slots are skipped.
         wait_for(lambda: "tick" in names("skipped"), 20, "a skipped slot")
         before = {r["run_id"] for r in records(runs)}
         Path(good).write_text(Path(good).read_text().replace("max_active: skip\n", "max_active: skip\n  params: {n: 7}\n"))
@@ -304,12 +317,6 @@ def test_serve_fires_skips_survives_failures_reloads_and_stops_on_sigterm(tmp_pa
     started = [e for e in log_events if e["event"] == "started" and e["manifest"] == "tick"]
     assert len(started) >= 2 and len({e["slot"] for e in started}) == len(started)
     assert "Traceback" not in log.read_text()
-
-
-# A run that outlasts the 2 s between slots on any machine, so the next slot always finds it still running.
-SLOW_OP = "import time\n\nfrom hetflow import op\n\n\n@op('t.wait')\ndef wait(xp, x, *, seconds: float):\n    time.sleep(seconds)\n    return x\n"
-SLOW_BODY = BODY.replace("executors:", "plugins: [slow_ops.py]\nexecutors:").replace(
-    "outputs: {x: x}", "  y: {op: t.wait, inputs: [x], args: {seconds: 3}}\noutputs: {y: y}")
 
 
 def test_serve_restart_catches_up_from_records(tmp_path):
