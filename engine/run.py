@@ -36,6 +36,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Callable, Mapping
 
 import dask.threaded
@@ -54,6 +55,7 @@ from hetflow.engine.records import (
     encode_entries,
     encode_events,
     encode_value,
+    micros,
     new_run_dir,
     provenance,
     remove_partial_writes,
@@ -297,12 +299,12 @@ def _execute(
 
     ended = time.time()
     # copies: the stream keeps the events as they came, with epoch seconds and their arrival time
-    record["tasks"] = [dict(e) for e in sorted(runtime.events, key=lambda e: e["start"])]
+    record["tasks"] = [dict(e) for e in sorted(runtime.events, key=itemgetter("start"))]
     for event in record["tasks"]:
         if cluster is None:
             event.pop("time", None)
         # the ISO stamps have millisecond resolution; offset_s keeps sub-millisecond tasks apart on a timeline
-        event["offset_s"] = round(event["start"] - started, 6)
+        event["offset_s"] = micros(event["start"] - started)
         event["start"], event["end"] = utc_iso(event["start"]), utc_iso(event["end"])
     _node_status(record, runtime, failure)
     cancelled = isinstance(failure, (Cancelled, KeyboardInterrupt))

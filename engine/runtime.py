@@ -36,6 +36,7 @@ from hetflow.engine.cancel import Cancel
 from hetflow.engine.errors import StageFailure
 from hetflow.engine.lowering import TaskGraph, bridge_ref, lower, subgraph_plan, tensor_ref
 from hetflow.engine.planner import Plan
+from hetflow.engine.records import micros
 from hetflow.executors.base import ActivationHandle, Dtype, Executor, ExecutorError, PortableActivation
 
 __all__ = ["StageTimedOut", "ClusterFailure", "HandleTable", "LocalRuntime", "abandoned_calls"]
@@ -221,7 +222,7 @@ class LocalRuntime:
         # one dict literal, its ``time`` (the stream's arrival order key) the end, as the stream would set it
         event = {"event": _EVENT_OF[status], "kind": kind, "id": id, "executor": executor, "worker": self.worker,
                  "thread": current_thread().name, "attempt": attempt, "start": start, "end": end,
-                 "duration_s": round(end - start, 6), "status": status, **extra, "time": end}
+                 "duration_s": micros(end - start), "status": status, **extra, "time": end}
         if status == "succeeded" or status == "failed":
             self.events.append(event)
         self.emit(event)

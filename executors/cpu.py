@@ -38,7 +38,7 @@ import os
 import platform
 import sys
 import threading
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -147,11 +147,11 @@ class CpuExecutor:
         with self._lock:
             return self._used
 
-    def _reserve(self, nbytes: int, what: str) -> None:
-        """Count ``nbytes`` against the limit (caller holds the lock)."""
+    def _reserve(self, nbytes: int, what: str | Callable[[], str]) -> None:
+        """Count ``nbytes`` against the limit (caller holds the lock); ``what`` may be a callable that says it."""
         if self._limit is not None and self._used + nbytes > self._limit:
             raise OutOfMemory(
-                f"{what} needs {nbytes} bytes, {self._used} of the memory_limit of {self._limit} bytes "
+                f"{what() if callable(what) else what} needs {nbytes} bytes, {self._used} of the memory_limit of {self._limit} bytes "
                 f"are in use on executor {self._name!r}"
             )
         self._used += nbytes
@@ -161,7 +161,7 @@ class CpuExecutor:
             self._reserve(nbytes, what)
             self._used -= nbytes
 
-    def _register_all(self, arrays: Sequence[np.ndarray], what: str) -> list[ActivationHandle]:
+    def _register_all(self, arrays: Sequence[np.ndarray], what: str | Callable[[], str]) -> list[ActivationHandle]:
         for array in arrays:
             array.flags.writeable = False
         handles = [next_handle() for _ in arrays]
@@ -204,7 +204,8 @@ class CpuExecutor:
         if len(arrays) != len(decoded["inputs"]):
             raise Backend(f"plan takes {len(decoded['inputs'])} inputs, got {len(arrays)}")
         results = run_nodes(np, decoded, arrays, _SUPPORTED)
-        return self._register_all([np.asarray(r) for r in results], f"the results of {', '.join(decoded['outputs'])}")
+        # the message is made only when the memory limit refuses the results: a partition task's hot path
+        return self._register_all([np.asarray(r) for r in results], lambda: f"the results of {', '.join(decoded['outputs'])}")
 
     def export_activation(self, handle: ActivationHandle) -> PortableActivation:
         array = self._get(handle)
