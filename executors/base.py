@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import enum
 import pickle
+from math import prod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -111,7 +112,7 @@ class Dtype(str, enum.Enum):
 
     def nbytes(self, element_count: int) -> int:
         """Bytes of ``element_count`` values in the portable layout."""
-        return (element_count * self.itemsize_bits + 7) // 8
+        return (element_count * _BITS[self] + 7) // 8
 
 
 _BITS = {Dtype.fp32: 32, Dtype.fp16: 16, Dtype.bf16: 16, Dtype.fp8e4m3: 8, Dtype.fp8e5m2: 8, Dtype.int8: 8, Dtype.int4: 4}
@@ -145,17 +146,15 @@ class TensorShape:
     dims: tuple[int, ...]
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "dims", tuple(int(d) for d in self.dims))
-        if len(self.dims) > 8:
-            raise ValueError(f"rank {len(self.dims)} exceeds the maximum of 8")
-        if any(d < 0 for d in self.dims):
-            raise ValueError(f"negative dimension in {self.dims}")
+        dims = tuple(map(int, self.dims))
+        object.__setattr__(self, "dims", dims)
+        if len(dims) > 8:
+            raise ValueError(f"rank {len(dims)} exceeds the maximum of 8")
+        if dims and min(dims) < 0:
+            raise ValueError(f"negative dimension in {dims}")
 
     def element_count(self) -> int:
-        n = 1
-        for d in self.dims:
-            n *= d
-        return n
+        return prod(self.dims)
 
 
 @dataclass(frozen=True)
@@ -170,9 +169,17 @@ class BoundDevice:
     memory_bytes: int | None = None
 
 
-@dataclass(frozen=True)
-class ActivationHandle:
-    """Opaque handle to an activation inside one executor's address space."""
+class ActivationHandle(NamedTuple):
+    """Opaque handle to an activation inside one executor's address space.
+
+    Immutable, hashed and compared by its ``value``. A named tuple rather
+    than a dataclass: an executor keys its activations by handle, and a
+    dataclass's hash and equality run as Python code at every lookup, two
+    or more per task of a run.
+
+    >>> ActivationHandle(7), ActivationHandle(7) == ActivationHandle(7), {ActivationHandle(7): 1}[ActivationHandle(7)]
+    (ActivationHandle(7), True, 1)
+    """
 
     value: int
 
@@ -228,12 +235,13 @@ class PortableActivation:
     @property
     def nbytes(self) -> int:
         """Length of ``bytes``, known without reading them (an executor may produce them lazily)."""
-        return self.dtype.nbytes(self.shape.element_count())
+        return (prod(self.shape.dims) * _BITS[self.dtype] + 7) // 8
 
     def __post_init__(self) -> None:
         if isinstance(self.bytes, memoryview) and (self.bytes.format != "B" or self.bytes.ndim != 1):
             object.__setattr__(self, "bytes", self.bytes.cast("B"))
-        want = self.dtype.nbytes(self.shape.element_count())
+        # Dtype.nbytes, inline: every bridge makes one of these
+        want = (prod(self.shape.dims) * _BITS[self.dtype] + 7) // 8
         if len(self.bytes) != want:
             raise ValueError(
                 f"portable activation of shape {self.shape.dims} and dtype {self.dtype} "

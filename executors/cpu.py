@@ -67,6 +67,7 @@ _HANDLES = itertools.count(1)
 _ALL_DTYPES = tuple(Dtype)
 _SUPPORTED = frozenset(_ALL_DTYPES)
 _DTYPE_NAMED = {d.value: d for d in Dtype}
+_LITTLE = sys.byteorder == "little"
 
 
 def next_handle() -> ActivationHandle:
@@ -164,7 +165,7 @@ class CpuExecutor:
     def _register_all(self, arrays: Sequence[np.ndarray], what: str | Callable[[], str]) -> list[ActivationHandle]:
         for array in arrays:
             array.flags.writeable = False
-        handles = [next_handle() for _ in arrays]
+        handles = [ActivationHandle(next(_HANDLES)) for _ in arrays]
         with self._lock:
             self._reserve(sum(a.nbytes for a in arrays), what)
             self._arrays.update(zip(handles, arrays))
@@ -210,7 +211,7 @@ class CpuExecutor:
     def export_activation(self, handle: ActivationHandle) -> PortableActivation:
         array = self._get(handle)
         dtype = _dtype_of(array)
-        if dtype is Dtype.int4 or sys.byteorder != "little":
+        if dtype is Dtype.int4 or not _LITTLE:
             return PortableActivation.from_array(array, dtype)
         if array.flags.c_contiguous and not array.flags.writeable:
             # An activation never changes once registered, so its own memory is the portable bytes: no copy
@@ -228,19 +229,21 @@ class CpuExecutor:
         dtype = portable.dtype
         if dtype not in _SUPPORTED:
             raise UnsupportedDtype(dtype)
-        n = portable.shape.element_count()
+        shape = portable.shape
+        n = shape.element_count()
         if self._limit is not None:
-            self._check_room(dtype.numpy.itemsize * n, f"import of {list(portable.shape.dims)} {dtype}")
+            self._check_room(dtype.numpy.itemsize * n, f"import of {list(shape.dims)} {dtype}")
+        data = portable.bytes
         try:
-            if dtype is Dtype.int4 or sys.byteorder != "little" or not memoryview(portable.bytes).readonly:
-                array = portable.to_array()
+            if dtype is not Dtype.int4 and _LITTLE and (type(data) is bytes or memoryview(data).readonly):
+                # Immutable bytes are adopted as they are: numpy makes an array over read-only memory read-only.
+                array = np.frombuffer(data, dtype=dtype.numpy, count=n).reshape(shape.dims)
             else:
-                # Immutable bytes are adopted as they are: the activation is read-only too.
-                array = np.frombuffer(portable.bytes, dtype=dtype.numpy, count=n).reshape(portable.shape.dims)
+                array = portable.to_array()
+                array.flags.writeable = False
         except MemoryError:
-            raise OutOfMemory(f"{portable.shape.dims} {dtype}") from None
-        array.flags.writeable = False
-        handle = next_handle()
+            raise OutOfMemory(f"{shape.dims} {dtype}") from None
+        handle = ActivationHandle(next(_HANDLES))
         with self._lock:
             if self._limit is not None:
                 self._reserve(array.nbytes, f"import of {list(portable.shape.dims)} {dtype}")

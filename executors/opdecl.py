@@ -135,6 +135,8 @@ class Op:
         return self.shape_rule([tuple(s) for s in inputs], full)  # type: ignore[arg-type]
 
     def with_defaults(self, args: Mapping[str, Any]) -> dict:
+        if not self.args:
+            return dict(args)
         full = {k: a.default for k, a in self.args.items()}
         full.update(args)
         return full
@@ -217,7 +219,7 @@ def check_args(op: Op, args: Mapping[str, Any], n_inputs: int | None = None) -> 
 
 def to_dtype(xp: Any, array: Any, dtype: Dtype) -> Any:
     """Convert a computed array to the stage's output dtype (the module's numeric rule)."""
-    if dtype.is_float:
+    if dtype is not Dtype.int8 and dtype is not Dtype.int4:
         return array.astype(dtype.numpy)
     lo, hi = (-128, 127) if dtype is Dtype.int8 else (-8, 7)
     finite = xp.nan_to_num(array.astype(np.float32), nan=0.0, posinf=hi, neginf=lo)
