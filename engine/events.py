@@ -109,6 +109,15 @@ class EventStream:
             for sink in self._sinks:
                 sink(event)
 
+    def emitter(self) -> Callable[[dict], None]:
+        """What a task wrapper calls for its events, which always carry ``time``.
+
+        Without sinks that is the list's own ``append``: a run of many
+        small tasks emits two events for most of them, and :meth:`emit`
+        was a Python call on each.
+        """
+        return self.events.append if not self._sinks else self.emit
+
     def tasks(self) -> list[dict]:
         """The events that close a task (copies), ordered by when the task started."""
         with self._lock:

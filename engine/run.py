@@ -268,7 +268,7 @@ def _execute(
             runtime.events, runtime.running = stream.tasks(), set()
     else:
         instances = dict(executors) if executors is not None else create_executors(plan)
-        runtime = LocalRuntime(plan, instances, emit=stream.emit, cache=cache_use if use_cache else None, cancel=cancel)
+        runtime = LocalRuntime(plan, instances, emit=stream.emitter(), cache=cache_use if use_cache else None, cancel=cancel)
         record["warm_up"] = [{"worker": None, "seconds": runtime.warm_up()}]
         stream.emit(run_event("started", run_id, tasks=len(runtime.graph.dsk), mode="threads"))
         pool = ThreadPoolExecutor(max_workers=num_workers or os.cpu_count() or 1, thread_name_prefix="hetflow")
