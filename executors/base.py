@@ -279,6 +279,26 @@ class PortableActivation:
         return host.astype(self.dtype.numpy).reshape(self.shape.dims)
 
 
+def portable_of_own(dims: tuple[int, ...], dtype: Dtype, data: memoryview) -> PortableActivation:
+    """A :class:`PortableActivation` over an executor's own read-only array, whose checks hold by construction.
+
+    ``dims`` is the array's ``shape`` (a tuple of ints, rank at most
+    eight), ``data`` a read-only one-dimensional byte view of exactly its
+    bytes. Every bridge exports one, and the two dataclasses' generated
+    ``__init__`` and checks were a third of an export; this sets the
+    fields directly (a rank over eight still gets the checked path's error).
+    """
+    if len(dims) > 8:
+        return PortableActivation(TensorShape(dims), dtype, data)
+    shape = object.__new__(TensorShape)
+    object.__setattr__(shape, "dims", dims)
+    portable = object.__new__(PortableActivation)
+    object.__setattr__(portable, "shape", shape)
+    object.__setattr__(portable, "dtype", dtype)
+    object.__setattr__(portable, "bytes", data)
+    return portable
+
+
 def _portable_from_buffer(shape: TensorShape, dtype: Dtype, buffer) -> PortableActivation:
     return PortableActivation(shape, dtype, memoryview(buffer).toreadonly())
 

@@ -57,6 +57,7 @@ from hetflow.executors.base import (
     UnsupportedDtype,
     Vendor,
     VendorMismatch,
+    portable_of_own,
 )
 from hetflow.executors.payload import decode_plan, encode_plan
 from hetflow.executors.staging import StagingPool
@@ -78,7 +79,10 @@ def next_handle() -> ActivationHandle:
 def run_nodes(xp: Any, decoded: Mapping[str, Any], inputs: Sequence[Any], supported: frozenset[Dtype],
               vendor: Vendor = Vendor.cpu) -> list[Any]:
     """Evaluate a decoded plan's nodes on arrays of namespace ``xp``, with ``vendor``'s kernels where an op has one."""
-    values: dict[str, Any] = dict(zip(decoded["inputs"], inputs, strict=True))
+    names = decoded["inputs"]
+    if len(names) != len(inputs):
+        raise Backend(f"plan takes {len(names)} inputs, got {len(inputs)}")
+    values: dict[str, Any] = dict(zip(names, inputs))
     for node in decoded["nodes"]:
         dtype = _DTYPE_NAMED.get(node["dtype"]) or Dtype(node["dtype"])  # a dict lookup: Enum's call is 1.5 us a node
         if dtype not in supported:
@@ -163,11 +167,13 @@ class CpuExecutor:
             self._used -= nbytes
 
     def _register_all(self, arrays: Sequence[np.ndarray], what: str | Callable[[], str]) -> list[ActivationHandle]:
+        nbytes = 0
         for array in arrays:
             array.flags.writeable = False
+            nbytes += array.nbytes
         handles = [ActivationHandle(next(_HANDLES)) for _ in arrays]
         with self._lock:
-            self._reserve(sum(a.nbytes for a in arrays), what)
+            self._reserve(nbytes, what)
             self._arrays.update(zip(handles, arrays))
         return handles
 
@@ -202,8 +208,6 @@ class CpuExecutor:
             raise VendorMismatch(plan.vendor, Vendor.cpu)
         arrays = [self._get(h) for h in inputs]
         decoded = decode_plan(plan)
-        if len(arrays) != len(decoded["inputs"]):
-            raise Backend(f"plan takes {len(decoded['inputs'])} inputs, got {len(arrays)}")
         results = run_nodes(np, decoded, arrays, _SUPPORTED)
         # the message is made only when the memory limit refuses the results: a partition task's hot path
         return self._register_all([np.asarray(r) for r in results], lambda: f"the results of {', '.join(decoded['outputs'])}")
@@ -213,11 +217,12 @@ class CpuExecutor:
         dtype = _dtype_of(array)
         if dtype is Dtype.int4 or not _LITTLE:
             return PortableActivation.from_array(array, dtype)
-        if array.flags.c_contiguous and not array.flags.writeable:
+        flags = array.flags
+        if flags.c_contiguous and not flags.writeable:
             # An activation never changes once registered, so its own memory is the portable bytes: no copy
-            # here, and none on a cluster, where they are sent from it as an out-of-band frame.
-            return PortableActivation(TensorShape(array.shape), dtype,
-                                      memoryview(array.reshape(-1).view(np.uint8)).toreadonly())
+            # here, and none on a cluster, where they are sent from it as an out-of-band frame. A view of a
+            # read-only array is read-only.
+            return portable_of_own(array.shape, dtype, memoryview(array.reshape(-1).view(np.uint8)))
         try:
             lease = self._staging.lease_array(array.nbytes)
         except MemoryError:
@@ -237,7 +242,9 @@ class CpuExecutor:
         try:
             if dtype is not Dtype.int4 and _LITTLE and (type(data) is bytes or memoryview(data).readonly):
                 # Immutable bytes are adopted as they are: numpy makes an array over read-only memory read-only.
-                array = np.frombuffer(data, dtype=dtype.numpy, count=n).reshape(shape.dims)
+                array = np.frombuffer(data, dtype=dtype.numpy, count=n)
+                if len(shape.dims) != 1:
+                    array = array.reshape(shape.dims)
             else:
                 array = portable.to_array()
                 array.flags.writeable = False
