@@ -451,7 +451,11 @@ class Cluster:
             if f is not None and futures.get(key) is f and key in remaining:
                 remaining.discard(key)
                 if f.status == "error":
-                    return f.exception()
+                    # Dask recomputes what a dead worker held from lineage, and a task run again that way fails
+                    # (its handles were given back): a failure that follows a hosting worker's loss is the loss
+                    alive = set(self._identity()["workers"])
+                    gone = sorted(w for w in hosting if w not in alive)
+                    return _Gone(gone) if gone else f.exception()
                 if f.status == "cancelled":
                     # the scheduler forgets scattered data lost with its only worker, and every task waiting on it
                     lost = sorted(k for k, g in futures.items() if k.startswith("phase:") and g.status != "finished")
