@@ -26,8 +26,8 @@ import sys
 import tempfile
 import time
 from functools import lru_cache
-from math import floor as _floor
 from importlib import metadata
+from math import floor as _floor
 from typing import Any, Mapping
 
 import numpy as np

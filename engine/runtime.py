@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import threading
 import time
-from math import floor as _floor
 from threading import current_thread
 from typing import Any, Callable, Mapping
 
@@ -37,6 +36,7 @@ from hetflow.engine.cancel import Cancel
 from hetflow.engine.errors import StageFailure
 from hetflow.engine.lowering import TaskGraph, bridge_ref, lower, subgraph_plan, tensor_ref
 from hetflow.engine.planner import Plan
+from hetflow.engine.records import micros
 from hetflow.executors.base import ActivationHandle, Dtype, Executor, ExecutorError, PortableActivation
 
 __all__ = ["StageTimedOut", "ClusterFailure", "HandleTable", "LocalRuntime", "abandoned_calls"]
@@ -226,11 +226,10 @@ class LocalRuntime:
                        **extra, "time": start})
             return
         end = time.time()
-        # one dict literal, its ``time`` (the stream's arrival order key) the end, as the stream would set it;
-        # the duration rounded to the microsecond as micros() does, without its call
+        # one dict literal, its ``time`` (the stream's arrival order key) the end, as the stream would set it
         event = {"event": _EVENT_OF[status], "kind": kind, "id": id, "executor": executor, "worker": self.worker,
                  "thread": thread, "attempt": attempt, "start": start, "end": end,
-                 "duration_s": _floor((end - start) * 1e6 + 0.5) / 1e6, "status": status, **extra, "time": end}
+                 "duration_s": micros(end - start), "status": status, **extra, "time": end}
         if status == "succeeded" or status == "failed":
             self.events.append(event)
         self.emit(event)

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import enum
 import pickle
-from math import prod
 from dataclasses import dataclass, field
+from math import prod
 from typing import TYPE_CHECKING, NamedTuple, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:
@@ -235,13 +235,12 @@ class PortableActivation:
     @property
     def nbytes(self) -> int:
         """Length of ``bytes``, known without reading them (an executor may produce them lazily)."""
-        return (prod(self.shape.dims) * _BITS[self.dtype] + 7) // 8
+        return self.dtype.nbytes(prod(self.shape.dims))
 
     def __post_init__(self) -> None:
         if isinstance(self.bytes, memoryview) and (self.bytes.format != "B" or self.bytes.ndim != 1):
             object.__setattr__(self, "bytes", self.bytes.cast("B"))
-        # Dtype.nbytes, inline: every bridge makes one of these
-        want = (prod(self.shape.dims) * _BITS[self.dtype] + 7) // 8
+        want = self.dtype.nbytes(prod(self.shape.dims))
         if len(self.bytes) != want:
             raise ValueError(
                 f"portable activation of shape {self.shape.dims} and dtype {self.dtype} "

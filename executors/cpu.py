@@ -156,8 +156,8 @@ class CpuExecutor:
         """Count ``nbytes`` against the limit (caller holds the lock); ``what`` may be a callable that says it."""
         if self._limit is not None and self._used + nbytes > self._limit:
             raise OutOfMemory(
-                f"{what() if callable(what) else what} needs {nbytes} bytes, {self._used} of the memory_limit of {self._limit} bytes "
-                f"are in use on executor {self._name!r}"
+                f"{what() if callable(what) else what} needs {nbytes} bytes, {self._used} of the memory_limit of "
+                f"{self._limit} bytes are in use on executor {self._name!r}"
             )
         self._used += nbytes
 
@@ -171,7 +171,7 @@ class CpuExecutor:
         for array in arrays:
             array.flags.writeable = False
             nbytes += array.nbytes
-        handles = [ActivationHandle(next(_HANDLES)) for _ in arrays]
+        handles = [next_handle() for _ in arrays]
         with self._lock:
             self._reserve(nbytes, what)
             self._arrays.update(zip(handles, arrays))
@@ -210,7 +210,8 @@ class CpuExecutor:
         decoded = decode_plan(plan)
         results = run_nodes(np, decoded, arrays, _SUPPORTED)
         # the message is made only when the memory limit refuses the results: a partition task's hot path
-        return self._register_all([np.asarray(r) for r in results], lambda: f"the results of {', '.join(decoded['outputs'])}")
+        return self._register_all([np.asarray(r) for r in results],
+                                  lambda: f"the results of {', '.join(decoded['outputs'])}")
 
     def export_activation(self, handle: ActivationHandle) -> PortableActivation:
         array = self._get(handle)
@@ -250,7 +251,7 @@ class CpuExecutor:
                 array.flags.writeable = False
         except MemoryError:
             raise OutOfMemory(f"{shape.dims} {dtype}") from None
-        handle = ActivationHandle(next(_HANDLES))
+        handle = next_handle()
         with self._lock:
             if self._limit is not None:
                 self._reserve(array.nbytes, f"import of {list(portable.shape.dims)} {dtype}")
