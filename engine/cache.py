@@ -46,6 +46,7 @@ from typing import Any
 import orjson
 
 from hetflow.engine.planner import Partition, Plan
+from hetflow.engine.records import folder_mode
 from hetflow.executors import ops as oplib
 from hetflow.executors import plugins
 from hetflow.executors.base import Dtype, PortableActivation, TensorShape
@@ -320,6 +321,7 @@ class Cache:
         os.makedirs(parent, exist_ok=True)
         tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
         try:
+            os.chmod(tmp, folder_mode())  # mkdtemp's 0700 would keep the entry from everyone else sharing the cache
             meta = {}
             for i, (tensor, portable) in enumerate(outputs.items()):
                 name = f"{i}.bin"
@@ -362,20 +364,36 @@ class Cache:
     def remove(self, key: str) -> None:
         shutil.rmtree(self._folder(key), ignore_errors=True)
 
-    def clean_temporaries(self) -> int:
-        """Remove folders left by writers that died before renaming; returns how many."""
+    def written_at(self, key: str) -> float:
+        """When the entry of ``key`` was written (epoch seconds; infinity when it cannot be told)."""
+        return _mtime(os.path.join(self._folder(key), "entry.json"))
+
+    def clean_temporaries(self, older_than_s: float = 3600.0) -> int:
+        """Remove folders left by writers that died before renaming; returns how many.
+
+        A temporary folder changed in the last ``older_than_s`` seconds may
+        be a live run's entry being written, and stays.
+        """
         removed = 0
         if not os.path.isdir(self.root):
             return 0
+        before = time.time() - older_than_s
         for shard in os.listdir(self.root):
             folder = os.path.join(self.root, shard)
             if not os.path.isdir(folder):
                 continue
             for name in os.listdir(folder):
-                if name.startswith(".tmp-"):
+                if name.startswith(".tmp-") and _mtime(os.path.join(folder, name)) < before:
                     shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
                     removed += 1
         return removed
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return float("inf")
 
 
 class CacheUse:

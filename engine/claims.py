@@ -120,7 +120,7 @@ def claim(runs_dir: str, entry: Entry, slot: datetime, state: str = "claimed") -
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, _slot_file(slot) + ".json")
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)  # less the umask, as any file the user writes
     except FileExistsError:
         return None
     with os.fdopen(fd, "w", encoding="utf-8") as f:

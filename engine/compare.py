@@ -29,7 +29,7 @@ import numpy as np
 
 from hetflow.engine.errors import UsageError
 from hetflow.engine.records import load_output
-from hetflow.engine.runs import _read_json, list_runs, read_record, resolve_id
+from hetflow.engine.runs import _read_json, read_record, resolve_id, status_of, sweep_view
 
 __all__ = ["SMALL", "output_view", "load_array", "changes", "diff_runs", "table", "render_table", "mismatch_causes"]
 
@@ -89,7 +89,8 @@ def _run_dir(runs_dir: str, record: Mapping[str, Any]) -> str:
 
 
 def diff_runs(runs_dir: str, a: str, b: str) -> dict:
-    """What differs between runs ``a`` and ``b`` (ids, prefixes or ``latest``), and their outputs side by side."""
+    """What differs between runs ``a`` and ``b`` (any names :func:`~hetflow.engine.runs.resolve_id` takes), and
+    their outputs side by side."""
     ra, rb = read_record(runs_dir, a), read_record(runs_dir, b)
     da, db = _run_dir(runs_dir, ra), _run_dir(runs_dir, rb)
     ma, mb = ra.get("manifest") or {}, rb.get("manifest") or {}
@@ -113,8 +114,8 @@ def diff_runs(runs_dir: str, a: str, b: str) -> dict:
                 row["max_abs_diff"] = float(np.max(np.abs(xa - xb)))
         outputs.append(row)
     return {
-        "a": {"run_id": ra["run_id"], "status": ra.get("status"), "started_at": ra.get("started_at")},
-        "b": {"run_id": rb["run_id"], "status": rb.get("status"), "started_at": rb.get("started_at")},
+        "a": {"run_id": ra["run_id"], "status": status_of(ra), "started_at": ra.get("started_at")},
+        "b": {"run_id": rb["run_id"], "status": status_of(rb), "started_at": rb.get("started_at")},
         "manifest": manifest,
         "params": changes(ra.get("params") or {}, rb.get("params") or {}),
         "matrix_point": changes({"point": (ra.get("matrix_point") or {}).get("name")},
@@ -130,6 +131,12 @@ def diff_runs(runs_dir: str, a: str, b: str) -> dict:
 def table(runs_dir: str, refs: list[str]) -> dict:
     """One row per run: a sweep's points (one ref naming a sweep) or the runs named.
 
+    Refs are read by :func:`hetflow.engine.runs.resolve_id`: one ref takes a
+    sweep or a run (``latest`` is the newest run, or the sweep it is a point
+    of), several take runs. A row's status is what every reader shows
+    (``died`` for a run whose process is gone, ``missing`` for a point whose
+    run folder was removed).
+
     Returns ``{"params": [...], "outputs": [...], "rows": [...]}``; each row
     has ``run_id``, ``point``, ``status``, ``record`` (the path of the
     record backing it), ``params``, ``outputs`` (scalar values) and
@@ -140,25 +147,25 @@ def table(runs_dir: str, refs: list[str]) -> dict:
     entries: list[tuple[str | None, str, str | None]] = []  # (run id, point name, status when there is no run)
     axes: list[str] = []
     if len(refs) == 1:
-        sweeps = refs[0] == "latest" and any(r["kind"] == "sweep" for r in list_runs(runs_dir))
-        ident = resolve_id(runs_dir, refs[0], "sweep" if sweeps else None)  # a table is most often a sweep's
+        ident = resolve_id(runs_dir, refs[0])  # ``latest``: the newest run, or the sweep it is a point of
         summary = _read_json(os.path.join(runs_dir, ident, "sweep.json"))
         if summary is not None:
             axes = list(summary.get("params") or [])
-            entries = [(p.get("run_id"), p.get("name"), p.get("status")) for p in summary.get("points", [])]
+            entries = [(p.get("run_id"), p.get("name"), p.get("status")) for p in sweep_view(summary).get("points", [])]
     if not entries:
         entries = [(resolve_id(runs_dir, r, "run"), None, None) for r in refs]
     rows = []
     for run_id, point, status in entries:
         if run_id is None or not os.path.isfile(os.path.join(runs_dir, run_id, "record.json")):
-            rows.append({"run_id": run_id, "point": point, "status": status, "record": None, "params": {},
-                         "outputs": {}, "digests": {}})
+            # a row that names a run whose folder is gone says so, not the status the run once had
+            rows.append({"run_id": run_id, "point": point, "status": "missing" if run_id else status, "record": None,
+                         "params": {}, "outputs": {}, "digests": {}})
             continue
         record = read_record(runs_dir, run_id)
         folder = _run_dir(runs_dir, record)
         views = {n: output_view(folder, n, e) for n, e in (record.get("outputs") or {}).items()}
         rows.append({"run_id": run_id, "point": point or (record.get("matrix_point") or {}).get("name"),
-                     "status": record.get("status"), "record": os.path.join(folder, "record.json"),
+                     "status": status_of(record), "record": os.path.join(folder, "record.json"),
                      "params": dict(record.get("params") or {}),
                      "outputs": {n: scalar(v) for n, v in views.items() if scalar(v) is not None},
                      "digests": {n: e.get("digest") for n, e in (record.get("outputs") or {}).items()}})

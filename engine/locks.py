@@ -9,6 +9,15 @@ absolute path, PARAMS of its resolved params' canonical JSON) held with
 the lock when its holder dies, however it dies, so a lock left behind by a
 dead process is simply taken over. The file also says who holds it (pid,
 host, run id, since when), which goes into the message a second run gets.
+
+The file lives only while it is held: :meth:`RunLock.release` unlinks it
+while still holding the lock, then unlocks. A process that opened the
+file just before it was unlinked then locks a file no longer at the
+path, so after ``flock`` succeeds :meth:`RunLock.acquire` compares the
+inode it locked with the one at the path and starts again when they
+differ. A holder killed outright leaves its file behind, unlocked;
+:func:`stale_locks` finds such files (its lock can be taken at once) and
+``hetflow runs gc`` removes them the same way a release does.
 """
 
 from __future__ import annotations
@@ -21,21 +30,9 @@ import socket
 import time
 from typing import Any, Mapping
 
-from hetflow.engine.errors import HetflowError
+from hetflow.engine.errors import LockHeld  # raised here; defined with the other errors, which need no lock code
 
-__all__ = ["LockHeld", "RunLock", "lock_path", "manifest_locks"]
-
-
-class LockHeld(HetflowError):
-    """Another live process runs this manifest against this runs directory."""
-
-    def __init__(self, path: str, holder: dict[str, Any]) -> None:
-        who = f"pid {holder.get('pid')} on {holder.get('host')}" if holder else "another process"
-        since = f" since {holder['since']}" if holder.get("since") else ""
-        run = f" (run {holder['run']})" if holder.get("run") else ""
-        super().__init__(f"{holder.get('manifest') or 'this manifest'} is already running: {who}{since}{run}; lock {path}")
-        self.path = path
-        self.holder = holder
+__all__ = ["LockHeld", "RunLock", "lock_path", "manifest_locks", "stale_locks"]
 
 
 def lock_path(runs_dir: str, manifest_file: str, name: str, params: Mapping[str, Any] | None = None) -> str:
@@ -77,13 +74,21 @@ class RunLock:
 
     def acquire(self) -> "RunLock":
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _read(fd)
-            os.close(fd)
-            raise LockHeld(self.path, holder) from None
+        deadline = time.monotonic() + _SETTLE_S
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read(fd)
+                os.close(fd)
+                if _settling(holder) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                    continue
+                raise LockHeld(self.path, holder) from None
+            if _same_file(fd, self.path):
+                break
+            os.close(fd)  # its holder unlinked it on release after we opened it: lock the file now at the path
         info = {"pid": os.getpid(), "host": socket.gethostname(), "manifest": self.manifest, "run": self.run,
                 "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         os.ftruncate(fd, 0)
@@ -92,17 +97,102 @@ class RunLock:
         return self
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.ftruncate(self._fd, 0)
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            os.ftruncate(fd, 0)  # where the unlink is refused, readers still see that no one holds it
+            if _same_file(fd, self.path):
+                os.unlink(self.path)
+        except OSError:
+            pass
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
 
     def __enter__(self) -> "RunLock":
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def stale_locks(runs_dir: str, remove: bool = False) -> list[str]:
+    """The lock files under ``RUNS_DIR/.locks`` that no process holds; with ``remove``, each is unlinked.
+
+    Each is tried with ``flock`` (a file held by a live run, or one being
+    taken, is left alone) and unlinked while locked, as a release does.
+
+    >>> import tempfile
+    >>> runs = tempfile.mkdtemp()
+    >>> with RunLock(lock_path(runs, "/p/m.yaml", "m")):
+    ...     stale_locks(runs)
+    []
+    >>> os.listdir(os.path.join(runs, ".locks"))
+    []
+    >>> open(lock_path(runs, "/p/m.yaml", "m"), "w").close()  # what a killed holder leaves
+    >>> [os.path.basename(p) for p in stale_locks(runs, remove=True)], os.listdir(os.path.join(runs, ".locks"))
+    (['m-b1ae68d2b239.lock'], [])
+    """
+    folder = os.path.join(runs_dir, ".locks")
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".lock"))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        try:
+            if not _same_file(fd, path):
+                continue
+            if remove:
+                os.unlink(path)
+            out.append(path)
+        except OSError:
+            continue
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+    return out
+
+
+#: how long a run waits for a lock held by no live run: ``runs gc`` trying it, or a run between taking it and
+#: writing who it is
+_SETTLE_S = 0.5
+
+
+def _settling(holder: Mapping[str, Any]) -> bool:
+    """Whether the lock's holder is passing: the file names no one, or a process of this host that is gone."""
+    pid = holder.get("pid")
+    if not isinstance(pid, int):
+        return True
+    if holder.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        there = os.stat(path)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (there.st_dev, there.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _read(fd: int) -> dict[str, Any]:

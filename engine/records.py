@@ -52,9 +52,11 @@ __all__ = [
     "load_output",
     "utc_iso",
     "provenance",
+    "file_mode",
+    "folder_mode",
 ]
 
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2
 
 
 def utc_iso(t: float) -> str:
@@ -87,11 +89,52 @@ def _utc_second(second: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
 
 
+def _read_umask() -> int:
+    # /proc says it without changing it; os.umask can only be read by setting it, which races with a
+    # thread creating a file meanwhile, so that is done where /proc has no answer, at import, once
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+
+
+def file_mode() -> int:
+    """The mode a new file gets here: ``0o666`` less the process's umask (read once per process).
+
+    Records, outputs, claims and cache entries are written through
+    temporary files, which ``tempfile`` makes ``0o600``; each is given this
+    mode instead, so runs are as shared as any other file the user writes.
+
+    >>> file_mode() == 0o666 & ~_UMASK
+    True
+    """
+    return 0o666 & ~_UMASK
+
+
+def folder_mode() -> int:
+    """The mode a new folder gets here: ``0o777`` less the process's umask (read once per process).
+
+    >>> folder_mode() == 0o777 & ~_UMASK
+    True
+    """
+    return 0o777 & ~_UMASK
+
+
 def _atomic(path: str, write) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), file_mode())
             write(f)
             f.flush()
             os.fsync(f.fileno())

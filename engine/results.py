@@ -191,8 +191,11 @@ class Run:
 
     @property
     def status(self) -> str:
-        """``succeeded``, ``failed``, or ``running`` for a run that has not finished (or crashed)."""
-        return self.record.get("status") or "unknown"
+        """``succeeded``, ``failed``, ``cancelled``, ``running`` for a run that has not finished, or ``died``
+        for one whose process ended without writing its final record (killed, out of memory, a power loss)."""
+        from hetflow.engine.runs import status_of
+
+        return status_of(self.record) or "unknown"
 
     @property
     def ok(self) -> bool:
@@ -245,18 +248,29 @@ class Run:
 
 
 class Sweep:
-    """A matrix sweep: ``sweep_id``, ``path``, ``status``, ``summary`` (``sweep.json``) and one :class:`Run` per point."""
+    """A matrix sweep: ``sweep_id``, ``path``, ``status``, ``summary`` (``sweep.json``) and one :class:`Run` per point
+    (None for a point without a run)."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
         with open(os.path.join(self.path, "sweep.json"), encoding="utf-8") as f:
             self.summary: dict = json.load(f)
         runs_dir = os.path.dirname(os.path.abspath(self.path))
-        self.runs: list[Run | None] = [Run(os.path.join(runs_dir, p["run_id"])) if p.get("run_id") else None
-                                       for p in self.summary["points"]]
+        # a point not run yet, or whose run folder was removed, has no Run
+        self.runs: list[Run | None] = [
+            Run(os.path.join(runs_dir, p["run_id"]))
+            if p.get("run_id") and os.path.isfile(os.path.join(runs_dir, p["run_id"], "record.json")) else None
+            for p in self.summary["points"]]
 
     sweep_id = property(lambda self: self.summary["sweep_id"])
-    status = property(lambda self: self.summary["status"])
+
+    @property
+    def status(self) -> str:
+        """``succeeded``, ``failed``, ``cancelled``, ``running``, or ``died`` for a sweep whose process ended
+        without writing its final summary."""
+        from hetflow.engine.runs import status_of
+
+        return status_of(self.summary) or "unknown"
 
     def __repr__(self) -> str:
         return f"<hetflow.Sweep {self.sweep_id}: {self.status}, {len(self.runs)} points>"

@@ -68,6 +68,7 @@ KIND_SCHEMAS: dict[str, dict] = {
     "number?": {"type": ["number", "null"]},
     "seed": {"type": ["integer", "null"]},
     "str?": {"type": ["string", "null"]},
+    "str": {"type": "string"},
 }
 
 # Top-level sections the engine reads as written; every other section is interpolated.

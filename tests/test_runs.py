@@ -90,10 +90,13 @@ def test_runs_table_of_a_sweep_has_one_row_per_point_with_params_and_scalar_valu
     by = {(r["params"]["scale"], r["params"]["seed"]): r["outputs"]["s"] for r in data["rows"]}
     assert by[(2.0, 1)] == pytest.approx(2 * by[(1.0, 1)], rel=1e-6)
 
-    code, text, _ = cli("runs", "--runs-dir", runs, "table", "latest")
+    code, text, _ = cli("runs", "--runs-dir", runs, "table", "latest-sweep")
     assert code == 0
     lines = text.splitlines()
     assert lines[0].split() == ["run", "point", "status", "scale", "seed", "s"] and len(lines) == 5
+    # latest is the newest run, the other manifest's, as it is to runs show
+    code, text, _ = cli("runs", "--runs-dir", runs, "table", "latest")
+    assert code == 0 and len(text.splitlines()) == 2 and text.splitlines()[1].startswith(swept[3])
     code, text, _ = cli("runs", "--runs-dir", runs, "table", sweep["sweep_id"], "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(text)))
     assert [r["run"] for r in rows] == [p["run_id"] for p in sweep["points"]] and all(r["record"] for r in rows)
@@ -149,6 +152,6 @@ def test_filters_prefixes_latest_and_scalar_values_in_show(swept):
     s = float(load_output(os.path.join(runs, point), "s"))
     assert code == 0 and f"  s: {json.dumps(s)}  sha256:" in out and "  y: 4x8 fp32 min " in out
     code, _, err = cli("runs", "--runs-dir", runs, "show", "2")
-    assert code == 2 and "is the start of 6 ids" in err
+    assert code == 2 and "'2' matches 6 ids in " in err
     code, _, err = cli("runs", "--runs-dir", runs, "show", "nope")
     assert code == 2 and "no run or sweep 'nope'" in err

@@ -1,9 +1,13 @@
-"""runs gc: the newest N runs of each manifest, by age, and a dry run that says what would go and why."""
+"""runs gc: the newest N of each manifest (a sweep whole, verification runs with their run), by age, stale
+locks, and a dry run that says what would go and why."""
 
 import io
 import json
+import os
 import time
 from pathlib import Path
+
+import pytest
 
 from hetflow.engine.cli import main
 from hetflow.engine.records import utc_iso, write_json_atomic
@@ -58,10 +62,128 @@ def test_older_than_removes_by_age_and_says_so_in_a_dry_run(tmp_path):
     write_json_atomic(str(record_file), record)
     code, out, _ = cli("runs", "--runs-dir", str(runs), "gc", "--older-than", "30d", "--dry-run")
     assert code == 0 and f"would remove run {old}  a  succeeded  started {record['started_at']}: started before " in out
-    assert "(30d ago)" in out and "kept 1 runs; would remove 1 runs" in out and record_file.exists()
+    assert "(30d ago)" in out and "kept 1 runs; would remove 1 runs, 0 sweeps" in out and record_file.exists()
     code, out, _ = cli("runs", "--runs-dir", str(runs), "gc", "--older-than", "30d", "--keep", "1")
-    assert "kept 1 runs; removed 1 runs" in out and not record_file.exists() and (runs / new).is_dir()
+    assert "kept 1 runs; removed 1 runs, 0 sweeps" in out and not record_file.exists() and (runs / new).is_dir()
     code, _, err = cli("runs", "--runs-dir", str(runs), "gc")
     assert code == 2 and "runs gc needs --keep N (per manifest), --older-than AGE, or both" in err
     code, _, err = cli("runs", "--runs-dir", str(runs), "gc", "--older-than", "a month")
     assert code == 2 and "expected an age such as 30d" in err
+
+
+SWEEP_BODY = """\
+version: 1
+name: sw
+params: {k: 1, j: 0}
+matrix: {j: [1, 2, 3]}
+executors: {h: {vendor: cpu}}
+stages:
+  z: {op: full, args: {shape: [2], value: "${k}"}}
+  w: {op: full, args: {shape: [2], value: "${j}"}}
+outputs: {z: z, w: w}
+"""
+
+
+def sweep(tmp_path: Path, *more: str) -> tuple[str, list[str]]:
+    path = tmp_path / "sw.yaml"
+    path.write_text(SWEEP_BODY)
+    code, out, err = cli("run", str(path), "--runs-dir", str(tmp_path / "runs"), "--quiet", "--json", *more)
+    assert code == 0, err
+    result = json.loads(out)
+    return result["sweep_id"], [p["run_id"] for p in result["points"]]
+
+
+def verify(tmp_path: Path, run_id: str) -> str:
+    code, out, err = cli("verify", run_id, "--runs-dir", str(tmp_path / "runs"), "--json")
+    assert code == 0, err
+    return json.loads(out)["rerun_id"]
+
+
+def test_keep_counts_a_sweep_as_one_and_verification_runs_go_with_the_run_they_verify(tmp_path):
+    from hetflow.engine.cache import Cache
+
+    old, old_points = sweep(tmp_path, "-p", "k=7")
+    a1, a2 = run(tmp_path, "a", 1), run(tmp_path, "a", 2)
+    v_old, v_a1, v_a2 = verify(tmp_path, old_points[1]), verify(tmp_path, a1), verify(tmp_path, a2)
+    new, new_points = sweep(tmp_path)
+    v_new = verify(tmp_path, new_points[0])
+    runs = tmp_path / "runs"
+    records = {p.name: json.loads((p / "record.json").read_text())
+               for p in runs.iterdir() if (p / "record.json").exists()}
+
+    code, out, _ = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "1", "--dry-run")
+    assert code == 0
+    lines = out.splitlines()
+    started = {name: r["started_at"] for name, r in records.items()}
+    started[old] = json.loads((runs / old / "sweep.json").read_text())["started_at"]
+    assert lines[:7] == [
+        f"would remove run {a1}  a  succeeded  started {started[a1]}: beyond the newest 1 of a",
+        f"  with verification run {v_a1}",
+        f"would remove sweep {old}  sw  succeeded  started {started[old]}: beyond the newest 1 of sw",
+        *(f"  with its point run {p}" for p in old_points),
+        f"  with verification run {v_old}",
+    ]
+    assert lines[7].startswith("would remove ") and lines[7].endswith(" cache entries: no kept run uses them")
+    assert lines[8] == (f"kept 6 runs; would remove 6 runs, 1 sweeps, {lines[7].split()[2]} cache entries, "
+                        "0 schedule claims, 0 stale locks (2 of the runs verification runs)")
+    assert len(lines) == 9 and all((runs / name).is_dir() for name in records)
+
+    code, out, _ = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "1", "--json")
+    result = json.loads(out)
+    assert result["removed_sweeps"] == [old] and result["kept_sweeps"] == [new]
+    assert result["removed_runs"] == [a1, v_a1, *old_points, v_old]
+    assert result["removed_verifications"] == [v_a1, v_old]
+    assert result["kept_runs"] == sorted([a2, v_a2, *new_points, v_new])
+    assert [(u["kind"], u["id"], u["why"]) for u in result["removed"]] == [
+        ("run", a1, "beyond the newest 1 of a"), ("sweep", old, "beyond the newest 1 of sw")]
+    left = sorted(p.name for p in runs.iterdir() if not p.name.startswith("."))
+    assert left == sorted([new, a2, v_a2, *new_points, v_new])
+    # the kept sweep is whole, and every cache entry a kept run used is still there
+    code, out, _ = cli("runs", "--runs-dir", str(runs), "table", new, "--format", "json")
+    assert [r["status"] for r in json.loads(out)["rows"]] == ["succeeded"] * 3
+    cache = set(Cache(str(runs / ".cache")).keys())
+    used = {k["key"] for r in (a2, *new_points) for k in records[r]["cache"]["keys"].values() if k.get("key")}
+    assert used <= cache and len(cache) == result["kept_cache_entries"]
+
+
+def test_runs_leave_no_lock_files_and_gc_removes_the_stale_ones_only(tmp_path):
+    from hetflow.engine.locks import LockHeld, RunLock, lock_path
+
+    for k in range(5):
+        run(tmp_path, "a", k)
+    runs = tmp_path / "runs"
+    assert list((runs / ".locks").iterdir()) == []
+    stale = runs / ".locks" / "gone-0123456789ab.lock"
+    stale.write_text('{"pid": 1073741824, "host": "h"}')  # what a holder killed outright leaves
+    with RunLock(lock_path(str(runs), str(tmp_path / "a.yaml"), "a")) as held:
+        code, out, _ = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "5", "--dry-run")
+        assert f"would remove stale lock .locks/{stale.name}: no process holds it\n" in out and stale.exists()
+        code, out, _ = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "5", "--json")
+        assert json.loads(out)["removed_locks"] == [f".locks/{stale.name}"]
+        assert [p.name for p in (runs / ".locks").iterdir()] == [os.path.basename(held.path)]
+        with pytest.raises(LockHeld):
+            RunLock(held.path).acquire()
+    assert list((runs / ".locks").iterdir()) == []
+
+
+def test_a_lock_unlinked_between_open_and_flock_is_taken_again_at_its_path(tmp_path, monkeypatch):
+    from hetflow.engine import locks
+
+    path = str(tmp_path / ".locks" / "m.lock")
+    real_open, opened = os.open, []
+
+    def open_then_lose(file, flags, mode=0o777):
+        fd = real_open(file, flags, mode)
+        if not opened:  # the holder before us releases right here: it unlinks the file we opened
+            os.unlink(file)
+        opened.append(fd)
+        return fd
+
+    monkeypatch.setattr(locks.os, "open", open_then_lose)
+    lock = locks.RunLock(path).acquire()
+    assert len(opened) == 2 and lock._fd == opened[1] and os.path.exists(path)
+    monkeypatch.setattr(locks.os, "open", real_open)
+    with pytest.raises(locks.LockHeld):
+        locks.RunLock(path).acquire()
+    lock.release()
+    assert not os.path.exists(path)

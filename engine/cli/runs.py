@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
+from datetime import datetime
 
+from hetflow.engine import runs
 from hetflow.engine.cli.common import EXIT_OK
 from hetflow.engine.errors import UsageError
 
@@ -13,8 +16,6 @@ __all__ = ["cmd_runs", "cmd_report"]
 
 
 def cmd_runs(args: argparse.Namespace, out, err) -> int:
-    from hetflow.engine import runs
-
     if args.runs_command == "diff":
         return _runs_diff(args, out)
     if args.runs_command == "table":
@@ -27,25 +28,29 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
         sweep_file = os.path.join(args.runs_dir, args.run_id, "sweep.json")
         if os.path.isfile(sweep_file):
             with open(sweep_file, encoding="utf-8") as f:
-                summary = json.load(f)
+                summary = runs.sweep_view(json.load(f))
             if args.json:
                 print(json.dumps(summary, indent=2), file=out)
                 return EXIT_OK
             print(f"sweep {summary['sweep_id']}: {summary['status']}  manifest {summary['name']} ({summary['manifest']})  "
                   f"{len(summary['points'])} points over {', '.join(summary['params'])}", file=out)
-            width = max(len(p["name"]) for p in summary["points"])
+            width = max((len(p["name"]) for p in summary["points"]), default=0)
             for p in summary["points"]:
                 digests = " ".join(f"{k}={v[7:19]}" for k, v in p["outputs"].items())
                 print(f"  {p['name']:<{width}}  {p['status']:<9}  {p['run_id'] or '-'}  {digests}", file=out)
+            _died(summary, f"hetflow run {summary['manifest']} --resume {summary['sweep_id']}", out)
             return EXIT_OK
         record = runs.read_record(args.runs_dir, args.run_id)
+        status = runs.status_of(record)
         if args.json:
-            print(json.dumps(record, indent=2), file=out)
+            print(json.dumps({**record, "status": status}, indent=2), file=out)
             return EXIT_OK
         point = (record.get("matrix_point") or {}).get("name") or "-"
-        print(f"run {record['run_id']}: {record['status']}  manifest {record['manifest']['name']} "
+        print(f"run {record['run_id']}: {status}  manifest {record['manifest']['name']} "
               f"({record['manifest']['file']})  point {point}", file=out)
-        print(f"started {record['started_at']}  duration {record.get('duration_s')} s  digest {record['manifest']['digest'][:23]}", file=out)
+        print(f"started {record['started_at']}  duration {_duration(record, status)}  "
+              f"digest {record['manifest']['digest'][:23]}", file=out)
+        _died({**record, "status": status}, f"hetflow run {record['manifest']['file']} --resume {record['run_id']}", out)
         cache = record.get("cache") or {}
         print(f"partitions: {len(record['plan']['partitions'])}, from cache: {len(cache.get('hits', []))}", file=out)
         from hetflow.engine.compare import output_view
@@ -68,18 +73,7 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
         if args.json:
             print(json.dumps(result), file=out)
         else:
-            verb = "would remove" if args.dry_run else "removed"
-            if args.dry_run:
-                for r in result["removed"]:
-                    print(f"would remove run {r['id']}  {r['manifest']}  {r['status']}  started {r['started_at']}: "
-                          f"{r['why']}", file=out)
-                for name in result["removed_sweeps"]:
-                    print(f"would remove sweep {name}: none of its points' runs is kept", file=out)
-                for claim in result["removed_claims"]:
-                    print(f"would remove schedule claim {claim}", file=out)
-            print(f"kept {len(result['kept_runs'])} runs; {verb} {len(result['removed_runs'])} runs, "
-                  f"{len(result['removed_sweeps'])} sweeps, {result['removed_cache_entries']} cache entries, "
-                  f"{len(result['removed_claims'])} schedule claims", file=out)
+            _gc_text(result, out)
         return EXIT_OK
     rows = runs.list_runs(args.runs_dir, manifest=args.manifest, status=args.status, since=args.since)
     if args.json:
@@ -96,6 +90,55 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
     for line in [head] + body:
         print("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip(), file=out)
     return EXIT_OK
+
+
+def _duration(record: dict, status: str | None) -> str:
+    """A run's duration as ``runs show`` prints it; for one that has none yet, the time since it started."""
+    if record.get("duration_s") is not None:
+        return f"{record['duration_s']} s"
+    if status == "running" and record.get("started_at"):
+        try:
+            began = datetime.fromisoformat(record["started_at"].replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return "-"
+        return f"- (running for {time.time() - began:.1f} s)"
+    return "-"
+
+
+def _died(data: dict, resume: str, out) -> None:
+    """For a run or sweep whose process is gone: say so, and how to continue it."""
+    if data.get("status") != "died":
+        return
+    who = runs.owner_of(data) or {}
+    print(f"died: its process (pid {who.get('pid')} on {who.get('host')}) ended without writing its final record "
+          f"(killed, out of memory, or the machine stopped); resume with: {resume}", file=out)
+
+
+def _gc_text(result: dict, out) -> None:
+    """What ``runs gc`` removed (or, with ``--dry-run``, would remove) and why, one line per thing, then the totals."""
+    verb = "would remove" if result["dry_run"] else "removed"
+    for u in result["removed"]:
+        kind = "verification run" if u["kind"] == "verification" else u["kind"]
+        print(f"{verb} {kind} {u['id']}  {u['manifest'] or '-'}  {u['status'] or '-'}  started {u['started_at']}: "
+              f"{u['why']}", file=out)
+        for run_id in u["runs"] if u["kind"] == "sweep" else []:
+            print(f"  with its point run {run_id}", file=out)
+        for run_id in u["verifications"]:
+            print(f"  with verification run {run_id}", file=out)
+    for u in result["spared"]:
+        print(f"kept {u['kind']} {u['id']}  {u['manifest'] or '-'}  started {u['started_at']}: {u['why']}, but "
+              f"{u['kept_because']}", file=out)
+    for lock in result["removed_locks"]:
+        print(f"{verb} stale lock {lock}: no process holds it", file=out)
+    for claim in result["removed_claims"]:
+        print(f"{verb} schedule claim {claim}: its run is removed, or it is an old skipped slot", file=out)
+    if result["removed_cache_entries"]:
+        print(f"{verb} {result['removed_cache_entries']} cache entries: no kept run uses them", file=out)
+    checks = len(result["removed_verifications"])
+    print(f"kept {len(result['kept_runs'])} runs; {verb} {len(result['removed_runs'])} runs, "
+          f"{len(result['removed_sweeps'])} sweeps, {result['removed_cache_entries']} cache entries, "
+          f"{len(result['removed_claims'])} schedule claims, {len(result['removed_locks'])} stale locks"
+          + (f" ({checks} of the runs verification runs)" if checks else ""), file=out)
 
 
 def _view_text(view: dict) -> str:

@@ -107,7 +107,7 @@ def _read_json(path: str) -> dict:
 
 
 def locate(target: str, runs_dir: str = "runs") -> Located:
-    """Resolve a run id, a sweep id, a unique prefix of one, ``latest``, or a path to a run or sweep folder.
+    """Resolve a name of a run or sweep (:func:`hetflow.engine.runs.resolve_id`), or a path to a run or sweep folder.
 
     Raises
     ------
@@ -126,13 +126,13 @@ def locate(target: str, runs_dir: str = "runs") -> Located:
         if os.path.isfile(os.path.join(folder, "sweep.json")):
             return Located("sweep", folder, _read_json(os.path.join(folder, "sweep.json")))
     if target and os.sep not in target and os.path.isdir(runs_dir):
-        from hetflow.engine.runs import resolve_id  # the cache and manifest load only for ids that need it
+        from hetflow.engine.runs import LATEST, NoSuchRun, resolve_id
 
-        # ``latest`` and unique prefixes mean here what they mean to ``runs show`` and ``verify``.
+        # names mean here what they mean to every command (see hetflow.engine.runs)
         try:
             resolved = resolve_id(runs_dir, target)
-        except UsageError:
-            if target == "latest":
+        except NoSuchRun:
+            if target in LATEST:
                 raise
             resolved = target
         if resolved != target:
@@ -144,10 +144,15 @@ def locate(target: str, runs_dir: str = "runs") -> Located:
 
 
 def render(located: Located, *, runs_dir: str = "runs", graph: str = "auto") -> str:
-    """The HTML page for a located run or sweep."""
+    """The HTML page for a located run or sweep, with the status every reader shows (``died`` for a run or
+    sweep whose process is gone, :func:`hetflow.engine.runs.status_of`)."""
+    from hetflow.engine.runs import status_of, sweep_view
+
     if located.kind == "sweep":
-        return render_sweep(located.folder, located.data, runs_dir=runs_dir)
-    return render_run(located.folder, located.data, graph=graph)
+        return render_sweep(located.folder, sweep_view(located.data), runs_dir=runs_dir)
+    record, shown = located.data, status_of(located.data)
+    return render_run(located.folder, record if shown == record.get("status") else {**record, "status": shown},
+                      graph=graph)
 
 
 def write_report(html_text: str, path: str) -> None:

@@ -21,6 +21,7 @@ import networkx as nx
 import numpy as np
 
 from hetflow.engine.records import load_output
+from hetflow.engine.runs import status_of
 
 __all__ = ["Bar", "pack_lanes", "output_stats"]
 
@@ -220,7 +221,7 @@ def _sweep_points(sweep_dir: str, sweep: Mapping[str, Any], runs_dir: str) -> li
                 scalars[name] = value
         points.append({"name": p.get("name") or p.get("run_id") or "?", "params": dict(params),
                        "run_id": p.get("run_id") or (record or {}).get("run_id"),
-                       "status": (record or {}).get("status") or p.get("status") or "missing",
+                       "status": (status_of(record) if record else None) or p.get("status") or "missing",
                        "duration_s": (record or {}).get("duration_s"), "scalars": scalars, "digests": digests,
                        "error": ((record or {}).get("error") or {}).get("message") or p.get("error")})
     return points
