@@ -80,7 +80,7 @@ from distributed import Client
 
 from hetflow.engine.cache import CacheUse
 from hetflow.engine.clusterphases import run_phases
-from hetflow.engine.errors import Diagnostic, ManifestError, UsageError
+from hetflow.engine.errors import Diagnostic, EnvironmentUnavailable, ManifestError, UsageError
 from hetflow.engine.events import EventStream, run_event
 from hetflow.engine.lowering import TaskGraph, lower
 from hetflow.engine.manifest import Manifest
@@ -110,6 +110,8 @@ __all__ = ["Cluster", "WorkerInfo", "HetflowWorkerPlugin", "worker_offers", "pla
 _POLL_S = 0.2
 _FLUSH_WAIT_S = 10.0
 _CONNECT_TIMEOUT_S = 10.0
+# A scheduler started a moment ago may not listen yet; past this, a refused connection means none is there.
+_REFUSED_GRACE_S = 2.0
 
 
 @sizeof.register(PortableActivation)
@@ -180,15 +182,18 @@ class Cluster:
         else:
             raise UsageError(f"--scheduler expects tcp://HOST:PORT or a scheduler file; {target!r} is neither "
                              "(no such file, no scheme)")
+        if "address" in kwargs and _refused(target, min(timeout, _REFUSED_GRACE_S)):
+            raise EnvironmentUnavailable(f"cannot connect to the Dask scheduler at {target}: connection refused "
+                                         f"for {min(timeout, _REFUSED_GRACE_S):g} s; is the scheduler running?")
         try:
             client = Client(**kwargs, timeout=timeout, set_as_default=False)
         except (OSError, TimeoutError, ValueError) as e:
-            raise UsageError(f"cannot connect to the Dask scheduler at {target}: {e}") from None
+            raise EnvironmentUnavailable(f"cannot connect to the Dask scheduler at {target}: {e}") from None
         try:
             client.wait_for_workers(1, timeout=timeout)
         except (TimeoutError, OSError):
             client.close()
-            raise UsageError(f"the Dask cluster at {target} has no workers (waited {timeout:g} s)") from None
+            raise EnvironmentUnavailable(f"the Dask cluster at {target} has no workers (waited {timeout:g} s)") from None
         return cls(client, "cluster", target)
 
     def __enter__(self) -> Cluster:
@@ -487,6 +492,45 @@ class Cluster:
                 if isinstance(answer, list):
                     w.offers.update({o.vendor: o for o in answer})
         return sorted(alive, key=lambda w: (_sort_name(w.name), w.address))
+
+
+def _refused(address: str, grace: float) -> bool:
+    """Whether connecting to ``address`` was refused for all of ``grace`` seconds.
+
+    Dask's client retries a refused connection until its whole timeout; a
+    refusal is the operating system's word that nothing listens there, so
+    it needs no more than the grace a scheduler that is starting needs.
+    The attempt is Dask's own connect with its handshake (a bare socket
+    that closes unannounced is logged by the scheduler), in a thread of its
+    own so that it also works under a running event loop (a notebook). Any
+    other outcome is left to the client: a connection, a time-out, an
+    address it cannot parse.
+    """
+    import asyncio
+
+    from distributed.comm import connect
+
+    failure: list[BaseException] = []
+
+    async def attempt() -> None:
+        comm = await connect(address, timeout=grace)
+        await comm.close()
+
+    def probe() -> None:
+        try:
+            asyncio.run(attempt())
+        except BaseException as e:  # noqa: BLE001 - only its cause matters, read below
+            failure.append(e)
+
+    thread = threading.Thread(target=probe, name="hetflow-connect-probe", daemon=True)
+    thread.start()
+    thread.join()
+    cause = failure[0] if failure else None
+    while cause is not None:
+        if isinstance(cause, ConnectionRefusedError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _as_failure(failure: BaseException | None) -> BaseException | None:

@@ -14,10 +14,12 @@ Examples
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import NamedTuple
 
-__all__ = ["Origin", "Diagnostic", "HetflowError", "ManifestError", "UsageError", "RunFailed", "RunCancelled", "StageFailure"]
+__all__ = ["Origin", "Diagnostic", "HetflowError", "ManifestError", "UsageError", "EnvironmentUnavailable",
+           "require_runs_dir", "RunFailed", "RunCancelled", "StageFailure", "LockHeld"]
 
 
 @functools.total_ordering
@@ -129,6 +131,46 @@ class UsageError(HetflowError):
     """The command line is wrong (an unknown param, a bad value)."""
 
 
+class EnvironmentUnavailable(HetflowError):
+    """What a command runs in is not there: a Dask cluster that does not answer or has no workers, a runs
+    directory that cannot be created or written.
+
+    The input is right and the same command may succeed later, so the CLI
+    tells it apart from bad input (exit 5, not 2). It is raised before
+    anything is written.
+    """
+
+
+def require_runs_dir(path: str, *, create: bool = True) -> None:
+    """Make sure the runs directory ``path`` can be written to, creating it unless ``create`` is false.
+
+    The one check the API and the CLI make before they write a run, a
+    sweep, a lock or a schedule claim there; with ``create=False`` it
+    writes nothing and only refuses what can never work (a file in the
+    way), cheaply enough to ask before a cluster is started.
+
+    Raises
+    ------
+    EnvironmentUnavailable
+        a file is in the way, or the folder cannot be created or written.
+
+    >>> require_runs_dir(__file__, create=False)
+    Traceback (most recent call last):
+    ...
+    hetflow.engine.errors.EnvironmentUnavailable: the runs directory ...errors.py is not a directory
+    """
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise EnvironmentUnavailable(f"the runs directory {path} is not a directory")
+    if not create:
+        return
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise EnvironmentUnavailable(f"the runs directory {path} cannot be created: {e.strerror or e}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise EnvironmentUnavailable(f"the runs directory {path} is not writable")
+
+
 class RunFailed(HetflowError):
     """A stage failed while the pipeline ran; the run record says which and why (``record``: its data, as written)."""
 
@@ -172,3 +214,15 @@ class StageFailure(Exception):
     def __str__(self) -> str:
         where = f"stage {self.node!r}" if self.node else f"partition {self.partition}"
         return f"{where} failed: {self.message}"
+
+
+class LockHeld(HetflowError):
+    """Another live process runs this manifest against this runs directory."""
+
+    def __init__(self, path: str, holder: dict) -> None:
+        who = f"pid {holder.get('pid')} on {holder.get('host')}" if holder else "another process"
+        since = f" since {holder['since']}" if holder.get("since") else ""
+        run = f" (run {holder['run']})" if holder.get("run") else ""
+        super().__init__(f"{holder.get('manifest') or 'this manifest'} is already running: {who}{since}{run}; lock {path}")
+        self.path = path
+        self.holder = holder

@@ -45,7 +45,14 @@ record is written).
 hands each one to its sinks, which the CLI chooses: :class:`ProgressDisplay`
 (a ``rich`` progress bar, on a terminal), :class:`LineLog` (one plain
 line per event), :class:`JsonLog` (one JSON object per line), or none
-(``--quiet``). Sinks write to the stream the CLI gives them.
+(``--quiet``). Sinks write to the stream the CLI gives them, through a
+:class:`QuietStream`: a sink runs in the engine's threads, and a reader
+that went away (``hetflow run m.yaml 2>&1 | head -1``) silences it instead
+of failing the run.
+
+When several runs share one stream (a ``--parallel`` sweep), each event
+also carries ``run`` (the run's id) and, for a matrix point, ``point``
+(its name); :class:`LineLog` then starts each line with them.
 
 Examples
 --------
@@ -63,12 +70,15 @@ run r1 started: 2 tasks (threads)
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import threading
 import time
 from typing import Any, Callable, Iterable, TextIO
 
-__all__ = ["EventStream", "Sink", "run_event", "format_line", "LineLog", "JsonLog", "ProgressDisplay", "is_task_end"]
+__all__ = ["EventStream", "Sink", "run_event", "format_line", "run_tag", "short_id", "LineLog", "JsonLog",
+           "ProgressDisplay", "is_task_end", "QuietStream", "quiet"]
 
 Sink = Callable[[dict], None]
 
@@ -125,6 +135,119 @@ class EventStream:
         return sorted(ends, key=lambda e: e.get("start", e["time"]))
 
 
+class QuietStream:
+    """A stream (text or binary) that falls silent when its reader is gone, instead of raising.
+
+    ``hetflow runs | head -1`` closes the pipe after one line, a pager
+    closes it when it quits, a terminal that hung up fails every write
+    with ``EIO``. What the command prints is then of no use to anyone, but
+    what it does still is: a run must go on to its end and write its
+    record. The first write or flush that fails because the reader is gone
+    (``EPIPE``, ``EIO``, or ``ValueError`` from a closed file) marks the
+    stream :attr:`gone`, and that write and every later one do nothing.
+    When the stream is the process's standard output or error, its file
+    descriptor is pointed at ``/dev/null`` as well, so that the
+    interpreter's last flush at exit, which writes what is still buffered,
+    has nothing to complain about. Other attributes (``fileno``,
+    ``encoding``...) are the wrapped stream's; ``buffer`` is wrapped too
+    and goes silent with it.
+
+    >>> import io
+    >>> class Closed(io.StringIO):
+    ...     def write(self, text):
+    ...         raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+    >>> out = QuietStream(Closed())
+    >>> print("nobody reads this", file=out, flush=True)
+    >>> out.gone, out.wrote
+    (True, True)
+    """
+
+    def __init__(self, stream: Any, *, _root: QuietStream | None = None) -> None:
+        self._stream = stream
+        self._root = _root or self
+        self._gone = stream is None  # Python's sys.stdout when the process started with its stdout closed
+        #: whether anything was handed to :meth:`write`, delivered or not (the CLI asks before it prints a
+        #: JSON object of its own)
+        self.wrote = False
+
+    @property
+    def gone(self) -> bool:
+        """Whether the reader is gone: nothing is written any more."""
+        return self._root._gone
+
+    def write(self, data: Any) -> int:
+        self._root.wrote = self._root.wrote or bool(data)
+        if not self.gone:
+            try:
+                return self._stream.write(data)
+            except (OSError, ValueError) as e:
+                self._fall_silent(e)
+        return len(data)
+
+    def writelines(self, lines: Iterable[Any]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError) as e:
+                self._fall_silent(e)
+
+    def isatty(self) -> bool:
+        if self.gone:
+            return False
+        try:
+            return self._stream.isatty()
+        except (OSError, ValueError):
+            return False
+
+    @property
+    def buffer(self) -> QuietStream | None:
+        inner = getattr(self._stream, "buffer", None)
+        return None if inner is None else QuietStream(inner, _root=self._root)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # asked before __init__ ran (copy, pickle): not the wrapped stream's
+            raise AttributeError(name)
+        return getattr(self._stream, name)
+
+    def _fall_silent(self, error: OSError | ValueError) -> None:
+        if not _reader_gone(error, self._stream):
+            raise error
+        self._root._gone = True
+        _to_devnull(self._stream)
+
+
+def quiet(stream: Any) -> QuietStream:
+    """``stream`` as a :class:`QuietStream` (itself when it is one already)."""
+    return stream if isinstance(stream, QuietStream) else QuietStream(stream)
+
+
+def _reader_gone(error: OSError | ValueError, stream: Any) -> bool:
+    """Whether ``error`` from writing to ``stream`` says that nobody reads it any more (a full disk does not)."""
+    if isinstance(error, OSError):
+        return error.errno in (errno.EPIPE, errno.EIO)
+    # a UnicodeEncodeError is a ValueError too, and says nothing about the reader
+    return not isinstance(error, UnicodeError) and bool(getattr(stream, "closed", False))
+
+
+def _to_devnull(stream: Any) -> None:
+    """Point the process's standard output or error at ``/dev/null`` when ``stream`` writes to it."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    if fd not in (1, 2):
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)
+
+
 def _where(event: dict) -> str:
     out = f" on {event['executor']}" if event.get("executor") else ""
     if event.get("worker"):
@@ -174,53 +297,104 @@ def format_line(event: dict) -> str:
     return f"{name} {why}{_where(event)}{took}{again}: {event.get('error')}"
 
 
+def short_id(run_id: str) -> str:
+    """The random part of a run id (its manifest digest and token), which is unique among a sweep's runs.
+
+    >>> short_id("20260301T120000Z-rf-6bbe1414-a3f0")
+    '6bbe1414-a3f0'
+    >>> short_id("r1")
+    'r1'
+    """
+    parts = run_id.rsplit("-", 2)
+    return "-".join(parts[-2:]) if len(parts) == 3 else run_id
+
+
+def run_tag(event: dict) -> str:
+    """``RUN POINT: `` for an event that names its run (several runs share the stream), else nothing.
+
+    >>> run_tag({"run": "20260301T120000Z-rf-6bbe1414-a3f0", "point": "rf[features=32]"})
+    '6bbe1414-a3f0 rf[features=32]: '
+    >>> run_tag({"event": "started"})
+    ''
+    """
+    if not event.get("run"):
+        return ""
+    point = f" {event['point']}" if event.get("point") else ""
+    return f"{short_id(str(event['run']))}{point}: "
+
+
 class LineLog:
-    """One plain line per event, prefixed by the seconds since the run started."""
+    """One plain line per event, prefixed by the seconds since the first event and, when the event names
+    its run, by the run and its point (:func:`run_tag`).
+
+    >>> import io
+    >>> out = io.StringIO()
+    >>> log = LineLog(out)
+    >>> log({"event": "started", "kind": "partition", "id": "p0", "executor": "host", "time": 5.0,
+    ...      "run": "20260301T120000Z-rf-6bbe1414-a3f0", "point": "rf[features=32]"})
+    >>> print(out.getvalue(), end="")
+    [   0.000s] 6bbe1414-a3f0 rf[features=32]: partition p0 started on host
+    """
 
     def __init__(self, out: TextIO) -> None:
-        self._out = out
+        self._out = quiet(out)
         self._t0: float | None = None
+        self._lock = threading.Lock()
 
     def __call__(self, event: dict) -> None:
-        if event.get("event") == "flush":
+        if event.get("event") == "flush" or self._out.gone:
             return
         now = event.get("time", time.time())
         if self._t0 is None:
             self._t0 = now
-        print(f"[{now - self._t0:8.3f}s] {format_line(event)}", file=self._out, flush=True)
+        _write_line(self._out, f"[{now - self._t0:8.3f}s] {run_tag(event)}{format_line(event)}", self._lock)
+
+
+def _write_line(out: TextIO, text: str, lock: threading.Lock) -> None:
+    # one write per line under the sink's lock: the runs of a --parallel sweep share the sink, and print()
+    # writes the text and its newline apart, so lines of two threads would interleave
+    with lock:
+        out.write(text + "\n")
+        out.flush()
 
 
 class JsonLog:
-    """One JSON object per event per line (``--log-format json``)."""
+    """One JSON object per event per line (``--log-format json``), every key kept (``run`` and ``point`` too)."""
 
     def __init__(self, out: TextIO) -> None:
-        self._out = out
+        self._out = quiet(out)
+        self._lock = threading.Lock()
 
     def __call__(self, event: dict) -> None:
-        if event.get("event") == "flush":
+        if event.get("event") == "flush" or self._out.gone:
             return
-        print(json.dumps(event, sort_keys=True, default=str), file=self._out, flush=True)
+        _write_line(self._out, json.dumps(event, sort_keys=True, default=str), self._lock)
 
 
 class ProgressDisplay:
-    """A ``rich`` progress bar over the run's tasks, with bridged bytes and the task last seen.
+    """A ``rich`` progress bar per run over its tasks, with bridged bytes and the task last seen.
 
-    Failures and retries are printed above the bar as they come; the bar
-    stops when the run's closing event arrives (or :meth:`close`).
+    Failures and retries are printed above the bars as they come; a run's
+    bar stops moving when its closing event arrives, and the display stops
+    when no run is left (or on :meth:`close`). The runs of a ``--parallel``
+    sweep each get a bar, found by their events' ``run``.
     """
 
     def __init__(self, out: TextIO, *, force_terminal: bool | None = None) -> None:
         from rich.console import Console
+        from rich.markup import escape
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        self.console = Console(file=out, force_terminal=force_terminal)
+        # rich ends the process on a broken pipe (Console.on_broken_pipe); the quiet stream never lets it see one
+        self.console = Console(file=quiet(out), force_terminal=force_terminal)
         self.progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[bridged]}"), TimeElapsedColumn(), console=self.console,
         )
-        self._task = None
-        self._bridged = 0
-        self._done = 0
+        self._bars: dict[str, Any] = {}  # run id -> its task in the progress display
+        self._bridged: dict[str, int] = {}
+        self._last: str | None = None  # the run whose events carry no ``run`` (the only one)
+        self._escape = escape  # a point's name and an error's text are no markup: rich would eat "[k=1]"
 
     def __call__(self, event: dict) -> None:
         from hetflow.engine.planner import human_bytes
@@ -228,31 +402,49 @@ class ProgressDisplay:
         what, kind = event.get("event"), event.get("kind")
         if kind == "run":
             if what == "started":
-                if event.get("dashboard"):
-                    self.console.print(f"dashboard: {event['dashboard']}")
-                self.progress.start()
-                self._task = self.progress.add_task(f"run {event['id']}", total=event.get("tasks"), bridged="")
+                self._start(event)
             elif what in ("finished", "failed", "cancelled"):
                 if what != "finished":
-                    self.console.print(f"[red]{format_line(event)}[/red]", highlight=False)
-                self.close()
+                    self._say("red", event)
+                self._end(event["id"])
             return
-        if self._task is None:
+        run = event.get("run") or self._last
+        bar = self._bars.get(run)
+        if bar is None:
             return
+        point = f"{event['point']}: " if event.get("point") else ""
         if what == "started":
-            self.progress.update(self._task, description=f"{_task_name(event)}{_where(event)}")
+            self.progress.update(bar, description=self._escape(f"{point}{_task_name(event)}{_where(event)}"))
         elif what == "retried":
-            self.console.print(f"[yellow]{format_line(event)}[/yellow]", highlight=False)
+            self._say("yellow", event)
         elif what in TASK_END:
             if kind == "export" and event.get("bytes"):
-                self._bridged += event["bytes"]
-            self._done += 1
+                self._bridged[run] += event["bytes"]
             if what == "failed":
-                self.console.print(f"[red]{format_line(event)}[/red]", highlight=False)
-            bridged = f"{human_bytes(self._bridged)} bridged" if self._bridged else ""
-            self.progress.update(self._task, advance=1, bridged=bridged)
+                self._say("red", event)
+            bridged = f"{human_bytes(self._bridged[run])} bridged" if self._bridged[run] else ""
+            self.progress.update(bar, advance=1, bridged=bridged)
+
+    def _start(self, event: dict) -> None:
+        if event.get("dashboard"):
+            self.console.print(f"dashboard: {event['dashboard']}")
+        if not self._bars:
+            self.progress.start()
+        run = event["id"]
+        point = f" {event['point']}" if event.get("point") else ""
+        self._bars[run] = self.progress.add_task(self._escape(f"run {run}{point}"), total=event.get("tasks"), bridged="")
+        self._bridged[run] = 0
+        self._last = run
+
+    def _say(self, color: str, event: dict) -> None:
+        """Print ``event``'s line above the bars."""
+        self.console.print(f"[{color}]{self._escape(run_tag(event) + format_line(event))}[/{color}]", highlight=False)
+
+    def _end(self, run: str) -> None:
+        if self._bars.pop(run, None) is not None and not self._bars:
+            self.progress.stop()
 
     def close(self) -> None:
-        if self._task is not None:
+        if self._bars:
+            self._bars.clear()
             self.progress.stop()
-            self._task = None

@@ -13,7 +13,10 @@ vendor boundary, the op library, the emulator) are the packages behind it.
   :class:`ManifestError` (the manifest is wrong; ``diagnostics`` holds each
   ``FILE:LINE:COL`` problem as a :class:`Diagnostic`), :class:`UsageError`
   (bad arguments: params, points, inputs), :class:`LockHeld` (another run
-  of the manifest holds its lock). A stage that fails is not an exception:
+  of the manifest holds its lock), :class:`EnvironmentUnavailable` (the
+  cluster cannot be reached, the runs directory cannot be used),
+  :class:`RunCancelled` (a signal or a ``KeyboardInterrupt`` stopped the run
+  or sweep; its record says ``cancelled``). A stage that fails is not an exception:
   :func:`run` returns a :class:`Run` whose ``status`` is ``"failed"``.
 
 Examples
@@ -39,7 +42,8 @@ True
 from __future__ import annotations
 
 __all__ = ["__version__", "op", "validate", "plan", "run", "sweep", "open_run", "Plan", "Run", "Failure", "Sweep",
-           "HetflowError", "ManifestError", "UsageError", "LockHeld", "Diagnostic"]
+           "HetflowError", "ManifestError", "UsageError", "LockHeld", "EnvironmentUnavailable", "RunCancelled",
+           "Diagnostic"]
 
 # Where each public name is defined. They load on first use (PEP 562), so a
 # command that needs none of them (``hetflow emulate``) does not pay for the
@@ -48,8 +52,8 @@ _HOMES = {
     "op": "hetflow.executors.userops",
     **dict.fromkeys(("validate", "plan", "run", "sweep", "open_run"), "hetflow.engine.api"),
     **dict.fromkeys(("Plan", "Run", "Failure", "Sweep"), "hetflow.engine.results"),
-    **dict.fromkeys(("HetflowError", "ManifestError", "UsageError", "Diagnostic"), "hetflow.engine.errors"),
-    "LockHeld": "hetflow.engine.locks",
+    **dict.fromkeys(("HetflowError", "ManifestError", "UsageError", "LockHeld", "EnvironmentUnavailable",
+                     "RunCancelled", "Diagnostic"), "hetflow.engine.errors"),
 }
 
 # The API's functions and classes are documented, and their Examples run, as members of this module.

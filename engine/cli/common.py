@@ -6,10 +6,10 @@ import argparse
 
 from hetflow.engine.errors import UsageError
 
-__all__ = ["EXIT_OK", "EXIT_RUN_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "EXIT_LOCKED", "cluster_kwargs",
-           "event_sink"]
+__all__ = ["EXIT_OK", "EXIT_RUN_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "EXIT_LOCKED", "EXIT_ENVIRONMENT",
+           "cluster_kwargs", "event_sink"]
 
-EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_LOCKED = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_LOCKED, EXIT_ENVIRONMENT = 0, 1, 2, 3, 4, 5
 
 
 def cluster_kwargs(args: argparse.Namespace) -> dict:

@@ -2,22 +2,35 @@
 
 0 success, 1 the run failed, 2 bad input (manifest, arguments), 3
 internal error (one line on screen, the traceback in a log file, shown in
-full with ``--debug``), 4 the manifest's run lock is held. A command
-cancelled by SIGINT or SIGTERM exits 128 + the signal.
+full with ``--debug``), 4 the manifest's run lock is held, 5 the
+environment is not there (a cluster that does not answer, a runs
+directory that cannot be used). A command cancelled by a signal exits
+128 + the signal. :mod:`hetflow.engine.cli.outcomes` says what each
+failure prints, and the ``--json`` object it prints, so that a command
+given ``--json`` prints exactly one JSON object on standard output
+however it ends.
+
+A command writes to ``out`` and ``err`` as
+:class:`~hetflow.engine.events.QuietStream`: when the reader of either
+goes away (``hetflow runs | head -1``), what is still to print is dropped
+and the command goes on and ends with the exit code it would have had;
+a run or sweep writes its whole record.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
+import json
 import os
 import sys
-import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
-from hetflow.engine.cli.common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_LOCKED, EXIT_OK, EXIT_RUN_FAILED
+from hetflow.engine.cli.common import EXIT_OK
+from hetflow.engine.cli.outcomes import Outcome, outcome
 from hetflow.engine.cli.parser import _parser, _ShowVersion
-from hetflow.engine.errors import HetflowError, ManifestError, RunCancelled, UsageError
+from hetflow.engine.events import QuietStream, quiet
 
 __all__ = ["main", "entry"]
 
@@ -38,71 +51,83 @@ _STOPPABLE = frozenset({"run", "verify"})
 
 
 def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
-    out = out or sys.stdout
-    err = err or sys.stderr
     argv = list(sys.argv[1:] if argv is None else argv)
+    with _streams(out, err) as (out, err):
+        return _dispatch(argv, out, err)
+
+
+@contextlib.contextmanager
+def _streams(out, err) -> Iterator[tuple[QuietStream, QuietStream]]:
+    """``out`` and ``err`` (default: the process's own) as quiet streams, flushed at the end.
+
+    The process's own streams are replaced by their quiet ones in ``sys``
+    while the command runs: argparse's usage, warnings and a plugin's
+    ``print`` write there, and a closed pipe must not fail them either.
+    """
+    own_out, own_err = out is None, err is None
+    out, err = quiet(sys.stdout if own_out else out), quiet(sys.stderr if own_err else err)
+    saved = sys.stdout, sys.stderr
+    if own_out:
+        sys.stdout = out
+    if own_err:
+        sys.stderr = err
+    try:
+        yield out, err
+    finally:
+        out.flush()
+        err.flush()
+        sys.stdout, sys.stderr = saved
+
+
+def _dispatch(argv: list[str], out: QuietStream, err: QuietStream) -> int:
     debug = "--debug" in argv
+    as_json = "--json" in argv  # until the arguments are parsed: a command line that does not parse is bad input
     try:
         # emulate's own parser alone: the same usage, help and errors without building every command's
         args = _parser("emulate" if argv[:1] == ["emulate"] else None).parse_args(argv)
+        as_json = bool(getattr(args, "json", False))
         if args.command not in _STOPPABLE:
             return _command(args.command)(args, out, err)
         from hetflow.engine.cancel import stopping
 
-        with stopping():
+        with stopping() as cancel:
+            # registered first, so it runs last: the run's and the sweep's own hooks have written their records
+            cancel.on_forced_exit(lambda: _report_forced_exit(cancel, as_json, out, err))
             return _command(args.command)(args, out, err)
-    except RunCancelled as e:
-        print(f"hetflow: {e}", file=err)
-        if e.record_path:
-            print(f"record: {e.record_path}", file=err)
-        from hetflow.engine.cancel import exit_code_of
-
-        return exit_code_of(e.signal)
     except _ShowVersion:
         import hetflow
 
         print(f"hetflow {hetflow.__version__}", file=out)
         return EXIT_OK
-    except ManifestError as e:
-        for d in e.diagnostics:
-            print(d, file=err)
-        return EXIT_BAD_INPUT
-    except UsageError as e:
-        print(f"hetflow: error: {e}", file=err)
-        return EXIT_BAD_INPUT
-    except HetflowError as e:
-        from hetflow.engine.locks import LockHeld
-
-        if isinstance(e, LockHeld):
-            print(f"hetflow: {e}", file=err)
-            return EXIT_LOCKED
-        print(f"hetflow: error: {e}", file=err)
-        return EXIT_RUN_FAILED
     except SystemExit as e:  # --help
         return int(e.code or 0)
-    except KeyboardInterrupt:
-        print("hetflow: interrupted", file=err)
-        return 130
-    except Exception as e:  # noqa: BLE001 - the one place that maps bugs to exit 3
-        log = _write_crash_log()
-        print(f"hetflow: internal error: {type(e).__name__}: {e} (traceback in {log}; --debug shows it)", file=err)
-        if debug:
-            import traceback
-
-            traceback.print_exc(file=err)
-        return EXIT_INTERNAL
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - the one place that maps every failure to an exit code
+        return _report(outcome(e, debug), as_json, out, err)
 
 
-def _write_crash_log() -> str:
-    import tempfile
-    import traceback
+def _report(ended: Outcome, as_json: bool, out: QuietStream, err: QuietStream) -> int:
+    """Print how a command that raised ended; return its exit code."""
+    for line in ended.lines:
+        print(line, file=err)
+    if as_json:
+        if not out.wrote:  # one JSON object in all: a command that printed its own keeps it
+            print(json.dumps(ended.data), file=out)
+    elif ended.ref:
+        print(ended.ref, file=out)
+    return ended.code
 
-    folder = os.path.join(tempfile.gettempdir(), "hetflow")
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"crash-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(traceback.format_exc())
-    return path
+
+def _report_forced_exit(cancel, as_json: bool, out: QuietStream, err: QuietStream) -> None:
+    """A second signal ends the process at once: say what it stopped as a first signal's end says it."""
+    from hetflow.engine.errors import RunCancelled
+
+    subject = cancel.subject
+    if subject is None:
+        return
+    message = f"{subject['kind']} {subject['id']} cancelled by {cancel.signal} (a second signal: forced exit)"
+    _report(outcome(RunCancelled(message, subject["record"], cancel.signal)), as_json, out, err)
+    out.flush()
+    err.flush()
 
 
 def entry() -> None:
@@ -112,7 +137,7 @@ def entry() -> None:
         # A cancelled run, or a timed-out attempt, left executor calls going in daemon threads: the interpreter
         # would wait for them, and a BLAS library's exit handler would wait forever for a call it stopped.
         for stream in (sys.stdout, sys.stderr):
-            stream.flush()
+            quiet(stream).flush()
         os._exit(code)
     # The interpreter's last collection would walk everything still alive and free the cycles a large
     # pipeline left (its plan, the run's task graph): 1.2 s after a 100,000-stage run. The process ends

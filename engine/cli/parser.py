@@ -34,6 +34,9 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+#: what every ``--json`` does whatever the outcome (docs/reference/exit-codes.md has the failure's object)
+_JSON = "; a failure, however it comes, prints one JSON object too (status, exit_code, error, message)"
+
 #: the commands in the order :func:`_parser` adds them (tests check it against the parser)
 COMMANDS = ("validate", "plan", "run", "verify", "runs", "executors", "examples", "emulate", "schedule", "report",
             "schema")
@@ -71,14 +74,15 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     r.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE", help="override a param")
     r.add_argument("--runs-dir", default="runs", help="where run folders go (default: ./runs)")
     r.add_argument("--threads", type=int, default=None, help="threads of the in-process scheduler (default: CPU count)")
-    r.add_argument("--json", action="store_true", help="print the result as JSON")
+    r.add_argument("--json", action="store_true", help="print the result as one JSON object" + _JSON)
     r.add_argument("--point", metavar="NAME", help="run one point of the matrix: its full name or the part in brackets")
     r.add_argument("--max-points", type=int, default=256, metavar="N", help="the most points a matrix may expand to (default: 256)")
     r.add_argument("--no-cache", action="store_true", help="neither take partitions from the cache nor store them")
     r.add_argument("--cache-dir", metavar="DIR", help="the partition cache (default: RUNS_DIR/.cache)")
     r.add_argument("--resume", metavar="RUN_ID",
-                   help="continue a run (or a sweep, by its SWEEP_ID) that was cancelled, crashed or was killed, in its "
-                        "own folder: what finished is reused, the rest runs")
+                   help="continue a run or a sweep that was cancelled, failed or died (its process was killed), in its "
+                        "own folder: what finished is reused, the rest runs. RUN_ID is a run or sweep id, a unique "
+                        "prefix of one or of its random part, or latest (the newest run, or the sweep it is a point of)")
     r.add_argument("--parallel", type=int, default=1, metavar="K",
                    help="run up to K points of a matrix sweep at once (default: 1)")
     r.add_argument("--schedule-slot", metavar="SLOT",
@@ -91,41 +95,56 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                         "otherwise; json is one JSON object per event per line")
 
     vf = sub.add_parser("verify", help="rerun a run's resolved manifest without the cache and compare output digests")
-    vf.add_argument("run_id", metavar="RUN_ID")
+    vf.add_argument("run_id", metavar="RUN_ID",
+                    help="a run id, a unique prefix of one or of its random part, a point name NAME[k=v,...], or latest "
+                         "(the newest run that is not itself a verification run)")
     vf.add_argument("--runs-dir", default="runs", help="where run folders are (default: ./runs)")
-    vf.add_argument("--json", action="store_true")
+    vf.add_argument("--json", action="store_true", help="print the comparison as one JSON object" + _JSON)
 
     rs = sub.add_parser("runs", help="list runs and sweeps; show, compare and tabulate them; remove old ones")
     rs.add_argument("--runs-dir", default="runs", help="where run folders are (default: ./runs)")
-    rs.add_argument("--json", action="store_true")
+    rs.add_argument("--json", action="store_true", help="print the list as JSON" + _JSON)
     rs.add_argument("--manifest", metavar="NAME", help="only runs of this manifest (its name or file)")
-    rs.add_argument("--status", choices=["running", "succeeded", "failed", "cancelled"], help="only runs with this status")
+    rs.add_argument("--status", choices=["running", "succeeded", "failed", "cancelled", "died"],
+                    help="only runs with this status; died: the record says running but its process is gone")
     rs.add_argument("--since", metavar="WHEN", help="only runs started since: an age (30d, 12h, 45m, 2w) or a date (2026-03-01)")
     rsub = rs.add_subparsers(dest="runs_command", parser_class=_Parser)
-    show = rsub.add_parser("show", help="one run's record, summarized, with the values of scalar outputs")
-    show.add_argument("run_id", metavar="RUN_ID", help="a run or sweep id, a unique prefix of one, or latest")
-    show.add_argument("--json", action="store_true", help="the whole record")
+    show = rsub.add_parser("show", help="one run's record, summarized, with the values of scalar outputs; "
+                                        "or a sweep's points")
+    show.add_argument("run_id", metavar="RUN_ID",
+                      help="a run or sweep id, a unique prefix of one or of its random part, a point name NAME[k=v,...] "
+                           "(its newest run), latest (the newest run, or the sweep it is a point of), latest-run, "
+                           "latest-sweep or latest-verification")
+    show.add_argument("--json", action="store_true", help="the whole record" + _JSON)
     show.add_argument("--runs-dir", default=argparse.SUPPRESS)
     df = rsub.add_parser("diff", help="two runs side by side: params, point, manifest, plugins, data files, versions, outputs")
-    df.add_argument("a", metavar="A", help="a run id, a unique prefix of one, or latest")
-    df.add_argument("b", metavar="B", help="a run id, a unique prefix of one, or latest")
-    df.add_argument("--json", action="store_true")
+    df.add_argument("a", metavar="A", help="a run, named as runs show takes it (latest: the newest run)")
+    df.add_argument("b", metavar="B", help="a run, named as runs show takes it (latest: the newest run)")
+    df.add_argument("--json", action="store_true", help="print the comparison as one JSON object" + _JSON)
     df.add_argument("--runs-dir", default=argparse.SUPPRESS)
     tb = rsub.add_parser("table", help="one row per run with its params and scalar outputs: a sweep's points or the runs named")
-    tb.add_argument("refs", nargs="+", metavar="SWEEP_ID|RUN_ID", help="one sweep, or runs (ids, unique prefixes, latest)")
+    tb.add_argument("refs", nargs="+", metavar="SWEEP_ID|RUN_ID",
+                    help="one sweep or run, or several runs, named as runs show takes them: latest is the newest run, "
+                         "or the sweep it is a point of; latest-sweep the newest sweep")
     tb.add_argument("--format", choices=["text", "csv", "json", "markdown"], default="text")
     tb.add_argument("--runs-dir", default=argparse.SUPPRESS)
-    gc = rsub.add_parser("gc", help="remove old runs (per manifest, or by age), the sweeps and schedule claims left "
-                                    "without runs, and cache entries no kept run needs")
-    gc.add_argument("--keep", type=int, metavar="N", help="keep the newest N runs of each manifest")
-    gc.add_argument("--older-than", metavar="AGE", help="remove runs started more than AGE ago (30d, 12h, 2w) or before a date")
+    gc = rsub.add_parser("gc", help="remove old sweeps and runs (per manifest, or by age), each whole with its "
+                                    "verification runs; then the cache entries no kept run needs, lock files no process holds and "
+                                    "schedule claims of removed runs. A run or sweep that still runs is never removed")
+    gc.add_argument("--keep", type=int, metavar="N",
+                    help="keep the newest N of each manifest, where a sweep (with all its point runs) counts as one and "
+                         "a verification run counts as nothing: it stays and goes with the run it verifies")
+    gc.add_argument("--older-than", metavar="AGE",
+                    help="remove sweeps and runs started more than AGE ago (30d, 12h, 2w) or before a date")
     gc.add_argument("--cache-dir", metavar="DIR", help="the partition cache (default: RUNS_DIR/.cache)")
-    gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
-    gc.add_argument("--json", action="store_true")
+    gc.add_argument("--dry-run", action="store_true",
+                    help="say what would go and why (each sweep, run, verification run, lock, claim; the count of "
+                         "cache entries), remove nothing")
+    gc.add_argument("--json", action="store_true", help="the same as one JSON object" + _JSON)
     gc.add_argument("--runs-dir", default=argparse.SUPPRESS)
 
     e = sub.add_parser("executors", help="what this machine offers: vendors, devices, dtypes")
-    e.add_argument("--json", action="store_true")
+    e.add_argument("--json", action="store_true", help="print the list as JSON" + _JSON)
     e.add_argument("--ops", action="store_true", help="list the op registry: arity, arguments, dtypes")
 
     ex = sub.add_parser("examples", help="the example manifests and guest programs shipped with hetflow")
@@ -143,7 +162,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     sl.add_argument("paths", nargs="+", metavar="PATH", help="a manifest, or a folder of *.yaml manifests")
     sl.add_argument("--now", metavar="ISO", help="list fire times after this instant (default: now)")
     sl.add_argument("--count", type=int, default=3, metavar="N", help="fire times per manifest (default: 3)")
-    sl.add_argument("--json", action="store_true")
+    sl.add_argument("--json", action="store_true", help="print the list as JSON" + _JSON)
     sd = scsub.add_parser("run-due", help="run every slot due now, once, and exit (for cron)")
     sd.add_argument("paths", nargs="+", metavar="PATH", help="a manifest, or a folder of *.yaml manifests")
     sd.add_argument("--now", metavar="ISO", help="decide as if it were this instant (default: now)")
@@ -155,7 +174,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     st.add_argument("paths", nargs="+", metavar="PATH", help="a manifest, or a folder of *.yaml manifests")
     st.add_argument("--runs-dir", default="runs", help="where run folders and slot claims are (default: ./runs)")
     st.add_argument("--now", metavar="ISO", help="the instant to compute the next slot from (default: now)")
-    st.add_argument("--json", action="store_true")
+    st.add_argument("--json", action="store_true", help="print the list as JSON" + _JSON)
     ss = scsub.add_parser("serve", help="keep the schedules: start due runs as processes until SIGTERM")
     ss.add_argument("paths", nargs="+", metavar="PATH", help="a manifest, or a folder of *.yaml manifests")
     ss.add_argument("--runs-dir", default="runs", help="where run folders and slot claims go (default: ./runs)")
@@ -164,7 +183,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                     help="how often to look for changed manifests (default: 5)")
 
     rp = sub.add_parser("report", help="a self-contained HTML page of a run or sweep: plan graph, timeline, outputs")
-    rp.add_argument("run_id", metavar="RUN_ID", help="a run or sweep id under --runs-dir, a unique prefix of one, latest, or a run folder")
+    rp.add_argument("run_id", metavar="RUN_ID",
+                    help="a run or sweep folder, or a name as runs show takes it: an id, a unique prefix of one or of "
+                         "its random part, a point name, latest (the newest run, or the sweep it is a point of)")
     rp.add_argument("-o", "--output", metavar="FILE", help="where to write the page (default: RUN_DIR/report.html)")
     rp.add_argument("--runs-dir", default="runs", help="where run folders are (default: ./runs)")
     rp.add_argument("--graph", choices=["auto", "graphviz", "builtin"], default="auto",
@@ -191,7 +212,7 @@ def _emulate_parser(sub) -> None:
     em.add_argument("--max-steps", type=int, default=EMULATE_MAX_STEPS,
                     help=f"fail after this many steps without an exit (default: {EMULATE_MAX_STEPS})")
     em.add_argument("--chunk-steps", type=int, default=1 << 18, help="steps per min-trace chunk (default: 262144)")
-    em.add_argument("--json", action="store_true", help="print the result as JSON")
+    em.add_argument("--json", action="store_true", help="print the result as one JSON object" + _JSON)
     em.add_argument("--fetch", choices=["executable", "any"], default="executable",
                     help="where instructions may be fetched from: executable ELF segments only (default; a jump "
                          "into data faults) or any mapped memory, as the ISA lets M-mode without PMP")

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from hetflow.engine.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED
-from hetflow.engine.errors import ManifestError, UsageError
+from hetflow.engine.errors import ManifestError, UsageError, require_runs_dir
 
 __all__ = ["cmd_schedule"]
 
@@ -20,6 +20,10 @@ def cmd_schedule(args: argparse.Namespace, out, err) -> int:
         print(schedlib.format_event(event, fields, args.log_format), file=out, flush=True)
 
     files = schedlib.discover(args.paths)
+    if args.schedule_command in ("serve", "run-due"):
+        # claims go under the runs directory: a file in its way is exit 5 before a manifest is read; a
+        # missing one is made when the first slot is claimed, so a command that stops on bad input writes nothing
+        require_runs_dir(args.runs_dir, create=False)
     if args.schedule_command == "serve":
         from hetflow.engine.serve import Server
 

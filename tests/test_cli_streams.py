@@ -1,0 +1,391 @@
+"""What the CLI's output streams and exit codes promise, tried the way users meet them.
+
+Real processes piped into readers that go away (``| head -1``, a pager
+that quits, a terminal that hung up), signals, locks held by another
+process, a cluster that is not there, a runs directory that cannot be
+used. After each: the exit code, what standard output holds (one JSON
+object with ``--json``; the id as its last line without), the records on
+disk, and that no crash log was written under the process's ``TMPDIR``.
+"""
+
+import errno
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hetflow.engine import cli
+from hetflow.engine.events import EventStream, JsonLog, LineLog, ProgressDisplay, QuietStream, run_event
+
+REPO = Path(__file__).resolve().parent.parent
+QUICKSTART = str(REPO / "examples" / "quickstart.yaml")
+
+WAIT_OP = "import time\n\nfrom hetflow import op\n\n\n@op('t.wait')\ndef wait(xp, x, *, seconds: float):\n    time.sleep(seconds)\n    return x\n"
+
+#: one run: its only partition sleeps SECONDS
+SLOW = """\
+version: 1
+name: slow
+plugins: [wait_ops.py]
+params: {seconds: SECONDS}
+MATRIXexecutors: {host: {vendor: cpu}}
+stages:
+  x: {op: ones, args: {shape: [4]}}
+  y: {op: t.wait, inputs: [x], args: {seconds: "${seconds}"}}
+outputs: {y: y}
+"""
+
+#: four points, each sleeping a little: rows reach standard output well after the reader has gone
+SWEEP_MATRIX = "matrix: {seconds: [0.2, 0.21, 0.22, 0.23]}\n"
+
+
+def hetflow(*argv: str) -> list[str]:
+    return [sys.executable, "-m", "hetflow.engine.cli", *argv]
+
+
+def environment(tmp_path: Path, *, buffered: bool = False) -> dict:
+    """The child's environment: its own TMPDIR (crash logs go under it) and stdout buffering as asked."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = dict(os.environ, TMPDIR=str(tmp))
+    env.pop("PYTHONUNBUFFERED", None)
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def crash_logs(tmp_path: Path) -> list[str]:
+    return sorted(p.name for p in (tmp_path / "tmp" / "hetflow").glob("crash-*")) if (tmp_path / "tmp").exists() else []
+
+
+def slow_manifest(folder: Path, seconds: float, matrix: str = "") -> str:
+    (folder / "wait_ops.py").write_text(WAIT_OP)
+    path = folder / "slow.yaml"
+    path.write_text(SLOW.replace("SECONDS", str(seconds)).replace("MATRIX", matrix))
+    return str(path)
+
+
+def close_reader(argv: list[str], tmp_path: Path, *, stream: str = "stdout", at_once: bool = False,
+                 buffered: bool = False) -> tuple[int, str, str]:
+    """Run ``hetflow ARGV`` with ``stream`` piped to a reader that reads one line (or none) and goes away.
+
+    Returns the exit code, the line read, and the whole of the other stream.
+    """
+    other = tmp_path / f"other-{time.monotonic_ns()}.txt"
+    with open(other, "w") as sink:
+        pipes = {"stdout": subprocess.PIPE, "stderr": sink} if stream == "stdout" else {"stdout": sink, "stderr": subprocess.PIPE}
+        proc = subprocess.Popen(argv, text=True, env=environment(tmp_path, buffered=buffered), cwd=tmp_path, **pipes)
+        reader = proc.stdout if stream == "stdout" else proc.stderr
+        try:
+            line = "" if at_once else reader.readline()
+            reader.close()
+            code = proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    return code, line, other.read_text()
+
+
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory):
+    runs = tmp_path_factory.mktemp("listed") / "runs"
+    out = io.StringIO()
+    assert cli.main(["run", QUICKSTART, "--runs-dir", str(runs), "--quiet"], out=out, err=io.StringIO()) == 0
+    return str(runs), out.getvalue().strip().splitlines()[-1]
+
+
+LISTINGS = {
+    "runs": lambda runs, run_id: ["runs", "--runs-dir", runs],
+    "runs show": lambda runs, run_id: ["runs", "show", run_id, "--runs-dir", runs],
+    "executors --ops": lambda runs, run_id: ["executors", "--ops"],
+    "examples list": lambda runs, run_id: ["examples", "list"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(LISTINGS))
+@pytest.mark.parametrize("at_once", [False, True], ids=["reads-a-line", "closes-at-once"])
+def test_a_listing_ends_quietly_with_its_own_exit_code_when_its_reader_goes(one_run, tmp_path, command, at_once):
+    # closing at once with a buffered stdout fails the command's last flush; reading a line first with an
+    # unbuffered one fails a write in the middle of the listing
+    code, line, err = close_reader(hetflow(*LISTINGS[command](*one_run)), tmp_path, at_once=at_once,
+                                   buffered=at_once)
+    assert code == 0, err
+    assert err == ""  # neither "internal error" nor the interpreter's "Exception ignored ... BrokenPipeError"
+    assert at_once or line.strip()
+    assert crash_logs(tmp_path) == []
+
+
+def test_a_listing_whose_stdout_was_closed_before_it_started_exits_0(tmp_path):
+    done = subprocess.run(hetflow("examples", "list"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          env=environment(tmp_path), preexec_fn=lambda: os.close(1), timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+@pytest.mark.parametrize("at_once", [False, True], ids=["reads-a-line", "closes-at-once"])
+def test_a_run_whose_stderr_closes_runs_to_its_end(tmp_path, log_format, at_once):
+    runs = tmp_path / "runs"
+    code, line, out = close_reader(hetflow("run", QUICKSTART, "--runs-dir", str(runs), "--log-format", log_format),
+                                   tmp_path, stream="stderr", at_once=at_once)
+    assert code == 0, out
+    assert at_once or "started" in line
+    run_id = out.strip().splitlines()[-1]
+    record = json.loads((runs / run_id / "record.json").read_text())
+    assert record["status"] == "succeeded" and record["error"] is None and set(record["outputs"]) == {"probs", "probs_bf16"}
+    assert crash_logs(tmp_path) == []
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_a_sweep_whose_stdout_closes_after_its_first_line_runs_every_point(tmp_path, parallel):
+    runs = tmp_path / "runs"
+    path = slow_manifest(tmp_path, 0.2, SWEEP_MATRIX)
+    code, line, err = close_reader(hetflow("run", path, "--runs-dir", str(runs), "--parallel", str(parallel)),
+                                   tmp_path)
+    assert code == 0, err
+    assert line.startswith("succeeded slow[seconds=")
+    (summary_file,) = runs.glob("*/sweep.json")
+    summary = json.loads(summary_file.read_text())
+    assert summary["status"] == "succeeded"
+    assert [p["status"] for p in summary["points"]] == ["succeeded"] * 4
+    for point in summary["points"]:
+        assert json.loads((runs / point["run_id"] / "record.json").read_text())["status"] == "succeeded"
+    assert "internal error" not in err and crash_logs(tmp_path) == []
+
+
+def json_only(out: str) -> dict:
+    """Standard output's one JSON object (and nothing else)."""
+    data = json.loads(out)
+    assert isinstance(data, dict)
+    return data
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    return cli.main(list(argv), out=out, err=err), out.getvalue(), err.getvalue()
+
+
+def test_json_on_bad_input_gives_the_diagnostics_with_their_place(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nname: bad\nexecutors: {host: {vendor: cpu}}\nstages:\n  x: {op: relu2}\noutputs: {x: x}\n")
+    code, out, err = run_cli("run", str(bad), "--runs-dir", str(tmp_path / "runs"), "--json")
+    assert code == 2 and err.startswith(f"{bad}:5:11: error: unknown op 'relu2'")
+    data = json_only(out)
+    assert {k: data[k] for k in ("status", "exit_code", "error")} == {"status": "error", "exit_code": 2, "error": "bad-input"}
+    (d,) = data["diagnostics"]
+    assert (d["file"], d["line"], d["col"], d["severity"]) == (str(bad), 5, 11, "error")
+    assert d["message"].startswith("unknown op 'relu2' in stage 'x'")
+    assert not (tmp_path / "runs").exists()
+
+    code, out, err = run_cli("run", QUICKSTART, "-p", "batchsize=8", "--runs-dir", str(tmp_path / "runs"), "--json")
+    data = json_only(out)
+    assert code == 2 and data["error"] == "bad-input" and data["diagnostics"] == [] and "batchsize" in data["message"]
+
+    code, out, err = run_cli("runs", "show", "no-such-run", "--runs-dir", str(tmp_path / "runs"), "--json")
+    assert code == 2 and json_only(out)["exit_code"] == 2
+
+    code, out, err = run_cli("run", "--json", "--no-such-flag", QUICKSTART)  # does not even parse
+    assert code == 2 and json_only(out)["error"] == "bad-input"
+
+
+HOLD = """
+import sys, time
+from hetflow.engine.locks import RunLock
+lock = RunLock(sys.argv[1], manifest="held.yaml").acquire()
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_json_when_the_lock_is_held_names_the_holder(tmp_path):
+    from hetflow.engine.locks import lock_path
+    from hetflow.engine.manifest import compile_manifest, load
+
+    runs = str(tmp_path / "runs")
+    manifest = compile_manifest(load(QUICKSTART), {})
+    where = lock_path(runs, QUICKSTART, manifest.name, manifest.params)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, where, "60"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code, out, err = run_cli("run", QUICKSTART, "--runs-dir", runs, "--quiet", "--json")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 4 and "is already running" in err
+    data = json_only(out)
+    assert (data["status"], data["exit_code"], data["error"], data["lock"]) == ("error", 4, "locked", where)
+    assert data["holder"]["pid"] == holder.pid and data["holder"]["manifest"] == "held.yaml"
+
+
+def start_then_interrupt(argv: list[str], tmp_path: Path) -> tuple[int, str]:
+    """Start ``hetflow ARGV`` with JSON events on stderr; SIGINT it once a partition has started."""
+    proc = subprocess.Popen(hetflow(*argv, "--log-format", "json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=environment(tmp_path), start_new_session=True)
+    try:
+        for line in proc.stderr:
+            if line.startswith("{") and json.loads(line).get("kind") == "partition":
+                os.kill(proc.pid, signal.SIGINT)
+                break
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, out
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "text"])
+def test_a_cancelled_run_says_so_on_stdout(tmp_path, as_json):
+    runs = tmp_path / "runs"
+    path = slow_manifest(tmp_path, 30)
+    code, out = start_then_interrupt(["run", path, "--runs-dir", str(runs), *(["--json"] if as_json else [])], tmp_path)
+    assert code == 130
+    (record_file,) = runs.glob("*/record.json")
+    run_id = record_file.parent.name
+    assert json.loads(record_file.read_text())["status"] == "cancelled"
+    if as_json:
+        data = json_only(out)
+        assert {k: data[k] for k in ("status", "exit_code", "signal", "run_id", "record")} == {
+            "status": "cancelled", "exit_code": 130, "signal": "SIGINT", "run_id": run_id, "record": str(record_file)}
+    else:
+        assert out.strip().splitlines()[-1] == run_id
+    assert crash_logs(tmp_path) == []
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "text"])
+def test_a_cancelled_sweep_says_so_on_stdout(tmp_path, as_json):
+    runs = tmp_path / "runs"
+    path = slow_manifest(tmp_path, 30, "matrix: {seconds: [30, 31]}\n")
+    code, out = start_then_interrupt(["run", path, "--runs-dir", str(runs), *(["--json"] if as_json else [])], tmp_path)
+    assert code == 130
+    (summary_file,) = runs.glob("*/sweep.json")
+    sweep_id = summary_file.parent.name
+    assert json.loads(summary_file.read_text())["status"] == "cancelled"
+    if as_json:
+        data = json_only(out)
+        assert (data["status"], data["exit_code"], data["sweep_id"], data["summary"]) == (
+            "cancelled", 130, sweep_id, str(summary_file))
+    else:
+        assert out.strip().splitlines()[-1] == sweep_id
+
+
+def test_an_unreachable_scheduler_exits_5_and_writes_nothing(tmp_path):
+    runs = tmp_path / "runs"
+    started = time.monotonic()
+    done = subprocess.run(hetflow("run", QUICKSTART, "--runs-dir", str(runs), "--scheduler", "tcp://127.0.0.1:1",
+                                  "--json"), capture_output=True, text=True, env=environment(tmp_path), timeout=120)
+    assert done.returncode == 5, done.stderr
+    assert time.monotonic() - started < 9  # a refused connection is not waited on for the client's whole timeout
+    assert "cannot connect to the Dask scheduler at tcp://127.0.0.1:1" in done.stderr
+    data = json_only(done.stdout)
+    assert (data["status"], data["exit_code"], data["error"]) == ("error", 5, "environment")
+    assert not runs.exists()
+    assert crash_logs(tmp_path) == []
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file"])
+def test_a_runs_directory_that_cannot_be_used_exits_5(tmp_path, where):
+    (tmp_path / "taken").write_text("not a folder\n")
+    runs = tmp_path / "taken" if where == "a file" else tmp_path / "taken" / "runs"
+    code, out, err = run_cli("run", QUICKSTART, "--runs-dir", str(runs), "--quiet")
+    assert code == 5 and err.startswith(f"hetflow: error: the runs directory {runs} ")
+    assert out == ""
+    code, out, _ = run_cli("run", QUICKSTART, "--runs-dir", str(runs), "--quiet", "--json")
+    assert code == 5 and json_only(out)["error"] == "environment"
+    assert (tmp_path / "taken").read_text() == "not a folder\n"
+
+
+def test_an_internal_error_is_one_json_object_and_a_crash_log(tmp_path, monkeypatch):
+    import tempfile
+
+    from hetflow.engine.cli import catalog
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    def broken(args, out, err):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(catalog, "cmd_executors", broken)
+    code, out, err = run_cli("executors", "--json")
+    data = json_only(out)
+    assert code == 3 and (data["status"], data["error"], data["message"]) == ("error", "internal", "RuntimeError: a bug")
+    assert Path(data["crash_log"]).parent == tmp_path / "hetflow" and "a bug" in Path(data["crash_log"]).read_text()
+    assert err.startswith("hetflow: internal error: RuntimeError: a bug (traceback in ")
+
+
+class Gone(io.StringIO):
+    """A stream whose reader is gone: every write fails as a closed pipe does."""
+
+    def write(self, text):
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+
+def test_the_event_sinks_fall_silent_on_a_closed_stream_and_the_stream_goes_on():
+    closed = io.StringIO()
+    closed.close()
+    stream = EventStream([LineLog(Gone()), JsonLog(Gone()), ProgressDisplay(Gone(), force_terminal=True),
+                          LineLog(closed), JsonLog(closed)])
+    stream.emit(run_event("started", "r1", tasks=1, mode="threads"))
+    stream.emit({"event": "finished", "kind": "partition", "id": "p0", "executor": "host", "attempt": 1,
+                 "duration_s": 0.001, "status": "succeeded", "start": 0.0, "end": 0.001})
+    stream.emit(run_event("finished", "r1"))
+    assert [e["event"] for e in stream.events] == ["started", "finished", "finished"]
+
+
+def test_a_quiet_stream_still_raises_what_is_not_a_gone_reader():
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        QuietStream(Full()).write("x")
+    ascii_only = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    with pytest.raises(UnicodeEncodeError):
+        QuietStream(ascii_only).write("\u00e9")
+    gone = QuietStream(Gone())
+    assert gone.write("lost") == 4 and gone.gone and gone.wrote and not gone.isatty()
+
+
+def test_event_lines_name_their_run_and_point_when_runs_share_a_stream():
+    text, js = io.StringIO(), io.StringIO()
+    stream = EventStream([LineLog(text), JsonLog(js)])
+    a, b = "20260301T120000Z-rf-6bbe1414-a3f0", "20260301T120000Z-rf-0c0ffee0-77b2"
+    stream.emit(run_event("started", a, tasks=1, mode="threads", run=a, point="rf[features=32]"))
+    stream.emit(run_event("started", b, tasks=1, mode="threads", run=b, point="rf[features=64]"))
+    stream.emit({"event": "started", "kind": "partition", "id": "p0", "executor": "host", "run": b,
+                 "point": "rf[features=64]"})
+    stream.emit({"event": "started", "kind": "partition", "id": "p0", "executor": "host"})  # a run alone: no tag
+    lines = [line.split("] ", 1)[1] for line in text.getvalue().splitlines()]
+    assert lines == [f"6bbe1414-a3f0 rf[features=32]: run {a} started: 1 tasks (threads)",
+                     f"0c0ffee0-77b2 rf[features=64]: run {b} started: 1 tasks (threads)",
+                     "0c0ffee0-77b2 rf[features=64]: partition p0 started on host",
+                     "partition p0 started on host"]
+    events = [json.loads(line) for line in js.getvalue().splitlines()]
+    assert [(e.get("run"), e.get("point")) for e in events] == [
+        (a, "rf[features=32]"), (b, "rf[features=64]"), (b, "rf[features=64]"), (None, None)]
+
+
+def test_the_progress_display_keeps_a_bar_per_run_of_a_parallel_sweep():
+    screen = io.StringIO()
+    display = ProgressDisplay(screen, force_terminal=True)
+    for run, point in (("r-aaaaaaaa-0001", "rf[k=1]"), ("r-bbbbbbbb-0002", "rf[k=2]")):
+        display(run_event("started", run, tasks=1, run=run, point=point))
+    display({"event": "finished", "kind": "partition", "id": "p0", "run": "r-bbbbbbbb-0002", "point": "rf[k=2]"})
+    display(run_event("finished", "r-bbbbbbbb-0002", run="r-bbbbbbbb-0002"))
+    assert display._bars  # the other run still has its bar
+    display(run_event("failed", "r-aaaaaaaa-0001", error="boom", run="r-aaaaaaaa-0001", point="rf[k=1]"))
+    assert not display._bars
+    assert "rf[k=1]" in screen.getvalue() and "boom" in screen.getvalue()
+
+
+def test_the_outcomes_examples_run():
+    import doctest
+
+    from hetflow.engine.cli import outcomes
+
+    result = doctest.testmod(outcomes, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
