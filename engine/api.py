@@ -186,19 +186,26 @@ def _cache_status(manifest: Manifest, made: planner.Plan, point: str | None, run
 
 
 def open_run(run_id: str, runs_dir: str | os.PathLike = "runs") -> Run:
-    """An earlier run, by its id under ``runs_dir`` (or by the path of its folder).
+    """An earlier run, by any name ``hetflow runs show`` takes, or by the path of its folder.
+
+    ``run_id`` is a run id, a unique prefix of one or of its random part
+    (``"6bbe"``), a point name ``NAME[k=v,...]`` (the newest run of that
+    point), ``"latest"`` (the newest run, verification runs left out) or
+    ``"latest-verification"``: the one rule of
+    :func:`hetflow.engine.runs.resolve_id`.
 
     Raises
     ------
     UsageError
-        no such run, or its record cannot be read.
+        no such run, a name that matches several, or a record that cannot be read.
     """
-    from hetflow.engine.runs import read_record
+    from hetflow.engine.runs import read_record, resolve_id
 
     if os.path.isfile(os.path.join(os.fspath(run_id), "record.json")):
         return Run(run_id)
-    read_record(os.fspath(runs_dir), run_id)
-    return Run(os.path.join(os.fspath(runs_dir), run_id))
+    runs_dir = os.fspath(runs_dir)
+    folder = resolve_id(runs_dir, run_id, "run")
+    return Run(os.path.join(runs_dir, folder), read_record(runs_dir, folder))
 
 
 def _jobs(path: str, doc: Document | None, overrides: dict, point: str | None, resume: str | None, runs_dir: str,
@@ -228,8 +235,15 @@ def _jobs(path: str, doc: Document | None, overrides: dict, point: str | None, r
 @contextlib.contextmanager
 def _session(path: str, doc: Any, manifest: Manifest, runs_dir: str, resume: str | None, schedule_slot: str | None,
              cluster_args: tuple, lock: bool = True) -> Iterator[tuple[Any, dict | None, str]]:
-    """The run lock of the manifest and its resolved params (unless ``lock`` is false: a sweep locks
-    each point) and the cluster; yields (cluster, schedule entry, lock name)."""
+    """The cluster, then the runs directory, then the run lock of the manifest and its resolved params
+    (unless ``lock`` is false: a sweep locks each point); yields (cluster, schedule entry, lock name).
+
+    In that order because a command that cannot start writes nothing: a
+    cluster that does not answer or a runs directory that cannot be used
+    raises :class:`~hetflow.engine.errors.EnvironmentUnavailable` before
+    the runs directory or its lock file exists.
+    """
+    from hetflow.engine.errors import require_runs_dir
     from hetflow.engine.locks import RunLock, lock_path
 
     schedule, lock_name = None, manifest.name
@@ -239,9 +253,12 @@ def _session(path: str, doc: Any, manifest: Manifest, runs_dir: str, resume: str
         if resume:
             raise UsageError("--resume continues a run as it was; it takes no --schedule-slot")
         schedule, lock_name = schedlib.slot_run(doc, manifest.name, schedule_slot)
-    held = RunLock(lock_path(runs_dir, path, lock_name, manifest.params), manifest=path, run=resume) if lock else None
-    with held or contextlib.nullcontext(), open_cluster(*cluster_args) as cluster:
-        yield cluster, schedule, lock_name
+    require_runs_dir(runs_dir, create=False)  # before a cluster is started for nothing
+    with open_cluster(*cluster_args) as cluster:
+        require_runs_dir(runs_dir)
+        held = RunLock(lock_path(runs_dir, path, lock_name, manifest.params), manifest=path, run=resume) if lock else None
+        with held or contextlib.nullcontext():
+            yield cluster, schedule, lock_name
 
 
 def _execute(manifest: Manifest, cluster: Any, place: Mapping[str, str] | None, bound: Mapping[str, PortableActivation],
@@ -370,6 +387,7 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
     """
     from hetflow.engine.locks import RunLock, lock_path
     from hetflow.engine.runs import manifest_from_record, new_sweep, read_record
+    from hetflow.engine.cancel import Cancel, current as current_cancel
     from hetflow.engine.sweeps import resume_rows, run_points
 
     (path, doc), runs_dir = _source(path), os.fspath(runs_dir)
@@ -386,6 +404,12 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
             raise UsageError("--resume continues a sweep with the params it had; it takes no -p")
         if os.path.abspath(summary["manifest"]) != os.path.abspath(path):
             raise UsageError(f"sweep {resume} ran {summary['manifest']}, not {path}")
+        from hetflow.engine import owner
+
+        if summary.get("status") == "running" and owner.alive(summary.get("owner")) is True:
+            who = summary.get("owner") or {}
+            raise UsageError(f"sweep {resume} is still running (pid {who.get('pid')} on {who.get('host')}); "
+                             "stop it first, or wait for it to end")
         doc = doc or load(path)
         given = dict(summary.get("overrides") or {})
         todo = []
@@ -412,13 +436,18 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
             _, folder, summary = new_sweep(runs_dir, first.name, path, points, jobs[0][2])
             todo = [(row, (manifest, mpoint, given, None)) for (manifest, mpoint, given), row in zip(jobs, summary["points"])]
 
-        def run_one(job: tuple, row: dict) -> Run:
+        # one flag for the sweep and its points' runs: an interrupt of the Python API stops them all
+        cancel = current_cancel() or Cancel()
+
+        def run_one(job: tuple, row: dict, named: Callable[[str], None]) -> Run:
             manifest, mpoint, given, again = job
             with RunLock(lock_path(runs_dir, path, lock_name, manifest.params), manifest=path, run=again):
+                # the points' runs share the event sink: each event names its run and point
                 return _execute(manifest, cluster, place, bound, runs_dir=runs_dir, overrides=given,
-                                num_workers=threads, on_event=on_event,
-                                cache_dir=os.fspath(cache_dir) if cache_dir else None, use_cache=cache,
-                                matrix_point=mpoint, schedule=schedule, resume=again)
+                                num_workers=threads, on_event=on_event, event_tag={"point": mpoint["name"]},
+                                on_run_id=named, cancel=cancel, cache_dir=os.fspath(cache_dir) if cache_dir else None,
+                                use_cache=cache, matrix_point=mpoint, schedule=schedule, resume=again)
 
-        run_points(folder, summary, todo, run_one, parallel=parallel, on_point=on_point)
+        run_points(folder, summary, todo, run_one, parallel=parallel, on_point=on_point, resume=bool(resume),
+                   cancel=cancel)
     return Sweep(folder)

@@ -1,9 +1,9 @@
-"""Stopping a run on SIGINT or SIGTERM.
+"""Stopping a run on SIGINT, SIGTERM or SIGHUP.
 
 A :class:`Cancel` is the stop flag of one command: a run, a sweep, a
-verification. :func:`stopping` installs SIGINT and SIGTERM handlers for
-its duration (in the main thread; elsewhere it installs nothing) that
-work in two steps:
+verification. :func:`stopping` installs SIGINT, SIGTERM and SIGHUP
+handlers for its duration (in the main thread; elsewhere it installs
+nothing) that work in two steps:
 
 1. the first signal only *requests* cancellation: it sets the flag and
    notes the signal and the time. The engine looks at the flag where it
@@ -14,10 +14,14 @@ work in two steps:
    they finish in the background and whatever they return is released.
    The run then writes its record with ``status: cancelled`` and the
    command exits with 128 + the signal's number (130 for SIGINT, 143 for
-   SIGTERM);
-2. a second signal runs the *forced-exit hooks* (a run registers one that
-   writes its record as cancelled, atomically, unless the final record is
-   already written) and ends the process at once with ``os._exit``.
+   SIGTERM, 129 for SIGHUP: a closed terminal or a dropped ssh session);
+2. a second signal, any of the three, runs the *forced-exit hooks* and
+   ends the process at once with ``os._exit`` (128 + the first signal's
+   number). A run registers a hook that writes its record as cancelled,
+   atomically, unless the final record is already written; a sweep one
+   that writes ``sweep.json`` as cancelled with the run of every point
+   that had started. Hooks run newest first, so the points' records are
+   final before the sweep's summary names them.
 
 The handler takes no lock and touches no engine state beyond the flag's
 own attributes, so it cannot deadlock with the thread it interrupts.
@@ -46,9 +50,11 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-__all__ = ["Cancel", "Cancelled", "stopping", "current", "exit_code_of"]
+__all__ = ["Cancel", "Cancelled", "stopping", "current", "exit_code_of", "SIGNALS"]
 
 _POLL_S = 0.05
+# the signals that stop a command: an interrupt, a termination request, a hangup
+SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
 _current: list["Cancel"] = []
 
 
@@ -89,6 +95,8 @@ class Cancel:
         self._requested = False
         self._hooks: dict[int, Callable[[], None]] = {}
         self._next_hook = 0
+        # what the command stops: the first run or sweep that names itself (a sweep before its points' runs)
+        self.subject: dict[str, str] | None = None
 
     @property
     def requested(self) -> bool:
@@ -134,6 +142,11 @@ class Cancel:
             raise box["error"]
         return box["result"]
 
+    def name_subject(self, kind: str, ident: str, record: str) -> None:
+        """Say which run or sweep this flag stops (``kind``, its id, its record's path), unless one has."""
+        if self.subject is None:
+            self.subject = {"kind": kind, "id": ident, "record": record}
+
     def on_forced_exit(self, hook: Callable[[], None]) -> Callable[[], None]:
         """Run ``hook`` if a second signal ends the process; returns the function that unregisters it."""
         key = self._next_hook
@@ -142,7 +155,8 @@ class Cancel:
         return lambda: self._hooks.pop(key, None)
 
     def _forced_exit(self, signum: int) -> None:
-        for hook in list(self._hooks.values()):
+        code = self.exit_code if self.signal in _NAMES else 128 + signum
+        for hook in reversed(list(self._hooks.values())):
             try:
                 hook()
             except Exception:  # noqa: BLE001 - exiting at once matters more than one hook
@@ -152,12 +166,15 @@ class Cancel:
                 stream.flush()
             except Exception:  # noqa: BLE001
                 pass
-        os._exit(128 + signum)
+        os._exit(code)
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self._requested:
             self._forced_exit(signum)
         self.request(signal.Signals(signum).name)
+
+
+_NAMES = frozenset(s.name for s in SIGNALS)
 
 
 def current() -> Cancel | None:
@@ -167,7 +184,7 @@ def current() -> Cancel | None:
 
 @contextlib.contextmanager
 def stopping(cancel: Cancel | None = None) -> Iterator[Cancel]:
-    """SIGINT and SIGTERM request ``cancel`` (a new :class:`Cancel` by default) while the block runs.
+    """SIGINT, SIGTERM and SIGHUP request ``cancel`` (a new :class:`Cancel` by default) while the block runs.
 
     Signal handlers belong to the process, so the flag is the process's
     too: :func:`current` returns it, and every run started in the block
@@ -177,7 +194,7 @@ def stopping(cancel: Cancel | None = None) -> Iterator[Cancel]:
     """
     cancel = cancel or Cancel()
     main = threading.current_thread() is threading.main_thread()
-    previous = {s: signal.signal(s, cancel._handle) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    previous = {s: signal.signal(s, cancel._handle) for s in SIGNALS} if main else {}
     _current.append(cancel)
     try:
         yield cancel

@@ -41,6 +41,7 @@ from typing import Any, Callable, Mapping
 
 import dask.threaded
 
+from hetflow.engine import owner
 from hetflow.engine.cache import Cache, CacheUse, file_digest, partition_keys
 from hetflow.engine.cancel import Cancel, Cancelled, current
 from hetflow.engine.errors import RunCancelled, RunFailed, StageFailure
@@ -158,6 +159,8 @@ def _execute(
     cancel: Cancel | None = None,
     verifies: str | None = None,
     plan_json: dict | None = None,
+    event_tag: Mapping[str, Any] | None = None,
+    on_run_id: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run ``plan`` and write its record; raises :class:`RunFailed` when a stage fails.
 
@@ -186,6 +189,16 @@ def _execute(
     ``verifies`` names the run this one re-executes for ``hetflow verify``;
     the record keeps it, and such runs are never an earlier run's baseline.
     ``plan_json`` is ``plan.to_json()`` when the caller has it already.
+    ``event_tag`` (``{"point": NAME}``, a sweep's) marks a run that shares
+    ``on_event`` with other runs: each event handed to it also names the
+    run (``run``) and carries the tag; the record's own events do not.
+    ``on_run_id`` is called with the run's id as soon as its folder exists.
+
+    A resumed run keeps every earlier attempt under ``attempts`` (see
+    :func:`_earlier_attempts`); its ``started_at`` is the first attempt's
+    and its ``duration_s`` the sum of the attempts'. However the run ends,
+    by an error, an interrupt or a second signal, its record ends in a
+    terminal state.
     """
     cancel = cancel or current() or Cancel()
     phases = getattr(manifest, "phases", {})
@@ -194,6 +207,10 @@ def _execute(
     else:
         run_id, run_dir = new_run_dir(runs_dir, manifest.name, manifest.digest)
     record_path = os.path.join(run_dir, "record.json")
+    earlier = _earlier_attempts(record_path) if resume is not None else []
+    if on_run_id is not None:
+        on_run_id(run_id)
+    cancel.name_subject("run", run_id, record_path)
     started = time.time()
     # a phase's array is not content-addressed (the guest's run is its source), so its consumers are not cached;
     # without the cache no key is computed (0.6 s of a 10,000-partition run)
@@ -204,7 +221,7 @@ def _execute(
         "format": RECORD_FORMAT,
         "run_id": run_id,
         "status": "running",
-        "started_at": utc_iso(started),
+        "started_at": (earlier[0].get("started_at") if earlier else None) or utc_iso(started),
         "ended_at": None,
         "duration_s": None,
         "manifest": {"file": os.path.abspath(manifest.file), "name": manifest.name,
@@ -217,7 +234,10 @@ def _execute(
         "data": _data_files(manifest),
         "inputs": {k: dict(v) for k, v in (inputs or {}).items()},
         "resumed": resume is not None,
+        "attempts": earlier + [{"attempt": len(earlier) + 1, "started_at": utc_iso(started), "ended_at": None,
+                                "duration_s": None, "status": "running"}],
         "verifies": verifies,
+        "owner": owner.current(),
         "host": None,  # the initial write's thread asks git for it
         "scheduler": cluster.describe() if cluster is not None else {"kind": "threads", "workers": num_workers or os.cpu_count()},
         "versions": versions(),
@@ -235,6 +255,14 @@ def _execute(
     first_written = _initial_write(record_path, record, encoded, manifest.file)
     final_written = threading.Event()
     runtime: Any = None
+    sink = on_event
+    if on_event is not None and event_tag:
+        tag = {"run": run_id, **event_tag}
+
+        def sink(event: dict) -> None:
+            on_event({**event, **tag})
+
+    stream = EventStream([sink] if sink is not None else [])
 
     def forced_exit() -> None:
         # A second signal: the process ends now; leave a record that says so, unless the full one is written.
@@ -243,119 +271,124 @@ def _execute(
         first_written(raise_error=False)
         now = time.time()
         events = list(runtime.events) if runtime is not None else []
-        write_json_atomic(record_path, {**record, "status": "cancelled", "ended_at": utc_iso(now),
-                                        "duration_s": round(now - started, 6),
-                                        "cancelled": _cancel_info(cancel, events, runtime, forced=True)}, encoded)
+        ending = {**record, "cancelled": _cancel_info(cancel, events, runtime, forced=True),
+                  "events": list(stream.events)}
+        _end_attempt(ending, "cancelled", started, now)
+        write_json_atomic(record_path, ending, {k: v for k, v in encoded.items() if k not in ("events", "tasks", "nodes")})
         # the signal may have come in the middle of the final write, which never ends now
         remove_partial_writes(record_path)
 
     forget_hook = cancel.on_forced_exit(forced_exit)
-    stream = EventStream([on_event] if on_event is not None else [])
-    failure: BaseException | None = None
-    results: list[Any] = []
-    live_after: dict[str, int] | None
-    if cluster is not None:
-        # phase tasks that run on the client are recorded as the threaded mode records them
-        recorder = LocalRuntime(plan, {}, emit=stream.emit) if phases else None
-        phase_runner = PhaseRunner(manifest.emulators, phases, recorder._event) if phases else None
-        try:
-            runtime, results, failure, live_after = cancel.wait(
-                lambda: cluster.run_graph(plan, run_id, stream, cache_use if use_cache else None, phase_runner))
-        except (Cancelled, KeyboardInterrupt) as e:
-            # the workers' handles go with the run's plugin when the cluster closes; what is left is not known here
-            failure, live_after = e, None
-            runtime = LocalRuntime.__new__(LocalRuntime)
-            runtime.events, runtime.running = stream.tasks(), set()
-    else:
-        instances = dict(executors) if executors is not None else create_executors(plan)
-        runtime = LocalRuntime(plan, instances, emit=stream.emitter(), cache=cache_use if use_cache else None, cancel=cancel)
-        record["warm_up"] = [{"worker": None, "seconds": runtime.warm_up()}]
-        stream.emit(run_event("started", run_id, tasks=len(runtime.graph.dsk), mode="threads"))
-        pool = ThreadPoolExecutor(max_workers=num_workers or os.cpu_count() or 1, thread_name_prefix="hetflow")
-        phase_runner = PhaseRunner(manifest.emulators, phases, runtime._event) if phases else None
+    try:
+        failure: BaseException | None = None
+        results: list[Any] = []
+        live_after: dict[str, int] | None
+        if cluster is not None:
+            # phase tasks that run on the client are recorded as the threaded mode records them
+            recorder = LocalRuntime(plan, {}, emit=stream.emit) if phases else None
+            phase_runner = PhaseRunner(manifest.emulators, phases, recorder._event) if phases else None
+            try:
+                runtime, results, failure, live_after = cancel.wait(
+                    lambda: cluster.run_graph(plan, run_id, stream, cache_use if use_cache else None, phase_runner))
+            except (Cancelled, KeyboardInterrupt) as e:
+                # the workers' handles go with the run's plugin when the cluster closes; what is left is not known here
+                failure, live_after = e, None
+                runtime = LocalRuntime.__new__(LocalRuntime)
+                runtime.events, runtime.running = stream.tasks(), _still_running(stream.events)
+        else:
+            instances = dict(executors) if executors is not None else create_executors(plan)
+            runtime = LocalRuntime(plan, instances, emit=stream.emitter(), cache=cache_use if use_cache else None, cancel=cancel)
+            record["warm_up"] = [{"worker": None, "seconds": runtime.warm_up()}]
+            stream.emit(run_event("started", run_id, tasks=len(runtime.graph.dsk), mode="threads"))
+            pool = ThreadPoolExecutor(max_workers=num_workers or os.cpu_count() or 1, thread_name_prefix="hetflow")
+            phase_runner = PhaseRunner(manifest.emulators, phases, runtime._event) if phases else None
 
-        def run_graph() -> list[Any]:
-            dsk, graph_keys = runtime.graph.dsk, runtime.graph.keys
-            if phase_runner is not None:
-                first = phase_runner.round1()
-                dask.threaded.get(first, list(first), pool=pool)
-                cancel.check()
-                second = phase_runner.round2()
-                dsk, graph_keys = {**dsk, **second}, graph_keys + [k for k in second if k.startswith("phase:")]
-            return dask.threaded.get(dsk, graph_keys, pool=pool)
+            def run_graph() -> list[Any]:
+                dsk, graph_keys = runtime.graph.dsk, runtime.graph.keys
+                if phase_runner is not None:
+                    first = phase_runner.round1()
+                    dask.threaded.get(first, list(first), pool=pool)
+                    cancel.check()
+                    second = phase_runner.round2()
+                    dsk, graph_keys = {**dsk, **second}, graph_keys + [k for k in second if k.startswith("phase:")]
+                return dask.threaded.get(dsk, graph_keys, pool=pool)
 
-        try:
-            results = cancel.wait(run_graph)
-        except BaseException as e:  # noqa: BLE001 - recorded, then re-raised below
-            failure = e
-        finally:
-            stopped = isinstance(failure, (Cancelled, KeyboardInterrupt))
-            if stopped:
-                cancel.request("SIGINT")  # a KeyboardInterrupt without stopping(): no new partition starts
-            # a cancelled run does not wait for the partitions it abandons: they release what they return
-            pool.shutdown(wait=not stopped, cancel_futures=stopped)
-            runtime.handles.close()
-        live_after = {name: ex.live_activations() for name, ex in instances.items()}
+            try:
+                results = cancel.wait(run_graph)
+            except BaseException as e:  # noqa: BLE001 - recorded, then re-raised below
+                failure = e
+            finally:
+                stopped = isinstance(failure, (Cancelled, KeyboardInterrupt))
+                if stopped:
+                    cancel.request("SIGINT")  # a KeyboardInterrupt without stopping(): no new partition starts
+                # a cancelled run does not wait for the partitions it abandons: they release what they return
+                pool.shutdown(wait=not stopped, cancel_futures=stopped)
+                runtime.handles.close()
+            live_after = {name: ex.live_activations() for name, ex in instances.items()}
 
-    ended = time.time()
-    # copies: the stream keeps the events as they came, with epoch seconds and their arrival time
-    record["tasks"] = [dict(e) for e in sorted(runtime.events, key=itemgetter("start"))]
-    for event in record["tasks"]:
-        if cluster is None:
-            event.pop("time", None)
-        # the ISO stamps have millisecond resolution; offset_s keeps sub-millisecond tasks apart on a timeline
-        event["offset_s"] = micros(event["start"] - started)
-        event["start"], event["end"] = utc_iso(event["start"]), utc_iso(event["end"])
-    _node_status(record, runtime, failure)
-    cancelled = isinstance(failure, (Cancelled, KeyboardInterrupt))
-    if cancelled:
-        record["cancelled"] = _cancel_info(cancel, record["tasks"], runtime)
-    if phases and not cancelled:
-        record["phases"] = phase_status(phase_runner, record["tasks"])
-    if failure is None:
-        by_key = dict(zip(runtime.graph.keys, results))
-        for name, key in runtime.graph.output_keys.items():
-            portable: PortableActivation = by_key[key]
-            file = f"{name}.npy"
-            save_npy_atomic(os.path.join(run_dir, file), portable.to_array())
-            record["outputs"][name] = {
-                "tensor": plan.outputs[name], "file": file, "shape": list(portable.shape.dims),
-                "dtype": portable.dtype.value, "bytes": len(portable.bytes), "digest": digest_portable(portable),
-            }
-        for name, (pid, fieldname) in getattr(manifest, "phase_outputs", {}).items():
-            if phases[pid].kind.array and fieldname is None:
-                portable = phase_runner.results[pid]["portable"]
+        ended = time.time()
+        # copies: the stream keeps the events as they came, with epoch seconds and their arrival time
+        record["tasks"] = [dict(e) for e in sorted(runtime.events, key=itemgetter("start"))]
+        for event in record["tasks"]:
+            if cluster is None:
+                event.pop("time", None)
+            # the ISO stamps have millisecond resolution; offset_s keeps sub-millisecond tasks apart on a timeline
+            event["offset_s"] = micros(event["start"] - started)
+            event["start"], event["end"] = utc_iso(event["start"]), utc_iso(event["end"])
+        _node_status(record, runtime, failure)
+        cancelled = isinstance(failure, (Cancelled, KeyboardInterrupt))
+        if cancelled:
+            record["cancelled"] = _cancel_info(cancel, record["tasks"], runtime)
+        if phases and not cancelled:
+            record["phases"] = phase_status(phase_runner, record["tasks"])
+        if failure is None:
+            by_key = dict(zip(runtime.graph.keys, results))
+            for name, key in runtime.graph.output_keys.items():
+                portable: PortableActivation = by_key[key]
                 file = f"{name}.npy"
                 save_npy_atomic(os.path.join(run_dir, file), portable.to_array())
                 record["outputs"][name] = {
-                    "phase": pid, "file": file, "shape": list(portable.shape.dims), "dtype": portable.dtype.value,
-                    "bytes": len(portable.bytes), "digest": digest_portable(portable), "encoding": "witness-limbs16"}
-            else:
-                value, digest = phase_runner.output(pid, fieldname)
-                record["outputs"][name] = {"phase": pid, "field": fieldname, "value": value, "digest": digest}
-    elif not cancelled:
-        record["error"] = _describe_failure(failure, plan, manifest)
-        write_text_atomic(os.path.join(run_dir, "traceback.txt"), _traceback_text(failure))
-        record["error"]["traceback_file"] = "traceback.txt"
-    record["status"] = "succeeded" if failure is None else "cancelled" if cancelled else "failed"
-    record["ended_at"] = utc_iso(ended)
-    record["duration_s"] = round(ended - started, 6)
-    record["live_activations_after"] = live_after
-    if getattr(runtime, "recoveries", None):
-        record["recovery"] = runtime.recoveries
-    if cluster is not None:
-        record["warm_up"] = [{"worker": e.get("worker"), "seconds": e.get("duration_s")} for e in stream.events
-                             if e.get("kind") == "run" and e.get("event") == "warm-up"]
-    # Hits and stores happen where partitions run, on workers in cluster mode: the task events carry them.
-    done = [e for e in record["tasks"] if e["kind"] == "partition" and e["status"] == "succeeded"]
-    record["cache"] = {**cache_use.to_json(), "hits": [e["id"] for e in done if e.get("cached")],
-                       "stored": [e["id"] for e in done if e.get("stored")]}
-    record["events"] = list(stream.events)  # the stream goes on: the run's own end comes after the record
-    encoded.update(tasks=encode_events(record["tasks"]), events=encode_events(record["events"]),
-                   nodes=encode_events(record["nodes"]))
-    first_written()
-    write_json_atomic(record_path, record, encoded)
-    final_written.set()
+                    "tensor": plan.outputs[name], "file": file, "shape": list(portable.shape.dims),
+                    "dtype": portable.dtype.value, "bytes": len(portable.bytes), "digest": digest_portable(portable),
+                }
+            for name, (pid, fieldname) in getattr(manifest, "phase_outputs", {}).items():
+                if phases[pid].kind.array and fieldname is None:
+                    portable = phase_runner.results[pid]["portable"]
+                    file = f"{name}.npy"
+                    save_npy_atomic(os.path.join(run_dir, file), portable.to_array())
+                    record["outputs"][name] = {
+                        "phase": pid, "file": file, "shape": list(portable.shape.dims), "dtype": portable.dtype.value,
+                        "bytes": len(portable.bytes), "digest": digest_portable(portable), "encoding": "witness-limbs16"}
+                else:
+                    value, digest = phase_runner.output(pid, fieldname)
+                    record["outputs"][name] = {"phase": pid, "field": fieldname, "value": value, "digest": digest}
+        elif not cancelled:
+            record["error"] = _describe_failure(failure, plan, manifest)
+            write_text_atomic(os.path.join(run_dir, "traceback.txt"), _traceback_text(failure))
+            record["error"]["traceback_file"] = "traceback.txt"
+        _end_attempt(record, "succeeded" if failure is None else "cancelled" if cancelled else "failed", started, ended)
+        record["live_activations_after"] = live_after
+        if getattr(runtime, "recoveries", None):
+            record["recovery"] = runtime.recoveries
+        if cluster is not None:
+            record["warm_up"] = [{"worker": e.get("worker"), "seconds": e.get("duration_s")} for e in stream.events
+                                 if e.get("kind") == "run" and e.get("event") == "warm-up"]
+        # Hits and stores happen where partitions run, on workers in cluster mode: the task events carry them.
+        done = [e for e in record["tasks"] if e["kind"] == "partition" and e["status"] == "succeeded"]
+        record["cache"] = {**cache_use.to_json(), "hits": [e["id"] for e in done if e.get("cached")],
+                           "stored": [e["id"] for e in done if e.get("stored")]}
+        record["events"] = list(stream.events)  # the stream goes on: the run's own end comes after the record
+        encoded.update(tasks=encode_events(record["tasks"]), events=encode_events(record["events"]),
+                       nodes=encode_events(record["nodes"]))
+        first_written()
+        write_json_atomic(record_path, record, encoded)
+        final_written.set()
+    except BaseException as e:
+        if not final_written.is_set():
+            _write_ended(record_path, record, encoded, e, cancel, runtime, stream, started, first_written)
+            final_written.set()
+        forget_hook()
+        raise
     forget_hook()
     stream.emit(run_event(record["status"] if failure is not None else "finished", run_id,
                           duration_s=record["duration_s"],
@@ -410,6 +443,91 @@ def _initial_write(record_path: str, record: dict, encoded: Mapping[str, str], m
             raise failed[0]
 
     return wait
+
+
+def _earlier_attempts(record_path: str) -> list[dict]:
+    """The attempts of the run at ``record_path`` so far, for its resumption: each with its start, end,
+    duration, status (``died`` where the owner ended without a word), cancellation, error and events.
+
+    A record of one attempt describes it in its own fields; a record that
+    was resumed before lists its earlier attempts under ``attempts`` and
+    describes the last one in its own fields.
+    """
+    import json
+
+    try:
+        with open(record_path, encoding="utf-8") as f:
+            previous = json.load(f)
+    except (OSError, ValueError):
+        return []
+    kept = [dict(a) for a in previous.get("attempts") or []]
+    last = kept.pop() if kept else {"attempt": 1, "started_at": previous.get("started_at")}
+    status = owner.state_of(previous.get("status"), previous.get("owner"))
+    if status == "running":
+        status = owner.DIED  # its record is being resumed, so no process writes it any more
+    last.update(ended_at=previous.get("ended_at"), duration_s=last.get("duration_s") or previous.get("duration_s"),
+                status=status, owner=previous.get("owner"), cancelled=previous.get("cancelled"),
+                error=(previous.get("error") or {}).get("message"), cache_hits=(previous.get("cache") or {}).get("hits"),
+                events=previous.get("events") or [])
+    if status == owner.DIED:
+        last.update(ended_at=None, duration_s=None)
+    return kept + [last]
+
+
+def _end_attempt(record: dict, status: str, started: float, ended: float) -> None:
+    """Close the record's current attempt with ``status``: its entry in ``attempts``, and the run's ``status``,
+    ``ended_at`` and ``duration_s`` (the sum of the attempts' known durations)."""
+    attempts = [dict(a) for a in record["attempts"]]
+    this = attempts[-1]
+    this.update(ended_at=utc_iso(ended), duration_s=round(ended - started, 6), status=status)
+    if record.get("cancelled"):
+        this["cancelled"] = record["cancelled"]
+    record["attempts"] = attempts
+    record["status"] = status
+    record["ended_at"] = this["ended_at"]
+    record["duration_s"] = round(sum(a.get("duration_s") or 0.0 for a in attempts), 6)
+
+
+def _still_running(events: list[dict]) -> set[str]:
+    """The partitions an event stream shows started and not ended: those a cancelled cluster run abandons.
+
+    >>> _still_running([{"event": "started", "kind": "partition", "id": "p0"},
+    ...                 {"event": "started", "kind": "partition", "id": "p1"},
+    ...                 {"event": "finished", "kind": "partition", "id": "p0"}])
+    {'p1'}
+    """
+    running: set[str] = set()
+    for e in list(events):
+        if e.get("kind") != "partition":
+            continue
+        if e.get("event") == "started":
+            running.add(e["id"])
+        elif e.get("event") in ("finished", "failed"):
+            running.discard(e["id"])
+    return running
+
+
+def _write_ended(record_path: str, record: dict, encoded: Mapping[str, str], error: BaseException, cancel: Cancel,
+                 runtime: Any, stream: EventStream, started: float, first_written: Callable[..., None]) -> None:
+    """The record of a run that ended outside its normal end (an interrupt, an error in the engine itself):
+    ``cancelled`` for an interrupt or a cancellation, ``failed`` otherwise; never left ``running``."""
+    first_written(raise_error=False)
+    now = time.time()
+    stopped = isinstance(error, (Cancelled, KeyboardInterrupt))
+    events = list(getattr(runtime, "events", None) or ())
+    ending = {**record, "events": list(stream.events)}
+    if stopped:
+        if not cancel.requested:
+            cancel.request("SIGINT")
+        ending["cancelled"] = _cancel_info(cancel, events, runtime)
+    else:
+        ending["error"] = {"partition": None, "node": None, "message": f"{type(error).__name__}: {error}",
+                           "traceback": "".join(traceback.format_exception(error))}
+    _end_attempt(ending, "cancelled" if stopped else "failed", started, now)
+    try:
+        write_json_atomic(record_path, ending, {k: v for k, v in encoded.items() if k in ("plan", "manifest")})
+    except Exception:  # noqa: BLE001 - the error that ended the run is the one to report
+        pass
 
 
 def _cancel_info(cancel: Cancel, events: list[dict], runtime: Any, forced: bool = False) -> dict:

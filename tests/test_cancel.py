@@ -37,7 +37,7 @@ def hetflow(*argv: str) -> list[str]:
     return [sys.executable, "-m", "hetflow.engine.cli", *argv]
 
 
-def start_and_signal(argv: list[str], signals: list[int], when) -> tuple[int, str, list[dict]]:
+def start_and_signal(argv: list[str], signals: list[int], when, gap: float = 0.05) -> tuple[int, str, list[dict]]:
     """Start ``hetflow`` with JSON events on stderr; send ``signals`` once ``when(event)`` is true."""
     proc = subprocess.Popen(hetflow(*argv, "--log-format", "json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
@@ -51,7 +51,7 @@ def start_and_signal(argv: list[str], signals: list[int], when) -> tuple[int, st
             if when(event):
                 for i, sig in enumerate(signals):
                     if i:
-                        time.sleep(0.05)
+                        time.sleep(gap)
                     os.kill(proc.pid, sig)
                 break
         out, rest = proc.communicate(timeout=60)
@@ -179,3 +179,100 @@ def test_signal_during_a_sweep_cancels_it_and_resume_runs_only_unfinished_points
     resumed = json.loads((runs / first["run_id"] / "record.json").read_text())
     assert resumed["status"] == "succeeded" and resumed["cache"]["hits"] == cancelled["cancelled"]["finished"]
     assert len(list(runs.glob("*/record.json"))) == 2
+
+
+def test_sighup_cancels_like_sigterm_and_exits_129(tmp_path):
+    path, runs = long_manifest(tmp_path), tmp_path / "runs"
+    rc, out, _ = start_and_signal(["run", path, "--runs-dir", str(runs)], [signal.SIGHUP], long_partition_started)
+    assert rc == 129
+    record = only_record(runs)
+    assert record["status"] == "cancelled" and record["cancelled"]["signal"] == "SIGHUP"
+    assert record["attempts"][-1]["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("parallel", ["1", "2"])
+def test_two_sigints_in_a_sweep_leave_every_record_and_the_summary_final(tmp_path, uninterrupted_sweep, parallel):
+    path, runs = long_manifest(tmp_path, SWEEP), tmp_path / "runs"
+    rc, out, _ = start_and_signal(["run", path, "--runs-dir", str(runs), "--parallel", parallel],
+                                  [signal.SIGINT, signal.SIGINT], long_partition_started, gap=0.01)
+    assert rc == 130
+    (sweep_file,) = runs.glob("*/sweep.json")
+    summary = json.loads(sweep_file.read_text())
+    assert out.splitlines()[-1] == summary["sweep_id"]
+    assert summary["status"] == "cancelled" and summary["ended_at"] and summary["duration_s"] > 0
+    assert summary["cancelled"]["signal"] == "SIGINT"
+    started = [p for p in summary["points"] if p["status"] != "pending"]
+    assert started and all(p["status"] in ("cancelled", "succeeded", "failed") for p in summary["points"] if p["run_id"])
+    for point in started:  # every point that started names its run, whose record is final
+        record = json.loads((runs / point["run_id"] / "record.json").read_text())
+        assert record["status"] in ("cancelled", "succeeded"), record["status"]
+    assert not list(runs.glob("*/.tmp-*"))
+
+    rc, result = run_json("run", path, "--runs-dir", str(runs), "--resume", summary["sweep_id"])
+    assert rc == 0 and result["status"] == "succeeded"
+    assert {p["name"]: p["outputs"] for p in uninterrupted_sweep["points"]} == \
+        {p["name"]: p["outputs"] for p in result["points"]}
+    assert {p["run_id"] for p in started} <= {p["run_id"] for p in result["points"]}  # no record orphaned
+    resumed = json.loads(sweep_file.read_text())
+    assert [a["status"] for a in resumed["attempts"]] == ["cancelled", "succeeded"]
+    assert resumed["attempts"][0]["cancelled"]["signal"] == "SIGINT"
+    assert resumed["started_at"] == summary["started_at"]
+    assert resumed["duration_s"] == pytest.approx(sum(a["duration_s"] for a in resumed["attempts"]), abs=1e-5)
+
+
+def test_resume_keeps_every_attempt_of_a_run(tmp_path, uninterrupted):
+    path, runs = long_manifest(tmp_path), tmp_path / "runs"
+    rc, _, _ = start_and_signal(["run", path, "--runs-dir", str(runs)], [signal.SIGTERM], long_partition_started)
+    assert rc == 143
+    first = only_record(runs)
+    rc, result = run_json("run", path, "--runs-dir", str(runs), "--resume", first["run_id"])
+    assert rc == 0 and result["outputs"] == uninterrupted
+    record = only_record(runs)
+    one, two = record["attempts"]
+    assert one["status"] == "cancelled" and one["cancelled"]["signal"] == "SIGTERM"
+    assert one["started_at"] == first["started_at"] == record["started_at"]
+    assert one["duration_s"] == first["duration_s"] and one["events"] == first["events"]
+    assert two["status"] == "succeeded" and two["started_at"] > one["ended_at"] and "events" not in two
+    assert record["duration_s"] == pytest.approx(one["duration_s"] + two["duration_s"], abs=1e-5)
+    assert record["ended_at"] == two["ended_at"]
+
+
+@pytest.mark.slow
+def test_sigterm_on_a_cluster_names_the_partition_it_abandons(tmp_path):
+    path, runs = long_manifest(tmp_path), tmp_path / "runs"
+    rc, _, _ = start_and_signal(["run", path, "--runs-dir", str(runs), "--workers", "1"], [signal.SIGTERM],
+                                long_partition_started)
+    assert rc == 143
+    record = only_record(runs)
+    long_ = record["nodes"][f"m{CHAIN}"]["partition"]
+    assert record["status"] == "cancelled" and record["cancelled"]["abandoned"] == [long_]
+
+
+@pytest.mark.parametrize("sweep", [False, True])
+def test_keyboard_interrupt_in_the_python_api_leaves_final_records(tmp_path, sweep):
+    import threading
+
+    import hetflow
+    from hetflow.engine.errors import RunCancelled
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import faultinject  # a chain of steps that sleep: its length does not depend on the machine's speed
+
+    path, runs = str(faultinject.write_workloads(tmp_path)["sweep" if sweep else "run"]), tmp_path / "runs"
+    timer = threading.Timer(0.8, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises((RunCancelled, KeyboardInterrupt)):
+            if sweep:
+                hetflow.sweep(path, runs_dir=runs, parallel=2)
+            else:
+                hetflow.run(path, runs_dir=runs)
+    finally:
+        timer.cancel()
+    records = [json.loads(p.read_text()) for p in runs.glob("*/record.json")]
+    assert records and all(r["status"] in ("cancelled", "succeeded") for r in records)
+    assert any(r["status"] == "cancelled" for r in records)
+    if sweep:
+        (summary,) = [json.loads(p.read_text()) for p in runs.glob("*/sweep.json")]
+        assert summary["status"] == "cancelled" and summary["ended_at"]
+        assert all(p["status"] != "running" for p in summary["points"])

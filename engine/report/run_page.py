@@ -22,7 +22,7 @@ from hetflow.engine.report.page import _kv_table, _page, _section, _status_badge
 from hetflow.engine.report.text import (_EMULATOR_COLOUR, _KIND_COLOURS, _PALETTE, _bytes, _e, _executor_colour, _fit,
                                         _fmt_num, _fmt_seconds, _nice_step, _shape_text)
 
-__all__ = ["GRAPH_MODES", "render_run"]
+__all__ = ["GRAPH_MODES", "render_run", "section_attempts"]
 
 GRAPH_MODES = ("auto", "graphviz", "builtin")
 
@@ -34,7 +34,10 @@ def render_run(run_dir: str, record: Mapping[str, Any], *, graph: str = "auto") 
     manifest = record.get("manifest") or {}
     title = f"{manifest.get('name') or 'run'} · {record.get('run_id', '')} · hetflow report"
     nav = [("plan", "Plan"), ("timeline", "Timeline"), ("outputs", "Outputs"), ("failures", "Failures")]
-    body = (_section_header(record) + _section_plan(record, graph) + _section_timeline(record)
+    attempts = section_attempts(record)
+    if attempts:
+        nav.insert(0, ("attempts", "Attempts"))
+    body = (_section_header(record) + attempts + _section_plan(record, graph) + _section_timeline(record)
             + _section_outputs(run_dir, record) + _section_failures(record))
     return _page(title, nav, body)
 
@@ -81,6 +84,47 @@ def _section_header(record: Mapping[str, Any]) -> str:
                + inv_rows + "</tbody></table></details>" if inv_rows else "")
             + "</header>")
     return body
+
+
+def section_attempts(record: Mapping[str, Any]) -> str:
+    """The attempts of a resumed run or sweep, one row each; nothing for one that ran once.
+
+    >>> html = section_attempts({"attempts": [
+    ...     {"attempt": 1, "started_at": "t0", "ended_at": "t1", "duration_s": 2.0, "status": "cancelled",
+    ...      "cancelled": {"signal": "SIGTERM", "finished": ["p0"]}},
+    ...     {"attempt": 2, "started_at": "t2", "ended_at": "t3", "duration_s": 1.0, "status": "succeeded",
+    ...      "cache_hits": ["p0"]}]})
+    >>> "Resumed" in html and "SIGTERM" in html and html.count("<tr>") == 3
+    True
+    >>> section_attempts({"attempts": [{"attempt": 1, "status": "succeeded"}]})
+    ''
+    """
+    attempts = [a for a in record.get("attempts") or [] if isinstance(a, Mapping)]
+    if len(attempts) < 2:
+        return ""
+    rows = []
+    for a in attempts:
+        notes = []
+        cancelled = a.get("cancelled")
+        if isinstance(cancelled, Mapping):
+            done = cancelled.get("finished")
+            notes.append(f"cancelled by {cancelled.get('signal')}" + (" (forced exit)" if cancelled.get("forced_exit") else "")
+                         + (f"; {len(done)} finished" if isinstance(done, list) else ""))
+        if a.get("status") == "died":
+            notes.append("its process ended without writing its record (killed, or the machine stopped)")
+        if a.get("error"):
+            notes.append(str(a["error"]))
+        owner = a.get("owner") if isinstance(a.get("owner"), Mapping) else {}
+        where = f"pid {owner.get('pid')} on {owner.get('host')}" if owner else "—"
+        rows.append(f"<tr><td class=\"num\">{_e(a.get('attempt'))}</td><td>{_status_badge(a.get('status') or 'unknown')}</td>"
+                    f"<td>{_e(a.get('started_at') or '—')}</td><td>{_e(a.get('ended_at') or '—')}</td>"
+                    f"<td class=\"num\">{_e(_fmt_seconds(a.get('duration_s')))}</td><td>{_e(where)}</td>"
+                    f"<td>{_e('; '.join(notes) or '—')}</td></tr>")
+    lede = (f'<p>Resumed: {len(attempts)} attempts, {_e(_fmt_seconds(record.get("duration_s")))} in all. '
+            "Each later attempt took what earlier ones had finished from the cache.</p>")
+    table = ('<table class="grid"><thead><tr><th>attempt</th><th>status</th><th>started</th><th>ended</th>'
+             '<th>duration</th><th>process</th><th>notes</th></tr></thead><tbody>' + "".join(rows) + "</tbody></table>")
+    return _section("attempts", "Attempts", lede + table)
 
 
 def _matrix_point(point: Any) -> str:
@@ -314,7 +358,7 @@ def _section_failures(record: Mapping[str, Any]) -> str:
     failed = [n for n, v in nodes.items() if (v or {}).get("status") in _FAILED]
     skipped = [n for n, v in nodes.items() if (v or {}).get("status") in ("cancelled", "not run")]
     if not failed and not error:
-        if record.get("status") == "running":
+        if record.get("status") in ("running", "died"):
             return _section("failures", "Failures", '<p class="muted">The run has not finished (or crashed before '
                             'writing its final record).</p>')
         return _section("failures", "Failures", '<p class="ok-text">No stage failed.</p>')

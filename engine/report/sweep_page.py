@@ -12,11 +12,11 @@ from typing import Any, Mapping
 
 from hetflow.engine.report.data import _is_number, _sweep_points
 from hetflow.engine.report.page import _kv_table, _page, _section, _status_badge
+from hetflow.engine.report.run_page import section_attempts
+from hetflow.engine.runs import SWEEP_FORMAT
 from hetflow.engine.report.text import _PALETTE, _e, _fmt_num, _fmt_seconds
 
 __all__ = ["SWEEP_FORMAT", "render_sweep"]
-
-SWEEP_FORMAT = 1
 
 
 def render_sweep(sweep_dir: str, sweep: Mapping[str, Any], *, runs_dir: str = "runs") -> str:
@@ -65,8 +65,11 @@ def render_sweep(sweep_dir: str, sweep: Mapping[str, Any], *, runs_dir: str = "r
     plots = [x for x in plots if x]
     plot_html = (f'<div class="plots">{"".join(plots)}</div>' if plots else
                  '<p class="muted">No scalar output to plot (an output with one element is plotted against each swept param).</p>')
-    body = header + _section("points", "Points", table) + _section("plots", "Scalar outputs by param", plot_html)
-    return _page(f"{name} · sweep · hetflow report", [("points", "Points"), ("plots", "Plots")], body)
+    attempts = section_attempts(sweep)
+    body = (header + attempts + _section("points", "Points", table)
+            + _section("plots", "Scalar outputs by param", plot_html))
+    nav = ([("attempts", "Attempts")] if attempts else []) + [("points", "Points"), ("plots", "Plots")]
+    return _page(f"{name} · sweep · hetflow report", nav, body)
 
 
 def _sweep_plot(points: list[dict], output: str, param: str, others: list[str]) -> str:

@@ -1,0 +1,49 @@
+"""Faults at seeded random moments in real ``hetflow run`` processes leave true records (see tests/faultinject.py).
+
+Each trial is a real process: a run, a sweep, a ``--parallel 2`` sweep or
+a run on a local Dask cluster, sent a signal (SIGINT, two SIGINTs, SIGTERM,
+SIGHUP, SIGKILL) or having its stdout or stderr pipe closed at a random
+moment. Afterwards every record is terminal or shown as died, no crash log
+was written, and a resume gives a clean run's outputs without running a
+finished partition again. ``bench/faults.py`` runs hundreds of these.
+"""
+
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import faultinject as fi  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+SEED = 20261204
+TRIALS = (fi.plan_trials(21, SEED, ("run", "sweep-parallel", "sweep"))
+          + fi.plan_trials(3, SEED, ("cluster",), ("SIGTERM", "SIGKILL", "close-stdout")))
+
+
+@pytest.fixture(scope="module")
+def workloads(tmp_path_factory):
+    root = tmp_path_factory.mktemp("faults")
+    manifests = fi.write_workloads(root / "manifests")
+    return manifests, fi.clean_outputs(manifests, root)
+
+
+@pytest.mark.parametrize("trial", TRIALS, ids=lambda t: f"{t.index}-{t.workload}-{t.fault}-{t.delay_s}s")
+def test_a_fault_at_a_random_moment_leaves_true_records_and_a_resume_that_matches(trial, workloads, tmp_path):
+    manifests, clean = workloads
+    verdict = fi.run_trial(trial, manifests, tmp_path, clean)
+    assert verdict.ok, (verdict.lies, verdict.crash_logs, verdict.resume_differed, verdict.reran, verdict.statuses)
+    allowed = {fi.EXPECTED_EXIT[trial.fault]}
+    if trial.fault.startswith("SIG"):
+        # after the work is done a signal finds nothing to stop; before hetflow's handlers are in place (the
+        # first tenths of a second, before anything is written) it ends the process as it ends any other
+        allowed |= {0, -int(getattr(signal, trial.fault.partition("*")[0]))}
+    assert verdict.exit_code in allowed, (verdict.exit_code, verdict.stdout_tail)
+    if trial.fault.startswith("close-"):
+        assert all(s.endswith(":succeeded") for s in verdict.statuses), verdict.statuses
+    if verdict.top_id and trial.fault not in ("SIGKILL", "close-stdout") and verdict.exit_code >= 0:
+        # every outcome that has an id ends stdout with it: id=$(hetflow run ... | tail -1) holds
+        assert verdict.stdout_tail.splitlines()[-1] == verdict.top_id, verdict.stdout_tail
