@@ -219,6 +219,7 @@ def _jobs(path: str, doc: Document | None, overrides: dict, point: str | None, r
         record = read_record(runs_dir, resume)
         if os.path.abspath(record["manifest"]["file"]) != os.path.abspath(path):
             raise UsageError(f"run {resume} ran {record['manifest']['file']}, not {path}")
+        _refuse_live("run", resume, record)
         return None, [(manifest_from_record(record), record.get("matrix_point"), record.get("overrides") or {})]
     doc = doc or load(path)
     if not matrix.has_matrix(doc):
@@ -230,6 +231,16 @@ def _jobs(path: str, doc: Document | None, overrides: dict, point: str | None, r
         points = [matrix.select(points, point)]
     return doc, [(compile_manifest(doc, {**overrides, **p.values}), {"name": p.name, "values": dict(p.values)}, overrides)
                  for p in points]
+
+
+def _refuse_live(kind: str, ident: str, data: Mapping[str, Any]) -> None:
+    """A ``--resume`` of a run or sweep whose process still runs it is a :class:`UsageError`."""
+    from hetflow.engine import owner
+
+    if data.get("status") == "running" and owner.alive(data.get("owner")) is True:
+        who = data.get("owner") or {}
+        raise UsageError(f"{kind} {ident} is still running (pid {who.get('pid')} on {who.get('host')}); "
+                         "stop it first, or wait for it to end")
 
 
 @contextlib.contextmanager
@@ -404,12 +415,7 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
             raise UsageError("--resume continues a sweep with the params it had; it takes no -p")
         if os.path.abspath(summary["manifest"]) != os.path.abspath(path):
             raise UsageError(f"sweep {resume} ran {summary['manifest']}, not {path}")
-        from hetflow.engine import owner
-
-        if summary.get("status") == "running" and owner.alive(summary.get("owner")) is True:
-            who = summary.get("owner") or {}
-            raise UsageError(f"sweep {resume} is still running (pid {who.get('pid')} on {who.get('host')}); "
-                             "stop it first, or wait for it to end")
+        _refuse_live("sweep", resume, summary)
         doc = doc or load(path)
         given = dict(summary.get("overrides") or {})
         todo = []

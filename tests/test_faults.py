@@ -47,3 +47,26 @@ def test_a_fault_at_a_random_moment_leaves_true_records_and_a_resume_that_matche
     if verdict.top_id and trial.fault not in ("SIGKILL", "close-stdout") and verdict.exit_code >= 0:
         # every outcome that has an id ends stdout with it: id=$(hetflow run ... | tail -1) holds
         assert verdict.stdout_tail.splitlines()[-1] == verdict.top_id, verdict.stdout_tail
+
+
+def test_resume_of_a_run_or_sweep_whose_process_still_runs_is_refused(tmp_path):
+    import json
+    import subprocess
+    import time
+
+    manifests = fi.write_workloads(tmp_path / "manifests")
+    runs = tmp_path / "runs"
+    for kind, name in (("run", "record.json"), ("sweep", "sweep.json")):
+        proc = subprocess.Popen(fi.hetflow("run", str(manifests[kind]), "--runs-dir", str(runs), "--quiet"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 30
+            while not list(runs.glob(f"*/{name}")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            (entry,) = [p.parent.name for p in runs.glob(f"*/{name}")
+                        if json.loads(p.read_text()).get("owner", {}).get("pid") == proc.pid]
+            code, result = fi.cli_json("run", str(manifests[kind]), "--runs-dir", str(runs), "--resume", entry, "--json")
+            assert code == 2 and "is still running" in result["message"], result
+        finally:
+            proc.kill()
+            proc.wait()
