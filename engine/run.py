@@ -268,13 +268,8 @@ def _execute(
         # A second signal: the process ends now; leave a record that says so, unless the full one is written.
         if final_written.is_set():
             return
-        first_written(raise_error=False)
-        now = time.time()
-        events = list(runtime.events) if runtime is not None else []
-        ending = {**record, "cancelled": _cancel_info(cancel, events, runtime, forced=True),
-                  "events": list(stream.events)}
-        _end_attempt(ending, "cancelled", started, now)
-        write_json_atomic(record_path, ending, {k: v for k, v in encoded.items() if k not in ("events", "tasks", "nodes")})
+        _write_ended(record_path, record, encoded, Cancelled(cancel.signal, cancel.at), cancel, runtime, stream,
+                     started, first_written, forced=True)
         # the signal may have come in the middle of the final write, which never ends now
         remove_partial_writes(record_path)
 
@@ -508,9 +503,10 @@ def _still_running(events: list[dict]) -> set[str]:
 
 
 def _write_ended(record_path: str, record: dict, encoded: Mapping[str, str], error: BaseException, cancel: Cancel,
-                 runtime: Any, stream: EventStream, started: float, first_written: Callable[..., None]) -> None:
-    """The record of a run that ended outside its normal end (an interrupt, an error in the engine itself):
-    ``cancelled`` for an interrupt or a cancellation, ``failed`` otherwise; never left ``running``."""
+                 runtime: Any, stream: EventStream, started: float, first_written: Callable[..., None],
+                 forced: bool = False) -> None:
+    """The record of a run that ended outside its normal end (an interrupt, a second signal's forced exit, an
+    error in the engine itself): ``cancelled`` for the first two, ``failed`` otherwise; never left ``running``."""
     first_written(raise_error=False)
     now = time.time()
     stopped = isinstance(error, (Cancelled, KeyboardInterrupt))
@@ -519,7 +515,7 @@ def _write_ended(record_path: str, record: dict, encoded: Mapping[str, str], err
     if stopped:
         if not cancel.requested:
             cancel.request("SIGINT")
-        ending["cancelled"] = _cancel_info(cancel, events, runtime)
+        ending["cancelled"] = _cancel_info(cancel, events, runtime, forced=forced)
     else:
         ending["error"] = {"partition": None, "node": None, "message": f"{type(error).__name__}: {error}",
                            "traceback": "".join(traceback.format_exception(error))}
