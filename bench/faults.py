@@ -9,7 +9,8 @@ what did not succeed and compares the outputs with a clean run's
 (``tests/faultinject.py`` has the checks). The goals: 0 records that lied,
 0 resumes that differed, 0 finished partitions run again, 0 crash logs.
 
-    python bench/faults.py                      # 308 trials, seed 1
+    python bench/faults.py                      # 308 trials, seed 1, one at a time
+    python bench/faults.py --jobs 3             # three trials at once: a loaded machine, and faster
     python bench/faults.py --trials 40 --seed 7 --workloads run,sweep-parallel
 
 The counts go to stdout and ``bench/results_faults.json``.
@@ -24,6 +25,7 @@ import platform
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -38,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workloads", default=",".join(fi.WORKLOADS))
     parser.add_argument("--output", default=str(HERE / "results_faults.json"))
+    parser.add_argument("--jobs", type=int, default=1, help="trials run at once")
     args = parser.parse_args(argv)
     workloads = tuple(w for w in args.workloads.split(",") if w)
     unknown = set(workloads) - set(fi.WORKLOADS)
@@ -48,17 +51,20 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp)
         manifests = fi.write_workloads(root / "manifests")
         clean = fi.clean_outputs(manifests, root)
-        verdicts = []
-        for trial in fi.plan_trials(args.trials, args.seed, workloads):
+
+        def one(trial: fi.Trial) -> fi.Verdict:
             verdict = fi.run_trial(trial, manifests, root, clean)
-            verdicts.append(verdict)
             mark = "ok " if verdict.ok else "BAD"
-            print(f"{mark} {trial.index:4d} {trial.workload:<14} {trial.fault:<12} at {trial.delay_s:5.2f} s  "
-                  f"exit {verdict.exit_code}  {' '.join(verdict.statuses)}"
-                  + ("" if verdict.ok else f"  {verdict.lies + verdict.crash_logs + verdict.resume_differed + verdict.reran}"),
-                  flush=True)
-            for path in sorted(root.glob(f"trial-{trial.index:04d}")):
-                _remove(path)
+            problems = verdict.lies + verdict.crash_logs + verdict.resume_differed + verdict.reran
+            line = (f"{mark} {trial.index:4d} {trial.workload:<14} {trial.fault:<12} at {trial.delay_s:5.2f} s  "
+                    f"exit {verdict.exit_code}  {' '.join(verdict.statuses)}" + (f"  {problems}" if problems else ""))
+            sys.stdout.write(line + "\n")  # one write a line: trials run in threads
+            sys.stdout.flush()
+            _remove(root / f"trial-{trial.index:04d}")
+            return verdict
+
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            verdicts = list(pool.map(one, fi.plan_trials(args.trials, args.seed, workloads)))
     summary = {
         "trials": len(verdicts),
         "seed": args.seed,
@@ -72,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         "crash_logs": sum(len(v.crash_logs) for v in verdicts),
         "failures": [{"trial": v.trial.__dict__, "lies": v.lies, "crash_logs": v.crash_logs,
                       "resume_differed": v.resume_differed, "reran": v.reran} for v in verdicts if not v.ok],
+        "jobs": args.jobs,
         "seconds": round(time.time() - started, 1),
         "machine": f"{platform.node()} {platform.machine()} python {platform.python_version()}",
     }
