@@ -80,7 +80,9 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
         print(json.dumps(rows, indent=2), file=out)
         return EXIT_OK
     if not rows:
-        print(f"no runs in {args.runs_dir}", file=out)
+        filters = [f"{k} {v}" for k, v in (("manifest", args.manifest), ("status", args.status),
+                                            ("since", args.since)) if v is not None]
+        print(f"no runs in {args.runs_dir}" + (f" with {', '.join(filters)}" if filters else ""), file=out)
         return EXIT_OK
     head = ["id", "manifest", "point", "status", "started", "duration"]
     body = [[r["id"], r["manifest"] or "-", r["point"] or "-",
