@@ -28,12 +28,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Sequence
 
+from hetflow.engine import owner
 from hetflow.engine.cron import _UTC, Schedule, _slot_file, from_tree, slot_id
 from hetflow.engine.errors import UsageError
 from hetflow.engine.records import utc_iso, write_json_atomic
@@ -130,8 +130,8 @@ def claim(runs_dir: str, entry: Entry, slot: datetime, state: str = "claimed") -
 
 def claim_body(entry: Entry, slot: datetime, state: str, **more: Any) -> dict:
     """What a claim file holds: the slot, the manifest, the state, and which process on which host wrote it."""
-    return {"slot": slot_id(slot), "manifest": os.path.abspath(entry.file), "state": state, "pid": os.getpid(),
-            "host": socket.gethostname(), "at": utc_iso(time.time()), **more}
+    return {"slot": slot_id(slot), "manifest": os.path.abspath(entry.file), "state": state, **owner.current(),
+            "at": utc_iso(time.time()), **more}
 
 
 def mark(path: str, entry: Entry, slot: datetime, state: str, **more: Any) -> None:
@@ -150,15 +150,6 @@ def lock_active(path: str) -> bool:
         holder = json.loads(text) if text.strip() else {}
     except (OSError, ValueError):
         return False
-    pid = holder.get("pid")
-    if not isinstance(pid, int):
+    if not isinstance(holder, dict) or not isinstance(holder.get("pid"), int):
         return False
-    if holder.get("host") != socket.gethostname():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return owner.alive(holder) is not False  # another host's holder cannot be looked at: taken as live

@@ -26,10 +26,10 @@ import fcntl
 import hashlib
 import json
 import os
-import socket
 import time
 from typing import Any, Mapping
 
+from hetflow.engine import owner
 from hetflow.engine.errors import LockHeld  # raised here; defined with the other errors, which need no lock code
 
 __all__ = ["LockHeld", "RunLock", "lock_path", "manifest_locks", "stale_locks"]
@@ -89,7 +89,8 @@ class RunLock:
             if _same_file(fd, self.path):
                 break
             os.close(fd)  # its holder unlinked it on release after we opened it: lock the file now at the path
-        info = {"pid": os.getpid(), "host": socket.gethostname(), "manifest": self.manifest, "run": self.run,
+        # the holder as a record's owner (pid, host, boot, start time): a reused pid is not taken for it
+        info = {**owner.current(), "manifest": self.manifest, "run": self.run,
                 "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
@@ -172,18 +173,9 @@ _SETTLE_S = 0.5
 
 def _settling(holder: Mapping[str, Any]) -> bool:
     """Whether the lock's holder is passing: the file names no one, or a process of this host that is gone."""
-    pid = holder.get("pid")
-    if not isinstance(pid, int):
+    if not isinstance(holder.get("pid"), int):
         return True
-    if holder.get("host") != socket.gethostname():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
+    return owner.alive(holder) is False
 
 
 def _same_file(fd: int, path: str) -> bool:
