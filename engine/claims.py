@@ -1,13 +1,21 @@
 """A scheduled manifest and its state on disk: which manifests, the slots claimed or recorded, the claims.
 
+A schedule's identity is its manifest's ``name`` within a runs directory,
+not the file's path: a copy of the file, or the folder moved, continues
+the same history and takes the same run lock. Two different files that
+claim one name in one invocation are an error (:func:`check_identities`).
+
 The *history* of a manifest (:func:`history`) is the set of slots that
-have a **claim** (a file ``RUNS_DIR/.schedule/NAME-HASH/SLOT.json``,
-created with ``O_CREAT | O_EXCL`` so exactly one process wins it,
-:func:`claim`) or a **record** (a run record whose ``schedule.slot``
-names it, for this manifest file). A claim is rewritten as its slot
-moves on (:func:`mark`: started, succeeded, failed, skipped). A manifest
-is *active* while a live process holds one of its run locks
-(:func:`lock_active`). :mod:`hetflow.engine.schedule` decides and runs
+have a **claim** (a file ``RUNS_DIR/.schedule/NAME/SLOT.json``, created
+with ``O_CREAT | O_EXCL`` so exactly one process wins it, :func:`claim`)
+or a **record** (a run record whose ``schedule.slot`` names it, for a
+manifest of this name). A claim is rewritten as its slot moves on
+(:func:`mark`: claimed, queued, started, then one of :data:`TERMINAL`).
+The step to a terminal state is taken under ``flock`` of the slot's log
+(:func:`settling`), so exactly one process does a slot's book-keeping.
+A manifest is *active* while a live process holds the run lock a slot's
+run would take: its name with the schedule's resolved params
+(:meth:`Entry.active`). :mod:`hetflow.engine.schedule` decides and runs
 the due slots; :mod:`hetflow.engine.serve` keeps doing so.
 
 Examples
@@ -25,43 +33,58 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from hetflow.engine import owner
 from hetflow.engine.cron import _UTC, Schedule, _slot_file, from_tree, slot_id
 from hetflow.engine.errors import UsageError
 from hetflow.engine.records import utc_iso, write_json_atomic
 
-__all__ = ["Entry", "discover", "load_entry", "history", "claim", "claim_body", "mark", "lock_active"]
+__all__ = ["TERMINAL", "Entry", "discover", "load_entry", "check_identities", "history", "slot_records", "claim", "claim_body", "mark",
+           "read_claim", "settling", "lock_active"]
+
+#: the states a claim ends in; ``died``: its run, or the scheduler that claimed it, ended without a result
+TERMINAL = ("succeeded", "failed", "skipped", "died")
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One scheduled manifest: its file, name and schedule, and where its claims go."""
+    """One scheduled manifest: its file, name and schedule, the params its runs resolve to, where its claims go."""
 
     file: str
     name: str
     schedule: Schedule
+    params: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def key(self) -> str:
-        digest = hashlib.sha256(os.path.abspath(self.file).encode()).hexdigest()[:12]
-        return f"{self.name}-{digest}"
+        return self.name
 
     def claims_dir(self, runs_dir: str) -> str:
         return os.path.join(runs_dir, ".schedule", self.key)
 
-    def active(self, runs_dir: str) -> bool:
-        """Whether a live process holds a run lock of this manifest, with any params."""
-        from hetflow.engine.locks import manifest_locks
+    def legacy_claims_dir(self, runs_dir: str) -> str:
+        """Where claims went while a schedule was its file's path (``NAME-HASH``): read for the history only."""
+        digest = hashlib.sha256(os.path.abspath(self.file).encode()).hexdigest()[:12]
+        return os.path.join(runs_dir, ".schedule", f"{self.name}-{digest}")
 
-        return any(lock_active(path) for path in manifest_locks(runs_dir, self.file, self.name))
+    def active(self, runs_dir: str) -> bool:
+        """Whether a live process holds the run lock a slot's run would take (this name, these params).
+
+        The one rule of overlap, for runs by hand and scheduled ones alike: a
+        run with other params neither blocks a slot nor is blocked by one.
+        """
+        from hetflow.engine.locks import lock_path
+
+        return lock_active(lock_path(runs_dir, self.file, self.name, self.params))
 
 
 def discover(paths: Sequence[str]) -> list[str]:
@@ -88,30 +111,62 @@ def load_entry(file: str) -> Entry | None:
     if sched is None:
         return None
     if sched.params:
-        compile_manifest(doc, sched.params)
-    return Entry(file, manifest.name, sched)
+        manifest = compile_manifest(doc, sched.params)
+    return Entry(file, manifest.name, sched, dict(manifest.params))
+
+
+def check_identities(entries: Sequence[Entry]) -> list[Entry]:
+    """The entries with one per name: a copy of a file (same bytes) counts once; two different files
+    with one name are a :class:`~hetflow.engine.errors.UsageError` that names both.
+    """
+    first: dict[str, Entry] = {}
+    for entry in entries:
+        seen = first.get(entry.name)
+        if seen is None:
+            first[entry.name] = entry
+        elif not _same_text(seen.file, entry.file):
+            raise UsageError(f"{seen.file} and {entry.file} both name the manifest {entry.name!r} but differ; a schedule "
+                             "is its manifest's name within a runs directory: rename one, or give the same file")
+    return list(first.values())
+
+
+def _same_text(a: str, b: str) -> bool:
+    if os.path.abspath(a) == os.path.abspath(b):
+        return True
+    try:
+        with open(a, "rb") as fa, open(b, "rb") as fb:
+            return fa.read() == fb.read()
+    except OSError:
+        return False
 
 
 def history(runs_dir: str, entry: Entry) -> dict[str, str]:
     """Slot id -> state for every slot of ``entry`` claimed or recorded in ``runs_dir``."""
-    from hetflow.engine.runs import iter_entries
-
     done: dict[str, str] = {}
-    folder = entry.claims_dir(runs_dir)
-    if os.path.isdir(folder):
-        for name in os.listdir(folder):
+    for folder in (entry.legacy_claims_dir(runs_dir), entry.claims_dir(runs_dir)):
+        for name in os.listdir(folder) if os.path.isdir(folder) else []:
             if name.endswith(".json"):
                 try:
                     slot = datetime.strptime(name[:-5], "%Y%m%dT%H%M%SZ").replace(tzinfo=_UTC)
                 except ValueError:
                     continue
                 done[slot_id(slot)] = "claimed"
-    me = os.path.abspath(entry.file)
+    for slot, data in slot_records(runs_dir, entry.name).items():
+        done[slot] = data.get("status") or "recorded"
+    return done
+
+
+def slot_records(runs_dir: str, name: str) -> dict[str, dict]:
+    """Slot id -> the newest run record of that slot, for the manifest ``name``."""
+    from hetflow.engine.runs import iter_entries
+
+    found: dict[str, dict] = {}
     for kind, _, data in iter_entries(runs_dir):
         slot = (data.get("schedule") or {}).get("slot") if kind == "run" else None
-        if slot and (data.get("manifest") or {}).get("file") == me:
-            done[slot] = data.get("status") or "recorded"
-    return done
+        if slot and (data.get("manifest") or {}).get("name") == name:
+            if slot not in found or (data.get("started_at") or "") > (found[slot].get("started_at") or ""):
+                found[slot] = data
+    return found
 
 
 def claim(runs_dir: str, entry: Entry, slot: datetime, state: str = "claimed") -> str | None:
@@ -137,6 +192,38 @@ def claim_body(entry: Entry, slot: datetime, state: str, **more: Any) -> dict:
 def mark(path: str, entry: Entry, slot: datetime, state: str, **more: Any) -> None:
     """Rewrite the claim at ``path`` with ``state`` (``started``, ``succeeded``, ``skipped``...) and ``more``."""
     write_json_atomic(path, claim_body(entry, slot, state, **more))
+
+
+def read_claim(path: str) -> dict:
+    """The body of the claim at ``path``; empty when it is gone or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            body = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+@contextlib.contextmanager
+def settling(path: str) -> Iterator[dict | None]:
+    """Hold the right to move the claim at ``path`` on; yields its body, or None when another process holds it.
+
+    The right is ``flock`` on the slot's log (created if need be), a file
+    that is only ever appended to, never replaced, so every process locks
+    the same inode. Whoever holds it rereads the claim and moves it on only
+    from a state that is not :data:`TERMINAL`: a slot is concluded, and its
+    hook run, exactly once however many processes try at once.
+    """
+    fd = os.open(path[:-5] + ".log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield None
+            return
+        yield read_claim(path)
+    finally:
+        os.close(fd)  # closing drops the flock
 
 
 def lock_active(path: str) -> bool:

@@ -86,7 +86,7 @@ from hetflow.engine.lowering import TaskGraph, lower
 from hetflow.engine.manifest import Manifest
 from hetflow.engine.planner import Plan
 from hetflow.engine.recovery import _Gone, _mark_cached, plan_recovery, recover
-from hetflow.engine.runtime import ClusterFailure
+from hetflow.engine.runtime import ClusterFailure, NotHeld
 from hetflow.engine.workerside import (
     CLOSE_WAIT_S,
     PLUGIN_PREFIX,
@@ -108,6 +108,8 @@ __all__ = ["Cluster", "WorkerInfo", "HetflowWorkerPlugin", "worker_offers", "pla
            "RESOURCE_PREFIX"]
 
 _POLL_S = 0.2
+# a recovery that keeps finding more lost is a cluster that keeps losing workers
+_MAX_RECOVERIES = 20
 _FLUSH_WAIT_S = 10.0
 _CONNECT_TIMEOUT_S = 10.0
 # A scheduler started a moment ago may not listen yet; past this, a refused connection means none is there.
@@ -146,13 +148,12 @@ class Cluster:
         Its workers' own logs are silenced: hetflow reports a failing task
         itself, and Dask's "Compute Failed" tracebacks would bury that.
 
-        Its scheduler runs without the active memory manager. Its
-        ReduceReplicas policy drops all but one copy of a result: once a
-        bridge's import has fetched the export's bytes, the copy that stays
-        may be the destination's, and when that worker dies Dask recomputes
-        the export on its own, on the source worker, whose activation was
-        released when the export first ran; the run then failed instead of
-        recovering (one run in nine of ``tests/test_distributed_recovery.py``).
+        Its scheduler runs without the active memory manager, for the cost
+        of a recovery, not for its correctness: ReduceReplicas keeps one
+        copy of a result, often the destination's copy of a bridge's bytes,
+        and a lost destination then costs the export and the partition
+        that made its tensor as well as the import. Recovery holds with it
+        on, as on any cluster hetflow joins (:mod:`hetflow.engine.recovery`).
         """
         import dask.config
         from distributed import LocalCluster
@@ -207,6 +208,15 @@ class Cluster:
         if self._owned is not None:
             self._owned.close()
             self._owned = None
+
+    def _ids(self) -> dict[str, str]:
+        """Each live worker's incarnation by address: its scratch folder, new in every worker process.
+
+        A nanny may restart a worker on the same address (a fixed
+        ``--worker-port``); the scheduler's identity gives no process id,
+        and the folder is what tells the restarted worker from the lost one.
+        """
+        return {a: str(w.get("local_directory") or a) for a, w in self._identity()["workers"].items()}
 
     def _identity(self, n_workers: int = -1) -> dict:
         """The scheduler's identity, asked now: ``Client.scheduler_info``'s cache is overwritten
@@ -341,7 +351,8 @@ class Cluster:
 
         graph = lower(plan, _OnWorker(run_id))
         client.subscribe_topic(topic, on_event)
-        plugin = HetflowWorkerPlugin(run_id, plan, cache)
+        ids = self._ids()
+        plugin = HetflowWorkerPlugin(run_id, plan, cache, ids)
         futures: dict[str, Any] = {}
         failure: BaseException | None = None
         results: list[Any] = []
@@ -359,17 +370,21 @@ class Cluster:
             generation: dict[str, int] = {}
             self._submit(plan, run_id, graph, futures, graph.dsk, generation, 0)
             finished: set[str] = set()
+            kept: dict[str, Any] = {}
             while True:
-                outcome = self._watch(plan, futures, finished)
+                outcome = self._watch(plan, futures, finished, ids, kept, graph)
                 if not isinstance(outcome, _Gone):
                     failure = outcome
                     break
+                if len(recoveries) >= _MAX_RECOVERIES:
+                    failure = ClusterFailure(f"run {run_id} gave up after {len(recoveries)} recoveries from lost "
+                                             f"workers; the last: {outcome.cause}", {"recoveries": list(recoveries)})
+                    break
                 plan = recover(self, plan, run_id, graph, futures, generation, outcome.workers, recoveries,
-                               phase_values, finished, stream, outcome.data)
+                               phase_values, finished, stream, outcome.data, kept=set(kept), cause=outcome.cause)
+                ids.update({a: i for a, i in self._ids().items() if a not in outcome.workers})
             if failure is None:
-                values = dict(zip(graph.output_keys.values(),
-                                  client.gather([futures[k] for k in graph.output_keys.values()])))
-                results = [values.get(k) for k in graph.keys]
+                results = [kept.get(k) for k in graph.keys]
         except Exception as e:  # noqa: BLE001 - recorded by execute, like a stage failure
             failure = failure or e
         live: dict[str, int] = {}
@@ -429,20 +444,33 @@ class Cluster:
                     workers=[plan.executors[executor].worker], allow_other_workers=False,
                 )
 
-    def _watch(self, plan: Plan, futures: dict[str, Any], finished: set[str]) -> BaseException | _Gone | None:
+    def _watch(self, plan: Plan, futures: dict[str, Any], finished: set[str], ids: Mapping[str, str],
+               kept: dict[str, Any], graph: TaskGraph) -> BaseException | _Gone | None:
         """Wait for every future: ``None``, the first failure, or the hosting workers that are gone.
 
         ``finished`` gathers the keys whose futures finished, as they do: a
         future of a result lost with its worker later says ``lost`` or
-        ``pending``, but the task did run.
+        ``pending``, but the task did run. An output's value is gathered
+        into ``kept`` as soon as it finishes and its future released: the
+        client's copy cannot be lost with a worker, so a finished output
+        never runs again. A hosting worker is gone when its address left
+        or came back with another Dask id (``ids``: a nanny restarting it on
+        a fixed port). A task that raised :class:`NotHeld` is Dask running
+        it again from lineage: that is a loss too, even when no hosting
+        worker left.
         """
         hosting = {e.worker for e in plan.executors.values()}
+        outputs = set(graph.output_keys.values())
         done: queue.Queue = queue.Queue()
 
         def on_done(f: Any, key: str) -> None:
             if f.status == "finished" and futures.get(key) is f:
                 finished.add(key)
             done.put((key, f))
+
+        def gone_now() -> list[str]:
+            alive = self._ids()
+            return sorted(w for w in hosting if alive.get(w) != ids.get(w, alive.get(w)) or w not in alive)
 
         for key, f in futures.items():
             f.add_done_callback(lambda f, key=key: on_done(f, key))
@@ -455,24 +483,41 @@ class Cluster:
                 key, f = None, None
             if f is not None and futures.get(key) is f and key in remaining:
                 remaining.discard(key)
+                if f.status == "finished" and key in outputs:
+                    try:
+                        kept[key] = f.result()
+                    except Exception:  # noqa: BLE001 - lost between finishing and the gather: a recovery reruns it
+                        remaining.add(key)
+                        finished.discard(key)
+                        gone = gone_now()
+                        if gone:
+                            return _Gone(gone, cause=f"worker {', '.join(gone)} left the cluster")
+                        continue
+                    futures.pop(key).release()
+                    continue
                 if f.status == "error":
-                    # Dask recomputes what a dead worker held from lineage, and a task run again that way fails
-                    # (its handles were given back): a failure that follows a hosting worker's loss is the loss
-                    alive = set(self._identity()["workers"])
-                    gone = sorted(w for w in hosting if w not in alive)
-                    return _Gone(gone) if gone else f.exception()
+                    # a failure that follows a hosting worker's loss is the loss
+                    gone = gone_now()
+                    exc = f.exception()
+                    if gone:
+                        return _Gone(gone, cause=f"worker {', '.join(gone)} left the cluster")
+                    if isinstance(exc, NotHeld):
+                        alive = self._ids()
+                        left = sorted(w.address for w in self.workers() if w.address not in alive)
+                        return _Gone(left, cause=str(exc))
+                    return exc
                 if f.status == "cancelled":
                     # the scheduler forgets scattered data lost with its only worker, and every task waiting on it
                     lost = sorted(k for k, g in futures.items() if k.startswith("phase:") and g.status != "finished")
                     if lost:
-                        alive = set(self._identity()["workers"])
-                        return _Gone(sorted(w.address for w in self.workers() if w.address not in alive), lost)
+                        alive = self._ids()
+                        return _Gone(sorted(w.address for w in self.workers() if w.address not in alive), lost,
+                                     cause=f"the only copy of {', '.join(lost)} was lost")
                     return ClusterFailure(f"task {f.key} was cancelled by the cluster", {"tasks": [str(f.key)]})
             if time.monotonic() >= poll:
-                alive = set(self._identity()["workers"])
-                gone = sorted(w for w in hosting if w not in alive)
+                gone = gone_now()
                 if gone:
-                    return _Gone(gone)
+                    return _Gone(gone, cause=f"worker {', '.join(gone)} left the cluster")
                 poll = time.monotonic() + _POLL_S
         return None
 

@@ -277,6 +277,11 @@ def format_line(event: dict) -> str:
         if what == "scattered":
             again = " again after a lost worker" if event.get("why") == "recovery" else ""
             return f"{event.get('key')} ({event.get('bytes')} B) scattered to {', '.join(event.get('workers') or ['?'])}{again}"
+        if what == "worker-lost":
+            who = f"worker {event.get('name')} ({event['worker']})" if event.get("worker") else "a task Dask ran again"
+            moved = "".join(f"; {n} re-created on worker {w}" for n, w in sorted((event.get("moved") or {}).items()))
+            rerun = ", ".join(event.get("rerun") or []) or "nothing"
+            return f"{who} lost at {event.get('at')}{moved}; running again: {rerun}"
         if what == "warm-up":
             return f"worker {event.get('worker')} warmed up for run {event['id']} in {event.get('duration_s', 0):.3f} s"
         tail = f": {event['error']}" if event.get("error") else ""

@@ -3,11 +3,11 @@
 A scheduled job (cron, Airflow) that starts while the previous run of the
 same manifest still runs must stop with a clear message instead of racing
 it, while different points of one sweep may run side by side. :class:`RunLock`
-is a file ``RUNS_DIR/.locks/NAME-HASH-PARAMS.lock`` (HASH of the manifest's
-absolute path, PARAMS of its resolved params' canonical JSON) held with
-``fcntl.flock``: the kernel drops
-the lock when its holder dies, however it dies, so a lock left behind by a
-dead process is simply taken over. The file also says who holds it (pid,
+is a file ``RUNS_DIR/.locks/NAME-PARAMS.lock`` (PARAMS a hash of the
+resolved params' canonical JSON; the manifest's path is not part of it, so
+a copy of the file is the same manifest) held with ``fcntl.flock``: the
+kernel drops the lock when its holder dies, however it dies, so a lock
+left behind by a dead process is simply taken over. The file also says who holds it (pid,
 host, run id, since when), which goes into the message a second run gets.
 
 The file lives only while it is held: :meth:`RunLock.release` unlinks it
@@ -36,23 +36,26 @@ __all__ = ["LockHeld", "RunLock", "lock_path", "manifest_locks", "stale_locks"]
 
 
 def lock_path(runs_dir: str, manifest_file: str, name: str, params: Mapping[str, Any] | None = None) -> str:
-    """The lock of manifest ``name`` in ``manifest_file`` run with the resolved ``params``.
+    """The lock of manifest ``name`` run with the resolved ``params``.
+
+    A manifest is its ``name`` within a runs directory, not its path: a copy of
+    the file, or the folder moved elsewhere, takes the same lock, so two copies
+    never run the same params at once. ``manifest_file`` is not part of it.
 
     >>> lock_path("runs", "/p/m.yaml", "m", {"b": 2, "a": 1}) == lock_path("runs", "/p/m.yaml", "m", {"a": 1, "b": 2})
     True
     >>> lock_path("runs", "/p/m.yaml", "m", {"a": 1}) != lock_path("runs", "/p/m.yaml", "m", {"a": 2})
     True
     """
-    digest = hashlib.sha256(os.path.abspath(manifest_file).encode()).hexdigest()[:12]
     tail = ""
     if params is not None:
         text = json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
         tail = "-" + hashlib.sha256(text.encode()).hexdigest()[:12]
-    return os.path.join(runs_dir, ".locks", f"{name}-{digest}{tail}.lock")
+    return os.path.join(runs_dir, ".locks", f"{name}{tail}.lock")
 
 
 def manifest_locks(runs_dir: str, manifest_file: str, name: str) -> list[str]:
-    """Every lock file of manifest ``name`` in ``manifest_file``, whatever its params."""
+    """Every lock file of manifest ``name``, whatever its params."""
     base = os.path.basename(lock_path(runs_dir, manifest_file, name))[: -len(".lock")]
     folder = os.path.join(runs_dir, ".locks")
     try:
@@ -133,7 +136,7 @@ def stale_locks(runs_dir: str, remove: bool = False) -> list[str]:
     []
     >>> open(lock_path(runs, "/p/m.yaml", "m"), "w").close()  # what a killed holder leaves
     >>> [os.path.basename(p) for p in stale_locks(runs, remove=True)], os.listdir(os.path.join(runs, ".locks"))
-    (['m-b1ae68d2b239.lock'], [])
+    (['m.lock'], [])
     """
     folder = os.path.join(runs_dir, ".locks")
     try:

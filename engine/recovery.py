@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from hetflow.engine.clusterphases import scatter
-from hetflow.engine.events import EventStream
+from hetflow.engine.events import EventStream, run_event
 from hetflow.engine.lowering import TaskGraph, bridge_ref, tensor_ref
 from hetflow.engine.planner import Plan
 from hetflow.engine.records import utc_iso
@@ -89,14 +89,20 @@ def _io(plan: Plan, graph: TaskGraph) -> tuple[dict[str, set[str]], dict[str, se
 
 
 def plan_recovery(plan: Plan, graph: TaskGraph, lost: set[str], finished: set[str], completed: set[str],
-                  live: set[str], lost_data: frozenset[str] = frozenset()) -> Recovery:
+                  live: set[str], lost_data: frozenset[str] = frozenset(), missing: frozenset[str] = frozenset(),
+                  kept: frozenset[str] = frozenset()) -> Recovery:
     """Which tasks run again after the executors ``lost`` died with their worker.
 
     ``finished``: tasks whose Dask futures had finished; ``completed``:
     tasks the surviving workers ran to the end (their own account, which
     may be ahead of the futures); ``live``: the refs the survivors hold;
     ``lost_data``: scattered phase arrays lost with their only worker
-    (the imports of them that had not finished run again).
+    (the imports of them that had not finished run again); ``missing``:
+    finished tasks whose Dask result no live worker holds any more (the
+    only copy was on a lost worker, whatever replica policy the cluster
+    runs), so that a value among them (an export's bytes) runs again when
+    a task still needs it and a task waiting on one is submitted again;
+    ``kept``: outputs whose value the client already holds, never run again.
     A handle-valued task (partition, import) that completed on a survivor
     is available to a consumer that has not run, whose reference it still
     holds; a value (export, output) is available when its executor
@@ -146,18 +152,19 @@ def plan_recovery(plan: Plan, graph: TaskGraph, lost: set[str], finished: set[st
         if dep.startswith("phase:") or is_lost(dep):
             return dep.startswith("phase:")
         if dep not in writes:
-            return True  # a value: kept by its future, which finishes unless it is in the rerun set
+            return dep not in missing  # a value: kept by its future, unless its only copy was lost
         return dep not in done or reads.get(consumer, set()) & writes[dep] <= live
 
     rerun = {k for k in dsk if is_lost(k) and k not in finished}
     # the scheduler forgot every unfinished task that waited on the data, even one a survivor had run
     rerun |= {k for k, task in dsk.items() if k not in finished and any(a in lost_data for a in task[1:] if isinstance(a, str))}
-    rerun |= {k for k in graph.output_keys.values() if is_lost(k) or k in shaky}
+    rerun |= {k for k in graph.output_keys.values() if (is_lost(k) or k in shaky) and k not in kept}
     changed = True
     while changed:
         changed = False
         for key in order:
-            if key not in rerun and key not in done and any(d in rerun or d in shaky or is_lost(d) for d in deps[key]):
+            if key not in rerun and key not in done and key not in kept and any(
+                    d in rerun or d in shaky or d in missing or is_lost(d) for d in deps[key]):
                 rerun.add(key)
                 changed = True
         for key in list(rerun):
@@ -182,12 +189,13 @@ class _Gone:
 
     workers: list[str]
     data: list[str] = dataclasses.field(default_factory=list)
+    cause: str = ""
 
 
 def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: dict[str, Any],
              generation: dict[str, int], gone: list[str], recoveries: list[dict],
              phase_values: Mapping[str, Any], finished: set[str], stream: EventStream,
-             lost_data: list[str] = ()) -> Plan:
+             lost_data: list[str] = (), *, kept: set[str] = frozenset(), cause: str = "") -> Plan:
     """Re-create the executors of the ``gone`` workers elsewhere and submit again what they lost.
 
     ``lost_data`` names scattered phase arrays whose only copy was on a
@@ -198,6 +206,15 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
     run is on; the plan it returns places the re-created executors.
     Raises :class:`ClusterFailure` when no live worker can host one of
     them: the run ends at once with the reason.
+
+    What Dask lost is asked of the scheduler, not assumed: every finished
+    result that no live worker holds is ``missing`` to :func:`plan_recovery`
+    (a replica policy such as ReduceReplicas may have left the only copy of
+    an export's bytes on the lost worker). Its old future is released, so
+    that Dask stops recomputing it from lineage; a recompute that ran
+    meanwhile was refused on the worker (:class:`~hetflow.engine.runtime.NotHeld`).
+    A ``worker-lost`` run event says which workers were lost, when, and
+    what runs again.
     """
     detected = time.time()
     names = {w.address: w.name for w in cluster.workers()}
@@ -214,6 +231,7 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
         tagged = [w for w in able if w.resources.get(RESOURCE_PREFIX + name, 0) > 0]
         if not able:
             offered = "; ".join(w.summary() for w in alive) or "no live workers"
+            _announce(stream, run_id, gone, names, detected, [], {}, cause)
             raise _lost(plan, graph, futures, gone, names,
                         f"no live worker can host executor {name!r}: none offers {e.vendor.value}"
                         + ("" if e.vendor is Vendor.cpu else f" device {e.device}")
@@ -235,8 +253,15 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
         completed.update(report["completed"])
         live.update(report["live"])
     ran = set(finished)
-    recovery = plan_recovery(plan, graph, lost, ran, completed, live, frozenset(lost_data))
+    missing = _missing(cluster.client, futures, ran, {w.address for w in alive})
+    recovery = plan_recovery(plan, graph, lost, ran, completed, live, frozenset(lost_data), frozenset(missing),
+                             frozenset(kept))
     rerun = set(recovery.rerun)
+    for key in missing - rerun:
+        # a handle-valued result whose handle a survivor still holds: its consumers are given None for it
+        f = futures.pop(key, None)
+        if f is not None:
+            f.release()
     # released, not cancelled: Dask cancels every dependent of a cancelled key, finished ones too,
     # while a released key is forgotten once no task waits for it (those that wait are rerun as well)
     for key in rerun | recovery.release:
@@ -263,7 +288,7 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
                 if dep.startswith("phase:") and futures[dep].status != "finished":
                     futures[dep], held = scatter(cluster.client, new_plan, run_id, stream, dep, phase_values[dep], "recovery")
                     rescattered.append({"key": dep, "bytes": phase_values[dep].nbytes, "workers": held})
-                if dep not in futures or dep in recovery.release:
+                if dep not in futures or dep in recovery.release or dep in missing:
                     given[dep] = None
     gen = max(generation.values(), default=0) + 1
     cluster._submit(new_plan, run_id, graph, futures, recovery.rerun, generation, gen, given)
@@ -278,11 +303,41 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
         "recomputed": [{"task": k, "executor": where[k].name if k in where else None,
                         "worker": where[k].worker if k in where else None,
                         "had_finished": k in ran or k in completed} for k in recovery.rerun],
-        "released": sorted(recovery.release),
+        "released": sorted(recovery.release | (missing - rerun)),
+        "missing": sorted(missing),
+        "cause": cause,
         "lost_data": sorted({*lost_data, *(r["key"] for r in rescattered)}),
         "rescattered": rescattered,
     })
+    _announce(stream, run_id, gone, names, detected, recoveries[-1]["recomputed"],
+              {n: (plan.executors[n].worker, e.worker_name) for n, e in moved.items()}, cause)
     return new_plan
+
+
+def _announce(stream: EventStream, run_id: str, gone: list[str], names: Mapping[str, str], detected: float,
+              recomputed: list[dict], moved: Mapping[str, tuple[str, str]], cause: str) -> None:
+    """One ``worker-lost`` run event per lost worker; ``worker: None`` when Dask alone recomputed a task.
+
+    ``moved`` maps each re-created executor to (its lost worker's address, its new worker's name).
+    """
+    rerun = [item["task"] for item in recomputed]
+    for address in gone or [None]:
+        stream.emit(run_event("worker-lost", run_id, worker=address, name=names.get(address) if address else None,
+                              at=utc_iso(detected), rerun=rerun, cause=cause,
+                              moved={n: to for n, (was, to) in moved.items() if was == address}))
+
+
+def _missing(client: Any, futures: Mapping[str, Any], finished: set[str], alive: set[str]) -> set[str]:
+    """The finished tasks whose Dask result no live worker holds (the scheduler's word, asked now)."""
+    # scattered phase data has no lineage: its loss is found and mended apart (``lost_data``)
+    keys = [k for k in finished if k in futures and not k.startswith("phase:")]
+    gone = {k for k in keys if futures[k].status != "finished"}
+    asked = [k for k in keys if k not in gone]
+    try:
+        holders = client.who_has([futures[k] for k in asked]) if asked else {}
+    except Exception:  # noqa: BLE001 - one of them was forgotten meanwhile: nothing asked is trusted
+        return set(keys)
+    return gone | {k for k in asked if not set(holders.get(futures[k].key, ())) & alive}
 
 
 def _lost(plan: Plan, graph: TaskGraph, futures: Mapping[str, Any], gone: list[str], names: Mapping[str, str],

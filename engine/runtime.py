@@ -39,7 +39,7 @@ from hetflow.engine.planner import Plan
 from hetflow.engine.records import micros
 from hetflow.executors.base import ActivationHandle, Dtype, Executor, ExecutorError, PortableActivation
 
-__all__ = ["StageTimedOut", "ClusterFailure", "HandleTable", "LocalRuntime", "abandoned_calls"]
+__all__ = ["StageTimedOut", "ClusterFailure", "NotHeld", "HandleTable", "LocalRuntime", "abandoned_calls"]
 
 # Executor calls given up by a timeout that are still running in this process, all runtimes together.
 _abandoned_lock = threading.Lock()
@@ -81,6 +81,18 @@ class ClusterFailure(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class NotHeld(RuntimeError):
+    """A task needs a handle or an executor its worker does not hold: Dask ran it again on its own.
+
+    Dask recomputes a lost result from its lineage, on whichever worker the
+    task's restrictions allow, a task that already ran included; the
+    handles such a task reads were given back when it first ran. The
+    cluster runtime raises this instead of touching an executor, and the
+    client turns it into a recovery of its own
+    (:mod:`hetflow.engine.recovery`), which knows what to run again.
+    """
 
 
 class HandleTable:
@@ -138,7 +150,10 @@ class HandleTable:
             return {ref: count for ref, (_, _, count) in self._live.items()}
 
     def get(self, ref: str) -> ActivationHandle:
-        return self._live[ref][1]
+        try:
+            return self._live[ref][1]
+        except KeyError:
+            raise NotHeld(f"handle {ref} is not held here: it was released, or never made on this worker") from None
 
     def done(self, ref: str) -> None:
         with self._lock:

@@ -1,11 +1,16 @@
 """``hetflow schedule serve``: the scheduler's loop, around the decisions of :mod:`hetflow.engine.schedule`.
 
 :class:`Server` loops: reread manifests whose file changed, reap finished
-runs, start due and queued slots, sleep until the next fire time or the
-poll interval. On SIGTERM it stops starting runs, gives the claims of
+runs, conclude the slots of runs whose scheduler is gone
+(:func:`~hetflow.engine.schedule.settle`), start queued slots, decide due
+slots, sleep until the next fire time or the poll interval. A backlog
+(more than one slot due at once, after downtime) is queued whole, oldest
+first, whatever ``max_active`` says; a single due slot meets
+``max_active``. On SIGTERM it stops starting runs, gives the claims of
 queued slots back, and *detaches* the runs still going (they run in
-their own session and write their own records); a restarted scheduler
-sees them through their records and run locks.
+their own session and write their own records); a restarted scheduler,
+or ``run-due``, sees them through their records and run locks and
+concludes each once it ends: its claim's terminal state and its hook.
 """
 
 from __future__ import annotations
@@ -19,8 +24,8 @@ from typing import Any, Callable, Sequence
 
 from hetflow.engine.cron import _UTC, due_slots, slot_id
 from hetflow.engine.errors import ManifestError, UsageError
-from hetflow.engine.claims import Entry, claim, discover, history, load_entry, mark
-from hetflow.engine.schedule import LOCKED, Child, Log, _finish, start
+from hetflow.engine.claims import Entry, check_identities, claim, discover, history, load_entry, mark
+from hetflow.engine.schedule import LOCKED, Child, Log, _finish, settle, start
 
 __all__ = ["Server"]
 
@@ -30,6 +35,14 @@ class _Watched:
     entry: Entry | None
     stamp: tuple
     error: str | None = None
+
+
+@dataclass
+class _Queued:
+    entry: Entry
+    slot: datetime
+    claim: str
+    backlog: bool = False
 
 
 class Server:
@@ -50,7 +63,8 @@ class Server:
         self.clock = clock
         self.watched: dict[str, _Watched] = {}
         self.running: list[Child] = []
-        self.queued: list[tuple[Entry, datetime, str]] = []
+        self.queued: list[_Queued] = []
+        self.settled: set[str] = set()
         self.stopping = False
 
     def scan(self) -> None:
@@ -76,6 +90,8 @@ class Server:
             try:
                 entry = load_entry(file)
                 error = None
+                if entry is not None:
+                    check_identities([w.entry for f, w in self.watched.items() if f != file and w.entry] + [entry])
             except ManifestError as e:
                 entry, error = None, "; ".join(str(d) for d in e.diagnostics)
             except UsageError as e:
@@ -93,11 +109,13 @@ class Server:
                 self.log("unscheduled", {"file": file, "manifest": seen.entry.name})
 
     def _active(self, entry: Entry) -> bool:
-        mine = os.path.abspath(entry.file)
-        return any(os.path.abspath(c.entry.file) == mine for c in self.running) or entry.active(self.runs_dir)
+        return any(c.entry.name == entry.name for c in self.running) or entry.active(self.runs_dir)
 
-    def _start(self, entry: Entry, slot: datetime, path: str) -> None:
-        child = start(entry, slot, self.runs_dir, path)
+    def _busy(self, entry: Entry) -> bool:
+        return self._active(entry) or any(q.entry.name == entry.name for q in self.queued)
+
+    def _start(self, entry: Entry, slot: datetime, path: str, backlog: bool = False) -> None:
+        child = start(entry, slot, self.runs_dir, path, backlog=backlog)
         self.running.append(child)
         self.log("started", {"manifest": entry.name, "slot": slot_id(slot), "pid": child.process.pid})
 
@@ -106,42 +124,52 @@ class Server:
             if child.process.poll() is None:
                 continue
             self.running.remove(child)
-            if child.process.returncode == LOCKED and child.entry.schedule.max_active == "queue":
-                self.queued.append((child.entry, child.slot, child.claim))
+            if child.process.returncode == LOCKED and (child.entry.schedule.max_active == "queue" or child.backlog):
+                self.queued.insert(0, _Queued(child.entry, child.slot, child.claim, child.backlog))
                 mark(child.claim, child.entry, child.slot, "queued")
                 self.log("queued", {"manifest": child.entry.name, "slot": slot_id(child.slot)})
                 continue
             _finish(child, self.log)
 
-    def tick(self) -> None:
-        """One round: reap, start queued slots whose manifest is idle, decide due slots."""
-        self.reap()
+    def _start_queued(self) -> None:
+        """Start each queued slot, oldest first, whose manifest is idle: one per manifest at a time."""
         for item in list(self.queued):
-            entry, slot, path = item
-            if not self._active(entry):
+            if not self._active(item.entry):
                 self.queued.remove(item)
-                self._start(entry, slot, path)
+                self._start(item.entry, item.slot, item.claim, item.backlog)
+
+    def tick(self) -> None:
+        """One round: reap, conclude runs left by a scheduler now gone, start queued slots, decide due slots."""
+        self.reap()
+        entries = list({w.entry.name: w.entry for w in self.watched.values() if w.entry is not None}.values())
+        for entry in entries:
+            settle(entry, self.runs_dir, self.log, self.settled)
+        self._start_queued()
         now = self.clock()
-        for watched in list(self.watched.values()):
-            entry = watched.entry
-            if entry is None:
-                continue
-            for slot in due_slots(entry.schedule, history(self.runs_dir, entry), now):
+        for entry in entries:
+            slots = due_slots(entry.schedule, history(self.runs_dir, entry), now)
+            backlog = len(slots) > 1
+            for slot in slots:
                 path = claim(self.runs_dir, entry, slot)
                 fields = {"manifest": entry.name, "slot": slot_id(slot)}
                 if path is None:
                     self.log("claimed-elsewhere", fields)
                     continue
                 policy = entry.schedule.max_active
-                if policy == "allow" or not self._active(entry):
+                if backlog:
+                    mark(path, entry, slot, "queued")
+                    self.queued.append(_Queued(entry, slot, path, backlog=True))
+                    self.log("queued", {**fields, "reason": "a backlog of missed slots runs one slot after another"})
+                elif policy == "allow" or not self._busy(entry):
                     self._start(entry, slot, path)
                 elif policy == "skip":
                     mark(path, entry, slot, "skipped", reason="a run of this manifest is active")
                     self.log("skipped", {**fields, "reason": "a run of this manifest is active"})
                 else:
                     mark(path, entry, slot, "queued")
-                    self.queued.append((entry, slot, path))
+                    self.queued.append(_Queued(entry, slot, path))
                     self.log("queued", fields)
+        self._start_queued()
 
     def _sleep_for(self) -> float:
         now = self.clock()
@@ -176,12 +204,12 @@ class Server:
         finally:
             for s, handler in old.items():
                 signal.signal(s, handler)
-        for entry, slot, path in self.queued:
+        for item in self.queued:
             try:
-                os.unlink(path)
+                os.unlink(item.claim)
             except OSError:
                 pass
-            self.log("unqueued", {"manifest": entry.name, "slot": slot_id(slot)})
+            self.log("unqueued", {"manifest": item.entry.name, "slot": slot_id(item.slot)})
         self.queued.clear()
         for child in self.running:
             self.log("detached", {"manifest": child.entry.name, "slot": slot_id(child.slot), "pid": child.process.pid})

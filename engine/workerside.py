@@ -26,7 +26,7 @@ from distributed import WorkerPlugin, get_worker
 
 from hetflow.engine.cache import Cache, CacheUse
 from hetflow.engine.planner import Plan
-from hetflow.engine.runtime import ClusterFailure, LocalRuntime
+from hetflow.engine.runtime import ClusterFailure, LocalRuntime, NotHeld
 from hetflow.executors import Offer, create, plugins, probe
 from hetflow.executors.base import Vendor
 
@@ -82,11 +82,16 @@ class HetflowWorkerPlugin(WorkerPlugin):
 
     idempotent = False
 
-    def __init__(self, run_id: str, plan: Plan, cache: CacheUse | None = None) -> None:
+    def __init__(self, run_id: str, plan: Plan, cache: CacheUse | None = None,
+                 ids: Mapping[str, str] | None = None) -> None:
         self.run_id = run_id
         self.paused = False
         self.revoked: set[tuple[str, int]] = set()
         self.completed: set[str] = set()
+        # (key, generation) of every bound task that entered here: Dask may run one again on its own
+        self.entered: set[tuple[str, int]] = set()
+        # each worker's scratch folder when the run started: a nanny may restart one on the same address
+        self.ids = dict(ids or {})
         # The cache folder must be one every worker can reach (a shared filesystem beyond one machine).
         self.cache = (cache.cache.root, cache.keys, cache.read, cache.write) if cache is not None else None
         self.name = PLUGIN_PREFIX + run_id
@@ -110,7 +115,8 @@ class HetflowWorkerPlugin(WorkerPlugin):
     def setup(self, worker: Any) -> None:
         _load_plugins(self.plugins, worker)
         # by address alone: a worker restarted under the same name hosts only what a recovery hands it
-        mine = [e for e, (address, _) in self.hosts.items() if worker.address == address]
+        mine = [e for e, (address, _) in self.hosts.items()
+                if worker.address == address and self.ids.get(address, worker.local_directory) == worker.local_directory]
         executors = {e: _create(self.plan.executors[e]) for e in mine}
         topic = PLUGIN_PREFIX + self.run_id
         self.runtime = LocalRuntime(self.plan, executors, emit=lambda event: worker.log_event(topic, event),
@@ -126,13 +132,28 @@ class HetflowWorkerPlugin(WorkerPlugin):
             self.runtime = None
 
     def enter(self, key: str | None = None, generation: int = 0) -> LocalRuntime:
-        """The runtime for one task; waits while a recovery holds the run, refuses a revoked task."""
+        """The runtime for one task; waits while a recovery holds the run, refuses a revoked task.
+
+        A task bound to an executor enters at most once per generation, and
+        only where its executor lives: a second entry is Dask recomputing
+        it from lineage (its handles were given back when it first ran), so
+        it raises :class:`NotHeld` before it touches an executor.
+        """
         with self._cond:
             self._cond.wait_for(lambda: not self.paused or self.closed)
             if self.closed or self.runtime is None:
                 raise RuntimeError(f"run {self.run_id} is closed on this worker")
             if (key, generation) in self.revoked:
                 raise RuntimeError(f"task {key} of run {self.run_id} was revoked: it runs again after a lost worker")
+            executor = self.runtime.graph.bound.get(key) if key is not None else None
+            if executor is not None:
+                if executor not in self.runtime.executors:
+                    raise NotHeld(f"task {key} of run {self.run_id} (generation {generation}) landed on a worker "
+                                  f"that does not host executor {executor!r}")
+                if (key, generation) in self.entered:
+                    raise NotHeld(f"task {key} of run {self.run_id} (generation {generation}) already ran here; "
+                                  "Dask ran it again from its lineage, after a lost worker")
+                self.entered.add((key, generation))
             self.inflight += 1
             return self.runtime
 

@@ -202,7 +202,8 @@ def test_run_due_is_idempotent_and_catches_up_after_downtime(tmp_path):
 def test_skip_while_a_run_holds_the_lock(tmp_path):
     m = write(tmp_path, "busy", 'cron: "0 * * * *"\nmax_active: skip\n')
     runs = tmp_path / "runs"
-    with RunLock(lock_path(str(runs), m, "busy"), manifest=m):
+    # the lock a slot's run takes: the manifest's name and its resolved params, here the defaults
+    with RunLock(lock_path(str(runs), m, "busy", {"n": 4}), manifest=m):
         code, out, _ = cli("schedule", "run-due", m, "--now", "2026-06-01T10:05:00Z", "--runs-dir", str(runs))
     assert code == 0
     assert 'skipped manifest=busy slot=2026-06-01T10:00:00Z reason="a run of this manifest is active"' in out

@@ -6,6 +6,9 @@ import argparse
 import json
 
 from hetflow.engine.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED
+
+#: ``schedule status --check``: no scheduler decided a fire time that is more than ``--grace`` seconds past
+EXIT_OVERDUE = 6
 from hetflow.engine.errors import ManifestError, UsageError, require_runs_dir
 
 __all__ = ["cmd_schedule"]
@@ -27,18 +30,22 @@ def cmd_schedule(args: argparse.Namespace, out, err) -> int:
     if args.schedule_command == "serve":
         from hetflow.engine.serve import Server
 
+        _check_identities(files)
         Server(args.paths, args.runs_dir, log, poll=args.poll).serve()
         return EXIT_OK
     now = schedlib.parse_instant(args.now) if args.now else datetime.now(timezone.utc)
     if args.schedule_command == "run-due":
-        counts, problems = schedlib.run_due(files, args.runs_dir, now, log, dry_run=args.dry_run)
+        # an explicit --now on a fire time names that slot: asked again (an Airflow retry, by hand), a failed one reruns
+        counts, problems = schedlib.run_due(files, args.runs_dir, now, log, dry_run=args.dry_run, retry=bool(args.now))
         for d in problems:
             print(d, file=err)
         if problems:
             return EXIT_BAD_INPUT
         return EXIT_RUN_FAILED if counts["failed"] else EXIT_OK
     if args.schedule_command == "status":
-        rows, problems = schedlib.status(files, args.runs_dir, now)
+        if args.grace < 0:
+            raise UsageError("--grace must be 0 seconds or more")
+        rows, problems = schedlib.status(files, args.runs_dir, now, grace=args.grace)
         for d in problems:
             print(d, file=err)
         if args.json:
@@ -51,8 +58,15 @@ def cmd_schedule(args: argparse.Namespace, out, err) -> int:
                 took = f" in {r['duration_s']:.2f} s" if r["duration_s"] is not None else ""
                 last = f"last slot {r['last_slot']}: {result}{took}" + (f" (run {r['run_id']})" if r["run_id"] else "")
             active = "  active now" if r["active"] else ""
-            print(f"{r['manifest']}  {r['file']}  {last}  next {r['next_slot']}{active}", file=out)
-        return EXIT_BAD_INPUT if problems else EXIT_OK
+            overdue = f"  overdue: {r['overdue']} not decided" if r["overdue"] else ""
+            print(f"{r['manifest']}  {r['file']}  {last}  next {r['next_slot']}{active}{overdue}", file=out)
+        if problems:
+            return EXIT_BAD_INPUT
+        if args.check and any((r["status"] or r["state"]) in FAILED for r in rows):
+            return EXIT_RUN_FAILED
+        if args.check and any(r["overdue"] for r in rows):
+            return EXIT_OVERDUE
+        return EXIT_OK
     if args.count < 1:
         raise UsageError("--count must be at least 1")
     rows, problems = [], []
@@ -81,3 +95,22 @@ def cmd_schedule(args: argparse.Namespace, out, err) -> int:
         for utc, local in zip(r["next"], r["next_local"]):
             print(f"  {utc}  ({local})", file=out)
     return EXIT_BAD_INPUT if problems else EXIT_OK
+
+
+#: what ``status --check`` counts as a failed last slot
+FAILED = ("failed", "died", "cancelled")
+
+
+def _check_identities(files) -> None:
+    """Two different files that name one manifest are an error before serving (exit 2); bad manifests wait for serve."""
+    from hetflow.engine import schedule as schedlib
+
+    entries = []
+    for file in files:
+        try:
+            entry = schedlib.load_entry(file)
+        except (ManifestError, UsageError):
+            continue
+        if entry is not None:
+            entries.append(entry)
+    schedlib.check_identities(entries)

@@ -1,0 +1,235 @@
+"""The scheduler as a service, on real processes: a catch-up backlog under every max_active, hooks that survive
+a stopped or killed serve, retries that rerun, a schedule's identity, status --check, one overlap rule."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from hetflow.engine import schedule as sched
+from hetflow.engine.locks import RunLock, lock_path
+
+from test_schedule import BODY, SLOW_OP, cli, events, records, serve, slow_body, stop, wait_detached, wait_for, write
+
+HOOKS = """\
+on_failure: 'echo "$HETFLOW_SLOT $HETFLOW_STATUS" >> hooks.txt'
+on_success: 'echo "$HETFLOW_SLOT $HETFLOW_STATUS" >> hooks.txt'
+"""
+
+
+def claims(runs: Path) -> dict[str, dict]:
+    """Slot -> claim body, for every claim under the runs directory."""
+    out = {}
+    for path in runs.glob(".schedule/*/*.json"):
+        body = json.loads(path.read_text())
+        out[body["slot"]] = body
+    return out
+
+
+def hook_lines(folder: Path) -> list[tuple[str, str]]:
+    path = folder / "hooks.txt"
+    return [tuple(line.split(" ")) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+# --- catch-up ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["skip", "queue", "allow"])
+def test_a_backlog_of_missed_slots_runs_in_order_under_every_policy(tmp_path, policy):
+    (tmp_path / "slow_ops.py").write_text(SLOW_OP)
+    m = write(tmp_path, "every2", f'cron: "*/2 * * * * *"\ncatchup: true\nmax_active: {policy}\n', body=slow_body(1))
+    runs, log = tmp_path / "runs", tmp_path / "serve.log"
+    entry = sched.load_entry(m)
+    # the history ends four fire times ago: the scheduler was down over the three slots since
+    last = entry.schedule.latest(now_utc(), 4)[-1]
+    sched.mark(sched.claim(str(runs), entry, last), entry, last, "skipped", reason="before the downtime")
+    missed = [sched.slot_id(t) for t in entry.schedule.after(last, 3)]
+    proc = serve([m], runs, log)
+    try:
+        def caught_up() -> bool:
+            done = {r["schedule"]["slot"]: r for r in records(runs) if r["status"] != "running"}
+            return all(s in done for s in missed)
+
+        wait_for(caught_up, 60, "a run of every missed slot")
+    finally:
+        code = stop(proc)
+    wait_detached(runs)
+    assert code == 0
+    assert not [e for e in events(log) if e["event"] == "skipped" and e["slot"] in missed]
+    runs_of = {r["schedule"]["slot"]: r for r in records(runs) if r["schedule"]["slot"] in missed}
+    assert [runs_of[s]["status"] for s in missed] == ["succeeded"] * 3
+    # one after another, oldest first: each starts after the one before it ended
+    for before, after in zip(missed, missed[1:]):
+        assert runs_of[before]["ended_at"] <= runs_of[after]["started_at"], (before, after)
+    started = [e["slot"] for e in events(log) if e["event"] == "started"]
+    assert [s for s in started if s in missed] == missed
+
+
+# --- hooks across a restart -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_slot_is_concluded_once_whoever_outlives_its_run(tmp_path, how):
+    (tmp_path / "slow_ops.py").write_text(SLOW_OP)
+    m = write(tmp_path, "every3", 'cron: "*/3 * * * * *"\nmax_active: skip\n' + HOOKS, body=slow_body(2.5))
+    runs, log1, log2 = tmp_path / "runs", tmp_path / "first.log", tmp_path / "second.log"
+    first = serve([m], runs, log1)
+    try:
+        wait_for(lambda: any(e["event"] == "started" for e in events(log1)), 30, "a first run")
+    finally:
+        first.send_signal(how)
+        code = first.wait(timeout=15)
+    (slot,) = [e["slot"] for e in events(log1) if e["event"] == "started"]
+    if how == signal.SIGTERM:
+        assert code == 0 and [e["slot"] for e in events(log1) if e["event"] == "detached"] == [slot]
+    wait_detached(runs)
+    assert claims(runs)[slot]["state"] == "started" and hook_lines(tmp_path) == []
+    # the next serve and a run-due from cron, at once: both look at the detached slot, one concludes it
+    second = serve([m], runs, log2)
+    due = subprocess.Popen([sys.executable, "-m", "hetflow.engine.cli", "schedule", "run-due", m, "--runs-dir", str(runs),
+                            "--log-format", "json"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: (slot, "succeeded") in hook_lines(tmp_path), 30, "the detached slot's hook")
+        wait_for(lambda: any(e["event"] == "hook" and e["slot"] != slot for e in events(log2)), 30, "a later slot's hook")
+    finally:
+        code = stop(second)
+        due_out, _ = due.communicate(timeout=60)
+    wait_detached(runs)
+    assert code == 0 and due.returncode == 0, due_out
+    # what the second serve left detached, the next book-keeper concludes
+    sched.settle(sched.load_entry(m), str(runs), lambda *_: None)
+    concluded = [e for e in events(log2) if e["event"] == "succeeded" and e["slot"] == slot]
+    concluded += [json.loads(line) for line in due_out.splitlines()
+                  if line.startswith("{") and json.loads(line)["event"] == "succeeded" and json.loads(line)["slot"] == slot]
+    assert len(concluded) == 1 and concluded[0]["detached"] is True
+    bodies = claims(runs)
+    assert {b["state"] for b in bodies.values()} <= {"succeeded", "skipped"}, bodies
+    ran = sorted(s for s, b in bodies.items() if b["state"] == "succeeded")
+    assert sorted(s for s, _ in hook_lines(tmp_path)) == ran  # exactly one hook call per finished slot
+    assert {r["schedule"]["slot"] for r in records(runs)} == set(ran)
+
+
+def test_a_run_that_died_is_marked_so_and_its_failure_hook_runs(tmp_path):
+    (tmp_path / "slow_ops.py").write_text(SLOW_OP)
+    m = write(tmp_path, "doomed", 'cron: "*/3 * * * * *"\n' + HOOKS, body=slow_body(30))
+    runs, log = tmp_path / "runs", tmp_path / "serve.log"
+    proc = serve([m], runs, log)
+    try:
+        wait_for(lambda: any(r["status"] == "running" for r in records(runs)), 30, "a running record")
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    (slot, body), = [(s, b) for s, b in claims(runs).items() if b["state"] == "started"]
+    os.killpg(body["run_pid"], signal.SIGKILL)  # the run and its whole session, as the OOM killer or a reboot would
+    wait_detached(runs)
+    log_lines = []
+    done = sched.settle(sched.load_entry(m), str(runs), lambda event, fields: log_lines.append((event, fields)))
+    assert [d["status"] for d in done] == ["died"]
+    assert claims(runs)[slot]["state"] == "died"
+    assert hook_lines(tmp_path) == [(slot, "died")]
+    assert sched.settle(sched.load_entry(m), str(runs), lambda *_: None) == []  # once
+
+
+# --- retries ------------------------------------------------------------------------------------
+
+
+FLAKY_OP = ("import os\n\nfrom hetflow import op\n\n\n@op('t.flaky')\ndef flaky(xp, x, *, flag: str):\n"
+            "    if os.path.exists(flag):\n        raise RuntimeError('the flag file says fail')\n    return x\n")
+
+
+def test_an_explicit_retry_of_a_failed_slot_reruns_it_and_exits_with_its_outcome(tmp_path):
+    (tmp_path / "flaky_ops.py").write_text(FLAKY_OP)
+    flag = tmp_path / "fail.flag"
+    flag.write_text("")
+    body = BODY.replace("executors:", "plugins: [flaky_ops.py]\nexecutors:").replace(
+        "outputs: {x: x}", f"  y: {{op: t.flaky, inputs: [x], args: {{flag: {json.dumps(str(flag))}}}}}\noutputs: {{y: y}}")
+    m = write(tmp_path, "flaky", 'cron: "0 * * * *"\n' + HOOKS, body=body)
+    runs = tmp_path / "runs"
+    slot = "2026-06-01T10:00:00Z"
+    argv = ("schedule", "run-due", m, "--now", slot, "--runs-dir", str(runs))
+    code, out, _ = cli(*argv)
+    assert code == 1 and f"failed manifest=flaky slot={slot}" in out
+    # not on a fire time: deciding as if it were that instant, as before; the failed slot stays decided
+    code, out, _ = cli("schedule", "run-due", m, "--now", "2026-06-01T10:05:00Z", "--runs-dir", str(runs))
+    assert (code, out) == (0, "")
+    code, out, _ = cli(*argv)  # Airflow's retry: the same --now
+    assert code == 1 and f"retrying manifest=flaky slot={slot}" in out and f"failed manifest=flaky slot={slot}" in out
+    flag.unlink()
+    code, out, _ = cli(*argv)
+    assert code == 0 and f"retrying manifest=flaky slot={slot}" in out and f"succeeded manifest=flaky slot={slot}" in out
+    code, out, _ = cli(*argv)
+    assert (code, out) == (0, "")  # a slot that succeeded is not run again
+    assert [r["status"] for r in sorted(records(runs), key=lambda r: r["started_at"])] == ["failed", "failed", "succeeded"]
+    assert hook_lines(tmp_path) == [(slot, "failed"), (slot, "failed"), (slot, "succeeded")]
+    assert claims(runs)[slot]["state"] == "succeeded" and claims(runs)[slot]["tries"] == 3
+    code, out, _ = cli("schedule", "status", m, "--runs-dir", str(runs), "--now", "2026-06-01T10:30:00Z", "--json")
+    assert json.loads(out)[0]["status"] == "succeeded"
+
+
+# --- identity -----------------------------------------------------------------------------------
+
+
+def test_a_copied_manifest_shares_the_history_of_its_original(tmp_path):
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    m = write(here, "nightly", 'cron: "0 * * * *"\n')
+    runs = tmp_path / "runs"
+    code, out, _ = cli("schedule", "run-due", m, "--now", "2026-06-01T10:05:00Z", "--runs-dir", str(runs))
+    assert code == 0 and "succeeded manifest=nightly slot=2026-06-01T10:00:00Z" in out
+    shutil.copytree(here, there)
+    copy = str(there / "nightly.yaml")
+    code, out, _ = cli("schedule", "run-due", copy, "--now", "2026-06-01T10:30:00Z", "--runs-dir", str(runs))
+    assert (code, out) == (0, "")  # the slot is in the history it shares: no second run
+    code, out, _ = cli("schedule", "status", copy, "--now", "2026-06-01T10:30:00Z", "--runs-dir", str(runs), "--json")
+    assert json.loads(out)[0]["last_slot"] == "2026-06-01T10:00:00Z" and json.loads(out)[0]["status"] == "succeeded"
+    assert lock_path(str(runs), m, "nightly", {"n": 4}) == lock_path(str(runs), copy, "nightly", {"n": 4})
+    code, out, _ = cli("schedule", "run-due", m, copy, "--now", "2026-06-01T11:05:00Z", "--runs-dir", str(runs))
+    assert code == 0 and out.count("succeeded manifest=nightly") == 1  # a copy given twice is one schedule
+    Path(copy).write_text(Path(copy).read_text().replace("params: {n: 4}", "params: {n: 5}"))
+    code, out, err = cli("schedule", "run-due", m, copy, "--now", "2026-06-01T12:05:00Z", "--runs-dir", str(runs))
+    assert code == 2 and out == ""
+    assert f"{m} and {copy} both name the manifest 'nightly' but differ" in err
+
+
+# --- status --check -----------------------------------------------------------------------------
+
+
+def test_status_check_says_failed_or_overdue_and_plain_status_stays_0(tmp_path):
+    failing = BODY.replace('{op: ones, args: {shape: ["${n}"]}}', "{op: matmul, inputs: [w, w], timeout: 0.000001}\n"
+                           "  w: {op: random.normal, args: {shape: [1024, 1024], seed: 1}}")
+    bad = write(tmp_path, "broken", 'cron: "0 * * * *"\n', body=failing)
+    good = write(tmp_path, "fine", 'cron: "0 * * * *"\n')
+    runs = tmp_path / "runs"
+    cli("schedule", "run-due", bad, good, "--now", "2026-06-01T10:05:00Z", "--runs-dir", str(runs))
+    status = ("schedule", "status", "--runs-dir", str(runs))
+    assert cli(*status, bad, "--now", "2026-06-01T10:10:00Z")[0] == 0
+    assert cli(*status, bad, "--now", "2026-06-01T10:10:00Z", "--check")[0] == 1
+    assert cli(*status, good, "--now", "2026-06-01T10:10:00Z", "--check")[0] == 0
+    # 11:00 passed an hour ago and nothing decided it: no scheduler is running
+    code, out, _ = cli(*status, good, "--now", "2026-06-01T12:00:00Z", "--check", "--grace", "60")
+    assert code == 6 and "overdue: 2026-06-01T11:00:00Z not decided" in out
+    assert cli(*status, good, "--now", "2026-06-01T11:00:30Z", "--check", "--grace", "60")[0] == 0  # within the grace
+
+
+# --- one overlap rule -----------------------------------------------------------------------------
+
+
+def test_a_run_with_other_params_neither_blocks_a_slot_nor_is_blocked(tmp_path):
+    m = write(tmp_path, "busy", 'cron: "0 * * * *"\nmax_active: skip\n')
+    runs = tmp_path / "runs"
+    with RunLock(lock_path(str(runs), m, "busy", {"n": 5}), manifest=m):  # `hetflow run busy.yaml -p n=5` by hand
+        code, out, _ = cli("schedule", "run-due", m, "--now", "2026-06-01T10:05:00Z", "--runs-dir", str(runs))
+    assert code == 0 and "succeeded manifest=busy slot=2026-06-01T10:00:00Z" in out
+    with RunLock(lock_path(str(runs), m, "busy", {"n": 4}), manifest=m):  # the params the slot's run resolves to
+        code, out, _ = cli("schedule", "run-due", m, "--now", "2026-06-01T11:05:00Z", "--runs-dir", str(runs))
+    assert code == 0 and 'skipped manifest=busy slot=2026-06-01T11:00:00Z reason="a run of this manifest is active"' in out
