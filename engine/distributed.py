@@ -73,7 +73,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from dask.sizeof import sizeof
 from distributed import Client
@@ -112,6 +112,7 @@ _POLL_S = 0.2
 _MAX_RECOVERIES = 20
 _FLUSH_WAIT_S = 10.0
 _CONNECT_TIMEOUT_S = 10.0
+_GATHER_POLL_S = 1.0
 # A scheduler started a moment ago may not listen yet; past this, a refused connection means none is there.
 _REFUSED_GRACE_S = 2.0
 
@@ -485,7 +486,7 @@ class Cluster:
                 remaining.discard(key)
                 if f.status == "finished" and key in outputs:
                     try:
-                        kept[key] = f.result()
+                        kept[key] = _gather_or_gone(f, gone_now)
                     except Exception:  # noqa: BLE001 - lost between finishing and the gather: a recovery reruns it
                         remaining.add(key)
                         finished.discard(key)
@@ -537,6 +538,25 @@ class Cluster:
                 if isinstance(answer, list):
                     w.offers.update({o.vendor: o for o in answer})
         return sorted(alive, key=lambda w: (_sort_name(w.name), w.address))
+
+
+class _HostLeft(Exception):
+    """The worker that held a finished output left before the client had it."""
+
+
+def _gather_or_gone(future: Any, gone_now: Callable[[], list[str]]) -> Any:
+    """The value of a finished ``future``, or :class:`_HostLeft` when a hosting worker is gone meanwhile.
+
+    A result lost with its worker is recomputed by Dask, but a task bound to
+    that worker's executor can run nowhere else (``allow_other_workers`` is
+    off), so waiting for it without looking at the workers would wait for ever.
+    """
+    while True:
+        try:
+            return future.result(timeout=_GATHER_POLL_S)
+        except TimeoutError:
+            if gone_now():
+                raise _HostLeft() from None
 
 
 def _refused(address: str, grace: float) -> bool:

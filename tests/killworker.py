@@ -159,6 +159,24 @@ def start(folder: Path, config: str = "default") -> RealCluster:
     return cluster
 
 
+def _kill(pid: int, fired: list[float]) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        fired.append(time.time())
+    except ProcessLookupError:
+        pass
+
+
+def _ended_at(lines: list[str]) -> float | None:
+    """When the run's own closing event says its work ended (epoch seconds), from its JSON log."""
+    for line in reversed(lines):
+        if line.startswith("{"):
+            event = json.loads(line)
+            if event.get("kind") == "run" and event.get("event") in ("finished", "failed", "cancelled"):
+                return event.get("time")
+    return None
+
+
 @dataclass
 class Outcome:
     exit_code: int
@@ -184,8 +202,13 @@ def run(cluster: RealCluster, path: Path, runs: Path, moment: tuple | None = Non
                             env=env)
     seen = 0
     killed = None
+    timer: threading.Timer | None = None
+    fired: list[float] = []
     lines = []
     deadline = time.time() + timeout
+    # a run that hangs writes nothing more: reading its stderr would wait for ever without this
+    watchdog = threading.Timer(timeout, proc.kill)
+    watchdog.start()
     for line in proc.stderr:
         lines.append(line.rstrip("\n"))
         if moment is None or killed or not line.startswith("{"):
@@ -196,9 +219,10 @@ def run(cluster: RealCluster, path: Path, runs: Path, moment: tuple | None = Non
             seen += 1
             if seen == n:
                 if delay:
-                    threading.Timer(delay, os.kill, (pid, signal.SIGKILL)).start()
+                    timer = threading.Timer(delay, _kill, (pid, fired))
+                    timer.start()
                 else:
-                    os.kill(pid, signal.SIGKILL)
+                    _kill(pid, fired)
                 killed = victim
         if time.time() > deadline:
             break
@@ -207,6 +231,15 @@ def run(cluster: RealCluster, path: Path, runs: Path, moment: tuple | None = Non
     except subprocess.TimeoutExpired:
         proc.kill()
         code = proc.wait()
+    finally:
+        watchdog.cancel()
+    if timer is not None:
+        # a delayed kill that had not come when the run ended never comes: the next run must find the worker
+        timer.cancel()
+        timer.join()
+    ended = _ended_at(lines)
+    if not fired or (ended is not None and fired[0] > ended):
+        killed = None  # no kill, or one after the run's work was done: nothing was there to lose
     records = sorted(runs.glob("**/record.json"), key=lambda p: p.stat().st_mtime)
     record = json.loads(records[-1].read_text()) if records else {}
     return Outcome(code, record, killed, lines)

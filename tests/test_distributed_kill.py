@@ -44,9 +44,6 @@ def test_killing_accels_worker_at_any_moment_is_survived(real, moment, tmp_path)
     config, cluster, path, clean = real
     if (config, moment) not in CASES:
         pytest.skip("covered under Dask's default settings")
-    if moment == "after the outputs":
-        pytest.skip("open: a kill right after the last output was gathered left the hetflow run hanging (seen once, "
-                    "not diagnosed yet)")
     out = kw.run(cluster, path, tmp_path / "runs", kw.MOMENTS[moment])
     assert out.killed, "the moment never came"
     assert out.exit_code == 0, "\n".join(out.stderr[-30:])
@@ -58,8 +55,9 @@ def test_killing_accels_worker_at_any_moment_is_survived(real, moment, tmp_path)
     said = [e for e in events if e.get("event") == "worker-lost"]
     reran = [item["task"] for r in recoveries for item in r["recomputed"] if item["task"].startswith("partition:")]
     if moment == "after the outputs":
-        # every output is on the client already: nothing needs the lost worker, and nothing runs again
-        assert not reran
+        # the worker dies as its last output task ends: an output the client had gathered is not run again; the
+        # last one may not have reached the client yet, and then its partition alone runs again
+        assert set(reran) <= {f"partition:p{kw.STEPS - 1}"}, reran
         return
     assert recoveries, "no recovery was recorded"
     lost = {w["address"] for r in recoveries for w in r["lost_workers"]}
