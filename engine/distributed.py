@@ -115,6 +115,7 @@ _CONNECT_TIMEOUT_S = 10.0
 _GATHER_POLL_S = 1.0
 # A scheduler started a moment ago may not listen yet; past this, a refused connection means none is there.
 _REFUSED_GRACE_S = 2.0
+_REFUSED_PROBES = 3
 
 
 @sizeof.register(PortableActivation)
@@ -587,14 +588,24 @@ def _refused(address: str, grace: float) -> bool:
         except BaseException as e:  # noqa: BLE001 - only its cause matters, read below
             failure.append(e)
 
-    thread = threading.Thread(target=probe, name="hetflow-connect-probe", daemon=True)
-    thread.start()
-    thread.join()
-    cause = failure[0] if failure else None
-    while cause is not None:
-        if isinstance(cause, ConnectionRefusedError):
+    # A loaded machine can spend a whole grace on one attempt that ends in a
+    # time-out rather than an answer; only a refusal or a connection decides.
+    for _ in range(_REFUSED_PROBES):
+        failure.clear()
+        thread = threading.Thread(target=probe, name="hetflow-connect-probe", daemon=True)
+        thread.start()
+        thread.join()
+        if not failure:
+            return False
+        causes: list[BaseException] = []
+        cause: BaseException | None = failure[0]
+        while cause is not None:
+            causes.append(cause)
+            cause = cause.__cause__ or cause.__context__
+        if any(isinstance(c, ConnectionRefusedError) for c in causes):
             return True
-        cause = cause.__cause__ or cause.__context__
+        if not all(isinstance(c, (TimeoutError, asyncio.TimeoutError)) or type(c) is OSError for c in causes):
+            return False
     return False
 
 
