@@ -6,7 +6,11 @@ hard replica reduction), the chain of ``tests/killworker.py`` run by the
 ``hetflow`` command line, and SIGKILL of accel's worker a seeded random
 delay after a seeded random one of its events. A run survives when it
 exits 0 with the digests of a clean run and a ``recovery`` record naming
-the killed worker. Prints ``survived/total``; the goal is every one.
+the killed worker. Prints ``survived/total``; the goal is every one. It
+also counts the partitions that had finished before the kill and were
+submitted again: run again from their inputs, or restored from their
+cache entries (the goal: all restored, so that the cost of a loss stays
+at the tasks the lost worker held).
 
     python bench/recovery.py --trials 50 --seed 1 [--config reduce-replicas]
 """
@@ -34,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     survived = 0
+    totals = {"ran": 0, "restored": 0}
     with tempfile.TemporaryDirectory(prefix="hetflow-recovery-") as tmp:
         folder = Path(tmp)
         cluster = kw.start(folder / "cluster", args.config)
@@ -54,17 +59,27 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"    (the run ended before {name} +{delay:.3f} s: not a trial)", flush=True)
                     continue
                 i += 1
-                lost = {w["address"] for r in out.record.get("recovery", []) for w in r["lost_workers"]}
+                recovered = out.record.get("recovery", [])
+                lost = {w["address"] for r in recovered for w in r["lost_workers"]}
                 ok = (out.exit_code == 0 and out.digests == clean.digests and out.killed in lost)
                 survived += ok
+                # partitions that had run before the loss and were submitted again
+                again = [item for r in recovered for item in r["recomputed"]
+                         if item["task"].startswith("partition:") and item["had_finished"]]
+                restored = sum(1 for item in again if item.get("restored"))
+                totals["restored"] += restored
+                totals["ran"] += len(again) - restored
                 print(f"{i:3d} {'survived' if ok else 'FAILED  '} exit {out.exit_code} "
-                      f"{name} +{delay:.3f} s ({time.monotonic() - t0:.1f} s)", flush=True)
+                      f"{name} +{delay:.3f} s ({time.monotonic() - t0:.1f} s); finished partitions run again from "
+                      f"their inputs {len(again) - restored}, restored from the cache {restored}", flush=True)
                 if not ok:
                     print("    " + "\n    ".join(out.stderr[-8:]), flush=True)
         finally:
             cluster.stop()
     print(f"survived/total: {survived}/{i} (config {args.config}, seed {args.seed}; {late} kills came after the "
           "run had ended and were not trials)")
+    print(f"finished partitions run again from their inputs: {totals['ran']}, restored from the cache: "
+          f"{totals['restored']} (of {kw.STEPS} per run)")
     return 0 if survived == i == args.trials else 1
 
 

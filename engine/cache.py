@@ -411,23 +411,38 @@ class CacheUse:
         self.stored_set: set[str] = set()
         self._lock = threading.Lock()
 
+    def restorable(self, pid: str) -> bool:
+        """Whether partition ``pid`` has a complete entry this run may read (without reading it)."""
+        info = self.keys.get(pid)
+        return info is not None and info.cacheable and self.read and self.cache.has(info.key)
+
+    def restore(self, pid: str, executor: Any, outputs: tuple[str, ...]) -> list | None:
+        """The partition's output handles imported from its complete entry; None when it has none."""
+        info = self.keys[pid]
+        if not info.cacheable:
+            return None
+        entry = self.cache.load(info.key)
+        if entry is None or set(entry) != set(outputs):
+            return None
+        restored: list = []
+        try:
+            for tensor in outputs:
+                restored.append(executor.import_activation(entry[tensor]))
+        except BaseException:
+            for h in restored:
+                executor.release_activation(h)
+            raise
+        with self._lock:
+            self.hits.append(pid)
+            self.hit_set.add(pid)
+        return restored
+
     def compute(self, pid: str, executor: Any, subplan: Any, handles: list, outputs: tuple[str, ...]) -> list:
         """The partition's output handles: imported from a complete entry, or executed (and stored)."""
         info = self.keys[pid]
         if info.cacheable and self.read:
-            entry = self.cache.load(info.key)
-            if entry is not None and set(entry) == set(outputs):
-                restored: list = []
-                try:
-                    for tensor in outputs:
-                        restored.append(executor.import_activation(entry[tensor]))
-                except BaseException:
-                    for h in restored:
-                        executor.release_activation(h)
-                    raise
-                with self._lock:
-                    self.hits.append(pid)
-                    self.hit_set.add(pid)
+            restored = self.restore(pid, executor, outputs)
+            if restored is not None:
                 return restored
         result = executor.execute(subplan, handles)
         if info.cacheable and self.write:

@@ -3,7 +3,9 @@
 A schedule's identity is its manifest's ``name`` within a runs directory,
 not the file's path: a copy of the file, or the folder moved, continues
 the same history and takes the same run lock. Two different files that
-claim one name in one invocation are an error (:func:`check_identities`).
+claim one name are an error, in one invocation (:func:`check_identities`)
+and across invocations (:func:`check_claimed`: the newest claim names the
+file it came from).
 
 The *history* of a manifest (:func:`history`) is the set of slots that
 have a **claim** (a file ``RUNS_DIR/.schedule/NAME/SLOT.json``, created
@@ -48,7 +50,7 @@ from hetflow.engine.cron import _UTC, Schedule, _slot_file, from_tree, slot_id
 from hetflow.engine.errors import UsageError
 from hetflow.engine.records import utc_iso, write_json_atomic
 
-__all__ = ["TERMINAL", "Entry", "discover", "load_entry", "check_identities", "history", "slot_records", "claim", "claim_body", "mark",
+__all__ = ["TERMINAL", "Entry", "discover", "load_entry", "check_identities", "check_claimed", "history", "slot_records", "claim", "claim_body", "mark",
            "read_claim", "settling", "lock_active"]
 
 #: the states a claim ends in; ``died``: its run, or the scheduler that claimed it, ended without a result
@@ -128,6 +130,39 @@ def check_identities(entries: Sequence[Entry]) -> list[Entry]:
             raise UsageError(f"{seen.file} and {entry.file} both name the manifest {entry.name!r} but differ; a schedule "
                              "is its manifest's name within a runs directory: rename one, or give the same file")
     return list(first.values())
+
+
+def check_claimed(runs_dir: str, entry: Entry) -> None:
+    """Refuse ``entry`` when the newest claim of its name in ``runs_dir`` came from a different file that still claims it.
+
+    The cross-invocation side of :func:`check_identities`: a serve or
+    ``run-due`` of one file and another of a different file with the same
+    name would otherwise share one history. A file moved or copied (the
+    other path gone, or the same bytes), or one that no longer names this
+    manifest or has no schedule, hands the history on.
+    """
+    folder = entry.claims_dir(runs_dir)
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith("."))
+    except OSError:
+        return
+    for name in reversed(names):
+        other = read_claim(os.path.join(folder, name)).get("manifest")
+        if other:
+            break
+    else:
+        return
+    ours = os.path.abspath(entry.file)
+    if other == ours or not os.path.isfile(other) or _same_text(other, ours):
+        return
+    try:
+        theirs = load_entry(other)
+    except Exception:  # noqa: BLE001 - a file that no longer loads claims nothing
+        return
+    if theirs is not None and theirs.name == entry.name:
+        raise UsageError(f"{entry.file} and {other} both name the manifest {entry.name!r} but differ, and {other} "
+                         f"already keeps its schedule in {runs_dir}; a schedule is its manifest's name within a runs "
+                         "directory: rename one, or give the same file")
 
 
 def _same_text(a: str, b: str) -> bool:

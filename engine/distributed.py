@@ -383,7 +383,8 @@ class Cluster:
                                              f"workers; the last: {outcome.cause}", {"recoveries": list(recoveries)})
                     break
                 plan = recover(self, plan, run_id, graph, futures, generation, outcome.workers, recoveries,
-                               phase_values, finished, stream, outcome.data, kept=set(kept), cause=outcome.cause)
+                               phase_values, finished, stream, outcome.data, kept=set(kept), cause=outcome.cause,
+                               cache=cache)
                 ids.update({a: i for a, i in self._ids().items() if a not in outcome.workers})
             if failure is None:
                 results = [kept.get(k) for k in graph.keys]

@@ -17,8 +17,10 @@ again from the client's copy, the survivors are told the new refcounts
 and which old tasks to refuse
 (:func:`~hetflow.engine.workerside._resume_run`), and the tasks are
 submitted again as the next *generation*, pinned to the executors' new
-workers. A partition run again takes its outputs from the cache when its
-first run stored them. The record's ``recovery`` lists, per recovery, the
+workers. A partition that ran and whose cache entry is complete is
+*restored*: its task reads the entry and none of its inputs, so that the
+loss of the only copy of a bridged tensor does not run again every
+partition upstream of it. The record's ``recovery`` lists, per recovery, the
 lost workers, the executors moved, the tasks run again and where, and
 the data scattered again.
 """
@@ -33,7 +35,8 @@ from typing import Any, Mapping
 
 from hetflow.engine.clusterphases import scatter
 from hetflow.engine.events import EventStream, run_event
-from hetflow.engine.lowering import TaskGraph, bridge_ref, tensor_ref
+from hetflow.engine.cache import CacheUse
+from hetflow.engine.lowering import TaskGraph, bridge_ref, partition_key, tensor_ref
 from hetflow.engine.planner import Plan
 from hetflow.engine.records import utc_iso
 from hetflow.engine.runtime import ClusterFailure
@@ -42,6 +45,7 @@ from hetflow.engine.workerside import (
     RESOURCE_PREFIX,
     _can_host,
     _dependencies,
+    _OnWorker,
     _pause_run,
     _resume_run,
     _sort_name,
@@ -63,12 +67,16 @@ class Recovery:
     consumer still waits for it); ``release`` holds finished or completed
     tasks whose Dask results are lost or unreliable and are not run again;
     ``expect`` maps each executor to the consumers each rerun handle will
-    have (the tasks of ``rerun`` that read it).
+    have (the tasks of ``rerun`` that read it). ``restore`` holds the
+    partitions of ``rerun`` that take their outputs from a complete cache
+    entry and read none of their inputs, so that nothing upstream of them
+    runs again for their sake.
     """
 
     rerun: tuple[str, ...]
     release: frozenset[str]
     expect: Mapping[str, Mapping[str, int]]
+    restore: frozenset[str] = frozenset()
 
 
 def _io(plan: Plan, graph: TaskGraph) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
@@ -90,7 +98,7 @@ def _io(plan: Plan, graph: TaskGraph) -> tuple[dict[str, set[str]], dict[str, se
 
 def plan_recovery(plan: Plan, graph: TaskGraph, lost: set[str], finished: set[str], completed: set[str],
                   live: set[str], lost_data: frozenset[str] = frozenset(), missing: frozenset[str] = frozenset(),
-                  kept: frozenset[str] = frozenset()) -> Recovery:
+                  kept: frozenset[str] = frozenset(), restorable: frozenset[str] = frozenset()) -> Recovery:
     """Which tasks run again after the executors ``lost`` died with their worker.
 
     ``finished``: tasks whose Dask futures had finished; ``completed``:
@@ -102,7 +110,12 @@ def plan_recovery(plan: Plan, graph: TaskGraph, lost: set[str], finished: set[st
     only copy was on a lost worker, whatever replica policy the cluster
     runs), so that a value among them (an export's bytes) runs again when
     a task still needs it and a task waiting on one is submitted again;
-    ``kept``: outputs whose value the client already holds, never run again.
+    ``kept``: outputs whose value the client already holds, never run again;
+    ``restorable``: partitions with a complete cache entry. One of them
+    that ran (or whose executor was lost) is restored from its entry
+    rather than run from its inputs: its inputs were read once already,
+    and without it the loss of the only copy of a bridged tensor would
+    run again every partition upstream of it.
     A handle-valued task (partition, import) that completed on a survivor
     is available to a consumer that has not run, whose reference it still
     holds; a value (export, output) is available when its executor
@@ -155,6 +168,9 @@ def plan_recovery(plan: Plan, graph: TaskGraph, lost: set[str], finished: set[st
             return dep not in missing  # a value: kept by its future, unless its only copy was lost
         return dep not in done or reads.get(consumer, set()) & writes[dep] <= live
 
+    def restored(key: str) -> bool:
+        return key in restorable and (key in done or is_lost(key))
+
     rerun = {k for k in dsk if is_lost(k) and k not in finished}
     # the scheduler forgot every unfinished task that waited on the data, even one a survivor had run
     rerun |= {k for k, task in dsk.items() if k not in finished and any(a in lost_data for a in task[1:] if isinstance(a, str))}
@@ -168,19 +184,36 @@ def plan_recovery(plan: Plan, graph: TaskGraph, lost: set[str], finished: set[st
                 rerun.add(key)
                 changed = True
         for key in list(rerun):
+            if restored(key):
+                continue
             for dep in deps[key]:
                 if dep not in rerun and not available(dep, key):
                     rerun.add(dep)
                     changed = True
-    expect: dict[str, dict[str, int]] = {}
+    # what only restored partitions would have read is not run again: walking down from the outputs
+    dependents: dict[str, list[str]] = {}
     for key in rerun:
+        for dep in deps[key]:
+            dependents.setdefault(dep, []).append(key)
+    consumed = {d for ds in deps.values() for d in ds}
+    roots = set(graph.output_keys.values()) | {k for k in dsk if k not in consumed}
+    needed: set[str] = set()
+    for key in reversed(order):
+        if key in rerun and (key in roots or any(d in needed and not restored(d) for d in dependents.get(key, ()))):
+            needed.add(key)
+    dropped = rerun - needed
+    rerun &= needed
+    restore = frozenset(k for k in rerun if restored(k))
+    expect: dict[str, dict[str, int]] = {}
+    for key in rerun - restore:
         for ref in reads.get(key, ()):
             producer = next((d for d in deps[key] if ref in writes.get(d, ())), None)
             if producer in rerun:
                 counts = expect.setdefault(bound[producer], {})
                 counts[ref] = counts.get(ref, 0) + 1
-    release = frozenset(k for k in dsk if k not in rerun and k in finished | shaky and (is_lost(k) or k in shaky))
-    return Recovery(tuple(k for k in order if k in rerun), release, {e: dict(sorted(c.items())) for e, c in sorted(expect.items())})
+    release = frozenset(k for k in dsk if k not in rerun and k in finished | shaky and (is_lost(k) or k in shaky)) | dropped
+    return Recovery(tuple(k for k in order if k in rerun), release,
+                    {e: dict(sorted(c.items())) for e, c in sorted(expect.items())}, restore)
 
 
 @dataclass(frozen=True)
@@ -195,7 +228,8 @@ class _Gone:
 def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: dict[str, Any],
              generation: dict[str, int], gone: list[str], recoveries: list[dict],
              phase_values: Mapping[str, Any], finished: set[str], stream: EventStream,
-             lost_data: list[str] = (), *, kept: set[str] = frozenset(), cause: str = "") -> Plan:
+             lost_data: list[str] = (), *, kept: set[str] = frozenset(), cause: str = "",
+             cache: CacheUse | None = None) -> Plan:
     """Re-create the executors of the ``gone`` workers elsewhere and submit again what they lost.
 
     ``lost_data`` names scattered phase arrays whose only copy was on a
@@ -254,8 +288,9 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
         live.update(report["live"])
     ran = set(finished)
     missing = _missing(cluster.client, futures, ran, {w.address for w in alive})
+    restorable = frozenset(partition_key(p.id) for p in plan.partitions if cache is not None and cache.restorable(p.id))
     recovery = plan_recovery(plan, graph, lost, ran, completed, live, frozenset(lost_data), frozenset(missing),
-                             frozenset(kept))
+                             frozenset(kept), restorable)
     rerun = set(recovery.rerun)
     for key in missing - rerun:
         # a handle-valued result whose handle a survivor still holds: its consumers are given None for it
@@ -269,7 +304,7 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
         if f is not None:
             f.release()
             finished.discard(key)
-    revoked = [(k, generation[k]) for k in recovery.rerun if k in generation]
+    revoked = [(k, generation[k]) for k in (*recovery.rerun, *sorted(recovery.release)) if k in generation]
     new_plan = dataclasses.replace(plan, executors={n: moved.get(n, e) for n, e in plan.executors.items()})
     by_worker: dict[str, tuple[list, dict]] = {a: ([], {}) for a in survivors}
     for name, e in moved.items():
@@ -281,6 +316,8 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
     given: dict[str, Any] = {}
     rescattered = []
     for key in recovery.rerun:
+        if key in recovery.restore:
+            continue
         for a in graph.dsk[key][1:]:
             for dep in _dependencies(a, graph.dsk) + ([a] if isinstance(a, str) and a.startswith("phase:") else []):
                 if dep in rerun:
@@ -291,7 +328,11 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
                 if dep not in futures or dep in recovery.release or dep in missing:
                     given[dep] = None
     gen = max(generation.values(), default=0) + 1
-    cluster._submit(new_plan, run_id, graph, futures, recovery.rerun, generation, gen, given)
+    # a restored partition reads its cache entry, not its inputs: its task has no dependencies
+    runtime = _OnWorker(run_id, gen)
+    submitted = dataclasses.replace(graph, dsk={**graph.dsk, **{k: (runtime.restore_partition, graph.dsk[k][1])
+                                                                  for k in recovery.restore}})
+    cluster._submit(new_plan, run_id, submitted, futures, recovery.rerun, generation, gen, given)
     cluster.refresh()
     where = {k: new_plan.executors[graph.bound[k]] for k in recovery.rerun if k in graph.bound}
     recoveries.append({
@@ -302,7 +343,8 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
                           "to": {"address": e.worker, "name": e.worker_name}} for n, e in moved.items()},
         "recomputed": [{"task": k, "executor": where[k].name if k in where else None,
                         "worker": where[k].worker if k in where else None,
-                        "had_finished": k in ran or k in completed} for k in recovery.rerun],
+                        "had_finished": k in ran or k in completed, "restored": k in recovery.restore}
+                       for k in recovery.rerun],
         "released": sorted(recovery.release | (missing - rerun)),
         "missing": sorted(missing),
         "cause": cause,

@@ -347,6 +347,33 @@ class LocalRuntime:
                     cached=cached, stored=stored)
         return produced
 
+    def restore_partition(self, pid: str) -> dict:
+        """Partition ``pid``'s outputs from its cache entry, its inputs unread (a recovery's restore)."""
+        start = time.time()
+        part = self._partitions[pid]
+        executor = self.executors[part.executor]
+        self.cancel.check()
+        self._event("partition", pid, part.executor, start, "started")
+        outputs = None
+        if self.cache is not None:
+            try:
+                outputs = self.cache.restore(pid, executor, part.outputs)
+            except ExecutorError as e:
+                self._event("partition", pid, part.executor, start, "failed", node=e.node, error=str(e))
+                raise StageFailure(pid, e.node, str(e), getattr(e, "op", None), None) from None
+        if outputs is None:
+            message = (f"partition {pid}'s cache entry, found complete when the recovery began, could not be read "
+                       f"on worker {self.worker}: the cache folder must be one every worker reaches")
+            self._event("partition", pid, part.executor, start, "failed", node=None, error=message)
+            raise StageFailure(pid, None, message, None, None)
+        produced = {}
+        for tensor, handle in zip(part.outputs, outputs, strict=True):
+            self.handles.register(tensor_ref(tensor), executor, handle)
+            produced[tensor] = handle
+        self._event("partition", pid, part.executor, start, "succeeded", 1, nodes=list(part.nodes), cached=True,
+                    stored=False, restored=True)
+        return produced
+
     def export(self, bridge_id: str, produced: dict) -> PortableActivation:
         start = time.time()
         bridge = self._bridges[bridge_id]

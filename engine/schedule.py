@@ -86,6 +86,7 @@ from hetflow.engine import owner
 from hetflow.engine.claims import (  # noqa: F401 - the claims' names are part of this module's API
     TERMINAL,
     Entry,
+    check_claimed,
     check_identities,
     claim,
     discover,
@@ -237,7 +238,9 @@ def conclude(entry: Entry, slot: datetime, path: str, info: Mapping[str, Any], r
             return False
         extra = {k: v for k, v in info.items() if k != "status"}
         kept = {k: body[k] for k in ("run_pid", "run_owner", "log", "tries") if k in body}
-        mark(path, entry, slot, _STATE[info["status"]], **{**kept, **extra})
+        # the hook is owed until it has run: whoever settles a claim whose concluder died mid-hook runs it
+        owed = {"hook": "pending"} if _hook_command(entry, info["status"]) else {}
+        mark(path, entry, slot, _STATE[info["status"]], **{**kept, **extra, **owed})
         event = "skipped" if info["status"] == "locked" else info["status"]
         fields = {"manifest": entry.name, "slot": slot_id(slot), **extra}
         if event == "skipped":
@@ -245,8 +248,29 @@ def conclude(entry: Entry, slot: datetime, path: str, info: Mapping[str, Any], r
         if detached:
             fields["detached"] = True
         log(event, fields)
-        _hook(entry, slot, path[:-5] + ".log", runs_dir, info, log)
+        if owed:
+            rc = _hook(entry, slot, path[:-5] + ".log", runs_dir, info, log)
+            mark(path, entry, slot, _STATE[info["status"]], **{**kept, **extra, "hook": "ran", "hook_rc": rc})
     return True
+
+
+def _pay_hook(entry: Entry, path: str, runs_dir: str, log: Log) -> bool:
+    """Run the hook of a terminal claim whose concluder died before its hook had run; whether it is settled now."""
+    with settling(path) as body:
+        if body is None:
+            return False  # its concluder is still at it
+        if body.get("hook") != "pending":
+            return True
+        slot = parse_instant(body["slot"])
+        status = body["state"]
+        info = {"status": status, **{k: body[k] for k in ("run_id", "error") if k in body}}
+        log("hook-owed", {"manifest": entry.name, "slot": body["slot"], "detached": True,
+                          "reason": "the process that concluded the slot ended before its hook had run"})
+        rc = _hook(entry, slot, path[:-5] + ".log", runs_dir, info, log)
+        written = {"slot", "manifest", "state", "at", "hook", "hook_rc", *owner.current()}
+        rest = {k: v for k, v in body.items() if k not in written}
+        mark(path, entry, slot, status, **{**rest, "hook": "ran", "hook_rc": rc})
+        return True
 
 
 def settle(entry: Entry, runs_dir: str, log: Log, known: set[str] | None = None) -> list[dict]:
@@ -271,6 +295,8 @@ def settle(entry: Entry, runs_dir: str, log: Log, known: set[str] | None = None)
             continue
         body = read_claim(path)
         if body.get("state") in TERMINAL:
+            if body.get("hook") == "pending" and owner.alive(body) is False and not _pay_hook(entry, path, runs_dir, log):
+                continue
             if known is not None:
                 known.add(path)
             continue
@@ -345,13 +371,18 @@ def run_hook(child: Child, info: Mapping[str, Any], log: Log) -> int | None:
     return _hook(child.entry, child.slot, child.log, child.runs_dir, info, log)
 
 
+def _hook_command(entry: Entry, status: str) -> tuple[str, str] | None:
+    """(which hook, its command) that a slot ending as ``status`` runs; None when there is none."""
+    which = "on_success" if status == "succeeded" else "on_failure" if status in ("failed", "died") else None
+    command = getattr(entry.schedule, which) if which else None
+    return (which, command) if command else None
+
+
 def _hook(entry: Entry, slot: datetime, log_path: str, runs_dir: str, info: Mapping[str, Any], log: Log) -> int | None:
-    sched = entry.schedule
-    which = ("on_success" if info["status"] == "succeeded" else
-             "on_failure" if info["status"] in ("failed", "died") else None)
-    command = getattr(sched, which) if which else None
-    if not command:
+    found = _hook_command(entry, info["status"])
+    if found is None:
         return None
+    which, command = found
     record = ""
     if info.get("run_id"):
         folder = os.path.join(runs_dir, info["run_id"])
@@ -412,6 +443,16 @@ def run_due(files: Sequence[str], runs_dir: str, now: datetime, log: Log,
         if entry is not None:
             entries.append(entry)
     entries = check_identities(entries)
+    claimed = []
+    for entry in entries:
+        try:
+            check_claimed(runs_dir, entry)
+        except UsageError as e:
+            problems.append(Diagnostic(None, str(e)))
+            counts["invalid"] += 1
+            continue
+        claimed.append(entry)
+    entries = claimed
     guard = threading.Lock()
 
     def locked_log(event: str, fields: Mapping[str, Any]) -> None:

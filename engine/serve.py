@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 from hetflow.engine.cron import _UTC, due_slots, slot_id
 from hetflow.engine.errors import ManifestError, UsageError
-from hetflow.engine.claims import Entry, check_identities, claim, discover, history, load_entry, mark
+from hetflow.engine.claims import Entry, check_claimed, check_identities, claim, discover, history, load_entry, mark
 from hetflow.engine.schedule import LOCKED, Child, Log, _finish, settle, start
 
 __all__ = ["Server"]
@@ -92,6 +92,7 @@ class Server:
                 error = None
                 if entry is not None:
                     check_identities([w.entry for f, w in self.watched.items() if f != file and w.entry] + [entry])
+                    check_claimed(self.runs_dir, entry)
             except ManifestError as e:
                 entry, error = None, "; ".join(str(d) for d in e.diagnostics)
             except UsageError as e:

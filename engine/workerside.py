@@ -234,6 +234,9 @@ class _OnWorker:
     def run_partition(self, pid: str, *sources: Any) -> dict:
         return self._call(f"partition:{pid}", "run_partition", pid, *sources)
 
+    def restore_partition(self, pid: str) -> dict:
+        return self._call(f"partition:{pid}", "restore_partition", pid)
+
     def export(self, bridge_id: str, produced: dict) -> Any:
         return self._call(f"export:{bridge_id}", "export", bridge_id, produced)
 

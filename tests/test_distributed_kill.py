@@ -54,6 +54,9 @@ def test_killing_accels_worker_at_any_moment_is_survived(real, moment, tmp_path)
     events = [json.loads(line) for line in out.stderr if line.startswith("{")]
     said = [e for e in events if e.get("event") == "worker-lost"]
     reran = [item["task"] for r in recoveries for item in r["recomputed"] if item["task"].startswith("partition:")]
+    # a partition that had run is restored from its cache entry: nothing upstream of it runs again for its sake
+    assert all(item["restored"] for r in recoveries for item in r["recomputed"]
+               if item["task"].startswith("partition:") and item["had_finished"]), recoveries
     if moment == "after the outputs":
         # the worker dies as its last output task ends: an output the client had gathered is not run again; the
         # last one may not have reached the client yet, and then its partition alone runs again

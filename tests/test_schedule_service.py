@@ -140,6 +140,34 @@ def test_a_run_that_died_is_marked_so_and_its_failure_hook_runs(tmp_path):
     assert sched.settle(sched.load_entry(m), str(runs), lambda *_: None) == []  # once
 
 
+def test_a_hook_cut_short_by_its_schedulers_death_is_run_by_the_next(tmp_path):
+    # the first call hangs until the kill; the one run again finishes at once
+    hooks = ("on_success: 'echo begun >> begun.txt; [ $(wc -l < begun.txt) -gt 1 ] || sleep 60; "
+             "echo \"$HETFLOW_SLOT $HETFLOW_STATUS\" >> hooks.txt'\n")
+    m = write(tmp_path, "hooked", 'cron: "0 * * * *"\n' + hooks)
+    runs = tmp_path / "runs"
+    argv = [sys.executable, "-m", "hetflow.engine.cli", "schedule", "run-due", m, "--now", "2026-06-01T10:05:00Z",
+            "--runs-dir", str(runs), "--log-format", "json"]
+    first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        wait_for(lambda: (tmp_path / "begun.txt").exists(), 60, "the hook to begin")
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the scheduler and its hook, as a reboot would
+        first.communicate(timeout=10)
+    (slot, body), = claims(runs).items()
+    assert (body["state"], body["hook"]) == ("succeeded", "pending")
+    assert hook_lines(tmp_path) == []
+    code, out, _ = cli("schedule", "run-due", m, "--now", "2026-06-01T10:06:00Z", "--runs-dir", str(runs),
+                       "--log-format", "json")
+    said = [json.loads(line)["event"] for line in out.splitlines() if line.startswith("{")]
+    assert code == 0 and said == ["hook-owed", "hook"], out
+    assert hook_lines(tmp_path) == [(slot, "succeeded")]
+    assert (claims(runs)[slot]["hook"], claims(runs)[slot]["hook_rc"]) == ("ran", 0)
+    assert (tmp_path / "begun.txt").read_text().count("begun") == 2
+    code, out, _ = cli("schedule", "run-due", m, "--now", "2026-06-01T10:07:00Z", "--runs-dir", str(runs))
+    assert (code, out) == (0, "") and hook_lines(tmp_path) == [(slot, "succeeded")]  # paid once
+
+
 # --- retries ------------------------------------------------------------------------------------
 
 
@@ -199,6 +227,14 @@ def test_a_copied_manifest_shares_the_history_of_its_original(tmp_path):
     code, out, err = cli("schedule", "run-due", m, copy, "--now", "2026-06-01T12:05:00Z", "--runs-dir", str(runs))
     assert code == 2 and out == ""
     assert f"{m} and {copy} both name the manifest 'nightly' but differ" in err
+    # and in two invocations: the newest claim says which file keeps the schedule
+    code, out, err = cli("schedule", "run-due", copy, "--now", "2026-06-01T12:05:00Z", "--runs-dir", str(runs))
+    assert code == 2 and out == ""
+    assert f"{copy} and {os.path.abspath(m)} both name the manifest 'nightly' but differ" in err
+    # a file moved away hands its history on
+    os.remove(m)
+    code, out, _ = cli("schedule", "run-due", copy, "--now", "2026-06-01T12:05:00Z", "--runs-dir", str(runs))
+    assert code == 0 and out.count("succeeded manifest=nightly slot=2026-06-01T12:00:00Z") == 1, out
 
 
 # --- status --check -----------------------------------------------------------------------------
