@@ -2,7 +2,9 @@
 
 The value of a document is exactly what ``yaml.safe_load`` returns for
 the same text, or the document is refused where ``yaml.safe_load``
-refuses it, at ``FILE:LINE:COL``. Two refusals go beyond it, both
+refuses it, at ``FILE:LINE:COL``, with one difference: a number written
+with an exponent and no dot or no exponent sign (``1e-5``, ``2E3``) is a
+float, as YAML 1.2 reads it, not a string (:class:`SafeLoader`). Two refusals go beyond it, both
 resource limits: more than ``MAX_VALUES`` values once aliases are
 expanded (an alias bomb; a recursive alias expands without end) and
 nesting deeper than ``MAX_DEPTH``. What YAML allows but a manifest does
@@ -57,7 +59,7 @@ import yaml
 
 from hetflow.engine.errors import Diagnostic, ManifestError, Origin
 
-__all__ = ["Document", "load", "loads", "gc_paused", "frozen_instance", "MAX_VALUES", "MAX_DEPTH"]
+__all__ = ["Document", "SafeLoader", "SafeDumper", "load", "loads", "gc_paused", "frozen_instance", "MAX_VALUES", "MAX_DEPTH"]
 
 Path = tuple  # a value's position in the tree: keys and list indexes
 
@@ -77,7 +79,23 @@ _NOT_PLAIN = re.compile(r"[^\n\x20-\x7e]")
 # What PyYAML's reader counts as a line break, for the line of a character it refuses.
 _BREAK = re.compile(r"\r\n|[\n\r\x85\u2028\u2029]")
 
-_RESOLVERS = yaml.SafeLoader.yaml_implicit_resolvers
+class SafeLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that also reads YAML 1.2's exponent floats (``1e-5``, ``1.5e3``), which YAML 1.1 leaves strings.
+
+    >>> yaml.load("[1e-5, 2E3, 1.5e3, 1e, e3, 1.0e-05]", Loader=SafeLoader)
+    [1e-05, 2000.0, 1500.0, '1e', 'e3', 1e-05]
+    """
+
+
+class SafeDumper(yaml.SafeDumper):
+    """``yaml.SafeDumper`` that quotes a string :class:`SafeLoader` would read as a float (``'1e3'``)."""
+
+
+_FLOAT_12 = re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$")
+for _cls in (SafeLoader, SafeDumper):
+    _cls.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
+
+_RESOLVERS = SafeLoader.yaml_implicit_resolvers
 
 
 class _Resolve:
@@ -107,7 +125,7 @@ class _Resolve:
         return self.DEFAULT_SEQUENCE_TAG if kind is _SEQ else self.DEFAULT_MAPPING_TAG
 
 
-class _PyLoader(_Resolve, yaml.SafeLoader):
+class _PyLoader(_Resolve, SafeLoader):
     """``yaml.safe_load``'s loader: PyYAML's parser."""
 
 

@@ -170,6 +170,8 @@ def select(points: list[Point], wanted: str) -> Point:
     """
     import yaml
 
+    from hetflow.engine.loader import SafeLoader
+
     for p in points:
         if wanted in (p.name, p.name[p.name.index("[") + 1 : -1]):
             return p
@@ -181,7 +183,7 @@ def select(points: list[Point], wanted: str) -> Point:
             pairs = {}
             break
         try:
-            pairs[key.strip()] = yaml.safe_load(text) if text.strip() else ""
+            pairs[key.strip()] = yaml.load(text, Loader=SafeLoader) if text.strip() else ""
         except yaml.YAMLError:
             pairs[key.strip()] = text.strip()
 

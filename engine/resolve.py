@@ -21,7 +21,7 @@ import orjson
 import yaml
 
 from hetflow.engine.errors import Diagnostic, UsageError
-from hetflow.engine.loader import Document, Path
+from hetflow.engine.loader import Document, Path, SafeLoader
 
 __all__ = ["UNDEFINED", "resolve", "parse_overrides", "canonical_json", "has_undefined"]
 
@@ -89,7 +89,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
             raise UsageError(f"-p expects KEY=VALUE, got {pair!r}")
         flow = text.strip().startswith(("[", "{"))
         try:
-            value = yaml.safe_load(text) if text.strip() else ""
+            value = yaml.load(text, Loader=SafeLoader) if text.strip() else ""
         except yaml.YAMLError as e:
             if flow:
                 mark = getattr(e, "problem_mark", None)

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hetflow.engine.errors import ManifestError
-from hetflow.engine.loader import load, loads
+from hetflow.engine.loader import SafeLoader, load, loads
 
 SCALARS = [
     # YAML 1.1 plain scalars: bools, nulls, ints in every base, sexagesimal, floats, timestamps, merge and value keys
@@ -183,7 +183,8 @@ def depth(value) -> int:
 
 def theirs(source):
     try:
-        return "ok", yaml.safe_load(source)
+        # safe_load with the loader's one documented difference: YAML 1.2's exponent floats
+        return "ok", yaml.load(source, Loader=SafeLoader)
     except Exception as e:  # noqa: BLE001 - SafeConstructor lets ValueError and others out for ``!!int yes``
         return "refused", e
 
