@@ -115,7 +115,6 @@ _CONNECT_TIMEOUT_S = 10.0
 _GATHER_POLL_S = 1.0
 # A scheduler started a moment ago may not listen yet; past this, a refused connection means none is there.
 _REFUSED_GRACE_S = 2.0
-_REFUSED_PROBES = 3
 
 
 @sizeof.register(PortableActivation)
@@ -562,52 +561,41 @@ def _gather_or_gone(future: Any, gone_now: Callable[[], list[str]]) -> Any:
 
 
 def _refused(address: str, grace: float) -> bool:
-    """Whether connecting to ``address`` was refused for all of ``grace`` seconds.
+    """Whether a TCP connection to ``address`` was refused for all of ``grace`` seconds.
 
     Dask's client retries a refused connection until its whole timeout; a
     refusal is the operating system's word that nothing listens there, so
     it needs no more than the grace a scheduler that is starting needs.
-    The attempt is Dask's own connect with its handshake (a bare socket
-    that closes unannounced is logged by the scheduler), in a thread of its
-    own so that it also works under a running event loop (a notebook). Any
+    The probe is a plain socket, whose refusal comes at once however
+    loaded the machine is (Dask's own connect can spend its whole grace
+    on one attempt that times out and says nothing). Where something
+    listens, the probe's connection closes at once, which a Dask scheduler
+    logs as a connection closed before its handshake, at INFO level. Any
     other outcome is left to the client: a connection, a time-out, an
-    address it cannot parse.
+    address it cannot parse, a scheme other than ``tcp``.
     """
-    import asyncio
+    import socket
 
-    from distributed.comm import connect
+    from distributed.comm.addressing import parse_address, parse_host_port
 
-    failure: list[BaseException] = []
-
-    async def attempt() -> None:
-        comm = await connect(address, timeout=grace)
-        await comm.close()
-
-    def probe() -> None:
+    try:
+        scheme, location = parse_address(address)
+        if scheme != "tcp":
+            return False
+        host, port = parse_host_port(location)
+    except (ValueError, TypeError):
+        return False
+    deadline = time.monotonic() + grace
+    while True:
         try:
-            asyncio.run(attempt())
-        except BaseException as e:  # noqa: BLE001 - only its cause matters, read below
-            failure.append(e)
-
-    # A loaded machine can spend a whole grace on one attempt that ends in a
-    # time-out rather than an answer; only a refusal or a connection decides.
-    for _ in range(_REFUSED_PROBES):
-        failure.clear()
-        thread = threading.Thread(target=probe, name="hetflow-connect-probe", daemon=True)
-        thread.start()
-        thread.join()
-        if not failure:
+            with socket.create_connection((host, port), timeout=max(0.1, deadline - time.monotonic())):
+                return False
+        except ConnectionRefusedError:
+            if time.monotonic() >= deadline:
+                return True
+            time.sleep(0.1)
+        except OSError:
             return False
-        causes: list[BaseException] = []
-        cause: BaseException | None = failure[0]
-        while cause is not None:
-            causes.append(cause)
-            cause = cause.__cause__ or cause.__context__
-        if any(isinstance(c, ConnectionRefusedError) for c in causes):
-            return True
-        if not all(isinstance(c, (TimeoutError, asyncio.TimeoutError)) or type(c) is OSError for c in causes):
-            return False
-    return False
 
 
 def _as_failure(failure: BaseException | None) -> BaseException | None:

@@ -254,6 +254,11 @@ def _execute(
     encoded = {"plan": encode_entries(record["plan"]), "manifest": encode_value(record["manifest"])}
     first_written = _initial_write(record_path, record, encoded, manifest.file)
     final_written = threading.Event()
+    # One writer of the final record at a time. A second signal's forced exit takes it and keeps it until the
+    # process ends: a run thread then never starts a write that os._exit would cut short, nor replaces the
+    # record the exit wrote. Reentrant: the signal may interrupt the main thread in the middle of its own write.
+    writing = threading.RLock()
+    sealed = threading.Event()
     runtime: Any = None
     sink = on_event
     if on_event is not None and event_tag:
@@ -266,6 +271,8 @@ def _execute(
 
     def forced_exit() -> None:
         # A second signal: the process ends now; leave a record that says so, unless the full one is written.
+        writing.acquire(timeout=_SEAL_WAIT_S)  # a write under way ends first; a stuck disk does not hold the exit
+        sealed.set()
         if final_written.is_set():
             return
         _write_ended(record_path, record, encoded, Cancelled(cancel.signal, cancel.at), cancel, runtime, stream,
@@ -376,12 +383,15 @@ def _execute(
         encoded.update(tasks=encode_events(record["tasks"]), events=encode_events(record["events"]),
                        nodes=encode_events(record["nodes"]))
         first_written()
-        write_json_atomic(record_path, record, encoded)
-        final_written.set()
+        with writing:
+            if not sealed.is_set():
+                write_json_atomic(record_path, record, encoded)
+                final_written.set()
     except BaseException as e:
-        if not final_written.is_set():
-            _write_ended(record_path, record, encoded, e, cancel, runtime, stream, started, first_written)
-            final_written.set()
+        with writing:
+            if not final_written.is_set() and not sealed.is_set():
+                _write_ended(record_path, record, encoded, e, cancel, runtime, stream, started, first_written)
+                final_written.set()
         forget_hook()
         raise
     forget_hook()
@@ -401,6 +411,8 @@ def _execute(
 
 
 functools.update_wrapper(execute, _execute)
+
+_SEAL_WAIT_S = 5.0
 
 
 def _initial_write(record_path: str, record: dict, encoded: Mapping[str, str], manifest_file: str
