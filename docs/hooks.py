@@ -40,7 +40,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["on_files", "manifest_page", "cli_page", "ops_page", "api_page", "benchmarks_page", "schema_keys", "cli_commands"]
+__all__ = ["on_files", "manifest_page", "cli_page", "ops_page", "executor_dtypes", "api_page", "benchmarks_page", "schema_keys", "cli_commands"]
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = "This page is generated from {source} when the site is built; edit that, not this page."
@@ -295,31 +295,99 @@ def _arity(lo: int, hi: int) -> str:
     return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
+def executor_dtypes(op: Any) -> dict[str, list[Any]]:
+    """The dtypes each executor kind computes ``op`` at: ``cpu``, ``cuda/rocm`` and ``vulkan``.
+
+    The CPU computes every dtype an op declares; a CUDA or ROCm device
+    every one cupy carries (:data:`hetflow.executors.carriers.CARRIERS`),
+    where the op has a body for it; Vulkan only an op with a WGSL kernel,
+    and only at the dtypes its executor supports and its rule
+    (:func:`hetflow.executors.vulkan.refusal`) accepts for inputs of that
+    dtype. None of it needs the device.
+
+    >>> from hetflow.executors.ops import REGISTRY
+    >>> sorted(executor_dtypes(REGISTRY["add"]))
+    ['cpu', 'cuda/rocm', 'vulkan']
+    >>> any(d.value == "int64" for d in executor_dtypes(REGISTRY["add"])["vulkan"])
+    False
+    """
+    from hetflow.executors.base import Dtype
+    from hetflow.executors.carriers import CARRIERS
+
+    declared = [d for d in Dtype if d in op.dtypes]
+    found = {"cpu": declared if op.runs_on("cpu") else [],
+             "cuda/rocm": [d for d in declared if d in CARRIERS] if op.runs_on("cuda") else []}
+    vulkan_dtypes: list[Any] = []
+    if op.wgsl is not None:
+        try:
+            from hetflow.executors import vulkan
+        except Exception:  # noqa: BLE001 - without wgpu the module may not import: then nothing is offered
+            vulkan = None
+        supported = getattr(vulkan, "SUPPORTED_DTYPES", ())
+        refusal = getattr(vulkan, "refusal", None)
+        for d in declared:
+            if d not in supported:
+                continue
+            if refusal is not None and op.input_dtypes is None:
+                try:
+                    if refusal(op, [d] * op.arity[0], d, {}):
+                        continue  # an op that computes on its inputs alike: the rule speaks for the dtype
+                except Exception:  # noqa: BLE001 - args the rule needs and a page does not have: the dtype stands
+                    pass
+            vulkan_dtypes.append(d)
+    found["vulkan"] = vulkan_dtypes
+    return found
+
+
+def _dtype_list(dtypes: list[Any], everything: list[Any]) -> str:
+    if not dtypes:
+        return "—"
+    if dtypes == everything:
+        return "all"
+    return ", ".join(d.value for d in dtypes)
+
+
 def ops_page() -> str:
-    """The op registry's reference: every op's inputs, arguments, dtypes and kernels."""
+    """The op registry's reference: every op's inputs, arguments, dtypes per executor and kernels."""
     from hetflow.executors.base import Dtype
     from hetflow.executors.ops import BUILTIN, REGISTRY
 
-    order = [d for d in Dtype]
+    everything = list(Dtype)
     out = ["# Ops", "", "!!! info \"Generated\"",
            "    " + GENERATED.format(source="the op registry, `hetflow.executors.ops.REGISTRY`"), "",
            "Every built-in op, as the registry declares it: the planner, `hetflow validate` and the "
            "editors' schema read the same declarations. `hetflow executors --ops` prints them on a "
-           "machine, with plugin ops included. Every op computes in float32 and converts its result "
-           "to the stage's `dtype:` (floats round to nearest even; int8 and int4 round to nearest and "
-           "saturate, NaN becoming 0). To add your own, see "
-           "[Write your own op](../how-to/custom-op.md).", "",
-           "| op | inputs | args | dtypes | does |", "| --- | --- | --- | --- | --- |"]
+           "machine, with plugin ops included. Each op computes in one compute type and converts its "
+           "result to the stage's `dtype:`: float32, or float64 when an input or the output is `fp64`; "
+           "an op that computes on integers takes integer and bool inputs as they are (its arithmetic "
+           "wraps), and one that only moves values takes every input as it is. Floats round to nearest "
+           "even; int8 and int4 round to nearest and saturate, NaN becoming 0; the integers take floats "
+           "toward zero, saturating, and other integers by wrapping; bool is `value != 0` "
+           "(see [Dtypes and portable bytes](dtypes.md)). A stage without `dtype:` gets fp32 unless its "
+           "op or its inputs make it another. The dtype columns say where each op runs at each dtype: "
+           "the planner keeps a stage off an executor that does not run its op at its dtype, or cannot "
+           "import its inputs' dtypes. To add your own, see [Write your own op](../how-to/custom-op.md).", "",
+           "| op | inputs | args | cpu | cuda/rocm | vulkan | does |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
     builtin = {name: op for name, op in REGISTRY.items() if name in BUILTIN}  # users' ops are documented by their plugins
+    per_executor = {name: executor_dtypes(op) for name, op in builtin.items()}
     for name, op in builtin.items():
         args = ", ".join(f"`{a}`" for a in op.args) or ""
-        dtypes = ", ".join(d.value for d in order if d in op.dtypes)
-        out.append(f"| [`{name}`](#{'op-' + name.replace('.', '-')}) | {_arity(*op.arity)} | {args} | {dtypes} | {_cell(op.doc)} |")
-    out.append("")
+        cells = " | ".join(_dtype_list(per_executor[name][k], everything) for k in ("cpu", "cuda/rocm", "vulkan"))
+        out.append(f"| [`{name}`](#{'op-' + name.replace('.', '-')}) | {_arity(*op.arity)} | {args} | {cells} | "
+                   f"{_cell(op.doc)} |")
+    out += ["", "In the dtype columns, *all* is every one of the thirteen dtypes; — is none.", ""]
     for name, op in builtin.items():
         out += [f"### `{name}` {{#{'op-' + name.replace('.', '-')}}}", "", _cell(op.doc) + ".", "",
                 f"- **inputs**: {_arity(*op.arity)}",
-                "- **dtypes**: " + ", ".join(f"`{d.value}`" for d in order if d in op.dtypes)]
+                "- **dtypes**: " + ", ".join(f"`{d.value}`" for d in everything if d in op.dtypes)]
+        for kind, dtypes in per_executor[name].items():
+            out.append(f"    - on **{kind}**: " + (", ".join(f"`{d.value}`" for d in dtypes) if dtypes else "not offered"))
+        if op.moves:
+            out.append("- **computes**: moves or selects values: its inputs reach it as they are, at any dtype")
+        elif op.exact:
+            out.append("- **computes**: on integer and bool inputs as they are (arithmetic wraps); "
+                       "on others in float32, float64 with fp64")
         vendors = sorted(op.kernels)
         if op.wgsl is not None:
             vendors.append("vulkan (WGSL)" if op.wgsl.template != "host" else "vulkan (made on the host)")

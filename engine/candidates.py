@@ -18,7 +18,7 @@ evaluation its search (step 3) calls:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import networkx as nx
 
@@ -217,6 +217,9 @@ def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, 
 
     per_node: dict[str, tuple[list[str], str, str, str | None]] = {}
     attrs = node_data(graph)
+    arriving = _arriving(attrs)
+    refusers = {e: f for e in names if (f := _vendor_refusal(offers[e])) is not None}
+    refused: dict[str, str] = {}  # executor -> why it refuses the stage at hand
     able_for: dict[tuple, list[str]] = {}
     free: dict[tuple, tuple] = {}
     pinned: dict[str, tuple] = {}
@@ -230,15 +233,23 @@ def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, 
         stage = d["stage"]
         if stage.colocate_with:
             colocated = True
-        key = (stage.op, stage.dtype._value_)  # an Enum's value property is a Python-level call
+        extra = arriving(stage)
+        key = (stage.op, stage.dtype._value_, extra)  # an Enum's value property is a Python-level call
         able = able_for.get(key)
         if able is None:
-            able = able_for[key] = [e for e in names if capable(stage, e)]
+            able = able_for[key] = [e for e in names if capable(stage, e) and all(x in offers[e].dtypes for x in extra)]
+        refused = _refused(refusers, able, stage, attrs) if refusers else refused
+        if refused:
+            able = [e for e in able if e not in refused]
+            if able and not stage.executor and not stage.vendors:
+                per_node[n] = (able, "capability", _only(stage, able[0], extra, names, offers, executors, refused), None) \
+                    if len(able) == 1 else (able, "", "", None)
+                continue
         if not stage.executor and not stage.vendors and able:
             # the common case, one entry per op and dtype
             entry = free.get(key)
             if entry is None:
-                entry = free[key] = ((able, "capability", f"capability: only {able[0]!r} runs {stage.op} at {stage.dtype.value}", None)
+                entry = free[key] = ((able, "capability", _only(stage, able[0], extra, names, offers, executors), None)
                                      if len(able) < len(names) and len(able) == 1 else (able, "", "", None))
             per_node[n] = entry
             continue
@@ -248,16 +259,24 @@ def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, 
                 problems.append(Diagnostic(stage.vendor_origin, (
                     f"stage {n!r} wants vendor {_vendor_list(stage.vendors)} but its executor {ex.name!r} "
                     f"runs {ex.vendor.value} on this machine ({ex.reason})")))
-            if stage.executor not in able:
-                problems.append(_dtype_problem(stage, [stage.executor], executors, offers))
+            if stage.executor in refused:
+                problems.append(Diagnostic(stage.origin, (
+                    f"stage {n!r} cannot run on executor {stage.executor!r} ({ex.vendor.value}): {refused[stage.executor]}")))
+            elif stage.executor not in able:
+                problems.append(_dtype_problem(stage, [stage.executor], executors, offers, attrs))
             entry = pinned.get(stage.executor)
             if entry is None:
                 # one entry (and one candidate list) per executor: units never change their candidates
                 entry = pinned[stage.executor] = ([stage.executor], "pinned", f"pinned (executor: {stage.executor})", None)
             per_node[n] = entry
             continue
+        if not able and refused:
+            problems.append(Diagnostic(stage.origin, f"stage {n!r} has no executor that runs it: " + "; ".join(
+                f"{e!r} ({executors[e].vendor.value}): {why}" for e, why in refused.items())))
+            per_node[n] = (names[:1], "", "", None)
+            continue
         if not able:
-            problems.append(_dtype_problem(stage, names, executors, offers))
+            problems.append(_dtype_problem(stage, names, executors, offers, attrs))
             per_node[n] = (names[:1], "", "", None)
             continue
         if stage.vendors:
@@ -280,7 +299,7 @@ def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, 
             per_node[n] = (chosen, "preference", text, warn)
             continue
         if len(able) < len(names) and len(able) == 1:
-            per_node[n] = (able, "capability", f"capability: only {able[0]!r} runs {stage.op} at {stage.dtype.value}", None)
+            per_node[n] = (able, "capability", _only(stage, able[0], extra, names, offers, executors, refused), None)
             continue
         per_node[n] = (able, "", "", None)
     if problems:
@@ -336,18 +355,99 @@ def _user_op_runs(offer: Any, op: str) -> bool:
     return found is not None and found.invoke is not None and vendor is not None and found.runs_on(vendor)
 
 
-def _dtype_problem(stage: Any, names: Sequence[str], executors: Mapping[str, Any], offers: Mapping[str, Any]) -> Diagnostic:
+def _arriving(attrs: Mapping[str, dict]) -> Callable[[Any], tuple]:
+    """The dtypes a stage's inputs arrive at other than its own, each once, in input order.
+
+    An executor imports every input a bridge brings it, so it must support
+    their dtypes too (an int64 tensor cannot be bridged to a Vulkan device,
+    which has no 64-bit types). Most stages take inputs of their own dtype:
+    for them this is the empty tuple.
+    """
+    def extra(stage: Any) -> tuple:
+        own = stage.dtype
+        found: tuple = ()
+        for ref in stage.inputs:
+            other = attrs[ref].get("stage")
+            if other is not None and other.dtype is not own and other.dtype not in found:
+                found += (other.dtype,)
+        return found
+
+    return extra
+
+
+def _only(stage: Any, able: str, extra: tuple, names: Sequence[str], offers: Mapping[str, Any],
+          executors: Mapping[str, Any], refused: Mapping[str, str] | None = None) -> str:
+    """The reason of a stage only one executor can run, naming an input dtype the others cannot import,
+    or what an executor's vendor said when it refused the stage."""
+    text = f"capability: only {able!r} runs {stage.op} at {stage.dtype.value}"
+    lacking = [(e, [x for x in extra if x not in offers[e].dtypes]) for e in names if e != able]
+    lacking = [(e, xs) for e, xs in lacking if xs]
+    if lacking:
+        text += " with " + ", ".join(x.value for x in extra) + " inputs (" + "; ".join(
+            f"{e!r} ({executors[e].vendor.value}) does not support {', '.join(x.value for x in xs)}" for e, xs in lacking) + ")"
+    if refused:
+        text += " (" + "; ".join(f"{e!r} ({executors[e].vendor.value}): {why}" for e, why in refused.items()) + ")"
+    return text
+
+
+def _vendor_refusal(offer: Any) -> Callable[..., str | None] | None:
+    """A vendor's own rule for the ops and dtypes it computes, where its executor has one.
+
+    The Vulkan executor computes some ops only at some input dtypes and
+    args (:func:`hetflow.executors.vulkan.refusal`); asking it at plan time
+    keeps such a stage off it instead of failing the run.
+    """
+    vendor = getattr(getattr(offer, "vendor", None), "value", None)
+    if vendor != "vulkan" or not getattr(offer, "available", True):
+        return None
+    try:
+        from hetflow.executors import vulkan
+    except Exception:  # noqa: BLE001 - a Vulkan module that does not import offers nothing to ask
+        return None
+    return getattr(vulkan, "refusal", None)
+
+
+def _refused(refusers: Mapping[str, Callable], able: Sequence[str], stage: Any, attrs: Mapping[str, dict]) -> dict[str, str]:
+    """The executors among ``able`` whose vendor refuses ``stage``, each with its reason."""
+    found: dict[str, str] = {}
+    asked = [e for e in able if e in refusers]
+    if not asked:
+        return found
+    op = oplib.REGISTRY.get(stage.op)
+    if op is None or op.invoke is not None:
+        return found  # a user's op runs where it has a kernel: its kernels are its own rule
+    inputs = [attrs[ref]["stage"].dtype if "stage" in attrs[ref] else stage.dtype for ref in stage.inputs]
+    for e in asked:
+        try:
+            why = refusers[e](op, inputs, stage.dtype, dict(stage.args))
+        except Exception as err:  # noqa: BLE001 - a vendor's rule failing on odd args refuses, with its words
+            why = f"{type(err).__name__}: {err}"
+        if why:
+            found[e] = why
+    return found
+
+
+def _dtype_problem(stage: Any, names: Sequence[str], executors: Mapping[str, Any], offers: Mapping[str, Any],
+                   attrs: Mapping[str, dict] | None = None) -> Diagnostic:
     first = executors[names[0]]
     supported = ", ".join(d.value for d in offers[names[0]].dtypes)
     ops = getattr(offers[names[0]], "ops", None)
+    refused = [(ref, attrs[ref]["stage"].dtype) for ref in stage.inputs if attrs is not None and "stage" in attrs[ref]
+               and attrs[ref]["stage"].dtype not in offers[names[0]].dtypes]
+    where = stage.origin
     if stage.dtype in offers[names[0]].dtypes and ops and stage.op not in ops and not _user_op_runs(offers[names[0]], stage.op):
         what = f"stage {stage.id!r} uses op {stage.op!r}, which executor {first.name!r} ({first.vendor.value}) does not run"
+    elif stage.dtype in offers[names[0]].dtypes and refused:
+        where = stage.inputs_origin
+        taken = ", ".join(f"{ref!r} at {dtype.value}" for ref, dtype in dict(refused).items())
+        what = (f"stage {stage.id!r} takes {taken}, which executor {first.name!r} ({first.vendor.value}) cannot import "
+                f"(supported: {supported}); cast it to a supported dtype first, or run the stage elsewhere")
     else:
         what = (f"stage {stage.id!r} produces {stage.dtype.value}, which executor {first.name!r} ({first.vendor.value}) "
                 f"does not support (supported: {supported})")
     if len(names) > 1:
         what += f", nor does any other executor ({', '.join(names[1:])})"
-    return Diagnostic(stage.origin, what)
+    return Diagnostic(where, what)
 
 
 def largest_input(p: Problem, n: str) -> str | None:

@@ -85,6 +85,7 @@ __all__ = [
     "HOST_STAGING",
     "DEVICE_COPY",
     "default_rule",
+    "compute_width",
     "CostModel",
     "human_bytes",
     "EMULATOR_IMPORT",
@@ -132,13 +133,32 @@ def _bytes(shape: Shape | None, dtype: Dtype) -> int:
     return 0 if shape is None else dtype.nbytes(_elements(shape))
 
 
+def compute_width(dtype: Dtype) -> int:
+    """Bytes per element a stage of output ``dtype`` reads its inputs at: its compute type's width.
+
+    Inputs are widened to float32 before the op (the numeric rule), to
+    float64 for an fp64 stage; a stage that makes integers computes on
+    them in their own width. A bool stage (a comparison) reads the float32
+    values it compares.
+
+    >>> [compute_width(d) for d in (Dtype.fp16, Dtype.fp64, Dtype.int64, Dtype.uint8, Dtype.bool)]
+    [4, 8, 8, 1, 4]
+    """
+    if dtype is Dtype.fp64:
+        return 8
+    if dtype.kind == "int":
+        return dtype.numpy.itemsize
+    return 4
+
+
 def default_rule(flops_per_element: int = 1) -> Callable[..., Work]:
     """An elementwise rule: ``flops_per_element`` per output element, every tensor touched once."""
 
     def rule(inputs: Sequence[Shape | None], output: Shape | None, dtype: Dtype) -> Work:
         n = _elements(output)
-        # inputs arrive at their producer's dtype; the executor widens them to fp32 first
-        read = sum(4 * _elements(s) for s in inputs)
+        # inputs arrive at their producer's dtype; the executor widens them to the compute type first
+        width = compute_width(dtype)
+        read = sum(width * _elements(s) for s in inputs)
         return Work(flops_per_element * n, read + _bytes(output, dtype))
 
     return rule
@@ -149,7 +169,7 @@ def _matmul(inputs: Sequence[Shape | None], output: Shape | None, dtype: Dtype) 
     if a is None or b is None or output is None:
         return Work(0, 0)
     inner = a[-1]
-    return Work(2 * _elements(output) * inner, 4 * (_elements(a) + _elements(b)) + _bytes(output, dtype))
+    return Work(2 * _elements(output) * inner, compute_width(dtype) * (_elements(a) + _elements(b)) + _bytes(output, dtype))
 
 
 def _generator(flops_per_element: int) -> Callable[..., Work]:

@@ -421,15 +421,28 @@ def _warnings(manifest: Manifest, executors: Mapping[str, ExecutorPlan], graph: 
 def _check_dtypes(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan], probe: Callable[[Vendor], Offer]) -> None:
     problems = []
     offered = {name: probe(ex.vendor).dtypes for name, ex in executors.items()}
-    for n, d in placing.node_data(graph).items():
+    attrs = placing.node_data(graph)
+    for n, d in attrs.items():
         if "phase" in d:
             continue
-        dtype = d["stage"].dtype
-        if dtype not in offered[d["executor"]]:
-            ex, supported = executors[d["executor"]], offered[d["executor"]]
+        stage = d["stage"]
+        dtype = stage.dtype
+        ex, supported = executors[d["executor"]], offered[d["executor"]]
+        if dtype not in supported:
             problems.append(Diagnostic(
-                d["stage"].origin,
+                stage.origin,
                 f"stage {n!r} produces {dtype.value}, which executor {ex.name!r} ({ex.vendor.value}) does not support "
+                f"(supported: {', '.join(x.value for x in supported)})",
+            ))
+            continue
+        # what a bridge brings it is imported at its producer's dtype: the executor must hold that too
+        refused = {ref: attrs[ref]["stage"].dtype for ref in stage.inputs
+                   if "stage" in attrs[ref] and attrs[ref]["stage"].dtype not in supported}
+        if refused:
+            taken = ", ".join(f"{ref!r} at {t.value}" for ref, t in refused.items())
+            problems.append(Diagnostic(
+                stage.inputs_origin,
+                f"stage {n!r} takes {taken}, which executor {ex.name!r} ({ex.vendor.value}) cannot import "
                 f"(supported: {', '.join(x.value for x in supported)})",
             ))
     if problems:

@@ -194,9 +194,10 @@ def _fold_ops(stage: dict, ops: Mapping[str, oplib.Op]) -> None:
             "inputs": {"minItems": lo, "maxItems": hi},
             "dtype": {"enum": [d.value for d in Dtype if d in op.dtypes]},
         }}
-        # a stage without dtype gets fp32, which not every op supports
+        # a stage without dtype gets fp32 unless its op or inputs make it another, which the editor cannot see
+        infers = op.result is not None or op.moves or op.exact
         required = ((["args"] if required_args else []) + (["inputs"] if lo > 0 else [])
-                    + (["dtype"] if Dtype.fp32 not in op.dtypes else []))
+                    + (["dtype"] if Dtype.fp32 not in op.dtypes and not infers else []))
         if required:
             then["required"] = required
         rules.append({"if": {"properties": {"op": {"const": name}}, "required": ["op"]}, "then": then})

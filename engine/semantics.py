@@ -163,6 +163,9 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
     bare_args: dict[tuple[str, int | None], list[tuple[str | None, str]]] = {}
     passed: dict[tuple[str, str, int], dict] = {}  # (op, dtype, inputs) of a stage without args that passed -> its args
     seen: set[str] = set()  # the stages above the one being checked
+    pending: list[str] = []  # stages whose dtype depends on a stage written below them
+    typed: list[str] = []  # stages whose op checks its inputs' dtypes, checked once every dtype is known
+    fp32 = Dtype.fp32
     in_order = True  # every input is written above its stage, so the file order is a topological order
     constrained = False  # some stage says colocate_with: or vendor:
     builtin, registry, dtypes, optional, absent = oplib.BUILTIN, oplib.REGISTRY, _DTYPES, _OPTIONAL_FIELDS, _ABSENT
@@ -217,12 +220,25 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
             hint = f"; did you mean {close[0]!r}?" if close else ""
             problems.append(Diagnostic(doc.at(("stages", sid, "executor")), f"stage {sid!r} names executor {executor!r}, which is not declared (declared: {declared}){hint}"))
 
-        dtype_name = spec.get("dtype", "fp32")
-        dtype = dtypes.get(dtype_name)
         args = spec.get("args", {})
         args = args if isinstance(args, dict) else {}
         if op is None:
             continue
+        if "dtype" in spec:
+            dtype_name = spec["dtype"]
+        elif op.result is None and all(ref in stages and stages[ref].dtype is fp32 for ref in inputs):
+            dtype_name = "fp32"  # most stages: nothing to infer from
+        elif all(ref in stages or ref not in raw_stages for ref in inputs):
+            dtype_name = _inferred(op, [stages[ref].dtype for ref in inputs if ref in stages], args, base).value
+        else:
+            dtype_name = "fp32"
+            pending.append(sid)  # an input written below it: inferred once every stage is known
+        dtype = dtypes.get(dtype_name) if not pending or pending[-1] != sid else None
+        if dtype is not None and "dtype" not in spec and dtype not in op.dtypes:
+            problems.append(_not_inferable(sid, op, dtype, inputs, stages, doc))
+            dtype = None
+        if op.input_dtypes is not None:
+            typed.append(sid)
         full = passed.get((op_name, dtype_name, len(inputs))) if not args else None
         if full is not None:
             full = full.copy()
@@ -235,6 +251,11 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
             fields.update(_optional_fields(spec))
             constrained = constrained or "colocate_with" in spec or "vendor" in spec
         stages[sid] = frozen_instance(StageDecl, fields)
+
+    if pending and not problems:
+        _infer_pending(pending, stages, raw_stages, base, doc, problems)
+    if typed and (not pending or not problems):  # a pending stage's dtype is known only once inferred
+        _check_input_dtypes(typed, stages, doc, problems)
 
     if constrained:
         problems.extend(_placement_constraints(stages, executors, raw_stages, doc))
@@ -276,6 +297,77 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
         emulators=emulators, phases=phase_decls, phase_outputs=phase_outputs,
         plugins=tuple(used_plugins.values()),
     )
+
+
+def _inferred(op: Any, inputs: list[Dtype], args: dict, base: str) -> Dtype:
+    """The dtype of a stage that names none (:func:`hetflow.executors.opdecl.default_dtype`), paths made absolute."""
+    full = op.with_defaults(args)
+    for key, spec in op.args.items():
+        if spec.kind == "path" and isinstance(full.get(key), str):
+            full[key] = os.path.join(base, full[key])
+    try:
+        return oplib.default_dtype(op, inputs, full)
+    except Exception:  # noqa: BLE001 - args the op's checks report; the dtype is then the one a stage names by default
+        return Dtype.fp32
+
+
+def _infer_pending(pending: list[str], stages: dict[str, StageDecl], raw_stages: dict, base: str, doc: Document,
+                   problems: list[Diagnostic]) -> None:
+    """Infer the dtypes of ``pending`` stages in dependency order, and check each against its op."""
+    import dataclasses
+
+    graph = nx.DiGraph()
+    graph.add_nodes_from(pending)
+    for sid in pending:
+        graph.add_edges_from((ref, sid) for ref in stages[sid].inputs if ref in stages)
+    for sid in nx.topological_sort(graph):
+        if sid not in pending:
+            continue
+        stage = stages[sid]
+        op = oplib.REGISTRY.get(stage.op)
+        if op is None:
+            continue
+        dtype = _inferred(op, [stages[ref].dtype for ref in stage.inputs if ref in stages],
+                          dict(raw_stages[sid].get("args") or {}), base)
+        if dtype not in op.dtypes:
+            problems.append(_not_inferable(sid, op, dtype, stage.inputs, stages, doc))
+            continue
+        stages[sid] = dataclasses.replace(stage, dtype=dtype)
+
+
+def _typed_inputs(inputs: Any, stages: Mapping[str, StageDecl]) -> str:
+    """``'x' (fp32), 'ids' (int64)``: a stage's inputs with their dtypes, for a message."""
+    return ", ".join(f"{ref!r} ({stages[ref].dtype.value})" if ref in stages else repr(ref) for ref in inputs)
+
+
+def _not_inferable(sid: str, op: Any, dtype: Dtype, inputs: Any, stages: Mapping[str, StageDecl], doc: Document) -> Diagnostic:
+    """A stage without ``dtype:`` whose op and inputs make it a dtype its op does not support."""
+    supported = ", ".join(d.value for d in Dtype if d in op.dtypes)
+    given = f"its inputs {_typed_inputs(inputs, stages)}" if inputs else "its args"
+    return Diagnostic(doc.key_at(("stages", sid)), (
+        f"stage {sid!r} names no dtype and {given} make it {dtype.value}, which op {op.name!r} does not "
+        f"support (supported: {supported}); say dtype: on the stage"))
+
+
+def _check_input_dtypes(typed: list[str], stages: Mapping[str, StageDecl], doc: Document,
+                        problems: list[Diagnostic]) -> None:
+    """Each stage in ``typed`` against its op's rule for its inputs' dtypes (``gather``'s indices are integers).
+
+    The problem is reported at the stage's ``inputs:``, naming every input
+    with its dtype.
+    """
+    for sid in typed:
+        stage = stages.get(sid)
+        op = oplib.REGISTRY.get(stage.op) if stage is not None else None
+        if op is None or not all(ref in stages for ref in stage.inputs):
+            continue  # an input that is not a stage (a phase's table) was reported, or has no dtype to check
+        try:
+            problem = op.input_dtypes([stages[ref].dtype for ref in stage.inputs], stage.args)
+        except Exception as e:  # noqa: BLE001 - a plugin's check that fails is reported where the stage is, not raised
+            problem = f"its check of the inputs' dtypes failed: {type(e).__name__}: {e}"
+        if problem:
+            problems.append(Diagnostic(stage.inputs_origin, (
+                f"stage {sid!r} takes {_typed_inputs(stage.inputs, stages)}: op {op.name!r}: {problem}")))
 
 
 _ABSENT = object()
@@ -398,7 +490,7 @@ def _check_load(sid: str, spec: dict, args: dict, dtype: Dtype, doc: Document, p
         where = here + ("key",) if "key" in (spec.get("args") or {}) and "has no array" in str(e) else here + ("path",)
         problems.append(Diagnostic(doc.at(where), f"stage {sid!r}: {e}"))
         return
-    if args.get("cast") or "dtype" in spec:
+    if args.get("cast"):
         return
     try:
         problem = oplib.lossy_load(oplib.read_array(args["path"], args.get("key")), dtype)
@@ -406,10 +498,12 @@ def _check_load(sid: str, spec: dict, args: dict, dtype: Dtype, doc: Document, p
         problems.append(Diagnostic(doc.at(here + ("path",)), f"stage {sid!r}: {e}"))
         return
     if problem:
+        # a named dtype is a request for that dtype, not for losing values: only cast: true converts anyway
+        fix = ("say cast: true in its args to convert anyway" if "dtype" in spec
+               else "say dtype: on the stage, or cast: true in its args, to convert anyway")
         problems.append(Diagnostic(doc.at(here + ("path",)), (
             f"stage {sid!r} loads {os.path.basename(args['path'])}"
-            + (f" [{args['key']}]" if args.get("key") else "") + f": {problem}; "
-            f"say dtype: on the stage, or cast: true in its args, to convert anyway")))
+            + (f" [{args['key']}]" if args.get("key") else "") + f": {problem}; {fix}")))
 
 
 def _cycles(stages: Mapping[str, Any]) -> list[list[str]]:

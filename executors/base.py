@@ -75,6 +75,12 @@ class Dtype(str, enum.Enum):
     ml_dtypes types). ``int4`` is carried in numpy as ``ml_dtypes.int4``,
     one value per byte in memory; its portable bytes pack two values per
     byte, low nibble first (see :class:`PortableActivation`).
+
+    Four kinds (:attr:`kind`): floats (``fp32``, ``fp16``, ``bf16``, the
+    two fp8s, ``fp64``); the quantized activations ``int8`` and ``int4``,
+    which ops compute on as float32 and saturate back; the integers
+    ``int16``, ``int32``, ``int64`` and ``uint8``, which ops compute on
+    as they are, wrapping; and ``bool``, one byte 0 or 1.
     """
 
     fp32 = "fp32"
@@ -84,6 +90,12 @@ class Dtype(str, enum.Enum):
     fp8e5m2 = "fp8e5m2"
     int8 = "int8"
     int4 = "int4"
+    int16 = "int16"
+    int32 = "int32"
+    int64 = "int64"
+    uint8 = "uint8"
+    bool = "bool"
+    fp64 = "fp64"
 
     def __str__(self) -> str:
         return self.value
@@ -108,14 +120,29 @@ class Dtype(str, enum.Enum):
 
     @property
     def is_float(self) -> bool:
-        return self not in (Dtype.int8, Dtype.int4)
+        return self in _FLOATS
+
+    @property
+    def is_exact(self) -> bool:
+        """An integer or boolean type whose values an op computes on as they are (not ``int8``/``int4``,
+        which are quantized activations that ops compute on as float32)."""
+        return self in _EXACT
+
+    @property
+    def kind(self) -> str:
+        """``float``, ``quant`` (int8, int4), ``int`` (int16, int32, int64, uint8) or ``bool``."""
+        return _KIND[self]
 
     def nbytes(self, element_count: int) -> int:
         """Bytes of ``element_count`` values in the portable layout."""
         return (element_count * _BITS[self] + 7) // 8
 
 
-_BITS = {Dtype.fp32: 32, Dtype.fp16: 16, Dtype.bf16: 16, Dtype.fp8e4m3: 8, Dtype.fp8e5m2: 8, Dtype.int8: 8, Dtype.int4: 4}
+_BITS = {Dtype.fp32: 32, Dtype.fp16: 16, Dtype.bf16: 16, Dtype.fp8e4m3: 8, Dtype.fp8e5m2: 8, Dtype.int8: 8, Dtype.int4: 4,
+         Dtype.int16: 16, Dtype.int32: 32, Dtype.int64: 64, Dtype.uint8: 8, Dtype.bool: 8, Dtype.fp64: 64}
+_FLOATS = frozenset({Dtype.fp32, Dtype.fp16, Dtype.bf16, Dtype.fp8e4m3, Dtype.fp8e5m2, Dtype.fp64})
+_EXACT = frozenset({Dtype.int16, Dtype.int32, Dtype.int64, Dtype.uint8, Dtype.bool})
+_KIND = {d: "float" if d in _FLOATS else "bool" if d is Dtype.bool else "int" if d in _EXACT else "quant" for d in Dtype}
 
 
 # Filled on first use, numpy's own dtypes first: ml_dtypes takes about a second to import, and only the
@@ -130,7 +157,10 @@ def _numpy_dtypes(extensions: bool = True) -> dict[Dtype, np.dtype]:
 
     if not _NUMPY_DTYPES:
         _NUMPY_DTYPES.update({Dtype.fp32: np.dtype(np.float32), Dtype.fp16: np.dtype(np.float16),
-                              Dtype.int8: np.dtype(np.int8)})
+                              Dtype.int8: np.dtype(np.int8), Dtype.int16: np.dtype(np.int16),
+                              Dtype.int32: np.dtype(np.int32), Dtype.int64: np.dtype(np.int64),
+                              Dtype.uint8: np.dtype(np.uint8), Dtype.bool: np.dtype(np.bool_),
+                              Dtype.fp64: np.dtype(np.float64)})
     if extensions and len(_NUMPY_DTYPES) < len(Dtype):
         import ml_dtypes
 
@@ -194,7 +224,7 @@ class PortableActivation:
     ``bytes`` holds the values in row-major order at ``dtype``,
     little-endian, dequantized. ``int4`` packs two values per byte, the
     element with the lower index in the low nibble; an odd count leaves
-    the last high nibble zero.
+    the last high nibble zero. ``bool`` is one byte per value, 0 or 1.
 
     ``bytes`` is any read-only bytes-like object: a ``bytes``, or a
     ``memoryview`` over an executor's reused staging buffer (see

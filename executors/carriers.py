@@ -2,16 +2,27 @@
 
 cupy has no float8 and no int4, and its bfloat16 (v14+) is partial, so
 each dtype lives on the device in a *carrier* array whose bytes are the
-dtype's bytes (:data:`CARRIERS`): fp32, fp16 and int8 as themselves, bf16
-as the uint16 of its bits, fp8e4m3 and fp8e5m2 as the uint8 of their
-bits, int4 as one int8 per value in [-8, 7]. An op widens its inputs to
-float32 (:func:`widen`: a bit shift for bf16, a 256-entry table for fp8),
-computes in float32 as on every executor, and narrows its result
-(:func:`narrow`: round to nearest even in integer arithmetic for bf16, a
-nearest-value search with ties to the even code for fp8, saturating
-rounding for int8/int4). Both are written against an array namespace
-``xp`` and agree bit for bit with ml_dtypes on numpy, which is how they
-are tested on machines without a GPU.
+dtype's bytes (:data:`CARRIERS`): fp32, fp16, fp64, int8, int16, int32,
+int64, uint8 and bool as themselves (bool one byte, 0 or 1), bf16 as the
+uint16 of its bits, fp8e4m3 and fp8e5m2 as the uint8 of their bits, int4
+as one int8 per value in [-8, 7].
+
+Before an op, :func:`widen` decodes a carrier into values cupy computes
+on: bf16 by a bit shift and fp8 by a 256-entry table to float32, fp16,
+int8 and int4 to float32 (the quantized activations compute as float32),
+and the dtypes cupy holds natively (:data:`NATIVE`: the integers, bool,
+fp64) as they are, so the op's compute type (:func:`hetflow.executors.opdecl.compute_type`)
+is what it is on the CPU: integers as they are, float64 where an input
+or the output is fp64. After it, :func:`narrow` converts the result to
+the stage's dtype by the op library's rule (:func:`~hetflow.executors.opdecl.to_dtype`):
+round to nearest even in integer arithmetic for bf16, a nearest-value
+search with ties to the even code for fp8, saturating rounding for
+int8/int4, toward zero and saturating from floats into the integers,
+wrapping between integers, ``!= 0`` into bool. Both are written against
+an array namespace ``xp`` and agree bit for bit with ml_dtypes and the CPU
+executor on numpy, which is how they are tested on machines without a
+GPU. (A float64 result narrowed to bf16 or fp8 goes through float32
+first, as ml_dtypes' bf16 does.)
 
 Examples
 --------
@@ -21,6 +32,10 @@ Examples
 (dtype('uint8'), [1.0, 0.1015625, -448.0, nan])
 >>> unpack_int4(np, pack_int4(np, np.array([-8, 7, 3], np.int8)), 3).tolist()
 [-8, 7, 3]
+>>> narrow(np, np.array([2.0**60 + 2.0**40, -1e30, 2.9]), Dtype.int64).tolist()
+[1152922604118474752, -9223372036854775808, 2]
+>>> widen(np, np.array([2**62 + 1]), Dtype.int64).tolist()  # integers reach the op as they are
+[4611686018427387905]
 """
 
 from __future__ import annotations
@@ -33,7 +48,7 @@ import numpy as np
 from hetflow.executors.base import Dtype
 from hetflow.executors.opdecl import to_dtype
 
-__all__ = ["CARRIERS", "widen", "narrow", "pack_int4", "unpack_int4"]
+__all__ = ["CARRIERS", "NATIVE", "widen", "narrow", "pack_int4", "unpack_int4"]
 
 CARRIERS: dict[Dtype, np.dtype] = {
     Dtype.fp32: np.dtype(np.float32),
@@ -43,8 +58,17 @@ CARRIERS: dict[Dtype, np.dtype] = {
     Dtype.fp8e5m2: np.dtype(np.uint8),
     Dtype.int8: np.dtype(np.int8),
     Dtype.int4: np.dtype(np.int8),
+    Dtype.int16: np.dtype(np.int16),
+    Dtype.int32: np.dtype(np.int32),
+    Dtype.int64: np.dtype(np.int64),
+    Dtype.uint8: np.dtype(np.uint8),
+    Dtype.bool: np.dtype(np.bool_),
+    Dtype.fp64: np.dtype(np.float64),
 }
 """The device array dtype each hetflow dtype is carried in."""
+
+NATIVE = frozenset({Dtype.int16, Dtype.int32, Dtype.int64, Dtype.uint8, Dtype.bool, Dtype.fp64})
+"""The dtypes an op receives as they are carried: cupy computes on them natively."""
 
 _FP8 = (Dtype.fp8e4m3, Dtype.fp8e5m2)
 
@@ -72,8 +96,8 @@ def _fp8_tables(dtype: Dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def widen(xp: Any, carrier: Any, dtype: Dtype) -> Any:
-    """float32 values of a carrier array of ``dtype``."""
-    if dtype is Dtype.fp32:
+    """The values of a carrier array of ``dtype``: as they are for :data:`NATIVE` dtypes, else float32."""
+    if dtype is Dtype.fp32 or dtype in NATIVE:
         return carrier
     if dtype is Dtype.bf16:
         return (carrier.astype(np.uint32) << np.uint32(16)).view(np.float32)
@@ -83,12 +107,10 @@ def widen(xp: Any, carrier: Any, dtype: Dtype) -> Any:
 
 
 def narrow(xp: Any, values: Any, dtype: Dtype) -> Any:
-    """The carrier array of float32 ``values`` converted to ``dtype`` by the op library's rule."""
+    """The carrier array of an op's result ``values`` (its compute type) converted to ``dtype`` by the op library's rule."""
+    if dtype in NATIVE or dtype is Dtype.fp16 or dtype is Dtype.fp32:
+        return to_dtype(xp, values, dtype)  # one rounding from whatever the op computed in, as on the CPU
     values = values.astype(np.float32, copy=False)
-    if dtype is Dtype.fp32:
-        return values
-    if dtype is Dtype.fp16:
-        return values.astype(np.float16)
     if dtype is Dtype.int8:
         return to_dtype(xp, values, Dtype.int8)
     if dtype is Dtype.int4:

@@ -105,7 +105,7 @@ def run_nodes(xp: Any, decoded: Mapping[str, Any], inputs: Sequence[Any], suppor
 
 
 class CpuExecutor:
-    """numpy executor; thread-safe, all seven dtypes.
+    """numpy executor; thread-safe, all thirteen dtypes.
 
     ``memory_limit``: bytes of live activations this executor may hold
     (None: no cap beyond the host's memory).

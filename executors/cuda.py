@@ -10,9 +10,12 @@ Carriers
 --------
 cupy has no float8 and no int4, and its bfloat16 is partial, so each
 dtype lives on the device in a *carrier* array whose bytes are the
-dtype's bytes; an op widens its inputs to float32 and narrows its result
-(:mod:`hetflow.executors.carriers`, whose names are imported from here
-too).
+dtype's bytes; the integers, bool and fp64 are carried as themselves. An
+op gets its inputs decoded (bf16, fp8, fp16 and the quantized int8/int4
+as float32; the integers, bool and fp64 as they are, so it computes in
+the same type as on the CPU) and its result is narrowed to the stage's
+dtype (:mod:`hetflow.executors.carriers`, whose names are imported from
+here too).
 
 Bridges
 -------
@@ -58,12 +61,12 @@ from hetflow.executors.base import (
     Vendor,
     VendorMismatch,
 )
-from hetflow.executors.carriers import CARRIERS, narrow, pack_int4, unpack_int4, widen
+from hetflow.executors.carriers import CARRIERS, NATIVE, narrow, pack_int4, unpack_int4, widen
 from hetflow.executors.cpu import next_handle
 from hetflow.executors.payload import decode_plan
 from hetflow.executors.staging import StagingPool
 
-__all__ = ["CARRIERS", "CudaExecutor", "DevicePortable", "cupy_build", "probe_devices", "widen", "narrow", "pack_int4", "unpack_int4"]
+__all__ = ["CARRIERS", "NATIVE", "CudaExecutor", "DevicePortable", "cupy_build", "probe_devices", "widen", "narrow", "pack_int4", "unpack_int4"]
 
 # -- probing ----------------------------------------------------------------------
 

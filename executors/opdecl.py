@@ -7,16 +7,30 @@ The built-in ops are declared in :mod:`hetflow.executors.builtin`, users'
 ops by :func:`hetflow.op`; :mod:`hetflow.executors.ops` gathers them in
 the one registry. This module imports neither, so both may import it.
 
-Numeric rule (:func:`to_dtype`): a body computes in float32, and the
-result is converted to the stage's output dtype; float outputs round to
-nearest even, int8 and int4 outputs round to nearest even and saturate to
-the type's range, NaN becoming 0.
+Numeric rule. Each call computes in one *compute type*
+(:func:`compute_type`): an op that only moves or selects values
+(``moves``) takes its inputs as they are; an op that computes on integers
+(``exact``) takes integer and bool inputs as they are, in their common
+numpy type, so integer arithmetic wraps; otherwise inputs are widened to
+float32, or to float64 when an input or the output is ``fp64``. The
+result is converted to the stage's output dtype (:func:`to_dtype`):
+float outputs round to nearest even; ``int8`` and ``int4`` (quantized
+activations) round to nearest even and saturate, NaN becoming 0; the
+integers take a float by rounding toward zero and saturating to their
+range (NaN becomes 0) and another integer by wrapping (two's complement);
+``bool`` is ``value != 0``.
 
 Examples
 --------
 >>> import numpy as np
 >>> to_dtype(np, np.array([300.0, -1.5, np.nan], np.float32), Dtype.int8).tolist()
 [127, -2, 0]
+>>> to_dtype(np, np.array([3e10, -1.5, 2.7, np.nan], np.float64), Dtype.int32).tolist()
+[2147483647, -1, 2, 0]
+>>> to_dtype(np, np.array([300, -1], np.int64), Dtype.uint8).tolist()
+[44, 255]
+>>> to_dtype(np, np.array([0.0, -0.5]), Dtype.bool).tolist()
+[False, True]
 >>> broadcast([(2, 1), (3,)], {})
 (2, 3)
 >>> check_value("shape", [2, -1])
@@ -32,14 +46,19 @@ import numpy as np
 
 from hetflow.executors.base import Dtype
 
-__all__ = ["Op", "Arg", "Kernel", "ShapeError", "Shape", "FLOAT_DTYPES", "ALL_DTYPES", "QUANT_MAX", "QUANT_DTYPES",
+__all__ = ["Op", "Arg", "Kernel", "ShapeError", "Shape", "FLOAT_DTYPES", "ALL_DTYPES", "INT_DTYPES", "EXACT_DTYPES",
+           "NUMERIC_DTYPES", "QUANT_MAX", "QUANT_DTYPES", "compute_type", "default_dtype", "dtype_of",
            "check_value", "check_args", "is_deterministic", "to_dtype", "widen", "normalize_axis", "same",
            "from_shape_arg", "broadcast"]
 
 Shape = tuple[int, ...]
 
-FLOAT_DTYPES = frozenset({Dtype.fp32, Dtype.fp16, Dtype.bf16, Dtype.fp8e4m3, Dtype.fp8e5m2})
+FLOAT_DTYPES = frozenset({Dtype.fp32, Dtype.fp16, Dtype.bf16, Dtype.fp8e4m3, Dtype.fp8e5m2, Dtype.fp64})
 ALL_DTYPES = frozenset(Dtype)
+INT_DTYPES = frozenset({Dtype.int16, Dtype.int32, Dtype.int64, Dtype.uint8})
+"""The integers ops compute on as they are (``int8``, ``int4`` are quantized activations)."""
+EXACT_DTYPES = INT_DTYPES | {Dtype.bool}
+NUMERIC_DTYPES = ALL_DTYPES - {Dtype.bool}
 
 QUANT_MAX = {Dtype.int8: 127.0, Dtype.int4: 7.0, Dtype.fp8e4m3: 448.0, Dtype.fp8e5m2: 57344.0}
 """The largest magnitude each quantized dtype holds: a symmetric scale maps absmax onto it."""
@@ -116,6 +135,14 @@ class Op:
     """Digest of the code the op runs (plugin file or distribution, plus kernel sources); None for built-ins."""
     checks: Callable[[int, Mapping[str, Any]], list[tuple[str | None, str]]] | None = field(default=None, repr=False)
     """Problems with the number of inputs together with the args (the binary ops' scalar ``value``)."""
+    moves: bool = False
+    """The op only moves, selects or converts values: its inputs reach the body as they are, at any dtype."""
+    exact: bool = False
+    """The op computes on integers: integer and bool inputs reach the body as they are (arithmetic wraps)."""
+    result: Callable[[list[Dtype], Mapping[str, Any]], Dtype] | None = field(default=None, repr=False)
+    """The output dtype of a stage that names none, from its inputs' dtypes and args; None: :func:`default_dtype`."""
+    input_dtypes: Callable[[list[Dtype], Mapping[str, Any]], str | None] | None = field(default=None, repr=False)
+    """What is wrong with the inputs' dtypes (``gather``'s indices must be integers), or None."""
 
     def runs_on(self, vendor: str) -> bool:
         """Whether the op has an implementation for ``vendor`` (a vendor name).
@@ -217,18 +244,102 @@ def check_args(op: Op, args: Mapping[str, Any], n_inputs: int | None = None) -> 
     return problems
 
 
+_EXACT_NUMPY = frozenset(np.dtype(t) for t in (np.int16, np.int32, np.int64, np.uint8, np.bool_))
+
+
+def is_exact_array(array: Any) -> bool:
+    """Whether ``array`` holds an integer or bool dtype that ops compute on as it is (not int8/int4)."""
+    return array.dtype in _EXACT_NUMPY
+
+
+def compute_type(op: Op, inputs: Sequence[Any], dtype: Dtype) -> Any:
+    """The numpy dtype op ``op`` computes in for these input arrays and output ``dtype``; None: as they are."""
+    if op.moves:
+        return None
+    if not inputs and dtype.is_exact:
+        return None  # a source of integers makes them as they are
+    if op.exact and inputs and all(x.dtype in _EXACT_NUMPY for x in inputs):
+        return None
+    if dtype is Dtype.fp64 or any(x.dtype == np.float64 for x in inputs):
+        return np.dtype(np.float64)
+    return np.dtype(np.float32)
+
+
 def to_dtype(xp: Any, array: Any, dtype: Dtype) -> Any:
     """Convert a computed array to the stage's output dtype (the module's numeric rule)."""
-    if dtype is not Dtype.int8 and dtype is not Dtype.int4:
-        return array.astype(dtype.numpy)
-    lo, hi = (-128, 127) if dtype is Dtype.int8 else (-8, 7)
-    finite = xp.nan_to_num(array.astype(np.float32), nan=0.0, posinf=hi, neginf=lo)
-    return xp.clip(xp.rint(finite), lo, hi).astype(np.int8).astype(dtype.numpy)
+    target = dtype.numpy
+    if array.dtype == target:
+        return array
+    kind = dtype.kind
+    if kind == "float":
+        with np.errstate(over="ignore"):  # beyond the range is infinity (NaN for fp8e4m3): the rule, not a fault
+            return array.astype(target)
+    if kind == "bool":
+        return array != 0
+    source = array.dtype
+    if kind == "quant":
+        lo, hi = (-128, 127) if dtype is Dtype.int8 else (-8, 7)
+        if source.kind in "iub":
+            return xp.clip(array, lo, hi).astype(np.int8).astype(target)
+        finite = xp.nan_to_num(array.astype(np.float32), nan=0.0, posinf=hi, neginf=lo)
+        return xp.clip(xp.rint(finite), lo, hi).astype(np.int8).astype(target)
+    if source.kind in "iub":
+        return array.astype(target)  # integer to integer wraps, two's complement
+    # a float to an integer: toward zero, saturating at the range (compared in float64, where the bounds are exact)
+    info = np.iinfo(target)
+    wide = xp.nan_to_num(array.astype(np.float64), nan=0.0)
+    low, top = float(info.min), float(info.max) + 1.0
+    values = xp.trunc(xp.where((wide >= low) & (wide < top), wide, 0.0)).astype(target)
+    return xp.where(wide >= top, target.type(info.max), xp.where(wide < low, target.type(info.min), values))
 
 
-def widen(xp: Any, array: Any) -> Any:
-    """``array`` as float32, the dtype every body computes in."""
-    return array if array.dtype == np.float32 else array.astype(np.float32)
+def widen(xp: Any, array: Any, to: Any = np.float32) -> Any:
+    """``array`` in the compute type ``to`` (float32 unless said otherwise); None leaves it as it is."""
+    return array if to is None or array.dtype == to else array.astype(to)
+
+
+def dtype_of(array: Any) -> Dtype:
+    """The hetflow dtype of a numpy (or cupy) array's values."""
+    if not _DTYPE_OF_NUMPY:
+        _DTYPE_OF_NUMPY.update({d.numpy: d for d in reversed(Dtype)})
+    return _DTYPE_OF_NUMPY[np.dtype(array.dtype)]
+
+
+_DTYPE_OF_NUMPY: dict = {}
+
+
+def default_dtype(op: Op, inputs: Sequence[Dtype], args: Mapping[str, Any]) -> Dtype:
+    """The output dtype of a stage of ``op`` that names none.
+
+    ``fp32``, as always, unless the op says otherwise (``result``: a
+    comparison gives ``bool``, ``argmax`` ``int64``) or its inputs are of
+    the kinds that keep their type: integers and bools for an op that
+    computes on them or only moves them (their common type, ONNX's ``T``),
+    ``fp64`` for any op that gives it.
+    """
+    if op.result is not None:
+        return op.result(list(inputs), args)
+    if inputs and (op.exact or op.moves) and all(d.is_exact for d in inputs):
+        common = inputs[0]
+        for d in inputs[1:]:
+            if d is not common:
+                common = _promote(common, d)
+        if common in op.dtypes:
+            return common
+    if Dtype.fp64 in inputs and Dtype.fp64 in op.dtypes:
+        return Dtype.fp64
+    if inputs and op.moves and len(set(inputs)) == 1 and inputs[0] in op.dtypes and inputs[0].kind != "float":
+        return inputs[0]
+    return Dtype.fp32
+
+
+def _promote(a: Dtype, b: Dtype) -> Dtype:
+    """numpy's promotion of two exact dtypes, as a hetflow dtype (int64 where numpy would leave the integers)."""
+    found = np.promote_types(a.numpy, b.numpy)
+    for d in (Dtype.bool, Dtype.uint8, Dtype.int16, Dtype.int32, Dtype.int64):
+        if d.numpy == found:
+            return d
+    return Dtype.int64
 
 
 # -- shape rules shared by several families ----------------------------------------

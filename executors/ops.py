@@ -6,11 +6,14 @@ a shape rule the planner uses before anything runs, and a body that takes
 the array namespace ``xp`` explicitly (numpy on the host, cupy on a GPU),
 so every executor shares one implementation.
 
-Numeric rule, the same for every op and executor: inputs are widened to
-float32, the body computes in float32, and the result is converted to the
-stage's output dtype. Float outputs round to nearest even (ml_dtypes'
+Numeric rule, the same for every op and executor (:mod:`hetflow.executors.opdecl`):
+inputs are widened to the call's compute type, float32 unless an input
+or the output is fp64 (float64), or, for an op that computes on integers
+or only moves values, the inputs' own integer or bool type; the result is
+converted to the stage's output dtype. Float outputs round to nearest even (ml_dtypes'
 conversion); int8 and int4 outputs round to nearest even and saturate to
-the type's range, NaN becoming 0. Random ops draw float32 values from
+the type's range, NaN becoming 0; the integers take floats toward zero,
+saturating, and other integers by wrapping. Random ops draw float32 values from
 numpy's ``default_rng(seed)`` on the host, so a seed gives the same tensor
 on every executor.
 
@@ -42,7 +45,10 @@ from hetflow.executors.builtin import ENTRIES
 from hetflow.executors.builtin.loading import LOAD_FORMATS, lossy_load, ml_finfo_max, read_array  # noqa: F401
 from hetflow.executors.opdecl import (  # noqa: F401 - the registry's types, imported from here by the engine and plugins
     ALL_DTYPES,
+    EXACT_DTYPES,
     FLOAT_DTYPES,
+    INT_DTYPES,
+    NUMERIC_DTYPES,
     QUANT_DTYPES,
     QUANT_MAX,
     Arg,
@@ -51,6 +57,9 @@ from hetflow.executors.opdecl import (  # noqa: F401 - the registry's types, imp
     Shape,
     ShapeError,
     check_args,
+    compute_type,
+    default_dtype,
+    dtype_of,
     is_deterministic,
     to_dtype,
     widen,
@@ -62,26 +71,28 @@ __all__ = ["Op", "Arg", "Kernel", "ShapeError", "BUILTIN", "QUANT_MAX", "QUANT_D
 
 def run(xp: Any, name: str, inputs: Sequence[Any], args: Mapping[str, Any], dtype: Dtype, vendor: Any = None) -> Any:
     """Run op ``name`` on arrays of namespace ``xp`` and return its output at ``dtype``."""
-    return to_dtype(xp, compute(xp, name, [widen(xp, x) for x in inputs], args, dtype, vendor), dtype)
+    return to_dtype(xp, compute(xp, name, inputs, args, dtype, vendor), dtype)
 
 
 def compute(xp: Any, name: str, inputs: Sequence[Any], args: Mapping[str, Any], dtype: Dtype, vendor: Any = None) -> Any:
-    """Op ``name``'s float32 result on float32 ``inputs``, before conversion to ``dtype``.
+    """Op ``name``'s result in its compute type (:func:`compute_type`), before conversion to ``dtype``.
 
-    Executors that carry a dtype in another form on their device (the CUDA
-    executor's fp8 bytes) widen and narrow around this themselves.
-    ``vendor`` (a :class:`Vendor` or its name) picks the op's kernel for
-    that vendor where it has one.
+    The inputs are widened here to the compute type. Executors that carry
+    a dtype in another form on their device (the CUDA executor's fp8
+    bytes) decode it around this themselves. ``vendor`` (a :class:`Vendor`
+    or its name) picks the op's kernel for that vendor where it has one.
     """
     op = REGISTRY[name]
+    to = compute_type(op, inputs, dtype)
+    inputs = [widen(xp, x, to) for x in inputs]
     full = op.with_defaults(args)
     vendor = getattr(vendor, "value", vendor)
     if op.invoke is not None:
-        out = op.invoke(xp, vendor, list(inputs), full, dtype)
+        out = op.invoke(xp, vendor, inputs, full, dtype)
     else:
         body = op.kernels.get(vendor, op.body) if op.kernels else op.body
-        out = body(xp, list(inputs), full, dtype) if op.dtype_aware else body(xp, list(inputs), full)
-    return xp.asarray(out, dtype=np.float32)
+        out = body(xp, inputs, full, dtype) if op.dtype_aware else body(xp, inputs, full)
+    return xp.asarray(out) if to is None else xp.asarray(out, dtype=to)
 
 
 REGISTRY: dict[str, Op] = {op.name: op for op in ENTRIES}

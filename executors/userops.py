@@ -14,6 +14,14 @@ beside the built-in ones. From the decorated function it takes
   the args; default: the first input's shape), and an optional cost
   (``cost=``, flops and bytes from the same).
 
+What the body receives follows the numeric rule of
+:mod:`hetflow.executors.opdecl`: float inputs as float32, or all as
+float64 when an input or the stage is ``fp64``; an op whose ``dtypes=``
+names an integer or bool dtype computes on integers (``exact``), so
+integer and bool inputs reach it as they are, and ``moves=True`` hands
+every input over as it is. The body returns its result in that compute
+type or in the stage's dtype; the engine converts it to the stage's dtype.
+
 ``@fn.kernel(vendor)`` adds a kernel that replaces the generic body on
 that vendor: a Python function with the op's signature for ``cpu``,
 ``cuda`` and ``rocm``, WGSL source for ``vulkan`` (``wgsl=``). An op runs
@@ -235,12 +243,40 @@ def _invoker(name: str, fn: Callable, order: Sequence[str]) -> Callable[..., Any
         if declared is not None and tuple(out.shape) != tuple(declared):
             raise UserOpError(f"op {name!r} returned shape {list(out.shape)}, but its shape rule declares "
                               f"{list(declared)}", op=name)
-        if out.dtype != np.float32 and out.dtype != dtype.numpy:
-            raise UserOpError(f"op {name!r} returned {out.dtype} values for a {dtype.value} stage; return float32 "
-                              f"(the inputs' dtype) or {dtype.value}, converting with .astype() where meant", op=name)
+        if out.dtype != dtype.numpy and not _computed_in(out.dtype, op, inputs, dtype):
+            given = oplib.compute_type(op, inputs, dtype)
+            given = "the inputs' dtypes" if given is None else f"{np.dtype(given)} (the inputs' dtype)"
+            raise UserOpError(f"op {name!r} returned {out.dtype} values for a {dtype.value} stage; return {given} "
+                              f"or {dtype.numpy}, converting with .astype() where meant", op=name)
         return out
 
     return invoke
+
+
+def _computed_in(found: Any, op: oplib.Op, inputs: Sequence[Any], dtype: Dtype) -> bool:
+    """Whether a body's result of numpy dtype ``found`` is in the compute type its inputs came in."""
+    to = oplib.compute_type(op, inputs, dtype)
+    if to is not None:
+        return found == to
+    # inputs as they are (integers, or anything for an op that moves values): any of theirs, or their common type
+    if not inputs:
+        return np.dtype(found).kind in "iub"  # a source of integers makes them in any integer type
+    return any(found == x.dtype for x in inputs) or found == np.result_type(*inputs)
+
+
+def _input_dtypes_rule(rule: Callable | None, name: str) -> Callable | None:
+    if rule is None:
+        return None
+
+    def check(dtypes: list[Dtype], args: Mapping[str, Any]) -> str | None:
+        try:
+            problem = rule(*(d.value for d in dtypes), **args)
+        except Exception as e:  # noqa: BLE001 - the user's check failing is reported with its place
+            _, at = _user_frames(e)
+            return f"its input_dtypes= raised {type(e).__name__}: {e} ({at})"
+        return None if not problem else str(problem)
+
+    return check
 
 
 class OpFunction:
@@ -318,7 +354,8 @@ def _caller() -> str:
 
 
 def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None = None,
-       cost: Callable | None = None, doc: str | None = None) -> Callable[[Callable], OpFunction]:
+       cost: Callable | None = None, doc: str | None = None, exact: bool | None = None, moves: bool = False,
+       input_dtypes: Callable | None = None) -> Callable[[Callable], OpFunction]:
     """Register the decorated function as op ``name`` (``ns.name``).
 
     One process may load several projects' plugins (a scheduler, a
@@ -332,6 +369,9 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
         Namespaced name, ``ns.name``; may not be a built-in op's.
     dtypes : list of str, optional
         The dtypes a stage of this op may ask for (default: the float ones).
+        A stage without ``dtype:`` gets fp32, or its inputs' integer type
+        when the op computes on integers, or fp64 when an input is fp64
+        and the op supports it.
     shape : callable, optional
         ``shape(*input_shapes, **args) -> tuple``: the output shape, pure.
         Default: the first input's shape. An op without inputs needs one.
@@ -339,12 +379,42 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
         ``cost(*input_shapes, **args) -> {"flops": int, "bytes": int}``.
     doc : str, optional
         One line for listings; default: the first line of the docstring.
+    exact : bool, optional
+        The op computes on integers: integer and bool inputs reach it as
+        they are (numpy's promotion; arithmetic wraps) instead of as
+        float32. Default: whether ``dtypes`` names an integer or bool dtype.
+    moves : bool, optional
+        The op only moves, selects or converts values: every input reaches
+        it as it is, whatever its dtype.
+    input_dtypes : callable, optional
+        ``input_dtypes(*input_dtype_names, **args) -> str | None``: what is
+        wrong with the inputs' dtypes (``"the indices must be integers"``),
+        reported by ``hetflow validate`` at the stage's inputs.
 
     Raises
     ------
     PluginError
         A malformed name, a built-in's name, a name defined twice, an
         unknown dtype, or an argument without a usable annotation.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from hetflow.executors import ops
+    >>> @op("doc.solve", dtypes=["fp32", "fp64"], shape=lambda a, b: (a[1],))
+    ... def solve(xp, a, b):
+    ...     return xp.linalg.solve(a.T @ a, a.T @ b)
+    >>> a = np.array([[2.0, 0.0], [0.0, 4.0]])
+    >>> out = ops.run(np, "doc.solve", [a, np.array([2.0, 8.0])], {}, ops.Dtype.fp64)
+    >>> out.dtype, out.tolist()
+    (dtype('float64'), [1.0, 2.0])
+    >>> @op("doc.mix", dtypes=["int64", "int32"])
+    ... def mix(xp, x, *, by: int = 3):
+    ...     return x * by
+    >>> ops.REGISTRY["doc.mix"].exact
+    True
+    >>> ops.run(np, "doc.mix", [np.array([2**62], np.int64)], {}, ops.Dtype.int64).tolist()  # wraps, as int64 does
+    [-4611686018427387904]
     """
 
     def register(fn: Callable) -> OpFunction:
@@ -363,7 +433,7 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
         arity, args, order = _signature(fn, name, where)
         if arity[1] == 0 and shape is None:
             raise PluginError(f"op {name!r} takes no inputs, so it must give shape=", where)
-        for label, f in (("shape", shape), ("cost", cost)):
+        for label, f in (("shape", shape), ("cost", cost), ("input_dtypes", input_dtypes)):
             if f is not None and not callable(f):
                 raise PluginError(f"op {name!r}: {label}= must be a function of the input shapes and args", where)
         module = getattr(fn, "__module__", None) or "__main__"
@@ -378,7 +448,9 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
             oplib.REGISTRY[name] = oplib.Op(
                 name, arity, kinds, fn, _shape_rule(shape, name, where), args, doc=text,
                 invoke=_invoker(name, fn, order), cost_rule=_cost_rule(cost, name), source=module,
-                defined_at=where, identity=None if loading is not None else loose_identity(fn))
+                defined_at=where, identity=None if loading is not None else loose_identity(fn),
+                exact=any(d.is_exact for d in kinds) if exact is None else bool(exact), moves=bool(moves),
+                input_dtypes=_input_dtypes_rule(input_dtypes, name))
             if loading is not None:
                 LOADING.defined[name] = where
         return OpFunction(fn, name)

@@ -1,8 +1,10 @@
 """The Vulkan device under the executor: adapters, one wgpu device per adapter, buffers, transfers, pipelines.
 
 Memory. Every activation is one device storage buffer holding exactly the
-tensor's portable bytes (row-major, little-endian; fp16/bf16 two values
-per 32-bit word, int8 and the fp8 types four, int4 eight, low bits first),
+tensor's portable bytes (row-major, little-endian; fp16/bf16/int16 two
+values per 32-bit word, int8, uint8, bool and the fp8 types four, int4
+eight, low bits first; int32 one, which is also the i32 word kernels
+compute integers in),
 padded with zeros to a multiple of four bytes. Export and import are
 therefore plain copies, bit for bit, through two mapped *staging buffers*
 per device (one ``MAP_WRITE`` for uploads, one ``MAP_READ`` for
@@ -152,6 +154,8 @@ def kernel_source(template: str, **subs: Any) -> str:
     text = (KERNELS / f"{template}.wgsl").read_text()
     if template in ("widen", "narrow"):
         text = (KERNELS / "dtypes.wgsl").read_text() + "\n" + text
+    if "{{LIB}}" in text:
+        text = text.replace("{{LIB}}", (KERNELS / "math.wgsl").read_text())
     for key, value in subs.items():
         text = text.replace("{{" + key + "}}", str(value))
     return text
@@ -316,6 +320,7 @@ class Recording:
         self.encoder = dev.device.create_command_encoder()
         self.pass_ = self.encoder.begin_compute_pass()
         self.keep: list[Any] = []  # parameter buffers, alive until the submit
+        self.checks: list[tuple[Any, Any, str | None]] = []
 
     def new(self, shape: Sequence[int], dtype: Dtype, what: str) -> Tensor:
         shape = tuple(int(d) for d in shape)
@@ -343,7 +348,20 @@ class Recording:
         self.pass_.set_bind_group(0, group)
         self.pass_.dispatch_workgroups(*groups)
 
+    def check(self, status: Any, explain: Any, node: str | None = None) -> None:
+        """After the submit, read the 4-byte ``status`` buffer a kernel sets when its input is invalid;
+        nonzero raises :class:`Backend` with ``explain(word)``."""
+        self.checks.append((status, explain, node))
+
     def submit(self) -> None:
         self.pass_.end()
         self.dev.queue.submit([self.encoder.finish()])
         self.keep.clear()
+
+    def raise_failed_checks(self) -> None:
+        """The first failed :meth:`check` as :class:`Backend`; reading a status waits for the submit."""
+        checks, self.checks = self.checks, []
+        for status, explain, node in checks:
+            word = int(np.frombuffer(self.dev.download(status, 4), np.uint32)[0])
+            if word:
+                raise Backend(explain(word), node=node)

@@ -13,7 +13,7 @@ import pytest
 from hetflow.executors import create, probe
 from hetflow.executors.base import Dtype, PortableActivation, Vendor
 from hetflow.executors.cpu import encode_plan
-from hetflow.executors.ops import REGISTRY
+from hetflow.executors.ops import REGISTRY, dtype_of
 
 GPU = next((v for v in (Vendor.cuda, Vendor.rocm) if probe(v).available), None)
 pytestmark = pytest.mark.skipif(
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(
 
 TOLERANCE = {
     Dtype.fp32: (2e-5, 1e-5), Dtype.fp16: (1e-3, 1e-4), Dtype.bf16: (8e-3, 1e-3),
-    Dtype.fp8e4m3: (0.07, 4e-3), Dtype.fp8e5m2: (0.13, 1e-4),
+    Dtype.fp8e4m3: (0.07, 4e-3), Dtype.fp8e5m2: (0.13, 1e-4), Dtype.fp64: (1e-12, 1e-13),
 }
 
 rng = np.random.default_rng(5)
@@ -42,6 +42,19 @@ CASES = {
     "zeros": ([], {"shape": [3, 2]}), "ones": ([], {"shape": [3]}), "arange": ([], {"start": 1, "stop": 9, "step": 2}),
     "random.normal": ([], {"shape": [5, 4], "seed": 3}), "random.uniform": ([], {"shape": [7], "seed": 4}),
 }
+# integer, bool and fp64 inputs reach the device as they are: (inputs, args, output dtype)
+I64 = rng.integers(-2**40, 2**40, (4, 6, 8)).astype(np.int64)
+MASK = np.tril(np.ones((6, 6), bool))
+TYPED = {
+    "add:int64": ([I64, I64[0]], {}), "mul:int64": ([I64, I64], {}), "div:int64": ([I64, I64 % 7 + 1], {}),
+    "mod:int64": ([I64, I64 % 7 + 1], {}), "sum:int64": ([I64], {"axis": 1}), "max:int64": ([I64], {"axis": 0}),
+    "lt:bool": ([I64, I64[::-1]], {}), "argmax:int64": ([X.astype(np.float64)], {"axis": -1}),
+    "gather:fp32": ([X[0], np.array([[0, 5], [-1, 2]], np.int64)], {"axis": 0}),
+    "where:int32": ([MASK, MASK.astype(np.int32), np.full((6, 6), 7, np.int32)], {}),
+    "cast:int32": ([X * 1000], {}), "cast:uint8": ([I64], {}), "cast:bool": ([X], {}),
+    "attention:fp32": ([X, X, X, MASK], {}), "matmul:fp64": ([X.astype(np.float64), X.swapaxes(-1, -2).astype(np.float64)], {}),
+    "exp:fp64": ([X.astype(np.float64)], {}),
+}
 for target in ("int8", "int4", "fp8e4m3", "fp8e5m2"):
     scale = (np.abs(X).max(axis=(0, 1), keepdims=True) / {"int8": 127, "int4": 7, "fp8e4m3": 448, "fp8e5m2": 57344}[target]).astype(np.float32)
     CASES[f"quantize:{target}"] = ([X, scale], {})
@@ -53,6 +66,9 @@ def cases():
         dtypes = [Dtype(key.split(":")[1])] if ":" in key else sorted(REGISTRY[name].dtypes, key=list(Dtype).index)
         for dtype in dtypes:
             yield pytest.param(name, inputs, args, dtype, id=f"{key.split(':')[0]}-{dtype.value}")
+    for key, (inputs, args) in TYPED.items():
+        name, dtype = key.split(":")
+        yield pytest.param(name, inputs, args, Dtype(dtype), id=f"{name}-{dtype}-typed-inputs")
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +81,8 @@ def pair():
 def run_on(ex, name, inputs, args, dtype):
     names = [f"i{k}" for k in range(len(inputs))]
     plan = encode_plan(ex.vendor, names, [{"id": "y", "op": name, "args": args, "dtype": dtype.value, "inputs": names}], ["y"])
-    handles = [ex.import_activation(PortableActivation.from_array(np.asarray(x), Dtype.fp32)) for x in inputs]
+    handles = [ex.import_activation(PortableActivation.from_array(np.asarray(x), dtype_of(np.asarray(x))))
+               for x in inputs]
     (y,) = ex.execute(plan, handles)
     out = ex.export_activation(y)
     for h in handles + [y]:

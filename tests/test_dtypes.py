@@ -1,4 +1,4 @@
-"""The seven dtypes end to end: device carriers, portable bytes, persisted outputs, planning without a GPU.
+"""The thirteen dtypes end to end: device carriers, portable bytes, persisted outputs, planning without a GPU.
 
 The CUDA executor's carrier codecs (:mod:`hetflow.executors.cuda`) are
 written against an array namespace, so here they run on numpy and must
@@ -148,15 +148,25 @@ stages:
 )
 
 
+def cast_reference(x, d):
+    """``cast`` of float32 ``x`` to ``d`` by the numeric rule, written out with plain numpy."""
+    if d.kind == "float":
+        return x.astype(d.numpy)
+    if d.kind == "quant":
+        return np.clip(np.rint(x), *((-8, 7) if d is Dtype.int4 else (-128, 127))).astype(np.int8).astype(d.numpy)
+    if d is Dtype.bool:
+        return x != 0
+    info = np.iinfo(d.numpy)
+    return np.clip(np.trunc(x.astype(np.float64)), info.min, info.max).astype(d.numpy)  # toward zero, saturating
+
+
 def test_every_dtype_persists_and_loads_back_exactly(manifest_file, tmp_path):
     m = compile_manifest(load(manifest_file(ALL_OUTPUTS)))
     result = execute(m, plan(m, probe), runs_dir=str(tmp_path / "runs"))
     x = np.random.default_rng(11).standard_normal((5, 7), dtype=np.float32) * np.float32(3)
     record = json.loads((tmp_path / "runs" / result.run_id / "record.json").read_text())
     for d in Dtype:
-        want = PortableActivation.from_array(
-            x.astype(d.numpy) if d.is_float else np.clip(np.rint(x), *((-8, 7) if d is Dtype.int4 else (-128, 127))).astype(np.int8).astype(d.numpy), d
-        )
+        want = PortableActivation.from_array(cast_reference(x, d), d)
         got = load_output(result.run_dir, d.value)
         assert got.dtype == d.numpy and got.shape == (5, 7)
         assert PortableActivation.from_array(got, d).bytes == want.bytes, d

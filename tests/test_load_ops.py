@@ -145,16 +145,29 @@ def test_several_arrays_and_no_key_is_an_error_naming_them(data):
             f"say which with 'key' (one of: {names})")
 
 
+UNSAID = "say dtype: on the stage, or cast: true in its args, to convert anyway"
+SAID = "say cast: true in its args to convert anyway"
 LOSSY = [
-    ("complex.npy", np.array([1 + 2j, 3 - 1j]), "complex128 values have an imaginary part, which fp32 drops"),
-    ("huge.npy", np.array([1.0, 1e39]), "float64 values up to 1e+39 are beyond the range of fp32 (largest 3.40282e+38)"),
-    ("ids.npy", np.array([3, 2**24 + 1], np.int64), "int64 values such as 16777217 do not survive conversion to fp32"),
-    ("big.npz", np.array([2**40 + 1, 5], np.int64), "int64 values such as 1099511627777 do not survive conversion to fp32"),
+    # file, values, what the stage says beyond the path, the problem, how it ends; cast: true converts by the numeric rule
+    ("complex.npy", np.array([1 + 2j, 3 - 1j]), "", "complex128 values have an imaginary part, which fp32 drops", UNSAID),
+    ("huge.npy", np.array([1.0, 1e39]), "", "float64 values up to 1e+39 are beyond the range of fp32 (largest 3.40282e+38)",
+     UNSAID),
+    ("wide.npy", np.array([3, 2**64 - 1], np.uint64), "",
+     "uint64 values such as 18446744073709551615 are beyond the range of int64 (-9223372036854775808 to 9223372036854775807)",
+     UNSAID),
+    ("ids.npy", np.array([3, 2**24 + 1], np.int64), ", dtype: fp32",
+     "int64 values such as 16777217 do not survive conversion to fp32", SAID),
+    ("big.npz", np.array([2**40 + 1, 5], np.int64), ", dtype: int32",
+     "int64 values such as 1099511627777 are beyond the range of int32 (-2147483648 to 2147483647)", SAID),
+    ("half.npy", np.array([0.5, 2.0]), ", dtype: int64", "float64 values such as 0.5 are not whole numbers, which int64 holds",
+     SAID),
+    ("flags.npy", np.array([0, 1, 2], np.int16), ", dtype: bool", "int16 values such as 2 are neither 0 nor 1, which bool holds",
+     SAID),
 ]
 
 
-@pytest.mark.parametrize("file, values, problem", LOSSY)
-def test_lossy_values_are_an_error_unless_dtype_or_cast_says_so(tmp_path, file, values, problem):
+@pytest.mark.parametrize("file, values, said, problem, fix", LOSSY)
+def test_lossy_values_are_an_error_unless_cast_says_so(tmp_path, file, values, said, problem, fix):
     if file.endswith(".npz"):
         np.savez(tmp_path / file, v=values)
         args = f"{{path: {file}, key: v}}"
@@ -163,39 +176,64 @@ def test_lossy_values_are_an_error_unless_dtype_or_cast_says_so(tmp_path, file, 
         np.save(tmp_path / file, values)
         args = f"{{path: {file}}}"
         shown = file
-    path, text = manifest(tmp_path, f"  x: {{op: load, args: {args}}}\n", "{x: x}")
+    path, text = manifest(tmp_path, f"  x: {{op: load, args: {args}{said}}}\n", "{x: x}")
     code, _, err = run_cli("validate", str(path))
     assert code == 2 and err.strip() == (
-        f"{path}:{position(text, 'op: load', file)}: error: stage 'x' loads {shown}: {problem}; "
-        "say dtype: on the stage, or cast: true in its args, to convert anyway")
+        f"{path}:{position(text, 'op: load', file)}: error: stage 'x' loads {shown}: {problem}; {fix}")
     assert run_cli("run", str(path), "--runs-dir", str(tmp_path / "runs"))[0] == 2
-    # said explicitly, the same file loads, converted as numpy converts it
+    # cast: true converts anyway, by the numeric rule (toward zero and saturating into integers, != 0 into bool)
+    from hetflow.executors.base import Dtype
+    from hetflow.executors.opdecl import to_dtype
+
+    dtype = Dtype(said.partition("dtype: ")[2]) if said else Dtype.int64 if values.dtype.kind == "u" else Dtype.fp32
     with np.errstate(over="ignore"):
-        expected = np.real(values).astype(np.float32)
-    for explicit in (args.replace("}", ", cast: true}"), args + ", dtype: fp32"):
-        path, _ = manifest(tmp_path, f"  x: {{op: load, args: {explicit}}}\n", "{x: x}", "ok.yaml")
-        assert run_cli("validate", str(path))[0] == 0
-        run = hetflow.run(path, runs_dir=tmp_path / "runs", cache=False)
-        assert run.status == "succeeded", run.error
-        np.testing.assert_array_equal(run.outputs["x"], expected)
+        expected = to_dtype(np, np.real(values) if values.dtype.kind == "c" else values, dtype)
+    path, _ = manifest(tmp_path, f"  x: {{op: load, args: {args.replace('}', ', cast: true}')}{said}}}\n", "{x: x}", "ok.yaml")
+    assert run_cli("validate", str(path))[0] == 0
+    run = hetflow.run(path, runs_dir=tmp_path / "runs", cache=False)
+    assert run.status == "succeeded", run.error
+    assert run.outputs["x"].dtype == dtype.numpy
+    np.testing.assert_array_equal(run.outputs["x"], expected)
 
 
 def test_values_that_survive_load_without_being_asked(tmp_path):
-    np.save(tmp_path / "labels.npy", np.array([0, 9, 3, 2**24], np.int64))
+    """Integers and bools keep their type and values; floats become fp32; a named dtype that holds the values takes them."""
+    np.save(tmp_path / "labels.npy", np.array([0, 9, 3, 2**24 + 1, -2**62], np.int64))
     np.save(tmp_path / "f64.npy", np.array([0.1, -2.5e30, 1 / 3]))
     np.save(tmp_path / "mask.npy", np.array([True, False]))
     np.save(tmp_path / "small.npy", np.array([-128, 127], np.int64))
+    np.save(tmp_path / "pixels.npy", np.array([0, 255], np.uint8))
+    np.save(tmp_path / "u32.npy", np.array([0, 2**32 - 1], np.uint32))
     path, _ = manifest(tmp_path, (
         "  l: {op: load, args: {path: labels.npy}}\n"
         "  f: {op: load, args: {path: f64.npy}}\n"
+        "  d: {op: load, args: {path: f64.npy}, dtype: fp64}\n"
         "  m: {op: load, args: {path: mask.npy}}\n"
-        "  s: {op: load, args: {path: small.npy}, dtype: int8}\n"), "{l: l, f: f, m: m, s: s}")
+        "  s: {op: load, args: {path: small.npy}, dtype: int8}\n"
+        "  p: {op: load, args: {path: pixels.npy}}\n"
+        "  u: {op: load, args: {path: u32.npy}}\n"
+        "  i: {op: load, args: {path: pixels.npy}, dtype: int16}\n"), "{l: l, f: f, d: d, m: m, s: s, p: p, u: u, i: i}")
+    assert run_cli("validate", str(path))[0] == 0
     run = hetflow.run(path, runs_dir=tmp_path / "runs")
     assert run.status == "succeeded", run.error
-    np.testing.assert_array_equal(run.outputs["l"], np.array([0, 9, 3, 2**24], np.float32))
-    np.testing.assert_array_equal(run.outputs["f"], np.array([0.1, -2.5e30, 1 / 3]).astype(np.float32))
-    np.testing.assert_array_equal(run.outputs["m"], np.array([1, 0], np.float32))
-    assert run.outputs["s"].dtype == np.int8 and run.outputs["s"].tolist() == [-128, 127]
+    out = run.outputs
+    assert out["l"].dtype == np.int64 and out["l"].tolist() == [0, 9, 3, 2**24 + 1, -2**62]
+    np.testing.assert_array_equal(out["f"], np.array([0.1, -2.5e30, 1 / 3]).astype(np.float32))
+    assert out["f"].dtype == np.float32
+    assert out["d"].dtype == np.float64 and out["d"].tolist() == [0.1, -2.5e30, 1 / 3]
+    assert out["m"].dtype == np.bool_ and out["m"].tolist() == [True, False]
+    assert out["s"].dtype == np.int8 and out["s"].tolist() == [-128, 127]
+    assert out["p"].dtype == np.uint8 and out["p"].tolist() == [0, 255]
+    assert out["u"].dtype == np.int64 and out["u"].tolist() == [0, 2**32 - 1]  # uint32: the signed type that holds it
+    assert out["i"].dtype == np.int16 and out["i"].tolist() == [0, 255]
+    # the plan shows the dtypes the files gave
+    code, text, _ = run_cli("plan", str(path), "--format", "json")
+    assert code == 0
+    import json
+
+    dtypes = {sid: node["dtype"] for sid, node in json.loads(text)["nodes"].items()}
+    assert {k: dtypes[k] for k in "lfdmspui"} == {"l": "int64", "f": "fp32", "d": "fp64", "m": "bool", "s": "int8",
+                                                   "p": "uint8", "u": "int64", "i": "int16"}
 
 
 def test_full_is_a_constant_tensor_of_the_stages_dtype(tmp_path):

@@ -62,9 +62,10 @@ def test_unknown_key_points_at_the_key(manifest_file):
 
 
 def test_bad_dtype_lists_the_choices(manifest_file):
-    path = manifest_file(GOOD.replace("inputs: [x]}", "inputs: [x], dtype: fp64}"))
+    path = manifest_file(GOOD.replace("inputs: [x]}", "inputs: [x], dtype: float64}"))
     assert errors(path) == [
-        f"{path}:9:37: error: stages.y.dtype must be one of fp32, fp16, bf16, fp8e4m3, fp8e5m2, int8, int4; found 'fp64'"
+        f"{path}:9:37: error: stages.y.dtype must be one of fp32, fp16, bf16, fp8e4m3, fp8e5m2, int8, int4, int16, int32, "
+        "int64, uint8, bool, fp64; found 'float64'"
     ]
 
 
@@ -119,7 +120,7 @@ def test_missing_op_argument(manifest_file):
 def test_dtype_the_op_does_not_support(manifest_file):
     path = manifest_file(GOOD.replace("op: relu, inputs: [x]", "op: softmax, inputs: [x], dtype: int8"))
     assert errors(path) == [
-        f"{path}:9:40: error: op 'softmax' does not support dtype int8 (supported: fp32, fp16, bf16, fp8e4m3, fp8e5m2)"
+        f"{path}:9:40: error: op 'softmax' does not support dtype int8 (supported: fp32, fp16, bf16, fp8e4m3, fp8e5m2, fp64)"
     ]
 
 
@@ -257,7 +258,7 @@ def test_the_fast_schema_check_agrees_with_jsonschema(manifest_file):
         {**good, "version": 7},
         {**good, "extra": 1},
         {**good, "stages": {**good["stages"], "y": {"op": "relu", "inputs": ["x"], "retries": "1"}}},
-        {**good, "stages": {**good["stages"], "y": {"op": "relu", "dtype": "fp64"}}},
+        {**good, "stages": {**good["stages"], "y": {"op": "relu", "dtype": "float64"}}},
         {**good, "stages": {"9bad": {"op": "relu"}}},
         {**good, "executors": {"host": {"vendor": ["cpu", "cpu"]}}},
         {**good, "matrix": {"n": []}},

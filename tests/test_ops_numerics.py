@@ -1,6 +1,6 @@
 """Numerics of the op library against straightforward numpy references.
 
-Every op computes in float32 and rounds its result to the stage's dtype,
+Every float op here computes in float32 and rounds its result to the stage's dtype,
 so each case compares against a float64 reference with a tolerance of
 about one unit in the last place of the output dtype (:data:`TOLERANCE`,
 relative and absolute), after rounding the reference through that dtype. Integer outputs and the layout ops are exact.
@@ -105,20 +105,23 @@ def test_layernorm(dtype):
     close(run("layernorm", f[:1], dtype), norm, dtype)
 
 
-def test_norm_weight_must_match_the_last_axis():
-    with pytest.raises(ShapeError, match=r"weight of shape \[8\] must be \[16\]"):
+def test_norm_weight_must_match_the_normalized_axes():
+    with pytest.raises(ShapeError, match=r"weight of shape \[8\] must broadcast to \[16\]"):
         REGISTRY["rmsnorm"].shape([(4, 16), (8,)], {})
+    with pytest.raises(ShapeError, match=r"bias of shape \[4, 16\] must broadcast to \[16\]"):
+        REGISTRY["layernorm"].shape([(4, 16), (16,), (4, 16)], {})
+    assert REGISTRY["layernorm"].shape([(2, 4, 16), (4, 16), (1, 16)], {"axis": 1}) == (2, 4, 16)
 
 
 # -- attention and rope -------------------------------------------------------------
 
 
-def attention_ref(q, k, v, causal=False, scale=None):
+def attention_ref(q, k, v, causal=False, scale=None, past_length=0):
     q, k, v = (a.astype(np.float64) for a in (q, k, v))
     s = q @ np.swapaxes(k, -1, -2) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
     lq, lk = q.shape[-2], k.shape[-2]
     if causal:
-        allowed = np.arange(lk)[None, :] <= np.arange(lq)[:, None] + (lk - lq)
+        allowed = np.arange(lk)[None, :] <= np.arange(lq)[:, None] + past_length
         s = np.where(allowed, s, -np.inf)
     out = np.zeros(s.shape[:-1] + (v.shape[-1],))
     for idx in np.ndindex(s.shape[:-1]):
@@ -137,19 +140,23 @@ def test_attention(dtype, causal):
     close(run("attention", [q, k, v], dtype, causal=causal), attention_ref(q, k, v, causal), dtype)
 
 
-def test_attention_causal_aligns_a_short_query_block_to_the_end_of_the_keys():
+def test_attention_causal_is_upper_left_and_past_length_shifts_it_to_a_kv_cache():
     q, k, v = normal(2, 8), normal(5, 8), normal(5, 3)
+    # ONNX's rule without a cache: query i sees keys 0..i, whatever the lengths
     got = run("attention", [q, k, v], causal=True, scale=0.5)
     close(got, attention_ref(q, k, v, causal=True, scale=0.5), Dtype.fp32)
-    # the last query sees every key: plain attention for that row
+    close(got[0], v[0], Dtype.fp32)
+    # a query block that continues three cached keys: the last query sees every key
+    got = run("attention", [q, k, v], causal=True, scale=0.5, past_length=3)
+    close(got, attention_ref(q, k, v, causal=True, scale=0.5, past_length=3), Dtype.fp32)
     close(got[-1], attention_ref(q[-1:], k, v, scale=0.5)[0], Dtype.fp32)
 
 
 def test_attention_query_that_sees_no_key_gets_zeros():
     q, k, v = normal(4, 8), normal(2, 8), normal(2, 3)
-    got = run("attention", [q, k, v], causal=True)
+    got = run("attention", [q, k, v], causal=True, past_length=-2)
     assert got[:2].tolist() == [[0.0] * 3] * 2
-    close(got, attention_ref(q, k, v, causal=True), Dtype.fp32)
+    close(got, attention_ref(q, k, v, causal=True, past_length=-2), Dtype.fp32)
 
 
 def test_attention_shape_errors():
@@ -198,10 +205,11 @@ def test_rope_needs_an_even_last_axis():
 
 @pytest.mark.parametrize("dtype", list(Dtype), ids=str)
 def test_concat_split_slice_are_exact(dtype):
-    a = np.clip(np.rint(normal(2, 3) * 3), -8, 7)
-    b = np.clip(np.rint(normal(2, 5) * 3), -8, 7)
+    # made in the dtype first: the layout ops move values as they are, so they must come out bit for bit
+    a = ops.to_dtype(np, np.clip(np.rint(normal(2, 3) * 3), -8, 7), dtype)
+    b = ops.to_dtype(np, np.clip(np.rint(normal(2, 5) * 3), -8, 7), dtype)
     both = np.concatenate([a, b], axis=1)
-    assert np.array_equal(run("concat", [a, b], dtype, axis=1).astype(np.float32), both.astype(dtype.numpy).astype(np.float32))
+    assert np.array_equal(run("concat", [a, b], dtype, axis=1).view(np.uint8), both.view(np.uint8))
     parts = [run("split", [both], dtype, axis=-1, sizes=[3, 1, 4], index=i) for i in range(3)]
     assert [p.shape for p in parts] == [(2, 3), (2, 1), (2, 4)]
     assert np.array_equal(np.concatenate(parts, axis=1), both.astype(dtype.numpy))
@@ -244,12 +252,13 @@ def test_max(dtype):
         assert np.array_equal(run("max", [x], dtype, axis=axis, keepdims=keep), want)
 
 
-def test_argmax_returns_the_first_maximum_as_fp32():
+def test_argmax_returns_the_first_maximum():
     x = np.array([[1, 5, 5, 2], [9, 0, 9, 9]], np.float32)
-    assert run("argmax", [x], axis=1).tolist() == [1.0, 0.0]
-    assert run("argmax", [x]).tolist() == 4.0
-    assert run("argmax", [x], axis=0, keepdims=True).tolist() == [[1.0, 0.0, 1.0, 1.0]]
-    assert REGISTRY["argmax"].dtypes == frozenset({Dtype.fp32})
+    assert run("argmax", [x], Dtype.int64, axis=1).tolist() == [1, 0]
+    assert run("argmax", [x], Dtype.int64).tolist() == 4
+    assert run("argmax", [x], Dtype.int64, axis=0, keepdims=True).tolist() == [[1, 0, 1, 1]]
+    assert run("argmax", [x], Dtype.fp32, axis=1).tolist() == [1.0, 0.0]  # fp32 indices, as before, when asked
+    assert ops.default_dtype(REGISTRY["argmax"], [Dtype.fp32], {}) is Dtype.int64
 
 
 # -- quantization ---------------------------------------------------------------------
@@ -318,7 +327,8 @@ def test_every_new_op_declares_dtypes_args_and_a_doc():
         assert op.dtypes and op.doc, name
     assert REGISTRY["quantize"].dtypes == frozenset(QUANT)
     assert ops.check_args(REGISTRY["quantize.scale"], {"target": "int3"}) == [
-        ("target", "argument 'target' of op 'quantize.scale' must be a dtype name (fp32, fp16, bf16, fp8e4m3, fp8e5m2, int8, int4), got 'int3'")
+        ("target", "argument 'target' of op 'quantize.scale' must be a dtype name (fp32, fp16, bf16, fp8e4m3, "
+                   "fp8e5m2, int8, int4, int16, int32, int64, uint8, bool, fp64), got 'int3'")
     ]
     assert ops.check_args(REGISTRY["attention"], {"scale": None}) == []
     assert ml_dtypes.finfo(Dtype.fp8e4m3.numpy).max == QUANT_MAX[Dtype.fp8e4m3]

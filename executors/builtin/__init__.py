@@ -10,11 +10,12 @@ and the ops reference list them: family by family, as here.
 module             ops
 =================  ===========================================================
 ``sources``        ``random.normal``, ``random.uniform``, ``zeros``, ``ones``, ``arange``, ``full``
-``elementwise``    arithmetic and comparisons, ``where``, activations, math, ``cast``
+``elementwise``    arithmetic and comparisons, ``where``, ``clip``, activations, math, ``cast``
 ``linalg``         ``matmul``, ``attention``, ``rope``
 ``norms``          ``softmax``, ``rmsnorm``, ``layernorm``
-``reductions``     ``sum``, ``mean``, ``max``, ``argmax``
+``reductions``     ``sum``, ``mean``, ``max``, ``min``, ``argmax``, ``argmin``
 ``layout``         ``transpose``, ``reshape``, ``concat``, ``split``, ``slice``
+``indexing``       ``gather``
 ``loading``        ``load`` (files), ``input`` (arrays from Python)
 ``quant``          ``quantize.scale``, ``quantize``, ``dequantize``
 =================  ===========================================================
@@ -22,9 +23,10 @@ module             ops
 
 from __future__ import annotations
 
-from hetflow.executors.builtin import elementwise, layout, linalg, loading, norms, quant, reductions, sources
+from hetflow.executors.builtin import (elementwise, indexing, layout, linalg, loading, norms, quant, reductions,
+                                      sources)
 
 __all__ = ["ENTRIES"]
 
-ENTRIES = [*sources.OPS, *elementwise.OPS, *linalg.OPS, *norms.OPS, *reductions.OPS, *layout.OPS, *loading.OPS,
-           *quant.OPS]
+ENTRIES = [*sources.OPS, *elementwise.OPS, *linalg.OPS, *norms.OPS, *reductions.OPS, *layout.OPS, *indexing.OPS,
+           *loading.OPS, *quant.OPS]

@@ -1,7 +1,38 @@
 """Elementwise ops: arithmetic and comparisons (with a scalar ``value`` in place of a second input), ``where``, activations and math functions, ``cast``.
 
-Binary ops broadcast with numpy's rule; comparisons give 1 or 0. Each op
-with a Vulkan kernel names its WGSL expression beside it.
+Binary ops broadcast with numpy's rule. Each op with a Vulkan kernel
+names its WGSL expression beside it.
+
+Dtypes, following ONNX where ONNX defines the op. Arithmetic on integers
+(``add``, ``sub``, ``mul``, ``div``, ``mod``, ``pow``, ``neg``, ``abs``,
+``maximum``, ``minimum``, ``clip``, ``relu``) computes on the integers as
+they are and wraps (two's complement), never through floats; a bool
+operand counts as 0 or 1. Comparisons (``eq``, ``lt``, ``le``, ``gt``,
+``ge``) give ``bool``. ``where`` takes a bool condition (any nonzero value
+of another dtype is true) and gives its branches' type. ``cast`` only
+converts, by the numeric rule of :mod:`hetflow.executors.opdecl`.
+
+Integer ``div`` truncates toward zero (C's rule, and ONNX's reference:
+``-7 / 2`` is ``-3``); an integer divided by zero gives 0, as ONNX's
+reference implementation gives, and ``INT_MIN / -1`` wraps to ``INT_MIN``.
+``mod`` is ONNX Mod: with ``fmod: 0`` the result takes the divisor's sign
+(Python's ``%``: ``-7 mod 2`` is ``1``), with ``fmod: 1`` the dividend's
+(C's ``fmod``: ``-1``); an integer mod zero gives 0, a float one NaN.
+
+Examples
+--------
+>>> import numpy as np
+>>> from hetflow.executors.ops import run
+>>> run(np, "div", [np.array([-7, 7, 5, -2**63], np.int64), np.array([2, -2, 0, -1], np.int64)], {}, Dtype.int64).tolist()
+[-3, -3, 0, -9223372036854775808]
+>>> run(np, "mod", [np.array([-7, 7], np.int32), np.array([2, -2], np.int32)], {}, Dtype.int32).tolist()
+[1, -1]
+>>> run(np, "mod", [np.array([-7, 7], np.int32), np.array([2, -2], np.int32)], {"fmod": 1}, Dtype.int32).tolist()
+[-1, 1]
+>>> run(np, "lt", [np.array([1, 5], np.int64)], {"value": 3}, Dtype.bool).tolist()
+[True, False]
+>>> run(np, "pow", [np.array([2, -1, 3], np.int64), np.array([62, -3, -1], np.int64)], {}, Dtype.int64).tolist()
+[4611686018427387904, -1, 0]
 """
 
 from __future__ import annotations
@@ -12,19 +43,90 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from hetflow.executors.base import Dtype
-from hetflow.executors.opdecl import ALL_DTYPES, FLOAT_DTYPES, Arg, Kernel, Op, Shape, broadcast, same
+from hetflow.executors.opdecl import (ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, QUANT_DTYPES, QUANT_MAX, Arg, Kernel,
+                                      Op, Shape, broadcast, dtype_of, same)
 
-__all__ = ["OPS"]
+__all__ = ["OPS", "erf"]
 
 
-def _with_value(f: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+def _operand(xp: Any, x: Any, value: int | float) -> tuple[Any, Any]:
+    """``x`` and ``args.value`` as arrays of one type: the value takes ``x``'s type where it fits in it.
+
+    An integer tensor with an integer value stays integer (widened to int64
+    only when the value does not fit its type, which the output dtype then
+    wraps back); a float value makes the computation float64.
+    """
+    kind = x.dtype.kind
+    if kind == "f":
+        return x, xp.asarray(value, dtype=x.dtype)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if kind in "iu":
+            info = np.iinfo(x.dtype)
+            if info.min <= value <= info.max:
+                return x, xp.asarray(value, dtype=x.dtype)
+        if -(2**63) <= value < 2**63:
+            return x.astype(np.int64), xp.asarray(value, dtype=np.int64)
+    return x.astype(np.float64), xp.asarray(value, dtype=np.float64)
+
+
+def _with_value(f: Callable[[Any, Any, Any], Any]) -> Callable[..., Any]:
     """A binary body that takes its second operand from ``args.value`` when there is one input."""
 
     def body(xp: Any, inputs: list, args: dict) -> Any:
-        other = inputs[1] if len(inputs) > 1 else np.float32(args["value"])
-        return f(inputs[0], other)
+        a, b = (inputs[0], inputs[1]) if len(inputs) > 1 else _operand(xp, inputs[0], args["value"])
+        with np.errstate(all="ignore"):  # integer overflow wraps and x/0 follows IEEE: both documented results
+            return f(xp, a, b)
 
     return body
+
+
+def _numeric(x: Any) -> Any:
+    """Bools as the integers 0 and 1 (numpy's ``True + True`` is ``True``)."""
+    return x.astype(np.int64) if x.dtype == np.bool_ else x
+
+
+def _is_int(x: Any) -> bool:
+    return x.dtype.kind in "iub"
+
+
+def _div(xp: Any, a: Any, b: Any) -> Any:
+    a, b = _numeric(a), _numeric(b)
+    if not (_is_int(a) and _is_int(b)):
+        return a / b
+    # Truncated toward zero (ONNX's reference: C's rule), in integers: a float
+    # quotient would round values above 2^53.
+    zero = b == 0
+    safe = xp.where(zero, 1, b)
+    q = a // safe
+    q = q + ((q * safe != a) & ((a < 0) != (safe < 0))).astype(q.dtype)
+    return xp.where(zero, 0, q)
+
+
+def _mod(fmod: int) -> Callable[..., Any]:
+    def f(xp: Any, a: Any, b: Any) -> Any:
+        a, b = _numeric(a), _numeric(b)
+        if not (_is_int(a) and _is_int(b)):
+            return xp.fmod(a, b) if fmod else xp.mod(a, b)
+        zero = b == 0
+        safe = xp.where(zero, 1, b)
+        return xp.where(zero, 0, xp.fmod(a, safe) if fmod else xp.mod(a, safe))
+
+    return f
+
+
+def _mod_body(xp: Any, inputs: list, args: dict) -> Any:
+    return _with_value(_mod(args["fmod"]))(xp, inputs, args)
+
+
+def _pow(xp: Any, a: Any, b: Any) -> Any:
+    a, b = _numeric(a), _numeric(b)
+    if not (_is_int(a) and _is_int(b)):
+        return xp.power(a, b)
+    negative = b < 0
+    raised = xp.power(a, xp.where(negative, 0, b))  # numpy's integer power wraps
+    # a^-n = 1 / a^n toward zero: 1 for a = 1, +-1 for a = -1, 0 otherwise (0^-n included)
+    inverse = xp.where(a == 1, 1, xp.where(a == -1, xp.where(b % 2 == 0, 1, -1), 0))
+    return xp.where(negative, inverse, raised)
 
 
 def _scalar_checks(n_inputs: int, args: Mapping[str, Any]) -> list[tuple[str | None, str]]:
@@ -42,51 +144,207 @@ def _scalar_shape(inputs: list[Shape], args: dict) -> Shape:
 _VALUE = Arg("number?", default=None, doc="the second operand as a number, in place of a second input")
 
 
-def _binary(name: str, f: Callable[[Any, Any], Any], dtypes: frozenset[Dtype], doc: str, wgsl: str) -> Op:
+def _to_bool(inputs: list[Dtype], args: Mapping[str, Any]) -> Dtype:
+    return Dtype.bool
+
+
+def _common(dtypes: list[Dtype]) -> Dtype:
+    """The type a stage whose values come from ``dtypes`` keeps: theirs when they agree, numpy's promotion of
+    integers, fp64 when one is, else fp32 (the floats' usual default)."""
+    if not dtypes:
+        return Dtype.fp32
+    if all(d is dtypes[0] for d in dtypes) and (dtypes[0].is_exact or dtypes[0] is Dtype.fp64):
+        return dtypes[0]
+    if all(d.is_exact for d in dtypes):
+        found = np.result_type(*(d.numpy for d in dtypes))
+        try:
+            return dtype_of(np.empty(0, found))
+        except KeyError:  # uint16 and wider unsigned types: hetflow's widest integer
+            return Dtype.int64
+    return Dtype.fp64 if Dtype.fp64 in dtypes else Dtype.fp32
+
+
+def _base_type(inputs: list[Dtype], args: Mapping[str, Any]) -> Dtype:
+    """ONNX Pow's output type: the base's."""
+    return _common(inputs[:1])
+
+
+def _branch_type(inputs: list[Dtype], args: Mapping[str, Any]) -> Dtype:
+    return _common(inputs[1:3])
+
+
+def _binary(name: str, f: Callable[[Any, Any, Any], Any], dtypes: frozenset[Dtype], doc: str, wgsl: str | None,
+            **extra: Any) -> Op:
     def checks(n: int, args: Mapping[str, Any]) -> list[tuple[str | None, str]]:
         return [(k, m.replace("{op}", repr(name))) for k, m in _scalar_checks(n, args)]
 
     return Op(name, (1, 2), dtypes, _with_value(f), _scalar_shape, {"value": _VALUE}, doc=doc, checks=checks,
-              wgsl=Kernel("binary", wgsl))
+              wgsl=Kernel("binary", wgsl) if wgsl else None, exact=True, **extra)
+
+
+def _compare(name: str, f: Callable[[Any, Any], Any], wgsl: str, says: str) -> Op:
+    return _binary(name, lambda xp, a, b: f(a, b), ALL_DTYPES,
+                   f"true where {says} (or args.value), as bool (ONNX {name.capitalize()})", wgsl, result=_to_bool)
+
+
+def _mod_checks(n: int, args: Mapping[str, Any]) -> list[tuple[str | None, str]]:
+    problems = [(k, m.replace("{op}", "'mod'")) for k, m in _scalar_checks(n, args)]
+    if args.get("fmod", 0) not in (0, 1):
+        problems.append(("fmod", f"argument 'fmod' of op 'mod' must be 0 (the divisor's sign) or 1 (the dividend's), "
+                                 f"got {args['fmod']!r}"))
+    return problems
+
+
+def _where(xp: Any, inputs: list, args: dict) -> Any:
+    cond, a, b = inputs
+    return xp.where(cond if cond.dtype == np.bool_ else cond != 0, a, b)
+
+
+def _clip(xp: Any, inputs: list, args: dict) -> Any:
+    x = inputs[0]
+    lo, hi = args["min"], args["max"]
+    if _is_int(x) and x.dtype != np.bool_:
+        # a bound outside the type's range clips nothing on that side; inside it, it is exact in the type
+        info = np.iinfo(x.dtype)
+        lo = None if lo is None or lo <= info.min else xp.asarray(math.ceil(lo), dtype=x.dtype)
+        hi = None if hi is None or hi >= info.max else xp.asarray(math.floor(hi), dtype=x.dtype)
+        if lo is not None and hi is not None and int(lo) > int(hi):
+            lo = hi  # ONNX: min above max makes every value max
+    else:
+        lo = None if lo is None else xp.asarray(lo, dtype=x.dtype)
+        hi = None if hi is None else xp.asarray(hi, dtype=x.dtype)
+    # maximum, then minimum: NaN stays NaN, and min > max gives max (ONNX's reference, numpy's clip)
+    if lo is not None:
+        x = xp.maximum(x, lo)
+    if hi is not None:
+        x = xp.minimum(x, hi)
+    return x
+
+
+def _cast(xp: Any, inputs: list, args: dict, dtype: Dtype) -> Any:
+    x = inputs[0]
+    if not args["saturate"] or dtype not in QUANT_DTYPES or dtype.kind != "float" or x.dtype == np.bool_:
+        return x  # the numeric rule converts it
+    # fp8 has no room above its largest finite value (e4m3 no infinity at all): saturate there, as ONNX does
+    if x.dtype.kind not in "f":
+        x = x.astype(np.float32)
+    top = QUANT_MAX[dtype]
+    return xp.clip(x, -top, top)
+
+
+def _cast_checks(n: int, args: Mapping[str, Any]) -> list[tuple[str | None, str]]:
+    if args.get("saturate", 1) not in (0, 1):
+        return [("saturate", f"argument 'saturate' of op 'cast' must be 0 or 1 (ONNX's values), "
+                             f"got {args['saturate']!r}")]
+    return []
 
 
 def _gelu(xp: Any, inputs: list, args: dict) -> Any:
     x = inputs[0]
-    c = np.float32(math.sqrt(2.0 / math.pi))
-    return np.float32(0.5) * x * (np.float32(1.0) + xp.tanh(c * (x + np.float32(0.044715) * x * x * x)))
+    if args["approximate"] == "none":
+        return 0.5 * x * (1.0 + erf(xp, x / math.sqrt(2.0)))
+    c = math.sqrt(2.0 / math.pi)
+    return 0.5 * x * (1.0 + xp.tanh(c * (x + 0.044715 * x * x * x)))
+
+
+def _gelu_checks(n: int, args: Mapping[str, Any]) -> list[tuple[str | None, str]]:
+    if args.get("approximate", "tanh") not in ("none", "tanh"):
+        return [("approximate", f"argument 'approximate' of op 'gelu' must be 'none' (exact, with erf) or 'tanh', "
+                                f"got {args['approximate']!r}")]
+    return []
 
 
 def _sigmoid(xp: Any, inputs: list, args: dict) -> Any:
     x = inputs[0]
     e = xp.exp(-xp.abs(x))  # never overflows, unlike exp(-x) for very negative x
-    return xp.where(x >= 0, np.float32(1) / (np.float32(1) + e), e / (np.float32(1) + e))
+    return xp.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
-_GELU = "0.5 * x * (1.0 + tanh(clamp(0.7978846 * (x + 0.044715 * x * x * x), -15.0, 15.0)))"
+_HOST_ERF = np.frompyfunc(math.erf, 1, 1)
+
+
+def erf(xp: Any, x: Any) -> Any:
+    """The error function of ``x``, elementwise, computed in float64 and returned in ``x``'s float type.
+
+    numpy has no ``erf``: on the host each value goes through the C
+    library's (``math.erf``, correctly rounded to within an ulp); cupy's
+    arrays through ``cupyx.scipy.special.erf``.
+
+    >>> import math
+    >>> values = (-3.0, -0.5, 0.0, 1.0, 2.0, 7.0)
+    >>> erf(np, np.array(values)).tolist() == [math.erf(v) for v in values]
+    True
+    """
+    out_type = x.dtype
+    wide = x.astype(np.float64)
+    if xp is np:
+        return _HOST_ERF(wide).astype(np.float64).astype(out_type)
+    from cupyx.scipy.special import erf as device_erf
+
+    return device_erf(wide).astype(out_type)
+
+
 
 OPS = [
-    _binary("add", lambda a, b: a + b, ALL_DTYPES, "elementwise sum, broadcasting; or x + args.value", "a + b"),
-    _binary("sub", lambda a, b: a - b, ALL_DTYPES, "elementwise difference; or x - args.value", "a - b"),
-    _binary("mul", lambda a, b: a * b, ALL_DTYPES, "elementwise product; or x * args.value", "a * b"),
-    _binary("div", lambda a, b: a / b, FLOAT_DTYPES, "elementwise quotient; or x / args.value", "a / b"),
-    _binary("eq", lambda a, b: (a == b).astype(np.float32), ALL_DTYPES, "1 where x == y (or args.value), else 0",
-            "select(0.0, 1.0, a == b)"),
-    _binary("lt", lambda a, b: (a < b).astype(np.float32), ALL_DTYPES, "1 where x < y (or args.value), else 0",
-            "select(0.0, 1.0, a < b)"),
-    _binary("gt", lambda a, b: (a > b).astype(np.float32), ALL_DTYPES, "1 where x > y (or args.value), else 0",
-            "select(0.0, 1.0, a > b)"),
-    Op("where", (3, 3), ALL_DTYPES, lambda xp, i, a: xp.where(i[0] != 0, i[1], i[2]), broadcast,
-       doc="elementwise: b where cond is nonzero, else c (inputs: cond, b, c), broadcasting"),
-    Op("relu", (1, 1), ALL_DTYPES, lambda xp, i, a: xp.maximum(i[0], np.float32(0)), same, doc="max(x, 0)",
-       wgsl=Kernel("unary", "max(x, 0.0)")),
-    Op("gelu", (1, 1), FLOAT_DTYPES, _gelu, same, doc="GELU, tanh approximation", wgsl=Kernel("unary", _GELU)),
-    Op("silu", (1, 1), FLOAT_DTYPES, lambda xp, i, a: i[0] / (np.float32(1) + xp.exp(-i[0])), same,
+    _binary("add", lambda xp, a, b: _numeric(a) + _numeric(b), NUMERIC_DTYPES,
+            "elementwise sum, broadcasting; or x + args.value. Integers wrap", "a + b"),
+    _binary("sub", lambda xp, a, b: _numeric(a) - _numeric(b), NUMERIC_DTYPES,
+            "elementwise difference; or x - args.value. Integers wrap", "a - b"),
+    _binary("mul", lambda xp, a, b: _numeric(a) * _numeric(b), NUMERIC_DTYPES,
+            "elementwise product; or x * args.value. Integers wrap", "a * b"),
+    _binary("div", _div, NUMERIC_DTYPES,
+            "elementwise quotient; or x / args.value. Integers: truncated toward zero, x / 0 is 0, "
+            "INT_MIN / -1 wraps (ONNX Div's reference)", "a / b"),
+    Op("mod", (1, 2), NUMERIC_DTYPES, _mod_body, _scalar_shape, {"value": _VALUE, "fmod": Arg(
+        "int", default=0, doc="0: the result takes the divisor's sign (Python's %); 1: the dividend's (C's fmod)")},
+       doc="elementwise remainder of x / y (or args.value), ONNX Mod; an integer mod 0 is 0, a float one NaN",
+       checks=_mod_checks, exact=True),
+    _binary("pow", _pow, NUMERIC_DTYPES,
+            "x to the power y (or args.value), ONNX Pow: the output takes x's type; integers wrap, and a negative "
+            "integer exponent gives 1 / x^n toward zero (1 for x = 1, +-1 for x = -1, else 0)", "pow_f32(a, b)",
+            result=_base_type),
+    _binary("maximum", lambda xp, a, b: xp.maximum(a, b), NUMERIC_DTYPES,
+            "elementwise larger of x and y (or args.value); NaN wins", "max_f32(a, b)"),
+    _binary("minimum", lambda xp, a, b: xp.minimum(a, b), NUMERIC_DTYPES,
+            "elementwise smaller of x and y (or args.value); NaN wins", "min_f32(a, b)"),
+    _compare("eq", lambda a, b: a == b, "select(0.0, 1.0, a == b)", "x == y"),
+    _compare("lt", lambda a, b: a < b, "select(0.0, 1.0, a < b)", "x < y"),
+    _compare("le", lambda a, b: a <= b, "select(0.0, 1.0, a <= b)", "x <= y"),
+    _compare("gt", lambda a, b: a > b, "select(0.0, 1.0, a > b)", "x > y"),
+    _compare("ge", lambda a, b: a >= b, "select(0.0, 1.0, a >= b)", "x >= y"),
+    Op("where", (3, 3), ALL_DTYPES, _where, broadcast, moves=True, result=_branch_type,
+       doc="elementwise: b where cond is true, else c (inputs: cond, b, c), broadcasting (ONNX Where). cond is "
+           "bool (any nonzero value of another dtype is true); the output takes the branches' type",
+       wgsl=Kernel("where")),
+    Op("neg", (1, 1), NUMERIC_DTYPES, lambda xp, i, a: -_numeric(i[0]), same, exact=True,
+       doc="-x; integers wrap (-INT_MIN is INT_MIN)", wgsl=Kernel("unary", "-x")),
+    Op("abs", (1, 1), NUMERIC_DTYPES, lambda xp, i, a: xp.abs(_numeric(i[0])), same, exact=True,
+       doc="|x|; integers wrap (|INT_MIN| is INT_MIN)", wgsl=Kernel("unary", "abs(x)")),
+    Op("clip", (1, 1), NUMERIC_DTYPES, _clip, same,
+       {"min": Arg("number?", default=None, doc="the lower bound; null: none"),
+        "max": Arg("number?", default=None, doc="the upper bound; null: none")}, exact=True,
+       doc="x limited to [min, max] (ONNX Clip); NaN stays NaN, and min above max makes every value max",
+       wgsl=Kernel("unary", "clip_f32(x, s0, s1)")),
+    Op("relu", (1, 1), NUMERIC_DTYPES, lambda xp, i, a: xp.maximum(_numeric(i[0]), 0), same, doc="max(x, 0)",
+       wgsl=Kernel("unary", "relu_f32(x)"), exact=True),
+    Op("gelu", (1, 1), FLOAT_DTYPES, _gelu, same,
+       {"approximate": Arg("str", default="tanh", doc="'tanh' (the default, as before) or 'none': exact, with erf")},
+       doc="GELU, x * Phi(x); approximate: tanh (the default) uses the tanh approximation, none the exact erf form "
+           "(ONNX Gelu's default is none)", wgsl=Kernel("unary", "gelu_f32(x, s0)"), checks=_gelu_checks),
+    Op("silu", (1, 1), FLOAT_DTYPES, lambda xp, i, a: i[0] / (1.0 + xp.exp(-i[0])), same,
        doc="x * sigmoid(x)", wgsl=Kernel("unary", "x / (1.0 + exp(-x))")),
-    Op("exp", (1, 1), FLOAT_DTYPES, lambda xp, i, a: xp.exp(i[0]), same, doc="e^x"),
-    Op("log", (1, 1), FLOAT_DTYPES, lambda xp, i, a: xp.log(i[0]), same, doc="natural logarithm"),
-    Op("sqrt", (1, 1), FLOAT_DTYPES, lambda xp, i, a: xp.sqrt(i[0]), same, doc="square root"),
-    Op("tanh", (1, 1), FLOAT_DTYPES, lambda xp, i, a: xp.tanh(i[0]), same, doc="hyperbolic tangent"),
-    Op("sigmoid", (1, 1), FLOAT_DTYPES, _sigmoid, same, doc="1 / (1 + e^-x)"),
-    Op("cast", (1, 1), ALL_DTYPES, lambda xp, i, a: i[0], same, doc="convert to the stage's dtype",
+    Op("exp", (1, 1), FLOAT_DTYPES, lambda xp, i, a: xp.exp(i[0]), same, doc="e^x", wgsl=Kernel("unary", "exp(x)")),
+    Op("log", (1, 1), FLOAT_DTYPES, lambda xp, i, a: xp.log(i[0]), same, doc="natural logarithm", wgsl=Kernel("unary", "log(x)")),
+    Op("sqrt", (1, 1), FLOAT_DTYPES, lambda xp, i, a: xp.sqrt(i[0]), same, doc="square root", wgsl=Kernel("unary", "sqrt(x)")),
+    Op("tanh", (1, 1), FLOAT_DTYPES, lambda xp, i, a: xp.tanh(i[0]), same, doc="hyperbolic tangent", wgsl=Kernel("unary", "tanh_f32(x)")),
+    Op("sigmoid", (1, 1), FLOAT_DTYPES, _sigmoid, same, doc="1 / (1 + e^-x)", wgsl=Kernel("unary", "sigmoid_f32(x)")),
+    Op("erf", (1, 1), FLOAT_DTYPES, lambda xp, i, a: erf(xp, i[0]), same,
+       doc="the error function, computed in float64 (the C library's erf on the host)", wgsl=Kernel("unary", "erf_f32(x)")),
+    Op("cast", (1, 1), ALL_DTYPES, _cast, same, {"saturate": Arg(
+        "int", default=1, doc="fp8 outputs: 1 saturates at the largest finite value, 0 overflows to inf (e5m2) or "
+                              "NaN (e4m3), ONNX's saturate")}, moves=True, dtype_aware=True, checks=_cast_checks,
+       doc="convert to the stage's dtype: float to integer toward zero, saturating (NaN: 0); integer to integer "
+           "wraps; to bool: x != 0; to int8/int4 rounds to nearest even and saturates (the quantization rule); to "
+           "fp8 saturates at the largest finite value unless saturate: 0, NaN staying NaN (ONNX Cast's rule)",
        wgsl=Kernel("unary", "x")),
 ]

@@ -1,4 +1,8 @@
-"""Ops that move values without computing on them: ``transpose``, ``reshape``, ``concat``, ``split``, ``slice``."""
+"""Ops that move values without computing on them: ``transpose``, ``reshape``, ``concat``, ``split``, ``slice``.
+
+Each takes its inputs as they are, at any dtype (``moves``): an int64 or
+bool tensor comes out bit for bit.
+"""
 
 from __future__ import annotations
 
@@ -88,18 +92,19 @@ def _slice(xp: Any, inputs: list, args: dict) -> Any:
 
 OPS = [
     Op("transpose", (1, 1), ALL_DTYPES, lambda xp, i, a: xp.transpose(i[0], a["axes"]), _transpose_shape,
-       {"axes": Arg("axes")}, doc="permute axes (reverse them when axes is null)", wgsl=Kernel("permute")),
+       {"axes": Arg("axes")}, doc="permute axes (reverse them when axes is null)", wgsl=Kernel("permute"),
+       moves=True),
     Op("reshape", (1, 1), ALL_DTYPES, lambda xp, i, a: xp.reshape(i[0], tuple(a["shape"])), _reshape_shape,
        {"shape": Arg("shape", required=True, doc="output shape")}, doc="same values, new shape",
-       wgsl=Kernel("unary", "x")),
+       wgsl=Kernel("unary", "x"), moves=True),
     Op("concat", (1, 64), ALL_DTYPES, lambda xp, i, a: xp.concatenate(i, axis=a["axis"]), _concat_shape,
-       {"axis": Arg("int", default=0)}, doc="join inputs along one axis"),
+       {"axis": Arg("int", default=0)}, doc="join inputs along one axis", moves=True),
     Op("split", (1, 1), ALL_DTYPES, _split, _split_shape,
        {"axis": Arg("int", default=0), "sections": Arg("int"), "sizes": Arg("shape"),
         "index": Arg("int", required=True)},
-       doc="part `index` of the input cut along `axis` into `sections` equal parts or parts of `sizes`"),
+       doc="part `index` of the input cut along `axis` into `sections` equal parts or parts of `sizes`", moves=True),
     Op("slice", (1, 1), ALL_DTYPES, _slice, _slice_shape,
        {"axis": Arg("int", default=0), "start": Arg("int?", default=None), "stop": Arg("int?", default=None),
         "step": Arg("int", default=1)},
-       doc="x[start:stop:step] along one axis, Python's slice rules"),
+       doc="x[start:stop:step] along one axis, Python's slice rules", moves=True),
 ]

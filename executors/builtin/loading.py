@@ -22,7 +22,7 @@ import numpy as np
 from hetflow.executors.base import Dtype
 from hetflow.executors.opdecl import ALL_DTYPES, QUANT_MAX, Arg, Kernel, Op, Shape, from_shape_arg, to_dtype
 
-__all__ = ["OPS", "LOAD_FORMATS", "read_array", "lossy_load", "ml_finfo_max"]
+__all__ = ["OPS", "LOAD_FORMATS", "read_array", "lossy_load", "ml_finfo_max", "file_dtype"]
 
 
 LOAD_FORMATS = (".npy", ".npz", ".safetensors")
@@ -128,24 +128,52 @@ def _archive_key(name: str, key: str | None, keys: list[str]) -> str:
 def lossy_load(array: Any, dtype: Dtype) -> str | None:
     """Why converting ``array`` to ``dtype`` would lose values, or None.
 
-    Complex values lose their imaginary part; finite floats beyond the
+    Complex values lose their imaginary part; finite floats beyond a float
     dtype's range become infinities; integers (labels, indices) must come
-    back unchanged. Float64 rounding within range is the numeric rule, not
-    a loss.
+    back unchanged; an integer dtype takes only whole values within its
+    range, ``bool`` only 0 and 1. Float rounding within range is the
+    numeric rule, not a loss.
 
     >>> lossy_load(np.array([1, 2, 3]), Dtype.fp32) is None
     True
     >>> lossy_load(np.array([2**40 + 1]), Dtype.fp32)
     'int64 values such as 1099511627777 do not survive conversion to fp32'
+    >>> lossy_load(np.array([2**40]), Dtype.int32)
+    'int64 values such as 1099511627776 are beyond the range of int32 (-2147483648 to 2147483647)'
+    >>> lossy_load(np.array([0.5]), Dtype.int64)
+    'float64 values such as 0.5 are not whole numbers, which int64 holds'
     """
     array = np.asarray(array)
     if array.dtype.kind == "c":
         return f"{array.dtype} values have an imaginary part, which {dtype.value} drops"
-    if array.size == 0 or array.dtype.kind == "b":
+    if array.size == 0:
+        return None
+    flat = array.reshape(-1)
+    if dtype is Dtype.bool:
+        bad = np.flatnonzero((flat != 0) & (flat != 1))
+        return f"{array.dtype} values such as {flat[bad[0]]} are neither 0 nor 1, which bool holds" if bad.size else None
+    if dtype.kind == "int":
+        info = np.iinfo(dtype.numpy)
+        if array.dtype.kind == "f":
+            bad = np.flatnonzero(~np.isfinite(flat))
+            if bad.size:
+                return f"{array.dtype} values such as {flat[bad[0]]} have no {dtype.value} value"
+            bad = np.flatnonzero(flat != np.trunc(flat))
+            if bad.size:
+                return f"{array.dtype} values such as {flat[bad[0]]} are not whole numbers, which {dtype.value} holds"
+        if array.dtype.kind == "b":
+            return None
+        low, high = flat.min(), flat.max()
+        beyond = high if high > info.max else low if low < info.min else None
+        if beyond is not None:
+            return (f"{array.dtype} values such as {beyond} are beyond the range of {dtype.value} "
+                    f"({info.min} to {info.max})")
+        return None
+    if array.dtype.kind == "b":
         return None
     if array.dtype.kind == "f":
-        finite = array[np.isfinite(array)]
-        if finite.size == 0:
+        finite = flat[np.isfinite(flat)]
+        if finite.size == 0 or dtype is Dtype.fp64:
             return None
         top = float(np.max(np.abs(finite)))
         limit = float(QUANT_MAX.get(dtype, 0.0)) or float(ml_finfo_max(dtype))
@@ -153,12 +181,18 @@ def lossy_load(array: Any, dtype: Dtype) -> str | None:
             return f"{array.dtype} values up to {top:g} are beyond the range of {dtype.value} (largest {limit:g})"
         return None
     if array.dtype.kind in "iu":
-        back = to_dtype(np, array.astype(np.float64).astype(np.float32), dtype).astype(np.float64)
-        bad = np.flatnonzero(back.reshape(-1) != array.reshape(-1).astype(np.float64))
+        if dtype is Dtype.fp64:
+            exact = np.abs(flat.astype(np.float64)) <= 2.0**53
+            bad = np.flatnonzero(~exact)
+            if bad.size:
+                return f"{array.dtype} values such as {flat[bad[0]]} do not survive conversion to {dtype.value}"
+            return None
+        back = to_dtype(np, flat.astype(np.float64).astype(np.float32), dtype).astype(np.float64)
+        bad = np.flatnonzero(back != flat.astype(np.float64))
         if bad.size:
-            return f"{array.dtype} values such as {array.reshape(-1)[bad[0]]} do not survive conversion to {dtype.value}"
-        if np.any(np.abs(array.astype(np.float64)) > 2**24):
-            worst = array.reshape(-1)[int(np.argmax(np.abs(array.reshape(-1).astype(np.float64))))]
+            return f"{array.dtype} values such as {flat[bad[0]]} do not survive conversion to {dtype.value}"
+        if np.any(np.abs(flat.astype(np.float64)) > 2**24):
+            worst = flat[int(np.argmax(np.abs(flat.astype(np.float64))))]
             return f"{array.dtype} values such as {worst} do not survive conversion to {dtype.value}"
     return None
 
@@ -180,12 +214,34 @@ def _load_shape(inputs: list[Shape], args: dict) -> Shape | None:
 # -- bodies ---------------------------------------------------------------------
 
 
+_KEPT = {np.dtype(np.int16): Dtype.int16, np.dtype(np.int32): Dtype.int32, np.dtype(np.int64): Dtype.int64,
+         np.dtype(np.uint8): Dtype.uint8, np.dtype(np.bool_): Dtype.bool, np.dtype(np.uint16): Dtype.int32,
+         np.dtype(np.uint32): Dtype.int64, np.dtype(np.uint64): Dtype.int64}
+
+
+def file_dtype(numpy_dtype: Any) -> Dtype:
+    """The dtype a ``load`` stage that names none gives a file's values.
+
+    Integers and bools keep their type (an unsigned type hetflow lacks
+    becomes the signed one that holds all its values; uint64 becomes
+    int64, and values beyond it are refused as lossy); floats (and int8,
+    a quantized activation here) are fp32, as a stage is by default.
+    """
+    return _KEPT.get(np.dtype(numpy_dtype).newbyteorder("="), Dtype.fp32)
+
+
+def _load_result(inputs: list[Dtype], args: Any) -> Dtype:
+    return file_dtype(read_array(args["path"], args.get("key"), header=True)[1])
+
+
 def _load(xp: Any, inputs: list, args: dict) -> Any:
     host = np.asarray(read_array(args["path"], args.get("key")))
     if host.dtype.kind == "c":
         host = host.real
+    if host.dtype.kind in "iub":
+        return xp.asarray(host)  # converted to the stage's dtype by the numeric rule: exact, wrapping, or refused at validate
     with np.errstate(over="ignore"):  # validate refused lossy values unless the manifest asked to convert anyway
-        return xp.asarray(host.astype(np.float32))
+        return xp.asarray(host if host.dtype == np.float64 else host.astype(np.float32))
 
 
 def _input(xp: Any, inputs: list, args: dict) -> Any:
@@ -197,7 +253,7 @@ def _input(xp: Any, inputs: list, args: dict) -> Any:
     if args.get("data") is None:
         raise ValueError("no array was handed in for this input stage (hetflow.run(..., inputs={STAGE: array}))")
     portable = PortableActivation(TensorShape(tuple(args["shape"])), Dtype(args["dtype"]), base64.b64decode(args["data"]))
-    return xp.asarray(portable.to_array().astype(np.float32))
+    return xp.asarray(portable.to_array())
 
 
 OPS = [
@@ -205,11 +261,12 @@ OPS = [
        {"path": Arg("path", required=True, doc="a .npy, .npz or .safetensors file, relative to the manifest's folder"),
         "key": Arg("str?", default=None, doc="the array's name in a .npz or .safetensors file"),
         "cast": Arg("bool", default=False, doc="convert to the stage's dtype even where values are lost")},
-       doc="read an array from a .npy, .npz (key) or .safetensors (key) file (path relative to the manifest's folder)",
-       wgsl=Kernel("host")),
+       doc="read an array from a .npy, .npz (key) or .safetensors (key) file (path relative to the manifest's folder); "
+           "integers and bools keep their type unless the stage names a dtype, floats are fp32",
+       wgsl=Kernel("host"), moves=True, result=_load_result),
     Op("input", (0, 0), ALL_DTYPES, _input, from_shape_arg,
        {"shape": Arg("shape", required=True, doc="output shape"),
         "dtype": Arg("dtype", required=True, doc="dtype of the array handed in")},
        doc="an array handed in from Python: hetflow.run(..., inputs={STAGE: array}) of this shape and dtype",
-       wgsl=Kernel("host")),
+       wgsl=Kernel("host"), moves=True, result=lambda inputs, args: Dtype(args["dtype"])),
 ]

@@ -1,11 +1,15 @@
-// Y[i] = EXPR(a, b) with numpy broadcasting: the output index is split
-// into coordinates, last axis fastest, and each input's element is found
-// through its strides (0 along an axis it is broadcast over).
+// Y[i] = EXPR(a, b) with numpy broadcasting, in words of type T (f32, or
+// i32 for an op computing on integers, whose + - * wrap as numpy's do):
+// the output index is split into coordinates, last axis fastest, and each
+// input's element is found through its strides (0 along an axis it is
+// broadcast over).
 // P: [n, rank, dims[rank], a_strides[rank], b_strides[rank]]
-@group(0) @binding(0) var<storage, read> A: array<f32>;
-@group(0) @binding(1) var<storage, read> B: array<f32>;
-@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(0) var<storage, read> A: array<{{T}}>;
+@group(0) @binding(1) var<storage, read> B: array<{{T}}>;
+@group(0) @binding(2) var<storage, read_write> Y: array<{{T}}>;
 @group(0) @binding(3) var<storage, read> P: array<u32>;
+
+{{LIB}}
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {

@@ -1,9 +1,13 @@
-// Conversions between f32 and the packed storage of each hetflow dtype,
-// in integer arithmetic on the bits: WGSL leaves the rounding of float
-// conversions to the implementation and lets it assume there is no NaN or
-// infinity, so this code never relies on either. The results match
-// numpy/ml_dtypes bit for bit: round to nearest even, numpy's NaN
-// payloads for fp16, canonical NaNs for bf16 and fp8, saturation for ints.
+// Conversions between the packed storage of each hetflow dtype and the two
+// 32-bit words kernels compute in, f32 and i32, in integer arithmetic on
+// the bits: WGSL leaves the rounding of float conversions to the
+// implementation and lets it assume there is no NaN or infinity, so this
+// code never relies on either. The results match numpy/ml_dtypes bit for
+// bit, following hetflow's numeric rule: floats round to nearest even
+// (numpy's NaN payloads for fp16, canonical NaNs for bf16 and fp8); the
+// quantized int8/int4 round to nearest even and saturate; the integers take
+// a float toward zero, saturating (NaN becomes 0), and another integer by
+// wrapping; bool is value != 0.
 
 fn f32_is_nan(b: u32) -> bool {
     return (b & 0x7f800000u) == 0x7f800000u && (b & 0x007fffffu) != 0u;
@@ -88,7 +92,79 @@ fn small_to_f32(h: u32, MB: u32, EB: u32, BIAS: u32, FN: bool) -> f32 {
     return bitcast<f32>(sign | ((e + 127u - BIAS) << 23u) | (m << (23u - MB)));
 }
 
-// DT codes: 0 fp32, 1 fp16, 2 bf16, 3 fp8e4m3, 4 fp8e5m2, 5 int8, 6 int4
+// A nonzero magnitude u rounded to a float of MB mantissa bits and
+// exponent bias BIAS, once, to nearest even (ml_dtypes converts an integer
+// to bf16 or fp8 directly, not through f32). OVF and OVF_VALUE as above.
+fn u32_to_small(u: u32, MB: u32, BIAS: u32, OVF: u32, OVF_VALUE: u32) -> u32 {
+    var e = 31u - countLeadingZeros(u);
+    var m = 0u;
+    if (e <= MB) {
+        m = u << (MB - e);
+    } else {
+        let shift = e - MB;
+        m = u >> shift;
+        let rem = u & ((1u << shift) - 1u);
+        let half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (m & 1u) == 1u)) { m = m + 1u; }
+        if (m == (2u << MB)) {
+            m = m >> 1u;
+            e = e + 1u;
+        }
+    }
+    if (e + BIAS >= 255u) { return OVF_VALUE; }
+    let h = ((e + BIAS) << MB) | (m & ((1u << MB) - 1u));
+    if (h >= OVF) { return OVF_VALUE; }
+    return h;
+}
+
+fn i32_to_float(v: i32, MB: u32, BIAS: u32, OVF: u32, OVF_VALUE: u32, SIGN: u32) -> u32 {
+    if (v == 0) { return 0u; }
+    // the magnitude as u32: 0 - bits is right for i32's minimum too
+    let u = select(bitcast<u32>(v), 0u - bitcast<u32>(v), v < 0);
+    return select(0u, SIGN, v < 0) | u32_to_small(u, MB, BIAS, OVF, OVF_VALUE);
+}
+
+fn i32_to_f32(v: i32) -> f32 {
+    return bitcast<f32>(i32_to_float(v, 23u, 127u, 0x7f800000u, 0x7f800000u, 0x80000000u));
+}
+
+// f32 toward zero, saturating at [lo, top - 1] (top = the type's max + 1,
+// exact in f32 for every target); NaN becomes 0.
+fn f32_to_int_trunc(b: u32, lo: f32, top: f32, ilo: i32, ihi: i32) -> i32 {
+    if (f32_is_nan(b)) { return 0; }
+    if ((b & 0x7fffffffu) == 0x7f800000u) { return select(ihi, ilo, (b & 0x80000000u) != 0u); }
+    let x = bitcast<f32>(b);
+    if (x >= top) { return ihi; }
+    if (x < lo) { return ilo; }
+    return i32(trunc(x));
+}
+
+// The value of an i32 word after wrapping it to the integer type CT:
+// 7 int16, 8 int32, 9 uint8, 10 bool, 5 int8, 6 int4 (anything else as is).
+fn wrap_i32(v: i32, ct: u32) -> i32 {
+    switch ct {
+        case 5u: { return (v << 24u) >> 24u; }
+        case 6u: { return (v << 28u) >> 28u; }
+        case 7u: { return (v << 16u) >> 16u; }
+        case 9u: { return v & 0xff; }
+        case 10u: { return select(0, 1, v != 0); }
+        default: { return v; }
+    }
+}
+
+// DT codes: 0 fp32, 1 fp16, 2 bf16, 3 fp8e4m3, 4 fp8e5m2, 5 int8, 6 int4,
+// 7 int16, 8 int32, 9 uint8, 10 bool
+fn decode_i32(h: u32, dt: u32) -> i32 {
+    switch dt {
+        case 5u: { return bitcast<i32>(h << 24u) >> 24u; }
+        case 6u: { return bitcast<i32>(h << 28u) >> 28u; }
+        case 7u: { return bitcast<i32>(h << 16u) >> 16u; }
+        case 9u: { return i32(h & 0xffu); }
+        case 10u: { return select(0, 1, (h & 0xffu) != 0u); }
+        default: { return bitcast<i32>(h); }
+    }
+}
+
 fn decode_bits(h: u32, dt: u32) -> f32 {
     switch dt {
         case 0u: { return bitcast<f32>(h); }
@@ -100,8 +176,7 @@ fn decode_bits(h: u32, dt: u32) -> f32 {
             if ((h & 0x7cu) == 0x7cu && (h & 3u) != 0u) { return bitcast<f32>(((h & 0x80u) << 24u) | 0x7fc00000u); }
             return small_to_f32(h, 2u, 5u, 15u, false);
         }
-        case 5u: { return f32(bitcast<i32>(h << 24u) >> 24u); }
-        default: { return f32(bitcast<i32>(h << 28u) >> 28u); }
+        default: { return i32_to_f32(decode_i32(h, dt)); }
     }
 }
 
@@ -113,6 +188,28 @@ fn encode_bits(b: u32, dt: u32) -> u32 {
         case 3u: { return f32_to_small(b, 3u, 7, 0x7fu, 0x7fu, 0x7fu, 0x80u); }
         case 4u: { return f32_to_small(b, 2u, 15, 0x7cu, 0x7cu, 0x7eu, 0x80u); }
         case 5u: { return u32(f32_to_int(b, -128, 127)) & 0xffu; }
-        default: { return u32(f32_to_int(b, -8, 7)) & 0xfu; }
+        case 6u: { return u32(f32_to_int(b, -8, 7)) & 0xfu; }
+        case 7u: { return u32(f32_to_int_trunc(b, -32768.0, 32768.0, -32768, 32767)) & 0xffffu; }
+        case 8u: { return bitcast<u32>(f32_to_int_trunc(b, -2147483648.0, 2147483648.0, -2147483647 - 1, 2147483647)); }
+        case 9u: { return u32(f32_to_int_trunc(b, 0.0, 256.0, 0, 255)); }
+        default: { return select(0u, 1u, (b & 0x7fffffffu) != 0u); }
+    }
+}
+
+// An integer computed as an i32 word into dtype dt: floats round once, to
+// nearest even; int8/int4 saturate (the quantization rule); the integers wrap.
+fn encode_i32(v: i32, dt: u32) -> u32 {
+    switch dt {
+        case 0u: { return bitcast<u32>(i32_to_f32(v)); }
+        case 1u: { return i32_to_float(v, 10u, 15u, 0x7c00u, 0x7c00u, 0x8000u); }
+        case 2u: { return i32_to_float(v, 7u, 127u, 0x7f80u, 0x7f80u, 0x8000u); }
+        case 3u: { return i32_to_float(v, 3u, 7u, 0x7fu, 0x7fu, 0x80u); }
+        case 4u: { return i32_to_float(v, 2u, 15u, 0x7cu, 0x7cu, 0x80u); }
+        case 5u: { return u32(clamp(v, -128, 127)) & 0xffu; }
+        case 6u: { return u32(clamp(v, -8, 7)) & 0xfu; }
+        case 7u: { return bitcast<u32>(v) & 0xffffu; }
+        case 9u: { return bitcast<u32>(v) & 0xffu; }
+        case 10u: { return select(0u, 1u, v != 0); }
+        default: { return bitcast<u32>(v); }
     }
 }

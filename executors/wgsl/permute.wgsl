@@ -1,8 +1,9 @@
-// Transpose as a gather: output coordinates, last axis fastest, index the
-// input through its strides permuted into output order.
+// Transpose as a gather of words of type T (f32 or i32): output
+// coordinates, last axis fastest, index the input through its strides
+// permuted into output order.
 // P: [n, rank, out_dims[rank], in_strides[rank]]
-@group(0) @binding(0) var<storage, read> X: array<f32>;
-@group(0) @binding(1) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(0) var<storage, read> X: array<{{T}}>;
+@group(0) @binding(1) var<storage, read_write> Y: array<{{T}}>;
 @group(0) @binding(2) var<storage, read> P: array<u32>;
 
 @compute @workgroup_size(256)

@@ -1,20 +1,28 @@
-// sum, mean, max or argmax over one axis. The input is viewed as
+// sum, mean, max, argmax, min or argmin over one axis. The input is viewed as
 // [outer, R, inner] with R the reduced axis (R = n, outer = inner = 1 for
 // all axes); one workgroup computes one of the outer * inner results: its
 // 256 invocations stride over R, then halve their partial results in
-// workgroup memory. argmax keeps (value, index) pairs and prefers the
-// lower index on a tie: numpy's first occurrence.
+// workgroup memory. argmax and argmin keep (value, index) pairs and prefer
+// the lower index on a tie, numpy's first occurrence (the higher one with
+// select_last_index). An empty reduction never reaches the kernel: its
+// identity is the CPU body's.
 // P: [outer, R, inner, rows]
 @group(0) @binding(0) var<storage, read> X: array<f32>;
 @group(0) @binding(1) var<storage, read_write> Y: array<f32>;
 @group(0) @binding(2) var<storage, read> P: array<u32>;
 
-const MODE: u32 = {{MODE}}u;  // 0 sum, 1 mean, 2 max, 3 argmax
+const MODE: u32 = {{MODE}}u;  // 0 sum, 1 mean, 2 max, 3 argmax, 4 min, 5 argmin
 var<workgroup> sv: array<f32, 256>;
 var<workgroup> si: array<u32, 256>;
 
+const LAST: bool = {{LAST}}u == 1u;  // argmax/argmin: the last extreme on a tie (select_last_index)
+
 fn better(v: f32, i: u32, w: f32, j: u32) -> bool {
-    return v > w || (v == w && i < j);
+    if (i == 0xffffffffu) { return false; }
+    if (j == 0xffffffffu) { return true; }
+    let tie = v == w && select((i < j), (i > j), LAST);
+    if (MODE >= 4u) { return v < w || tie; }
+    return v > w || tie;
 }
 
 @compute @workgroup_size(256)
@@ -27,7 +35,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let base = (row / inner) * R * inner + row % inner;
     var acc = 0.0;
     var idx = 0xffffffffu;
-    if (MODE >= 2u) { acc = bitcast<f32>(0xff800000u); }
+    if (MODE >= 2u) { acc = bitcast<f32>(select(0xff800000u, 0x7f800000u, MODE >= 4u)); }
     for (var r = lid; r < R; r = r + 256u) {
         let v = X[base + r * inner];
         if (MODE < 2u) {
@@ -54,7 +62,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (lid == 0u) {
         switch MODE {
             case 1u: { Y[row] = sv[0] / f32(R); }
-            case 3u: { Y[row] = f32(si[0]); }
+            case 3u, 5u: { Y[row] = f32(si[0]); }
             default: { Y[row] = sv[0]; }
         }
     }

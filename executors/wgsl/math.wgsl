@@ -1,0 +1,78 @@
+// Float functions WGSL lacks or leaves undefined where numpy defines them,
+// for the unary and binary kernels' expressions.
+
+// erf to about 1.2e-7: Taylor's series near 0, where its relative error
+// matters, else 1 - erfc by the Chebyshev fit of Numerical Recipes (erfcc).
+fn erf_f32(x: f32) -> f32 {
+    let z = abs(x);
+    if (z < 0.5) {
+        let q = x * x;
+        return 1.1283791670955126 * x * (1.0 + q * (-1.0 / 3.0 + q * (0.1 + q * (-1.0 / 42.0 + q * (1.0 / 216.0 + q * (-1.0 / 1320.0))))));
+    }
+    if (z >= 4.0) { return sign(x); }
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let r = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806
+            + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))));
+    return sign(x) * (1.0 - r);
+}
+
+fn is_nan_f32(x: f32) -> bool {
+    let b = bitcast<u32>(x);
+    return (b & 0x7f800000u) == 0x7f800000u && (b & 0x007fffffu) != 0u;
+}
+
+// numpy's power for floats: WGSL's pow is undefined for a negative base,
+// numpy's gives the signed power for an integral exponent and NaN otherwise.
+fn pow_f32(a: f32, b: f32) -> f32 {
+    if (b == 0.0) { return 1.0; }
+    if (is_nan_f32(a) || is_nan_f32(b)) { return bitcast<f32>(0x7fc00000u); }
+    if (a == 0.0) { return select(bitcast<f32>(0x7f800000u), 0.0, b > 0.0); }
+    if (b == 1.0) { return a; }
+    if (b == 2.0) { return a * a; }
+    let m = exp2(b * log2(abs(a)));
+    if (a > 0.0) { return m; }
+    if (floor(b) != b) { return bitcast<f32>(0x7fc00000u); }
+    let half = b * 0.5;
+    return select(m, -m, floor(half) != half);
+}
+
+// tanh that stays finite where exp overflows (tanh(15) is 1 in f32)
+fn tanh_f32(x: f32) -> f32 {
+    return tanh(clamp(x, -15.0, 15.0));
+}
+
+// 1 / (1 + e^-x) without overflowing exp for very negative x
+fn sigmoid_f32(x: f32) -> f32 {
+    let e = exp(-abs(x));
+    return select(e / (1.0 + e), 1.0 / (1.0 + e), x >= 0.0);
+}
+
+// numpy's maximum and minimum: a NaN operand wins (WGSL's max and min may
+// return either operand then)
+fn max_f32(a: f32, b: f32) -> f32 {
+    if (is_nan_f32(a)) { return a; }
+    if (is_nan_f32(b)) { return b; }
+    return max(a, b);
+}
+
+fn min_f32(a: f32, b: f32) -> f32 {
+    if (is_nan_f32(a)) { return a; }
+    if (is_nan_f32(b)) { return b; }
+    return min(a, b);
+}
+
+fn relu_f32(x: f32) -> f32 {
+    return max_f32(x, 0.0);
+}
+
+// clip as the CPU body: maximum with the lower bound, then minimum with the
+// upper (so min above max gives max), NaN staying NaN
+fn clip_f32(x: f32, lo: f32, hi: f32) -> f32 {
+    return min_f32(max_f32(x, lo), hi);
+}
+
+// GELU: the tanh approximation (erf_form 0) or the exact x * Phi(x) with erf
+fn gelu_f32(x: f32, erf_form: f32) -> f32 {
+    if (erf_form != 0.0) { return 0.5 * x * (1.0 + erf_f32(x * 0.7071067811865476)); }
+    return 0.5 * x * (1.0 + tanh_f32(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
