@@ -22,12 +22,15 @@ are bound to ``input`` stages in :mod:`hetflow.engine.inputs`; the
 cluster a call runs on is chosen in :mod:`hetflow.engine.clusters`.
 
 Arrays enter a run through ``input`` stages (``{op: input, args: {shape:
-[...], dtype: ...}}``): ``run(..., inputs={STAGE: array})`` checks every
-array's shape and dtype against its stage when the run starts, and the
-array's portable bytes travel inside the stage's arguments, so the cache
-key of every partition downstream covers them and a cluster worker needs
-no shared files. The record keeps each one's shape, dtype and digest
-under ``inputs``.
+[...], dtype: ...}}``): ``run(..., inputs={STAGE: array})``, or a file
+(``inputs={STAGE: "ids.npz:ids"}``, the CLI's ``--input STAGE=PATH``),
+checked against its stage before anything runs, and the array's portable
+bytes travel inside the stage's arguments, so the cache key of every
+partition downstream covers them and a cluster worker needs no shared
+files. The record keeps each one's shape, dtype and digest under
+``inputs``, and a file's path and digest, with which ``hetflow verify``
+reruns the run. ``plan(..., inputs=)`` takes the same arrays, to forecast
+the cache as the run will use it.
 
 Examples
 --------
@@ -46,6 +49,7 @@ Examples
 ... outputs: {y: y}
 ... ''')
 >>> validate(path)
+[]
 >>> [p["nodes"] for p in plan(path).partitions]
 [['x', 'y']]
 >>> r = run(path, inputs={"x": np.arange(4, dtype=np.float32)}, runs_dir=os.path.join(folder, "runs"))
@@ -63,19 +67,19 @@ import contextlib
 import json
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any, Callable
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable
 
 from hetflow.engine import matrix
 from hetflow.engine import planner
 from hetflow.engine.clusters import open_cluster, plan_on
-from hetflow.engine.errors import RunFailed, UsageError
+from hetflow.engine.errors import Diagnostic, RunFailed, UsageError
 from hetflow.engine.manifest import Document, Manifest, compile_manifest, gc_paused, load
 from hetflow.engine.results import Failure, Plan, Run, Sweep
-from hetflow.executors.base import PortableActivation
 
-__all__ = ["Plan", "Run", "Failure", "Sweep", "validate", "plan", "run", "sweep", "open_run"]
+if TYPE_CHECKING:
+    from hetflow.engine.inputs import Bound
+
+__all__ = ["Plan", "Run", "Failure", "Sweep", "validate", "plan", "run", "sweep", "open_run", "NOT_CHECKED"]
 
 Params = Mapping[str, Any]
 
@@ -95,14 +99,29 @@ def _overrides(params: Params | None) -> dict[str, Any]:
     return dict(params)
 
 
-def validate(path: str | os.PathLike, params: Params | None = None) -> None:
-    """Load and compile a manifest; return nothing when it is valid.
+def validate(path: str | os.PathLike, params: Params | None = None) -> list[Diagnostic]:
+    """Check a manifest as far as it can be checked without a machine; return its warnings.
+
+    Everything but what only a machine says: the schema and the semantic
+    checks, the shape and dtype of every stage and phase, the arguments of
+    plugin ops, and each stage against every vendor its executor may
+    resolve to (an executor whose list is ``[vulkan, cpu]`` is checked as
+    Vulkan and as CPU), for every point of its ``matrix:``
+    (:func:`hetflow.engine.matrix.check_points`). Which vendors a machine
+    offers and how much memory its devices have are :func:`plan`'s to
+    check (:data:`NOT_CHECKED` says so in words).
+
+    Returns
+    -------
+    list of Diagnostic
+        the warnings (severity ``"warning"``), in file order: a stage's
+        vendor preference that falls back, a vendor listed after ``cpu``.
 
     Raises
     ------
     ManifestError
         with ``diagnostics``: every problem, ``FILE:LINE:COL: error: ...``
-        in file order.
+        in file order; one found at some matrix points only names them.
     UsageError
         a param in ``params`` that the manifest does not declare.
 
@@ -119,13 +138,28 @@ def validate(path: str | os.PathLike, params: Params | None = None) -> None:
     ...     [(d.origin.line, d.origin.col, d.message) for d in e.diagnostics]
     [(5, 11, "unknown op 'relu2' in stage 'x'; did you mean 'relu'?")]
     """
-    compile_manifest(load(path), _overrides(params))
+    from hetflow.engine.errors import ManifestError
+
+    path, doc = _source(path)
+    doc = doc or load(path)
+    overrides = _overrides(params)
+    if matrix.has_matrix(doc):
+        points = matrix.expand(doc, overrides, max_points=1 << 30)
+        _, warnings = matrix.check_points(doc, overrides, points, planner.check)
+    else:
+        warnings = planner.check(compile_manifest(doc, overrides))
+    return ManifestError(warnings).diagnostics
+
+
+NOT_CHECKED = ("not checked without the machine: which vendor each executor gets there, and its devices' memory "
+               "(hetflow plan checks them)")
+"""What :func:`validate` cannot know, in the words ``hetflow validate`` prints."""
 
 
 def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | None = None,
          runs_dir: str | os.PathLike = "runs", cache_dir: str | os.PathLike | None = None,
          workers: int | None = None, threads_per_worker: int | None = None, scheduler: Any = None,
-         place: Mapping[str, str] | None = None) -> Plan:
+         place: Mapping[str, str] | None = None, inputs: Mapping[str, Any] | None = None) -> Plan:
     """Plan a manifest against this machine, or against a Dask cluster.
 
     Parameters
@@ -142,6 +176,12 @@ def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | 
         would take from the cache and why.
     workers, threads_per_worker, scheduler, place
         plan for a cluster, as :func:`run` takes them.
+    inputs
+        the arrays of the manifest's ``input`` stages, as :func:`run`
+        takes them (arrays or files), so that ``cache`` forecasts exactly
+        what the run will take from the cache. Without them, a partition
+        that depends on an input stage is ``unknown`` there; given, they
+        are checked as :func:`run` checks them.
 
     Raises
     ------
@@ -149,7 +189,8 @@ def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | 
         the manifest is wrong, or the plan cannot be made (an unsupported
         dtype, too little memory): every problem with ``FILE:LINE:COL``.
     UsageError
-        an unknown param or point.
+        an unknown param or point; with ``inputs``, an input :func:`run`
+        would refuse.
 
     Examples
     --------
@@ -168,9 +209,13 @@ def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | 
         chosen, overrides = found.name, {**overrides, **found.values}
     elif point:
         raise UsageError(f"--point: {path} has no matrix")
-    manifest = compile_manifest(doc, overrides)
+    # a point's problems name the point, as validate and a sweep name them
+    manifest = matrix.check_points(doc, overrides, [found])[0][0] if chosen else compile_manifest(doc, overrides)
+    from hetflow.engine.inputs import bind_inputs, with_inputs
+
+    bound = bind_inputs(manifest, inputs, given_as=_given_as(inputs)) if inputs is not None else {}
     with open_cluster(workers, threads_per_worker, scheduler, place) as cluster:
-        made = plan_on(manifest, cluster, place)
+        made = with_inputs(plan_on(manifest, cluster, place), bound)
     with gc_paused():  # the cache keys and the plan's data: a large plan's worth of new, acyclic objects
         return Plan(made, chosen, _cache_status(manifest, made, chosen, os.fspath(runs_dir), cache_dir))
 
@@ -182,7 +227,22 @@ def _cache_status(manifest: Manifest, made: planner.Plan, point: str | None, run
 
     keys = partition_keys(made, frozenset([s.id for s in manifest.stages.values() if not s.cache]))
     cache = Cache(os.fspath(cache_dir) if cache_dir else os.path.join(runs_dir, ".cache"))
-    return explain(keys, cache, latest_record(runs_dir, manifest.name, point, keys=("cache",)))
+    forecast = explain(keys, cache, latest_record(runs_dir, manifest.name, point, keys=("cache",)))
+    from hetflow.engine.inputs import unbound_partitions
+
+    # without its array, an input stage's key is not the one the run will have: saying "will run" or "cached"
+    # would be a guess, and it was the wrong one for every partition downstream of the input
+    for pid, stage in unbound_partitions(made).items():
+        forecast[pid] = {"status": "unknown", "reason": f"depends on input stage {stage!r}, whose array is not "
+                                                        f"given: give it (--input {stage}=PATH, inputs=) to forecast"}
+    return forecast
+
+
+def _given_as(inputs: Mapping[str, Any] | None) -> str:
+    """How messages name ``inputs``: the CLI hands in ``--input`` flags (:class:`CliInputs`), Python a mapping."""
+    from hetflow.engine.inputs import CliInputs
+
+    return "--input" if isinstance(inputs, CliInputs) else "inputs"
 
 
 def open_run(run_id: str, runs_dir: str | os.PathLike = "runs") -> Run:
@@ -229,8 +289,9 @@ def _jobs(path: str, doc: Document | None, overrides: dict, point: str | None, r
     points = matrix.expand(doc, overrides, max_points=max_points)
     if point:
         points = [matrix.select(points, point)]
-    return doc, [(compile_manifest(doc, {**overrides, **p.values}), {"name": p.name, "values": dict(p.values)}, overrides)
-                 for p in points]
+    # every point is compiled before any runs: one that does not compile stops the sweep before it starts
+    manifests, _ = matrix.check_points(doc, overrides, points)
+    return doc, [(m, {"name": p.name, "values": dict(p.values)}, overrides) for m, p in zip(manifests, points)]
 
 
 def _refuse_live(kind: str, ident: str, data: Mapping[str, Any]) -> None:
@@ -272,7 +333,7 @@ def _session(path: str, doc: Any, manifest: Manifest, runs_dir: str, resume: str
             yield cluster, schedule, lock_name
 
 
-def _execute(manifest: Manifest, cluster: Any, place: Mapping[str, str] | None, bound: Mapping[str, PortableActivation],
+def _execute(manifest: Manifest, cluster: Any, place: Mapping[str, str] | None, bound: Mapping[str, Bound],
              **kwargs: Any) -> Run:
     from hetflow.engine.inputs import describe_inputs, with_inputs
     from hetflow.engine.run import execute  # dask loads only for calls that run
@@ -292,7 +353,7 @@ def _execute(manifest: Manifest, cluster: Any, place: Mapping[str, str] | None, 
 
 def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str | os.PathLike = "runs",
         workers: int | None = None, scheduler: Any = None, cache: bool = True,
-        inputs: Mapping[str, np.ndarray] | None = None, point: str | None = None, threads: int | None = None,
+        inputs: Mapping[str, Any] | None = None, point: str | None = None, threads: int | None = None,
         threads_per_worker: int | None = None, place: Mapping[str, str] | None = None,
         cache_dir: str | os.PathLike | None = None, on_event: Callable[[dict], None] | None = None,
         resume: str | None = None, schedule_slot: str | None = None,
@@ -319,8 +380,13 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
         take partitions from the partition cache and store them there
         (under ``cache_dir``, default ``RUNS_DIR/.cache``).
     inputs
-        ``{stage: array}`` for the manifest's ``input`` stages, each a
-        numpy array of the stage's declared shape and dtype.
+        ``{stage: array or file}`` for the manifest's ``input`` stages:
+        a numpy array of the stage's declared shape and dtype, or the path
+        of a file, ``.npy``, ``.npz:KEY`` or ``.safetensors:KEY``, whose
+        array has the stage's shape and values its dtype holds (checked as
+        a ``load`` stage's file is; the record keeps the file's path and
+        digest, so ``hetflow verify`` can rerun the run). With ``resume``,
+        the files the run read, unless given again.
     point
         the matrix point to run (a manifest with a matrix needs one; use
         :func:`sweep` to run them all).
@@ -366,9 +432,14 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
         raise UsageError(f"{path} has a matrix of {len(jobs)} points: give point= to run one, or run them all "
                          "with hetflow.sweep()")
     manifest, mpoint, given = jobs[0]
-    from hetflow.engine.inputs import bind_inputs  # binding arrays is for calls that run: plan does without
+    from hetflow.engine.inputs import bind_inputs, recorded_inputs
 
-    bound = bind_inputs(manifest, inputs)
+    if resume:
+        from hetflow.engine.runs import read_record
+
+        bound = recorded_inputs(read_record(runs_dir, resume), manifest, inputs, verb="--resume")
+    else:
+        bound = bind_inputs(manifest, inputs, given_as=_given_as(inputs))
     with _session(path, doc, manifest, runs_dir, resume, schedule_slot,
                   (workers, threads_per_worker, scheduler, place, threads)) as (cluster, schedule, _):
         return _execute(manifest, cluster, place, bound, runs_dir=runs_dir, overrides=given, num_workers=threads,
@@ -378,7 +449,7 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
 
 def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str | os.PathLike = "runs",
           workers: int | None = None, scheduler: Any = None, cache: bool = True,
-          inputs: Mapping[str, np.ndarray] | None = None, max_points: int = matrix.DEFAULT_MAX_POINTS,
+          inputs: Mapping[str, Any] | None = None, max_points: int = matrix.DEFAULT_MAX_POINTS,
           threads: int | None = None, threads_per_worker: int | None = None, place: Mapping[str, str] | None = None,
           cache_dir: str | os.PathLike | None = None, on_event: Callable[[dict], None] | None = None,
           on_point: Callable[[dict], None] | None = None, schedule_slot: str | None = None,
@@ -435,7 +506,7 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
         first = jobs[0][0]
     from hetflow.engine.inputs import bind_inputs
 
-    bound = bind_inputs(first, inputs)
+    bound = bind_inputs(first, inputs, given_as=_given_as(inputs))
     with _session(path, doc, first, runs_dir, None, schedule_slot,
                   (workers, threads_per_worker, scheduler, place, threads), lock=False) as (cluster, schedule, lock_name):
         if not resume:

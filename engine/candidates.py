@@ -40,6 +40,10 @@ __all__ = [
     "local_cost",
     "explain",
     "format_s",
+    "vendor_offers",
+    "reachable",
+    "machines",
+    "check_vendors",
 ]
 
 
@@ -661,3 +665,140 @@ def _decision(p: Problem, unit: Unit, n: str, exe: Mapping[str, str], costs: Map
         if cost_text is not None:
             cost_text[key] = text
     return "cost", text
+
+
+def vendor_offers() -> dict[Any, Any]:
+    """What each vendor computes wherever it runs: its dtypes and ops, as its probe reports them on a machine
+    that has it, without asking this machine for a device.
+
+    The CPU is numpy (every dtype, every op); CUDA and ROCm are cupy
+    (the dtypes it carries, every op); Vulkan is wgpu (32-bit words, the
+    ops with a kernel, and its own refusals, asked through the same
+    :func:`_vendor_refusal` as a plan). A vendor whose module does not
+    import here is left out: nothing can be said of it.
+    """
+    from hetflow.executors import Offer, probe
+    from hetflow.executors.base import Vendor
+
+    offers: dict[Any, Any] = {Vendor.cpu: probe(Vendor.cpu)}
+    try:
+        from hetflow.executors.carriers import CARRIERS
+    except Exception:  # noqa: BLE001 - a module that does not import says nothing of its vendor
+        pass
+    else:
+        for v in (Vendor.cuda, Vendor.rocm):
+            offers[v] = Offer(v, True, "cupy", (), tuple(CARRIERS))
+    try:
+        from hetflow.executors import vulkan
+    except Exception:  # noqa: BLE001
+        pass
+    else:
+        offers[Vendor.vulkan] = Offer(Vendor.vulkan, True, "wgpu", (), vulkan.SUPPORTED_DTYPES, vulkan.offered_ops())
+    return offers
+
+
+def reachable(vendors: Sequence[Any]) -> tuple[Any, ...]:
+    """The vendors of a preference list that some machine gives the executor: the list up to its first ``cpu``,
+    which every machine has.
+
+    >>> from hetflow.executors.base import Vendor
+    >>> [v.value for v in reachable([Vendor.vulkan, Vendor.cpu, Vendor.cuda])]
+    ['vulkan', 'cpu']
+    """
+    out = []
+    for v in vendors:
+        out.append(v)
+        if v.value == "cpu":
+            break
+    return tuple(out)
+
+
+def machines(executors: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each distinct way the declared executors resolve, one per kind of machine: executor name -> vendor.
+
+    A machine offers the CPU and any of CUDA or ROCm (one cupy build
+    serves one of them) and Vulkan; each executor gets the first vendor
+    of its list the machine offers. A machine on which some executor gets
+    none is left out: ``plan`` reports that there, and no manifest can fix
+    what a machine lacks.
+
+    >>> from types import SimpleNamespace as NS
+    >>> from hetflow.executors.base import Vendor
+    >>> found = machines({"a": NS(vendors=(Vendor.vulkan, Vendor.cpu)), "h": NS(vendors=(Vendor.cpu,))})
+    >>> sorted(tuple(v.value for v in m.values()) for m in found)
+    [('cpu', 'cpu'), ('vulkan', 'cpu')]
+    """
+    from hetflow.executors.base import Vendor
+
+    found: dict[tuple, dict[str, Any]] = {}
+    for gpu in (None, Vendor.cuda, Vendor.rocm):
+        for vulkan in (False, True):
+            offered = {Vendor.cpu} | ({gpu} if gpu else set()) | ({Vendor.vulkan} if vulkan else set())
+            chosen = {name: next((v for v in decl.vendors if v in offered), None) for name, decl in executors.items()}
+            if None not in chosen.values():
+                found.setdefault(tuple(chosen.values()), chosen)
+    return list(found.values())
+
+
+def check_vendors(graph: nx.DiGraph | None, executors: Mapping[str, Any],
+                  order: Sequence[str]) -> tuple[list[Diagnostic], list[Diagnostic]]:
+    """Every stage against every vendor its executors may resolve to: (errors, warnings).
+
+    ``graph`` None checks the executors' lists alone (a manifest whose
+    executors all run on the CPU on every machine, and no stage names a
+    vendor: the CPU runs every op at every dtype).
+
+    The candidates step of the plan runs once per kind of machine
+    (:func:`machines`) against what each vendor computes
+    (:func:`vendor_offers`), so a problem has the words ``plan`` would
+    print on such a machine. A problem found on some kinds of machine
+    only says on which: where an executor with a vendor list gets a
+    given vendor. A ``vendor:`` preference of a stage that falls back is a
+    warning, as in the plan; so is a vendor listed after ``cpu``, which
+    no machine gives.
+    """
+    from hetflow.engine.plandata import ExecutorPlan
+
+    offers = vendor_offers()
+    warnings: list[Diagnostic] = []
+    for decl in executors.values():
+        after = decl.vendors[len(reachable(decl.vendors)):]
+        if after:
+            warnings.append(Diagnostic(decl.vendor_origin, (
+                f"executor {decl.name!r} lists {', '.join(v.value for v in after)} after cpu, which every machine has: "
+                f"{'it is' if len(after) == 1 else 'they are'} never chosen"), "warning"))
+    kinds = [m for m in machines(executors) if all(v in offers for v in m.values())] if graph is not None else []
+    found: dict[tuple, list[int]] = {}
+    for i, chosen in enumerate(kinds):
+        plans = {name: ExecutorPlan(name, v, executors[name].device,
+                                    f"the first of {_vendor_list(executors[name].vendors)} such a machine offers")
+                 for name, v in chosen.items()}
+        try:
+            units, _ = candidates(graph, order, plans, {name: offers[v] for name, v in chosen.items()})
+        except ManifestError as e:
+            for d in e.diagnostics:
+                found.setdefault((d.origin, d.message), []).append(i)
+            continue
+        for unit in units:
+            if unit.fallback:
+                stage = graph.nodes[unit.nodes[0]]["stage"]
+                found.setdefault((stage.vendor_origin or stage.origin, unit.fallback, "warning"), []).append(i)
+    errors: list[Diagnostic] = []
+    for key, where in found.items():
+        origin, message = key[0], key[1]
+        if len(where) < len(kinds):
+            message += f" ({_machines_text([kinds[i] for i in where], kinds, executors)})"
+        (warnings if len(key) > 2 else errors).append(Diagnostic(origin, message, "warning" if len(key) > 2 else "error"))
+    return errors, warnings
+
+
+def _machines_text(some: Sequence[Mapping[str, Any]], every: Sequence[Mapping[str, Any]],
+                   executors: Mapping[str, Any]) -> str:
+    """Which machines ``some`` are, in the words of the executors whose vendor tells them from the others."""
+    told = []
+    for name, decl in executors.items():
+        got = {m[name] for m in some}
+        if len(got) == 1 and len({m[name] for m in every}) > 1:
+            (v,) = got
+            told.append(f"executor {name!r} gets {v.value}, the first of {_vendor_list(decl.vendors)} the machine offers")
+    return "on a machine where " + " and ".join(told) if told else "on some machines"

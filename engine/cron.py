@@ -24,6 +24,7 @@ Examples
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
@@ -126,6 +127,47 @@ def _zones() -> tuple[str, ...]:
     return tuple(sorted(available_timezones()))
 
 
+#: the shorthands croniter reads in place of five fields
+SHORTHANDS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+
+#: each field of a 5-field expression, with the values it takes
+_FIELDS = (("minute", "0-59"), ("hour", "0-23"), ("day-of-month", "1-31 or L"), ("month", "1-12 or JAN-DEC"),
+           ("day-of-week", "0-7 or SUN-SAT, 0 and 7 both Sunday"))
+
+
+def _why_not(cron: str, error: BaseException) -> str:
+    """Why croniter refused ``cron``, in the terms of hetflow's rule (5 fields, or 6 with seconds first),
+    naming the field at fault; croniter's own words say the expression needs "5, 6 or 7 columns", counts
+    fields from 0 and speaks of iterators.
+
+    >>> _why_not("@fortnightly", ValueError())
+    'a shorthand is one of @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly; otherwise write 5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first'
+    >>> _why_not("0 25 * * *", ValueError())
+    "the hour field '25' is not valid: hour takes 0-23, as lists (1,15), ranges (1-5) and steps (*/15)"
+    >>> from croniter import CroniterBadDateError
+    >>> _why_not("0 0 30 2 *", CroniterBadDateError())
+    'no date matches it: its day-of-month and month fields never meet (day 30 of February, say)'
+    """
+    from croniter import CroniterBadDateError
+
+    if cron.startswith("@"):
+        return (f"a shorthand is one of {', '.join(SHORTHANDS)}; otherwise write 5 fields "
+                "(minute hour day-of-month month day-of-week), or 6 with seconds first")
+    fields = cron.split()
+    names = ((("second", "0-59"),) if len(fields) == 6 else ()) + _FIELDS
+    for i, (field, (name, values)) in enumerate(zip(fields, names)):
+        alone = " ".join(field if j == i else "*" for j in range(len(fields)))
+        try:
+            croniter(alone, datetime(2000, 1, 1, tzinfo=_UTC), second_at_beginning=len(fields) == 6).get_next(datetime)
+        except (CroniterError, ValueError, KeyError):
+            step = "; a step of 0 never advances" if re.search(r"/0+(?=,|$)", field) else ""
+            return (f"the {name} field {field!r} is not valid: {name} takes {values}, as lists (1,15), ranges (1-5) "
+                    f"and steps (*/15){step}")
+    if isinstance(error, CroniterBadDateError):
+        return "no date matches it: its day-of-month and month fields never meet (day 30 of February, say)"
+    return f"croniter refuses it ({error})"
+
+
 def check(value: Any, doc: Any, params: Mapping[str, Any]) -> list[Diagnostic]:
     """What is wrong with a ``schedule:`` block beyond its shape (the schema checks that)."""
     if not isinstance(value, dict):
@@ -144,7 +186,8 @@ def check(value: Any, doc: Any, params: Mapping[str, Any]) -> list[Diagnostic]:
             except (CroniterError, ValueError, KeyError) as e:
                 hint = "; schedule: is not interpolated, write the expression itself" if "${" in cron else ""
                 problems.append(Diagnostic(doc.at(("schedule", "cron")),
-                                           f"schedule.cron {cron!r} is not a valid cron expression: {e}{hint}"))
+                                           f"schedule.cron {cron!r} is not a valid cron expression: "
+                                           f"{_why_not(cron.strip(), e)}{hint}"))
     tz = value.get("timezone")
     if isinstance(tz, str) and tz:
         try:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-__all__ = ["Origin", "Diagnostic", "HetflowError", "ManifestError", "UsageError", "EnvironmentUnavailable",
+__all__ = ["Origin", "Diagnostic", "SHOWN", "capped", "HetflowError", "ManifestError", "UsageError", "EnvironmentUnavailable",
            "require_runs_dir", "RunFailed", "RunCancelled", "StageFailure", "LockHeld"]
 
 
@@ -117,14 +117,37 @@ class HetflowError(Exception):
     """Base of the errors hetflow reports to its user."""
 
 
+#: the most problems a message lists before "... and N more": what a person reads before fixing the first
+SHOWN = 50
+
+
+def capped(items: Sequence[object], limit: int = SHOWN) -> list[str]:
+    """The first ``limit`` of ``items`` as text, then one line saying how many more there are.
+
+    Only those shown are formatted: a pending :class:`Origin` finds its
+    line by re-reading the file, which 10,000 problems should not pay for.
+
+    >>> capped([f"problem {i}" for i in range(53)])[-2:]
+    ['problem 49', '... and 3 more']
+    >>> capped(["a", "b"])
+    ['a', 'b']
+    """
+    shown = [str(item) for item in items[:limit]]
+    return shown + [f"... and {len(items) - limit:,} more"] if len(items) > limit else shown
+
+
 class ManifestError(HetflowError):
-    """A manifest is wrong; carries every problem found, in file order."""
+    """A manifest is wrong; carries every problem found, in file order.
+
+    ``diagnostics`` holds them all; the message lists the first
+    :data:`SHOWN` and says how many more there are.
+    """
 
     def __init__(self, diagnostics: list[Diagnostic]) -> None:
         self.diagnostics = sorted(
             diagnostics, key=lambda d: (d.origin or Origin("", 0, 0), d.message)
         )
-        super().__init__("\n".join(str(d) for d in self.diagnostics))
+        super().__init__("\n".join(capped(self.diagnostics)))
 
 
 class UsageError(HetflowError):

@@ -265,6 +265,9 @@ def format_line(event: dict) -> str:
     >>> format_line({"event": "retried", "kind": "partition", "id": "p1", "executor": "accel",
     ...              "attempt": 1, "error": "boom", "timed_out": False})
     'partition p1 attempt 1 failed on accel: boom; retrying'
+    >>> format_line({"event": "failed", "kind": "run", "id": "r1", "error": "stage 'y' failed: boom",
+    ...              "origin": "m.yaml:7:3"})
+    "run r1 failed: m.yaml:7:3: stage 'y' failed: boom"
     """
     what = event["event"]
     if event.get("kind") == "run":
@@ -284,7 +287,8 @@ def format_line(event: dict) -> str:
             return f"{who} lost at {event.get('at')}{moved}; running again: {rerun}"
         if what == "warm-up":
             return f"worker {event.get('worker')} warmed up for run {event['id']} in {event.get('duration_s', 0):.3f} s"
-        tail = f": {event['error']}" if event.get("error") else ""
+        # a failed run's origin is the FILE:LINE:COL of the stage that failed, where an editor jumps to
+        tail = f": {event['origin'] + ': ' if event.get('origin') else ''}{event['error']}" if event.get("error") else ""
         return f"run {event['id']} {what}{tail}"
     name = _task_name(event)
     attempt = event.get("attempt", 1)

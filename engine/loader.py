@@ -25,16 +25,23 @@ or sequence, a constructor error, the size and depth limits) goes
 straight to the precise build, which alone reports problems. Where
 libyaml parses, the happy path builds the tree from its events without
 composing YAML nodes (most of a large manifest's load was composing);
-an anchor, an alias or a tag sends the text to the node path.
+an anchor, an alias, a tag or a ``?`` in a plain scalar of a flow
+collection sends the text to the node path.
 
 Parsing: libyaml (PyYAML's C parser) is ten times faster than PyYAML's
 own, and differs from it at the edges: a tab after ``key:``, a byte
-order mark at the start of a later line, some error positions. So
-libyaml parses only text made of printable ASCII and newlines, where the
-two agree, and a document it refuses is parsed again by PyYAML's own
-parser, whose answer stands; any other text goes to PyYAML's parser,
-the one ``yaml.safe_load`` uses. Both resolve tags with the same table
-and build values with the same ``SafeConstructor``.
+order mark at the start of a later line, some error positions, and a
+few constructs it takes where PyYAML refuses them or reads them
+otherwise (a directive, ``>#``, a lone ``!`` tag, a tag running into a
+flow indicator, a ``?`` inside a plain scalar in a flow collection). So
+libyaml parses only text made of printable ASCII and newlines without
+those constructs, where the two agree (:func:`_libyaml_parses`), and a
+document it refuses is parsed again by PyYAML's own parser, whose
+answer stands; any other text goes to PyYAML's parser, the one
+``yaml.safe_load`` uses. Both resolve tags with the same table and
+build values with the same ``SafeConstructor``. The official YAML test
+suite holds the loader to ``yaml.safe_load``'s values and refusals
+(``tests/test_yaml_suite.py``).
 
 Examples
 --------
@@ -75,6 +82,84 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 # Where libyaml and PyYAML's parser agree: printable ASCII and newlines; no tab, CR, BOM or control character.
 _NOT_PLAIN = re.compile(r"[^\n\x20-\x7e]")
+
+# A block scalar's header followed by ``#`` (``>#``, ``|-#``): libyaml reads a comment, PyYAML wants a space first.
+_HEADER_THEN_HASH = re.compile(r"[|>][-+0-9]{0,2}#")
+
+# A tag that libyaml reads and PyYAML does not, or reads otherwise: a lone ``!`` (PyYAML resolves the empty
+# node it tags to null, libyaml to ''), or one running into a flow indicator (``!!str,``), where libyaml ends
+# the tag and PyYAML either keeps the indicator in it or refuses the character.
+_ODD_TAG = re.compile(r"!(?<![^ \n\[{,:]!)(?:[^ \n]*[,\[\]{}]|(?=[ \n]|\Z))")
+# What stands before a tag on its line: the line's indentation, an indicator, an anchor or a document marker.
+_BEFORE_TAG = re.compile(r"(?:^|[-:?,\[{]|&[^ \n]*|---) *\Z", re.M)
+
+# Where a comment starts on a line: ``#`` first or after a space.
+_COMMENT = re.compile(r"(?:^| )#")
+
+
+def _question_in_content(text: str) -> bool:
+    """Whether a ``?`` of ``text`` may stand in a plain scalar, not in a comment (``# why?``).
+
+    A ``#`` at the start of a line or after a space starts a comment, or
+    stands in a block scalar's text or in a quoted scalar that began on
+    an earlier line; a ``?`` after it with no quote between the line's
+    start and the ``?`` (none could close that quoted scalar) is in
+    none of a flow collection's plain scalars.
+
+    >>> _question_in_content("a: 1  # why?\\n# and?\\n"), _question_in_content("a: [x?]\\n"), _question_in_content("a: '#' [x?]\\n")
+    (False, True, True)
+    >>> _question_in_content('a: ["one\\n  two #x?", b?c]\\n')
+    True
+    """
+    at = text.find("?")
+    while at != -1:
+        line = text[text.rfind("\n", 0, at) + 1:at]
+        if "'" in line or '"' in line or _COMMENT.search(line) is None:
+            return True
+        at = text.find("?", at + 1)
+    return False
+
+
+def _libyaml_parses(text: str) -> bool:
+    """Whether libyaml may parse ``text``: where it could read the text otherwise than PyYAML's parser, it does not.
+
+    Besides characters beyond printable ASCII (``_NOT_PLAIN``), libyaml
+    takes what PyYAML refuses in a few constructs a manifest has no use
+    for: a directive (``%YAML 1.1#…``) and a comment right after a block
+    scalar's header (``>#``) are found here, and go to PyYAML's parser.
+    The other two need the parse: some tags (:func:`_odd_tags`), which
+    the event build declines as it declines every tag, and a ``?``
+    inside a plain scalar in a flow collection (``[a?b]``, which PyYAML
+    reads as a key indicator), which it declines too
+    (:func:`_question_in_flow`); :func:`_compose` sends the first to
+    PyYAML's parser and looks for the second in libyaml's nodes.
+
+    >>> _libyaml_parses("a: [1, 2]\\n"), _libyaml_parses("%YAML 1.1\\n---\\na: 1\\n"), _libyaml_parses("a: >#\\n  b\\n")
+    (True, False, False)
+    """
+    if _NOT_PLAIN.search(text) is not None:
+        return False
+    if text.startswith("%") or "\n%" in text:
+        return False
+    return ("|" not in text and ">" not in text) or _HEADER_THEN_HASH.search(text) is None
+
+
+def _odd_tags(text: str) -> bool:
+    """Whether ``text`` may hold a tag that libyaml reads otherwise than PyYAML (``_ODD_TAG``) where a tag can start.
+
+    A ``!`` inside a word (``Hi!``) or a sentence (``wow ! there``) is no tag.
+
+    >>> _odd_tags("a: !!str 1\\nb: wow ! there\\n"), _odd_tags("a: !\\n"), _odd_tags("{a: !!str, b: 1}\\n"), _odd_tags("- &x !\\n")
+    (False, True, True, True)
+    """
+    if "!" not in text:
+        return False
+    for found in _ODD_TAG.finditer(text):
+        at = found.start()
+        if _BEFORE_TAG.search(text, text.rfind("\n", 0, at) + 1, at) is not None:
+            return True
+    return False
+
 
 # What PyYAML's reader counts as a line break, for the line of a character it refuses.
 _BREAK = re.compile(r"\r\n|[\n\r\x85\u2028\u2029]")
@@ -151,16 +236,20 @@ class Document:
 
     ``problems`` holds what YAML allows and a manifest does not (a key
     that is not a string, a key written twice, no document at all);
-    validation reports them before anything else.
+    validation reports them before anything else. ``libyaml`` says which
+    parser read the text first (``True`` libyaml, ``False`` PyYAML's),
+    so that reading it again for positions takes the same one unasked.
     """
 
-    __slots__ = ("file", "value", "_marks", "_key_marks", "text", "_root", "_index", "_shallow", "problems")
+    __slots__ = ("file", "value", "_marks", "_key_marks", "text", "_root", "_index", "_shallow", "problems", "_libyaml")
 
     def __init__(self, file: str, value: Any, marks: Mapping[Path, Origin] | None = None,
                  key_marks: Mapping[Path, Origin] | None = None, *, text: str | None = None,
                  problems: tuple[Diagnostic, ...] = (),
-                 shallow: Mapping[Path, Mapping[str, tuple[yaml.Mark, yaml.Mark]]] | None = None) -> None:
+                 shallow: Mapping[Path, Mapping[str, tuple[yaml.Mark, yaml.Mark]]] | None = None,
+                 libyaml: bool | None = None) -> None:
         self.file = file
+        self._libyaml = libyaml
         self.value = value
         self.text = text
         self.problems = problems
@@ -182,7 +271,7 @@ class Document:
             return _origin(self.file, marks[0] if is_key else marks[1])
         if self._root is None:
             with gc_paused():
-                self._root = _compose(self.text or "", self.file)[1]
+                self._root = _compose(self.text or "", self.file, self._libyaml)[1]
         node, key_node, depth = self._root, None, 0
         for part in path:
             if node.__class__ is _MAP and isinstance(part, str):
@@ -204,7 +293,7 @@ class Document:
 
     def _recover(self) -> None:
         with gc_paused():
-            loader, root = _compose(self.text or "", self.file)
+            loader, root = _compose(self.text or "", self.file, self._libyaml)
             precise = _precise(loader, root, self.file, self.text)
         self._marks, self._key_marks = precise.marks, precise.key_marks
 
@@ -339,14 +428,17 @@ class _Decline(Exception):
 
 
 def _loads(text: str, file: str) -> Document:
-    if _CParser is not None and _NOT_PLAIN.search(text) is None:
+    if _CParser is not None and _libyaml_parses(text):
         try:
             value, shallow = _event_build(text)
         except Exception:  # noqa: BLE001 - _Decline, a YAML error or a constructor's: the node path decides and reports
             pass
         else:
-            return Document(file, value, text=text, shallow=shallow)
-    loader, root = _compose(text, file)
+            # no tag and no ``?`` in a flow scalar either, or the build would have declined: libyaml's nodes are PyYAML's
+            return Document(file, value, text=text, shallow=shallow, libyaml=True)
+        loader, root = _compose(text, file)
+    else:
+        loader, root = _compose(text, file, False)
     if root is None:
         return Document(file, None, problems=(Diagnostic(Origin(file, 1, 1), "the file is empty; a manifest is a YAML mapping"),))
     shallow: dict[Path, dict[str, tuple[yaml.Mark, yaml.Mark]]] = {}
@@ -356,7 +448,7 @@ def _loads(text: str, file: str) -> Document:
         # a constructor that raised leaves its node marked as under construction
         loader.constructed_objects, loader.recursive_objects, loader.deep_construct = {}, {}, False
         return _precise(loader, root, file, text)
-    return Document(file, value, text=text, shallow=shallow)
+    return Document(file, value, text=text, shallow=shallow, libyaml=loader.__class__ is _CLoader)
 
 
 _SCALAR_EVENT, _END_EVENTS = yaml.ScalarEvent, (yaml.MappingEndEvent, yaml.SequenceEndEvent)
@@ -373,7 +465,8 @@ def _event_build(text: str) -> tuple[Any, dict[Path, dict[str, tuple[yaml.Mark, 
     from the same table :class:`_Resolve` uses, and a scalar that is not
     a string is built by ``SafeConstructor`` from its node, as the
     composer would have made it. Anything :func:`_fast_build` declines,
-    and an anchor, an alias or a tag as well, raises :class:`_Decline`,
+    and an anchor, an alias, a tag or a ``?`` in a plain scalar of a
+    flow collection (:func:`_question_in_flow`) as well, raises :class:`_Decline`,
     so the node path takes the document; a document this accepts is
     one it accepts, with the same value and the same ``shallow`` marks.
     """
@@ -395,6 +488,9 @@ def _event_build(text: str) -> tuple[Any, dict[Path, dict[str, tuple[yaml.Mark, 
         stack: list[tuple[Any, Any, dict | None]] = []
         root: Any = None
         size = 1
+        # ids of the flow collections being built, when a ``?`` in one of their plain scalars is possible
+        question = _question_in_content(text)
+        flows: set[int] = set()
         while True:
             event = get()
             cls = event.__class__
@@ -403,6 +499,8 @@ def _event_build(text: str) -> tuple[Any, dict[Path, dict[str, tuple[yaml.Mark, 
                     raise _Decline
                 item = event.value
                 if event.implicit[0]:
+                    if question and "?" in item and id(cur) in flows:
+                        raise _Decline  # see _question_in_flow
                     for tag, regexp in by_first.get(item[:1], wildcard):
                         if regexp.match(item):
                             item = constructor.construct_object(
@@ -454,6 +552,8 @@ def _event_build(text: str) -> tuple[Any, dict[Path, dict[str, tuple[yaml.Mark, 
                     if kind is dict:
                         inner = shallow[()] = {}
                 size += 1
+                if question and event.flow_style:
+                    flows.add(id(new))
                 stack.append((cur, key, level))
                 cur, key, level = new, no_key, inner
         if size > MAX_VALUES or get().__class__ is not yaml.DocumentEndEvent or get().__class__ is not yaml.StreamEndEvent:
@@ -463,12 +563,23 @@ def _event_build(text: str) -> tuple[Any, dict[Path, dict[str, tuple[yaml.Mark, 
         parser.dispose()
 
 
-def _compose(text: str, file: str) -> tuple[Any, yaml.Node | None]:
-    """The loader and the root node of ``text`` (``None`` when it holds no document)."""
-    if _CLoader is not None and _NOT_PLAIN.search(text) is None:
+def _compose(text: str, file: str, libyaml: bool | None = None) -> tuple[Any, yaml.Node | None]:
+    """The loader and the root node of ``text`` (``None`` when it holds no document).
+
+    ``libyaml`` is ``True`` where libyaml is known to read ``text`` as
+    PyYAML's parser does (it read it so before), ``False`` where it may
+    not, and ``None`` to find out: :func:`_libyaml_parses`,
+    :func:`_odd_tags` and :func:`_question_in_flow`.
+    """
+    known = libyaml is not None
+    if not known:
+        libyaml = _libyaml_parses(text) and not _odd_tags(text)
+    if libyaml and _CLoader is not None:
         loader = _CLoader(text)
         try:
-            return loader, loader.get_single_node()
+            root = loader.get_single_node()
+            if known or not _question_in_content(text) or not _question_in_flow(root):
+                return loader, root
         except RecursionError:
             pass
         except yaml.YAMLError:
@@ -492,6 +603,29 @@ def _compose(text: str, file: str) -> tuple[Any, yaml.Node | None]:
     finally:
         if loader is not None:
             loader.dispose()
+
+
+def _question_in_flow(root: yaml.Node | None) -> bool:
+    """Whether a plain scalar in a flow collection of the tree at ``root`` holds a ``?``.
+
+    libyaml reads ``[a?b]`` as one scalar; PyYAML's parser reads the
+    ``?`` as a key indicator there, and refuses the text or reads other
+    values. A scalar an alias brings into a flow collection counts too:
+    the slower parser then reads a text it would have read the same way.
+    """
+    todo, seen, scalar = [root] if root is not None and root.__class__ is not _SCALAR else [], set(), _SCALAR
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        children = node.value if node.__class__ is _SEQ else [part for pair in node.value for part in pair]
+        if node.flow_style:
+            for child in children:
+                if child.__class__ is scalar and "?" in child.value and not child.style:
+                    return True
+        todo += [child for child in children if child.__class__ is not scalar]
+    return False
 
 
 def _yaml_problem(file: str, e: yaml.MarkedYAMLError, kind: str, node: yaml.Node | None = None) -> Diagnostic:

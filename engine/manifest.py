@@ -36,8 +36,11 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
+from hetflow.engine import phases as phaselib
+from hetflow.engine import shapes
 from hetflow.engine.errors import Diagnostic, ManifestError
 from hetflow.engine.loader import (  # noqa: F401 - re-exported: the loader was part of this module
     MAX_DEPTH,
@@ -63,6 +66,7 @@ __all__ = [
     "parse_overrides",
     "compile_manifest",
     "validate",
+    "stage_order",
     "canonical_json",
 ]
 
@@ -111,4 +115,33 @@ def validate(resolved: dict, doc: Document, problems: list[Diagnostic] | None = 
             raise
     if problems or manifest is None:
         raise ManifestError(problems)
-    return manifest
+    table = shapes.infer(manifest.stages, stage_order(manifest), {
+        pid: phaselib.planned(p, manifest.emulators[p.emulator]) for pid, p in manifest.phases.items()})
+    if table.problems:
+        raise ManifestError(table.problems)
+    return dataclasses.replace(manifest, shapes=table)
+
+
+def stage_order(manifest: Manifest) -> list[str]:
+    """The phases, then the stages, in an order that has every input first: the order written, where it does.
+
+    Where a stage is written above an input of its own, the earliest-written
+    stage whose inputs are done comes next (the order
+    :func:`hetflow.engine.plangraph.execution_order` gives the graph).
+    """
+    phases = phaselib.execution_order(manifest.phases)
+    seen = set(phases)
+    for sid, stage in manifest.stages.items():
+        if not seen.issuperset(stage.inputs):
+            break
+        seen.add(sid)
+    else:
+        return [*phases, *manifest.stages]
+    import networkx as nx
+
+    written = {n: i for i, n in enumerate([*phases, *manifest.stages])}
+    graph = nx.DiGraph()
+    graph.add_nodes_from(written)
+    graph.add_edges_from((ref, sid) for sid, s in manifest.stages.items() for ref in s.inputs if ref in written)
+    graph.add_edges_from((ref, pid) for pid, p in manifest.phases.items() for ref in p.inputs if ref in written)
+    return list(nx.lexicographical_topological_sort(graph, key=written.__getitem__))

@@ -40,12 +40,12 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from hetflow.engine.errors import Diagnostic, ManifestError, UsageError
-from hetflow.engine.manifest import Document
+from hetflow.engine.errors import Diagnostic, ManifestError, Origin, UsageError
+from hetflow.engine.manifest import Document, Manifest, compile_manifest
 
-__all__ = ["Point", "expand", "has_matrix", "point_name", "select", "DEFAULT_MAX_POINTS"]
+__all__ = ["Point", "expand", "has_matrix", "point_name", "select", "check_points", "DEFAULT_MAX_POINTS"]
 
 DEFAULT_MAX_POINTS = 256
 
@@ -203,3 +203,152 @@ def select(points: list[Point], wanted: str) -> Point:
             shown = ", ".join(p.name for p in found[:10]) + (" ..." if len(found) > 10 else "")
             raise UsageError(f"--point {wanted} matches {len(found)} points ({shown}); give more keys")
     raise UsageError(f"no matrix point {wanted!r} (points: {names})")
+
+
+SHOWN_POINTS = 3
+"""A problem at several points names this many of them, then how many more."""
+
+
+def check_points(doc: Document, overrides: Mapping[str, Any], points: list[Point],
+                 check: Callable[[Manifest], list[Diagnostic]] | None = None) -> tuple[list[Manifest], list[Diagnostic]]:
+    """Compile every point of ``points`` (and ``check`` each manifest): (a manifest per point, the warnings).
+
+    Every problem is reported once. One found at every point of the
+    matrix is reported as it is; one found at some points only names them
+    and the matrix line it comes from: the value that the failing points
+    share and no other point has (``features=512``), else the
+    ``matrix:`` key. Where that value is of another kind than its param's
+    default (``"128"`` or ``128.0`` for a default of ``32``), the problem
+    is the value's, reported at its line in the matrix, naming where it
+    broke. A value that is a list or map where its param is one value (or
+    the other way round) is a problem at its line and its points are not
+    compiled.
+
+    Raises
+    ------
+    ManifestError
+        every problem of every point.
+    """
+    params = doc.value.get("params") if isinstance(doc.value.get("params"), dict) else {}
+    problems = _structure_problems(doc, params, points)
+    broken = {k for d, k in problems}
+    found: dict[tuple, list[int]] = {}
+    manifests: list[Manifest] = []
+    for i, point in enumerate(points):
+        if any((k, _text(v)) in broken for k, v in point.values.items()):
+            continue
+        try:
+            manifest = compile_manifest(doc, {**overrides, **point.values})
+            said = check(manifest) if check is not None else []
+        except ManifestError as e:
+            said = e.diagnostics
+            manifest = None
+        if manifest is not None:
+            manifests.append(manifest)
+        for d in said:
+            found.setdefault((d.origin, d.message, d.severity), []).append(i)
+    errors = [d for d, _ in problems]
+    warnings = []
+    wrong_kind: dict[tuple, list[str]] = {}  # one matrix value of the wrong kind breaks each stage that uses it
+    for (origin, message, severity), where in found.items():
+        d = _at_points(doc, params, points, where, Diagnostic(origin, message, severity))
+        if not isinstance(d, Diagnostic):
+            wrong_kind.setdefault(d[:3], []).append(d[3])
+        else:
+            (errors if severity == "error" else warnings).append(d)
+    for (at, value, counted), broke in wrong_kind.items():
+        errors.append(Diagnostic(at, f"{value}; {'; '.join(broke)} [{counted}]"))
+    if errors:
+        raise ManifestError(errors + [w for w in warnings])
+    return manifests, warnings
+
+
+def _kind(value: Any) -> str:
+    """
+    >>> _kind(1), _kind(1.0), _kind("1"), _kind(True), _kind([1]), _kind(None)
+    ('an integer', 'a float', 'a string', 'a boolean', 'a list', 'null')
+    """
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a float"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a map"
+    return "null"
+
+
+def _value_origin(doc: Document, key: str, value: Any) -> Origin | None:
+    """Where the matrix says ``key: value``: in its list, else in an ``include:`` entry."""
+    matrix = doc.value.get("matrix") or {}
+    values = matrix.get(key)
+    for j, v in enumerate(values if isinstance(values, list) else []):
+        if v == value and type(v) is type(value):
+            return doc.at(("matrix", key, j))
+    for j, entry in enumerate(matrix.get("include") if isinstance(matrix.get("include"), list) else []):
+        if isinstance(entry, dict) and key in entry and entry[key] == value and type(entry[key]) is type(value):
+            return doc.at(("matrix", "include", j, key))
+    return None
+
+
+def _structure_problems(doc: Document, params: Mapping[str, Any], points: list[Point]) -> list[tuple[Diagnostic, tuple]]:
+    """Values that are a list or a map where their param is one value, or the other way round."""
+    out: list[tuple[Diagnostic, tuple]] = []
+    seen: set[tuple] = set()
+    for point in points:
+        for key, value in point.values.items():
+            default = params.get(key)
+            if default is None or (key, _text(value)) in seen:
+                continue
+            seen.add((key, _text(value)))
+            if isinstance(default, (list, dict)) != isinstance(value, (list, dict)) or (
+                    isinstance(default, (list, dict)) and type(default) is not type(value)):
+                out.append((Diagnostic(_value_origin(doc, key, value) or doc.key_at(("matrix", key)), (
+                    f"matrix value {json.dumps(value)} of param {key!r} is {_kind(value)}, where its default "
+                    f"{json.dumps(default)} (at {doc.at(('params', key))}) is {_kind(default)}")), (key, _text(value))))
+    return out
+
+
+def _culprit(points: list[Point], where: list[int]) -> tuple[str, Any] | None:
+    """The key and value the points ``where`` share and no other point has, in matrix order."""
+    failing = [points[i].values for i in where]
+    others = [p.values for i, p in enumerate(points) if i not in set(where)]
+    for key, value in failing[0].items():
+        if all(key in v and v[key] == value and type(v[key]) is type(value) for v in failing) and not any(
+                key in v and v[key] == value and type(v[key]) is type(value) for v in others):
+            return key, value
+    return None
+
+
+def _at_points(doc: Document, params: Mapping[str, Any], points: list[Point], where: list[int],
+               d: Diagnostic) -> Diagnostic | tuple:
+    """``d``, found at the points ``where``, as it is reported: plain when at every point, else naming them.
+
+    A problem that a matrix value of another kind than its param's
+    default causes is that value's: a tuple (its origin, what is wrong
+    with it, its points, where it broke), which the caller merges with
+    the other places the same value broke.
+    """
+    if len(where) == len(points) and len(points) > 1:
+        return d
+    names = [points[i].name for i in where[:SHOWN_POINTS]]
+    more = len(where) - len(names)
+    listed = ", ".join(names) + (f" and {more} more" if more else "")
+    culprit = _culprit(points, where) if len(where) < len(points) else None
+    at = _value_origin(doc, *culprit) if culprit else None
+    if culprit is None or at is None:
+        counted = f"point {listed}" if len(where) == 1 else f"{len(where)} of {len(points)} points: {listed}"
+        return Diagnostic(d.origin, f"{d.message} [{counted}; matrix at {doc.key_at(('matrix',))}]", d.severity)
+    key, value = culprit
+    counted = f"point {listed}" if len(where) == 1 else f"{len(where)} of {len(points)} points: {listed}"
+    default = params.get(key)
+    if default is not None and _kind(default) != _kind(value) and d.severity == "error":
+        # the value's problem, at its line: (where, what is wrong with it, its points, where it broke and how)
+        return (at, f"matrix value {json.dumps(value)} of param {key!r} is {_kind(value)}, where its default "
+                    f"{json.dumps(default)} is {_kind(default)}", counted, f"at {d.origin}: {d.message}")
+    return Diagnostic(d.origin, f"{d.message} [{counted}, where {key}={_text(value)}: matrix at {at}]", d.severity)

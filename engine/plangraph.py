@@ -20,9 +20,9 @@ import networkx as nx
 
 from hetflow.engine import phases as phaselib
 from hetflow.engine import placement as placing
-from hetflow.engine.errors import Diagnostic, ManifestError
+from hetflow.engine import shapes
+from hetflow.engine.errors import ManifestError
 from hetflow.engine.semantics import Manifest
-from hetflow.executors import ops as oplib
 
 __all__ = ["build_graph", "execution_order", "edges", "successors", "predecessors", "is_bridged"]
 
@@ -40,6 +40,10 @@ def is_bridged(graph: nx.DiGraph, u: str, v: str) -> bool:
 
 def build_graph(manifest: Manifest) -> nx.DiGraph:
     """One node per stage and per emulator phase, with shapes and bytes; raises :class:`ManifestError` on shape errors.
+
+    The shapes are the shape pass's (:mod:`hetflow.engine.shapes`), kept
+    on the manifest by the validate pass; a manifest made otherwise has
+    them inferred here, by the same pass.
 
     A phase node carries its ``phase`` declaration, its placement
     ``target`` (its emulator) and what :func:`hetflow.engine.phases.planned`
@@ -95,73 +99,22 @@ def build_graph(manifest: Manifest) -> nx.DiGraph:
             succ[ref][stage.id] = into[ref] = {}
     if in_order:
         graph.graph["execution_order"] = [*phase_order, *manifest.stages]
-    problems: list[Diagnostic] = []
-    shapes: dict[str, Any] = {}
-    # each bounded tensor's shape at one row: a stage whose shape is the same there and at the bound is exact
-    small: dict[str, Any] = {}
-    # shape rules are pure: stages alike in op, dtype and input shapes, with no args, share one shape and size
-    alike: dict[tuple, tuple[Any, int | None]] = {}
-    sizes: dict[tuple, int] = {}  # bytes of a (shape, dtype), counted once
+    table = getattr(manifest, "shapes", None)
+    if table is None:  # a manifest the validate pass did not make: the shape pass runs here
+        table = shapes.infer(manifest.stages, manifest.stages if in_order else execution_order(graph), planned)
+        if table.problems:
+            raise ManifestError(table.problems)
+    shape_of, nbytes_of, small = table.shape, table.nbytes, table.small
     for pid, info in planned.items():
         d = attrs[pid]
-        shape = None if info["shape"] is None else tuple(info["shape"])
-        shapes[pid] = d["shape"] = shape
-        d["bytes"], d["bound"] = info["bytes"], info["size"] == "bound"
-        if d["bound"]:
-            small[pid] = (1,) + shape[1:]
-    for sid in manifest.stages if in_order else execution_order(graph):
+        d["shape"], d["bytes"], d["bound"] = shape_of[pid], info["bytes"], info["size"] == "bound"
+    for sid in manifest.stages:
         d = attrs[sid]
-        if "phase" in d:
-            continue
-        stage = d["stage"]
-        ins = stage.inputs
-        if stage.args:
-            key = None
-        elif len(ins) == 1:
-            key = (stage.op, stage.dtype._value_, shapes[ins[0]])
-        else:
-            key = (stage.op, stage.dtype._value_, *[shapes[ref] for ref in ins])
-        known = alike.get(key) if key is not None else None
-        if known is not None:
-            shape, nbytes = known
-        else:
-            try:
-                shape = oplib.REGISTRY[stage.op].shape([shapes[ref] for ref in ins], stage.args)
-            except oplib.ShapeError as e:
-                problems.append(Diagnostic(stage.inputs_origin if stage.inputs else stage.op_origin, f"stage {sid!r}: {e}"))
-                shape = nbytes = None
-            else:
-                if shape is None:
-                    nbytes = None
-                elif shape.__class__ is not tuple:  # a user's shape rule may answer a list
-                    nbytes = stage.dtype.nbytes(_count(shape))
-                else:
-                    size_key = (shape, stage.dtype._value_)  # an Enum hashes through a Python-level method
-                    nbytes = sizes.get(size_key)
-                    if nbytes is None:
-                        nbytes = sizes[size_key] = stage.dtype.nbytes(_count(shape))
-                if key is not None:
-                    alike[key] = (shape, nbytes)
-        shapes[sid] = d["shape"] = shape
-        d["bytes"] = nbytes
-        if small and shape is not None and any(ref in small for ref in stage.inputs):
-            try:
-                at_one = oplib.REGISTRY[stage.op].shape([small.get(ref, shapes[ref]) for ref in ins], stage.args)
-            except oplib.ShapeError:
-                at_one = None
-            if at_one != shape:
-                d["bound"] = True
-                small[sid] = at_one
-    if problems:
-        raise ManifestError(problems)
+        d["shape"] = shape_of[sid]
+        d["bytes"] = nbytes_of[sid]
+        if sid in small:
+            d["bound"] = True
     return graph
-
-
-def _count(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def edges(graph: nx.Graph) -> Iterator[tuple[str, str]]:

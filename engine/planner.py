@@ -103,6 +103,7 @@ __all__ = [
     "render_dot",
     "PlanWarning",
     "placement_problem",
+    "check",
 ]
 
 
@@ -245,6 +246,25 @@ def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
     consumers = {n: list(nbrs) for n, nbrs in successors(out).items()}
     return placing.Problem(out, order, units, unit_of, vendor, exec_s, consumers, model,
                            pos=pos, inputs=inputs, nbytes=nbytes)
+
+
+def check(manifest: Manifest) -> list[Diagnostic]:
+    """What the plan knows of ``manifest`` on any machine: each stage against every vendor its executors may
+    resolve to (:func:`hetflow.engine.candidates.check_vendors`); returns the warnings, raises
+    :class:`ManifestError` with the errors.
+
+    What only a machine says (which vendors it offers, its devices'
+    memory) is left to :func:`plan`.
+    """
+    from hetflow.engine.candidates import check_vendors, machines
+
+    anywhere = all(v is Vendor.cpu for m in machines(manifest.executors) for v in m.values()) and not any(
+        s.vendors for s in manifest.stages.values())
+    graph = None if anywhere else build_graph(manifest)
+    errors, warnings = check_vendors(graph, manifest.executors, execution_order(graph) if graph is not None else [])
+    if errors:
+        raise ManifestError(errors)
+    return warnings
 
 
 def plan(manifest: Manifest, probe: Callable[[Vendor], Offer], *, model: Any = None) -> Plan:

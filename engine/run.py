@@ -397,6 +397,7 @@ def _execute(
     forget_hook()
     stream.emit(run_event(record["status"] if failure is not None else "finished", run_id,
                           duration_s=record["duration_s"],
+                          **({"origin": record["error"]["origin"]} if (record["error"] or {}).get("origin") else {}),
                           error=(record["error"] or {}).get("message") or (f"by {record['cancelled']['signal']}" if cancelled else None)))
     result = RunResult(run_id, run_dir, record_path, record["status"], record)
     if cancelled:

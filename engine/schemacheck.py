@@ -161,4 +161,37 @@ def _explain(error: jsonschema.ValidationError, doc: Document) -> Iterator[Diagn
         if best is not None and best.validator in ("enum", "const"):
             yield from _explain(best, doc)
             return
-    yield Diagnostic(doc.at(path), f"{where}: {error.message}")
+    worded = _in_manifest_terms(error)
+    yield Diagnostic(doc.at(path), f"{where} {worded}" if worded else f"{where}: {error.message}")
+
+
+#: JSON Schema's type names as a YAML manifest's author says them
+_TYPE_WORDS = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
+               "number": "a number", "boolean": "true or false", "null": "null"}
+
+
+def _in_manifest_terms(error: jsonschema.ValidationError) -> str | None:
+    """jsonschema's message for a type, bound or length check in a manifest's words (a list, a mapping; at
+    least, at most), or None where it has none.
+
+    >>> from jsonschema import Draft202012Validator
+    >>> [_in_manifest_terms(e) for e in Draft202012Validator({"type": ["number", "null"], "minimum": 0}).iter_errors("x")]
+    ["must be a number or null, found 'x'"]
+    """
+    v, want, found = error.validator, error.validator_value, error.instance
+    if v == "type":
+        kinds = [_TYPE_WORDS.get(k, k) for k in (want if isinstance(want, list) else [want])]
+        return f"must be {' or '.join(kinds)}, found {found!r}"
+    bounds = {"minimum": "at least", "maximum": "at most", "exclusiveMinimum": "more than",
+              "exclusiveMaximum": "less than"}
+    if v in bounds:
+        return f"must be {bounds[v]} {want}, found {found!r}"
+    if v in ("minItems", "maxItems"):
+        return f"must have {'at least' if v == 'minItems' else 'at most'} {want} item{'s' * (want != 1)}, found {len(found)}"
+    if v in ("minProperties", "maxProperties"):
+        return f"must have {'at least' if v == 'minProperties' else 'at most'} {want} key{'s' * (want != 1)}, found {len(found)}"
+    if v == "minLength" and want == 1:
+        return "must not be empty"
+    if v == "uniqueItems":
+        return f"must not repeat an item, found {found!r}"
+    return None

@@ -119,6 +119,8 @@ class Manifest:
     phase_outputs: Mapping[str, tuple[str, str | None]] = field(default_factory=dict)
     plugins: tuple[Any, ...] = ()
     """The :class:`hetflow.executors.plugins.Plugin` of every module ``plugins:`` names, and of entry points used."""
+    shapes: Any = field(default=None, repr=False, compare=False)
+    """The shape pass's :class:`hetflow.engine.shapes.Table`, set by the validate pass; None on a manifest built otherwise."""
 
 
 def _as_dict(value: Any) -> dict:

@@ -195,6 +195,7 @@ def _shape_rule(shape: Callable | None, name: str, where: str) -> Callable[[list
                 raise oplib.ShapeError(f"op {name!r} takes no inputs, so it must give shape= ({where})")
             return tuple(inputs[0])
 
+        first.is_default = True  # the validator names this rule when its guess does not fit
         return first
 
     def rule(inputs: list, args: dict) -> tuple:

@@ -25,6 +25,7 @@ Examples
 >>> from importlib.resources import files
 >>> quickstart = files("hetflow.examples") / "quickstart.yaml"
 >>> hetflow.validate(quickstart)
+[]
 >>> hetflow.plan(quickstart, params={"batch": 8}).totals["partitions"]
 3
 >>> r = hetflow.run(quickstart, params={"batch": 8}, runs_dir=tempfile.mkdtemp())

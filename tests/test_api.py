@@ -164,8 +164,9 @@ def test_inputs_are_checked_before_anything_runs(manifest_file, tmp_path):
     assert not runs.exists(), "a rejected run must leave nothing behind"
     code, out, err = _cli("run", path, "--runs-dir", str(runs))
     assert (code, out) == (2, "")
-    assert err == (f"hetflow: error: {path}:5:3: stage 'x' is an input: its array comes from Python, "
-                   "hetflow.run(..., inputs={'x': array}) with shape [2, 3] and dtype fp32 (numpy float32)\n")
+    assert err == (f"hetflow: error: {path}:5:3: stage 'x' is an input: give its array with --input x=PATH "
+                   "(a .npy file, or a .npz or .safetensors file with :KEY) holding shape [2, 3] and dtype fp32 "
+                   "(numpy float32)\n")
     assert not runs.exists()
     r = hetflow.run(path, inputs={"x": good * -1}, runs_dir=runs)
     assert r.status == "succeeded" and r.outputs["y"].tolist() == [[0.0] * 3] * 2

@@ -277,8 +277,9 @@ def test_an_op_that_raises_fails_its_stage_with_the_users_traceback(project, tmp
     code, out, err = run_cli("run", path, "--runs-dir", str(tmp_path / "runs"))
     assert code == 1
     lines = [line for line in err.strip().splitlines() if not line.startswith("[")]
-    assert lines[0] == ("hetflow: run failed: stage 'r' failed: backend error: op 't.boom' raised ValueError: "
-                        "negative input (boom.py:5)")
+    line = next(i for i, text in enumerate(Path(path).read_text().splitlines(), start=1) if text.startswith("  r:"))
+    assert lines[0] == (f"hetflow: run failed: {path}:{line}:3: stage 'r' failed: backend error: op 't.boom' raised "
+                        "ValueError: negative input (boom.py:5)")
     assert lines[1].startswith("traceback: ") and lines[1].endswith("traceback.txt") and "Traceback" not in err
     record = json.loads(Path(lines[2].removeprefix("record: ")).read_text())
     assert record["error"]["op"] == "t.boom" and record["error"]["node"] == "r"

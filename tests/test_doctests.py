@@ -27,6 +27,7 @@ MODULES = [
     "hetflow.executors.cpu",
     "hetflow.executors.payload",
     "hetflow.engine.errors",
+    "hetflow.engine.loader",
     "hetflow.engine.manifest",
     "hetflow.engine.resolve",
     "hetflow.engine.semantics",

@@ -137,8 +137,8 @@ def test_bad_retries_and_timeout_are_manifest_errors(manifest_file):
     path = manifest_file(PIPE.replace("RETRIES", "-1").replace("TIMEOUT", "0"))
     assert cli.main(["validate", path], out=code_out, err=err) == 2
     lines = err.getvalue().splitlines()
-    assert lines == [f"{path}:9:56: error: stages.y.retries: -1 is less than the minimum of 0",
-                     f"{path}:9:69: error: stages.y.timeout: 0 is less than or equal to the minimum of 0"]
+    assert lines == [f"{path}:9:56: error: stages.y.retries must be at least 0, found -1",
+                     f"{path}:9:69: error: stages.y.timeout must be more than 0, found 0"]
 
 
 def test_formats(manifest_file, tmp_path):

@@ -190,6 +190,45 @@ def test_random_documents_build_the_same_from_events_and_from_nodes(tree, flow):
     assert event_built(text) == node_built(text) != "declined"
 
 
+# Constructs libyaml takes where PyYAML's parser refuses them or reads them otherwise (yaml-test-suite JR7V,
+# MUS6/00, X4QW, UKK6/02, WZ62): they go to PyYAML's parser, whichever path meets them.
+LIBYAML_ONLY = ["s: [a?b]\n", "s: {k: v?}\n", "%YAML 1.1#x\n---\na: 1\n", "%YAML 1.1\n---\na: 1\n", "a: >#\n  b\n",
+                "a: |-#\n  b\n", "a: !\n", "a: [x, ! ]\n", "{a: !!str, b: 1}\n", "a: [!x]\n",
+                "a: [\"one\n  two #x?\", b?c]\n"]  # a quoted scalar, not a comment, holds the first ``?``
+
+
+@pytest.mark.parametrize("text", LIBYAML_ONLY)
+def test_what_libyaml_alone_reads_goes_to_pyyamls_parser(text):
+    assert not ld._libyaml_parses(text) or event_built(text) == "declined"
+    try:
+        loader, _ = ld._compose(text, "t.yaml")
+    except ManifestError:
+        return  # PyYAML's parser refused it: libyaml never gets to answer
+    assert type(loader) is ld._PyLoader
+
+
+# Where the same characters are harmless the fast paths keep the text: a ``?`` in a comment, a block mapping, a
+# quoted scalar or after an explicit key's space; a ``!`` inside a word, a tag followed by a space; ``|`` and ``>``
+# followed by a space; ``%`` inside a line.
+LIBYAML_KEEPS = ["# why?\nname: Hi! there  # ok?\nurl: http://x/?a=1\nstages: {s: {op: relu, inputs: [x]}}\n",
+                 "a: ['b?', \"c?\"]\nb: {? k : v}\n", "a: > # folded\n  b\nc: 50%\n", "a: wow ! there\nb: Hi!\n"]
+
+
+@pytest.mark.parametrize("text", LIBYAML_KEEPS)
+def test_harmless_lookalikes_keep_the_fast_paths(text):
+    assert ld._libyaml_parses(text)
+    assert event_built(text) != "declined"
+    loader, root = ld._compose(text, "t.yaml")
+    assert type(loader) is ld._CLoader and not ld._question_in_flow(root)
+
+
+def test_a_tagged_document_with_a_question_in_a_block_scalar_keeps_libyamls_nodes():
+    text = "a: !!str 1\nb: x?y\nc: [k, v]\n"
+    assert event_built(text) == "declined"  # for its tag
+    loader, _ = ld._compose(text, "t.yaml")
+    assert type(loader) is ld._CLoader and mf.loads(text, "t.yaml").value == {"a": "1", "b": "x?y", "c": ["k", "v"]}
+
+
 @pytest.mark.parametrize("broken", [
     {"s5": "{op: relu, inputs: [s4], retries: x}", "9bad": "{op: relu, inputs: [s3]}", "s20": "{op: relu, inputs: [s19], bogus: 1}"},
     {},

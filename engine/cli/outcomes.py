@@ -25,7 +25,9 @@ The JSON object of a failure:
     what was wrong, as standard error says it.
 
 and by kind: ``diagnostics`` (bad input: one ``{file, line, col,
-severity, message}`` per manifest problem, empty for a bad argument),
+severity, message}`` per manifest problem, every one of them, empty for a
+bad argument) and ``count`` (a bad manifest: how many; standard error and
+``message`` list the first 50, then ``... and N more``),
 ``lock`` and ``holder`` (locked: the lock file and who holds it: pid,
 host, run, since), ``crash_log`` (internal), ``signal`` with ``run_id``
 and ``record`` or, for a sweep, ``sweep_id`` and ``summary`` (cancelled).
@@ -54,7 +56,7 @@ from typing import Any
 from hetflow.engine.cli.common import (EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_INTERNAL, EXIT_LOCKED,
                                        EXIT_RUN_FAILED)
 from hetflow.engine.errors import (Diagnostic, EnvironmentUnavailable, HetflowError, LockHeld, ManifestError,
-                                   RunCancelled, RunFailed, UsageError)
+                                   RunCancelled, RunFailed, UsageError, capped)
 
 __all__ = ["Outcome", "outcome", "RULES"]
 
@@ -83,8 +85,11 @@ def _diagnostic(d: Diagnostic) -> dict[str, Any]:
 
 
 def _bad_manifest(e: ManifestError, debug: bool) -> Outcome:
-    return Outcome(EXIT_BAD_INPUT, [str(d) for d in e.diagnostics],
-                   _error("bad-input", EXIT_BAD_INPUT, str(e), diagnostics=[_diagnostic(d) for d in e.diagnostics]))
+    # standard error shows the first SHOWN problems, as a person reads them; the JSON object, for programs,
+    # keeps every one and says how many there are
+    return Outcome(EXIT_BAD_INPUT, capped(e.diagnostics),
+                   _error("bad-input", EXIT_BAD_INPUT, str(e), count=len(e.diagnostics),
+                          diagnostics=[_diagnostic(d) for d in e.diagnostics]))
 
 
 def _bad_usage(e: UsageError, debug: bool) -> Outcome:

@@ -67,12 +67,20 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     pl.add_argument("--point", metavar="NAME", help="plan this point of the matrix (default: the first)")
     pl.add_argument("--runs-dir", default="runs", help="where earlier runs are, to say what is cached and why (default: ./runs)")
     pl.add_argument("--cache-dir", metavar="DIR", help="the partition cache (default: RUNS_DIR/.cache)")
+    pl.add_argument("--input", action="append", default=[], metavar="STAGE=PATH",
+                    help="the array of the input stage STAGE, as run takes it, so that the cache forecast is the "
+                         "run's (without it, what depends on the stage is unknown); repeat for each input stage")
     _cluster_args(pl)
 
     r = sub.add_parser("run", help="run a pipeline and write its run record")
     r.add_argument("file", metavar="FILE")
     r.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE", help="override a param")
     r.add_argument("--runs-dir", default="runs", help="where run folders go (default: ./runs)")
+    r.add_argument("--input", action="append", default=[], metavar="STAGE=PATH",
+                   help="feed the input stage STAGE from a file: PATH is a .npy file, or a .npz or .safetensors file "
+                        "with :KEY naming the array (not needed when it holds one). Its array must have the stage's "
+                        "shape and values its dtype holds, checked as a load stage's file is; the record keeps the "
+                        "file's path and sha256, so verify reruns the run with it. Repeat for each input stage")
     r.add_argument("--threads", type=int, default=None, help="threads of the in-process scheduler (default: CPU count)")
     r.add_argument("--json", action="store_true", help="print the result as one JSON object" + _JSON)
     r.add_argument("--point", metavar="NAME", help="run one point of the matrix: its full name or the part in brackets")
@@ -99,6 +107,10 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                     help="a run id, a unique prefix of one or of its random part, a point name NAME[k=v,...], or latest "
                          "(the newest run that is not itself a verification run)")
     vf.add_argument("--runs-dir", default="runs", help="where run folders are (default: ./runs)")
+    vf.add_argument("--input", action="append", default=[], metavar="STAGE=PATH",
+                    help="the array of the input stage STAGE, as run takes it: needed for a run whose arrays came "
+                         "from memory (hetflow.run(inputs=)), and checked against the digest its record keeps. "
+                         "Without it, the files the run read are read again, and a file whose bytes changed is refused")
     vf.add_argument("--json", action="store_true", help="print the comparison as one JSON object" + _JSON)
 
     rs = sub.add_parser("runs", help="list runs and sweeps; show, compare and tabulate them; remove old ones")

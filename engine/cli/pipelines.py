@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from hetflow.engine.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, cluster_kwargs, event_sink
-from hetflow.engine.errors import ManifestError, RunFailed, UsageError
+from hetflow.engine.errors import ManifestError, RunFailed, UsageError, capped
 
 __all__ = ["cmd_validate", "cmd_plan", "cmd_run", "cmd_verify"]
 
@@ -16,25 +16,31 @@ __all__ = ["cmd_validate", "cmd_plan", "cmd_run", "cmd_verify"]
 def cmd_validate(args: argparse.Namespace, out, err) -> int:
     from hetflow.engine import api
 
-    problems = 0
+    problems = passed = 0
     for file in args.files:
         try:
-            api.validate(file)
+            warnings = api.validate(file)
         except ManifestError as e:
             problems += len(e.diagnostics)
-            for d in e.diagnostics:
-                print(d, file=err)
+            for line in capped(e.diagnostics):
+                print(line, file=err)
         else:
+            passed += 1
+            for line in capped(warnings):
+                print(line, file=err)
             print(f"{file}: ok", file=out)
+    if passed:
+        print(api.NOT_CHECKED, file=out)
     return EXIT_BAD_INPUT if problems else EXIT_OK
 
 
 def cmd_plan(args: argparse.Namespace, out, err) -> int:
     from hetflow.engine import api
+    from hetflow.engine.inputs import parse_input_flags
     from hetflow.engine.manifest import parse_overrides
 
     plan = api.plan(args.file, parse_overrides(args.param), point=args.point, runs_dir=args.runs_dir,
-                    cache_dir=args.cache_dir, **cluster_kwargs(args))
+                    cache_dir=args.cache_dir, inputs=parse_input_flags(args.input) or None, **cluster_kwargs(args))
     if args.format in ("svg", "png"):
         data = _graphviz(plan.to_dot(), args.format)
     elif args.format == "json":
@@ -89,9 +95,12 @@ def cmd_run(args: argparse.Namespace, out, err) -> int:
     from hetflow.engine import api, matrix
     from hetflow.engine.manifest import load, parse_overrides
 
+    from hetflow.engine.inputs import parse_input_flags
+
     params = parse_overrides(args.param)
     common = dict(runs_dir=args.runs_dir, cache=not args.no_cache, cache_dir=args.cache_dir, threads=args.threads,
-                  schedule_slot=args.schedule_slot, max_points=args.max_points, **cluster_kwargs(args))
+                  schedule_slot=args.schedule_slot, max_points=args.max_points,
+                  inputs=parse_input_flags(args.input), **cluster_kwargs(args))
     if args.threads is not None and args.threads < 1:
         raise UsageError("--threads must be at least 1")
     source = args.file
@@ -117,10 +126,11 @@ def cmd_run(args: argparse.Namespace, out, err) -> int:
             sink.close()
     rec = run.record
     if not run.ok:
+        origin = (rec.get("error") or {}).get("origin")
         if args.json:
-            print(json.dumps({"status": "failed", "run_id": run.run_id, "record": run.record_path, "error": run.error}),
-                  file=out)
-        print(f"hetflow: run failed: {run.error}", file=err)
+            print(json.dumps({"status": "failed", "run_id": run.run_id, "record": run.record_path, "error": run.error,
+                              "origin": origin}), file=out)
+        print(f"hetflow: run failed: {origin + ': ' if origin else ''}{run.error}", file=err)
         trace = (rec.get("error") or {}).get("traceback_file")
         if trace and (rec.get("error") or {}).get("op"):
             print(f"traceback: {os.path.join(os.path.dirname(run.record_path), trace)}", file=err)
@@ -153,7 +163,8 @@ def _sweep(args: argparse.Namespace, doc, params: dict, common: dict, out, err) 
 
     def row(point: dict) -> None:
         if not args.json:
-            print(f"{point['status']:<9} {point['name']}  {point['run_id']}", file=out)
+            # a point that failed before its run began (its plan refused it here) has no run to name: its error says why
+            print(f"{point['status']:<9} {point['name']}  {point['run_id'] or point.get('error')}", file=out)
 
     sink = event_sink(args, err)
     try:
@@ -180,16 +191,22 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
     from hetflow.engine.run import execute
     from hetflow.engine.runs import manifest_from_record, read_record
 
+    from hetflow.engine.inputs import describe_inputs, parse_input_flags, recorded_inputs, with_inputs
+
+    given = parse_input_flags(args.input)
     record = read_record(args.runs_dir, args.run_id)
     if record.get("status") != "succeeded":
         raise UsageError(f"run {args.run_id} did not succeed (status {record.get('status')}); there is nothing to verify")
     manifest = manifest_from_record(record)
-    plan = make_plan(manifest, probe)
+    # refused before the rerun starts: a rerun without the run's own arrays could only fail or differ
+    bound = recorded_inputs(record, manifest, given, verb="verify")
+    plan = with_inputs(make_plan(manifest, probe), bound)
     from hetflow.engine.compare import mismatch_causes
 
     try:
         result = execute(manifest, plan, runs_dir=args.runs_dir, overrides=record.get("overrides") or {},
-                         use_cache=False, matrix_point=record.get("matrix_point"), verifies=record["run_id"])
+                         use_cache=False, matrix_point=record.get("matrix_point"), verifies=record["run_id"],
+                         inputs=describe_inputs(bound))
         fresh = {k: v["digest"] for k, v in result.record["outputs"].items()}
         rerun, rerun_ok, rerun_record = result.run_id, True, result.record
     except RunFailed as e:

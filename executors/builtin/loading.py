@@ -103,9 +103,35 @@ def read_array(path: str, key: str | None = None, *, header: bool = False) -> An
     except ValueError as e:
         if str(e).startswith(name) or str(e).startswith(path):
             raise
-        raise ValueError(f"{name} does not parse as {suffix}: {e}") from None
+        raise ValueError(f"{name} does not parse as {suffix}: {_in_our_words(e)}") from None
     except Exception as e:  # noqa: BLE001 - numpy and zipfile fail on damaged bytes in many ways (BadZipFile, zlib, tokenize)
-        raise ValueError(f"{name} does not parse as {suffix}: {type(e).__name__}: {e}") from None
+        raise ValueError(f"{name} does not parse as {suffix}: {_in_our_words(e)}") from None
+
+
+#: numpy's and zipfile's words for a file they cannot read (their advice, allow_pickle= say, is not for
+#: a manifest), and what they mean here
+_LIBRARY_WORDS = (
+    ("allow_pickle", "it is not an array file numpy wrote, or it holds pickled Python objects, which hetflow "
+                     "never reads (save a numeric array with numpy.save)"),
+    ("Python objects in dtype", "it holds Python objects, which hetflow never reads (save a numeric array)"),
+    ("mmap length is greater than file size", "the file is shorter than its header says (cut short?)"),
+    ("cannot reshape array", "the file is shorter than its header says (cut short?)"),
+    ("the magic string is not correct", "it does not start with numpy's .npy header"),
+)
+
+
+def _in_our_words(error: BaseException) -> str:
+    """What a numpy or zipfile error reading a file means, in hetflow's terms; the library's own
+    message, with its exception's name, when it is not one of the known ones.
+
+    >>> _in_our_words(ValueError("Object arrays cannot be loaded when allow_pickle=False"))
+    'it is not an array file numpy wrote, or it holds pickled Python objects, which hetflow never reads (save a numeric array with numpy.save)'
+    """
+    text = str(error)
+    for theirs, ours in _LIBRARY_WORDS:
+        if theirs in text:
+            return ours
+    return text if isinstance(error, ValueError) else f"{type(error).__name__}: {text}"
 
 
 def _numeric(name: str, key: str | None, dtype: np.dtype) -> None:

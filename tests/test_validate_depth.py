@@ -1,0 +1,239 @@
+"""``validate`` knows what ``plan`` knows (issue 29): each case that ``validate`` once passed and ``plan`` or
+``run`` refused is now refused by all three with one message, for a single manifest and at every matrix point."""
+
+import io
+import os
+
+import pytest
+
+from hetflow.engine import api, cli
+from hetflow.executors import probe
+from hetflow.executors.base import Vendor
+
+NOT_CHECKED = ("not checked without the machine: which vendor each executor gets there, and its devices' memory "
+               "(hetflow plan checks them)\n")
+
+
+def main(*argv, cwd=None):
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    os.chdir(cwd or here)
+    try:
+        code = cli.main(list(argv), out=out, err=err)
+    finally:
+        os.chdir(here)
+    return code, out.getvalue(), err.getvalue()
+
+
+def refused_alike(tmp_path, name, expected):
+    """``validate``, ``plan`` and ``run`` of ``name`` (in ``tmp_path``) exit 2 with ``expected`` on stderr, and
+    nothing is written."""
+    for command in (["validate"], ["plan", "--runs-dir", "runs"], ["run", "--runs-dir", "runs"]):
+        code, out, err = main(command[0], name, *command[1:], cwd=tmp_path)
+        assert (code, err) == (2, expected), (command, out)
+        assert "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def write(tmp_path, text, name="m.yaml"):
+    (tmp_path / name).write_text(text)
+    return name
+
+
+SINGLE = """\
+version: 1
+name: single
+executors: {host: {vendor: cpu}}
+stages:
+  x: {op: ones, args: {shape: [16, 64]}}
+  w: {op: ones, args: {shape: [256, 64]}}
+  y: {op: matmul, inputs: [x, w]}
+  r: {op: reshape, inputs: [x], args: {shape: [16, 4, 15]}}
+outputs: {y: y, r: r}
+"""
+
+
+def test_matmul_inner_dimensions_and_a_bad_reshape(tmp_path):
+    name = write(tmp_path, SINGLE)
+    refused_alike(tmp_path, name, (
+        "m.yaml:7:27: error: stage 'y': matmul: inner dimensions differ: [16, 64] @ [256, 64]\n"
+        "m.yaml:8:28: error: stage 'r': reshape: cannot reshape [16, 64] into [16, 4, 15]\n"))
+
+
+def test_a_valid_manifest_is_ok_and_says_what_it_could_not_check(tmp_path):
+    name = write(tmp_path, SINGLE.replace("[256, 64]", "[64, 8]").replace("[16, 4, 15]", "[16, 4, 16]"))
+    assert main("validate", name, cwd=tmp_path) == (0, f"{name}: ok\n" + NOT_CHECKED, "")
+
+
+VULKAN = """\
+version: 1
+name: vk
+executors:
+  accel: {vendor: [vulkan, cpu]}
+  host: {vendor: cpu}
+stages:
+  x: {op: ones, args: {shape: [16, 64]}, executor: host}
+  m: {op: mod, inputs: [x], args: {value: 3.0}, executor: accel}
+  i: {op: cast, inputs: [x], dtype: int64, executor: accel}
+outputs: {m: m, i: i}
+"""
+
+WHERE_VULKAN = "(on a machine where executor 'accel' gets vulkan, the first of [vulkan, cpu] the machine offers)"
+
+
+def test_a_pinned_stage_is_checked_against_every_vendor_its_executor_may_get(tmp_path):
+    name = write(tmp_path, VULKAN)
+    supported = "fp32, fp16, bf16, fp8e4m3, fp8e5m2, int8, int4, int16, int32, uint8, bool"
+    code, out, err = main("validate", name, cwd=tmp_path)
+    assert (code, out) == (2, "")
+    assert err == (
+        f"m.yaml:8:3: error: stage 'm' uses op 'mod', which executor 'accel' (vulkan) does not run {WHERE_VULKAN}\n"
+        f"m.yaml:9:3: error: stage 'i' produces int64, which executor 'accel' (vulkan) does not support "
+        f"(supported: {supported}) {WHERE_VULKAN}\n")
+    if probe(Vendor.vulkan).available:  # this machine resolves 'accel' to Vulkan: plan says the same, less the machine
+        code, _, plan_err = main("plan", name, "--runs-dir", "runs", cwd=tmp_path)
+        assert (code, plan_err) == (2, err.replace(f" {WHERE_VULKAN}", ""))
+    # on the CPU alone both stages run: no vendor of the list refuses them
+    only_cpu = write(tmp_path, VULKAN.replace("[vulkan, cpu]", "[cpu, vulkan]"), "cpu.yaml")
+    code, out, err = main("validate", only_cpu, cwd=tmp_path)
+    assert (code, out) == (0, f"{only_cpu}: ok\n" + NOT_CHECKED)
+    assert err == ("cpu.yaml:4:19: warning: executor 'accel' lists vulkan after cpu, which every machine has: "
+                   "it is never chosen\n")
+
+
+PLUGIN = '''\
+from hetflow import op
+
+
+@op("t.expand")
+def expand(xp, x):
+    return x[:, None] * xp.ones(64, dtype=x.dtype)
+'''
+
+
+def test_a_plugin_op_without_a_shape_rule_is_reported_at_its_own_stage(tmp_path):
+    (tmp_path / "ops.py").write_text(PLUGIN)
+    name = write(tmp_path, """\
+version: 1
+name: plug
+plugins: [ops.py]
+executors: {host: {vendor: cpu}}
+stages:
+  x: {op: ones, args: {shape: [16]}}
+  p: {op: t.expand, inputs: [x]}
+  b: {op: ones, args: {shape: [16, 64]}}
+  z: {op: add, inputs: [p, b]}
+outputs: {z: z}
+""")
+    refused_alike(tmp_path, name, (
+        "m.yaml:7:11: error: op 't.expand' has no shape rule; the default rule (its first input's shape) gave [16] "
+        "for stage 'p', and stage 'z' (m.yaml:9:24) cannot take it: shapes [16] and [16, 64] do not broadcast; "
+        "give the op a shape= that says what its function returns\n"))
+
+
+def test_a_plugin_op_whose_shape_rule_is_wrong_names_the_rule_and_what_it_gave(tmp_path):
+    (tmp_path / "ops.py").write_text(PLUGIN.replace('@op("t.expand")', '@op("t.expand", shape=lambda x: (x[0], 32))'))
+    name = write(tmp_path, """\
+version: 1
+name: plug
+plugins: [ops.py]
+executors: {host: {vendor: cpu}}
+stages:
+  x: {op: ones, args: {shape: [16]}}
+  p: {op: t.expand, inputs: [x]}
+  b: {op: ones, args: {shape: [16, 64]}}
+  z: {op: add, inputs: [p, b]}
+outputs: {z: z}
+""")
+    refused_alike(tmp_path, name, (
+        "m.yaml:9:24: error: stage 'z': shapes [16, 32] and [16, 64] do not broadcast (input 'p' is [16, 32], from "
+        f"the shape rule of op 't.expand' at {tmp_path / 'ops.py'}:4)\n"))
+
+
+SWEEP = """\
+version: 1
+name: rf
+params: {features: 32, scale: 0.1, ridge: 0.001}
+matrix:
+  features: [32, 64, 512]
+  scale: [0.1, 1.0, 10.0]
+  ridge: [1e-3, 1e-2, 1e-1]
+executors: {host: {vendor: cpu}}
+stages:
+  x: {op: random.normal, args: {shape: [16, 64], seed: 0}}
+  w: {op: random.normal, args: {shape: [64, "${features}"], seed: 1, std: "${scale}"}}
+  h: {op: matmul, inputs: [x, w]}
+  v: {op: random.normal, args: {shape: [64, 1], seed: 2}}
+  y: {op: matmul, inputs: [h, v]}
+  r: {op: mul, inputs: [y], args: {value: "${ridge}"}}
+outputs: {r: r}
+"""
+
+AT_32 = ("m.yaml:14:27: error: stage 'y': matmul: inner dimensions differ: [16, 32] @ [64, 1] [9 of 27 points: "
+         "rf[features=32,scale=0.1,ridge=0.001], rf[features=32,scale=0.1,ridge=0.01], "
+         "rf[features=32,scale=0.1,ridge=0.1] and 6 more, where features=32: matrix at m.yaml:5:14]\n")
+AT_512 = ("m.yaml:14:27: error: stage 'y': matmul: inner dimensions differ: [16, 512] @ [64, 1] [9 of 27 points: "
+          "rf[features=512,scale=0.1,ridge=0.001], rf[features=512,scale=0.1,ridge=0.01], "
+          "rf[features=512,scale=0.1,ridge=0.1] and 6 more, where features=512: matrix at m.yaml:5:22]\n")
+
+
+def test_every_point_is_checked_and_each_problem_names_its_points_and_matrix_line(tmp_path):
+    name = write(tmp_path, SWEEP)
+    assert main("validate", name, cwd=tmp_path) == (2, "", AT_32 + AT_512)
+
+
+@pytest.mark.parametrize("parallel", ["1", "4"])
+def test_a_27_point_sweep_with_a_shape_error_never_starts(tmp_path, parallel):
+    name = write(tmp_path, SWEEP)
+    code, out, err = main("run", name, "--runs-dir", "runs", "--parallel", parallel, cwd=tmp_path)
+    assert (code, out, err) == (2, "", AT_32 + AT_512)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_plan_and_run_of_one_point_name_the_point(tmp_path):
+    name = write(tmp_path, SWEEP)
+    point = "features=512,scale=1.0,ridge=1e-2"
+    expected = ("m.yaml:14:27: error: stage 'y': matmul: inner dimensions differ: [16, 512] @ [64, 1] "
+                "[point rf[features=512,scale=1.0,ridge=0.01]; matrix at m.yaml:4:1]\n")
+    for command in ("plan", "run"):
+        assert main(command, name, "--point", point, "--runs-dir", "runs", cwd=tmp_path) == (2, "", expected)
+    assert not (tmp_path / "runs").exists()
+    # the point that fits plans, 1e-2 read as the number it is
+    code, out, err = main("plan", name, "--point", "features=64,scale=1.0,ridge=1e-2", "--runs-dir", "runs", cwd=tmp_path)
+    assert (code, err) == (0, "") and "rf[features=64,scale=1.0,ridge=0.01]" in out
+
+
+def test_numbers_in_exponent_form_are_numbers_at_every_point(tmp_path):
+    name = write(tmp_path, SWEEP.replace("[32, 64, 512]", "[64]"))
+    assert main("validate", name, cwd=tmp_path) == (0, f"{name}: ok\n" + NOT_CHECKED, "")
+    assert api.validate(tmp_path / name) == []
+
+
+def test_matrix_key_and_exclude_typos_are_errors_at_their_lines(tmp_path):
+    name = write(tmp_path, SWEEP.replace("  ridge: [1e-3", "  rigde: [1e-3").replace(
+        "executors:", "  exclude: [{sclae: 1.0}]\nexecutors:"))
+    expected = ("m.yaml:7:3: error: matrix key 'rigde' is not a declared param (declared: features, scale, ridge)\n"
+                "m.yaml:8:14: error: matrix exclude key 'sclae' is not a declared param (declared: features, scale, "
+                "ridge)\n")
+    for command in (["validate"], ["plan", "--runs-dir", "runs"], ["run", "--runs-dir", "runs"]):
+        assert main(command[0], name, *command[1:], cwd=tmp_path) == (2, "", expected), command
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_matrix_value_of_the_wrong_kind_is_an_error_at_its_matrix_line(tmp_path):
+    name = write(tmp_path, SWEEP.replace("[32, 64, 512]", '[64, "128", 128.0]').replace("[64, 1]", '["${features}", 1]'))
+    points = "[3 of 27 points: rf[features=128,scale=0.1,ridge=0.001], rf[features=128,scale=0.1,ridge=0.01], " \
+             "rf[features=128,scale=0.1,ridge=0.1] and 6 more]"
+    floats = points.replace("features=128,", "features=128.0,")
+    expected = (
+        "m.yaml:5:18: error: matrix value \"128\" of param 'features' is a string, where its default 32 is an integer; "
+        "at m.yaml:11:40: argument 'shape' of op 'random.normal' must be a list of non-negative integers, got "
+        "[64, '128']; at m.yaml:13:40: argument 'shape' of op 'random.normal' must be a list of non-negative integers, "
+        f"got ['128', 1] {points.replace('3 of', '9 of')}\n"
+        "m.yaml:5:25: error: matrix value 128.0 of param 'features' is a float, where its default 32 is an integer; "
+        "at m.yaml:11:40: argument 'shape' of op 'random.normal' must be a list of non-negative integers, got "
+        "[64, 128.0]; at m.yaml:13:40: argument 'shape' of op 'random.normal' must be a list of non-negative integers, "
+        f"got [128.0, 1] {floats.replace('3 of', '9 of')}\n")
+    for command in (["validate"], ["run", "--runs-dir", "runs"]):
+        assert main(command[0], name, *command[1:], cwd=tmp_path) == (2, "", expected), command
+    assert not (tmp_path / "runs").exists()
