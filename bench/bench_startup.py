@@ -14,6 +14,17 @@ interpreter, to show what the reference interpreter's first 20,000 steps
 spare a short guest; two more run the native backend from its first step
 with its translation in the disk cache (the warm-up run of the pair puts
 it there), which loads neither numba, llvmlite nor pyelftools.
+
+The pipeline commands' rows (issue 30's start-up goals) start ``hetflow
+validate``, ``plan`` and ``run --quiet`` of ``examples/quickstart.yaml``,
+``--version`` and ``--help`` against ``python -c "import numpy, yaml"``
+(what any YAML-and-arrays tool pays), in turn from the same venv; the goals
+are validate and plan within 2x the baseline (ratio >= 0.5), run within 4x
+(ratio >= 0.25), ``--version`` and ``--help`` under 0.1 s. The quickstart's
+``p16`` stage is bf16, so its run loads ml_dtypes: one more row times
+``import numpy, ml_dtypes`` against ``import numpy`` in the venv, whose
+ml_dtypes version its notes name (0.7.0 imports 200x slower than 0.6.0).
+These rows need no Unicorn.
 """
 
 from __future__ import annotations
@@ -28,39 +39,77 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 GUESTS = HERE.parent / "examples" / "guests"
+QUICKSTART = HERE.parent / "examples" / "quickstart.yaml"
 
 
-def _wall(cmd: list[str]) -> float:
+def _wall(cmd: list[str], cwd: str | None = None, check: bool = False) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - t0
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, cwd=cwd)
+    elapsed = time.perf_counter() - t0
+    if check and done.returncode != 0:  # a start-up figure of a command that failed early would flatter it
+        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}")
+    return elapsed
 
 
-def _pair(a: list[str], b: list[str], runs: int) -> tuple[float, float]:
-    _wall(a), _wall(b)  # warm the page cache and numba's on-disk cache
+def _pair(a: list[str], b: list[str], runs: int, cwd: str | None = None, check: bool = False) -> tuple[float, float]:
+    _wall(a, cwd, check), _wall(b, cwd, check)  # warm the page cache and numba's on-disk cache
     times_a, times_b = [], []
     for _ in range(runs):
-        times_a.append(_wall(a))
-        times_b.append(_wall(b))
+        times_a.append(_wall(a, cwd, check))
+        times_b.append(_wall(b, cwd, check))
     return statistics.median(times_a), statistics.median(times_b)
 
 
-def run(quick: bool) -> list[dict]:
-    try:
-        import unicorn  # noqa: F401
-    except ImportError:
+def _pipeline_rows(python: Path, under: str, runs: int) -> list[dict]:
+    """The pipeline commands of the quickstart against ``import numpy, yaml``, and ml_dtypes' import."""
+    hetflow = python.parent / "hetflow"
+    if not hetflow.exists():
         return []
+    version = subprocess.run([str(python), "-c", "from importlib.metadata import version; print(version('ml_dtypes'))"],
+                             capture_output=True, text=True, check=False).stdout.strip() or "unknown"
+    baseline = [str(python), "-c", "import numpy, yaml"]
+    rows = []
+    with tempfile.TemporaryDirectory() as work:     # the run's folder and plan's ./runs lookup stay out of the tree
+        cases = [("validate", [str(QUICKSTART)], 0.5), ("plan", [str(QUICKSTART)], 0.5),
+                 ("run", ["--quiet", "--runs-dir", os.path.join(work, "runs"), str(QUICKSTART)], 0.25),
+                 ("--version", [], None), ("--help", [], None)]
+        for command, flags, goal in cases:
+            subject_s, baseline_s = _pair([str(hetflow), command, *flags], baseline, runs, cwd=work, check=True)
+            target = f"goal ratio >= {goal}" if goal else "goal: under 0.1 s"
+            rows.append({"name": f"start-up, hetflow {command}" + (" examples/quickstart.yaml" if flags else ""),
+                         "baseline": 'python -c "import numpy, yaml", whole process', "baseline_s": baseline_s,
+                         "subject": f"hetflow {command}, whole process", "subject_s": subject_s,
+                         "ratio": baseline_s / subject_s,
+                         "notes": f"{target}; median wall of {runs} fresh processes each, in turn; ml_dtypes "
+                                  f"{version} (the run loads it for its bf16 stage); {under}"})
+        subject_s, baseline_s = _pair([str(python), "-c", "import numpy, ml_dtypes"],
+                                      [str(python), "-c", "import numpy"], runs, cwd=work, check=True)
+        rows.append({"name": f"start-up, import ml_dtypes {version}",
+                     "baseline": 'python -c "import numpy", whole process', "baseline_s": baseline_s,
+                     "subject": 'python -c "import numpy, ml_dtypes", whole process', "subject_s": subject_s,
+                     "ratio": baseline_s / subject_s,
+                     "notes": f"what the bf16/fp8/int4 dtypes add to a process; median wall of {runs} fresh processes "
+                              f"each, in turn; {under}"})
+    return rows
+
+
+def run(quick: bool) -> list[dict]:
     sys.path.insert(0, str(HERE))
     from user_venv import user_python
 
+    try:
+        import unicorn  # noqa: F401
+    except ImportError:
+        python, under = user_python(unicorn=False)
+        return _pipeline_rows(python, under, 3 if quick else 9)
     python, under = user_python()
+    rows = _pipeline_rows(python, under, 3 if quick else 9)
     # the console script itself, beside the interpreter that runs Unicorn:
     # a pyenv shim in front of either would add its own start-up (~70 ms)
     hetflow = python.parent / "hetflow"
     if not hetflow.exists():
-        return []
+        return rows
     runs = 3 if quick else 9
-    rows = []
     cases = [("fib.elf", [], ""), ("sdk/hello.elf", [], ""),
              ("fib.elf", ["--no-interpreter-start"], " (fast backend from the first step)"),
              ("fib.elf", ["--backend", "native", "--no-interpreter-start"],

@@ -11,14 +11,11 @@ name stages; emulators and their phases are checked by
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
-
-import networkx as nx
 
 from hetflow.engine.errors import Diagnostic, Origin
 from hetflow.engine.loader import Document, frozen_instance
@@ -190,7 +187,7 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
                 op, hint = _user_op(op_name, plugins, used_plugins, doc.at(here + ("op",)), problems)
                 if op is None and hint is not None:
                     if not hint:
-                        close = difflib.get_close_matches(op_name, [*oplib.BUILTIN, *(n for p in plugins for n in p.ops)], n=1)
+                        close = _close(op_name, [*oplib.BUILTIN, *(n for p in plugins for n in p.ops)], n=1)
                         hint = f"; did you mean {close[0]!r}?" if close else ""
                     problems.append(Diagnostic(doc.at(here + ("op",)), f"unknown op {op_name!r} in stage {sid!r}{hint}"))
             if op is not None:
@@ -201,7 +198,7 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
         for i, ref in enumerate(inputs):
             other = raw_stages.get(ref, absent)
             if other is absent:
-                close = difflib.get_close_matches(ref, list(raw_stages), n=1)
+                close = _close(ref, list(raw_stages), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 problems.append(Diagnostic(doc.at(("stages", sid, "inputs", i)),
                                            f"stage {sid!r} takes input {ref!r}, which is not a stage{hint}"))
@@ -218,7 +215,7 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
         executor = spec.get("executor")
         if isinstance(executor, str) and executor not in declared_executors:
             declared = ", ".join(declared_executors) or "none"
-            close = difflib.get_close_matches(executor, list(declared_executors), n=1)
+            close = _close(executor, list(declared_executors), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             problems.append(Diagnostic(doc.at(("stages", sid, "executor")), f"stage {sid!r} names executor {executor!r}, which is not declared (declared: {declared}){hint}"))
 
@@ -283,7 +280,7 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
             output_origins[out] = doc.at(("outputs", out))
             continue
         if ref not in raw_stages:
-            close = difflib.get_close_matches(ref, list(raw_stages), n=1)
+            close = _close(ref, list(raw_stages), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             problems.append(Diagnostic(doc.at(("outputs", out)), f"output {out!r} names {ref!r}, which is not a stage{hint}"))
         outputs[out] = ref
@@ -317,6 +314,8 @@ def _infer_pending(pending: list[str], stages: dict[str, StageDecl], raw_stages:
                    problems: list[Diagnostic]) -> None:
     """Infer the dtypes of ``pending`` stages in dependency order, and check each against its op."""
     import dataclasses
+
+    import networkx as nx
 
     graph = nx.DiGraph()
     graph.add_nodes_from(pending)
@@ -370,6 +369,13 @@ def _check_input_dtypes(typed: list[str], stages: Mapping[str, StageDecl], doc: 
         if problem:
             problems.append(Diagnostic(stage.inputs_origin, (
                 f"stage {sid!r} takes {_typed_inputs(stage.inputs, stages)}: op {op.name!r}: {problem}")))
+
+
+def _close(word: str, choices: list[str], n: int = 1) -> list[str]:
+    """The choices close to ``word``, for a "did you mean" (difflib, imported only for a problem found)."""
+    import difflib
+
+    return difflib.get_close_matches(word, choices, n=n)
 
 
 _ABSENT = object()
@@ -510,6 +516,8 @@ def _check_load(sid: str, spec: dict, args: dict, dtype: Dtype, doc: Document, p
 
 def _cycles(stages: Mapping[str, Any]) -> list[list[str]]:
     """One cycle per strongly connected component that has one, nodes in manifest order."""
+    import networkx as nx
+
     order = {n: i for i, n in enumerate(stages)}
     edges = [(ref, sid) for sid, spec in stages.items() if isinstance(spec, dict) and isinstance(spec.get("inputs"), list)
              for ref in spec["inputs"] if isinstance(ref, str) and ref in stages]
@@ -559,6 +567,8 @@ def _stage_vendors(value: Any) -> tuple[Vendor, ...]:
 def _placement_constraints(stages: Mapping[str, StageDecl], executors: Mapping[str, ExecutorDecl],
                            raw_stages: Mapping[str, Any], doc: Document) -> list[Diagnostic]:
     """``colocate_with`` names another stage and its group's pins agree; a pin runs a preferred vendor."""
+    import networkx as nx
+
     problems: list[Diagnostic] = []
     group = nx.Graph()
     for s in stages.values():
@@ -567,7 +577,7 @@ def _placement_constraints(stages: Mapping[str, StageDecl], executors: Mapping[s
         if s.colocate_with == s.id:
             problems.append(Diagnostic(s.colocate_origin, f"stage {s.id!r} is colocated with itself; name another stage"))
         elif s.colocate_with not in raw_stages:
-            close = difflib.get_close_matches(s.colocate_with, list(raw_stages), n=1)
+            close = _close(s.colocate_with, list(raw_stages), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             problems.append(Diagnostic(s.colocate_origin, f"stage {s.id!r} is colocated with {s.colocate_with!r}, which is not a stage{hint}"))
         elif s.colocate_with in stages:

@@ -402,3 +402,129 @@ def test_report_of_a_sweep_that_hetflow_run_wrote(tmp_path):
         assert f"total={report.text._fmt_num(value)}" in text
     point = Elements(report.render(report.locate(summary["points"][0]["run_id"], str(runs_dir))))
     assert "swept[" in "".join(point.text)  # the run page names its matrix point
+
+
+def _scale(n: int) -> str:
+    """``bench/bench_planner.py``'s ``generate``: two CPU executors, a partition every 50 stages."""
+    lines = ["version: 1", f"name: scale-{n}", "executors:", "  e0: {vendor: cpu}", "  e1: {vendor: cpu}", "stages:"]
+    for i in range(n):
+        if i % 50 == 0:
+            lines.append(f"  s{i}: {{op: ones, args: {{shape: [8, 8]}}, executor: e{(i // 50) % 2}}}")
+        elif i % 7 == 3 and i % 50 >= 2:
+            lines.append(f"  s{i}: {{op: add, inputs: [s{i - 1}, s{i - 2}]}}")
+        else:
+            lines.append(f"  s{i}: {{op: relu, inputs: [s{i - 1}]}}")
+    lines.append(f"outputs: {{y: s{n - 1}}}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    """A real run of 20,000 stages and its page, written by the CLI."""
+    folder = tmp_path_factory.mktemp("big")
+    record = run(_scale(20_000), folder, name="big.yaml")
+    assert record["status"] == "succeeded"
+    path = folder / "report.html"
+    assert main(["report", record["run_id"], "--runs-dir", str(folder / "runs"), "-o", str(path)],
+                io.StringIO(), io.StringIO()) == 0
+    return {"record": record, "path": path, "text": path.read_text(encoding="utf-8")}
+
+
+def _stage_data(text: str) -> dict:
+    start = text.index('<script type="application/json" id="partition-stages">')
+    start = text.index(">", start) + 1
+    return json.loads(text[start:text.index("</script>", start)])
+
+
+def test_big_plan_collapses_to_partitions_that_hold_every_stage(big):
+    text, record = big["text"], big["record"]
+    plan = record["plan"]
+    assert len(text.encode()) <= 3 * 2**20
+    doc = Elements(text)
+    assert doc.having("svg", class_="plan-graph", **{"data-layout": "partitions"})
+    nodes = doc.having("g", class_="partition")
+    assert sorted(a["data-partition"] for a in nodes) == sorted(p["id"] for p in plan["partitions"])
+    assert not doc.having("g", class_="stage")  # stages are drawn only when a partition is opened
+    data = _stage_data(text)
+    laid = {row[0]: (pid, row) for pid, rows in data["partitions"].items() for row in rows}
+    assert set(laid) == set(plan["nodes"]) and sum(len(r) for r in data["partitions"].values()) == 20_000
+    for nid, n in plan["nodes"].items():
+        pid, row = laid[nid]
+        assert pid == n["partition"] and row[1] == n["op"] and data["statuses"][row[4]] == record["nodes"][nid]["status"]
+        rows = data["partitions"][pid]
+        assert sorted(rows[i][0] for i in row[7]) == sorted(n["inputs"])  # the generated stages read their own partition
+        assert all(rows[i][5] < row[5] for i in row[7])  # every input is in an earlier column
+    options = [a["value"] for a in doc.having("option") if a.get("value")]
+    assert options == [p["id"] for p in plan["partitions"]]
+    assert f"{len(plan['nodes'])} stages in {len(plan['partitions'])} partitions" in text
+    # the timeline is small enough to draw one by one; its tips name a partition's first stages only
+    bars = doc.having("g", class_="bar")
+    assert len(bars) == len(record["tasks"])
+    p0 = next(a for a in bars if a["data-id"] == "p0" and a["data-kind"] == "partition")
+    assert "s0, s1," in p0["data-tip"] and "(50 in all)" in p0["data-tip"] and "s49" not in p0["data-tip"]
+
+
+def test_collapsed_plan_marks_the_failed_partition_and_its_bridges(runs, monkeypatch):
+    monkeypatch.setattr(report.run_page, "GRAPH_NODE_LIMIT", 2)
+    record = runs["bad"]
+    nodes = record["plan"]["nodes"]
+    text, doc = page(runs, "bad")
+    failed = {nodes[n]["partition"] for n, v in record["nodes"].items() if v["status"] == "failed"}
+    shown = {a["data-partition"] for a in doc.having("g", class_="partition") if "status-failed" in a["class"].split()}
+    assert failed and shown == failed
+    crossing = {(nodes[b["tensor"]]["partition"], nodes[c]["partition"]) for b in record["plan"]["bridges"]
+                for c in b["consumers"]}
+    edges = doc.having("path", class_="bridged")
+    assert len(edges) == len(crossing) and all("bridge" in a["data-tip"] for a in edges)
+    assert sum(len(r) for r in _stage_data(text)["partitions"].values()) == len(nodes)
+
+
+def test_timeline_of_many_tasks_counts_them_in_bins_with_exact_totals(runs, monkeypatch):
+    monkeypatch.setattr(report.run_page, "TIMELINE_TASK_LIMIT", 3)
+    monkeypatch.setattr(report.run_page, "TABLE_ROW_LIMIT", 2)
+    for which in ("ok", "bad"):
+        record = runs[which]
+        text, doc = page(runs, which)
+        tasks = record["tasks"]
+        assert doc.having("svg", class_="binned") and doc.having("rect", class_="bin")
+        lanes = {a["data-lane"] for a in doc.having("g", class_="lane")}
+        assert lanes == {t["executor"] for t in tasks}
+        for lane in lanes:
+            assert f"{sum(t['executor'] == lane for t in tasks):,} tasks</text>" in text
+        assert f"{len(tasks):,} tasks on {len(lanes)} lanes" in text
+        started = sum(int(re.search(r"\n(\d+) tasks started", a["data-tip"]).group(1)) for a in doc.having("rect", class_="bin"))
+        assert started == len(tasks)
+        failed = [t for t in tasks if t["status"] == "failed"]
+        assert len(doc.having("g", class_="bar")) == len(failed)
+        assert len(doc.having("tr", class_="task")) == 2 and f"of {len(tasks):,} tasks" in text
+        if failed:
+            assert any("status-failed" in a["class"].split() for a in doc.having("tr", class_="task"))
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
+def test_report_of_20000_stages_renders_in_headless_chromium_and_opens_a_partition(big, tmp_path):
+    record = big["record"]
+    opened = record["plan"]["partitions"][3]
+    flags = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,2200"]
+    url = big["path"].as_uri() + f"#open={opened['id']}"
+    dom = subprocess.run(flags + ["--enable-logging=stderr", "--v=0", "--dump-dom", url],
+                         capture_output=True, text=True, timeout=240)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert [line for line in dom.stderr.splitlines() if ":CONSOLE" in line] == []
+    rendered = Elements(dom.stdout)
+    assert rendered.having("html", **{"data-interactive": "true"})
+    assert len(rendered.having("g", class_="partition")) == len(record["plan"]["partitions"])
+    assert rendered.having("g", id=f"partition-{opened['id']}", class_="open")
+    view = rendered.having("svg", class_="partition-stages")
+    assert [a["data-partition"] for a in view] == [opened["id"]]
+    stages = rendered.having("g", class_="stage")
+    assert sorted(a["id"] for a in stages) == sorted(f"stage-{n}" for n in opened["nodes"])
+    assert all("status-succeeded" in a["class"].split() for a in stages)
+    assert len(rendered.having("path", class_="edge")) >= sum(len(record["plan"]["nodes"][n]["inputs"]) for n in opened["nodes"])
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "report-20000-stages.png"
+    done = subprocess.run(flags + [f"--screenshot={shot}", url], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -26,11 +26,14 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from hetflow.engine.cli.common import EXIT_OK
-from hetflow.engine.cli.outcomes import Outcome, outcome
 from hetflow.engine.cli.parser import _parser, _ShowVersion
 from hetflow.engine.events import QuietStream, quiet
+
+if TYPE_CHECKING:
+    from hetflow.engine.cli.outcomes import Outcome
 
 __all__ = ["main", "entry"]
 
@@ -89,6 +92,8 @@ def _dispatch(argv: list[str], out: QuietStream, err: QuietStream) -> int:
         if args.command not in _STOPPABLE:
             return _command(args.command)(args, out, err)
         from hetflow.engine.cancel import stopping
+        # now, not in a second signal's handler, which may interrupt an import under way
+        from hetflow.engine.cli import outcomes  # noqa: F401
 
         with stopping() as cancel:
             # registered first, so it runs last: the run's and the sweep's own hooks have written their records
@@ -102,6 +107,9 @@ def _dispatch(argv: list[str], out: QuietStream, err: QuietStream) -> int:
     except SystemExit as e:  # --help
         return int(e.code or 0)
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - the one place that maps every failure to an exit code
+        # loaded only when a command fails: its dataclasses and inspect are a tenth of --help's start-up
+        from hetflow.engine.cli.outcomes import outcome
+
         return _report(outcome(e, debug), as_json, out, err)
 
 
@@ -119,6 +127,7 @@ def _report(ended: Outcome, as_json: bool, out: QuietStream, err: QuietStream) -
 
 def _report_forced_exit(cancel, as_json: bool, out: QuietStream, err: QuietStream) -> None:
     """A second signal ends the process at once: say what it stopped as a first signal's end says it."""
+    from hetflow.engine.cli.outcomes import outcome
     from hetflow.engine.errors import RunCancelled
 
     subject = cancel.subject

@@ -20,8 +20,8 @@ from typing import Any, Iterable, Mapping
 import networkx as nx
 import numpy as np
 
-from hetflow.engine.records import load_output
 from hetflow.engine.runs import status_of
+from hetflow.executors.base import Dtype
 
 __all__ = ["Bar", "pack_lanes", "output_stats"]
 
@@ -166,6 +166,14 @@ def output_stats(array: np.ndarray, bins: int = 24) -> dict[str, Any]:
     return out
 
 
+def _output_array(run_dir: str, entry: Mapping[str, Any]) -> np.ndarray:
+    """An output's array from its record entry, as :func:`hetflow.engine.records.load_output` gives it; that one
+    reads the whole record again for each output, seconds for the record of a run of 20,000 stages."""
+    raw = np.load(os.path.join(run_dir, entry["file"]), allow_pickle=False)
+    dtype = Dtype(entry["dtype"]).numpy
+    return raw if raw.dtype == dtype else raw.view(dtype)
+
+
 def _point_record(sweep_dir: str, runs_dir: str, point: Mapping[str, Any]) -> tuple[str | None, dict | None]:
     candidates = []
     if point.get("record"):
@@ -200,7 +208,7 @@ def _scalar(run_dir: str, name: str, entry: Mapping[str, Any]) -> float | None:
     if shape is None or math.prod(shape) != 1:
         return None
     try:
-        value = float(np.asarray(load_output(run_dir, name)).astype(np.float64).ravel()[0])
+        value = float(np.asarray(_output_array(run_dir, entry)).astype(np.float64).ravel()[0])
     except Exception:  # noqa: BLE001 - an unreadable output is a gap in the plot, not a broken report
         return None
     return value if math.isfinite(value) else None
@@ -229,3 +237,133 @@ def _sweep_points(sweep_dir: str, sweep: Mapping[str, Any], runs_dir: str) -> li
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _group_status(statuses: Iterable[str]) -> str:
+    """One status for a group of stages: the worst of them, so a failure inside a collapsed partition shows.
+
+    >>> _group_status(["succeeded", "failed", "not run"]), _group_status(["succeeded"] * 3), _group_status([])
+    ('failed', 'succeeded', 'unknown')
+    """
+    seen = set(statuses)
+    for status in ("failed", "timed out", "cancelled", "not run", "running", "unknown"):
+        if status in seen:
+            return status
+    return "succeeded" if seen == {"succeeded"} else (min(seen) if seen else "unknown")
+
+
+def _partition_graph(record: Mapping[str, Any]) -> nx.DiGraph:
+    """The plan with each partition as one node: what the report draws when a plan has too many stages to read.
+
+    An edge joins two partitions when a stage of one reads a stage of the other; ``bridges`` on it counts the
+    bridges that carry those tensors (an edge between executors) and ``bytes`` their bytes. Emulator phases
+    stay nodes of their own. Partition nodes carry their stages (in plan order), a count per op, the worst
+    status of their stages and the time of their task.
+    """
+    plan = record.get("plan") or {}
+    nodes = plan.get("nodes") or {}
+    phases = plan.get("phases") or {}
+    node_status = {n: (v or {}).get("status", "unknown") for n, v in (record.get("nodes") or {}).items()}
+    task_time: dict[str, float] = {}
+    for t in record.get("tasks") or []:
+        if isinstance(t, Mapping) and t.get("kind") == "partition":
+            task_time[str(t.get("id"))] = task_time.get(str(t.get("id")), 0.0) + float(t.get("duration_s") or 0.0)
+    g = nx.DiGraph()
+    for pid, p in phases.items():
+        g.add_node(f"n:{pid}", kind="phase", id=pid, executor=_phase_target(p), data=p)
+    members: dict[str, list[str]] = {}
+    executor_of: dict[str, Any] = {}
+    for nid, n in nodes.items():
+        part = str(n.get("partition"))
+        members.setdefault(part, []).append(nid)
+        executor_of.setdefault(part, n.get("executor"))
+    for part, stage_ids in members.items():
+        ops: dict[str, int] = {}
+        for nid in stage_ids:
+            op = str(nodes[nid].get("op"))
+            ops[op] = ops.get(op, 0) + 1
+        g.add_node(f"p:{part}", kind="partition", id=part, executor=executor_of[part],
+                   data={"id": part, "executor": executor_of[part], "stages": stage_ids, "ops": ops,
+                         "status": _group_status(node_status.get(nid, "unknown") for nid in stage_ids),
+                         "duration_s": task_time.get(part)})
+    bridge_bytes = {(b.get("tensor"), b.get("destination")): b.get("bytes") or 0 for b in plan.get("bridges") or []}
+    for pid, p in phases.items():
+        for src in p.get("inputs") or []:
+            if src in phases:
+                g.add_edge(f"n:{src}", f"n:{pid}", bridges=0, bytes=0)
+    for nid, n in nodes.items():
+        dst = f"p:{n.get('partition')}"
+        for src in n.get("inputs") or []:
+            if src in phases:
+                origin = f"n:{src}"
+            elif src in nodes and nodes[src].get("partition") != n.get("partition"):
+                origin = f"p:{nodes[src].get('partition')}"
+            else:
+                continue
+            edge = g.get_edge_data(origin, dst)
+            if edge is None:
+                g.add_edge(origin, dst, bridges=0, bytes=0, tensors=set())
+                edge = g.get_edge_data(origin, dst)
+            key = (src, n.get("executor"))
+            if key in bridge_bytes and src not in edge.setdefault("tensors", set()):
+                edge["tensors"].add(src)
+                edge["bridges"] += 1
+                edge["bytes"] += bridge_bytes[key]
+    return g
+
+
+def _partition_stages(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Each partition's stages laid out in columns, as compact data the page's script draws on demand.
+
+    ``{"statuses": [...], "partitions": {pid: [[id, op, shape, dtype, status index, column, row,
+    [input indices]], ...]}}``: a stage's column is the longest path to it from its partition's entry
+    stages, its row its place in that column, and its inputs the indices of the stages of its partition
+    it reads (inputs from elsewhere arrive by the partition's edges).
+
+    >>> rec = {"plan": {"nodes": {"a": {"partition": "p0", "op": "ones", "shape": [2], "dtype": "fp32"},
+    ...                           "b": {"partition": "p0", "op": "relu", "inputs": ["a"], "shape": [2]},
+    ...                           "c": {"partition": "p0", "op": "add", "inputs": ["a", "b"], "shape": []}}},
+    ...        "nodes": {"a": {"status": "succeeded"}}}
+    >>> _partition_stages(rec)["partitions"]["p0"]
+    [['a', 'ones', '2', 'fp32', 0, 0, 0, []], ['b', 'relu', '2', None, 1, 1, 0, [0]], ['c', 'add', 'scalar', None, 1, 2, 0, [0, 1]]]
+    """
+    import graphlib
+
+    nodes = (record.get("plan") or {}).get("nodes") or {}
+    status_of_node = {n: (v or {}).get("status", "unknown") for n, v in (record.get("nodes") or {}).items()}
+    same = {nid: [s for s in n.get("inputs") or [] if s in nodes and nodes[s].get("partition") == n.get("partition")]
+            for nid, n in nodes.items()}
+    column: dict[str, int] = {}
+    for nid, inputs in same.items():
+        if any(s not in column for s in inputs):
+            # an input further down the manifest: only then is a topological sort needed
+            column.clear()
+            for nid in graphlib.TopologicalSorter(same).static_order():
+                column[nid] = max((column[s] + 1 for s in same[nid]), default=0)
+            break
+        column[nid] = max((column[s] + 1 for s in inputs), default=0)
+    statuses: list[str] = []
+    status_index: dict[str, int] = {}
+    out: dict[str, list] = {}
+    index: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for nid, n in nodes.items():
+        # indices first: a stage may read one written further down the manifest
+        part = str(n.get("partition"))
+        index[nid] = counts.get(part, 0)
+        counts[part] = index[nid] + 1
+    filled: dict[tuple[str, int], int] = {}
+    for nid, n in nodes.items():
+        part = str(n.get("partition"))
+        rows = out.setdefault(part, [])
+        status = status_of_node.get(nid, "unknown")
+        if status not in status_index:
+            status_index[status] = len(statuses)
+            statuses.append(status)
+        col = column[nid]
+        row = filled.get((part, col), 0)
+        filled[(part, col)] = row + 1
+        shape = n.get("shape")
+        rows.append([nid, n.get("op"), None if shape is None else ("×".join(map(str, shape)) if shape else "scalar"),
+                     n.get("dtype"), status_index[status], col, row, [index[s] for s in same[nid]]])
+    return {"statuses": statuses, "partitions": out}

@@ -16,26 +16,22 @@ import subprocess
 from typing import Any, Mapping
 
 from hetflow.engine.planner import human_bytes
-from hetflow.engine.report.data import _FAILED, _phase_target, _plan_graph, _status_of_bridges
-from hetflow.engine.report.layout import _PAD, layout_plan
-from hetflow.engine.report.text import (_bytes, _e, _emulator_kind, _executor_colour, _fit, _phase_tip,
+from hetflow.engine.report.data import _FAILED, _partition_graph, _phase_target, _plan_graph, _status_of_bridges
+from hetflow.engine.report.layout import _PAD, PlanLayout, layout_graph, layout_plan
+from hetflow.engine.report.text import (_bytes, _e, _emulator_kind, _executor_colour, _fit, _fmt_seconds, _phase_tip,
                                         _shape_text)
 
 __all__ = ["graphviz_available", "plan_dot", "plan_svg"]
 
 
-def _svg_plan_builtin(record: Mapping[str, Any]) -> str:
-    plan = record.get("plan") or {}
-    lay = layout_plan(plan)
-    node_status = {n: (v or {}).get("status", "unknown") for n, v in (record.get("nodes") or {}).items()}
-    phase_status = {n: (v or {}).get("status", "unknown") for n, v in (record.get("phases") or {}).items()}
-    bridge_status = _status_of_bridges(record)
+def _svg_head_and_bands(lay: PlanLayout, plan: Mapping[str, Any], layout: str, label: str) -> list[str]:
+    """The start of a plan graph's SVG drawn by hetflow: its element, the arrow marker, a band per executor."""
     executors = plan.get("executors") or {}
     emulators = plan.get("emulators") or {}
     names = [b[0] for b in lay.bands]
-    parts = [f'<svg class="plan-graph" data-layout="builtin" xmlns="http://www.w3.org/2000/svg" '
+    parts = [f'<svg class="plan-graph" data-layout="{layout}" xmlns="http://www.w3.org/2000/svg" '
              f'viewBox="0 0 {lay.width:.0f} {lay.height:.0f}" {_fit(lay.width)} '
-             f'role="img" aria-label="plan graph">',
+             f'role="img" aria-label="{label}">',
              '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
              'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#8791a0"/></marker></defs>']
     for name, top, h in lay.bands:
@@ -46,6 +42,17 @@ def _svg_plan_builtin(record: Mapping[str, Any]) -> str:
                      f'stroke="{colour}" stroke-opacity="0.35"/>'
                      f'<text x="{_PAD}" y="{top + 17:.1f}" class="band-label" fill="{colour}">{_e(name)}'
                      f'<tspan class="band-vendor"> · {_e(vendor)}</tspan></text></g>')
+    return parts
+
+
+def _svg_plan_builtin(record: Mapping[str, Any]) -> str:
+    plan = record.get("plan") or {}
+    lay = layout_plan(plan)
+    node_status = {n: (v or {}).get("status", "unknown") for n, v in (record.get("nodes") or {}).items()}
+    phase_status = {n: (v or {}).get("status", "unknown") for n, v in (record.get("phases") or {}).items()}
+    bridge_status = _status_of_bridges(record)
+    names = [b[0] for b in lay.bands]
+    parts = _svg_head_and_bands(lay, plan, "builtin", "plan graph")
     for u, v in lay.edges:
         a, b = lay.nodes[u], lay.nodes[v]
         x1, y1, x2, y2 = a.x + a.w, a.y + a.h / 2, b.x, b.y + b.h / 2
@@ -98,6 +105,61 @@ def _svg_plan_builtin(record: Mapping[str, Any]) -> str:
                 f'{_e(d.get("destination"))}</text>'
                 f'<text x="{cx:.1f}" y="{cy + 11:.1f}" class="bbytes" text-anchor="middle">'
                 f'{_e(_bytes(d, short=True))}</text></g>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _partition_tip(d: Mapping[str, Any]) -> tuple[str, str]:
+    """A partition node's hover text and its one-line summary: its size, its commonest ops, a few stage ids."""
+    stages = d["stages"]
+    ops = sorted(d["ops"].items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = ", ".join(stages[:6]) + (f" … {stages[-1]}" if len(stages) > 6 else "")
+    tip = (f"partition {d['id']} on {d['executor']}\n{len(stages)} stage{'s' if len(stages) != 1 else ''}: {shown}\n"
+           f"ops {', '.join(f'{op} {n}' for op, n in ops[:6])}{' …' if len(ops) > 6 else ''}\n"
+           f"status {d['status']}\ntask {_fmt_seconds(d.get('duration_s'))}\nclick to open its stages")
+    sub = f"{len(stages)} stage{'s' if len(stages) != 1 else ''} · " + ", ".join(op for op, _ in ops[:2])
+    return tip, sub + (" …" if len(ops) > 2 else "")
+
+
+def _svg_plan_partitions(record: Mapping[str, Any]) -> str:
+    """The plan with one node per partition (see :func:`~hetflow.engine.report.data._partition_graph`): what a
+    plan too big to read stage by stage is drawn as. Each node opens its stages in the page (``report.js``)."""
+    plan = record.get("plan") or {}
+    g = _partition_graph(record)
+    lay = layout_graph(g, plan, wrap=True)
+    phase_status = {n: (v or {}).get("status", "unknown") for n, v in (record.get("phases") or {}).items()}
+    names = [b[0] for b in lay.bands]
+    parts = _svg_head_and_bands(lay, plan, "partitions", "plan graph, one node per partition")
+    for u, v, e in g.edges(data=True):
+        a, b = lay.nodes[u], lay.nodes[v]
+        x1, y1, x2, y2 = a.x + a.w, a.y + a.h / 2, b.x, b.y + b.h / 2
+        mid = (x1 + x2) / 2
+        tip = (f"{a.id} → {b.id}: {e['bridges']} bridge{'s' if e['bridges'] != 1 else ''}, {human_bytes(e['bytes'])}"
+               if e.get("bridges") else f"{a.id} → {b.id}")
+        parts.append(f'<path class="edge{" bridged" if e.get("bridges") else ""}" data-tip="{_e(tip)}" '
+                     f'd="M{x1:.1f},{y1:.1f} C{mid:.1f},{y1:.1f} {mid:.1f},{y2:.1f} {x2 - 2:.1f},{y2:.1f}" '
+                     'marker-end="url(#arrow)"/>')
+    for n in lay.nodes.values():
+        d = n.data
+        if n.kind == "phase":
+            status = phase_status.get(n.id, "unknown")
+            tip, sub = _phase_tip(n.id, d, status)
+            parts.append(
+                f'<g class="gnode phase status-{_e(status.replace(" ", "-"))}" id="phase-{_e(n.id)}" data-tip="{_e(tip)}">'
+                f'<rect x="{n.x:.1f}" y="{n.y:.1f}" width="{n.w}" height="{n.h}" rx="{n.h / 2:.0f}" class="box pbox"/>'
+                f'<text x="{n.x + 16:.1f}" y="{n.y + 19:.1f}" class="nid">{_e(n.id)}</text>'
+                f'<text x="{n.x + 16:.1f}" y="{n.y + 36:.1f}" class="nsub">{_e(sub)}</text></g>')
+            continue
+        status = d["status"]
+        tip, sub = _partition_tip(d)
+        mark = {"failed": " ✗", "timed out": " ✗ timed out", "cancelled": " ⊘", "not run": " ⊘"}.get(status, "")
+        parts.append(
+            f'<g class="gnode partition status-{_e(status.replace(" ", "-"))}" id="partition-{_e(n.id)}" '
+            f'data-partition="{_e(n.id)}" data-tip="{_e(tip)}" tabindex="0" role="button">'
+            f'<rect x="{n.x:.1f}" y="{n.y:.1f}" width="{n.w}" height="{n.h}" rx="7" class="box"/>'
+            f'<rect x="{n.x:.1f}" y="{n.y:.1f}" width="5" height="{n.h}" rx="2" fill="{_executor_colour(names, d["executor"])}"/>'
+            f'<text x="{n.x + 13:.1f}" y="{n.y + 19:.1f}" class="nid">{_e(n.id)}{mark}</text>'
+            f'<text x="{n.x + 13:.1f}" y="{n.y + 36:.1f}" class="nsub">{_e(sub)}</text></g>')
     parts.append("</svg>")
     return "".join(parts)
 

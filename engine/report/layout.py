@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -20,13 +21,13 @@ import networkx as nx
 
 from hetflow.engine.report.data import _phase_target, _plan_graph
 
-__all__ = ["GraphNode", "PlanLayout", "layout_plan"]
+__all__ = ["GraphNode", "PlanLayout", "layout_graph", "layout_plan"]
 
 
 @dataclass(frozen=True)
 class GraphNode:
     id: str
-    kind: str  # "stage" or "bridge"
+    kind: str  # "stage", "phase", "bridge" or "partition"
     band: int
     column: int
     x: float
@@ -60,7 +61,24 @@ def layout_plan(plan: Mapping[str, Any]) -> PlanLayout:
     >>> lay.nodes["b:x@accel"].y > lay.nodes["n:x"].y       # in the gap below host, above accel
     True
     """
-    g = _plan_graph(plan)
+    return layout_graph(_plan_graph(plan), plan)
+
+
+def layout_graph(g: nx.DiGraph, plan: Mapping[str, Any], *, wrap: bool = False) -> PlanLayout:
+    """The same layout for any graph whose nodes carry ``kind``, ``id``, ``executor`` and ``data``: the plan's
+    own (:func:`layout_plan`) or its partitions (what a big plan collapses to); every kind but ``bridge`` sits
+    in its executor's band.
+
+    With ``wrap``, a cell of many nodes (hundreds of independent partitions all in column 0) is folded into
+    side-by-side sub-columns about three times as tall as they are many, instead of one column thousands of
+    pixels tall.
+
+    >>> g = nx.DiGraph()
+    >>> g.add_nodes_from((f"p{i}", {"kind": "partition", "id": f"p{i}", "executor": "e", "data": {}}) for i in range(40))
+    >>> lay = layout_graph(g, {"executors": {"e": {}}}, wrap=True)
+    >>> len({n.x for n in lay.nodes.values()}), len({n.y for n in lay.nodes.values()})
+    (4, 11)
+    """
     # emulators first: their phases are where the data enters
     names = list(dict.fromkeys(_phase_target(p) for p in (plan.get("phases") or {}).values()))
     names += list((plan.get("executors") or {}).keys())
@@ -96,9 +114,13 @@ def layout_plan(plan: Mapping[str, Any]) -> PlanLayout:
         members.sort(key=lambda n: (barycentre(n), order[n]))
         for i, n in enumerate(members):
             row[n] = i
+    tallest = max((len(m) for m in cells.values()), default=1)
+    fold = max(10, math.ceil(math.sqrt(3 * tallest))) if wrap else max(1, tallest)
+    sub = {n: r // fold for n, r in row.items()}
+    row = {n: r % fold for n, r in row.items()}
 
     def rows_in(s: tuple[str, int]) -> int:
-        return max((len(m) for (sl, _), m in cells.items() if sl == s), default=0)
+        return max((min(len(m), fold) for (sl, _), m in cells.items() if sl == s), default=0)
 
     bands = []
     top = _PAD
@@ -120,13 +142,19 @@ def layout_plan(plan: Mapping[str, Any]) -> PlanLayout:
     for n, d in g.nodes(data=True):
         if d["kind"] != "bridge":
             col_w[column[n]] = _NODE_W
+    subs = [1] * n_cols
+    for (_, c), members in cells.items():
+        subs[c] = max(subs[c], math.ceil(len(members) / fold))
+    one_w = list(col_w)
+    col_w = [w * k + (k - 1) * _HGAP / 2 for w, k in zip(col_w, subs)]
     col_x = [_PAD * 2 + sum(col_w[:c]) + c * _HGAP for c in range(n_cols)]
     placed = {}
     for n, d in g.nodes(data=True):
         s = slot(n)
         w, h = (_BRIDGE_W, _BRIDGE_H) if d["kind"] == "bridge" else (_NODE_W, _NODE_H)
         y = slot_top[s] + row[n] * ((_NODE_H if s[0] == "band" else _BRIDGE_H) + _VGAP)
-        x = col_x[column[n]] + (col_w[column[n]] - w) / 2
+        c = column[n]
+        x = col_x[c] + sub[n] * (one_w[c] + _HGAP / 2) + (one_w[c] - w) / 2
         placed[n] = GraphNode(d["id"], d["kind"], band_of[d["executor"]], column[n], x, y, w, h, d["data"])
     width = _PAD * 3 + sum(col_w) + (n_cols - 1) * _HGAP
     return PlanLayout(width, height, tuple(bands), placed, tuple(g.edges))

@@ -2,7 +2,9 @@
 
 ``page.html`` is a :class:`string.Template` with ``$title``, ``$style``,
 ``$nav``, ``$body`` and ``$script``; ``report.css`` and ``report.js`` are
-inlined into it, so the page has no external reference.
+inlined into it, so the page has no external reference, and so are
+``partitions.css`` and ``partitions.js`` in the page of a big run (a plan
+collapsed to partitions that open on a click, a timeline in bins).
 """
 
 from __future__ import annotations
@@ -37,7 +39,11 @@ def _asset(name: str) -> str:
     return (files(__package__) / name).read_text(encoding="utf-8")
 
 
-def _page(title: str, nav: list[tuple[str, str]], body: str) -> str:
+def _page(title: str, nav: list[tuple[str, str]], body: str, *, big: bool = False) -> str:
+    """The whole page; ``big`` adds what only a collapsed plan or a binned timeline uses (``partitions.css``,
+    ``partitions.js``), so the page of a small run stays as it was."""
     links = "".join(f'<a href="#{a}">{_e(t)}</a>' for a, t in nav)
-    return string.Template(_asset("page.html")).substitute(
-        title=_e(title), style=_asset("report.css"), nav=links, body=body, script=_asset("report.js"))
+    style = _asset("report.css") + (_asset("partitions.css") if big else "")
+    script = (_asset("partitions.js") if big else "") + _asset("report.js")
+    return string.Template(_asset("page.html")).substitute(title=_e(title), style=style, nav=links, body=body,
+                                                           script=script)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from hetflow.engine.errors import UsageError
 from hetflow.engine.planner import human_bytes
-from hetflow.engine.records import RECORD_FORMAT, load_output
-from hetflow.engine.report.data import _FAILED, Bar, _bars, _phase_target, _point_values, output_stats, pack_lanes
-from hetflow.engine.report.graph import _svg_plan_builtin, _svg_plan_graphviz
+from hetflow.engine.records import RECORD_FORMAT
+from hetflow.engine.report.data import (_FAILED, Bar, _bars, _output_array, _partition_stages, _phase_target, _point_values,
+                                        output_stats, pack_lanes)
+from hetflow.engine.report.graph import _svg_plan_builtin, _svg_plan_graphviz, _svg_plan_partitions
 from hetflow.engine.report.page import _kv_table, _page, _section, _status_badge
 from hetflow.engine.report.text import (_EMULATOR_COLOUR, _KIND_COLOURS, _PALETTE, _bytes, _e, _executor_colour, _fit,
                                         _fmt_num, _fmt_seconds, _nice_step, _shape_text)
@@ -25,6 +26,19 @@ from hetflow.engine.report.text import (_EMULATOR_COLOUR, _KIND_COLOURS, _PALETT
 __all__ = ["GRAPH_MODES", "render_run", "section_attempts"]
 
 GRAPH_MODES = ("auto", "graphviz", "builtin")
+
+# Above these sizes a page drawn element by element stops being readable (and costs tens of MB and seconds of
+# Graphviz): the plan graph collapses to partitions, the timeline to time bins per lane, long tables to their
+# first rows. Every total the page states is still counted over everything in the record.
+GRAPH_NODE_LIMIT = 400
+PARTITION_NODE_LIMIT = 2000
+TIMELINE_TASK_LIMIT = 2000
+TABLE_ROW_LIMIT = 200
+TIP_NODE_LIMIT = 12
+_TIMELINE_BINS = 300
+# what the collapsed plan and the binned timeline contain, and no other section: the page then carries their script
+_BIG_PLAN = 'id="partition-stages"'
+_BIG_TIMELINE = 'class="timeline binned"'
 
 
 def render_run(run_dir: str, record: Mapping[str, Any], *, graph: str = "auto") -> str:
@@ -37,9 +51,10 @@ def render_run(run_dir: str, record: Mapping[str, Any], *, graph: str = "auto") 
     attempts = section_attempts(record)
     if attempts:
         nav.insert(0, ("attempts", "Attempts"))
-    body = (_section_header(record) + attempts + _section_plan(record, graph) + _section_timeline(record)
+    plan, timeline = _section_plan(record, graph), _section_timeline(record)
+    body = (_section_header(record) + attempts + plan + timeline
             + _section_outputs(run_dir, record) + _section_failures(record))
-    return _page(title, nav, body)
+    return _page(title, nav, body, big=_BIG_PLAN in plan or _BIG_TIMELINE in timeline)
 
 
 def _section_header(record: Mapping[str, Any]) -> str:
@@ -138,6 +153,9 @@ def _section_plan(record: Mapping[str, Any], graph: str) -> str:
     plan = record.get("plan")
     if not plan or not (plan.get("nodes") or plan.get("phases")):
         return _section("plan", "Plan", '<p class="muted">This record has no plan.</p>')
+    n_drawn = len(plan.get("nodes") or {}) + len(plan.get("phases") or {}) + len(plan.get("bridges") or [])
+    if n_drawn > GRAPH_NODE_LIMIT:
+        return _section_plan_collapsed(record, graph)
     svg = None
     note = ""
     if graph in ("auto", "graphviz"):
@@ -147,6 +165,45 @@ def _section_plan(record: Mapping[str, Any], graph: str) -> str:
                    'this is hetflow\'s own layout.</p>'
     if svg is None:
         svg = _svg_plan_builtin(record)
+    summary, table = _plan_summary(record)
+    legend = ('<p class="legend"><span class="sw sw-stage"></span>stage '
+              + ('<span class="sw sw-phase"></span>emulator phase ' if plan.get("phases") else "")
+              + '<span class="sw sw-bridge"></span>bridge '
+              '<span class="sw sw-failed"></span>failed <span class="sw sw-notrun"></span>not run</p>')
+    return _section("plan", "Plan", summary + note + legend + f'<div class="scroll graph-wrap">{svg}</div>' + table)
+
+
+def _section_plan_collapsed(record: Mapping[str, Any], graph: str) -> str:
+    """The plan section of a plan too big to draw stage by stage: a node per partition, each of which opens its
+    stages in the page, drawn by ``report.js`` from compact data (:func:`~hetflow.engine.report.data._partition_stages`)."""
+    plan = record.get("plan") or {}
+    summary, table = _plan_summary(record)
+    stages = _partition_stages(record)
+    n_parts = len(stages["partitions"])
+    drawn = n_parts + len(plan.get("phases") or {}) <= PARTITION_NODE_LIMIT
+    note = (f'<p class="note">{len(plan.get("nodes") or {}):,} stages are too many to draw one by one: '
+            + ("each partition is one node; click one, or choose it here, to open its stages."
+               if drawn else f"their {n_parts:,} partitions too; choose one here to open its stages.")
+            + (" Graphviz lays out plans of up to " f"{GRAPH_NODE_LIMIT} nodes; this is hetflow's own layout."
+               if graph == "graphviz" else "") + "</p>")
+    options = "".join(f'<option value="{_e(p)}">{_e(p)} ({len(rows)} stage{"s" if len(rows) != 1 else ""})</option>'
+                      for p, rows in stages["partitions"].items())
+    picker = (f'<p class="picker"><label>open partition <select id="partition-open"><option value="">—</option>'
+              f'{options}</select></label></p><div id="partition-view" class="scroll graph-wrap"></div>')
+    # "</" inside the data would end the script element early
+    data = json.dumps(stages, separators=(",", ":"), ensure_ascii=False).replace("</", "<\\/")
+    legend = ('<p class="legend"><span class="sw sw-stage"></span>partition (its stages inside) '
+              + ('<span class="sw sw-phase"></span>emulator phase ' if plan.get("phases") else "")
+              + '<span class="sw sw-bridge"></span>edge with bridges '
+              '<span class="sw sw-failed"></span>failed <span class="sw sw-notrun"></span>not run</p>')
+    svg = f'<div class="scroll graph-wrap">{_svg_plan_partitions(record)}</div>' if drawn else ""
+    return _section("plan", "Plan", summary + note + legend + svg + picker
+                    + f'<script type="application/json" id="partition-stages">{data}</script>' + table)
+
+
+def _plan_summary(record: Mapping[str, Any]) -> tuple[str, str]:
+    """The plan's one-line summary and its table of bridges (the largest first where there are too many)."""
+    plan = record.get("plan") or {}
     totals = plan.get("totals") or {}
     bridges = plan.get("bridges") or []
     phases = plan.get("phases") or {}
@@ -157,42 +214,56 @@ def _section_plan(record: Mapping[str, Any], graph: str) -> str:
                f'{"bridge carries" if len(bridges) == 1 else "bridges carry"} '
                f'{"at most " if totals.get("bytes_bridged_bound") else ""}'
                f'{_e(human_bytes(totals.get("bytes_bridged", sum(b.get("bytes") or 0 for b in bridges))))}.</p>')
+    cost = _bridge_costs(record)
+    shown = bridges
+    if len(bridges) > TABLE_ROW_LIMIT:
+        shown = sorted(bridges, key=lambda b: -(b.get("bytes") or 0))[:TABLE_ROW_LIMIT]
     rows = "".join(
         f'<tr><td><code>{_e(b.get("id"))}</code></td><td>{_e(b.get("tensor"))}</td><td>{_e(b.get("source"))} → '
         f'{_e(b.get("destination"))}</td><td class="num">{_e(_bytes(b))}</td>'
-        f'<td>{_e(", ".join(b.get("consumers") or []))}</td><td class="num">{_e(_bridge_cost(record, b.get("id")))}</td></tr>'
-        for b in bridges)
+        f'<td>{_e(_names(b.get("consumers") or [], len(bridges) > TABLE_ROW_LIMIT))}</td>'
+        f'<td class="num">{_e(_fmt_seconds(cost[b.get("id")]) if b.get("id") in cost else "—")}</td></tr>'
+        for b in shown)
     table = ('<table class="grid"><thead><tr><th>bridge</th><th>tensor</th><th>from → to</th><th>bytes</th>'
              f'<th>consumers</th><th>export + import</th></tr></thead><tbody>{rows}</tbody></table>') if bridges else ""
-    legend = ('<p class="legend"><span class="sw sw-stage"></span>stage '
-              + ('<span class="sw sw-phase"></span>emulator phase ' if plan.get("phases") else "")
-              + '<span class="sw sw-bridge"></span>bridge '
-              '<span class="sw sw-failed"></span>failed <span class="sw sw-notrun"></span>not run</p>')
-    return _section("plan", "Plan", summary + note + legend + f'<div class="scroll graph-wrap">{svg}</div>' + table)
+    if len(shown) < len(bridges):
+        table = (f'<details><summary>the {len(shown)} largest of {len(bridges):,} bridges (every bridge is in the '
+                 f"run's record.json)</summary>{table}</details>")
+    return summary, table
 
 
-def _bridge_cost(record: Mapping[str, Any], bridge_id: str) -> str:
-    times = [t.get("duration_s") or 0.0 for t in record.get("tasks") or []
-             if t.get("id") == bridge_id and t.get("kind") in ("export", "import")]
-    return _fmt_seconds(sum(times)) if times else "—"
+def _bridge_costs(record: Mapping[str, Any]) -> dict[str, float]:
+    """Each bridge's export and import time together, in one pass over the tasks."""
+    cost: dict[str, float] = {}
+    for t in record.get("tasks") or []:
+        if t.get("kind") in ("export", "import"):
+            cost[t.get("id")] = cost.get(t.get("id"), 0.0) + (t.get("duration_s") or 0.0)
+    return cost
+
+
+def _names(names: list, cap: bool) -> str:
+    """A list of stage names, its first ones only where ``cap`` is set and there are many.
+
+    >>> _names(["a", "b"], True), _names([f"s{i}" for i in range(20)], True)
+    ('a, b', 's0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11 … (20 in all)')
+    """
+    if cap and len(names) > TIP_NODE_LIMIT:
+        return ", ".join(map(str, names[:TIP_NODE_LIMIT])) + f" … ({len(names)} in all)"
+    return ", ".join(map(str, names))
 
 
 def _section_timeline(record: Mapping[str, Any]) -> str:
     bars = _bars(record)
     if not bars:
         return _section("timeline", "Timeline", '<p class="muted">This record has no task timings.</p>')
+    if len(bars) > TIMELINE_TASK_LIMIT:
+        return _section_timeline_binned(record, bars)
+    # a big plan's partitions list hundreds of stages each: its tips and table name the first few
+    compact = len((record.get("plan") or {}).get("nodes") or {}) > GRAPH_NODE_LIMIT
     names = list(((record.get("plan") or {}).get("executors") or {}).keys())
     lanes = pack_lanes(bars)
-    lane_order = sorted(lanes, key=lambda lane: (lane.split(" · ")[-1] not in names,
-                                                 names.index(lane.split(" · ")[-1]) if lane.split(" · ")[-1] in names else 0,
-                                                 lane))
-    last = max([b.end for b in bars] + [record.get("duration_s") or 0.0])
-    first = min(b.start for b in bars)
-    # start-up (record, executors, lowering) can dwarf the tasks; the axis then starts at the first task
-    origin = first if first > 0.05 * last else 0.0
-    span = (last - origin) or 1e-3
-    step = _nice_step(span)
-    unit, scale = ("ms", 1e3) if span < 2 else ("s", 1.0)
+    lane_order = _lane_order(lanes, names)
+    origin, span = _time_axis(record, bars)
     label_w, plot_w, row_h, bar_h, axis_h = 190, 900, 24, 18, 28
     width = label_w + plot_w + 20
     heights = [len(lanes[lane]) * row_h + 12 for lane in lane_order]
@@ -203,13 +274,7 @@ def _section_timeline(record: Mapping[str, Any]) -> str:
 
     parts = [f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
              f'{_fit(width)} role="img" aria-label="timeline">']
-    tick = 0.0
-    while tick <= span * 1.0001:
-        x = x_of(origin + tick)
-        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{axis_h - 6}" y2="{height - 6}" class="tick"/>'
-                     f'<text x="{x:.1f}" y="{axis_h - 10}" class="ticklabel" text-anchor="middle">'
-                     f'{tick * scale:.{max(0, -math.floor(math.log10(step * scale)) if step * scale < 1 else 0)}f} {unit}</text>')
-        tick += step
+    parts += _ticks(x_of, origin, span, axis_h, height)
     y = axis_h
     centre: dict[tuple[str, str], tuple[float, float, float]] = {}
     for lane, h in zip(lane_order, heights):
@@ -228,7 +293,7 @@ def _section_timeline(record: Mapping[str, Any]) -> str:
                 details = [f"{bar.kind} {bar.id}", f"lane {lane}", f"status {bar.status}",
                            f"start +{_fmt_seconds(bar.start)}", f"duration {_fmt_seconds(bar.duration)}"]
                 if t.get("nodes"):
-                    details.append("nodes " + ", ".join(map(str, t["nodes"])))
+                    details.append("nodes " + _names(t["nodes"], compact))
                 if t.get("bytes") is not None:
                     details.append(f"bytes {human_bytes(t['bytes'])} ({t['bytes']} B)")
                 if t.get("thread"):
@@ -274,7 +339,7 @@ def _section_timeline(record: Mapping[str, Any]) -> str:
             + f'.</p><p class="muted">{_e(axis)}</p>')
     return _section("timeline", "Timeline", lede + f'<p class="legend">{legend} <span class="sw sw-failed"></span>failed '
                     f'— partitions take their executor\'s colour; the dashed line is a bridge hop</p>'
-                    f'<div class="scroll">{"".join(parts)}</div>' + _task_table(bars))
+                    f'<div class="scroll">{"".join(parts)}</div>' + _task_table(bars, compact))
 
 
 def _bar_colour(bar: Bar, names: list[str]) -> str:
@@ -283,14 +348,127 @@ def _bar_colour(bar: Bar, names: list[str]) -> str:
     return _KIND_COLOURS.get(bar.kind) or _EMULATOR_COLOUR
 
 
-def _task_table(bars: list[Bar]) -> str:
+def _lane_order(lanes: Iterable[str], names: list[str]) -> list[str]:
+    """Lanes in the plan's executor order (a worker's lanes by their executor), then the others by name."""
+    def key(lane: str) -> tuple:
+        executor = lane.split(" · ")[-1]
+        return (executor not in names, names.index(executor) if executor in names else 0, lane)
+    return sorted(lanes, key=key)
+
+
+def _time_axis(record: Mapping[str, Any], bars: list[Bar]) -> tuple[float, float]:
+    """The timeline axis's origin and span in seconds from the run's start."""
+    last = max([b.end for b in bars] + [record.get("duration_s") or 0.0])
+    first = min(b.start for b in bars)
+    # start-up (record, executors, lowering) can dwarf the tasks; the axis then starts at the first task
+    origin = first if first > 0.05 * last else 0.0
+    return origin, (last - origin) or 1e-3
+
+
+def _ticks(x_of: Callable[[float], float], origin: float, span: float, axis_h: int, height: int) -> list[str]:
+    step = _nice_step(span)
+    unit, scale = ("ms", 1e3) if span < 2 else ("s", 1.0)
+    parts = []
+    tick = 0.0
+    while tick <= span * 1.0001:
+        x = x_of(origin + tick)
+        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{axis_h - 6}" y2="{height - 6}" class="tick"/>'
+                     f'<text x="{x:.1f}" y="{axis_h - 10}" class="ticklabel" text-anchor="middle">'
+                     f'{tick * scale:.{max(0, -math.floor(math.log10(step * scale)) if step * scale < 1 else 0)}f} {unit}</text>')
+        tick += step
+    return parts
+
+
+def _section_timeline_binned(record: Mapping[str, Any], bars: list[Bar]) -> str:
+    """The timeline of a run with too many tasks to draw one by one: a lane per executor (or worker), cut into
+    equal time bins, each drawn as tall as the tasks running in it on average and labelled with their counts.
+    Failed tasks are still drawn one by one above their bin; the lede's counts and busy times are exact."""
+    names = list(((record.get("plan") or {}).get("executors") or {}).keys())
+    by_lane: dict[str, list[Bar]] = {}
+    for b in bars:
+        by_lane.setdefault(b.lane, []).append(b)
+    lane_order = _lane_order(by_lane, names)
+    origin, span = _time_axis(record, bars)
+    label_w, plot_w, lane_h, axis_h = 190, 900, 56, 28
+    width, n_bins = label_w + plot_w + 20, _TIMELINE_BINS
+    bin_s = span / n_bins
+    height = axis_h + lane_h * len(lane_order) + 10
+    parts = [f'<svg class="timeline binned" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+             f'{_fit(width)} role="img" aria-label="timeline, tasks counted in time bins">']
+    parts += _ticks(lambda t: label_w + plot_w * (t - origin) / span, origin, span, axis_h, height)
+    busy_total: dict[str, float] = {}
+    for i, lane in enumerate(lane_order):
+        y = axis_h + i * lane_h
+        colour = _executor_colour(names, lane.split(" · ")[-1])
+        busy = [0.0] * n_bins
+        started = [0] * n_bins
+        kinds: list[dict[str, int]] = [{} for _ in range(n_bins)]
+        failed: list[Bar] = []
+        for b in by_lane[lane]:
+            lo = min(n_bins - 1, max(0, int((b.start - origin) / bin_s)))
+            started[lo] += 1
+            kinds[lo][b.kind] = kinds[lo].get(b.kind, 0) + 1
+            # a task's time goes to every bin it overlaps, so the bins' busy time adds up to the lane's
+            t0, t1 = max(b.start, origin), b.end
+            k = lo
+            while t0 < t1 and k < n_bins:
+                edge = origin + (k + 1) * bin_s
+                busy[k] += min(t1, edge) - t0
+                t0, k = edge, k + 1
+            if b.status in _FAILED:
+                failed.append(b)
+        busy_total[lane] = sum(b.duration for b in by_lane[lane])
+        peak = max(busy) / bin_s if max(busy) > 0 else 1.0
+        parts.append(f'<g class="lane" data-lane="{_e(lane)}"><rect x="0" y="{y}" width="{width}" height="{lane_h}" '
+                     f'class="lane-bg"/><rect x="0" y="{y}" width="4" height="{lane_h}" fill="{colour}"/>'
+                     f'<text x="12" y="{y + 17}" class="lane-label">{_e(lane)}</text>'
+                     f'<text x="12" y="{y + 31}" class="lane-sub">{len(by_lane[lane]):,} tasks</text>'
+                     f'<text x="12" y="{y + 45}" class="lane-sub">at most {peak:.1f} at once</text></g>')
+        bar_w = plot_w / n_bins
+        for k in range(n_bins):
+            if not started[k] and busy[k] <= 0:
+                continue
+            load = busy[k] / bin_s
+            h = max(1.5, (lane_h - 10) * load / max(peak, 1e-12))
+            t_lo = origin + k * bin_s
+            tip = (f"{lane}\n+{_fmt_seconds(t_lo)} to +{_fmt_seconds(t_lo + bin_s)}\n{started[k]} tasks started"
+                   + (" (" + ", ".join(f"{kk} {n}" for kk, n in sorted(kinds[k].items())) + ")" if kinds[k] else "")
+                   + f"\nbusy {_fmt_seconds(busy[k])}, {load:.2f} tasks at once on average")
+            parts.append(f'<rect class="bin" x="{label_w + k * bar_w:.2f}" y="{y + lane_h - 5 - h:.2f}" '
+                         f'width="{bar_w:.2f}" height="{h:.2f}" fill="{colour}" data-tip="{_e(tip)}"/>')
+        for b in failed[:TABLE_ROW_LIMIT]:
+            x0 = label_w + plot_w * (b.start - origin) / span
+            tip = f"{b.kind} {b.id}\nlane {lane}\nstatus {b.status}\nstart +{_fmt_seconds(b.start)}\n" \
+                  f"duration {_fmt_seconds(b.duration)}" + (f"\nerror {b.task['error']}" if b.task.get("error") else "")
+            parts.append(f'<g class="bar status-{_e(b.status.replace(" ", "-"))}" data-kind="{_e(b.kind)}" '
+                         f'data-id="{_e(b.id)}" data-tip="{_e(tip)}"><rect x="{x0:.2f}" y="{y + 4}" '
+                         f'width="{max(2.5, plot_w * b.duration / span):.2f}" height="8" rx="2"/></g>')
+    parts.append("</svg>")
+    axis = (f"The axis starts at the first task, {_fmt_seconds(origin)} after the run started (run record, "
+            "executors, lowering)." if origin else "The axis starts when the run started.")
+    lede = (f'<p class="lede">{len(bars):,} tasks on {len(lane_order)} lanes over {_fmt_seconds(span)}: '
+            + "; ".join(f"{_e(lane)} busy {_fmt_seconds(busy_total[lane])}" for lane in lane_order)
+            + f'.</p><p class="muted">Too many tasks to draw one by one: each lane is cut into {n_bins} bins of '
+            f'{_e(_fmt_seconds(bin_s))}, as tall as the tasks running in them on average (hover one for its counts); '
+            f'failed tasks are drawn one by one. {_e(axis)}</p>')
+    return _section("timeline", "Timeline", lede + f'<div class="scroll">{"".join(parts)}</div>' + _task_table(bars, True))
+
+
+def _task_table(bars: list[Bar], compact: bool = False) -> str:
+    total = len(bars)
+    if len(bars) > TABLE_ROW_LIMIT:
+        # failures first, then the longest tasks: what a reader of a big run looks for
+        bars = sorted(bars, key=lambda b: (b.status not in _FAILED, -b.duration))[:TABLE_ROW_LIMIT]
     rows = "".join(
         f'<tr class="task status-{_e(b.status.replace(" ", "-"))}"><td>{_e(b.kind)}</td><td><code>{_e(b.id)}</code></td>'
         f'<td>{_e(b.lane)}</td><td class="num">+{_e(_fmt_seconds(b.start))}</td><td class="num">{_e(_fmt_seconds(b.duration))}</td>'
         f'<td class="num">{_e(human_bytes(b.task["bytes"]) if b.task.get("bytes") is not None else "")}</td>'
-        f'<td>{_e(", ".join(map(str, b.task.get("nodes") or [])))}</td><td>{_status_badge(b.status)}</td></tr>'
+        f'<td>{_e(_names(b.task.get("nodes") or [], compact))}</td><td>{_status_badge(b.status)}</td></tr>'
         for b in sorted(bars, key=lambda b: b.start))
-    return ('<details><summary>every task, in start order</summary><table class="grid"><thead><tr><th>kind</th><th>id</th>'
+    summary = ("every task, in start order" if len(bars) == total else
+               f"the failed and the longest {len(bars)} of {total:,} tasks, in start order (every task is in the "
+               "run's record.json)")
+    return (f'<details><summary>{summary}</summary><table class="grid"><thead><tr><th>kind</th><th>id</th>'
             '<th>lane</th><th>start</th><th>duration</th><th>bytes</th><th>nodes</th><th>status</th></tr></thead>'
             f'<tbody>{rows}</tbody></table></details>')
 
@@ -316,7 +494,7 @@ def _section_outputs(run_dir: str, record: Mapping[str, Any]) -> str:
                         f'<td colspan="4"><code>{_e(shown)}</code></td></tr>')
             continue
         try:
-            array = load_output(run_dir, name)
+            array = _output_array(run_dir, o)
             stats = output_stats(array)
             problem = ""
         except Exception as e:  # noqa: BLE001 - a missing or damaged .npy is shown, not fatal to the report
