@@ -111,9 +111,8 @@ def expand(xp, x):
 '''
 
 
-def test_a_plugin_op_without_a_shape_rule_is_reported_at_its_own_stage(tmp_path):
-    (tmp_path / "ops.py").write_text(PLUGIN)
-    name = write(tmp_path, """\
+#: the plugin op feeds an add whose other input is [16, 64]: what the op gives must broadcast with it
+PLUGGED = """\
 version: 1
 name: plug
 plugins: [ops.py]
@@ -124,7 +123,12 @@ stages:
   b: {op: ones, args: {shape: [16, 64]}}
   z: {op: add, inputs: [p, b]}
 outputs: {z: z}
-""")
+"""
+
+
+def test_a_plugin_op_without_a_shape_rule_is_reported_at_its_own_stage(tmp_path):
+    (tmp_path / "ops.py").write_text(PLUGIN)
+    name = write(tmp_path, PLUGGED)
     refused_alike(tmp_path, name, (
         "m.yaml:7:11: error: op 't.expand' has no shape rule; the default rule (its first input's shape) gave [16] "
         "for stage 'p', and stage 'z' (m.yaml:9:24) cannot take it: shapes [16] and [16, 64] do not broadcast; "
@@ -133,18 +137,7 @@ outputs: {z: z}
 
 def test_a_plugin_op_whose_shape_rule_is_wrong_names_the_rule_and_what_it_gave(tmp_path):
     (tmp_path / "ops.py").write_text(PLUGIN.replace('@op("t.expand")', '@op("t.expand", shape=lambda x: (x[0], 32))'))
-    name = write(tmp_path, """\
-version: 1
-name: plug
-plugins: [ops.py]
-executors: {host: {vendor: cpu}}
-stages:
-  x: {op: ones, args: {shape: [16]}}
-  p: {op: t.expand, inputs: [x]}
-  b: {op: ones, args: {shape: [16, 64]}}
-  z: {op: add, inputs: [p, b]}
-outputs: {z: z}
-""")
+    name = write(tmp_path, PLUGGED)
     refused_alike(tmp_path, name, (
         "m.yaml:9:24: error: stage 'z': shapes [16, 32] and [16, 64] do not broadcast (input 'p' is [16, 32], from "
         f"the shape rule of op 't.expand' at {tmp_path / 'ops.py'}:4)\n"))
