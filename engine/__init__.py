@@ -13,7 +13,7 @@ resolve       :func:`hetflow.engine.resolve.resolve`              ``Document``, 
                                                                   (resolved tree, problems)
 validate      :func:`hetflow.engine.manifest.validate`            resolved tree, ``Document``, problems
                                                                   -> ``Manifest``
-graph         :func:`hetflow.engine.planner.graph`                ``Manifest`` -> ``networkx.DiGraph``
+graph         :func:`hetflow.engine.planner.graph`                ``Manifest`` -> ``adjacency.Graph``
 place         :func:`hetflow.engine.planner.place`                graph, executors -> placed graph
 partition     :func:`hetflow.engine.planner.partition`            placed graph -> partitioned graph
 bridge        :func:`hetflow.engine.planner.bridge`               partitioned graph -> ``[Bridge]``

@@ -222,10 +222,10 @@ def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | 
 
 def _cache_status(manifest: Manifest, made: planner.Plan, point: str | None, runs_dir: str,
                   cache_dir: str | os.PathLike | None) -> dict:
-    from hetflow.engine.cache import Cache, explain, partition_keys
+    from hetflow.engine.cache import Cache, explain, partition_keys, uncached_stages
     from hetflow.engine.runs import latest_record
 
-    keys = partition_keys(made, frozenset([s.id for s in manifest.stages.values() if not s.cache]))
+    keys = partition_keys(made, uncached_stages(manifest))
     cache = Cache(os.fspath(cache_dir) if cache_dir else os.path.join(runs_dir, ".cache"))
     forecast = explain(keys, cache, latest_record(runs_dir, manifest.name, point, keys=("cache",)))
     from hetflow.engine.inputs import unbound_partitions

@@ -18,8 +18,10 @@ A partition whose key matches a complete entry is not executed: its
 outputs are imported from the stored portable activations. A partition is
 *uncacheable* (always runs, never stored) when one of its stages says
 ``cache: false``, runs a nondeterministic op (a random op with ``seed:
-null``), reads a file that does not exist, or reads from an uncacheable
-partition; :attr:`PartitionKey.reason` says which.
+null``), reads a file that does not exist, reads an emulator phase's
+array (a witness table, made anew by each run's guest) or reads from an
+uncacheable partition; :attr:`PartitionKey.reason` says which, and the
+plan's forecast gives the same reason (:func:`uncached_stages`).
 
 An entry is a folder ``ROOT/KEY[:2]/KEY/`` holding ``entry.json`` (key,
 definition, and for every output its shape, dtype, byte count and sha256)
@@ -237,14 +239,33 @@ class _NodeDigests(Mapping):
         return (dict, (self._computed(),))
 
 
-def partition_keys(plan: Plan, no_cache_stages: frozenset[str] = frozenset(), version: str | None = None) -> dict[str, PartitionKey]:
-    """The cache key of every partition, in execution order."""
+def uncached_stages(manifest: Any) -> dict[str, str]:
+    """The stages no partition holding them may cache, each with why: the run and the plan's forecast both
+    take their keys from this."""
+    phases = getattr(manifest, "phases", {})
+    out: dict[str, str] = {}
+    for s in manifest.stages.values():
+        if not s.cache:
+            out[s.id] = f"stage {s.id!r} has cache: false"
+        elif phases:
+            read = next((ref for ref in s.inputs if ref in phases), None)
+            if read is not None:
+                out[s.id] = (f"stage {s.id!r} reads {read!r}, an emulator phase's array, which the guest's run "
+                             "makes anew each run")
+    return out
+
+
+def partition_keys(plan: Plan, no_cache_stages: Mapping[str, str] | frozenset[str] = frozenset(),
+                   version: str | None = None) -> dict[str, PartitionKey]:
+    """The cache key of every partition, in execution order; ``no_cache_stages`` (:func:`uncached_stages`,
+    or bare ids, which read as ``cache: false``) leave the partitions holding them without one."""
     version = version or hetflow_version()
     stages = plan.nodes
     keys: dict[str, PartitionKey] = {}
     kinds: dict[str, tuple] = {}
+    said = no_cache_stages if isinstance(no_cache_stages, Mapping) else {}
     for part in _dependency_order(plan.partitions, stages):
-        why: list[str] = ([f"stage {n!r} has cache: false" for n in part.nodes if n in no_cache_stages]
+        why: list[str] = ([said.get(n) or f"stage {n!r} has cache: false" for n in part.nodes if n in no_cache_stages]
                           if no_cache_stages else [])
         definition, plain, code = _definition(plan, part, why, kinds)
         inputs: dict[str, str | None] = {}

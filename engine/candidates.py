@@ -18,13 +18,14 @@ evaluation its search (step 3) calls:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from hetflow.engine.costs import human_bytes
 from hetflow.engine.errors import Diagnostic, ManifestError
 from hetflow.executors import ops as oplib
+
+if TYPE_CHECKING:
+    from hetflow.engine.adjacency import Graph
 
 __all__ = [
     "Unit",
@@ -79,7 +80,7 @@ class Unit:
 class Problem:
     """Everything the optimiser needs, precomputed once: costs are plain floats in dicts."""
 
-    graph: nx.DiGraph
+    graph: Graph
     order: list[str]                                  # a topological order of the stages
     units: list[Unit]
     unit_of: dict[str, int]
@@ -153,7 +154,7 @@ def import_s(model: Any, nbytes: int | None, vendor: Any) -> float:
     return model.transfer_s(nbytes, Vendor.cpu, vendor)
 
 
-def node_data(graph: nx.DiGraph) -> Mapping[str, dict]:
+def node_data(graph: Graph) -> Mapping[str, dict]:
     """Each node's attribute dict (the graph's own, not a copy), as a plain mapping; read it, never change it.
 
     A networkx node view checks its key's type on every lookup; the passes
@@ -162,7 +163,7 @@ def node_data(graph: nx.DiGraph) -> Mapping[str, dict]:
     read), so no pass pays for a copy of it.
     """
     table = getattr(graph, "_node", None)
-    return table if type(table) is dict else dict(graph.nodes(data=True))
+    return table if type(table) is dict else dict(graph.nodes.items())
 
 
 def roots(nodes: Iterable[str], pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
@@ -198,8 +199,8 @@ def roots(nodes: Iterable[str], pairs: Iterable[tuple[str, str]]) -> dict[str, s
     return found
 
 
-def _colocation_roots(graph: nx.DiGraph) -> dict[str, str]:
-    return roots(graph, ((n, d["stage"].colocate_with) for n, d in graph.nodes(data=True)
+def _colocation_roots(graph: Graph) -> dict[str, str]:
+    return roots(graph, ((n, d["stage"].colocate_with) for n, d in graph.nodes.items()
                          if "stage" in d and d["stage"].colocate_with is not None and d["stage"].colocate_with in graph
                          and d["stage"].colocate_with != n))
 
@@ -208,7 +209,7 @@ def _vendor_list(vs: Sequence[Any]) -> str:
     return "[" + ", ".join(v.value for v in vs) + "]"
 
 
-def candidates(graph: nx.DiGraph, order: Sequence[str], executors: Mapping[str, Any],
+def candidates(graph: Graph, order: Sequence[str], executors: Mapping[str, Any],
                offers: Mapping[str, Any]) -> tuple[list[Unit], dict[str, int]]:
     """Units in first-member order and each stage's unit; raises :class:`ManifestError`."""
     names = list(executors)
@@ -740,7 +741,7 @@ def machines(executors: Mapping[str, Any]) -> list[dict[str, Any]]:
     return list(found.values())
 
 
-def check_vendors(graph: nx.DiGraph | None, executors: Mapping[str, Any],
+def check_vendors(graph: Graph | None, executors: Mapping[str, Any],
                   order: Sequence[str]) -> tuple[list[Diagnostic], list[Diagnostic]]:
     """Every stage against every vendor its executors may resolve to: (errors, warnings).
 

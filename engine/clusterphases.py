@@ -1,10 +1,11 @@
 """Emulator phases on a cluster, and the witness arrays they scatter.
 
 A run with emulator phases runs them in the same two rounds as
-in-process (:mod:`hetflow.engine.phases`), but each ``witness`` chunk is
-a task of its own on whichever worker Dask picks; the chunk's min trace
-travels inside its task, so Dask recomputes a chunk lost with its worker
-from that lineage. The gathered witness array is then scattered once, to
+in-process (:mod:`hetflow.engine.phases`), but the ``witness`` chunks run
+in batches of consecutive chunks (:func:`batch_size`: about four a worker
+thread), each a task on whichever worker Dask picks; the batch's min traces
+travel inside its task and the ELF is broadcast once, so Dask recomputes a
+batch lost with its worker from that lineage. The gathered witness array is then scattered once, to
 the worker of the executor that imports it; the client keeps its copy,
 and a recovery scatters it again when the only worker holding it died.
 """
@@ -15,10 +16,10 @@ from typing import Any
 
 from hetflow.engine.events import EventStream, run_event
 from hetflow.engine.planner import Plan
-from hetflow.engine.workerside import _witness_on_worker
+from hetflow.engine.workerside import _witness_batch_on_worker
 from hetflow.executors.base import PortableActivation
 
-__all__ = ["run_phases", "scatter"]
+__all__ = ["run_phases", "scatter", "batch_size"]
 
 
 def run_phases(client: Any, runner: Any, run_id: str, plan: Plan, stream: EventStream, futures: dict[str, Any],
@@ -47,10 +48,13 @@ def run_phases(client: Any, runner: Any, run_id: str, plan: Plan, stream: EventS
         program, data = runner._program(p.emulator)
         traces = runner.results[p.inputs[0]].min_traces
         backend = runner.emulators[p.emulator].backend
-        chunks = [client.submit(_witness_on_worker, run_id, pid, i, f"emulator:{p.emulator}", program, trace,
-                                len(data), backend, key=f"witness:{pid}:{i}@{run_id}", pure=False, retries=3)
-                  for i, trace in enumerate(traces)]
-        tables = client.gather(chunks)
+        per = batch_size(len(traces), sum(client.nthreads().values()))
+        shared = client.scatter(program, broadcast=True, hash=False)  # the ELF once a worker, not once a task
+        batches = [client.submit(_witness_batch_on_worker, run_id, pid, i, f"emulator:{p.emulator}", shared,
+                                 traces[i:i + per], len(data), backend, key=f"witness:{pid}:{i}@{run_id}",
+                                 pure=False, retries=3)
+                   for i in range(0, len(traces), per)]
+        tables = client.gather(batches)
         portable = runner._witness_gather(pid, tables)
         key = f"phase:{pid}"
         values[key] = portable
@@ -58,6 +62,16 @@ def run_phases(client: Any, runner: Any, run_id: str, plan: Plan, stream: EventS
     rest = {k: v for k, v in second.items() if not k.startswith("witness:") and runner.phases[k[6:]].phase != "witness"}
     if rest:
         dask.threaded.get(rest, list(rest))
+
+
+def batch_size(chunks: int, threads: int) -> int:
+    """Witness chunks a task: about four tasks a worker thread, so a slow worker's batch is a quarter of its
+    share, while Dask's few milliseconds a task are paid a few times per thread rather than once a chunk.
+
+    >>> batch_size(4096, 2), batch_size(10, 2), batch_size(3, 8)
+    (512, 2, 1)
+    """
+    return max(1, -(-chunks // (4 * max(threads, 1))))
 
 
 def scatter(client: Any, plan: Plan, run_id: str, stream: EventStream, key: str, portable: PortableActivation,

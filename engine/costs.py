@@ -26,7 +26,14 @@ imports on the destination: two tasks and a link::
 from the :class:`Link` for the vendor pair in :data:`LINKS` (host memcpy
 between two CPU executors, PCIe between host and device, a device copy
 between two devices of one vendor). ``latency_s`` includes the Dask
-overhead of the bridge's two tasks, so a bridge is never free.
+overhead of the bridge's two tasks, so a bridge is never free. A vendor
+is not where memory is, though: a Vulkan device of type ``cpu`` (lavapipe,
+Mesa's software device) keeps its buffers in host memory, so
+:func:`device_link` prices a bridge by each end's *device type* (the
+``device_type`` of the executor's :class:`BoundDevice`, as the inventory
+reports it): an end of type ``cpu`` is host memory, and a bridge between
+two host-memory ends is :data:`HOST_MEMORY_LINK`, host memcpy, whatever
+the vendors.
 
 Emulator phases: a phase runs on its emulator, never on an executor, so
 it is priced but never moved. Its estimate is its steps at the measured
@@ -63,6 +70,10 @@ Examples
 True
 >>> round(model.transfer_s(10**9, Vendor.cpu, Vendor.cuda), 3)
 0.167
+>>> device_link(Vendor.cpu, Vendor.vulkan, None, "cpu").description
+'host memory of a CPU-type device, memcpy (export copy + import copy)'
+>>> device_link(Vendor.cpu, Vendor.vulkan, None, "discrete-gpu").description
+'PCIe, pageable host staging'
 """
 
 from __future__ import annotations
@@ -91,6 +102,10 @@ __all__ = [
     "EMULATOR_IMPORT",
     "PHASE_RATES",
     "IMPORT_LINKS",
+    "HOST_MEMORY_TYPES",
+    "HOST_MEMORY_LINK",
+    "device_link",
+    "device_import_link",
 ]
 
 Shape = tuple[int, ...]
@@ -230,6 +245,52 @@ IMPORT_LINKS: dict[Vendor, Link] = {
 }
 """How an emulator phase's array reaches an executor of each vendor: the import task alone."""
 
+HOST_MEMORY_TYPES = frozenset({"cpu"})
+"""Device types whose memory is host memory: Vulkan's ``CPU`` adapter type (lavapipe), as
+:class:`hetflow.executors.vulkan_device.AdapterDevice` names it."""
+
+HOST_MEMORY_LINK = Link(HOST_STAGING, 5e9, _TASKS_S + 1e-5,
+                        "host memory of a CPU-type device, memcpy (export copy + import copy)")
+"""A bridge between host memory and a CPU-type device (or two of them): the export's and the import's
+copies, each a memcpy (a staging buffer mapped in host memory, then a copy on the device, which is the
+host's CPU), at the host memcpy rate of two CPU executors; the extra 10 us is the device's submit."""
+
+
+def _is_host(vendor: Vendor, device_type: str | None) -> bool:
+    return vendor is Vendor.cpu or device_type in HOST_MEMORY_TYPES
+
+
+def device_link(src: Vendor, dst: Vendor, src_type: str | None = None, dst_type: str | None = None,
+                links: Mapping[tuple[Vendor, Vendor], Link] | None = None) -> Link:
+    """The link of a bridge from a ``src_type`` device of vendor ``src`` to a ``dst_type`` one of ``dst``.
+
+    Types are the inventory's (``cpu``, ``discrete-gpu``, ``integrated-gpu``,
+    ``virtual-gpu``, ``unknown``; ``None`` when not known). Both ends in host
+    memory: :data:`HOST_MEMORY_LINK` when a device is one of them (two CPU
+    executors keep their own link); one end a CPU-type device, the other a
+    device across PCIe: the host's link to that device; else ``links``'
+    (default :data:`LINKS`) link for the vendor pair.
+
+    >>> device_link(Vendor.vulkan, Vendor.cpu, "cpu", None).bytes_per_s == LINKS[Vendor.cpu, Vendor.cpu].bytes_per_s
+    True
+    >>> device_link(Vendor.vulkan, Vendor.cuda, "cpu", "discrete-gpu") == LINKS[Vendor.cpu, Vendor.cuda]
+    True
+    >>> device_link(Vendor.vulkan, Vendor.vulkan, "discrete-gpu", "discrete-gpu").kind
+    'same-vendor device copy'
+    """
+    links = LINKS if links is None else links
+    host_src, host_dst = _is_host(src, src_type), _is_host(dst, dst_type)
+    if host_src and host_dst:
+        return links[src, dst] if src is Vendor.cpu and dst is Vendor.cpu else HOST_MEMORY_LINK
+    return links[Vendor.cpu if host_src else src, Vendor.cpu if host_dst else dst]
+
+
+def device_import_link(dst: Vendor, dst_type: str | None = None) -> Link:
+    """How an emulator phase's host array reaches a ``dst_type`` device of vendor ``dst``: one host copy into
+    a CPU executor or a CPU-type device (:data:`IMPORT_LINKS`' cpu link), else ``dst``'s link."""
+    return IMPORT_LINKS[Vendor.cpu if _is_host(dst, dst_type) else dst]
+
+
 PHASE_RATES: dict[tuple[str, str], float | None] = {
     # bench_emulator, "emulate sort.elf with min traces": fast whole run 225.0 M steps/s, reference 0.308 M steps/s
     ("execute", "fast"): 2.25e8,
@@ -256,6 +317,21 @@ PHASE_RATES: dict[tuple[str, str], float | None] = {
     ("plan", "reference"): None,
 }
 """Steps per second of each (phase, backend); ``None``: the phase's time does not grow with the steps."""
+
+# The numba-compiled interpreter loads from numba's disk cache once per process, in the first phase that runs
+# it: 0.57 s for a first fast ``execute`` of a 1.6 M-step SHA-256 guest against 0.01 s for the second, and
+# 0.61 s for a first witness chunk after a native ``execute`` against 0.002 s (2-core VM, 2026-12-05).
+INTERPRETER_LOAD_S = 0.55
+_ON_INTERPRETER = {("execute", "fast"), ("mem-plans", "fast"), ("rom-histogram", "fast"), ("witness", "fast"),
+                   ("witness", "native"), ("mem-plans", "native"), ("rom-histogram", "native")}
+
+
+def interpreter_loaded() -> bool:
+    """Whether this process has the compiled interpreter loaded already (a plan then prices no load)."""
+    import sys
+
+    kernel = sys.modules.get("hetflow.executors.emulator.fast_kernel")
+    return bool(getattr(getattr(kernel, "_run", None), "signatures", None))
 
 
 def human_bytes(n: int | None) -> str:
@@ -285,11 +361,30 @@ class CostModel:
         rules: Mapping[str, Callable[..., Work]] | None = None,
         profiles: Mapping[Vendor, DeviceProfile] | None = None,
         links: Mapping[tuple[Vendor, Vendor], Link] | None = None,
+        device_types: Mapping[Vendor, str | None] | None = None,
     ) -> None:
         self.rules = dict(OP_RULES if rules is None else rules)
         self.profiles = dict(PROFILES if profiles is None else profiles)
         self.links = dict(LINKS if links is None else links)
         self._default = default_rule()
+        self._device_types: dict[Vendor, str | None] = {Vendor.cpu: "cpu"}
+        self._given_types = device_types is not None
+        if device_types is not None:
+            self._device_types.update(device_types)
+
+    def device_type(self, vendor: Vendor) -> str | None:
+        """The type of ``vendor``'s device: as given to the model, else its first device's in the inventory
+        (adapters list GPUs first); ``None`` when not known. Asked only of vendors the plan's executors run,
+        whose offers the planner has already probed."""
+        if vendor not in self._device_types:
+            found = None
+            if not self._given_types:
+                from hetflow.executors import probe
+
+                offer = probe(vendor)
+                found = getattr(offer.devices[0], "device_type", None) if offer.available and offer.devices else None
+            self._device_types[vendor] = found
+        return self._device_types[vendor]
 
     def work(self, op: str, inputs: Sequence[Shape | None], output: Shape | None, dtype: Dtype,
              args: Mapping[str, Any] | None = None) -> Work:
@@ -310,15 +405,16 @@ class CostModel:
         return p.launch_s + max(w.flops / p.flops_per_s, w.bytes / p.bytes_per_s)
 
     def link(self, src: Vendor, dst: Vendor) -> Link:
-        return self.links[src, dst]
+        """:func:`device_link` for the two vendors' device types (:meth:`device_type`)."""
+        return device_link(src, dst, self.device_type(src), self.device_type(dst), self.links)
 
     def transfer_s(self, nbytes: int | None, src: Vendor, dst: Vendor) -> float:
-        link = self.links[src, dst]
+        link = self.link(src, dst)
         return link.latency_s + (nbytes or 0) / link.bytes_per_s
 
     def import_link(self, dst: Vendor) -> Link:
         """The link that carries an emulator phase's array into an executor of vendor ``dst``."""
-        return IMPORT_LINKS[dst]
+        return device_import_link(dst, self.device_type(dst))
 
     def import_s(self, nbytes: int | None, dst: Vendor) -> float:
         """Seconds to import ``nbytes`` of a phase's host array on an executor of vendor ``dst``.
@@ -326,7 +422,7 @@ class CostModel:
         >>> round(CostModel().import_s(10**9, Vendor.cpu), 4)
         0.1003
         """
-        link = IMPORT_LINKS[dst]
+        link = self.import_link(dst)
         return link.latency_s + (nbytes or 0) / link.bytes_per_s
 
     def phase_s(self, phase: str, backend: str, steps: int, tasks: int = 1) -> float:
@@ -337,6 +433,14 @@ class CostModel:
         """
         rate = PHASE_RATES.get((phase, backend))
         return tasks * _TASKS_S / 2 + (steps / rate if rate else 0.0)
+
+    def load_s(self, phase: str, backend: str) -> float:
+        """Seconds the first phase of a process that runs the compiled interpreter spends loading it.
+
+        >>> CostModel().load_s("execute", "fast"), CostModel().load_s("execute", "native")
+        (0.55, 0.0)
+        """
+        return INTERPRETER_LOAD_S if (phase, backend) in _ON_INTERPRETER else 0.0
 
     def describe(self) -> dict:
         """The model's numbers, as plan JSON carries them."""

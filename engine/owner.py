@@ -66,10 +66,17 @@ def _hostname() -> str:
     return socket.gethostname()
 
 
+_CURRENT: dict[int, dict[str, Any]] = {}
+
+
 def current() -> dict[str, Any]:
-    """This process as a record's ``owner``."""
+    """This process as a record's ``owner`` (read once per process: none of it changes while it runs; a
+    forked child has another pid, so it reads its own)."""
     pid = os.getpid()
-    return {"host": _hostname(), "pid": pid, "boot_id": boot_id(), "start_ticks": start_ticks(pid)}
+    found = _CURRENT.get(pid)
+    if found is None:
+        found = _CURRENT[pid] = {"host": _hostname(), "pid": pid, "boot_id": boot_id(), "start_ticks": start_ticks(pid)}
+    return dict(found)
 
 
 def alive(owner: Mapping[str, Any] | None) -> bool | None:

@@ -6,7 +6,14 @@ contracting them would create a cycle (A on e1 feeds B on e2 feeds C on
 e1 with A -> C), each component is split by *crossings*, the most
 executor changes on any path into the node; every edge between
 partitions then strictly increases crossings, so the partitions always
-form a DAG. :func:`partitions_of` lists them as the plan's
+form a DAG. A *source* (a stage with no inputs: ``load``, ``input``, a
+random draw, a constant) has no path into it, so it may take any
+crossings up to its consumers': it takes the most its consumers allow,
+which puts it in its first consumer's partition on its executor (a
+weight read or drawn for a layer runs in the layer's task, not as a task
+of its own: the executor imports the host bytes it makes there as well).
+A source still alone in its partition says why in its ``reason`` and
+``why["partition"]``. :func:`partitions_of` lists them as the plan's
 :class:`~hetflow.engine.plandata.Partition` s.
 
 :func:`bridges` makes one :class:`~hetflow.engine.plandata.Bridge` per
@@ -16,26 +23,28 @@ between nodes on the same executor.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
-
-import networkx as nx
+from graphlib import CycleError, TopologicalSorter
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from hetflow.engine import phases as phaselib
 from hetflow.engine import placement as placing
 from hetflow.engine.plandata import Bridge, Partition
 from hetflow.engine.plangraph import execution_order, predecessors, successors
 
+if TYPE_CHECKING:
+    from hetflow.engine.adjacency import Graph
+
 __all__ = ["partition", "partition_into", "bridges", "partitions_of"]
 
 
-def partition(graph: nx.DiGraph) -> nx.DiGraph:
+def partition(graph: Graph) -> Graph:
     """A copy of ``graph`` with ``partition`` (an id ``p0``, ``p1``, ... in execution order) on every node."""
     out = graph.copy()
     partition_into(out)
     return out
 
 
-def partition_into(out: nx.DiGraph) -> None:
+def partition_into(out: Graph) -> None:
     """:func:`partition` on a graph the caller owns, in place.
 
     One walk in execution order gives each stage a group: a new one when
@@ -95,21 +104,69 @@ def partition_into(out: nx.DiGraph) -> None:
             names[group] = f"p{len(names)}"
     for n, group in groups.items():
         attrs[n]["partition"] = names[group]
+    _explain_lone_sources(out, attrs, groups)
 
 
-def _split_by_crossings(graph: nx.DiGraph, attrs: Mapping[str, dict]) -> dict[str, int]:
-    """The stages' groups when the same-executor components do not contract to a DAG: each split by crossings."""
+def _split_by_crossings(graph: Graph, attrs: Mapping[str, dict]) -> dict[str, int]:
+    """The stages' groups when the same-executor components do not contract to a DAG: each split by crossings.
+
+    A source's crossings are the least its consumers allow (each consumer's
+    crossings, less one when it runs on another executor), not 0: any value
+    between keeps every edge non-decreasing, and this one puts it in a
+    consumer's group rather than alone.
+    """
+    import networkx as nx
+
+    if not isinstance(graph, nx.Graph):
+        graph = graph.to_networkx()
     if any("phase" in d for d in attrs.values()):
         graph = graph.subgraph([n for n, d in attrs.items() if "phase" not in d]).copy()
     ex = {n: attrs[n]["executor"] for n in graph}
     crossings: dict[str, int] = {}
-    pred = graph.pred
-    for n in nx.topological_sort(graph):
+    pred, succ = graph.pred, graph.succ
+    order = list(nx.topological_sort(graph))
+    for n in order:
         crossings[n] = max((crossings[p] + (ex[p] != ex[n]) for p in pred[n]), default=0)
+    for n in reversed(order):
+        if not pred[n] and succ[n]:
+            crossings[n] = max(0, min(crossings[s] - (ex[s] != ex[n]) for s in succ[n]))
     split = nx.Graph()
     split.add_nodes_from(graph.nodes)
     split.add_edges_from((u, v) for u, v in graph.edges if ex[u] == ex[v] and crossings[u] == crossings[v])
     return {n: i for i, comp in enumerate(nx.connected_components(split)) for n in comp}
+
+
+def _explain_lone_sources(graph: Graph, attrs: Mapping[str, dict], groups: Mapping[str, int]) -> None:
+    """Say, in the ``reason`` and ``why`` of each source left alone in its partition, why it joined no consumer's.
+
+    Only the split by crossings leaves a source with consumers alone: it
+    joins the first of them on its executor unless a consumer on another
+    executor needs it earlier (that consumer's crossings less one are the
+    fewest), or none of them runs on its executor.
+    """
+    size: dict[int, int] = {}
+    for g in groups.values():
+        size[g] = size.get(g, 0) + 1
+    succ = successors(graph)
+    for n, g in groups.items():
+        d = attrs[n]
+        if size[g] != 1 or d["stage"].inputs:
+            continue
+        here = d["executor"]
+        consumers = [s for s in succ[n] if "phase" not in attrs[s]]
+        mine = [s for s in consumers if attrs[s]["executor"] == here]
+        others = [s for s in consumers if attrs[s]["executor"] != here]
+        if not others:  # no consumer, or (not left alone then) only consumers on its executor
+            continue
+        if not mine:
+            where = ", ".join(f"{s} on {attrs[s]['executor']}" for s in others)
+            text = f"its own partition: none of its consumers runs on {here} ({where}), so a bridge carries it"
+        else:
+            text = (f"its own partition: {', '.join(others)} on {attrs[others[0]]['executor']} reads it before "
+                    f"{attrs[mine[0]]['partition']} (holding {', '.join(mine)}) runs; joining that partition "
+                    f"would make {attrs[others[0]]['partition']} wait for it, a cycle between the partitions")
+        d["reason"] = f"{d['reason']}; {text}"
+        d["why"] = {**d["why"], "partition": text}
 
 
 def _contracts_to_dag(groups: Iterable[Any], links: Iterable[tuple[Any, Any]]) -> bool:
@@ -118,13 +175,17 @@ def _contracts_to_dag(groups: Iterable[Any], links: Iterable[tuple[Any, Any]]) -
     >>> _contracts_to_dag([0, 1], [(0, 1), (1, 0)]), _contracts_to_dag([0, 1, 2], [(0, 1), (1, 2)])
     (False, True)
     """
-    quotient = nx.DiGraph()
-    quotient.add_nodes_from(groups)
-    quotient.add_edges_from(links)
-    return nx.is_directed_acyclic_graph(quotient)
+    after: dict[Any, set] = {g: set() for g in groups}
+    for a, b in links:
+        after[b].add(a)
+    try:
+        TopologicalSorter(after).prepare()
+    except CycleError:
+        return False
+    return True
 
 
-def bridges(graph: nx.DiGraph) -> list[Bridge]:
+def bridges(graph: Graph) -> list[Bridge]:
     """One bridge per (tensor, destination executor), consumers in execution order.
 
     The kind and estimate come from the cost model's link for the vendor
@@ -167,7 +228,7 @@ def bridges(graph: nx.DiGraph) -> list[Bridge]:
     return out
 
 
-def partitions_of(graph: nx.DiGraph, outputs: Mapping[str, str]) -> tuple[Partition, ...]:
+def partitions_of(graph: Graph, outputs: Mapping[str, str]) -> tuple[Partition, ...]:
     members: dict[str, list[str]] = {}
     attrs = placing.node_data(graph)
     for n in execution_order(graph):

@@ -29,15 +29,17 @@ Only ``witness`` yields an array; every other phase yields JSON data, which
 an ``outputs:`` entry ``STAGE.FIELD`` (or ``STAGE`` for all fields)
 persists in the run record.
 
-Witness encoding
-----------------
-Activations use the seven seed dtypes, and the witness table is int64.
-The activation a ``witness`` phase hands to executor stages is fp32 of
-shape ``(rows, 4 * 16)``: column ``c`` of ``witness.COLUMNS`` becomes the
-four little-endian 16-bit limbs of its 64-bit two's-complement pattern at
-positions ``4c .. 4c+3``.  A limb is an integer in [0, 65535], which fp32
-holds exactly, so the encoding loses nothing; :func:`decode_witness`
-reassembles ``sum(limb[k] << 16k)`` as uint64 and views it as int64.
+Witness table
+-------------
+The activation a ``witness`` phase hands to executor stages is its table
+itself: int64, shape ``(rows, 16)``, one row per step and the columns of
+``witness.COLUMNS`` (64-bit register and memory values as their
+two's-complement bit patterns; ``view(np.uint64)`` reads them unsigned),
+128 bytes a step. The table is allocated once, when the chunk count is
+known, and each chunk's task writes its rows into its own slice of it
+(:func:`hetflow.executors.emulator.witness_table` with ``out=``), so
+nothing assembles it: the ``phase:ID`` task hands a read-only view of the
+table's bytes to the bridge, and a CPU executor imports it without a copy.
 
 Rounds
 ------
@@ -46,7 +48,7 @@ A Dask graph is static, and the number of chunks is known only after
 thread pool: round 1 is one task per ``execute`` phase; round 2 is the
 rest of the pipeline, lowered once the chunk counts are known: the other
 phases (``phase:ID``), ``witness:ID:I`` per chunk with ``phase:ID``
-gathering and encoding them, and the executor graph, whose bridges from a
+handing on the table they filled, and the executor graph, whose bridges from a
 phase (kind ``emulator output import``) import ``phase:ID``'s portable
 activation on the consuming executor.  Phase results are host data held
 by the run, never executor handles, so the handle refcounts and the
@@ -58,6 +60,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -68,10 +71,13 @@ import numpy as np
 from hetflow.engine.errors import StageFailure
 from hetflow.executors.base import Dtype, PortableActivation
 
-__all__ = ["PhaseKind", "PHASES", "EmulatorDecl", "PhaseDecl", "encode_witness", "decode_witness", "LIMBS",
-           "PhaseRunner", "EMULATOR_BRIDGE", "target", "planned", "execution_order"]
+__all__ = ["PhaseKind", "PHASES", "EmulatorDecl", "PhaseDecl", "witness_activation", "ARRAY_DTYPE", "WITNESS_ROW_BYTES",
+           "PhaseRunner", "EMULATOR_BRIDGE", "target", "planned", "execution_order", "GuestExit", "memory_bound_warning",
+           "host_memory"]
 
-LIMBS = 4
+#: the dtype of the array a phase yields (a witness table), and the bytes of one witness row: 16 int64 columns
+ARRAY_DTYPE = Dtype.int64
+WITNESS_ROW_BYTES = 16 * 8
 EMULATOR_BRIDGE = "emulator output import"
 
 
@@ -105,12 +111,23 @@ class EmulatorDecl:
     input: str | None                 # absolute path of the input bytes
     origin: Any = None
     fetch: str = "executable"         # where instructions may be fetched from (the emulator's fetch protection)
+    timeout: float | None = None      # seconds of wall-clock time the execute phase may run the guest
+    accept_exit: tuple[int, ...] = (0,)   # the exit codes an execute phase succeeds with
+    backend_reason: str = "chosen in the manifest"   # why ``backend`` (what ``backend: auto`` resolved to)
+    memory: str = "protected"         # the emulator's memory mode: "flat" loads and stores anywhere mapped too
 
     def to_json(self) -> dict:
         out = {"isa": self.isa, "backend": self.backend, "program": self.program, "chunk_steps": self.chunk_steps,
                "max_steps": self.max_steps, "input": self.input}
-        if self.fetch != "executable":  # the default adds no key, so earlier runs' cache keys still hold
+        # the defaults add no key, so earlier runs' cache keys still hold
+        if self.fetch != "executable":
             out["fetch"] = self.fetch
+        if self.timeout is not None:
+            out["timeout"] = self.timeout
+        if self.accept_exit != (0,):
+            out["accept_exit"] = list(self.accept_exit)
+        if self.memory != "protected":
+            out["memory"] = self.memory
         return out
 
 
@@ -151,6 +168,36 @@ def execution_order(phases: Mapping[str, PhaseDecl]) -> list[str]:
             [pid for pid, p in phases.items() if p.inputs])
 
 
+_compile_lock = threading.Lock()
+
+
+def _translation_missing(program, data: bytes) -> bool:
+    """Whether the native backend's disk cache lacks this program's translation
+    (a look that loads the cached one if there, in milliseconds, without llvmlite)."""
+    from hetflow.executors.emulator import native_main
+
+    return native_main.MainRun(program, data, translate=False).code is None
+
+
+def _announce_fast_compile() -> None:
+    """Load the fast backend's interpreter before an execute phase runs it,
+    saying on stderr when numba must compile it (27-58 s, once a machine):
+    a pipeline silent for a minute looks hung.  Phases that run at the same
+    time wait on one compile and one message."""
+    from hetflow.executors.emulator import fast_compile_needed
+
+    with _compile_lock:
+        if not fast_compile_needed():
+            return
+        print("hetflow: compiling the fast backend's interpreter (first run on this machine; cached for later "
+              "runs)...", file=sys.stderr, flush=True)
+        from hetflow.executors.emulator import fast
+
+        t0 = time.perf_counter()
+        fast.warm_up()
+        print(f"hetflow: compiled in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+
+
 def planned(p: PhaseDecl, emulator: EmulatorDecl) -> dict[str, Any]:
     """What the plan knows of phase ``p`` before its guest runs.
 
@@ -159,44 +206,102 @@ def planned(p: PhaseDecl, emulator: EmulatorDecl) -> dict[str, Any]:
     fails). A ``witness`` phase re-executes every chunk, one Dask task
     each: at most ``ceil(max_steps / chunk_steps)`` tasks (``chunks_max``),
     and its table has one row per step, so its array is at most
-    ``(max_steps, 4 * columns)`` fp32 limbs. ``size`` says whether
+    ``(max_steps, columns)`` int64. ``size`` says whether
     ``shape`` and ``bytes`` are ``exact`` or an upper ``bound``; a phase
     that yields data has neither.
 
     >>> e = EmulatorDecl("guest", "rv64ima", "fast", "/g.elf", chunk_steps=1024, max_steps=10_000, input=None)
     >>> w = planned(PhaseDecl("trace", "witness", "guest", ("run",), {}), e)
     >>> w["chunks_max"], w["shape"], w["bytes"], w["size"]
-    (10, [10000, 64], 2560000, 'bound')
+    (10, [10000, 16], 1280000, 'bound')
     >>> planned(PhaseDecl("run", "execute", "guest", (), {}), e)["size"] is None
     True
     """
     from hetflow.executors.emulator import WITNESS_COLUMNS
 
     steps = int(emulator.max_steps)
-    out: dict[str, Any] = {"target": target(p.emulator), "backend": emulator.backend, "steps_max": steps,
+    out: dict[str, Any] = {"target": target(p.emulator), "backend": emulator.backend,
+                           "backend_reason": emulator.backend_reason, "steps_max": steps,
                            "tasks_max": 1, "shape": None, "dtype": None, "bytes": None, "size": None}
     if p.kind.array:
         chunks = -(-steps // int(emulator.chunk_steps))
-        shape = [steps, LIMBS * len(WITNESS_COLUMNS)]
-        out.update(tasks_max=chunks, chunks_max=chunks, rows_max=steps, shape=shape, dtype=Dtype.fp32.value,
-                   bytes=Dtype.fp32.nbytes(shape[0] * shape[1]), size="bound")
+        shape = [steps, len(WITNESS_COLUMNS)]
+        out.update(tasks_max=chunks, chunks_max=chunks, rows_max=steps, shape=shape, dtype=Dtype.int64.value,
+                   bytes=Dtype.int64.nbytes(shape[0] * shape[1]), size="bound")
     return out
 
 
-def encode_witness(table: np.ndarray) -> PortableActivation:
-    """int64 table (rows, C) -> fp32 activation (rows, 4C) of 16-bit limbs, exact."""
-    bits = np.ascontiguousarray(table, dtype=np.int64).view(np.uint64)
-    limbs = np.stack([(bits >> np.uint64(16 * k)) & np.uint64(0xFFFF) for k in range(LIMBS)], axis=-1)
-    return PortableActivation.from_array(limbs.reshape(table.shape[0], -1).astype(np.float32), Dtype.fp32)
+def host_memory() -> int | None:
+    """This machine's physical memory in bytes, or None where the OS does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return None
 
 
-def decode_witness(values: np.ndarray) -> np.ndarray:
-    """The inverse of :func:`encode_witness`: fp32 limbs (rows, 4C) -> int64 (rows, C)."""
-    limbs = np.asarray(values).astype(np.uint64).reshape(values.shape[0], -1, LIMBS)
-    out = np.zeros(limbs.shape[:2], dtype=np.uint64)
-    for k in range(LIMBS):
-        out |= limbs[:, :, k] << np.uint64(16 * k)
-    return out.view(np.int64)
+def memory_bound_warning(p: PhaseDecl, info: Mapping[str, Any], emulator: EmulatorDecl,
+                         memory: int | None = None) -> str | None:
+    """Why phase ``p``'s array bound (:func:`planned`) cannot be met on this machine, or None.
+
+    A witness table has one 128-byte row per step, so the bound from
+    ``max_steps`` (2^28 by default: 32 GiB) can pass the machine's memory:
+    a guest that ran that long would fail the run when its table is built,
+    after the whole execution. ``memory`` defaults to :func:`host_memory`.
+
+    >>> e = EmulatorDecl("guest", "rv64imac", "fast", "/g.elf", chunk_steps=1024, max_steps=1 << 28, input=None)
+    >>> w = PhaseDecl("trace", "witness", "guest", ("run",), {})
+    >>> print(memory_bound_warning(w, planned(w, e), e, memory=16 << 30))
+    witness phase 'trace' may hold up to 32.0 GiB (268435456 rows, one per step up to max_steps), more than this machine's 16.0 GiB of memory; set max_steps on emulator 'guest' to the most steps its guest needs (at most 134217728 here)
+    >>> memory_bound_warning(w, planned(w, e), e, memory=128 << 30) is None
+    True
+    """
+    from hetflow.engine.costs import human_bytes
+
+    memory = host_memory() if memory is None else memory
+    bound = info.get("bytes")
+    if not memory or not bound or bound <= memory:
+        return None
+    fits = memory // (bound // max(int(info.get("rows_max") or emulator.max_steps), 1))
+    return (f"{p.phase} phase {p.id!r} may hold up to {human_bytes(bound)} ({info.get('rows_max')} rows, one per step "
+            f"up to max_steps), more than this machine's {human_bytes(memory)} of memory; set max_steps on emulator "
+            f"{emulator.name!r} to the most steps its guest needs (at most {fits} here)")
+
+
+def witness_activation(table: np.ndarray) -> PortableActivation:
+    """The portable activation of a witness table (int64, C-contiguous): a read-only view of its bytes, no copy.
+
+    The table is made read-only too: the activation and every executor that
+    adopts its bytes share them.
+
+    >>> t = np.arange(32, dtype=np.int64).reshape(2, 16)
+    >>> a = witness_activation(t)
+    >>> a.dtype.value, a.shape.dims, np.shares_memory(a.to_array(), t) or a.bytes.obj is not None, t.flags.writeable
+    ('int64', (2, 16), True, False)
+    """
+    from hetflow.executors.base import portable_of_own
+
+    table = np.ascontiguousarray(table, dtype=np.int64)
+    table.flags.writeable = False
+    return portable_of_own(tuple(int(d) for d in table.shape), Dtype.int64, memoryview(table.reshape(-1).view(np.uint8)))
+
+
+class GuestExit(ValueError):
+    """An execute phase's guest exited with a code its emulator does not accept (``accept_exit``)."""
+
+    def __init__(self, pid: str, emulator: str, out: Any, accepted: tuple[int, ...]):
+        self.out = out
+        super().__init__(f"execute phase {pid!r} on emulator {emulator!r}: the guest exited with code "
+                         f"{out.exit_code} after {out.steps} steps (accepted: "
+                         f"{', '.join(map(str, accepted))}; list the codes it may exit with under "
+                         f"`accept_exit:` on the emulator)" + _output_tail(out.stdout))
+
+
+def _output_tail(stdout: bytes, limit: int = 400) -> str:
+    """The end of what a failed guest printed, for its error message: often why it failed."""
+    if not stdout:
+        return ""
+    text = stdout[-limit:].decode("utf-8", "replace").rstrip("\n")
+    return f"; its output {'ends' if len(stdout) > limit else 'was'}: {text!r}"
 
 
 def article(word: str) -> str:
@@ -228,12 +333,14 @@ class PhaseRunner:
         self._programs: dict[str, Any] = {}
         self._inputs: dict[str, bytes] = {}
         self._lock = threading.Lock()
+        self._tables: dict[str, np.ndarray] = {}  # witness phase -> the table its chunks fill
 
     def _program(self, emulator: str):
         from hetflow.executors.emulator import load_elf
         with self._lock:
             if emulator not in self._programs:
-                self._programs[emulator] = load_elf(self.emulators[emulator].program, fetch=self.emulators[emulator].fetch)
+                decl = self.emulators[emulator]
+                self._programs[emulator] = load_elf(decl.program, fetch=decl.fetch, isa=decl.isa, memory=decl.memory)
                 self._inputs[emulator] = _read_input(self.emulators[emulator])
             return self._programs[emulator], self._inputs[emulator]
 
@@ -248,10 +355,16 @@ class PhaseRunner:
             if p.phase == "execute":
                 continue
             if p.phase == "witness":
-                chunks = len(self.results[p.inputs[0]].min_traces)
-                keys = [f"witness:{p.id}:{i}" for i in range(chunks)]
+                from hetflow.executors.emulator import WITNESS_COLUMNS
+
+                traces = self.results[p.inputs[0]].min_traces
+                # the whole table, its pages untouched until each chunk's task writes its own rows
+                self._tables[p.id] = np.empty((sum(int(t.steps) for t in traces), len(WITNESS_COLUMNS)), np.int64)
+                keys = [f"witness:{p.id}:{i}" for i in range(len(traces))]
+                row = 0
                 for i, key in enumerate(keys):
-                    dsk[key] = (self._witness_chunk, p.id, i)
+                    dsk[key] = (self._witness_chunk, p.id, i, row)
+                    row += int(traces[i].steps)
                 dsk[f"phase:{p.id}"] = (self._witness_gather, p.id, keys)
             else:
                 dsk[f"phase:{p.id}"] = (self._run, p.id)
@@ -259,6 +372,15 @@ class PhaseRunner:
 
     def _fail(self, pid: str, message: str) -> Exception:
         return StageFailure(f"phase:{pid}", pid, message)
+
+    def _message(self, pid: str, e: Exception) -> str:
+        """A phase's error, with what its guest printed and the steps it ran when the guest failed."""
+        from hetflow.executors.emulator import GuestError
+        if not isinstance(e, GuestError):
+            return str(e)
+        p = self.phases[pid]
+        return (f"{p.phase} phase {pid!r} on emulator {p.emulator!r}: {e} (steps done: {e.step})"
+                + _output_tail(e.stdout))
 
     def _timed(self, kind: str, id: str, pid: str, call: Callable[[], Any], **extra: Any) -> Any:
         from hetflow.executors.emulator import EmulatorError
@@ -268,8 +390,9 @@ class PhaseRunner:
         try:
             value = call()
         except (EmulatorError, ValueError, OSError) as e:
-            self.event(kind, id, where, start, "failed", node=pid, error=str(e))
-            raise self._fail(pid, str(e)) from None
+            message = self._message(pid, e)
+            self.event(kind, id, where, start, "failed", node=pid, error=message)
+            raise self._fail(pid, message) from None
         self.event(kind, id, where, start, "succeeded", nodes=[pid], phase=self.phases[pid].phase, **extra)
         return value
 
@@ -288,10 +411,24 @@ class PhaseRunner:
         program, data = self._program(p.emulator)
         plans = self._consumers(p.id, "mem-plans")
         rows = int(plans[0].args.get("rows_per_plan", 1 << 22)) if plans else 1 << 22
-        return execute(program, backend=decl.backend, input=data, chunk_steps=decl.chunk_steps,
-                       max_steps=decl.max_steps, mem_plan_rows=rows,
-                       rom_histogram=bool(self._consumers(p.id, "rom-histogram")),
-                       runners=bool(plans or self._consumers(p.id, "rom-histogram")))
+        runners = bool(plans or self._consumers(p.id, "rom-histogram"))
+        # native's MO and RH runners and its witness replay run on the fast backend's (numba) machine
+        if decl.backend == "fast" or (decl.backend == "native" and (runners or self._consumers(p.id, "witness"))):
+            _announce_fast_compile()
+        translating = decl.backend == "native" and _translation_missing(program, data)
+        if translating:
+            print(f"hetflow: translating {program.name}'s code to host code with LLVM (not in the disk cache; "
+                  "cached for later runs)...", file=sys.stderr, flush=True)
+        out = execute(program, backend=decl.backend, input=data, chunk_steps=decl.chunk_steps,
+                      max_steps=decl.max_steps, mem_plan_rows=rows,
+                      rom_histogram=bool(self._consumers(p.id, "rom-histogram")),
+                      runners=runners, timeout=decl.timeout)
+        if translating:
+            print(f"hetflow: translated in {out.extra['translation']['seconds']:.2f} s", file=sys.stderr, flush=True)
+        if out.exit_code not in decl.accept_exit:
+            # a guest that exits nonzero failed: its witness would prove a failed run, so nothing after it runs
+            raise GuestExit(p.id, decl.name, out, decl.accept_exit)
+        return out
 
     def _mem_plans(self, p: PhaseDecl):
         from hetflow.executors.emulator import mem_plans_from_min_traces
@@ -317,18 +454,34 @@ class PhaseRunner:
         sizes = p.args.get("sizes") or DEFAULT_SIZES
         return plan_instances(self.results[p.inputs[0]].counters, {k: int(v) for k, v in sizes.items()})
 
-    def _witness_chunk(self, pid: str, i: int) -> np.ndarray:
+    def _witness_chunk(self, pid: str, i: int, row: int | None = None) -> np.ndarray:
+        """Chunk ``i``'s rows, written into the run's table from ``row`` on (a table of its own without one)."""
         from hetflow.executors.emulator import witness_table
         p = self.phases[pid]
         program, data = self._program(p.emulator)
         trace = self.results[p.inputs[0]].min_traces[i]
+        table = self._tables.get(pid)
+        out = None if table is None or row is None else table[row:row + int(trace.steps)]
         return self._timed("witness", f"{pid}:{i}", pid, lambda: witness_table(
-            program, trace, input_size=len(data), backend=self.emulators[p.emulator].backend), chunk=i)
+            program, trace, input_size=len(data), backend=self.emulators[p.emulator].backend, out=out), chunk=i)
 
     def _witness_gather(self, pid: str, tables: list[np.ndarray]) -> PortableActivation:
+        """The witness phase's activation: the table its chunks filled in place, or, from chunks that ran in
+        other processes (a cluster), their tables copied into one; a task of the record either way."""
+        return self._timed("phase", pid, pid, lambda: self._assemble(pid, tables))
+
+    def _assemble(self, pid: str, tables: list[np.ndarray]) -> PortableActivation:
         from hetflow.executors.emulator import WITNESS_COLUMNS
-        table = np.concatenate(tables) if tables else np.zeros((0, len(WITNESS_COLUMNS)), dtype=np.int64)
-        portable = encode_witness(table)
+        table = self._tables.pop(pid, None)
+        if table is None or not all(t.base is table for t in tables):
+            rows = sum(len(t) for t in tables)
+            if table is None or len(table) != rows:
+                table = np.empty((rows, len(WITNESS_COLUMNS)), np.int64)
+            row = 0
+            for t in tables:
+                table[row:row + len(t)] = t
+                row += len(t)
+        portable = witness_activation(table)
         self.results[pid] = {"rows": int(table.shape[0]), "chunks": len(tables), "portable": portable}
         return portable
 
@@ -384,7 +537,8 @@ def check_manifest(tree: Mapping[str, Any], doc: Any, base: str, problems: list)
     import difflib
 
     from hetflow.engine.errors import Diagnostic
-    from hetflow.executors.emulator import DEFAULT_CHUNK_STEPS, DEFAULT_MAX_STEPS, ElfError, load_elf
+    from hetflow.executors.emulator import (AUTO, DEFAULT_CHUNK_STEPS, DEFAULT_MAX_STEPS, ElfError, load_elf,
+                                            resolve_backend)
 
     emulators: dict[str, EmulatorDecl] = {}
     raw = tree.get("emulators") if isinstance(tree.get("emulators"), dict) else {}
@@ -396,22 +550,36 @@ def check_manifest(tree: Mapping[str, Any], doc: Any, base: str, problems: list)
         try:
             if not os.path.exists(program):
                 raise FileNotFoundError(program)
-            load_elf(program)
+            load_elf(program, isa=spec.get("isa", "rv64imac"))
         except FileNotFoundError:
             problems.append(Diagnostic(doc.at(here + ("program",)), f"emulator {name!r}: program {spec['program']!r} does not exist ({program})"))
         except OSError as e:
             problems.append(Diagnostic(doc.at(here + ("program",)), f"emulator {name!r}: cannot read program {spec['program']!r}: {e.strerror or e}"))
         except ElfError as e:
             problems.append(Diagnostic(doc.at(here + ("program",)), f"emulator {name!r}: program {spec['program']!r} is not a guest ELF: {e}"))
+        if spec.get("memory") == "flat" and spec.get("fetch") == "executable":
+            problems.append(Diagnostic(doc.at(here + ("fetch",)), f"emulator {name!r}: memory: flat fetches from any "
+                                       f"mapped memory (it implies fetch: any); drop fetch: executable, or drop "
+                                       f"memory: flat"))
         data = spec.get("input")
         if isinstance(data, str):
             data = resolve_path(base, data)
             if not os.path.isfile(data) or not os.access(data, os.R_OK):
                 problems.append(Diagnostic(doc.at(here + ("input",)), f"emulator {name!r}: input file {spec['input']!r} cannot be read ({data})"))
+        # auto resolves here, once, so that the plan, the cache key and the record name the backend that runs
+        given = spec.get("backend", AUTO)
+        backend, reason = given, "chosen in the manifest"      # an unknown name is the schema's to report
+        if given == AUTO:
+            backend, why = resolve_backend(AUTO)
+            reason = f"auto: {why}"
         emulators[name] = EmulatorDecl(
-            name, spec.get("isa", "rv64ima"), spec.get("backend", "fast"), program,
+            name, spec.get("isa", "rv64imac"), backend, program,
             spec.get("chunk_steps", DEFAULT_CHUNK_STEPS), spec.get("max_steps", DEFAULT_MAX_STEPS),
-            data if isinstance(data, str) else None, doc.key_at(here), spec.get("fetch", "executable"))
+            data if isinstance(data, str) else None, doc.key_at(here),
+            # flat memory fetches from anywhere: its fetch is "any" (a fetch: executable beside it is refused above)
+            spec.get("fetch", "any" if spec.get("memory") == "flat" else "executable"),
+            spec.get("timeout"), tuple(spec.get("accept_exit", (0,))), backend_reason=reason,
+            memory=spec.get("memory", "protected"))
 
     stages = tree.get("stages") if isinstance(tree.get("stages"), dict) else {}
     phases: dict[str, PhaseDecl] = {}

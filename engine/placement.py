@@ -62,8 +62,6 @@ import itertools
 import operator
 from typing import Any, Mapping, Sequence
 
-import networkx as nx
-
 from hetflow.engine.candidates import (
     Problem,
     Unit,
@@ -332,7 +330,19 @@ def _labels(p: Problem, free: Sequence[Unit]) -> list[str]:
     return sorted({e for cands in lists.values() for e in cands}, key=list(p.vendor).index)
 
 
+# A group of this many free units or fewer is settled by trying every split: 2**6 costings take less
+# than building the flow network, and a small plan never pays for networkx's import (about as long as
+# numpy's). The optimum is the cut's, and so is the choice on a tie (below).
+ENUMERATED = 6
+
+
 def _cut_component(p: Problem, out: dict[str, str], movable: Sequence[Unit], a: str, b: str) -> None:
+    if len(movable) <= ENUMERATED:
+        _best_split(p, out, movable, a, b)
+        return
+    import networkx as nx
+    from networkx.algorithms.flow import preflow_push
+
     uid_set = {u.id for u in movable}
     g = nx.DiGraph()
     s, t = ("s",), ("t",)
@@ -414,11 +424,38 @@ def _cut_component(p: Problem, out: dict[str, str], movable: Sequence[Unit], a: 
                 add(aux, ku, cost)
                 for c in free_c:
                     g.add_edge(c, aux)
-    _, (source_side, _) = nx.minimum_cut(g, s, t, flow_func=nx.algorithms.flow.preflow_push)
+    _, (source_side, _) = nx.minimum_cut(g, s, t, flow_func=preflow_push)
     for unit in movable:
         side = a if unit.id in source_side else b
         for n in unit.nodes:
             out[n] = side
+
+
+def _best_split(p: Problem, out: dict[str, str], movable: Sequence[Unit], a: str, b: str) -> None:
+    """:func:`_cut_component` by trying every split of ``movable`` between ``a`` and ``b``.
+
+    The cost is a cut function, so its minimisers are closed under union: the units some optimal split
+    puts on ``a`` are, all on ``a``, an optimal split too, and they are the source side networkx's cut
+    returns (everything that cannot reach the sink in the residual network). That split is kept, the
+    first optimal one should rounding ever make it dearer.
+    """
+    nodes = _touched(p, movable)
+    splits: list[tuple[float, tuple[str, ...]]] = []
+    for sides in itertools.product((a, b), repeat=len(movable)):
+        for unit, side in zip(movable, sides):
+            for n in unit.nodes:
+                out[n] = side
+        splits.append((local_cost(p, nodes, out), sides))
+    low = min(cost for cost, _ in splits)
+    optimal = [sides for cost, sides in splits if cost <= low + 1e-12 * max(1.0, abs(low))]
+    chosen = tuple(a if any(sides[i] == a for sides in optimal) else b for i in range(len(movable)))
+    for unit, side in zip(movable, chosen):
+        for n in unit.nodes:
+            out[n] = side
+    if local_cost(p, nodes, out) > low + 1e-12 * max(1.0, abs(low)):
+        for unit, side in zip(movable, optimal[0]):
+            for n in unit.nodes:
+                out[n] = side
 
 
 def _single_moves(p: Problem, exe: dict[str, str], free: Sequence[Unit]) -> dict[str, str]:

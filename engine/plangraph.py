@@ -1,4 +1,5 @@
-"""The graph pass: a manifest -> a ``networkx.DiGraph`` of its stages and emulator phases.
+"""The graph pass: a manifest -> a :class:`~hetflow.engine.adjacency.Graph` of its stages and emulator phases
+(networkx's own tables; see :mod:`hetflow.engine.adjacency`).
 
 :func:`build_graph` makes one node per stage, with its op, args, dtype,
 output ``shape`` and ``bytes`` (from the op registry's shape rule) and
@@ -16,21 +17,20 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
-import networkx as nx
-
 from hetflow.engine import phases as phaselib
 from hetflow.engine import placement as placing
 from hetflow.engine import shapes
+from hetflow.engine.adjacency import Graph
 from hetflow.engine.errors import ManifestError
 from hetflow.engine.semantics import Manifest
 
 __all__ = ["build_graph", "execution_order", "edges", "successors", "predecessors", "is_bridged"]
 
 
-def is_bridged(graph: nx.DiGraph, u: str, v: str) -> bool:
+def is_bridged(graph: Graph, u: str, v: str) -> bool:
     """Whether the edge u -> v crosses executors.
 
-    >>> g = nx.DiGraph([("x", "y")])
+    >>> g = Graph([("x", "y")])
     >>> g.nodes["x"]["executor"], g.nodes["y"]["executor"] = "a", "b"
     >>> is_bridged(g, "x", "y")
     True
@@ -38,7 +38,7 @@ def is_bridged(graph: nx.DiGraph, u: str, v: str) -> bool:
     return graph.nodes[u]["executor"] != graph.nodes[v]["executor"]
 
 
-def build_graph(manifest: Manifest) -> nx.DiGraph:
+def build_graph(manifest: Manifest) -> Graph:
     """One node per stage and per emulator phase, with shapes and bytes; raises :class:`ManifestError` on shape errors.
 
     The shapes are the shape pass's (:mod:`hetflow.engine.shapes`), kept
@@ -53,13 +53,12 @@ def build_graph(manifest: Manifest) -> nx.DiGraph:
     rule gives the same shape for one row as for the bound (``max`` over
     axis 0 of a table has as many elements whatever its rows).
     """
-    graph = nx.DiGraph()
+    graph = Graph()
     phases = getattr(manifest, "phases", {})
     phase_order = phaselib.execution_order(phases)
-    # The nodes and edges go straight into the new graph's own tables (networkx's ``_node``, ``_succ``
-    # and ``_pred``: what its views and algorithms read), as ``add_nodes_from`` and ``add_edges_from``
-    # would leave them, one attribute dict per edge shared by both tables; those methods check, copy
-    # and merge per item, a cost a large plan feels.
+    # The nodes and edges go straight into the new graph's own tables (``_node``, ``_succ`` and ``_pred``,
+    # laid out as networkx lays them out), as ``add_edge`` would leave them, one attribute dict per edge
+    # shared by both tables; a call per item is a cost a large plan feels.
     attrs, succ, pred = graph._node, graph._succ, graph._pred
     seen: set[str] = set()
     planned: dict[str, dict] = {}
@@ -117,14 +116,14 @@ def build_graph(manifest: Manifest) -> nx.DiGraph:
     return graph
 
 
-def edges(graph: nx.Graph) -> Iterator[tuple[str, str]]:
+def edges(graph: Any) -> Iterator[tuple[str, str]]:
     """The graph's edges, read from its adjacency. A graph's ``edges`` view refers back to the graph,
     so once asked for it the graph is freed only by the cyclic GC, which on a large plan costs more
     than planning it."""
     return ((u, v) for u, nbrs in successors(graph).items() for v in nbrs)
 
 
-def successors(graph: nx.Graph) -> Mapping[str, Mapping[str, Any]]:
+def successors(graph: Any) -> Mapping[str, Mapping[str, Any]]:
     """Each node's successors, as a mapping of node to its neighbours' mapping; read it, never change it.
 
     It is the graph's own adjacency table (networkx's ``_succ``, or
@@ -137,14 +136,14 @@ def successors(graph: nx.Graph) -> Mapping[str, Mapping[str, Any]]:
     return table if type(table) is dict else dict(graph.adjacency())
 
 
-def predecessors(graph: nx.DiGraph) -> Mapping[str, Mapping[str, Any]]:
+def predecessors(graph: Any) -> Mapping[str, Mapping[str, Any]]:
     """Each node's predecessors, as :func:`successors` gives successors: the graph's own table
     (networkx's ``_pred``); read it, never change it."""
     table = getattr(graph, "_pred", None)
     return table if type(table) is dict else {n: dict.fromkeys(graph.predecessors(n)) for n in graph}
 
 
-def execution_order(graph: nx.DiGraph) -> list[str]:
+def execution_order(graph: Graph) -> list[str]:
     # every pass keeps the stages and edges, so the order computed once holds for the copies too
     cached = graph.graph.get("execution_order")
     if cached is not None and len(cached) == len(graph):
@@ -157,6 +156,9 @@ def execution_order(graph: nx.DiGraph) -> list[str]:
         # the earliest-written stage whose inputs are done, which is then always the next one written.
         order = written
     else:
-        order = list(nx.lexicographical_topological_sort(graph, key=lambda n: attrs[n]["order"]))
+        import networkx as nx
+
+        whole = graph.to_networkx() if isinstance(graph, Graph) else graph
+        order = list(nx.lexicographical_topological_sort(whole, key=lambda n: attrs[n]["order"]))
     graph.graph["execution_order"] = order
     return order

@@ -65,11 +65,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-import networkx as nx
-
 from hetflow.engine import phases as phaselib
 from hetflow.engine import placement as placing
-from hetflow.engine.costs import CostModel, human_bytes
+from hetflow.engine.adjacency import Graph
+from hetflow.engine.costs import CostModel, human_bytes, interpreter_loaded
 from hetflow.engine.errors import Diagnostic, ManifestError
 from hetflow.engine.loader import frozen_instance
 from hetflow.engine.manifest import Manifest, gc_paused
@@ -107,12 +106,12 @@ __all__ = [
 ]
 
 
-def graph(manifest: Manifest) -> nx.DiGraph:
+def graph(manifest: Manifest) -> Graph:
     """The graph pass: :func:`~hetflow.engine.plangraph.build_graph`; raises :class:`ManifestError` on shape errors."""
     return build_graph(manifest)
 
 
-def bridge(graph: nx.DiGraph) -> list[Bridge]:
+def bridge(graph: Graph) -> list[Bridge]:
     """The bridge pass: :func:`~hetflow.engine.partitioning.bridges` of a placed, partitioned graph."""
     return bridges(graph)
 
@@ -142,8 +141,8 @@ def choose_executors(manifest: Manifest, probe: Callable[[Vendor], Offer]) -> di
     return chosen
 
 
-def place(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan], first_executor: str, *,
-          probe: Callable[[Vendor], Offer] | None = None, model: Any = None) -> nx.DiGraph:
+def place(graph: Graph, executors: Mapping[str, ExecutorPlan], first_executor: str, *,
+          probe: Callable[[Vendor], Offer] | None = None, model: Any = None) -> Graph:
     """A copy of ``graph`` with ``executor``, ``reason``, ``why`` and ``estimated_s`` on every node.
 
     The algorithm is :mod:`hetflow.engine.placement`'s: candidates,
@@ -157,7 +156,7 @@ def place(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan], first_execut
     return out
 
 
-def _place_into(out: nx.DiGraph, executors: Mapping[str, ExecutorPlan], first_executor: str, *,
+def _place_into(out: Graph, executors: Mapping[str, ExecutorPlan], first_executor: str, *,
                 probe: Callable[[Vendor], Offer], model: Any) -> None:
     """:func:`place` on a graph the caller owns: it gains the attributes in place, no copy is made."""
     problem = placement_problem(out, executors, probe, model)
@@ -182,7 +181,7 @@ def _place_into(out: nx.DiGraph, executors: Mapping[str, ExecutorPlan], first_ex
     out.graph["fallbacks"] = [(u.nodes, u.fallback) for u in problem.units if u.fallback]
 
 
-def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
+def placement_problem(graph: Graph, executors: Mapping[str, ExecutorPlan],
                       probe: Callable[[Vendor], Offer], model: Any) -> placing.Problem:
     """The placement problem of a built graph: units, candidates, execution estimates, consumers.
 
@@ -197,6 +196,10 @@ def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
     exec_s: dict[str, dict[str, float]] = {}
     attrs = placing.node_data(out)
     phase_s = getattr(model, "phase_s", None)
+    # the first phase that runs the compiled interpreter pays its load, unless this process has it already
+    load_s = getattr(model, "load_s", None)
+    if load_s is not None and interpreter_loaded():
+        load_s = None
     # One walk reads everything the optimiser looks up: each node's position, distinct inputs, bytes and
     # execution row. Stages alike in op, shapes, dtype and candidates share one row (rows are never
     # written after), keyed by plain strings, tuples and numbers: an Enum hashes through a Python-level method.
@@ -215,8 +218,11 @@ def placement_problem(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan],
             # a phase has one place to run: its estimate is a constant of the plan, an upper bound from max_steps
             info = d["planned"]
             vendor[d["target"]] = None
-            exec_s[n] = {d["target"]: phase_s(d["phase"].phase, info["backend"], info["steps_max"], info["tasks_max"])
-                         if phase_s is not None else 0.0}
+            seconds = phase_s(d["phase"].phase, info["backend"], info["steps_max"], info["tasks_max"]) if phase_s else 0.0
+            if load_s is not None and load_s(d["phase"].phase, info["backend"]):
+                seconds += load_s(d["phase"].phase, info["backend"])
+                load_s = None
+            exec_s[n] = {d["target"]: seconds}
         else:
             stage = d["stage"]
             op = stage.op
@@ -337,7 +343,7 @@ def _phase_inputs(manifest: Manifest, parts: tuple[Partition, ...]) -> dict[str,
     return inputs
 
 
-def _phase_plans(manifest: Manifest, graph: nx.DiGraph) -> dict[str, dict]:
+def _phase_plans(manifest: Manifest, graph: Graph) -> dict[str, dict]:
     """Each phase as the plan lists it: its declaration, where it runs, what it yields and who reads it.
 
     ``outputs`` are the phase's fields (``array`` for a witness table);
@@ -364,7 +370,7 @@ def _phase_plans(manifest: Manifest, graph: nx.DiGraph) -> dict[str, dict]:
     return out
 
 
-def _check_memory(parts: tuple[Partition, ...], graph: nx.DiGraph, manifest: Manifest,
+def _check_memory(parts: tuple[Partition, ...], graph: Graph, manifest: Manifest,
                   executors: Mapping[str, ExecutorPlan], probe: Callable[[Vendor], Offer]) -> dict[str, dict]:
     """Each partition's peak live bytes against its executor's memory; raises :class:`ManifestError`.
 
@@ -411,7 +417,7 @@ DOMINANT_BRIDGE = 0.5
 """A bridge whose bytes alone take more than this share of the estimated time is warned about."""
 
 
-def _warnings(manifest: Manifest, executors: Mapping[str, ExecutorPlan], graph: nx.DiGraph,
+def _warnings(manifest: Manifest, executors: Mapping[str, ExecutorPlan], graph: Graph,
               crossing: list[Bridge], estimate: Mapping[str, Any], model: Any) -> list[PlanWarning]:
     found: list[PlanWarning] = []
     for e in executors.values():
@@ -435,10 +441,15 @@ def _warnings(manifest: Manifest, executors: Mapping[str, ExecutorPlan], graph: 
                 f"{placing.format_s(moving)}, {100 * moving / total:.0f}% of the estimated {placing.format_s(total)}; "
                 f"run {b.tensor!r} and its consumers on one executor (executor: or colocate_with:) to avoid it"),
                 graph.nodes[b.tensor]["stage"].origin))
+    for n, d in placing.node_data(graph).items():
+        if "phase" in d:
+            text = phaselib.memory_bound_warning(d["phase"], d["planned"], manifest.emulators[d["phase"].emulator])
+            if text:
+                found.append(PlanWarning("memory-bound", text, d["phase"].origin))
     return found
 
 
-def _check_dtypes(graph: nx.DiGraph, executors: Mapping[str, ExecutorPlan], probe: Callable[[Vendor], Offer]) -> None:
+def _check_dtypes(graph: Graph, executors: Mapping[str, ExecutorPlan], probe: Callable[[Vendor], Offer]) -> None:
     problems = []
     offered = {name: probe(ex.vendor).dtypes for name, ex in executors.items()}
     attrs = placing.node_data(graph)

@@ -349,17 +349,116 @@ def digest_portable(portable: PortableActivation) -> str:
 
 
 def provenance(manifest_file: str) -> dict[str, Any]:
-    """Where and by whom a run ran, and the git state of the manifest's repository."""
+    """Where and by whom a run ran, and the git state of the manifest's repository.
+
+    The git state is asked of ``git`` (two rounds of processes, 5-8 ms on
+    2 cores, more than a small run's own work) once per process for each
+    state of what can change it, :func:`_git_key`: the repository's
+    ``HEAD``, the branch it names, ``packed-refs``, the index, and the
+    manifest file, each by its ``stat``. A commit, a checkout, ``git add``
+    or a reset rewrites one of them; an edit of the manifest changes its
+    own. An edit of another file changes none of them, so a clean answer
+    is never reused: a tree found clean is asked again on the next run,
+    and only a dirty one (which stays dirty until one of those files
+    changes) is answered from the cache. The one way that can be wrong is
+    conservative: a tree cleaned by hand without touching the index (an
+    untracked file deleted) is still called dirty until the index changes.
+    Without a ``.git`` above the manifest (an installed example, a
+    temporary folder), no process is started at all.
+    """
     import getpass
     import socket
-    import subprocess
 
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
         user = None
-    out: dict[str, Any] = {"hostname": socket.gethostname(), "user": user, "pid": os.getpid(), "git": None}
-    folder = os.path.dirname(os.path.abspath(manifest_file))
+    return {"hostname": socket.gethostname(), "user": user, "pid": os.getpid(), "git": _git_state(manifest_file)}
+
+
+# (manifest path, _git_key) -> the record's ``git`` entry of a dirty tree; only the latest key per manifest is kept
+_GIT_CACHE: dict[str, tuple[tuple, dict]] = {}
+_GIT_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR", "GIT_CEILING_DIRECTORIES")
+
+
+def _stat_key(path: str) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino
+
+
+def _git_key(manifest: str) -> tuple | None:
+    """What the manifest's git state depends on, by ``stat``: ``()`` when no folder above it holds a ``.git``;
+    None when it cannot be told without git (the environment points git elsewhere, a ``.git`` unread)."""
+    if any(name in os.environ for name in _GIT_ENV):
+        return None
+    folder = os.path.dirname(manifest)
+    while True:
+        dot = os.path.join(folder, ".git")
+        if os.path.isdir(dot):
+            gitdir = dot
+            break
+        if os.path.isfile(dot):  # a worktree or a submodule: the file names the git folder
+            try:
+                with open(dot, encoding="utf-8") as f:
+                    line = f.read().strip()
+            except (OSError, UnicodeDecodeError):
+                return None
+            if not line.startswith("gitdir:"):
+                return None
+            gitdir = os.path.join(folder, line[len("gitdir:"):].strip())
+            break
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            # every folder up to the root was looked at: one that gets a .git later changes the answer
+            return ()
+        folder = parent
+    common = gitdir
+    try:
+        with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as f:
+            common = os.path.join(gitdir, f.read().strip())
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(gitdir, "HEAD"), encoding="utf-8") as f:
+            head = f.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    ref = head[len("ref:"):].strip() if head.startswith("ref:") else None
+    ref_file = None if ref is None else (os.path.join(gitdir, ref) if os.path.exists(os.path.join(gitdir, ref))
+                                         else os.path.join(common, ref))
+    return (folder, head, _stat_key(os.path.join(gitdir, "HEAD")), ref_file and _stat_key(ref_file),
+            _stat_key(os.path.join(common, "packed-refs")), _stat_key(os.path.join(gitdir, "index")),
+            _stat_key(manifest))
+
+
+def _git_state(manifest_file: str) -> dict[str, Any] | None:
+    manifest = os.path.abspath(manifest_file)
+    key = _git_key(manifest)
+    if key == ():
+        return None
+    if key is not None:
+        cached = _GIT_CACHE.get(manifest)
+        if cached is not None and cached[0] == key:
+            return dict(cached[1])
+    state = _ask_git(manifest)
+    # a dirty answer holds while the key does (see provenance); the key is read again after git ran, and
+    # only when git did not change it meanwhile (its index refresh rewrites the index) is it kept
+    if key is not None and state is not None and state["dirty"]:
+        after = _git_key(manifest)
+        if after is not None:
+            _GIT_CACHE[manifest] = (after, dict(state))
+    else:
+        _GIT_CACHE.pop(manifest, None)
+    return state
+
+
+def _ask_git(manifest: str) -> dict[str, Any] | None:
+    import subprocess
+
+    folder = os.path.dirname(manifest)
 
     def start(*args: str) -> subprocess.Popen | None:
         try:
@@ -381,10 +480,10 @@ def provenance(manifest_file: str) -> dict[str, Any]:
 
     # four questions in two rounds of processes run side by side: a run pays for git once per round
     head = result(start("rev-parse", "HEAD", "--show-toplevel"))
-    if head and len(head.splitlines()) == 2:
-        commit, top = head.splitlines()
-        status, mine = start("status", "--porcelain"), start("status", "--porcelain", "--", os.path.abspath(manifest_file))
-        status_text, mine_text = result(status), result(mine)
-        out["git"] = {"commit": commit, "dirty": bool(status_text), "manifest_dirty": bool(mine_text),
-                      "path": os.path.relpath(os.path.abspath(manifest_file), top or folder)}
-    return out
+    if not (head and len(head.splitlines()) == 2):
+        return None
+    commit, top = head.splitlines()
+    status, mine = start("status", "--porcelain"), start("status", "--porcelain", "--", manifest)
+    status_text, mine_text = result(status), result(mine)
+    return {"commit": commit, "dirty": bool(status_text), "manifest_dirty": bool(mine_text),
+            "path": os.path.relpath(manifest, top or folder)}

@@ -34,6 +34,8 @@ import os
 import threading
 import time
 import traceback
+import weakref
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from operator import itemgetter
@@ -41,8 +43,8 @@ from typing import Any, Callable, Mapping
 
 import dask.threaded
 
-from hetflow.engine import owner
-from hetflow.engine.cache import Cache, CacheUse, file_digest, partition_keys
+from hetflow.engine import owner, threads
+from hetflow.engine.cache import Cache, CacheUse, file_digest, partition_keys, uncached_stages
 from hetflow.engine.cancel import Cancel, Cancelled, current
 from hetflow.engine.errors import RunCancelled, RunFailed, StageFailure
 from hetflow.engine.events import EventStream, Sink, run_event
@@ -135,7 +137,7 @@ def execute(manifest: Manifest, plan: Plan, **kwargs: Any) -> RunResult:
     if kwargs.get("plan_json") is None:
         # built before the heap is frozen: the plan's data lives as long as the run, out of the GC's reach with
         # the plan, and the pass that builds it pauses the GC without asking how much is frozen (a walk of it)
-        kwargs["plan_json"] = plan.to_json()
+        kwargs["plan_json"] = _plan_data(plan)[0]
     with _frozen_heap():
         return _execute(manifest, plan, **kwargs)
 
@@ -214,8 +216,7 @@ def _execute(
     started = time.time()
     # a phase's array is not content-addressed (the guest's run is its source), so its consumers are not cached;
     # without the cache no key is computed (0.6 s of a 10,000-partition run)
-    keys = partition_keys(plan, frozenset(s.id for s in manifest.stages.values()
-                                          if not s.cache or any(i in phases for i in s.inputs))) if use_cache else {}
+    keys = partition_keys(plan, uncached_stages(manifest)) if use_cache else {}
     cache_use = CacheUse(Cache(cache_dir or os.path.join(runs_dir, ".cache")), keys, read=use_cache, write=use_cache)
     record: dict[str, Any] = {
         "format": RECORD_FORMAT,
@@ -251,7 +252,9 @@ def _execute(
         "live_activations_after": None,
     }
     # the plan and the resolved manifest are the record's largest constant parts: encoded once for every write
-    encoded = {"plan": encode_entries(record["plan"]), "manifest": encode_value(record["manifest"])}
+    known = _PLAN_DATA.get(id(plan))
+    encoded = {"plan": known[1] if known is not None and known[0] is record["plan"] else encode_entries(record["plan"]),
+               "manifest": encode_value(record["manifest"])}
     first_written = _initial_write(record_path, record, encoded, manifest.file)
     final_written = threading.Event()
     # One writer of the final record at a time. A second signal's forced exit takes it and keeps it until the
@@ -289,6 +292,7 @@ def _execute(
             # phase tasks that run on the client are recorded as the threaded mode records them
             recorder = LocalRuntime(plan, {}, emit=stream.emit) if phases else None
             phase_runner = PhaseRunner(manifest.emulators, phases, recorder._event) if phases else None
+            record["threads"] = threads.on_cluster(cluster)  # the workers' pools, set first on a local cluster
             try:
                 runtime, results, failure, live_after = cancel.wait(
                     lambda: cluster.run_graph(plan, run_id, stream, cache_use if use_cache else None, phase_runner))
@@ -299,10 +303,12 @@ def _execute(
                 runtime.events, runtime.running = stream.tasks(), _still_running(stream.events)
         else:
             instances = dict(executors) if executors is not None else create_executors(plan)
-            runtime = LocalRuntime(plan, instances, emit=stream.emitter(), cache=cache_use if use_cache else None, cancel=cancel)
+            # every task runs in this process: a bridge runs inside its producer's task, not as two of its own
+            runtime = LocalRuntime(plan, instances, emit=stream.emitter(), cache=cache_use if use_cache else None,
+                                   cancel=cancel, fold_bridges=True)
             record["warm_up"] = [{"worker": None, "seconds": runtime.warm_up()}]
-            stream.emit(run_event("started", run_id, tasks=len(runtime.graph.dsk), mode="threads"))
-            pool = ThreadPoolExecutor(max_workers=num_workers or os.cpu_count() or 1, thread_name_prefix="hetflow")
+            stream.emit(run_event("started", run_id, tasks=runtime.graph.reported_tasks(), mode="threads"))
+            pool = _take_pool(num_workers or os.cpu_count() or 1)
             phase_runner = PhaseRunner(manifest.emulators, phases, runtime._event) if phases else None
 
             def run_graph() -> list[Any]:
@@ -315,6 +321,11 @@ def _execute(
                     dsk, graph_keys = {**dsk, **second}, graph_keys + [k for k in second if k.startswith("phase:")]
                 return dask.threaded.get(dsk, graph_keys, pool=pool)
 
+            # partitions at once x BLAS threads <= cores, with the sweep's points and other runs of this process
+            at_once = threads.width(plan, num_workers or os.cpu_count() or 1)
+            pools = threads.claim_run(at_once)
+            pools.__enter__()
+            record["threads"] = threads.POOLS.describe(at_once)
             try:
                 results = cancel.wait(run_graph)
             except BaseException as e:  # noqa: BLE001 - recorded, then re-raised below
@@ -324,8 +335,9 @@ def _execute(
                 if stopped:
                     cancel.request("SIGINT")  # a KeyboardInterrupt without stopping(): no new partition starts
                 # a cancelled run does not wait for the partitions it abandons: they release what they return
-                pool.shutdown(wait=not stopped, cancel_futures=stopped)
+                _give_back_pool(pool, reuse=failure is None, stopped=stopped)
                 runtime.handles.close()
+                pools.__exit__(None, None, None)
             live_after = {name: ex.live_activations() for name, ex in instances.items()}
 
         ended = time.time()
@@ -355,12 +367,14 @@ def _execute(
                 }
             for name, (pid, fieldname) in getattr(manifest, "phase_outputs", {}).items():
                 if phases[pid].kind.array and fieldname is None:
+                    from hetflow.executors.emulator import WITNESS_COLUMNS
+
                     portable = phase_runner.results[pid]["portable"]
                     file = f"{name}.npy"
                     save_npy_atomic(os.path.join(run_dir, file), portable.to_array())
                     record["outputs"][name] = {
                         "phase": pid, "file": file, "shape": list(portable.shape.dims), "dtype": portable.dtype.value,
-                        "bytes": len(portable.bytes), "digest": digest_portable(portable), "encoding": "witness-limbs16"}
+                        "bytes": len(portable.bytes), "digest": digest_portable(portable), "columns": list(WITNESS_COLUMNS)}
                 else:
                     value, digest = phase_runner.output(pid, fieldname)
                     record["outputs"][name] = {"phase": pid, "field": fieldname, "value": value, "digest": digest}
@@ -413,6 +427,60 @@ def _execute(
 
 functools.update_wrapper(execute, _execute)
 
+# id(plan) -> (plan.to_json(), its text in the record), while the plan lives
+_PLAN_DATA: dict[int, tuple[dict, str]] = {}
+
+
+def _plan_data(plan: Plan) -> tuple[dict, str]:
+    """The plan's data for the record and its JSON text, made once per plan in this process.
+
+    A plan does not change once made; a process that runs one plan again
+    made its data and text per run (70 ms of a 10,000-stage run here). The
+    records of those runs share the dict: records are read, never changed.
+    """
+    key = id(plan)
+    got = _PLAN_DATA.get(key)
+    if got is None:
+        data = plan.to_json()
+        got = _PLAN_DATA[key] = (data, encode_entries(data))
+        weakref.finalize(plan, _PLAN_DATA.pop, key, None)
+    return got
+
+
+# Idle thread pools of finished runs, by size: a short run spent 1-2 ms starting its pool's threads.
+_IDLE_POOLS: dict[int, list[ThreadPoolExecutor]] = {}
+_IDLE_LOCK = threading.Lock()
+_IDLE_MAX = 4  # per size: as many as a sweep's concurrent points commonly are
+
+
+def _take_pool(size: int) -> ThreadPoolExecutor:
+    """A pool of ``size`` threads for one run: an idle one a finished run gave back, or a new one.
+
+    Each run has a pool of its own while it runs (concurrent runs of a
+    sweep never share one), so a run's tasks wait for no other run's.
+    """
+    with _IDLE_LOCK:
+        idle = _IDLE_POOLS.get(size)
+        if idle:
+            return idle.pop()
+    return ThreadPoolExecutor(max_workers=size, thread_name_prefix="hetflow")
+
+
+def _give_back_pool(pool: ThreadPoolExecutor, reuse: bool, stopped: bool) -> None:
+    """The end of a run's use of ``pool``. Only a run that succeeded gives it back for the next: its graph is
+    done, so no task of it is running. A failed run's other tasks may still be running and are waited for,
+    as before; a cancelled run's are abandoned (not waited for, queued ones dropped) with the pool."""
+    if reuse:
+        with _IDLE_LOCK:
+            idle = _IDLE_POOLS.setdefault(pool._max_workers, [])
+            if len(idle) < _IDLE_MAX:
+                idle.append(pool)
+                return
+        pool.shutdown(wait=True)
+        return
+    pool.shutdown(wait=not stopped, cancel_futures=stopped)
+
+
 _SEAL_WAIT_S = 5.0
 
 
@@ -428,7 +496,9 @@ def _initial_write(record_path: str, record: dict, encoded: Mapping[str, str], m
     record as it is now, its ``host`` filled in (in ``record`` too: the
     key exists, so the dict does not change size under the run's thread);
     the final record and a forced exit's wait for it first, so the
-    ``running`` record never replaces a later one. The thread is not a
+    ``running`` record never replaces a later one. The thread is one of
+    the process's record writers, started once (a thread's start was
+    0.1-2 ms of every run, the most on a loaded machine), and not a
     daemon: an interpreter that exits waits for the write to end.
     The wait re-raises what the write raised (``raise_error=False``: not).
     """
@@ -442,15 +512,35 @@ def _initial_write(record_path: str, record: dict, encoded: Mapping[str, str], m
         except BaseException as e:  # noqa: BLE001 - handed to the wait
             failed.append(e)
 
-    thread = threading.Thread(target=write, name="hetflow-record")
-    thread.start()
+    done = _record_writers().submit(write)
 
     def wait(raise_error: bool = True) -> None:
-        thread.join()
+        futures.wait([done])
         if failed and raise_error:
             raise failed[0]
 
     return wait
+
+
+_WRITERS: list[ThreadPoolExecutor] = []
+
+
+def _record_writers() -> ThreadPoolExecutor:
+    """The process's threads that write ``running`` records: as many as runs start at once, up to 8."""
+    if not _WRITERS:
+        with _IDLE_LOCK:
+            if not _WRITERS:
+                _WRITERS.append(ThreadPoolExecutor(max_workers=8, thread_name_prefix="hetflow-record"))
+    return _WRITERS[0]
+
+
+def _forget_threads_after_fork() -> None:
+    # a forked child has none of its parent's threads: pools that think they have some would never run a task
+    _IDLE_POOLS.clear()
+    _WRITERS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_threads_after_fork)
 
 
 def _earlier_attempts(record_path: str) -> list[dict]:

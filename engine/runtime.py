@@ -27,8 +27,10 @@ on the same lowered graph; the figures are in ``bench/README.md``.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
+import weakref
 from threading import current_thread
 from typing import Any, Callable, Mapping
 
@@ -37,6 +39,7 @@ from hetflow.engine.errors import StageFailure
 from hetflow.engine.lowering import TaskGraph, bridge_ref, lower, subgraph_plan, tensor_ref
 from hetflow.engine.planner import Plan
 from hetflow.engine.records import micros
+from hetflow.engine.threads import here as _pools_here
 from hetflow.executors.base import ActivationHandle, Dtype, Executor, ExecutorError, PortableActivation
 
 __all__ = ["StageTimedOut", "ClusterFailure", "NotHeld", "HandleTable", "LocalRuntime", "abandoned_calls"]
@@ -180,18 +183,41 @@ class HandleTable:
         return self.release_all()
 
 
+# id(plan) -> its partitions' sub-graph plans, while the plan lives
+_SUBPLANS: dict[int, dict[str, Any]] = {}
+
+
+def subgraph_plans(plan: Plan) -> dict[str, Any]:
+    """Every partition's :class:`~hetflow.executors.base.SubGraphPlan`, encoded once per plan in this process.
+
+    A plan does not change once made, nor does what its partitions encode
+    to; a process that runs one plan again (a service, a benchmark, a
+    resumed or verified run of the same plan) encoded all of it per run:
+    40 ms of a 10,000-partition run here. The entry goes with the plan.
+    """
+    key = id(plan)
+    got = _SUBPLANS.get(key)
+    if got is None:
+        got = {p.id: subgraph_plan(plan, p) for p in plan.partitions}
+        _SUBPLANS[key] = got
+        weakref.finalize(plan, _SUBPLANS.pop, key, None)
+    return got
+
+
 class LocalRuntime:
     """Executes the lowered tasks in this process against executor instances."""
 
     def __init__(self, plan: Plan, executors: Mapping[str, Executor], *,
                  emit: Callable[[dict], None] | None = None, worker: str | None = None,
-                 cache: Any = None, cancel: Cancel | None = None) -> None:
+                 cache: Any = None, cancel: Cancel | None = None, fold_bridges: bool = False) -> None:
         self.plan = plan
         self.executors = dict(executors)
         self.cache = cache
         self.cancel = cancel or Cancel()
         self.running: set[str] = set()
-        self.graph: TaskGraph = lower(plan, self)
+        # fold_bridges: every task runs in this process, so a bridge runs inside its producer's task
+        # (hetflow.engine.lowering, "Folded bridges")
+        self.graph: TaskGraph = lower(plan, self, fold_bridges)
         self.handles = HandleTable(self.graph.refcounts)
         self.events: list[dict] = []
         self.emit = emit or (lambda event: None)
@@ -199,7 +225,7 @@ class LocalRuntime:
         self.abandoned = 0
         self._bridges = {b.id: b for b in plan.bridges}
         self._partitions = {p.id: p for p in plan.partitions}
-        self._subplans = {p.id: subgraph_plan(plan, p) for p in plan.partitions}
+        self._subplans = subgraph_plans(plan)
         # per partition: its input refs, in the order its task receives them
         self._refs = {pid: [ref for _, ref in refs] for pid, refs in self.graph.sources.items()}
 
@@ -212,16 +238,30 @@ class LocalRuntime:
         import that names such a dtype brings in: it is loaded here when a
         stage of the plan has one of them (a run of fp32, fp16 and int8
         tensors never loads it). An executor with a ``warm_up()`` method
-        (a GPU SDK's context, a compiled kernel cache) gets it called too.
-        The record keeps the seconds as ``warm_up``.
+        (a GPU SDK's context, a compiled kernel cache) gets it called too,
+        with its partitions when it takes an argument: each one's
+        :class:`SubGraphPlan` and the ``(shape, dtype)`` of its inputs and
+        nodes, so it can compile what they will dispatch (the Vulkan
+        executor's shaders). The record keeps the seconds as ``warm_up``.
         """
         t0 = time.perf_counter()
         for dtype in {node.dtype for node in self.plan.nodes.values()}:
             dtype.numpy  # noqa: B018 - the lookup loads what holds the dtype's values
-        for executor in self.executors.values():
+        for name, executor in self.executors.items():
             hook = getattr(executor, "warm_up", None)
-            if callable(hook):
+            if not callable(hook):
+                continue
+            if not inspect.signature(hook).parameters:
                 hook()
+                continue
+            nodes, mine = self.plan.nodes, []
+            for pid, part in self._partitions.items():
+                if part.executor != name:
+                    continue
+                known = {n: (nodes[n].shape, nodes[n].dtype) for n in (*part.inputs, *part.nodes)
+                         if n in nodes and nodes[n].shape is not None}
+                mine.append((self._subplans[pid], known))
+            hook(mine)
         return round(time.perf_counter() - t0, 6)
 
     def _event(self, kind: str, id: str, executor: str, start: float, status: str, attempt: int = 1,
@@ -282,6 +322,7 @@ class LocalRuntime:
 
         def attempt() -> None:
             try:
+                _pools_here()  # a fresh thread: its OpenMP pool is not yet limited
                 result: Any = call()
             except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
                 result, box["error"] = None, e
@@ -311,6 +352,7 @@ class LocalRuntime:
 
     def run_partition(self, pid: str, *sources: Any) -> dict:
         start = time.time()
+        _pools_here()  # the ops run in this thread: per-thread (OpenMP) pools take the limit here
         part = self._partitions[pid]
         executor = self.executors[part.executor]
         refs = self._refs[pid]
@@ -345,6 +387,15 @@ class LocalRuntime:
         stored = self.cache is not None and pid in self.cache.stored_set
         self._event("partition", pid, part.executor, start, "succeeded", attempt, nodes=list(part.nodes),
                     cached=cached, stored=stored)
+        return produced
+
+    def run_and_bridge(self, pid: str, *sources: Any) -> dict:
+        """Partition ``pid``'s task with the bridges of its outputs folded in: the partition, then each bridge's
+        export and import, each reported as the separate tasks report them."""
+        produced = self.run_partition(pid, *sources)
+        export, import_ = self.export, self.import_
+        for bid in self.graph.folded[pid]:
+            import_(bid, export(bid, produced))
         return produced
 
     def restore_partition(self, pid: str) -> dict:

@@ -164,6 +164,7 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
     seen: set[str] = set()  # the stages above the one being checked
     pending: list[str] = []  # stages whose dtype depends on a stage written below them
     typed: list[str] = []  # stages whose op checks its inputs' dtypes, checked once every dtype is known
+    arrays: dict[str, Dtype] = {}  # phases that yield an array (a witness table), with its dtype
     fp32 = Dtype.fp32
     in_order = True  # every input is written above its stage, so the file order is a topological order
     constrained = False  # some stage says colocate_with: or vendor:
@@ -173,6 +174,9 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
             seen.add(sid)
             continue
         if "phase" in spec:
+            kind = phaselib.PHASES.get(spec["phase"]) if isinstance(spec["phase"], str) else None
+            if kind is not None and kind.array:
+                arrays[sid] = phaselib.ARRAY_DTYPE
             for ref in (spec.get("inputs") if isinstance(spec.get("inputs"), list) else []):
                 if isinstance(ref, str) and ref in raw_stages and ref not in seen:
                     in_order = False
@@ -227,8 +231,9 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
             dtype_name = spec["dtype"]
         elif op.result is None and all(ref in stages and stages[ref].dtype is fp32 for ref in inputs):
             dtype_name = "fp32"  # most stages: nothing to infer from
-        elif all(ref in stages or ref not in raw_stages for ref in inputs):
-            dtype_name = _inferred(op, [stages[ref].dtype for ref in inputs if ref in stages], args, base).value
+        elif all(ref in stages or ref in arrays or ref not in raw_stages for ref in inputs):
+            dtype_name = _inferred(op, [stages[ref].dtype if ref in stages else arrays[ref] for ref in inputs
+                                        if ref in stages or ref in arrays], args, base).value
         else:
             dtype_name = "fp32"
             pending.append(sid)  # an input written below it: inferred once every stage is known
@@ -252,7 +257,7 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
         stages[sid] = frozen_instance(StageDecl, fields)
 
     if pending and not problems:
-        _infer_pending(pending, stages, raw_stages, base, doc, problems)
+        _infer_pending(pending, stages, raw_stages, base, doc, problems, arrays)
     if typed and (not pending or not problems):  # a pending stage's dtype is known only once inferred
         _check_input_dtypes(typed, stages, doc, problems)
 
@@ -311,25 +316,24 @@ def _inferred(op: Any, inputs: list[Dtype], args: dict, base: str) -> Dtype:
 
 
 def _infer_pending(pending: list[str], stages: dict[str, StageDecl], raw_stages: dict, base: str, doc: Document,
-                   problems: list[Diagnostic]) -> None:
+                   problems: list[Diagnostic], arrays: Mapping[str, Dtype] = {}) -> None:
     """Infer the dtypes of ``pending`` stages in dependency order, and check each against its op."""
     import dataclasses
+    from graphlib import CycleError, TopologicalSorter
 
-    import networkx as nx
-
-    graph = nx.DiGraph()
-    graph.add_nodes_from(pending)
-    for sid in pending:
-        graph.add_edges_from((ref, sid) for ref in stages[sid].inputs if ref in stages)
-    for sid in nx.topological_sort(graph):
-        if sid not in pending:
-            continue
+    waiting = set(pending)
+    order = TopologicalSorter({sid: [ref for ref in stages[sid].inputs if ref in waiting] for sid in pending})
+    try:
+        ordered = list(order.static_order())
+    except CycleError:  # the cycle is reported with its stages below (``_cycles``); nothing to infer through it
+        return
+    for sid in ordered:
         stage = stages[sid]
         op = oplib.REGISTRY.get(stage.op)
         if op is None:
             continue
-        dtype = _inferred(op, [stages[ref].dtype for ref in stage.inputs if ref in stages],
-                          dict(raw_stages[sid].get("args") or {}), base)
+        dtype = _inferred(op, [stages[ref].dtype if ref in stages else arrays[ref] for ref in stage.inputs
+                               if ref in stages or ref in arrays], dict(raw_stages[sid].get("args") or {}), base)
         if dtype not in op.dtypes:
             problems.append(_not_inferable(sid, op, dtype, stage.inputs, stages, doc))
             continue
@@ -567,10 +571,10 @@ def _stage_vendors(value: Any) -> tuple[Vendor, ...]:
 def _placement_constraints(stages: Mapping[str, StageDecl], executors: Mapping[str, ExecutorDecl],
                            raw_stages: Mapping[str, Any], doc: Document) -> list[Diagnostic]:
     """``colocate_with`` names another stage and its group's pins agree; a pin runs a preferred vendor."""
-    import networkx as nx
+    from hetflow.engine.candidates import roots
 
     problems: list[Diagnostic] = []
-    group = nx.Graph()
+    linked: list[tuple[str, str]] = []
     for s in stages.values():
         if s.colocate_with is None:
             continue
@@ -581,8 +585,11 @@ def _placement_constraints(stages: Mapping[str, StageDecl], executors: Mapping[s
             hint = f"; did you mean {close[0]!r}?" if close else ""
             problems.append(Diagnostic(s.colocate_origin, f"stage {s.id!r} is colocated with {s.colocate_with!r}, which is not a stage{hint}"))
         elif s.colocate_with in stages:
-            group.add_edge(s.id, s.colocate_with)
-    for members in nx.connected_components(group):
+            linked.append((s.id, s.colocate_with))
+    groups: dict[str, list[str]] = {}
+    for n, root in roots([n for pair in linked for n in pair], linked).items():
+        groups.setdefault(root, []).append(n)
+    for members in groups.values():
         pins = sorted({(stages[m].executor, m) for m in members if stages[m].executor}, key=lambda p: list(stages).index(p[1]))
         if len({e for e, _ in pins}) > 1:
             (first, a), (_, b) = pins[0], next(p for p in pins if p[0] != pins[0][0])

@@ -30,6 +30,7 @@ from hetflow.engine.cancel import Cancel, current
 from hetflow.engine.errors import HetflowError, RunCancelled, UsageError
 from hetflow.engine.records import remove_partial_writes, utc_iso
 from hetflow.engine.runs import owner_of, read_fields, status_of, write_sweep
+from hetflow.engine.threads import POOLS, point
 
 __all__ = ["run_points", "resume_rows", "RESUMABLE"]
 
@@ -125,7 +126,8 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
             return
         save(row, status="running", error=None)
         try:
-            done = run_one(job, row, named(row))
+            with point():
+                done = run_one(job, row, named(row))
         except RunCancelled as e:
             run_id = os.path.basename(os.path.dirname(e.record_path)) if e.record_path else row.get("run_id")
             save(row, status="cancelled", run_id=run_id, error=str(e),
@@ -173,6 +175,9 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
                 guard.release()
 
     forget_hook = cancel.on_forced_exit(forced_exit)
+    # the points at once share the cores: each point's BLAS gets cores // parallel threads (hetflow.engine.threads)
+    pools = POOLS.claim(min(parallel, max(1, len(todo))))
+    pools.__enter__()
     try:
         if parallel == 1:
             for row, job in todo:
@@ -197,6 +202,8 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
                 close(_overall(summary["points"], cancel.requested, interrupted=True))
         forget_hook()
         raise
+    finally:
+        pools.__exit__(None, None, None)
     rows = summary["points"]
     status = _overall(rows, cancel.requested)
     with guard:

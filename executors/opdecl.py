@@ -273,6 +273,8 @@ def to_dtype(xp: Any, array: Any, dtype: Dtype) -> Any:
     kind = dtype.kind
     if kind == "float":
         with np.errstate(over="ignore"):  # beyond the range is infinity (NaN for fp8e4m3): the rule, not a fault
+            if dtype in _NARROW and (array.dtype == np.float64 or (array.dtype.kind in "iu" and array.dtype.itemsize > 2)):
+                return _round_to_odd_fp32(xp, array).astype(target)
             return array.astype(target)
     if kind == "bool":
         return array != 0
@@ -291,6 +293,27 @@ def to_dtype(xp: Any, array: Any, dtype: Dtype) -> Any:
     low, top = float(info.min), float(info.max) + 1.0
     values = xp.trunc(xp.where((wide >= low) & (wide < top), wide, 0.0)).astype(target)
     return xp.where(wide >= top, target.type(info.max), xp.where(wide < low, target.type(info.min), values))
+
+
+# bf16 and fp8 from float64 or a wide integer: ml_dtypes before 0.7 converts through float32, rounding
+# twice (2**24 + 2**16 + 1 became 2**24 in bf16, not the nearer 2**24 + 2**17). Rounding to float32
+# *to odd* first keeps the one rounding exact: float32 holds at least two more bits than these targets
+# (Boldo and Melquiond, "Emulation of FMA and correctly rounded sums: proved algorithms using rounding
+# to odd", 2008), so every ml_dtypes version gives the correctly rounded value.
+_NARROW = frozenset({Dtype.bf16, Dtype.fp8e4m3, Dtype.fp8e5m2})
+
+
+def _round_to_odd_fp32(xp: Any, array: Any) -> Any:
+    """``array`` (float64, or integers through float64 as ml_dtypes 0.7 converts them) in float32, rounded to odd:
+    truncated toward zero, with the last bit set where that dropped anything."""
+    wide = array.astype(np.float64)
+    near = wide.astype(np.float32)
+    back = near.astype(np.float64)
+    over = xp.abs(back) > xp.abs(wide)
+    inexact = (back != wide) & xp.isfinite(wide) & xp.isfinite(back)
+    toward = xp.where(over & inexact, xp.nextafter(near, np.float32(0)), near)
+    bits = toward.view(np.uint32)
+    return xp.where(inexact, (bits | np.uint32(1)).view(np.float32), toward)
 
 
 def widen(xp: Any, array: Any, to: Any = np.float32) -> Any:

@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -473,7 +473,9 @@ class VulkanExecutor:
             t = self._upload(portable.shape.dims, portable.dtype, portable.bytes)
         return self._register(t)
 
-    def _upload(self, shape: tuple[int, ...], dtype: Dtype, data: Any) -> Tensor:
+    def _upload(self, shape: tuple[int, ...], dtype: Dtype, data: Any, rec: Recording | None = None) -> Tensor:
+        if rec is not None and rec.compile_only:
+            return Tensor(None, tuple(shape), dtype)
         buf = self._dev.buffer(dtype.nbytes(math.prod(shape)), f"{list(shape)} {dtype}")
         try:
             self._dev.upload(buf, data)
@@ -483,24 +485,71 @@ class VulkanExecutor:
 
     # -- compute ------------------------------------------------------------------
 
+    def warm_up(self, partitions: Sequence[tuple[SubGraphPlan, Mapping[str, tuple[tuple[int, ...], Dtype]]]] = ()) -> None:
+        """Do, before a run's clock starts, the start-up its first tasks would otherwise pay (0.25 s on lavapipe).
+
+        Two things make a device's first use slow, measured on the decoder
+        (``bench/bench_vulkan.py``): the first transfer (the staging buffers
+        made and mapped, the queue's first submission: 75-95 ms in the
+        first import) and each kernel's first dispatch (lavapipe translates
+        the shader when the pipeline is made and compiles its machine code
+        through LLVM when it first runs: 150-165 ms in the decoder's layers'
+        partition, 13 ms once warm). A round trip through the staging
+        buffers does the first. For the second, :meth:`execute`'s own walk
+        goes over each of ``partitions`` (its :class:`SubGraphPlan` and the
+        ``(shape, dtype)`` of its inputs and nodes, by name) in a
+        compile-only :class:`Recording`, which makes exactly the pipelines
+        the partition dispatches and runs each new one once on an empty
+        problem; nothing of the partition is computed, allocated or
+        uploaded. A partition that cannot be walked so (a shape not known
+        before the run) is left to compile on its first use, and its errors
+        are the run's to report, not the warm-up's. The device keeps the
+        log of its compiles (``Device.compiled``).
+        """
+        try:
+            probe = self.import_activation(PortableActivation(TensorShape((1,)), Dtype.fp32, bytes(4)))
+            try:
+                self.export_activation(probe)
+            finally:
+                self.release_activation(probe)
+        except ExecutorError:  # a device that cannot take 4 bytes fails the run's first transfer, with the stage
+            return
+        for plan, tensors in partitions:
+            try:
+                self._walk(plan, [Tensor(None, *tensors[name]) for name in decode_plan(plan)["inputs"]], tensors)
+            except Exception:  # noqa: BLE001 - the run meets the same problem in its partition, and reports it there
+                continue
+        self._dev.wait()  # the device compiles as it runs the empty dispatches: inside the warm-up, not after
+
     def execute(self, plan: SubGraphPlan, inputs: Sequence[ActivationHandle]) -> list[ActivationHandle]:
         if plan.vendor is not Vendor.vulkan:
             raise VendorMismatch(plan.vendor, Vendor.vulkan)
         given = [self._get(h) for h in inputs]
+        return self._register_all(self._walk(plan, given), "the results of a sub-graph")
+
+    def _walk(self, plan: SubGraphPlan, given: list[Tensor],
+              compile_only: Mapping[str, tuple[tuple[int, ...], Dtype]] | None = None) -> list[Tensor]:
+        """Record, submit and check ``plan``'s dispatches on ``given``; its outputs. ``compile_only`` (the shapes
+        and dtypes of the nodes, by name): compile the pipelines alone (:meth:`warm_up`)."""
         decoded = decode_plan(plan)
         if len(given) != len(decoded["inputs"]):
             raise Backend(f"plan takes {len(decoded['inputs'])} inputs, got {len(given)}")
         with self._dev.lock:
-            rec = Recording(self._dev)
+            rec = Recording(self._dev, compile_only=compile_only is not None)
             values: dict[str, Tensor] = dict(zip(decoded["inputs"], given))
             for node in decoded["nodes"]:
+                kernel = getattr(ops.REGISTRY.get(node["op"]), "wgsl", None)
+                if compile_only is not None and kernel is not None and kernel.template == "host":
+                    # a source's numpy body and upload are the run's work; no pipeline is compiled for them
+                    values[node["id"]] = Tensor(None, *compile_only[node["id"]])
+                    continue
                 values[node["id"]] = self._node(rec, node, values)
             try:
                 rec.submit()
             except Exception as e:
                 raise wgpu_error(e, "submitting the partition") from None
             rec.raise_failed_checks()
-        return self._register_all([values[t] for t in decoded["outputs"]], "the results of a sub-graph")
+        return [values[t] for t in decoded["outputs"]]
 
     def _node(self, rec: Recording, node: dict, values: dict[str, Tensor]) -> Tensor:
         nid, name = node["id"], node["op"]
@@ -559,13 +608,13 @@ class VulkanExecutor:
             rec.dispatch("narrow", subs, [x.buffer, y.buffer], [x.count, words], _linear_groups(-(-words // _WG)))
         return y
 
-    def _scalar(self, value: Any, word: Dtype) -> Tensor:
+    def _scalar(self, rec: Recording, value: Any, word: Dtype) -> Tensor:
         """A binary op's ``value`` argument as a one-element tensor of ``word``."""
         if word is _I32:
             if float(value) != int(value):
                 raise Backend(f"the integer kernel takes an integer value, got {value!r}")
-            return self._upload((), _I32, np.int32(int(value)).tobytes())
-        return self._upload((), _F32, np.float32(value).tobytes())
+            return self._upload((), _I32, np.int32(int(value)).tobytes(), rec)
+        return self._upload((), _F32, np.float32(value).tobytes(), rec)
 
     def _compute(self, rec: Recording, op: ops.Op, args: dict, given: list[Tensor], word: Dtype,
                  shape: tuple[int, ...], dtype: Dtype) -> Tensor:
@@ -594,7 +643,7 @@ class VulkanExecutor:
                 rec.dispatch("unary", {"EXPR": expr, "T": T}, [xs[0].buffer, y.buffer],
                              [n, *_unary_words(op, args, word, dtype)], groups)
         elif template == "binary":
-            a, b = xs if len(xs) == 2 else (xs[0], self._scalar(args["value"], word))
+            a, b = xs if len(xs) == 2 else (xs[0], self._scalar(rec, args["value"], word))
             params = [n, len(shape), *shape, *_broadcast_strides(a.shape, shape), *_broadcast_strides(b.shape, shape)]
             if n:
                 rec.dispatch("binary", {"EXPR": expr, "T": T}, [a.buffer, b.buffer, y.buffer], params, groups)
@@ -636,7 +685,7 @@ class VulkanExecutor:
             if template == "reduce" and R == 0 and rows:
                 # the identity of an empty reduction (or the error it is) is what the CPU body gives
                 host = ops.compute(np, op.name, [np.zeros(given[0].shape, given[0].dtype.numpy)], args, dtype)
-                return self._upload(shape, _F32, np.asarray(host, np.float32).tobytes())
+                return self._upload(shape, _F32, np.asarray(host, np.float32).tobytes(), rec)
             if rows and (R or template == "reduce"):
                 subs = {"MODE": _REDUCE_MODE[kernel.expr], "LAST": int(bool(args.get("select_last_index")))} \
                     if template == "reduce" else {}
@@ -676,7 +725,7 @@ class VulkanExecutor:
         n = y.count
         if n:
             # the where kernel with an always-true condition is a broadcasting copy
-            true = self._upload((), _I32, np.int32(1).tobytes())
+            true = self._upload((), _I32, np.int32(1).tobytes(), rec)
             params = [n, len(shape), *shape, *([0] * len(shape)), *_broadcast_strides(x.shape, shape),
                       *_broadcast_strides(x.shape, shape)]
             rec.dispatch("where", {"T": "f32", "COND_F32": 0}, [true.buffer, x.buffer, x.buffer, y.buffer], params,

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -48,8 +49,8 @@ import numpy as np
 
 from hetflow.executors.base import Backend, BoundDevice, Dtype, ExecutorError, OutOfMemory
 
-__all__ = ["Device", "Tensor", "Recording", "adapters", "describe", "wgpu_version", "enumeration_chatter",
-           "kernel_source", "wgpu_error", "STAGING_CHUNK", "KERNELS", "MAX_GROUPS"]
+__all__ = ["Device", "Tensor", "Recording", "AdapterDevice", "adapters", "describe", "wgpu_version",
+           "enumeration_chatter", "kernel_source", "wgpu_error", "STAGING_CHUNK", "KERNELS", "MAX_GROUPS"]
 
 KERNELS = Path(__file__).with_name("wgsl")
 STAGING_CHUNK = 64 << 20
@@ -59,6 +60,10 @@ MAX_GROUPS = 65535
 """The most workgroups one dispatch may have in each dimension."""
 
 _TYPE_ORDER = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3, "Unknown": 4}
+_DEVICE_TYPE = {"DiscreteGPU": "discrete-gpu", "IntegratedGPU": "integrated-gpu", "VirtualGPU": "virtual-gpu",
+                "CPU": "cpu", "Unknown": "unknown"}
+"""wgpu's adapter types as the ``device_type`` the cost model reads: ``cpu`` is a device whose memory is host
+memory (lavapipe), so a bridge to it is a host memcpy, not a PCIe transfer."""
 
 
 def wgpu_version() -> str | None:
@@ -133,7 +138,19 @@ class _StderrCaptured:
         return self._text
 
 
-def describe(adapter: Any, index: int) -> BoundDevice:
+@dataclass(frozen=True)
+class AdapterDevice(BoundDevice):
+    """A :class:`BoundDevice` that also says what kind of device the adapter is.
+
+    The cost model prices a bridge by where the device's memory lives, and
+    only the adapter knows that: ``device_type`` ``cpu`` (lavapipe) is host
+    memory, a ``discrete-gpu`` sits across PCIe.
+    """
+
+    device_type: str = "unknown"
+
+
+def describe(adapter: Any, index: int) -> AdapterDevice:
     """A :class:`BoundDevice` from an adapter's info: name, vendor, device type, backend."""
     info = adapter.info
     kind = info.get("adapter_type", "Unknown")
@@ -143,7 +160,8 @@ def describe(adapter: Any, index: int) -> BoundDevice:
         kind_text = f"{kind} adapter"
     vendor = info.get("vendor") or f"vendor 0x{info.get('vendor_id', 0):04x}"
     name = f"{info.get('device', '?')}: {kind_text}, {vendor}, {info.get('backend_type', '?')}, {info.get('description', '')}".rstrip(", ")
-    return BoundDevice(f"vulkan:{index}:{info.get('vendor_id', 0):04x}:{info.get('device_id', 0):04x}", name)
+    return AdapterDevice(f"vulkan:{index}:{info.get('vendor_id', 0):04x}:{info.get('device_id', 0):04x}", name,
+                         device_type=_DEVICE_TYPE.get(kind, "unknown"))
 
 
 @lru_cache(maxsize=None)
@@ -209,6 +227,13 @@ class Device:
         self.max_binding = int(self.device.limits["max-storage-buffer-binding-size"])
         self.lock = threading.RLock()
         self._pipelines: dict[tuple, Any] = {}
+        self.compiled: list[tuple[str, float]] = []
+        """(template, ``time.time()`` when its compile ended) per pipeline compiled, in order: what shows
+        whether a run paid for a compile inside a partition or its warm-up did."""
+        self.first_dispatched: list[tuple[str, float]] = []
+        """(template, ``time.time()`` when it was recorded) per pipeline's first dispatch: lavapipe compiles
+        a kernel's machine code then, so a run whose kernels all ran first in its warm-up pays no compile."""
+        self._dispatched: set[int] = set()
         self._up: Any = None
         self._down: Any = None
         self._fence_src: Any = None
@@ -285,6 +310,12 @@ class Device:
 
     # -- pipelines ----------------------------------------------------------------
 
+    def first_dispatch(self, pipe: Any, template: str) -> None:
+        """Log ``pipe``'s first dispatch in :attr:`first_dispatched` (callers hold self.lock)."""
+        if id(pipe) not in self._dispatched:
+            self._dispatched.add(id(pipe))
+            self.first_dispatched.append((template, time.time()))
+
     def pipeline(self, template: str, **subs: Any) -> Any:
         key = (template, tuple(sorted(subs.items())))
         if key not in self._pipelines:
@@ -292,6 +323,7 @@ class Device:
             self._pipelines[key] = self.device.create_compute_pipeline(
                 label=template, layout="auto", compute={"module": module, "entry_point": "main"}
             )
+            self.compiled.append((template, time.time()))
         return self._pipelines[key]
 
 
@@ -313,10 +345,19 @@ class Tensor:
 
 
 class Recording:
-    """The dispatches of one execute call, recorded into one command encoder."""
+    """The dispatches of one execute call, recorded into one command encoder.
 
-    def __init__(self, dev: Device) -> None:
+    ``compile_only`` (a warm-up): the same walk allocates no tensor and
+    computes nothing; each pipeline its dispatches use is compiled and,
+    the first time, dispatched once on empty problems (its parameters all
+    zero, one workgroup, tiny buffers of its own): creating a pipeline
+    translates the shader, but lavapipe compiles its machine code through
+    LLVM at its first dispatch, 5-30 ms a kernel.
+    """
+
+    def __init__(self, dev: Device, compile_only: bool = False) -> None:
         self.dev = dev
+        self.compile_only = compile_only
         self.encoder = dev.device.create_command_encoder()
         self.pass_ = self.encoder.begin_compute_pass()
         self.keep: list[Any] = []  # parameter buffers, alive until the submit
@@ -324,16 +365,33 @@ class Recording:
 
     def new(self, shape: Sequence[int], dtype: Dtype, what: str) -> Tensor:
         shape = tuple(int(d) for d in shape)
+        if self.compile_only:
+            return Tensor(None, shape, dtype)
         return Tensor(self.dev.buffer(dtype.nbytes(math.prod(shape)), what), shape, dtype)
 
     def dispatch(self, template: str, subs: dict, buffers: Sequence[Any], params: Sequence[int], groups: tuple[int, int, int]) -> None:
         dev = self.dev
+        if self.compile_only:
+            compiled = len(dev.compiled)
+            pipe = dev.pipeline(template, **subs)
+            # a user's kernel ("source") is not run on made-up parameters: it compiles at its first real dispatch
+            if len(dev.compiled) > compiled and template != "source":
+                self._bind(pipe, [dev.buffer(16, "a warm-up's empty tensor") for _ in buffers], [0] * len(params))
+                self.pass_.dispatch_workgroups(1, 1, 1)
+                dev.first_dispatch(pipe, template)
+            return
         for b in buffers:
             if b.size > dev.max_binding:
                 raise Backend(f"a tensor of {b.size} bytes exceeds the device's largest storage binding ({dev.max_binding} bytes)")
         if max(groups) > MAX_GROUPS:
             raise Backend(f"{template}: dispatch of {groups} workgroups exceeds the limit of {MAX_GROUPS} per dimension")
         pipe = dev.pipeline(template, **subs)
+        self._bind(pipe, buffers, params)
+        self.pass_.dispatch_workgroups(*groups)
+        dev.first_dispatch(pipe, template)
+
+    def _bind(self, pipe: Any, buffers: Sequence[Any], params: Sequence[int]) -> None:
+        dev = self.dev
         pbuf = dev.device.create_buffer_with_data(
             data=np.asarray(list(params) or [0], dtype=np.uint32).tobytes(), usage=dev.wgpu.BufferUsage.STORAGE
         )
@@ -346,12 +404,12 @@ class Recording:
         self.keep.append(group)
         self.pass_.set_pipeline(pipe)
         self.pass_.set_bind_group(0, group)
-        self.pass_.dispatch_workgroups(*groups)
 
     def check(self, status: Any, explain: Any, node: str | None = None) -> None:
         """After the submit, read the 4-byte ``status`` buffer a kernel sets when its input is invalid;
         nonzero raises :class:`Backend` with ``explain(word)``."""
-        self.checks.append((status, explain, node))
+        if not self.compile_only:
+            self.checks.append((status, explain, node))
 
     def submit(self) -> None:
         self.pass_.end()

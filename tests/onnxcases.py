@@ -57,6 +57,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+import ml_dtypes
 import numpy as np
 
 __all__ = ["Inexpressible", "Translation", "Outcome", "TODAY", "NEW", "ALSO_NEW", "DOCUMENTED", "hetflow_dtype",
@@ -766,7 +767,7 @@ def _values(t: Translation, want: np.ndarray, have: np.ndarray) -> str | None:
         if t.exact:
             bad = ~((w == h) | (np.isnan(w) & np.isnan(h)))
         else:
-            rtol = max(1e-4, 2 * float(np.finfo(want.dtype).eps)) if dtype not in ("fp32", "fp64") else 1e-4
+            rtol = max(1e-4, 2 * float(ml_dtypes.finfo(want.dtype).eps)) if dtype not in ("fp32", "fp64") else 1e-4
             bad = ~np.isclose(h, w, rtol=rtol, atol=1e-5, equal_nan=True)
     else:
         w, h = want.astype(np.int64), have.astype(np.int64)

@@ -127,7 +127,7 @@ def test_outputs_of_every_dtype_read_back_exactly(manifest_file, tmp_path):
 
 def test_scalar_outputs_of_a_phase_are_values(tmp_path):
     path = tmp_path / "emu.yaml"
-    path.write_text(f"version: 1\nname: emu\nemulators: {{emu: {{backend: reference, program: {GUESTS / 'exit3.elf'}}}}}\n"
+    path.write_text(f"version: 1\nname: emu\nemulators: {{emu: {{backend: reference, program: {GUESTS / 'exit3.elf'}, accept_exit: [3]}}}}\n"
                     "executors: {cpu: {vendor: cpu}}\nstages:\n  go: {phase: execute}\n"
                     "outputs: {steps: go.steps, code: go.exit_code}\n")
     r = hetflow.run(path, runs_dir=tmp_path / "runs")

@@ -49,6 +49,7 @@ MODULES = [
     "hetflow.engine.locks",
     "hetflow.engine.runs",
     "hetflow.engine.sweeps",
+    "hetflow.engine.threads",
     "hetflow.engine.schemagen",
 ]
 

@@ -333,3 +333,32 @@ def test_every_new_op_declares_dtypes_args_and_a_doc():
     assert ops.check_args(REGISTRY["attention"], {"scale": None}) == []
     assert ml_dtypes.finfo(Dtype.fp8e4m3.numpy).max == QUANT_MAX[Dtype.fp8e4m3]
     assert ml_dtypes.finfo(Dtype.fp8e5m2.numpy).max == QUANT_MAX[Dtype.fp8e5m2]
+
+
+def _nearest(value: float, dtype) -> float:
+    """The representable value of ``dtype`` nearest ``value``, ties to even, by search over every bit pattern."""
+    bits = np.arange(2 ** (8 * np.dtype(dtype).itemsize), dtype=np.uint16 if np.dtype(dtype).itemsize == 2 else np.uint8)
+    values = bits.view(dtype).astype(np.float64)
+    finite = np.isfinite(values)
+    values, bits = values[finite], bits[finite]
+    gaps = np.abs(values - value)
+    best = np.flatnonzero(gaps == gaps.min())
+    even = [i for i in best if int(bits[i]) % 2 == 0]
+    return float(values[(even or list(best))[0]])
+
+
+@pytest.mark.parametrize("dtype", [Dtype.bf16, Dtype.fp8e4m3, Dtype.fp8e5m2])
+def test_narrow_floats_from_float64_and_wide_integers_round_once(dtype):
+    """Through float32 the value would round twice: each of these lands on a float32 tie of the target."""
+    from hetflow.executors.opdecl import to_dtype
+
+    target = dtype.numpy
+    mantissa = {Dtype.bf16: 7, Dtype.fp8e4m3: 3, Dtype.fp8e5m2: 2}[dtype]
+    half = 2.0 ** -(mantissa + 1)          # half a unit in the last place of the target at 1.0
+    cases = [1 + half + 2.0 ** -40, 1 + half - 2.0 ** -40, -(1 + 3 * half + 2.0 ** -45), 1 + half]
+    got = to_dtype(np, np.array(cases, np.float64), dtype).astype(np.float64).tolist()
+    assert got == [_nearest(c, target) for c in cases]
+    if dtype is Dtype.bf16:
+        ints = np.array([2 ** 24 + 2 ** 16 + 1, -(2 ** 24 + 2 ** 16 + 1), 2 ** 24 + 2 ** 16, 2 ** 31 - 1], np.int32)
+        for wide in (ints, ints.astype(np.int64)):
+            assert to_dtype(np, wide, dtype).astype(np.float64).tolist() == [_nearest(float(v), target) for v in ints]

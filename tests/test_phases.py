@@ -77,20 +77,22 @@ def test_fast_and_reference_give_identical_outputs(tmp_path):
     assert fast["plans"]["value"] and fast["hist"]["value"]["counts"]
 
 
-def test_witness_is_one_task_per_chunk_and_decodes_exactly(tmp_path):
+def test_witness_is_one_task_per_chunk_and_its_table_exactly(tmp_path):
     result = _run(_write(tmp_path), tmp_path)
     tasks = [t for t in result.record["tasks"] if t["kind"] == "witness"]
     out = emu.execute(GUESTS / "fib.elf", chunk_steps=128, runners=False)
     assert sorted(t["chunk"] for t in tasks) == list(range(len(out.min_traces)))
     assert len(out.min_traces) > 1
-    encoded = np.load(Path(result.run_dir) / result.record["outputs"]["trace"]["file"])
-    assert encoded.dtype == np.float32 and encoded.shape == (out.steps, 4 * len(emu.WITNESS_COLUMNS))
+    table = np.load(Path(result.run_dir) / result.record["outputs"]["trace"]["file"])
+    assert table.dtype == np.int64 and table.shape == (out.steps, len(emu.WITNESS_COLUMNS))
     expected = np.concatenate([emu.witness_table(GUESTS / "fib.elf", t) for t in out.min_traces])
-    assert np.array_equal(phases.decode_witness(encoded), expected)
+    assert np.array_equal(table, expected)
     assert all(v == 0 for v in result.record["live_activations_after"].values())
     assert {p: e["status"] for p, e in result.record["phases"].items()} == dict.fromkeys(
         ("run", "mem", "rom", "inst", "wit"), "succeeded")
-    assert result.record["phases"]["wit"]["tasks"] == len(out.min_traces)
+    assert result.record["phases"]["wit"]["tasks"] == len(out.min_traces) + 1, "the chunks, and handing on the table"
+    (gather,) = [t for t in result.record["tasks"] if t["kind"] == "phase" and t["id"] == "wit"]
+    assert gather["status"] == "succeeded" and gather["start"] >= max(t["start"] for t in tasks)
 
 
 def test_the_plan_shows_the_bridge_from_the_emulator(tmp_path):
@@ -182,8 +184,41 @@ def test_outputs_name_phase_fields(tmp_path):
     assert any("output 'b' names 'x.steps': 'x' is not an emulator phase" in f for f in found), found
 
 
-def test_witness_encoding_round_trips_extremes():
-    table = np.array([[0, -1, np.iinfo(np.int64).min, np.iinfo(np.int64).max, 0x123456789abcdef]], dtype=np.int64)
-    portable = phases.encode_witness(table)
-    assert portable.dtype.value == "fp32" and portable.shape.dims == (1, 20)
-    assert np.array_equal(phases.decode_witness(portable.to_array()), table)
+def test_the_witness_activation_is_the_table_itself_extremes_included():
+    table = np.zeros((2, 16), dtype=np.int64)
+    table[0, :5] = [0, -1, np.iinfo(np.int64).min, np.iinfo(np.int64).max, 0x123456789abcdef]
+    portable = phases.witness_activation(table)
+    assert portable.dtype.value == "int64" and portable.shape.dims == (2, 16)
+    assert np.array_equal(portable.to_array(), table)
+    assert np.shares_memory(np.frombuffer(portable.bytes, np.int64), table), "no copy of the table"
+    with pytest.raises(ValueError):
+        table[0, 0] = 1  # shared with every executor that adopts the bytes: read-only
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_chunks_fill_one_table_in_place(backend):
+    out = emu.execute(GUESTS / "fib.elf", chunk_steps=64, runners=False)
+    whole = np.full((out.steps, len(emu.WITNESS_COLUMNS)), -7, dtype=np.int64)
+    row = 0
+    for t in out.min_traces:
+        part = whole[row:row + t.steps]
+        assert emu.witness_table(GUESTS / "fib.elf", t, backend=backend, out=part) is part
+        row += t.steps
+    assert np.array_equal(whole, np.concatenate([emu.witness_table(GUESTS / "fib.elf", t) for t in out.min_traces]))
+    with pytest.raises(ValueError, match="witness buffer"):
+        emu.witness_table(GUESTS / "fib.elf", out.min_traces[0], backend=backend, out=whole[:1])
+
+
+def test_the_plan_and_the_run_give_one_reason_a_witness_consumer_is_not_cached(tmp_path):
+    import hetflow
+
+    path = _write(tmp_path)
+    runs = tmp_path / "runs"
+    forecast = hetflow.plan(str(path), runs_dir=str(runs)).cache
+    result = _run(path, tmp_path)
+    recorded = {pid: k["reason"] for pid, k in result.record["cache"]["keys"].items()}
+    readers = {pid: why for pid, why in recorded.items() if why and "emulator phase's array" in why}
+    assert readers, recorded
+    for pid, why in readers.items():
+        assert forecast[pid] == {"status": "will run", "reason": f"not cacheable: {why}"}
+        assert "reads 'wit'" in why and "cache: false" not in why

@@ -22,7 +22,7 @@ from hetflow.executors import emulator as emu
 from hetflow.executors.base import Dtype, Vendor
 
 GUESTS = Path(__file__).resolve().parents[1] / "examples" / "guests"
-COLUMNS = 4 * len(emu.WITNESS_COLUMNS)
+COLUMNS = len(emu.WITNESS_COLUMNS)
 
 PIPELINE = """\
 version: 1
@@ -66,7 +66,7 @@ def test_the_plan_bounds_the_witness_and_knows_which_sizes_are_exact(tmp_path):
     assert wit["outputs"] == ["array", "rows", "chunks"]
     # fan-out: one task per chunk, ceil(1000 / 128)
     assert (wit["chunks_max"], wit["tasks_max"], wit["rows_max"]) == (8, 8, 1000)
-    assert (wit["shape"], wit["dtype"], wit["bytes"], wit["size"]) == ([1000, COLUMNS], "fp32", 1000 * COLUMNS * 4, "bound")
+    assert (wit["shape"], wit["dtype"], wit["bytes"], wit["size"]) == ([1000, COLUMNS], "int64", 1000 * COLUMNS * 8, "bound")
     assert data["phases"]["run"]["size"] is None and data["phases"]["run"]["outputs"][0] == "steps"
     assert data["phases"]["run"]["phase_consumers"] == ["inst", "wit"]
     # max over rows has as many elements whatever the rows: exact; relu keeps the rows: a bound
@@ -74,7 +74,7 @@ def test_the_plan_bounds_the_witness_and_knows_which_sizes_are_exact(tmp_path):
     assert (data["nodes"]["lim"]["shape"], data["nodes"]["lim"]["size"]) == ([1000, COLUMNS], "bound")
     (bridge,) = data["bridges"]
     assert (bridge["source"], bridge["bytes"], bridge["size"], bridge["kind"]) == (
-        "emulator:emu", 1000 * COLUMNS * 4, "bound", "emulator output import")
+        "emulator:emu", 1000 * COLUMNS * 8, "bound", "emulator output import")
     assert bridge["estimated_s"] > 0 and data["totals"]["bytes_bridged_bound"] is True
     assert 0 < data["estimate"]["phases_s"] < data["estimate"]["total_s"]
     assert data["phases"]["wit"]["estimated_s"] > data["phases"]["inst"]["estimated_s"] > 0
@@ -84,19 +84,19 @@ def test_phase_nodes_in_text_json_dot_and_svg(tmp_path):
     m = _manifest(tmp_path, chunk=128, max_steps=1000)
     p = plan(m, probe)
     text = render_text(p)
-    assert "  wit   witness       on emulator:emu  inputs: run; yields array [<=1000, 64] fp32 (at most 250.0 KiB, " \
+    assert "  wit   witness       on emulator:emu  inputs: run; yields array [<=1000, 16] int64 (at most 125.0 KiB, " \
            "bound: 1000 rows max) to top, lim; fan-out: at most 8 tasks, one per chunk " \
            "(max_steps 1000 / chunk_steps 128); at most ~" in text
     assert "  run   execute       on emulator:emu  inputs: -; yields steps, exit_code, pub_outs, stdout, chunks, " \
            "end_reason, counters (data); at most ~" in text
-    assert "top  max   p0   on host  [64] fp32 (256 B)" in text
-    assert "lim  relu  p1   on host  [<=1000, 64] fp32 (at most 250.0 KiB)" in text
-    assert "wit@host: wit emulator:emu -> host, at most 250.0 KiB, emulator output import; consumers: top, lim" in text
+    assert "top  max   p0   on host  [16] int64 (128 B)" in text
+    assert "lim  relu  p1   on host  [<=1000, 16] int64 (at most 125.0 KiB)" in text
+    assert "wit@host: wit emulator:emu -> host, at most 125.0 KiB, emulator output import; consumers: top, lim" in text
     assert "unknown size" not in text and " ? " not in text
 
     dot = render_dot(p)
-    assert 'subgraph cluster_emulator_0 {' in dot and 'label="emulator emu (fast, rv64ima)"' in dot
-    assert '"stage:wit" [shape=ellipse' in dot and "[<=1000x64] fp32, at most 250.0 KiB" in dot and "<= 8 chunk tasks" in dot
+    assert 'subgraph cluster_emulator_0 {' in dot and 'label="emulator emu (fast, rv64imac)"' in dot
+    assert '"stage:wit" [shape=ellipse' in dot and "[<=1000x16] int64, at most 125.0 KiB" in dot and "<= 8 chunk tasks" in dot
     assert '"stage:run" -> "stage:wit";' in dot and '"stage:wit" -> "bridge:wit@host"' in dot
     assert '"bridge:wit@host" -> "stage:top"' in dot and '"stage:run" -> "output:steps"' in dot
 
@@ -109,12 +109,12 @@ def test_phase_nodes_in_text_json_dot_and_svg(tmp_path):
     assert main(["plan", m.file, "--format", "svg", "-o", str(svg)], io.StringIO(), io.StringIO()) == 0
     drawn = svg.read_text()
     assert "<title>stage:wit</title>" in drawn and "<title>stage:run&#45;&gt;stage:wit</title>" in drawn
-    assert "emulator emu (fast, rv64ima)" in drawn and "at most 250.0 KiB" in drawn
+    assert "emulator emu (fast, rv64imac)" in drawn and "at most 125.0 KiB" in drawn
 
 
 def gpu_probe(vendor):
     if vendor is Vendor.cuda:
-        return Offer(vendor, True, "planning-only offer", (), (Dtype.fp32,))
+        return Offer(vendor, True, "planning-only offer", (), (Dtype.fp32, Dtype.int64))
     return probe(vendor) if vendor is Vendor.cpu else Offer(vendor, False, "not here")
 
 
@@ -144,7 +144,7 @@ def test_the_witness_bound_is_priced_and_a_big_one_moves_its_consumer(tmp_path, 
     assert top.executor == where
     # the costs of both candidates include the witness import, whose size is the bound
     costs = top.why["costs"]
-    bound = max_steps * COLUMNS * 4
+    bound = max_steps * COLUMNS * 8
     assert costs["host"]["bridges_s"] >= bound / 1e10 and costs["gpu"]["bridges_s"] >= bound / 6e9
     if where == "gpu":
         assert top.reason.startswith("cost: gpu ") and " vs host " in top.reason
@@ -195,7 +195,7 @@ def test_the_report_draws_phase_nodes_in_a_browser(tmp_path, graph):
     for pid in ("run", "inst", "wit"):
         assert f'id="phase-{pid}"' in html
     assert "emulator phase" in html and "3 emulator phases on 1 emulator" in html
-    assert "at most 250.0 KiB" in html and "unknown size" not in html
+    assert "at most 125.0 KiB" in html and "unknown size" not in html
     shot = Path("/tmp") / f"hetflow-phases-report-{graph}.png"
     done = subprocess.run(flags + [f"--screenshot={shot}", page.as_uri()], capture_output=True, text=True,
                           timeout=120, cwd=tmp_path)
@@ -209,5 +209,5 @@ def test_a_bound_above_the_executors_memory_is_shown_not_refused(tmp_path):
     path.write_text(PIPELINE.format(program=GUESTS / "fib.elf", chunk=1024, max_steps=10**9))
     p = plan(compile_manifest(load(str(path))), probe)
     mem = p.memory[p.nodes["lim"].partition]
-    assert mem["peak_bytes"] == 0 and mem["peak_bound_bytes"] == 10**9 * COLUMNS * 4 > (mem["memory_bytes"] or 0)
-    assert "peak 0 B (at most 238.4 GiB with bounded sizes) of " in render_text(p)
+    assert mem["peak_bytes"] == 0 and mem["peak_bound_bytes"] == 10**9 * COLUMNS * 8 > (mem["memory_bytes"] or 0)
+    assert "peak 0 B (at most 119.2 GiB with bounded sizes) of " in render_text(p)

@@ -10,6 +10,7 @@ import networkx as nx
 import pytest
 
 from hetflow.engine import cache, placement, planner
+from hetflow.engine.adjacency import Graph
 from hetflow.engine.cli import main
 from hetflow.engine.loader import _compose, _precise, loads
 from hetflow.engine.manifest import compile_manifest, load
@@ -70,7 +71,7 @@ def test_the_passes_by_name_give_the_plan():
     placed = planner.place(planner.graph(m), planner.choose_executors(m, probe), "a")
     parted = planner.partition(placed)
     assert planner.bridge(parted) == list(made.bridges)
-    assert {n: d["partition"] for n, d in parted.nodes(data=True)} == {n: p.partition for n, p in made.nodes.items()}
+    assert {n: d["partition"] for n, d in parted.nodes.items()} == {n: p.partition for n, p in made.nodes.items()}
 
 
 def test_cache_keys_encode_as_canonical_json():
@@ -135,7 +136,8 @@ outputs: {w: w, v: v}
 
 @pytest.mark.parametrize("source", ["chain", "out-of-order", "phases"])
 def test_the_graph_pass_tables_are_what_networkx_would_build(source):
-    """The graph pass fills networkx's tables itself: the same graph, node, edge and neighbour order as its methods."""
+    """The graph pass fills networkx's tables itself, without networkx: the same graph, node, edge and neighbour
+    order as its methods."""
     from pathlib import Path
 
     if source == "phases":
@@ -146,12 +148,30 @@ def test_the_graph_pass_tables_are_what_networkx_would_build(source):
     graph = planner.build_graph(m)
     made = nx.DiGraph()
     made.graph.update(graph.graph)
-    made.add_nodes_from(graph.nodes(data=True))
+    made.add_nodes_from(graph.nodes.items())
     made.add_edges_from((ref, p.id) for p in m.phases.values() for ref in p.inputs)
     made.add_edges_from((ref, s.id) for s in m.stages.values() for ref in s.inputs)
-    assert nx.utils.graphs_equal(graph, made)
+    assert isinstance(graph, Graph) and "networkx" not in type(graph).__module__
+    assert nx.utils.graphs_equal(graph.to_networkx(), made)
     assert list(graph) == list(made) and list(graph.edges) == list(made.edges)
     assert all(list(graph.pred[n]) == list(made.pred[n]) and list(graph.succ[n]) == list(made.succ[n]) for n in graph)
     assert all(graph.succ[u][v] is graph.pred[v][u] for u, v in graph.edges), "one attribute dict per edge"
     assert planner.execution_order(graph) == list(nx.lexicographical_topological_sort(
         made, key=lambda n: made.nodes[n]["order"]))
+
+
+@pytest.mark.parametrize("command", ["validate", "plan"])
+def test_validate_and_plan_of_the_quickstart_do_not_import_networkx(command):
+    """networkx's import costs as much as numpy's: a small plan whose cuts are tried split by split never pays it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    quickstart = Path(__file__).parent.parent / "examples" / "quickstart.yaml"
+    code = ("import sys, io, contextlib; from hetflow.engine.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out: rc = main([sys.argv[1], sys.argv[2]])\n"
+            "print(rc, 'networkx' in sys.modules, 'ml_dtypes' in sys.modules, 'min-cut' in out.getvalue() or "
+            "'baseline' in out.getvalue() or sys.argv[1] == 'validate')")
+    done = subprocess.run([sys.executable, "-c", code, command, str(quickstart)], capture_output=True, text=True,
+                          timeout=120, cwd=str(quickstart.parent))
+    assert done.stdout.split() == ["0", "False", "False", "True"], done.stderr

@@ -23,6 +23,10 @@ stages:
   x: {op: random.normal, args: {shape: ["${n}", 8], seed: "${seed}"}}
   y: {op: mul, inputs: [x], args: {value: "${scale}"}}
   s: {op: sum, inputs: [y]}
+  # work that outlasts the start of the next point, so two points run at once whatever a run's fixed cost;
+  # nothing reads it
+  pad: {op: random.normal, args: {shape: [1024, 1024], seed: 5}}
+  padm: {op: matmul, inputs: [pad, pad]}
 outputs: {y: y, s: s}
 """
 

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from hetflow.engine.cli.common import (EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_INTERNAL, EXIT_LOCKED, EXIT_OK,
                                       EXIT_RUN_FAILED)
-from hetflow.engine.cli.emulate import EMULATE_MAX_STEPS, INTERPRETER_START_STEPS
+from hetflow.engine.cli.emulate import INTERPRETER_START_STEPS
 from hetflow.engine.cli.main import entry, main
 from hetflow.engine.cli.parser import _parser
 
 __all__ = ["main", "entry", "EXIT_OK", "EXIT_RUN_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "EXIT_LOCKED",
-           "EXIT_ENVIRONMENT", "EMULATE_MAX_STEPS", "INTERPRETER_START_STEPS", "_parser"]
+           "EXIT_ENVIRONMENT", "INTERPRETER_START_STEPS", "_parser"]

@@ -15,10 +15,7 @@ import time
 from hetflow.engine.cli.common import EXIT_OK, EXIT_RUN_FAILED
 from hetflow.engine.errors import UsageError
 
-__all__ = ["EMULATE_MAX_STEPS", "INTERPRETER_START_STEPS", "cmd_emulate"]
-
-# A guest that never exits must fail in seconds, not hang a cron job.
-EMULATE_MAX_STEPS = 1 << 28
+__all__ = ["INTERPRETER_START_STEPS", "cmd_emulate"]
 
 # Loading the fast backend's compiled code costs numba's start-up (about
 # 0.7 s here) however short the guest. A guest that ends within this many
@@ -39,18 +36,65 @@ def _output(r: dict, program, data: bytes, chunk_steps: int):
                                   "backend": "native", "translation": r["translation"]})
 
 
+def _warm_up_fast(err) -> tuple[float, str | None]:
+    """Load the fast backend's interpreter, or compile it when numba's disk
+    cache holds none for this machine (27-58 s, once), saying so on ``err``
+    first: a silent minute looks like a hang.  Returns the compile's seconds
+    and what it was (``0.0, None`` for a load from the cache, which the
+    run's time leaves out as before)."""
+    from hetflow.executors.emulator import fast, fast_compile_needed
+
+    if not fast_compile_needed():
+        fast.warm_up()
+        return 0.0, None
+    print("hetflow: compiling the fast backend's interpreter (first run on this machine; cached for later runs)...",
+          file=err, flush=True)
+    t0 = time.perf_counter()
+    fast.warm_up()
+    seconds = time.perf_counter() - t0
+    print(f"hetflow: compiled in {seconds:.1f} s", file=err, flush=True)
+    return seconds, "compiling the fast backend's interpreter"
+
+
+def _report(args, result_or_error, out) -> None:
+    """The public outputs and the guest's printed output, of a run that ended or failed."""
+    nonzero = [(i, v) for i, v in result_or_error.pub_outs if v]
+    if nonzero:
+        print("public outputs: " + " ".join(f"[{i}]={v:#010x}" for i, v in nonzero), file=out)
+    else:
+        print(f"public outputs: all {len(result_or_error.pub_outs)} zero", file=out)
+    text = result_or_error.stdout.decode("utf-8", errors="replace")
+    if text:
+        print(f"guest output ({len(result_or_error.stdout)} bytes):", file=out)
+        print(text, end="" if text.endswith("\n") else "\n", file=out)
+
+
 def cmd_emulate(args: argparse.Namespace, out, err) -> int:
+    from hetflow.executors.emulator import (DEFAULT_MAX_STEPS, ElfError, GuestError, execute,  # numba loads only here
+                                            load_elf)
+
+    if args.max_steps is None:
+        args.max_steps = DEFAULT_MAX_STEPS
     if args.max_steps < 1 or args.chunk_steps < 1:
         raise UsageError("--max-steps and --chunk-steps must be at least 1")
-    from hetflow.executors.emulator import ElfError, GuestError, execute, load_elf  # numba loads only here
+    if args.timeout is not None and not args.timeout > 0:
+        raise UsageError("--timeout must be a positive number of seconds")
+    memory = getattr(args, "memory", "protected")
+    if memory == "flat" and args.fetch == "executable":
+        raise UsageError("--memory flat fetches from any mapped memory (it implies --fetch any); "
+                         "drop --fetch executable, or drop --memory flat")
+    fetch = args.fetch or ("any" if memory == "flat" else "executable")
+    from hetflow.executors.emulator import AUTO, resolve_backend
 
+    requested = args.backend
+    args.backend, why = resolve_backend(args.backend)
     try:
         if args.backend == "native":
             # pyelftools stays unloaded when the translation's disk cache holds what the run needs of the file
             from hetflow.executors.emulator.native_main import load_program
-            program = load_program(args.elf, fetch=args.fetch)
+            program = load_program(args.elf, fetch=fetch, isa=args.isa, memory=memory)
         else:
-            program = load_elf(args.elf, fetch=args.fetch)
+            program = load_elf(args.elf, fetch=fetch, isa=args.isa, memory=memory)
     except ElfError as e:
         raise UsageError(str(e)) from None
     data = b""
@@ -62,9 +106,16 @@ def cmd_emulate(args: argparse.Namespace, out, err) -> int:
                 data = f.read()
         except OSError as e:
             raise UsageError(f"--input {args.input}: cannot read: {e.strerror or e}") from None
-    from hetflow.executors.emulator.machine import StepLimitExceeded
+    from hetflow.executors.emulator.machine import StepLimitExceeded, TimeLimitExceeded, with_output
+
+    # one deadline for the whole command: the interpreter's start, a compile and the run all count
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+
+    def left() -> float | None:
+        return None if deadline is None else max(deadline - time.monotonic(), 1e-9)
 
     ran_on = args.backend
+    compile_s, compiled = 0.0, None
     t0 = time.perf_counter()
     try:
         result = main_run = None
@@ -76,35 +127,58 @@ def cmd_emulate(args: argparse.Namespace, out, err) -> int:
             budget = min(args.max_steps, INTERPRETER_START_STEPS)
             try:
                 result = execute(program, backend="reference", input=data, chunk_steps=args.chunk_steps,
-                                 max_steps=budget, runners=False)
+                                 max_steps=budget, runners=False, timeout=left())
                 ran_on = "reference"
             except StepLimitExceeded:
                 if budget == args.max_steps:
                     raise
         if result is None:
             if args.backend == "fast":
-                from hetflow.executors.emulator import fast
-                fast.warm_up()                 # steps/s measures the run, not numba's compile
+                compile_s, compiled = _warm_up_fast(err)
                 t0 = time.perf_counter()
             if main_run is not None:
+                if main_run.code is None:          # llvmlite loads only when the cache holds no translation
+                    print(f"hetflow: translating {args.elf}'s code to host code with LLVM (not in the disk cache; "
+                          "cached for later runs)...", file=err, flush=True)
+                    tc = time.perf_counter()
+                    main_run.translate()
+                    compile_s, compiled = time.perf_counter() - tc, "translating the guest's code"
+                    print(f"hetflow: translated in {compile_s:.2f} s", file=err, flush=True)
                 t0 = time.perf_counter()
-                main_run.translate()               # llvmlite loads only when the cache holds no translation
-                result = _output(main_run.run(args.chunk_steps, args.max_steps), program, data, args.chunk_steps)
+                result = _output(main_run.run(args.chunk_steps, args.max_steps, deadline, args.timeout), program,
+                                 data, args.chunk_steps)
             else:
                 result = execute(program, backend=args.backend, input=data, chunk_steps=args.chunk_steps,
-                                 max_steps=args.max_steps, runners=False)
+                                 max_steps=args.max_steps, runners=False, timeout=left())
             ran_on = args.backend
     except ElfError as e:
         raise UsageError(str(e)) from None
     except GuestError as e:
-        hint = " (raise it with --max-steps)" if "step limit" in str(e) else ""
+        if "step limit" in str(e):
+            hint = " (raise it with --max-steps)"
+        elif "time limit" in str(e):
+            hint = " (raise it with --timeout)"
+        else:
+            hint = ""
+        if isinstance(e, TimeLimitExceeded):
+            # named by the command's limit, not by what was left of it for the run that passed it
+            e = with_output(TimeLimitExceeded(args.timeout, pc=e.pc, insn=e.insn, step=e.step, symbol=e.symbol),
+                            e.stdout, e.pub_outs)
         if args.json:
-            print(json.dumps({"program": args.elf, "backend": args.backend, "status": "failed", "error": str(e),
-                              "pc": e.pc, "insn": e.insn, "step": e.step}), file=out)
+            print(json.dumps({"program": args.elf, "backend": args.backend, "requested_backend": requested,
+                              "backend_reason": why, "status": "failed", "error": str(e),
+                              "pc": e.pc, "symbol": e.symbol, "insn": e.insn, "step": e.step, "steps": e.step,
+                              "pub_outs": [v for _, v in e.pub_outs],
+                              "stdout": e.stdout.decode("utf-8", errors="replace")}), file=out)
+        else:
+            print(f"{args.elf}: failed after {e.step} steps ({args.backend} backend)", file=out)
+            _report(args, e, out)
         print(f"hetflow: emulate failed: {args.elf}: {e}{hint}", file=err)
         return EXIT_RUN_FAILED
-    elapsed = time.perf_counter() - t0
-    rate = result.steps / elapsed if elapsed > 0 else 0.0
+    run_s = time.perf_counter() - t0
+    elapsed = run_s + compile_s
+    rate = result.steps / run_s if run_s > 0 else 0.0
+    chosen = f", auto: {why}" if requested == AUTO else ""
     text = result.stdout.decode("utf-8", errors="replace")
     ok = result.exit_code == 0
     if args.json:
@@ -113,27 +187,23 @@ def cmd_emulate(args: argparse.Namespace, out, err) -> int:
                           "pub_outs": [v for _, v in result.pub_outs], "stdout": text,
                           "chunks": len(result.min_traces), "chunk_steps": args.chunk_steps,
                           "counters": result.counters.totals(), "elapsed_s": elapsed, "steps_per_s": rate,
+                          "run_s": run_s, "compile_s": compile_s, "compiled": compiled, "requested_backend": requested,
+                          "backend_reason": why,
                           **({"translation": result.extra["translation"]} if "translation" in result.extra else {})}),
               file=out)
     else:
         how = {"exit": "exit ecall", "tohost": "tohost write"}.get(result.end_reason, result.end_reason)
         print(f"{args.elf}: exit code {result.exit_code} ({how}) after {result.steps} steps, "
-              f"{len(result.min_traces)} chunks, in {elapsed:.3f} s ({rate / 1e6:.2f} M steps/s, "
-              f"{args.backend} backend" + ("" if ran_on == args.backend else
+              f"{len(result.min_traces)} chunks, in {elapsed:.3f} s ("
+              + (f"{compile_s:.3f} s of it {compiled}; " if compiled else "") + f"{rate / 1e6:.2f} M steps/s, "
+              f"{args.backend} backend{chosen}" + ("" if ran_on == args.backend else
                                           f"; it ended within the first {INTERPRETER_START_STEPS:,} steps, run by the "
                                           f"{ran_on} interpreter") + ")", file=out)
         tr = result.extra.get("translation")
         if tr:
             print(f"translation: {tr['blocks']} blocks, {tr['instructions']} instructions, {tr['seconds']:.3f} s "
                   f"({'loaded from the cache' if tr['cached'] else 'compiled and cached'}; included above)", file=out)
-        nonzero = [(i, v) for i, v in result.pub_outs if v]
-        if nonzero:
-            print("public outputs: " + " ".join(f"[{i}]={v:#010x}" for i, v in nonzero), file=out)
-        else:
-            print(f"public outputs: all {len(result.pub_outs)} zero", file=out)
-        if text:
-            print(f"guest output ({len(result.stdout)} bytes):", file=out)
-            print(text, end="" if text.endswith("\n") else "\n", file=out)
+        _report(args, result, out)
     if not ok:
         print(f"hetflow: emulate failed: {args.elf}: guest exited with code {result.exit_code}", file=err)
         return EXIT_RUN_FAILED

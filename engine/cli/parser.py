@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hetflow.engine.cli.emulate import EMULATE_MAX_STEPS, INTERPRETER_START_STEPS
+from hetflow.engine.cli.emulate import INTERPRETER_START_STEPS
 from hetflow.engine.errors import UsageError
 
 __all__ = ["_parser"]
@@ -218,21 +218,32 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
 def _emulate_parser(sub) -> None:
     em = sub.add_parser("emulate", help="run one RISC-V guest program directly")
     em.add_argument("elf", metavar="ELF")
-    em.add_argument("--backend", choices=["fast", "reference", "native"], default="fast",
-                    help="fast (the numba interpreter), native (the guest's code translated to host code with LLVM, "
+    em.add_argument("--backend", choices=["auto", "fast", "reference", "native"], default="auto",
+                    help="auto (default: native where llvmlite is installed, else fast where numba is, else "
+                         "reference; the output says which ran and why), fast (the numba interpreter), native (the guest's code translated to host code with LLVM, "
                          "cached on disk per program) or reference (plain Python); identical results")
     em.add_argument("--no-interpreter-start", dest="interpreter_start", action="store_false",
                     help=f"run on the fast or native backend from the first step (by default a guest first gets "
                          f"{INTERPRETER_START_STEPS:,} steps in the reference interpreter, which spares a short guest "
                          "the fast backend's start-up)")
     em.add_argument("--input", metavar="FILE", help="bytes mapped at the guest's input address ('-' reads stdin)")
-    em.add_argument("--max-steps", type=int, default=EMULATE_MAX_STEPS,
-                    help=f"fail after this many steps without an exit (default: {EMULATE_MAX_STEPS})")
+    # the default is the emulator's DEFAULT_MAX_STEPS, resolved when the command runs: building the parser for
+    # every command must not load the emulator
+    em.add_argument("--max-steps", type=int, default=None,
+                    help="fail after this many steps without an exit (default: 2^28, as in manifests)")
+    em.add_argument("--timeout", type=float, metavar="SECONDS",
+                    help="fail when the guest has not ended after this many seconds of wall-clock time")
+    em.add_argument("--isa", choices=["rv64imac", "rv64ima"], default="rv64imac",
+                    help="rv64ima refuses an ELF built with compressed instructions (default: rv64imac)")
     em.add_argument("--chunk-steps", type=int, default=1 << 18, help="steps per min-trace chunk (default: 262144)")
     em.add_argument("--json", action="store_true", help="print the result as one JSON object" + _JSON)
-    em.add_argument("--fetch", choices=["executable", "any"], default="executable",
+    # None: not given, so that --memory flat can refuse a --fetch executable it would override
+    em.add_argument("--fetch", choices=["executable", "any"], default=None,
                     help="where instructions may be fetched from: executable ELF segments only (default; a jump "
                          "into data faults) or any mapped memory, as the ISA lets M-mode without PMP")
+    em.add_argument("--memory", choices=["protected", "flat"], default="protected",
+                    help="protected: regions keep their ELF permissions (default); flat: fetch, load and store "
+                         "anywhere mapped, as M-mode without PMP (implies --fetch any; what riscv-tests assume)")
 
 
 def _cluster_args(p: argparse.ArgumentParser) -> None:

@@ -4,7 +4,8 @@ Public API (the engine's emulator phases call these)::
 
     program = load_elf("guest.elf")                        # ElfError on a bad file
     out = execute(program, backend="fast", input=b"...",   # or "reference"
-                  chunk_steps=1 << 18, max_steps=1 << 32)  # GuestError on a failed run
+                  chunk_steps=1 << 18, max_steps=1 << 28,  # GuestError on a failed run,
+                  timeout=None)                            # TimeLimitExceeded past it (seconds)
     out.min_traces, out.counters, out.pub_outs, out.steps, out.backend
     plans, device_bytes = out.backend.await_mem_plans()    # once; "already consumed" after
     hist = out.backend.await_rom_histogram()               # once, then None
@@ -27,23 +28,52 @@ outputs and prints) are documented in :mod:`.machine`; the ISA table in
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import TYPE_CHECKING
+
+
+def cache_root() -> str:
+    """The user's cache folder for hetflow's compiled code: ``$XDG_CACHE_HOME/hetflow``,
+    else the platform's (``~/.cache/hetflow``; ``~/Library/Caches/hetflow`` on macOS,
+    ``%LOCALAPPDATA%\\hetflow`` on Windows).  A string: the native backend's run
+    from its cache does not import pathlib."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        home = os.path.expanduser("~")
+        if sys.platform == "darwin":
+            base = os.path.join(home, "Library", "Caches")
+        elif os.name == "nt":
+            base = os.environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
+        else:
+            base = os.path.join(home, ".cache")
+    return os.path.join(base, "hetflow")
+
+
+# numba's cache=True writes beside the module by default: into an installed
+# package's folder (shared by every user, often read-only) or the checkout.
+# Its locator reads the setting when a kernel is decorated, so this runs
+# before fast_kernel can import numba; a user's own NUMBA_CACHE_DIR wins.
+if not os.environ.get("NUMBA_CACHE_DIR"):
+    os.environ["NUMBA_CACHE_DIR"] = os.path.join(cache_root(), "numba")
+    if "numba" in sys.modules:          # imported before hetflow: its config has already read the environment
+        sys.modules["numba"].config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
 
 from . import machine
 from .elf import ElfError, Program, load_elf
-from .machine import (INPUT_ADDR, OUTPUT_ADDR, RAM_ADDR, RAM_SIZE, STACK_TOP, UART_ADDR, EmulatorError,
-                      GuestError, GuestTrap, StepLimitExceeded)
+from .machine import (DEFAULT_MAX_STEPS, INPUT_ADDR, OUTPUT_ADDR, RAM_ADDR, RAM_SIZE, STACK_TOP, UART_ADDR,
+                      EmulatorError, GuestError, GuestTrap, StepLimitExceeded, TimeLimitExceeded)
 from .output import (BackendArtifacts, CountersChunkMetrics, EmuTrace, EmuTraceStart, ExecutionOutput,
                      ExecutorError, MemPlan, RomHistogram, RunnerFailed, RunnerHandleConsumed)
 
 __all__ = [
-    "BACKENDS", "execute", "load_elf", "reexecute_chunk", "verify_chunk", "verify_min_traces",
+    "AUTO", "BACKENDS", "auto_backend", "cache_root", "execute", "fast_compile_needed", "resolve_backend", "load_elf", "reexecute_chunk", "verify_chunk", "verify_min_traces",
     "plan_memory", "mem_ops_from_min_traces", "mem_plans_from_min_traces", "rom_histogram_from_min_traces",
     "Program", "ExecutionOutput", "BackendArtifacts", "EmuTrace", "EmuTraceStart", "CountersChunkMetrics",
-    "MemPlan", "RomHistogram", "EmulatorError", "ElfError", "GuestError", "GuestTrap", "StepLimitExceeded",
+    "MemPlan", "RomHistogram", "EmulatorError", "ElfError", "GuestError", "GuestTrap", "StepLimitExceeded", "TimeLimitExceeded",
     "ExecutorError", "RunnerFailed", "RunnerHandleConsumed",
     "witness_table", "instance_table", "plan", "plan_instances", "Instance", "WITNESS_COLUMNS", "STATE_MACHINES",
-    "DEFAULT_SIZES",
+    "DEFAULT_SIZES", "DEFAULT_CHUNK_STEPS", "DEFAULT_MAX_STEPS",
     "INPUT_ADDR", "OUTPUT_ADDR", "RAM_ADDR", "RAM_SIZE", "STACK_TOP", "UART_ADDR", "machine",
 ]
 
@@ -71,7 +101,63 @@ if TYPE_CHECKING:
 
 BACKENDS = ("reference", "fast", "native")
 DEFAULT_CHUNK_STEPS = 1 << 18
-DEFAULT_MAX_STEPS = 1 << 32
+#: the default backend choice: :func:`auto_backend` picks one of BACKENDS
+AUTO = "auto"
+
+
+def auto_backend() -> tuple[str, str]:
+    """The backend ``auto`` stands for on this machine, and why.
+
+    Native where llvmlite is installed: translated code runs a guest about
+    ten times the fast backend's rate and loads from the disk cache in
+    milliseconds.  Its first translation of a program costs 0.4-9 s with
+    the program's code (measured on the example guests), less than numba's
+    first compile of the fast backend (15-60 s, once a machine) but more
+    than loading numba's cached one (0.5-0.8 s), so one run of an uncached
+    program can be slower than the fast backend's and every later run far
+    faster; the emulate command's first 20,000 steps in the reference
+    interpreter spare a short guest either cost.  Else the fast
+    backend where numba is (numba itself needs llvmlite, so in practice
+    where llvmlite is missing this is the reference), else the reference
+    interpreter.  Looks for the packages without importing them (llvmlite's
+    import costs 0.1 s, numba's 0.5 s)."""
+    from importlib.util import find_spec
+
+    if find_spec("llvmlite") is not None:
+        return "native", "llvmlite is installed"
+    if find_spec("numba") is not None:
+        return "fast", "numba is installed, llvmlite is not"
+    return "reference", "neither llvmlite nor numba is installed"
+
+
+def resolve_backend(backend: str) -> tuple[str, str]:
+    """``(backend, reason)``: ``auto`` resolved by :func:`auto_backend`, any other name as given."""
+    if backend == AUTO:
+        return auto_backend()
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown emulator backend {backend!r}; expected auto or one of {', '.join(BACKENDS)}")
+    return backend, "chosen explicitly"
+
+
+def fast_compile_needed() -> bool:
+    """Whether the fast backend's interpreter must be compiled in this
+    process (numba's disk cache holds no copy for this machine's CPU and
+    the current source) rather than loaded.  Reads the cache index numba
+    itself consults (about 0.1 ms); imports numba (0.5 s)."""
+    from .fast_kernel import _run
+
+    if _run.overloads:                               # already compiled or loaded in this process
+        return False
+    try:
+        # the index is keyed by signature and target (CPU name and features); a stale
+        # source stamp makes numba's own loader return an empty index
+        target = _run.targetctx.codegen().magic_tuple()
+        return not any(key[1] == target for key in _run._cache._cache_file._load_index())
+    except AttributeError:          # numba's internals moved: whether an index file is there at all
+        import glob
+
+        pattern = os.path.join(glob.escape(os.environ.get("NUMBA_CACHE_DIR", "")), "**", "fast_kernel._run-*.nbi")
+        return not glob.glob(pattern, recursive=True)
 
 
 def _program(program: Program | str | Path) -> Program:
@@ -81,8 +167,12 @@ def _program(program: Program | str | Path) -> Program:
 def execute(program: Program | str | Path, *, backend: str = "fast", input: bytes = b"",
             chunk_steps: int = DEFAULT_CHUNK_STEPS, max_steps: int = DEFAULT_MAX_STEPS,
             mem_plan_rows: int = 1 << 22, rom_histogram: bool = True, mem_plan_xp=None,
-            runners: bool = True) -> ExecutionOutput:
+            runners: bool = True, timeout: float | None = None) -> ExecutionOutput:
     """Run a guest from its entry point and return the seed's ExecutionOutput.
+
+    ``backend="auto"`` runs the one :func:`auto_backend` names (the CLI's
+    and manifests' default); ``extra["backend"]`` and
+    ``extra["backend_reason"]`` say which ran and why.
 
     ``backend="fast"`` (and ``"native"``, the same on translated code)
     starts the MO and RH runners in threads beside the
@@ -91,16 +181,23 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
     returns None).  ``runners=False`` starts neither runner (for a caller
     that only wants the run itself, like ``hetflow emulate``): the fast
     backend's ``await_mem_plans`` then reports its handle as consumed.
+    ``timeout`` bounds the main execution's wall-clock time in seconds.
 
     Raises
     ------
     ElfError: a bad file.   GuestTrap: a trap with no handler.
     StepLimitExceeded: ``max_steps`` steps without an exit.
+    TimeLimitExceeded: ``timeout`` seconds without an exit.
+    Each :class:`GuestError` holds the guest's ``stdout`` and ``pub_outs``
+    as they were when it failed.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown emulator backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    backend, backend_reason = resolve_backend(backend)
     if chunk_steps <= 0 or max_steps <= 0:
         raise ValueError("chunk_steps and max_steps must be positive")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    import time
+    limits = {"deadline": None if timeout is None else time.monotonic() + timeout, "timeout": timeout}
     program = _program(program)
     input = bytes(input)
     extra = {}
@@ -110,21 +207,21 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
             import numpy as mem_plan_xp
     if backend == "reference":
         from . import reference
-        r = reference.run(program, input, chunk_steps, max_steps)
+        r = reference.run(program, input, chunk_steps, max_steps, **limits)
         artifacts = BackendArtifacts.reference()
     elif backend == "native":
         mo = rh = None
         if runners:                    # the runners run on the fast backend's machine (numba) with translated code
             from . import fast, native
             image = fast.image_of(program, input, len(input))
-            mo = fast.spawn(lambda: plan_memory(native.mem_ops_runner(image, program, max_steps), mem_plan_rows,
-                                                mem_plan_xp))
+            mo = fast.spawn(lambda: plan_memory(native.mem_ops_runner(image, program, max_steps, **limits),
+                                                mem_plan_rows, mem_plan_xp))
             if rom_histogram:
-                rh = fast.spawn(native.rom_histogram_runner, image, program, max_steps)
+                rh = fast.spawn(lambda: native.rom_histogram_runner(image, program, max_steps, **limits))
         import numpy as np
 
         from . import native_main
-        r = native_main.run(program, input, chunk_steps, max_steps)
+        r = native_main.run(program, input, chunk_steps, max_steps, **limits)
         # the same arrays as the other backends' (views of the main execution's buffers, not copies)
         r["traces"] = [EmuTrace(t.chunk_id, t.start_state, t.steps, np.frombuffer(t.mem_reads, dtype=np.uint64),
                                 t.end) for t in r["traces"]]
@@ -133,23 +230,24 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
         extra["translation"] = r["translation"]
     elif not runners:
         from . import fast
-        r = fast.run(program, input, chunk_steps, max_steps)
+        r = fast.run(program, input, chunk_steps, max_steps, **limits)
         artifacts = BackendArtifacts.fast(None, None)
     else:
         from . import fast
         image = fast.image_of(program, input, len(input))     # shared by MT, MO and RH: each copies its memory
-        mo = fast.spawn(lambda: plan_memory(fast.mem_ops_runner(image, program, max_steps), mem_plan_rows,
+        mo = fast.spawn(lambda: plan_memory(fast.mem_ops_runner(image, program, max_steps, **limits), mem_plan_rows,
                                             mem_plan_xp))
         rh = None
         if rom_histogram:
-            rh = fast.spawn(fast.rom_histogram_runner, image, program, max_steps)
-        r = fast.run(program, input, chunk_steps, max_steps)
+            rh = fast.spawn(lambda: fast.rom_histogram_runner(image, program, max_steps, **limits))
+        r = fast.run(program, input, chunk_steps, max_steps, **limits)
         artifacts = BackendArtifacts.fast(mo, rh)
     return ExecutionOutput(
         min_traces=r["traces"], counters=CountersChunkMetrics(r["counts"]), pub_outs=r["pub_outs"],
         steps=r["steps"], backend=artifacts, exit_code=r["exit_code"], stdout=r["stdout"],
         end_reason=r["end_reason"], extra={"program": program.name, "input_size": len(input),
-                                           "chunk_steps": chunk_steps, "backend": backend, **extra},
+                                           "chunk_steps": chunk_steps, "backend": backend,
+                                           "backend_reason": backend_reason, **extra},
     )
 
 

@@ -19,7 +19,7 @@ import os
 from typing import NamedTuple
 
 __all__ = ["ElfError", "Segment", "Program", "load_elf", "read_elf", "elf_layout", "program_of", "PERM_R", "PERM_W",
-           "PERM_X", "FETCH_MODES"]
+           "PERM_X", "FETCH_MODES", "MEMORY_MODES", "ISAS", "symbol_at", "EF_RISCV_RVC", "EF_RISCV_FLOAT_ABI"]
 
 PERM_R, PERM_W, PERM_X = 1, 2, 4
 
@@ -27,7 +27,19 @@ PERM_R, PERM_W, PERM_X = 1, 2, 4
 #: PF_X segments; "any" lets every mapped region be fetched from
 FETCH_MODES = ("executable", "any")
 
+#: a program's memory mode: "protected" gives each region the permissions of its ELF segment (or of its fixed
+#: region); "flat" lets every mapped region be fetched from, loaded from and stored to, as a machine-mode hart
+#: without PMP may (the official riscv-tests store into their code segment); flat implies fetch "any"
+MEMORY_MODES = ("protected", "flat")
+
+#: the instruction sets a program may declare: rv64imac runs compressed code, rv64ima refuses it at load
+ISAS = ("rv64imac", "rv64ima")
+
 EM_RISCV = 243
+# e_flags bits of the RISC-V psABI: the C extension is used; the float ABI (0 soft, 2 single, 4 double, 6 quad)
+EF_RISCV_RVC = 0x1
+EF_RISCV_FLOAT_ABI = 0x6
+_FLOAT_ABIS = {0x2: "lp64f", 0x4: "lp64d", 0x6: "lp64q"}
 PT_LOAD = 1
 PF_X, PF_W, PF_R = 1, 2, 4
 
@@ -61,6 +73,16 @@ class Program(NamedTuple):
     #: with PF_X only) or "any" (every mapped region, as the ISA has it); see
     #: :mod:`.machine`, "Fetch protection"
     fetch: str = "executable"
+    #: ``(lowest byte, top)`` of the stack the program was linked for, from its ``__stack_top`` and
+    #: ``__stack_size`` symbols (the SDK's link.ld defines both), or None; the machine puts an unmapped
+    #: guard at its bottom (:func:`hetflow.executors.emulator.machine.build_regions`)
+    stack: tuple[int, int] | None = None
+    #: "protected" or "flat" (:data:`MEMORY_MODES`; flat goes with fetch "any", which :func:`load_elf` sets);
+    #: see :mod:`.machine`, "Memory modes"
+    memory: str = "protected"
+    #: ``(address, end, name)`` of the code symbols in ``.symtab``, by address (:func:`symbol_at` names a pc
+    #: with them in trap messages); empty for a stripped ELF
+    symbols: tuple = ()
 
 
 def _perm(p_flags: int) -> int:
@@ -69,11 +91,14 @@ def _perm(p_flags: int) -> int:
     return (PERM_R if p_flags & PF_R else 0) | (PERM_W if p_flags & PF_W else 0) | (PERM_X if p_flags & PF_X else 0)
 
 
-def load_elf(source: str | os.PathLike | bytes, name: str | None = None, *, fetch: str = "executable") -> Program:
+def load_elf(source: str | os.PathLike | bytes, name: str | None = None, *, fetch: str = "executable",
+             isa: str = "rv64imac", memory: str = "protected") -> Program:
     """Load a guest program from a path or from the file's bytes.
 
-    ``fetch`` is the program's fetch protection (:data:`FETCH_MODES`).
-    The same as :func:`read_elf`, then :func:`elf_layout`, then
+    ``fetch`` is the program's fetch protection (:data:`FETCH_MODES`);
+    ``isa`` the instruction set it is declared for (:data:`ISAS`);
+    ``memory`` its memory mode (:data:`MEMORY_MODES`: "flat" implies
+    fetch "any"). The same as :func:`read_elf`, then :func:`elf_layout`, then
     :func:`program_of`.
 
     Raises
@@ -81,16 +106,19 @@ def load_elf(source: str | os.PathLike | bytes, name: str | None = None, *, fetc
     ElfError
         not an ELF file, not 64-bit, not little-endian, not RISC-V, no
         PT_LOAD segment, overlapping segments, an entry point outside every
-        executable segment, or a truncated/malformed file.
+        executable segment, a truncated/malformed file, a float ABI
+        (e_flags) that needs F or D, or the RVC flag under ``isa="rv64ima"``.
     """
-    _check_fetch(fetch)
+    _check_fetch(fetch, memory)
     raw, label = read_elf(source, name)
-    return program_of(elf_layout(raw, label), raw, label, fetch)
+    return program_of(elf_layout(raw, label), raw, label, fetch, isa, memory)
 
 
-def _check_fetch(fetch: str) -> None:
+def _check_fetch(fetch: str, memory: str = "protected") -> None:
     if fetch not in FETCH_MODES:
         raise ValueError(f"unknown fetch protection {fetch!r}; expected one of {', '.join(FETCH_MODES)}")
+    if memory not in MEMORY_MODES:
+        raise ValueError(f"unknown memory mode {memory!r}; expected one of {', '.join(MEMORY_MODES)}")
 
 
 def read_elf(source: str | os.PathLike | bytes, name: str | None = None) -> tuple[bytes, str]:
@@ -134,6 +162,12 @@ def elf_layout(raw: bytes, label: str) -> dict:
             raise ElfError(f"{label}: not a RISC-V ELF (e_machine is {machine}); expected EM_RISCV")
         if elf["e_type"] not in ("ET_EXEC",):
             raise ElfError(f"{label}: ELF type {elf['e_type']}; expected a static executable (ET_EXEC)")
+        flags = int(elf["e_flags"])
+        abi = _FLOAT_ABIS.get(flags & EF_RISCV_FLOAT_ABI)
+        if abi is not None:
+            # F/D code would die later on its first float instruction with a bare "illegal instruction"
+            raise ElfError(f"{label}: this ELF uses the {abi} float ABI (e_flags {flags:#x}): hetflow's emulator runs "
+                           f"rv64ima[c] without F/D; build with -march=rv64imac -mabi=lp64")
         entry = int(elf["e_entry"])
         segments = []
         for seg in elf.iter_segments():
@@ -146,12 +180,18 @@ def elf_layout(raw: bytes, label: str) -> dict:
             if len(data) != filesz:
                 raise ElfError(f"{label}: malformed ELF: PT_LOAD at {seg['p_vaddr']:#x} is truncated")
             segments.append([int(seg["p_vaddr"]), int(seg["p_offset"]), filesz, memsz, _perm(int(seg["p_flags"]))])
-        tohost = None
+        tohost = stack = None
+        symbols = []
         symtab = elf.get_section_by_name(".symtab")
         if isinstance(symtab, SymbolTableSection):
             syms = symtab.get_symbol_by_name("tohost")
             if syms:
                 tohost = int(syms[0]["st_value"])
+            top, size = symtab.get_symbol_by_name("__stack_top"), symtab.get_symbol_by_name("__stack_size")
+            if top and size:
+                top, size = int(top[0]["st_value"]), int(size[0]["st_value"])
+                stack = [top - size, top]
+            symbols = _code_symbols(symtab, segments)
     except ElfError:
         raise
     except (_PyElfError, ValueError, KeyError, IndexError, EOFError, OSError) as e:
@@ -169,12 +209,71 @@ def elf_layout(raw: bytes, label: str) -> dict:
         raise ElfError(f"{label}: entry point {entry:#x} is not inside an executable PT_LOAD segment")
     if entry & 1:
         raise ElfError(f"{label}: entry point {entry:#x} is odd; instructions are 2-byte aligned")
-    return {"entry": entry, "tohost": tohost, "segments": segments}
+    return {"entry": entry, "tohost": tohost, "segments": segments, "flags": flags, "stack": stack, "symbols": symbols}
 
 
-def program_of(layout: dict, raw: bytes, label: str, fetch: str = "executable") -> Program:
-    """The :class:`Program` an :func:`elf_layout` of ``raw`` describes."""
-    _check_fetch(fetch)
+def _code_symbols(symtab, segments) -> list:
+    """``[address, end, name]`` of the functions and code labels in executable segments, by address.
+
+    A sized symbol (a C function) ends at ``address + st_size``; an
+    unsized one (an assembly label such as riscv-tests' ``test_6``) runs to
+    its segment's end, so the nearest label before a pc names it.
+    Assembler-local ``.L`` labels and ``$x``/``$d`` mapping symbols name
+    nothing a reader wrote.
+    """
+    code = [(vaddr, vaddr + memsz) for vaddr, _, _, memsz, perm in segments if perm & PERM_X]
+    found = {}
+    for sym in symtab.iter_symbols():
+        name, kind, addr = sym.name, sym["st_info"]["type"], int(sym["st_value"])
+        if not name or name[0] in ".$" or kind not in ("STT_FUNC", "STT_NOTYPE") or sym["st_shndx"] == "SHN_UNDEF":
+            continue
+        seg = next(((lo, hi) for lo, hi in code if lo <= addr < hi), None)
+        if seg is None:
+            continue
+        end = addr + int(sym["st_size"]) if sym["st_size"] else seg[1]
+        # one name an address: a function before a label at its first instruction, a global before a local
+        rank = (kind == "STT_FUNC", sym["st_info"]["bind"] == "STB_GLOBAL")
+        if addr not in found or rank > found[addr][0]:
+            found[addr] = (rank, [addr, end, name])
+    return [found[a][1] for a in sorted(found)]
+
+
+def symbol_at(symbols, pc: int) -> str | None:
+    """``name+0xoff`` of the symbol whose code holds ``pc`` (:attr:`Program.symbols`), or None.
+
+    >>> symbol_at(((0x80000000, 0x80000040, "_start"), (0x80000040, 0x80000100, "main")), 0x80000064)
+    'main+0x24'
+    >>> symbols = ((0x80000000, 0x80001000, "_start"), (0x80000040, 0x80000100, "main"))
+    >>> symbol_at(symbols, 0x80000040), symbol_at(symbols, 0x80000104), symbol_at(symbols, 0x40)
+    ('main', '_start+0x104', None)
+    """
+    import bisect
+
+    i = bisect.bisect_right(symbols, pc, key=lambda s: s[0]) - 1
+    # past the end of the nearest function (in code no symbol sizes) the pc may still be in an enclosing label's
+    while i >= 0 and not pc < symbols[i][1]:
+        i -= 1
+    if i < 0:
+        return None
+    addr, _, name = symbols[i]
+    return name if pc == addr else f"{name}+{pc - addr:#x}"
+
+
+def program_of(layout: dict, raw: bytes, label: str, fetch: str = "executable", isa: str = "rv64imac",
+               memory: str = "protected") -> Program:
+    """The :class:`Program` an :func:`elf_layout` of ``raw`` describes,
+    refused when it uses compressed code and ``isa`` is rv64ima."""
+    _check_fetch(fetch, memory)
+    if isa not in ISAS:
+        raise ValueError(f"unknown isa {isa!r}; expected one of {', '.join(ISAS)}")
+    if isa == "rv64ima" and layout["flags"] & EF_RISCV_RVC:
+        raise ElfError(f"{label}: this ELF uses compressed instructions (the RVC flag is set in e_flags "
+                       f"{layout['flags']:#x}) but its isa is rv64ima; declare isa rv64imac or build with "
+                       f"-march=rv64ima -mabi=lp64")
     segments = tuple(Segment(vaddr, raw[offset:offset + filesz] + bytes(memsz - filesz), perm)
                      for vaddr, offset, filesz, memsz, perm in layout["segments"])
-    return Program(os.path.basename(label), layout["entry"], segments, layout["tohost"], fetch)
+    stack = tuple(layout["stack"]) if layout["stack"] else None
+    # flat memory fetches from anywhere mapped: one Program.fetch for the backends to read, whatever was asked
+    symbols = tuple(tuple(s) for s in layout.get("symbols", ()))
+    return Program(os.path.basename(label), layout["entry"], segments, layout["tohost"],
+                   "any" if memory == "flat" else fetch, stack, memory, symbols)

@@ -118,7 +118,7 @@ class Image:
         offs, slots, hslots, self.nslot, self.nhist, off = region_layout(regions, self.xperm)
         self.mem = np.zeros(off, dtype=np.uint8)
         for r, o in zip(regions, offs):
-            if r.name == "ram":
+            if r.name in ("ram", "stack"):
                 continue                      # already zero
             self.mem[o:o + r.size] = np.frombuffer(r.data, dtype=np.uint8)
         self.regions = regions
@@ -135,7 +135,7 @@ class Image:
         # lazily from the OS, so only the other regions are copied.
         mem = np.zeros(self.mem.shape[0], dtype=np.uint8)
         for r, o in zip(self.regions, self.roff):
-            if r.name != "ram":
+            if r.name not in ("ram", "stack"):
                 mem[o:o + r.size] = self.mem[o:o + r.size]
         return mem
 
@@ -286,14 +286,21 @@ def _entry(program: Program) -> EmuTraceStart:
     return EmuTraceStart(pc, 0, M.PRIV_M, tuple(regs), tuple(0 for _ in M.CSR_STATE), -1)
 
 
-def _whole_run(image: Image, program: Program, mode: int, max_steps: int, machine=None) -> _Machine:
-    """Run the whole program in one machine (the MO and RH runners)."""
+def _whole_run(image: Image, program: Program, mode: int, max_steps: int, machine=None,
+               deadline: float | None = None, timeout: float | None = None) -> _Machine:
+    """Run the whole program in one machine (the MO and RH runners), under
+    the main execution's step limit and deadline."""
+    import time
+
     m = (machine or _Machine)(image, image.copy_mem(), _entry(program), mode)
     counts = np.zeros(len(CLASSES), dtype=np.int64)
     while True:
         left = max_steps - int(m.st[S_STEP])
         if left <= 0:
             m.fail(ST_BUDGET, max_steps)
+        if deadline is not None and time.monotonic() > deadline:
+            pc = int(m.st[S_PC]) & _U64
+            raise M.TimeLimitExceeded(timeout, pc=pc, insn=image.peek_insn(m.mem, pc), step=int(m.st[S_STEP]))
         status = m.run(min(left, 1 << 24), counts)
         m.rpos = 0                            # (MO/RH keep no min trace)
         if status == ST_END:
@@ -302,16 +309,18 @@ def _whole_run(image: Image, program: Program, mode: int, max_steps: int, machin
             m.fail(status, max_steps)
 
 
-def mem_ops_runner(image: Image, program: Program, max_steps: int, machine=None) -> np.ndarray:
+def mem_ops_runner(image: Image, program: Program, max_steps: int, machine=None, deadline: float | None = None,
+                   timeout: float | None = None) -> np.ndarray:
     """MO: every word access of the run as an (n, 3) int64 array
     ``[word address, step, is_write]`` in execution order."""
-    m = _whole_run(image, program, LOG_OPS, max_steps, machine)
+    m = _whole_run(image, program, LOG_OPS, max_steps, machine, deadline, timeout)
     return m.obuf[:m.opos].reshape(-1, 3).copy()
 
 
-def rom_histogram_runner(image: Image, program: Program, max_steps: int, machine=None) -> RomHistogram:
+def rom_histogram_runner(image: Image, program: Program, max_steps: int, machine=None,
+                         deadline: float | None = None, timeout: float | None = None) -> RomHistogram:
     """RH: executions per instruction address."""
-    m = _whole_run(image, program, LOG_PCS, max_steps, machine)
+    m = _whole_run(image, program, LOG_PCS, max_steps, machine, deadline, timeout)
     return histogram_from_slots(image, m.hist, int(m.st[S_STEP]))
 
 
@@ -357,15 +366,32 @@ def spawn(fn, *args) -> Future:
     return fut
 
 
-def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = 1 << 32,
-        machine=None):
+#: steps between two looks at the clock when a run has a deadline
+CLOCK_STEPS = 1 << 22
+
+
+def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = M.DEFAULT_MAX_STEPS,
+        machine=None, deadline: float | None = None, timeout: float | None = None):
     """Main execution (MT): min traces + per-chunk counters; same dict as reference.run.
 
     ``machine`` is the :class:`_Machine` class to run (the native backend
-    passes its subclass)."""
+    passes its subclass); ``deadline`` (:func:`time.monotonic`) is looked
+    at every :data:`CLOCK_STEPS` steps.  A failure raises a
+    :class:`~.machine.GuestError` holding the output so far."""
     image = image_of(program, input_bytes, len(input_bytes))
     mem = image.copy_mem()
     m = (machine or _Machine)(image, mem, _entry(program), REC_READS)
+    try:
+        return _main(image, mem, m, chunk_steps, max_steps, deadline, timeout)
+    except M.GuestError as e:
+        raise M.with_output(M.explain(e, image.regions, program.symbols), bytes(m.cbuf[:m.cpos]), enumerate(image.peek_u32s(mem, M.OUTPUT_ADDR, M.N_OUTPUTS)))
+
+
+def _main(image: Image, mem, m: _Machine, chunk_steps: int, max_steps: int, deadline: float | None,
+          timeout: float | None) -> dict:
+    import time
+
+    slice_steps = CLOCK_STEPS if deadline is not None else max_steps
     traces, table = [], []
     while True:
         start = m.state()
@@ -378,9 +404,12 @@ def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, 
         status = ST_BUDGET
         while True:
             done = int(m.st[S_STEP]) - first_step
-            left = min(chunk_steps - done, max_steps - int(m.st[S_STEP]))
+            left = min(chunk_steps - done, max_steps - int(m.st[S_STEP]), slice_steps)
             if left <= 0:
                 break
+            if deadline is not None and time.monotonic() > deadline:
+                pc = int(m.st[S_PC]) & _U64
+                raise M.TimeLimitExceeded(timeout, pc=pc, insn=image.peek_insn(mem, pc), step=int(m.st[S_STEP]))
             status = m.run(left, counts)
             if status != ST_BUDGET:
                 break
@@ -412,18 +441,26 @@ def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, 
 
 
 def replay_chunk(program: Program, trace: EmuTrace, input_size: int = 0, image: Image | None = None,
-                 mode: int = 0, machine=None):
+                 mode: int = 0, machine=None, out: np.ndarray | None = None):
     """Re-execute one chunk from its min trace (compiled, releases the GIL).
 
     Returns ``(end_state, counts, machine)``.  ``image`` may be shared
-    between threads: replay never writes memory.
+    between threads: replay never writes memory.  With ``WITNESS`` in
+    ``mode``, ``out`` (C-contiguous int64, ``(trace.steps, N_WITNESS)``)
+    receives the rows in place of a new table: every column of every row
+    is written.
     """
     if image is None:
         image = image_of(program, None, input_size)
     m = (machine or _Machine)(image, image.mem, trace.start_state, REPLAY | mode)
     m.rbuf = np.ascontiguousarray(trace.mem_reads, dtype=np.uint64)
     if mode & WITNESS:
-        m.wbuf = np.zeros((trace.steps, N_WITNESS), dtype=np.int64)
+        if out is None:
+            out = np.empty((trace.steps, N_WITNESS), dtype=np.int64)
+        elif out.shape != (trace.steps, N_WITNESS) or out.dtype != np.int64 or not out.flags.c_contiguous:
+            raise ValueError(f"chunk {trace.chunk_id}: a witness buffer of {trace.steps} rows of {N_WITNESS} "
+                             f"C-contiguous int64, not {out.shape} {out.dtype}")
+        m.wbuf = out
     counts = np.zeros(len(CLASSES), dtype=np.int64)
     status = m.run(trace.steps, counts) if trace.steps else ST_BUDGET
     n = int(m.st[S_STEP]) - trace.start_state.step

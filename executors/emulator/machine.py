@@ -43,6 +43,23 @@ memory.  A program runs under one of two protections
 * ``any``: every mapped region may be fetched from, as the ISA has it
   (code copied to RAM at run time, a trampoline on the stack).
 
+Memory modes
+------------
+A program's :attr:`~hetflow.executors.emulator.elf.Program.memory` is one
+of two:
+
+* ``protected`` (the default): each region has the permissions in the
+  table above (ELF segments their p_flags), under the fetch protection
+  the program asked for.
+* ``flat``: every mapped region may be fetched from, loaded from and
+  stored to (its regions all get r and w, and the fetch protection is
+  ``any``), as a machine-mode hart without PMP sees memory.  This is what
+  the official riscv-tests assume (``rv64uc-p-rvc`` stores into its code
+  segment, ``rv64ui-p-fence_i`` runs code it writes).  Unmapped addresses,
+  the stack's guard included, still fault.  A code segment made writable
+  is *writable code*: its fetches are recorded reads (below), as RAM's are
+  under fetch protection ``any``.
+
 Registers at the entry point: all zero except sp = STACK_TOP,
 a0 = INPUT_ADDR, a1 = OUTPUT_ADDR (ZisK's BIOS passes the same a0/a1).
 The hart starts in M-mode.
@@ -62,8 +79,13 @@ Guest ABI: how a run ends and what it emits
 * public outputs: at the end, pub_outs[i] = the u32 at OUTPUT_ADDR + 4*i,
   i < 64 (ZisK's layout; no ecall involved).
 * a trap taken while mtvec = 0 has no handler: the run fails with a
-  :class:`GuestTrap` naming the cause, pc and instruction word.
-* ``max_steps`` steps without an end: :class:`StepLimitExceeded`.
+  :class:`GuestTrap` naming the cause, pc and instruction word; the pc
+  is named as ``function+offset`` too where the ELF's ``.symtab`` has a
+  code symbol that holds it (``pc 0x80000124 (main+0x24)``).
+* ``max_steps`` steps without an end (default :data:`DEFAULT_MAX_STEPS`,
+  2^28): :class:`StepLimitExceeded`; a wall-clock ``timeout`` passed:
+  :class:`TimeLimitExceeded`.  Every :class:`GuestError` holds the
+  guest's ``stdout`` and ``pub_outs`` as they were when it failed.
 
 Steps and counters
 ------------------
@@ -103,12 +125,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .elf import FETCH_MODES, PERM_R, PERM_W, PERM_X, ElfError, Program
+from .elf import FETCH_MODES, PERM_R, PERM_W, PERM_X, ElfError, Program, symbol_at
 
 __all__ = [
     "INPUT_ADDR", "RAM_ADDR", "RAM_SIZE", "UART_ADDR", "OUTPUT_ADDR", "N_OUTPUTS", "STACK_TOP",
     "ARCH_ID_ZISK", "MISA", "CSR_STATE", "Region", "build_regions", "initial_state",
-    "EmulatorError", "GuestError", "GuestTrap", "StepLimitExceeded", "CAUSES",
+    "EmulatorError", "GuestError", "GuestTrap", "StepLimitExceeded", "TimeLimitExceeded", "CAUSES",
+    "DEFAULT_MAX_STEPS", "with_output", "StackOverflow", "STACK_GUARD", "stack_guard", "explain",
     "SYS_EXIT", "SYS_WRITE", "fetch_permission",
 ]
 
@@ -119,6 +142,14 @@ UART_ADDR = 0xA000_0200
 OUTPUT_ADDR = 0xA001_0000
 N_OUTPUTS = 64
 STACK_TOP = RAM_ADDR + RAM_SIZE
+#: bytes at the bottom of a linked stack (:attr:`~.elf.Program.stack`) left unmapped: a deeper stack traps
+#: there instead of running through the heap and the public outputs
+STACK_GUARD = 0x1000
+
+#: the step limit of a run that sets none, everywhere: ``execute``, manifests (the schema's default) and
+#: ``hetflow emulate``; a guest that never exits fails within a second on native, and a witness bound from
+#: it (128 B a step) stays near a large machine's memory instead of a terabyte
+DEFAULT_MAX_STEPS = 1 << 28
 
 SYS_WRITE = 64
 SYS_EXIT = 93
@@ -161,10 +192,21 @@ class EmulatorError(Exception):
 class GuestError(EmulatorError):
     """The guest program failed: ``pc``, instruction word and step say where."""
 
-    def __init__(self, message: str, *, pc: int, insn: int | None, step: int):
+    def __init__(self, message: str, *, pc: int, insn: int | None, step: int, symbol: str | None = None):
         self.pc, self.insn, self.step = pc, insn, step
-        where = f"pc {pc:#x}" + (f", instruction {insn:#010x}" if insn is not None else "")
-        super().__init__(f"{message} at {where} (step {step})")
+        self.reason = message
+        #: pc as ``function+offset`` (:func:`~.elf.symbol_at`), or None where no symbol holds it
+        self.symbol = symbol
+        # what the guest had emitted when it failed (the backend's run fills these in): a guest's last
+        # printf is often the reason it failed
+        self.stdout: bytes = b""
+        self.pub_outs: list[tuple[int, int]] = []
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        where = f"pc {self.pc:#x}" + (f" ({self.symbol})" if self.symbol else "")
+        where += f", instruction {self.insn:#010x}" if self.insn is not None else ""
+        return f"{self.reason} at {where} (step {self.step})"
 
 
 class GuestTrap(GuestError):
@@ -180,6 +222,69 @@ class StepLimitExceeded(GuestError):
     def __init__(self, max_steps: int, *, pc: int, insn: int | None, step: int):
         self.max_steps = max_steps
         super().__init__(f"step limit reached: {max_steps} steps without an exit", pc=pc, insn=insn, step=step)
+
+
+class TimeLimitExceeded(GuestError):
+    """The run's wall-clock ``timeout`` passed before the guest ended."""
+
+    def __init__(self, timeout: float, *, pc: int, insn: int | None, step: int, symbol: str | None = None):
+        self.timeout = timeout
+        super().__init__(f"time limit reached: {timeout:g} s without an exit, {step} steps done", pc=pc, insn=insn,
+                         step=step, symbol=symbol)
+
+
+class StackOverflow(GuestTrap):
+    """An access into the stack's guard: the stack grew past the size the program was linked with."""
+
+    def __init__(self, trap: GuestTrap, guard: tuple[int, int]):
+        self.cause, self.tval, self.guard = trap.cause, trap.tval, guard
+        what = "load" if trap.cause == 5 else "store"
+        GuestError.__init__(self, f"stack overflow: {what} at {trap.tval:#x} in the stack's guard "
+                                  f"[{guard[0]:#x}, {guard[1]:#x}) (stack {guard[1]:#x}-{STACK_TOP:#x}; link with a "
+                                  f"larger __stack_size)", pc=trap.pc, insn=trap.insn, step=trap.step)
+
+
+def stack_guard(program: Program) -> tuple[int, int] | None:
+    """The unmapped ``[low, high)`` at the bottom of the program's linked stack, or None.
+
+    Only a stack at the machine's STACK_TOP, above the public outputs and
+    larger than the guard gets one: the symbols of another layout say
+    nothing about this machine's.
+
+    >>> from hetflow.executors.emulator.elf import Program
+    >>> [hex(a) for a in stack_guard(Program("g", 0, (), stack=(STACK_TOP - 0x40000, STACK_TOP)))]
+    ['0xa03c0000', '0xa03c1000']
+    >>> stack_guard(Program("g", 0, ())) is None
+    True
+    """
+    if program.stack is None:
+        return None
+    low, top = program.stack
+    if top != STACK_TOP or low % 8 or low < OUTPUT_ADDR + 4 * N_OUTPUTS or top - low <= STACK_GUARD:
+        return None
+    return low, low + STACK_GUARD
+
+
+def explain(e: GuestError, regions, symbols=()) -> GuestError:
+    """``e``, or the :class:`StackOverflow` it is when it is an access fault in the stack's guard, with its
+    pc named by the program's ``symbols`` (:attr:`~.elf.Program.symbols`) where one holds it.
+
+    Every backend's run passes its failure through here, so their messages are the same text.
+    """
+    if type(e) is GuestTrap and e.cause in (5, 7):
+        for a, b in zip(regions, regions[1:]):
+            if b.name == "stack" and a.end <= e.tval < b.base:
+                e = StackOverflow(e, (a.end, b.base))
+                break
+    e.symbol = symbol_at(symbols, e.pc) if symbols else None
+    e.args = (e._text(),)
+    return e
+
+
+def with_output(e: GuestError, stdout: bytes, pub_outs) -> GuestError:
+    """``e`` holding what the guest had printed and its public outputs when it failed."""
+    e.stdout, e.pub_outs = bytes(stdout), [(int(i), int(v)) for i, v in pub_outs]
+    return e
 
 
 class Region(NamedTuple):
@@ -218,7 +323,19 @@ def build_regions(program: Program, input_size: int, input_bytes: bytes | None =
     blob = len(input_bytes).to_bytes(8, "little") + input_bytes
     blob += bytes(_up8(len(blob)) - len(blob))
     regions.append(Region("input", INPUT_ADDR, len(blob), PERM_R, blob))
-    regions.append(Region("ram", RAM_ADDR, RAM_SIZE, PERM_R | PERM_W, bytes(RAM_SIZE)))
+    guard = stack_guard(program)
+    if guard is None:
+        regions.append(Region("ram", RAM_ADDR, RAM_SIZE, PERM_R | PERM_W, bytes(RAM_SIZE)))
+    else:                     # RAM in two, with the guard between them mapped to nothing
+        low, high = guard
+        regions.append(Region("ram", RAM_ADDR, low - RAM_ADDR, PERM_R | PERM_W, bytes(low - RAM_ADDR)))
+        regions.append(Region("stack", high, STACK_TOP - high, PERM_R | PERM_W, bytes(STACK_TOP - high)))
+    if program.memory == "flat":           # "Memory modes": all of it loadable and storable
+        if program.fetch != "any":
+            # every backend takes the fetch permission from Program.fetch; load_elf sets "any" for flat
+            raise ValueError(f"{program.name}: flat memory fetches from anywhere mapped; its fetch protection must "
+                             f"be 'any', not {program.fetch!r}")
+        regions = [r._replace(perm=r.perm | PERM_R | PERM_W) for r in regions]
     regions.sort(key=lambda r: r.base)
     for a, b in zip(regions, regions[1:]):
         if b.base < a.end:

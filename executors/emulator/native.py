@@ -71,6 +71,7 @@ from pathlib import Path
 import numpy as np
 
 from . import fast
+from . import machine as M
 from .elf import Program
 from .fast import Image
 from .layout import LOG_OPS, REC_READS, S_PC, S_STEP, ST_BUDGET, WITNESS
@@ -363,9 +364,11 @@ class NativeMachine(fast._Machine):
                 return s
 
 
-def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = 1 << 32):
+def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = M.DEFAULT_MAX_STEPS,
+        deadline: float | None = None, timeout: float | None = None):
     """Main execution (MT) on translated code: the same dict as :func:`.fast.run`."""
-    return fast.run(program, input_bytes, chunk_steps, max_steps, machine=NativeMachine)
+    return fast.run(program, input_bytes, chunk_steps, max_steps, machine=NativeMachine, deadline=deadline,
+                    timeout=timeout)
 
 
 def replay_chunk(program: Program, trace: EmuTrace, input_size: int = 0, image: Image | None = None,
@@ -374,14 +377,16 @@ def replay_chunk(program: Program, trace: EmuTrace, input_size: int = 0, image: 
     return fast.replay_chunk(program, trace, input_size, image, mode, machine=NativeMachine)
 
 
-def mem_ops_runner(image: Image, program: Program, max_steps: int) -> np.ndarray:
+def mem_ops_runner(image: Image, program: Program, max_steps: int, deadline: float | None = None,
+                   timeout: float | None = None) -> np.ndarray:
     """MO on translated code (see :func:`.fast.mem_ops_runner`)."""
-    return fast.mem_ops_runner(image, program, max_steps, machine=NativeMachine)
+    return fast.mem_ops_runner(image, program, max_steps, NativeMachine, deadline, timeout)
 
 
-def rom_histogram_runner(image: Image, program: Program, max_steps: int):
+def rom_histogram_runner(image: Image, program: Program, max_steps: int, deadline: float | None = None,
+                         timeout: float | None = None):
     """RH on translated code (see :func:`.fast.rom_histogram_runner`)."""
-    return fast.rom_histogram_runner(image, program, max_steps, machine=NativeMachine)
+    return fast.rom_histogram_runner(image, program, max_steps, NativeMachine, deadline, timeout)
 
 
 def warm_up() -> None:

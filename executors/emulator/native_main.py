@@ -94,7 +94,8 @@ _SIG = (ctypes.c_int64, *[_I64P] * 9)
 
 def cache_dir() -> Path:
     """Where compiled translations are kept: ``$HETFLOW_NATIVE_CACHE``, else
-    ``$XDG_CACHE_HOME/hetflow/native`` (``~/.cache/hetflow/native``)."""
+    ``native`` in the user's cache folder (:func:`hetflow.executors.emulator.cache_root`:
+    ``$XDG_CACHE_HOME/hetflow/native``, ``~/.cache/hetflow/native``), beside numba's."""
     from pathlib import Path
 
     return Path(cache_path())
@@ -104,8 +105,9 @@ def cache_path() -> str:
     """:func:`cache_dir` as a string: a run from the cache does not import pathlib."""
     if os.environ.get("HETFLOW_NATIVE_CACHE"):
         return os.environ["HETFLOW_NATIVE_CACHE"]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "hetflow", "native")
+    from . import cache_root
+
+    return os.path.join(cache_root(), "native")
 
 
 _host: list[str] = []
@@ -192,10 +194,10 @@ def write_atomic(path: Path | str, data: bytes) -> bool:
 
 
 #: bumped whenever what :func:`load_program` keeps of an ELF file changes
-ELF_VERSION = 1
+ELF_VERSION = 4
 
 
-def load_program(source, fetch: str = "executable") -> Program:
+def load_program(source, fetch: str = "executable", isa: str = "rv64imac", memory: str = "protected") -> Program:
     """:func:`~.elf.load_elf` through the disk cache: what a run needs of
     the file (:func:`~.elf.elf_layout`) is kept per digest of its bytes, so
     a file seen before loads without pyelftools.  A changed file has
@@ -208,7 +210,7 @@ def load_program(source, fetch: str = "executable") -> Program:
     except (OSError, ValueError):
         layout = elf_layout(raw, label)
         write_atomic(path, json.dumps(layout).encode())
-    return program_of(layout, raw, label, fetch)
+    return program_of(layout, raw, label, fetch, isa, memory)
 
 
 class Loaded:
@@ -290,7 +292,7 @@ class MainRun:
         self.memory = _buffer(ctypes.c_uint64, size // 8)
         self.view = view = memoryview(self.memory).cast("B")
         for r, o in zip(regions, offs):
-            if r.name != "ram":               # already zero
+            if r.name not in ("ram", "stack"):    # already zero
                 view[o:o + r.size] = r.data
         self.port = _Port(regions, program.fetch, [view[o:o + r.size] for r, o in zip(regions, offs)], self)
         self.rtab = _buffer(ctypes.c_int64, 4 * len(regions))
@@ -407,19 +409,26 @@ class MainRun:
             self.check_pages()
         return ST_END if h.end is not None else ST_BUDGET
 
-    def run(self, chunk_steps: int, max_steps: int) -> dict:
+    def run(self, chunk_steps: int, max_steps: int, deadline: float | None = None,
+            timeout: float | None = None) -> dict:
         """The chunk loop: the same dict as :func:`.fast.run`, min traces'
-        reads as ``array('Q')``."""
+        reads as ``array('Q')``.  ``deadline`` (:func:`time.monotonic`) is
+        looked at each time translated code returns (it runs at most to
+        the step limit); a failure raises a :class:`~.machine.GuestError`
+        holding the output so far."""
         # Each chunk leaves a few tuples and no cycles; the collector would walk every trace so far, over and over
         enabled = gc.isenabled()
         gc.disable()
         try:
-            return self._run(chunk_steps, max_steps)
+            return self._run(chunk_steps, max_steps, deadline, timeout)
+        except M.GuestError as e:
+            raise M.with_output(M.explain(e, self.regions, self.program.symbols), self.hart.stdout,
+                                [(i, self.port.peek(M.OUTPUT_ADDR + 4 * i, 4)) for i in range(M.N_OUTPUTS)])
         finally:
             if enabled:
                 gc.enable()
 
-    def _run(self, chunk_steps: int, max_steps: int) -> dict:
+    def _run(self, chunk_steps: int, max_steps: int, deadline: float | None, timeout: float | None) -> dict:
         """Translated code runs from chunk boundary to chunk boundary by
         itself, appending a record per boundary (:func:`_chunk_boundary
         <.native_translate._chunk_boundary>`) that :meth:`_records` turns
@@ -440,8 +449,13 @@ class MainRun:
         ctx[CTX_RCAP] = len(self.recs) // self._width
         head, addressof = self._head, ctypes.addressof
         tail = (self._ctx_at, addressof(counts), self._rtab_at, None, None)
+        if deadline is not None:
+            from time import monotonic
         while True:
             at = st[1]
+            if deadline is not None and monotonic() > deadline:
+                pc = st[0] & U64
+                raise M.TimeLimitExceeded(timeout, pc=pc, insn=self.port.peek_insn(pc), step=at)
             end = self.start.step + chunk_steps
             stop = min(end, max_steps)
             if at >= stop:
@@ -564,8 +578,9 @@ def _translate(run: MainRun, pc: int, extra: set[int], compile: bool = True) -> 
     return Loaded(t.fn, t.heads, t.tails, t.report(), t.seeds, t, t.pages)
 
 
-def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = 1 << 32) -> dict:
+def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = M.DEFAULT_MAX_STEPS,
+        deadline: float | None = None, timeout: float | None = None) -> dict:
     """Main execution (MT) on translated code: the dict of :func:`.fast.run`
     (``counts`` as a list of rows, min traces' reads as ``array('Q')``) and
     the translation's ``report`` under ``"translation"``."""
-    return MainRun(program, input_bytes).run(chunk_steps, max_steps)
+    return MainRun(program, input_bytes).run(chunk_steps, max_steps, deadline, timeout)

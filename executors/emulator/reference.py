@@ -156,8 +156,19 @@ def step(h: Hart, m: _Port, counts: list[int]) -> None:
     h.step += 1
 
 
-def _chunks(h: Hart, m: _Port, chunk_steps: int, max_steps: int):
-    """Yield (start, steps, counts, reads) per chunk until the guest ends."""
+#: steps between two looks at the clock when a run has a deadline (about 0.1 s here)
+CLOCK_STEPS = 1 << 15
+
+
+def _chunks(h: Hart, m: _Port, chunk_steps: int, max_steps: int, deadline: float | None = None,
+            timeout: float | None = None):
+    """Yield (start, steps, counts, reads) per chunk until the guest ends.
+
+    ``deadline`` (a :func:`time.monotonic` time) ends the run with
+    :class:`~.machine.TimeLimitExceeded` once passed, looked at every
+    :data:`CLOCK_STEPS` steps."""
+    import time
+
     while True:
         start = h.state()
         counts = [0] * len(CLASSES)
@@ -166,6 +177,8 @@ def _chunks(h: Hart, m: _Port, chunk_steps: int, max_steps: int):
         while n < chunk_steps and h.end is None:
             if h.step >= max_steps:
                 raise M.StepLimitExceeded(max_steps, pc=h.pc, insn=m.peek_insn(h.pc), step=h.step)
+            if deadline is not None and not h.step % CLOCK_STEPS and time.monotonic() > deadline:
+                raise M.TimeLimitExceeded(timeout, pc=h.pc, insn=m.peek_insn(h.pc), step=h.step)
             step(h, m, counts)
             n += 1
         yield start, n, counts, first_read
@@ -173,13 +186,14 @@ def _chunks(h: Hart, m: _Port, chunk_steps: int, max_steps: int):
             return
 
 
-def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = 1 << 32,
-        log_ops: bool = False, log_pcs: bool = False):
+def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = M.DEFAULT_MAX_STEPS,
+        log_ops: bool = False, log_pcs: bool = False, deadline: float | None = None, timeout: float | None = None):
     """Run a program from its entry point.
 
     Returns a dict: traces (list of EmuTrace), counts (n_chunks x classes),
     steps, exit_code, end_reason, stdout, pub_outs, and the port (whose
-    ``ops``/``pcs`` logs are filled when requested).
+    ``ops``/``pcs`` logs are filled when requested).  A failure raises a
+    :class:`~.machine.GuestError` holding the output so far.
     """
     import numpy as np
 
@@ -188,11 +202,14 @@ def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, 
     h.tohost = program.tohost
     port = LivePort(regions, log_ops, log_pcs, program.fetch)
     traces, table = [], []
-    for start, n, counts, first_read in _chunks(h, port, chunk_steps, max_steps):
-        reads = np.array(port.reads[first_read:], dtype=np.uint64)
-        del port.reads[first_read:]
-        traces.append(EmuTrace(len(traces), start, n, reads, h.end is not None))
-        table.append(counts)
+    try:
+        for start, n, counts, first_read in _chunks(h, port, chunk_steps, max_steps, deadline, timeout):
+            reads = np.array(port.reads[first_read:], dtype=np.uint64)
+            del port.reads[first_read:]
+            traces.append(EmuTrace(len(traces), start, n, reads, h.end is not None))
+            table.append(counts)
+    except M.GuestError as e:
+        raise M.with_output(M.explain(e, regions, program.symbols), h.stdout, [(i, port.peek(M.OUTPUT_ADDR + 4 * i, 4)) for i in range(M.N_OUTPUTS)])
     pub_outs = [(i, port.peek(M.OUTPUT_ADDR + 4 * i, 4)) for i in range(M.N_OUTPUTS)]
     return {
         "traces": traces, "counts": np.array(table, dtype=np.int64).reshape(-1, len(CLASSES)),

@@ -37,7 +37,8 @@ them unsigned)
 ==========  ==============================================================
 step        global index of the step
 pc          address of the instruction
-insn        the 32-bit instruction word; -1 if the fetch faulted
+insn        the 32-bit instruction word (the 16-bit parcel of a compressed
+            instruction); -1 if the fetch faulted
 op          index into :data:`hetflow.executors.emulator.isa.TABLE`;
             -1 illegal instruction, -2 fetch fault
 cls         operation class, index into ``isa.CLASSES`` (the counter the
@@ -185,12 +186,15 @@ def plan_instances(counters: CountersChunkMetrics, sizes: Mapping[str, int] = DE
 
 
 def witness_table(program: Program | str, trace: EmuTrace, *, input_size: int = 0, backend: str = "fast",
-                  _image=None) -> np.ndarray:
+                  out: np.ndarray | None = None, _image=None) -> np.ndarray:
     """Re-execute one chunk from its min trace into its witness table,
     shape ``(trace.steps, len(COLUMNS))``, dtype int64.
 
     ``input_size`` is the run's input length (the input region's size;
-    its bytes come from the min trace).
+    its bytes come from the min trace). ``out``, a C-contiguous int64
+    array of that shape (the chunk's rows of the whole run's table),
+    receives the rows and is returned: the chunks of a run fill one
+    table in place, with no copy to assemble it.
 
     Raises
     ------
@@ -201,13 +205,20 @@ def witness_table(program: Program | str, trace: EmuTrace, *, input_size: int = 
         program = load_elf(program)
     if backend in ("fast", "native"):            # the native backend writes witness rows in its interpreter
         from . import fast
-        _, _, m = fast.replay_chunk(program, trace, input_size, image=_image, mode=fast.WITNESS)
+        _, _, m = fast.replay_chunk(program, trace, input_size, image=_image, mode=fast.WITNESS, out=out)
         return m.wbuf
     if backend == "reference":
         from . import reference
         _, _, port = reference.replay_chunk(program, trace, input_size, witness=True)
         table = np.array(port.rows, dtype=object).reshape(-1, len(COLUMNS))
-        return np.array([[_i64(v) for v in row] for row in table], dtype=np.int64).reshape(-1, len(COLUMNS))
+        rows = np.array([[_i64(v) for v in row] for row in table], dtype=np.int64).reshape(-1, len(COLUMNS))
+        if out is None:
+            return rows
+        if out.shape != rows.shape or out.dtype != np.int64:
+            raise ValueError(f"chunk {trace.chunk_id}: a witness buffer of {rows.shape[0]} rows of "
+                             f"{len(COLUMNS)} int64, not {out.shape} {out.dtype}")
+        out[...] = rows
+        return out
     raise ValueError(f"unknown emulator backend {backend!r}")
 
 

@@ -107,11 +107,11 @@ def test_store_to_read_only_segment_faults(backend):
         execute(guest("fault_store"), backend=backend)
     assert (e.value.cause, e.value.pc, e.value.insn) == (7, 0x80000008, 0x0002A023)
     assert str(e.value) == ("unhandled trap: store/AMO access fault (mcause 7, mtval 0x80000000) "
-                            "at pc 0x80000008, instruction 0x0002a023 (step 2)")
+                            "at pc 0x80000008 (_start+0x8), instruction 0x0002a023 (step 2)")
 
 
 def test_illegal_instruction_without_handler(backend):
-    with pytest.raises(GuestTrap, match=r"illegal instruction .* at pc 0x80000004, instruction 0x00000000"):
+    with pytest.raises(GuestTrap, match=r"illegal instruction .* at pc 0x80000004 \(_start\+0x4\), instruction 0x00000000"):
         execute(guest("illegal"), backend=backend)
 
 

@@ -58,16 +58,22 @@ sys.exit(code)
 """
 
 
-def test_a_cached_run_loads_only_what_it_runs(tmp_path):
+# no --backend: auto, which finds llvmlite without importing it and runs native
+@pytest.mark.parametrize("backend", [["--backend", "native"], []])
+def test_a_cached_run_loads_only_what_it_runs(tmp_path, backend):
+    from importlib.util import find_spec
+
+    if not backend and find_spec("llvmlite") is None:
+        pytest.skip("llvmlite is not installed: auto does not pick the native backend")
     env = {**os.environ, "HETFLOW_NATIVE_CACHE": str(tmp_path)}
-    argv = [str(GUESTS / "loop.elf"), "--backend", "native", "--json", "--input", "-", "--no-interpreter-start"]
+    argv = [str(GUESTS / "loop.elf"), *backend, "--json", "--input", "-", "--no-interpreter-start"]
     first = subprocess.run([sys.executable, "-c", _PROBE, "emulate", *argv], input=(3000).to_bytes(8, "little"),
                            capture_output=True, env=env)
     second = subprocess.run([sys.executable, "-c", _PROBE, "emulate", *argv], input=(3000).to_bytes(8, "little"),
                             capture_output=True, env=env)
     assert first.returncode == second.returncode == 0, (first.stderr + second.stderr).decode()
     a, b = (json.loads(r.stdout.decode().splitlines()[0]) for r in (first, second))
-    assert b["translation"]["cached"] is True
+    assert b["translation"]["cached"] is True and b["backend"] == "native"
     assert {k: a[k] for k in ("steps", "pub_outs", "counters", "chunks", "exit_code")} == \
         {k: b[k] for k in ("steps", "pub_outs", "counters", "chunks", "exit_code")}
     assert "elftools" in first.stdout.decode()

@@ -1,0 +1,212 @@
+"""Small runs in one process: what each run pays besides its work (issue 30, "Small runs").
+
+* ``quickstart``: a warm in-process ``hetflow.run("examples/quickstart.yaml",
+  cache=False)`` (load, validate, plan, run, record, outputs) against the
+  same computation in numpy (the same generators and seeds, the same
+  formulas as the CPU executor's ops, the bf16 cast through ml_dtypes);
+  the outputs are checked equal. Goal: within 3x (ratio >= 0.33).
+* ``chain``: the 100-stage chain alternating between two CPU executors
+  (``bench_distributed``'s threaded row: 100 partitions, 99 bridges, the
+  record's 299 task entries) against raw Dask on a chain of as many tiny
+  numpy tasks as the record lists (299), and against raw Dask doing one
+  task a stage (100). Goal: >= 0.83.
+* ``git``: the manifest's git state asked of ``git`` against its answer
+  from the process's cache (:func:`hetflow.engine.records.provenance`),
+  for a manifest in a dirty checkout.
+
+Every row is pairs taken turn about (baseline, then hetflow), the median
+of each side; ratio = baseline / hetflow. ``python bench/bench_small_runs.py
+--before TREE`` runs the same rows from another source tree (an earlier
+commit's files, e.g. ``git archive HEAD | tar -x -C TREE``) and from this
+one, processes in turn, for before/after figures.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QUICKSTART = os.path.join(REPO, "examples", "quickstart.yaml")
+
+
+def quickstart_numpy() -> tuple[np.ndarray, np.ndarray]:
+    """The quickstart's computation in numpy: what its stages compute, without hetflow."""
+    import ml_dtypes
+
+    def normal(shape, seed, std=1.0):
+        return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32) * np.float32(std) + np.float32(0.0)
+
+    x = normal((64, 128), 7)
+    h = np.matmul(x, normal((128, 256), 1, 0.1))
+    a = 0.5 * h * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (h + 0.044715 * h * h * h)))
+    logits = np.matmul(a, normal((256, 10), 2, 0.1))
+    e = np.exp(logits - np.max(logits, axis=-1, keepdims=True))
+    probs = e / np.sum(e, axis=-1, keepdims=True)
+    return probs, probs.astype(ml_dtypes.bfloat16)
+
+
+def _pairs(turns: int, baseline, subject) -> tuple[list[float], list[float]]:
+    base, subj = [], []
+    for _ in range(turns):
+        t = time.perf_counter()
+        baseline()
+        base.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        subject()
+        subj.append(time.perf_counter() - t)
+    return base, subj
+
+
+def _row(name: str, baseline: str, base: list[float], subject: str, subj: list[float], notes: str) -> dict:
+    b, s = statistics.median(base), statistics.median(subj)
+    # the best of each side too: on a shared machine a median moves with the others' load, a best less
+    best = f"best: {min(base) * 1e3:.3f} ms against {min(subj) * 1e3:.3f} ms, ratio {min(base) / min(subj):.3f}"
+    return {"name": name, "baseline": baseline, "baseline_s": b, "subject": subject, "subject_s": s,
+            "ratio": b / s, "best_ratio": min(base) / min(subj),
+            "notes": f"median of {len(base)} pairs taken turn about ({best}); {notes}"}
+
+
+def quickstart(turns: int, runs_dir: str) -> dict:
+    import hetflow
+
+    def run() -> None:
+        hetflow.run(QUICKSTART, runs_dir=runs_dir, cache=False)
+
+    for _ in range(5):  # warm: imports, the op registry, the inventory, the thread pool
+        run()
+        quickstart_numpy()
+    done = hetflow.run(QUICKSTART, runs_dir=runs_dir, cache=False)
+    probs, bf16 = quickstart_numpy()
+    got = np.load(os.path.join(done.path, "probs.npy"))
+    assert np.allclose(got, probs, rtol=1e-5, atol=1e-7), "hetflow and numpy disagree on probs"
+    base, subj = _pairs(turns, quickstart_numpy, run)
+    return _row("quickstart, warm in-process run", "the same computation in numpy", base,
+                "hetflow.run(cache=False): load, validate, plan, run, record, outputs", subj,
+                f"{len(done.record['tasks'])} task entries; hetflow warm-up "
+                f"{done.record['warm_up'][0]['seconds']:.4f} s")
+
+
+def chain(turns: int, runs_dir: str, stages: int = 100) -> list[dict]:
+    import dask.threaded
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_distributed import _raw_chain, alternating
+
+    from hetflow.engine.manifest import compile_manifest, loads
+    from hetflow.engine.planner import plan as make_plan
+    from hetflow.engine.run import execute
+    from hetflow.executors import probe
+
+    m = compile_manifest(loads(alternating(stages), os.path.join(runs_dir, "alt.yaml")))
+    p = make_plan(m, probe)
+    first = execute(m, p, runs_dir=runs_dir, use_cache=False)
+    entries = len(first.record["tasks"])
+    rows = []
+    for tasks in (entries, stages):
+        dsk = _raw_chain(tasks)
+        last = f"t{tasks - 1}"
+        dask.threaded.get(dsk, last)
+        base, subj = _pairs(turns, lambda: dask.threaded.get(dsk, last),
+                            lambda: execute(m, p, runs_dir=runs_dir, use_cache=False))
+        rows.append(_row(f"chain of {stages} stages alternating between 2 executors, against {tasks} raw tasks",
+                         f"dask.threaded.get, a chain of {tasks} tiny numpy tasks", base,
+                         f"hetflow execute, threaded, without the cache ({entries} task entries in the record)", subj,
+                         f"{len(p.partitions)} partitions, {len(p.bridges)} bridges; the whole run with its record"))
+    return rows
+
+
+def git_lookup(turns: int) -> dict:
+    """A manifest in a dirty checkout: its git state asked of git (the cache emptied) against the cache's."""
+    from hetflow.engine import records
+
+    folder = tempfile.mkdtemp(prefix="hetflow-bench-git-")
+    try:
+        def git(*args: str) -> None:
+            subprocess.run(["git", "-C", folder, "-c", "user.email=b@example.com", "-c", "user.name=b", *args],
+                           check=True, capture_output=True)
+
+        git("init", "-q")
+        path = os.path.join(folder, "p.yaml")
+        with open(path, "w") as f:
+            f.write("version: 1\n")
+        git("add", "p.yaml")
+        git("commit", "-q", "-m", "p")
+        with open(os.path.join(folder, "untracked.txt"), "w") as f:
+            f.write("dirty\n")
+
+        def asked() -> None:
+            getattr(records, "_GIT_CACHE", {}).clear()
+            records.provenance(path)
+
+        assert records.provenance(path)["git"]["dirty"]
+        base, subj = _pairs(turns, asked, lambda: records.provenance(path))
+        return _row("a run's git state, dirty checkout", "asked of git (rev-parse, 2x status)", base,
+                    "from the process's cache (stat of HEAD, ref, packed-refs, index, manifest)", subj,
+                    "records.provenance")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def run(quick: bool) -> list[dict]:
+    turns = 15 if quick else 60
+    with tempfile.TemporaryDirectory(prefix="hetflow-bench-small-") as runs_dir:
+        return [quickstart(turns, runs_dir), *chain(turns, runs_dir), git_lookup(max(5, turns // 4))]
+
+
+def _in_tree(root: str, quick: bool) -> list[dict]:
+    """:func:`run` in a process whose ``hetflow`` is the source tree ``root`` (``bench_overhead.TREE_FINDER``)."""
+    import json
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_overhead import TREE_FINDER
+
+    code = (TREE_FINDER + f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+            "import json, bench_small_runs\n"
+            f"print(json.dumps(bench_small_runs.run({quick!r})))\n")
+    done = subprocess.run([sys.executable, "-c", code, root], capture_output=True, text=True, cwd=REPO)
+    if done.returncode != 0:
+        raise RuntimeError(f"rows from {root} failed: {done.stderr[-3000:]}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def before_after(before: str, processes: int, quick: bool) -> None:
+    """Each row from the tree ``before`` and from this one, ``processes`` processes each, turn about; prints the
+    median ratio per row and side."""
+    got: dict[str, list[list[dict]]] = {"before": [], "after": []}
+    for i in range(processes):
+        for side, root in sorted({"before": before, "after": REPO}.items(), reverse=i % 2 == 1):
+            got[side].append(_in_tree(root, quick))
+    for k, row in enumerate(got["after"][0]):
+        line = [row["name"]]
+        for side in ("before", "after"):
+            rows = [r[k] for r in got[side] if k < len(r)]
+            if rows:
+                line.append(f"{side}: ratio {statistics.median(r['ratio'] for r in rows):.3f}, best "
+                            f"{statistics.median(r['best_ratio'] for r in rows):.3f} "
+                            f"({statistics.median(r['subject_s'] for r in rows) * 1e3:.2f} ms against "
+                            f"{statistics.median(r['baseline_s'] for r in rows) * 1e3:.2f} ms)")
+        print(" | ".join(line))
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", help="another source tree to run the same rows from, turn about")
+    parser.add_argument("--processes", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.before:
+        before_after(args.before, args.processes, args.quick)
+    else:
+        for row in run(args.quick):
+            print(f"{row['name']}: {row['baseline']} {row['baseline_s'] * 1e3:.3f} ms, {row['subject']} "
+                  f"{row['subject_s'] * 1e3:.3f} ms, ratio {row['ratio']:.3f}; {row['notes']}")

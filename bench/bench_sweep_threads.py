@@ -1,0 +1,118 @@
+"""A BLAS-heavy sweep with ``--parallel 2`` against ``--parallel 1``, whole processes, side by side.
+
+The sweep (written to a temporary folder) has ``POINTS`` points, each a
+chain of matmuls and GELUs on ``N x N`` fp32 matrices on one CPU executor:
+matmul (BLAS, threaded) and GELU (numpy, one thread) share the work, in one
+partition a point. Six commands
+run in turn, ``PAIRS`` times, each a fresh ``hetflow run --no-cache
+--quiet`` process:
+
+* ``--parallel 1``: the baseline; one point at a time, BLAS on every core;
+* ``--parallel 2``: two points at once; hetflow sizes the BLAS pool to
+  ``cores // 2`` threads (:mod:`hetflow.engine.threads`);
+* ``--parallel 2`` with ``OPENBLAS_NUM_THREADS`` set to the core count:
+  what ``--parallel 2`` did before hetflow sized the pools (a user's
+  variable is left alone), two points each asking for every core;
+* ``--parallel 1`` and ``--parallel 2`` on a local cluster of one worker
+  process a core (``--workers``): the same rule on the workers' pools;
+* ``--parallel 1`` with ``OPENBLAS_NUM_THREADS=1``: a second baseline.
+  At 256 x 256, OpenBLAS's threads gain little and lose much on a shared
+  machine, so ``--parallel 1`` on every core can be slower than on one;
+  against this baseline, ``--parallel 2`` shows what the second core adds.
+
+Rows: ratio = the ``--parallel 1`` process's median seconds over the
+subject's (above 1: two points at once are faster). The goal (issue 30)
+is ``--parallel 2`` >= 1.6x ``--parallel 1`` on two cores.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from hetflow.engine.threads import USER_THREAD_VARS, usable_cores
+
+N = 256
+DEPTH = 192
+
+
+def manifest(points: int, n: int = N, depth: int = DEPTH) -> str:
+    """The sweep's YAML: ``points`` seeds, each a chain of ``depth`` (matmul, gelu) pairs on ``n x n``."""
+    stages = [f'  x: {{op: random.normal, args: {{shape: [{n}, {n}], seed: "${{seed}}", std: 0.05}}}}',
+              f"  w: {{op: random.normal, args: {{shape: [{n}, {n}], seed: 1, std: 0.05}}}}"]
+    previous = "x"
+    for i in range(depth):
+        stages.append(f"  m{i}: {{op: matmul, inputs: [{previous}, w]}}")
+        stages.append(f"  g{i}: {{op: gelu, inputs: [m{i}]}}")
+        previous = f"g{i}"
+    seeds = ", ".join(str(s) for s in range(1, points + 1))
+    return (f"version: 1\nname: blas-sweep\nparams: {{seed: 1}}\nmatrix: {{seed: [{seeds}]}}\n"
+            f"executors: {{host: {{vendor: cpu}}}}\nstages:\n" + "\n".join(stages) + f"\noutputs: {{y: {previous}}}\n")
+
+
+def _timed(argv: list[str], env: dict) -> float:
+    t = time.perf_counter()
+    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return time.perf_counter() - t
+
+
+def measure(points: int, pairs: int) -> dict:
+    """Median seconds of each command over ``pairs`` rounds, all of them run in turn in every round."""
+    clean = {k: v for k, v in os.environ.items() if k not in USER_THREAD_VARS}
+    cores = usable_cores()
+    with tempfile.TemporaryDirectory(prefix="hetflow-bench-sweep-") as tmp:
+        path = Path(tmp) / "sweep.yaml"
+        path.write_text(manifest(points))
+
+        def argv(parallel: int, runs: str) -> list[str]:
+            return [sys.executable, "-m", "hetflow.engine.cli", "run", str(path), "--parallel", str(parallel),
+                    "--no-cache", "--quiet", "--runs-dir", str(Path(tmp) / runs)]
+
+        commands = {"p1": (argv(1, "p1"), clean), "p2": (argv(2, "p2"), clean),
+                    "p2_fight": (argv(2, "p2f"), {**clean, "OPENBLAS_NUM_THREADS": str(cores)}),
+                    "p1_one": (argv(1, "p1o"), {**clean, "OPENBLAS_NUM_THREADS": "1"}),
+                    # a local cluster of one worker a core: each worker's pool is its share of the cores
+                    "c1": (argv(1, "c1") + ["--workers", str(cores)], clean),
+                    "c2": (argv(2, "c2") + ["--workers", str(cores)], clean)}
+        times: dict[str, list[float]] = {k: [] for k in commands}
+        _timed(*commands["p1"])  # a warm-up: the page cache, the plugin-free imports
+        for _ in range(pairs):
+            for key, (cmd, env) in commands.items():
+                times[key].append(_timed(cmd, env))
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {"cores": cores, "points": points, "load": load, **{k: statistics.median(v) for k, v in times.items()},
+            "all": times}
+
+
+def run(quick: bool) -> list[dict]:
+    points, pairs = (8, 3) if quick else (27, 5)
+    m = measure(points, pairs)
+    note = (f"{m['points']} points of {DEPTH} ({N}x{N} matmul, gelu), {m['cores']} cores, median of {pairs} rounds "
+            f"of whole processes in turn, load average {m['load']:.1f} at the end")
+    return [
+        {"name": f"sweep --parallel 2 ({m['points']} BLAS points)", "baseline": "--parallel 1",
+         "baseline_s": m["p1"], "subject": "--parallel 2, pools sized", "subject_s": m["p2"],
+         "ratio": m["p1"] / m["p2"], "notes": note},
+        {"name": f"sweep --parallel 2, OPENBLAS_NUM_THREADS={m['cores']} (before)", "baseline": "--parallel 1",
+         "baseline_s": m["p1"], "subject": "--parallel 2, pools unsized", "subject_s": m["p2_fight"],
+         "ratio": m["p1"] / m["p2_fight"], "notes": note},
+        {"name": f"sweep --parallel 2 ({m['points']} BLAS points), against 1 BLAS thread",
+         "baseline": "--parallel 1, OPENBLAS_NUM_THREADS=1", "baseline_s": m["p1_one"],
+         "subject": "--parallel 2, pools sized", "subject_s": m["p2"], "ratio": m["p1_one"] / m["p2"], "notes": note},
+        {"name": f"sweep --parallel 2 on a local cluster ({m['points']} BLAS points)",
+         "baseline": f"--parallel 1 --workers {m['cores']}", "baseline_s": m["c1"],
+         "subject": f"--parallel 2 --workers {m['cores']}", "subject_s": m["c2"], "ratio": m["c1"] / m["c2"],
+         "notes": note + "; each a whole process, the cluster's start included"},
+    ]
+
+
+if __name__ == "__main__":
+    quick = "--quick" in sys.argv
+    for row in run(quick):
+        print(f"{row['name']}: {row['baseline_s']:.2f} s / {row['subject_s']:.2f} s = {row['ratio']:.2f}x "
+              f"({row['notes']})")

@@ -1,0 +1,217 @@
+"""A run's fixed costs paid once, and bridges folded into their producer's task on the threaded scheduler."""
+
+import gc
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import dask.threaded
+import numpy as np
+import pytest
+
+from hetflow.engine import records
+from hetflow.engine.errors import RunFailed
+from hetflow.engine.manifest import compile_manifest, load
+from hetflow.engine.planner import plan as make_plan
+from hetflow.engine.run import create_executors, execute
+from hetflow.engine.runtime import _SUBPLANS, LocalRuntime, subgraph_plans
+from hetflow.executors import probe
+
+# y is consumed by two partitions on b: one bridge (y@b) shared by both, folded into y's partition
+SHARED = """
+version: 1
+name: shared
+executors:
+  a: {vendor: cpu}
+  b: {vendor: cpu}
+  c: {vendor: cpu}
+stages:
+  x:  {op: random.normal, args: {shape: [8, 4], seed: 1}, executor: a}
+  y:  {op: relu, inputs: [x]}
+  u:  {op: neg, inputs: [y], executor: b}
+  k:  {op: exp, inputs: [u], executor: c}
+  v:  {op: add, inputs: [y, k], executor: b}
+  w:  {op: sum, inputs: [v], args: {axis: 0}, executor: a}
+outputs: {w: w, u: u}
+"""
+
+
+def compiled(manifest_file, text):
+    m = compile_manifest(load(manifest_file(text)))
+    return m, make_plan(m, probe)
+
+
+def test_folded_lowering_is_one_task_a_partition_and_computes_what_the_separate_tasks_do(manifest_file):
+    m, p = compiled(manifest_file, SHARED)
+    assert any(len({p.nodes[c].partition for c in b.consumers}) > 1 for b in p.bridges)  # a shared bridge
+    folded = LocalRuntime(p, create_executors(p), fold_bridges=True)
+    apart = LocalRuntime(p, create_executors(p))
+    assert sorted(folded.graph.dsk) == sorted([f"partition:{q.id}" for q in p.partitions] + ["output:u", "output:w"])
+    assert sorted(b for bs in folded.graph.folded.values() for b in bs) == sorted(b.id for b in p.bridges)
+    assert folded.graph.reported_tasks() == len(apart.graph.dsk)
+    assert folded.graph.refcounts == apart.graph.refcounts
+    got = [dask.threaded.get(rt.graph.dsk, list(rt.graph.output_keys.values())) for rt in (folded, apart)]
+    for one, other in zip(*got):
+        assert one.to_array().tobytes() == other.to_array().tobytes()
+    for rt in (folded, apart):
+        assert rt.handles.live() == {}
+        assert all(ex.live_activations() == 0 for ex in rt.executors.values())
+
+
+def test_a_threaded_run_lists_every_folded_bridge_with_its_bytes_and_time(manifest_file, tmp_path):
+    m, p = compiled(manifest_file, SHARED)
+    seen = []
+    r = execute(m, p, runs_dir=str(tmp_path), use_cache=False, on_event=seen.append)
+    record = json.loads(Path(r.record_path).read_text())
+    assert seen[0]["tasks"] == len(p.partitions) + 2 * len(p.bridges) + len(p.outputs)
+    for kind in ("export", "import"):
+        entries = {t["id"]: t for t in record["tasks"] if t["kind"] == kind}
+        assert sorted(entries) == sorted(b.id for b in p.bridges)
+        for bridge in p.bridges:
+            t = entries[bridge.id]
+            assert t["status"] == "succeeded" and t["duration_s"] >= 0 and t["bytes"] > 0
+            assert t["executor"] == (bridge.source if kind == "export" else bridge.destination)
+    # a bridge's export follows its producer's end, and its import precedes each consumer's start
+    start = {(t["kind"], t["id"]): t["offset_s"] for t in record["tasks"]}
+    for bridge in p.bridges:
+        producer = p.nodes[bridge.tensor].partition
+        assert start[("export", bridge.id)] >= start[("partition", producer)]
+        for consumer in {p.nodes[c].partition for c in bridge.consumers}:
+            assert start[("import", bridge.id)] <= start[("partition", consumer)]
+    assert record["live_activations_after"] == {"a": 0, "b": 0, "c": 0}
+    apart = LocalRuntime(p, create_executors(p))
+    expected = dask.threaded.get(apart.graph.dsk, apart.graph.output_keys["w"])
+    assert np.array_equal(np.load(os.path.join(r.run_dir, "w.npy")), expected.to_array())
+
+
+def test_a_folded_import_that_fails_fails_the_consumer_and_releases_everything(manifest_file, tmp_path):
+    m, p = compiled(manifest_file, """
+        version: 1
+        name: oom
+        executors:
+          host: {vendor: cpu}
+          small: {vendor: cpu, memory_limit: 1KiB}
+        stages:
+          x: {op: random.normal, args: {shape: [64, 64], seed: 1}, executor: host}
+          y: {op: relu, inputs: [x], executor: small}
+        outputs: {y: y}
+        """)
+    with pytest.raises(RunFailed) as caught:
+        execute(m, p, runs_dir=str(tmp_path), use_cache=False)
+    record = json.loads(Path(caught.value.record_path).read_text())
+    assert record["status"] == "failed"
+    assert record["error"]["partition"] == p.nodes["y"].partition
+    assert "import of 'x'" in record["error"]["message"] and "16384 bytes" in record["error"]["message"]
+    failed = [t for t in record["tasks"] if t["status"] == "failed"]
+    assert [(t["kind"], t["executor"]) for t in failed] == [("import", "small")]
+    assert record["nodes"]["x"]["status"] == "succeeded" and record["nodes"]["y"]["status"] == "not run"
+    assert record["live_activations_after"] == {"host": 0, "small": 0}
+
+
+def test_a_plan_is_encoded_once_for_all_its_runs_and_forgotten_with_it(manifest_file, tmp_path):
+    m, p = compiled(manifest_file, SHARED)
+    first = subgraph_plans(p)
+    assert subgraph_plans(p) is first and LocalRuntime(p, create_executors(p))._subplans is first
+    assert sorted(first) == sorted(q.id for q in p.partitions)
+    key = id(p)
+    del p
+    gc.collect()
+    assert key not in _SUBPLANS
+
+
+def test_runs_one_after_another_share_their_pool_threads(manifest_file, tmp_path):
+    from hetflow.engine import run as runmod
+
+    m, p = compiled(manifest_file, SHARED)
+    size = 3  # a size no other test's runs leave idle pools of
+    runmod._IDLE_POOLS.pop(size, None)
+    execute(m, p, runs_dir=str(tmp_path), use_cache=False, num_workers=size)
+    (pool,) = runmod._IDLE_POOLS[size]
+    threads = set(pool._threads)
+    for _ in range(2):
+        r = execute(m, p, runs_dir=str(tmp_path), use_cache=False, num_workers=size)
+        assert r.status == "succeeded" and runmod._IDLE_POOLS[size] == [pool], "the one pool, given back"
+    assert threads and threads <= set(pool._threads) and all(t.is_alive() for t in threads)
+    assert all(t["thread"].startswith("hetflow") for t in r.record["tasks"])
+
+
+def _git(folder, *args):
+    return subprocess.run(["git", "-C", str(folder), "-c", "user.email=t@example.com", "-c", "user.name=t", *args],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_the_git_state_of_a_dirty_tree_is_asked_once_until_what_changes_it_does(tmp_path, monkeypatch):
+    _git(tmp_path, "init", "-q")
+    manifest = tmp_path / "p.yaml"
+    manifest.write_text("version: 1\n")
+    (tmp_path / "other.txt").write_text("a")
+    _git(tmp_path, "add", "p.yaml", "other.txt")
+    _git(tmp_path, "commit", "-q", "-m", "first")
+    first = _git(tmp_path, "rev-parse", "HEAD")
+    no_git = tmp_path / "empty-bin"
+    no_git.mkdir()
+    path = os.environ["PATH"]
+
+    # a clean tree is asked every time: an edit of any file may make it dirty without changing the index
+    assert records.provenance(str(manifest))["git"] == {"commit": first, "dirty": False, "manifest_dirty": False,
+                                                        "path": "p.yaml"}
+    monkeypatch.setenv("PATH", str(no_git))
+    assert records.provenance(str(manifest))["git"] is None
+    monkeypatch.setenv("PATH", path)
+
+    (tmp_path / "other.txt").write_text("b")
+    dirty = {"commit": first, "dirty": True, "manifest_dirty": False, "path": "p.yaml"}
+    assert records.provenance(str(manifest))["git"] == dirty
+    monkeypatch.setenv("PATH", str(no_git))  # git cannot run now: the answer comes from the cache
+    assert records.provenance(str(manifest))["git"] == dirty
+
+    # an edit of the manifest changes its stat: asked again (and git is not there to answer)
+    manifest.write_text("version: 1\n# edited\n")
+    assert records.provenance(str(manifest))["git"] is None
+    monkeypatch.setenv("PATH", path)
+    assert records.provenance(str(manifest))["git"] == {**dirty, "manifest_dirty": True}
+
+    # a commit moves the branch and rewrites the index: the cached answer is not used
+    _git(tmp_path, "commit", "-q", "-a", "-m", "second")
+    second = _git(tmp_path, "rev-parse", "HEAD")
+    (tmp_path / "untracked.txt").write_text("new")
+    monkeypatch.setenv("PATH", str(no_git))
+    assert records.provenance(str(manifest))["git"] is None
+    monkeypatch.setenv("PATH", path)
+    assert records.provenance(str(manifest))["git"] == {"commit": second, "dirty": True, "manifest_dirty": False,
+                                                        "path": "p.yaml"}
+
+
+def test_a_manifest_outside_any_repository_starts_no_git(tmp_path, monkeypatch):
+    if any(os.path.exists(os.path.join(*Path(tmp_path).parts[:i], ".git")) for i in range(1, len(tmp_path.parts) + 1)):
+        pytest.skip("the temporary folder is inside a git checkout here")
+    manifest = tmp_path / "p.yaml"
+    manifest.write_text("version: 1\n")
+    assert records._git_key(str(manifest)) == ()
+    assert records.provenance(str(manifest))["git"] is None
+
+
+def test_a_process_forked_after_a_run_runs_with_threads_of_its_own(manifest_file, tmp_path):
+    import signal
+    import time
+
+    m, p = compiled(manifest_file, SHARED)
+    execute(m, p, runs_dir=str(tmp_path), use_cache=False)  # leaves an idle pool and a record writer behind
+    pid = os.fork()
+    if pid == 0:  # the child: its parent's idle threads do not exist here
+        code = 1
+        try:
+            code = 0 if execute(m, p, runs_dir=str(tmp_path), use_cache=False).status == "succeeded" else 1
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked process's run never ended: it waited for threads it does not have")

@@ -1,0 +1,171 @@
+"""Sweeps use the cores (issue 30): concurrent runs' BLAS pools are capped, read back from inside a running op."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+import threadpoolctl
+
+import hetflow
+from hetflow.engine.manifest import compile_manifest, load
+from hetflow.engine.planner import plan as make_plan
+from hetflow.engine.threads import USER_THREAD_VARS, usable_cores, width
+from hetflow.executors import probe
+
+REPO = Path(__file__).resolve().parent.parent
+
+# The op asks the libraries themselves, from the thread that runs it, after a BLAS call of its own: what a
+# real op's BLAS uses, not what hetflow believes it set.
+OPS = '''\
+import threadpoolctl
+from hetflow import op
+
+
+@op("t.blas_threads")
+def blas_threads(xp, x):
+    x @ x
+    n = min(lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas")
+    return xp.full(x.shape, n, dtype=x.dtype)
+'''
+
+SWEEP = """\
+version: 1
+name: pools
+plugins: [ops.py]
+params: {seed: 1}
+matrix: {seed: [1, 2, 3, 4]}
+executors: {host: {vendor: cpu}}
+stages:
+  x: {op: random.normal, args: {shape: [64, 64], seed: "${seed}"}}
+  n: {op: t.blas_threads, inputs: [x]}
+outputs: {n: n}
+"""
+
+
+def blas_now() -> int:
+    return min(lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas")
+
+
+@pytest.fixture
+def sweep_file(tmp_path):
+    (tmp_path / "ops.py").write_text(OPS)
+    path = tmp_path / "sweep.yaml"
+    path.write_text(SWEEP)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def no_user_limits(monkeypatch):
+    for var in USER_THREAD_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+
+def seen(sweep) -> list[int]:
+    """The BLAS threads each point's op saw, and check its record says the same."""
+    out = []
+    for run in sweep.runs:
+        assert run is not None and run.status == "succeeded"
+        n = int(run.outputs["n"].flat[0])
+        assert run.record["threads"]["blas"] == n and run.record["threads"]["set_by"] == "hetflow"
+        assert run.record["threads"]["cores"] == usable_cores()
+        out.append(n)
+    return out
+
+
+def test_a_parallel_sweep_caps_each_points_pool_and_gives_it_back(sweep_file, tmp_path):
+    before = blas_now()
+    cores = usable_cores()
+    s = hetflow.sweep(sweep_file, runs_dir=tmp_path / "runs", parallel=2, cache=False)
+    assert s.status == "succeeded"
+    assert seen(s) == [max(1, cores // 2)] * 4
+    assert all(r.record["threads"]["concurrent"] == 2 for r in s.runs)
+    assert blas_now() == before  # the pools are the process's own again
+
+    # one point at a time: no contention, the pool as it was
+    s = hetflow.sweep(sweep_file, runs_dir=tmp_path / "runs1", parallel=1, cache=False)
+    assert seen(s) == [before] * 4
+
+
+def test_an_in_process_run_then_a_parallel_sweep(sweep_file, tmp_path):
+    # the first attempt's bug: after an in-process run, a limit set for a sweep's points never reached the ops.
+    # threadpoolctl lets only the first thread that limited OpenBLAS limit it again while that thread lives, and
+    # silently ignores the others: here a thread of the user's own (a notebook's, a server's) holds that role
+    run = hetflow.run(REPO / "pipelines" / "decoder.yaml", runs_dir=tmp_path / "runs", cache=False)
+    assert run.ok and run.record["threads"]["set_by"] == "hetflow"
+    holding, release = threading.Event(), threading.Event()
+
+    def users_thread() -> None:
+        with threadpoolctl.threadpool_limits(limits=blas_now(), user_api="blas"):
+            holding.set()
+            release.wait(60)
+
+    other = threading.Thread(target=users_thread)
+    other.start()
+    swept = {}
+    try:
+        assert holding.wait(10)
+        # and the sweep called from a thread of its own, as a server would: neither thread had limited OpenBLAS
+        caller = threading.Thread(target=lambda: swept.update(s=hetflow.sweep(
+            sweep_file, runs_dir=tmp_path / "runs", parallel=2, cache=False)))
+        caller.start()
+        caller.join()
+    finally:
+        release.set()
+        other.join()
+    assert seen(swept["s"]) == [max(1, usable_cores() // 2)] * 4
+
+
+@pytest.mark.skipif(usable_cores() < 2, reason="one core: hetflow's limit and the user's are both 1")
+def test_a_users_variable_is_theirs(sweep_file, tmp_path):
+    # a fresh process: a BLAS library reads its variable when it loads. Every core, where hetflow would give
+    # each of the two points half (OpenBLAS caps a larger value at the cores)
+    mine = str(usable_cores())
+    env = {**{k: v for k, v in os.environ.items() if k not in USER_THREAD_VARS}, "OPENBLAS_NUM_THREADS": mine}
+    runs = tmp_path / "runs"
+    done = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "run", str(sweep_file), "--parallel", "2",
+                           "--no-cache", "--quiet", "--runs-dir", str(runs)], env=env, capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(p.read_text()) for p in runs.glob("*/record.json")]
+    assert len(records) == 4
+    for record in records:
+        assert record["threads"]["set_by"] == "user" and record["threads"]["user"] == {"OPENBLAS_NUM_THREADS": mine}
+        assert record["threads"]["blas"] == int(mine)
+    assert {int(hetflow.open_run(p.parent).outputs["n"].flat[0]) for p in runs.glob("*/record.json")} == {int(mine)}
+
+
+def test_width_is_the_partitions_that_may_run_at_once(tmp_path):
+    fan = textwrap.dedent("""\
+        version: 1
+        name: fan
+        executors: {a: {vendor: cpu}, b: {vendor: cpu}, c: {vendor: cpu}}
+        stages:
+          x: {op: arange, args: {stop: 4}, executor: a}
+          p: {op: relu, inputs: [x], executor: b}
+          q: {op: relu, inputs: [x], executor: c}
+          y: {op: add, inputs: [p, q], executor: a}
+        outputs: {y: y}
+        """)
+    path = tmp_path / "fan.yaml"
+    path.write_text(fan)
+    plan = make_plan(compile_manifest(load(str(path))), probe)
+    assert len(plan.partitions) >= 3
+    assert width(plan, 8) == 2 and width(plan, 1) == 1
+
+
+@pytest.mark.skipif(usable_cores() < 2, reason="one core: hetflow's limit and Dask's are both 1")
+def test_a_local_clusters_workers_take_their_share_of_the_cores(sweep_file, tmp_path):
+    # one worker of one thread: its BLAS may use every core, where Dask's nanny leaves every worker at 1
+    s = hetflow.sweep(sweep_file, runs_dir=tmp_path / "runs", workers=1, threads_per_worker=1, parallel=2,
+                      cache=False)
+    cores = usable_cores()
+    assert seen(s) == [cores] * 4
+    for run in s.runs:
+        pools = run.record["threads"]
+        assert pools["partitions_at_once"] == 1 and pools["set_by"] == "hetflow"
+        assert [(w["blas"], w["cores"], w["set_by"]) for w in pools["workers"].values()] == [(cores, cores, "hetflow")]
