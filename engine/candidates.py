@@ -668,9 +668,10 @@ def _decision(p: Problem, unit: Unit, n: str, exe: Mapping[str, str], costs: Map
     return "cost", text
 
 
-def vendor_offers() -> dict[Any, Any]:
+def vendor_offers(wanted: Iterable[Any] | None = None) -> dict[Any, Any]:
     """What each vendor computes wherever it runs: its dtypes and ops, as its probe reports them on a machine
-    that has it, without asking this machine for a device.
+    that has it, without asking this machine for a device. ``wanted`` (vendors) leaves the others' modules
+    unimported: the Vulkan executor's is 2-12 ms of a command's start.
 
     The CPU is numpy (every dtype, every op); CUDA and ROCm are cupy
     (the dtypes it carries, every op); Vulkan is wgpu (32-bit words, the
@@ -681,20 +682,24 @@ def vendor_offers() -> dict[Any, Any]:
     from hetflow.executors import Offer, probe
     from hetflow.executors.base import Vendor
 
+    want = set(Vendor) if wanted is None else set(wanted)
     offers: dict[Any, Any] = {Vendor.cpu: probe(Vendor.cpu)}
-    try:
-        from hetflow.executors.carriers import CARRIERS
-    except Exception:  # noqa: BLE001 - a module that does not import says nothing of its vendor
-        pass
-    else:
-        for v in (Vendor.cuda, Vendor.rocm):
-            offers[v] = Offer(v, True, "cupy", (), tuple(CARRIERS))
-    try:
-        from hetflow.executors import vulkan
-    except Exception:  # noqa: BLE001
-        pass
-    else:
-        offers[Vendor.vulkan] = Offer(Vendor.vulkan, True, "wgpu", (), vulkan.SUPPORTED_DTYPES, vulkan.offered_ops())
+    if want & {Vendor.cuda, Vendor.rocm}:
+        try:
+            from hetflow.executors.carriers import CARRIERS
+        except Exception:  # noqa: BLE001 - a module that does not import says nothing of its vendor
+            pass
+        else:
+            for v in (Vendor.cuda, Vendor.rocm):
+                offers[v] = Offer(v, True, "cupy", (), tuple(CARRIERS))
+    if Vendor.vulkan in want:
+        try:
+            from hetflow.executors import vulkan
+        except Exception:  # noqa: BLE001
+            pass
+        else:
+            offers[Vendor.vulkan] = Offer(Vendor.vulkan, True, "wgpu", (), vulkan.SUPPORTED_DTYPES,
+                                          vulkan.offered_ops())
     return offers
 
 
@@ -760,7 +765,7 @@ def check_vendors(graph: Graph | None, executors: Mapping[str, Any],
     """
     from hetflow.engine.plandata import ExecutorPlan
 
-    offers = vendor_offers()
+    offers = vendor_offers({v for decl in executors.values() for v in decl.vendors})
     warnings: list[Diagnostic] = []
     for decl in executors.values():
         after = decl.vendors[len(reachable(decl.vendors)):]

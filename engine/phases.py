@@ -537,11 +537,12 @@ def check_manifest(tree: Mapping[str, Any], doc: Any, base: str, problems: list)
     import difflib
 
     from hetflow.engine.errors import Diagnostic
-    from hetflow.executors.emulator import (AUTO, DEFAULT_CHUNK_STEPS, DEFAULT_MAX_STEPS, ElfError, load_elf,
-                                            resolve_backend)
 
     emulators: dict[str, EmulatorDecl] = {}
     raw = tree.get("emulators") if isinstance(tree.get("emulators"), dict) else {}
+    if raw:  # the emulator's package is 3-8 ms of a manifest without emulators' validation
+        from hetflow.executors.emulator import (AUTO, DEFAULT_CHUNK_STEPS, DEFAULT_MAX_STEPS, ElfError, load_elf,
+                                                resolve_backend)
     for name, spec in raw.items():
         if not isinstance(spec, dict) or not isinstance(spec.get("program"), str):
             continue

@@ -21,8 +21,10 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
-from importlib import metadata
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+
+if TYPE_CHECKING:  # importlib.metadata costs 4 ms at start-up; only a user's op needs it
+    from importlib import metadata
 
 __all__ = ["file_sha", "combine", "loose_identity", "distribution_of", "distribution_files"]
 
@@ -61,6 +63,8 @@ def loose_identity(fn: Callable) -> str | None:
 def distribution_of(module: str) -> metadata.Distribution | None:
     """The installed distribution that owns the top-level package of ``module``, or None."""
     top = module.split(".")[0]
+    from importlib import metadata
+
     for name in metadata.packages_distributions().get(top, []):
         try:
             return metadata.distribution(name)

@@ -32,8 +32,7 @@ import sys
 import traceback
 import types
 from dataclasses import dataclass, field, replace
-from importlib import metadata
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from hetflow.executors import ops as oplib
 from hetflow.executors.codeid import combine, distribution_files, distribution_of, file_sha
@@ -47,6 +46,9 @@ from hetflow.executors.userops import (  # noqa: F401 - the decorator's names, i
     is_hetflow_frame,
     op,
 )
+
+if TYPE_CHECKING:
+    from importlib import metadata
 
 __all__ = ["op", "OpFunction", "Plugin", "PluginError", "UserOpError", "load_plugin", "load_source", "resolve_op",
            "entry_points", "load_entry_point", "all_plugins", "ENTRY_POINT_GROUP"]
@@ -248,6 +250,8 @@ def load_plugin(spec: str, base: str) -> Plugin:
 
 def entry_points() -> list[metadata.EntryPoint]:
     """The ``hetflow.ops`` entry points of the installed distributions; reads metadata, imports nothing."""
+    from importlib import metadata  # 4 ms at start-up, which a manifest of builtin ops never needs
+
     return sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
 
 
