@@ -343,12 +343,30 @@ class LineLog:
     ...      "run": "20260301T120000Z-rf-6bbe1414-a3f0", "point": "rf[features=32]"})
     >>> print(out.getvalue(), end="")
     [   0.000s] 6bbe1414-a3f0 rf[features=32]: partition p0 started on host
+
+    A witness phase's chunks, thousands of tasks, are two lines together:
+    the first chunk's start, and their count and span once the phase hands
+    on its table (or its run ends); a chunk that fails or is retried has its
+    own line. ``--log-format json`` keeps every event.
+
+    >>> out = io.StringIO()
+    >>> log = LineLog(out)
+    >>> for i, t in enumerate((1.0, 1.5)):
+    ...     log({"event": "started", "kind": "witness", "id": f"wit:{i}", "executor": "emulator:emu", "time": t})
+    ...     log({"event": "finished", "kind": "witness", "id": f"wit:{i}", "executor": "emulator:emu",
+    ...          "time": t + 0.4, "status": "succeeded", "duration_s": 0.4})
+    >>> log({"event": "started", "kind": "phase", "id": "wit", "executor": "emulator:emu", "time": 2.0})
+    >>> print(out.getvalue(), end="")
+    [   0.000s] witness wit: chunks started on emulator:emu
+    [   0.900s] witness wit: 2 chunks finished on emulator:emu in 0.900s
+    [   1.000s] phase wit started on emulator:emu
     """
 
     def __init__(self, out: TextIO) -> None:
         self._out = quiet(out)
         self._t0: float | None = None
         self._lock = threading.Lock()
+        self._chunks: dict[tuple[str, str], list] = {}  # (run, phase) -> [chunks finished, first start, last end, where]
 
     def __call__(self, event: dict) -> None:
         if event.get("event") == "flush" or self._out.gone:
@@ -356,7 +374,29 @@ class LineLog:
         now = event.get("time", time.time())
         if self._t0 is None:
             self._t0 = now
+        what, kind = event.get("event"), event.get("kind")
+        if kind == "witness" and what in ("started", "finished"):
+            key = (str(event.get("run", "")), str(event.get("id", "")).rsplit(":", 1)[0])
+            seen = self._chunks.get(key)
+            if seen is None:
+                seen = self._chunks[key] = [0, now, now, event.get("executor")]
+                if what == "started":
+                    line = f"witness {key[1]}: chunks started{_where(event)}"
+                    _write_line(self._out, f"[{now - self._t0:8.3f}s] {run_tag(event)}{line}", self._lock)
+            if what == "finished":
+                seen[0] += 1
+                seen[2] = max(seen[2], now)
+            return
+        if kind == "phase" or kind == "run":
+            run = str(event.get("run", ""))
+            for key in [k for k in self._chunks if k[0] == run and (kind == "run" or k[1] == event.get("id"))]:
+                self._summary(event, *self._chunks.pop(key), key[1])
         _write_line(self._out, f"[{now - self._t0:8.3f}s] {run_tag(event)}{format_line(event)}", self._lock)
+
+    def _summary(self, event: dict, done: int, first: float, last: float, where: Any, pid: str) -> None:
+        at = f" on {where}" if where else ""
+        line = f"witness {pid}: {done} chunk{'s' if done != 1 else ''} finished{at} in {last - first:.3f}s"
+        _write_line(self._out, f"[{last - self._t0:8.3f}s] {run_tag(event)}{line}", self._lock)
 
 
 def _write_line(out: TextIO, text: str, lock: threading.Lock) -> None:

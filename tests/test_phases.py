@@ -222,3 +222,17 @@ def test_the_plan_and_the_run_give_one_reason_a_witness_consumer_is_not_cached(t
     for pid, why in readers.items():
         assert forecast[pid] == {"status": "will run", "reason": f"not cacheable: {why}"}
         assert "reads 'wit'" in why and "cache: false" not in why
+
+
+def test_the_text_log_gives_a_witness_phase_two_lines_not_two_a_chunk(tmp_path, capsys):
+    from hetflow.engine.cli import main
+
+    path = _write(tmp_path)
+    assert main(["run", "--no-cache", "--runs-dir", str(tmp_path / "runs"), str(path)]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    chunks = len(emu.execute(GUESTS / "fib.elf", chunk_steps=128, runners=False).min_traces)
+    witness = [line for line in lines if "] witness " in line]
+    assert len(witness) == 2 and chunks > 2, lines
+    assert witness[0].endswith("witness wit: chunks started on emulator:emu")
+    assert f"witness wit: {chunks} chunks finished on emulator:emu in " in witness[1]
+    assert lines.index(witness[1]) < next(i for i, line in enumerate(lines) if "phase wit started" in line)
