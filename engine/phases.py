@@ -92,7 +92,7 @@ class PhaseKind:
 
 PHASES: dict[str, PhaseKind] = {
     "execute": PhaseKind("execute", (), False,
-                         ("steps", "exit_code", "pub_outs", "stdout", "chunks", "end_reason", "counters")),
+                         ("steps", "exit_code", "pub_outs", "stdout", "chunks", "end_reason", "counters", "registers")),
     "mem-plans": PhaseKind("mem-plans", ("execute",), False, ("plans", "count"), ("rows_per_plan",)),
     "rom-histogram": PhaseKind("rom-histogram", ("execute",), False, ("steps", "pcs", "counts")),
     "plan": PhaseKind("plan", ("execute",), False, ("instances", "count"), ("sizes",)),
@@ -485,15 +485,17 @@ class PhaseRunner:
         self.results[pid] = {"rows": int(table.shape[0]), "chunks": len(tables), "portable": portable}
         return portable
 
-    def fields(self, pid: str) -> dict[str, Any]:
-        """A phase's JSON fields (every phase but ``witness``'s array)."""
+    def fields(self, pid: str, registers: bool = True) -> dict[str, Any]:
+        """A phase's JSON fields (every phase but ``witness``'s array); an execute phase's ``registers`` cost a
+        replay of its last chunk and are left out with ``registers=False``."""
         p = self.phases[pid]
         v = self.results[pid]
         if p.phase == "execute":
             return {"steps": int(v.steps), "exit_code": int(v.exit_code),
                     "pub_outs": [[int(i), int(x)] for i, x in v.pub_outs],
                     "stdout": v.stdout.decode("utf-8", "replace"), "chunks": len(v.min_traces),
-                    "end_reason": v.end_reason, "counters": v.counters.totals()}
+                    "end_reason": v.end_reason, "counters": v.counters.totals(),
+                    **({"registers": self._registers(p, v)} if registers else {})}
         if p.phase == "mem-plans":
             return {"plans": [{"segment_id": m.segment_id, "first_row": m.first_row, "count": m.count,
                                "first": list(m.first), "last": list(m.last), "is_last": m.is_last} for m in v],
@@ -504,9 +506,22 @@ class PhaseRunner:
             return {"instances": [i.to_json() for i in v], "count": len(v)}
         return {"rows": v["rows"], "chunks": v["chunks"]}
 
+    def _registers(self, p: PhaseDecl, out: Any) -> dict[str, Any]:
+        """The guest's state when it ended: ``pc``, ``x`` (x0..x31, unsigned 64-bit) and ``priv``, from a replay
+        of its last chunk (no backend keeps it; the replay costs at most ``chunk_steps`` steps)."""
+        program, data = self._program(p.emulator)
+        last = out.min_traces[-1]
+        if self.emulators[p.emulator].backend == "reference":
+            from hetflow.executors.emulator import reference
+            end, _, _ = reference.replay_chunk(program, last, len(data))
+        else:
+            from hetflow.executors.emulator import fast
+            end, _, _ = fast.replay_chunk(program, last, len(data))
+        return {"pc": int(end.pc), "x": [int(r) for r in end.regs], "priv": int(end.priv)}
+
     def output(self, pid: str, fieldname: str | None) -> tuple[Any, str]:
         """The JSON value an ``outputs:`` entry persists and its digest."""
-        data = self.fields(pid)
+        data = self.fields(pid, registers=fieldname in (None, "registers"))
         value = data if fieldname is None else data[fieldname]
         text = json.dumps(value, sort_keys=True, separators=(",", ":"))
         return value, "sha256:" + hashlib.sha256(text.encode()).hexdigest()

@@ -236,3 +236,17 @@ def test_the_text_log_gives_a_witness_phase_two_lines_not_two_a_chunk(tmp_path, 
     assert witness[0].endswith("witness wit: chunks started on emulator:emu")
     assert f"witness wit: {chunks} chunks finished on emulator:emu in " in witness[1]
     assert lines.index(witness[1]) < next(i for i, line in enumerate(lines) if "phase wit started" in line)
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_an_output_names_the_registers_the_guest_ended_with(tmp_path, backend):
+    text = PIPELINE.format(backend=backend, program=GUESTS / "fib.elf").replace(
+        "outputs:\n", "outputs:\n  regs: run.registers\n  all: run\n", 1)
+    result = _run(_write(tmp_path, backend=backend, text=text), tmp_path)
+    regs = result.record["outputs"]["regs"]["value"]
+    out = emu.execute(GUESTS / "fib.elf", chunk_steps=128, runners=False, backend="reference")
+    state = __import__("hetflow.executors.emulator.reference", fromlist=["replay_chunk"]).replay_chunk(
+        emu.load_elf(str(GUESTS / "fib.elf")), out.min_traces[-1])[0]
+    assert regs == {"pc": state.pc, "x": list(state.regs), "priv": state.priv}
+    assert regs["x"][0] == 0 and regs["x"][17] == 93, "a7 holds the exit call's number"
+    assert result.record["outputs"]["all"]["value"]["registers"] == regs
