@@ -70,13 +70,12 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
 from hetflow.engine import matrix
-from hetflow.engine import planner
-from hetflow.engine.clusters import open_cluster, plan_on
 from hetflow.engine.errors import Diagnostic, RunFailed, UsageError
 from hetflow.engine.manifest import Document, Manifest, compile_manifest, gc_paused, load
 from hetflow.engine.results import Failure, Plan, Run, Sweep
 
 if TYPE_CHECKING:
+    from hetflow.engine import planner
     from hetflow.engine.inputs import Bound
 
 __all__ = ["Plan", "Run", "Failure", "Sweep", "validate", "plan", "run", "sweep", "open_run", "NOT_CHECKED"]
@@ -139,15 +138,16 @@ def validate(path: str | os.PathLike, params: Params | None = None) -> list[Diag
     [(5, 11, "unknown op 'relu2' in stage 'x'; did you mean 'relu'?")]
     """
     from hetflow.engine.errors import ManifestError
+    from hetflow.engine.plangraph import check  # not the planner: validate loads no later pass
 
     path, doc = _source(path)
     doc = doc or load(path)
     overrides = _overrides(params)
     if matrix.has_matrix(doc):
         points = matrix.expand(doc, overrides, max_points=1 << 30)
-        _, warnings = matrix.check_points(doc, overrides, points, planner.check)
+        _, warnings = matrix.check_points(doc, overrides, points, check)
     else:
-        warnings = planner.check(compile_manifest(doc, overrides))
+        warnings = check(compile_manifest(doc, overrides))
     return ManifestError(warnings).diagnostics
 
 
@@ -211,6 +211,7 @@ def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | 
         raise UsageError(f"--point: {path} has no matrix")
     # a point's problems name the point, as validate and a sweep name them
     manifest = matrix.check_points(doc, overrides, [found])[0][0] if chosen else compile_manifest(doc, overrides)
+    from hetflow.engine.clusters import open_cluster, plan_on
     from hetflow.engine.inputs import bind_inputs, with_inputs
 
     bound = bind_inputs(manifest, inputs, given_as=_given_as(inputs)) if inputs is not None else {}
@@ -325,6 +326,8 @@ def _session(path: str, doc: Any, manifest: Manifest, runs_dir: str, resume: str
         if resume:
             raise UsageError("--resume continues a run as it was; it takes no --schedule-slot")
         schedule, lock_name = schedlib.slot_run(doc, manifest.name, schedule_slot)
+    from hetflow.engine.clusters import open_cluster
+
     require_runs_dir(runs_dir, create=False)  # before a cluster is started for nothing
     with open_cluster(*cluster_args) as cluster:
         require_runs_dir(runs_dir)
@@ -335,6 +338,7 @@ def _session(path: str, doc: Any, manifest: Manifest, runs_dir: str, resume: str
 
 def _execute(manifest: Manifest, cluster: Any, place: Mapping[str, str] | None, bound: Mapping[str, Bound],
              **kwargs: Any) -> Run:
+    from hetflow.engine.clusters import plan_on
     from hetflow.engine.inputs import describe_inputs, with_inputs
     from hetflow.engine.run import execute  # dask loads only for calls that run
 

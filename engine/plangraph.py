@@ -24,7 +24,7 @@ from hetflow.engine.adjacency import Graph
 from hetflow.engine.errors import ManifestError
 from hetflow.engine.semantics import Manifest
 
-__all__ = ["build_graph", "execution_order", "edges", "successors", "predecessors", "is_bridged"]
+__all__ = ["build_graph", "execution_order", "edges", "successors", "predecessors", "is_bridged", "check"]
 
 
 def is_bridged(graph: Graph, u: str, v: str) -> bool:
@@ -162,3 +162,25 @@ def execution_order(graph: Graph) -> list[str]:
         order = list(nx.lexicographical_topological_sort(whole, key=lambda n: attrs[n]["order"]))
     graph.graph["execution_order"] = order
     return order
+
+
+def check(manifest: Manifest) -> list[Any]:
+    """What the plan knows of ``manifest`` on any machine: each stage against every vendor its executors may
+    resolve to (:func:`hetflow.engine.candidates.check_vendors`); returns the warnings, raises
+    :class:`ManifestError` with the errors.
+
+    What only a machine says (which vendors it offers, its devices'
+    memory) is left to :func:`hetflow.engine.planner.plan`. It lives with
+    the graph pass, not the planner, so ``hetflow validate`` loads none of
+    the later passes' modules.
+    """
+    from hetflow.engine.candidates import check_vendors, machines
+    from hetflow.executors.base import Vendor
+
+    anywhere = all(v is Vendor.cpu for m in machines(manifest.executors) for v in m.values()) and not any(
+        s.vendors for s in manifest.stages.values())
+    graph = None if anywhere else build_graph(manifest)
+    errors, warnings = check_vendors(graph, manifest.executors, execution_order(graph) if graph is not None else [])
+    if errors:
+        raise ManifestError(errors)
+    return warnings

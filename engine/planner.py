@@ -74,7 +74,7 @@ from hetflow.engine.loader import frozen_instance
 from hetflow.engine.manifest import Manifest, gc_paused
 from hetflow.engine.partitioning import bridges, partition, partition_into, partitions_of
 from hetflow.engine.plandata import PLAN_FORMAT, Bridge, ExecutorPlan, NodePlan, Partition, Plan, PlanWarning
-from hetflow.engine.plangraph import build_graph, execution_order, is_bridged, successors
+from hetflow.engine.plangraph import build_graph, check, execution_order, is_bridged, successors
 from hetflow.engine.planview import render_dot, render_text
 from hetflow.executors import Offer
 from hetflow.executors import probe as default_probe
@@ -252,25 +252,6 @@ def placement_problem(graph: Graph, executors: Mapping[str, ExecutorPlan],
     consumers = {n: list(nbrs) for n, nbrs in successors(out).items()}
     return placing.Problem(out, order, units, unit_of, vendor, exec_s, consumers, model,
                            pos=pos, inputs=inputs, nbytes=nbytes)
-
-
-def check(manifest: Manifest) -> list[Diagnostic]:
-    """What the plan knows of ``manifest`` on any machine: each stage against every vendor its executors may
-    resolve to (:func:`hetflow.engine.candidates.check_vendors`); returns the warnings, raises
-    :class:`ManifestError` with the errors.
-
-    What only a machine says (which vendors it offers, its devices'
-    memory) is left to :func:`plan`.
-    """
-    from hetflow.engine.candidates import check_vendors, machines
-
-    anywhere = all(v is Vendor.cpu for m in machines(manifest.executors) for v in m.values()) and not any(
-        s.vendors for s in manifest.stages.values())
-    graph = None if anywhere else build_graph(manifest)
-    errors, warnings = check_vendors(graph, manifest.executors, execution_order(graph) if graph is not None else [])
-    if errors:
-        raise ManifestError(errors)
-    return warnings
 
 
 def plan(manifest: Manifest, probe: Callable[[Vendor], Offer], *, model: Any = None) -> Plan:

@@ -29,10 +29,12 @@ import html
 import json
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hetflow.engine import planner
 from hetflow.engine.errors import UsageError
+
+if TYPE_CHECKING:
+    from hetflow.engine import planner
 
 __all__ = ["Plan", "Run", "Failure", "Sweep"]
 
@@ -82,12 +84,16 @@ class Plan:
     def to_text(self) -> str:
         """The plan as ``hetflow plan`` prints it for people."""
         head = f"matrix point {self.point}\n" if self.point else ""
-        return head + planner.render_text(self.engine_plan) + "\n\ncache:\n" + "".join(
+        from hetflow.engine.planview import render_text
+
+        return head + render_text(self.engine_plan) + "\n\ncache:\n" + "".join(
             f"  {pid}: {s['status']}: {s['reason']}\n" for pid, s in self.cache.items())
 
     def to_dot(self) -> str:
         """The plan as Graphviz DOT."""
-        return planner.render_dot(self.engine_plan)
+        from hetflow.engine.planview import render_dot
+
+        return render_dot(self.engine_plan)
 
     def to_svg(self) -> str:
         """The plan graph as SVG: Graphviz's layout where ``dot`` is installed, hetflow's own otherwise."""
