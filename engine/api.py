@@ -72,11 +72,11 @@ from typing import TYPE_CHECKING, Any, Callable
 from hetflow.engine import matrix
 from hetflow.engine.errors import Diagnostic, RunFailed, UsageError
 from hetflow.engine.manifest import Document, Manifest, compile_manifest, gc_paused, load
-from hetflow.engine.results import Failure, Plan, Run, Sweep
 
 if TYPE_CHECKING:
     from hetflow.engine import planner
     from hetflow.engine.inputs import Bound
+    from hetflow.engine.results import Failure, Plan, Run, Sweep  # noqa: F401
 
 __all__ = ["Plan", "Run", "Failure", "Sweep", "validate", "plan", "run", "sweep", "open_run", "NOT_CHECKED"]
 
@@ -218,6 +218,8 @@ def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | 
     with open_cluster(workers, threads_per_worker, scheduler, place) as cluster:
         made = with_inputs(plan_on(manifest, cluster, place), bound)
     with gc_paused():  # the cache keys and the plan's data: a large plan's worth of new, acyclic objects
+        from hetflow.engine.results import Plan
+
         return Plan(made, chosen, _cache_status(manifest, made, chosen, os.fspath(runs_dir), cache_dir))
 
 
@@ -263,9 +265,13 @@ def open_run(run_id: str, runs_dir: str | os.PathLike = "runs") -> Run:
     from hetflow.engine.runs import read_record, resolve_id
 
     if os.path.isfile(os.path.join(os.fspath(run_id), "record.json")):
+        from hetflow.engine.results import Run
+
         return Run(run_id)
     runs_dir = os.fspath(runs_dir)
     folder = resolve_id(runs_dir, run_id, "run")
+    from hetflow.engine.results import Run
+
     return Run(os.path.join(runs_dir, folder), read_record(runs_dir, folder))
 
 
@@ -340,6 +346,7 @@ def _execute(manifest: Manifest, cluster: Any, place: Mapping[str, str] | None, 
              **kwargs: Any) -> Run:
     from hetflow.engine.clusters import plan_on
     from hetflow.engine.inputs import describe_inputs, with_inputs
+    from hetflow.engine.results import Run
     from hetflow.engine.run import execute  # dask loads only for calls that run
 
     made = with_inputs(plan_on(manifest, cluster, place), bound)
@@ -531,4 +538,15 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
 
         run_points(folder, summary, todo, run_one, parallel=parallel, on_point=on_point, resume=bool(resume),
                    cancel=cancel)
+    from hetflow.engine.results import Sweep
+
     return Sweep(folder)
+
+
+def __getattr__(name: str) -> Any:
+    # the result classes load with the first call that makes one: ``hetflow validate`` needs none of them
+    if name in ("Plan", "Run", "Failure", "Sweep"):
+        from hetflow.engine import results
+
+        return getattr(results, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

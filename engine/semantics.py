@@ -456,10 +456,12 @@ def _check_op(sid: str, spec: dict, op: Any, inputs: list[str], args: dict, dtyp
 
 def _load_plugins(tree: dict, doc: Document, base: str, problems: list[Diagnostic]) -> list[Any]:
     """Load every module ``plugins:`` names; a failure is a problem at the entry that names it."""
+    loaded: list[Any] = []
+    specs = tree.get("plugins")
+    if not specs:
+        return loaded  # the plugin machinery (1-2 ms of start-up) is for manifests that name plugins
     from hetflow.executors import plugins as pluginlib
 
-    loaded = []
-    specs = tree.get("plugins")
     for i, spec in enumerate(specs if isinstance(specs, list) else []):
         if not isinstance(spec, str):
             continue
