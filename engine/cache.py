@@ -42,7 +42,6 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any
 
 import orjson
@@ -59,10 +58,9 @@ CACHE_FORMAT = 1
 
 
 def hetflow_version() -> str:
-    try:
-        return metadata.version("hetflow")
-    except metadata.PackageNotFoundError:
-        return "unknown"
+    from hetflow._version import __version__
+
+    return __version__
 
 
 # ``json.dumps`` with these options builds a new encoder on every call; a partition's key encodes every

@@ -62,17 +62,14 @@ _DOCUMENTED_HERE = frozenset(("validate", "plan", "run", "sweep", "open_run", "P
 
 
 def _version() -> str:
-    from importlib import metadata
+    from hetflow._version import __version__
 
-    try:
-        return metadata.version("hetflow")
-    except metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
-        return "0+unknown"
+    return __version__
 
 
 def __getattr__(name: str):
     if name == "__version__":
-        # Reading the distribution's metadata costs ~20 ms of start-up; only ``--version`` and the record need it.
+        # read on first use: only ``--version`` and the record need it
         globals()["__version__"] = version = _version()
         return version
     home = _HOMES.get(name)
