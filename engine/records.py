@@ -26,7 +26,6 @@ import sys
 import tempfile
 import time
 from functools import lru_cache
-from importlib import metadata
 from math import floor as _floor
 from typing import Any, Mapping
 
@@ -325,6 +324,8 @@ def versions() -> dict[str, str | None]:
 
 
 def _read_versions() -> dict[str, str | None]:
+    from importlib import metadata  # 4 ms at start-up, which a plan, reading records, never needs
+
     def version(dist: str) -> str | None:
         try:
             return metadata.version(dist)
