@@ -49,7 +49,6 @@ import orjson
 from hetflow.engine.planner import Partition, Plan
 from hetflow.engine.records import folder_mode
 from hetflow.executors import ops as oplib
-from hetflow.executors import plugins
 from hetflow.executors.base import Dtype, PortableActivation, TensorShape
 
 __all__ = ["CACHE_FORMAT", "PartitionKey", "Cache", "CacheUse", "partition_keys", "hetflow_version", "file_digest", "explain"]
@@ -486,6 +485,8 @@ class CacheUse:
 
 def _code_label(op: str) -> str:
     """Where op ``op``'s code lives: its plugin's file name, or its distribution and version."""
+    from hetflow.executors import plugins  # users' ops only
+
     found = plugins.plugin_for(op)
     return found.label if found is not None else oplib.REGISTRY[op].source if op in oplib.REGISTRY else "?"
 

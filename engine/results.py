@@ -25,7 +25,6 @@ Examples
 from __future__ import annotations
 
 import dataclasses
-import html
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -105,6 +104,8 @@ class Plan:
         return self.to_svg()
 
     def _repr_html_(self) -> str:
+        import html  # a notebook's display only
+
         t = self.totals
         point = f" at {html.escape(self.point)}" if self.point else ""
         return (f"<div><p><b>plan {html.escape(self.name)}</b>{point}: {t['nodes']} nodes, {t['partitions']} partitions, "
@@ -234,6 +235,8 @@ class Run:
         return out
 
     def _repr_html_(self) -> str:
+        import html
+
         e = html.escape
         rec = self.record
         rows = [("run", self.run_id), ("status", self.status), ("manifest", (rec.get("manifest") or {}).get("name")),
