@@ -61,7 +61,8 @@ _HOMES = {
 _DOCUMENTED_HERE = frozenset(("validate", "plan", "run", "sweep", "open_run", "Plan", "Run", "Failure", "Sweep"))
 
 
-def _version() -> str:
+def _read_version() -> str:
+    # not named ``_version``: importing the submodule ``hetflow._version`` binds that name in this module
     from hetflow._version import __version__
 
     return __version__
@@ -70,7 +71,7 @@ def _version() -> str:
 def __getattr__(name: str):
     if name == "__version__":
         # read on first use: only ``--version`` and the record need it
-        globals()["__version__"] = version = _version()
+        globals()["__version__"] = version = _read_version()
         return version
     home = _HOMES.get(name)
     if home is None:
