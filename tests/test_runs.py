@@ -16,6 +16,7 @@ from hetflow.engine.records import load_output
 SWEEP = """\
 version: 1
 name: sw
+plugins: [meet.py]
 params: {n: 4, scale: 1.0, seed: 1}
 matrix: {scale: [1.0, 2.0], seed: [1, 2]}
 executors: {h: {vendor: cpu}}
@@ -23,11 +24,24 @@ stages:
   x: {op: random.normal, args: {shape: ["${n}", 8], seed: "${seed}"}}
   y: {op: mul, inputs: [x], args: {value: "${scale}"}}
   s: {op: sum, inputs: [y]}
-  # work that outlasts the start of the next point, so two points run at once whatever a run's fixed cost;
-  # nothing reads it
-  pad: {op: random.normal, args: {shape: [1024, 1024], seed: 5}}
-  padm: {op: matmul, inputs: [pad, pad]}
+  met: {op: t.meet, inputs: [s], cache: false}
 outputs: {y: y, s: s}
+"""
+
+# Two points of a --parallel 2 sweep pass this op only together, so the sweep succeeds only if they run at
+# the same time: a proof by construction, not by comparing clocks.
+MEET = """\
+import threading
+
+from hetflow import op
+
+_PAIR = threading.Barrier(2, timeout=60)
+
+
+@op("t.meet")
+def meet(xp, x):
+    _PAIR.wait()
+    return x
 """
 
 OTHER = """\
@@ -52,6 +66,7 @@ def swept(tmp_path_factory):
     """A four-point sweep run two points at a time, and one run of another manifest."""
     folder = tmp_path_factory.mktemp("runs")
     (folder / "sw.yaml").write_text(SWEEP)
+    (folder / "meet.py").write_text(MEET)
     (folder / "other.yaml").write_text(OTHER)
     runs = str(folder / "runs")
     code, out, err = cli("run", str(folder / "sw.yaml"), "--runs-dir", runs, "--quiet", "--json", "--parallel", "2")
@@ -68,13 +83,11 @@ def record(runs: str, run_id: str) -> dict:
 
 def test_two_points_of_a_sweep_run_at_the_same_time(swept):
     _, runs, sweep, _ = swept
-    spans = []
-    for p in sweep["points"]:
-        r = record(runs, p["run_id"])
-        spans.append((r["started_at"], r["ended_at"]))
-    # --parallel 2: the first two points overlap in time, each under the lock of its own params
-    (s1, e1), (s2, e2) = spans[0], spans[1]
-    assert s1 < e2 and s2 < e1
+    # --parallel 2: each point's t.meet stage waited for another point's (MEET), each under the lock of its own
+    # params; one after another, the first would have failed when the barrier timed out
+    records = [record(runs, p["run_id"]) for p in sweep["points"]]
+    assert len(records) == 4 and all(r["status"] == "succeeded" for r in records)
+    assert all(any(t["kind"] == "partition" and t["status"] == "succeeded" for t in r["tasks"]) for r in records)
     summary = json.loads(Path(runs, sweep["sweep_id"], "sweep.json").read_text())
     assert summary["parallel"] == 2 and summary["status"] == "succeeded"
 
