@@ -323,21 +323,19 @@ def _execute(
 
             # partitions at once x BLAS threads <= cores, with the sweep's points and other runs of this process
             at_once = threads.width(plan, num_workers or os.cpu_count() or 1)
-            pools = threads.claim_run(at_once)
-            pools.__enter__()
-            record["threads"] = threads.POOLS.describe(at_once)
-            try:
-                results = cancel.wait(run_graph)
-            except BaseException as e:  # noqa: BLE001 - recorded, then re-raised below
-                failure = e
-            finally:
-                stopped = isinstance(failure, (Cancelled, KeyboardInterrupt))
-                if stopped:
-                    cancel.request("SIGINT")  # a KeyboardInterrupt without stopping(): no new partition starts
-                # a cancelled run does not wait for the partitions it abandons: they release what they return
-                _give_back_pool(pool, reuse=failure is None, stopped=stopped)
-                runtime.handles.close()
-                pools.__exit__(None, None, None)
+            with threads.claim_run(at_once):  # given back however the run ends, the record's read failing too
+                record["threads"] = threads.POOLS.describe(at_once)
+                try:
+                    results = cancel.wait(run_graph)
+                except BaseException as e:  # noqa: BLE001 - recorded, then re-raised below
+                    failure = e
+                finally:
+                    stopped = isinstance(failure, (Cancelled, KeyboardInterrupt))
+                    if stopped:
+                        cancel.request("SIGINT")  # a KeyboardInterrupt without stopping(): no new partition starts
+                    # a cancelled run does not wait for the partitions it abandons: they release what they return
+                    _give_back_pool(pool, reuse=failure is None, stopped=stopped)
+                    runtime.handles.close()
             live_after = {name: ex.live_activations() for name, ex in instances.items()}
 
         ended = time.time()
