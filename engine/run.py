@@ -58,14 +58,16 @@ from hetflow.engine.records import (
     encode_entries,
     encode_events,
     encode_value,
+    json_writer,
     micros,
     new_run_dir,
+    npy_writer,
     provenance,
     remove_partial_writes,
-    save_npy_atomic,
     utc_iso,
     versions,
     write_json_atomic,
+    write_together,
     write_text_atomic,
 )
 from hetflow.executors import create, inventory
@@ -353,12 +355,13 @@ def _execute(
             record["cancelled"] = _cancel_info(cancel, record["tasks"], runtime)
         if phases and not cancelled:
             record["phases"] = phase_status(phase_runner, record["tasks"])
+        written: list[tuple[str, Any]] = []  # the outputs' files, written with the final record
         if failure is None:
             by_key = dict(zip(runtime.graph.keys, results))
             for name, key in runtime.graph.output_keys.items():
                 portable: PortableActivation = by_key[key]
                 file = f"{name}.npy"
-                save_npy_atomic(os.path.join(run_dir, file), portable.to_array())
+                written.append((os.path.join(run_dir, file), npy_writer(portable.to_array())))
                 record["outputs"][name] = {
                     "tensor": plan.outputs[name], "file": file, "shape": list(portable.shape.dims),
                     "dtype": portable.dtype.value, "bytes": len(portable.bytes), "digest": digest_portable(portable),
@@ -369,7 +372,7 @@ def _execute(
 
                     portable = phase_runner.results[pid]["portable"]
                     file = f"{name}.npy"
-                    save_npy_atomic(os.path.join(run_dir, file), portable.to_array())
+                    written.append((os.path.join(run_dir, file), npy_writer(portable.to_array())))
                     record["outputs"][name] = {
                         "phase": pid, "file": file, "shape": list(portable.shape.dims), "dtype": portable.dtype.value,
                         "bytes": len(portable.bytes), "digest": digest_portable(portable), "columns": list(WITNESS_COLUMNS)}
@@ -397,7 +400,8 @@ def _execute(
         first_written()
         with writing:
             if not sealed.is_set():
-                write_json_atomic(record_path, record, encoded)
+                # the outputs land first and the record that names them last, their fsyncs at once
+                write_together([*written, (record_path, json_writer(record, encoded))])
                 final_written.set()
     except BaseException as e:
         with writing:

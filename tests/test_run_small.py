@@ -215,3 +215,45 @@ def test_a_process_forked_after_a_run_runs_with_threads_of_its_own(manifest_file
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     pytest.fail("the forked process's run never ended: it waited for threads it does not have")
+
+
+LOADS = """
+version: 1
+name: loads
+executors:
+  cpu: {vendor: cpu}
+stages:
+  x: {op: load, args: {path: DATA}}
+  y: {op: relu, inputs: [x]}
+outputs: {y: y}
+"""
+
+
+def test_a_warm_api_run_checks_again_what_changed_and_nothing_else(tmp_path, monkeypatch):
+    import hetflow
+    from hetflow.engine import api
+
+    data = tmp_path / "x.npy"
+    np.save(data, -np.ones((2, 3), np.float32))
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(LOADS.replace("DATA", str(data)))
+    runs = tmp_path / "runs"
+    compiles = []
+    real = api._jobs
+    monkeypatch.setattr(api, "_jobs", lambda *a: compiles.append(a) or real(*a))
+
+    first = hetflow.run(manifest, runs_dir=runs, cache=False)
+    again = hetflow.run(manifest, runs_dir=runs, cache=False)
+    assert len(compiles) == 1 and first.status == again.status == "succeeded"
+    assert again.record["plan"] is first.record["plan"]  # the same plan, its data made once
+
+    # new data of another shape: the manifest is checked and planned again for it
+    np.save(data, -np.ones((4, 3), np.float32))
+    reshaped = hetflow.run(manifest, runs_dir=runs, cache=False)
+    assert len(compiles) == 2 and reshaped.outputs["y"].shape == (4, 3)
+
+    # the manifest's text changed: the run computes what it says now
+    manifest.write_text(LOADS.replace("DATA", str(data)).replace("op: relu", "op: neg"))
+    changed = hetflow.run(manifest, runs_dir=runs, cache=False)
+    assert len(compiles) == 3
+    assert np.array_equal(changed.outputs["y"], np.ones((4, 3), np.float32))
