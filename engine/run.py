@@ -401,7 +401,8 @@ def _execute(
         with writing:
             if not sealed.is_set():
                 # the outputs land first and the record that names them last, their fsyncs at once
-                write_together([*written, (record_path, json_writer(record, encoded))])
+                # an output's file is new in the run's folder (or a failed attempt's, which no record names)
+                write_together([*written, (record_path, json_writer(record, encoded))], fresh=len(written))
                 final_written.set()
     except BaseException as e:
         with writing:
