@@ -398,6 +398,16 @@ class LocalRuntime:
             import_(bid, export(bid, produced))
         return produced
 
+    def run_chain(self, pids: tuple[str, ...], *sources: Any) -> dict:
+        """The task of partitions that follow one another alone (:func:`hetflow.engine.lowering._chain`): each
+        in turn, its folded bridges after it, as their own tasks would; the last one's outputs."""
+        folded = self.graph.folded
+        run_partition, run_and_bridge = self.run_partition, self.run_and_bridge
+        produced: dict = {}
+        for pid in pids:
+            produced = run_and_bridge(pid) if pid in folded else run_partition(pid)
+        return produced
+
     def restore_partition(self, pid: str) -> dict:
         """Partition ``pid``'s outputs from its cache entry, its inputs unread (a recovery's restore)."""
         start = time.time()

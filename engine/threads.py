@@ -99,8 +99,23 @@ def width(plan: Any, threads: int) -> int:
 
     The widest level of the partition graph (a partition's level is one
     more than its producers' highest), at most ``threads``: a chain is 1,
-    a fan-out of four partitions fed by one is 4.
+    a fan-out of four partitions fed by one is 4. Found once per plan.
     """
+    key = id(plan)
+    widest = _WIDEST.get(key)
+    if widest is None:
+        import weakref
+
+        widest = _WIDEST[key] = _widest_level(plan)
+        weakref.finalize(plan, _WIDEST.pop, key, None)
+    return max(1, min(threads, widest))
+
+
+# id(plan) -> its widest level, while the plan lives
+_WIDEST: dict[int, int] = {}
+
+
+def _widest_level(plan: Any) -> int:
     home = {name: node.partition for name, node in plan.nodes.items()}
     level: dict[str, int] = {}
     counts: dict[int, int] = {}
@@ -119,7 +134,7 @@ def width(plan: Any, threads: int) -> int:
             counts[0] = len(later)
             break
         pending = later
-    return max(1, min(threads, max(counts.values(), default=1)))
+    return max(counts.values(), default=1)
 
 
 class Pools:

@@ -47,7 +47,8 @@ def test_folded_lowering_is_one_task_a_partition_and_computes_what_the_separate_
     assert any(len({p.nodes[c].partition for c in b.consumers}) > 1 for b in p.bridges)  # a shared bridge
     folded = LocalRuntime(p, create_executors(p), fold_bridges=True)
     apart = LocalRuntime(p, create_executors(p))
-    assert sorted(folded.graph.dsk) == sorted([f"partition:{q.id}" for q in p.partitions] + ["output:u", "output:w"])
+    chained = {f"partition:{pid}" for run in folded.graph.chains.values() for pid in run}
+    assert set(folded.graph.dsk) | chained == {f"partition:{q.id}" for q in p.partitions} | {"output:u", "output:w"}
     assert sorted(b for bs in folded.graph.folded.values() for b in bs) == sorted(b.id for b in p.bridges)
     assert folded.graph.reported_tasks() == len(apart.graph.dsk)
     assert folded.graph.refcounts == apart.graph.refcounts
@@ -257,3 +258,34 @@ def test_a_warm_api_run_checks_again_what_changed_and_nothing_else(tmp_path, mon
     changed = hetflow.run(manifest, runs_dir=runs, cache=False)
     assert len(compiles) == 3
     assert np.array_equal(changed.outputs["y"], np.ones((4, 3), np.float32))
+
+
+ALTERNATING = "version: 1\nname: alt\nexecutors:\n  a: {vendor: cpu}\n  b: {vendor: cpu}\nstages:\n" + \
+    "  x0: {op: ones, args: {shape: [4]}, executor: a}\n" + \
+    "".join(f"  x{i}: {{op: relu, inputs: [x{i - 1}], executor: {'ab'[i % 2]}}}\n" for i in range(1, 12)) + \
+    "  side: {op: neg, inputs: [x5], executor: a}\n" + "outputs: {y: x11, side: side}\n"
+
+
+def test_partitions_that_follow_one_another_alone_run_as_one_task_each_reported_as_its_own(manifest_file, tmp_path):
+    m, p = compiled(manifest_file, ALTERNATING)
+    assert len(p.partitions) == 13
+    rt = LocalRuntime(p, create_executors(p), fold_bridges=True)
+    # x5's partition feeds two (x6 and side): a run ends there; x6..x11 is the second run; side stands alone
+    part = {n: p.nodes[n].partition for n in p.nodes}
+    assert sorted(rt.graph.chains.values()) == sorted([tuple(part[f"x{i}"] for i in range(6)),
+                                                       tuple(part[f"x{i}"] for i in range(6, 12))])
+    assert sorted(rt.graph.dsk) == sorted([f"partition:{part['x5']}", f"partition:{part['x11']}",
+                                           f"partition:{part['side']}", "output:y", "output:side"])
+    assert rt.graph.reported_tasks() == len(LocalRuntime(p, create_executors(p)).graph.dsk)
+
+    seen = []
+    r = execute(m, p, runs_dir=str(tmp_path), use_cache=False, on_event=seen.append)
+    assert seen[0]["tasks"] == len(p.partitions) + 2 * len(p.bridges) + len(p.outputs)
+    record = json.loads(Path(r.record_path).read_text())
+    order = [t["id"] for t in sorted(record["tasks"], key=lambda t: t["offset_s"]) if t["kind"] == "partition"]
+    chain = [part[f"x{i}"] for i in range(12)]
+    assert [pid for pid in order if pid in chain] == chain  # each partition its own entry, in the chain's order
+    assert sum(t["kind"] == "export" for t in record["tasks"]) == len(p.bridges)
+    assert np.array_equal(np.load(os.path.join(r.run_dir, "y.npy")), np.ones(4, np.float32))
+    assert np.array_equal(np.load(os.path.join(r.run_dir, "side.npy")), -np.ones(4, np.float32))
+    assert record["live_activations_after"] == {"a": 0, "b": 0}
