@@ -36,8 +36,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -337,6 +335,9 @@ class Cache:
             return False
         parent = os.path.dirname(final)
         os.makedirs(parent, exist_ok=True)
+        import shutil
+        import tempfile  # with shutil, for the commands that store: plan and validate only read
+
         tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
         try:
             os.chmod(tmp, folder_mode())  # mkdtemp's 0700 would keep the entry from everyone else sharing the cache
@@ -380,6 +381,8 @@ class Cache:
                     yield "sha256:" + name
 
     def remove(self, key: str) -> None:
+        import shutil
+
         shutil.rmtree(self._folder(key), ignore_errors=True)
 
     def written_at(self, key: str) -> float:
@@ -395,6 +398,8 @@ class Cache:
         removed = 0
         if not os.path.isdir(self.root):
             return 0
+        import shutil
+
         before = time.time() - older_than_s
         for shard in os.listdir(self.root):
             folder = os.path.join(self.root, shard)

@@ -23,7 +23,6 @@ import os
 import platform
 import secrets
 import sys
-import tempfile
 import time
 from functools import lru_cache
 from math import floor as _floor
@@ -110,7 +109,7 @@ def file_mode() -> int:
     """The mode a new file gets here: ``0o666`` less the process's umask (read once per process).
 
     Records, outputs, claims and cache entries are written through
-    temporary files, which ``tempfile`` makes ``0o600``; each is given this
+    temporary files, made ``0o600``; each is given this
     mode instead, so runs are as shared as any other file the user writes.
 
     >>> file_mode() == 0o666 & ~_UMASK
@@ -128,9 +127,24 @@ def folder_mode() -> int:
     return 0o777 & ~_UMASK
 
 
+def _temp_beside(path: str) -> tuple[int, str]:
+    """A new file ``.tmp-RANDOM`` + the name of ``path`` in its folder, opened for writing: (fd, its path).
+
+    What ``tempfile.mkstemp`` makes (a fresh name, ``O_EXCL``, mode 0600),
+    without importing ``tempfile`` and ``random`` on every command's path.
+    """
+    folder, name = os.path.split(os.path.abspath(path))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        tmp = os.path.join(folder, f".tmp-{secrets.token_hex(6)}{name}")
+        try:
+            return os.open(tmp, flags, 0o600), tmp
+        except FileExistsError:
+            continue
+
+
 def _atomic(path: str, write) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    fd, tmp = _temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), file_mode())
@@ -290,8 +304,7 @@ def write_together(files: list[tuple[str, Any]], fresh: int = 0) -> None:
             if i < fresh:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), file_mode())
             else:
-                fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".tmp-",
-                                           suffix=os.path.basename(path))
+                fd, tmp = _temp_beside(path)
                 temps.append(tmp)
                 os.fchmod(fd, file_mode())
             fds.append(fd)

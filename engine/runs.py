@@ -43,7 +43,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import time
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -646,6 +645,8 @@ def _remove_folder(runs_dir: str, name: str) -> None:
         return
     except OSError:  # an earlier removal of that name is still there and cannot be deleted: delete in place
         doomed = os.path.join(runs_dir, name)
+    import shutil  # gc's alone: runs, plan and show read records
+
     shutil.rmtree(doomed, ignore_errors=True)
 
 
@@ -653,6 +654,8 @@ def _finish_removals(runs_dir: str) -> None:
     """Delete what an earlier gc renamed for removal and did not get to delete."""
     for name in os.listdir(runs_dir) if os.path.isdir(runs_dir) else []:
         if name.startswith(".gc-"):
+            import shutil
+
             shutil.rmtree(os.path.join(runs_dir, name), ignore_errors=True)
 
 

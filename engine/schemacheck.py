@@ -12,8 +12,9 @@ resolve pass) raises nothing here.
 from __future__ import annotations
 
 import difflib
-import importlib.resources
+import importlib.util
 import json
+import os
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -24,7 +25,7 @@ from hetflow.engine.errors import Diagnostic
 from hetflow.engine.loader import Document, Path
 from hetflow.engine.resolve import has_undefined
 
-__all__ = ["schema", "schema_problems"]
+__all__ = ["schema", "schema_problems", "part_problems"]
 
 
 @lru_cache(maxsize=1)
@@ -36,8 +37,11 @@ def schema() -> dict:
     nearest name. ``pipeline.schema.json`` is the editors' copy with the
     op registry folded in (``hetflow schema``).
     """
-    text = importlib.resources.files("hetflow.schemas").joinpath("pipeline.base.json").read_text()
-    return json.loads(text)
+    # read beside the package's modules: importlib.resources would load pathlib, zipfile and tempfile,
+    # 5 ms of every command that checks a manifest, for a file that is always a plain file of the package
+    folder = importlib.util.find_spec("hetflow.schemas").submodule_search_locations[0]
+    with open(os.path.join(folder, "pipeline.base.json"), encoding="utf-8") as f:
+        return json.load(f)
 
 
 class _Fast:
@@ -101,6 +105,25 @@ def schema_problems(tree: Any, doc: Document) -> list[Diagnostic]:
     for error in validator.iter_errors(tree):
         if not has_undefined(error.instance):
             problems.extend(_explain(error, doc))
+    return problems
+
+
+def part_problems(value: Any, definition: str, doc: Any, path: Path) -> list[Diagnostic]:
+    """The schema's complaints about ``value``, checked against ``$defs/DEFINITION``, as if it stood at ``path``.
+
+    For the parts of a manifest the expansion reads before the whole is
+    checked (a use of a block): ``doc`` is anything with ``at`` and
+    ``key_at``, so a use inside a block is reported where the block is.
+    """
+    spec = schema()
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator({"$schema": spec["$schema"], "$defs": spec["$defs"],
+                                                 "$ref": f"#/$defs/{definition}"})
+    problems: list[Diagnostic] = []
+    for error in validator.iter_errors(value):
+        error.path.extendleft(reversed(path))
+        problems.extend(_explain(error, doc))
     return problems
 
 

@@ -104,6 +104,30 @@ def run_nodes(xp: Any, decoded: Mapping[str, Any], inputs: Sequence[Any], suppor
     return [values[t] for t in decoded["outputs"]]
 
 
+_PROCESSOR: list[str] = []
+
+
+def _processor() -> str:
+    """The host CPU's model name, read once per process: ``/proc/cpuinfo``'s where there is one.
+
+    ``platform.processor()`` runs ``uname -p`` in a subprocess on Linux
+    (a fork and an exec on every command that plans), and says ``x86_64``.
+    """
+    if not _PROCESSOR:
+        name = ""
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    key, sep, value = line.partition(":")
+                    if sep and key.strip() in ("model name", "Model", "cpu model", "uarch"):
+                        name = value.strip()
+                        break
+        except OSError:
+            pass
+        _PROCESSOR.append(name or platform.machine() or "cpu")
+    return _PROCESSOR[0]
+
+
 class CpuExecutor:
     """numpy executor; thread-safe, all thirteen dtypes.
 
@@ -120,7 +144,7 @@ class CpuExecutor:
         self._used = 0
         self._limit = memory_limit
         self._staging = StagingPool(np.empty)
-        self._devices = (BoundDevice("host", platform.processor() or platform.machine() or "cpu", _host_memory()),)
+        self._devices = (BoundDevice("host", _processor(), _host_memory()),)
 
     @property
     def vendor(self) -> Vendor:
