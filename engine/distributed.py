@@ -141,6 +141,11 @@ class Cluster:
         self.target = target
         self._owned = owned
         self._workers: list[WorkerInfo] | None = None
+        # worker address -> executors of this client's placed plans that have not ended: the runs of a
+        # --parallel sweep each place theirs where the fewest are, and do not all queue on the first worker
+        self._hosting: dict[str, int] = {}
+        self._hosting_lock = threading.Lock()
+        self._releases: dict[int, Any] = {}  # id(placed plan) -> the release of its executors' places
 
     @classmethod
     def local(cls, workers: int, threads_per_worker: int | None = None) -> Cluster:
@@ -287,7 +292,8 @@ class Cluster:
         if unknown:
             raise UsageError(f"--place {unknown[0]}=...: the manifest declares no executor {unknown[0]!r} "
                              f"(declared: {', '.join(plan.executors)})")
-        load = {w.address: 0 for w in workers}
+        with self._hosting_lock:
+            load = {w.address: self._hosting.get(w.address, 0) for w in workers}
         placed = {}
         problems = []
         pinned_first = sorted(plan.executors.values(), key=lambda e: self._candidates(e, workers, mapping)[0] is workers)
@@ -311,7 +317,31 @@ class Cluster:
                                                  worker_reason=f"{reason}; worker {pick.name}")
         if problems:
             raise ManifestError(problems)
-        return dataclasses.replace(plan, executors={name: placed[name] for name in plan.executors})
+        made = dataclasses.replace(plan, executors={name: placed[name] for name in plan.executors})
+        self._hold_places(made)
+        return made
+
+    def _hold_places(self, plan: Plan) -> None:
+        """Count ``plan``'s executors on their workers until its run ends (:meth:`run_graph`) or it is dropped."""
+        import weakref
+
+        addresses = [e.worker for e in plan.executors.values()]
+        with self._hosting_lock:
+            for address in addresses:
+                self._hosting[address] = self._hosting.get(address, 0) + 1
+        key = id(plan)
+
+        def release() -> None:
+            with self._hosting_lock:
+                self._releases.pop(key, None)
+                for address in addresses:
+                    left = self._hosting.get(address, 0) - 1
+                    if left > 0:
+                        self._hosting[address] = left
+                    else:
+                        self._hosting.pop(address, None)
+
+        self._releases[key] = weakref.finalize(plan, release)
 
     @staticmethod
     def _candidates(e: Any, workers: list[WorkerInfo], mapping: Mapping[str, str]) -> tuple[list[WorkerInfo], str]:
@@ -408,6 +438,9 @@ class Cluster:
                 client.unregister_worker_plugin(plugin.name)
             except Exception:  # noqa: BLE001 - a worker that died has no plugin to remove
                 pass
+        release = self._releases.get(id(plan))
+        if release is not None:
+            release()  # a finalizer runs once: the plan's own end does nothing more
         for name in plan.executors:
             live.setdefault(name, 0)
         for entry in recoveries:

@@ -214,3 +214,33 @@ def test_emulator_phases_run_on_the_cluster_with_witness_chunks_on_workers(clust
     assert chunks and all(t["worker"] in worker_addresses for t in chunks)
     assert remote.record["phases"]["wit"]["status"] == "succeeded"
     assert remote.record["live_activations_after"] == {"cpu": 0}
+
+
+ONE = """
+version: 1
+name: one
+params: {seed: 1}
+executors:
+  host: {vendor: cpu}
+stages:
+  x: {op: random.normal, args: {shape: [64, 64], seed: "${seed}"}}
+  y: {op: matmul, inputs: [x, x]}
+outputs: {y: y}
+"""
+
+
+def test_runs_in_flight_place_their_executors_where_the_fewest_are(cluster, manifest_file, tmp_path):
+    import gc
+
+    m = compiled(manifest_file, ONE)
+    first = cluster.place(make_plan(m, cluster.probe), m)
+    second = cluster.place(make_plan(m, cluster.probe), m)
+    assert first.executors["host"].worker != second.executors["host"].worker
+    freed = first.executors["host"].worker
+    del first
+    gc.collect()
+    assert cluster.place(make_plan(m, cluster.probe), m).executors["host"].worker == freed
+    # a run gives its places back when it ends, not only when its plan is dropped
+    done = execute(m, second, runs_dir=str(tmp_path), cluster=cluster, use_cache=False)
+    assert done.status == "succeeded" and cluster._hosting == {}
+
