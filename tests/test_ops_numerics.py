@@ -362,3 +362,21 @@ def test_narrow_floats_from_float64_and_wide_integers_round_once(dtype):
         ints = np.array([2 ** 24 + 2 ** 16 + 1, -(2 ** 24 + 2 ** 16 + 1), 2 ** 24 + 2 ** 16, 2 ** 31 - 1], np.int32)
         for wide in (ints, ints.astype(np.int64)):
             assert to_dtype(np, wide, dtype).astype(np.float64).tolist() == [_nearest(float(v), target) for v in ints]
+
+
+def test_erf_on_the_host_is_the_c_librarys_within_a_few_ulps_and_every_float32_result_equal():
+    import math
+
+    from hetflow.executors.builtin.elementwise import erf
+
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.standard_normal(200_000) * 3, rng.uniform(-30, 30, 100_000), rng.uniform(-0.5, 0.5, 100_000),
+                        [0.0, -0.0, np.inf, -np.inf, 1e-300, -1e-17, 0.46875, -0.46875, 4.0, 26.543, 26.6, 5e-324]])
+    want = np.array([math.erf(v) for v in x])
+    got = erf(np, x)
+    assert got.dtype == np.float64 and np.isnan(erf(np, np.array([np.nan]))).all()
+    ulps = np.abs(got.view(np.int64) - want.view(np.int64))
+    assert ulps.max() <= 8 and (ulps == 0).mean() > 0.5
+    x32 = x.astype(np.float32)
+    assert np.array_equal(erf(np, x32), np.array([math.erf(float(v)) for v in x32]).astype(np.float32))
+    assert np.signbit(erf(np, np.array(-0.0))) and erf(np, np.float32(0.5)).dtype == np.float32
