@@ -177,23 +177,7 @@ def _attention_dtypes(inputs: list[Dtype], args: Any) -> str | None:
 
 def _matmul(xp: Any, inputs: list, args: dict) -> Any:
     a, b = (x.astype(np.int64) if x.dtype == np.bool_ else x for x in inputs)
-    if xp is np and a.dtype.kind == "f":
-        # numpy hands a stack of matrices to BLAS only when each is contiguous in one of its two orders; a
-        # transpose's view of heads (attention's k^T) went through numpy's own loops, 9x slower than a copy
-        # and BLAS: a copy costs one pass over the operand
-        a, b = (_blas_ready(x) for x in (a, b))
     return xp.matmul(a, b)
-
-
-def _blas_ready(x: np.ndarray) -> np.ndarray:
-    """``x``, or a C-ordered copy where its last two axes are strided so that BLAS cannot take a matrix of it."""
-    if x.ndim < 2 or x.flags.c_contiguous:
-        return x
-    item = x.itemsize
-    rows, cols = x.strides[-2:]
-    if (cols == item and rows >= x.shape[-1] * item) or (rows == item and cols >= x.shape[-2] * item):
-        return x  # each matrix is one of BLAS's layouts already (a transposed view of a matrix is)
-    return np.ascontiguousarray(x)
 
 
 def _rope_shape(inputs: list[Shape], args: dict) -> Shape:
