@@ -489,6 +489,14 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
     Run
         ``status`` is ``"failed"`` when a stage failed; ``failures`` says which.
 
+    Notes
+    -----
+    A process that runs the same manifest again (a notebook, a service)
+    does not load, check and plan it again while its file's bytes, the
+    data files its ``load`` stages read (size, mtime, inode) and the
+    params are the same: the checked manifest and its plan are kept. A
+    manifest with plugins or emulator phases is checked every time.
+
     Raises
     ------
     ManifestError
