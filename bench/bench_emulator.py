@@ -179,6 +179,7 @@ def run(quick: bool) -> list[dict]:
     })
     rows.append(_witness_on_cluster(quick))
     rows += _native_rows(quick)
+    rows += native_runner_rows(quick)
     return rows
 
 
@@ -421,69 +422,21 @@ def _translation_row(quick: bool) -> dict:
 
 
 def _witness_on_cluster(quick: bool) -> dict:
-    """The ``witness`` phase of a pipeline on a local Dask cluster of 1 vs 2 worker processes.
+    """The ``witness`` phase of a pipeline on a local Dask cluster of 1 vs 2 worker processes: measured by
+    ``bench_witness.cluster_row`` (SHA-256 of 52 KiB, 8 KiB quick, in 1,024-step chunks: over 4,096 of them),
+    one measurement for both modules' tables."""
+    import importlib.util
 
-    SHA-256 of a 52 KiB input (8 KiB quick) in chunks of 1,024 steps, so
-    over 4,096 chunks (issue 31's long guest); the time is the span of the
-    phase's chunks (first start to last end, from the run record), best of
-    3 after a warm-up run that loads the compiled loop in each worker. The
-    notes give the overhead a chunk pays on one worker: the span less the
-    chunks' own replay times, over the chunks (goal: at most 0.5 ms).
-    """
-    import logging
-    import os
-    import tempfile
-
-    from hetflow.engine.distributed import Cluster
-    from hetflow.engine.manifest import compile_manifest, loads
-    from hetflow.engine.planner import plan as make_plan
-    from hetflow.engine.run import execute as run_pipeline
-
-    logging.getLogger("distributed").setLevel(logging.ERROR)
-    folder = tempfile.mkdtemp(prefix="hetflow-bench-witness-")
-    data = bytes(range(256)) * ((8 if quick else 52) * 4)
-    with open(os.path.join(folder, "input.bin"), "wb") as f:
-        f.write(data)
-    chunk = 1 << 10
-    text = (
-        "version: 1\nname: witness-bench\nemulators:\n"
-        f"  guest: {{isa: rv64ima, backend: fast, program: '{GUESTS / 'sha256.elf'}', input: input.bin, "
-        f"chunk_steps: {chunk}, max_steps: 100000000}}\n"
-        "executors:\n  host: {vendor: cpu}\nstages:\n"
-        "  run: {phase: execute, emulator: guest}\n  trace: {phase: witness, inputs: [run]}\n"
-        "  column_max: {op: max, inputs: [trace], args: {axis: 0}, executor: host}\n"
-        "outputs: {steps: run.steps, column_max: column_max}\n")
-    manifest = compile_manifest(loads(text, os.path.join(folder, "witness.yaml")))
-
-    def span(workers: int) -> tuple[float, int, int, float]:
-        with Cluster.local(workers, 1) as cluster:
-            placed = cluster.place(make_plan(manifest, cluster.probe), manifest)
-            best, chunks, steps, own = float("inf"), 0, 0, 0.0
-            for attempt in range(4):
-                result = run_pipeline(manifest, placed, runs_dir=folder, cluster=cluster, use_cache=False)
-                events = [e for e in result.record["events"] if e["event"] == "finished" and e["kind"] == "witness"]
-                if attempt:  # the first run loads the compiled loop in every worker
-                    took = max(e["end"] for e in events) - min(e["start"] for e in events)
-                    if took < best:
-                        best, own = took, sum(e["end"] - e["start"] for e in events)
-                chunks, steps = len(events), int(result.record["outputs"]["steps"]["value"])
-            return best, chunks, steps, own
-
-    one_s, chunks, steps, own_s = span(1)
-    two_s, _, _, _ = span(2)
-    overhead_ms = (one_s - own_s) / chunks * 1e3
-    return {
-        "name": "witness phase of a SHA-256 run on a Dask cluster",
-        "baseline": "1 worker process", "baseline_s": one_s, "subject": "2 worker processes", "subject_s": two_s,
-        "ratio": one_s / two_s,
-        "notes": (f"{len(data)} bytes hashed, {steps} steps, {chunks} chunks of {chunk} steps in batches "
-                  f"(clusterphases.batch_size: about four tasks a worker thread); span of the chunks in the run "
-                  f"record, best of 3 after a warm-up run; on one worker {overhead_ms:.3f} ms a chunk beyond its "
-                  f"replay (goal 2 workers >= 1.6x, at most 0.5 ms a chunk)"),
-    }
+    spec = importlib.util.spec_from_file_location("bench_witness", HERE / "bench_witness.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.cluster_row(quick)
 
 
 if __name__ == "__main__":
     import json
     import sys
-    print(json.dumps(run("--quick" in sys.argv), indent=2))
+    if "--native-runners" in sys.argv:
+        print(json.dumps(native_runner_rows("--quick" in sys.argv), indent=2))
+    else:
+        print(json.dumps(run("--quick" in sys.argv), indent=2))

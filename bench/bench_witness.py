@@ -16,6 +16,11 @@ run's. From the run's record it takes:
 
 ``--before DIR`` runs the same against another checkout (``git worktree
 add DIR REV``), for the before column.
+
+``--cluster`` (:func:`measure_cluster`; its row is ``bench_emulator``'s
+cluster row) runs the witness phase of a longer SHA-256 guest (52 KiB,
+4,551 chunks of 1,024 steps) on local clusters of 1 and 2 worker
+processes, in pairs that take turns, and then as the planner places it.
 """
 
 from __future__ import annotations
@@ -112,6 +117,131 @@ def measure(turns: int, before: str | None = None) -> dict:
             "phases_estimate_s": runs[0]["phases_estimate_s"], "phases_run_s": med("phases_run_s", runs)}
 
 
+def _forced(where: str | None):
+    """Make every witness phase run ``where`` ("cluster" or "in-process"), whatever the planner prices; ``None``
+    leaves the choice to it. The bench times both sides of the choice; a pipeline run never forces."""
+    from hetflow.engine import clusterphases
+
+    chosen = clusterphases.__dict__.setdefault("_bench_witness_where", clusterphases.witness_where)
+
+    def where_forced(*args, **kwargs):
+        answer = chosen(*args, **kwargs)
+        return answer if where is None else {**answer, "where": where}
+
+    clusterphases.witness_where = where_forced
+
+
+def measure_cluster(input_kib: int, pairs: int, chunk: int = 1 << 10) -> dict:
+    """A witness phase of the SHA-256 guest on a local cluster of 1 and of 2 worker processes (1 thread each).
+
+    Both clusters stay up; each pair runs the 1-worker and the 2-worker
+    run in turn (which goes first alternates), forced onto the workers,
+    after a warm-up run on each that loads the compiled loop there. From
+    each run's record: the phase's span (``execute``'s end to the end of
+    the ``phase:ID`` task that hands the table on) and the CPU seconds of
+    its chunk tasks on the workers (their summed durations: what 2 cores
+    shared with other work stretch least). Then one unforced run on 2
+    workers: where the planner put the phase, its estimate against the
+    run's span, and one forced in-process run for its other side.
+    """
+    import logging
+
+    from hetflow.engine.distributed import Cluster
+    from hetflow.engine.manifest import compile_manifest, loads
+    from hetflow.engine.planner import plan as make_plan
+    from hetflow.engine.run import execute as run_pipeline
+
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    folder = tempfile.mkdtemp(prefix="hetflow-bench-witness-cluster-")
+    data = bytes(range(256)) * (input_kib * 4)
+    with open(os.path.join(folder, "input.bin"), "wb") as f:
+        f.write(data)
+    text = ("version: 1\nname: witness-cluster\nemulators:\n"
+            f"  guest: {{isa: rv64ima, backend: fast, program: '{GUESTS / 'sha256.elf'}', input: input.bin, "
+            f"chunk_steps: {chunk}, max_steps: 100000000}}\n"
+            "executors:\n  host: {vendor: cpu}\nstages:\n"
+            "  run: {phase: execute, emulator: guest}\n  trace: {phase: witness, inputs: [run]}\n"
+            "  column_max: {op: max, inputs: [trace], args: {axis: 0}, executor: host}\n"
+            "outputs: {steps: run.steps, column_max: column_max}\n")
+    manifest = compile_manifest(loads(text, os.path.join(folder, "witness.yaml")))
+
+    def one(cluster, placed, where):
+        _forced(where)
+        rec = run_pipeline(manifest, placed, runs_dir=folder, cluster=cluster, use_cache=False).record
+        end = {t["id"]: t["offset_s"] + t["duration_s"] for t in rec["tasks"] if t["kind"] == "phase"}
+        chunks = [t for t in rec["tasks"] if t["kind"] == "witness"]
+        (placed_event,) = [e for e in rec["events"] if e["event"] == "witness-placed"]
+        ran = [e for e in rec["events"] if e["event"] == "witness-ran"]
+        cpu = ran[0]["worker_cpu_s"] if ran else {}
+        imported = max(t["offset_s"] + t["duration_s"] for t in rec["tasks"] if t["kind"] == "import")
+        by_worker: dict = {}
+        for t in chunks:
+            by_worker.setdefault(t["worker"], []).append(t)
+        # each worker's chunks from its first start to its last end: against its CPU, what the cores gave it
+        walls = [max(t["offset_s"] + t["duration_s"] for t in ts) - min(t["offset_s"] for t in ts)
+                 for ts in by_worker.values()]
+        return {"span_s": end["trace"] - end["run"], "handoff_s": imported - end["trace"],
+                "worker_wall_s": max(walls),
+                "cpu_s": sum(cpu.values()), "cpu_max_s": max(cpu.values(), default=0),
+                "chunks": len(chunks), "steps": int(rec["outputs"]["steps"]["value"]), "placed": placed_event,
+                "load": os.getloadavg()[0], "digest": rec["outputs"]["column_max"]["digest"]}
+
+    try:
+        with Cluster.local(1, 1) as c1, Cluster.local(2, 1) as c2:
+            p1 = c1.place(make_plan(manifest, c1.probe), manifest)
+            p2 = c2.place(make_plan(manifest, c2.probe), manifest)
+            one(c1, p1, "cluster"), one(c2, p2, "cluster")
+            rows = []
+            for i in range(pairs):
+                order = ((1, c1, p1), (2, c2, p2)) if i % 2 == 0 else ((2, c2, p2), (1, c1, p1))
+                rows.append({n: one(c, p, "cluster") for n, c, p in order})
+            # the planner's own choice and its other side, in turn; the median run of each by span
+            chosen, in_process = [], []
+            for _ in range(max(pairs // 2, 1)):
+                chosen.append(one(c2, p2, None))
+                in_process.append(one(c2, p2, "in-process"))
+            chosen, in_process = (sorted(runs, key=lambda r: r["span_s"])[len(runs) // 2]
+                                  for runs in (chosen, in_process))
+            _forced(None)
+            from hetflow.engine.clusterphases import place_witness
+            planned = place_witness(p2, c2.workers()).phases["trace"]["runs"]
+    finally:
+        _forced(None)
+    med = lambda n, key: statistics.median(r[n][key] for r in rows)  # noqa: E731
+    assert len({r[n]["digest"] for r in rows for n in (1, 2)} | {chosen["digest"], in_process["digest"]}) == 1
+    return {"one_s": med(1, "span_s"), "two_s": med(2, "span_s"), "one_cpu_s": med(1, "cpu_s"),
+            "two_cpu_s": med(2, "cpu_s"), "two_cpu_max_s": med(2, "cpu_max_s"), "handoff_s": med(2, "handoff_s"),
+            "one_wall_s": med(1, "worker_wall_s"), "two_wall_s": med(2, "worker_wall_s"),
+            "ratios": [r[1]["span_s"] / r[2]["span_s"] for r in rows],
+            "loads": [round(r[n]["load"], 2) for r in rows for n in (1, 2)], "chunks": rows[0][1]["chunks"],
+            "steps": rows[0][1]["steps"], "chunk": chunk, "input_bytes": len(data), "chosen": chosen,
+            "in_process": in_process, "planned": planned}
+
+
+def cluster_row(quick: bool) -> dict:
+    m = measure_cluster(8 if quick else 52, 1 if quick else 5)
+    placed = m["chosen"]["placed"]
+    estimate = placed["cluster_s"] if placed["where"] == "cluster" else placed["in_process_s"]
+    return {
+        "name": "witness phase of a SHA-256 run on a Dask cluster",
+        "baseline": "1 worker process", "baseline_s": m["one_s"], "subject": "2 worker processes",
+        "subject_s": m["two_s"], "ratio": m["one_s"] / m["two_s"],
+        "notes": (f"{m['input_bytes']} bytes hashed, {m['steps']} steps, {m['chunks']} chunks of {m['chunk']}; "
+                  f"span from execute's end to the table handed on, median of {len(m['ratios'])} pairs in turn "
+                  f"(pair ratios {', '.join(f'{r:.2f}' for r in m['ratios'])}; loads {m['loads']}); the batches' "
+                  f"thread CPU seconds on the workers: {m['one_cpu_s']:.3f} on 1, {m['two_cpu_s']:.3f} on 2 (the "
+                  f"busier "
+                  f"{m['two_cpu_max_s']:.3f}: {m['one_cpu_s'] / m['two_cpu_max_s']:.2f}x), over "
+                  f"{m['one_wall_s']:.3f} s "
+                  f"and {m['two_wall_s']:.3f} s of a worker's wall time; goal 2 workers "
+                  f">= 1.6x. The planner (2 workers, actual steps) chose {placed['where']}: estimate "
+                  f"{estimate:.3f} s against {m['chosen']['span_s']:.3f} s run; in-process forced "
+                  f"{m['in_process']['span_s']:.3f} s (estimate {placed['in_process_s']:.3f} s), cluster "
+                  f"estimate {placed['cluster_s']:.3f} s; plan (max_steps bound): {m['planned']['where']}; the "
+                  f"table's scatter and import on the worker after the phase: {m['handoff_s']:.3f} s"),
+    }
+
+
 def run(quick: bool) -> list[dict]:
     m = measure(1 if quick else 3)
     table = m["table_bytes"]
@@ -139,7 +269,10 @@ def run(quick: bool) -> list[dict]:
 
 
 if __name__ == "__main__":
-    if "--before" in sys.argv:
+    if "--cluster" in sys.argv:
+        print(json.dumps(measure_cluster(8 if "--quick" in sys.argv else 52, 1 if "--quick" in sys.argv else 5),
+                         indent=2, default=str))
+    elif "--before" in sys.argv:
         print(json.dumps(measure(1, before=sys.argv[sys.argv.index("--before") + 1]), indent=2))
     else:
         print(json.dumps(run("--quick" in sys.argv), indent=2))

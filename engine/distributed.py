@@ -79,7 +79,7 @@ from dask.sizeof import sizeof
 from distributed import Client
 
 from hetflow.engine.cache import CacheUse
-from hetflow.engine.clusterphases import run_phases
+from hetflow.engine.clusterphases import place_witness, run_phases
 from hetflow.engine.errors import Diagnostic, EnvironmentUnavailable, ManifestError, UsageError
 from hetflow.engine.events import EventStream, run_event
 from hetflow.engine.lowering import TaskGraph, lower
@@ -317,7 +317,9 @@ class Cluster:
                                                  worker_reason=f"{reason}; worker {pick.name}")
         if problems:
             raise ManifestError(problems)
-        made = dataclasses.replace(plan, executors={name: placed[name] for name in plan.executors})
+        # each witness phase priced on these workers and in this process, the faster chosen (clusterphases)
+        made = place_witness(dataclasses.replace(plan, executors={name: placed[name] for name in plan.executors}),
+                             workers)
         self._hold_places(made)
         return made
 

@@ -70,12 +70,17 @@ run r1 started: 2 tasks (threads)
 
 from __future__ import annotations
 
+# _thread's lock is threading.Lock itself, without the threading module (0.5 ms of ``hetflow emulate``)
+import _thread
 import errno
-import json
 import os
-import threading
 import time
-from typing import Any, Callable, Iterable, TextIO
+from collections.abc import Callable
+
+TYPE_CHECKING = False       # typing itself costs ``hetflow emulate`` 3 ms of its start
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any, TextIO
 
 __all__ = ["EventStream", "Sink", "run_event", "format_line", "run_tag", "short_id", "LineLog", "JsonLog",
            "ProgressDisplay", "is_task_end", "QuietStream", "quiet"]
@@ -101,7 +106,7 @@ class EventStream:
     def __init__(self, sinks: Iterable[Sink] = ()) -> None:
         self.events: list[dict] = []
         self._sinks = list(sinks)
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
 
     def emit(self, event: dict) -> None:
         """Keep ``event`` (not a copy: an emitter hands over a dict it no longer changes) and pass it on.
@@ -287,6 +292,13 @@ def format_line(event: dict) -> str:
             return f"{who} lost at {event.get('at')}{moved}; running again: {rerun}"
         if what == "warm-up":
             return f"worker {event.get('worker')} warmed up for run {event['id']} in {event.get('duration_s', 0):.3f} s"
+        if what == "witness-placed":
+            return (f"witness {event.get('phase')}: {event.get('chunks')} chunks ({event.get('steps')} steps) run "
+                    f"{event.get('why') or event.get('where')}")
+        if what == "witness-ran":
+            cpu = ", ".join(f"{w} {s:.3f} s" for w, s in (event.get("worker_cpu_s") or {}).items()) or "none"
+            return (f"witness {event.get('phase')}: {event.get('batches')} batches on the workers, their CPU: {cpu}"
+                    f"{'; rows of ' + str(event['copied_batches']) + ' sent back' if event.get('copied_batches') else ''}")
         # a failed run's origin is the FILE:LINE:COL of the stage that failed, where an editor jumps to
         tail = f": {event['origin'] + ': ' if event.get('origin') else ''}{event['error']}" if event.get("error") else ""
         return f"run {event['id']} {what}{tail}"
@@ -365,7 +377,7 @@ class LineLog:
     def __init__(self, out: TextIO) -> None:
         self._out = quiet(out)
         self._t0: float | None = None
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._chunks: dict[tuple[str, str], list] = {}  # (run, phase) -> [chunks finished, first start, last end, where]
 
     def __call__(self, event: dict) -> None:
@@ -399,7 +411,7 @@ class LineLog:
         _write_line(self._out, f"[{last - self._t0:8.3f}s] {run_tag(event)}{line}", self._lock)
 
 
-def _write_line(out: TextIO, text: str, lock: threading.Lock) -> None:
+def _write_line(out: TextIO, text: str, lock: _thread.LockType) -> None:
     # one write per line under the sink's lock: the runs of a --parallel sweep share the sink, and print()
     # writes the text and its newline apart, so lines of two threads would interleave
     with lock:
@@ -411,13 +423,16 @@ class JsonLog:
     """One JSON object per event per line (``--log-format json``), every key kept (``run`` and ``point`` too)."""
 
     def __init__(self, out: TextIO) -> None:
+        import json  # for this log alone: ``hetflow emulate`` starts without it
+
         self._out = quiet(out)
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
+        self._dumps = json.dumps
 
     def __call__(self, event: dict) -> None:
         if event.get("event") == "flush" or self._out.gone:
             return
-        _write_line(self._out, json.dumps(event, sort_keys=True, default=str), self._lock)
+        _write_line(self._out, self._dumps(event, sort_keys=True, default=str), self._lock)
 
 
 class ProgressDisplay:

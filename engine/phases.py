@@ -11,23 +11,32 @@ yield (:data:`PHASES`):
 
 ``execute``        runs the guest once (``ExecutionOutput``); fields
                    ``steps``, ``exit_code``, ``pub_outs``, ``stdout``,
-                   ``chunks``, ``end_reason``, ``counters``.
+                   ``chunks``, ``end_reason``, ``counters``; arrays
+                   ``registers``, ``min_trace``, ``min_trace_index``.
 ``mem-plans``      the memory plans (from the fast backend's MO runner, or
                    from the min traces on the reference path); fields
-                   ``plans``, ``count``.
+                   ``plans``, ``count``; arrays ``table``, ``rows``.
 ``rom-histogram``  pc -> times executed (RH runner, or the min traces);
                    fields ``steps``, ``pcs``, ``counts``.
 ``plan``           state-machine instances packed from the per-chunk
                    counters (``witness.plan_instances``); fields
-                   ``instances``, ``count``.
+                   ``instances``, ``count``; array ``instances_table``.
 ``witness``        every chunk re-executed from its min trace alone into
                    its witness table, one Dask task per chunk; the
                    tables, concatenated in chunk order, are an *array*
                    (an activation); fields ``rows``, ``chunks``.
 
-Only ``witness`` yields an array; every other phase yields JSON data, which
-an ``outputs:`` entry ``STAGE.FIELD`` (or ``STAGE`` for all fields)
-persists in the run record.
+A ``witness`` phase is an array itself (a stage names it alone). The
+other phases yield JSON fields, which an ``outputs:`` entry
+``STAGE.FIELD`` (or ``STAGE`` for all of them) persists in the run
+record, and some also yield *array fields* (:class:`ArrayField`), int64
+tables an executor stage takes as the input ``STAGE.FIELD`` and an
+``outputs:`` entry persists as ``.npy``. Each array field a stage reads
+is a node of its own in the graph, a phase of kind ``array``
+(:data:`ARRAY_PHASE`, id ``STAGE.FIELD``, its one input the phase it
+comes from), so it is placed, bridged and lowered as a witness table is:
+its ``phase:STAGE.FIELD`` task builds the table from its phase's result
+and hands it to the bridge's import.
 
 Witness table
 -------------
@@ -71,33 +80,118 @@ import numpy as np
 from hetflow.engine.errors import StageFailure
 from hetflow.executors.base import Dtype, PortableActivation
 
-__all__ = ["PhaseKind", "PHASES", "EmulatorDecl", "PhaseDecl", "witness_activation", "ARRAY_DTYPE", "WITNESS_ROW_BYTES",
-           "PhaseRunner", "EMULATOR_BRIDGE", "target", "planned", "execution_order", "GuestExit", "memory_bound_warning",
-           "host_memory"]
+__all__ = ["PhaseKind", "ArrayField", "ARRAY_PHASE", "array_ref", "check_array_input", "PHASES", "EmulatorDecl",
+           "PhaseDecl", "witness_activation", "ARRAY_DTYPE", "WITNESS_ROW_BYTES", "PhaseRunner", "EMULATOR_BRIDGE",
+           "target", "planned", "execution_order", "GuestExit", "memory_bound_warning", "host_memory"]
 
-#: the dtype of the array a phase yields (a witness table), and the bytes of one witness row: 16 int64 columns
+#: the dtype of every array a phase yields (a witness table, an array field), and the bytes of one witness row:
+#: 16 int64 columns
 ARRAY_DTYPE = Dtype.int64
 WITNESS_ROW_BYTES = 16 * 8
 EMULATOR_BRIDGE = "emulator output import"
 
 
 @dataclass(frozen=True)
+class ArrayField:
+    """An int64 array a phase yields beside its JSON fields: its ``columns`` in order, and what the plan knows of its
+    first axis before the guest runs (``rows``: ``None`` for a vector whose entries are the columns, ``"chunks"`` and
+    ``"instances"`` bounded from ``max_steps``, ``"unknown"`` until it runs).
+
+    The column names are declared here, once for the engine (the plan, the record's ``columns``); the builders in
+    :mod:`hetflow.executors.emulator` write the same order (``tests/test_phase_outputs.py`` holds them equal).
+    """
+
+    name: str
+    columns: tuple[str, ...]
+    rows: str | None
+
+
+@dataclass(frozen=True)
 class PhaseKind:
     name: str
     inputs: tuple[str, ...]           # the phase each input must be
-    array: bool                       # yields an activation
-    fields: tuple[str, ...]
+    array: bool                       # is an activation itself (a stage names it alone)
+    fields: tuple[str, ...]           # its JSON fields
     args: tuple[str, ...] = ()
+    arrays: tuple[ArrayField, ...] = ()   # its array fields: a stage may take one as an input ``STAGE.FIELD``
+
+    def array_field(self, name: str) -> ArrayField | None:
+        return next((a for a in self.arrays if a.name == name), None)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every field an ``outputs:`` entry may name: the JSON fields, then the array fields."""
+        return self.fields + tuple(a.name for a in self.arrays)
 
 
+_X = tuple(f"x{i}" for i in range(32))
+_EXECUTE_ARRAYS = (
+    ArrayField("registers", (*_X, "pc"), None),
+    # a word stream: each chunk's record is these words, then its ``reads`` memory words
+    ArrayField("min_trace", ("chunk_id", "steps", "end", "pc", "step", "priv", "reservation", *_X, "mstatus", "mtvec",
+                             "mepc", "mcause", "mtval", "mscratch", "mie", "reads"), "unknown"),
+    ArrayField("min_trace_index", ("offset", "length"), "chunks"),
+)
 PHASES: dict[str, PhaseKind] = {
     "execute": PhaseKind("execute", (), False,
-                         ("steps", "exit_code", "pub_outs", "stdout", "chunks", "end_reason", "counters", "registers")),
-    "mem-plans": PhaseKind("mem-plans", ("execute",), False, ("plans", "count"), ("rows_per_plan",)),
+                         ("steps", "exit_code", "pub_outs", "stdout", "chunks", "end_reason", "counters"),
+                         arrays=_EXECUTE_ARRAYS),
+    "mem-plans": PhaseKind("mem-plans", ("execute",), False, ("plans", "count"), ("rows_per_plan",), arrays=(
+        ArrayField("table", ("segment_id", "first_row", "count", "first_address", "first_step", "last_address",
+                             "last_step", "is_last"), "unknown"),
+        # the memory operations the plans cut: the Mem machine's rows (a second MO run makes them)
+        ArrayField("rows", ("address", "step", "is_write"), "unknown"))),
     "rom-histogram": PhaseKind("rom-histogram", ("execute",), False, ("steps", "pcs", "counts")),
-    "plan": PhaseKind("plan", ("execute",), False, ("instances", "count"), ("sizes",)),
+    "plan": PhaseKind("plan", ("execute",), False, ("instances", "count"), ("sizes",), arrays=(
+        ArrayField("instances_table", ("machine", "segment_id", "size", "rows", "first_chunk", "first_skip",
+                                       "last_chunk", "last_count", "is_last"), "instances"),)),
     "witness": PhaseKind("witness", ("execute",), True, ("rows", "chunks")),
 }
+
+#: the kind of the node that carries one array field (``STAGE.FIELD``) to the stages that read it; never written
+#: in a manifest, so not in :data:`PHASES`
+ARRAY_PHASE = "array"
+_ARRAY_KIND = PhaseKind(ARRAY_PHASE, (), True, ())
+
+
+def array_ref(ref: str, phases: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(phase, field)`` when ``ref`` reads as ``PHASE.FIELD`` for a phase in ``phases``, else None.
+
+    A stage id may hold dots itself (a block's ``layers.3.attn``): the
+    field is what follows the last one.
+
+    >>> array_ref("run.registers", {"run": {}}), array_ref("top", {"run": {}})
+    (('run', 'registers'), None)
+    """
+    head, dot, field = ref.rpartition(".")
+    return (head, field) if dot and head in phases else None
+
+
+def check_array_input(ref: str, stages: Mapping[str, Any]) -> str | None:
+    """Why an executor stage cannot take ``ref`` (``PHASE.FIELD``) as an input, or None where it names an array field.
+
+    >>> stages = {"run": {"phase": "execute"}}
+    >>> check_array_input("run.registers", stages) is None
+    True
+    >>> print(check_array_input("run.steps", stages))
+    field 'steps' of an execute phase is data, not an array (arrays: registers, min_trace, min_trace_index); name it under outputs: instead
+    >>> print(check_array_input("run.regs", stages))
+    an execute phase has no field 'regs' (arrays: registers, min_trace, min_trace_index)
+    """
+    pid, field = ref.rpartition(".")[::2]
+    spec = stages.get(pid)
+    kind = PHASES.get(spec.get("phase")) if isinstance(spec, dict) and isinstance(spec.get("phase"), str) else None
+    if kind is None:
+        return None if spec is None else f"{pid!r} is not an emulator phase, so it has no fields"
+    arrays = ", ".join(a.name for a in kind.arrays) or "none"
+    if kind.array_field(field) is not None:
+        return None
+    if kind.array:
+        return f"{article(kind.name)} phase is an array itself: name {pid!r} alone"
+    if field in kind.fields:
+        return (f"field {field!r} of {article(kind.name)} phase is data, not an array (arrays: {arrays}); name it "
+                f"under outputs: instead")
+    return f"{article(kind.name)} phase has no field {field!r} (arrays: {arrays})"
 
 
 @dataclass(frozen=True)
@@ -142,7 +236,7 @@ class PhaseDecl:
 
     @property
     def kind(self) -> PhaseKind:
-        return PHASES[self.phase]
+        return PHASES.get(self.phase) or _ARRAY_KIND
 
     def to_json(self) -> dict:
         return {"phase": self.phase, "emulator": self.emulator, "inputs": list(self.inputs), "args": dict(self.args),
@@ -216,6 +310,16 @@ def planned(p: PhaseDecl, emulator: EmulatorDecl) -> dict[str, Any]:
     (10, [10000, 16], 1280000, 'bound')
     >>> planned(PhaseDecl("run", "execute", "guest", (), {}), e)["size"] is None
     True
+
+    An array field's node (:data:`ARRAY_PHASE`) knows its columns, and its
+    rows where they are fixed (``registers``: exact), bounded (one
+    ``min_trace_index`` row per chunk; ``instances_table``: at most
+    ``ceil(max_steps / size)`` instances a machine) or known only once
+    the guest has run (``shape`` None, ``size`` ``unknown``):
+
+    >>> [(f, planned(PhaseDecl("run." + f, ARRAY_PHASE, "guest", ("run",), {"field": f, "of": "execute"}), e)["shape"])
+    ...  for f in ("registers", "min_trace", "min_trace_index")]
+    [('registers', [33]), ('min_trace', None), ('min_trace_index', [10, 2])]
     """
     from hetflow.executors.emulator import WITNESS_COLUMNS
 
@@ -223,12 +327,33 @@ def planned(p: PhaseDecl, emulator: EmulatorDecl) -> dict[str, Any]:
     out: dict[str, Any] = {"target": target(p.emulator), "backend": emulator.backend,
                            "backend_reason": emulator.backend_reason, "steps_max": steps,
                            "tasks_max": 1, "shape": None, "dtype": None, "bytes": None, "size": None}
+    if p.phase == ARRAY_PHASE:
+        out.update(_array_plan(PHASES[p.args["of"]].array_field(p.args["field"]), p.args, emulator))
+        return out
+    if p.kind.arrays:  # what the plan knows of each array field, read by a stage or not
+        out["arrays"] = {a.name: _array_plan(a, p.args, emulator) for a in p.kind.arrays}
     if p.kind.array:
         chunks = -(-steps // int(emulator.chunk_steps))
         shape = [steps, len(WITNESS_COLUMNS)]
         out.update(tasks_max=chunks, chunks_max=chunks, rows_max=steps, shape=shape, dtype=Dtype.int64.value,
                    bytes=Dtype.int64.nbytes(shape[0] * shape[1]), size="bound")
     return out
+
+
+def _array_plan(spec: ArrayField, args: Mapping[str, Any], emulator: EmulatorDecl) -> dict[str, Any]:
+    """The shape, bytes and columns of array field ``spec`` before the guest runs (``args``: its phase's)."""
+    steps = int(emulator.max_steps)
+    rows: int | None = None
+    if spec.rows == "chunks":
+        rows = -(-steps // int(emulator.chunk_steps))
+    elif spec.rows == "instances":   # each machine has at most one row a step
+        from hetflow.executors.emulator import DEFAULT_SIZES
+        rows = sum(-(-steps // int(size)) for size in (args.get("sizes") or DEFAULT_SIZES).values())
+    shape = [len(spec.columns)] if spec.rows is None else None if rows is None else [rows, len(spec.columns)]
+    return {"dtype": ARRAY_DTYPE.value, "shape": shape, "columns": list(spec.columns),
+            "size": "exact" if spec.rows is None else "unknown" if rows is None else "bound",
+            "bytes": None if shape is None else ARRAY_DTYPE.nbytes(int(np.prod(shape))),
+            **({"rows_max": rows} if rows is not None else {})}
 
 
 def host_memory() -> int | None:
@@ -268,7 +393,8 @@ def memory_bound_warning(p: PhaseDecl, info: Mapping[str, Any], emulator: Emulat
 
 
 def witness_activation(table: np.ndarray) -> PortableActivation:
-    """The portable activation of a witness table (int64, C-contiguous): a read-only view of its bytes, no copy.
+    """The portable activation of a phase's int64 array (a witness table, an array field): a read-only view of its
+    bytes, no copy.
 
     The table is made read-only too: the activation and every executor that
     adopts its bytes share them.
@@ -334,6 +460,7 @@ class PhaseRunner:
         self._inputs: dict[str, bytes] = {}
         self._lock = threading.Lock()
         self._tables: dict[str, np.ndarray] = {}  # witness phase -> the table its chunks fill
+        self._arrays: dict[tuple[str, str], np.ndarray] = {}  # (phase, array field) -> its table, built once
 
     def _program(self, emulator: str):
         from hetflow.executors.emulator import load_elf
@@ -366,9 +493,54 @@ class PhaseRunner:
                     dsk[key] = (self._witness_chunk, p.id, i, row)
                     row += int(traces[i].steps)
                 dsk[f"phase:{p.id}"] = (self._witness_gather, p.id, keys)
+            elif p.phase == ARRAY_PHASE:
+                source = p.inputs[0]
+                # its phase ran in round 1 (execute) or is a task of this round, which it waits for
+                after = () if self.phases[source].phase == "execute" else (f"phase:{source}",)
+                dsk[f"phase:{p.id}"] = (self._run_array, p.id, *after)
             else:
                 dsk[f"phase:{p.id}"] = (self._run, p.id)
         return dsk
+
+    def _run_array(self, pid: str, *_after: Any) -> PortableActivation:
+        """An array field's node: the field's table built from its phase's result, handed to its bridges."""
+        source, field = self.phases[pid].inputs[0], self.phases[pid].args["field"]
+        portable = self._timed("phase", pid, pid, lambda: witness_activation(self.array(source, field)))
+        self.results[pid] = {"portable": portable}
+        return portable
+
+    def array(self, pid: str, field: str) -> np.ndarray:
+        """Array field ``field`` of phase ``pid`` (int64, C-contiguous, its columns those of :data:`PHASES`);
+        built once, and shared by the stages that read it and an ``outputs:`` entry that persists it."""
+        with self._lock:
+            table = self._arrays.get((pid, field))
+        if table is not None:
+            return table
+        p, value = self.phases[pid], self.results[pid]
+        if (p.phase, field) == ("execute", "registers"):
+            from hetflow.executors.emulator.output import registers_array
+            end = self._end_state(p, value)
+            table = registers_array(end.pc, end.regs)
+        elif p.phase == "execute":
+            from hetflow.executors.emulator.output import min_trace_array
+            words, index = min_trace_array(value.min_traces)
+            with self._lock:  # one build serves both fields; a second thread's build is dropped
+                words = self._arrays.setdefault((pid, "min_trace"), words)
+                index = self._arrays.setdefault((pid, "min_trace_index"), index)
+            table = words if field == "min_trace" else index
+        elif (p.phase, field) == ("mem-plans", "table"):
+            from hetflow.executors.emulator.memplan import mem_plan_table
+            table = mem_plan_table(value)
+        elif (p.phase, field) == ("mem-plans", "rows"):
+            from hetflow.executors.emulator.memplan import mem_rows
+            table = mem_rows(self._mem_ops(p))
+        elif (p.phase, field) == ("plan", "instances_table"):
+            from hetflow.executors.emulator.output import instances_array
+            table = instances_array(value)
+        else:
+            raise KeyError(f"{p.phase} phase {pid!r} has no array field {field!r}")
+        with self._lock:
+            return self._arrays.setdefault((pid, field), np.ascontiguousarray(table, dtype=np.int64))
 
     def _fail(self, pid: str, message: str) -> Exception:
         return StageFailure(f"phase:{pid}", pid, message)
@@ -412,8 +584,7 @@ class PhaseRunner:
         plans = self._consumers(p.id, "mem-plans")
         rows = int(plans[0].args.get("rows_per_plan", 1 << 22)) if plans else 1 << 22
         runners = bool(plans or self._consumers(p.id, "rom-histogram"))
-        # native's MO and RH runners and its witness replay run on the fast backend's (numba) machine
-        if decl.backend == "fast" or (decl.backend == "native" and (runners or self._consumers(p.id, "witness"))):
+        if decl.backend == "fast":      # native's runners and replay run translated code, without numba
             _announce_fast_compile()
         translating = decl.backend == "native" and _translation_missing(program, data)
         if translating:
@@ -485,17 +656,15 @@ class PhaseRunner:
         self.results[pid] = {"rows": int(table.shape[0]), "chunks": len(tables), "portable": portable}
         return portable
 
-    def fields(self, pid: str, registers: bool = True) -> dict[str, Any]:
-        """A phase's JSON fields (every phase but ``witness``'s array); an execute phase's ``registers`` cost a
-        replay of its last chunk and are left out with ``registers=False``."""
+    def fields(self, pid: str) -> dict[str, Any]:
+        """A phase's JSON fields (its array fields are :meth:`array`'s)."""
         p = self.phases[pid]
         v = self.results[pid]
         if p.phase == "execute":
             return {"steps": int(v.steps), "exit_code": int(v.exit_code),
                     "pub_outs": [[int(i), int(x)] for i, x in v.pub_outs],
                     "stdout": v.stdout.decode("utf-8", "replace"), "chunks": len(v.min_traces),
-                    "end_reason": v.end_reason, "counters": v.counters.totals(),
-                    **({"registers": self._registers(p, v)} if registers else {})}
+                    "end_reason": v.end_reason, "counters": v.counters.totals()}
         if p.phase == "mem-plans":
             return {"plans": [{"segment_id": m.segment_id, "first_row": m.first_row, "count": m.count,
                                "first": list(m.first), "last": list(m.last), "is_last": m.is_last} for m in v],
@@ -506,22 +675,43 @@ class PhaseRunner:
             return {"instances": [i.to_json() for i in v], "count": len(v)}
         return {"rows": v["rows"], "chunks": v["chunks"]}
 
-    def _registers(self, p: PhaseDecl, out: Any) -> dict[str, Any]:
-        """The guest's state when it ended: ``pc``, ``x`` (x0..x31, unsigned 64-bit) and ``priv``, from a replay
-        of its last chunk (no backend keeps it; the replay costs at most ``chunk_steps`` steps)."""
+    def _mem_ops(self, p: PhaseDecl) -> np.ndarray:
+        """The run's memory operations in execution order, logged anew: the MO runner keeps only the plans.
+
+        Fast and native run their MO runner once more (as fast as their
+        ``execute``, up to the steps the guest ran); the reference path
+        replays every chunk from its min trace, as its plans do.
+        """
+        program, data = self._program(p.emulator)
+        out = self.results[p.inputs[0]]
+        backend = self.emulators[p.emulator].backend
+        if backend == "reference":
+            from hetflow.executors.emulator import mem_ops_from_min_traces
+            return mem_ops_from_min_traces(program, out.min_traces, len(data))
+        if backend == "native":
+            from hetflow.executors.emulator import native_runners as running
+        else:
+            from hetflow.executors.emulator import fast as running
+        return running.mem_ops_runner(running.image_of(program, data, len(data)), program, int(out.steps))
+
+    def _end_state(self, p: PhaseDecl, out: Any) -> Any:
+        """The guest's state when it ended (pc, x0..x31, priv), from a replay of its last chunk (no backend keeps
+        it; the replay costs at most ``chunk_steps`` steps)."""
         program, data = self._program(p.emulator)
         last = out.min_traces[-1]
-        if self.emulators[p.emulator].backend == "reference":
-            from hetflow.executors.emulator import reference
-            end, _, _ = reference.replay_chunk(program, last, len(data))
+        backend = self.emulators[p.emulator].backend
+        if backend == "reference":
+            from hetflow.executors.emulator import reference as replaying
+        elif backend == "native":   # translated code: a native run never loads numba for its registers
+            from hetflow.executors.emulator import native as replaying
         else:
-            from hetflow.executors.emulator import fast
-            end, _, _ = fast.replay_chunk(program, last, len(data))
-        return {"pc": int(end.pc), "x": [int(r) for r in end.regs], "priv": int(end.priv)}
+            from hetflow.executors.emulator import fast as replaying
+        end, _, _ = replaying.replay_chunk(program, last, len(data))
+        return end
 
     def output(self, pid: str, fieldname: str | None) -> tuple[Any, str]:
         """The JSON value an ``outputs:`` entry persists and its digest."""
-        data = self.fields(pid, registers=fieldname in (None, "registers"))
+        data = self.fields(pid)
         value = data if fieldname is None else data[fieldname]
         text = json.dumps(value, sort_keys=True, separators=(",", ":"))
         return value, "sha256:" + hashlib.sha256(text.encode()).hexdigest()
@@ -666,6 +856,17 @@ def check_manifest(tree: Mapping[str, Any], doc: Any, base: str, problems: list)
     for sid, p in list(phases.items()):
         if p.emulator not in emulators:
             del phases[sid]
+    # every array field an executor stage reads becomes a node of its own, after the phases (a topological order)
+    for spec in stages.values():
+        refs = spec.get("inputs") if isinstance(spec, dict) and "phase" not in spec else None
+        for ref in refs if isinstance(refs, list) else ():
+            found = array_ref(ref, phases) if isinstance(ref, str) and ref not in stages else None
+            if found is None or ref in phases or phases[found[0]].kind.array_field(found[1]) is None:
+                continue  # not an array field: the stage's inputs are checked with the stages
+            source = phases[found[0]]
+            args = {"field": found[1], "of": source.phase,
+                    **({"sizes": dict(source.args["sizes"])} if "sizes" in source.args else {})}
+            phases[ref] = PhaseDecl(ref, ARRAY_PHASE, source.emulator, (source.id,), args, source.origin)
     return emulators, phases
 
 
@@ -677,6 +878,7 @@ def check_output(stage: str, fieldname: str | None, stages: Mapping[str, Any], p
     if stage not in phases:
         return f"{stage!r} is not an emulator phase, so it has no fields; name the stage alone"
     kind = phases[stage].kind
-    if fieldname is not None and fieldname not in kind.fields:
-        return f"{article(kind.name)} phase has no field {fieldname!r} (fields: {', '.join(kind.fields)})"
+    if fieldname is not None and fieldname not in kind.names:
+        arrays = f"; arrays: {', '.join(a.name for a in kind.arrays)}" if kind.arrays else ""
+        return f"{article(kind.name)} phase has no field {fieldname!r} (fields: {', '.join(kind.fields)}{arrays})"
     return None

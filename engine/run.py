@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Callable, Mapping
 
+import dask.local
 import dask.threaded
 
 from hetflow.engine import owner, threads
@@ -49,7 +50,7 @@ from hetflow.engine.cancel import Cancel, Cancelled, current
 from hetflow.engine.errors import RunCancelled, RunFailed, StageFailure
 from hetflow.engine.events import EventStream, Sink, run_event
 from hetflow.engine.manifest import Manifest
-from hetflow.engine.phases import PhaseRunner, phase_status
+from hetflow.engine.phases import PhaseRunner, phase_status, witness_activation
 from hetflow.engine.planner import Plan
 from hetflow.engine.runtime import ClusterFailure, HandleTable, LocalRuntime, StageTimedOut
 from hetflow.engine.records import (
@@ -310,8 +311,12 @@ def _execute(
                                    cancel=cancel, fold_bridges=True)
             record["warm_up"] = [{"worker": None, "seconds": runtime.warm_up()}]
             stream.emit(run_event("started", run_id, tasks=runtime.graph.reported_tasks(), mode="threads"))
-            pool = _take_pool(num_workers or os.cpu_count() or 1)
+            # partitions at once x BLAS threads <= cores, with the sweep's points and other runs of this process
+            at_once = threads.width(plan, num_workers or os.cpu_count() or 1)
             phase_runner = PhaseRunner(manifest.emulators, phases, runtime._event) if phases else None
+            # no two partitions of a chain can run at once: its tasks run in the run's own thread, in order,
+            # without a hand-over to a pool thread and back for each
+            pool = _take_pool(num_workers or os.cpu_count() or 1) if at_once > 1 or phase_runner else None
 
             def run_graph() -> list[Any]:
                 dsk, graph_keys = runtime.graph.dsk, runtime.graph.keys
@@ -321,10 +326,10 @@ def _execute(
                     cancel.check()
                     second = phase_runner.round2()
                     dsk, graph_keys = {**dsk, **second}, graph_keys + [k for k in second if k.startswith("phase:")]
+                elif pool is None:
+                    return dask.local.get_sync(dsk, graph_keys)
                 return dask.threaded.get(dsk, graph_keys, pool=pool)
 
-            # partitions at once x BLAS threads <= cores, with the sweep's points and other runs of this process
-            at_once = threads.width(plan, num_workers or os.cpu_count() or 1)
             with threads.claim_run(at_once):  # given back however the run ends, the record's read failing too
                 record["threads"] = threads.POOLS.describe(at_once)
                 try:
@@ -336,7 +341,8 @@ def _execute(
                     if stopped:
                         cancel.request("SIGINT")  # a KeyboardInterrupt without stopping(): no new partition starts
                     # a cancelled run does not wait for the partitions it abandons: they release what they return
-                    _give_back_pool(pool, reuse=failure is None, stopped=stopped)
+                    if pool is not None:
+                        _give_back_pool(pool, reuse=failure is None, stopped=stopped)
                     runtime.handles.close()
             live_after = {name: ex.live_activations() for name, ex in instances.items()}
 
@@ -367,15 +373,22 @@ def _execute(
                     "dtype": portable.dtype.value, "bytes": len(portable.bytes), "digest": digest_portable(portable),
                 }
             for name, (pid, fieldname) in getattr(manifest, "phase_outputs", {}).items():
-                if phases[pid].kind.array and fieldname is None:
-                    from hetflow.executors.emulator import WITNESS_COLUMNS
+                field = phases[pid].kind.array_field(fieldname) if fieldname is not None else None
+                if phases[pid].kind.array and fieldname is None or field is not None:
+                    # an array (the witness table, or an array field): an .npy, its columns in the record
+                    if field is None:
+                        from hetflow.executors.emulator import WITNESS_COLUMNS as columns
 
-                    portable = phase_runner.results[pid]["portable"]
+                        portable = phase_runner.results[pid]["portable"]
+                    else:
+                        columns = field.columns
+                        portable = witness_activation(phase_runner.array(pid, fieldname))
                     file = f"{name}.npy"
                     written.append((os.path.join(run_dir, file), npy_writer(portable.to_array())))
                     record["outputs"][name] = {
-                        "phase": pid, "file": file, "shape": list(portable.shape.dims), "dtype": portable.dtype.value,
-                        "bytes": len(portable.bytes), "digest": digest_portable(portable), "columns": list(WITNESS_COLUMNS)}
+                        "phase": pid, **({"field": fieldname} if field is not None else {}), "file": file,
+                        "shape": list(portable.shape.dims), "dtype": portable.dtype.value,
+                        "bytes": len(portable.bytes), "digest": digest_portable(portable), "columns": list(columns)}
                 else:
                     value, digest = phase_runner.output(pid, fieldname)
                     record["outputs"][name] = {"phase": pid, "field": fieldname, "value": value, "digest": digest}

@@ -88,7 +88,7 @@ def test_phase_nodes_in_text_json_dot_and_svg(tmp_path):
            "bound: 1000 rows max) to top, lim; fan-out: at most 8 tasks, one per chunk " \
            "(max_steps 1000 / chunk_steps 128); at most ~" in text
     assert "  run   execute       on emulator:emu  inputs: -; yields steps, exit_code, pub_outs, stdout, chunks, " \
-           "end_reason, counters, registers (data); at most ~" in text
+           "end_reason, counters (data); arrays registers, min_trace, min_trace_index; at most ~" in text
     assert "top  max   p0   on host  [16] int64 (128 B)" in text
     assert "lim  relu  p1   on host  [<=1000, 16] int64 (at most 125.0 KiB)" in text
     assert "wit@host: wit emulator:emu -> host, at most 125.0 KiB, emulator output import; consumers: top, lim" in text

@@ -37,6 +37,12 @@ outputs: {w: w, u: u}
 """
 
 
+# two partitions that may run at once: a run takes a pool of threads
+FAN = SHARED.replace("  w:  {op: sum, inputs: [v], args: {axis: 0}, executor: a}\n",
+                     "  w:  {op: sum, inputs: [v], args: {axis: 0}, executor: a}\n  z:  {op: neg, inputs: [x], executor: c}\n"
+                     ).replace("outputs: {w: w, u: u}", "outputs: {w: w, u: u, z: z}")
+
+
 def compiled(manifest_file, text):
     m = compile_manifest(load(manifest_file(text)))
     return m, make_plan(m, probe)
@@ -124,7 +130,7 @@ def test_a_plan_is_encoded_once_for_all_its_runs_and_forgotten_with_it(manifest_
 def test_runs_one_after_another_share_their_pool_threads(manifest_file, tmp_path):
     from hetflow.engine import run as runmod
 
-    m, p = compiled(manifest_file, SHARED)
+    m, p = compiled(manifest_file, FAN)
     size = 3  # a size no other test's runs leave idle pools of
     runmod._IDLE_POOLS.pop(size, None)
     execute(m, p, runs_dir=str(tmp_path), use_cache=False, num_workers=size)
@@ -289,3 +295,17 @@ def test_partitions_that_follow_one_another_alone_run_as_one_task_each_reported_
     assert np.array_equal(np.load(os.path.join(r.run_dir, "y.npy")), np.ones(4, np.float32))
     assert np.array_equal(np.load(os.path.join(r.run_dir, "side.npy")), -np.ones(4, np.float32))
     assert record["live_activations_after"] == {"a": 0, "b": 0}
+
+
+def test_a_chain_runs_its_tasks_in_the_runs_own_thread_without_a_pool(manifest_file, tmp_path):
+    from hetflow.engine import run as runmod
+
+    chain = ALTERNATING.replace("  side: {op: neg, inputs: [x5], executor: a}\n", "").replace(", side: side", "")
+    m, p = compiled(manifest_file, chain)
+    size = 5  # a size no other test's runs leave idle pools of
+    runmod._IDLE_POOLS.pop(size, None)
+    r = execute(m, p, runs_dir=str(tmp_path), use_cache=False, num_workers=size)
+    assert r.status == "succeeded" and r.record["threads"]["partitions_at_once"] == 1
+    assert size not in runmod._IDLE_POOLS, "no pool was taken"
+    assert len({t["thread"] for t in r.record["tasks"]}) == 1
+    assert len([t for t in r.record["tasks"] if t["kind"] == "partition"]) == len(p.partitions)

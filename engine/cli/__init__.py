@@ -17,6 +17,7 @@ One module per command group:
 ``scheduling``   ``schedule list|run-due|status|serve``
 ``emulate``      ``emulate``
 ``catalog``      ``executors``, ``examples``, ``schema``
+``importing``    ``import onnx``
 
 Each command imports the passes it uses when it runs: ``hetflow emulate``
 and ``--help`` start without numpy, networkx, jsonschema or dask.
@@ -28,7 +29,14 @@ from hetflow.engine.cli.common import (EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_IN
                                       EXIT_RUN_FAILED)
 from hetflow.engine.cli.emulate import INTERPRETER_START_STEPS
 from hetflow.engine.cli.main import entry, main
-from hetflow.engine.cli.parser import _parser
 
 __all__ = ["main", "entry", "EXIT_OK", "EXIT_RUN_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "EXIT_LOCKED",
            "EXIT_ENVIRONMENT", "INTERPRETER_START_STEPS", "_parser"]
+
+
+def __getattr__(name: str):
+    # the parser (argparse) loads on first use: a plain ``hetflow emulate`` line never builds it
+    if name == "_parser":
+        from hetflow.engine.cli.parser import _parser
+        return _parser
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

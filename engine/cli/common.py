@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
+TYPE_CHECKING = False       # typing itself costs ``hetflow emulate`` 3 ms of its start
 
-from hetflow.engine.errors import UsageError
+if TYPE_CHECKING:      # argparse loads with the parser, which a plain ``hetflow emulate`` line does without
+    import argparse
 
 __all__ = ["EXIT_OK", "EXIT_RUN_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "EXIT_LOCKED", "EXIT_ENVIRONMENT",
            "cluster_kwargs", "event_sink"]
@@ -12,8 +13,14 @@ __all__ = ["EXIT_OK", "EXIT_RUN_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "EXI
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_LOCKED, EXIT_ENVIRONMENT = 0, 1, 2, 3, 4, 5
 
 
+class _ShowVersion(Exception):
+    """``--version`` was given: main prints the version to its output stream (here, not in the parser's module,
+    so that main catches it without loading argparse)."""
+
+
 def cluster_kwargs(args: argparse.Namespace) -> dict:
     """The cluster flags as the API's keywords; their combinations are checked here, in the flags' own words."""
+    from hetflow.engine.errors import UsageError   # here: ``hetflow emulate`` starts without the errors module
     if args.workers is not None and args.scheduler is not None:
         raise UsageError("--workers starts a new cluster and --scheduler joins one; give one of them")
     if args.threads_per_worker is not None and args.workers is None:

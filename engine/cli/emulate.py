@@ -2,20 +2,22 @@
 
 Starts without numpy, networkx, jsonschema or dask: the emulator loads
 inside the command, and a short guest ends in the reference interpreter
-before the fast backend's compiled code would have loaded.
+before the fast backend's compiled code would have loaded.  A plain
+command line (the flags spelled out, no ``--help``, nothing argparse
+would refuse) is read by :func:`plain_args` without argparse, whose
+import and parser cost more than a whole cached native run of a short
+guest; anything else goes to the parser, which says what it means.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
+from types import SimpleNamespace
 
 from hetflow.engine.cli.common import EXIT_OK, EXIT_RUN_FAILED
-from hetflow.engine.errors import UsageError
 
-__all__ = ["INTERPRETER_START_STEPS", "cmd_emulate"]
+__all__ = ["INTERPRETER_START_STEPS", "cmd_emulate", "plain_args"]
 
 # Loading the fast backend's compiled code costs numba's start-up (about
 # 0.7 s here) however short the guest. A guest that ends within this many
@@ -23,6 +25,72 @@ __all__ = ["INTERPRETER_START_STEPS", "cmd_emulate"]
 # steps), whose results are the same by contract (tests/emulator check every
 # field); a longer one is rerun from the start on the fast backend.
 INTERPRETER_START_STEPS = 20_000
+
+#: emulate's flags as its argparse parser declares them (``parser._emulate_parser``; a test holds the two
+#: together): flag -> (dest, how its value converts, or None for a switch, and the choices or the switch's value)
+_FLAGS = {"--backend": ("backend", str, ("auto", "fast", "reference", "native")),
+          "--no-interpreter-start": ("interpreter_start", None, False),
+          "--input": ("input", str, None), "--max-steps": ("max_steps", int, None),
+          "--timeout": ("timeout", float, None), "--isa": ("isa", str, ("rv64imac", "rv64ima")),
+          "--chunk-steps": ("chunk_steps", int, None), "--json": ("json", None, True),
+          "--fetch": ("fetch", str, ("executable", "any")), "--memory": ("memory", str, ("protected", "flat"))}
+#: the namespace argparse gives ``hetflow emulate ELF`` (the top-level flags' too), less ``elf``
+_DEFAULTS = {"debug": False, "version": None, "command": "emulate", "backend": "auto", "interpreter_start": True,
+             "input": None, "max_steps": None, "timeout": None, "isa": "rv64imac", "chunk_steps": 1 << 18,
+             "json": False, "fetch": None, "memory": "protected"}
+
+
+def plain_args(argv: list[str]) -> SimpleNamespace | None:
+    """``argv`` (``["emulate", ...]``) as the emulate parser would read it, or None where that takes argparse.
+
+    A plain line is one ELF and whole flags, each value a separate word that
+    does not start with ``-`` and converts and is among the choices; what
+    is left (``--help``, ``--flag=value``, an abbreviation, ``--``, a bad
+    value, a second ELF) returns None, and the parser gives its usage, help
+    or error as before.  The attributes are argparse's for the same line.
+
+    >>> vars(plain_args(["emulate", "g.elf", "--max-steps", "100", "--json"]))["max_steps"]
+    100
+    >>> plain_args(["emulate", "g.elf", "--max-steps", "many"]) is None      # argparse's error, not ours
+    True
+    """
+    if argv[:1] != ["emulate"]:
+        return None
+    values, elf = dict(_DEFAULTS), None
+    words = iter(argv[1:])
+    for word in words:
+        if not word.startswith("-"):
+            if elf is not None:
+                return None
+            elf = word
+            continue
+        flag = _FLAGS.get(word)
+        if flag is None:
+            return None
+        dest, convert, choices = flag
+        if convert is None:
+            values[dest] = choices
+            continue
+        value = next(words, None)
+        if value is None or value.startswith("-") and value != "-":
+            return None
+        try:
+            value = convert(value)
+        except ValueError:
+            return None
+        if choices is not None and value not in choices:
+            return None
+        values[dest] = value
+    if elf is None:
+        return None
+    return SimpleNamespace(elf=elf, **values)
+
+
+def _usage(message: str):
+    # the errors module loads only when a command line is refused: the plain start does without it
+    from hetflow.engine.errors import UsageError
+
+    return UsageError(message)
 
 
 def _output(r: dict, program, data: bytes, chunk_steps: int):
@@ -69,20 +137,20 @@ def _report(args, result_or_error, out) -> None:
         print(text, end="" if text.endswith("\n") else "\n", file=out)
 
 
-def cmd_emulate(args: argparse.Namespace, out, err) -> int:
+def cmd_emulate(args, out, err) -> int:
     from hetflow.executors.emulator import (DEFAULT_MAX_STEPS, ElfError, GuestError, execute,  # numba loads only here
                                             load_elf)
 
     if args.max_steps is None:
         args.max_steps = DEFAULT_MAX_STEPS
     if args.max_steps < 1 or args.chunk_steps < 1:
-        raise UsageError("--max-steps and --chunk-steps must be at least 1")
+        raise _usage("--max-steps and --chunk-steps must be at least 1")
     if args.timeout is not None and not args.timeout > 0:
-        raise UsageError("--timeout must be a positive number of seconds")
+        raise _usage("--timeout must be a positive number of seconds")
     memory = getattr(args, "memory", "protected")
     if memory == "flat" and args.fetch == "executable":
-        raise UsageError("--memory flat fetches from any mapped memory (it implies --fetch any); "
-                         "drop --fetch executable, or drop --memory flat")
+        raise _usage("--memory flat fetches from any mapped memory (it implies --fetch any); "
+                     "drop --fetch executable, or drop --memory flat")
     fetch = args.fetch or ("any" if memory == "flat" else "executable")
     from hetflow.executors.emulator import AUTO, resolve_backend
 
@@ -96,7 +164,7 @@ def cmd_emulate(args: argparse.Namespace, out, err) -> int:
         else:
             program = load_elf(args.elf, fetch=fetch, isa=args.isa, memory=memory)
     except ElfError as e:
-        raise UsageError(str(e)) from None
+        raise _usage(str(e)) from None
     data = b""
     if args.input == "-":
         data = sys.stdin.buffer.read()
@@ -105,7 +173,7 @@ def cmd_emulate(args: argparse.Namespace, out, err) -> int:
             with open(args.input, "rb") as f:
                 data = f.read()
         except OSError as e:
-            raise UsageError(f"--input {args.input}: cannot read: {e.strerror or e}") from None
+            raise _usage(f"--input {args.input}: cannot read: {e.strerror or e}") from None
     from hetflow.executors.emulator.machine import StepLimitExceeded, TimeLimitExceeded, with_output
 
     # one deadline for the whole command: the interpreter's start, a compile and the run all count
@@ -152,7 +220,7 @@ def cmd_emulate(args: argparse.Namespace, out, err) -> int:
                                  max_steps=args.max_steps, runners=False, timeout=left())
             ran_on = args.backend
     except ElfError as e:
-        raise UsageError(str(e)) from None
+        raise _usage(str(e)) from None
     except GuestError as e:
         if "step limit" in str(e):
             hint = " (raise it with --max-steps)"
@@ -165,6 +233,8 @@ def cmd_emulate(args: argparse.Namespace, out, err) -> int:
             e = with_output(TimeLimitExceeded(args.timeout, pc=e.pc, insn=e.insn, step=e.step, symbol=e.symbol),
                             e.stdout, e.pub_outs)
         if args.json:
+            import json
+
             print(json.dumps({"program": args.elf, "backend": args.backend, "requested_backend": requested,
                               "backend_reason": why, "status": "failed", "error": str(e),
                               "pc": e.pc, "symbol": e.symbol, "insn": e.insn, "step": e.step, "steps": e.step,
@@ -182,6 +252,8 @@ def cmd_emulate(args: argparse.Namespace, out, err) -> int:
     text = result.stdout.decode("utf-8", errors="replace")
     ok = result.exit_code == 0
     if args.json:
+        import json
+
         print(json.dumps({"program": args.elf, "backend": args.backend, "ran_on": ran_on, "status": "ok" if ok else "failed",
                           "steps": result.steps, "exit_code": result.exit_code, "end_reason": result.end_reason,
                           "pub_outs": [v for _, v in result.pub_outs], "stdout": text,

@@ -19,19 +19,16 @@ a run or sweep writes its whole record.
 
 from __future__ import annotations
 
-import contextlib
 import gc
-import importlib
-import json
 import os
 import sys
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
-from hetflow.engine.cli.common import EXIT_OK
-from hetflow.engine.cli.parser import _parser, _ShowVersion
+from hetflow.engine.cli.common import EXIT_OK, _ShowVersion
 from hetflow.engine.events import QuietStream, quiet
 
+# no typing, contextlib or importlib here: together 2-4 ms of every ``hetflow emulate``
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from hetflow.engine.cli.outcomes import Outcome
 
@@ -42,12 +39,13 @@ __all__ = ["main", "entry"]
 _COMMANDS = {"validate": "pipelines.cmd_validate", "plan": "pipelines.cmd_plan", "run": "pipelines.cmd_run",
              "verify": "pipelines.cmd_verify", "runs": "runs.cmd_runs", "report": "runs.cmd_report",
              "executors": "catalog.cmd_executors", "examples": "catalog.cmd_examples", "schema": "catalog.cmd_schema",
-             "emulate": "emulate.cmd_emulate", "schedule": "scheduling.cmd_schedule"}
+             "emulate": "emulate.cmd_emulate", "schedule": "scheduling.cmd_schedule",
+             "import": "importing.cmd_import"}
 
 
 def _command(name: str):
     module, function = _COMMANDS[name].split(".")
-    return getattr(importlib.import_module(f"hetflow.engine.cli.{module}"), function)
+    return getattr(__import__(f"hetflow.engine.cli.{module}", fromlist=[function]), function)
 
 # Commands that run pipelines: SIGINT and SIGTERM cancel them (hetflow.engine.cancel) and they exit 128 + signal.
 _STOPPABLE = frozenset({"run", "verify"})
@@ -55,39 +53,51 @@ _STOPPABLE = frozenset({"run", "verify"})
 
 def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    with _streams(out, err) as (out, err):
+    with _Streams(out, err) as (out, err):
         return _dispatch(argv, out, err)
 
 
-@contextlib.contextmanager
-def _streams(out, err) -> Iterator[tuple[QuietStream, QuietStream]]:
+class _Streams:
     """``out`` and ``err`` (default: the process's own) as quiet streams, flushed at the end.
 
     The process's own streams are replaced by their quiet ones in ``sys``
     while the command runs: argparse's usage, warnings and a plugin's
     ``print`` write there, and a closed pipe must not fail them either.
     """
-    own_out, own_err = out is None, err is None
-    out, err = quiet(sys.stdout if own_out else out), quiet(sys.stderr if own_err else err)
-    saved = sys.stdout, sys.stderr
-    if own_out:
-        sys.stdout = out
-    if own_err:
-        sys.stderr = err
-    try:
-        yield out, err
-    finally:
-        out.flush()
-        err.flush()
-        sys.stdout, sys.stderr = saved
+
+    def __init__(self, out, err) -> None:
+        self.own_out, self.own_err = out is None, err is None
+        self.out = quiet(sys.stdout if self.own_out else out)
+        self.err = quiet(sys.stderr if self.own_err else err)
+
+    def __enter__(self) -> tuple[QuietStream, QuietStream]:
+        self.saved = sys.stdout, sys.stderr
+        if self.own_out:
+            sys.stdout = self.out
+        if self.own_err:
+            sys.stderr = self.err
+        return self.out, self.err
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.out.flush()
+            self.err.flush()
+        finally:
+            sys.stdout, sys.stderr = self.saved
 
 
 def _dispatch(argv: list[str], out: QuietStream, err: QuietStream) -> int:
     debug = "--debug" in argv
     as_json = "--json" in argv  # until the arguments are parsed: a command line that does not parse is bad input
     try:
-        # emulate's own parser alone: the same usage, help and errors without building every command's
-        args = _parser("emulate" if argv[:1] == ["emulate"] else None).parse_args(argv)
+        args = None
+        if argv[:1] == ["emulate"]:
+            from hetflow.engine.cli.emulate import plain_args
+            args = plain_args(argv)      # a plain command line, read without argparse (2-8 ms to load and build)
+        if args is None:
+            from hetflow.engine.cli.parser import _parser
+            # emulate's own parser alone: the same usage, help and errors without building every command's
+            args = _parser("emulate" if argv[:1] == ["emulate"] else None).parse_args(argv)
         as_json = bool(getattr(args, "json", False))
         if args.command not in _STOPPABLE:
             return _command(args.command)(args, out, err)
@@ -119,6 +129,8 @@ def _report(ended: Outcome, as_json: bool, out: QuietStream, err: QuietStream) -
         print(line, file=err)
     if as_json:
         if not out.wrote:  # one JSON object in all: a command that printed its own keeps it
+            import json  # here: a cached ``hetflow emulate`` starts without it
+
             print(json.dumps(ended.data), file=out)
     elif ended.ref:
         print(ended.ref, file=out)
@@ -142,7 +154,9 @@ def _report_forced_exit(cancel, as_json: bool, out: QuietStream, err: QuietStrea
 def entry() -> None:
     code = main()
     runtime = sys.modules.get("hetflow.engine.runtime")
-    if code > 128 or (runtime is not None and runtime.abandoned_calls()):
+    # emulate leaves nothing to finish at exit (a translation is cached when it is made): the interpreter's
+    # teardown of its modules and the guest's memory would be an eighth of a short guest's whole process
+    if code > 128 or (runtime is not None and runtime.abandoned_calls()) or sys.argv[1:2] == ["emulate"]:
         # A cancelled run, or a timed-out attempt, left executor calls going in daemon threads: the interpreter
         # would wait for them, and a BLAS library's exit handler would wait forever for a call it stopped.
         for stream in (sys.stdout, sys.stderr):

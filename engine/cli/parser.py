@@ -10,14 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from hetflow.engine.cli.common import _ShowVersion
 from hetflow.engine.cli.emulate import INTERPRETER_START_STEPS
 from hetflow.engine.errors import UsageError
 
 __all__ = ["_parser"]
-
-
-class _ShowVersion(Exception):
-    """``--version`` was given: main prints the version to its output stream."""
 
 
 class _Version(argparse.Action):
@@ -39,7 +36,7 @@ _JSON = "; a failure, however it comes, prints one JSON object too (status, exit
 
 #: the commands in the order :func:`_parser` adds them (tests check it against the parser)
 COMMANDS = ("validate", "plan", "run", "verify", "runs", "executors", "examples", "emulate", "schedule", "report",
-            "schema")
+            "schema", "import")
 
 
 def _parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -212,6 +209,18 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     sch.add_argument("-o", "--output", metavar="FILE", help="write it to FILE instead of stdout")
     sch.add_argument("--plugins", nargs="+", metavar="SPEC",
                      help="also fold in the ops of these plugins (.py paths or module names), as a manifest's plugins: loads them")
+
+    im = sub.add_parser("import", help="bring a model from another format in as a manifest")
+    imsub = im.add_subparsers(dest="import_format", metavar="FORMAT", required=True, parser_class=_Parser)
+    io = imsub.add_parser("onnx", help="an ONNX model as DIR/NAME.yaml, its weights as DIR/NAME.safetensors")
+    io.add_argument("model", metavar="MODEL", help="the .onnx file (external data is read from beside it)")
+    io.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write into (made if missing)")
+    io.add_argument("--name", help="the manifest's name and the files' stem (default: MODEL's file name)")
+    io.add_argument("--allow-missing", action="store_true",
+                    help="write the manifest even where nodes have no hetflow op, with a plugin stub "
+                         "(NAME_missing.py) of those ops to fill in; without it, such a model is refused (exit 2) "
+                         "with every missing node listed, and nothing is written")
+    io.add_argument("--json", action="store_true", help="print what was written as one JSON object" + _JSON)
     return p
 
 

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+
+TYPE_CHECKING = False       # typing itself costs ``hetflow emulate`` 3 ms of its start
 
 
 def cache_root() -> str:
@@ -121,13 +122,19 @@ def auto_backend() -> tuple[str, str]:
     where llvmlite is missing this is the reference), else the reference
     interpreter.  Looks for the packages without importing them (llvmlite's
     import costs 0.1 s, numba's 0.5 s)."""
-    from importlib.util import find_spec
-
-    if find_spec("llvmlite") is not None:
+    if _installed("llvmlite"):
         return "native", "llvmlite is installed"
-    if find_spec("numba") is not None:
+    if _installed("numba"):
         return "fast", "numba is installed, llvmlite is not"
     return "reference", "neither llvmlite nor numba is installed"
+
+
+def _installed(name: str) -> bool:
+    """Whether the top-level package ``name`` would import: what ``importlib.util.find_spec`` asks the import
+    system's finders, without importing importlib.util and contextlib (1 ms of ``hetflow emulate``)."""
+    if name in sys.modules:
+        return sys.modules[name] is not None          # None: marked absent, as find_spec reads it
+    return any(f.find_spec(name, None) is not None for f in sys.meta_path if hasattr(f, "find_spec"))
 
 
 def resolve_backend(backend: str) -> tuple[str, str]:
@@ -211,13 +218,15 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
         artifacts = BackendArtifacts.reference()
     elif backend == "native":
         mo = rh = None
-        if runners:                    # the runners run on the fast backend's machine (numba) with translated code
-            from . import fast, native
-            image = fast.image_of(program, input, len(input))
-            mo = fast.spawn(lambda: plan_memory(native.mem_ops_runner(image, program, max_steps, **limits),
-                                                mem_plan_rows, mem_plan_xp))
+        if runners:                    # translated code and the reference interpreter: no numba
+            from . import native_runners
+            image = native_runners.image_of(program, input, len(input))
+            mo = native_runners.spawn(lambda: plan_memory(native_runners.mem_ops_runner(image, program, max_steps,
+                                                                                        **limits),
+                                                          mem_plan_rows, mem_plan_xp))
             if rom_histogram:
-                rh = fast.spawn(lambda: native.rom_histogram_runner(image, program, max_steps, **limits))
+                rh = native_runners.spawn(lambda: native_runners.rom_histogram_runner(image, program, max_steps,
+                                                                                      **limits))
         import numpy as np
 
         from . import native_main

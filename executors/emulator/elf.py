@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import io
 import os
-from typing import NamedTuple
+from collections import namedtuple
 
 __all__ = ["ElfError", "Segment", "Program", "load_elf", "read_elf", "elf_layout", "program_of", "PERM_R", "PERM_W",
            "PERM_X", "FETCH_MODES", "MEMORY_MODES", "ISAS", "symbol_at", "EF_RISCV_RVC", "EF_RISCV_FLOAT_ABI"]
@@ -32,7 +32,8 @@ FETCH_MODES = ("executable", "any")
 #: without PMP may (the official riscv-tests store into their code segment); flat implies fetch "any"
 MEMORY_MODES = ("protected", "flat")
 
-#: the instruction sets a program may declare: rv64imac runs compressed code, rv64ima refuses it at load
+#: the instruction sets a program may declare: rv64imac runs compressed code; rv64ima refuses it at load (the
+#: ELF's RVC flag) and at run time (a 16-bit parcel is an illegal instruction there)
 ISAS = ("rv64imac", "rv64ima")
 
 EM_RISCV = 243
@@ -48,10 +49,10 @@ class ElfError(ValueError):
     """The file is not a loadable static ELF64 RISC-V executable."""
 
 
-class Segment(NamedTuple):
-    vaddr: int
-    data: bytes          # memsz bytes: file contents, then zeros
-    perm: int            # PERM_R | PERM_W | PERM_X
+# collections' namedtuple, not typing's: ``hetflow emulate`` starts without the typing module (3 ms)
+class Segment(namedtuple("Segment", "vaddr data perm")):
+    # vaddr: int; data: bytes, memsz bytes: file contents, then zeros; perm: int, PERM_R | PERM_W | PERM_X
+    __slots__ = ()
 
     @property
     def end(self) -> int:
@@ -61,28 +62,25 @@ class Segment(NamedTuple):
         return "".join(c if self.perm & b else "-" for c, b in (("r", PERM_R), ("w", PERM_W), ("x", PERM_X)))
 
 
-class Program(NamedTuple):
+class Program(namedtuple("Program", "name entry segments tohost fetch stack memory symbols isa",
+                          defaults=(None, "executable", None, "protected", (), "rv64imac"))):
     """A loaded guest: entry point, segments, the optional ``tohost``, and
     the fetch protection it runs under."""
 
-    name: str
-    entry: int
-    segments: tuple[Segment, ...]
-    tohost: int | None = None
-    #: which memory instructions may be fetched from: "executable" (segments
-    #: with PF_X only) or "any" (every mapped region, as the ISA has it); see
-    #: :mod:`.machine`, "Fetch protection"
-    fetch: str = "executable"
-    #: ``(lowest byte, top)`` of the stack the program was linked for, from its ``__stack_top`` and
-    #: ``__stack_size`` symbols (the SDK's link.ld defines both), or None; the machine puts an unmapped
-    #: guard at its bottom (:func:`hetflow.executors.emulator.machine.build_regions`)
-    stack: tuple[int, int] | None = None
-    #: "protected" or "flat" (:data:`MEMORY_MODES`; flat goes with fetch "any", which :func:`load_elf` sets);
-    #: see :mod:`.machine`, "Memory modes"
-    memory: str = "protected"
-    #: ``(address, end, name)`` of the code symbols in ``.symtab``, by address (:func:`symbol_at` names a pc
-    #: with them in trap messages); empty for a stripped ELF
-    symbols: tuple = ()
+    __slots__ = ()
+    # The fields, in order:
+    # name: str; entry: int; segments: tuple[Segment, ...]; tohost: int | None
+    # fetch: which memory instructions may be fetched from: "executable" (segments with PF_X only) or "any"
+    #   (every mapped region, as the ISA has it); see :mod:`.machine`, "Fetch protection"
+    # stack: ``(lowest byte, top)`` of the stack the program was linked for, from its ``__stack_top`` and
+    #   ``__stack_size`` symbols (the SDK's link.ld defines both), or None; the machine puts an unmapped
+    #   guard at its bottom (:func:`hetflow.executors.emulator.machine.build_regions`)
+    # memory: "protected" or "flat" (:data:`MEMORY_MODES`; flat goes with fetch "any", which :func:`load_elf`
+    #   sets); see :mod:`.machine`, "Memory modes"
+    # symbols: ``(address, end, name)`` of the code symbols in ``.symtab``, by address (:func:`symbol_at`
+    #   names a pc with them in trap messages); empty for a stripped ELF
+    # isa: "rv64imac" or "rv64ima" (:data:`ISAS`): under rv64ima every backend decodes a 16-bit parcel met
+    #   at run time as an illegal instruction, whatever the ELF's flags said at load
 
 
 def _perm(p_flags: int) -> int:
@@ -276,4 +274,4 @@ def program_of(layout: dict, raw: bytes, label: str, fetch: str = "executable", 
     # flat memory fetches from anywhere mapped: one Program.fetch for the backends to read, whatever was asked
     symbols = tuple(tuple(s) for s in layout.get("symbols", ()))
     return Program(os.path.basename(label), layout["entry"], segments, layout["tohost"],
-                   "any" if memory == "flat" else fetch, stack, memory, symbols)
+                   "any" if memory == "flat" else fetch, stack, memory, symbols, isa)

@@ -106,6 +106,13 @@ def _to_i64(v: int) -> int:
     return v - (1 << 64) if v >> 63 else v
 
 
+@functools.lru_cache(maxsize=1)
+def _no_ctab():
+    """The compressed table of rv64ima: op -1 (illegal) for every parcel, the shape and dtype of ``_CTAB``
+    so that the kernel's compiled signature is the same."""
+    return np.full(_CTAB.shape, -1, dtype=_CTAB.dtype)
+
+
 class Image:
     """Memory and region tables for one program + input size."""
 
@@ -129,6 +136,9 @@ class Image:
         self.rslot = np.array(slots, dtype=np.int64)
         self.rhslot = np.array(hslots, dtype=np.int64)
         self.tohost = -1 if program.tohost is None else program.tohost
+        # under rv64ima no parcel decodes as compressed: the kernel's illegal-instruction path, as in reference
+        self.rvc = program.isa != "rv64ima"
+        self.ctab = _CTAB if self.rvc else _no_ctab()
 
     def copy_mem(self):
         # The RAM region is all zero: a fresh zeroed array gets its pages
@@ -244,7 +254,7 @@ class _Machine:
                 _TAB["match"], _TAB["mask"], _TAB["fmt"], _TAB["cls"], _TAB["order"], _TAB["start"], _TAB["stop"],
                 self.regs, self.st, counts, im.tohost, b, self.mode,
                 self.rbuf, self.rpos, self.obuf, self.opos, self.hist, self.cbuf, self.cpos, _TAB["use"], self.wbuf,
-                self.wofs, _TAB["kind"], _CTAB, im.rhslot, im.xperm)
+                self.wofs, _TAB["kind"], im.ctab, im.rhslot, im.xperm)
             done += n
             self.wofs += n
             if status == ST_GROW:
@@ -384,7 +394,7 @@ def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, 
     try:
         return _main(image, mem, m, chunk_steps, max_steps, deadline, timeout)
     except M.GuestError as e:
-        raise M.with_output(M.explain(e, image.regions, program.symbols), bytes(m.cbuf[:m.cpos]), enumerate(image.peek_u32s(mem, M.OUTPUT_ADDR, M.N_OUTPUTS)))
+        raise M.with_output(M.explain(e, image.regions, program.symbols, program.isa), bytes(m.cbuf[:m.cpos]), enumerate(image.peek_u32s(mem, M.OUTPUT_ADDR, M.N_OUTPUTS)))
 
 
 def _main(image: Image, mem, m: _Machine, chunk_steps: int, max_steps: int, deadline: float | None,

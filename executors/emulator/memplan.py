@@ -27,9 +27,41 @@ from . import reference
 from .elf import Program
 from .output import EmuTrace, MemPlan, RomHistogram
 
-__all__ = ["plan_memory", "mem_ops_from_min_traces", "mem_plans_from_min_traces", "rom_histogram_from_min_traces"]
+__all__ = ["MEM_PLAN_COLUMNS", "MEM_ROW_COLUMNS", "mem_plan_table", "mem_rows",
+           "plan_memory", "mem_ops_from_min_traces", "mem_plans_from_min_traces", "rom_histogram_from_min_traces"]
 
 DEFAULT_ROWS_PER_PLAN = 1 << 22
+#: one plan a row, in ``segment_id`` order: :class:`MemPlan`'s fields, ``first``/``last`` split into address and step
+MEM_PLAN_COLUMNS = ("segment_id", "first_row", "count", "first_address", "first_step", "last_address", "last_step",
+                    "is_last")
+
+
+#: one memory operation a row, in the planner's order (by word address, then step): plan k is rows
+#: ``first_row`` .. ``first_row + count - 1`` of it
+MEM_ROW_COLUMNS = ("address", "step", "is_write")
+
+
+def mem_rows(ops: np.ndarray) -> np.ndarray:
+    """Memory operations (``[word address, step, is_write]`` in execution order) in the order :func:`plan_memory`
+    cuts them into plans: a stable sort by address, so one word's rows stay in execution order.
+
+    >>> mem_rows(np.array([[16, 0, 0], [8, 1, 1], [16, 2, 1]])).tolist()
+    [[8, 1, 1], [16, 0, 0], [16, 2, 1]]
+    """
+    ops = np.asarray(ops, dtype=np.int64).reshape(-1, 3)
+    return np.ascontiguousarray(ops[np.argsort(ops[:, 0], kind="stable")])
+
+
+def mem_plan_table(plans: list[MemPlan]) -> np.ndarray:
+    """The plans as int64 rows of :data:`MEM_PLAN_COLUMNS` (addresses as two's-complement bit patterns).
+
+    >>> mem_plan_table([MemPlan(0, 0, 3, (8, 1), (16, 0), True)]).tolist()
+    [[0, 0, 3, 8, 1, 16, 0, 1]]
+    """
+    rows = [(m.segment_id, m.first_row, m.count, m.first[0], m.first[1], m.last[0], m.last[1], int(m.is_last))
+            for m in plans]
+    table = np.array(rows, dtype=np.uint64).reshape(len(rows), len(MEM_PLAN_COLUMNS))
+    return table.view(np.int64)
 
 
 def plan_memory(ops: np.ndarray, rows_per_plan: int = DEFAULT_ROWS_PER_PLAN, xp=np) -> tuple[list[MemPlan], int | None]:

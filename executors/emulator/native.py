@@ -2,22 +2,23 @@
 
 Algorithm
 ---------
-The backend has two runtimes over the same generated code:
+The backend has two runtimes over the same generated code, and neither
+imports numba:
 
 * the main execution (MT) runs in :mod:`.native_main` (ctypes buffers,
   the reference interpreter for what translated code leaves; no numpy,
   numba or llvmlite when the translation is in the disk cache), which
   also translates writable code and invalidates it when it is written;
-* the MO and RH runners and chunk re-execution run here, on the fast
-  backend's machine (:mod:`.fast`): the same memory image, region table,
-  state arrays and buffers (:func:`hetflow.executors.emulator.fast.run`
-  and friends run a :class:`NativeMachine` instead of their interpreter).
-  Only :meth:`NativeMachine.run`, "run this many steps", differs: it
-  calls the translated code of the program's *read-only* executable
-  segments, and falls back to the fast interpreter
-  (:func:`hetflow.executors.emulator.fast_kernel._run`) for the rest,
-  writable code included (a replay's memory is the program's image, not
-  the code a guest may have rewritten, so replay always interprets it).
+* the MO and RH runners, chunk re-execution and witness rows run in
+  :mod:`.native_runners` (:class:`NativeMachine` is its ``Runner``): the
+  state in numpy arrays, the translation of the program's *read-only*
+  executable segments for the run's mode (``LOG_OPS``, ``LOG_PCS``,
+  ``REPLAY``, ``REPLAY | WITNESS``: the op log, the histogram, the reads
+  popped from the min trace, each step's witness row written into the
+  chunk's table), and the reference interpreter for the rest, writable
+  code included (a replay's memory is the program's image, not the code a
+  guest may have rewritten, and its fetches from writable code come from
+  the min trace, so replay always interprets it).
 
 This module compiles: :func:`translate_regions` finds the blocks
 (:mod:`.native_blocks`), emits one LLVM module per part and a driver
@@ -25,8 +26,8 @@ This module compiles: :func:`translate_regions` finds the blocks
 generates object code, links the objects into a shared object where the
 host has a linker, and loads it with ctypes (else through LLVM's MCJIT).
 
-Where :class:`NativeMachine` falls back to the interpreter, one step at a
-time unless said:
+Where either runtime falls back to the reference interpreter, one step at
+a time unless said:
 
 * an instruction that is not translated: ``ecall`` (exit, write),
   ``ebreak``, ``mret``, CSR instructions, LR/SC and AMOs, illegal words;
@@ -37,13 +38,15 @@ time unless said:
 * the steps before a chunk boundary that a whole block of writable
   code would overrun (all of them at once); in read-only code the part's
   stepwise function runs them (:func:`.native_translate.emit_modules`), so
-  every chunk ends on its exact step;
+  every chunk ends on its exact step and a replay may start inside a block;
 * a pc outside translated code: in writable memory up to 256 steps at a
   time; in read-only code that discovery did not reach (an indirect jump
-  target) one step, and after :data:`RETRANSLATE_AFTER` such misses the
-  code is translated again with the missed pcs as extra seeds.
+  target) one step, and after :data:`.native_main.RETRANSLATE_AFTER` such
+  misses the code is translated again with the missed pcs as extra seeds.
 
-Witness rows (``WITNESS``) are written by the interpreter alone.
+A step the interpreter runs logs its operations and pcs, and writes its
+witness row, where translated code would have (:mod:`.native_runners`),
+so every output is the fast and reference backends', array for array.
 
 The compiled code is cached on disk (:func:`.native_main.cache_dir`),
 like numba's cache: each part's object code under the digest of its IR
@@ -58,7 +61,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -70,15 +72,13 @@ from pathlib import Path
 
 import numpy as np
 
-from . import fast
 from . import machine as M
+from . import native_runners
 from .elf import Program
-from .fast import Image
-from .layout import LOG_OPS, REC_READS, S_PC, S_STEP, ST_BUDGET, WITNESS
-from .native_main import (RETRANSLATE_AFTER, VERSION, WRITABLE_BURST, cache_dir, code_digest as _regions_digest,
-                          code_regions, host_identity, remember_seeds, stored_seeds, translation_key, write_atomic)
-from .native_translate import (CTX_NREG, CTX_OPOS, CTX_RLEN, CTX_RPOS, CTX_STOP, CTX_TOHOST, N_CTX, N_MISS,
-                               N_SHORT, PAGE_SHIFT, emit_modules, find_blocks)
+from .native_main import (VERSION, cache_dir, code_digest as _regions_digest, code_regions, host_identity,
+                          remember_seeds, stored_seeds, translation_key, write_atomic, write_meta)
+from .native_runners import Image, Runner as NativeMachine
+from .native_translate import PAGE_SHIFT, emit_modules, find_blocks
 from .output import EmuTrace
 
 __all__ = ["NativeMachine", "Translation", "run", "replay_chunk", "mem_ops_runner", "rom_histogram_runner",
@@ -148,7 +148,7 @@ def code_digest(image: Image) -> str:
     """The digest of what translation reads (:func:`.native_main.code_digest`)."""
     d = _digests.get(image)
     if d is None:
-        d = _digests[image] = _regions_digest(image.regions, image.rslot)
+        d = _digests[image] = _regions_digest(image.regions, image.rslot, image.rvc)
     return d
 
 
@@ -221,7 +221,7 @@ def _objects(texts: list[str], identity: str) -> tuple[list[Path], list[bytes], 
 
 
 def translate_regions(regions, rslot, digest: str, mode: int, seeds: set[int], offs=None,
-                      excluded=frozenset()) -> Translation:
+                      excluded=frozenset(), rvc: bool = True) -> Translation:
     """Translate the read-only code of ``regions`` from ``seeds`` for
     ``mode``, or load it from the disk cache: a shared object through
     ctypes where one was linked, else the parts' object code through
@@ -230,9 +230,10 @@ def translate_regions(regions, rslot, digest: str, mode: int, seeds: set[int], o
     hold them and the driver).  With the regions' flat-memory offsets
     ``offs``, writable executable regions are translated too (their
     ``data`` being memory as it is now), except in the flat-memory pages
-    ``excluded``."""
+    ``excluded``.  Without ``rvc`` (rv64ima) no 16-bit parcel is translated:
+    the interpreter meets it and traps."""
     t0 = time.perf_counter()
-    blocks = find_blocks(regions, rslot, sorted(seeds), offs, excluded)
+    blocks = find_blocks(regions, rslot, sorted(seeds), offs, excluded, rvc)
     heads = frozenset(b.pc for b in blocks)
     tails = {ins.pc: len(b.insns) - j for b in blocks for j, ins in enumerate(b.insns) if j}
     base = cache_dir() / translation_key(digest, mode, seeds)
@@ -258,7 +259,7 @@ def translate_regions(regions, rslot, digest: str, mode: int, seeds: set[int], o
                       for k in (0, 1) if k == 0 or (ins.size == 4 and ins.pc & 7 == 6)})
     meta = {"heads": sorted(heads), "tails": {str(k): v for k, v in tails.items()}, "pages": t.pages,
             "report": {k: v for k, v in t.report().items() if k not in ("seconds", "cached")}}
-    write_atomic(Path(f"{base}.json"), json.dumps(meta).encode())
+    write_meta(Path(f"{base}.meta"), meta)
     return t
 
 
@@ -285,7 +286,7 @@ def translation(image: Image, mode: int, pc: int, extra: set[int] = frozenset())
             return t
         stored = stored_seeds(digest)
         seeds = want | stored | (set(t.seeds) if t else set())
-        t = translate_regions(image.regions, image.rslot, digest, mode, seeds)
+        t = translate_regions(image.regions, image.rslot, digest, mode, seeds, rvc=image.rvc)
         remember_seeds(digest, seeds)
         _loaded[(digest, mode)] = t
         _last.clear()
@@ -299,100 +300,35 @@ def last_translation() -> dict:
     return dict(_last)
 
 
-def _ptr(a: np.ndarray) -> int:
-    return a.ctypes.data
-
-
-class NativeMachine(fast._Machine):
-    """The fast backend's machine whose ``run`` calls translated code."""
-
-    def __init__(self, image: Image, mem: np.ndarray, start, mode: int):
-        super().__init__(image, mem, start, mode)
-        self.ctx = np.zeros(N_CTX, dtype=np.int64)
-        self.ctx[CTX_NREG] = len(image.regions)
-        self.ctx[CTX_TOHOST] = image.tohost
-        self.rtab = np.ascontiguousarray(np.stack([image.rbase, image.rsize, image.roff, image.rperm], axis=1))
-        self.code = None if mode & WITNESS else translation(image, mode, int(start.pc))
-        self.missed: set[int] = set()
-        self.n_missed = 0
-
-    def run(self, budget: int, counts: np.ndarray) -> int:
-        """Run up to ``budget`` steps: translated code where there is some,
-        the interpreter for the rest (see the module docstring)."""
-        if self.code is None:
-            return super().run(budget, counts)
-        st, ctx, im = self.st, self.ctx, self.image
-        first = int(st[S_STEP])
-        while True:
-            done = int(st[S_STEP]) - first
-            if done >= budget:
-                return ST_BUDGET
-            b = min(budget - done, fast._SLICE)
-            stop = int(st[S_STEP]) + b
-            if self.mode & REC_READS:
-                self.rbuf = self._room(self.rbuf, self.rpos, b)
-            if self.mode & LOG_OPS:
-                self.obuf = self._room(self.obuf, self.opos, 3 * b)
-            ctx[CTX_STOP] = stop
-            ctx[CTX_RPOS] = self.rpos
-            ctx[CTX_OPOS] = self.opos
-            ctx[CTX_RLEN] = self.rbuf.shape[0]
-            status = self.code.fn(_ptr(self.regs), _ptr(st), _ptr(self.mem), _ptr(self.rbuf), _ptr(ctx),
-                                  _ptr(counts), _ptr(self.rtab), _ptr(self.obuf), _ptr(self.hist))
-            self.rpos, self.opos = int(ctx[CTX_RPOS]), int(ctx[CTX_OPOS])
-            left = stop - int(st[S_STEP])
-            if left == 0:
-                continue
-            k = 1
-            if status == N_SHORT:
-                k = left
-            elif status == N_MISS:
-                pc = int(st[S_PC]) & fast._U64
-                if pc in self.code.tails:          # inside a block: the interpreter finishes it
-                    k = min(left, self.code.tails[pc])
-                elif _in_code(im, pc):
-                    self.missed.add(pc)
-                    self.n_missed += 1
-                    if self.n_missed >= RETRANSLATE_AFTER:
-                        self.code = translation(im, self.mode, pc, self.missed)
-                        self.n_missed = 0
-                        continue
-                else:
-                    k = min(left, WRITABLE_BURST)
-            s = fast._Machine.run(self, k, counts)
-            if s != ST_BUDGET:
-                return s
-
-
 def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = M.DEFAULT_MAX_STEPS,
         deadline: float | None = None, timeout: float | None = None):
-    """Main execution (MT) on translated code: the same dict as :func:`.fast.run`."""
-    return fast.run(program, input_bytes, chunk_steps, max_steps, machine=NativeMachine, deadline=deadline,
-                    timeout=timeout)
+    """Main execution (MT) on translated code (:func:`.native_main.run`)."""
+    from . import native_main
+
+    return native_main.run(program, input_bytes, chunk_steps, max_steps, deadline, timeout)
 
 
 def replay_chunk(program: Program, trace: EmuTrace, input_size: int = 0, image: Image | None = None,
-                 mode: int = 0):
-    """Re-execute one chunk from its min trace on translated code."""
-    return fast.replay_chunk(program, trace, input_size, image, mode, machine=NativeMachine)
+                 mode: int = 0, out: np.ndarray | None = None):
+    """Re-execute one chunk from its min trace on translated code, writing
+    its witness rows with ``WITNESS`` in ``mode`` (:func:`.native_runners.replay_chunk`)."""
+    return native_runners.replay_chunk(program, trace, input_size, image, mode, out)
 
 
 def mem_ops_runner(image: Image, program: Program, max_steps: int, deadline: float | None = None,
                    timeout: float | None = None) -> np.ndarray:
-    """MO on translated code (see :func:`.fast.mem_ops_runner`)."""
-    return fast.mem_ops_runner(image, program, max_steps, NativeMachine, deadline, timeout)
+    """MO on translated code (:func:`.native_runners.mem_ops_runner`)."""
+    return native_runners.mem_ops_runner(image, program, max_steps, deadline, timeout)
 
 
 def rom_histogram_runner(image: Image, program: Program, max_steps: int, deadline: float | None = None,
                          timeout: float | None = None):
-    """RH on translated code (see :func:`.fast.rom_histogram_runner`)."""
-    return fast.rom_histogram_runner(image, program, max_steps, NativeMachine, deadline, timeout)
+    """RH on translated code (:func:`.native_runners.rom_histogram_runner`)."""
+    return native_runners.rom_histogram_runner(image, program, max_steps, deadline, timeout)
 
 
 def warm_up() -> None:
-    """Load the interpreter and LLVM once per process, so that a caller can
-    time a run without them (a program's own translation is timed apart,
-    :func:`last_translation`)."""
-    fast.warm_up()
+    """Load LLVM once per process, so that a caller can time a run without
+    it (a program's own translation is timed apart, :func:`last_translation`)."""
     with _llvm_lock:
         _init()

@@ -60,6 +60,8 @@ class Insn:
     cls: int            # index into CLASSES
     hslot: int          # histogram slot of this pc
     fetch: int = -1     # in writable code: the flat-memory offset of pc's aligned word (fetches are recorded)
+    word: int = 0       # the raw instruction (a compressed one's 16-bit parcel) and its row of the ISA table:
+    op: int = -1        # what a witness row records
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ def _code_reader(regions, rslot, offs=None, excluded=frozenset()):
     return fetch
 
 
-def find_blocks(regions, rslot, seeds, offs=None, excluded=frozenset()) -> list[Block]:
+def find_blocks(regions, rslot, seeds, offs=None, excluded=frozenset(), rvc: bool = True) -> list[Block]:
     """The blocks reachable from ``seeds`` in the read-only executable
     regions (``rslot``: each region's first histogram slot), and in the
     writable executable ones when their flat-memory offsets ``offs`` are
@@ -119,7 +121,8 @@ def find_blocks(regions, rslot, seeds, offs=None, excluded=frozenset()) -> list[
         pc = work.pop()
         while pc not in insns:
             got = fetch(pc)
-            d = decode_insn(got[0]) if got else None
+            # without rvc (rv64ima) a 16-bit parcel is left to the interpreter, which traps on it
+            d = decode_insn(got[0]) if got and (rvc or got[0] & 3 == 3) else None
             name = TABLE[d.op].name if d is not None else None
             if name not in TRANSLATED:
                 insns[pc] = None
@@ -127,7 +130,8 @@ def find_blocks(regions, rslot, seeds, offs=None, excluded=frozenset()) -> list[
                     leaders.add(pc + d.size)          # where the interpreter hands back
                     work.append(pc + d.size)
                 break
-            ins = Insn(pc, name, d.rd, d.rs1, d.rs2, d.imm, d.size, CLASSES.index(TABLE[d.op].cls), got[1], got[2])
+            ins = Insn(pc, name, d.rd, d.rs1, d.rs2, d.imm, d.size, CLASSES.index(TABLE[d.op].cls), got[1], got[2],
+                       got[0], d.op)
             insns[pc] = ins
             nxt = pc + d.size
             if name in _BRANCHES:

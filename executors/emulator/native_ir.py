@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from .elf import PERM_R, PERM_W
 from .layout import (CTX_NREG, CTX_OPOS, CTX_PAGES, CTX_RLEN, CTX_RPOS, CTX_STOP, CTX_TOHOST,  # noqa: F401
-                     LOG_OPS, N_CONT, N_CTX, N_MISS, N_SHORT, N_SIDE, N_STOP, PAGE_SHIFT, REC_READS, REPLAY)
+                     LOG_OPS, N_CONT, N_CTX, N_MISS, N_SHORT, N_SIDE, N_STOP, PAGE_SHIFT, REC_READS, REPLAY,
+                     WITNESS)
 from .machine import UART_ADDR
 from .native_blocks import _LOADS, _STORES, Insn
 
@@ -30,6 +31,9 @@ class _Emitter:
         self.pages = pages          # the translation holds writable code: stores check the page table
         self.out: list[str] = []
         self.n = 0
+        # the data access of the instruction last emitted, for its witness row (:func:`_memory` sets it):
+        # (mem_op, width, address, value read, value written), the values as IR operands
+        self.access = (0, 0, "0", "0", "0")
 
     def tmp(self) -> str:
         self.n += 1
@@ -239,12 +243,21 @@ def _memory(e: _Emitter, ins: Insn, i: int, lab: str, side: str):
                 e.store("rpos", e.op(f"add i64 {rp}, 1"))
         _log_op(e, addr, i, 0)
         v = e.op(f"lshr i64 {w}, {e.op(f'shl i64 {sh}, 3')}")
+        raw = v
         if msize < 8:
             bits = 8 * msize
-            v = e.op(f"{ext}ext i{bits} {e.op(f'trunc i64 {v} to i{bits}')} to i64")
+            part = e.op(f"trunc i64 {v} to i{bits}")
+            v = e.op(f"{ext}ext i{bits} {part} to i64")
+            if e.mode & WITNESS:          # the row's value read is zero-extended
+                raw = v if ext == "z" else e.op(f"zext i{bits} {part} to i64")
         e.set_reg(ins.rd, v)
+        e.access = (1, msize, addr, raw, "0")
     else:
         _log_op(e, addr, i, 1)
+        if e.mode & WITNESS:
+            b = e.reg(ins.rs2)
+            e.access = (2, msize, addr, "0", b if msize == 8 else
+                        e.op(f"zext i{8 * msize} {e.op(f'trunc i64 {b} to i{8 * msize}')} to i64"))
         if not e.mode & REPLAY:
             b = e.reg(ins.rs2)
             bits = 8 * msize

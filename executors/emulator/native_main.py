@@ -35,7 +35,7 @@ chunks' min traces and counter rows from the records in one pass.
 The cache (:func:`cache_dir`) keeps, per translation key (the code
 digest, the mode and the seeds), the object code (``.o``), the shared
 object linked from it (``.so``) and what the runtime needs to know about
-it (``.json``: the blocks' first pcs and the steps from any other
+it (``.meta``: the blocks' first pcs and the steps from any other
 translated pc to its block's end), and per digest of an ELF file's bytes
 what a run needs of the file (:func:`load_program`), so that a program
 seen before loads without pyelftools.
@@ -46,7 +46,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import gc
-import json
+import marshal
 import operator
 import os
 from array import array
@@ -142,10 +142,13 @@ def code_regions(regions, slots):
     return [(r, int(s)) for r, s in zip(regions, slots) if r.perm & (PERM_W | PERM_X) == PERM_X]
 
 
-def code_digest(regions, slots) -> str:
+def code_digest(regions, slots, rvc: bool = True) -> str:
     """The digest of what translation reads: read-only executable segments
-    (address, bytes, histogram slot) and :func:`host_identity`."""
+    (address, bytes, histogram slot), :func:`host_identity`, and whether
+    16-bit parcels decode (``rvc``; False under rv64ima)."""
     h = sha256(host_identity().encode())
+    if not rvc:                     # only then, so that rv64imac translations keep their cache entries
+        h.update(b"rv64ima|")
     for r, slot in code_regions(regions, slots):
         h.update(f"{r.base}:{r.size}:{slot}:".encode())
         h.update(r.data)
@@ -156,17 +159,37 @@ def translation_key(digest: str, mode: int, seeds) -> str:
     return sha256(f"{digest}|{mode}|{sorted(seeds)}".encode()).hexdigest()[:40]
 
 
+def read_meta(path: str):
+    """A cache file of plain data written by :func:`write_meta`; raises ``OSError`` or ``ValueError``.
+
+    ``marshal``, built into the interpreter, and not ``json``: a cached
+    ``hetflow emulate`` then starts without the json modules (1 ms of a
+    30 ms process). Data of another Python's marshal format, or a file
+    cut short, reads as ``ValueError``: a miss, written again.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return marshal.loads(data)
+    except (EOFError, TypeError) as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def write_meta(path, value) -> bool:
+    """Write plain data (dicts, lists, tuples, ints, strings) for :func:`read_meta`."""
+    return write_atomic(path, marshal.dumps(value))
+
+
 def _seeds_file(digest: str) -> str:
-    return os.path.join(cache_path(), f"{digest[:32]}.seeds.json")
+    return os.path.join(cache_path(), f"{digest[:32]}.seeds.meta")
 
 
 def stored_seeds(digest: str) -> set[int]:
     """The pcs earlier runs found missing from the translation (indirect
     jump targets): a translation starts from them too."""
     try:
-        with open(_seeds_file(digest), "rb") as f:
-            return set(json.loads(f.read()))
-    except (OSError, ValueError):
+        return set(read_meta(_seeds_file(digest)))
+    except (OSError, ValueError, TypeError):
         return set()
 
 
@@ -174,7 +197,7 @@ def remember_seeds(digest: str, seeds) -> None:
     """Add ``seeds`` to those :func:`stored_seeds` returns."""
     stored = stored_seeds(digest)
     if not set(seeds) <= stored:
-        write_atomic(_seeds_file(digest), json.dumps(sorted(stored | set(seeds))).encode())
+        write_meta(_seeds_file(digest), sorted(stored | set(seeds)))
 
 
 def write_atomic(path: Path | str, data: bytes) -> bool:
@@ -203,13 +226,14 @@ def load_program(source, fetch: str = "executable", isa: str = "rv64imac", memor
     a file seen before loads without pyelftools.  A changed file has
     another digest and is parsed again, so its errors are ``load_elf``'s."""
     raw, label = read_elf(source)
-    path = os.path.join(cache_path(), f"elf{ELF_VERSION}-{sha256(raw).hexdigest()[:40]}.json")
+    path = os.path.join(cache_path(), f"elf{ELF_VERSION}-{sha256(raw).hexdigest()[:40]}.meta")
     try:
-        with open(path, "rb") as f:
-            layout = json.loads(f.read())
+        layout = read_meta(path)
+        if not isinstance(layout, dict):
+            raise ValueError(f"{path}: not a program's layout")
     except (OSError, ValueError):
         layout = elf_layout(raw, label)
-        write_atomic(path, json.dumps(layout).encode())
+        write_meta(path, layout)
     return program_of(layout, raw, label, fetch, isa, memory)
 
 
@@ -234,8 +258,7 @@ def load_cached(key: str, seeds=frozenset()) -> Loaded | None:
     t0 = time.perf_counter()
     base = os.path.join(cache_path(), key)
     try:
-        with open(f"{base}.json", "rb") as f:
-            meta = json.loads(f.read())
+        meta = read_meta(f"{base}.meta")
         lib = ctypes.CDLL(f"{base}.so")
     except (OSError, ValueError):
         return None
@@ -321,7 +344,7 @@ class MainRun:
         self.recs = _buffer(ctypes.c_uint64, RECORDS * self._width)
         self._recs_view = memoryview(self.recs).cast("B").cast("Q")
         self.hart = reference.Hart(reference.entry_state(program))
-        self.hart.tohost = program.tohost
+        self.hart.tohost, self.hart.rvc = program.tohost, program.isa != "rv64ima"
         self._from_hart()
         # the buffers the translated function takes that stay where they are for the whole run
         self._head = tuple(ctypes.addressof(a) for a in (self.regs, self.st, self.memory))
@@ -422,7 +445,7 @@ class MainRun:
         try:
             return self._run(chunk_steps, max_steps, deadline, timeout)
         except M.GuestError as e:
-            raise M.with_output(M.explain(e, self.regions, self.program.symbols), self.hart.stdout,
+            raise M.with_output(M.explain(e, self.regions, self.program.symbols, self.program.isa), self.hart.stdout,
                                 [(i, self.port.peek(M.OUTPUT_ADDR + 4 * i, 4)) for i in range(M.N_OUTPUTS)])
         finally:
             if enabled:
@@ -551,7 +574,7 @@ def _translate(run: MainRun, pc: int, extra: set[int], compile: bool = True) -> 
     regions = tuple(Region(r.name, r.base, r.size, r.perm, bytes(run.view[o:o + r.size]))
                     if r.perm & (PERM_W | PERM_X) == PERM_W | PERM_X else r for r, o in zip(run.regions, run.offs))
     excluded = frozenset(p for p, v in enumerate(run.pages) if v == 2) if run.invalidations else frozenset()
-    digest = code_digest(regions, run.slots)
+    digest = code_digest(regions, run.slots, run.hart.rvc)
     if run._writable_code:
         h = sha256(digest.encode())
         for r, o in zip(regions, run.offs):
@@ -573,7 +596,7 @@ def _translate(run: MainRun, pc: int, extra: set[int], compile: bool = True) -> 
         return None
     from . import native
 
-    t = native.translate_regions(regions, run.slots, digest, REC_READS, seeds, run.offs, excluded)
+    t = native.translate_regions(regions, run.slots, digest, REC_READS, seeds, run.offs, excluded, run.hart.rvc)
     remember_seeds(digest, seeds)
     return Loaded(t.fn, t.heads, t.tails, t.report(), t.seeds, t, t.pages)
 

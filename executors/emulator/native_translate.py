@@ -63,9 +63,9 @@ is guarded so LLVM never sees a zero divisor or a signed overflow.
 
 from __future__ import annotations
 
-from .isa import CLASSES
+from .isa import CLASSES, USE_RD, USE_RS1, USE_RS2, operand_use
 from .layout import (CTX_CEND, CTX_CHUNK, CTX_LIMIT, CTX_NREC, CTX_RCAP, CTX_RECS, LOG_OPS, LOG_PCS, REC_COUNTS, REC_PC,
-                     REC_RPOS, REC_STEP, record_width)
+                     REC_RPOS, REC_STEP, WITNESS, record_width)
 from .native_blocks import _BRANCHES, _LOADS, _STORES, _ALU, MAX_BLOCK, Block, Insn, find_blocks, parts  # noqa: F401
 from .native_ir import (CTX_NREG, CTX_OPOS, CTX_PAGES, CTX_RLEN, CTX_RPOS, CTX_STOP, CTX_TOHOST, N_CONT,  # noqa: F401
                         N_CTX, N_MISS, N_SHORT, N_SIDE, N_STOP, PAGE_SHIFT, _alu, _Emitter, _fetch, _i64, _memory)
@@ -373,6 +373,10 @@ def _body(e: _Emitter, ins: Insn, j: int, lab: str, side: str):
     falls through), ``("br", cond, taken, not_taken)``, ``("jump", pc)`` or
     ``("indirect",)`` (to the pc in ``jpc``)."""
     term = None
+    e.access = (0, 0, "0", "0", "0")
+    if e.mode & WITNESS:              # the row's operands are the registers before the step
+        use = operand_use(ins.op)
+        before = [e.reg(r) if use & u else "0" for r, u in ((ins.rs1, USE_RS1), (ins.rs2, USE_RS2))]
     if ins.name not in _LOADS and ins.name not in _STORES:
         _fetch(e, ins, j)
     if ins.name in _ALU:
@@ -394,7 +398,33 @@ def _body(e: _Emitter, ins: Insn, j: int, lab: str, side: str):
         p = e.elem("hist", str(ins.hslot))
         old = e.op(f"load i64, i64* {p}")
         e.e(f"store i64 {e.op(f'add i64 {old}, 1')}, i64* {p}")
+    if e.mode & WITNESS:
+        _witness_row(e, ins, j, term, before, use)
     return term
+
+
+def _witness_row(e: _Emitter, ins: Insn, j: int, term, before: list[str], use: int) -> None:
+    """The step's witness row (:data:`~.witness.COLUMNS`, as :mod:`.fast`
+    writes them) into ``obuf``, row ``bstep + j - opos``: in witness mode
+    ``obuf`` is the chunk's table and ``ctx[CTX_OPOS]`` the chunk's first
+    step (no operation is logged then).  Translated code takes no trap, so
+    ``trap`` is -1 and the access is :func:`_memory`'s, or none."""
+    step = e.op(f"add i64 {e.load('bstep')}, {j}")
+    rd = ins.rd if use & USE_RD else 0
+    if term is None:
+        npc = str(_i64(ins.pc + ins.size))
+    elif term[0] == "br":
+        npc = e.op(f"select i1 {term[1]}, i64 {_i64(term[2])}, i64 {_i64(term[3])}")
+    elif term[0] == "jump":
+        npc = str(_i64(term[1]))
+    else:
+        npc = e.load("jpc")
+    row = [step, str(_i64(ins.pc)), str(ins.word), str(ins.op), str(ins.cls), str(rd), e.reg(rd), *before,
+           *(str(v) for v in e.access), "-1", npc]
+    first = e.load("opos")
+    at = e.op(f"mul i64 {e.op(f'sub i64 {step}, {first}')}, {len(row)}")
+    for k, v in enumerate(row):
+        e.e(f"store i64 {v}, i64* {e.elem('obuf', e.op(f'add i64 {at}, {k}'))}")
 
 
 def _leave(e: _Emitter, ins: Insn, term, goto, falls: set[int], misses: set[int]) -> None:
@@ -425,7 +455,7 @@ def _self_loop(b: Block, mode: int) -> bool:
     needs the step inside it (no load or store, no writable code, no
     operation or pc logs)."""
     last = b.insns[-1]
-    return (last.name in _BRANCHES and last.pc + last.imm == b.pc and not mode & (LOG_OPS | LOG_PCS)
+    return (last.name in _BRANCHES and last.pc + last.imm == b.pc and not mode & (LOG_OPS | LOG_PCS | WITNESS)
             and all(ins.fetch < 0 and ins.name not in _LOADS and ins.name not in _STORES for ins in b.insns))
 
 

@@ -28,11 +28,12 @@ between the ``reference`` and ``fast`` backends.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from collections import namedtuple
 
 from .isa import CLASSES
 from .machine import CSR_STATE, EmulatorError
 
+TYPE_CHECKING = False     # typing's own costs ``hetflow emulate`` 3 ms of its start
 if TYPE_CHECKING:         # the runners' futures and the arrays: ``hetflow emulate --backend native`` loads neither
     from concurrent.futures import Future
 
@@ -41,6 +42,8 @@ if TYPE_CHECKING:         # the runners' futures and the arrays: ``hetflow emula
 __all__ = [
     "EmuTraceStart", "EmuTrace", "CountersChunkMetrics", "ExecutionOutput", "BackendArtifacts",
     "RomHistogram", "MemPlan", "ExecutorError", "RunnerHandleConsumed", "RunnerFailed",
+    "MIN_TRACE_COLUMNS", "REGISTER_COLUMNS", "INSTANCE_COLUMNS", "min_trace_array", "min_traces_from_array",
+    "registers_array", "instances_array",
 ]
 
 
@@ -51,15 +54,17 @@ def _array_equal(a, b) -> bool:
     return np.array_equal(a, b)
 
 
-class EmuTraceStart(NamedTuple):
+# collections' namedtuple, not typing's: ``hetflow emulate`` starts without the typing module (3 ms)
+class EmuTraceStart(namedtuple("EmuTraceStart", "pc step priv regs csrs reservation", defaults=(-1,))):
     """Architectural state at a chunk's first step."""
 
-    pc: int
-    step: int                         # global index of the chunk's first step
-    priv: int                         # 3 = M, 0 = U
-    regs: tuple[int, ...]             # x0..x31, unsigned 64-bit
-    csrs: tuple[int, ...]             # values of CSR_STATE, in that order
-    reservation: int = -1             # LR reservation address, -1 = none
+    __slots__ = ()
+    # pc: int
+    # step: int                         global index of the chunk's first step
+    # priv: int                         3 = M, 0 = U
+    # regs: tuple[int, ...]             x0..x31, unsigned 64-bit
+    # csrs: tuple[int, ...]             values of CSR_STATE, in that order
+    # reservation: int = -1             LR reservation address, -1 = none
 
     def csr(self, name: str) -> int:
         return self.csrs[CSR_STATE.index(name)]
@@ -144,16 +149,13 @@ class RomHistogram(_Record):
     __hash__ = None
 
 
-class MemPlan(NamedTuple):
+class MemPlan(namedtuple("MemPlan", "segment_id first_row count first last is_last")):
     """One memory instance: ``count`` consecutive rows of the memory
     operations sorted by (address, step), from row ``first_row``."""
 
-    segment_id: int
-    first_row: int
-    count: int
-    first: tuple[int, int]            # (address, step) of the first row
-    last: tuple[int, int]             # (address, step) of the last row
-    is_last: bool
+    __slots__ = ()
+    # segment_id: int; first_row: int; count: int; first, last: tuple[int, int], (address, step) of the
+    # first and the last row; is_last: bool
 
 
 class ExecutorError(EmulatorError):
@@ -243,3 +245,102 @@ class ExecutionOutput(_Record):
             if getattr(self, name) != getattr(other, name):
                 diffs.append(name)
         return diffs
+
+
+# Integer tables of what a run leaves, as the pipeline's phases hand them to executor stages: int64, each
+# 64-bit value as its two's-complement bit pattern (``view(np.uint64)`` reads them unsigned).
+
+#: the final state as one int64 vector: x0..x31, then pc
+REGISTER_COLUMNS = (*(f"x{i}" for i in range(32)), "pc")
+#: the words of one chunk's record in a min-trace array; ``reads`` words of ``mem_reads`` follow them
+MIN_TRACE_COLUMNS = ("chunk_id", "steps", "end", "pc", "step", "priv", "reservation",
+                     *(f"x{i}" for i in range(32)), *CSR_STATE, "reads")
+#: one state-machine instance a row (:class:`hetflow.executors.emulator.witness.Instance`)
+INSTANCE_COLUMNS = ("machine", "segment_id", "size", "rows", "first_chunk", "first_skip", "last_chunk",
+                    "last_count", "is_last")
+
+_U64 = (1 << 64) - 1
+
+
+def registers_array(pc: int, regs) -> "np.ndarray":
+    """x0..x31 and ``pc`` (unsigned 64-bit ints) as the int64 vector of :data:`REGISTER_COLUMNS`.
+
+    >>> registers_array(0x8000_0000, [0, (1 << 64) - 1] + [0] * 30)[[0, 1, 32]].tolist()
+    [0, -1, 2147483648]
+    """
+    import numpy as np
+
+    return np.array([int(r) & _U64 for r in regs] + [int(pc) & _U64], dtype=np.uint64).view(np.int64)
+
+
+def min_trace_array(traces: list[EmuTrace]) -> tuple["np.ndarray", "np.ndarray"]:
+    """Every chunk's min trace in chunk order as one int64 word stream, and its index.
+
+    A chunk's record is the words of :data:`MIN_TRACE_COLUMNS` (its start
+    state; ``end`` 0 or 1; ``reservation`` -1 for none), then its
+    ``reads`` memory words in the order the chunk read them. The index
+    has one row a chunk: ``offset`` and ``length`` of its record in words,
+    so ``words[offset:offset + length]`` is chunk ``i`` alone, enough to
+    re-execute it (:func:`min_traces_from_array` reads it back).
+
+    >>> start = EmuTraceStart(0x1000, 0, 3, (0,) * 32, (0,) * 7)
+    >>> import numpy as np
+    >>> words, index = min_trace_array([EmuTrace(0, start, 5, np.array([7, 9], np.uint64), True)])
+    >>> index.tolist(), words[:7].tolist(), words[-3:].tolist()
+    ([[0, 49]], [0, 5, 1, 4096, 0, 3, -1], [2, 7, 9])
+    """
+    import numpy as np
+
+    heads = len(MIN_TRACE_COLUMNS)
+    lengths = np.array([heads + len(t.mem_reads) for t in traces], dtype=np.int64)
+    index = np.zeros((len(traces), 2), dtype=np.int64)
+    index[:, 1] = lengths
+    index[1:, 0] = np.cumsum(lengths)[:-1]
+    words = np.empty(int(lengths.sum()), dtype=np.uint64)
+    for (offset, _), t in zip(index.tolist(), traces):
+        s = t.start_state
+        words[offset:offset + heads] = [int(v) & _U64 for v in (
+            t.chunk_id, t.steps, bool(t.end), s.pc, s.step, s.priv, s.reservation, *s.regs, *s.csrs,
+            len(t.mem_reads))]
+        words[offset + heads:offset + heads + len(t.mem_reads)] = t.mem_reads
+    return words.view(np.int64), index
+
+
+def min_traces_from_array(words: "np.ndarray", index: "np.ndarray") -> list[EmuTrace]:
+    """The min traces :func:`min_trace_array` wrote, read back from its two arrays."""
+    import numpy as np
+
+    unsigned = np.ascontiguousarray(words, dtype=np.int64).view(np.uint64)
+    heads = len(MIN_TRACE_COLUMNS)
+    out = []
+    for offset, length in np.asarray(index, dtype=np.int64).tolist():
+        h = [int(v) for v in unsigned[offset:offset + heads]]
+        chunk_id, steps, end, pc, step, priv, reservation = h[:7]
+        regs, csrs, reads = tuple(h[7:39]), tuple(h[39:39 + len(CSR_STATE)]), h[-1]
+        if length != heads + reads:
+            raise ValueError(f"min-trace record at word {offset}: length {length} but {reads} reads")
+        # a reservation is an address below 2^63 or -1 (none): the signed reading gives both
+        start = EmuTraceStart(pc, step, priv, regs, csrs, reservation - (1 << 64) if reservation >> 63 else reservation)
+        out.append(EmuTrace(chunk_id, start, steps, unsigned[offset + heads:offset + length].copy(), bool(end)))
+    return out
+
+
+def instances_array(instances, machines=None) -> "np.ndarray":
+    """State-machine instances (``plan_instances``) as int64 rows of :data:`INSTANCE_COLUMNS`.
+
+    ``machine`` is the machine's position in ``machines`` (default
+    :data:`hetflow.executors.emulator.witness.STATE_MACHINES`: main 0,
+    binary 1, arith 2, mem 3). An instance takes ``first_skip`` rows into
+    chunk ``first_chunk``, every row of the chunks between that have rows
+    of the machine, and the first ``last_count`` rows of ``last_chunk``
+    (the packing rule of :func:`hetflow.executors.emulator.witness.plan`),
+    so those four numbers and the per-chunk counts give its slices.
+    """
+    import numpy as np
+
+    if machines is None:
+        from .witness import STATE_MACHINES as machines
+    ids = {name: i for i, name in enumerate(machines)}
+    rows = [(ids[i.machine], i.segment_id, i.size, i.rows, i.slices[0][0], i.slices[0][1], i.slices[-1][0],
+             i.slices[-1][2], int(i.is_last)) for i in instances]
+    return np.array(rows, dtype=np.int64).reshape(len(rows), len(INSTANCE_COLUMNS))

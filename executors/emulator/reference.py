@@ -11,7 +11,8 @@ index).  :func:`step` executes one instruction slot:
    access fault if a parcel is not in fetchable memory);
 2. *decode* it with :func:`hetflow.executors.emulator.isa.decode_insn`
    (the shared tables; a compressed parcel decodes into the base
-   instruction it stands for; no match is an illegal instruction);
+   instruction it stands for; no match is an illegal instruction, and
+   so is every 16-bit parcel of a program whose isa is rv64ima);
 3. *execute* the row's function from ``SEMANTICS`` (one small function per
    instruction, registered with ``@semantics("name")``; the A extension,
    fences, system instructions and Zicsr in :mod:`.reference_system`).  Functions compute
@@ -33,7 +34,7 @@ row (the port notes the step's data access in ``access``).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from . import machine as M
 from .elf import Program
@@ -79,6 +80,7 @@ class Hart:
         self.stdout = bytearray()
         self.tohost: int | None = None
         self.trap = -1                 # mcause of the trap the last step took, -1 = none
+        self.rvc = True                # False under rv64ima: a 16-bit parcel is an illegal instruction
 
     def state(self) -> EmuTraceStart:
         return EmuTraceStart(self.pc, self.step, self.priv, tuple(self.x),
@@ -139,7 +141,7 @@ def step(h: Hart, m: _Port, counts: list[int]) -> None:
     h.trap = -1
     try:
         h.insn = m.fetch(h.pc)
-        d = decode_insn(h.insn)
+        d = decode_insn(h.insn) if h.rvc or h.insn & 3 == 3 else None
         h.next = h.npc = (h.pc + instruction_size(h.insn)) & MASK64
         if d is None:
             counts[_SYSTEM] += 1
@@ -199,7 +201,7 @@ def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, 
 
     regions = M.build_regions(program, len(input_bytes), input_bytes)
     h = Hart(entry_state(program))
-    h.tohost = program.tohost
+    h.tohost, h.rvc = program.tohost, program.isa != "rv64ima"
     port = LivePort(regions, log_ops, log_pcs, program.fetch)
     traces, table = [], []
     try:
@@ -209,7 +211,7 @@ def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, 
             traces.append(EmuTrace(len(traces), start, n, reads, h.end is not None))
             table.append(counts)
     except M.GuestError as e:
-        raise M.with_output(M.explain(e, regions, program.symbols), h.stdout, [(i, port.peek(M.OUTPUT_ADDR + 4 * i, 4)) for i in range(M.N_OUTPUTS)])
+        raise M.with_output(M.explain(e, regions, program.symbols, program.isa), h.stdout, [(i, port.peek(M.OUTPUT_ADDR + 4 * i, 4)) for i in range(M.N_OUTPUTS)])
     pub_outs = [(i, port.peek(M.OUTPUT_ADDR + 4 * i, 4)) for i in range(M.N_OUTPUTS)]
     return {
         "traces": traces, "counts": np.array(table, dtype=np.int64).reshape(-1, len(CLASSES)),
@@ -227,7 +229,7 @@ def witness_step(h: Hart, m: _Port, counts: list[int]) -> tuple[int, ...]:
     if h.insn is None:
         op, d = -2, None
     else:
-        d = decode_insn(h.insn)
+        d = decode_insn(h.insn) if h.rvc or h.insn & 3 == 3 else None
         op = -1 if d is None else d.op
     use = operand_use(op) if op >= 0 else 0
     trapped = h.trap >= 0
@@ -254,7 +256,7 @@ def replay_chunk(program: Program, trace: EmuTrace, input_size: int = 0,
     """
     regions = M.build_regions(program, input_size)
     h = Hart(trace.start_state)
-    h.tohost = program.tohost
+    h.tohost, h.rvc = program.tohost, program.isa != "rv64ima"
     port = ReplayPort(regions, trace.mem_reads, log_ops, log_pcs, program.fetch)
     counts = [0] * len(CLASSES)
     port.rows = [] if witness else None

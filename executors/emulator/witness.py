@@ -203,7 +203,12 @@ def witness_table(program: Program | str, trace: EmuTrace, *, input_size: int = 
     """
     if not isinstance(program, Program):
         program = load_elf(program)
-    if backend in ("fast", "native"):            # the native backend writes witness rows in its interpreter
+    if backend == "native":                      # translated code writes the rows (no numba)
+        from . import native_runners
+        _, _, m = native_runners.replay_chunk(program, trace, input_size, image=_image, mode=native_runners.WITNESS,
+                                              out=out)
+        return m.wbuf
+    if backend == "fast":
         from . import fast
         _, _, m = fast.replay_chunk(program, trace, input_size, image=_image, mode=fast.WITNESS, out=out)
         return m.wbuf

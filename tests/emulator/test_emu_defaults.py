@@ -45,7 +45,7 @@ def _fresh_env(tmp_path) -> dict:
 def _compiled_files(folder: Path) -> dict:
     """numba's index and object files and native translations under ``folder``, with their mtimes."""
     return {p: p.stat().st_mtime_ns for p in folder.rglob("*")
-            if p.suffix in (".nbi", ".nbc", ".so", ".o") or p.name.endswith(".seeds.json")}
+            if p.suffix in (".nbi", ".nbc", ".so", ".o") or p.name.endswith(".seeds.meta")}
 
 
 @needs_numba

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from hetflow.executors.emulator import (INPUT_ADDR, StepLimitExceeded, execute, fast, mem_ops_from_min_traces,
-                                        mem_plans_from_min_traces, native, reexecute_chunk,
+                                        mem_plans_from_min_traces, native, native_main, reexecute_chunk,
                                         rom_histogram_from_min_traces)
 from hetflow.executors.emulator.elf import PERM_R, PERM_X, Program, Segment
 from hetflow.executors.emulator.native_translate import MAX_BLOCK
@@ -120,7 +120,7 @@ def test_indirect_targets_are_translated_after_misses(tmp_path, monkeypatch):
     routine = BASE + 4 * 7
     t = native.translation(fast.image_of(prog, b"", 0), fast.REC_READS, BASE)
     assert routine in t.heads and routine in t.seeds
-    assert routine in set(json.loads(next(tmp_path.glob("*.seeds.json")).read_text()))
+    assert routine in set(native_main.read_meta(str(next(tmp_path.glob("*.seeds.meta")))))
 
 
 def test_translation_is_cached_on_disk(tmp_path, monkeypatch):

@@ -118,7 +118,7 @@ def test_a_cached_translation_runs_without_numba_or_llvm(tmp_path):
     assert {k: a[k] for k in ("steps", "pub_outs", "counters", "chunks")} == \
         {k: b[k] for k in ("steps", "pub_outs", "counters", "chunks")}
     assert "llvmlite.binding" in first.stdout and second.stdout.splitlines()[-1] == "LOADED []"
-    assert list(tmp_path.glob("*.json")) and list(tmp_path.glob("*.o"))
+    assert list(tmp_path.glob("*.meta")) and list(tmp_path.glob("*.o"))
 
 
 def test_an_unseen_short_guest_starts_in_the_interpreter(tmp_path):

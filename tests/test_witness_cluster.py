@@ -1,0 +1,200 @@
+"""Where a witness phase runs on a cluster (issue 31): priced both ways, the faster picked, shown and recorded.
+
+The choice is tested on the cost model's inputs (steps, chunks, worker
+threads), never on timings; the runs are real ``LocalCluster`` runs of
+real guests (loopback, worker processes), whose tables must equal the
+in-process run's wherever the witness ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from hetflow.engine import clusterphases
+from hetflow.engine.costs import CostModel
+from hetflow.engine.manifest import compile_manifest, load
+from hetflow.engine.planner import plan as make_plan
+from hetflow.engine.planner import render_text
+from hetflow.engine.run import execute
+from hetflow.engine.workerside import WorkerInfo
+from hetflow.executors import probe
+
+distributed = pytest.importorskip("distributed")
+
+from hetflow.engine.distributed import Cluster  # noqa: E402
+
+GUESTS = Path(__file__).resolve().parents[1] / "examples" / "guests"
+
+PIPELINE = """\
+version: 1
+name: witness-where
+emulators:
+  emu: {{backend: {backend}, program: {program}, input: input.bin, chunk_steps: {chunk}, max_steps: {max_steps}}}
+executors:
+  host: {{vendor: cpu}}
+stages:
+  run: {{phase: execute, emulator: emu}}
+  wit: {{phase: witness, inputs: [run]}}
+  top: {{op: max, inputs: [wit], args: {{axis: 0}}, executor: host}}
+  low: {{op: min, inputs: [wit], args: {{axis: 0}}, executor: host}}
+outputs: {{top: top, low: low, trace: wit, steps: run.steps}}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with Cluster.local(2, 1) as c:
+        yield c
+
+
+def _manifest(tmp_path, backend, input_bytes, chunk, max_steps=100_000_000):
+    (tmp_path / "input.bin").write_bytes(bytes(range(256)) * (input_bytes // 256) + bytes(input_bytes % 256))
+    path = tmp_path / "w.yaml"
+    path.write_text(PIPELINE.format(backend=backend, program=GUESTS / "sha256.elf", chunk=chunk, max_steps=max_steps))
+    return compile_manifest(load(path))
+
+
+def _digests(record):
+    return {k: v["digest"] for k, v in record["outputs"].items()}
+
+
+def _placed_event(record):
+    (event,) = [e for e in record["events"] if e["event"] == "witness-placed"]
+    return event
+
+
+def _workers(n, threads=1, host="127.0.0.1"):
+    return [WorkerInfo(f"tcp://{host}:{4000 + i}", str(i), threads, {}) for i in range(n)]
+
+
+def test_one_worker_never_beats_the_client_and_a_short_guest_stays_in_process():
+    model = CostModel()
+    for steps in (1_000, 100_000, 50_000_000):
+        one = clusterphases.witness_where(model, "fast", steps, -(-steps // 1024), [1], 2, True)
+        assert one["where"] == "in-process", one["why"]
+    short = clusterphases.witness_where(model, "fast", 20_000, 20, [2, 2, 2, 2], 2, True)
+    assert short["where"] == "in-process" and short["in_process_s"] < short["cluster_s"]
+
+
+def test_a_long_guest_on_enough_workers_goes_to_the_cluster_and_the_network_is_priced():
+    model = CostModel()
+    steps, chunks = 50_000_000, 50_000
+    here = clusterphases.witness_where(model, "fast", steps, chunks, [2, 2, 2, 2], 2, True)
+    assert here["where"] == "cluster" and here["cluster_s"] < here["in_process_s"]
+    assert here["batches"] == -(-chunks // clusterphases.batch_size(chunks, 8))
+    # the same cluster on other hosts ships 6.4 GB of rows back: priced, and it changes the answer
+    far = clusterphases.witness_where(model, "fast", steps, chunks, [2, 2, 2, 2], 2, False)
+    assert far["cluster_s"] > here["cluster_s"] and far["where"] == "in-process"
+    # the reference backend holds the GIL throughout: two worker processes beat any number of client threads
+    ref = clusterphases.witness_where(model, "reference", 200_000, 200, [1, 1], 8, True)
+    assert ref["where"] == "cluster"
+
+
+def test_the_plan_on_a_cluster_says_where_each_witness_runs_and_why(tmp_path):
+    m = _manifest(tmp_path, "fast", 64, 1024, max_steps=20_000)
+    short = clusterphases.place_witness(make_plan(m, probe), _workers(1))
+    runs = short.to_json()["phases"]["wit"]["runs"]
+    assert runs["where"] == "in-process" and runs["workers"] == 1 and runs["shared_memory"]
+    assert runs["why"].startswith("in-process, the faster: ~") and " against ~" in runs["why"]
+    assert "runs in-process, the faster: ~" in render_text(short)
+    m = _manifest(tmp_path, "fast", 64, 1024, max_steps=200_000_000)
+    long = clusterphases.place_witness(make_plan(m, probe), _workers(4, threads=2))
+    runs = long.to_json()["phases"]["wit"]["runs"]
+    assert runs["where"] == "cluster" and runs["threads"] == 8 and runs["cluster_s"] < runs["in_process_s"]
+    assert "runs on the cluster, the faster: ~" in render_text(long)
+    # a plan with no witness phase is the same plan
+    plain = dataclasses.replace(make_plan(m, probe), phases={})
+    assert clusterphases.place_witness(plain, _workers(2)) is plain
+
+
+def test_shared_table_is_a_file_in_dev_shm_both_sides_map(tmp_path):
+    table, path = clusterphases.shared_table(1000, 16)
+    if path is None:
+        pytest.skip("no /dev/shm with room for the table here")
+    try:
+        import mmap
+
+        table[:] = 7
+        with open(path, "r+b") as f, mmap.mmap(f.fileno(), 0) as other:
+            assert len(other) == 1000 * 16 * 8 and other[:8] == (7).to_bytes(8, "little")
+    finally:
+        os.unlink(path)
+
+
+def test_a_worker_that_cannot_open_the_tables_file_is_sent_its_bytes(cluster, tmp_path):
+    # a worker on this host without its /dev/shm (a container sharing only the network) cannot map the path
+    import numpy as np
+
+    from hetflow.engine.events import EventStream
+    from hetflow.engine.phases import witness_activation
+
+    m = _manifest(tmp_path, "fast", 64, 128)
+    placed = cluster.place(make_plan(m, cluster.probe), m)
+    table = np.arange(64 * 16, dtype=np.int64).reshape(64, 16)
+    stream = EventStream()
+    future, held = clusterphases.scatter(cluster.client, placed, "r1", stream, "phase:wit", witness_activation(table),
+                                         shared=str(tmp_path / "gone"))
+    assert held == [placed.executors["host"].worker]
+    assert np.array_equal(future.result().to_array(), table)
+    (event,) = [e for e in stream.events if e["event"] == "scattered"]
+    assert "mapped" not in event and event["bytes"] == table.nbytes
+    future.release()
+
+
+def test_a_long_reference_guest_runs_its_witness_on_the_workers_into_the_clients_table(cluster, tmp_path):
+    m = _manifest(tmp_path, "reference", 1536, 1024)
+    local = execute(m, make_plan(m, probe), runs_dir=str(tmp_path / "local"), use_cache=False)
+    placed = cluster.place(make_plan(m, cluster.probe), m)
+    shm = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    remote = execute(m, placed, runs_dir=str(tmp_path / "remote"), cluster=cluster, use_cache=False)
+    record = json.loads(Path(remote.record_path).read_text())
+    assert record["status"] == "succeeded" and _digests(record) == _digests(local.record)
+    placed_event = _placed_event(record)
+    assert placed_event["where"] == "cluster", placed_event["why"]
+    assert placed_event["chunks"] == -(-record["outputs"]["steps"]["value"] // 1024)
+    chunks = [t for t in record["tasks"] if t["kind"] == "witness"]
+    assert len(chunks) == placed_event["chunks"]
+    assert {t["worker"] for t in chunks} <= {w.address for w in cluster.workers()}
+    (ran,) = [e for e in record["events"] if e["event"] == "witness-ran"]
+    assert ran["copied_batches"] == 0 and set(ran["worker_cpu_s"]) <= {w.address for w in cluster.workers()}
+    # the importing worker shares this host: it was sent the table's path and mapped it, not sent its bytes
+    (scattered,) = [e for e in record["events"] if e["event"] == "scattered"]
+    assert scattered.get("mapped") is True and scattered["bytes"] == record["outputs"]["steps"]["value"] * 128
+    if os.path.isdir("/dev/shm"):  # the table's file is gone once the rows are in: its pages go with the table
+        assert not [f for f in set(os.listdir("/dev/shm")) - shm if f.startswith("hetflow-witness-")]
+
+
+def test_workers_that_cannot_map_the_table_send_their_rows_back(cluster, tmp_path, monkeypatch):
+    # no /dev/shm here: as for workers on other hosts, each batch returns its rows and the client copies them in
+    monkeypatch.setattr(clusterphases, "_SHM", str(tmp_path / "no-shm"))
+    m = _manifest(tmp_path, "reference", 1536, 1024)
+    local = execute(m, make_plan(m, probe), runs_dir=str(tmp_path / "local"), use_cache=False)
+    placed = cluster.place(make_plan(m, cluster.probe), m)
+    remote = execute(m, placed, runs_dir=str(tmp_path / "remote"), cluster=cluster, use_cache=False)
+    record = json.loads(Path(remote.record_path).read_text())
+    assert _placed_event(record)["where"] == "cluster"
+    assert record["status"] == "succeeded" and _digests(record) == _digests(local.record)
+    (ran,) = [e for e in record["events"] if e["event"] == "witness-ran"]
+    assert ran["copied_batches"] == ran["batches"] > 1
+    assert "mapped" not in [e for e in record["events"] if e["event"] == "scattered"][0]
+
+
+def test_a_short_guest_on_a_cluster_runs_its_witness_in_process(cluster, tmp_path):
+    m = _manifest(tmp_path, "fast", 64, 128)
+    local = execute(m, make_plan(m, probe), runs_dir=str(tmp_path / "local"), use_cache=False)
+    placed = cluster.place(make_plan(m, cluster.probe), m)
+    remote = execute(m, placed, runs_dir=str(tmp_path / "remote"), cluster=cluster, use_cache=False)
+    record = json.loads(Path(remote.record_path).read_text())
+    assert record["status"] == "succeeded" and _digests(record) == _digests(local.record)
+    event = _placed_event(record)
+    assert event["where"] == "in-process" and event["in_process_s"] < event["cluster_s"], event["why"]
+    chunks = [t for t in record["tasks"] if t["kind"] == "witness"]
+    assert len(chunks) == event["chunks"] and not {t["worker"] for t in chunks} & {w.address for w in cluster.workers()}
+    # in-process rows went into the shared file too: the importing worker maps it
+    assert [e.get("mapped") for e in record["events"] if e["event"] == "scattered"] == [True]
+
