@@ -7,7 +7,10 @@ means what a hetflow op means into stages of a manifest, runs many cases in one
 manifest through ``python -m hetflow.engine.cli run``, and compares what the
 run wrote with ONNX's outputs.
 
-Translation. Every input the node reads from the graph becomes a ``load``
+Translation. The translators are the importer's own, one per op type in
+:data:`hetflow.engine.onnxops.TRANSLATORS` (``hetflow import onnx`` writes
+a model's nodes with them); this module gives them a case's node through
+:class:`_Builder`. Every input the node reads from the graph becomes a ``load``
 stage of an ``.npz`` written beside the manifest, with ONNX's dtype named in
 ``dtype:`` (values of bf16, fp8 and int4 travel as the float32 or int8 that
 holds them exactly). An input whose value the case fixes and hetflow takes as
@@ -55,10 +58,12 @@ import sys
 import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import ml_dtypes
 import numpy as np
+
+from hetflow.engine.onnxops import CARRIED, TRANSLATORS, Inexpressible, NodeContext, flow, hetflow_dtype
 
 __all__ = ["Inexpressible", "Translation", "Outcome", "TODAY", "NEW", "ALSO_NEW", "DOCUMENTED", "hetflow_dtype",
            "collect", "translate", "run_cases", "summarize", "CHUNK"]
@@ -89,26 +94,10 @@ DOCUMENTED = {
 }
 """Expressible cases whose difference from ONNX is hetflow's documented rule where ONNX defines none."""
 
-_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8e4m3",
-           "float8_e5m2": "fp8e5m2", "int8": "int8", "int4": "int4", "int16": "int16", "int32": "int32",
-           "int64": "int64", "uint8": "uint8", "bool": "bool", "float64": "fp64"}
-
-_CARRIED = {"bf16": np.float32, "fp8e4m3": np.float32, "fp8e5m2": np.float32, "int4": np.int8}
-"""How an input of a dtype numpy's ``.npz`` cannot hold travels to ``load``: a type that holds its values exactly."""
-
 _EXACT_OPS = frozenset({"Cast", "CastLike", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
                         "Concat", "Split", "Slice", "Gather", "Where", "Equal", "Less", "Greater", "ArgMax", "ArgMin",
                         "ReduceMax", "ReduceMin", "Max", "Min", "Abs", "Neg", "Clip", "ConstantOfShape", "Relu"})
 """Op types that only move, select, compare or cast: their results must be equal, not close."""
-
-
-class Inexpressible(Exception):
-    """The case cannot be written as hetflow stages; the message says why, in one line."""
-
-
-def hetflow_dtype(array: Any) -> str | None:
-    """The hetflow dtype name of a numpy (or ml_dtypes) array's values, or None where hetflow has none."""
-    return _DTYPES.get(str(np.asarray(array).dtype))
 
 
 def _array(value: Any) -> Any:
@@ -165,31 +154,28 @@ def op_type_of(case: Any) -> str:
     return next(n.op_type for n in case.model.graph.node if n.op_type != "Constant")
 
 
-class _Builder:
-    """Builds one case's stages; translators ask it for inputs, values and stages."""
+class _Builder(NodeContext):
+    """One case's node as the product's translators see it: every input's value is the case's."""
 
     def __init__(self, case: Any):
         from onnx import helper
 
+        node = next(n for n in case.model.graph.node if n.op_type != "Constant")
+        super().__init__(node, _opset(case))
         self.case = case
-        self.node = next(n for n in case.model.graph.node if n.op_type != "Constant")
-        self.attrs = {a.name: helper.get_attribute_value(a) for a in self.node.attribute}
-        for key, value in list(self.attrs.items()):
-            if hasattr(value, "dims"):
-                self.attrs[key] = _array(value)
-            elif isinstance(value, bytes):
-                self.attrs[key] = value.decode()
         if len(case.data_sets) != 1:
             raise Inexpressible(f"{len(case.data_sets)} data sets")
         inputs, outputs = case.data_sets[0]
         self.values: dict[str, Any] = {}
         for info, value in zip(case.model.graph.input, inputs):
             self.values[info.name] = _array(value)
+        self.constants: set[str] = set()
         for n in case.model.graph.node:
             if n.op_type == "Constant":
                 if len(n.attribute) != 1 or n.attribute[0].name != "value":
                     raise Inexpressible(f"a Constant with {n.attribute[0].name}")
                 self.values[n.output[0]] = _array(helper.get_attribute_value(n.attribute[0]))
+                self.constants.add(n.output[0])
         self.t = Translation(case.name, self.node.op_type)
         for value in outputs:
             value = _array(value)
@@ -197,7 +183,7 @@ class _Builder:
                 raise Inexpressible(f"an output of type {type(value).__name__} "
                                     "(sequences and optionals have no hetflow type)")
             self.t.expected.append(value)
-        if len(self.t.expected) != sum(1 for name in self.node.output if name):
+        if len(self.t.expected) != self.n_outputs():
             raise Inexpressible("outputs the case does not give")
         for i, name in enumerate(self.node.input):
             if name:
@@ -212,19 +198,27 @@ class _Builder:
                 raise Inexpressible(f"dtype {value.dtype}, which hetflow lacks")
         self._count = 0
 
-    # inputs
-
-    def has(self, i: int) -> bool:
-        return i < len(self.node.input) and bool(self.node.input[i])
+    # inputs: a case's graph inputs are data the test loads, yet known here, so they serve as arguments too
 
     def value(self, i: int) -> np.ndarray | None:
         """The value the case gives input ``i`` (None where the node leaves it out)."""
         return self.values[self.node.input[i]] if self.has(i) else None
 
+    def const(self, i: int) -> np.ndarray:
+        return self.value(i)  # type: ignore[return-value]
+
+    def folded(self, i: int) -> np.ndarray | None:
+        # only a Constant node's value is the model's constant; graph inputs stay loaded, so the cases keep
+        # running the two-operand kernels they test
+        return self.value(i) if self.has(i) and self.node.input[i] in self.constants else None
+
+    def shape(self, i: int) -> tuple[int, ...]:
+        return tuple(self.value(i).shape)  # type: ignore[union-attr]
+
     def dtype(self, i: int) -> str:
         return hetflow_dtype(self.value(i))  # type: ignore[return-value]
 
-    def load(self, i: int) -> str:
+    def input(self, i: int) -> str:
         """A ``load`` stage for input ``i``."""
         local = f"in{i}"
         if local not in self.t.loads:
@@ -256,354 +250,9 @@ class _Builder:
     def output(self, local: str) -> None:
         self.t.outputs.append(local)
 
-    def attr(self, name: str, default: Any = None) -> Any:
-        return self.attrs.get(name, default)
-
-    def only(self, *names: str, **defaults: Any) -> None:
-        """Refuse attributes other than ``names``, and those of ``defaults`` unless at their default value."""
-        for key, value in self.attrs.items():
-            if key in names:
-                continue
-            if key in defaults and _same(value, defaults[key]):
-                continue
-            raise Inexpressible(f"attribute {key}={_show(value)}")
-
-
-def _same(a: Any, b: Any) -> bool:
-    return np.array_equal(np.asarray(a), np.asarray(b))
-
-
-def _show(value: Any) -> str:
-    return str(value.tolist() if isinstance(value, np.ndarray) else value)
-
-
-def _ints(array: Any) -> list[int]:
-    return [int(v) for v in np.asarray(array).reshape(-1)]
-
-
-def _flag(op: str, key: str, value: Any) -> bool | int:
-    """ONNX's 0/1 attribute ``value`` as the kind op ``op`` declares for ``key``: true/false or ONNX's integer."""
-    from hetflow.executors.ops import REGISTRY
-
-    spec = REGISTRY[op].args.get(key) if op in REGISTRY else None
-    return bool(value) if spec is not None and spec.kind == "bool" else int(value)
-
-
-def _number(array: Any) -> int | float | bool:
-    v = np.asarray(array).reshape(-1)[0]
-    if v.dtype.kind == "b":
-        return bool(v)
-    return int(v) if v.dtype.kind in "iu" else float(v)
-
-
-# -- translators, one per ONNX op type --------------------------------------------------------------------------
-
-
-_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Equal": "eq", "Less": "lt", "Greater": "gt",
-           "Pow": "pow", "Mod": "mod"}
-_UNARY = {"Relu": "relu", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Tanh": "tanh", "Sigmoid": "sigmoid",
-          "Abs": "abs", "Neg": "neg", "Erf": "erf"}
-
-
-def _binary(b: _Builder) -> None:
-    op = _BINARY[b.node.op_type]
-    args = {}
-    if op == "mod":
-        b.only("fmod")
-        if b.attr("fmod") is not None:
-            args["fmod"] = _flag(op, "fmod", b.attr("fmod"))
-    else:
-        b.only()
-    if op in ("div", "mod", "pow") and "int8" in (b.dtype(0), b.dtype(1)):
-        raise Inexpressible("int8 is a quantized activation in hetflow (computed in float32, rounded back): "
-                            f"ONNX's integer {op} of int8 has no counterpart")
-    b.output(b.stage(op, [b.load(0), b.load(1)], args, b.out_dtype()))
-
-
-def _unary(b: _Builder) -> None:
-    b.only()
-    b.output(b.stage(_UNARY[b.node.op_type], [b.load(0)], None, b.out_dtype()))
-
-
-def _identity(b: _Builder) -> None:
-    b.only()
-    b.output(b.stage("cast", [b.load(0)], None, b.out_dtype()))
-
-
-def _swish(b: _Builder) -> None:
-    b.only(alpha=1.0)
-    b.output(b.stage("silu", [b.load(0)], None, b.out_dtype()))
-
-
-def _gelu(b: _Builder) -> None:
-    b.only("approximate")
-    b.output(b.stage("gelu", [b.load(0)], {"approximate": b.attr("approximate", "none")}, b.out_dtype()))
-
-
-def _where(b: _Builder) -> None:
-    b.only()
-    b.output(b.stage("where", [b.load(0), b.load(1), b.load(2)], None, b.out_dtype()))
-
-
-def _cast(b: _Builder) -> None:
-    b.only("to", "saturate", round_mode="up")
-    args = None if b.attr("saturate", 1) else {"saturate": 0}
-    b.output(b.stage("cast", [b.load(0)], args, b.out_dtype()))
-
-
-def _castlike(b: _Builder) -> None:
-    b.only("saturate")
-    args = None if b.attr("saturate", 1) else {"saturate": 0}
-    b.output(b.stage("cast", [b.load(0)], args, b.out_dtype()))
-
-
-def _variadic(op: str, mean: bool = False) -> Callable[[_Builder], None]:
-    def translate(b: _Builder) -> None:
-        b.only()
-        n = len(b.node.input)
-        dtype = b.out_dtype()
-        if n == 1:
-            b.output(b.stage("cast", [b.load(0)], None, dtype))
-            return
-        acc = b.load(0)
-        for i in range(1, n):
-            acc = b.stage(op, [acc, b.load(i)], None, dtype)
-        if mean:
-            acc = b.stage("div", [acc], {"value": float(n)}, dtype)
-        b.output(acc)
-
-    return translate
-
-
-def _matmul(b: _Builder) -> None:
-    b.only()
-    b.output(b.stage("matmul", [b.load(0), b.load(1)], None, b.out_dtype()))
-
-
-def _clip(b: _Builder) -> None:
-    b.only()
-    args = {}
-    for i, key in ((1, "min"), (2, "max")):
-        if b.has(i):
-            args[key] = _number(b.value(i))
-    b.output(b.stage("clip", [b.load(0)], args, b.out_dtype()))
-
-
-def _softmax(b: _Builder) -> None:
-    if _opset(b.case) < 13:
-        raise Inexpressible("opset < 13 Softmax flattens the axes after 'axis'")
-    b.only("axis")
-    b.output(b.stage("softmax", [b.load(0)], {"axis": int(b.attr("axis", -1))}, b.out_dtype()))
-
 
 def _opset(case: Any) -> int:
     return max((o.version for o in case.model.opset_import if o.domain in ("", "ai.onnx")), default=0)
-
-
-def _reduce(op: str) -> Callable[[_Builder], None]:
-    def translate(b: _Builder) -> None:
-        b.only("keepdims", "noop_with_empty_axes")
-        keep = bool(b.attr("keepdims", 1))
-        axes = _ints(b.value(1)) if b.has(1) else []
-        if not axes and b.attr("noop_with_empty_axes", 0):
-            b.output(b.stage("cast", [b.load(0)], None, b.out_dtype()))
-            return
-        args: dict[str, Any] = {"keepdims": keep}
-        if len(axes) == 1:
-            args["axis"] = axes[0]
-        elif axes:
-            args["axes"] = axes
-        else:
-            args["axis"] = None
-        b.output(b.stage(op, [b.load(0)], args, b.out_dtype()))
-
-    return translate
-
-
-def _argreduce(op: str) -> Callable[[_Builder], None]:
-    def translate(b: _Builder) -> None:
-        b.only("axis", "keepdims", "select_last_index")
-        args: dict[str, Any] = {"axis": int(b.attr("axis", 0)), "keepdims": bool(b.attr("keepdims", 1))}
-        if b.attr("select_last_index", 0):
-            args["select_last_index"] = _flag(op, "select_last_index", b.attr("select_last_index"))
-        b.output(b.stage(op, [b.load(0)], args, b.out_dtype()))
-
-    return translate
-
-
-def _transpose(b: _Builder) -> None:
-    b.only("perm")
-    perm = b.attr("perm")
-    b.output(b.stage("transpose", [b.load(0)], {"axes": [int(p) for p in perm] if perm is not None else None},
-                     b.out_dtype()))
-
-
-def _reshape_to_output(b: _Builder) -> None:
-    """Reshape, Flatten, Squeeze, Unsqueeze: the shape ONNX's attributes and inputs give, written out."""
-    b.only("allowzero", "axis")
-    b.output(b.stage("reshape", [b.load(0)], {"shape": b.out_shape()}, b.out_dtype()))
-
-
-def _concat(b: _Builder) -> None:
-    b.only("axis")
-    b.output(b.stage("concat", [b.load(i) for i in range(len(b.node.input))], {"axis": int(b.attr("axis"))},
-                     b.out_dtype()))
-
-
-def _split(b: _Builder) -> None:
-    b.only("axis", "num_outputs")
-    axis = int(b.attr("axis", 0))
-    sizes = [int(e.shape[axis]) for e in b.t.expected]
-    x = b.load(0)
-    for k in range(len(sizes)):
-        b.output(b.stage("split", [x], {"axis": axis, "sizes": sizes, "index": k}, b.out_dtype(k)))
-
-
-def _slice(b: _Builder) -> None:
-    b.only()
-    starts, ends = _ints(b.value(1)), _ints(b.value(2))
-    rank = b.value(0).ndim
-    axes = _ints(b.value(3)) if b.has(3) else list(range(len(starts)))
-    steps = _ints(b.value(4)) if b.has(4) else [1] * len(starts)
-    acc = b.load(0)
-    for axis, start, stop, step in zip(axes, starts, ends, steps):
-        acc = b.stage("slice", [acc], {"axis": axis % rank, "start": start, "stop": stop, "step": step},
-                      b.out_dtype())
-    b.output(acc)
-
-
-def _gather(b: _Builder) -> None:
-    b.only("axis")
-    b.output(b.stage("gather", [b.load(0), b.load(1)], {"axis": int(b.attr("axis", 0))}, b.out_dtype()))
-
-
-def _range(b: _Builder) -> None:
-    b.only()
-    args = {"start": _number(b.value(0)), "stop": _number(b.value(1)), "step": _number(b.value(2))}
-    b.output(b.stage("arange", [], args, b.out_dtype()))
-
-
-def _constant_of_shape(b: _Builder) -> None:
-    b.only("value")
-    value = b.attr("value")
-    b.output(b.stage("full", [], {"shape": _ints(b.value(0)), "value": _number(value) if value is not None else 0},
-                     b.out_dtype()))
-
-
-def _norm(op: str) -> Callable[[_Builder], None]:
-    def translate(b: _Builder) -> None:
-        b.only("axis", "epsilon", stash_type=1)
-        x = b.value(0)
-        axis = int(b.attr("axis", -1)) % x.ndim
-        eps = float(b.attr("epsilon", 1e-5))
-        weight = b.load(1)
-        if b.value(1).shape != x.shape[axis:]:
-            raise Inexpressible(f"a scale of shape {list(b.value(1).shape)} that broadcasts to the normalized axes")
-        inputs = [b.load(0), weight]
-        if op == "layernorm" and b.has(2):
-            if b.value(2).shape != x.shape[axis:]:
-                raise Inexpressible(f"a bias of shape {list(b.value(2).shape)} that broadcasts to the normalized axes")
-            inputs.append(b.load(2))
-        args: dict[str, Any] = {"eps": eps}
-        if axis != x.ndim - 1:
-            args["axis"] = axis
-        b.output(b.stage(op, inputs, args, b.out_dtype()))
-        if len(b.t.expected) > 1:
-            _norm_statistics(b, axis, eps)
-
-    return translate
-
-
-def _norm_statistics(b: _Builder, axis: int, eps: float) -> None:
-    """LayerNormalization's Mean and InvStdDev outputs, as the chain of hetflow ops that computes them."""
-    x = b.value(0)
-    lead, inner = int(np.prod(x.shape[:axis], dtype=np.int64)), int(np.prod(x.shape[axis:], dtype=np.int64))
-    flat = b.stage("reshape", [b.load(0)], {"shape": [lead, inner]}, "fp32")
-    mean = b.stage("mean", [flat], {"axis": -1, "keepdims": True}, "fp32")
-    b.output(b.stage("reshape", [mean], {"shape": b.out_shape(1)}, b.out_dtype(1)))
-    if len(b.t.expected) > 2:
-        centered = b.stage("sub", [flat, mean], None, "fp32")
-        square = b.stage("mul", [centered, centered], None, "fp32")
-        var = b.stage("mean", [square], {"axis": -1, "keepdims": True}, "fp32")
-        std = b.stage("sqrt", [b.stage("add", [var], {"value": eps}, "fp32")], None, "fp32")
-        one = b.stage("full", [], {"shape": [lead, 1], "value": 1.0}, "fp32")
-        inv = b.stage("div", [one, std], None, "fp32")
-        b.output(b.stage("reshape", [inv], {"shape": b.out_shape(2)}, b.out_dtype(2)))
-
-
-def _attention(b: _Builder) -> None:
-    b.only("q_num_heads", "kv_num_heads", "is_causal", "scale", softcap=0.0, qk_matmul_output_mode=0,
-           left_window_size=-1, right_window_size=-1, softmax_precision=1)
-    if len(b.t.expected) > 1:
-        raise Inexpressible("outputs beyond Y (present key/value, qk_matmul_output)")
-    for i, what in ((4, "past_key"), (5, "past_value"), (6, "nonpad_kv_seqlen")):
-        if b.has(i):
-            raise Inexpressible(f"input {what}")
-    args: dict[str, Any] = {}
-    if b.attr("is_causal", 0):
-        args["causal"] = True
-    if b.attr("scale") is not None:
-        args["scale"] = float(b.attr("scale"))
-    for key in ("q_num_heads", "kv_num_heads"):
-        if b.attr(key) is not None:
-            args[key] = int(b.attr(key))
-    inputs = [b.load(0), b.load(1), b.load(2)]
-    if b.has(3):
-        inputs.append(b.load(3))
-    b.output(b.stage("attention", inputs, args, b.out_dtype()))
-
-
-def _rope(b: _Builder) -> None:
-    raise Inexpressible("RotaryEmbedding takes cos/sin caches (here random) and position ids as inputs; "
-                        "hetflow's rope computes its angles from base and offset")
-
-
-def _quantize(b: _Builder) -> None:
-    b.only("axis", saturate=1, precision=0, output_dtype=0, block_size=0)
-    _symmetric(b)
-    target = b.out_dtype()
-    if target not in ("int8", "int4", "fp8e4m3", "fp8e5m2"):
-        raise Inexpressible(f"output dtype {target}: hetflow quantizes to int8, int4, fp8e4m3, fp8e5m2")
-    b.output(b.stage("quantize", [b.load(0), _scale(b)], None, target))
-
-
-def _dequantize(b: _Builder) -> None:
-    b.only("axis", block_size=0, output_dtype=0)
-    _symmetric(b)
-    if b.dtype(0) not in ("int8", "int4", "fp8e4m3", "fp8e5m2"):
-        raise Inexpressible(f"input dtype {b.dtype(0)}: hetflow dequantizes int8, int4, fp8e4m3, fp8e5m2")
-    b.output(b.stage("dequantize", [b.load(0), _scale(b)], None, b.out_dtype()))
-
-
-def _symmetric(b: _Builder) -> None:
-    if b.has(2) and np.any(np.asarray(b.value(2)).astype(np.float64) != 0):
-        raise Inexpressible("a nonzero zero point: hetflow's quantization is symmetric")
-
-
-def _scale(b: _Builder) -> str:
-    """The scale input, shaped to broadcast along ONNX's ``axis`` (per-axis scales are 1-D in ONNX)."""
-    scale, x = b.value(1), b.value(0)
-    if scale.ndim != 1 or x.ndim == 1:
-        return b.load(1)
-    axis = int(b.attr("axis", 1)) % x.ndim
-    shape = [1] * x.ndim
-    shape[axis] = scale.shape[0]
-    return b.stage("reshape", [b.load(1)], {"shape": shape}, b.dtype(1))
-
-
-TRANSLATORS: dict[str, Callable[[_Builder], None]] = {
-    **{t: _binary for t in _BINARY}, **{t: _unary for t in _UNARY},
-    "Identity": _identity, "Swish": _swish, "Gelu": _gelu, "Where": _where, "Cast": _cast, "CastLike": _castlike,
-    "Sum": _variadic("add"), "Mean": _variadic("add", mean=True), "Max": _variadic("maximum"),
-    "Min": _variadic("minimum"), "MatMul": _matmul, "Clip": _clip, "Softmax": _softmax,
-    "ReduceSum": _reduce("sum"), "ReduceMean": _reduce("mean"), "ReduceMax": _reduce("max"),
-    "ReduceMin": _reduce("min"), "ArgMax": _argreduce("argmax"), "ArgMin": _argreduce("argmin"),
-    "Transpose": _transpose, "Reshape": _reshape_to_output, "Flatten": _reshape_to_output,
-    "Squeeze": _reshape_to_output, "Unsqueeze": _reshape_to_output, "Concat": _concat, "Split": _split,
-    "Slice": _slice, "Gather": _gather, "Range": _range, "ConstantOfShape": _constant_of_shape,
-    "LayerNormalization": _norm("layernorm"), "RMSNormalization": _norm("rmsnorm"), "Attention": _attention,
-    "RotaryEmbedding": _rope, "QuantizeLinear": _quantize, "DequantizeLinear": _dequantize,
-}
 
 
 def translate(case: Any) -> Translation:
@@ -620,27 +269,6 @@ _FLOATS = frozenset({"fp32", "fp16", "bf16", "fp8e4m3", "fp8e5m2", "fp64"})
 # -- manifests, runs, comparison --------------------------------------------------------------------------------
 
 
-def _flow(value: Any) -> str:
-    """``value`` as YAML flow text; floats keep every digit and a point (PyYAML reads ``1e-05`` as a string).
-
-    >>> _flow({"eps": 1e-05, "shape": [2, 3], "min": float("-inf"), "name": "x"})
-    '{"eps": 1.0e-05, "shape": [2, 3], "min": -.inf, "name": "x"}'
-    """
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(k)}: {_flow(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_flow(v) for v in value) + "]"
-    if isinstance(value, float):
-        if np.isnan(value):
-            return ".nan"
-        if np.isinf(value):
-            return ".inf" if value > 0 else "-.inf"
-        text = repr(value)
-        mantissa, e, exponent = text.partition("e")
-        return text if not e or "." in mantissa else f"{mantissa}.0e{exponent}"
-    return json.dumps(value)
-
-
 def write_manifest(batch: dict[int, Translation], folder: str, name: str) -> tuple[str, dict[int, int]]:
     """Write ``name``.yaml and its ``.npz`` into ``folder``; return its path and line -> case index."""
     arrays, lines, owner = {}, ["version: 1", f"name: {name}", "executors: {a: {vendor: cpu}, b: {vendor: cpu}}",
@@ -653,10 +281,10 @@ def write_manifest(batch: dict[int, Translation], folder: str, name: str) -> tup
 
         for local, (array, dtype) in t.loads.items():
             key = f"c{i}_{local}"
-            carried = _CARRIED.get(dtype)
+            carried = CARRIED.get(dtype)
             arrays[key] = np.asarray(array).astype(carried) if carried is not None else np.asarray(array)
             spec = {"op": "load", "args": {"path": f"{name}.npz", "key": key}, "dtype": dtype, "executor": "a"}
-            emit(f"  {key}: {_flow(spec)}")
+            emit(f"  {key}: {flow(spec)}")
         for variant, executor in (("o", "a"), ("b", "b")):
             if variant == "b" and not t.loads:
                 # a source op has no input to carry: the bridge carries its result to b instead
@@ -664,14 +292,14 @@ def write_manifest(batch: dict[int, Translation], folder: str, name: str) -> tup
                     spec = {"op": "reshape", "inputs": [f"c{i}_o_{local}"],
                             "args": {"shape": [int(n) for n in t.expected[k].shape]},
                             "dtype": hetflow_dtype(t.expected[k]), "executor": "b"}
-                    emit(f"  c{i}_b_{local}: {_flow(spec)}")
+                    emit(f"  c{i}_b_{local}: {flow(spec)}")
             else:
                 for local, spec in t.stages.items():
                     spec = dict(spec, executor=executor)
                     if "inputs" in spec:
                         spec["inputs"] = [f"c{i}_{x}" if x in t.loads else f"c{i}_{variant}_{x}"
                                           for x in spec["inputs"]]
-                    emit(f"  c{i}_{variant}_{local}: {_flow(spec)}")
+                    emit(f"  c{i}_{variant}_{local}: {flow(spec)}")
             for k, local in enumerate(t.outputs):
                 outputs.append((i, f"c{i}_{variant}{k}", f"c{i}_{variant}_{local}"))
     lines.append("outputs:")

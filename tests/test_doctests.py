@@ -51,6 +51,9 @@ MODULES = [
     "hetflow.engine.sweeps",
     "hetflow.engine.threads",
     "hetflow.engine.schemagen",
+    "hetflow.engine.onnxops",
+    "hetflow.engine.onnximport",
+    "hetflow.engine.blocks",
 ]
 
 

@@ -1,0 +1,215 @@
+"""``hetflow import onnx``: a GPT-2-style decoder imported, planned and run as any manifest, against onnxruntime.
+
+The model (``tests/onnxgpt2.py``) is written node by node as exporters
+write it: 2 layers, d_model 64, 4 heads, seq 16, random weights. The
+imported manifest runs on CPU, then split across two executors (a second
+CPU one, and Vulkan where wgpu finds an adapter); its logits must be
+onnxruntime's within fp32 rtol 1e-4. A model with ops hetflow lacks is
+refused by the CLI with every such node listed (exit 2, nothing written),
+or imported with a plugin stub under ``--allow-missing``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+onnx = pytest.importorskip("onnx", reason="onnx is not installed (pip install -e .[dev])")
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install -e .[dev]): "
+                                                "it computes the reference logits")
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import onnxcases  # noqa: E402
+import onnxgpt2  # noqa: E402
+
+import hetflow  # noqa: E402
+from hetflow.engine import onnxops  # noqa: E402
+from hetflow.engine.cli import main  # noqa: E402
+from hetflow.engine.onnximport import OnnxImportError, import_onnx  # noqa: E402
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def _cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    """(model path, imported manifest path, input ids, onnxruntime's logits)."""
+    folder = tmp_path_factory.mktemp("gpt2")
+    model = folder / "gpt2.onnx"
+    onnx.save(onnxgpt2.gpt2(layers=2, d_model=64, heads=4, seq=16), str(model))
+    code, out, err = _cli("import", "onnx", str(model), "-o", str(folder / "imported"))
+    assert code == 0, err
+    manifest = folder / "imported" / "gpt2.yaml"
+    assert out.strip() == str(manifest)
+    ids = np.random.default_rng(1).integers(0, 256, (1, 16)).astype(np.int64)
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    return model, manifest, ids, session.run(None, {"input_ids": ids})[0]
+
+
+def test_the_conformance_cases_use_the_importers_table():
+    assert onnxcases.TRANSLATORS is onnxops.TRANSLATORS
+
+
+def test_the_manifest_keeps_onnx_names_and_says_where_each_stage_came_from(gpt2):
+    _, manifest, _, _ = gpt2
+    doc = yaml.safe_load(manifest.read_text())
+    stages = doc["stages"]
+    assert doc["executors"] == {"cpu": {"vendor": "cpu"}}
+    assert doc["outputs"] == {"logits": "lm_head_MatMul"}
+    assert stages["input_ids"] == {"op": "input", "args": {"shape": [1, 16], "dtype": "int64"}, "dtype": "int64",
+                                   "description": 'ONNX graph input "input_ids"'}
+    assert stages["wte_weight"]["op"] == "load"
+    assert stages["wte_weight"]["args"] == {"path": "gpt2.safetensors", "key": "wte.weight"}
+    assert stages["h_0_attn_MatMul"]["description"] == 'ONNX MatMul node "/h.0/attn/MatMul" (ai.onnx, opset 18)'
+    # one stage per output of Split; the scalar divisor folded into div's value
+    assert [stages[f"h_0_attn_Split_{k}"]["args"]["index"] for k in range(3)] == [0, 1, 2]
+    assert stages["h_0_attn_Div"]["args"] == {"value": 4.0}      # sqrt of the head size, 16
+    assert stages["h_1_mlp_act_Tanh"]["op"] == "tanh" and stages["h_0_mlp_act_Erf"]["op"] == "erf"
+    # Transpose of the tied embedding computes from constants: folded at import, loaded as a weight
+    assert stages["lm_head_Transpose_output_0"]["op"] == "load"
+    assert all("description" in s for s in stages.values())
+    hetflow.validate(manifest)
+
+
+def test_the_imported_decoder_gives_onnxruntimes_logits_and_caches(gpt2, tmp_path):
+    _, manifest, ids, want = gpt2
+    runs = tmp_path / "runs"
+    first = hetflow.run(manifest, runs_dir=runs, inputs={"input_ids": ids})
+    assert first.status == "succeeded", first.failures
+    got = first.outputs["logits"]
+    assert got.shape == want.shape == (1, 16, 256) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    again = hetflow.run(manifest, runs_dir=runs, inputs={"input_ids": ids})
+    assert again.status == "succeeded"
+    assert np.array_equal(again.outputs["logits"], got)
+    assert first.record["cache"]["hits"] == []
+    assert again.record["cache"]["hits"] == list(again.record["cache"]["keys"]), "every partition from the cache"
+
+
+def _split(manifest, second: dict, stages_on_second) -> str:
+    """A copy of the imported manifest with ``second`` as executor ``b`` and the stages named pinned there."""
+    doc = yaml.safe_load(manifest.read_text())
+    doc["executors"]["b"] = second
+    for sid in stages_on_second:
+        doc["stages"][sid]["executor"] = "b"
+    for sid, spec in doc["stages"].items():
+        spec.setdefault("executor", "cpu")
+    path = manifest.parent / f"split_{second['vendor']}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("vendor", ["cpu", "vulkan"])
+def test_the_decoder_split_across_two_executors_gives_the_same_logits(gpt2, tmp_path, vendor):
+    _, manifest, ids, want = gpt2
+    if vendor == "vulkan":
+        from hetflow.executors import probe
+        from hetflow.executors.base import Vendor
+
+        offer = probe(Vendor.vulkan)
+        if not offer.available:
+            pytest.skip(f"vulkan executor unavailable here: {offer.reason}")
+    from hetflow.executors.ops import REGISTRY
+
+    stages = list(yaml.safe_load(manifest.read_text())["stages"].items())
+    # the second half of the graph: layer 1 and the head, where the executor runs the op
+    later = [sid for sid, spec in stages[len(stages) // 2:] if REGISTRY[spec["op"]].runs_on(vendor)]
+    path = _split(manifest, {"vendor": vendor}, later)
+    plan = hetflow.plan(path, inputs={"input_ids": ids}, runs_dir=tmp_path / "runs")
+    executors = {n["executor"] for n in plan.to_json()["nodes"].values()}
+    assert executors == {"cpu", "b"}
+    assert plan.to_json()["bridges"], "a graph split across executors crosses at least one bridge"
+    r = hetflow.run(path, runs_dir=tmp_path / "runs", inputs={"input_ids": ids})
+    assert r.status == "succeeded", r.failures
+    np.testing.assert_allclose(r.outputs["logits"], want, rtol=RTOL, atol=ATOL)
+
+
+def _model_with_missing_ops(opset: int = 18):
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Cos", ["x"], ["c1"], name="/block/Cos"),
+             helper.make_node("Relu", ["c1"], ["r"], name="/block/Relu"),
+             helper.make_node("Cos", ["r"], ["c2"], name="/block/Cos_1"),
+             helper.make_node("Softmax", ["c2"], ["s"], name="/block/Softmax", axis=0),
+             helper.make_node("TopK", ["s", "k"], ["values", "indices"], name="/head/TopK", axis=-1)]
+    graph = helper.make_graph(nodes, "missing", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                              [helper.make_tensor_value_info("values", TensorProto.FLOAT, [4, 3]),
+                               helper.make_tensor_value_info("indices", TensorProto.INT64, [4, 3])],
+                              initializer=[onnx.numpy_helper.from_array(np.array([3], np.int64), "k")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+
+
+def test_a_model_with_ops_hetflow_lacks_is_refused_with_every_one_listed(tmp_path):
+    model = tmp_path / "partial.onnx"
+    onnx.save(_model_with_missing_ops(), str(model))
+    out_dir = tmp_path / "out"
+    code, out, err = _cli("import", "onnx", str(model), "-o", str(out_dir))
+    assert code == 2
+    assert out == ""
+    assert err == (
+        "hetflow: error: partial.onnx: 4 of 5 nodes have no hetflow op, in 3 groups (nothing written; "
+        "--allow-missing writes the manifest with a plugin stub of these ops to fill in):\n"
+        "  Cos x2: no hetflow op: /block/Cos, /block/Cos_1\n"
+        "  Softmax x1: opset 11 Softmax over axes 0..1 flattened (hetflow's softmax is along one axis): "
+        "/block/Softmax\n"
+        "  TopK x1: no hetflow op: /head/TopK\n")
+    assert "Traceback" not in err
+    assert not out_dir.exists()
+    with pytest.raises(OnnxImportError) as e:
+        import_onnx(model, out_dir)
+    assert sorted(m.op_type for m in e.value.missing) == ["Cos", "Cos", "Softmax", "TopK"]
+
+
+def test_allow_missing_writes_a_stub_plugin_and_the_manifest_validates(tmp_path):
+    model = tmp_path / "partial.onnx"
+    onnx.save(_model_with_missing_ops(), str(model))
+    out_dir = tmp_path / "out"
+    code, out, err = _cli("import", "onnx", str(model), "-o", str(out_dir), "--allow-missing")
+    assert code == 0, err
+    assert sorted(os.listdir(out_dir)) == ["partial.safetensors", "partial.yaml", "partial_missing.py"]
+    doc = yaml.safe_load((out_dir / "partial.yaml").read_text())
+    assert doc["plugins"] == ["partial_missing.py"]
+    stages = doc["stages"]
+    assert stages["block_Cos"]["op"] == "onnx.Cos" and stages["block_Relu"]["op"] == "relu"
+    assert stages["head_TopK_1"] == {"op": "onnx.TopK", "inputs": ["block_Softmax", "k"],
+                                     "args": {"node": "/head/TopK", "output": 1}, "dtype": "int64",
+                                     "description": 'ONNX TopK node "/head/TopK" (ai.onnx, opset 11) '
+                                                    "(missing: fill in the stub op)"}
+    assert doc["outputs"] == {"values": "head_TopK_0", "indices": "head_TopK_1"}
+    hetflow.validate(out_dir / "partial.yaml")
+    # the stub runs as far as its first op, which says what to write and where
+    r = hetflow.run(out_dir / "partial.yaml", runs_dir=tmp_path / "runs",
+                    inputs={"x": np.ones((4, 8), np.float32)})
+    assert r.status == "failed"
+    assert any("ONNX Cos (node '/block/Cos') has no hetflow op yet" in f.message for f in r.failures), r.failures
+
+
+def test_bad_models_are_bad_input_without_a_traceback(tmp_path):
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"this is not a protobuf")
+    code, out, err = _cli("import", "onnx", str(junk), "-o", str(tmp_path / "out"))
+    assert code == 2 and "junk.onnx: not a readable ONNX model" in err and "Traceback" not in err
+    code, _, err = _cli("import", "onnx", str(tmp_path / "absent.onnx"), "-o", str(tmp_path / "out"))
+    assert (code, err) == (2, f"hetflow: error: {tmp_path / 'absent.onnx'}: no such file\n")
+
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "dyn",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])])
+    dynamic = tmp_path / "dynamic.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(dynamic))
+    code, _, err = _cli("import", "onnx", str(dynamic), "-o", str(tmp_path / "out"))
+    assert code == 2 and "graph inputs without a fixed size in every dimension: x [batch, 8]" in err
+    assert not (tmp_path / "out").exists()
