@@ -11,6 +11,8 @@ load          :func:`hetflow.engine.loader.load`                  a file -> ``Do
                                                                   where each value was written)
 resolve       :func:`hetflow.engine.resolve.resolve`              ``Document``, overrides ->
                                                                   (resolved tree, problems)
+expand        :func:`hetflow.engine.blocks.expand`                resolved tree, ``Document`` -> (tree of
+                                                                  plain stages, their origins, problems)
 validate      :func:`hetflow.engine.manifest.validate`            resolved tree, ``Document``, problems
                                                                   -> ``Manifest``
 graph         :func:`hetflow.engine.planner.graph`                ``Manifest`` -> ``adjacency.Graph``
@@ -25,6 +27,9 @@ record        :mod:`hetflow.engine.records`                       the record dic
 
 Resolve runs before validate: the schema checks the typed values that
 ``${name}`` references stand for, so it sees the tree after interpolation.
+Validate begins with expand: ``defaults:`` and the uses of ``blocks:``
+become plain stages (instance ids such as ``layers.3.q``), so every later
+pass sees stages only.
 A matrix point (:func:`hetflow.engine.matrix.expand` and
 :func:`~hetflow.engine.matrix.select`) is one more set of overrides for
 resolve. :func:`hetflow.engine.manifest.compile_manifest` runs resolve

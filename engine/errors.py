@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-__all__ = ["Origin", "Diagnostic", "SHOWN", "capped", "HetflowError", "ManifestError", "UsageError", "EnvironmentUnavailable",
+__all__ = ["Origin", "Noted", "Diagnostic", "SHOWN", "capped", "HetflowError", "ManifestError", "UsageError", "EnvironmentUnavailable",
            "require_runs_dir", "RunFailed", "RunCancelled", "StageFailure", "LockHeld"]
 
 
@@ -103,6 +103,31 @@ class _Deferred(Origin):
         self._line, self._col = found.line, found.col
 
 
+class Noted(Origin):
+    """An origin inside a block's instance, with the places that made the instance: its uses, innermost first.
+
+    A problem in a block's stage is written where the block is, which may
+    be another file; alone, that line does not say which of its instances
+    is wrong, so each use adds a note. It compares, hashes and pickles as
+    the plain origin it wraps (the notes are for the reader).
+
+    >>> o = Noted(Origin("lib.yaml", 7, 5), [(Origin("m.yaml", 40, 3), "in layers.3 (block decoder_layer)")])
+    >>> print(Diagnostic(o, "unknown op 'matmull'"))
+    lib.yaml:7:5: error: unknown op 'matmull'
+    m.yaml:40:3: note: in layers.3 (block decoder_layer)
+    """
+
+    __slots__ = ("_inner", "notes")
+
+    def __init__(self, inner: Origin, notes: Sequence[tuple[Origin, str]]) -> None:
+        self.file, self._line, self._col = inner.file, None, None
+        self._inner = inner
+        self.notes = tuple(notes)
+
+    def _resolve(self) -> None:
+        self._line, self._col = self._inner.line, self._inner.col
+
+
 class Diagnostic(NamedTuple):
     origin: Origin | None
     message: str
@@ -110,7 +135,9 @@ class Diagnostic(NamedTuple):
 
     def __str__(self) -> str:
         where = f"{self.origin}: " if self.origin else ""
-        return f"{where}{self.severity}: {self.message}"
+        # the first line keeps its form (editors and scripts parse it); a block's uses follow, one located note each
+        notes = "".join(f"\n{at}: note: {text}" for at, text in getattr(self.origin, "notes", ()))
+        return f"{where}{self.severity}: {self.message}{notes}"
 
 
 class HetflowError(Exception):

@@ -100,8 +100,13 @@ def validate(resolved: dict, doc: Document, problems: list[Diagnostic] | None = 
     ManifestError
         every problem found, each at its ``FILE:LINE:COL``.
     """
-    tree = doc.value
+    from hetflow.engine.blocks import expand
+
     problems = list(problems or [])
+    resolved, doc, expanding = expand(resolved, doc)
+    if expanding:  # what a broken use would leave (stages missing, names unbound) says nothing more
+        raise ManifestError(problems + expanding)
+    tree = doc.value
     problems.extend(schema_problems({**resolved, **{k: tree[k] for k in ("matrix", "schedule") if k in tree}}, doc))
     if "schedule" in tree:
         from hetflow.engine import cron

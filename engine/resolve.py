@@ -23,7 +23,7 @@ import yaml
 from hetflow.engine.errors import Diagnostic, UsageError
 from hetflow.engine.loader import Document, Path, SafeLoader
 
-__all__ = ["UNDEFINED", "resolve", "parse_overrides", "canonical_json", "has_undefined"]
+__all__ = ["UNDEFINED", "resolve", "interpolate", "parse_overrides", "canonical_json", "has_undefined"]
 
 _REF = re.compile(r"\$\{([^}]*)\}")
 
@@ -130,6 +130,11 @@ def _interpolate(value: Any, path: Path, params: Mapping[str, Any], doc: Documen
     return _REF.sub(lambda m: next(texts), value)
 
 
+#: ``${name}`` references in ``value`` (at ``path`` of ``doc``) replaced from ``params``, each undefined one a
+#: problem at its place: the expansion resolves a block's stages with it, per instance, with the block's params
+interpolate = _interpolate
+
+
 class _UndefinedName(Exception):
     """A ``${name}`` that names no param: :func:`_interpolate` walks again to say where."""
 
@@ -204,7 +209,10 @@ def resolve(doc: Document, overrides: Mapping[str, Any] | None = None) -> tuple[
     unknown = [k for k in overrides if k not in params]
     if unknown:
         declared = ", ".join(sorted(params)) or "none"
-        raise UsageError(f"-p {unknown[0]}: {doc.file} declares no param {unknown[0]!r} (declared: {declared})")
+        # USE.PARAM reads as a block's param: those are set by the use, from the manifest's params
+        hint = ("; a use's params are set by its params: in the manifest, which may read a manifest param "
+                "as ${name}") if "." in unknown[0] else ""
+        raise UsageError(f"-p {unknown[0]}: {doc.file} declares no param {unknown[0]!r} (declared: {declared}){hint}")
     for key, value in overrides.items():
         default = params[key]
         kinds = {type(x) for x in (default, value) if isinstance(x, (list, dict))}
@@ -216,14 +224,16 @@ def resolve(doc: Document, overrides: Mapping[str, Any] | None = None) -> tuple[
     values = {**params, **overrides}
 
     problems: list[Diagnostic] = []
+    # a block's ${name} reads the block's params, given per use: the expansion resolves it, per instance
+    literal = ("params", "version", "name", "blocks")
     if doc.text is not None and "${" not in doc.text:
         resolved = {k: v for k, v in tree.items() if k not in ("matrix", "schedule")}
     else:
         try:
-            resolved = {k: (v if k in ("params", "version", "name") else _substitute(v, values))
+            resolved = {k: (v if k in literal else _substitute(v, values))
                         for k, v in tree.items() if k not in ("matrix", "schedule")}
         except _UndefinedName:
-            resolved = {k: (v if k in ("params", "version", "name") else _interpolate(v, (k,), values, doc, problems))
+            resolved = {k: (v if k in literal else _interpolate(v, (k,), values, doc, problems))
                         for k, v in tree.items() if k not in ("matrix", "schedule")}
     if "params" in resolved:
         resolved["params"] = values

@@ -109,7 +109,8 @@ def schema_problems(tree: Any, doc: Document) -> list[Diagnostic]:
 
 
 def part_problems(value: Any, definition: str, doc: Any, path: Path) -> list[Diagnostic]:
-    """The schema's complaints about ``value``, checked against ``$defs/DEFINITION``, as if it stood at ``path``.
+    """The schema's complaints about ``value``, checked against ``$defs/DEFINITION`` (or a ``#/...`` pointer into
+    the schema), as if it stood at ``path``.
 
     For the parts of a manifest the expansion reads before the whole is
     checked (a use of a block): ``doc`` is anything with ``at`` and
@@ -118,8 +119,11 @@ def part_problems(value: Any, definition: str, doc: Any, path: Path) -> list[Dia
     spec = schema()
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator({"$schema": spec["$schema"], "$defs": spec["$defs"],
-                                                 "$ref": f"#/$defs/{definition}"})
+    node: Any = spec
+    for part in (definition[2:] if definition.startswith("#/") else f"$defs/{definition}").split("/"):
+        node = node[part]
+    # the part's own keywords at the root, beside the definitions its references name
+    validator = jsonschema.Draft202012Validator({**node, "$schema": spec["$schema"], "$defs": spec["$defs"]})
     problems: list[Diagnostic] = []
     for error in validator.iter_errors(value):
         error.path.extendleft(reversed(path))

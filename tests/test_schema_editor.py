@@ -136,7 +136,11 @@ def test_diagnostics_hover_and_completion(server, tmp_path):
     uri, found = server.open(tmp_path / "edited.yaml", text)
     assert [line for line, _ in sorted(found)] == [14, 16]
     assert "Property sed is not allowed." in dict(found)[14]
-    assert dict(found)[16].startswith('Value is not accepted. Valid values: "add"')
+    from hetflow.executors.ops import BUILTIN
+
+    # the editors' schema lists the op registry's names, sorted: the misspelt op is told the one it meant
+    assert dict(found)[16].startswith(f'Value is not accepted. Valid values: "{sorted(BUILTIN)[0]}"')
+    assert '"matmul"' in dict(found)[16]
 
     vendor = server.at("textDocument/hover", uri, text, "vendor: cuda")["contents"]["value"]
     assert "The vendor of this executor" in vendor

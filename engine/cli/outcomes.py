@@ -80,8 +80,12 @@ def _error(kind: str, code: int, message: str, **extra: Any) -> dict[str, Any]:
 
 def _diagnostic(d: Diagnostic) -> dict[str, Any]:
     o = d.origin
-    return {"file": o.file if o else None, "line": o.line if o else None, "col": o.col if o else None,
-            "severity": d.severity, "message": d.message}
+    out = {"file": o.file if o else None, "line": o.line if o else None, "col": o.col if o else None,
+           "severity": d.severity, "message": d.message}
+    notes = getattr(o, "notes", ())
+    if notes:  # a problem inside a block's instance: where each use that made the instance is, innermost first
+        out["notes"] = [{"file": at.file, "line": at.line, "col": at.col, "message": text} for at, text in notes]
+    return out
 
 
 def _bad_manifest(e: ManifestError, debug: bool) -> Outcome:

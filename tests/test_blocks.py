@@ -1,0 +1,469 @@
+"""``defaults:`` and blocks: expansion into instance ids, positions of errors at both places, the cache, the editors."""
+
+import doctest
+import io
+import json
+import pathlib
+import textwrap
+
+import numpy as np
+import pytest
+
+import hetflow
+from hetflow.engine import blocks, cli
+from hetflow.engine.errors import ManifestError
+from hetflow.engine.manifest import compile_manifest, load, parse_overrides
+from hetflow.engine.planner import plan
+from hetflow.engine.run import execute
+from hetflow.executors import probe
+
+
+def write(folder: pathlib.Path, name: str, text: str) -> str:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def compiled(path: str, **params):
+    return compile_manifest(load(path), parse_overrides([f"{k}={v}" for k, v in params.items()]))
+
+
+def errors(path: str) -> list[str]:
+    with pytest.raises(ManifestError) as e:
+        compiled(path)
+    return str(e.value).splitlines()
+
+
+def run_cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_the_module_examples_run():
+    assert doctest.testmod(blocks, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+DEFAULTS = """\
+version: 1
+name: defaults
+params: {dt: fp16, tries: 2}
+defaults: {dtype: "${dt}", retries: "${tries}", executor: a, cache: false}
+executors: {a: {vendor: cpu}, b: {vendor: cpu}}
+stages:
+  x: {op: random.normal, args: {shape: [4, 4], seed: 1}}
+  y: {op: relu, inputs: [x], dtype: fp32, retries: 0, executor: b, cache: true}
+  i: {op: argmax, inputs: [y], args: {axis: 1}, dtype: int64}
+outputs: {y: y}
+"""
+
+
+def test_defaults_apply_where_a_stage_says_nothing_and_params_work_in_them(tmp_path):
+    m = compiled(write(tmp_path, "m.yaml", DEFAULTS))
+    x, y, i = m.stages["x"], m.stages["y"], m.stages["i"]
+    assert (x.dtype.value, x.retries, x.executor, x.cache) == ("fp16", 2, "a", False)
+    assert (y.dtype.value, y.retries, y.executor, y.cache) == ("fp32", 0, "b", True)
+    assert (i.dtype.value, i.retries) == ("int64", 2)
+    assert compiled(write(tmp_path, "m.yaml", DEFAULTS), dt="bf16").stages["x"].dtype.value == "bf16"
+    # the plan shows what each stage got
+    code, out, _ = run_cli("plan", str(tmp_path / "m.yaml"), "--format", "json")
+    nodes = json.loads(out)["nodes"]
+    assert code == 0 and (nodes["x"]["dtype"], nodes["x"]["executor"]) == ("fp16", "a")
+    assert (nodes["y"]["dtype"], nodes["y"]["executor"]) == ("fp32", "b")
+
+
+def test_a_default_no_stage_may_take_is_an_error_at_the_default(tmp_path):
+    path = write(tmp_path, "m.yaml", DEFAULTS.replace("cache: false}", "cache: false, op: relu}"))
+    assert errors(path) == [f"{path}:4:76: error: unknown key 'op' in defaults "
+                            "(allowed: dtype, executor, vendor, retries, timeout, cache)"]
+    code, out, err = run_cli("validate", path)
+    assert code == 2 and "Traceback" not in out + err and f"{path}:4:76: error: unknown key 'op'" in out + err
+    # a wrong value is reported once, where it is written, not again on every stage it would reach
+    path = write(tmp_path, "m.yaml", DEFAULTS.replace('retries: "${tries}"', "retries: -1"))
+    assert errors(path) == [f"{path}:4:37: error: defaults.retries must be at least 0, found -1"]
+
+
+def test_a_default_a_stage_cannot_take_is_reported_at_the_default_with_the_stage(tmp_path):
+    path = write(tmp_path, "m.yaml", DEFAULTS.replace("dt: fp16", "dt: int4").replace(
+        "  i: {op: argmax, inputs: [y], args: {axis: 1}, dtype: int64}\n", ""))
+    assert errors(path) == [
+        f"{path}:4:19: error: op 'random.normal' does not support dtype int4 "
+        "(supported: fp32, fp16, bf16, fp8e4m3, fp8e5m2, fp64)",
+        f"{path}:7:3: note: as the dtype of stage 'x'"]
+
+
+LAYERS = """\
+version: 1
+name: layers
+params: {n: 3, width: 4}
+executors: {host: {vendor: cpu}, side: {vendor: cpu}}
+blocks:
+  dense:
+    params: {key: w}
+    inputs: [x]
+    stages:
+      w: {op: load, args: {path: weights.npz, key: "${key}"}}
+      h: {op: matmul, inputs: [x, w]}
+      y: {op: tanh, inputs: [h]}
+    outputs: {y: y}
+  layer:
+    inputs: [x]
+    stages:
+      proj: {use: dense, inputs: {x: x}, params: {key: "w${index}"}}
+      out: {op: add, inputs: [proj.y, x], executor: side}
+    outputs: {x: out}
+stages:
+  x: {op: load, args: {path: weights.npz, key: x}}
+  layers: {use: layer, inputs: {x: x}, repeat: "${n}", executor: host}
+  top: {op: relu, inputs: [layers]}
+outputs: {top: top, last: layers.x, first: layers.0.proj.y}
+"""
+
+
+def weights(folder: pathlib.Path, n: int = 3, width: int = 4) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    arrays = {"x": rng.standard_normal((2, width)).astype(np.float32)}
+    arrays.update({f"w{i}": rng.standard_normal((width, width)).astype(np.float32) for i in range(n)})
+    np.savez(folder / "weights.npz", **arrays)
+    return arrays
+
+
+def test_nested_repeated_blocks_get_stable_ids_chain_and_compute_what_numpy_does(tmp_path):
+    w = weights(tmp_path)
+    path = write(tmp_path, "m.yaml", LAYERS)
+    m = compiled(path)
+    assert list(m.stages) == ["x", *[f"layers.{i}.{s}" for i in range(3) for s in ("proj.w", "proj.h", "proj.y", "out")], "top"]
+    # ${index} of the outer repeat reaches the inner block through its use's params
+    assert [m.stages[f"layers.{i}.proj.w"].args["key"] for i in range(3)] == ["w0", "w1", "w2"]
+    # each instance takes the one before it; the use's name alone is its one output, the last instance's
+    assert m.stages["layers.0.proj.h"].inputs == ("x", "layers.0.proj.w")
+    assert m.stages["layers.2.proj.h"].inputs == ("layers.1.out", "layers.2.proj.w")
+    assert m.stages["layers.2.out"].inputs == ("layers.2.proj.y", "layers.1.out")
+    assert m.stages["top"].inputs == ("layers.2.out",) and m.outputs == {
+        "top": "top", "last": "layers.2.out", "first": "layers.0.proj.y"}
+    # executor: on the use pins its stages, except one that pins its own
+    assert {m.stages[f"layers.1.{s}"].executor for s in ("proj.w", "proj.h", "proj.y")} == {"host"}
+    assert m.stages["layers.1.out"].executor == "side"
+
+    result = execute(m, plan(m, probe), runs_dir=str(tmp_path / "runs"))
+    x = w["x"]
+    for i in range(3):
+        x = np.tanh(x @ w[f"w{i}"]) + x
+    got = np.load(tmp_path / "runs" / result.record["run_id"] / "last.npy")
+    np.testing.assert_allclose(got, x, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.load(tmp_path / "runs" / result.record["run_id"] / "top.npy"), np.maximum(x, 0), rtol=1e-5, atol=1e-6)
+    assert set(result.record["plan"]["nodes"]) >= {"layers.2.proj.w", "layers.0.out"}
+    assert result.record["outputs"]["last"]["tensor"] == "layers.2.out"
+
+
+def test_plan_json_names_instances_and_where_each_was_written(tmp_path):
+    weights(tmp_path)
+    path = write(tmp_path, "m.yaml", LAYERS)
+    code, out, _ = run_cli("plan", path, "--format", "json")
+    nodes = json.loads(out)["nodes"]
+    assert code == 0 and "layers.1.proj.h" in nodes and nodes["layers.1.proj.h"]["inputs"] == ["layers.0.out", "layers.1.proj.w"]
+    assert nodes["layers.1.proj.h"]["origin"] == f"{path}:11:7" and nodes["layers.1.proj.h"]["executor"] == "host"
+    assert nodes["layers.1.out"]["executor"] == "side"
+    code, out, _ = run_cli("plan", path)
+    assert code == 0 and "layers.2.proj.y" in out
+
+
+LIBRARY = """\
+blocks:
+  mlp:
+    params: {width: 4, seed: 0}
+    inputs: [x]
+    stages:
+      w: {op: random.normal, args: {shape: ["${width}", "${width}"], seed: "${seed}"}}
+      h: {op: matmul, inputs: [x, w]}
+      y: {op: relu, inputs: [h]}
+    outputs: {x: y}
+"""
+
+USER = """\
+version: 1
+name: user
+params: {width: 4}
+executors: {host: {vendor: cpu}}
+stages:
+  x: {op: random.normal, args: {shape: [2, "${width}"], seed: 1}}
+  mlp: {use: lib/blocks.yaml#mlp, inputs: {x: x}, params: {width: "${width}", seed: 3}}
+  y: {op: relu, inputs: [mlp.x]}
+outputs: {y: y}
+"""
+
+
+def test_a_block_from_a_library_file(tmp_path):
+    write(tmp_path, "lib/blocks.yaml", LIBRARY)
+    path = write(tmp_path, "m.yaml", USER)
+    m = compiled(path, width=8)
+    assert list(m.stages) == ["x", "mlp.w", "mlp.h", "mlp.y", "y"]
+    assert m.stages["mlp.w"].args["shape"] == [8, 8] and m.stages["mlp.w"].args["seed"] == 3
+    assert str(m.stages["mlp.h"].origin) == f"{tmp_path / 'lib/blocks.yaml'}:7:7"
+    assert m.stages["y"].inputs == ("mlp.y",)
+
+
+def test_an_error_in_a_block_of_another_file_names_both_places_and_the_instance(tmp_path):
+    lib = write(tmp_path, "lib/blocks.yaml", LIBRARY.replace("op: matmul", "op: matmull"))
+    path = write(tmp_path, "m.yaml", USER)
+    assert errors(path) == [
+        f"{lib}:7:15: error: unknown op 'matmull' in stage 'mlp.h'; did you mean 'matmul'?",
+        f"{path}:7:3: note: in mlp (block lib/blocks.yaml#mlp)"]
+    code, out, err = run_cli("validate", path)
+    assert code == 2 and "Traceback" not in out + err
+    assert f"{lib}:7:15: error: unknown op 'matmull'" in out + err and f"{path}:7:3: note: in mlp" in out + err
+
+
+def test_an_error_in_a_nested_repeated_block_names_every_use(tmp_path):
+    weights(tmp_path)
+    path = write(tmp_path, "m.yaml", LAYERS.replace("y: {op: tanh, inputs: [h]}", "y: {op: tanh, inputs: [hh]}"))
+    found = errors(path)
+    assert found[:3] == [
+        f"{path}:12:30: error: stage 'layers.0.proj.y' takes input 'layers.0.proj.hh', which is not a stage; "
+        "did you mean 'layers.0.proj.h'?",
+        f"{path}:17:7: note: in layers.0.proj (block dense)",
+        f"{path}:22:3: note: in layers.0 (block layer)"]
+    assert f"{path}:22:3: note: in layers.2 (block layer)" in found
+
+
+def test_a_param_of_a_block_that_is_undefined_or_unknown(tmp_path):
+    weights(tmp_path)
+    path = write(tmp_path, "m.yaml", LAYERS.replace('key: "${key}"', 'key: "${kye}"').replace(
+        'params: {key: "w${index}"}', 'params: {key: "w${index}", width: 3}'))
+    found = errors(path)
+    assert f"{path}:10:52: error: undefined param ${{kye}} (declared params: index, key); did you mean 'key'?" in found
+    assert f"{path}:17:69: error: block 'dense' has no param 'width' (params: key)" in found
+    assert f"{path}:17:7: note: in layers.2.proj (block dense)" in found
+
+
+def test_blocks_that_use_themselves_are_refused_with_the_cycle(tmp_path):
+    path = write(tmp_path, "m.yaml", """\
+        version: 1
+        name: cycle
+        executors: {host: {vendor: cpu}}
+        blocks:
+          a:
+            inputs: [x]
+            stages:
+              inner: {use: b, inputs: {x: x}}
+            outputs: {y: inner.y}
+          b:
+            inputs: [x]
+            stages:
+              inner: {use: a, inputs: {x: x}}
+            outputs: {y: inner.y}
+        stages:
+          x: {op: zeros, args: {shape: [2]}}
+          top: {use: a, inputs: {x: x}}
+        outputs: {y: top.y}
+        """)
+    assert errors(path) == [f"{path}:13:20: error: block 'a' uses itself: a -> b -> a",
+                            f"{path}:8:7: note: in top.inner (block b)",
+                            f"{path}:17:3: note: in top (block a)"]
+
+
+def test_nesting_deeper_than_the_limit_is_refused(tmp_path):
+    levels = blocks.MAX_NESTING + 1
+    text = ["version: 1", "name: deep", "executors: {host: {vendor: cpu}}", "blocks:"]
+    for i in range(levels):
+        inner = f"{{use: b{i + 1}, inputs: {{x: x}}}}" if i + 1 < levels else "{op: relu, inputs: [x]}"
+        text += [f"  b{i}:", "    inputs: [x]", f"    stages: {{s: {inner}}}", "    outputs: {y: s}"]
+    text += ["stages:", "  x: {op: zeros, args: {shape: [2]}}", "  top: {use: b0, inputs: {x: x}}", "outputs: {y: top}"]
+    path = write(tmp_path, "m.yaml", "\n".join(text) + "\n")
+    found = errors(path)
+    assert len([line for line in found if "error:" in line]) == 1
+    assert f"blocks nest deeper than {blocks.MAX_NESTING} uses here" in found[0]
+    # one level less expands, and the innermost stage has the whole path as its id
+    text = "\n".join(text).replace(f"{{use: b{levels - 1}, inputs: {{x: x}}}}", "{op: relu, inputs: [x]}")
+    m = compiled(write(tmp_path, "ok.yaml", text + "\n"))
+    assert "top" + ".s" * (levels - 1) in m.stages
+
+
+def test_a_use_that_misses_an_input_or_chains_nothing(tmp_path):
+    weights(tmp_path)
+    path = write(tmp_path, "m.yaml", LAYERS.replace("inputs: {x: x}, repeat", "repeat"))
+    found = errors(path)
+    assert found == [f"{path}:22:3: error: use 'layers' binds no stage to input 'x' of block 'layer'; say inputs: {{x: STAGE}}"]
+    path = write(tmp_path, "m.yaml", LAYERS.replace("outputs: {x: out}", "outputs: {out: out}").replace(
+        "inputs: [layers]", "inputs: [layers.out]").replace("last: layers.x", "last: layers.out"))
+    assert "no output of an instance feeds the next" in errors(path)[0]
+    # chain: says which output feeds which input
+    path = write(tmp_path, "m.yaml", LAYERS.replace("outputs: {x: out}", "outputs: {out: out}").replace(
+        'repeat: "${n}"', 'repeat: "${n}", chain: {x: out}').replace(
+        "inputs: [layers]", "inputs: [layers.out]").replace("last: layers.x", "last: layers.out"))
+    assert compiled(path).stages["layers.1.proj.h"].inputs == ("layers.0.out", "layers.1.proj.w")
+
+
+def test_a_matrix_sweeps_the_number_of_instances(tmp_path):
+    weights(tmp_path, n=3)
+    path = write(tmp_path, "m.yaml", LAYERS.replace("params: {n: 3, width: 4}", "params: {n: 3, width: 4}\nmatrix: {n: [1, 3]}"))
+    sweep = hetflow.sweep(path, runs_dir=str(tmp_path / "runs"))
+    nodes = [sorted(run.record["plan"]["nodes"]) for run in sweep.runs]
+    assert [len(n) for n in nodes] == [1 + 4 + 1, 1 + 3 * 4 + 1]
+    assert "layers.0.out" in nodes[0] and "layers.1.out" not in nodes[0] and "layers.2.out" in nodes[1]
+
+
+CACHED = """\
+version: 1
+name: cached
+executors: {a: {vendor: cpu}, b: {vendor: cpu}}
+blocks:
+  left:
+    inputs: [x]
+    stages:
+      y: {op: relu, inputs: [x]}
+    outputs: {y: y}
+  right:
+    inputs: [x]
+    stages:
+      y: {op: tanh, inputs: [x]}
+      z: {op: clip, inputs: [y], args: {min: -0.5, max: 0.5}}
+    outputs: {z: z}
+stages:
+  x: {op: random.normal, args: {shape: [8, 8], seed: 1}, executor: a}
+  l: {use: left, inputs: {x: x}, executor: a}
+  r: {use: right, inputs: {x: x}, executor: b}
+outputs: {l: l.y, r: r.z}
+"""
+
+
+def test_editing_one_block_reruns_exactly_the_partitions_it_touches(tmp_path):
+    def run(text):
+        m = compiled(write(tmp_path, "m.yaml", text))
+        return execute(m, plan(m, probe), runs_dir=str(tmp_path / "runs"))
+
+    def executed(result):
+        parts = {p["id"]: p["nodes"] for p in result.record["plan"]["partitions"]}
+        return sorted(n for t in result.record["tasks"] if t["kind"] == "partition" and not t.get("cached")
+                      for n in parts[t["id"]])
+
+    first = run(CACHED)
+    assert executed(first) == ["l.y", "r.y", "r.z", "x"]
+    again = run(CACHED)
+    assert executed(again) == [] and len(again.record["cache"]["hits"]) == 2
+    edited = run(CACHED.replace("max: 0.5", "max: 0.25"))
+    assert executed(edited) == ["r.y", "r.z"]
+    assert edited.record["outputs"]["l"]["digest"] == first.record["outputs"]["l"]["digest"]
+    assert edited.record["outputs"]["r"]["digest"] != first.record["outputs"]["r"]["digest"]
+
+
+EDITED = """\
+version: 1
+name: edited
+params: {n: 2}
+defaults: {dtype: fp32, retries: 1}
+executors:
+  host: {vendor: cpu}
+blocks:
+  layer:
+    params: {k: 1}
+    inputs: [x]
+    stages:
+      y:
+        op: relu
+        inputs: [x]
+        retries: "${k}"
+    outputs: {x: y}
+stages:
+  x: {op: zeros, args: {shape: ["${n}", 2]}}
+  layers:
+    use: layer
+    inputs: {x: x}
+    repeat: 4
+    executor: host
+  top: {op: relu, inputs: [layers.x]}
+outputs: {top: top}
+"""
+
+
+def test_the_editors_schema_describes_blocks_and_uses(tmp_path):
+    editor = pytest.importorskip("tests.test_schema_editor")
+    if editor.SERVER is None:
+        pytest.skip("yaml-language-server is not installed (npm install -g yaml-language-server, or set HETFLOW_YAML_LS)")
+    ls = editor.LanguageServer()
+    try:
+        folder = tmp_path
+        text = editor.with_schema(EDITED)
+        uri, found = ls.open(folder / "blocks-edited.yaml", text)
+        assert found == []
+        decoder = pathlib.Path(__file__).resolve().parent.parent / "examples" / "decoder" / "decoder.yaml"
+        assert ls.open(decoder, editor.with_schema(decoder.read_text()))[1] == []
+        hover = ls.at("textDocument/hover", uri, text, "repeat: 4")["contents"]["value"]
+        assert "Instantiate the block this many times" in hover
+        ops = ls.at("textDocument/completion", uri, text, "op: relu", offset=len("op: "))
+        assert {"matmul", "relu"} <= {item["label"] for item in ops["items"]}
+        bad = editor.with_schema(EDITED.replace("    repeat: 4", "    repeat: 4\n    repaet: 2").replace(
+            "        op: relu\n", "        op: relu\n        dtyp: fp16\n"))
+        _, found = ls.open(folder / "blocks-bad.yaml", bad)
+        lines = sorted(line for line, _ in found)
+        assert lines == [15, 25] and all("is not allowed" in message for _, message in found)
+    finally:
+        ls.close()
+
+
+def test_what_a_use_names_must_exist(tmp_path):
+    write(tmp_path, "lib/blocks.yaml", LIBRARY)
+    path = write(tmp_path, "m.yaml", USER.replace("lib/blocks.yaml#mlp", "lib/nowhere.yaml#mlp"))
+    assert errors(path) == [f"{path}:7:14: error: block library 'lib/nowhere.yaml' does not exist ({tmp_path / 'lib/nowhere.yaml'})"]
+    path = write(tmp_path, "m.yaml", USER.replace("lib/blocks.yaml#mlp", "lib/blocks.yaml#mpl"))
+    assert errors(path) == [f"{path}:7:14: error: no block 'mpl' in {tmp_path / 'lib/blocks.yaml'} (blocks: mlp); did you mean 'mlp'?"]
+    # a misspelt key of a use is the schema's error, where it is written
+    path = write(tmp_path, "m.yaml", USER.replace("seed: 3}", "seed: 3}, repaet: 2"))
+    found = errors(path)
+    assert found[0].startswith(f"{path}:7:89: error: unknown key 'repaet' in stages.mlp (allowed: use, inputs, params, repeat, chain")
+    # an output the use does not have: the stage that names it says so, with the stages there are
+    path = write(tmp_path, "m.yaml", USER.replace("inputs: [mlp.x]", "inputs: [mlp.z]"))
+    assert errors(path) == [f"{path}:8:26: error: stage 'y' takes input 'mlp.z', which is not a stage; did you mean 'mlp.y'?"]
+
+
+def test_a_block_stage_is_named_without_dots_and_a_library_holds_blocks(tmp_path):
+    lib = write(tmp_path, "lib/blocks.yaml", LIBRARY.replace("      h: {op: matmul", "      a.h: {op: matmul"))
+    path = write(tmp_path, "m.yaml", USER)
+    found = errors(path)
+    assert found == [f"{lib}:7:7: error: invalid stage name 'a.h' in block 'mlp': a letter or '_', then letters, digits, "
+                     "'_' or '-' (no '.': an instance's stages are named USE.STAGE)"]
+    lib = write(tmp_path, "lib/blocks.yaml", "stages: {}\n" + LIBRARY)
+    assert errors(path) == [f"{lib}:1:1: error: unknown key 'stages' in a block library (allowed: version, description, blocks)",
+                            f"{path}:7:14: note: in the block library used here"]
+
+
+def test_params_on_the_command_line_are_the_manifests(tmp_path):
+    write(tmp_path, "lib/blocks.yaml", LIBRARY)
+    path = write(tmp_path, "m.yaml", USER)
+    code, out, err = run_cli("plan", path, "-p", "mlp.width=8")
+    assert code == 2 and "declares no param 'mlp.width'" in err and "a use's params are set by its params:" in err
+    code, out, err = run_cli("plan", path, "-p", "width=8")
+    assert code == 0, err
+
+
+def test_emulator_phases_in_a_block_and_independent_instances(tmp_path):
+    fib = pathlib.Path(__file__).resolve().parent.parent / "examples" / "guests" / "fib.elf"
+    path = write(tmp_path, "m.yaml", f"""\
+        version: 1
+        name: phases
+        defaults: {{dtype: fp64}}
+        executors: {{host: {{vendor: cpu}}}}
+        emulators:
+          rv: {{isa: rv64imac, backend: reference, program: {fib}, chunk_steps: 4096}}
+        blocks:
+          prove:
+            stages:
+              run: {{phase: execute, emulator: rv}}
+              wit: {{phase: witness, inputs: [run]}}
+              tab: {{op: cast, inputs: [wit]}}
+            outputs: {{table: tab}}
+        stages:
+          p: {{use: prove, repeat: 2, chain: {{}}}}
+          s: {{op: sum, inputs: [p.table]}}
+        outputs: {{steps: p.1.run.steps, s: s, first: p.0.tab}}
+        """)
+    m = compiled(path)
+    assert set(m.phases) == {"p.0.run", "p.0.wit", "p.1.run", "p.1.wit"}
+    assert m.stages["p.1.tab"].inputs == ("p.1.wit",) and m.stages["p.1.tab"].dtype.value == "fp64"
+    assert m.phase_outputs == {"steps": ("p.1.run", "steps")}
+    result = execute(m, plan(m, probe), runs_dir=str(tmp_path / "runs"))
+    assert result.status == "succeeded"
+    first = np.load(tmp_path / "runs" / result.record["run_id"] / "first.npy")
+    assert first.dtype == np.float64 and first.shape[1] == 16
+    assert np.load(tmp_path / "runs" / result.record["run_id"] / "s.npy") == first.sum()
