@@ -180,7 +180,10 @@ class Plan:
                 e.name: {"vendor": e.vendor.value, "device": e.device, "reason": e.reason,
                          **({"worker": e.worker, "worker_name": e.worker_name, "worker_reason": e.worker_reason}
                             if e.worker else {}),
-                         **({"memory_limit": e.memory_limit} if e.memory_limit is not None else {})}
+                         **({"memory_limit": e.memory_limit} if e.memory_limit is not None else {}),
+                         **({"devices": "all" if e.device.indexes is None else list(e.device.indexes),
+                             "split": None if e.device.split is None else list(e.device.split)}
+                            if getattr(e.device, "indexes", 0) != 0 else {})}
                 for e in self.executors.values()
             },
             "nodes": self._nodes_json(explain, rounded),

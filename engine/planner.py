@@ -68,7 +68,7 @@ from typing import Any, Callable, Mapping
 from hetflow.engine import phases as phaselib
 from hetflow.engine import placement as placing
 from hetflow.engine.adjacency import Graph
-from hetflow.engine.costs import CostModel, human_bytes, interpreter_loaded
+from hetflow.engine.costs import CostModel, human_bytes, interpreter_loaded, split_capacity, split_exec_s
 from hetflow.engine.errors import Diagnostic, ManifestError
 from hetflow.engine.loader import frozen_instance
 from hetflow.engine.manifest import Manifest, gc_paused
@@ -80,6 +80,7 @@ from hetflow.executors import Offer
 from hetflow.executors import probe as default_probe
 from hetflow.executors import ops as oplib
 from hetflow.executors.base import Vendor
+from hetflow.executors.probing import device_problem
 
 __all__ = [
     "PLAN_FORMAT",
@@ -134,6 +135,10 @@ def choose_executors(manifest: Manifest, probe: Callable[[Vendor], Offer]) -> di
             reason = f"first available of [{', '.join(v.value for v in decl.vendors)}] (" + "; ".join(f"{o.vendor.value} unavailable: {o.reason}" for o in skipped) + ")"
         else:
             reason = f"first of [{', '.join(v.value for v in decl.vendors)}], available"
+        missing = device_problem(pick.vendor, decl.device)
+        if missing is not None:  # a device index this machine lacks: refused here, where it has a line
+            problems.append(Diagnostic(decl.origin, f"executor {decl.name!r} ({pick.vendor.value}): {missing}"))
+            continue
         chosen[decl.name] = ExecutorPlan(decl.name, pick.vendor, decl.device, reason,
                                          memory_limit=decl.memory_limit)
     if problems:
@@ -193,6 +198,8 @@ def placement_problem(graph: Graph, executors: Mapping[str, ExecutorPlan],
     offers = {name: probe(e.vendor) for name, e in executors.items()}
     units, unit_of = placing.candidates(out, order, executors, offers)
     vendor = {name: e.vendor for name, e in executors.items()}
+    # executors over several devices (devices: [...]): a stage there is priced by its slowest piece
+    split = {name: e.device for name, e in executors.items() if getattr(e.device, "indexes", 0) != 0}
     exec_s: dict[str, dict[str, float]] = {}
     attrs = placing.node_data(out)
     phase_s = getattr(model, "phase_s", None)
@@ -232,8 +239,8 @@ def placement_problem(graph: Graph, executors: Mapping[str, ExecutorPlan],
             user_cost = own_cost.get(op)
             if user_cost is None:
                 user_cost = own_cost[op] = oplib.REGISTRY[op].cost_rule is not None
-            if user_cost:
-                key = (n,)
+            if user_cost or (split and not split.keys().isdisjoint(cands)):
+                key = (n,)  # a split rule reads the stage's args (a reduction's axis)
             elif len(ins) == 1:
                 key = (op, shape, stage.dtype._value_, id(cands), shape_of[ins[0]])
             else:
@@ -242,7 +249,9 @@ def placement_problem(graph: Graph, executors: Mapping[str, ExecutorPlan],
             if row is None:
                 shapes = [shape_of[r] for r in ins]
                 more = {"args": stage.args} if user_cost else {}
-                row = rows[key] = {e: model.exec_s(op, shapes, shape, stage.dtype, vendor[e], **more) for e in cands}
+                row = rows[key] = {e: split_exec_s(model, op, shapes, shape, stage.dtype, vendor[e], split[e], stage.args)
+                                   if e in split else model.exec_s(op, shapes, shape, stage.dtype, vendor[e], **more)
+                                   for e in cands}
             exec_s[n] = row
             if len(ins) < 2:
                 inputs[n] = ins
@@ -375,10 +384,19 @@ def _check_memory(parts: tuple[Partition, ...], graph: Graph, manifest: Manifest
                     peak += d["bytes"] or 0
         decl = manifest.executors[part.executor]
         capacity, source = getattr(decl, "memory_bytes", None), "declared"
+        one = None  # one device's memory, on an executor over several
         if capacity is None:
             devices = probe(executors[part.executor].vendor).devices
-            device = devices[decl.device] if 0 <= decl.device < len(devices) else None
-            capacity, source = getattr(device, "memory_bytes", None), "detected"
+            indexes = getattr(decl.device, "indexes", None) or ()
+            if len(indexes) > 1 and all(0 <= i < len(devices) for i in indexes):
+                capacity = split_capacity([devices[i].memory_bytes for i in indexes])
+                one = min((devices[i].memory_bytes for i in indexes), default=None)
+                source = f"detected on devices {', '.join(map(str, indexes))} together"
+            else:
+                device = devices[decl.device] if 0 <= decl.device < len(devices) else None
+                capacity, source = getattr(device, "memory_bytes", None), "detected"
+        if capacity is not None and one is not None and peak > one:
+            source += f"; more than one device's {human_bytes(one)}: held in pieces across them"
         out[part.id] = {"peak_bytes": peak, "memory_bytes": capacity, "memory_source": source if capacity else None,
                         **({"peak_bound_bytes": peak + upper} if upper else {})}
         if capacity is not None and peak > capacity:

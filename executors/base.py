@@ -43,6 +43,7 @@ __all__ = [
     "Dtype",
     "TensorShape",
     "BoundDevice",
+    "DeviceSet",
     "ActivationHandle",
     "PortableActivation",
     "SubGraphPlan",
@@ -197,6 +198,59 @@ class BoundDevice:
     bus_address: str
     display_name: str
     memory_bytes: int | None = None
+
+
+class DeviceSet(int):
+    """The devices of one executor (``devices: [0, 1]``, ``split: [3, 1]``), passed where one device index goes.
+
+    Its value as an int is the first device, so everything that reads one
+    device index (a worker's GPU, the memory check) keeps working;
+    ``indexes`` is every device (None for ``all``: every device the vendor
+    has here), ``split`` the share of each (None: even).
+
+    >>> d = DeviceSet((1, 2), (3, 1))
+    >>> int(d), d.indexes, d.shares(2)
+    (1, (1, 2), (0.75, 0.25))
+    >>> DeviceSet(None).shares(4)
+    (0.25, 0.25, 0.25, 0.25)
+    >>> import pickle; pickle.loads(pickle.dumps(d)) == d, repr(d)
+    (True, 'DeviceSet((1, 2), split=(3, 1))')
+    """
+
+    indexes: tuple[int, ...] | None
+    split: tuple[float, ...] | None
+    limits: tuple[int, ...] | None
+    """Each device's own ``memory_limit`` in bytes, where the manifest gives one per device."""
+
+    def __new__(cls, indexes: Sequence[int] | None, split: Sequence[float] | None = None,
+                limits: Sequence[int] | None = None) -> "DeviceSet":
+        self = super().__new__(cls, indexes[0] if indexes else 0)
+        self.indexes = None if indexes is None else tuple(int(i) for i in indexes)
+        self.split = None if split is None else tuple(split)
+        self.limits = None if limits is None else tuple(int(n) for n in limits)
+        return self
+
+    def __reduce__(self):
+        return (DeviceSet, (self.indexes, self.split, self.limits))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DeviceSet):
+            return (self.indexes, self.split, self.limits) == (other.indexes, other.split, other.limits)
+        return isinstance(other, int) and self.indexes is not None and len(self.indexes) == 1 and int(self) == other
+
+    def __hash__(self) -> int:
+        return hash((self.indexes, self.split, self.limits))
+
+    def __repr__(self) -> str:
+        shown = "all" if self.indexes is None else self.indexes
+        return (f"DeviceSet({shown!r}" + (f", split={self.split!r}" if self.split is not None else "")
+                + (f", limits={self.limits!r}" if self.limits is not None else "") + ")")
+
+    def shares(self, count: int) -> tuple[float, ...]:
+        """Each of ``count`` devices' share of the work, summing to 1."""
+        weights = self.split if self.split is not None and len(self.split) == count else (1.0,) * count
+        total = float(sum(weights))
+        return tuple(w / total for w in weights)
 
 
 class ActivationHandle(NamedTuple):

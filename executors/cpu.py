@@ -38,7 +38,7 @@ import os
 import platform
 import sys
 import threading
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -62,7 +62,7 @@ from hetflow.executors.base import (
 from hetflow.executors.payload import decode_plan, encode_plan
 from hetflow.executors.staging import StagingPool
 
-__all__ = ["CpuExecutor", "decode_plan", "encode_plan", "run_nodes", "next_handle"]
+__all__ = ["CpuExecutor", "CpuDevice", "cpu_devices", "decode_plan", "encode_plan", "run_nodes", "next_handle"]
 
 _HANDLES = itertools.count(1)
 _ALL_DTYPES = tuple(Dtype)
@@ -290,6 +290,104 @@ class CpuExecutor:
 
     def __repr__(self) -> str:
         return f"CpuExecutor({self._name!r})"
+
+
+class CpuDevice(NamedTuple):
+    """One device of the host: a NUMA node, or a set of cores."""
+
+    index: int
+    cpus: tuple[int, ...]
+    node: int | None
+    memory_bytes: int | None
+
+    def bound(self) -> BoundDevice:
+        where = f"numa{self.node}" if self.node is not None else f"cores{_ranges(self.cpus)}"
+        what = f"NUMA node {self.node}" if self.node is not None else "cores"
+        return BoundDevice(where, f"{_processor()}, {what} {_ranges(self.cpus)} ({len(self.cpus)} threads)",
+                           self.memory_bytes)
+
+
+def cpu_devices(count: int | None = None, node_root: str = "/sys/devices/system/node") -> list[CpuDevice]:
+    """The host's devices: its NUMA nodes where it has several, else ``count`` disjoint sets of its cores.
+
+    Only the cores this process may run on count (``os.sched_getaffinity``:
+    a container or ``taskset`` narrows them). On one node the cores are
+    dealt in order into ``count`` sets (the first sets one core larger
+    where they do not divide), so ``devices: [0, 1]`` on 16 cores is cores
+    0-7 and 8-15; each set shares the host's memory in proportion.
+    ``count`` None on one node is one device, the whole host.
+
+    >>> devices = cpu_devices(2, node_root="/nonexistent")
+    >>> len(devices), set(devices[0].cpus) & set(devices[1].cpus)
+    (2, set())
+    """
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        allowed = list(range(os.cpu_count() or 1))
+    nodes = _numa_nodes(node_root, set(allowed))
+    if len(nodes) > 1:
+        return [CpuDevice(i, cpus, node, memory) for i, (node, cpus, memory) in enumerate(nodes)]
+    count = max(1, count or 1)
+    if count > len(allowed):
+        raise ValueError(f"{count} CPU devices need {count} cores; this process may run on {len(allowed)}")
+    memory = _host_memory()
+    size, extra = divmod(len(allowed), count)
+    out, start = [], 0
+    for i in range(count):
+        end = start + size + (1 if i < extra else 0)
+        cpus = tuple(allowed[start:end])
+        out.append(CpuDevice(i, cpus, None, None if memory is None else memory * len(cpus) // len(allowed)))
+        start = end
+    return out
+
+
+def _numa_nodes(root: str, allowed: set[int]) -> list[tuple[int, tuple[int, ...], int | None]]:
+    """(node, its allowed cores, its memory) of every NUMA node with cores this process may use."""
+    try:
+        names = sorted((int(n[4:]), n) for n in os.listdir(root) if n.startswith("node") and n[4:].isdigit())
+    except OSError:
+        return []
+    found = []
+    for number, name in names:
+        try:
+            with open(os.path.join(root, name, "cpulist"), encoding="ascii") as f:
+                cpus = tuple(c for c in _parse_ranges(f.read()) if c in allowed)
+        except (OSError, ValueError):
+            continue
+        memory = None
+        try:
+            with open(os.path.join(root, name, "meminfo"), encoding="ascii") as f:
+                for line in f:
+                    if "MemTotal:" in line:
+                        memory = int(line.split("MemTotal:")[1].split()[0]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
+        if cpus:
+            found.append((number, cpus, memory))
+    return found
+
+
+def _parse_ranges(text: str) -> list[int]:
+    """``0-3,8`` as [0, 1, 2, 3, 8]."""
+    out: list[int] = []
+    for part in text.strip().split(","):
+        if part:
+            low, _, high = part.partition("-")
+            out.extend(range(int(low), int(high or low) + 1))
+    return out
+
+
+def _ranges(cpus: Sequence[int]) -> str:
+    """[0, 1, 2, 3, 8] as ``0-3,8``."""
+    parts, i = [], 0
+    while i < len(cpus):
+        j = i
+        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
+            j += 1
+        parts.append(f"{cpus[i]}-{cpus[j]}" if j > i else f"{cpus[i]}")
+        i = j + 1
+    return ",".join(parts)
 
 
 def _host_memory() -> int | None:

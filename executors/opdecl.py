@@ -46,7 +46,7 @@ import numpy as np
 
 from hetflow.executors.base import Dtype
 
-__all__ = ["Op", "Arg", "Kernel", "ShapeError", "Shape", "FLOAT_DTYPES", "ALL_DTYPES", "INT_DTYPES", "EXACT_DTYPES",
+__all__ = ["Op", "Arg", "Kernel", "Split", "ShapeError", "Shape", "split_rows", "split_none", "FLOAT_DTYPES", "ALL_DTYPES", "INT_DTYPES", "EXACT_DTYPES",
            "NUMERIC_DTYPES", "QUANT_MAX", "QUANT_DTYPES", "compute_type", "default_dtype", "dtype_of",
            "check_value", "check_args", "is_deterministic", "to_dtype", "widen", "normalize_axis", "same",
            "from_shape_arg", "broadcast"]
@@ -103,6 +103,41 @@ class Kernel:
 
 
 @dataclass(frozen=True)
+class Split:
+    """How one call of an op divides across an executor's devices, for given input shapes.
+
+    ``inputs`` holds, per input, the axis its pieces are cut along, or None
+    where every device reads the input whole (matmul's weights, a norm's
+    scale, a broadcast operand). Every cut input has the same length along
+    its axis: the *extent* the devices share in proportion to ``split:``.
+    ``output`` is the axis along which the pieces of the result join; None
+    when the pieces are partial results of a reduction, joined by
+    ``combine`` (``sum``, ``mean``, ``max`` or ``min``). An op without
+    inputs (``zeros``) cuts its own ``shape_arg`` at ``output``.
+
+    >>> Split((0, None), 0)
+    Split(inputs=(0, None), output=0, combine=None, shape_arg=None)
+    """
+
+    inputs: tuple[int | None, ...]
+    output: int | None
+    combine: str | None = None
+    shape_arg: str | None = None
+
+
+def split_rows(inputs: list[Shape], args: dict, out: Shape) -> "Split | None":
+    """The elementwise rule: the output by rows (axis 0); an input of the output's rank and rows is cut with it,
+    a broadcast one (fewer axes, or one row) is read whole by every device."""
+    if not out:
+        return None
+    return Split(tuple(0 if len(s) == len(out) and s[0] == out[0] else None for s in inputs), 0)
+
+
+def split_none(inputs: list[Shape], args: dict, out: Shape) -> "Split | None":
+    return None
+
+
+@dataclass(frozen=True)
 class Op:
     """One op: its contract (arity, args, dtypes, shape rule) and its implementations.
 
@@ -143,6 +178,18 @@ class Op:
     """The output dtype of a stage that names none, from its inputs' dtypes and args; None: :func:`default_dtype`."""
     input_dtypes: Callable[[list[Dtype], Mapping[str, Any]], str | None] | None = field(default=None, repr=False)
     """What is wrong with the inputs' dtypes (``gather``'s indices must be integers), or None."""
+    split: Callable[[list[Shape], dict, Shape], Split | None] | None = field(default=None, repr=False)
+    """How a call divides across an executor's devices: ``split(input_shapes, args, output_shape)`` gives a
+    :class:`Split`, or None where these shapes do not divide; an op without one runs on the first device."""
+
+    def split_for(self, inputs: Sequence[Shape], args: Mapping[str, Any], out: Shape) -> "Split | None":
+        """This op's :class:`Split` for these shapes (``args`` with defaults filled in), or None."""
+        if self.split is None:
+            return None
+        try:
+            return self.split([tuple(s) for s in inputs], dict(args), tuple(out))
+        except (ShapeError, ValueError, IndexError, KeyError, TypeError):
+            return None
 
     def runs_on(self, vendor: str) -> bool:
         """Whether the op has an implementation for ``vendor`` (a vendor name).

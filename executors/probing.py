@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from hetflow.executors.base import BoundDevice, Dtype, Executor, Vendor
+from hetflow.executors.base import BoundDevice, DeviceSet, Dtype, Executor, Vendor
 
-__all__ = ["Offer", "probe", "inventory", "create", "ExecutorUnavailable"]
+__all__ = ["Offer", "probe", "inventory", "create", "device_problem", "ExecutorUnavailable"]
 
 
 class ExecutorUnavailable(RuntimeError):
@@ -61,7 +61,13 @@ class Offer:
 def _probe_cpu() -> Offer:
     from hetflow.executors.cpu import CpuExecutor
 
+    from hetflow.executors.cpu import cpu_devices
+
     ex = CpuExecutor("cpu")
+    nodes = cpu_devices()
+    if len(nodes) > 1:  # an executor's devices: [...] binds NUMA nodes; on one node it deals out core sets
+        return Offer(Vendor.cpu, True, f"numpy on the host, {len(nodes)} NUMA nodes",
+                     tuple(d.bound() for d in nodes), tuple(ex.supported_dtypes))
     return Offer(Vendor.cpu, True, "numpy on the host", tuple(ex.devices), tuple(ex.supported_dtypes))
 
 
@@ -159,31 +165,73 @@ def inventory(vendors: Iterable[Vendor] | None = None) -> list[Offer]:
     return [probe(v) for v in Vendor if v in wanted]
 
 
-def create(vendor: Vendor, name: str, device: int | None = None, memory_limit: int | None = None) -> Executor:
+def device_problem(vendor: Vendor, device: int | DeviceSet | None) -> str | None:
+    """What this machine lacks for an executor of ``vendor`` on ``device`` (an index, or the devices of
+    ``devices:``), or None: the planner asks before a run, so that a missing device is a located error.
+
+    >>> device_problem(Vendor.cpu, 0) is None, device_problem(Vendor.cpu, DeviceSet((0, 4096)))
+    (True, 'cpu device 4096: ...')
+    """
+    indexes = (device.indexes if isinstance(device, DeviceSet) else (int(device or 0),))
+    if isinstance(device, DeviceSet) and vendor is not Vendor.cpu and (indexes is None or len(indexes) > 1):
+        return (f"{vendor.value} executors take one device so far; only the cpu executor splits its ops across "
+                "several (list one device, or use vendor cpu)")
+    if vendor is Vendor.cpu:
+        if not isinstance(device, DeviceSet) or indexes is None:
+            return None  # the whole host, or every NUMA node it has
+        from hetflow.executors.cpu import cpu_devices
+
+        try:
+            found = len(cpu_devices(max(indexes) + 1))
+        except ValueError as e:
+            return f"cpu device {max(indexes)}: {e}"
+        missing = [i for i in indexes if i >= found]
+        return f"cpu device {missing[0]}: this host has {found} NUMA nodes" if missing else None
+    offer = probe(vendor)
+    if offer.available and indexes and max(indexes) >= len(offer.devices):
+        return f"{vendor.value} device {max(indexes)}: this machine has {len(offer.devices)}"
+    return None
+
+
+def create(vendor: Vendor, name: str, device: int | DeviceSet | None = None, memory_limit: int | None = None) -> Executor:
     """A new executor instance of ``vendor`` named ``name``.
 
-    ``device`` picks the GPU of a cuda/rocm executor (default 0);
+    ``device`` picks the GPU of a cuda/rocm executor (default 0), or is
+    a :class:`~hetflow.executors.base.DeviceSet` (``devices:`` and
+    ``split:``): on the CPU, NUMA nodes or core sets
+    (:class:`~hetflow.executors.split.SplitCpuExecutor`); the GPU and
+    Vulkan executors take one device of it so far, and refuse more.
     ``memory_limit`` caps the bytes of its live activations: past it an
     allocation raises :class:`~hetflow.executors.base.OutOfMemory`.
     """
     offer = probe(vendor)
     if not offer.available:
         raise ExecutorUnavailable(f"{vendor.value}: {offer.reason}")
+    problem = device_problem(vendor, device) if isinstance(device, DeviceSet) else None
+    if problem is not None:
+        raise ExecutorUnavailable(f"executor {name!r}: {problem}")
     if vendor is Vendor.cpu:
         from hetflow.executors.cpu import CpuExecutor
 
+        if isinstance(device, DeviceSet):
+            from hetflow.executors.split import SplitCpuExecutor
+
+            try:
+                return SplitCpuExecutor(name, device, memory_limit=memory_limit)
+            except ValueError as e:
+                raise ExecutorUnavailable(f"cpu: {e}") from None
         return CpuExecutor(name, memory_limit=memory_limit)
     if vendor in (Vendor.cuda, Vendor.rocm):
         from hetflow.executors.cuda import CudaExecutor
 
-        index = device or 0
+        index = int(device or 0)
         if index >= len(offer.devices):
             raise ExecutorUnavailable(f"{vendor.value}: no device {index} (this machine has {len(offer.devices)})")
         return CudaExecutor(name, index, memory_limit=memory_limit)
     if vendor is Vendor.vulkan:
         from hetflow.executors.vulkan import VulkanExecutor
 
-        index = device or 0
+        index = int(device or 0)
         if index >= len(offer.devices):
             raise ExecutorUnavailable(f"vulkan: no adapter {index} (this machine has {len(offer.devices)})")
         return VulkanExecutor(name, index, memory_limit=memory_limit)

@@ -58,6 +58,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from hetflow.executors import ops as oplib
+from hetflow.executors.opdecl import split_rows
 from hetflow.executors.base import Backend, Dtype
 from hetflow.executors.codeid import loose_identity
 
@@ -356,7 +357,7 @@ def _caller() -> str:
 
 def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None = None,
        cost: Callable | None = None, doc: str | None = None, exact: bool | None = None, moves: bool = False,
-       input_dtypes: Callable | None = None) -> Callable[[Callable], OpFunction]:
+       input_dtypes: Callable | None = None, split: Callable | str | None = None) -> Callable[[Callable], OpFunction]:
     """Register the decorated function as op ``name`` (``ns.name``).
 
     One process may load several projects' plugins (a scheduler, a
@@ -451,7 +452,8 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
                 invoke=_invoker(name, fn, order), cost_rule=_cost_rule(cost, name), source=module,
                 defined_at=where, identity=None if loading is not None else loose_identity(fn),
                 exact=any(d.is_exact for d in kinds) if exact is None else bool(exact), moves=bool(moves),
-                input_dtypes=_input_dtypes_rule(input_dtypes, name))
+                input_dtypes=_input_dtypes_rule(input_dtypes, name),
+                split=split_rows if split == "rows" else split)
             if loading is not None:
                 LOADING.defined[name] = where
         return OpFunction(fn, name)

@@ -38,12 +38,13 @@ Examples
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from hetflow.executors.base import Dtype
-from hetflow.executors.opdecl import (ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, QUANT_DTYPES, QUANT_MAX, Arg, Kernel,
+from hetflow.executors.opdecl import (split_rows, ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, QUANT_DTYPES, QUANT_MAX, Arg, Kernel,
                                       Op, Shape, broadcast, dtype_of, same)
 
 __all__ = ["OPS", "erf"]
@@ -410,3 +411,6 @@ OPS = [
            "fp8 saturates at the largest finite value unless saturate: 0, NaN staying NaN (ONNX Cast's rule)",
        wgsl=Kernel("unary", "x")),
 ]
+
+# Every elementwise op divides by rows across an executor's devices; a broadcast operand is read whole.
+OPS = [replace(op, split=split_rows) for op in OPS]

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from hetflow.executors.base import Dtype
-from hetflow.executors.opdecl import ALL_DTYPES, INT_DTYPES, Arg, Kernel, Op, Shape, ShapeError, normalize_axis
+from hetflow.executors.opdecl import ALL_DTYPES, INT_DTYPES, Arg, Kernel, Op, Shape, ShapeError, Split, normalize_axis
 
 __all__ = ["OPS"]
 
@@ -37,6 +37,14 @@ def _gather_shape(inputs: list[Shape], args: dict) -> Shape:
         raise ShapeError("gather needs data of rank 1 or more")
     ax = normalize_axis(args["axis"], len(data), "gather")
     return data[:ax] + tuple(indices) + data[ax + 1 :]
+
+
+def _gather_split(inputs: list[Shape], args: dict, out: Shape) -> Split | None:
+    """By rows of the ids: each device picks its rows' values from the whole data."""
+    data, indices = inputs
+    if not indices:
+        return None
+    return Split((None, 0), normalize_axis(args["axis"], len(data), "gather"))
 
 
 def _gather(xp: Any, inputs: list, args: dict) -> Any:
@@ -77,7 +85,7 @@ def _gather_cost(inputs: list[Shape], args: dict) -> tuple[int, int]:
 OPS = [
     Op("gather", (2, 2), ALL_DTYPES, _gather, _gather_shape,
        {"axis": Arg("int", default=0, doc="the axis of data the indices pick along")},
-       moves=True, result=_data_type, input_dtypes=_gather_dtypes, cost_rule=_gather_cost, wgsl=Kernel("gather"),
+       moves=True, result=_data_type, input_dtypes=_gather_dtypes, cost_rule=_gather_cost, split=_gather_split, wgsl=Kernel("gather"),
        doc="entries of data (input 1) along axis at integer indices (input 2), ONNX Gather: an embedding lookup; "
            "negative indices count from the end"),
 ]

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from hetflow.executors.base import Dtype
-from hetflow.executors.opdecl import FLOAT_DTYPES, NUMERIC_DTYPES, Arg, Kernel, Op, Shape, ShapeError
+from hetflow.executors.opdecl import FLOAT_DTYPES, NUMERIC_DTYPES, Arg, Kernel, Op, Shape, ShapeError, Split
 
 __all__ = ["OPS"]
 
@@ -31,6 +31,34 @@ def _matmul_shape(inputs: list[Shape], args: dict) -> Shape:
     if len(b) == 1:
         out = out[:-1]
     return out
+
+
+def _matmul_split(inputs: list[Shape], args: dict, out: Shape) -> Split | None:
+    """By the output's rows (a's rows; b read whole by every device), or by its columns where a is a vector."""
+    a, b = inputs
+    if len(a) >= 2:
+        return Split((len(a) - 2, None), len(out) - 2 if len(b) >= 2 else len(out) - 1)
+    if len(b) >= 2:
+        return Split((None, len(b) - 1), len(out) - 1)
+    return None
+
+
+def _attention_split(inputs: list[Shape], args: dict, out: Shape) -> Split | None:
+    """By heads, each device with its heads' keys and values; packed 3-D inputs by their batch axis."""
+    q, k, v = inputs[:3]
+    mask = inputs[3] if len(inputs) > 3 else None
+    if len(q) == len(k) == len(v) == 4 and q[1] == k[1] == v[1] and q[0] == k[0] == v[0]:
+        # grouped-query attention (fewer kv heads) is not divided: a device would need another device's kv head
+        m = None if mask is None else (1 if len(mask) == 4 and mask[1] == q[1] and q[1] > 1 else None)
+        return Split((1, 1, 1) + (() if mask is None else (m,)), 1)
+    if len(q) == len(k) == len(v) == 3 and q[0] == k[0] == v[0] and (mask is None or len(mask) < 3):
+        return Split((0, 0, 0) + (() if mask is None else (None,)), 0)
+    return None
+
+
+def _rows_split(inputs: list[Shape], args: dict, out: Shape) -> Split | None:
+    """rope: by rows of [..., length, dim] where it has axes before the length (each row rotates alone)."""
+    return Split((0,), 0) if len(inputs[0]) >= 3 else None
 
 
 def _heads_layout(q: Shape, k: Shape, v: Shape, args: dict) -> tuple[bool, int, int]:
@@ -206,7 +234,7 @@ def _rope(xp: Any, inputs: list, args: dict) -> Any:
 
 
 OPS = [
-    Op("matmul", (2, 2), NUMERIC_DTYPES, _matmul, _matmul_shape, exact=True,
+    Op("matmul", (2, 2), NUMERIC_DTYPES, _matmul, _matmul_shape, exact=True, split=_matmul_split,
        doc="matrix product with numpy's matmul rules; integers wrap", wgsl=Kernel("matmul")),
     Op("attention", (3, 4), FLOAT_DTYPES, _attention, _attention_shape,
        {"causal": Arg("bool", default=False, doc="query i sees keys j <= i + past_length only (ONNX's is_causal)"),
@@ -215,7 +243,7 @@ OPS = [
         "kv_num_heads": Arg("int?", default=None, doc="heads of k and v packed in their last axis (3-D inputs)"),
         "past_length": Arg("int", default=0, doc="keys before the query block (a KV cache): shifts causal")},
        moves=True, dtype_aware=True, input_dtypes=_attention_dtypes, cost_rule=_attention_cost,
-       wgsl=Kernel("attention"),
+       wgsl=Kernel("attention"), split=_attention_split,
        doc="softmax(q @ k^T * scale + mask) @ v (ONNX Attention): q, k, v as [..., heads, seq, dim], or 3-D "
            "[batch, seq, heads * dim] with q_num_heads and kv_num_heads; fewer kv heads than q heads is "
            "grouped-query attention (each kv head serves consecutive q heads). The optional mask is bool (true: "
@@ -223,6 +251,6 @@ OPS = [
            "triangle (shifted by past_length) to it. A query that may see no key gives zeros"),
     Op("rope", (1, 1), FLOAT_DTYPES, _rope, _rope_shape,
        {"base": Arg("number", default=10000.0), "offset": Arg("int", default=0),
-        "interleaved": Arg("bool", default=False)},
+        "interleaved": Arg("bool", default=False)}, split=_rows_split,
        doc="rotary position embedding over [..., length, dim]; halves rotate (interleaved: pairs)"),
 ]

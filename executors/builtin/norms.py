@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from hetflow.executors.base import Dtype  # noqa: F401 - the doctest's
-from hetflow.executors.opdecl import FLOAT_DTYPES, Arg, Kernel, Op, Shape, ShapeError, normalize_axis
+from hetflow.executors.opdecl import FLOAT_DTYPES, Arg, Kernel, Op, Shape, ShapeError, Split, normalize_axis
 
 __all__ = ["OPS"]
 
@@ -85,17 +85,25 @@ def _norm_cost(flops_per_element: int):
     return rule
 
 
+def _norm_split(inputs: list[Shape], args: dict, out: Shape) -> Split | None:
+    """By rows (axis 0) where axis 0 is not normalized; the weight and bias are read whole by every device."""
+    x = inputs[0]
+    if len(x) < 2 or normalize_axis(args["axis"], len(x), "normalization") == 0:
+        return None
+    return Split((0,) + (None,) * (len(inputs) - 1), 0)
+
+
 _NORM_AXIS = Arg("int", default=-1, doc="the first normalized axis: axis, axis + 1, ..., the last (ONNX's axis)")
 
 OPS = [
     Op("softmax", (1, 1), FLOAT_DTYPES, _softmax, _softmax_shape, {"axis": Arg("int", default=-1)},
-       doc="softmax along one axis", wgsl=Kernel("softmax")),
+       split=_norm_split, doc="softmax along one axis", wgsl=Kernel("softmax")),
     Op("rmsnorm", (1, 2), FLOAT_DTYPES, _rmsnorm, _norm_shape,
-       {"eps": Arg("number", default=1e-6), "axis": _NORM_AXIS}, cost_rule=_norm_cost(4),
+       {"eps": Arg("number", default=1e-6), "axis": _NORM_AXIS}, cost_rule=_norm_cost(4), split=_norm_split,
        doc="x / sqrt(mean(x^2) + eps) over the axes from axis to the last, times an optional weight "
            "(ONNX RMSNormalization)", wgsl=Kernel("norm", "rms")),
     Op("layernorm", (1, 3), FLOAT_DTYPES, _layernorm, _norm_shape,
-       {"eps": Arg("number", default=1e-5), "axis": _NORM_AXIS}, cost_rule=_norm_cost(8),
+       {"eps": Arg("number", default=1e-5), "axis": _NORM_AXIS}, cost_rule=_norm_cost(8), split=_norm_split,
        doc="(x - mean) / sqrt(var + eps) over the axes from axis to the last, then optional weight and bias "
            "(ONNX LayerNormalization)", wgsl=Kernel("norm", "layer")),
 ]

@@ -33,7 +33,7 @@ import numpy as np
 
 from hetflow.executors.base import Dtype
 from hetflow.executors.opdecl import (ALL_DTYPES, INT_DTYPES, NUMERIC_DTYPES, Arg, Kernel, Op, Shape,
-                                      ShapeError, normalize_axis)
+                                      ShapeError, Split, normalize_axis)
 
 __all__ = ["OPS"]
 
@@ -153,6 +153,30 @@ def _arg_shape(inputs: list[Shape], args: dict) -> Shape:
     return shape[:ax] + shape[ax + 1 :]
 
 
+def _reduce_split(combine: str):
+    """By rows where axis 0 is kept; where it is reduced, each device reduces its rows and ``combine`` joins
+    the partial results."""
+
+    def rule(inputs: list[Shape], args: dict, out: Shape) -> Split | None:
+        shape = inputs[0]
+        if not shape:
+            return None
+        axes = _axes(shape, args, combine)
+        if axes is not None and 0 not in axes:
+            return Split((0,), 0)
+        return Split((0,), None, combine=combine)
+
+    return rule
+
+
+def _arg_split(inputs: list[Shape], args: dict, out: Shape) -> Split | None:
+    """By rows where the searched axis is another one (a flat index, or an index along rows, is not divided)."""
+    shape, axis = inputs[0], args["axis"]
+    if axis is None or len(shape) < 2 or normalize_axis(axis, len(shape), "argmax/argmin") == 0:
+        return None
+    return Split((0,), 0)
+
+
 def _reduce_cost(inputs: list[Shape], args: dict) -> tuple[int, int]:
     """One operation per input element; the input read and the (smaller) output written, 4 bytes each."""
     n = math.prod(inputs[0])
@@ -188,21 +212,21 @@ _REDUCE = {"exact": True, "checks": _flags("noop_with_empty_axes"), "cost_rule":
 _SEARCH = {"moves": True, "result": _to_int64, "checks": _flags("select_last_index"), "cost_rule": _reduce_cost}
 
 OPS = [
-    Op("sum", (1, 1), NUMERIC_DTYPES, _sum, _reduce_shape_of("sum"), _AXES, **_REDUCE,
+    Op("sum", (1, 1), NUMERIC_DTYPES, _sum, _reduce_shape_of("sum"), _AXES, **_REDUCE, split=_reduce_split("sum"),
        doc="sum over axis, axes or every axis; 0 over no elements; integers wrap", wgsl=Kernel("reduce", "sum")),
-    Op("mean", (1, 1), NUMERIC_DTYPES, _mean, _reduce_shape_of("mean"), _AXES, **_REDUCE,
+    Op("mean", (1, 1), NUMERIC_DTYPES, _mean, _reduce_shape_of("mean"), _AXES, **_REDUCE, split=_reduce_split("mean"),
        doc="mean over axis, axes or every axis; NaN over no elements; integers are summed exactly and the "
            "quotient rounds toward zero in an integer output (ONNX ReduceMean)", wgsl=Kernel("reduce", "mean")),
-    Op("max", (1, 1), ALL_DTYPES, _extreme("max"), _reduce_shape_of("max"), _AXES, **_REDUCE,
+    Op("max", (1, 1), ALL_DTYPES, _extreme("max"), _reduce_shape_of("max"), _AXES, **_REDUCE, split=_reduce_split("max"),
        doc="maximum over axis, axes or every axis; -inf over no elements (the least integer, false)",
        wgsl=Kernel("reduce", "max")),
-    Op("min", (1, 1), ALL_DTYPES, _extreme("min"), _reduce_shape_of("min"), _AXES, **_REDUCE,
+    Op("min", (1, 1), ALL_DTYPES, _extreme("min"), _reduce_shape_of("min"), _AXES, **_REDUCE, split=_reduce_split("min"),
        doc="minimum over axis, axes or every axis; +inf over no elements (the largest integer, true)",
        wgsl=Kernel("reduce", "min")),
-    Op("argmax", (1, 1), _INDEX_DTYPES, _arg("argmax"), _arg_shape, _ARG, **_SEARCH,
+    Op("argmax", (1, 1), _INDEX_DTYPES, _arg("argmax"), _arg_shape, _ARG, **_SEARCH, split=_arg_split,
        doc="index of the first maximum along axis (flat index when axis is null), as int64 (ONNX ArgMax)",
        wgsl=Kernel("reduce", "argmax")),
-    Op("argmin", (1, 1), _INDEX_DTYPES, _arg("argmin"), _arg_shape, _ARG, **_SEARCH,
+    Op("argmin", (1, 1), _INDEX_DTYPES, _arg("argmin"), _arg_shape, _ARG, **_SEARCH, split=_arg_split,
        doc="index of the first minimum along axis (flat index when axis is null), as int64 (ONNX ArgMin)",
        wgsl=Kernel("reduce", "argmin")),
 ]

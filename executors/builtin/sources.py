@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from hetflow.executors.base import Dtype
-from hetflow.executors.opdecl import (ALL_DTYPES, FLOAT_DTYPES, Arg, Kernel, Op, Shape, ShapeError, from_shape_arg,
+from hetflow.executors.opdecl import (ALL_DTYPES, FLOAT_DTYPES, Arg, Kernel, Op, Shape, ShapeError, Split, from_shape_arg,
                                       to_dtype)
 
 __all__ = ["OPS"]
@@ -83,6 +83,12 @@ def _arange(xp: Any, inputs: list, args: dict, dtype: Dtype) -> Any:
 
 _HOST = Kernel("host")
 
+
+def _made_split(inputs: list[Shape], args: dict, out: Shape) -> Split | None:
+    """By rows: each device makes its rows (the ``shape`` argument cut at axis 0). Random draws are not
+    divided: a device's rows would have to be the same draws the whole tensor makes."""
+    return Split((), 0, shape_arg="shape") if out else None
+
 OPS = [
     Op("random.normal", (0, 0), FLOAT_DTYPES, _normal, from_shape_arg,
        {"shape": _SHAPE, "seed": _SEED, "mean": Arg("number", default=0.0), "std": Arg("number", default=1.0)},
@@ -91,9 +97,9 @@ OPS = [
        {"shape": _SHAPE, "seed": _SEED, "low": Arg("number", default=0.0), "high": Arg("number", default=1.0)},
        doc="uniformly distributed values in [low, high) (drawn as float32)", wgsl=_HOST),
     Op("zeros", (0, 0), ALL_DTYPES, lambda xp, i, a, d: xp.zeros(tuple(a["shape"]), _made(d)),
-       from_shape_arg, {"shape": _SHAPE}, doc="a tensor of zeros", wgsl=_HOST, dtype_aware=True),
+       from_shape_arg, {"shape": _SHAPE}, doc="a tensor of zeros", wgsl=_HOST, dtype_aware=True, split=_made_split),
     Op("ones", (0, 0), ALL_DTYPES, lambda xp, i, a, d: xp.ones(tuple(a["shape"]), _made(d)),
-       from_shape_arg, {"shape": _SHAPE}, doc="a tensor of ones", wgsl=_HOST, dtype_aware=True),
+       from_shape_arg, {"shape": _SHAPE}, doc="a tensor of ones", wgsl=_HOST, dtype_aware=True, split=_made_split),
     Op("arange", (0, 0), ALL_DTYPES, _arange, _arange_shape,
        {"start": Arg("number", default=0), "stop": Arg("number", required=True), "step": Arg("number", default=1)},
        doc="evenly spaced values in [start, stop); integer bounds make integer dtypes exactly", wgsl=_HOST,
@@ -101,5 +107,5 @@ OPS = [
     Op("full", (0, 0), ALL_DTYPES, _full, from_shape_arg,
        {"shape": _SHAPE, "value": Arg("number", required=True, doc="the value of every element")},
        doc="a tensor of one value; an integer value makes integer dtypes exactly (wrapping outside their range)",
-       wgsl=_HOST, dtype_aware=True),
+       wgsl=_HOST, dtype_aware=True, split=_made_split),
 ]
