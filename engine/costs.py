@@ -38,10 +38,15 @@ the vendors.
 Emulator phases: a phase runs on its emulator, never on an executor, so
 it is priced but never moved. Its estimate is its steps at the measured
 rate of its backend (:data:`PHASE_RATES`, from ``bench/results.json``'s
-``bench_emulator`` rows) plus Dask's overhead per task (a ``witness``
-phase is one task per chunk)::
+``bench_emulator`` rows) plus Dask's overhead per task::
 
     phase_s(phase, backend, steps, tasks) = tasks * task_s + steps / rate
+
+except a ``witness`` phase (one task per chunk), priced as it runs
+in-process (:meth:`CostModel.witness_in_process_s`: its rows' replay and
+the first touch of their bytes, a cost per chunk, the client's threads);
+on a cluster :func:`hetflow.engine.clusterphases.witness_where` compares
+that with :meth:`CostModel.witness_cluster_s` and picks the faster.
 
 At plan time the guest has not run, so ``steps`` is the emulator's
 ``max_steps``: the estimate is an upper bound. A phase's array (a
@@ -79,6 +84,7 @@ True
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -87,6 +93,8 @@ from hetflow.executors import ops as oplib
 from hetflow.executors.base import Dtype, Vendor
 
 __all__ = [
+    "split_exec_s",
+    "split_capacity",
     "Work",
     "DeviceProfile",
     "Link",
@@ -305,12 +313,13 @@ PHASE_RATES: dict[tuple[str, str], float | None] = {
     ("witness", "fast"): 2.96e7,
     ("witness", "reference"): 3.08e5,
     # native_main.run of sha256.elf over 1 MiB with min traces (bench_emulator's native row): 1.70 G steps/s of
-    # CPU time, best of 8, on 2026-12-03 (2.08 G wall at a quieter minute); its MO and RH runners run translated
-    # code too; witness rows come from the fast interpreter
+    # CPU time, best of 8, on 2026-12-03 (2.08 G wall at a quieter minute); its MO and RH runners and witness
+    # rows run translated code too, without numba: bench_emulator.native_runner_rows, side by side with fast's
+    # on 22.9 M steps (2026-12-05), measured MO 2.6x, RH 5.4x, witness 3.8-4.2x fast's; the lower ends here
     ("execute", "native"): 1.70e9,
-    ("mem-plans", "native"): 7.51e7,
-    ("rom-histogram", "native"): 7.51e7,
-    ("witness", "native"): 2.96e7,
+    ("mem-plans", "native"): 7.51e7 * 2.6,
+    ("rom-histogram", "native"): 7.51e7 * 5.4,
+    ("witness", "native"): 2.96e7 * 3.8,
     ("plan", "native"): None,
     # packing instances from per-chunk counters does not depend on the steps
     ("plan", "fast"): None,
@@ -320,10 +329,31 @@ PHASE_RATES: dict[tuple[str, str], float | None] = {
 
 # The numba-compiled interpreter loads from numba's disk cache once per process, in the first phase that runs
 # it: 0.57 s for a first fast ``execute`` of a 1.6 M-step SHA-256 guest against 0.01 s for the second, and
-# 0.61 s for a first witness chunk after a native ``execute`` against 0.002 s (2-core VM, 2026-12-05).
+# 0.61 s for a first witness chunk after a native ``execute`` against 0.002 s (2-core VM, 2026-12-05), before the
+# native backend's runners and replay moved to translated code: no native phase loads it now.
 INTERPRETER_LOAD_S = 0.55
-_ON_INTERPRETER = {("execute", "fast"), ("mem-plans", "fast"), ("rom-histogram", "fast"), ("witness", "fast"),
-                   ("witness", "native"), ("mem-plans", "native"), ("rom-histogram", "native")}
+_ON_INTERPRETER = {("execute", "fast"), ("mem-plans", "fast"), ("rom-histogram", "fast"), ("witness", "fast")}
+
+
+# Where a witness phase runs on a cluster (:func:`hetflow.engine.clusterphases.witness_where`), from
+# ``python bench/bench_witness.py --cluster`` (SHA-256, 1,024-step chunks, 705 and 4,551 of them, a 2-core VM
+# shared with other work, 2026-12-05). A row costs its replay at ``PHASE_RATES`` plus the first touch of its 128
+# bytes in a fresh table (the batches' thread CPU time on a worker: 0.66-0.73 s for 4,659,981 rows, 0.145 us a
+# row, against 0.034 us of replay). In-process a chunk adds its threaded-scheduler task and its events. On a
+# cluster a chunk adds its min trace pickled into its batch and its event emitted, on the client one after
+# another (14 us and 1.5 us for 4,551 traces of 3.2 MB), and its trace unpickled on its worker (21 us); a batch
+# is a task submitted, scheduled and answered; a phase starts by broadcasting the ELF and mapping the table.
+# Rows from a worker on another host cross a network.
+WITNESS_TOUCH_BYTES_S = 1.15e9
+WITNESS_CHUNK_S = 4.5e-5
+WITNESS_CLIENT_CHUNK_S = 1.5e-5
+WITNESS_WORKER_CHUNK_S = 2.1e-5
+WITNESS_BATCH_S = 5.0e-3
+WITNESS_CLUSTER_START_S = 5.0e-2
+WITNESS_NETWORK_BYTES_S = 1.0e9
+# Threads of one process share the GIL around each chunk's replay: "witness tables of sort.elf chunks" ran 1.23x
+# faster on 2 threads than on 1; the reference backend is Python throughout and gains nothing.
+WITNESS_THREAD_GAIN = {"fast": 0.23, "native": 0.23, "reference": 0.0}
 
 
 def interpreter_loaded() -> bool:
@@ -332,6 +362,59 @@ def interpreter_loaded() -> bool:
 
     kernel = sys.modules.get("hetflow.executors.emulator.fast_kernel")
     return bool(getattr(getattr(kernel, "_run", None), "signatures", None))
+
+
+def split_exec_s(model: Any, op: str, inputs: Sequence[Shape | None], output: Shape | None, dtype: Dtype,
+                 vendor: Vendor, device: Any, args: Mapping[str, Any] | None = None) -> float:
+    """A stage's estimate on an executor over several devices (``device`` a
+    :class:`~hetflow.executors.base.DeviceSet`): the devices compute their
+    pieces at once, so the stage takes as long as the slowest piece.
+
+    A GPU or a Vulkan adapter brings its own throughput: two even devices
+    halve the work's time. A CPU device (a NUMA node or a core set) is a
+    share of the one host the CPU profile describes, so the split is
+    priced with the combined throughput of the host: even shares on even
+    devices cost what the unsplit executor costs, uneven ones more. An op
+    that does not divide at these shapes runs on the first device (the
+    same question the executor asks: :func:`hetflow.executors.split.layout`).
+
+    >>> from hetflow.executors.base import DeviceSet
+    >>> m, shapes = CostModel(), [(4096, 4096), (4096, 4096)]
+    >>> one = m.exec_s("matmul", shapes, (4096, 4096), Dtype.fp32, Vendor.cuda)
+    >>> two = split_exec_s(m, "matmul", shapes, (4096, 4096), Dtype.fp32, Vendor.cuda, DeviceSet((0, 1)))
+    >>> round(two / one, 2)
+    0.5
+    >>> cpu = m.exec_s("matmul", shapes, (4096, 4096), Dtype.fp32, Vendor.cpu)
+    >>> split_exec_s(m, "matmul", shapes, (4096, 4096), Dtype.fp32, Vendor.cpu, DeviceSet((0, 1))) == cpu
+    True
+    >>> split_exec_s(m, "matmul", shapes, (4096, 4096), Dtype.fp32, Vendor.cpu, DeviceSet((0, 1), (3, 1))) > cpu
+    True
+    """
+    seconds = model.exec_s(op, inputs, output, dtype, vendor, **({"args": args} if args else {}))
+    indexes = getattr(device, "indexes", None)
+    if not indexes or len(indexes) < 2:
+        return seconds
+    from hetflow.executors.split import layout
+
+    if layout(op, inputs, dict(args or {}), dtype) is None:
+        return seconds
+    profile = getattr(model, "profiles", {}).get(vendor)
+    launch = profile.launch_s if profile is not None else 0.0
+    shares = device.shares(len(indexes))
+    own = 1.0 / len(indexes) if vendor is Vendor.cpu else 1.0  # each device's part of the profile's throughput
+    return launch + (seconds - launch) * max(share / own for share in shares)
+
+
+def split_capacity(memory: Sequence[int | None]) -> int | None:
+    """The memory of an executor over devices with these memories: their sum, or None where one is unknown.
+
+    A tensor larger than one device's memory but within the sum fits,
+    in pieces, on the executor.
+
+    >>> split_capacity([16 << 30, 16 << 30]) == 32 << 30, split_capacity([16 << 30, None])
+    (True, None)
+    """
+    return None if any(m is None for m in memory) else sum(memory)  # type: ignore[arg-type]
 
 
 def human_bytes(n: int | None) -> str:
@@ -428,11 +511,61 @@ class CostModel:
     def phase_s(self, phase: str, backend: str, steps: int, tasks: int = 1) -> float:
         """Seconds of an emulator phase of ``steps`` steps run as ``tasks`` Dask tasks.
 
+        A ``witness`` phase (``tasks`` its chunks) is priced as it runs by
+        default, in-process on this machine's threads
+        (:meth:`witness_in_process_s`), the figure a cluster's placement
+        compares with its own.
+
         >>> round(CostModel().phase_s("execute", "fast", 225_000_000), 4)
         1.0003
+        >>> m = CostModel()
+        >>> threads = os.cpu_count() or 1
+        >>> m.phase_s("witness", "fast", 10**6, 1000) == m.witness_in_process_s("fast", 10**6, 1000, threads)
+        True
         """
+        if phase == "witness" and ("witness", backend) in PHASE_RATES:
+            return self.witness_in_process_s(backend, steps, tasks, os.cpu_count() or 1)
         rate = PHASE_RATES.get((phase, backend))
         return tasks * _TASKS_S / 2 + (steps / rate if rate else 0.0)
+
+    def witness_row_s(self, backend: str) -> float:
+        """Seconds of one witness row on one thread: its replay and the first touch of its bytes in a fresh table.
+
+        >>> round(CostModel().witness_row_s("fast") * 1e9)
+        145
+        """
+        from hetflow.executors.emulator import WITNESS_COLUMNS
+
+        return 1 / PHASE_RATES[("witness", backend)] + len(WITNESS_COLUMNS) * 8 / WITNESS_TOUCH_BYTES_S
+
+    def witness_in_process_s(self, backend: str, steps: int, chunks: int, threads: int) -> float:
+        """Seconds of a witness phase's chunks on the client's threaded scheduler, ``threads`` threads.
+
+        >>> round(CostModel().witness_in_process_s("fast", 4_659_981, 4551, 2), 3)
+        0.716
+        """
+        work = steps * self.witness_row_s(backend) + chunks * WITNESS_CHUNK_S
+        return work / (1 + (max(threads, 1) - 1) * WITNESS_THREAD_GAIN.get(backend, 0.0))
+
+    def witness_cluster_s(self, backend: str, steps: int, chunks: int, threads: int, batches: int,
+                          shared: bool) -> float:
+        """Seconds of a witness phase's chunks in ``batches`` tasks on ``threads`` worker threads, one process
+        each: the rows divide among them; the start, the batches and each chunk's share of the client's work
+        do not; rows that cannot be written in place (``shared`` false: a worker on another host) cross the
+        network.
+
+        >>> m = CostModel()
+        >>> round(m.witness_cluster_s("fast", 4_659_981, 4551, 1, 4, True), 3)
+        0.91
+        >>> round(m.witness_cluster_s("fast", 4_659_981, 4551, 2, 8, True), 3)
+        0.544
+        """
+        from hetflow.executors.emulator import WITNESS_COLUMNS
+
+        moved = 0.0 if shared else steps * len(WITNESS_COLUMNS) * 8 / WITNESS_NETWORK_BYTES_S
+        work = steps * self.witness_row_s(backend) + chunks * WITNESS_WORKER_CHUNK_S
+        return (WITNESS_CLUSTER_START_S + batches * WITNESS_BATCH_S + chunks * WITNESS_CLIENT_CHUNK_S
+                + work / max(threads, 1) + moved)
 
     def load_s(self, phase: str, backend: str) -> float:
         """Seconds the first phase of a process that runs the compiled interpreter spends loading it.

@@ -22,16 +22,19 @@ def render_text(plan: Plan) -> str:
     lines = [f"plan for {plan.name} (manifest {plan.digest[:19]})", "", "executors:"]
     width = max(len(e) for e in plan.executors)
     for e in plan.executors.values():
-        lines.append(f"  {e.name:<{width}}  {e.vendor.value:<6} device {e.device}  {e.reason}"
+        lines.append(f"  {e.name:<{width}}  {e.vendor.value:<6} {_devices_text(e.device)}  {e.reason}"
                      + (f"; on worker {e.worker} ({e.worker_reason})" if e.worker else ""))
     lines += ["", "nodes:"]
     nw = max((len(n) for n in plan.nodes), default=0)
     ow = max((len(n.op) for n in plan.nodes.values()), default=0)
+    split = {name: e.device for name, e in plan.executors.items() if _is_split(e.device)}
+    if split:
+        width = max(width, *(len(_on(plan, n, split)) for n in plan.nodes.values()))
     for n in plan.nodes.values():
         shape = _shape_text(n.shape, n.bound)
         est = "" if n.estimated_s is None else f"  ~{placing.format_s(n.estimated_s)}"
         lines.append(
-            f"  {n.id:<{nw}}  {n.op:<{ow}}  {n.partition:<4} on {n.executor:<{width}}  {shape} {n.dtype.value} "
+            f"  {n.id:<{nw}}  {n.op:<{ow}}  {n.partition:<4} on {_on(plan, n, split):<{width}}  {shape} {n.dtype.value} "
             f"({_bytes_text(n.bytes, n.bound)}){est}  {n.reason}"
         )
     if plan.phases:
@@ -75,6 +78,38 @@ def render_text(plan: Plan) -> str:
     return "\n".join(lines)
 
 
+def _is_split(device: Any) -> bool:
+    return getattr(device, "indexes", 0) != 0  # a DeviceSet (devices:); a plain index has no indexes
+
+
+def _devices_text(device: Any) -> str:
+    """``device 0``, or a split executor's devices with their shares: ``devices 0:3/4, 1:1/4`` (``all``: on the
+    machine that runs it)."""
+    if not _is_split(device):
+        return f"device {device}"
+    if device.indexes is None:
+        return "devices all" + ("" if device.split is None else f" split {list(device.split)}")
+    from hetflow.executors.split import layout_text
+
+    return f"devices {layout_text(device.shares(len(device.indexes)), device.indexes)}"
+
+
+def _on(plan: Plan, n: Any, split: Mapping[str, Any]) -> str:
+    """Where a node runs: its executor; on a split executor, the devices it divides across (``accel[0:3/4,
+    1:1/4]``), or ``accel[0]`` for an op that runs whole on the first device."""
+    device = split.get(n.executor)
+    if device is None:
+        return n.executor
+    from hetflow.executors.split import layout, layout_text
+
+    if device.indexes is None:
+        return f"{n.executor}[all]"
+    shapes = [plan.nodes[i].shape if i in plan.nodes else None for i in plan.stage_inputs.get(n.id, ())]
+    if len(device.indexes) > 1 and layout(n.op, shapes, plan.stage_args.get(n.id, {}), n.dtype) is not None:
+        return f"{n.executor}[{layout_text(device.shares(len(device.indexes)), device.indexes)}]"
+    return f"{n.executor}[{device.indexes[0]}]"
+
+
 def _phase_text(plan: Plan, pid: str, p: Mapping[str, Any]) -> str:
     """One phase of the text plan: inputs, what it yields and to whom, its fan-out and its estimate."""
     e = plan.emulators.get(p["emulator"], {})
@@ -82,17 +117,24 @@ def _phase_text(plan: Plan, pid: str, p: Mapping[str, Any]) -> str:
     if p["array"]:
         size = "bound" if p.get("size") == "bound" else "exact"
         readers = p.get("consumers") or []
+        # a witness table has a row a step; another phase's array (an ``array`` node) says its own size
+        rows = f", {size}: {e.get('max_steps')} rows max" if p.get("phase") == "witness" else (
+            ", known when the guest has run" if p.get("shape") is None else "")
         parts.append(f"yields array {_shape_text(p.get('shape'), size == 'bound')} {p.get('dtype')} "
-                     f"({_bytes_text(p.get('bytes'), size == 'bound')}, {size}: {e.get('max_steps')} rows max)"
+                     f"({_bytes_text(p.get('bytes'), size == 'bound')}{rows})"
                      + (f" to {', '.join(readers)}" if readers else ""))
         if "chunks_max" in p:
             parts.append(f"fan-out: at most {p['chunks_max']} tasks, one per chunk "
                          f"(max_steps {e.get('max_steps')} / chunk_steps {e.get('chunk_steps')})")
     else:
         parts.append("yields " + ", ".join(f for f in p.get("outputs", []) if f != "array") + " (data)")
+        if p.get("arrays"):  # the int64 tables a stage may read as PHASE.FIELD
+            parts.append("arrays " + ", ".join(a if isinstance(a, str) else a.get("name", "?") for a in p["arrays"]))
     if p.get("estimated_s") is not None:
         parts.append(f"at most ~{placing.format_s(p['estimated_s'])} ({e.get('backend')} backend, "
                      f"{p.get('steps_max')} steps max)")
+    if p.get("runs"):  # a witness phase on a cluster: where it runs and both estimates (clusterphases.witness_where)
+        parts.append(f"runs {p['runs']['why']}")
     return "; ".join(parts)
 
 

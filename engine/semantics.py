@@ -139,13 +139,24 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
         if not all(n in Vendor.__members__ for n in names):
             continue
         device = spec.get("device", 0)
+        limit = spec.get("memory_limit")
+        if "devices" in spec:
+            device = _device_set(name, spec, doc, problems)
+        elif "split" in spec:
+            problems.append(Diagnostic(doc.at(("executors", name, "split")), (
+                f"executor {name!r} gives split: without devices:; split: shares the work among the devices "
+                "listed in devices: (devices: [0, 1]), so list them")))
+        if isinstance(limit, list):
+            device, limit = _device_limits(name, device, limit, doc, problems)
         memory = _memory_bytes(spec.get("memory"))
         executors[name] = ExecutorDecl(
             name, tuple(Vendor(n) for n in names), device if isinstance(device, int) else 0,
             doc.key_at(("executors", name)), doc.at(("executors", name, "vendor")),
             memory_bytes=memory, memory_origin=doc.at(("executors", name, "memory")) if memory else None,
-            memory_limit=_memory_limit(spec.get("memory_limit")),
+            memory_limit=_memory_limit(limit),
         )
+
+    problems.extend(_device_claims(executors, _as_dict(tree.get("executors")), doc))
 
     raw_stages = _as_dict(tree.get("stages"))
     stages: dict[str, StageDecl] = {}
@@ -165,6 +176,10 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
     pending: list[str] = []  # stages whose dtype depends on a stage written below them
     typed: list[str] = []  # stages whose op checks its inputs' dtypes, checked once every dtype is known
     arrays: dict[str, Dtype] = {}  # phases that yield an array (a witness table), with its dtype
+    # the array fields stages read (``run.registers``): nodes of their own, known before any stage
+    arrays.update({pid: phaselib.ARRAY_DTYPE for pid, p in phase_decls.items() if p.phase == phaselib.ARRAY_PHASE})
+    phase_stages = {sid: s for sid, s in raw_stages.items() if isinstance(s, dict) and "phase" in s}
+    seen.update(arrays)
     fp32 = Dtype.fp32
     in_order = True  # every input is written above its stage, so the file order is a topological order
     constrained = False  # some stage says colocate_with: or vendor:
@@ -201,6 +216,12 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
         inputs = [i for i in inputs if isinstance(i, str)] if isinstance(inputs, list) else []
         for i, ref in enumerate(inputs):
             other = raw_stages.get(ref, absent)
+            if other is absent and phaselib.array_ref(ref, phase_stages):
+                problem = phaselib.check_array_input(ref, raw_stages)
+                if problem:
+                    problems.append(Diagnostic(doc.at(("stages", sid, "inputs", i)),
+                                               f"stage {sid!r} takes input {ref!r}: {problem}"))
+                continue
             if other is absent:
                 close = _close(ref, list(raw_stages), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -210,10 +231,11 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
             if ref not in seen:
                 in_order = False
             if isinstance(other, dict) and other.get("phase") in phaselib.PHASES and not phaselib.PHASES[other["phase"]].array:
-                arrays = ", ".join(k for k, v in phaselib.PHASES.items() if v.array)
+                kinds = ", ".join(k for k, v in phaselib.PHASES.items() if v.array)  # not ``arrays``: the dtypes above
                 problems.append(Diagnostic(doc.at(("stages", sid, "inputs", i)), (
                     f"stage {sid!r} takes input {ref!r}, {phaselib.article(other['phase'])} phase, which yields data, not an array; "
-                    f"an executor stage can take the output of a {arrays} phase")))
+                    f"an executor stage can take the output of a {kinds} phase"
+                    + _array_fields_hint(ref, other["phase"]))))
         seen.add(sid)
 
         executor = spec.get("executor")
@@ -259,7 +281,7 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
     if pending and not problems:
         _infer_pending(pending, stages, raw_stages, base, doc, problems, arrays)
     if typed and (not pending or not problems):  # a pending stage's dtype is known only once inferred
-        _check_input_dtypes(typed, stages, doc, problems)
+        _check_input_dtypes(typed, stages, doc, problems, arrays)
 
     if constrained:
         problems.extend(_placement_constraints(stages, executors, raw_stages, doc))
@@ -275,7 +297,8 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
     for out, ref in _as_dict(tree.get("outputs")).items():
         if not isinstance(ref, str):
             continue
-        stage_ref, _, fieldname = ref.partition(".")
+        # a name is what it names: a stage first (an instance's id holds dots), then PHASE.FIELD, the field after the last dot
+        stage_ref, _, fieldname = (ref, "", "") if ref in raw_stages else ref.rpartition(".") if "." in ref else (ref, "", "")
         if stage_ref in phase_decls or fieldname:
             problem = phaselib.check_output(stage_ref, fieldname or None, raw_stages, phase_decls)
             if problem:
@@ -301,6 +324,14 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
         emulators=emulators, phases=phase_decls, phase_outputs=phase_outputs,
         plugins=tuple(used_plugins.values()),
     )
+
+
+def _array_fields_hint(ref: str, phase: str) -> str:
+    """``, or one of its array fields: 'run.registers', ...`` for a phase that has some."""
+    from hetflow.engine import phases as phaselib
+
+    fields = [f"{ref}.{a.name}" for a in phaselib.PHASES[phase].arrays]
+    return f", or an array field of this one ({', '.join(map(repr, fields))})" if fields else ""
 
 
 def _inferred(op: Any, inputs: list[Dtype], args: dict, base: str) -> Dtype:
@@ -340,9 +371,10 @@ def _infer_pending(pending: list[str], stages: dict[str, StageDecl], raw_stages:
         stages[sid] = dataclasses.replace(stage, dtype=dtype)
 
 
-def _typed_inputs(inputs: Any, stages: Mapping[str, StageDecl]) -> str:
+def _typed_inputs(inputs: Any, stages: Mapping[str, StageDecl], arrays: Mapping[str, Dtype] = {}) -> str:
     """``'x' (fp32), 'ids' (int64)``: a stage's inputs with their dtypes, for a message."""
-    return ", ".join(f"{ref!r} ({stages[ref].dtype.value})" if ref in stages else repr(ref) for ref in inputs)
+    return ", ".join(f"{ref!r} ({stages[ref].dtype.value})" if ref in stages else
+                     f"{ref!r} ({arrays[ref].value})" if ref in arrays else repr(ref) for ref in inputs)
 
 
 def _not_inferable(sid: str, op: Any, dtype: Dtype, inputs: Any, stages: Mapping[str, StageDecl], doc: Document) -> Diagnostic:
@@ -355,7 +387,7 @@ def _not_inferable(sid: str, op: Any, dtype: Dtype, inputs: Any, stages: Mapping
 
 
 def _check_input_dtypes(typed: list[str], stages: Mapping[str, StageDecl], doc: Document,
-                        problems: list[Diagnostic]) -> None:
+                        problems: list[Diagnostic], arrays: Mapping[str, Dtype] = {}) -> None:
     """Each stage in ``typed`` against its op's rule for its inputs' dtypes (``gather``'s indices are integers).
 
     The problem is reported at the stage's ``inputs:``, naming every input
@@ -364,15 +396,16 @@ def _check_input_dtypes(typed: list[str], stages: Mapping[str, StageDecl], doc: 
     for sid in typed:
         stage = stages.get(sid)
         op = oplib.REGISTRY.get(stage.op) if stage is not None else None
-        if op is None or not all(ref in stages for ref in stage.inputs):
-            continue  # an input that is not a stage (a phase's table) was reported, or has no dtype to check
+        if op is None or not all(ref in stages or ref in arrays for ref in stage.inputs):
+            continue  # an input that is neither a stage nor a phase's array was reported
         try:
-            problem = op.input_dtypes([stages[ref].dtype for ref in stage.inputs], stage.args)
+            problem = op.input_dtypes([stages[ref].dtype if ref in stages else arrays[ref] for ref in stage.inputs],
+                                      stage.args)
         except Exception as e:  # noqa: BLE001 - a plugin's check that fails is reported where the stage is, not raised
             problem = f"its check of the inputs' dtypes failed: {type(e).__name__}: {e}"
         if problem:
             problems.append(Diagnostic(stage.inputs_origin, (
-                f"stage {sid!r} takes {_typed_inputs(stage.inputs, stages)}: op {op.name!r}: {problem}")))
+                f"stage {sid!r} takes {_typed_inputs(stage.inputs, stages, arrays)}: op {op.name!r}: {problem}")))
 
 
 def _close(word: str, choices: list[str], n: int = 1) -> list[str]:
@@ -558,6 +591,89 @@ def _memory_bytes(value: Any) -> int | None:
     if m is None or m.group(2) not in _UNITS:
         return None
     return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def _device_set(name: str, spec: Mapping[str, Any], doc: Document, problems: list[Diagnostic]) -> Any:
+    """An executor's ``devices:`` and ``split:`` as a :class:`~hetflow.executors.base.DeviceSet` (the schema
+    has checked their forms); ``device:`` beside them, or a ``split:`` of another length, is a problem."""
+    from hetflow.executors.base import DeviceSet
+
+    here = ("executors", name)
+    if "device" in spec:
+        problems.append(Diagnostic(doc.at(here + ("device",)), (
+            f"executor {name!r} gives both device: and devices:; device: N is the one-device form of devices: [N], "
+            "give one of them")))
+    raw = spec["devices"]
+    indexes = None if raw == "all" else tuple(raw) if isinstance(raw, list) else (0,)
+    split = spec.get("split")
+    if isinstance(split, list):
+        if indexes is None or len(split) != len(indexes):
+            count = "every device the vendor has" if indexes is None else f"{len(indexes)} devices"
+            problems.append(Diagnostic(doc.at(here + ("split",)), (
+                f"executor {name!r} splits its work into {len(split)} shares for {count}; give one share per "
+                "device listed in devices:" if indexes is not None else
+                f"executor {name!r} gives split: with devices: all; the number of devices is known only on the "
+                "machine, so list the devices (devices: [0, 1]) or leave split: out for even shares")))
+            split = None
+        else:
+            split = tuple(float(x) for x in split)
+    else:
+        split = None
+    return DeviceSet(indexes, split)
+
+
+def _device_limits(name: str, device: Any, limits: list, doc: Document, problems: list[Diagnostic]) -> tuple[Any, Any]:
+    """A ``memory_limit:`` list, one limit a device: carried by the executor's device set, the executor's own
+    limit their sum. It needs ``devices:`` listing as many devices."""
+    from hetflow.executors.base import DeviceSet
+
+    count = len(device.indexes) if isinstance(device, DeviceSet) and device.indexes is not None else None
+    if count != len(limits):
+        where = ("with devices: all" if isinstance(device, DeviceSet) else "without devices:") if count is None else (
+            f"for {count} devices")
+        problems.append(Diagnostic(doc.at(("executors", name, "memory_limit")), (
+            f"executor {name!r} gives {len(limits)} memory limit{'' if len(limits) == 1 else 's'} {where}; a list gives one limit per device listed "
+            "in devices: (or give one limit, shared evenly)")))
+        return device, None
+    each = [_memory_limit(v) for v in limits]
+    if any(v is None for v in each):
+        return device, None  # the schema reported the value it refused
+    return DeviceSet(device.indexes, device.split, each), sum(each)
+
+
+def _device_claims(executors: Mapping[str, ExecutorDecl], raw: Mapping[str, Any], doc: Document) -> list[Diagnostic]:
+    """A device belongs to one executor (the seed's rule): an executor listing ``devices:`` claims them, and
+    another executor of a vendor it may run naming one of them (in ``devices:`` or ``device:``) is refused,
+    at its line, with the first claim's. Executors that say neither share the host as before."""
+    from hetflow.executors.base import DeviceSet
+
+    problems: list[Diagnostic] = []
+    claims: dict[tuple[Vendor, int | None], tuple[str, Any]] = {}  # (vendor, index; None: all) -> executor, origin
+    for decl in executors.values():
+        spec = _as_dict(raw.get(decl.name))
+        if not isinstance(decl.device, DeviceSet) and "device" not in spec:
+            continue
+        listed = isinstance(decl.device, DeviceSet)
+        key = "devices" if listed else "device"
+        origin = doc.at(("executors", decl.name, key))
+        indexes: tuple[int | None, ...] = (decl.device.indexes or (None,)) if listed else (int(decl.device),)
+        for vendor in decl.vendors:
+            for i, index in enumerate(indexes):
+                clash = next(((v, j) for v, j in claims if v is vendor and (j == index or j is None or index is None)), None)
+                if clash is not None:
+                    owner, owner_origin, owner_listed = claims[clash]
+                    if owner != decl.name and (listed or owner_listed):
+                        what = f"device {index}" if index is not None else "every device"
+                        theirs = f"device {clash[1]}" if clash[1] is not None else "every device"
+                        at = doc.at(("executors", decl.name, key, i)) if listed and index is not None else origin
+                        problems.append(Diagnostic(at, (
+                            f"executor {decl.name!r} claims {vendor.value} {what}, and executor {owner!r} claims "
+                            f"{theirs} at {owner_origin}; a device belongs to one executor: give each executor its "
+                            "own devices")))
+                        break
+                here = doc.at(("executors", decl.name, key, i)) if listed and index is not None else origin
+                claims.setdefault((vendor, index), (decl.name, here, listed))
+    return problems
 
 
 def _memory_limit(value: Any) -> int | None:
