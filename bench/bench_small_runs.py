@@ -155,10 +155,47 @@ def git_lookup(turns: int) -> dict:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def durable_writes(turns: int, runs_dir: str) -> dict:
+    """What the quickstart's run writes, alone: the floor under the warm run's time on this disk.
+
+    The run's folder, its lock file (made and removed), the ``running``
+    record (temporary file, fsync, rename), then the two outputs and the
+    final record written together (their fsyncs at once, the record
+    renamed last): the files and syncs a run whose record must survive a
+    crash cannot skip, with the quickstart's record and outputs, against
+    the same computation in numpy.
+    """
+    import json
+
+    import hetflow
+    from hetflow.engine import records
+    from hetflow.engine.locks import RunLock, lock_path
+
+    done = hetflow.run(QUICKSTART, runs_dir=runs_dir, cache=False)
+    record = json.loads(open(done.record_path, encoding="utf-8").read())
+    outputs = {name: np.load(os.path.join(done.path, entry["file"])) for name, entry in record["outputs"].items()}
+
+    def writes() -> None:
+        run_id, folder = records.new_run_dir(runs_dir, "floor", "sha256:0")
+        with RunLock(lock_path(runs_dir, QUICKSTART, "floor", {})):
+            path = os.path.join(folder, "record.json")
+            records.write_json_atomic(path, {**record, "status": "running"})
+            records.write_together([*((os.path.join(folder, f"{n}.npy"), records.npy_writer(a))
+                                      for n, a in outputs.items()), (path, records.json_writer(record))],
+                                   fresh=len(outputs))
+
+    base, subj = _pairs(turns, quickstart_numpy, writes)
+    return _row("a run's durable writes alone (the quickstart's)", "the same computation in numpy", base,
+                "folder, lock, running record, outputs and final record with their fsyncs", subj,
+                f"{len(outputs)} outputs; the floor the warm quickstart row stands on: 3x numpy is "
+                f"{3 * statistics.median(base) * 1e3:.2f} ms")
+
+
 def run(quick: bool) -> list[dict]:
     turns = 15 if quick else 60
     with tempfile.TemporaryDirectory(prefix="hetflow-bench-small-") as runs_dir:
-        return [quickstart(turns, runs_dir), *chain(turns, runs_dir), git_lookup(max(5, turns // 4))]
+        return [quickstart(turns, runs_dir), durable_writes(turns, runs_dir), *chain(turns, runs_dir),
+                git_lookup(max(5, turns // 4))]
 
 
 def _in_tree(root: str, quick: bool) -> list[dict]:
