@@ -61,7 +61,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from hetflow.engine.errors import Diagnostic, ManifestError, Noted, Origin
 from hetflow.engine.loader import Document, Path, load
@@ -175,6 +175,9 @@ class _Expansion:
         self.libraries: dict[str, Document | None] = {}
         self.checked: dict[tuple[str, str], bool] = {}  # block -> whether its form is right
         self.written: dict[str, Origin] = {}  # stage id -> where its stage was written, for a clash
+        self.overrides: dict[str, Any] = {}  # -p USE.PARAM / USE.INDEX.PARAM -> value
+        self.applied: set[str] = set()  # those that named an instance's param
+        self.params_seen: list[str] = []  # USE.PARAM of every use expanded, for the message of one that did not
 
     # -- finding blocks ---------------------------------------------------------------------------------
 
@@ -331,9 +334,15 @@ class _Expansion:
 
     # -- params --------------------------------------------------------------------------------------
 
-    def params(self, block: _Block, use: dict, index: int, where: Callable[[Path], Origin] | None) -> dict:
+    def params(self, block: _Block, use: dict, index: int, where: Callable[[Path], Origin] | None,
+               use_id: str = "", prefix: str = "") -> dict:
         declared = _as_dict(block.spec.get("params"))
-        given = _as_dict(use.get("params"))
+        given = dict(_as_dict(use.get("params")))
+        for name in declared:  # -p USE.PARAM, then -p USE.INDEX.PARAM: the instance's own wins
+            for key in (f"{use_id}.{name}", f"{prefix}.{name}"):
+                if key in self.overrides:
+                    given[name] = self.overrides[key]
+                    self.applied.add(key)
         if where is not None:
             for key in given:
                 if key not in declared:
@@ -447,17 +456,33 @@ class _Expansion:
         if not ok:
             return
         bindings = {name: self.local(scope, ref) for name, ref in bound.items()}
+        self.params_seen.extend(f"{scope.join(sid)}.{p}" for p in _as_dict(block.spec.get("params")))
         inherited = {**scope.inherited, **{k: (spec[k], scope.at.at(here + (k,))) for k in INHERITED if k in spec}}
         use_site = scope.at.key_at(here)
         for index in range(count):
             prefix = scope.join(sid) + (f".{index}" if repeat is not None else "")
             notes = ((_plain(use_site), f"in {prefix} (block {block.label})"),) + scope.notes
             inner = _Scope(_Sited(block.doc, notes), block.doc, block.path + ("stages",), block.spec["stages"], prefix,
-                           self.params(block, spec, index, (lambda p: scope.at.key_at(here + p)) if index == 0 else None),
+                           self.params(block, spec, index, (lambda p: scope.at.key_at(here + p)) if index == 0 else None,
+                                       scope.join(sid), prefix),
                            bindings, inherited, notes, scope.stack + (block.key,))
             self.scope(inner)
             if index + 1 < count:
                 bindings = {**bindings, **{name: self.local(inner, outputs[out]) for name, out in chain.items()}}
+
+
+def _unused(overrides: Mapping[str, Any], applied: set[str], doc: Document, seen: Sequence[str] = ()) -> None:
+    """Refuse a ``-p USE.PARAM`` that set no instance's param, saying which there are."""
+    unused = [k for k in overrides if k not in applied]
+    if unused:
+        from hetflow.engine.errors import UsageError
+        from hetflow.engine.semantics import _close
+
+        close = _close(unused[0], list(seen), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        known = ", ".join(dict.fromkeys(seen)) or "none: it uses no block with params"
+        raise UsageError(f"-p {unused[0]}: no use of a block in {doc.file} has that param (a block's params here: "
+                         f"USE.PARAM or USE.INDEX.PARAM: {known}){hint}")
 
 
 def _plain(origin: Origin) -> Origin:
@@ -473,19 +498,31 @@ def _as_dict(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def expand(tree: dict, doc: Document) -> tuple[dict, Document, list[Diagnostic]]:
+def expand(tree: dict, doc: Document, overrides: Mapping[str, Any] | None = None
+           ) -> tuple[dict, Document, list[Diagnostic]]:
     """The resolved ``tree`` with its uses expanded and its defaults applied; the document to find positions in;
     the problems found.
+
+    ``overrides`` set block params from the command line (``-p``), named
+    as the instances are: ``USE.PARAM`` sets the param of every instance
+    of a use, ``USE.INDEX.PARAM`` of one instance of a repeated use
+    (``layers.2.heads``), and nested uses go on the same way
+    (``enc.0.attn.heads``); one that names no instance's param is a
+    :class:`~hetflow.engine.errors.UsageError`. The instance's own form
+    wins over the use's.
 
     A manifest with neither ``defaults:`` nor a use is returned as it is.
     """
     stages = tree.get("stages")
     defaults = tree.get("defaults")
+    overrides = dict(overrides or {})
     if not isinstance(stages, dict) or (not isinstance(defaults, dict) and "blocks" not in tree
                                         and not any(_is_use(s) for s in stages.values())):
+        _unused(overrides, set(), doc)
         return ({k: v for k, v in tree.items() if k != "blocks"} if "blocks" in tree else tree), doc, []
     problems: list[Diagnostic] = []
     run = _Expansion(doc, problems)
+    run.overrides = overrides
     declared = doc.value.get("blocks", {}) if isinstance(doc.value, dict) else {}
     if not isinstance(declared, dict):
         # a block's ${name} is one of its params: outside any block, none is declared
@@ -509,6 +546,8 @@ def expand(tree: dict, doc: Document) -> tuple[dict, Document, list[Diagnostic]]
                  if isinstance(defaults, dict) and k in defaults}
     top = _Scope(doc, doc, ("stages",), stages, inherited=inherited)
     run.scope(top)
+    if not problems:  # a use that could not be expanded leaves its instances' overrides unapplied, not wrong
+        _unused(overrides, run.applied, doc, run.params_seen)
     out = {k: v for k, v in tree.items() if k != "blocks"}
     out["stages"] = run.stages
     # names outside any block that name a use's output

@@ -85,15 +85,21 @@ def _compile(doc: Document, overrides: Mapping[str, Any] | None) -> Manifest:
         raise ManifestError([Diagnostic(doc.at(()), "a manifest is a YAML mapping of keys such as version, name, stages")])
     if not isinstance(tree.get("params", {}), dict):
         raise ManifestError(schema_problems(tree, doc))
+    # -p USE.PARAM (or USE.INDEX.PARAM) sets a param of a block's instances, which the expansion makes
+    overrides = dict(overrides or {})
+    instances = {k: overrides.pop(k) for k in [k for k in overrides if "." in k]}
     resolved, problems = resolve(doc, overrides)
-    return validate(resolved, doc, problems)
+    return validate(resolved, doc, problems, instances)
 
 
-def validate(resolved: dict, doc: Document, problems: list[Diagnostic] | None = None) -> Manifest:
+def validate(resolved: dict, doc: Document, problems: list[Diagnostic] | None = None,
+             instance_params: Mapping[str, Any] | None = None) -> Manifest:
     """The validate pass: the schema check, the ``schedule:`` check and the semantic checks of a resolved tree.
 
     ``problems`` are those found before (by the resolve pass); they are
-    raised with the rest.
+    raised with the rest. ``instance_params`` are ``-p`` overrides of a
+    block's params, ``USE.PARAM`` or ``USE.INDEX.PARAM`` (the instance
+    ids' form): :func:`hetflow.engine.blocks.expand` applies them.
 
     Raises
     ------
@@ -103,7 +109,7 @@ def validate(resolved: dict, doc: Document, problems: list[Diagnostic] | None = 
     from hetflow.engine.blocks import expand
 
     problems = list(problems or [])
-    resolved, doc, expanding = expand(resolved, doc)
+    resolved, doc, expanding = expand(resolved, doc, instance_params)
     if expanding:  # what a broken use would leave (stages missing, names unbound) says nothing more
         raise ManifestError(problems + expanding)
     tree = doc.value

@@ -209,10 +209,7 @@ def resolve(doc: Document, overrides: Mapping[str, Any] | None = None) -> tuple[
     unknown = [k for k in overrides if k not in params]
     if unknown:
         declared = ", ".join(sorted(params)) or "none"
-        # USE.PARAM reads as a block's param: those are set by the use, from the manifest's params
-        hint = ("; a use's params are set by its params: in the manifest, which may read a manifest param "
-                "as ${name}") if "." in unknown[0] else ""
-        raise UsageError(f"-p {unknown[0]}: {doc.file} declares no param {unknown[0]!r} (declared: {declared}){hint}")
+        raise UsageError(f"-p {unknown[0]}: {doc.file} declares no param {unknown[0]!r} (declared: {declared})")
     for key, value in overrides.items():
         default = params[key]
         kinds = {type(x) for x in (default, value) if isinstance(x, (list, dict))}

@@ -428,13 +428,41 @@ def test_a_block_stage_is_named_without_dots_and_a_library_holds_blocks(tmp_path
                             f"{path}:7:14: note: in the block library used here"]
 
 
-def test_params_on_the_command_line_are_the_manifests(tmp_path):
+def test_params_on_the_command_line_reach_a_use_or_one_instance_by_its_id(tmp_path):
     write(tmp_path, "lib/blocks.yaml", LIBRARY)
     path = write(tmp_path, "m.yaml", USER)
-    code, out, err = run_cli("plan", path, "-p", "mlp.width=8")
-    assert code == 2 and "declares no param 'mlp.width'" in err and "a use's params are set by its params:" in err
+    m = compiled(path, **{"mlp.seed": 5})
+    assert m.stages["mlp.w"].args["seed"] == 5 and m.stages["mlp.w"].args["shape"] == [4, 4]
+    code, out, err = run_cli("plan", path, "-p", "mlp.depth=2")
+    assert code == 2 and "-p mlp.depth: no use of a block in" in err and "mlp.width, mlp.seed" in err
     code, out, err = run_cli("plan", path, "-p", "width=8")
     assert code == 0, err
+
+    repeated = write(tmp_path, "r.yaml", """\
+        version: 1
+        name: r
+        executors: {cpu: {vendor: cpu}}
+        blocks:
+          scale:
+            params: {k: 2.0}
+            inputs: [x]
+            stages:
+              y: {op: mul, inputs: [x], args: {value: "${k}"}}
+            outputs: {x: y}
+        stages:
+          a: {op: ones, args: {shape: [3]}}
+          s: {use: scale, inputs: {x: a}, repeat: 3}
+        outputs: {y: s.x}
+        """)
+    values = lambda m: [m.stages[f"s.{i}.y"].args["value"] for i in range(3)]  # noqa: E731
+    assert values(compiled(repeated)) == [2.0, 2.0, 2.0]
+    assert values(compiled(repeated, **{"s.k": 3.0})) == [3.0, 3.0, 3.0]
+    # the instance's own form wins over the use's
+    assert values(compiled(repeated, **{"s.k": 3.0, "s.1.k": 10.0})) == [3.0, 10.0, 3.0]
+    assert compiled(repeated, **{"s.k": 3.0}).digest != compiled(repeated).digest
+    done = hetflow.run(repeated, params={"s.k": 3.0, "s.1.k": 10.0}, runs_dir=tmp_path / "runs", cache=False)
+    assert np.array_equal(done.outputs["y"], np.full(3, 90.0, np.float32))
+    assert done.record["overrides"] == {"s.k": 3.0, "s.1.k": 10.0}
 
 
 def test_emulator_phases_in_a_block_and_independent_instances(tmp_path):
