@@ -16,8 +16,12 @@ page                       source
                            appended to the page's own introduction
 =========================  ==============================================
 
-The pages exist only in the build (``File.generated``, or appended in
-:func:`on_page_markdown`); nothing is written into ``docs/``. Each ``*_page`` function returns the Markdown
+The four reference pages are also checked in under ``docs/reference/``,
+so that a link to them works where the Markdown is read (a code host, an
+editor) and not only on the built site: ``python docs/hooks.py`` writes
+them again, and ``tests/test_docs.py`` fails when one is not what its
+source says now. ``benchmarks.md`` is appended to in the build alone
+(:func:`on_page_markdown`). Each ``*_page`` function returns the Markdown
 text and is usable on its own.
 
 Examples
@@ -43,18 +47,35 @@ from typing import Any, Iterator
 __all__ = ["on_files", "manifest_page", "cli_page", "ops_page", "executor_dtypes", "api_page", "benchmarks_page", "schema_keys", "cli_commands"]
 
 ROOT = Path(__file__).resolve().parent.parent
-GENERATED = "This page is generated from {source} when the site is built; edit that, not this page."
+GENERATED = "This page is generated from {source} by `python docs/hooks.py`; edit that, not this page."
+
+#: the reference pages kept in docs/ (uri under docs/ -> the function that writes it)
+PAGES = {"reference/manifest.md": "manifest_page", "reference/cli.md": "cli_page", "reference/ops.md": "ops_page",
+         "reference/api.md": "api_page"}
 
 
 def on_files(files, config):
-    """Add the generated pages to the site's files (an MkDocs event)."""
+    """The reference pages in the site's files (an MkDocs event): as generated now, whatever docs/ holds."""
     from mkdocs.structure.files import File
 
     _adopt_public_names()
-    for uri, make in (("reference/manifest.md", manifest_page), ("reference/cli.md", cli_page),
-                      ("reference/ops.md", ops_page), ("reference/api.md", api_page)):
-        files.append(File.generated(config, uri, content=make()))
+    for uri, make in PAGES.items():
+        checked_in = files.get_file_from_path(uri)
+        if checked_in is not None:
+            files.remove(checked_in)
+        files.append(File.generated(config, uri, content=globals()[make]()))
     return files
+
+
+def write_pages(root: Path = ROOT) -> list[Path]:
+    """Write the reference pages into ``root/docs``; the paths written."""
+    _adopt_public_names()
+    written = []
+    for uri, make in PAGES.items():
+        path = root / "docs" / uri
+        path.write_text(globals()[make](), encoding="utf-8")
+        written.append(path)
+    return written
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
@@ -464,7 +485,33 @@ def api_page() -> str:
         "      group_by_category: false",
         "      members:",
         *[f"        - {name}" for name in members], "",
+        *_emulator_api(),
     ])
+
+
+def _emulator_api() -> list[str]:
+    """The emulator's public callables and classes (``hetflow.executors.emulator.__all__``), each with its
+    signature and the first paragraph of its docstring, written here rather than by mkdocstrings (which
+    finds ``hetflow`` but not the packages the install maps under it)."""
+    from hetflow.executors import emulator
+
+    out = ["## The emulator: `hetflow.executors.emulator`", "",
+           "`execute()` runs a RISC-V guest and returns its `ExecutionOutput`; the other names replay, check and "
+           "tabulate what it left. [The emulator reference](emulator.md) says what each output and table holds.", ""]
+    for name in emulator.__all__:
+        obj = getattr(emulator, name, None)
+        if not callable(obj) or inspect.ismodule(obj):
+            continue  # the memory map's constants and the machine module: named in the emulator reference
+        try:
+            signature = str(inspect.signature(obj))
+        except (TypeError, ValueError):
+            signature = "(...)"
+        kind = "class" if inspect.isclass(obj) else "function"
+        doc = inspect.getdoc(obj) or ""
+        first = doc.split("\n\n", 1)[0].strip() if doc else "(undocumented)"
+        out += [f"### `{name}`", "", f"{kind} `{name}{signature}`" if kind == "function" else
+                f"class `{name}{signature}`", "", first, ""]
+    return out
 
 
 # --- benchmarks, from bench/ -----------------------------------------------------------------
@@ -504,3 +551,8 @@ def benchmarks_page() -> str:
                    f"{_cell(row.get('subject', ''))} | {num(row.get('subject_s'), '.4f')} | "
                    f"{ratio + 'x' if ratio else ''} | {_cell(row.get('notes', ''))} |")
     return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    for written in write_pages():
+        print(written.relative_to(ROOT))
