@@ -69,7 +69,6 @@ def on_files(files, config):
 
 def write_pages(root: Path = ROOT) -> list[Path]:
     """Write the reference pages into ``root/docs``; the paths written."""
-    _adopt_public_names()
     written = []
     for uri, make in PAGES.items():
         path = root / "docs" / uri
@@ -503,7 +502,8 @@ def _emulator_api() -> list[str]:
         if not callable(obj) or inspect.ismodule(obj):
             continue  # the memory map's constants and the machine module: named in the emulator reference
         try:
-            signature = str(inspect.signature(obj))
+            # a default that is a module prints where it is installed: its name alone is the same everywhere
+            signature = re.sub(r"<module '([\w.]+)' from '[^']*'>", r"\1", str(inspect.signature(obj)))
         except (TypeError, ValueError):
             signature = "(...)"
         kind = "class" if inspect.isclass(obj) else "function"
