@@ -288,10 +288,12 @@ async def _close_run(run_id: str, wait_s: float, dask_worker: Any = None) -> dic
     if plugin is None or plugin.runtime is None:
         return {"live": {}, "released": 0, "running": 0, "abandoned": 0}
     plugin.close()
-    deadline = time.monotonic() + wait_s
-    while plugin.inflight and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
     runtime = plugin.runtime
+    deadline = time.monotonic() + wait_s
+    # a timed-out attempt abandoned in its thread registers its results on its executor before it releases
+    # them: counted in between, they read as live activations the run left; wait for it as for a running task
+    while (plugin.inflight or runtime.abandoned) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
     released = runtime.handles.release_all()
     report = {"live": {n: ex.live_activations() for n, ex in runtime.executors.items()}, "released": released,
               "running": plugin.inflight, "abandoned": runtime.abandoned}
