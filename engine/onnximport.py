@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 
 from hetflow.engine.errors import UsageError
-from hetflow.engine.onnxops import CARRIED, TRANSLATORS, Inexpressible, NodeContext, flow, hetflow_dtype
+from hetflow.engine.onnxops import CARRIED, TRANSLATORS, Inexpressible, NodeContext, flow, hetflow_dtype, stage_spec
 
 __all__ = ["import_onnx", "imported_files", "OnnxImportError", "Missing", "stage_id"]
 
@@ -347,14 +347,7 @@ class _ImportNode(NodeContext):
 
     def stage(self, op: str, inputs: list[str], args: dict | None = None, dtype: str | None = None) -> str:
         local = f"#{len(self.local) + 1}"
-        spec: dict[str, Any] = {"op": op}
-        if inputs:
-            spec["inputs"] = list(inputs)
-        if args:
-            spec["args"] = args
-        if dtype:
-            spec["dtype"] = dtype
-        self.local.append((local, spec))
+        self.local.append((local, stage_spec(op, inputs, args, dtype)))
         return local
 
     def output(self, local: str) -> None:

@@ -50,7 +50,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["Inexpressible", "NodeContext", "TRANSLATORS", "CARRIED", "hetflow_dtype", "flow"]
+__all__ = ["Inexpressible", "NodeContext", "TRANSLATORS", "CARRIED", "hetflow_dtype", "flow", "stage_spec"]
 
 
 _DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8e4m3",
@@ -64,6 +64,24 @@ its values exactly, the stage's ``dtype:`` naming the real one."""
 
 class Inexpressible(Exception):
     """The node cannot be written as hetflow stages; the message says why, in one line."""
+
+
+def stage_spec(op: str, inputs: list[str], args: dict | None = None, dtype: str | None = None) -> dict[str, Any]:
+    """A stage's entry as a manifest writes it: ``op``, then ``inputs``, ``args`` and ``dtype`` where given.
+
+    >>> stage_spec("add", ["a", "b"], {"value": 2.0})
+    {'op': 'add', 'inputs': ['a', 'b'], 'args': {'value': 2.0}}
+    >>> stage_spec("zeros", [], dtype="int64")
+    {'op': 'zeros', 'dtype': 'int64'}
+    """
+    spec: dict[str, Any] = {"op": op}
+    if inputs:
+        spec["inputs"] = list(inputs)
+    if args:
+        spec["args"] = args
+    if dtype:
+        spec["dtype"] = dtype
+    return spec
 
 
 def hetflow_dtype(array: Any) -> str | None:

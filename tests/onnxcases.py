@@ -39,13 +39,6 @@ and rounds once, where ONNX's reference rounds its intermediates to the narrow
 type (``attention_4d_causal_bf16``: the exact value 0.481159 rounds to
 0.480469 in bf16, hetflow's result; ONNX's reference gives 0.484375). The
 bridged output must have the same bytes as the plain one.
-
-Examples
---------
->>> hetflow_dtype(np.zeros(2, np.int64))
-'int64'
->>> hetflow_dtype(np.zeros(2, np.uint16)) is None
-True
 """
 
 from __future__ import annotations
@@ -63,7 +56,7 @@ from typing import Any, Iterable
 import ml_dtypes
 import numpy as np
 
-from hetflow.engine.onnxops import CARRIED, TRANSLATORS, Inexpressible, NodeContext, flow, hetflow_dtype
+from hetflow.engine.onnxops import CARRIED, TRANSLATORS, Inexpressible, NodeContext, flow, hetflow_dtype, stage_spec
 
 __all__ = ["Inexpressible", "Translation", "Outcome", "TODAY", "NEW", "ALSO_NEW", "DOCUMENTED", "hetflow_dtype",
            "collect", "translate", "run_cases", "summarize", "CHUNK"]
@@ -231,14 +224,7 @@ class _Builder(NodeContext):
     def stage(self, op: str, inputs: list[str], args: dict | None = None, dtype: str | None = None) -> str:
         self._count += 1
         local = f"s{self._count}"
-        spec: dict[str, Any] = {"op": op}
-        if inputs:
-            spec["inputs"] = list(inputs)
-        if args:
-            spec["args"] = args
-        if dtype:
-            spec["dtype"] = dtype
-        self.t.stages[local] = spec
+        self.t.stages[local] = stage_spec(op, inputs, args, dtype)
         return local
 
     def out_dtype(self, k: int = 0) -> str:
