@@ -43,7 +43,6 @@ __all__ = [
     "encode_value",
     "encode_entries",
     "encode_events",
-    "save_npy_atomic",
     "new_run_dir",
     "versions",
     "digest_portable",
@@ -354,7 +353,7 @@ def json_writer(data: Mapping[str, Any], encoded: Mapping[str, str] | None = Non
 
 
 def npy_writer(array: np.ndarray) -> Any:
-    """The ``write`` of :func:`save_npy_atomic`, for :func:`write_together`."""
+    """The ``write`` of an array as ``.npy``, for :func:`write_together` (bf16 and fp8 as raw bytes of their width)."""
     if array.dtype.kind == "V" or array.dtype.type.__module__.startswith("ml_dtypes"):
         array = array.view(np.dtype(f"V{array.dtype.itemsize}"))
     return lambda f: np.save(f, array, allow_pickle=False)
@@ -387,10 +386,6 @@ def remove_partial_writes(path: str) -> int:
 
 def write_text_atomic(path: str, text: str) -> None:
     _atomic(path, lambda f: f.write(text.encode()))
-
-
-def save_npy_atomic(path: str, array: np.ndarray) -> None:
-    _atomic(path, npy_writer(array))
 
 
 def load_output(run_dir: str, name: str) -> np.ndarray:
