@@ -32,7 +32,10 @@ against Unicorn on longer guests, where the backend's speed shows past
 start-up: ``loop.elf`` counted to 40,000 steps (goal ratio >= 1) and
 ``sha256.elf`` over 4 KiB and 64 KiB of input (goal ratio >= 2), the
 translation in the disk cache (the warm-up run of each pair puts it
-there), as a user's second run finds it.
+there), as a user's second run finds it; their notes give each side's
+fastest run beside the medians, and the load average.
+:func:`compare_scripts` runs the same guests for two installs side by side
+(a before and an after), each round all of them in turn.
 """
 
 from __future__ import annotations
@@ -67,6 +70,19 @@ def _pair(a: list[str], b: list[str], runs: int, cwd: str | None = None, check: 
         times_a.append(_wall(a, cwd, check))
         times_b.append(_wall(b, cwd, check))
     return statistics.median(times_a), statistics.median(times_b)
+
+
+def _turn_about(cmds: dict[str, list[str]], rounds: int, cwd: str | None = None,
+                check: bool = False) -> dict[str, list[float]]:
+    """Each command's wall times over ``rounds`` rounds, every round running each command once in turn (after two
+    warm-up runs each), so a change in the machine's load falls on all of them alike."""
+    for cmd in cmds.values():
+        _wall(cmd, cwd, check), _wall(cmd, cwd, check)
+    times: dict[str, list[float]] = {name: [] for name in cmds}
+    for _ in range(rounds):
+        for name, cmd in cmds.items():
+            times[name].append(_wall(cmd, cwd, check))
+    return times
 
 
 def _pipeline_rows(python: Path, under: str, runs: int) -> list[dict]:
@@ -119,8 +135,10 @@ def _default_backend_rows(python: Path, under: str, runs: int) -> list[dict]:
             with open(inp, "wb") as f:
                 f.write(data)
             path = str(GUESTS / guest)
-            subject_s, baseline_s = _pair([str(hetflow), "emulate", path, "--input", inp],
-                                          [str(python), str(HERE / "unicorn_guest.py"), path, inp], runs, check=True)
+            load = os.getloadavg()[0]
+            times = _turn_about({"hetflow": [str(hetflow), "emulate", path, "--input", inp],
+                                 "unicorn": [str(python), str(HERE / "unicorn_guest.py"), path, inp]}, runs, check=True)
+            subject_s, baseline_s = statistics.median(times["hetflow"]), statistics.median(times["unicorn"])
             done = subprocess.run([str(hetflow), "emulate", path, "--input", inp, "--json"], capture_output=True,
                                   text=True, check=True)
             r = json.loads(done.stdout)
@@ -130,8 +148,46 @@ def _default_backend_rows(python: Path, under: str, runs: int) -> list[dict]:
                          "ratio": baseline_s / subject_s,
                          "notes": f"goal ratio >= {goal}; {r['steps']:,} steps, ran on {r['ran_on']} (auto: "
                                   f"{backend}), translation in the disk cache; median wall of {runs} fresh "
-                                  f"processes each, in turn; {under}"})
+                                  f"processes each, in turn (fastest of each: {min(times['unicorn']) * 1e3:.1f} ms "
+                                  f"against {min(times['hetflow']) * 1e3:.1f} ms, "
+                                  f"{min(times['unicorn']) / min(times['hetflow']):.2f}x); load average "
+                                  f"{load:.1f} at the start; {under}"})
     return rows
+
+
+def compare_scripts(scripts: dict[str, Path], unicorn_python: Path, rounds: int = 21) -> list[str]:
+    """Console scripts of several installs (a before and an after, each a venv of its own wheel) against Unicorn
+    on the default backend's guests, all in turn in each round: per guest, each side's fastest and median wall
+    time and Unicorn's ratio to it, with the load average before and after.  A shared machine's load moves
+    between minutes, so a before and an after are only comparable side by side like this, never across runs.
+
+    ``python -c "import sys; sys.path.insert(0, 'bench'); import bench_startup as b; from pathlib import Path;
+    print(*b.compare_scripts({'before': Path('A/bin/hetflow'), 'after': Path('B/bin/hetflow')},
+    Path('B/bin/python')), sep=chr(10))"``; set ``HETFLOW_NATIVE_CACHE`` to keep the translations apart.
+    """
+    count = (40_000 - 8) // 3
+    cases = [("loop.elf", count.to_bytes(8, "little"), "40 k steps"),
+             ("sha256.elf", bytes(range(256)) * 16, "over 4 KiB"),
+             ("sha256.elf", bytes(range(256)) * 256, "over 64 KiB")]
+    lines = []
+    with tempfile.TemporaryDirectory() as work:
+        for guest, data, what in cases:
+            inp = os.path.join(work, f"{guest}-{len(data)}.bin")
+            with open(inp, "wb") as f:
+                f.write(data)
+            path = str(GUESTS / guest)
+            cmds = {name: [str(script), "emulate", path, "--input", inp] for name, script in scripts.items()}
+            cmds["unicorn"] = [str(unicorn_python), str(HERE / "unicorn_guest.py"), path, inp]
+            before = os.getloadavg()[0]
+            times = _turn_about(cmds, rounds, check=True)
+            u_min, u_med = min(times["unicorn"]), statistics.median(times["unicorn"])
+            lines.append(f"{guest} {what}: {rounds} rounds in turn, load average {before:.2f} -> "
+                         f"{os.getloadavg()[0]:.2f}; Unicorn {u_min * 1e3:.1f} ms fastest, {u_med * 1e3:.1f} ms median")
+            for name in scripts:
+                t_min, t_med = min(times[name]), statistics.median(times[name])
+                lines.append(f"  {name}: {t_min * 1e3:.1f} ms fastest ({u_min / t_min:.2f}x), {t_med * 1e3:.1f} ms "
+                             f"median ({u_med / t_med:.2f}x)")
+    return lines
 
 
 def run(quick: bool) -> list[dict]:

@@ -94,7 +94,8 @@ def _usage(message: str):
 
 
 def _output(r: dict, program, data: bytes, chunk_steps: int):
-    """The native main execution's dict as the ExecutionOutput ``execute`` returns."""
+    """The native main execution's dict as the ExecutionOutput ``execute`` returns (its min traces
+    without their reads, which the command never shows)."""
     from hetflow.executors.emulator.output import BackendArtifacts, CountersChunkMetrics, ExecutionOutput
 
     return ExecutionOutput(min_traces=r["traces"], counters=CountersChunkMetrics(r["counts"]), pub_outs=r["pub_outs"],
@@ -213,8 +214,9 @@ def cmd_emulate(args, out, err) -> int:
                     compile_s, compiled = time.perf_counter() - tc, "translating the guest's code"
                     print(f"hetflow: translated in {compile_s:.2f} s", file=err, flush=True)
                 t0 = time.perf_counter()
-                result = _output(main_run.run(args.chunk_steps, args.max_steps, deadline, args.timeout), program,
-                                 data, args.chunk_steps)
+                # the command shows no min trace's reads: they stay in the run's buffer, uncopied
+                result = _output(main_run.run(args.chunk_steps, args.max_steps, deadline, args.timeout, reads=False),
+                                 program, data, args.chunk_steps)
             else:
                 result = execute(program, backend=args.backend, input=data, chunk_steps=args.chunk_steps,
                                  max_steps=args.max_steps, runners=False, timeout=left())

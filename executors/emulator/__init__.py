@@ -33,23 +33,7 @@ import sys
 
 TYPE_CHECKING = False       # typing itself costs ``hetflow emulate`` 3 ms of its start
 
-
-def cache_root() -> str:
-    """The user's cache folder for hetflow's compiled code: ``$XDG_CACHE_HOME/hetflow``,
-    else the platform's (``~/.cache/hetflow``; ``~/Library/Caches/hetflow`` on macOS,
-    ``%LOCALAPPDATA%\\hetflow`` on Windows).  A string: the native backend's run
-    from its cache does not import pathlib."""
-    base = os.environ.get("XDG_CACHE_HOME")
-    if not base:
-        home = os.path.expanduser("~")
-        if sys.platform == "darwin":
-            base = os.path.join(home, "Library", "Caches")
-        elif os.name == "nt":
-            base = os.environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
-        else:
-            base = os.path.join(home, ".cache")
-    return os.path.join(base, "hetflow")
-
+from .cache import cache_root  # noqa: E402 (where every compiled thing goes: the numba setting below needs it)
 
 # numba's cache=True writes beside the module by default: into an installed
 # package's folder (shared by every user, often read-only) or the checkout.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections import namedtuple
+from .tuples import FieldTuple, getters
 
 __all__ = ["ElfError", "Segment", "Program", "load_elf", "read_elf", "elf_layout", "program_of", "PERM_R", "PERM_W",
            "PERM_X", "FETCH_MODES", "MEMORY_MODES", "ISAS", "symbol_at", "EF_RISCV_RVC", "EF_RISCV_FLOAT_ABI"]
@@ -49,10 +49,16 @@ class ElfError(ValueError):
     """The file is not a loadable static ELF64 RISC-V executable."""
 
 
-# collections' namedtuple, not typing's: ``hetflow emulate`` starts without the typing module (3 ms)
-class Segment(namedtuple("Segment", "vaddr data perm")):
+# a FieldTuple, not typing's NamedTuple nor a namedtuple: ``hetflow emulate`` starts without the typing module
+# (3 ms) and without compiling a namedtuple's __new__ (0.1 ms a class)
+class Segment(FieldTuple):
     # vaddr: int; data: bytes, memsz bytes: file contents, then zeros; perm: int, PERM_R | PERM_W | PERM_X
     __slots__ = ()
+    _fields = ("vaddr", "data", "perm")
+    vaddr, data, perm = getters(3)
+
+    def __new__(cls, vaddr, data, perm):
+        return tuple.__new__(cls, (vaddr, data, perm))
 
     @property
     def end(self) -> int:
@@ -62,12 +68,17 @@ class Segment(namedtuple("Segment", "vaddr data perm")):
         return "".join(c if self.perm & b else "-" for c, b in (("r", PERM_R), ("w", PERM_W), ("x", PERM_X)))
 
 
-class Program(namedtuple("Program", "name entry segments tohost fetch stack memory symbols isa",
-                          defaults=(None, "executable", None, "protected", (), "rv64imac"))):
+class Program(FieldTuple):
     """A loaded guest: entry point, segments, the optional ``tohost``, and
     the fetch protection it runs under."""
 
     __slots__ = ()
+    _fields = ("name", "entry", "segments", "tohost", "fetch", "stack", "memory", "symbols", "isa")
+    name, entry, segments, tohost, fetch, stack, memory, symbols, isa = getters(9)
+
+    def __new__(cls, name, entry, segments, tohost=None, fetch="executable", stack=None, memory="protected",
+                symbols=(), isa="rv64imac"):
+        return tuple.__new__(cls, (name, entry, segments, tohost, fetch, stack, memory, symbols, isa))
     # The fields, in order:
     # name: str; entry: int; segments: tuple[Segment, ...]; tohost: int | None
     # fetch: which memory instructions may be fetched from: "executable" (segments with PF_X only) or "any"

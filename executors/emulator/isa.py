@@ -48,7 +48,7 @@ N       no operands (fences, ecall, ebreak, mret, wfi)
 from __future__ import annotations
 
 import functools
-from collections import namedtuple
+from .tuples import FieldTuple, getters
 
 __all__ = [
     "CLASSES",
@@ -77,10 +77,16 @@ CLASSES = ("alu", "muldiv", "load", "store", "branch", "jump", "csr", "atomic", 
 FORMATS = ("R", "I", "SH6", "SH5", "S", "B", "U", "J", "CSR", "CSRI", "A", "N")
 
 
-# collections' namedtuple, not typing's: ``hetflow emulate`` starts without the typing module (3 ms)
-class Instr(namedtuple("Instr", "name fmt match mask cls")):
+# a FieldTuple, not typing's NamedTuple nor a namedtuple: ``hetflow emulate`` starts without the typing module
+# (3 ms) and without compiling a namedtuple's __new__ (0.1 ms a class)
+class Instr(FieldTuple):
     # name: str; fmt: str (FORMATS); match: int; mask: int; cls: str (CLASSES)
     __slots__ = ()
+    _fields = ("name", "fmt", "match", "mask", "cls")
+    name, fmt, match, mask, cls = getters(5)
+
+    def __new__(cls, name, fmt, match, mask, cls_):
+        return tuple.__new__(cls, (name, fmt, match, mask, cls_))
 
     @property
     def opcode(self) -> int:
@@ -234,9 +240,14 @@ def sign_extend(value: int, bits: int) -> int:
     return value - (1 << bits) if value >> (bits - 1) else value
 
 
-class Decoded(namedtuple("Decoded", "op rd rs1 rs2 imm size", defaults=(4,))):
+class Decoded(FieldTuple):
     # op: int, index into TABLE; rd, rs1, rs2, imm: int; size: int, bytes: 2 for a compressed parcel
     __slots__ = ()
+    _fields = ("op", "rd", "rs1", "rs2", "imm", "size")
+    op, rd, rs1, rs2, imm, size = getters(6)
+
+    def __new__(cls, op, rd, rs1, rs2, imm, size=4):
+        return tuple.__new__(cls, (op, rd, rs1, rs2, imm, size))
 
 
 def _imm(fmt: str, w: int) -> int:
@@ -352,12 +363,17 @@ _C_IMMS = {
 }
 
 
-class CInstr(namedtuple("CInstr", "name match mask base rd rs1 rs2 imm nonzero")):
+class CInstr(FieldTuple):
     """One compressed form: ``base`` is the TABLE instruction it stands for
     (None: a reserved encoding); rd/rs1/rs2 are a key of the register
     fields or a fixed register number; imm a key of the immediates."""
 
     __slots__ = ()
+    _fields = ("name", "match", "mask", "base", "rd", "rs1", "rs2", "imm", "nonzero")
+    name, match, mask, base, rd, rs1, rs2, imm, nonzero = getters(9)
+
+    def __new__(cls, name, match, mask, base, rd, rs1, rs2, imm, nonzero):
+        return tuple.__new__(cls, (name, match, mask, base, rd, rs1, rs2, imm, nonzero))
     # name: str; match: int; mask: int; base: str | None; rd, rs1, rs2: str | int; imm: str; nonzero: str | None
 
 

@@ -123,9 +123,8 @@ read-only executable segments come from the program itself.
 
 from __future__ import annotations
 
-from collections import namedtuple
-
 from .elf import FETCH_MODES, PERM_R, PERM_W, PERM_X, ElfError, Program, symbol_at
+from .tuples import FieldTuple, getters
 
 __all__ = [
     "INPUT_ADDR", "RAM_ADDR", "RAM_SIZE", "UART_ADDR", "OUTPUT_ADDR", "N_OUTPUTS", "STACK_TOP",
@@ -293,10 +292,15 @@ def with_output(e: GuestError, stdout: bytes, pub_outs) -> GuestError:
     return e
 
 
-# collections' namedtuple, not typing's: ``hetflow emulate`` starts without the typing module (3 ms)
-class Region(namedtuple("Region", "name base size perm data")):
+# a FieldTuple, not a namedtuple: ``hetflow emulate`` starts without compiling a namedtuple's __new__
+class Region(FieldTuple):
     # name: str; base: int; size: int; perm: int; data: bytes, the initial contents, len == size
     __slots__ = ()
+    _fields = ("name", "base", "size", "perm", "data")
+    name, base, size, perm, data = getters(5)
+
+    def __new__(cls, name, base, size, perm, data):
+        return tuple.__new__(cls, (name, base, size, perm, data))
 
     @property
     def end(self) -> int:

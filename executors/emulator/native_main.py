@@ -8,7 +8,8 @@ and one 8-byte aligned buffer holding every region back to back (the
 layout of :mod:`.layout`, which the generated code addresses), and the
 translation is a shared object in the disk cache loaded with
 :class:`ctypes.CDLL`.  Only a program not seen before (or a host without a
-linker) imports :mod:`.native` and llvmlite to translate it.
+linker) imports the compiler (:mod:`.native_compile`) and llvmlite to
+translate it.
 
 What the translated code does not run (``ecall``, CSRs, atomics, a load or
 store that would fault or touch the UART or ``tohost``, writable code
@@ -32,13 +33,15 @@ retranslation must step in, at the step limit, or when the record buffer
 chunk's worst case) is full.  :meth:`MainRun._records` then makes the
 chunks' min traces and counter rows from the records in one pass.
 
-The cache (:func:`cache_dir`) keeps, per translation key (the code
-digest, the mode and the seeds), the object code (``.o``), the shared
-object linked from it (``.so``) and what the runtime needs to know about
-it (``.meta``: the blocks' first pcs and the steps from any other
+The cache (:mod:`.cache`, :func:`cache_dir`) keeps, per translation key
+(the code digest, the mode and the seeds), the object code (``.o``), the
+shared object linked from it (``.so``) and what the runtime needs to know
+about it (``.meta``: the blocks' first pcs and the steps from any other
 translated pc to its block's end), and per digest of an ELF file's bytes
 what a run needs of the file (:func:`load_program`), so that a program
-seen before loads without pyelftools.
+seen before loads without pyelftools.  This module loads from it
+(:func:`load_cached`); the compiler (:mod:`.native_compile`) writes to it
+and never imports this module, which imports the compiler only on a miss.
 """
 
 from __future__ import annotations
@@ -46,14 +49,17 @@ from __future__ import annotations
 import ctypes
 import functools
 import gc
-import marshal
 import operator
 import os
 from array import array
 
 from . import machine as M
 from . import reference
-from .elf import PERM_W, PERM_X, Program, elf_layout, program_of, read_elf
+# the disk cache, re-exported: callers and tests know its functions by this module
+from .cache import (ELF_VERSION, VERSION, cache_dir, cache_path, code_digest, code_regions,  # noqa: F401
+                    host_identity, load_program, read_meta, remember_seeds, sha256, stored_seeds, translation_key,
+                    write_atomic, write_meta)
+from .elf import PERM_W, PERM_X, Program
 from .isa import CLASSES
 from .layout import (CTX_CEND, CTX_CHUNK, CTX_LIMIT, CTX_NREC, CTX_NREG, CTX_OPOS, CTX_PAGES, CTX_RCAP, CTX_RECS,
                      CTX_RLEN, CTX_RPOS, CTX_STOP, CTX_TOHOST, N_CTX, N_MISS, N_SHORT, N_STOP, PAGE_SHIFT, REC_COUNTS,
@@ -65,8 +71,6 @@ __all__ = ["VERSION", "RETRANSLATE_AFTER", "cache_dir", "host_identity", "code_d
            "stored_seeds", "remember_seeds", "write_atomic", "load_cached", "Loaded", "MainRun", "run", "cache_path",
            "load_program", "ELF_VERSION"]
 
-#: bumped whenever generated code changes, so old cache entries are not used
-VERSION = 9
 RETRANSLATE_AFTER = 64
 WRITABLE_BURST = 256
 #: chunk records a call of translated code may append before it returns
@@ -75,166 +79,11 @@ RECORDS = 1024
 #: call goes on to the next chunk
 BATCH_WORDS = 1 << 22
 
-try:
-    # CPython's own SHA-256, the one hashlib falls back to: importing hashlib initialises OpenSSL and lists
-    # its digests, a few milliseconds of every start; the digests are the same
-    from _sha2 import sha256
-except ImportError:
-    try:
-        from _sha256 import sha256
-    except ImportError:
-        from hashlib import sha256
-
 _CSRS = operator.itemgetter(*M.CSR_STATE)
 # EmuTraceStart's fields in order, made without its Python-level __new__ (once per chunk)
 _new_start = functools.partial(tuple.__new__, EmuTraceStart)
 _I64P = ctypes.c_void_p
 _SIG = (ctypes.c_int64, *[_I64P] * 9)
-
-
-def cache_dir() -> Path:
-    """Where compiled translations are kept: ``$HETFLOW_NATIVE_CACHE``, else
-    ``native`` in the user's cache folder (:func:`hetflow.executors.emulator.cache_root`:
-    ``$XDG_CACHE_HOME/hetflow/native``, ``~/.cache/hetflow/native``), beside numba's."""
-    from pathlib import Path
-
-    return Path(cache_path())
-
-
-def cache_path() -> str:
-    """:func:`cache_dir` as a string: a run from the cache does not import pathlib."""
-    if os.environ.get("HETFLOW_NATIVE_CACHE"):
-        return os.environ["HETFLOW_NATIVE_CACHE"]
-    from . import cache_root
-
-    return os.path.join(cache_root(), "native")
-
-
-_host: list[str] = []
-
-
-def host_identity() -> str:
-    """What generated code depends on besides the guest: the translator's
-    version, llvmlite's, the machine and its CPU's features (read from
-    ``/proc/cpuinfo`` where there is one, so that finding a cached
-    translation does not load LLVM)."""
-    if not _host:
-        import llvmlite                       # the package only: its version, not the LLVM library
-
-        cpu = ""
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    if line.startswith(("model name", "flags", "Features", "isa")):
-                        cpu += line
-                    elif not line.strip() and cpu:
-                        break                 # the first processor's lines are enough
-        except OSError:
-            from .native import llvm_host     # no /proc: ask LLVM
-            cpu = llvm_host()
-        _host.append(f"{VERSION}|llvmlite {llvmlite.__version__}|{os.uname().machine}|"
-                     f"{sha256(cpu.encode()).hexdigest()[:16]}")
-    return _host[0]
-
-
-def code_regions(regions, slots):
-    """The read-only executable regions, each with its first histogram slot."""
-    return [(r, int(s)) for r, s in zip(regions, slots) if r.perm & (PERM_W | PERM_X) == PERM_X]
-
-
-def code_digest(regions, slots, rvc: bool = True) -> str:
-    """The digest of what translation reads: read-only executable segments
-    (address, bytes, histogram slot), :func:`host_identity`, and whether
-    16-bit parcels decode (``rvc``; False under rv64ima)."""
-    h = sha256(host_identity().encode())
-    if not rvc:                     # only then, so that rv64imac translations keep their cache entries
-        h.update(b"rv64ima|")
-    for r, slot in code_regions(regions, slots):
-        h.update(f"{r.base}:{r.size}:{slot}:".encode())
-        h.update(r.data)
-    return h.hexdigest()
-
-
-def translation_key(digest: str, mode: int, seeds) -> str:
-    return sha256(f"{digest}|{mode}|{sorted(seeds)}".encode()).hexdigest()[:40]
-
-
-def read_meta(path: str):
-    """A cache file of plain data written by :func:`write_meta`; raises ``OSError`` or ``ValueError``.
-
-    ``marshal``, built into the interpreter, and not ``json``: a cached
-    ``hetflow emulate`` then starts without the json modules (1 ms of a
-    30 ms process). Data of another Python's marshal format, or a file
-    cut short, reads as ``ValueError``: a miss, written again.
-    """
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        return marshal.loads(data)
-    except (EOFError, TypeError) as e:
-        raise ValueError(f"{path}: {e}") from None
-
-
-def write_meta(path, value) -> bool:
-    """Write plain data (dicts, lists, tuples, ints, strings) for :func:`read_meta`."""
-    return write_atomic(path, marshal.dumps(value))
-
-
-def _seeds_file(digest: str) -> str:
-    return os.path.join(cache_path(), f"{digest[:32]}.seeds.meta")
-
-
-def stored_seeds(digest: str) -> set[int]:
-    """The pcs earlier runs found missing from the translation (indirect
-    jump targets): a translation starts from them too."""
-    try:
-        return set(read_meta(_seeds_file(digest)))
-    except (OSError, ValueError, TypeError):
-        return set()
-
-
-def remember_seeds(digest: str, seeds) -> None:
-    """Add ``seeds`` to those :func:`stored_seeds` returns."""
-    stored = stored_seeds(digest)
-    if not set(seeds) <= stored:
-        write_meta(_seeds_file(digest), sorted(stored | set(seeds)))
-
-
-def write_atomic(path: Path | str, data: bytes) -> bool:
-    """Write a cache file whole or not at all; False where the cache is not writable."""
-    import tempfile
-
-    folder, name = os.path.split(os.fspath(path))
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=name, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-        return True
-    except OSError:
-        return False             # a read-only cache directory only costs the next run a translation
-
-
-#: bumped whenever what :func:`load_program` keeps of an ELF file changes
-ELF_VERSION = 4
-
-
-def load_program(source, fetch: str = "executable", isa: str = "rv64imac", memory: str = "protected") -> Program:
-    """:func:`~.elf.load_elf` through the disk cache: what a run needs of
-    the file (:func:`~.elf.elf_layout`) is kept per digest of its bytes, so
-    a file seen before loads without pyelftools.  A changed file has
-    another digest and is parsed again, so its errors are ``load_elf``'s."""
-    raw, label = read_elf(source)
-    path = os.path.join(cache_path(), f"elf{ELF_VERSION}-{sha256(raw).hexdigest()[:40]}.meta")
-    try:
-        layout = read_meta(path)
-        if not isinstance(layout, dict):
-            raise ValueError(f"{path}: not a program's layout")
-    except (OSError, ValueError):
-        layout = elf_layout(raw, label)
-        write_meta(path, layout)
-    return program_of(layout, raw, label, fetch, isa, memory)
 
 
 class Loaded:
@@ -339,6 +188,7 @@ class MainRun:
         self.rbuf = _buffer(ctypes.c_uint64, 1024)
         self.rbytes = memoryview(self.rbuf).cast("B")          # the same buffer, bytewise
         self.rpos = 0
+        self._keep_reads = True
         self._width = record_width(len(CLASSES))
         self._regs_at = REC_COUNTS + len(CLASSES)
         self.recs = _buffer(ctypes.c_uint64, RECORDS * self._width)
@@ -433,12 +283,17 @@ class MainRun:
         return ST_END if h.end is not None else ST_BUDGET
 
     def run(self, chunk_steps: int, max_steps: int, deadline: float | None = None,
-            timeout: float | None = None) -> dict:
+            timeout: float | None = None, reads: bool = True) -> dict:
         """The chunk loop: the same dict as :func:`.fast.run`, min traces'
         reads as ``array('Q')``.  ``deadline`` (:func:`time.monotonic`) is
         looked at each time translated code returns (it runs at most to
         the step limit); a failure raises a :class:`~.machine.GuestError`
-        holding the output so far."""
+        holding the output so far.  With ``reads=False`` the min traces'
+        ``mem_reads`` are None: the reads are recorded as ever, but not
+        copied out of the buffer, for a caller that only counts and reports
+        (``hetflow emulate``: at 1 G steps/s the copies cost a third of the
+        run)."""
+        self._keep_reads = reads
         # Each chunk leaves a few tuples and no cycles; the collector would walk every trace so far, over and over
         enabled = gc.isenabled()
         gc.disable()
@@ -532,8 +387,10 @@ class MainRun:
 
     def _close(self, traces: list, table: list, counts, chunk_steps: int, ended: bool) -> None:
         """The chunk in progress ends here: its min trace and counter row."""
-        reads = array("Q")
-        reads.frombytes(self.rbytes[:8 * self.rpos])
+        reads = None
+        if self._keep_reads:
+            reads = array("Q")
+            reads.frombytes(self.rbytes[:8 * self.rpos])
         traces.append(EmuTrace(len(traces), self.start, self.st[1] - self.start.step, reads, ended))
         table.append(counts[:])                 # a list, sliced in C (list() would go through Python's item protocol)
         ctypes.memset(counts, 0, ctypes.sizeof(counts))
@@ -546,13 +403,15 @@ class MainRun:
         translated code neither reads nor changes them."""
         h = self.hart
         priv, csrs, res = h.priv, _CSRS(h.csr), h.reservation
-        rec, width, rbytes = self._recs_view, self._width, self.rbytes
+        rec, width, rbytes, keep = self._recs_view, self._width, self.rbytes, self._keep_reads
         start, prev = self.start, 0
         append_trace, append_row = traces.append, table.append
         for o in range(0, n * width, width):
             rend = rec[o + REC_RPOS]
-            reads = array("Q")
-            reads.frombytes(rbytes[8 * prev:8 * rend])
+            reads = None
+            if keep:
+                reads = array("Q")
+                reads.frombytes(rbytes[8 * prev:8 * rend])
             append_trace(EmuTrace(len(traces), start, chunk_steps, reads, False))
             append_row(rec[o + REC_COUNTS:o + self._regs_at].tolist())
             start = _new_start((rec[o + REC_PC], rec[o + REC_STEP], priv, tuple(rec[o + self._regs_at:o + width]),
@@ -594,9 +453,9 @@ def _translate(run: MainRun, pc: int, extra: set[int], compile: bool = True) -> 
             return got
     if not compile:
         return None
-    from . import native
+    from .native_compile import translate_regions     # llvmlite, only to translate
 
-    t = native.translate_regions(regions, run.slots, digest, REC_READS, seeds, run.offs, excluded, run.hart.rvc)
+    t = translate_regions(regions, run.slots, digest, REC_READS, seeds, run.offs, excluded, run.hart.rvc)
     remember_seeds(digest, seeds)
     return Loaded(t.fn, t.heads, t.tails, t.report(), t.seeds, t, t.pages)
 

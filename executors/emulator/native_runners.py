@@ -28,7 +28,7 @@ them (:meth:`Runner._interpret`), so the outputs are the fast and
 reference backends' array for array.
 
 Nothing here imports numba, and the translation comes from the disk cache
-(:func:`.native.translation`) without LLVM when it is there.
+(:func:`.native_compile.translation`) without LLVM when it is there.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ class _Exhausted(Exception):
 
 
 def _translation(image, mode: int, pc: int, extra=frozenset()):
-    from .native import translation       # the translation and its disk cache (llvmlite only to compile)
+    from .native_compile import translation   # the translation and its disk cache (llvmlite only to compile)
 
     return translation(image, mode, pc, extra)
 
@@ -194,7 +194,7 @@ class Runner:
         self.interpreted = 0                    # steps the reference interpreter ran (the rest: translated code)
 
     def _in_code(self, pc: int) -> bool:
-        from .native import _in_code
+        from .native_compile import _in_code
 
         return _in_code(self.image, pc)
 

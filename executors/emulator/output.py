@@ -28,10 +28,9 @@ between the ``reference`` and ``fast`` backends.
 
 from __future__ import annotations
 
-from collections import namedtuple
-
 from .isa import CLASSES
 from .machine import CSR_STATE, EmulatorError
+from .tuples import FieldTuple, getters
 
 TYPE_CHECKING = False     # typing's own costs ``hetflow emulate`` 3 ms of its start
 if TYPE_CHECKING:         # the runners' futures and the arrays: ``hetflow emulate --backend native`` loads neither
@@ -43,7 +42,7 @@ __all__ = [
     "EmuTraceStart", "EmuTrace", "CountersChunkMetrics", "ExecutionOutput", "BackendArtifacts",
     "RomHistogram", "MemPlan", "ExecutorError", "RunnerHandleConsumed", "RunnerFailed",
     "MIN_TRACE_COLUMNS", "REGISTER_COLUMNS", "INSTANCE_COLUMNS", "min_trace_array", "min_traces_from_array",
-    "registers_array", "instances_array",
+    "registers_array", "instances_array", "STATE_MACHINES",
 ]
 
 
@@ -54,11 +53,17 @@ def _array_equal(a, b) -> bool:
     return np.array_equal(a, b)
 
 
-# collections' namedtuple, not typing's: ``hetflow emulate`` starts without the typing module (3 ms)
-class EmuTraceStart(namedtuple("EmuTraceStart", "pc step priv regs csrs reservation", defaults=(-1,))):
+# a FieldTuple, not typing's NamedTuple nor a namedtuple: ``hetflow emulate`` starts without the typing module
+# (3 ms) and without compiling a namedtuple's __new__ (0.1 ms a class)
+class EmuTraceStart(FieldTuple):
     """Architectural state at a chunk's first step."""
 
     __slots__ = ()
+    _fields = ("pc", "step", "priv", "regs", "csrs", "reservation")
+    pc, step, priv, regs, csrs, reservation = getters(6)
+
+    def __new__(cls, pc, step, priv, regs, csrs, reservation=-1):
+        return tuple.__new__(cls, (pc, step, priv, regs, csrs, reservation))
     # pc: int
     # step: int                         global index of the chunk's first step
     # priv: int                         3 = M, 0 = U
@@ -149,11 +154,16 @@ class RomHistogram(_Record):
     __hash__ = None
 
 
-class MemPlan(namedtuple("MemPlan", "segment_id first_row count first last is_last")):
+class MemPlan(FieldTuple):
     """One memory instance: ``count`` consecutive rows of the memory
     operations sorted by (address, step), from row ``first_row``."""
 
     __slots__ = ()
+    _fields = ("segment_id", "first_row", "count", "first", "last", "is_last")
+    segment_id, first_row, count, first, last, is_last = getters(6)
+
+    def __new__(cls, segment_id, first_row, count, first, last, is_last):
+        return tuple.__new__(cls, (segment_id, first_row, count, first, last, is_last))
     # segment_id: int; first_row: int; count: int; first, last: tuple[int, int], (address, step) of the
     # first and the last row; is_last: bool
 
@@ -255,6 +265,14 @@ REGISTER_COLUMNS = (*(f"x{i}" for i in range(32)), "pc")
 #: the words of one chunk's record in a min-trace array; ``reads`` words of ``mem_reads`` follow them
 MIN_TRACE_COLUMNS = ("chunk_id", "steps", "end", "pc", "step", "priv", "reservation",
                      *(f"x{i}" for i in range(32)), *CSR_STATE, "reads")
+#: state machine -> the operation classes whose steps it consumes; an instance row's ``machine`` is the
+#: machine's position here (the witness module plans instances by it)
+STATE_MACHINES: dict[str, tuple[str, ...]] = {
+    "main": CLASSES,
+    "binary": ("alu", "branch"),
+    "arith": ("muldiv",),
+    "mem": ("load", "store", "atomic"),
+}
 #: one state-machine instance a row (:class:`hetflow.executors.emulator.witness.Instance`)
 INSTANCE_COLUMNS = ("machine", "segment_id", "size", "rows", "first_chunk", "first_skip", "last_chunk",
                     "last_count", "is_last")
@@ -329,17 +347,17 @@ def instances_array(instances, machines=None) -> "np.ndarray":
     """State-machine instances (``plan_instances``) as int64 rows of :data:`INSTANCE_COLUMNS`.
 
     ``machine`` is the machine's position in ``machines`` (default
-    :data:`hetflow.executors.emulator.witness.STATE_MACHINES`: main 0,
-    binary 1, arith 2, mem 3). An instance takes ``first_skip`` rows into
-    chunk ``first_chunk``, every row of the chunks between that have rows
-    of the machine, and the first ``last_count`` rows of ``last_chunk``
+    :data:`STATE_MACHINES`: main 0, binary 1, arith 2, mem 3). An
+    instance takes ``first_skip`` rows into chunk ``first_chunk``, every
+    row of the chunks between that have rows of the machine, and the
+    first ``last_count`` rows of ``last_chunk``
     (the packing rule of :func:`hetflow.executors.emulator.witness.plan`),
     so those four numbers and the per-chunk counts give its slices.
     """
     import numpy as np
 
     if machines is None:
-        from .witness import STATE_MACHINES as machines
+        machines = STATE_MACHINES
     ids = {name: i for i, name in enumerate(machines)}
     rows = [(ids[i.machine], i.segment_id, i.size, i.rows, i.slices[0][0], i.slices[0][1], i.slices[-1][0],
              i.slices[-1][2], int(i.is_last)) for i in instances]

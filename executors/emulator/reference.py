@@ -34,86 +34,21 @@ row (the port notes the step's data access in ``access``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from . import machine as M
+# RV64IM's semantics and those of A, fences, system instructions and Zicsr: importing them registers them
+from . import reference_base, reference_system  # noqa: F401
 from .elf import Program
-from .isa import (BY_NAME, CLASSES, TABLE, USE_RD, USE_RS1, USE_RS2, Decoded, decode_insn, instruction_size,
-                  operand_use, sign_extend)
-from .output import EmuTrace, EmuTraceStart
+from .isa import BY_NAME, CLASSES, TABLE, USE_RD, USE_RS1, USE_RS2, decode_insn, instruction_size, operand_use
+from .output import EmuTrace
 from .ports import MASK32, MASK64, LivePort, ReplayPort, Trap, _Port  # noqa: F401 (the ports, re-exported)
+# the hart and the semantics table, re-exported: the step loop and its callers know them by this module
+from .reference_hart import SEMANTICS, End, Hart, entry_state, s32, s64, semantics  # noqa: F401
 
 __all__ = ["Hart", "LivePort", "ReplayPort", "Trap", "step", "run", "replay_chunk", "SEMANTICS"]
 
 _CLASS_INDEX = {c: i for i, c in enumerate(CLASSES)}
 _SYSTEM = _CLASS_INDEX["system"]
 _ECALL = BY_NAME["ecall"]
-
-
-def s64(v: int) -> int:
-    return sign_extend(v, 64)
-
-
-def s32(v: int) -> int:
-    return sign_extend(v, 32)
-
-
-class End(Exception):
-    """The guest ended the run (exit ecall or tohost write)."""
-
-    def __init__(self, reason: str, code: int):
-        self.reason, self.code = reason, code
-
-
-class Hart:
-    def __init__(self, start: EmuTraceStart):
-        self.pc = start.pc
-        self.x = list(start.regs)
-        self.step = start.step
-        self.priv = start.priv
-        self.csr = dict(zip(M.CSR_STATE, start.csrs))
-        self.reservation = start.reservation
-        self.npc = 0
-        self.next = 0                  # pc + the current instruction's size: the link address
-        self.insn: int | None = None
-        self.end: End | None = None
-        self.stdout = bytearray()
-        self.tohost: int | None = None
-        self.trap = -1                 # mcause of the trap the last step took, -1 = none
-        self.rvc = True                # False under rv64ima: a 16-bit parcel is an illegal instruction
-
-    def state(self) -> EmuTraceStart:
-        return EmuTraceStart(self.pc, self.step, self.priv, tuple(self.x),
-                             tuple(self.csr[n] for n in M.CSR_STATE), self.reservation)
-
-    def write(self, rd: int, value: int) -> None:
-        """x[rd] = value, truncated to 64 bits; writes to x0 are discarded."""
-        if rd:
-            self.x[rd] = value & MASK64
-
-
-def entry_state(program: Program) -> EmuTraceStart:
-    pc, regs = M.initial_state(program)
-    return EmuTraceStart(pc, 0, M.PRIV_M, tuple(regs), tuple(0 for _ in M.CSR_STATE), -1)
-
-
-# --------------------------------------------------------------------------
-# semantics: one function per instruction
-
-Semantics = Callable[[Hart, _Port, Decoded], None]
-SEMANTICS: dict[str, Semantics] = {}
-
-
-def semantics(*names: str):
-    def register(fn):
-        for n in names:
-            assert n in BY_NAME, n
-            SEMANTICS[n] = fn
-        return fn
-    return register
-
-
-# RV64IM is registered by reference_base; A, fences, system instructions and Zicsr by reference_system (both imported at the end)
 
 
 # --------------------------------------------------------------------------
@@ -272,6 +207,3 @@ def replay_chunk(program: Program, trace: EmuTrace, input_size: int = 0,
     if (h.end is not None) != trace.end:
         raise M.EmulatorError(f"chunk {trace.chunk_id}: end flag mismatch (replay ended: {h.end is not None})")
     return h.state(), counts, port
-
-
-from . import reference_base, reference_system  # noqa: E402,F401  (register their semantics)

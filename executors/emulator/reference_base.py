@@ -9,12 +9,11 @@ Importing :mod:`.reference` registers them.
 
 from __future__ import annotations
 
-from . import machine as M
 from .isa import sign_extend
 from .ports import MASK32, MASK64
-from .reference import SEMANTICS, End, Hart, s32, s64, semantics
+from .reference_hart import SEMANTICS, Hart, after_store, s32, s64, semantics
 
-__all__ = ["after_store"]
+__all__: list[str] = []        # registers semantics; defines nothing to import
 
 
 def _jump(h: Hart, target: int) -> None:
@@ -105,13 +104,6 @@ for _n in _LOADS:
     _load(_n)
 for _n in _STORES:
     _store(_n)
-
-
-def after_store(h: Hart, addr: int, size: int, value: int) -> None:
-    if addr == M.UART_ADDR and size == 1:
-        h.stdout.append(value)
-    if h.tohost is not None and addr == h.tohost and value != 0:
-        raise End("tohost", value >> 1 if value & 1 else value)
 
 
 # integer computational: register-immediate and register-register

@@ -12,8 +12,7 @@ from . import machine as M
 from .elf import PERM_R, PERM_W
 from .isa import BY_NAME, sign_extend
 from .ports import MASK64, Trap
-from .reference import SEMANTICS, End, Hart, semantics
-from .reference_base import after_store
+from .reference_hart import SEMANTICS, End, Hart, after_store, semantics
 
 __all__ = ["csr_read", "csr_write"]
 

@@ -79,7 +79,8 @@ import numpy as np
 
 from .elf import Program, load_elf
 from .isa import CLASSES
-from .output import CountersChunkMetrics, EmuTrace
+# the state machines are the instance table's codes (output.instances_array): defined there, used here
+from .output import STATE_MACHINES, CountersChunkMetrics, EmuTrace
 
 __all__ = ["COLUMNS", "STATE_MACHINES", "DEFAULT_SIZES", "Instance", "plan", "plan_instances", "witness_table",
            "instance_table"]
@@ -87,13 +88,6 @@ __all__ = ["COLUMNS", "STATE_MACHINES", "DEFAULT_SIZES", "Instance", "plan", "pl
 COLUMNS = ("step", "pc", "insn", "op", "cls", "rd", "rd_value", "rs1_value", "rs2_value", "mem_op", "mem_width",
            "mem_addr", "mem_read", "mem_write", "trap", "next_pc")
 
-#: state machine -> the operation classes whose steps it consumes
-STATE_MACHINES: dict[str, tuple[str, ...]] = {
-    "main": CLASSES,
-    "binary": ("alu", "branch"),
-    "arith": ("muldiv",),
-    "mem": ("load", "store", "atomic"),
-}
 #: rows per instance, as ZisK's pil/zisk.pil sizes them
 DEFAULT_SIZES: dict[str, int] = {"main": 1 << 22, "binary": 1 << 22, "arith": 1 << 21, "mem": 1 << 22}
 

@@ -1,0 +1,95 @@
+"""No cache in the source folders (issue 33): what the emulator compiles goes
+to the user's cache folder, never beside the modules.
+
+Each test starts a fresh process with ``NUMBA_CACHE_DIR`` and
+``HETFLOW_NATIVE_CACHE`` unset and ``XDG_CACHE_HOME`` pointing at an
+empty folder, as a user's first run would be: numba reads its cache
+setting when a kernel is decorated, and the native backend's translations
+are found or written per process.  The process runs what compiles (the
+main execution, the MO and RH runners, a chunk's witness table), and the
+test compares every compiled or cached file under the repository's
+package folders before and after: none may appear or change there, and
+the run's own must be found in the temporary cache.
+"""
+
+import os
+import subprocess
+import sys
+from importlib.util import find_spec
+from pathlib import Path
+
+import pytest
+
+from _guests import GUESTS
+
+REPO = Path(__file__).resolve().parents[2]
+#: the folders setup.py installs as the hetflow package, and the tests beside them
+SOURCE_FOLDERS = ["hetflow", "engine", "executors", "schemas", "examples", "pipelines", "tests"]
+#: numba's index and data, object code, shared objects and the native cache's descriptions
+CACHE_SUFFIXES = (".nbi", ".nbc", ".o", ".so", ".meta")
+
+_SCRIPT = """
+import sys
+from hetflow.executors.emulator import execute, load_elf, witness_table
+program = load_elf(sys.argv[2])
+out = execute(program, backend=sys.argv[1], input=b"cache", chunk_steps=4096)
+assert out.exit_code == 0, out.exit_code
+out.backend.await_mem_plans()
+out.backend.await_rom_histogram()
+witness_table(program, out.min_traces[0], input_size=5, backend=sys.argv[1])
+print(out.steps)
+"""
+
+
+def _cached_files(folder: Path) -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.suffix in CACHE_SUFFIXES and p.is_file()}
+
+
+def _source_caches() -> dict[Path, int]:
+    found = {}
+    for name in SOURCE_FOLDERS:
+        found.update(_cached_files(REPO / name))
+    return found
+
+
+def _run_cold(backend: str, tmp_path: Path) -> Path:
+    """Run ``backend`` in a fresh process with an empty user cache; the cache folder."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "HETFLOW_NATIVE_CACHE")}
+    cache = tmp_path / "xdg"
+    cache.mkdir()
+    env["XDG_CACHE_HOME"] = str(cache)
+    before = _source_caches()
+    # from a scratch folder: a checkout's ./hetflow must not shadow the installed package
+    done = subprocess.run([sys.executable, "-c", _SCRIPT, backend, str(GUESTS / "fib.elf")], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=900)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) > 0
+    # and the command line, which keeps the ELF's layout in the cache too
+    cli = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "emulate", "--backend", backend,
+                          str(GUESTS / "sort.elf")], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=900)
+    assert cli.returncode == 0, cli.stderr
+    after = _source_caches()
+    changed = sorted(str(p.relative_to(REPO)) for p in after if before.get(p) != after[p])
+    assert not changed, f"the {backend} backend wrote cache files into the source folders: {changed}"
+    return cache / "hetflow"
+
+
+@pytest.mark.skipif(find_spec("llvmlite") is None, reason="llvmlite is not installed (the native backend)")
+def test_the_native_backend_caches_in_the_users_cache_only(tmp_path):
+    root = _run_cold("native", tmp_path)
+    native = _cached_files(root / "native")
+    suffixes = {p.suffix for p in native}
+    # the parts' object code, each translation's description, and the layout of the ELF the command ran
+    assert {".o", ".meta"} <= suffixes, sorted(p.name for p in native)
+    assert any(p.name.startswith("elf") and p.suffix == ".meta" for p in native), sorted(p.name for p in native)
+    assert not (root / "numba").exists() or not _cached_files(root / "numba"), "the native backend ran numba"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(find_spec("numba") is None, reason="numba is not installed (the fast backend)")
+def test_the_fast_backend_caches_in_the_users_cache_only(tmp_path):
+    """Compiles numba's interpreter and runners from nothing: 15-60 s."""
+    root = _run_cold("fast", tmp_path)
+    numba = {p.suffix for p in _cached_files(root / "numba")}
+    assert {".nbi", ".nbc"} <= numba, f"numba's index and data are not in the user's cache: {numba}"
