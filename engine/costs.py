@@ -95,6 +95,10 @@ from hetflow.executors.base import Dtype, Vendor
 __all__ = [
     "split_exec_s",
     "split_capacity",
+    "split_move_link",
+    "split_move_s",
+    "SPLIT_MOVE",
+    "SPLIT_MOVE_LINKS",
     "Work",
     "DeviceProfile",
     "Link",
@@ -121,6 +125,7 @@ Shape = tuple[int, ...]
 HOST_STAGING = "portable host staging"
 DEVICE_COPY = "same-vendor device copy"
 EMULATOR_IMPORT = EMULATOR_BRIDGE
+SPLIT_MOVE = "move between one executor's devices"
 
 
 @dataclass(frozen=True)
@@ -264,6 +269,45 @@ copies, each a memcpy (a staging buffer mapped in host memory, then a copy on th
 host's CPU), at the host memcpy rate of two CPU executors; the extra 10 us is the device's submit."""
 
 
+SPLIT_MOVE_LINKS: dict[tuple[Vendor, str], Link] = {
+    # inside one executor: no Dask task and no export/import, only the copy and its call
+    (Vendor.cpu, "host"): Link(SPLIT_MOVE, 1e10, 1e-5, "host memcpy between two core sets or NUMA nodes"),
+    **{(v, "peer"): Link(SPLIT_MOVE, 2.5e10, 1e-5, f"{v.value} peer copy, GPU to GPU (NVLink or PCIe peer to peer)")
+       for v in (Vendor.cuda, Vendor.rocm)},
+    **{(v, "staged"): Link(SPLIT_MOVE, 3e9, 2e-5, f"{v.value} through host memory (PCIe out, then in)")
+       for v in (Vendor.cuda, Vendor.rocm, Vendor.vulkan)},
+}
+"""How a piece moves between two devices of one split executor, by vendor and kind
+(:func:`hetflow.executors.split_layout.move_kind`): ``host`` on the CPU, ``peer`` where two GPUs may read each
+other's memory, ``staged`` through host memory where not (and always on Vulkan, which has no peer copy)."""
+
+
+def split_move_link(vendor: Vendor, kind: str | None = None) -> Link:
+    """The link of a move of ``kind`` (``peer`` or ``staged``; None: the vendor's usual one) between two devices
+    of one ``vendor`` executor. A CPU executor's devices share host memory; a Vulkan executor's adapters stage.
+
+    >>> split_move_link(Vendor.cuda, "peer").bytes_per_s > split_move_link(Vendor.cuda, "staged").bytes_per_s
+    True
+    >>> split_move_link(Vendor.cpu, "peer").kind == SPLIT_MOVE, split_move_link(Vendor.vulkan).description
+    (True, 'vulkan through host memory (PCIe out, then in)')
+    """
+    if vendor is Vendor.cpu:
+        return SPLIT_MOVE_LINKS[vendor, "host"]
+    if vendor is Vendor.vulkan or kind == "staged":
+        return SPLIT_MOVE_LINKS[vendor, "staged"]
+    return SPLIT_MOVE_LINKS[vendor, "peer"]
+
+
+def split_move_s(vendor: Vendor, nbytes: int | None, kind: str | None = None) -> float:
+    """Seconds to move ``nbytes`` between two devices of one ``vendor`` executor by :func:`split_move_link`.
+
+    >>> round(split_move_s(Vendor.cuda, 10**9, "staged") / split_move_s(Vendor.cuda, 10**9, "peer"), 1)
+    8.3
+    """
+    link = split_move_link(vendor, kind)
+    return link.latency_s + (nbytes or 0) / link.bytes_per_s
+
+
 def _is_host(vendor: Vendor, device_type: str | None) -> bool:
     return vendor is Vendor.cpu or device_type in HOST_MEMORY_TYPES
 
@@ -365,7 +409,8 @@ def interpreter_loaded() -> bool:
 
 
 def split_exec_s(model: Any, op: str, inputs: Sequence[Shape | None], output: Shape | None, dtype: Dtype,
-                 vendor: Vendor, device: Any, args: Mapping[str, Any] | None = None) -> float:
+                 vendor: Vendor, device: Any, args: Mapping[str, Any] | None = None,
+                 held: Sequence[int | None] | None = None) -> float:
     """A stage's estimate on an executor over several devices (``device`` a
     :class:`~hetflow.executors.base.DeviceSet`): the devices compute their
     pieces at once, so the stage takes as long as the slowest piece.
@@ -376,33 +421,70 @@ def split_exec_s(model: Any, op: str, inputs: Sequence[Shape | None], output: Sh
     priced with the combined throughput of the host: even shares on even
     devices cost what the unsplit executor costs, uneven ones more. An op
     that does not divide at these shapes runs on the first device (the
-    same question the executor asks: :func:`hetflow.executors.split.layout`).
+    same question the executor asks: :func:`hetflow.executors.split_layout.layout`).
+    On a GPU or an adapter, an input every device reads whole (matmul's
+    weights) lies on the first device and is copied to each other one:
+    priced as the vendor's usual move (:func:`split_move_s`: a peer copy
+    between GPUs, through host memory on Vulkan); CPU devices read it in
+    the one host memory.
+
+    ``held`` says how each input lies on the executor's devices when the
+    stage starts: the axis its pieces are cut along (what its producer's
+    rule yields; an import is laid out by rows, axis 0), or None where it
+    lies whole on the first device. Left out, every input lies as the rule
+    reads it. An input the rule cuts along another axis is cut anew, a
+    move between the devices (:func:`hetflow.executors.split_layout.arrange`):
+    from one device, all but the first device's share moves; from pieces
+    along another axis, all but the parts each device already holds
+    (``1 - sum(share**2)``). Each is priced as the vendor's move
+    (:func:`split_move_s`; a host memcpy on the CPU).
 
     >>> from hetflow.executors.base import DeviceSet
     >>> m, shapes = CostModel(), [(4096, 4096), (4096, 4096)]
     >>> one = m.exec_s("matmul", shapes, (4096, 4096), Dtype.fp32, Vendor.cuda)
     >>> two = split_exec_s(m, "matmul", shapes, (4096, 4096), Dtype.fp32, Vendor.cuda, DeviceSet((0, 1)))
-    >>> round(two / one, 2)
-    0.5
+    >>> round((two - split_move_s(Vendor.cuda, 4096 * 4096 * 4)) / one, 2), round(two / one, 2)  # the weights' copy
+    (0.5, 0.89)
     >>> cpu = m.exec_s("matmul", shapes, (4096, 4096), Dtype.fp32, Vendor.cpu)
     >>> split_exec_s(m, "matmul", shapes, (4096, 4096), Dtype.fp32, Vendor.cpu, DeviceSet((0, 1))) == cpu
     True
     >>> split_exec_s(m, "matmul", shapes, (4096, 4096), Dtype.fp32, Vendor.cpu, DeviceSet((0, 1), (3, 1))) > cpu
     True
+
+    A matmul whose activations lie whole on the first GPU (its producer did
+    not split) moves half of them before the pieces start:
+
+    >>> as_wanted = split_exec_s(m, "matmul", shapes, (4096, 4096), Dtype.fp32, Vendor.cuda, DeviceSet((0, 1)))
+    >>> whole = split_exec_s(m, "matmul", shapes, (4096, 4096), Dtype.fp32, Vendor.cuda, DeviceSet((0, 1)),
+    ...                      held=(None, None))
+    >>> round((whole - as_wanted) / split_move_s(Vendor.cuda, 4096 * 4096 * 4 // 2), 2)
+    1.0
     """
     seconds = model.exec_s(op, inputs, output, dtype, vendor, **({"args": args} if args else {}))
     indexes = getattr(device, "indexes", None)
     if not indexes or len(indexes) < 2:
         return seconds
-    from hetflow.executors.split import layout
+    from hetflow.executors.split_layout import layout
 
-    if layout(op, inputs, dict(args or {}), dtype) is None:
+    found = layout(op, inputs, dict(args or {}), dtype)
+    if found is None:
         return seconds
     profile = getattr(model, "profiles", {}).get(vendor)
     launch = profile.launch_s if profile is not None else 0.0
     shares = device.shares(len(indexes))
     own = 1.0 / len(indexes) if vendor is Vendor.cpu else 1.0  # each device's part of the profile's throughput
-    return launch + (seconds - launch) * max(share / own for share in shares)
+    piece_s = launch + (seconds - launch) * max(share / own for share in shares)
+    moved = 0.0
+    for shape, axis, lies in zip(inputs, found[0].inputs, held if held is not None else found[0].inputs):
+        if axis is not None and lies != axis:
+            keep = shares[0] if lies is None else sum(share * share for share in shares)
+            moved += (_bytes(shape, dtype) or 0) * (1.0 - keep)
+    if moved:
+        piece_s += split_move_s(vendor, int(moved))
+    if vendor is Vendor.cpu:
+        return piece_s
+    shared = sum(_bytes(shape, dtype) for shape, axis in zip(inputs, found[0].inputs) if axis is None)
+    return piece_s + ((len(indexes) - 1) * split_move_s(vendor, shared) if shared else 0.0)
 
 
 def split_capacity(memory: Sequence[int | None]) -> int | None:

@@ -249,7 +249,9 @@ def placement_problem(graph: Graph, executors: Mapping[str, ExecutorPlan],
             if row is None:
                 shapes = [shape_of[r] for r in ins]
                 more = {"args": stage.args} if user_cost else {}
-                row = rows[key] = {e: split_exec_s(model, op, shapes, shape, stage.dtype, vendor[e], split[e], stage.args)
+                row = rows[key] = {e: split_exec_s(model, op, shapes, shape, stage.dtype, vendor[e], split[e], stage.args,
+                                                   held=[_held(attrs, shape_of, units[unit_of[r]].candidates, r, e)
+                                                         for r in ins])
                                    if e in split else model.exec_s(op, shapes, shape, stage.dtype, vendor[e], **more)
                                    for e in cands}
             exec_s[n] = row
@@ -261,6 +263,19 @@ def placement_problem(graph: Graph, executors: Mapping[str, ExecutorPlan],
     consumers = {n: list(nbrs) for n, nbrs in successors(out).items()}
     return placing.Problem(out, order, units, unit_of, vendor, exec_s, consumers, model,
                            pos=pos, inputs=inputs, nbytes=nbytes)
+
+
+def _held(attrs: Mapping[str, Any], shape_of: Mapping[str, Any], candidates: Any, r: str, e: str) -> int | None:
+    """How input ``r`` lies on split executor ``e`` when its consumer starts there (``split_exec_s``'s ``held``):
+    an input made elsewhere arrives by import, laid out by rows; one made on ``e`` lies as its op's split rule
+    leaves it, or whole on the first device where its op does not divide."""
+    stage = attrs[r].get("stage")
+    if stage is None or e not in candidates:
+        return 0
+    from hetflow.executors.split_layout import layout
+
+    found = layout(stage.op, [shape_of[i] for i in stage.inputs], dict(stage.args or {}), stage.dtype)
+    return None if found is None else found[0].output
 
 
 def plan(manifest: Manifest, probe: Callable[[Vendor], Offer], *, model: Any = None) -> Plan:

@@ -89,7 +89,7 @@ def _devices_text(device: Any) -> str:
         return f"device {device}"
     if device.indexes is None:
         return "devices all" + ("" if device.split is None else f" split {list(device.split)}")
-    from hetflow.executors.split import layout_text
+    from hetflow.executors.split_layout import layout_text
 
     return f"devices {layout_text(device.shares(len(device.indexes)), device.indexes)}"
 
@@ -100,7 +100,7 @@ def _on(plan: Plan, n: Any, split: Mapping[str, Any]) -> str:
     device = split.get(n.executor)
     if device is None:
         return n.executor
-    from hetflow.executors.split import layout, layout_text
+    from hetflow.executors.split_layout import layout, layout_text
 
     if device.indexes is None:
         return f"{n.executor}[all]"

@@ -246,6 +246,7 @@ def _execute(
         "scheduler": cluster.describe() if cluster is not None else {"kind": "threads", "workers": num_workers or os.cpu_count()},
         "versions": versions(),
         "inventory": [o.to_json() for o in inventory(_named_vendors(manifest, plan))],
+        "executors": None,  # the devices each executor bound, once they are created (_bound_executors)
         "plan": plan_json if plan_json is not None else plan.to_json(),
         "nodes": {n: {"status": "pending", "partition": p.partition, "executor": p.executor}
                   for n, p in plan.nodes.items()},
@@ -296,6 +297,7 @@ def _execute(
             recorder = LocalRuntime(plan, {}, emit=stream.emit) if phases else None
             phase_runner = PhaseRunner(manifest.emulators, phases, recorder._event) if phases else None
             record["threads"] = threads.on_cluster(cluster)  # the workers' pools, set first on a local cluster
+            record["executors"] = _planned_executors(plan, cluster)
             try:
                 runtime, results, failure, live_after = cancel.wait(
                     lambda: cluster.run_graph(plan, run_id, stream, cache_use if use_cache else None, phase_runner))
@@ -306,6 +308,7 @@ def _execute(
                 runtime.events, runtime.running = stream.tasks(), _still_running(stream.events)
         else:
             instances = dict(executors) if executors is not None else create_executors(plan)
+            record["executors"] = _bound_executors(instances)
             # every task runs in this process: a bridge runs inside its producer's task, not as two of its own
             runtime = LocalRuntime(plan, instances, emit=stream.emitter(), cache=cache_use if use_cache else None,
                                    cancel=cancel, fold_bridges=True)
@@ -643,6 +646,28 @@ def _write_ended(record_path: str, record: dict, encoded: Mapping[str, str], err
         write_json_atomic(record_path, ending, {k: v for k, v in encoded.items() if k in ("plan", "manifest")})
     except Exception:  # noqa: BLE001 - the error that ended the run is the one to report
         pass
+
+
+def _bound_executors(instances: Mapping[str, Executor]) -> dict:
+    """The record's ``executors``: per executor, its vendor and every device it bound (index, identity, name,
+    memory, share of the split, memory_limit)."""
+    from hetflow.executors.split_layout import bound_devices
+
+    return {name: {"vendor": ex.vendor.value, "devices": bound_devices(ex)} for name, ex in instances.items()}
+
+
+def _planned_executors(plan: Plan, cluster: Any) -> dict:
+    """``executors`` of a run on a cluster, whose executors live on its workers: the plan's devices, named as
+    each executor's worker offered them."""
+    from hetflow.executors.split_layout import planned_devices
+
+    workers = {w.address: w for w in cluster.workers(tuple({e.vendor: None for e in plan.executors.values()}))}
+    out = {}
+    for e in plan.executors.values():
+        offer = workers[e.worker].offer(e.vendor) if e.worker in workers else None
+        out[e.name] = {"vendor": e.vendor.value, "worker": e.worker,
+                       "devices": planned_devices(e.device, e.memory_limit, offer.devices if offer else ())}
+    return out
 
 
 def _cancel_info(cancel: Cancel, events: list[dict], runtime: Any, forced: bool = False) -> dict:

@@ -5,6 +5,9 @@ and reports :attr:`Vendor.cuda`, or :attr:`Vendor.rocm` when cupy is a
 ROCm (HIP) build. It runs the same sub-graph plans as the CPU executor
 (:func:`hetflow.executors.payload.decode_plan`) with the same op bodies
 (:func:`hetflow.executors.ops.compute`), on ``cupy`` instead of ``numpy``.
+:class:`SplitCudaExecutor` is one executor over several GPUs
+(``devices: [0, 1]``), its activations in pieces, one a GPU, laid out as
+every split executor's are (:mod:`hetflow.executors.split_layout`).
 
 Carriers
 --------
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from concurrent.futures import Future
 from typing import Any, Sequence
 
 import numpy as np
@@ -50,6 +54,7 @@ from hetflow.executors.base import (
     ActivationHandle,
     Backend,
     BoundDevice,
+    DeviceSet,
     Dtype,
     ExecutorError,
     OutOfMemory,
@@ -64,9 +69,10 @@ from hetflow.executors.base import (
 from hetflow.executors.carriers import CARRIERS, NATIVE, narrow, pack_int4, unpack_int4, widen
 from hetflow.executors.cpu import next_handle
 from hetflow.executors.payload import decode_plan
+from hetflow.executors.split_layout import Pieces, SplitDevices, combine, cut, move_kind, one_node
 from hetflow.executors.staging import StagingPool
 
-__all__ = ["CARRIERS", "NATIVE", "CudaExecutor", "DevicePortable", "cupy_build", "probe_devices", "widen", "narrow", "pack_int4", "unpack_int4"]
+__all__ = ["CARRIERS", "NATIVE", "CudaExecutor", "SplitCudaExecutor", "DevicePortable", "peer_access", "run_carriers", "cupy_build", "probe_devices", "widen", "narrow", "pack_int4", "unpack_int4"]
 
 # -- probing ----------------------------------------------------------------------
 
@@ -286,33 +292,7 @@ class CudaExecutor:
         return self._register_all(results, f"the results of {', '.join(decoded['outputs'])}")
 
     def _run_nodes(self, decoded: dict, entries: Sequence[tuple[Any, Dtype]]) -> list[tuple[Any, Dtype]]:
-        cp = self._cp
-        values: dict[str, tuple[Any, Dtype]] = dict(zip(decoded["inputs"], entries, strict=True))
-        wide: dict[str, Any] = {}
-        for node in decoded["nodes"]:
-            dtype = Dtype(node["dtype"])
-            if dtype not in self.supported_dtypes:
-                err = UnsupportedDtype(dtype)
-                err.node = node["id"]
-                raise err
-            try:
-                args = []
-                for ref in node["inputs"]:
-                    if ref not in wide:
-                        wide[ref] = widen(cp, *values[ref])
-                    args.append(wide[ref])
-                out = ops.compute(cp, node["op"], args, node["args"], dtype, self.vendor)
-                values[node["id"]] = (cp.ascontiguousarray(narrow(cp, out, dtype)), dtype)
-            except MemoryError:
-                err = OutOfMemory(f"node {node['id']!r} on device {self._index}")
-                err.node = node["id"]
-                raise err from None
-            except ExecutorError as e:
-                e.node = e.node or node["id"]
-                raise
-            except Exception as e:
-                raise Backend(f"{node['op']} failed: {type(e).__name__}: {e}", node=node["id"]) from e
-        return [values[t] for t in decoded["outputs"]]
+        return run_carriers(self._cp, decoded, entries, self.supported_dtypes, self.vendor, f"device {self._index}")
 
     def export_activation(self, handle: ActivationHandle) -> PortableActivation:
         array, dtype = self._get(handle)
@@ -377,6 +357,38 @@ class CudaExecutor:
         return device.view(CARRIERS[dtype]).reshape(portable.shape.dims)
 
 
+def run_carriers(cp: Any, decoded: dict, entries: Sequence[tuple[Any, Dtype]], supported: Sequence[Dtype],
+                 vendor: Vendor, where: str) -> list[tuple[Any, Dtype]]:
+    """A decoded plan's nodes on carrier arrays of the current device: each input widened once, each result
+    narrowed to its stage's dtype; ``where`` (``device 0``) names the device in an out-of-memory error."""
+    values: dict[str, tuple[Any, Dtype]] = dict(zip(decoded["inputs"], entries, strict=True))
+    wide: dict[str, Any] = {}
+    for node in decoded["nodes"]:
+        dtype = Dtype(node["dtype"])
+        if dtype not in supported:
+            err = UnsupportedDtype(dtype)
+            err.node = node["id"]
+            raise err
+        try:
+            args = []
+            for ref in node["inputs"]:
+                if ref not in wide:
+                    wide[ref] = widen(cp, *values[ref])
+                args.append(wide[ref])
+            out = ops.compute(cp, node["op"], args, node["args"], dtype, vendor)
+            values[node["id"]] = (cp.ascontiguousarray(narrow(cp, out, dtype)), dtype)
+        except MemoryError:
+            err = OutOfMemory(f"node {node['id']!r} on {where}")
+            err.node = node["id"]
+            raise err from None
+        except ExecutorError as e:
+            e.node = e.node or node["id"]
+            raise
+        except Exception as e:
+            raise Backend(f"{node['op']} failed: {type(e).__name__}: {e}", node=node["id"]) from e
+    return [values[t] for t in decoded["outputs"]]
+
+
 def _is_pinned(cp: Any, array: np.ndarray) -> bool:
     try:
         return bool(cp.cuda.pinned_memory.is_memory_pinned(array.ctypes.data))
@@ -402,3 +414,241 @@ class _SdkErrors:
         if isinstance(error, Exception):
             raise Backend(f"{self._what}: {type(error).__name__}: {error}") from error
         return False
+
+
+# -- one executor over several GPUs ---------------------------------------------------------
+
+_PEERS: dict[tuple[int, int], bool] = {}
+_PEERS_LOCK = threading.Lock()
+
+
+def peer_access(cp: Any, device: int, peer: int) -> bool:
+    """Whether GPU ``device`` may read GPU ``peer``'s memory; asked once a pair per process, and where the
+    devices allow it, peer access is enabled then (enabling it twice is an error in CUDA)."""
+    with _PEERS_LOCK:
+        known = _PEERS.get((device, peer))
+        if known is None:
+            known = bool(cp.cuda.runtime.deviceCanAccessPeer(device, peer))
+            if known:
+                with cp.cuda.Device(device):
+                    try:
+                        cp.cuda.runtime.deviceEnablePeerAccess(peer)
+                    except cp.cuda.runtime.CUDARuntimeError as e:
+                        # cupy may have enabled it already for a copy of its own; any other refusal: stage
+                        known = "AlreadyEnabled" in str(e)
+            _PEERS[device, peer] = known
+        return known
+
+
+class SplitCudaExecutor(SplitDevices, CudaExecutor):
+    """cupy over several GPUs of one executor (``devices: [0, 1]``, ``split: [3, 1]``): activations in pieces,
+    one piece a GPU; thread-safe.
+
+    The layout is :class:`~hetflow.executors.split_layout.SplitDevices`' (the CPU
+    split executor's, to the line): each piece is allocated and computed
+    under ``cupy.cuda.Device(i)`` on that GPU's stream of the calling
+    thread. A piece that must change device goes GPU to GPU
+    (``memcpyPeerAsync``) where ``deviceCanAccessPeer`` allows it, peer
+    access enabled once a pair (:func:`peer_access`), through host memory
+    otherwise; :attr:`move_bytes` counts each kind, as the cost model prices
+    them (:func:`hetflow.engine.costs.split_move_link`). An import is laid
+    out by rows, each GPU copying its rows from the host bytes; an export
+    assembles the pieces on the first GPU and hands out a
+    :class:`DevicePortable` of it, so bridges are unchanged.
+    ``memory_limit`` is divided evenly among the GPUs (or ``device_limits``
+    gives each its own).
+    """
+
+    def __init__(self, name: str, devices: DeviceSet, memory_limit: int | None = None,
+                 device_limits: Sequence[int] | None = None) -> None:
+        cp = _cupy()
+        count = cp.cuda.runtime.getDeviceCount()
+        wanted = tuple(range(count)) if devices.indexes is None else devices.indexes
+        missing = [i for i in wanted if not 0 <= i < count]
+        if missing or not wanted:
+            raise ValueError(f"device {missing[0] if missing else 0} does not exist: cupy sees {count} "
+                             f"device{'s' * (count != 1)}")
+        CudaExecutor.__init__(self, name, wanted[0], memory_limit=memory_limit)  # the first GPU stages and exports
+        n = len(wanted)
+        self._gpus = [cp.cuda.Device(i) for i in wanted]
+        self._devices = tuple(_bound_device(cp, i) for i in wanted)
+        device_limits = device_limits if device_limits is not None else devices.limits
+        if device_limits is not None and len(device_limits) != n:
+            raise ValueError(f"executor {name!r}: {len(device_limits)} memory limits for {n} devices")
+        limits = list(device_limits) if device_limits is not None else [
+            None if memory_limit is None else memory_limit // n] * n
+        self._init_split(wanted, devices.shares(n), limits)
+        self.move_bytes = {"peer": 0, "staged": 0}
+        """Bytes moved between this executor's GPUs, by how they went."""
+
+    @property
+    def memory_bytes(self) -> int | None:
+        if self._limit is not None:
+            return self._limit
+        memory = [d.memory_bytes for d in self._devices]
+        return None if None in memory else sum(memory)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return f"SplitCudaExecutor({self._name!r}, devices={list(self._indexes)})"
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def _stream_on(self, d: int) -> Any:
+        """This thread's stream on GPU position ``d``."""
+        streams = getattr(self._local, "streams", None)
+        if streams is None:
+            streams = self._local.streams = {}
+        stream = streams.get(d)
+        if stream is None:
+            with self._gpus[d]:
+                stream = streams[d] = self._cp.cuda.Stream(non_blocking=True)
+        return stream
+
+    def _sync(self) -> None:
+        for d in range(len(self._gpus)):
+            self._stream_on(d).synchronize()
+
+    def _peers(self, dst: int, src: int) -> bool:
+        return peer_access(self._cp, self._indexes[dst], self._indexes[src])
+
+    def _move(self, array: Any, src: int, dst: int) -> Any:
+        """``array`` (on GPU position ``src``) on GPU position ``dst``: as it is, a peer copy, or through the host."""
+        kind = move_kind(src, dst, self._peers)
+        if kind is None:
+            return array
+        cp = self._cp
+        with self._gpus[src], self._stream_on(src) as stream:
+            array = cp.ascontiguousarray(array)
+            stream.synchronize()  # the copy reads what the source's stream wrote
+        with self._lock:
+            self.move_bytes[kind] += array.nbytes
+        with self._gpus[dst], self._stream_on(dst) as stream:
+            target = cp.empty(array.shape, dtype=array.dtype)
+            if array.nbytes and kind == "peer":
+                cp.cuda.runtime.memcpyPeerAsync(target.data.ptr, self._indexes[dst], array.data.ptr,
+                                                self._indexes[src], array.nbytes, stream.ptr)
+            elif array.nbytes:
+                with self._gpus[src]:
+                    source = self._stream_on(src)
+                    host = array.get(stream=source)
+                    source.synchronize()
+                target.set(host, stream=stream)
+            # the source may return to its GPU's pool once this returns: the copy must have read it by then
+            stream.synchronize()
+        return target
+
+    def _held(self, entry: tuple[Any, Dtype]) -> Any:
+        return entry[0]
+
+    def _register_all(self, entries: Sequence[tuple[Any, Dtype]], what: Any) -> list[ActivationHandle]:
+        return self._register_values([v for v, _ in entries], what, entries)
+
+    def _get(self, handle: ActivationHandle) -> tuple[Any, Dtype]:
+        return self._value(handle)
+
+    # -- the contract -----------------------------------------------------------------
+
+    def alloc_activation(self, shape: TensorShape, dtype: Dtype) -> ActivationHandle:
+        dims = shape.dims
+        if dtype not in self.supported_dtypes or not dims or dims[0] < 2:
+            return CudaExecutor.alloc_activation(self, shape, dtype)
+        what = f"allocation of {list(dims)} {dtype}"
+        bounds = cut(dims[0], self._shares)
+        arrays: list[Any] = []
+        with self._guard(what):
+            for d, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+                with self._gpus[d], self._stream_on(d):
+                    arrays.append(self._cp.zeros((hi - lo,) + tuple(dims[1:]), dtype=CARRIERS[dtype]) if hi > lo
+                                  else None)
+            self._sync()
+        return self._register_all([(Pieces(0, bounds, arrays), dtype)], what)[0]
+
+    def execute(self, plan: SubGraphPlan, inputs: Sequence[ActivationHandle]) -> list[ActivationHandle]:
+        if plan.vendor is not self._vendor:
+            raise VendorMismatch(plan.vendor, self._vendor)
+        entries = [self._get(h) for h in inputs]
+        decoded = decode_plan(plan)
+        if len(entries) != len(decoded["inputs"]):
+            raise Backend(f"plan takes {len(decoded['inputs'])} inputs, got {len(entries)}")
+        values: dict[str, tuple[Any, Dtype]] = dict(zip(decoded["inputs"], entries))
+        with self._guard(f"the partition of {', '.join(decoded['outputs'])}"):
+            for node in decoded["nodes"]:
+                ins = [values[r] for r in node["inputs"]]
+                values[node["id"]] = (self._run(node, [v for v, _ in ins], [t for _, t in ins]), Dtype(node["dtype"]))
+            self._sync()
+        return self._register_all([values[t] for t in decoded["outputs"]],
+                                  f"the results of {', '.join(decoded['outputs'])}")
+
+    def export_activation(self, handle: ActivationHandle) -> PortableActivation:
+        value, dtype = self._get(handle)
+        if isinstance(value, Pieces):
+            with self._guard("assembling the pieces for export"):
+                value = self._assemble(value)
+                self._sync()
+        return DevicePortable(TensorShape(value.shape), dtype, self, value)
+
+    def import_activation(self, portable: PortableActivation) -> ActivationHandle:
+        dtype, dims = portable.dtype, portable.shape.dims
+        direct = isinstance(portable, DevicePortable) and portable._staged is None
+        if direct or dtype is Dtype.int4 or not dims or dims[0] < 2 or sys.byteorder != "little":
+            return CudaExecutor.import_activation(self, portable)  # whole, on the first GPU
+        if dtype not in self.supported_dtypes:
+            raise UnsupportedDtype(dtype)
+        what = f"import of {list(dims)} {dtype}"
+        carrier = CARRIERS[dtype]
+        host = np.frombuffer(portable.bytes, dtype=carrier, count=portable.shape.element_count()).reshape(dims)
+        bounds = cut(dims[0], self._shares)
+        arrays: list[Any] = []
+        with self._guard(what):
+            for d, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+                if hi <= lo:
+                    arrays.append(None)
+                    continue
+                with self._gpus[d], self._stream_on(d) as stream:
+                    piece = self._cp.empty((hi - lo,) + tuple(dims[1:]), dtype=carrier)
+                    piece.set(np.ascontiguousarray(host[lo:hi]), stream=stream)
+                arrays.append(piece)
+            self._sync()
+        return self._register_all([(Pieces(0, bounds, arrays), dtype)], what)[0]
+
+    # -- how the GPUs compute (SplitDevices' hooks) ---------------------------------------
+
+    def _submit(self, d: int, fn: Any, *args: Any) -> Future:
+        # kernels launch asynchronously on each GPU's stream: one thread keeps every GPU busy
+        done: Future = Future()
+        try:
+            with self._gpus[d], self._stream_on(d):
+                done.set_result(fn(*args))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller through the future
+            done.set_exception(e)
+        return done
+
+    def _run_whole(self, node: dict, inputs: list[Any], dtypes: Sequence[Dtype] | None) -> Any:
+        with self._gpus[0], self._stream_on(0):
+            return run_carriers(self._cp, one_node(node), list(zip(inputs, dtypes or ())), self.supported_dtypes,
+                                self.vendor, f"device {self._indexes[0]}")[0][0]
+
+    def _compute(self, d: int, node: dict, args: list[Any], dtypes: Sequence[Dtype] | None) -> Any:
+        return run_carriers(self._cp, one_node(node), list(zip(args, dtypes or ())), self.supported_dtypes,
+                            self.vendor, f"device {self._indexes[d]}")[0][0]
+
+    def _cut_to(self, value: Any, axis: int, lo: int, hi: int, d: int) -> Any:
+        index = [slice(None)] * value.ndim
+        index[axis] = slice(lo, hi)
+        with self._gpus[0], self._stream_on(0):
+            piece = self._cp.ascontiguousarray(value[tuple(index)])
+        return self._move(piece, 0, d)
+
+    def _share_to(self, value: Any, d: int) -> Any:
+        return self._move(value, 0, d)
+
+    def _assemble(self, value: Pieces) -> Any:
+        parts = [self._move(a, d, 0) for d, a in enumerate(value.arrays) if a is not None]
+        with self._gpus[0], self._stream_on(0):
+            return self._cp.concatenate(parts, axis=value.axis)
+
+    def _combine_parts(self, how: str | None, parts: list[Any], where: list[int], rows: list[int], extent: int,
+                       dtype: Dtype) -> Any:
+        near = [self._move(p, d, 0) for p, d in zip(parts, where)]
+        with self._gpus[0], self._stream_on(0):
+            return combine(self._cp, how, near, rows, extent, dtype)

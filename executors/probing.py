@@ -173,9 +173,6 @@ def device_problem(vendor: Vendor, device: int | DeviceSet | None) -> str | None
     (True, 'cpu device 4096: ...')
     """
     indexes = (device.indexes if isinstance(device, DeviceSet) else (int(device or 0),))
-    if isinstance(device, DeviceSet) and vendor is not Vendor.cpu and (indexes is None or len(indexes) > 1):
-        return (f"{vendor.value} executors take one device so far; only the cpu executor splits its ops across "
-                "several (list one device, or use vendor cpu)")
     if vendor is Vendor.cpu:
         if not isinstance(device, DeviceSet) or indexes is None:
             return None  # the whole host, or every NUMA node it has
@@ -199,8 +196,9 @@ def create(vendor: Vendor, name: str, device: int | DeviceSet | None = None, mem
     ``device`` picks the GPU of a cuda/rocm executor (default 0), or is
     a :class:`~hetflow.executors.base.DeviceSet` (``devices:`` and
     ``split:``): on the CPU, NUMA nodes or core sets
-    (:class:`~hetflow.executors.split.SplitCpuExecutor`); the GPU and
-    Vulkan executors take one device of it so far, and refuse more.
+    (:class:`~hetflow.executors.split.SplitCpuExecutor`), GPUs
+    (:class:`~hetflow.executors.cuda.SplitCudaExecutor`) or Vulkan adapters
+    (:class:`~hetflow.executors.vulkan_split.SplitVulkanExecutor`).
     ``memory_limit`` caps the bytes of its live activations: past it an
     allocation raises :class:`~hetflow.executors.base.OutOfMemory`.
     """
@@ -222,8 +220,13 @@ def create(vendor: Vendor, name: str, device: int | DeviceSet | None = None, mem
                 raise ExecutorUnavailable(f"cpu: {e}") from None
         return CpuExecutor(name, memory_limit=memory_limit)
     if vendor in (Vendor.cuda, Vendor.rocm):
-        from hetflow.executors.cuda import CudaExecutor
+        from hetflow.executors.cuda import CudaExecutor, SplitCudaExecutor
 
+        if isinstance(device, DeviceSet):
+            try:
+                return SplitCudaExecutor(name, device, memory_limit=memory_limit)
+            except ValueError as e:
+                raise ExecutorUnavailable(f"{vendor.value}: {e}") from None
         index = int(device or 0)
         if index >= len(offer.devices):
             raise ExecutorUnavailable(f"{vendor.value}: no device {index} (this machine has {len(offer.devices)})")
@@ -231,6 +234,13 @@ def create(vendor: Vendor, name: str, device: int | DeviceSet | None = None, mem
     if vendor is Vendor.vulkan:
         from hetflow.executors.vulkan import VulkanExecutor
 
+        if isinstance(device, DeviceSet):
+            from hetflow.executors.vulkan_split import SplitVulkanExecutor
+
+            try:
+                return SplitVulkanExecutor(name, device, memory_limit=memory_limit)
+            except ValueError as e:
+                raise ExecutorUnavailable(f"vulkan: {e}") from None
         index = int(device or 0)
         if index >= len(offer.devices):
             raise ExecutorUnavailable(f"vulkan: no adapter {index} (this machine has {len(offer.devices)})")

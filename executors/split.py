@@ -1,32 +1,16 @@
-"""One executor over several devices: the CPU executor whose activations lie in pieces, one piece a device.
+"""One executor over several devices on the host: the CPU executor whose activations lie in pieces, one
+piece a device.
 
-The seed's second step (an executor's ``devices()`` is a list) on the
-host, where a device is a NUMA node or a set of cores
+A device is a NUMA node, or a set of cores where the machine has one node
 (:func:`hetflow.executors.cpu.cpu_devices`). Each device has its own
 thread, pinned to its cores, its own BLAS pool size and its own memory
-account.
-
-The algorithm, for each node of a partition in order:
-
-1. Ask the op for its :class:`~hetflow.executors.opdecl.Split` at these
-   input shapes. No rule, no division of these shapes, or an *extent*
-   (the length the devices share) under 2: the node runs whole on the
-   first device, its inputs *gathered* there.
-2. Cut the extent in proportion to the executor's ``split`` (the
-   *bounds*, ``[0, b1, ..., extent]``). An input the rule cuts along an
-   axis is taken as it lies when it is already in pieces along that axis
-   at those bounds; otherwise it is *re-split*: each device copies its
-   rows in its own thread (a *move*, counted in :attr:`moves`), so the
-   memory is first touched where it is used. An input the rule reads
-   whole is gathered once and shared read-only (an import's pieces are
-   views of its one array: gathering them copies nothing and moves
-   nothing).
-3. Each device computes its piece in its thread; the pieces of the
-   result join along the rule's ``output`` axis (the value stays in
-   pieces, so the next split op finds them where they are), or, for a
-   reduction over the divided axis, the partial results are combined
-   (``sum``, ``mean`` weighted by rows, ``max``, ``min``) on the first
-   device.
+account. How a node divides, which inputs move and how the pieces join is
+:mod:`hetflow.executors.split_layout`'s (:class:`SplitDevices`, shared with
+the CUDA and Vulkan split executors); this module says how the host's
+devices compute: each device copies the rows it is given in its own
+thread, so the memory is first touched where it is used, and every device
+reads an input the rule reads whole in place (an import's pieces are
+views of its one array: gathering them copies nothing and moves nothing).
 
 A device's thread is shared by every executor on its cores and computes
 one piece at a time, as a device would: partitions that Dask runs at once
@@ -55,14 +39,14 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from hetflow.executors import ops
 from hetflow.executors.base import (
     ActivationHandle,
     Backend,
@@ -72,108 +56,32 @@ from hetflow.executors.base import (
     PortableActivation,
     SubGraphPlan,
     TensorShape,
-    UnknownHandle,
     UnsupportedDtype,
     Vendor,
     VendorMismatch,
     portable_of_own,
 )
-from hetflow.executors.cpu import _SUPPORTED, CpuDevice, CpuExecutor, _dtype_of, cpu_devices, next_handle, run_nodes
+from hetflow.executors.cpu import _SUPPORTED, CpuDevice, CpuExecutor, _dtype_of, cpu_devices, run_nodes
 from hetflow.executors.payload import decode_plan
+from hetflow.executors.split_layout import (  # noqa: F401 - the layout's names, imported from here by the planner and tests
+    RESPLIT,
+    TAKE,
+    WHOLE,
+    Pieces,
+    SplitDevices,
+    arrange,
+    bound_devices,
+    combine,
+    cut,
+    layout,
+    layout_text,
+    move_kind,
+    one_node,
+    planned_devices,
+)
 
-__all__ = ["SplitCpuExecutor", "Pieces", "cut", "layout", "layout_text"]
-
-_COMBINED = frozenset({Dtype.fp32, Dtype.fp64})
-"""Output dtypes whose partial reductions combine to the unsplit result within rounding; others run whole."""
-
-
-def cut(extent: int, shares: Sequence[float]) -> tuple[int, ...]:
-    """Bounds dividing ``extent`` in proportion to ``shares``: ``[0, ..., extent]``, one more than the shares.
-
-    >>> cut(10, (0.75, 0.25)), cut(4, (0.5, 0.5)), cut(1, (0.5, 0.5))
-    ((0, 8, 10), (0, 2, 4), (0, 1, 1))
-    """
-    bounds, total = [0], 0.0
-    for share in shares[:-1]:
-        total += share
-        bounds.append(min(extent, max(bounds[-1], int(extent * total + 0.5))))
-    bounds.append(extent)
-    return tuple(bounds)
-
-
-def layout_text(shares: Sequence[float], indexes: Sequence[int]) -> str:
-    """How a plan names a split executor's devices: ``0:3/4, 1:1/4``.
-
-    >>> layout_text((0.75, 0.25), (0, 1)), layout_text((0.5, 0.5), (2, 3))
-    ('0:3/4, 1:1/4', '2:1/2, 3:1/2')
-    """
-    from fractions import Fraction
-
-    return ", ".join(f"{i}:{Fraction(s).limit_denominator(64)}" for i, s in zip(indexes, shares))
-
-
-def layout(op_name: str, shapes: Sequence[Sequence[int] | None], args: Mapping[str, Any], dtype: Dtype) -> Any:
-    """``(split, extent)`` a node of ``op_name`` divides by at these input shapes, or None: it runs whole on the
-    first device (no rule, shapes it does not divide, an extent under 2, or a combine step at a dtype whose
-    partial results would round differently). The plan asks the same question the executor does.
-
-    >>> layout("matmul", [(8, 4), (4, 4)], {}, Dtype.fp32)
-    (Split(inputs=(0, None), output=0, combine=None, shape_arg=None), 8)
-    >>> layout("transpose", [(8, 4)], {"axes": [1, 0]}, Dtype.fp32) is None
-    True
-    """
-    op = ops.REGISTRY.get(op_name)
-    if op is None or op.split is None or any(s is None for s in shapes):
-        return None
-    shapes = [tuple(s) for s in shapes]  # type: ignore[union-attr]
-    try:
-        out = op.shape(shapes, args)
-    except Exception:  # the op's own call names the problem
-        return None
-    if out is None:
-        return None
-    rule = op.split_for(shapes, op.with_defaults(args), out)
-    if rule is None or (rule.combine is not None and dtype not in _COMBINED):
-        return None
-    cut_inputs = [shapes[i][a] for i, a in enumerate(rule.inputs) if a is not None]
-    if cut_inputs:
-        if len(set(cut_inputs)) != 1:
-            return None
-        extent = cut_inputs[0]
-    elif rule.shape_arg is not None and rule.output is not None:
-        extent = out[rule.output]
-    else:
-        return None
-    return (rule, extent) if extent >= 2 else None
-
-
-class Pieces:
-    """One activation held in pieces: ``arrays[d]`` is device ``d``'s slice ``bounds[d]:bounds[d+1]`` along
-    ``axis`` (None where that slice is empty)."""
-
-    __slots__ = ("axis", "bounds", "arrays", "shape", "dtype", "whole")
-
-    def __init__(self, axis: int, bounds: tuple[int, ...], arrays: Sequence[np.ndarray | None],
-                 whole: np.ndarray | None = None) -> None:
-        self.axis, self.bounds, self.arrays = axis, bounds, tuple(arrays)
-        self.whole = whole  # the one array the pieces are views of (an import's adopted bytes), or None
-        first = next(a for a in self.arrays if a is not None)
-        shape = list(first.shape)
-        shape[axis] = bounds[-1]
-        self.shape, self.dtype = tuple(shape), first.dtype
-
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.arrays if a is not None)
-
-    def assemble(self) -> np.ndarray:
-        if self.whole is not None:
-            return self.whole
-        return np.concatenate([a for a in self.arrays if a is not None], axis=self.axis)
-
-
-def _shape(value: Any) -> tuple[int, ...]:
-    return value.shape
+__all__ = ["SplitCpuExecutor", "SplitDevices", "Pieces", "cut", "layout", "layout_text", "arrange", "move_kind",
+           "bound_devices", "planned_devices", "TAKE", "RESPLIT", "WHOLE"]
 
 
 class _BlasShare:
@@ -261,7 +169,7 @@ def _device_thread(device: CpuDevice) -> ThreadPoolExecutor:
         return pool
 
 
-class SplitCpuExecutor(CpuExecutor):
+class SplitCpuExecutor(SplitDevices, CpuExecutor):
     """The CPU executor over several host devices (NUMA nodes or core sets), activations held in pieces.
 
     ``devices``: the indexes and split; ``memory_limit``: the executor's,
@@ -271,7 +179,7 @@ class SplitCpuExecutor(CpuExecutor):
 
     def __init__(self, name: str, devices: DeviceSet, memory_limit: int | None = None,
                  device_limits: Sequence[int] | None = None) -> None:
-        super().__init__(name, memory_limit=memory_limit)
+        CpuExecutor.__init__(self, name, memory_limit=memory_limit)
         wanted = devices.indexes
         host = cpu_devices(None if wanted is None else max(wanted) + 1)
         if wanted is None:
@@ -280,79 +188,26 @@ class SplitCpuExecutor(CpuExecutor):
         if missing:
             raise ValueError(f"executor {name!r}: no CPU device {missing[0]} (this host has {len(host)})")
         self._host = [host[i] for i in wanted]
-        self._indexes = tuple(wanted)
-        self._shares = devices.shares(len(self._host))
         self._devices = tuple(d.bound() for d in self._host)
         n = len(self._host)
         device_limits = device_limits if device_limits is not None else devices.limits
         if device_limits is not None:
             if len(device_limits) != n:
                 raise ValueError(f"executor {name!r}: {len(device_limits)} memory limits for {n} devices")
-            self._limits: list[int | None] = list(device_limits)
+            limits: list[int | None] = list(device_limits)
         else:
-            self._limits = [None if memory_limit is None else memory_limit // n] * n
-        self._device_used = [0] * n
-        self._values: dict[ActivationHandle, Any] = {}
+            limits = [None if memory_limit is None else memory_limit // n] * n
+        self._init_split(wanted, devices.shares(n), limits)
         self._threads = [_device_thread(d) for d in self._host]
         self._blas_n = min(len(d.cpus) for d in self._host)
-        self.moves = 0
-        """Pieces copied between devices because the next op's rule needed another layout (and gathers)."""
 
-    @property
-    def shares(self) -> tuple[float, ...]:
-        return self._shares
-
-    @property
-    def device_indexes(self) -> tuple[int, ...]:
-        return self._indexes
-
-    def device_memory_used(self) -> list[int]:
-        with self._lock:
-            return list(self._device_used)
-
-    def memory_used(self) -> int:
-        with self._lock:
-            return sum(self._device_used)
-
-    # -- memory ---------------------------------------------------------------------------------------------
-
-    def _per_device(self, value: Any) -> list[int]:
-        if isinstance(value, Pieces):
-            return [0 if a is None else a.nbytes for a in value.arrays]
-        return [value.nbytes] + [0] * (len(self._host) - 1)
-
-    def _reserve_all(self, values: Sequence[Any], what: str | Callable[[], str]) -> None:
-        """Count ``values`` on their devices (caller holds the lock), all or none."""
-        need = [0] * len(self._host)
-        for v in values:
-            for d, b in enumerate(self._per_device(v)):
-                need[d] += b
-        for d, (used, more, limit) in enumerate(zip(self._device_used, need, self._limits)):
-            if limit is not None and used + more > limit:
-                raise OutOfMemory(
-                    f"{what() if callable(what) else what} needs {more} bytes on device {self._indexes[d]} "
-                    f"({self._devices[d].bus_address}), {used} of its memory_limit of {limit} bytes are in use "
-                    f"on executor {self._name!r}")
-        for d, more in enumerate(need):
-            self._device_used[d] += more
-
-    def _register_values(self, values: Sequence[Any], what: str | Callable[[], str]) -> list[ActivationHandle]:
+    def _register_values(self, values: Sequence[Any], what: str | Callable[[], str],
+                         entries: Sequence[Any] | None = None) -> list[ActivationHandle]:
         for v in values:
             for a in (v.arrays if isinstance(v, Pieces) else (v,)):
                 if a is not None:
                     a.flags.writeable = False
-        handles = [next_handle() for _ in values]
-        with self._lock:
-            self._reserve_all(values, what)
-            self._values.update(zip(handles, values))
-        return handles
-
-    def _value(self, handle: ActivationHandle) -> Any:
-        with self._lock:
-            try:
-                return self._values[handle]
-            except (KeyError, TypeError):
-                raise UnknownHandle(handle, self._name) from None
+        return SplitDevices._register_values(self, values, what, entries)
 
     def _by_rows(self, array: np.ndarray) -> Any:
         """``array`` laid out by rows across the devices (views, no copy), or whole where it has under 2 rows."""
@@ -371,17 +226,6 @@ class SplitCpuExecutor(CpuExecutor):
         except MemoryError:
             raise OutOfMemory(f"{shape.dims} {dtype}") from None
         return self._register_values([self._by_rows(array)], f"allocation of {list(shape.dims)} {dtype}")[0]
-
-    def release_activation(self, handle: ActivationHandle) -> None:
-        with self._lock:
-            value = self._values.pop(handle, None) if isinstance(handle, ActivationHandle) else None
-            if value is not None:
-                for d, b in enumerate(self._per_device(value)):
-                    self._device_used[d] -= b
-
-    def live_activations(self) -> int:
-        with self._lock:
-            return len(self._values)
 
     def import_activation(self, portable: PortableActivation) -> ActivationHandle:
         dtype = portable.dtype
@@ -419,91 +263,42 @@ class SplitCpuExecutor(CpuExecutor):
         results = [values[t] for t in decoded["outputs"]]
         return self._register_values(results, lambda: f"the results of {', '.join(decoded['outputs'])}")
 
-    # -- running one node --------------------------------------------------------------------------------------
+    # -- how the host's devices compute ------------------------------------------------------------------------
 
-    def _run(self, node: dict, inputs: list[Any]) -> Any:
-        dtype = Dtype(node["dtype"])
-        found = layout(node["op"], [_shape(v) for v in inputs], node["args"], dtype)
-        if found is None:
-            whole = [self._gather(v) for v in inputs]
-            return np.asarray(self._threads[0].submit(run_nodes, np, _one(node), whole, _SUPPORTED).result()[0])
-        rule, extent = found
-        bounds = cut(extent, self._shares)
-        shared = [None if a is not None else self._gather(v) for v, a in zip(inputs, rule.inputs)]
-        # a cut input not already in these pieces is assembled once; each device then copies its slice
-        sources = [v if a is None or (isinstance(v, Pieces) and v.axis == a and v.bounds == bounds) else self._gather(v)
-                   for v, a in zip(inputs, rule.inputs)]
-        resplit = sum(a is not None and not isinstance(v, Pieces) for v, a in zip(sources, rule.inputs))
-        if resplit:
-            with self._lock:
-                self.moves += resplit
-        futures: list[Future | None] = []
-        parts = list(zip(bounds, bounds[1:]))
-        holding = len(self._host) > 1 and sum(hi > lo for lo, hi in parts) > 1
+    def _submit(self, d: int, fn: Callable[..., Any], *args: Any) -> Future:
+        return self._threads[d].submit(fn, *args)
+
+    def _run_whole(self, node: dict, inputs: list[Any], dtypes: Sequence[Dtype] | None) -> Any:
+        return np.asarray(self._threads[0].submit(run_nodes, np, one_node(node), inputs, _SUPPORTED).result()[0])
+
+    def _compute(self, d: int, node: dict, args: list[Any], dtypes: Sequence[Dtype] | None) -> Any:
+        return run_nodes(np, one_node(node), args, _SUPPORTED)[0]
+
+    def _cut_to(self, value: Any, axis: int, lo: int, hi: int, d: int) -> Any:
+        index = [slice(None)] * value.ndim
+        index[axis] = slice(lo, hi)
+        return np.array(value[tuple(index)])  # a copy made on this device's thread: its memory
+
+    def _share_to(self, value: Any, d: int) -> Any:
+        return value  # one host memory: every device reads the one array
+
+    def _assemble(self, value: Pieces) -> Any:
+        return value.assemble()
+
+    def _combine_parts(self, how: str | None, parts: list[Any], where: list[int], rows: list[int], extent: int,
+                       dtype: Dtype) -> Any:
+        return combine(np, how, parts, rows, extent, dtype)
+
+    @contextlib.contextmanager
+    def _pieces_at_once(self, count: int) -> Iterator[None]:
+        holding = len(self._host) > 1 and count > 1
         if holding:
             _BLAS.hold(self._blas_n)
         try:
-            for d, (lo, hi) in enumerate(parts):
-                if hi <= lo:
-                    futures.append(None)
-                    continue
-                piece_node = node
-                if rule.shape_arg is not None:
-                    shape = list(node["args"][rule.shape_arg])
-                    shape[rule.output] = hi - lo
-                    piece_node = dict(node, args={**node["args"], rule.shape_arg: shape})
-                futures.append(self._threads[d].submit(self._piece, d, piece_node, sources, shared, rule.inputs, bounds))
-            pieces = [None if f is None else f.result() for f in futures]
+            yield
         finally:
             if holding:
                 _BLAS.release()
-        if rule.output is not None:
-            return Pieces(rule.output, bounds, pieces)
-        return _combine(rule.combine, [p for p in pieces if p is not None],
-                        [hi - lo for (lo, hi), p in zip(parts, pieces) if p is not None], extent, dtype)
-
-    def _piece(self, d: int, node: dict, inputs: list[Any], shared: list[Any], axes: tuple, bounds: tuple) -> Any:
-        """Device ``d``'s piece of ``node``, in its own thread: its inputs' pieces, re-split here where needed."""
-        args = []
-        for v, whole, axis in zip(inputs, shared, axes):
-            if axis is None:
-                args.append(whole)
-            elif isinstance(v, Pieces):
-                args.append(v.arrays[d])
-            else:
-                index = [slice(None)] * v.ndim
-                index[axis] = slice(bounds[d], bounds[d + 1])
-                args.append(np.array(v[tuple(index)]))  # a copy made on this device's thread: its memory
-        return run_nodes(np, _one(node), args, _SUPPORTED)[0]
-
-    def _gather(self, value: Any) -> np.ndarray:
-        if not isinstance(value, Pieces):
-            return value
-        if value.whole is None:  # an import's pieces are views of its one array: no copy, no move
-            with self._lock:
-                self.moves += 1
-        return value.assemble()
 
     def __repr__(self) -> str:
         return f"SplitCpuExecutor({self._name!r}, devices={list(self._indexes)})"
-
-
-def _one(node: dict) -> dict:
-    return {"inputs": [f"in{i}" for i in range(len(node["inputs"]))],
-            "nodes": [dict(node, inputs=[f"in{i}" for i in range(len(node["inputs"]))])], "outputs": [node["id"]]}
-
-
-def _combine(how: str | None, parts: list[np.ndarray], rows: list[int], extent: int, dtype: Dtype) -> np.ndarray:
-    """The partial reductions of the devices joined into the whole one (in float64, then the output dtype)."""
-    if how == "max":
-        return np.asarray(np.maximum.reduce(parts))
-    if how == "min":
-        return np.asarray(np.minimum.reduce(parts))
-    wide = [p.astype(np.float64) for p in parts]
-    if how == "sum":
-        total = sum(wide[1:], wide[0])
-    elif how == "mean":
-        total = sum((w * (n / extent) for w, n in zip(wide[1:], rows[1:])), wide[0] * (rows[0] / extent))
-    else:
-        raise Backend(f"unknown combine step {how!r} of a split rule")
-    return np.asarray(total).astype(dtype.numpy)

@@ -369,7 +369,8 @@ class VulkanExecutor:
         if memory_limit is not None and memory_limit < 0:
             raise ValueError(f"memory_limit must be >= 0, got {memory_limit}")
         self._name = name
-        self._dev = Device.get(device or 0)
+        self._index = device or 0
+        self._dev = Device.get(self._index)
         self._lock = threading.Lock()
         self._tensors: dict[ActivationHandle, Tensor] = {}
         self._limit = memory_limit
@@ -386,6 +387,11 @@ class VulkanExecutor:
     @property
     def devices(self) -> Sequence[BoundDevice]:
         return (self._dev.bound,)
+
+    @property
+    def device_index(self) -> int:
+        """The adapter's index, as ``hetflow executors`` lists the adapters."""
+        return self._index
 
     @property
     def supported_dtypes(self) -> Sequence[Dtype]:
