@@ -30,8 +30,14 @@ __all__ = ["OPS"]
 
 def _softmax(xp: Any, inputs: list, args: dict) -> Any:
     x = inputs[0]
-    e = xp.exp(x - xp.max(x, axis=args["axis"], keepdims=True))
-    return e / xp.sum(e, axis=args["axis"], keepdims=True)
+    # in place in one new array, the same operations in the same order as exp(x - max) / sum: the values as
+    # before, without two temporaries of the scores' size (12 heads' 512 x 512: 5.2 ms -> 4.8). Blocks of rows
+    # that stay in the cache measured no better here (4.6-5.6 ms, by block size)
+    out = xp.empty(x.shape, x.dtype)
+    xp.subtract(x, xp.max(x, axis=args["axis"], keepdims=True), out=out)
+    xp.exp(out, out=out)
+    out /= xp.sum(out, axis=args["axis"], keepdims=True)
+    return out
 
 
 def _softmax_shape(inputs: list[Shape], args: dict) -> Shape:
@@ -70,11 +76,15 @@ def _rmsnorm(xp: Any, inputs: list, args: dict) -> Any:
 def _layernorm(xp: Any, inputs: list, args: dict) -> Any:
     x = inputs[0]
     axes = _axes(x, args)
-    centered = x - xp.mean(x, axis=axes, keepdims=True)
-    y = centered / xp.sqrt(xp.mean(centered * centered, axis=axes, keepdims=True) + args["eps"])
-    if len(inputs) > 1:
-        y = y * inputs[1]
-    return y + inputs[2] if len(inputs) > 2 else y
+    y = x - xp.mean(x, axis=axes, keepdims=True)
+    # in place from here on, the same operations in the same order: the values as before, with one array
+    y /= xp.sqrt(xp.mean(xp.square(y), axis=axes, keepdims=True) + args["eps"])
+    for operand, step in zip(inputs[1:3], (xp.multiply, xp.add)):
+        if operand.dtype == y.dtype and np.broadcast_shapes(operand.shape, y.shape) == y.shape:
+            step(y, operand, out=y)
+        else:
+            y = step(y, operand)
+    return y
 
 
 def _norm_cost(flops_per_element: int):
