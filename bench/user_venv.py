@@ -7,7 +7,7 @@ for what this machine's own interpreter adds at start (a site-packages
 ``.pth`` that imports certifi, the editable install's import finder).
 
 :func:`user_python` builds the wheel of this checkout with ``pip wheel
---no-deps``, creates a venv under ``bench/.cache/`` (git ignores it)
+--no-deps``, creates a venv under the user's cache folder (``~/.cache/hetflow/bench``)
 named after the digest of the wheel's contents (its ``RECORD``, which
 lists every file's hash; the zip's own bytes change with file times), and
 installs the wheel with its dependencies and Unicorn from the package
@@ -26,11 +26,14 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from hetflow.executors.emulator.cache import cache_root
+
 __all__ = ["user_python"]
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-CACHE = HERE / ".cache"
+# the user's cache folder, as the emulator's compiled code: never the source tree
+CACHE = Path(cache_root()) / "bench"
 
 
 def _wheel_digest(wheel: Path) -> str:

@@ -384,6 +384,12 @@ def remove_partial_writes(path: str) -> int:
     return removed
 
 
+def write_atomic(path: str, write: Any) -> None:
+    """``write(file)`` (a :func:`json_writer`, an :func:`npy_writer`) into ``path`` atomically: a temporary file
+    beside it, fsynced, then renamed over it."""
+    _atomic(path, write)
+
+
 def write_text_atomic(path: str, text: str) -> None:
     _atomic(path, lambda f: f.write(text.encode()))
 

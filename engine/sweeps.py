@@ -19,6 +19,7 @@ that run (``--resume RUN_ID``) so its finished partitions are reused.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -28,7 +29,7 @@ from typing import Any, Callable, Mapping
 from hetflow.engine import owner
 from hetflow.engine.cancel import Cancel, current
 from hetflow.engine.errors import HetflowError, RunCancelled, UsageError
-from hetflow.engine.records import remove_partial_writes, utc_iso
+from hetflow.engine.records import json_writer, remove_partial_writes, utc_iso, write_atomic
 from hetflow.engine.runs import owner_of, read_fields, status_of, write_sweep
 from hetflow.engine.threads import POOLS, point
 
@@ -107,12 +108,13 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
     summary.setdefault("started_at", this_start)
     write_sweep(folder, summary)
     finished = threading.Event()
+    writer = _Writer(os.path.join(folder, "sweep.json"), summary, guard, finished)
 
     def save(row: dict, **changes: Any) -> None:
         with guard:
             row.update(changes)
             if not finished.is_set():
-                write_sweep(folder, summary)
+                writer.request()
         if on_point is not None and row["status"] not in ("running", "pending"):
             on_point(dict(row))
 
@@ -159,7 +161,8 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
                 "cancelled": summary.get("cancelled")}
         summary.update(status=status, ended_at=utc_iso(now), attempts=attempts + [this],
                        duration_s=round(sum(a.get("duration_s") or 0.0 for a in attempts) + now - started, 6))
-        write_sweep(folder, summary)
+        with writer.writing(wait_s=1.0 if forced else None):
+            write_sweep(folder, summary)
 
     def forced_exit() -> None:
         # a second signal ends the process now: the summary says cancelled and names every point's run.
@@ -204,6 +207,7 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
         raise
     finally:
         pools.__exit__(None, None, None)
+        writer.stop()
     rows = summary["points"]
     status = _overall(rows, cancel.requested)
     with guard:
@@ -220,6 +224,72 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
         raise RunCancelled(f"sweep {summary['sweep_id']} cancelled by {cancel.signal}: {done} of {len(rows)} points "
                            f"had finished", os.path.join(folder, "sweep.json"), cancel.signal)
     return summary
+
+
+class _Writer:
+    """Writes ``sweep.json`` in its own thread whenever the summary changes: one write at a time, each of the
+    state when it starts, so a point never waits on the summary's fsync, and the changes points make while a
+    write is under way go out together in the next one.
+
+    Each write is atomic (the file is a whole earlier state or the new one), so a sweep killed at any moment
+    leaves a summary at most one write behind its points: a point's run may exist before its row names it,
+    as when the kill falls between the run's folder and the row. :func:`resume_rows` and the runs' own
+    records settle both. The summary's end is written by the sweep itself, after the last of these
+    (:meth:`writing`); a write that starts once the sweep has finished leaves the file to it.
+    """
+
+    def __init__(self, path: str, summary: dict, guard: threading.Lock, finished: threading.Event) -> None:
+        self._path, self._summary, self._guard, self._finished = path, summary, guard, finished
+        self._wanted = self._written = 0
+        self._stopping = False
+        self._changed = threading.Condition()
+        self._lock = threading.Lock()  # one write to the file at a time, this thread's or the sweep's end
+        self._thread: threading.Thread | None = None
+
+    def request(self) -> None:
+        """The summary changed (called holding the sweep's guard): write it soon."""
+        with self._changed:
+            self._wanted += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="hetflow-sweep-json", daemon=True)
+                self._thread.start()
+            self._changed.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._changed:
+                while self._written == self._wanted and not self._stopping:
+                    self._changed.wait()
+                if self._written == self._wanted:
+                    return
+                target = self._wanted
+            with self._guard:
+                write = None if self._finished.is_set() else json_writer(self._summary)
+            if write is not None:
+                with self._lock:
+                    if not self._finished.is_set():
+                        write_atomic(self._path, write)
+            with self._changed:
+                self._written = target
+                self._changed.notify_all()
+
+    def stop(self) -> None:
+        """Wait for the writes asked for so far, then end the thread."""
+        with self._changed:
+            self._stopping = True
+            self._changed.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+    @contextlib.contextmanager
+    def writing(self, wait_s: float | None = None):
+        """Hold the file for the sweep's own write: after any write under way (waiting at most ``wait_s``)."""
+        got = self._lock.acquire(timeout=-1 if wait_s is None else wait_s)
+        try:
+            yield
+        finally:
+            if got:
+                self._lock.release()
 
 
 def _overall(rows: list[dict], cancelled: bool, interrupted: bool = False) -> str:

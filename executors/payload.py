@@ -27,6 +27,7 @@ hetflow.executors.base.Backend: backend error: undecodable sub-graph plan: ...
 from __future__ import annotations
 
 import json
+import math
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
@@ -53,9 +54,35 @@ def encode_plan(vendor: Vendor, inputs: Sequence[str], nodes: Sequence[Mapping[s
         text = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS)
     except (TypeError, orjson.JSONEncodeError):
         text = b"null"
-    if b"null" in text:
+    if b"null" in text and _non_finite(payload):
         text = json.dumps(payload, sort_keys=True).encode()
     return SubGraphPlan(vendor, text)
+
+
+def _non_finite(value: Any) -> bool:
+    """Whether a NaN or an infinity lies anywhere in ``value``: what orjson would write as ``null``.
+
+    Asked only of a text that holds ``null``, which every imported model's
+    plan does for a None argument: the walk skips strings (an input's
+    bytes, base64 in the plan) and costs far less than the standard
+    library's encoding.
+
+    >>> _non_finite({"a": [1.0, None, "x"]}), _non_finite({"a": [{"b": float("-inf")}]})
+    (False, True)
+    """
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is float:
+            if not math.isfinite(v):
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, float) and not math.isfinite(v):  # a float subclass (numpy's float64)
+            return True
+    return False
 
 
 def decode_plan(plan: SubGraphPlan) -> dict:

@@ -5,6 +5,7 @@ import importlib
 import io
 import json
 import os
+import tempfile
 import pkgutil
 import re
 import shutil
@@ -26,7 +27,8 @@ from hetflow.engine.run import execute
 from hetflow.executors import probe
 
 REPO = Path(__file__).resolve().parent.parent
-ARTIFACTS = Path(os.environ.get("HETFLOW_TEST_ARTIFACTS", REPO / "tests" / "artifacts"))
+# screenshots a person can open after a run; outside the repository unless asked for
+ARTIFACTS = Path(os.environ.get("HETFLOW_TEST_ARTIFACTS", Path(tempfile.gettempdir()) / "hetflow-test-artifacts"))
 
 SPLIT = """
 version: 1
