@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
+from hetflow.engine.adjacency import roots
 from hetflow.engine.costs import human_bytes
 from hetflow.engine.errors import Diagnostic, ManifestError
 from hetflow.executors import ops as oplib
@@ -34,7 +35,6 @@ __all__ = [
     "node_inputs",
     "import_s",
     "node_data",
-    "roots",
     "candidates",
     "largest_input",
     "total_cost",
@@ -164,39 +164,6 @@ def node_data(graph: Graph) -> Mapping[str, dict]:
     """
     table = getattr(graph, "_node", None)
     return table if type(table) is dict else dict(graph.nodes.items())
-
-
-def roots(nodes: Iterable[str], pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """Each node's connected component under ``pairs``, named by one of its members.
-
-    What ``nx.connected_components`` of a graph of these pairs gives, by
-    union-find (path halving): on a large plan, building that graph costs
-    more than the components. The finds are written out in the loops: a
-    call per lookup would cost more than the lookup.
-
-    >>> roots("abcd", [("a", "b"), ("c", "b")])
-    {'a': 'c', 'b': 'c', 'c': 'c', 'd': 'd'}
-    """
-    parent = {n: n for n in nodes}
-    for a, b in pairs:
-        up = parent[a]
-        while up != a:
-            parent[a] = a = parent[up]
-            up = parent[a]
-        up = parent[b]
-        while up != b:
-            parent[b] = b = parent[up]
-            up = parent[b]
-        if a != b:
-            parent[b] = a
-    found: dict[str, str] = {}
-    for n in parent:
-        x, up = n, parent[n]
-        while up != x:
-            parent[x] = x = parent[up]
-            up = parent[x]
-        found[n] = x
-    return found
 
 
 def _colocation_roots(graph: Graph) -> dict[str, str]:

@@ -88,7 +88,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from hetflow.engine.phases import EMULATOR_BRIDGE
+from hetflow.engine.phasedecl import EMULATOR_BRIDGE, EmulatorDecl, PhaseDecl
 from hetflow.executors import ops as oplib
 from hetflow.executors.base import Dtype, Vendor
 
@@ -107,6 +107,8 @@ __all__ = [
     "compute_width",
     "CostModel",
     "human_bytes",
+    "host_memory",
+    "memory_bound_warning",
     "EMULATOR_IMPORT",
     "PHASE_RATES",
     "IMPORT_LINKS",
@@ -431,6 +433,41 @@ def human_bytes(n: int | None) -> str:
         size /= 1024
     return f"{size:.1f} TiB"
 
+
+
+def host_memory() -> int | None:
+    """This machine's physical memory in bytes, or None where the OS does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return None
+
+
+def memory_bound_warning(p: PhaseDecl, info: Mapping[str, Any], emulator: EmulatorDecl,
+                         memory: int | None = None) -> str | None:
+    """Why phase ``p``'s array bound (:func:`hetflow.engine.phasedecl.planned`) cannot be met on this machine, or None.
+
+    A witness table has one 128-byte row per step, so the bound from
+    ``max_steps`` (2^28 by default: 32 GiB) can pass the machine's memory:
+    a guest that ran that long would fail the run when its table is built,
+    after the whole execution. ``memory`` defaults to :func:`host_memory`.
+
+    >>> from hetflow.engine.phasedecl import planned
+    >>> e = EmulatorDecl("guest", "rv64imac", "fast", "/g.elf", chunk_steps=1024, max_steps=1 << 28, input=None)
+    >>> w = PhaseDecl("trace", "witness", "guest", ("run",), {})
+    >>> print(memory_bound_warning(w, planned(w, e), e, memory=16 << 30))
+    witness phase 'trace' may hold up to 32.0 GiB (268435456 rows, one per step up to max_steps), more than this machine's 16.0 GiB of memory; set max_steps on emulator 'guest' to the most steps its guest needs (at most 134217728 here)
+    >>> memory_bound_warning(w, planned(w, e), e, memory=128 << 30) is None
+    True
+    """
+    memory = host_memory() if memory is None else memory
+    bound = info.get("bytes")
+    if not memory or not bound or bound <= memory:
+        return None
+    fits = memory // (bound // max(int(info.get("rows_max") or emulator.max_steps), 1))
+    return (f"{p.phase} phase {p.id!r} may hold up to {human_bytes(bound)} ({info.get('rows_max')} rows, one per step "
+            f"up to max_steps), more than this machine's {human_bytes(memory)} of memory; set max_steps on emulator "
+            f"{emulator.name!r} to the most steps its guest needs (at most {fits} here)")
 
 class CostModel:
     """The default, replaceable cost model: per-op work rules, vendor profiles, links."""

@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from hetflow.engine import phases as phaselib
+from hetflow.engine import phasedecl as phaselib
 from hetflow.engine import shapes
 from hetflow.engine.errors import Diagnostic, ManifestError
 from hetflow.engine.loader import (  # noqa: F401 - re-exported: the loader was part of this module

@@ -26,7 +26,7 @@ from __future__ import annotations
 from graphlib import CycleError, TopologicalSorter
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from hetflow.engine import phases as phaselib
+from hetflow.engine import phasedecl as phaselib
 from hetflow.engine import placement as placing
 from hetflow.engine.plandata import Bridge, Partition
 from hetflow.engine.plangraph import execution_order, predecessors, successors

@@ -62,6 +62,7 @@ import itertools
 import operator
 from typing import Any, Mapping, Sequence
 
+from hetflow.engine.adjacency import roots
 from hetflow.engine.candidates import (
     Problem,
     Unit,
@@ -74,7 +75,6 @@ from hetflow.engine.candidates import (
     local_cost,
     node_data,
     node_inputs,
-    roots,
     total_cost,
 )
 

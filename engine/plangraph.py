@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
-from hetflow.engine import phases as phaselib
+from hetflow.engine import phasedecl as phaselib
 from hetflow.engine import placement as placing
 from hetflow.engine import shapes
 from hetflow.engine.adjacency import Graph

@@ -65,10 +65,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from hetflow.engine import phases as phaselib
+from hetflow.engine import phasedecl as phaselib
 from hetflow.engine import placement as placing
 from hetflow.engine.adjacency import Graph
-from hetflow.engine.costs import CostModel, human_bytes, interpreter_loaded, split_capacity, split_exec_s
+from hetflow.engine.costs import (CostModel, human_bytes, interpreter_loaded, memory_bound_warning, split_capacity,
+                                  split_exec_s)
 from hetflow.engine.errors import Diagnostic, ManifestError
 from hetflow.engine.loader import frozen_instance
 from hetflow.engine.manifest import Manifest, gc_paused
@@ -442,7 +443,7 @@ def _warnings(manifest: Manifest, executors: Mapping[str, ExecutorPlan], graph: 
                 graph.nodes[b.tensor]["stage"].origin))
     for n, d in placing.node_data(graph).items():
         if "phase" in d:
-            text = phaselib.memory_bound_warning(d["phase"], d["planned"], manifest.emulators[d["phase"].emulator])
+            text = memory_bound_warning(d["phase"], d["planned"], manifest.emulators[d["phase"].emulator])
             if text:
                 found.append(PlanWarning("memory-bound", text, d["phase"].origin))
     return found

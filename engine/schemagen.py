@@ -98,7 +98,8 @@ def editor_schema(ops: Mapping[str, oplib.Op], base: Mapping[str, Any] | None = 
     dict
         A JSON Schema (2020-12) for editors and ``check-jsonschema``.
     """
-    from hetflow.engine import manifest, phases
+    from hetflow.engine import manifest
+    from hetflow.engine import phasedecl as phases
 
     spec = copy.deepcopy(dict(manifest.schema() if base is None else base))
     spec["$id"] = "https://hetflow.dev/schemas/pipeline.schema.json"

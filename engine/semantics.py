@@ -160,7 +160,7 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
 
     raw_stages = _as_dict(tree.get("stages"))
     stages: dict[str, StageDecl] = {}
-    from hetflow.engine import phases as phaselib
+    from hetflow.engine import phasedecl as phaselib
     emulators, phase_decls = phaselib.check_manifest(tree, doc, base, problems)
     declared_executors = _as_dict(tree.get("executors"))
     plugins = _load_plugins(tree, doc, base, problems)
@@ -328,7 +328,7 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
 
 def _array_fields_hint(ref: str, phase: str) -> str:
     """``, or one of its array fields: 'run.registers', ...`` for a phase that has some."""
-    from hetflow.engine import phases as phaselib
+    from hetflow.engine import phasedecl as phaselib
 
     fields = [f"{ref}.{a.name}" for a in phaselib.PHASES[phase].arrays]
     return f", or an array field of this one ({', '.join(map(repr, fields))})" if fields else ""
@@ -689,7 +689,7 @@ def _stage_vendors(value: Any) -> tuple[Vendor, ...]:
 def _placement_constraints(stages: Mapping[str, StageDecl], executors: Mapping[str, ExecutorDecl],
                            raw_stages: Mapping[str, Any], doc: Document) -> list[Diagnostic]:
     """``colocate_with`` names another stage and its group's pins agree; a pin runs a preferred vendor."""
-    from hetflow.engine.candidates import roots
+    from hetflow.engine.adjacency import roots
 
     problems: list[Diagnostic] = []
     linked: list[tuple[str, str]] = []

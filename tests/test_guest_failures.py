@@ -24,7 +24,7 @@ import pytest
 
 from hetflow.engine import cli
 from hetflow.engine import manifest as mf
-from hetflow.engine import phases
+from hetflow.engine import phasedecl as phases
 from hetflow.engine.errors import RunFailed
 from hetflow.engine.planner import plan as make_plan
 from hetflow.engine.run import execute as run_pipeline

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from hetflow.engine import manifest as mf
-from hetflow.engine import phases
+from hetflow.engine import phasedecl as phases
+from hetflow.engine import phases as phaserun
 from hetflow.engine.errors import ManifestError
 from hetflow.engine.planner import plan as make_plan
 from hetflow.engine.run import execute
@@ -206,7 +207,7 @@ def test_an_array_field_reaches_the_cpu_executor_without_a_copy(tmp_path, backen
     from hetflow.executors.cpu import CpuExecutor
 
     m = mf.compile_manifest(mf.load(_write(tmp_path, backend)))
-    runner = phases.PhaseRunner(m.emulators, m.phases, lambda *a, **k: None)
+    runner = phaserun.PhaseRunner(m.emulators, m.phases, lambda *a, **k: None)
     first = runner.round1()
     dask.threaded.get(first, list(first))
     second = runner.round2()

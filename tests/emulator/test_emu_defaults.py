@@ -18,7 +18,7 @@ import pytest
 
 from hetflow.engine import cli
 from hetflow.engine import manifest as mf
-from hetflow.engine import phases
+from hetflow.engine import phasedecl as phases
 from hetflow.executors import emulator as emu
 
 from _guests import GUESTS
