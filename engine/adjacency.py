@@ -3,7 +3,7 @@
 The passes read a plan's graph through its tables alone (``_node``,
 ``_succ``, ``_pred`` and the ``graph`` dict, laid out as a
 ``networkx.DiGraph`` lays them out: see
-:func:`hetflow.engine.plangraph.successors`), and a command that plans
+:func:`hetflow.engine.plan.plangraph.successors`), and a command that plans
 a small manifest would spend more on ``import networkx`` (about 0.07 s,
 as long as numpy and PyYAML together) than on planning it. networkx
 runs the graph algorithms: the minimum cut of placement, the

@@ -330,7 +330,7 @@ def test_the_split_modules_examples_run():
 
 
 def test_a_split_executor_is_priced_by_its_slowest_piece():
-    from hetflow.engine.costs import CostModel, split_capacity, split_exec_s
+    from hetflow.engine.plan.costs import CostModel, split_capacity, split_exec_s
 
     m, shapes, out = CostModel(), [(4096, 4096), (4096, 4096)], (4096, 4096)
     for vendor in (Vendor.cuda, Vendor.cpu):
