@@ -52,8 +52,8 @@ def chain(n: int) -> str:
 
 
 def run(quick: bool) -> list[dict]:
-    from hetflow.engine import blocks
-    from hetflow.engine.manifest import compile_manifest, load, loads
+    from hetflow.engine.manifest import blocks
+    from hetflow.engine.manifest.validate import compile_manifest, load, loads
 
     layers, n, rounds = (8, 2_000, 5) if quick else (32, 20_000, 7)
     rows = []

@@ -39,9 +39,9 @@ import time
 import dask.threaded
 import numpy as np
 
-from hetflow.engine.manifest import compile_manifest, loads
-from hetflow.engine.planner import plan as make_plan
-from hetflow.engine.run import execute
+from hetflow.engine.manifest.validate import compile_manifest, loads
+from hetflow.engine.plan.planner import plan as make_plan
+from hetflow.engine.run.execute import execute
 from hetflow.executors import probe
 
 HEAD = "version: 1\nname: {name}\nexecutors:\n  a: {{vendor: cpu}}\n  b: {{vendor: cpu}}\nstages:\n"
@@ -124,7 +124,7 @@ def bridge_row(cluster, runs: str, mib: int, repeats: int = 5) -> dict:
 
 
 def run(quick: bool) -> list[dict]:
-    from hetflow.engine.distributed import Cluster
+    from hetflow.engine.run.distributed import Cluster
 
     n = 20 if quick else 100
     rows = []

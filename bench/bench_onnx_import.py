@@ -4,7 +4,7 @@ The layer (``tests/onnxgpt2.py``, ``layer_only``: d_model 768, 12 heads,
 seq 512, batch 1; LayerNormalization, attention written out as MatMul /
 Split / Reshape / Transpose / Where / Softmax, GELU in its Erf form,
 residual Adds) is saved as ONNX and imported with
-:func:`hetflow.engine.onnximport.import_onnx`. Each pair runs
+:func:`hetflow.engine.importers.onnximport.import_onnx`. Each pair runs
 onnxruntime's ``InferenceSession.run`` (CPU provider, session built once,
 default graph optimizations) and ``hetflow.run`` of the manifest without
 the cache, turn about, the order alternating; the medians are compared,
@@ -44,7 +44,7 @@ def _measure(seq: int, pairs: int) -> dict:
     import yaml
 
     import hetflow
-    from hetflow.engine.onnximport import import_onnx
+    from hetflow.engine.importers.onnximport import import_onnx
 
     folder = Path(tempfile.mkdtemp(prefix="hetflow-bench-onnx-"))
     model = folder / "layer.onnx"

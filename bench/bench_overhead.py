@@ -12,7 +12,7 @@ one partition, one Dask task; the ``alternating`` rows pin stage i to
 executor ``a`` or ``b`` by parity, so every stage is its own partition
 with a bridge to the next: the worst case, where hetflow pays its per-task
 cost on every node. On the threaded scheduler a bridge's export and import
-run inside its producer's task (``hetflow.engine.lowering``, "Folded
+run inside its producer's task (``hetflow.engine.run.lowering``, "Folded
 bridges"), so that is one Dask task a stage, as raw Dask's chain is. The hetflow time is
 ``execute`` (lowering, Dask, run record); planning is timed separately.
 """
@@ -27,10 +27,10 @@ import time
 import dask.threaded
 import numpy as np
 
-from hetflow.engine.manifest import compile_manifest, loads
-from hetflow.engine.planner import plan
-from hetflow.engine.run import execute
-from hetflow.engine.runtime import LocalRuntime
+from hetflow.engine.manifest.validate import compile_manifest, loads
+from hetflow.engine.plan.planner import plan
+from hetflow.engine.run.execute import execute
+from hetflow.engine.run.runtime import LocalRuntime
 from hetflow.executors import probe
 
 HEAD = "version: 1\nname: {name}\nexecutors:\n  a: {{vendor: cpu}}\n  b: {{vendor: cpu}}\nstages:\n"
@@ -344,8 +344,9 @@ def cli_side_by_side(before: str, n: int = 100_000, partitions: int = 100, turns
 # cmd_plan does them there; then each part alone, and the manifest digest's canonical text. Best of the
 # turns, CPU seconds, as JSON on standard output.
 _POST_PLAN = TREE_FINDER + """import json, tempfile, time
-from hetflow.engine import api, clusters, results
-from hetflow.engine.resolve import canonical_json
+from hetflow.engine import api, results
+from hetflow.engine.run import clusters
+from hetflow.engine.manifest.resolve import canonical_json
 path, turns = sys.argv[1], int(sys.argv[2])
 manifest = api.compile_manifest(api.load(path), {})
 made = clusters.plan_on(manifest, None, None)
@@ -413,7 +414,7 @@ def post_plan_side_by_side(before: str, n: int = 100_000, partitions: int = 100,
 # source tree given, CPU seconds: the first turn (with the one-off set-up a CLI process pays: the schema's
 # validators, the op registry) and the best of the turns, as JSON on standard output.
 _LOAD_VALIDATE = TREE_FINDER + """import json, time
-from hetflow.engine.manifest import compile_manifest, load
+from hetflow.engine.manifest.validate import compile_manifest, load
 path, turns = sys.argv[1], int(sys.argv[2])
 runs = []
 for _ in range(turns):
@@ -447,11 +448,11 @@ def load_validate_side_by_side(before: str, n: int = 100_000, partitions: int = 
                        f"{a['first']:.2f}")}]
 
 
-# ``python -c`` code (after TREE_FINDER) timing ``hetflow.engine.planner.plan`` of a compiled manifest in the
+# ``python -c`` code (after TREE_FINDER) timing ``hetflow.engine.plan.planner.plan`` of a compiled manifest in the
 # source tree given: CPU seconds of each of the turns, as JSON on standard output.
 _PLANNER = TREE_FINDER + """import json, time
-from hetflow.engine.manifest import compile_manifest, load
-from hetflow.engine.planner import plan
+from hetflow.engine.manifest.validate import compile_manifest, load
+from hetflow.engine.plan.planner import plan
 from hetflow.executors import probe
 path, turns = sys.argv[1], int(sys.argv[2])
 manifest = compile_manifest(load(path))
@@ -476,7 +477,7 @@ def planner_side_by_side(before: str, n: int = 100_000, partitions: int = 100, t
     return [{"name": f"planner.plan, {n} stages, {partitions} partitions, before and after",
              "baseline": f"before ({before})", "baseline_s": b, "subject": "after (this tree)",
              "subject_s": a, "ratio": b / a,
-             "notes": (f"CPU seconds of hetflow.engine.planner.plan on the compiled manifest, {processes} processes "
+             "notes": (f"CPU seconds of hetflow.engine.plan.planner.plan on the compiled manifest, {processes} processes "
                        f"per tree taken turn about, {turns} plans each; each process's best: before "
                        f"{', '.join(f'{t:.2f}' for t in best['before'])} s, after "
                        f"{', '.join(f'{t:.2f}' for t in best['after'])} s")}]

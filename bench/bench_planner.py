@@ -29,9 +29,9 @@ import time
 import dask.threaded
 import numpy as np
 
-from hetflow.engine.manifest import compile_manifest, loads
-from hetflow.engine.planner import plan
-from hetflow.engine.run import LocalRuntime, create_executors, execute
+from hetflow.engine.manifest.validate import compile_manifest, loads
+from hetflow.engine.plan.planner import plan
+from hetflow.engine.run.execute import LocalRuntime, create_executors, execute
 from hetflow.executors import ops, probe
 from hetflow.executors.base import Dtype
 
@@ -133,7 +133,7 @@ def loads_side_by_side(before: str, n: int = 100_000, repeat: int = 7) -> dict:
     import importlib.util
     import statistics
 
-    from hetflow.engine import loader
+    from hetflow.engine.manifest import loader
 
     spec = importlib.util.spec_from_file_location("loader_before", before)
     old = importlib.util.module_from_spec(spec)

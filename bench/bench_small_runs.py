@@ -11,7 +11,7 @@
   numpy tasks as the record lists (299), and against raw Dask doing one
   task a stage (100). Goal: >= 0.83.
 * ``git``: the manifest's git state asked of ``git`` against its answer
-  from the process's cache (:func:`hetflow.engine.records.provenance`),
+  from the process's cache (:func:`hetflow.engine.store.records.provenance`),
   for a manifest in a dirty checkout.
 
 Every row is pairs taken turn about (baseline, then hetflow), the median
@@ -100,9 +100,9 @@ def chain(turns: int, runs_dir: str, stages: int = 100) -> list[dict]:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from bench_distributed import _raw_chain, alternating
 
-    from hetflow.engine.manifest import compile_manifest, loads
-    from hetflow.engine.planner import plan as make_plan
-    from hetflow.engine.run import execute
+    from hetflow.engine.manifest.validate import compile_manifest, loads
+    from hetflow.engine.plan.planner import plan as make_plan
+    from hetflow.engine.run.execute import execute
     from hetflow.executors import probe
 
     m = compile_manifest(loads(alternating(stages), os.path.join(runs_dir, "alt.yaml")))
@@ -125,7 +125,7 @@ def chain(turns: int, runs_dir: str, stages: int = 100) -> list[dict]:
 
 def git_lookup(turns: int) -> dict:
     """A manifest in a dirty checkout: its git state asked of git (the cache emptied) against the cache's."""
-    from hetflow.engine import records
+    from hetflow.engine.store import records
 
     folder = tempfile.mkdtemp(prefix="hetflow-bench-git-")
     try:
@@ -168,8 +168,8 @@ def durable_writes(turns: int, runs_dir: str) -> dict:
     import json
 
     import hetflow
-    from hetflow.engine import records
-    from hetflow.engine.locks import RunLock, lock_path
+    from hetflow.engine.store import records
+    from hetflow.engine.store.locks import RunLock, lock_path
 
     done = hetflow.run(QUICKSTART, runs_dir=runs_dir, cache=False)
     record = json.loads(open(done.record_path, encoding="utf-8").read())

@@ -9,7 +9,7 @@ run in turn, ``PAIRS`` times, each a fresh ``hetflow run --no-cache
 
 * ``--parallel 1``: the baseline; one point at a time, BLAS on every core;
 * ``--parallel 2``: two points at once; hetflow sizes the BLAS pool to
-  ``cores // 2`` threads (:mod:`hetflow.engine.threads`);
+  ``cores // 2`` threads (:mod:`hetflow.engine.run.threads`);
 * ``--parallel 2`` with ``OPENBLAS_NUM_THREADS`` set to the core count:
   what ``--parallel 2`` did before hetflow sized the pools (a user's
   variable is left alone), two points each asking for every core;
@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hetflow.engine.threads import USER_THREAD_VARS, usable_cores
+from hetflow.engine.run.threads import USER_THREAD_VARS, usable_cores
 
 N = 256
 DEPTH = 192

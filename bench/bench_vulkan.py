@@ -130,7 +130,7 @@ print(json.dumps({"status": run.status, "device_s": sum(e["duration_s"] for e in
 _COUNTS = """
 import json, sys
 import hetflow
-from hetflow.engine.runtime import LocalRuntime
+from hetflow.engine.run.runtime import LocalRuntime
 plan = hetflow.plan(sys.argv[1], runs_dir=sys.argv[2]).engine_plan
 print(json.dumps({"partitions": len(plan.partitions), "tasks": len(LocalRuntime(plan, {}).graph.dsk)}))
 """

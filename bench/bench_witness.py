@@ -120,7 +120,7 @@ def measure(turns: int, before: str | None = None) -> dict:
 def _forced(where: str | None):
     """Make every witness phase run ``where`` ("cluster" or "in-process"), whatever the planner prices; ``None``
     leaves the choice to it. The bench times both sides of the choice; a pipeline run never forces."""
-    from hetflow.engine import clusterphases
+    from hetflow.engine.run import clusterphases
 
     chosen = clusterphases.__dict__.setdefault("_bench_witness_where", clusterphases.witness_where)
 
@@ -146,10 +146,10 @@ def measure_cluster(input_kib: int, pairs: int, chunk: int = 1 << 10) -> dict:
     """
     import logging
 
-    from hetflow.engine.distributed import Cluster
-    from hetflow.engine.manifest import compile_manifest, loads
-    from hetflow.engine.planner import plan as make_plan
-    from hetflow.engine.run import execute as run_pipeline
+    from hetflow.engine.run.distributed import Cluster
+    from hetflow.engine.manifest.validate import compile_manifest, loads
+    from hetflow.engine.plan.planner import plan as make_plan
+    from hetflow.engine.run.execute import execute as run_pipeline
 
     logging.getLogger("distributed").setLevel(logging.ERROR)
     folder = tempfile.mkdtemp(prefix="hetflow-bench-witness-cluster-")
@@ -203,7 +203,7 @@ def measure_cluster(input_kib: int, pairs: int, chunk: int = 1 << 10) -> dict:
             chosen, in_process = (sorted(runs, key=lambda r: r["span_s"])[len(runs) // 2]
                                   for runs in (chosen, in_process))
             _forced(None)
-            from hetflow.engine.clusterphases import place_witness
+            from hetflow.engine.run.clusterphases import place_witness
             planned = place_witness(p2, c2.workers()).phases["trace"]["runs"]
     finally:
         _forced(None)

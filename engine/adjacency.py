@@ -3,7 +3,7 @@
 The passes read a plan's graph through its tables alone (``_node``,
 ``_succ``, ``_pred`` and the ``graph`` dict, laid out as a
 ``networkx.DiGraph`` lays them out: see
-:func:`hetflow.engine.plangraph.successors`), and a command that plans
+:func:`hetflow.engine.plan.plangraph.successors`), and a command that plans
 a small manifest would spend more on ``import networkx`` (about 0.07 s,
 as long as numpy and PyYAML together) than on planning it. networkx
 runs the graph algorithms: the minimum cut of placement, the
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator
 
-__all__ = ["Graph"]
+__all__ = ["Graph", "roots"]
 
 
 class Graph:
@@ -111,3 +111,36 @@ class Graph:
         g._adj = g._succ = self._succ
         g._pred = self._pred
         return g
+
+
+def roots(nodes: Iterable[str], pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Each node's connected component under ``pairs``, named by one of its members.
+
+    What ``nx.connected_components`` of a graph of these pairs gives, by
+    union-find (path halving): on a large plan, building that graph costs
+    more than the components. The finds are written out in the loops: a
+    call per lookup would cost more than the lookup.
+
+    >>> roots("abcd", [("a", "b"), ("c", "b")])
+    {'a': 'c', 'b': 'c', 'c': 'c', 'd': 'd'}
+    """
+    parent = {n: n for n in nodes}
+    for a, b in pairs:
+        up = parent[a]
+        while up != a:
+            parent[a] = a = parent[up]
+            up = parent[a]
+        up = parent[b]
+        while up != b:
+            parent[b] = b = parent[up]
+            up = parent[b]
+        if a != b:
+            parent[b] = a
+    found: dict[str, str] = {}
+    for n in parent:
+        x, up = n, parent[n]
+        while up != x:
+            parent[x] = x = parent[up]
+            up = parent[x]
+        found[n] = x
+    return found

@@ -18,8 +18,8 @@ keyword arguments, so ``hetflow validate``, ``hetflow plan`` and
 * :func:`open_run` reads an earlier run back as the same :class:`Run`.
 
 What they return is in :mod:`hetflow.engine.results`; the arrays handed in
-are bound to ``input`` stages in :mod:`hetflow.engine.inputs`; the
-cluster a call runs on is chosen in :mod:`hetflow.engine.clusters`.
+are bound to ``input`` stages in :mod:`hetflow.engine.run.inputs`; the
+cluster a call runs on is chosen in :mod:`hetflow.engine.run.clusters`.
 
 Arrays enter a run through ``input`` stages (``{op: input, args: {shape:
 [...], dtype: ...}}``): ``run(..., inputs={STAGE: array})``, or a file
@@ -69,13 +69,13 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
-from hetflow.engine import matrix
+from hetflow.engine.manifest import matrix
 from hetflow.engine.errors import Diagnostic, RunFailed, UsageError
-from hetflow.engine.manifest import Document, Manifest, compile_manifest, gc_paused, load
+from hetflow.engine.manifest.validate import Document, Manifest, compile_manifest, gc_paused, load
 
 if TYPE_CHECKING:
-    from hetflow.engine import planner
-    from hetflow.engine.inputs import Bound
+    from hetflow.engine.plan import planner
+    from hetflow.engine.run.inputs import Bound
     from hetflow.engine.results import Failure, Plan, Run, Sweep  # noqa: F401
 
 __all__ = ["Plan", "Run", "Failure", "Sweep", "validate", "plan", "run", "sweep", "open_run", "NOT_CHECKED"]
@@ -106,7 +106,7 @@ def validate(path: str | os.PathLike, params: Params | None = None) -> list[Diag
     plugin ops, and each stage against every vendor its executor may
     resolve to (an executor whose list is ``[vulkan, cpu]`` is checked as
     Vulkan and as CPU), for every point of its ``matrix:``
-    (:func:`hetflow.engine.matrix.check_points`). Which vendors a machine
+    (:func:`hetflow.engine.manifest.matrix.check_points`). Which vendors a machine
     offers and how much memory its devices have are :func:`plan`'s to
     check (:data:`NOT_CHECKED` says so in words).
 
@@ -138,7 +138,7 @@ def validate(path: str | os.PathLike, params: Params | None = None) -> list[Diag
     [(5, 11, "unknown op 'relu2' in stage 'x'; did you mean 'relu'?")]
     """
     from hetflow.engine.errors import ManifestError
-    from hetflow.engine.plangraph import check  # not the planner: validate loads no later pass
+    from hetflow.engine.plan.plangraph import check  # not the planner: validate loads no later pass
 
     path, doc = _source(path)
     doc = doc or load(path)
@@ -211,8 +211,8 @@ def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | 
         raise UsageError(f"--point: {path} has no matrix")
     # a point's problems name the point, as validate and a sweep name them
     manifest = matrix.check_points(doc, overrides, [found])[0][0] if chosen else compile_manifest(doc, overrides)
-    from hetflow.engine.clusters import open_cluster, plan_on
-    from hetflow.engine.inputs import bind_inputs, with_inputs
+    from hetflow.engine.run.clusters import open_cluster, plan_on
+    from hetflow.engine.run.inputs import bind_inputs, with_inputs
 
     bound = bind_inputs(manifest, inputs, given_as=_given_as(inputs)) if inputs is not None else {}
     with open_cluster(workers, threads_per_worker, scheduler, place) as cluster:
@@ -225,13 +225,13 @@ def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | 
 
 def _cache_status(manifest: Manifest, made: planner.Plan, point: str | None, runs_dir: str,
                   cache_dir: str | os.PathLike | None) -> dict:
-    from hetflow.engine.cache import Cache, explain, partition_keys, uncached_stages
-    from hetflow.engine.runs import latest_record
+    from hetflow.engine.store.cache import Cache, explain, partition_keys, uncached_stages
+    from hetflow.engine.store.runs import latest_record
 
     keys = partition_keys(made, uncached_stages(manifest))
     cache = Cache(os.fspath(cache_dir) if cache_dir else os.path.join(runs_dir, ".cache"))
     forecast = explain(keys, cache, latest_record(runs_dir, manifest.name, point, keys=("cache",)))
-    from hetflow.engine.inputs import unbound_partitions
+    from hetflow.engine.run.inputs import unbound_partitions
 
     # without its array, an input stage's key is not the one the run will have: saying "will run" or "cached"
     # would be a guess, and it was the wrong one for every partition downstream of the input
@@ -243,7 +243,7 @@ def _cache_status(manifest: Manifest, made: planner.Plan, point: str | None, run
 
 def _given_as(inputs: Mapping[str, Any] | None) -> str:
     """How messages name ``inputs``: the CLI hands in ``--input`` flags (:class:`CliInputs`), Python a mapping."""
-    from hetflow.engine.inputs import CliInputs
+    from hetflow.engine.run.inputs import CliInputs
 
     return "--input" if isinstance(inputs, CliInputs) else "inputs"
 
@@ -255,14 +255,14 @@ def open_run(run_id: str, runs_dir: str | os.PathLike = "runs") -> Run:
     (``"6bbe"``), a point name ``NAME[k=v,...]`` (the newest run of that
     point), ``"latest"`` (the newest run, verification runs left out) or
     ``"latest-verification"``: the one rule of
-    :func:`hetflow.engine.runs.resolve_id`.
+    :func:`hetflow.engine.store.runs.resolve_id`.
 
     Raises
     ------
     UsageError
         no such run, a name that matches several, or a record that cannot be read.
     """
-    from hetflow.engine.runs import read_record, resolve_id
+    from hetflow.engine.store.runs import read_record, resolve_id
 
     if os.path.isfile(os.path.join(os.fspath(run_id), "record.json")):
         from hetflow.engine.results import Run
@@ -281,7 +281,7 @@ def _jobs(path: str, doc: Document | None, overrides: dict, point: str | None, r
     if resume:
         if point or overrides:
             raise UsageError("--resume continues a run exactly as it was; it takes no --point or -p")
-        from hetflow.engine.runs import manifest_from_record, read_record
+        from hetflow.engine.store.runs import manifest_from_record, read_record
 
         record = read_record(runs_dir, resume)
         if os.path.abspath(record["manifest"]["file"]) != os.path.abspath(path):
@@ -362,7 +362,7 @@ def _stats(files: list[str]) -> tuple:
 
 def _plan_here(manifest: Manifest) -> Any:
     """The plan of ``manifest`` on this machine, made once per manifest object."""
-    from hetflow.engine.clusters import plan_on
+    from hetflow.engine.run.clusters import plan_on
 
     made = _PLANNED.get(id(manifest))
     if made is None:
@@ -375,7 +375,7 @@ def _plan_here(manifest: Manifest) -> Any:
 
 def _refuse_live(kind: str, ident: str, data: Mapping[str, Any]) -> None:
     """A ``--resume`` of a run or sweep whose process still runs it is a :class:`UsageError`."""
-    from hetflow.engine import owner
+    from hetflow.engine.store import owner
 
     if data.get("status") == "running" and owner.alive(data.get("owner")) is True:
         who = data.get("owner") or {}
@@ -395,16 +395,16 @@ def _session(path: str, doc: Any, manifest: Manifest, runs_dir: str, resume: str
     the runs directory or its lock file exists.
     """
     from hetflow.engine.errors import require_runs_dir
-    from hetflow.engine.locks import RunLock, lock_path
+    from hetflow.engine.store.locks import RunLock, lock_path
 
     schedule, lock_name = None, manifest.name
     if schedule_slot:
-        from hetflow.engine import schedule as schedlib
+        from hetflow.engine.batch import schedule as schedlib
 
         if resume:
             raise UsageError("--resume continues a run as it was; it takes no --schedule-slot")
         schedule, lock_name = schedlib.slot_run(doc, manifest.name, schedule_slot)
-    from hetflow.engine.clusters import open_cluster
+    from hetflow.engine.run.clusters import open_cluster
 
     require_runs_dir(runs_dir, create=False)  # before a cluster is started for nothing
     with open_cluster(*cluster_args) as cluster:
@@ -416,10 +416,10 @@ def _session(path: str, doc: Any, manifest: Manifest, runs_dir: str, resume: str
 
 def _execute(manifest: Manifest, cluster: Any, place: Mapping[str, str] | None, bound: Mapping[str, Bound],
              **kwargs: Any) -> Run:
-    from hetflow.engine.clusters import plan_on
-    from hetflow.engine.inputs import describe_inputs, with_inputs
+    from hetflow.engine.run.clusters import plan_on
+    from hetflow.engine.run.inputs import describe_inputs, with_inputs
     from hetflow.engine.results import Run
-    from hetflow.engine.run import execute  # dask loads only for calls that run
+    from hetflow.engine.run.execute import execute  # dask loads only for calls that run
 
     made = with_inputs(_plan_here(manifest) if cluster is None else plan_on(manifest, cluster, place), bound)
     # A threaded run's record is the data it wrote; a cluster's events come over the wire as msgpack makes
@@ -523,10 +523,10 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
         raise UsageError(f"{path} has a matrix of {len(jobs)} points: give point= to run one, or run them all "
                          "with hetflow.sweep()")
     manifest, mpoint, given = jobs[0]
-    from hetflow.engine.inputs import bind_inputs, recorded_inputs
+    from hetflow.engine.run.inputs import bind_inputs, recorded_inputs
 
     if resume:
-        from hetflow.engine.runs import read_record
+        from hetflow.engine.store.runs import read_record
 
         bound = recorded_inputs(read_record(runs_dir, resume), manifest, inputs, verb="--resume")
     else:
@@ -555,13 +555,13 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
     of its own params. ``resume`` names a cancelled or failed sweep to
     continue in its own folder: only the points that did not succeed run,
     a point whose run had started continuing that run. SIGINT and SIGTERM
-    under :func:`hetflow.engine.cancel.stopping` cancel the sweep
+    under :func:`hetflow.engine.run.cancel.stopping` cancel the sweep
     (:class:`RunCancelled`; ``sweep.json`` says ``cancelled``).
     """
-    from hetflow.engine.locks import RunLock, lock_path
-    from hetflow.engine.runs import manifest_from_record, new_sweep, read_record
-    from hetflow.engine.cancel import Cancel, current as current_cancel
-    from hetflow.engine.sweeps import resume_rows, run_points
+    from hetflow.engine.store.locks import RunLock, lock_path
+    from hetflow.engine.store.runs import manifest_from_record, new_sweep, read_record
+    from hetflow.engine.run.cancel import Cancel, current as current_cancel
+    from hetflow.engine.batch.sweeps import resume_rows, run_points
 
     (path, doc), runs_dir = _source(path), os.fspath(runs_dir)
     if threads is not None and threads < 1:
@@ -595,7 +595,7 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
             raise UsageError(f"{path} has no matrix: run it with hetflow.run()")
         points = [matrix.Point(p["name"], p["values"]) for _, p, _ in jobs]
         first = jobs[0][0]
-    from hetflow.engine.inputs import bind_inputs
+    from hetflow.engine.run.inputs import bind_inputs
 
     bound = bind_inputs(first, inputs, given_as=_given_as(inputs))
     with _session(path, doc, first, runs_dir, None, schedule_slot,

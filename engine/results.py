@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from hetflow.engine.errors import UsageError
 
 if TYPE_CHECKING:
-    from hetflow.engine import planner
+    from hetflow.engine.plan import planner
 
 __all__ = ["Plan", "Run", "Failure", "Sweep"]
 
@@ -76,21 +76,21 @@ class Plan:
     def json_bytes(self) -> bytes:
         """:meth:`dumps` in UTF-8, as a file or a terminal takes it, written once (a 100,000-stage plan's
         text is 80 MB)."""
-        from hetflow.engine.plandata import json_bytes
+        from hetflow.engine.plan.plandata import json_bytes
 
         return json_bytes(self._data)
 
     def to_text(self) -> str:
         """The plan as ``hetflow plan`` prints it for people."""
         head = f"matrix point {self.point}\n" if self.point else ""
-        from hetflow.engine.planview import render_text
+        from hetflow.engine.plan.planview import render_text
 
         return head + render_text(self.engine_plan) + "\n\ncache:\n" + "".join(
             f"  {pid}: {s['status']}: {s['reason']}\n" for pid, s in self.cache.items())
 
     def to_dot(self) -> str:
         """The plan as Graphviz DOT."""
-        from hetflow.engine.planview import render_dot
+        from hetflow.engine.plan.planview import render_dot
 
         return render_dot(self.engine_plan)
 
@@ -148,7 +148,7 @@ class _Outputs(Mapping):
         if name not in self._loaded:
             entry = self._entries[name]
             if "file" in entry:
-                from hetflow.engine.records import load_output
+                from hetflow.engine.store.records import load_output
 
                 self._loaded[name] = load_output(self._path, name)
             else:
@@ -200,7 +200,7 @@ class Run:
     def status(self) -> str:
         """``succeeded``, ``failed``, ``cancelled``, ``running`` for a run that has not finished, or ``died``
         for one whose process ended without writing its final record (killed, out of memory, a power loss)."""
-        from hetflow.engine.runs import status_of
+        from hetflow.engine.store.runs import status_of
 
         return status_of(self.record) or "unknown"
 
@@ -277,7 +277,7 @@ class Sweep:
     def status(self) -> str:
         """``succeeded``, ``failed``, ``cancelled``, ``running``, or ``died`` for a sweep whose process ended
         without writing its final summary."""
-        from hetflow.engine.runs import status_of
+        from hetflow.engine.store.runs import status_of
 
         return status_of(self.summary) or "unknown"
 

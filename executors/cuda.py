@@ -451,7 +451,7 @@ class SplitCudaExecutor(SplitDevices, CudaExecutor):
     (``memcpyPeerAsync``) where ``deviceCanAccessPeer`` allows it, peer
     access enabled once a pair (:func:`peer_access`), through host memory
     otherwise; :attr:`move_bytes` counts each kind, as the cost model prices
-    them (:func:`hetflow.engine.costs.split_move_link`). An import is laid
+    them (:func:`hetflow.engine.plan.costs.split_move_link`). An import is laid
     out by rows, each GPU copying its rows from the host bytes; an export
     assembles the pieces on the first GPU and hands out a
     :class:`DevicePortable` of it, so bridges are unchanged.

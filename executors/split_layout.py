@@ -149,7 +149,7 @@ def move_kind(src: int, dst: int, peers: Callable[[int, int], bool]) -> str | No
     """How a piece goes from device position ``src`` to ``dst`` of one executor: None (it is there), ``peer``
     (device to device, where ``peers(dst, src)`` says ``dst`` may read ``src``'s memory) or ``staged``
     (through host memory). The cost model prices each kind with its own link
-    (:func:`hetflow.engine.costs.split_move_link`).
+    (:func:`hetflow.engine.plan.costs.split_move_link`).
 
     >>> move_kind(0, 0, lambda a, b: False), move_kind(0, 1, lambda a, b: True), move_kind(1, 0, lambda a, b: False)
     (None, 'peer', 'staged')

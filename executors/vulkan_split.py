@@ -9,7 +9,7 @@ a node at a time, since WebGPU has no command encoder that spans devices.
 WebGPU has no peer copies either: a piece that changes adapter is read
 back to host memory and written to the other (``staged``, counted in
 :attr:`SplitVulkanExecutor.move_bytes`, priced by
-:func:`hetflow.engine.costs.split_move_link`), and so is an input every
+:func:`hetflow.engine.plan.costs.split_move_link`), and so is an input every
 adapter reads whole (matmul's weights). An import is laid out by rows,
 each adapter taking its rows of the host bytes; an export assembles the
 pieces in host memory, the portable bytes.

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hetflow.engine.cache import Cache
+from hetflow.engine.store.cache import Cache
 
 FAULTS = ("SIGINT", "SIGINT*2", "SIGTERM", "SIGHUP", "SIGKILL", "close-stdout", "close-stderr")
 WORKLOADS = ("run", "sweep", "sweep-parallel", "cluster")

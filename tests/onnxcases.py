@@ -8,7 +8,7 @@ manifest through ``python -m hetflow.engine.cli run``, and compares what the
 run wrote with ONNX's outputs.
 
 Translation. The translators are the importer's own, one per op type in
-:data:`hetflow.engine.onnxops.TRANSLATORS` (``hetflow import onnx`` writes
+:data:`hetflow.engine.importers.onnxops.TRANSLATORS` (``hetflow import onnx`` writes
 a model's nodes with them); this module gives them a case's node through
 :class:`_Builder`. Every input the node reads from the graph becomes a ``load``
 stage of an ``.npz`` written beside the manifest, with ONNX's dtype named in
@@ -56,7 +56,7 @@ from typing import Any, Iterable
 import ml_dtypes
 import numpy as np
 
-from hetflow.engine.onnxops import CARRIED, TRANSLATORS, Inexpressible, NodeContext, flow, hetflow_dtype, stage_spec
+from hetflow.engine.importers.onnxops import CARRIED, TRANSLATORS, Inexpressible, NodeContext, flow, hetflow_dtype, stage_spec
 
 __all__ = ["Inexpressible", "Translation", "Outcome", "TODAY", "NEW", "ALSO_NEW", "DOCUMENTED", "hetflow_dtype",
            "collect", "translate", "run_cases", "summarize", "CHUNK"]
@@ -313,7 +313,7 @@ _STAGE = re.compile(r"stage '?c(\d+)_")
 
 def run_batch(batch: dict[int, Translation], folder: str, name: str) -> tuple[dict[int, str], dict[int, tuple]]:
     """Run ``batch`` through the CLI: (case -> why it failed, case -> (plain outputs, bridged outputs))."""
-    from hetflow.engine.records import load_output
+    from hetflow.engine.store.records import load_output
 
     failed: dict[int, str] = {}
     pending = dict(batch)

@@ -15,7 +15,7 @@ import pytest
 
 import hetflow
 from hetflow.engine import cli
-from hetflow.engine.records import digest_portable
+from hetflow.engine.store.records import digest_portable
 from hetflow.executors.base import Dtype, PortableActivation
 
 REPO = Path(__file__).resolve().parent.parent

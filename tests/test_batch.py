@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from hetflow.engine import cli
-from hetflow.engine.cache import Cache
-from hetflow.engine.locks import LockHeld, RunLock, lock_path
+from hetflow.engine.store.cache import Cache
+from hetflow.engine.store.locks import LockHeld, RunLock, lock_path
 
 SLOW = """
 version: 1
@@ -128,7 +128,7 @@ def test_runs_lists_shows_and_collects_garbage(manifest_file, tmp_path):
 
 HOLD = """
 import sys, time
-from hetflow.engine.locks import RunLock
+from hetflow.engine.store.locks import RunLock
 lock = RunLock(sys.argv[1], manifest="held.yaml").acquire()
 print("held", flush=True)
 time.sleep(float(sys.argv[2]))

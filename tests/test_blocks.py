@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow.engine import blocks, cli
+from hetflow.engine import cli
+from hetflow.engine.manifest import blocks
 from hetflow.engine.errors import ManifestError
-from hetflow.engine.manifest import compile_manifest, load, parse_overrides
-from hetflow.engine.planner import plan
-from hetflow.engine.run import execute
+from hetflow.engine.manifest.validate import compile_manifest, load, parse_overrides
+from hetflow.engine.plan.planner import plan
+from hetflow.engine.run.execute import execute
 from hetflow.executors import probe
 
 

@@ -6,12 +6,12 @@ import os
 import numpy as np
 import pytest
 
-from hetflow.engine import cache as cachemod
-from hetflow.engine import records
-from hetflow.engine.cache import Cache, partition_keys
-from hetflow.engine.manifest import compile_manifest, load, parse_overrides
-from hetflow.engine.planner import plan
-from hetflow.engine.run import execute
+from hetflow.engine.store import cache as cachemod
+from hetflow.engine.store import records
+from hetflow.engine.store.cache import Cache, partition_keys
+from hetflow.engine.manifest.validate import compile_manifest, load, parse_overrides
+from hetflow.engine.plan.planner import plan
+from hetflow.engine.run.execute import execute
 from hetflow.executors import probe
 from hetflow.executors.base import Dtype, PortableActivation
 

@@ -17,11 +17,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetflow.engine import cache
-from hetflow.engine.cache import Cache, explain, partition_keys
-from hetflow.engine.manifest import compile_manifest, loads
-from hetflow.engine.planner import plan
-from hetflow.engine.resolve import canonical_json
+from hetflow.engine.store import cache
+from hetflow.engine.store.cache import Cache, explain, partition_keys
+from hetflow.engine.manifest.validate import compile_manifest, loads
+from hetflow.engine.plan.planner import plan
+from hetflow.engine.manifest.resolve import canonical_json
 from hetflow.executors import probe
 
 

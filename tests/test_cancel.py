@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.engine.cancel import Cancel, Cancelled, stopping
+from hetflow.engine.run.cancel import Cancel, Cancelled, stopping
 
 CHAIN = 24  # matmuls in the long partition: about two seconds here, long enough to be signalled in
 

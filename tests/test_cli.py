@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.engine import cli, planner
+from hetflow.engine import cli
+from hetflow.engine.plan import planner
 
 REPO = Path(__file__).resolve().parent.parent
 

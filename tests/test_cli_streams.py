@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from hetflow.engine import cli
-from hetflow.engine.events import EventStream, JsonLog, LineLog, ProgressDisplay, QuietStream, run_event
+from hetflow.engine.run.events import EventStream, JsonLog, LineLog, ProgressDisplay, QuietStream, run_event
 
 REPO = Path(__file__).resolve().parent.parent
 QUICKSTART = str(REPO / "examples" / "quickstart.yaml")
@@ -195,7 +195,7 @@ def test_json_on_bad_input_gives_the_diagnostics_with_their_place(tmp_path):
 
 HOLD = """
 import sys, time
-from hetflow.engine.locks import RunLock
+from hetflow.engine.store.locks import RunLock
 lock = RunLock(sys.argv[1], manifest="held.yaml").acquire()
 print("held", flush=True)
 time.sleep(float(sys.argv[2]))
@@ -203,8 +203,8 @@ time.sleep(float(sys.argv[2]))
 
 
 def test_json_when_the_lock_is_held_names_the_holder(tmp_path):
-    from hetflow.engine.locks import lock_path
-    from hetflow.engine.manifest import compile_manifest, load
+    from hetflow.engine.store.locks import lock_path
+    from hetflow.engine.manifest.validate import compile_manifest, load
 
     runs = str(tmp_path / "runs")
     manifest = compile_manifest(load(QUICKSTART), {})

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from hetflow.engine import cli
-from hetflow.engine.cache import Cache, explain, partition_keys
-from hetflow.engine.distributed import Cluster
+from hetflow.engine.store.cache import Cache, explain, partition_keys
+from hetflow.engine.run.distributed import Cluster
 from hetflow.engine.errors import ManifestError
-from hetflow.engine.manifest import compile_manifest, load
-from hetflow.engine.planner import plan as make_plan
-from hetflow.engine.run import execute
+from hetflow.engine.manifest.validate import compile_manifest, load
+from hetflow.engine.plan.planner import plan as make_plan
+from hetflow.engine.run.execute import execute
 from hetflow.executors import Vendor, ops, probe
 
 OPS = '''

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from hetflow.engine import cli
-from hetflow.engine.distributed import PLUGIN_PREFIX, Cluster
+from hetflow.engine.run.distributed import PLUGIN_PREFIX, Cluster
 
 MODULE = "hetflow_test_labonly_ops"
 

@@ -13,15 +13,15 @@ import pytest
 
 from hetflow.engine import cli
 from hetflow.engine.errors import ManifestError, RunFailed
-from hetflow.engine.manifest import compile_manifest, load
-from hetflow.engine.planner import plan as make_plan
-from hetflow.engine.planner import render_text
-from hetflow.engine.run import execute
+from hetflow.engine.manifest.validate import compile_manifest, load
+from hetflow.engine.plan.planner import plan as make_plan
+from hetflow.engine.plan.planner import render_text
+from hetflow.engine.run.execute import execute
 from hetflow.executors import probe
 
 distributed = pytest.importorskip("distributed")
 
-from hetflow.engine.distributed import PLUGIN_PREFIX, Cluster  # noqa: E402
+from hetflow.engine.run.distributed import PLUGIN_PREFIX, Cluster  # noqa: E402
 
 SPLIT = """
 version: 1

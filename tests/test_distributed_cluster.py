@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from hetflow.engine import cli
-from hetflow.engine.manifest import compile_manifest, load
-from hetflow.engine.planner import plan as make_plan
-from hetflow.engine.run import execute
+from hetflow.engine.manifest.validate import compile_manifest, load
+from hetflow.engine.plan.planner import plan as make_plan
+from hetflow.engine.run.execute import execute
 from hetflow.executors import probe
 
 pytest.importorskip("distributed")
 
-from hetflow.engine.distributed import Cluster  # noqa: E402
+from hetflow.engine.run.distributed import Cluster  # noqa: E402
 
 from test_distributed import SPLIT  # noqa: E402
 

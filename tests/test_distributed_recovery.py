@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 
 from hetflow.engine.errors import RunFailed
-from hetflow.engine.manifest import compile_manifest, load
-from hetflow.engine.planner import plan as make_plan
-from hetflow.engine.run import execute
+from hetflow.engine.manifest.validate import compile_manifest, load
+from hetflow.engine.plan.planner import plan as make_plan
+from hetflow.engine.run.execute import execute
 
 pytest.importorskip("distributed")
 
-from hetflow.engine.distributed import PLUGIN_PREFIX, Cluster  # noqa: E402
+from hetflow.engine.run.distributed import PLUGIN_PREFIX, Cluster  # noqa: E402
 
 START_TIMEOUT_S = 90
 N_WORKERS = 3

@@ -14,10 +14,10 @@ import pytest
 
 import hetflow
 from hetflow.engine import cli
-from hetflow.engine.costs import CostModel
+from hetflow.engine.plan.costs import CostModel
 from hetflow.engine.errors import ManifestError
-from hetflow.engine.manifest import compile_manifest, load
-from hetflow.engine.planner import plan, render_text
+from hetflow.engine.manifest.validate import compile_manifest, load
+from hetflow.engine.plan.planner import plan, render_text
 from hetflow.executors import probe
 from hetflow.executors.base import Dtype, Vendor
 from hetflow.executors.probing import Offer

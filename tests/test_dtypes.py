@@ -15,10 +15,10 @@ import pytest
 
 from hetflow.engine.cli import main
 from hetflow.engine.errors import ManifestError
-from hetflow.engine.manifest import compile_manifest, load
-from hetflow.engine.planner import plan, render_text
-from hetflow.engine.records import load_output
-from hetflow.engine.run import execute
+from hetflow.engine.manifest.validate import compile_manifest, load
+from hetflow.engine.plan.planner import plan, render_text
+from hetflow.engine.store.records import load_output
+from hetflow.engine.run.execute import execute
 from hetflow.executors import probe
 from hetflow.executors.base import Dtype, PortableActivation, TensorShape, Vendor
 from hetflow.executors.cpu import CpuExecutor

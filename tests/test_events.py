@@ -10,10 +10,10 @@ import pytest
 
 from hetflow.engine import cli
 from hetflow.engine.errors import RunFailed
-from hetflow.engine.events import EventStream, JsonLog, LineLog, ProgressDisplay, format_line, run_event
-from hetflow.engine.manifest import compile_manifest, load
-from hetflow.engine.planner import plan as make_plan
-from hetflow.engine.run import execute
+from hetflow.engine.run.events import EventStream, JsonLog, LineLog, ProgressDisplay, format_line, run_event
+from hetflow.engine.manifest.validate import compile_manifest, load
+from hetflow.engine.plan.planner import plan as make_plan
+from hetflow.engine.run.execute import execute
 from hetflow.executors import probe
 from hetflow.executors.base import Backend
 from hetflow.executors.cpu import CpuExecutor

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.engine.manifest import compile_manifest, load
-from hetflow.engine.planner import plan
-from hetflow.engine.run import execute
+from hetflow.engine.manifest.validate import compile_manifest, load
+from hetflow.engine.plan.planner import plan
+from hetflow.engine.run.execute import execute
 from hetflow.executors import probe
 
 REPO = Path(__file__).resolve().parent.parent

@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 
 from hetflow.engine import cli
-from hetflow.engine import manifest as mf
-from hetflow.engine import phases
+from hetflow.engine.manifest import validate as mf
+from hetflow.engine.manifest import phasedecl as phases
 from hetflow.engine.errors import RunFailed
-from hetflow.engine.planner import plan as make_plan
-from hetflow.engine.run import execute as run_pipeline
+from hetflow.engine.plan.planner import plan as make_plan
+from hetflow.engine.run.execute import execute as run_pipeline
 from hetflow.executors import emulator as emu
 from hetflow.executors import probe
 from hetflow.executors.emulator import machine as M

@@ -18,8 +18,9 @@ parents ``P``: Python initialises a package before any of its modules
 and no module can avoid that, so such an edge would make every
 ``__init__`` that re-exports its own modules a false cycle.
 
-:func:`import_graph` is the builder; the engine's rooms can be checked
-with it the same way (``import_graph(ENGINE, "hetflow.engine")``).
+:func:`import_graph` is the builder; ``engine/`` and ``executors/`` are
+checked with it. The layers between the engine's rooms are import-linter's
+contracts (``tests/test_import_contracts.py``).
 """
 
 from __future__ import annotations
@@ -131,6 +132,19 @@ def test_executors_have_no_import_cycle():
     assert graph.number_of_edges() > 50          # the builder found the package's imports at all
     found = cycles(graph, "hetflow.executors")
     assert not found, "import cycles in executors/:\n" + "\n".join(describe(graph, c) for c in found[:20])
+
+
+def test_the_engine_has_no_import_cycle():
+    graph = import_graph(ENGINE, "hetflow.engine")
+    assert graph.number_of_edges() > 200
+    found = cycles(graph, "hetflow.engine")
+    assert not found, "import cycles in engine/:\n" + "\n".join(describe(graph, c) for c in found[:20])
+
+
+def test_executors_never_import_the_engine():
+    graph = import_graph(EXECUTORS, "hetflow.executors")
+    reaching = sorted((a, b) for a, b in graph.edges if b == "hetflow.engine" or b.startswith("hetflow.engine."))
+    assert not reaching, reaching
 
 
 def _write(root: Path, files: dict[str, str]) -> None:

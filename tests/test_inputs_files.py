@@ -12,7 +12,7 @@ import pytest
 
 import hetflow
 from hetflow.engine import cli
-from hetflow.engine.records import digest_portable
+from hetflow.engine.store.records import digest_portable
 from hetflow.executors.base import Dtype, PortableActivation
 
 # ids feeds a chain across two executors; w is a partition of its own that no input reaches

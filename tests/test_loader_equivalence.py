@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hetflow.engine.errors import ManifestError
-from hetflow.engine.loader import SafeLoader, load, loads
+from hetflow.engine.manifest.loader import SafeLoader, load, loads
 
 SCALARS = [
     # YAML 1.1 plain scalars: bools, nulls, ints in every base, sexagesimal, floats, timestamps, merge and value keys

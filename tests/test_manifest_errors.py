@@ -3,7 +3,7 @@
 import pytest
 
 from hetflow.engine.errors import ManifestError, UsageError
-from hetflow.engine.manifest import compile_manifest, load, loads, parse_overrides
+from hetflow.engine.manifest.validate import compile_manifest, load, loads, parse_overrides
 
 GOOD = """
 version: 1
@@ -219,7 +219,7 @@ def test_loads_keeps_marks():
 
 
 def test_alias_bombs_and_deep_nesting_are_errors_not_hangs(manifest_file, monkeypatch):
-    import hetflow.engine.loader as ld
+    import hetflow.engine.manifest.loader as ld
 
     monkeypatch.setattr(ld, "MAX_VALUES", 50_000)  # the same check as at 2,000,000, reached sooner
     bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
@@ -244,7 +244,7 @@ def test_the_fast_schema_check_agrees_with_jsonschema(manifest_file):
 
     import jsonschema
 
-    from hetflow.engine.schemacheck import _fast_validator, schema
+    from hetflow.engine.manifest.schemacheck import _fast_validator, schema
 
     def verdicts(tree):
         return _fast_validator().accepts(tree), not list(jsonschema.Draft202012Validator(schema()).iter_errors(tree))
@@ -269,7 +269,7 @@ def test_the_fast_schema_check_agrees_with_jsonschema(manifest_file):
         assert verdicts(tree) == (False, False), tree
     import datetime
 
-    from hetflow.engine.resolve import UNDEFINED
+    from hetflow.engine.manifest.resolve import UNDEFINED
 
     # where the two differ, the fast check refuses and the precise one decides
     edges = [
@@ -290,7 +290,7 @@ def test_the_fast_schema_check_agrees_with_jsonschema(manifest_file):
 
 
 def test_references_resolve_as_the_walk_with_paths_does_and_share_what_holds_none():
-    from hetflow.engine import resolve as rs
+    from hetflow.engine.manifest import resolve as rs
 
     stages = "".join(f"  s{i}: {{op: relu, inputs: [s{i - 1}]}}\n" for i in range(1, 50))
     text = ("version: 1\nname: '${tag}-run'\nparams: {n: 4, tag: run, shape: [2, 3]}\nexecutors: {host: {vendor: cpu}}\n"

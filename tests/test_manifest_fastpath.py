@@ -16,9 +16,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetflow.engine import loader as ld
-from hetflow.engine import manifest as mf
-from hetflow.engine import schemacheck
+from hetflow.engine.manifest import loader as ld
+from hetflow.engine.manifest import validate as mf
+from hetflow.engine.manifest import schemacheck
 from hetflow.engine.errors import ManifestError, Origin
 
 

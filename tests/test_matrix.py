@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.engine import cli, matrix
+from hetflow.engine import cli
+from hetflow.engine.manifest import matrix
 from hetflow.engine.errors import ManifestError, UsageError
-from hetflow.engine.manifest import compile_manifest, load
+from hetflow.engine.manifest.validate import compile_manifest, load
 
 SWEEP = """
 version: 1
@@ -90,7 +91,7 @@ def test_sweep_runs_every_point_and_writes_a_summary(manifest_file, tmp_path):
         record = json.loads((Path(runs) / row["record"]).read_text())
         assert record["matrix_point"] == {"name": row["name"], "values": row["values"]}
         assert record["outputs"]["s"]["digest"] == row["outputs"]["s"]
-        from hetflow.engine.records import load_output
+        from hetflow.engine.store.records import load_output
         sums[row["name"]] = float(load_output(str(Path(runs) / row["run_id"]), "s"))
     assert sums == {"sweep[n=2,scale=1.0]": 2.0, "sweep[n=2,scale=2.0]": 4.0,
                     "sweep[n=3,scale=1.0]": 3.0, "sweep[n=3,scale=2.0]": 6.0}

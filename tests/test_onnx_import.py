@@ -29,9 +29,9 @@ import onnxcases  # noqa: E402
 import onnxgpt2  # noqa: E402
 
 import hetflow  # noqa: E402
-from hetflow.engine import onnxops  # noqa: E402
+from hetflow.engine.importers import onnxops  # noqa: E402
 from hetflow.engine.cli import main  # noqa: E402
-from hetflow.engine.onnximport import OnnxImportError, import_onnx  # noqa: E402
+from hetflow.engine.importers.onnximport import OnnxImportError, import_onnx  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-5
 

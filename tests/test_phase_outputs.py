@@ -14,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hetflow.engine import manifest as mf
-from hetflow.engine import phases
+from hetflow.engine.manifest import validate as mf
+from hetflow.engine.manifest import phasedecl as phases
+from hetflow.engine.run import phases as phaserun
 from hetflow.engine.errors import ManifestError
-from hetflow.engine.planner import plan as make_plan
-from hetflow.engine.run import execute
+from hetflow.engine.plan.planner import plan as make_plan
+from hetflow.engine.run.execute import execute
 from hetflow.executors import emulator as emu
 from hetflow.executors import probe
 from hetflow.executors.emulator import memplan, output, reference
@@ -191,7 +192,7 @@ def test_the_plan_shows_each_arrays_shape_and_its_bridge(tmp_path):
 
 
 def test_the_plan_text_lists_an_array_fields_node_with_its_shape(tmp_path):
-    from hetflow.engine.planner import render_text
+    from hetflow.engine.plan.planner import render_text
 
     text = render_text(make_plan(mf.compile_manifest(mf.load(_write(tmp_path))), probe))
     assert "  run.registers         array         on emulator:emu  inputs: run; yields array [33] int64 (264 B" in text
@@ -206,7 +207,7 @@ def test_an_array_field_reaches_the_cpu_executor_without_a_copy(tmp_path, backen
     from hetflow.executors.cpu import CpuExecutor
 
     m = mf.compile_manifest(mf.load(_write(tmp_path, backend)))
-    runner = phases.PhaseRunner(m.emulators, m.phases, lambda *a, **k: None)
+    runner = phaserun.PhaseRunner(m.emulators, m.phases, lambda *a, **k: None)
     first = runner.round1()
     dask.threaded.get(first, list(first))
     second = runner.round2()
@@ -293,7 +294,7 @@ def test_the_cli_exits_2_with_the_position_and_no_traceback(tmp_path, capsys):
 
 def test_arrays_reach_stages_on_a_cluster_as_in_process(tmp_path):
     pytest.importorskip("distributed")
-    from hetflow.engine.distributed import Cluster
+    from hetflow.engine.run.distributed import Cluster
 
     path = _write(tmp_path, "reference")  # every machine has it
     here = _run(path, tmp_path)
@@ -319,9 +320,9 @@ def test_a_native_pipeline_reads_its_registers_without_numba(tmp_path):
     path = _write(tmp_path, "native")
     script = (
         "import sys\n"
-        "from hetflow.engine import manifest as mf\n"
-        "from hetflow.engine.planner import plan\n"
-        "from hetflow.engine.run import execute\n"
+        "from hetflow.engine.manifest import validate as mf\n"
+        "from hetflow.engine.plan.planner import plan\n"
+        "from hetflow.engine.run.execute import execute\n"
         "from hetflow.executors import probe\n"
         f"m = mf.compile_manifest(mf.load({str(path)!r}))\n"
         f"r = execute(m, plan(m, probe), runs_dir={str(tmp_path / 'runs')!r}, use_cache=False)\n"

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hetflow.engine import manifest as mf
-from hetflow.engine import phases
+from hetflow.engine.manifest import validate as mf
+from hetflow.engine.run import phases
 from hetflow.engine.errors import ManifestError, RunFailed
-from hetflow.engine.planner import plan as make_plan
-from hetflow.engine.planner import render_dot, render_text
-from hetflow.engine.run import execute
+from hetflow.engine.plan.planner import plan as make_plan
+from hetflow.engine.plan.planner import render_dot, render_text
+from hetflow.engine.run.execute import execute
 from hetflow.executors import emulator as emu
 
 GUESTS = Path(__file__).resolve().parents[1] / "examples" / "guests"

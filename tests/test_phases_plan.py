@@ -14,9 +14,9 @@ import pytest
 from hetflow.engine import report
 from hetflow.engine.cli import main
 from hetflow.engine.errors import RunFailed
-from hetflow.engine.manifest import compile_manifest, load
-from hetflow.engine.planner import build_graph, plan, render_dot, render_text
-from hetflow.engine.run import execute
+from hetflow.engine.manifest.validate import compile_manifest, load
+from hetflow.engine.plan.planner import build_graph, plan, render_dot, render_text
+from hetflow.engine.run.execute import execute
 from hetflow.executors import Offer, probe
 from hetflow.executors import emulator as emu
 from hetflow.executors.base import Dtype, Vendor

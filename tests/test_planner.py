@@ -5,8 +5,8 @@ import json
 import pytest
 
 from hetflow.engine.errors import ManifestError
-from hetflow.engine.manifest import compile_manifest, load
-from hetflow.engine.planner import PLAN_FORMAT, plan, render_text
+from hetflow.engine.manifest.validate import compile_manifest, load
+from hetflow.engine.plan.planner import PLAN_FORMAT, plan, render_text
 from hetflow.executors import Offer, probe
 from hetflow.executors.base import Vendor
 
@@ -177,7 +177,7 @@ outputs: {}
 
 
 def test_planner_passes_do_not_mutate_their_input(manifest_file):
-    from hetflow.engine import planner
+    from hetflow.engine.plan import planner
 
     path = manifest_file(HEAD + "  x: {op: ones, args: {shape: [1]}}\n  y: {op: relu, inputs: [x], executor: b}\noutputs: {}\n")
     m = compile_manifest(load(path))

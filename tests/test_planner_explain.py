@@ -7,8 +7,8 @@ import pytest
 
 from hetflow.engine.cli import main
 from hetflow.engine.errors import ManifestError
-from hetflow.engine.manifest import compile_manifest, load
-from hetflow.engine.planner import plan, render_dot
+from hetflow.engine.manifest.validate import compile_manifest, load
+from hetflow.engine.plan.planner import plan, render_dot
 from hetflow.executors import Offer, probe
 from hetflow.executors.base import Dtype, Vendor
 

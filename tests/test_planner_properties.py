@@ -8,11 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hetflow.engine import placement as placing
-from hetflow.engine.costs import CostModel
-from hetflow.engine.manifest import compile_manifest, loads
-from hetflow.engine.planner import build_graph, choose_executors, placement_problem, plan
-from hetflow.engine.run import execute
+from hetflow.engine.plan import placement as placing
+from hetflow.engine.plan.costs import CostModel
+from hetflow.engine.manifest.validate import compile_manifest, loads
+from hetflow.engine.plan.planner import build_graph, choose_executors, placement_problem, plan
+from hetflow.engine.run.execute import execute
 from hetflow.executors import Offer, probe
 from hetflow.executors.base import Dtype, Vendor
 

@@ -9,11 +9,13 @@ import random
 import networkx as nx
 import pytest
 
-from hetflow.engine import cache, placement, planner
+from hetflow.engine.store import cache
+from hetflow.engine.plan import placement
+from hetflow.engine.plan import planner
 from hetflow.engine.adjacency import Graph
 from hetflow.engine.cli import main
-from hetflow.engine.loader import _compose, _precise, loads
-from hetflow.engine.manifest import compile_manifest, load
+from hetflow.engine.manifest.loader import _compose, _precise, loads
+from hetflow.engine.manifest.validate import compile_manifest, load
 from hetflow.executors import probe
 
 CHAIN = """\

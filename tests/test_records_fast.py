@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow.engine.records import dumps_record, encode_value, write_json_atomic
-from hetflow.engine.runs import latest_record, read_fields
+from hetflow.engine.store.records import dumps_record, encode_value, write_json_atomic
+from hetflow.engine.store.runs import latest_record, read_fields
 from hetflow.executors.base import Vendor
 from hetflow.executors.payload import decode_plan, encode_plan
 

@@ -1,10 +1,10 @@
-"""Which tasks a recovery runs again: :func:`hetflow.engine.recovery.plan_recovery` on a plan, without a cluster."""
+"""Which tasks a recovery runs again: :func:`hetflow.engine.run.recovery.plan_recovery` on a plan, without a cluster."""
 
-from hetflow.engine.lowering import lower
-from hetflow.engine.manifest import compile_manifest, loads
-from hetflow.engine.planner import plan as make_plan
-from hetflow.engine.recovery import plan_recovery
-from hetflow.engine.workerside import _OnWorker
+from hetflow.engine.run.lowering import lower
+from hetflow.engine.manifest.validate import compile_manifest, loads
+from hetflow.engine.plan.planner import plan as make_plan
+from hetflow.engine.run.recovery import plan_recovery
+from hetflow.engine.run.workerside import _OnWorker
 from hetflow.executors import probe
 
 STEPS = 5

@@ -20,10 +20,10 @@ import pytest
 from hetflow.engine import report
 from hetflow.engine.cli import main
 from hetflow.engine.errors import RunFailed, UsageError
-from hetflow.engine.manifest import compile_manifest, load
-from hetflow.engine.planner import plan
-from hetflow.engine.records import load_output
-from hetflow.engine.run import execute
+from hetflow.engine.manifest.validate import compile_manifest, load
+from hetflow.engine.plan.planner import plan
+from hetflow.engine.store.records import load_output
+from hetflow.engine.run.execute import execute
 from hetflow.executors import probe
 
 REPO = Path(__file__).resolve().parent.parent
@@ -268,7 +268,7 @@ def test_cli_report_writes_the_page_and_rejects_unknown_runs(runs, tmp_path):
     assert target.read_text().startswith("<!DOCTYPE html>")
     assert main(["report", rid, "--runs-dir", str(runs["runs"])], io.StringIO(), io.StringIO()) == 0
     assert (runs["runs"] / rid / "report.html").exists()
-    from hetflow.engine.runs import list_runs
+    from hetflow.engine.store.runs import list_runs
 
     newest = list_runs(str(runs["runs"]))[0]["id"]  # what `hetflow runs list` shows first
     for ref in ("latest", newest[:-3]):

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from hetflow.engine.errors import RunFailed
-from hetflow.engine.manifest import compile_manifest, load
-from hetflow.engine.planner import plan
-from hetflow.engine.records import RECORD_FORMAT, load_output
-from hetflow.engine.run import create_executors, execute
+from hetflow.engine.manifest.validate import compile_manifest, load
+from hetflow.engine.plan.planner import plan
+from hetflow.engine.store.records import RECORD_FORMAT, load_output
+from hetflow.engine.run.execute import create_executors, execute
 from hetflow.executors import probe
 from hetflow.executors.base import Dtype
 
@@ -175,8 +175,8 @@ def test_a_cpu_run_probes_only_the_vendors_its_executors_name_and_never_loads_wg
     import sys
 
     path = manifest_file(PIPELINE.replace("EXEC", "accel"))
-    code = ("import json, sys; from hetflow.engine.run import execute; from hetflow.engine.manifest import "
-            "compile_manifest, load; from hetflow.engine.planner import plan; from hetflow.executors import probe; "
+    code = ("import json, sys; from hetflow.engine.run.execute import execute; from hetflow.engine.manifest.validate import "
+            "compile_manifest, load; from hetflow.engine.plan.planner import plan; from hetflow.executors import probe; "
             f"m = compile_manifest(load({path!r})); r = execute(m, plan(m, probe), runs_dir={str(tmp_path)!r}); "
             "print(json.dumps({'wgpu': 'wgpu' in sys.modules, 'path': r.record_path}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -196,7 +196,7 @@ def test_a_timed_out_call_is_counted_until_it_ends_and_the_cli_exits_without_wai
     import sys
     import time
 
-    from hetflow.engine import runtime
+    from hetflow.engine.run import runtime
 
     (tmp_path / "wait_ops.py").write_text(WAIT_OP)
     text = ("version: 1\nname: waits\nplugins: [wait_ops.py]\nexecutors: {host: {vendor: cpu}}\nstages:\n"

@@ -10,12 +10,12 @@ import dask.threaded
 import numpy as np
 import pytest
 
-from hetflow.engine import records
+from hetflow.engine.store import records
 from hetflow.engine.errors import RunFailed
-from hetflow.engine.manifest import compile_manifest, load
-from hetflow.engine.planner import plan as make_plan
-from hetflow.engine.run import create_executors, execute
-from hetflow.engine.runtime import _SUBPLANS, LocalRuntime, subgraph_plans
+from hetflow.engine.manifest.validate import compile_manifest, load
+from hetflow.engine.plan.planner import plan as make_plan
+from hetflow.engine.run.execute import create_executors, execute
+from hetflow.engine.run.runtime import _SUBPLANS, LocalRuntime, subgraph_plans
 from hetflow.executors import probe
 
 # y is consumed by two partitions on b: one bridge (y@b) shared by both, folded into y's partition
@@ -128,7 +128,7 @@ def test_a_plan_is_encoded_once_for_all_its_runs_and_forgotten_with_it(manifest_
 
 
 def test_runs_one_after_another_share_their_pool_threads(manifest_file, tmp_path):
-    from hetflow.engine import run as runmod
+    from hetflow.engine.run import execute as runmod
 
     m, p = compiled(manifest_file, FAN)
     size = 3  # a size no other test's runs leave idle pools of
@@ -298,7 +298,7 @@ def test_partitions_that_follow_one_another_alone_run_as_one_task_each_reported_
 
 
 def test_a_chain_runs_its_tasks_in_the_runs_own_thread_without_a_pool(manifest_file, tmp_path):
-    from hetflow.engine import run as runmod
+    from hetflow.engine.run import execute as runmod
 
     chain = ALTERNATING.replace("  side: {op: neg, inputs: [x5], executor: a}\n", "").replace(", side: side", "")
     m, p = compiled(manifest_file, chain)

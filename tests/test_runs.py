@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hetflow.engine.cli import main
-from hetflow.engine.records import load_output
+from hetflow.engine.store.records import load_output
 
 SWEEP = """\
 version: 1

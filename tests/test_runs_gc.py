@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hetflow.engine.cli import main
-from hetflow.engine.records import utc_iso, write_json_atomic
+from hetflow.engine.store.records import utc_iso, write_json_atomic
 
 BODY = """\
 version: 1
@@ -100,7 +100,7 @@ def verify(tmp_path: Path, run_id: str) -> str:
 
 
 def test_keep_counts_a_sweep_as_one_and_verification_runs_go_with_the_run_they_verify(tmp_path):
-    from hetflow.engine.cache import Cache
+    from hetflow.engine.store.cache import Cache
 
     old, old_points = sweep(tmp_path, "-p", "k=7")
     a1, a2 = run(tmp_path, "a", 1), run(tmp_path, "a", 2)
@@ -147,7 +147,7 @@ def test_keep_counts_a_sweep_as_one_and_verification_runs_go_with_the_run_they_v
 
 
 def test_runs_leave_no_lock_files_and_gc_removes_the_stale_ones_only(tmp_path):
-    from hetflow.engine.locks import LockHeld, RunLock, lock_path
+    from hetflow.engine.store.locks import LockHeld, RunLock, lock_path
 
     for k in range(5):
         run(tmp_path, "a", k)
@@ -167,7 +167,7 @@ def test_runs_leave_no_lock_files_and_gc_removes_the_stale_ones_only(tmp_path):
 
 
 def test_a_lock_unlinked_between_open_and_flock_is_taken_again_at_its_path(tmp_path, monkeypatch):
-    from hetflow.engine import locks
+    from hetflow.engine.store import locks
 
     path = str(tmp_path / ".locks" / "m.lock")
     real_open, opened = os.open, []

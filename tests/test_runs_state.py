@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 import hetflow
-from hetflow.engine import owner
-from hetflow.engine.cache import Cache
+from hetflow.engine.store import owner
+from hetflow.engine.store.cache import Cache
 from hetflow.engine.cli import main
-from hetflow.engine.records import write_json_atomic
-from hetflow.engine.runs import status_of
+from hetflow.engine.store.records import write_json_atomic
+from hetflow.engine.store.runs import status_of
 
 # An op that holds its partition for as long as a file exists: a run that is surely running when it is killed,
 # and that a resume, after the file is gone, finishes at once.

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from hetflow.engine.cli import main
-from hetflow.engine.runs import latest_record
+from hetflow.engine.store.runs import latest_record
 
 MANIFEST = """\
 version: 1

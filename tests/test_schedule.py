@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.engine import schedule as sched
+from hetflow.engine.batch import schedule as sched
 from hetflow.engine.cli import main
-from hetflow.engine.locks import RunLock, lock_path
+from hetflow.engine.store.locks import RunLock, lock_path
 from hetflow.engine.errors import ManifestError
-from hetflow.engine.manifest import compile_manifest, loads
+from hetflow.engine.manifest.validate import compile_manifest, loads
 
 BODY = """\
 executors: {host: {vendor: cpu}}

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.engine import schedule as sched
-from hetflow.engine.locks import RunLock, lock_path
+from hetflow.engine.batch import schedule as sched
+from hetflow.engine.store.locks import RunLock, lock_path
 
 from test_schedule import BODY, SLOW_OP, cli, events, records, serve, slow_body, stop, wait_detached, wait_for, write
 

@@ -16,7 +16,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetflow.engine import manifest, schemagen
+from hetflow.engine.manifest import validate as manifest
+from hetflow.engine.manifest import schemagen
 from hetflow.engine.cli import main
 from hetflow.executors import ops as oplib
 

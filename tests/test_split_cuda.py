@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hetflow.engine.costs import CostModel, split_exec_s, split_move_link, split_move_s
+from hetflow.engine.plan.costs import CostModel, split_exec_s, split_move_link, split_move_s
 from hetflow.executors import probe
 from hetflow.executors.base import DeviceSet, Dtype, OutOfMemory, PortableActivation, UnknownHandle, Vendor
 from hetflow.executors.payload import encode_plan
@@ -111,7 +111,7 @@ def test_a_gpu_split_pays_for_the_copies_of_what_every_device_reads_whole():
 def test_the_split_pricing_examples_run():
     import doctest
 
-    import hetflow.engine.costs as costs
+    import hetflow.engine.plan.costs as costs
 
     finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     tests = [t for t in finder.find(costs) if t.name.split(".")[-1].startswith("split_")]

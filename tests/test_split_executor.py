@@ -334,7 +334,7 @@ def test_the_split_modules_examples_run():
 
 
 def test_a_split_executor_is_priced_by_its_slowest_piece():
-    from hetflow.engine.costs import CostModel, split_capacity, split_exec_s, split_move_s
+    from hetflow.engine.plan.costs import CostModel, split_capacity, split_exec_s, split_move_s
 
     m, shapes, out = CostModel(), [(4096, 4096), (4096, 4096)], (4096, 4096)
     for vendor in (Vendor.cuda, Vendor.cpu):
@@ -366,7 +366,7 @@ def test_the_plan_prices_a_move_between_devices_where_the_next_rule_needs_anothe
         plan = hetflow.plan(path, runs_dir=tmp_path / "runs").to_json()
         return plan["nodes"]["y"]["estimated_s"]
 
-    from hetflow.engine.costs import split_move_s
+    from hetflow.engine.plan.costs import split_move_s
 
     moved = estimate("transpose") - estimate("relu")
     assert moved == pytest.approx(split_move_s(Vendor.cpu, 2048 * 2048 * 4 // 2), rel=1e-6)

@@ -12,9 +12,9 @@ import pytest
 import threadpoolctl
 
 import hetflow
-from hetflow.engine.manifest import compile_manifest, load
-from hetflow.engine.planner import plan as make_plan
-from hetflow.engine.threads import USER_THREAD_VARS, usable_cores, width
+from hetflow.engine.manifest.validate import compile_manifest, load
+from hetflow.engine.plan.planner import plan as make_plan
+from hetflow.engine.run.threads import USER_THREAD_VARS, usable_cores, width
 from hetflow.executors import probe
 
 REPO = Path(__file__).resolve().parent.parent

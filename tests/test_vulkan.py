@@ -314,10 +314,10 @@ def split_mlp(vendor):
 
 
 def test_split_mlp_half_on_vulkan_matches_the_all_cpu_run(manifest_file, tmp_path):
-    from hetflow.engine.manifest import compile_manifest, load
-    from hetflow.engine.planner import plan
-    from hetflow.engine.records import load_output
-    from hetflow.engine.run import execute
+    from hetflow.engine.manifest.validate import compile_manifest, load
+    from hetflow.engine.plan.planner import plan
+    from hetflow.engine.store.records import load_output
+    from hetflow.engine.run.execute import execute
 
     small = {"batch": 16, "features": 96, "hidden": 160, "classes": 10}
     results = {}
@@ -343,8 +343,8 @@ def test_split_mlp_half_on_vulkan_matches_the_all_cpu_run(manifest_file, tmp_pat
 
 
 def test_planner_places_an_op_vulkan_does_not_offer_elsewhere(manifest_file):
-    from hetflow.engine.manifest import compile_manifest, load
-    from hetflow.engine.planner import plan
+    from hetflow.engine.manifest.validate import compile_manifest, load
+    from hetflow.engine.plan.planner import plan
 
     without_gelu = dataclasses.replace(OFFER, ops=tuple(o for o in OFFER.ops if o != "gelu"))
 

@@ -407,7 +407,7 @@ outputs: {{att: att, keep: keep, mean: mean}}
 
 def run_outputs(path, runs_dir):
     import hetflow
-    from hetflow.engine.records import load_output
+    from hetflow.engine.store.records import load_output
 
     r = hetflow.run(path, runs_dir=runs_dir, cache=False)
     assert r.ok, r.error
@@ -417,8 +417,8 @@ def run_outputs(path, runs_dir):
 
 
 def test_a_bool_mask_made_on_the_cpu_crosses_to_attention_on_vulkan(manifest_file, tmp_path):
-    from hetflow.engine.manifest import compile_manifest, load
-    from hetflow.engine.planner import plan
+    from hetflow.engine.manifest.validate import compile_manifest, load
+    from hetflow.engine.plan.planner import plan
 
     split = manifest_file(MASK_MANIFEST.format(gpu="vulkan"), "split.yaml")
     p = plan(compile_manifest(load(split)), probe)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow.engine.costs import HOST_MEMORY_LINK, LINKS, CostModel, device_import_link, device_link
+from hetflow.engine.plan.costs import HOST_MEMORY_LINK, LINKS, CostModel, device_import_link, device_link
 from hetflow.executors import probe
 from hetflow.executors.base import Vendor
 

@@ -15,18 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.engine import clusterphases
-from hetflow.engine.costs import CostModel
-from hetflow.engine.manifest import compile_manifest, load
-from hetflow.engine.planner import plan as make_plan
-from hetflow.engine.planner import render_text
-from hetflow.engine.run import execute
-from hetflow.engine.workerside import WorkerInfo
+from hetflow.engine.run import clusterphases
+from hetflow.engine.plan.costs import CostModel
+from hetflow.engine.manifest.validate import compile_manifest, load
+from hetflow.engine.plan.planner import plan as make_plan
+from hetflow.engine.plan.planner import render_text
+from hetflow.engine.run.execute import execute
+from hetflow.engine.run.workerside import WorkerInfo
 from hetflow.executors import probe
 
 distributed = pytest.importorskip("distributed")
 
-from hetflow.engine.distributed import Cluster  # noqa: E402
+from hetflow.engine.run.distributed import Cluster  # noqa: E402
 
 GUESTS = Path(__file__).resolve().parents[1] / "examples" / "guests"
 
@@ -130,8 +130,8 @@ def test_a_worker_that_cannot_open_the_tables_file_is_sent_its_bytes(cluster, tm
     # a worker on this host without its /dev/shm (a container sharing only the network) cannot map the path
     import numpy as np
 
-    from hetflow.engine.events import EventStream
-    from hetflow.engine.phases import witness_activation
+    from hetflow.engine.run.events import EventStream
+    from hetflow.engine.run.phases import witness_activation
 
     m = _manifest(tmp_path, "fast", 64, 128)
     placed = cluster.place(make_plan(m, cluster.probe), m)

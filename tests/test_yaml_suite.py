@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hetflow.engine import loader as ld
+from hetflow.engine.manifest import loader as ld
 from hetflow.engine.errors import ManifestError
 from test_loader_equivalence import assert_equivalent, ours_text, theirs
 

@@ -72,7 +72,7 @@ def cmd_examples(args: argparse.Namespace, out, err) -> int:
 def cmd_schema(args: argparse.Namespace, out, err) -> int:
     from hetflow.executors import ops as oplib
 
-    from hetflow.engine import schemagen
+    from hetflow.engine.manifest import schemagen
 
     from hetflow.executors import plugins
 

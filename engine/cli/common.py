@@ -43,7 +43,7 @@ def cluster_kwargs(args: argparse.Namespace) -> dict:
 def event_sink(args: argparse.Namespace, err):
     if args.quiet:
         return None
-    from hetflow.engine import events
+    from hetflow.engine.run import events
 
     if args.log_format == "json":
         return events.JsonLog(err)

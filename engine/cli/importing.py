@@ -11,7 +11,7 @@ __all__ = ["cmd_import"]
 
 
 def cmd_import(args: argparse.Namespace, out, err) -> int:
-    from hetflow.engine.onnximport import imported_files
+    from hetflow.engine.importers.onnximport import imported_files
 
     files = imported_files(args.model, args.output, allow_missing=args.allow_missing, name=args.name)
     manifest = files[0]

@@ -11,7 +11,7 @@ given ``--json`` prints exactly one JSON object on standard output
 however it ends.
 
 A command writes to ``out`` and ``err`` as
-:class:`~hetflow.engine.events.QuietStream`: when the reader of either
+:class:`~hetflow.engine.run.events.QuietStream`: when the reader of either
 goes away (``hetflow runs | head -1``), what is still to print is dropped
 and the command goes on and ends with the exit code it would have had;
 a run or sweep writes its whole record.
@@ -25,7 +25,7 @@ import sys
 from collections.abc import Sequence
 
 from hetflow.engine.cli.common import EXIT_OK, _ShowVersion
-from hetflow.engine.events import QuietStream, quiet
+from hetflow.engine.run.events import QuietStream, quiet
 
 # no typing, contextlib or importlib here: together 2-4 ms of every ``hetflow emulate``
 TYPE_CHECKING = False
@@ -47,7 +47,7 @@ def _command(name: str):
     module, function = _COMMANDS[name].split(".")
     return getattr(__import__(f"hetflow.engine.cli.{module}", fromlist=[function]), function)
 
-# Commands that run pipelines: SIGINT and SIGTERM cancel them (hetflow.engine.cancel) and they exit 128 + signal.
+# Commands that run pipelines: SIGINT and SIGTERM cancel them (hetflow.engine.run.cancel) and they exit 128 + signal.
 _STOPPABLE = frozenset({"run", "verify"})
 
 
@@ -101,7 +101,7 @@ def _dispatch(argv: list[str], out: QuietStream, err: QuietStream) -> int:
         as_json = bool(getattr(args, "json", False))
         if args.command not in _STOPPABLE:
             return _command(args.command)(args, out, err)
-        from hetflow.engine.cancel import stopping
+        from hetflow.engine.run.cancel import stopping
         # now, not in a second signal's handler, which may interrupt an import under way
         from hetflow.engine.cli import outcomes  # noqa: F401
 
@@ -153,7 +153,7 @@ def _report_forced_exit(cancel, as_json: bool, out: QuietStream, err: QuietStrea
 
 def entry() -> None:
     code = main()
-    runtime = sys.modules.get("hetflow.engine.runtime")
+    runtime = sys.modules.get("hetflow.engine.run.runtime")
     # emulate leaves nothing to finish at exit (a translation is cached when it is made): the interpreter's
     # teardown of its modules and the guest's memory would be an eighth of a short guest's whole process
     if code > 128 or (runtime is not None and runtime.abandoned_calls()) or sys.argv[1:2] == ["emulate"]:

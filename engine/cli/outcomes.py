@@ -119,7 +119,7 @@ def _made(record_path: str | None) -> dict[str, Any]:
 
 
 def _cancelled(e: RunCancelled, debug: bool) -> Outcome:
-    from hetflow.engine.cancel import exit_code_of
+    from hetflow.engine.run.cancel import exit_code_of
 
     code, made = exit_code_of(e.signal), _made(e.record_path)
     lines = [f"hetflow: {e}"] + ([f"record: {e.record_path}"] if e.record_path else [])

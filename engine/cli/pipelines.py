@@ -36,8 +36,8 @@ def cmd_validate(args: argparse.Namespace, out, err) -> int:
 
 def cmd_plan(args: argparse.Namespace, out, err) -> int:
     from hetflow.engine import api
-    from hetflow.engine.inputs import parse_input_flags
-    from hetflow.engine.manifest import parse_overrides
+    from hetflow.engine.run.inputs import parse_input_flags
+    from hetflow.engine.manifest.validate import parse_overrides
 
     plan = api.plan(args.file, parse_overrides(args.param), point=args.point, runs_dir=args.runs_dir,
                     cache_dir=args.cache_dir, inputs=parse_input_flags(args.input) or None, **cluster_kwargs(args))
@@ -92,10 +92,11 @@ def _graphviz(dot_text: str, fmt: str) -> bytes:
 
 
 def cmd_run(args: argparse.Namespace, out, err) -> int:
-    from hetflow.engine import api, matrix
-    from hetflow.engine.manifest import load, parse_overrides
+    from hetflow.engine import api
+    from hetflow.engine.manifest import matrix
+    from hetflow.engine.manifest.validate import load, parse_overrides
 
-    from hetflow.engine.inputs import parse_input_flags
+    from hetflow.engine.run.inputs import parse_input_flags
 
     params = parse_overrides(args.param)
     common = dict(runs_dir=args.runs_dir, cache=not args.no_cache, cache_dir=args.cache_dir, threads=args.threads,
@@ -107,7 +108,7 @@ def cmd_run(args: argparse.Namespace, out, err) -> int:
     if args.parallel < 1:
         raise UsageError("--parallel must be at least 1")
     if args.resume:
-        from hetflow.engine.runs import resolve_id
+        from hetflow.engine.store.runs import resolve_id
 
         args.resume = resolve_id(args.runs_dir, args.resume)
     if not args.resume:
@@ -186,12 +187,12 @@ def _sweep(args: argparse.Namespace, doc, params: dict, common: dict, out, err) 
 
 
 def cmd_verify(args: argparse.Namespace, out, err) -> int:
-    from hetflow.engine.planner import plan as make_plan
+    from hetflow.engine.plan.planner import plan as make_plan
     from hetflow.executors import probe
-    from hetflow.engine.run import execute
-    from hetflow.engine.runs import manifest_from_record, read_record
+    from hetflow.engine.run.execute import execute
+    from hetflow.engine.store.runs import manifest_from_record, read_record
 
-    from hetflow.engine.inputs import describe_inputs, parse_input_flags, recorded_inputs, with_inputs
+    from hetflow.engine.run.inputs import describe_inputs, parse_input_flags, recorded_inputs, with_inputs
 
     given = parse_input_flags(args.input)
     record = read_record(args.runs_dir, args.run_id)
@@ -201,7 +202,7 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
     # refused before the rerun starts: a rerun without the run's own arrays could only fail or differ
     bound = recorded_inputs(record, manifest, given, verb="verify")
     plan = with_inputs(make_plan(manifest, probe), bound)
-    from hetflow.engine.compare import mismatch_causes
+    from hetflow.engine.store.compare import mismatch_causes
 
     try:
         result = execute(manifest, plan, runs_dir=args.runs_dir, overrides=record.get("overrides") or {},
@@ -244,7 +245,7 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
 
 def _changed_sources(record: dict, manifest: Any) -> list[str]:
     """The plugins and data files whose bytes differ from those the recorded run used."""
-    from hetflow.engine.cache import file_digest
+    from hetflow.engine.store.cache import file_digest
 
     now = {p.spec: p for p in getattr(manifest, "plugins", ())}
     changed = []

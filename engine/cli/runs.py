@@ -8,7 +8,7 @@ import os
 import time
 from datetime import datetime
 
-from hetflow.engine import runs
+from hetflow.engine.store import runs
 from hetflow.engine.cli.common import EXIT_OK
 from hetflow.engine.errors import UsageError
 
@@ -19,7 +19,7 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
     if args.runs_command == "diff":
         return _runs_diff(args, out)
     if args.runs_command == "table":
-        from hetflow.engine.compare import render_table, table
+        from hetflow.engine.store.compare import render_table, table
 
         out.write(render_table(table(args.runs_dir, args.refs), args.format))
         return EXIT_OK
@@ -53,7 +53,7 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
         _died({**record, "status": status}, f"hetflow run {record['manifest']['file']} --resume {record['run_id']}", out)
         cache = record.get("cache") or {}
         print(f"partitions: {len(record['plan']['partitions'])}, from cache: {len(cache.get('hits', []))}", file=out)
-        from hetflow.engine.compare import output_view
+        from hetflow.engine.store.compare import output_view
 
         for name, o in record.get("outputs", {}).items():
             print(f"  {name}: {_view_text(output_view(os.path.join(args.runs_dir, args.run_id), name, o))}  "
@@ -157,7 +157,7 @@ def _view_text(view: dict) -> str:
 
 
 def _runs_diff(args: argparse.Namespace, out) -> int:
-    from hetflow.engine.compare import diff_runs
+    from hetflow.engine.store.compare import diff_runs
 
     d = diff_runs(args.runs_dir, args.a, args.b)
     if args.json:

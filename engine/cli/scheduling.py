@@ -17,7 +17,7 @@ __all__ = ["cmd_schedule"]
 def cmd_schedule(args: argparse.Namespace, out, err) -> int:
     from datetime import datetime, timezone
 
-    from hetflow.engine import schedule as schedlib
+    from hetflow.engine.batch import schedule as schedlib
 
     def log(event: str, fields) -> None:
         print(schedlib.format_event(event, fields, args.log_format), file=out, flush=True)
@@ -28,7 +28,7 @@ def cmd_schedule(args: argparse.Namespace, out, err) -> int:
         # missing one is made when the first slot is claimed, so a command that stops on bad input writes nothing
         require_runs_dir(args.runs_dir, create=False)
     if args.schedule_command == "serve":
-        from hetflow.engine.serve import Server
+        from hetflow.engine.batch.serve import Server
 
         _check_identities(files)
         Server(args.paths, args.runs_dir, log, poll=args.poll).serve()
@@ -103,7 +103,7 @@ FAILED = ("failed", "died", "cancelled")
 
 def _check_identities(files) -> None:
     """Two different files that name one manifest are an error before serving (exit 2); bad manifests wait for serve."""
-    from hetflow.engine import schedule as schedlib
+    from hetflow.engine.batch import schedule as schedlib
 
     entries = []
     for file in files:

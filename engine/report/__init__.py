@@ -59,7 +59,7 @@ from dataclasses import dataclass
 import orjson
 
 from hetflow.engine.errors import UsageError
-from hetflow.engine.records import write_text_atomic
+from hetflow.engine.store.records import write_text_atomic
 from hetflow.engine.report.data import output_stats, pack_lanes
 from hetflow.engine.report.graph import graphviz_available, plan_dot, plan_svg
 from hetflow.engine.report.layout import layout_plan
@@ -119,7 +119,7 @@ def _read_json(path: str) -> dict:
 
 
 def locate(target: str, runs_dir: str = "runs") -> Located:
-    """Resolve a name of a run or sweep (:func:`hetflow.engine.runs.resolve_id`), or a path to a run or sweep folder.
+    """Resolve a name of a run or sweep (:func:`hetflow.engine.store.runs.resolve_id`), or a path to a run or sweep folder.
 
     Raises
     ------
@@ -138,9 +138,9 @@ def locate(target: str, runs_dir: str = "runs") -> Located:
         if os.path.isfile(os.path.join(folder, "sweep.json")):
             return Located("sweep", folder, _read_json(os.path.join(folder, "sweep.json")))
     if target and os.sep not in target and os.path.isdir(runs_dir):
-        from hetflow.engine.runs import LATEST, NoSuchRun, resolve_id
+        from hetflow.engine.store.runs import LATEST, NoSuchRun, resolve_id
 
-        # names mean here what they mean to every command (see hetflow.engine.runs)
+        # names mean here what they mean to every command (see hetflow.engine.store.runs)
         try:
             resolved = resolve_id(runs_dir, target)
         except NoSuchRun:
@@ -157,8 +157,8 @@ def locate(target: str, runs_dir: str = "runs") -> Located:
 
 def render(located: Located, *, runs_dir: str = "runs", graph: str = "auto") -> str:
     """The HTML page for a located run or sweep, with the status every reader shows (``died`` for a run or
-    sweep whose process is gone, :func:`hetflow.engine.runs.status_of`)."""
-    from hetflow.engine.runs import status_of, sweep_view
+    sweep whose process is gone, :func:`hetflow.engine.store.runs.status_of`)."""
+    from hetflow.engine.store.runs import status_of, sweep_view
 
     if located.kind == "sweep":
         return render_sweep(located.folder, sweep_view(located.data), runs_dir=runs_dir)

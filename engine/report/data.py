@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping
 import networkx as nx
 import numpy as np
 
-from hetflow.engine.runs import status_of
+from hetflow.engine.store.runs import status_of
 from hetflow.executors.base import Dtype
 
 __all__ = ["Bar", "pack_lanes", "output_stats"]
@@ -167,7 +167,7 @@ def output_stats(array: np.ndarray, bins: int = 24) -> dict[str, Any]:
 
 
 def _output_array(run_dir: str, entry: Mapping[str, Any]) -> np.ndarray:
-    """An output's array from its record entry, as :func:`hetflow.engine.records.load_output` gives it; that one
+    """An output's array from its record entry, as :func:`hetflow.engine.store.records.load_output` gives it; that one
     reads the whole record again for each output, seconds for the record of a run of 20,000 stages."""
     raw = np.load(os.path.join(run_dir, entry["file"]), allow_pickle=False)
     dtype = Dtype(entry["dtype"]).numpy

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from typing import Any, Mapping
 
-from hetflow.engine.planner import human_bytes
+from hetflow.engine.plan.planner import human_bytes
 from hetflow.engine.report.data import _FAILED, _partition_graph, _phase_target, _plan_graph, _status_of_bridges
 from hetflow.engine.report.layout import _PAD, PlanLayout, layout_graph, layout_plan
 from hetflow.engine.report.text import (_bytes, _e, _emulator_kind, _executor_colour, _fit, _fmt_seconds, _phase_tip,

@@ -14,8 +14,8 @@ import math
 from typing import Any, Callable, Iterable, Mapping
 
 from hetflow.engine.errors import UsageError
-from hetflow.engine.planner import human_bytes
-from hetflow.engine.records import RECORD_FORMAT
+from hetflow.engine.plan.planner import human_bytes
+from hetflow.engine.store.records import RECORD_FORMAT
 from hetflow.engine.report.data import (_FAILED, Bar, _bars, _output_array, _partition_stages, _phase_target, _point_values,
                                         output_stats, pack_lanes)
 from hetflow.engine.report.graph import _svg_plan_builtin, _svg_plan_graphviz, _svg_plan_partitions

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from hetflow.engine.report.data import _is_number, _sweep_points
 from hetflow.engine.report.page import _kv_table, _page, _section, _status_badge
 from hetflow.engine.report.run_page import section_attempts
-from hetflow.engine.runs import SWEEP_FORMAT
+from hetflow.engine.store.runs import SWEEP_FORMAT
 from hetflow.engine.report.text import _PALETTE, _e, _fmt_num, _fmt_seconds
 
 __all__ = ["SWEEP_FORMAT", "render_sweep"]

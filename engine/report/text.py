@@ -10,7 +10,7 @@ import html
 import math
 from typing import Any, Mapping
 
-from hetflow.engine.planner import human_bytes
+from hetflow.engine.plan.planner import human_bytes
 from hetflow.engine.report.data import _phase_target
 
 _PALETTE = ["#3b6fb6", "#c0612b", "#3a8d5c", "#8a4fb0", "#b0913a", "#2f8f9d", "#b04f75", "#6b7280"]

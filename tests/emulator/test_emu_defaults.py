@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from hetflow.engine import cli
-from hetflow.engine import manifest as mf
-from hetflow.engine import phases
+from hetflow.engine.manifest import validate as mf
+from hetflow.engine.manifest import phasedecl as phases
 from hetflow.executors import emulator as emu
 
 from _guests import GUESTS
@@ -191,8 +191,8 @@ def test_execute_runs_auto_and_names_it():
 
 @needs_llvmlite
 def test_a_pipelines_execute_phase_says_when_it_translates(tmp_path, monkeypatch, capsys):
-    from hetflow.engine.planner import plan as make_plan
-    from hetflow.engine.run import execute as run_pipeline
+    from hetflow.engine.plan.planner import plan as make_plan
+    from hetflow.engine.run.execute import execute as run_pipeline
     from hetflow.executors import probe
 
     monkeypatch.setenv("HETFLOW_NATIVE_CACHE", str(tmp_path / "native"))

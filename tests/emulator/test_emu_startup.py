@@ -51,7 +51,7 @@ before = set(sys.modules)          # what this interpreter's site loaded (a venv
 from hetflow.engine.cli import main
 code = main(sys.argv[1:])
 heavy = ("numpy", "numba", "llvmlite.binding", "elftools", "hetflow.executors.emulator.native_translate",
-         "hetflow.engine.cli.pipelines", "hetflow.engine.cli.runs", "hetflow.engine.locks", "pathlib",
+         "hetflow.engine.cli.pipelines", "hetflow.engine.cli.runs", "hetflow.engine.store.locks", "pathlib",
          "concurrent.futures", "platform", "argparse", "hetflow.engine.cli.parser", "hetflow.engine.errors", "typing",
          "threading", "contextlib", "importlib.util")
 print("LOADED", sorted(m for m in heavy if m in sys.modules and m not in before))

@@ -160,9 +160,9 @@ outputs:
 
 _SCRIPT = """\
 import json, sys
-from hetflow.engine import manifest as mf
-from hetflow.engine.planner import plan
-from hetflow.engine.run import execute
+from hetflow.engine.manifest import validate as mf
+from hetflow.engine.plan.planner import plan
+from hetflow.engine.run.execute import execute
 from hetflow.executors import probe
 m = mf.compile_manifest(mf.load(sys.argv[1]))
 r = execute(m, plan(m, probe), runs_dir=sys.argv[2], num_workers=2)

@@ -1,0 +1,605 @@
+"""Scheduled batch runs: the ``schedule:`` block, its slots, ``run-due`` and ``serve``.
+
+A manifest's ``schedule:`` names a cron expression read in an IANA time
+zone. Each fire time is a *slot*, identified by its instant in UTC
+(``2026-03-29T01:00:00Z``). The scheduler's whole job is to decide, for
+each slot, once: run it, skip it, or queue it.
+
+State lives on disk, never only in memory, so any number of schedulers
+(cron calling ``run-due`` every minute, a ``serve`` restarted by systemd)
+agree:
+
+* a schedule is its manifest's ``name`` within a runs directory: a copy
+  of the file continues the same history;
+* the *history* of a manifest is the set of slots that have a **claim**
+  (a file ``RUNS_DIR/.schedule/NAME/SLOT.json``, created with
+  ``O_CREAT | O_EXCL`` so exactly one process wins it) or a **record**
+  (a run record whose ``schedule.slot`` names it, for this manifest name);
+* the *due* slots at instant ``now`` are the fire times after the newest
+  slot of the history and at or before ``now``: all of them (at most
+  :data:`CATCHUP_LIMIT`, the newest) when ``catchup`` is true, only the
+  newest when it is false. A manifest with no history has one due slot,
+  its latest fire time; nothing before it is back-filled;
+* a due slot is *claimed* before anything else happens; a process that
+  loses the claim does nothing with that slot. That is why two
+  overlapping ``run-due`` invocations never start a slot twice, and why a
+  slot once decided (run, skipped, failed) is never run again: at most
+  once, never twice. The one exception is asked for: ``run-due`` with an
+  explicit ``--now`` that is exactly a fire time whose slot failed or
+  died runs that slot again
+  (:func:`retry_claim`), for Airflow's retries and a rerun by hand;
+* more than one slot due at one decision is a *backlog* (``catchup``
+  after downtime): its slots run one after another, oldest first, each
+  waiting for any active run, whatever ``max_active`` says;
+* ``max_active`` decides about a single due slot (the live schedule)
+  while a run of the same manifest is *active* (the run lock the slot's
+  run would take, its name and resolved params, is held by a live
+  process, or ``serve`` still waits on a run it started or queued):
+  ``skip`` marks the claim skipped, ``queue`` waits for the active run to
+  end and then starts, ``allow`` starts at once. An allowed run takes a
+  run lock of its own slot (``NAME@SLOT``) instead of the manifest's, so
+  it can run beside another;
+* a slot is *concluded* once its run ends: the claim moves to a terminal
+  state and its hook runs, under the slot's ``flock``
+  (:func:`~hetflow.engine.batch.claims.settling`), so exactly once. The process
+  that started the run concludes it; when that process is gone (a
+  ``serve`` stopped or killed while the run went on), the next ``serve``
+  or ``run-due`` does (:func:`settle`), from the run's record: a run that
+  died, or never wrote a record, concludes ``died`` and runs
+  ``on_failure``.
+
+A slot runs as a normal run in a separate process,
+``python -m hetflow.engine.cli run FILE --schedule-slot SLOT -p ...``,
+whose record carries ``schedule: {slot, cron, timezone}`` and which
+``hetflow runs`` lists like any other. Its output goes to
+``SLOT.log`` beside the claim.
+
+:func:`run_due` decides and runs every due slot of the given manifests
+and returns. The parts live in four modules: :mod:`hetflow.engine.manifest.cron`
+(fire times, slots, which are due: pure), :mod:`hetflow.engine.batch.claims`
+(scheduled manifests, their history and claims on disk), this one
+(starting a slot's run, ``run-due``, ``status``) and
+:mod:`hetflow.engine.batch.serve` (the :class:`~hetflow.engine.batch.serve.Server`
+loop of ``hetflow schedule serve``).
+
+Examples
+--------
+>>> s = Schedule("0 0 L * *", "UTC", False, "skip", {})
+>>> [slot_id(t) for t in s.after(parse_instant("2026-01-15T00:00:00Z"), 3)]
+['2026-01-31T00:00:00Z', '2026-02-28T00:00:00Z', '2026-03-31T00:00:00Z']
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Callable, Mapping, Sequence
+
+from hetflow.engine.store import owner
+from hetflow.engine.batch.claims import (  # noqa: F401 - the claims' names are part of this module's API
+    TERMINAL,
+    Entry,
+    check_claimed,
+    check_identities,
+    claim,
+    discover,
+    history,
+    load_entry,
+    lock_active,
+    mark,
+    read_claim,
+    settling,
+    slot_records,
+)
+from hetflow.engine.manifest.cron import (  # noqa: F401 - the cron names are part of this module's API
+    _UTC,
+    CATCHUP_LIMIT,
+    POLICIES,
+    Schedule,
+    _slot_file,
+    check,
+    due_slots,
+    from_tree,
+    parse_instant,
+    slot_id,
+    slot_run,
+)
+from hetflow.engine.errors import Diagnostic, ManifestError, UsageError
+from hetflow.engine.store.records import utc_iso
+
+__all__ = [
+    "CATCHUP_LIMIT",
+    "Schedule",
+    "Entry",
+    "check",
+    "from_tree",
+    "slot_id",
+    "parse_instant",
+    "discover",
+    "load_entry",
+    "history",
+    "due_slots",
+    "claim",
+    "conclude",
+    "settle",
+    "retry_claim",
+    "run_due",
+    "run_hook",
+    "status",
+    "format_event",
+]
+
+
+# --- starting a slot's run ------------------------------------------------------------------------
+
+
+def command(entry: Entry, slot: datetime, runs_dir: str) -> list[str]:
+    """The ``hetflow run`` command line of one slot."""
+    argv = [sys.executable, "-m", "hetflow.engine.cli", "run", entry.file, "--runs-dir", runs_dir,
+            "--schedule-slot", slot_id(slot), "--quiet", "--json"]
+    for key, value in entry.schedule.params.items():
+        argv += ["-p", f"{key}={json.dumps(value)}"]
+    return argv
+
+
+@dataclass
+class Child:
+    """A slot's run in its own process."""
+
+    entry: Entry
+    slot: datetime
+    claim: str
+    process: subprocess.Popen
+    log: str
+    started: float = field(default_factory=time.time)
+    runs_dir: str = "runs"
+    backlog: bool = False
+
+
+def start(entry: Entry, slot: datetime, runs_dir: str, claim_path: str, backlog: bool = False) -> Child:
+    log = claim_path[:-5] + ".log"
+    with open(log, "ab") as f:
+        # Its own session: a SIGTERM or Ctrl-C meant for the scheduler does not reach the run.
+        process = subprocess.Popen(command(entry, slot, runs_dir), stdin=subprocess.DEVNULL, stdout=f,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    # the run's own identity, so that a later scheduler can tell whether it still runs once this one is gone
+    run_owner = {**owner.current(), "pid": process.pid, "start_ticks": owner.start_ticks(process.pid)}
+    tries = read_claim(claim_path).get("tries")
+    mark(claim_path, entry, slot, "started", run_pid=process.pid, run_owner=run_owner, log=log,
+         **({"tries": tries} if tries else {}))
+    return Child(entry, slot, claim_path, process, log, runs_dir=runs_dir, backlog=backlog)
+
+
+LOCKED = 4  # hetflow run's exit code when the manifest's run lock is held
+
+
+def outcome(child: Child) -> dict:
+    """What a finished child did: status, run id, error, from its JSON result line."""
+    rc = child.process.returncode
+    result: dict[str, Any] = {}
+    try:
+        with open(child.log, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("{"):
+                    try:
+                        result = json.loads(line)
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    status = "succeeded" if rc == 0 else "locked" if rc == LOCKED else "failed"
+    run_id = result.get("run_id") or result.get("sweep_id")
+    out = {"status": status, "rc": rc, "run_id": run_id, "duration_s": round(time.time() - child.started, 3)}
+    if rc != 0:
+        out["error"] = result.get("error") or _last_line(child.log)
+    return out
+
+
+def _last_line(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = [line.strip() for line in f if line.strip()]
+        return lines[-1] if lines else ""
+    except OSError:
+        return ""
+
+
+Log = Callable[[str, Mapping[str, Any]], None]
+
+
+def _finish(child: Child, log: Log) -> dict:
+    info = outcome(child)
+    conclude(child.entry, child.slot, child.claim, info, child.runs_dir, log)
+    return info
+
+
+_STATE = {"succeeded": "succeeded", "failed": "failed", "locked": "skipped", "died": "died"}
+
+
+def conclude(entry: Entry, slot: datetime, path: str, info: Mapping[str, Any], runs_dir: str, log: Log,
+             detached: bool = False) -> bool:
+    """Move the claim at ``path`` to the terminal state of ``info`` and run the slot's hook; whether this call did.
+
+    Exactly once per run: under the slot's ``flock``, and only from a
+    claim that is not terminal yet, so a second process that tries (a
+    restarted ``serve`` and a ``run-due`` settling the same detached run)
+    does nothing. ``detached`` marks a run concluded by a process other
+    than the one that started it.
+    """
+    with settling(path) as body:
+        if body is None or body.get("state") in TERMINAL:
+            return False
+        extra = {k: v for k, v in info.items() if k != "status"}
+        kept = {k: body[k] for k in ("run_pid", "run_owner", "log", "tries") if k in body}
+        # the hook is owed until it has run: whoever settles a claim whose concluder died mid-hook runs it
+        owed = {"hook": "pending"} if _hook_command(entry, info["status"]) else {}
+        mark(path, entry, slot, _STATE[info["status"]], **{**kept, **extra, **owed})
+        event = "skipped" if info["status"] == "locked" else info["status"]
+        fields = {"manifest": entry.name, "slot": slot_id(slot), **extra}
+        if event == "skipped":
+            fields["reason"] = "another run took the run lock first"
+        if detached:
+            fields["detached"] = True
+        log(event, fields)
+        if owed:
+            rc = _hook(entry, slot, path[:-5] + ".log", runs_dir, info, log)
+            mark(path, entry, slot, _STATE[info["status"]], **{**kept, **extra, "hook": "ran", "hook_rc": rc})
+    return True
+
+
+def _pay_hook(entry: Entry, path: str, runs_dir: str, log: Log) -> bool:
+    """Run the hook of a terminal claim whose concluder died before its hook had run; whether it is settled now."""
+    with settling(path) as body:
+        if body is None:
+            return False  # its concluder is still at it
+        if body.get("hook") != "pending":
+            return True
+        slot = parse_instant(body["slot"])
+        status = body["state"]
+        info = {"status": status, **{k: body[k] for k in ("run_id", "error") if k in body}}
+        log("hook-owed", {"manifest": entry.name, "slot": body["slot"], "detached": True,
+                          "reason": "the process that concluded the slot ended before its hook had run"})
+        rc = _hook(entry, slot, path[:-5] + ".log", runs_dir, info, log)
+        written = {"slot", "manifest", "state", "at", "hook", "hook_rc", *owner.current()}
+        rest = {k: v for k, v in body.items() if k not in written}
+        mark(path, entry, slot, status, **{**rest, "hook": "ran", "hook_rc": rc})
+        return True
+
+
+def settle(entry: Entry, runs_dir: str, log: Log, known: set[str] | None = None) -> list[dict]:
+    """Conclude the slots of ``entry`` whose starter is gone and whose run has ended; what each ended as.
+
+    A claim still ``claimed``, ``queued`` or ``started`` is left alone
+    while the process that wrote it lives (it concludes the slot itself),
+    while that process is on another host (it cannot be looked at from
+    here), and while the run it started still runs (a detached run).
+    Otherwise the slot ends as its newest record says (``died`` for a
+    ``running`` record whose owner is gone), or ``died`` when no record
+    was written. ``known`` collects the claims seen terminal, which need
+    no second look.
+    """
+    folder = entry.claims_dir(runs_dir)
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".json")) if os.path.isdir(folder) else []
+    records: dict[str, dict] | None = None
+    done = []
+    for name in names:
+        path = os.path.join(folder, name)
+        if known is not None and path in known:
+            continue
+        body = read_claim(path)
+        if body.get("state") in TERMINAL:
+            if body.get("hook") == "pending" and owner.alive(body) is False and not _pay_hook(entry, path, runs_dir, log):
+                continue
+            if known is not None:
+                known.add(path)
+            continue
+        if not body.get("slot") or owner.alive(body) is not False:
+            continue
+        if body.get("state") == "started" and owner.alive(_run_owner(body)) is not False:
+            continue
+        if records is None:
+            records = slot_records(runs_dir, entry.name)
+        info = _ended(body, records.get(body["slot"]))
+        if info is not None and conclude(entry, parse_instant(body["slot"]), path, info, runs_dir, log, detached=True):
+            done.append(info)
+    return done
+
+
+def _run_owner(body: Mapping[str, Any]) -> dict:
+    if isinstance(body.get("run_owner"), dict):
+        return body["run_owner"]
+    # a claim written before it named its run's owner: the pid, on the starter's host and boot
+    return {"host": body.get("host"), "pid": body.get("run_pid"), "boot_id": body.get("boot_id")}
+
+
+def _ended(body: Mapping[str, Any], record: Mapping[str, Any] | None) -> dict | None:
+    """What a slot whose starter is gone ended as, from its claim and newest record; None while it may still run."""
+    from hetflow.engine.store.runs import status_of
+
+    if record is not None:
+        status = status_of(record)
+        info = {"run_id": record.get("run_id"), "rc": None}
+        if status == "succeeded":
+            return {"status": "succeeded", **info}
+        if status in ("failed", "cancelled"):
+            return {"status": "failed", **info, "error": (record.get("error") or {}).get("message")
+                    if isinstance(record.get("error"), dict) else record.get("error") or status}
+        if status == "died":
+            return {"status": "died", **info, "error": "its run died: the process ended without finishing its record"}
+        return None
+    if body.get("state") == "started":
+        return {"status": "died", "run_id": None, "rc": None, "error": "its run ended without writing a record"}
+    return {"status": "died", "run_id": None, "rc": None,
+            "error": "the scheduler that claimed it ended before starting its run"}
+
+
+def retry_claim(runs_dir: str, entry: Entry, slot: datetime) -> str | None:
+    """Take the claim of ``slot`` back for a new run when its run failed or died: its path, or None.
+
+    The step from ``failed`` or ``died`` to ``claimed`` is taken under the
+    slot's ``flock``, so of two retries at once one reruns the slot.
+    """
+    path = os.path.join(entry.claims_dir(runs_dir), _slot_file(slot) + ".json")
+    if not os.path.isfile(path):
+        return None
+    with settling(path) as body:
+        if body is None or body.get("state") not in ("failed", "died"):
+            return None
+        mark(path, entry, slot, "claimed", tries=int(body.get("tries") or 1) + 1, log=body.get("log"))
+    return path
+
+
+HOOK_TIMEOUT_S = 300
+
+
+def run_hook(child: Child, info: Mapping[str, Any], log: Log) -> int | None:
+    """Run the schedule's ``on_success`` or ``on_failure`` command for a finished slot; its exit code.
+
+    The command runs through the shell from the manifest's folder, its
+    output appended to the slot's log, with the record's path and the
+    outcome in its environment (see the schema's ``on_failure``).
+    ``on_failure`` runs for a slot that failed or died. :func:`conclude`
+    calls it once per run.
+    """
+    return _hook(child.entry, child.slot, child.log, child.runs_dir, info, log)
+
+
+def _hook_command(entry: Entry, status: str) -> tuple[str, str] | None:
+    """(which hook, its command) that a slot ending as ``status`` runs; None when there is none."""
+    which = "on_success" if status == "succeeded" else "on_failure" if status in ("failed", "died") else None
+    command = getattr(entry.schedule, which) if which else None
+    return (which, command) if command else None
+
+
+def _hook(entry: Entry, slot: datetime, log_path: str, runs_dir: str, info: Mapping[str, Any], log: Log) -> int | None:
+    found = _hook_command(entry, info["status"])
+    if found is None:
+        return None
+    which, command = found
+    record = ""
+    if info.get("run_id"):
+        folder = os.path.join(runs_dir, info["run_id"])
+        record = next((os.path.abspath(os.path.join(folder, n)) for n in ("record.json", "sweep.json")
+                       if os.path.isfile(os.path.join(folder, n))), "")
+    env = {**os.environ, "HETFLOW_RECORD": record, "HETFLOW_RUN_ID": info.get("run_id") or "",
+           "HETFLOW_STATUS": info["status"], "HETFLOW_MANIFEST": entry.name, "HETFLOW_SLOT": slot_id(slot),
+           "HETFLOW_ERROR": str(info.get("error") or "")}
+    with open(log_path, "ab") as f:
+        f.write(f"{which}: {command}\n".encode())
+        f.flush()
+        try:
+            rc: int | None = subprocess.run(command, shell=True, cwd=os.path.dirname(os.path.abspath(entry.file)),
+                                            env=env, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                                            timeout=HOOK_TIMEOUT_S).returncode
+        except subprocess.TimeoutExpired:
+            rc = None
+    log("hook", {"manifest": entry.name, "slot": slot_id(slot), "hook": which, "rc": "timed out" if rc is None else rc})
+    return rc
+
+
+# --- run-due ------------------------------------------------------------------------------------
+
+
+def run_due(files: Sequence[str], runs_dir: str, now: datetime, log: Log,
+            wait: float = 0.5, dry_run: bool = False, retry: bool = False) -> tuple[dict, list[Diagnostic]]:
+    """Decide and run every slot of ``files`` due at ``now``, and return when all have ended.
+
+    ``dry_run`` decides without acting: each due slot is logged as
+    ``would-run``, ``would-skip`` or ``would-queue``; nothing is claimed,
+    started or written.
+
+    First the slots whose starter is gone are concluded (:func:`settle`).
+    The slots of one manifest run one after another, oldest first; different
+    manifests run side by side. ``queue``, and every slot of a backlog, waits
+    (polling every ``wait`` seconds) for the active run to end. ``retry``
+    (``--now`` given) also reruns the slot ``now`` names, when ``now`` is
+    exactly one of its fire times, if that slot's run failed or died. Returns counts per
+    outcome and the diagnostics of manifests that did not validate (those
+    are left alone; the others still run). Two different files that name
+    one manifest are a :class:`UsageError`.
+    """
+    counts = {"started": 0, "succeeded": 0, "failed": 0, "skipped": 0, "claimed_elsewhere": 0, "invalid": 0,
+              "would_run": 0, "would_skip": 0, "would_queue": 0, "settled": 0, "retried": 0}
+    problems: list[Diagnostic] = []
+    entries = []
+    for file in files:
+        try:
+            entry = load_entry(file)
+        except ManifestError as e:
+            problems.extend(e.diagnostics)
+            counts["invalid"] += 1
+            continue
+        except UsageError as e:
+            problems.append(Diagnostic(None, f"{file}: {e}"))
+            counts["invalid"] += 1
+            continue
+        if entry is not None:
+            entries.append(entry)
+    entries = check_identities(entries)
+    claimed = []
+    for entry in entries:
+        try:
+            check_claimed(runs_dir, entry)
+        except UsageError as e:
+            problems.append(Diagnostic(None, str(e)))
+            counts["invalid"] += 1
+            continue
+        claimed.append(entry)
+    entries = claimed
+    guard = threading.Lock()
+
+    def locked_log(event: str, fields: Mapping[str, Any]) -> None:
+        with guard:
+            log(event, fields)
+
+    def count(key: str) -> None:
+        with guard:
+            counts[key] += 1
+
+    with ThreadPoolExecutor(max_workers=max(1, len(entries))) as pool:
+        due = _dry_entry_due if dry_run else _run_entry_due
+        for f in [pool.submit(due, e, runs_dir, now, locked_log, count, wait, retry) for e in entries]:
+            f.result()
+    return counts, problems
+
+
+def _dry_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: Callable[[str], None], wait: float,
+                   retry: bool = False) -> None:
+    slots = due_slots(entry.schedule, history(runs_dir, entry), now)
+    policy = _policy(entry, slots)
+    active = policy != "allow" and entry.active(runs_dir)
+    for slot in slots:
+        fields = {"manifest": entry.name, "slot": slot_id(slot)}
+        if active and policy == "skip":
+            count("would_skip")
+            log("would-skip", {**fields, "reason": "a run of this manifest is active"})
+        elif active:
+            count("would_queue")
+            log("would-queue", {**fields, "reason": "a run of this manifest is active"})
+        else:
+            count("would_run")
+            log("would-run", {**fields, "command": " ".join(command(entry, slot, runs_dir)[3:])})
+
+
+def _policy(entry: Entry, slots: Sequence[datetime]) -> str:
+    """``max_active`` for a single due slot; a backlog (more than one) is always queued, one slot after another."""
+    return "queue" if len(slots) > 1 else entry.schedule.max_active
+
+
+GRACE_S = 300.0
+
+
+def status(files: Sequence[str], runs_dir: str, now: datetime,
+           grace: float = GRACE_S) -> tuple[list[dict], list[Diagnostic]]:
+    """Per scheduled manifest: its last slot and what became of it (the run, its status), and its next slot.
+
+    ``overdue`` names the newest fire time more than ``grace`` seconds
+    before ``now`` when no claim or record has it yet (no scheduler decided
+    it), else None.
+    """
+    from hetflow.engine.store.runs import status_of
+
+    entries, problems = [], []
+    for file in files:
+        try:
+            entry = load_entry(file)
+        except ManifestError as e:
+            problems.extend(e.diagnostics)
+            continue
+        if entry is not None:
+            entries.append(entry)
+    rows = []
+    for entry in check_identities(entries):
+        done = history(runs_dir, entry)
+        last = max(done) if done else None
+        row: dict[str, Any] = {"manifest": entry.name, "file": entry.file, "cron": entry.schedule.cron,
+                               "last_slot": last, "state": None, "run_id": None, "status": None, "duration_s": None,
+                               "active": entry.active(runs_dir),
+                               "next_slot": slot_id(entry.schedule.after(now, 1)[0]), "overdue": None}
+        expected = entry.schedule.latest(now - timedelta(seconds=grace), 1)[0]
+        if last is None or slot_id(expected) > last:
+            row["overdue"] = slot_id(expected)
+        if last is not None:
+            claim_file = os.path.join(entry.claims_dir(runs_dir), _slot_file(parse_instant(last)) + ".json")
+            try:
+                with open(claim_file, encoding="utf-8") as f:
+                    body = json.load(f)
+            except (OSError, ValueError):
+                body = {}
+            row["state"] = body.get("state") or done[last]
+            row["run_id"] = body.get("run_id")
+            rec = slot_records(runs_dir, entry.name).get(last)
+            if rec is not None:
+                row.update(run_id=rec.get("run_id"), status=status_of(rec), duration_s=rec.get("duration_s"))
+        rows.append(row)
+    return rows, problems
+
+
+def _run_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: Callable[[str], None], wait: float,
+                   retry: bool = False) -> None:
+    for _ in settle(entry, runs_dir, log):
+        count("settled")
+    named = entry.schedule.latest(now, 1)[0]
+    if retry and named == now:
+        path = retry_claim(runs_dir, entry, named)
+        if path is not None:
+            count("retried")
+            log("retrying", {"manifest": entry.name, "slot": slot_id(named)})
+            _run_slot(entry, named, path, entry.schedule.max_active, runs_dir, log, count, wait)
+    slots = due_slots(entry.schedule, history(runs_dir, entry), now)
+    for slot in slots:
+        path = claim(runs_dir, entry, slot)
+        if path is None:
+            count("claimed_elsewhere")
+            log("claimed-elsewhere", {"manifest": entry.name, "slot": slot_id(slot)})
+            continue
+        _run_slot(entry, slot, path, _policy(entry, slots), runs_dir, log, count, wait)
+
+
+def _run_slot(entry: Entry, slot: datetime, path: str, policy: str, runs_dir: str, log: Log,
+              count: Callable[[str], None], wait: float) -> None:
+    fields = {"manifest": entry.name, "slot": slot_id(slot)}
+    if policy != "allow" and entry.active(runs_dir):
+        if policy == "skip":
+            mark(path, entry, slot, "skipped", reason="a run of this manifest is active")
+            count("skipped")
+            log("skipped", {**fields, "reason": "a run of this manifest is active"})
+            return
+        log("queued", fields)
+    while True:
+        while policy == "queue" and entry.active(runs_dir):
+            time.sleep(wait)
+        child = start(entry, slot, runs_dir, path)
+        count("started")
+        log("started", {**fields, "pid": child.process.pid})
+        child.process.wait()
+        if child.process.returncode == LOCKED and policy == "queue":
+            continue
+        info = _finish(child, log)
+        count("skipped" if info["status"] == "locked" else info["status"])
+        return
+
+
+def format_event(event: str, fields: Mapping[str, Any], fmt: str = "text", at: float | None = None) -> str:
+    """One log line: ``TIME EVENT key=value ...`` or a JSON object with ``ts`` and ``event``.
+
+    >>> format_event("started", {"manifest": "m", "slot": "2026-01-01T00:00:00Z"}, at=0)
+    '1970-01-01T00:00:00.000Z started manifest=m slot=2026-01-01T00:00:00Z'
+    """
+    ts = utc_iso(time.time() if at is None else at)
+    if fmt == "json":
+        return json.dumps({"ts": ts, "event": event, **fields}, default=str)
+    parts = []
+    for k, v in fields.items():
+        if v is None:
+            continue
+        text = v if isinstance(v, str) else json.dumps(v, default=str)
+        parts.append(f"{k}={json.dumps(text) if (' ' in text or not text) else text}")
+    return " ".join([ts, event, *parts])

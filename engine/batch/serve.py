@@ -1,0 +1,217 @@
+"""``hetflow schedule serve``: the scheduler's loop, around the decisions of :mod:`hetflow.engine.batch.schedule`.
+
+:class:`Server` loops: reread manifests whose file changed, reap finished
+runs, conclude the slots of runs whose scheduler is gone
+(:func:`~hetflow.engine.batch.schedule.settle`), start queued slots, decide due
+slots, sleep until the next fire time or the poll interval. A backlog
+(more than one slot due at once, after downtime) is queued whole, oldest
+first, whatever ``max_active`` says; a single due slot meets
+``max_active``. On SIGTERM it stops starting runs, gives the claims of
+queued slots back, and *detaches* the runs still going (they run in
+their own session and write their own records); a restarted scheduler,
+or ``run-due``, sees them through their records and run locks and
+concludes each once it ends: its claim's terminal state and its hook.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable, Sequence
+
+from hetflow.engine.manifest.cron import _UTC, due_slots, slot_id
+from hetflow.engine.errors import ManifestError, UsageError
+from hetflow.engine.batch.claims import Entry, check_claimed, check_identities, claim, discover, history, load_entry, mark
+from hetflow.engine.batch.schedule import LOCKED, Child, Log, _finish, settle, start
+
+__all__ = ["Server"]
+
+
+@dataclass
+class _Watched:
+    entry: Entry | None
+    stamp: tuple
+    error: str | None = None
+
+
+@dataclass
+class _Queued:
+    entry: Entry
+    slot: datetime
+    claim: str
+    backlog: bool = False
+
+
+class Server:
+    """``hetflow schedule serve``: a loop over :meth:`tick`; see the module docstring.
+
+    ``clock`` gives the current instant (a test can move it); ``log(event, fields)``
+    receives one call per event.
+    """
+
+    def __init__(self, paths: Sequence[str], runs_dir: str, log: Log, poll: float = 5.0,
+                 clock: Callable[[], datetime] = lambda: datetime.now(_UTC)) -> None:
+        if poll <= 0:
+            raise UsageError("--poll must be more than 0 seconds")
+        self.paths = list(paths)
+        self.runs_dir = runs_dir
+        self.log = log
+        self.poll = poll
+        self.clock = clock
+        self.watched: dict[str, _Watched] = {}
+        self.running: list[Child] = []
+        self.queued: list[_Queued] = []
+        self.settled: set[str] = set()
+        self.stopping = False
+
+    def scan(self) -> None:
+        """Load new manifests, reload changed ones, forget removed ones."""
+        try:
+            files = discover(self.paths)
+        except UsageError as e:
+            self.log("error", {"error": str(e)})
+            files = [f for f in self.watched if os.path.exists(f)]
+        for file in list(self.watched):
+            if file not in files:
+                old = self.watched.pop(file)
+                self.log("removed", {"file": file, "manifest": old.entry.name if old.entry else None})
+        for file in files:
+            try:
+                st = os.stat(file)
+            except OSError:
+                continue
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+            seen = self.watched.get(file)
+            if seen is not None and seen.stamp == stamp:
+                continue
+            try:
+                entry = load_entry(file)
+                error = None
+                if entry is not None:
+                    check_identities([w.entry for f, w in self.watched.items() if f != file and w.entry] + [entry])
+                    check_claimed(self.runs_dir, entry)
+            except ManifestError as e:
+                entry, error = None, "; ".join(str(d) for d in e.diagnostics)
+            except UsageError as e:
+                entry, error = None, f"{file}: {e}"
+            self.watched[file] = _Watched(entry, stamp, error)
+            if error:
+                self.log("invalid", {"file": file, "error": error})
+            elif entry is not None:
+                nxt = entry.schedule.after(self.clock(), 1)[0]
+                self.log("reloaded" if seen is not None else "loaded",
+                         {"file": file, "manifest": entry.name, "cron": entry.schedule.cron,
+                          "timezone": entry.schedule.timezone, "catchup": entry.schedule.catchup,
+                          "max_active": entry.schedule.max_active, "next": slot_id(nxt)})
+            elif seen is not None and seen.entry is not None:
+                self.log("unscheduled", {"file": file, "manifest": seen.entry.name})
+
+    def _active(self, entry: Entry) -> bool:
+        return any(c.entry.name == entry.name for c in self.running) or entry.active(self.runs_dir)
+
+    def _busy(self, entry: Entry) -> bool:
+        return self._active(entry) or any(q.entry.name == entry.name for q in self.queued)
+
+    def _start(self, entry: Entry, slot: datetime, path: str, backlog: bool = False) -> None:
+        child = start(entry, slot, self.runs_dir, path, backlog=backlog)
+        self.running.append(child)
+        self.log("started", {"manifest": entry.name, "slot": slot_id(slot), "pid": child.process.pid})
+
+    def reap(self) -> None:
+        for child in list(self.running):
+            if child.process.poll() is None:
+                continue
+            self.running.remove(child)
+            if child.process.returncode == LOCKED and (child.entry.schedule.max_active == "queue" or child.backlog):
+                self.queued.insert(0, _Queued(child.entry, child.slot, child.claim, child.backlog))
+                mark(child.claim, child.entry, child.slot, "queued")
+                self.log("queued", {"manifest": child.entry.name, "slot": slot_id(child.slot)})
+                continue
+            _finish(child, self.log)
+
+    def _start_queued(self) -> None:
+        """Start each queued slot, oldest first, whose manifest is idle: one per manifest at a time."""
+        for item in list(self.queued):
+            if not self._active(item.entry):
+                self.queued.remove(item)
+                self._start(item.entry, item.slot, item.claim, item.backlog)
+
+    def tick(self) -> None:
+        """One round: reap, conclude runs left by a scheduler now gone, start queued slots, decide due slots."""
+        self.reap()
+        entries = list({w.entry.name: w.entry for w in self.watched.values() if w.entry is not None}.values())
+        for entry in entries:
+            settle(entry, self.runs_dir, self.log, self.settled)
+        self._start_queued()
+        now = self.clock()
+        for entry in entries:
+            slots = due_slots(entry.schedule, history(self.runs_dir, entry), now)
+            backlog = len(slots) > 1
+            for slot in slots:
+                path = claim(self.runs_dir, entry, slot)
+                fields = {"manifest": entry.name, "slot": slot_id(slot)}
+                if path is None:
+                    self.log("claimed-elsewhere", fields)
+                    continue
+                policy = entry.schedule.max_active
+                if backlog:
+                    mark(path, entry, slot, "queued")
+                    self.queued.append(_Queued(entry, slot, path, backlog=True))
+                    self.log("queued", {**fields, "reason": "a backlog of missed slots runs one slot after another"})
+                elif policy == "allow" or not self._busy(entry):
+                    self._start(entry, slot, path)
+                elif policy == "skip":
+                    mark(path, entry, slot, "skipped", reason="a run of this manifest is active")
+                    self.log("skipped", {**fields, "reason": "a run of this manifest is active"})
+                else:
+                    mark(path, entry, slot, "queued")
+                    self.queued.append(_Queued(entry, slot, path))
+                    self.log("queued", fields)
+        self._start_queued()
+
+    def _sleep_for(self) -> float:
+        now = self.clock()
+        wake = self.poll
+        for watched in self.watched.values():
+            if watched.entry is not None:
+                nxt = watched.entry.schedule.after(now, 1)[0]
+                wake = min(wake, (nxt - now).total_seconds() + 0.05)
+        if self.running or self.queued:
+            wake = min(wake, 0.5)
+        return max(wake, 0.05)
+
+    def stop(self, *_: Any) -> None:
+        self.stopping = True
+
+    def serve(self) -> None:
+        """Run until SIGTERM or SIGINT (or :meth:`stop`); then give back queued claims and detach."""
+        old = {s: signal.signal(s, self.stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        self.log("serving", {"paths": self.paths, "runs_dir": self.runs_dir, "pid": os.getpid(), "poll_s": self.poll})
+        try:
+            while not self.stopping:
+                try:
+                    self.scan()
+                    self.tick()
+                except OSError as e:
+                    # A full disk or a runs directory gone for a moment must not end the scheduler.
+                    self.log("error", {"error": f"{type(e).__name__}: {e}"})
+                deadline = time.monotonic() + self._sleep_for()
+                while not self.stopping and time.monotonic() < deadline:
+                    time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+            self.reap()
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
+        for item in self.queued:
+            try:
+                os.unlink(item.claim)
+            except OSError:
+                pass
+            self.log("unqueued", {"manifest": item.entry.name, "slot": slot_id(item.slot)})
+        self.queued.clear()
+        for child in self.running:
+            self.log("detached", {"manifest": child.entry.name, "slot": slot_id(child.slot), "pid": child.process.pid})
+        self.log("stopped", {"detached": len(self.running)})

@@ -1,0 +1,328 @@
+"""Running the points of a matrix sweep: in parallel, cancellable, resumable.
+
+A sweep's state is its ``sweep.json`` (:func:`hetflow.engine.store.runs.new_sweep`):
+one row per point with its status (``pending``, ``running``, then
+``succeeded``, ``failed`` or ``cancelled``) and the run that ran it.
+:func:`run_points` runs the rows it is given, up to ``parallel`` at a time
+in threads, each point under its own run lock (the lock is per manifest
+and resolved params, so points never block each other), and rewrites
+``sweep.json`` atomically whenever a row changes.
+
+Cancellation (SIGINT or SIGTERM, :mod:`hetflow.engine.run.cancel`) reaches
+every point's run through the shared flag: running points write their
+records as ``cancelled``, points not started stay ``pending``, the sweep
+says ``cancelled`` and :class:`~hetflow.engine.errors.RunCancelled` is
+raised. :func:`resume_rows` then picks what a resumed sweep runs: every
+point that did not succeed, a point whose run had started continuing
+that run (``--resume RUN_ID``) so its finished partitions are reused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Mapping
+
+from hetflow.engine.store import owner
+from hetflow.engine.run.cancel import Cancel, current
+from hetflow.engine.errors import HetflowError, RunCancelled, UsageError
+from hetflow.engine.store.records import json_writer, remove_partial_writes, utc_iso, write_atomic
+from hetflow.engine.store.runs import owner_of, read_fields, status_of, write_sweep
+from hetflow.engine.run.threads import POOLS, point
+
+__all__ = ["run_points", "resume_rows", "RESUMABLE"]
+
+#: what a point (or a run, or a sweep) may say and still be resumed: ``died`` is a ``running`` record whose process
+#: is gone (:func:`hetflow.engine.store.runs.status_of`)
+RESUMABLE = ("cancelled", "failed", "running", "died")
+
+
+def resume_rows(summary: Mapping[str, Any], runs_dir: str) -> list[tuple[dict, str | None]]:
+    """(row, run id to continue or None) for every point of a sweep that did not succeed.
+
+    A point that says ``running`` in a sweep whose process died is resumed,
+    continuing its run; a point whose run still runs in a live process
+    (resumed on its own by another command, say) is a :class:`UsageError`,
+    since resuming it here would run it twice at once.
+
+    >>> rows = [{"name": "a", "status": "succeeded", "run_id": "r1"}, {"name": "b", "status": "pending", "run_id": None},
+    ...         {"name": "c", "status": "running", "run_id": None}]
+    >>> [(r["name"], again) for r, again in resume_rows({"points": rows}, "runs")]
+    [('b', None), ('c', None)]
+    """
+    out = []
+    for row in summary.get("points", []):
+        if row.get("status") == "succeeded":
+            continue
+        run_id = row.get("run_id")
+        record = os.path.join(runs_dir, run_id, "record.json") if run_id else None
+        again = run_id if record and os.path.isfile(record) else None
+        if again is not None:
+            data = read_fields(record, ("status", "owner", "host")) or {}
+            who = owner_of(data) or {}
+            mine = who.get("pid") == os.getpid() and who.get("host") == owner.current()["host"]  # a call of ours ended
+            if status_of(data) == "running" and owner.alive(who) and not mine:
+                raise UsageError(f"point {row.get('name')}: its run {again} is still running (pid {who.get('pid')} on "
+                                 f"{who.get('host')}); stop it first, or wait for it to end")
+        out.append((row, again))
+    return out
+
+
+def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one: Callable[..., Any], *,
+               parallel: int = 1, on_point: Callable[[dict], None] | None = None, cancel: Cancel | None = None,
+               resume: bool = False) -> dict:
+    """Run ``run_one(job, row, named)`` for each (row, job) of ``todo`` and keep ``sweep.json`` in step.
+
+    ``run_one`` returns an object with ``status``, ``run_id``, ``record_path``,
+    ``record`` and ``error`` (a :class:`hetflow.Run`), and calls ``named(run_id)``
+    as soon as the point's run has its folder, so that ``sweep.json`` names
+    the run of a point that is stopped half way. Returns the summary;
+    raises :class:`RunCancelled` when the sweep was cancelled.
+
+    A sweep run again (``resume``) keeps its earlier attempts: each is an
+    entry of ``attempts`` (started, ended, duration, status, cancellation,
+    owner), ``started_at`` stays the first attempt's and ``duration_s`` is
+    the sum of the attempts' durations. A second signal's forced exit
+    writes the summary as cancelled (:meth:`Cancel.on_forced_exit`), and
+    anything else that ends the sweep early (a ``KeyboardInterrupt`` in the
+    Python API, an error) leaves it cancelled or failed, never ``running``.
+    """
+    if parallel < 1:
+        raise UsageError("--parallel must be at least 1")
+    cancel = cancel or current() or Cancel()
+    cancel.name_subject("sweep", summary["sweep_id"], os.path.join(folder, "sweep.json"))
+    runs_dir = os.path.dirname(os.path.abspath(folder))
+    guard = threading.Lock()
+    started = time.time()
+    attempts = _earlier_attempts(summary) if resume else []
+    summary.update(status="running", ended_at=None, duration_s=None, parallel=parallel, owner=owner.current())
+    summary.pop("cancelled", None)
+    if attempts:
+        summary["attempts"] = attempts
+        summary["started_at"] = attempts[0].get("started_at") or summary.get("started_at")
+    # a new sweep's summary was stamped when its folder was made: that is its first attempt's start
+    this_start = summary["started_at"] if not attempts and summary.get("started_at") else utc_iso(started)
+    summary.setdefault("started_at", this_start)
+    write_sweep(folder, summary)
+    finished = threading.Event()
+    writer = _Writer(os.path.join(folder, "sweep.json"), summary, guard, finished)
+
+    def save(row: dict, **changes: Any) -> None:
+        with guard:
+            row.update(changes)
+            if not finished.is_set():
+                writer.request()
+        if on_point is not None and row["status"] not in ("running", "pending"):
+            on_point(dict(row))
+
+    def named(row: dict) -> Callable[[str], None]:
+        def name(run_id: str) -> None:
+            save(row, run_id=run_id, record=os.path.join(run_id, "record.json"))
+        return name
+
+    def one(row: dict, job: Any) -> None:
+        if cancel.requested:
+            return
+        save(row, status="running", error=None)
+        try:
+            with point():
+                done = run_one(job, row, named(row))
+        except RunCancelled as e:
+            run_id = os.path.basename(os.path.dirname(e.record_path)) if e.record_path else row.get("run_id")
+            save(row, status="cancelled", run_id=run_id, error=str(e),
+                 record=os.path.relpath(e.record_path, runs_dir) if e.record_path else row.get("record"))
+            return
+        except HetflowError as e:  # a point that cannot start (its lock is held, its inputs are wrong)
+            save(row, status="failed", error=str(e))
+            return
+        except BaseException as e:  # an interrupt or a bug: the point's state is known, the sweep ends
+            save(row, status="cancelled" if isinstance(e, KeyboardInterrupt) else "failed",
+                 error=f"{type(e).__name__}: {e}")
+            raise
+        save(row, status=done.status, run_id=done.run_id, record=os.path.relpath(done.record_path, runs_dir),
+             outputs={k: v["digest"] for k, v in done.record["outputs"].items()}, error=done.error)
+
+    def close(status: str, forced: bool = False) -> None:
+        """Write the summary's end: its status, this attempt's entry and, when cancelled, what had finished."""
+        now = time.time()
+        rows = summary["points"]
+        if status == "cancelled":
+            for row in rows:
+                if row["status"] == "running":
+                    row["status"] = "cancelled"
+            summary["cancelled"] = {"signal": cancel.signal or "SIGINT", "at": utc_iso(cancel.at or now),
+                                    "finished": [r["name"] for r in rows if r["status"] in ("succeeded", "failed")],
+                                    "forced_exit": forced}
+        this = {"attempt": len(attempts) + 1, "started_at": this_start, "ended_at": utc_iso(now),
+                "duration_s": round(now - started, 6), "status": status, "owner": summary.get("owner"),
+                "cancelled": summary.get("cancelled")}
+        summary.update(status=status, ended_at=utc_iso(now), attempts=attempts + [this],
+                       duration_s=round(sum(a.get("duration_s") or 0.0 for a in attempts) + now - started, 6))
+        with writer.writing(wait_s=1.0 if forced else None):
+            write_sweep(folder, summary)
+
+    def forced_exit() -> None:
+        # a second signal ends the process now: the summary says cancelled and names every point's run.
+        # The guard is not waited for long: the signal may have come to a thread that holds it.
+        got = guard.acquire(timeout=1.0)
+        try:
+            if not finished.is_set():
+                finished.set()
+                close("cancelled", forced=True)
+                remove_partial_writes(os.path.join(folder, "sweep.json"))
+        finally:
+            if got:
+                guard.release()
+
+    forget_hook = cancel.on_forced_exit(forced_exit)
+    # the points at once share the cores: each point's BLAS gets cores // parallel threads (hetflow.engine.run.threads)
+    pools = POOLS.claim(min(parallel, max(1, len(todo))))
+    pools.__enter__()
+    try:
+        if parallel == 1:
+            for row, job in todo:
+                one(row, job)
+        else:
+            with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="hetflow-point") as pool:
+                futures = [pool.submit(one, row, job) for row, job in todo]
+                try:
+                    for future in futures:
+                        future.result()
+                except BaseException:
+                    cancel.request("SIGINT")  # the points not started stay pending, running ones stop
+                    for future in futures:
+                        future.cancel()
+                    raise
+    except BaseException as e:
+        with guard:
+            if not finished.is_set():
+                finished.set()
+                if isinstance(e, KeyboardInterrupt):
+                    cancel.request("SIGINT")
+                close(_overall(summary["points"], cancel.requested, interrupted=True))
+        forget_hook()
+        raise
+    finally:
+        pools.__exit__(None, None, None)
+        writer.stop()
+    rows = summary["points"]
+    status = _overall(rows, cancel.requested)
+    with guard:
+        if finished.is_set():  # a forced exit is writing the summary; the process ends with it
+            forget_hook()
+            return summary
+        finished.set()
+        if status != "cancelled":
+            summary.pop("cancelled", None)
+        close(status)
+    forget_hook()
+    if status == "cancelled":
+        done = len(summary["cancelled"]["finished"])
+        raise RunCancelled(f"sweep {summary['sweep_id']} cancelled by {cancel.signal}: {done} of {len(rows)} points "
+                           f"had finished", os.path.join(folder, "sweep.json"), cancel.signal)
+    return summary
+
+
+class _Writer:
+    """Writes ``sweep.json`` in its own thread whenever the summary changes: one write at a time, each of the
+    state when it starts, so a point never waits on the summary's fsync, and the changes points make while a
+    write is under way go out together in the next one.
+
+    Each write is atomic (the file is a whole earlier state or the new one), so a sweep killed at any moment
+    leaves a summary at most one write behind its points: a point's run may exist before its row names it,
+    as when the kill falls between the run's folder and the row. :func:`resume_rows` and the runs' own
+    records settle both. The summary's end is written by the sweep itself, after the last of these
+    (:meth:`writing`); a write that starts once the sweep has finished leaves the file to it.
+    """
+
+    def __init__(self, path: str, summary: dict, guard: threading.Lock, finished: threading.Event) -> None:
+        self._path, self._summary, self._guard, self._finished = path, summary, guard, finished
+        self._wanted = self._written = 0
+        self._stopping = False
+        self._changed = threading.Condition()
+        self._lock = threading.Lock()  # one write to the file at a time, this thread's or the sweep's end
+        self._thread: threading.Thread | None = None
+
+    def request(self) -> None:
+        """The summary changed (called holding the sweep's guard): write it soon."""
+        with self._changed:
+            self._wanted += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="hetflow-sweep-json", daemon=True)
+                self._thread.start()
+            self._changed.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._changed:
+                while self._written == self._wanted and not self._stopping:
+                    self._changed.wait()
+                if self._written == self._wanted:
+                    return
+                target = self._wanted
+            with self._guard:
+                write = None if self._finished.is_set() else json_writer(self._summary)
+            if write is not None:
+                with self._lock:
+                    if not self._finished.is_set():
+                        write_atomic(self._path, write)
+            with self._changed:
+                self._written = target
+                self._changed.notify_all()
+
+    def stop(self) -> None:
+        """Wait for the writes asked for so far, then end the thread."""
+        with self._changed:
+            self._stopping = True
+            self._changed.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+    @contextlib.contextmanager
+    def writing(self, wait_s: float | None = None):
+        """Hold the file for the sweep's own write: after any write under way (waiting at most ``wait_s``)."""
+        got = self._lock.acquire(timeout=-1 if wait_s is None else wait_s)
+        try:
+            yield
+        finally:
+            if got:
+                self._lock.release()
+
+
+def _overall(rows: list[dict], cancelled: bool, interrupted: bool = False) -> str:
+    """A sweep's status from its points': cancelled when it was stopped with points left, else failed unless
+    every point succeeded.
+
+    >>> _overall([{"status": "succeeded"}, {"status": "pending"}], cancelled=True)
+    'cancelled'
+    >>> _overall([{"status": "succeeded"}, {"status": "failed"}], cancelled=True)
+    'failed'
+    """
+    states = {r["status"] for r in rows}
+    if (cancelled or interrupted) and states - {"succeeded", "failed"}:
+        return "cancelled"
+    return "failed" if states - {"succeeded"} else "succeeded"
+
+
+def _earlier_attempts(summary: Mapping[str, Any]) -> list[dict]:
+    """The attempts a sweep's summary holds already: its ``attempts``, or for a summary written before any
+    attempt was recorded, the one its own fields describe; none for a sweep that never ran.
+
+    >>> _earlier_attempts({"status": "pending"})
+    []
+    >>> [a["status"] for a in _earlier_attempts({"status": "cancelled", "started_at": "t0", "duration_s": 2.0})]
+    ['cancelled']
+    """
+    if summary.get("attempts"):
+        return [dict(a) for a in summary["attempts"]]
+    status = summary.get("status")
+    if status in (None, "pending") or not summary.get("started_at"):
+        return []
+    if status == "running":
+        status = owner.state_of(status, summary.get("owner"))
+    return [{"attempt": 1, "started_at": summary.get("started_at"), "ended_at": summary.get("ended_at"),
+             "duration_s": summary.get("duration_s"), "status": status, "owner": summary.get("owner"),
+             "cancelled": summary.get("cancelled")}]

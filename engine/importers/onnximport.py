@@ -1,0 +1,607 @@
+"""``hetflow import onnx``: an ONNX model as a manifest, its weights as a safetensors file.
+
+:func:`import_onnx` reads ``MODEL.onnx`` and writes, into one folder:
+
+- ``MODEL.yaml``, a normal manifest: one ``cpu`` executor, one ``input``
+  stage per graph input, one ``load`` stage per initializer (or constant)
+  a node reads as a tensor, the nodes' stages, and ``outputs:`` naming the
+  stage of each graph output;
+- ``MODEL.safetensors``, the arrays those ``load`` stages read, under their
+  ONNX names;
+- with ``allow_missing`` and nodes hetflow cannot run,
+  ``MODEL_missing.py``, a plugin named in ``plugins:`` with one op per
+  missing op type (``onnx.TopK``) that raises ``NotImplementedError``
+  until it is filled in.
+
+The passes, in order (:func:`import_onnx` lists them):
+
+1. **read**: ``onnx.load`` (external data beside the model), the checker,
+   and ONNX's shape inference, which gives every value's static shape and
+   element type. A graph input with a dimension of no fixed size is
+   refused: hetflow's stages have static shapes.
+2. **values**: every tensor name -> :class:`_Value` (shape, dtype, the
+   constant array where the model fixes it, the stage that gives it).
+   Initializers and ``Constant`` nodes are constants; so is the output of
+   a node whose inputs are all constants (folded at import by ONNX's
+   reference evaluator, as onnxruntime folds them), and ``Shape`` of a
+   static shape. Shape arithmetic of exported models thus disappears.
+3. **translate**: each remaining node goes through its op type's
+   translator in :data:`hetflow.engine.importers.onnxops.TRANSLATORS` (the one
+   table of ONNX -> hetflow op correspondences, which the conformance
+   tests also run), seen through :class:`_ImportNode`. A node with no
+   translator, or one its translator refuses (an attribute hetflow has no
+   arg for), is *missing*: it gets a stub stage so that the nodes after it
+   still translate, and every missing node is reported, grouped by op
+   type and reason, with its name.
+4. **write**: when nothing is missing (or ``allow_missing``), the manifest,
+   weights and stub are written to temporary files in the folder and then
+   renamed into place; on any refusal nothing is written.
+
+Stage ids keep ONNX's names (:func:`stage_id`): each run of characters
+outside ``[A-Za-z0-9_-]`` becomes ``_``, a name that does not start with a
+letter or ``_`` gets ``n_`` before it, an empty name becomes
+``OPTYPE_INDEX``, ids are cut to 64 characters, and a taken id gets
+``_2``, ``_3``... A node written as several stages names the stage of its
+output after the node (``NAME``, or ``NAME_K`` for output K of a node with
+several) and the stages before it ``NAME__1``, ``NAME__2``... Each stage's
+``description:`` says where it came from: op type, node name, domain and
+opset.
+
+Examples
+--------
+>>> stage_id("/h.0/attn/MatMul_1", set())
+'h_0_attn_MatMul_1'
+>>> stage_id("0conv", {"n_0conv"})
+'n_0conv_2'
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hetflow.engine.errors import UsageError
+from hetflow.engine.importers.onnxops import CARRIED, TRANSLATORS, Inexpressible, NodeContext, flow, hetflow_dtype, stage_spec
+
+__all__ = ["import_onnx", "imported_files", "OnnxImportError", "Missing", "stage_id"]
+
+_ONNX_DOMAINS = ("", "ai.onnx")
+#: ops whose result is not a function of their inputs: never folded at import
+_UNFOLDABLE = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                         "Bernoulli", "Dropout"})
+_MAX_ID = 64
+
+
+@dataclass(frozen=True)
+class Missing:
+    """One node hetflow cannot run: its op type, domain, name and why."""
+
+    op_type: str
+    domain: str
+    name: str
+    reason: str
+
+
+class OnnxImportError(UsageError):
+    """The model cannot be imported (exit 2); ``missing`` lists the nodes hetflow cannot run, if that is why."""
+
+    def __init__(self, message: str, missing: list[Missing] | None = None) -> None:
+        super().__init__(message)
+        self.missing = missing or []
+
+
+@dataclass
+class _Value:
+    shape: tuple[int, ...] | None
+    dtype: str | None              # hetflow's name; None: a type hetflow lacks
+    onnx_type: str
+    const: np.ndarray | None = None
+    stage: str | None = None
+    origin: str = ""               # what a load stage of this constant says it is
+
+
+@dataclass
+class _Result:
+    """What the translate pass made: stages in order, the weights to write, outputs, the missing nodes."""
+
+    stages: dict[str, dict] = field(default_factory=dict)
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    outputs: dict[str, str] = field(default_factory=dict)
+    missing: list[Missing] = field(default_factory=list)
+    stubs: dict[str, dict] = field(default_factory=dict)   # op type -> {node: [(shape, dtype), ...]}
+    nodes: int = 0
+
+
+def stage_id(name: str, taken: set[str], fallback: str = "node") -> str:
+    """``name`` as a stage id no one has taken yet (the rule in the module's docstring); adds it to ``taken``."""
+    base = re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_") or fallback
+    if not re.match(r"[A-Za-z_]", base):
+        base = "n_" + base
+    base = base[:_MAX_ID]
+    candidate, n = base, 1
+    while candidate in taken:
+        n += 1
+        suffix = f"_{n}"
+        candidate = base[:_MAX_ID - len(suffix)] + suffix
+    taken.add(candidate)
+    return candidate
+
+
+def import_onnx(path: str | os.PathLike, out_dir: str | os.PathLike, allow_missing: bool = False,
+                name: str | None = None) -> Path:
+    """Import the ONNX model at ``path`` into ``out_dir``; return the manifest's path.
+
+    Parameters
+    ----------
+    path
+        the ``.onnx`` file (external data is read from beside it).
+    out_dir
+        the folder to write ``NAME.yaml`` and ``NAME.safetensors`` into
+        (made if missing; files of those names are replaced).
+    allow_missing
+        write the manifest even when nodes have no hetflow op: with a
+        plugin stub, ``NAME_missing.py``, whose ops raise
+        ``NotImplementedError`` until they are written.
+    name
+        the manifest's ``name:`` and the files' stem (default: the
+        model file's stem).
+
+    Raises
+    ------
+    OnnxImportError
+        (a :class:`~hetflow.engine.errors.UsageError`, exit 2) the file is
+        not a valid ONNX model, an input has no fixed shape, or nodes have
+        no hetflow op (without ``allow_missing``): every one of them,
+        grouped by op type. Nothing is written then.
+    """
+    return imported_files(path, out_dir, allow_missing, name)[0]
+
+
+def imported_files(path: str | os.PathLike, out_dir: str | os.PathLike, allow_missing: bool = False,
+                   name: str | None = None) -> list[Path]:
+    """:func:`import_onnx`, returning every file written: the manifest, the weights, the stub if any."""
+    path = Path(path)
+    model = _read(path)
+    stem = _manifest_name(name or path.stem)
+    result = _translate(model, stem)
+    if result.missing and not allow_missing:
+        raise OnnxImportError(_missing_message(path, result), result.missing)
+    return _write(path, model, result, Path(out_dir), stem)
+
+
+# -- 1. read ---------------------------------------------------------------------------------------------------
+
+
+def _read(path: Path) -> Any:
+    try:
+        import onnx
+    except ImportError:
+        raise OnnxImportError("hetflow import onnx needs the onnx package: pip install onnx") from None
+    if not path.is_file():
+        raise OnnxImportError(f"{path}: no such file")
+    try:
+        model = onnx.load(str(path))
+    except Exception as e:  # noqa: BLE001 - protobuf's and onnx's errors alike mean "not a model we can read"
+        raise OnnxImportError(f"{path}: not a readable ONNX model: {_one_line(e)}") from None
+    try:
+        onnx.checker.check_model(model)
+    except Exception as e:  # noqa: BLE001
+        raise OnnxImportError(f"{path}: ONNX's checker refuses the model: {_one_line(e)}") from None
+    try:
+        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception as e:  # noqa: BLE001
+        raise OnnxImportError(f"{path}: ONNX's shape inference fails: {_one_line(e)}") from None
+    return model
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text[:300] + ("..." if len(text) > 300 else "")
+
+
+def _manifest_name(stem: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", stem).strip("._-") or "model"
+    return name[:100] if re.match(r"[A-Za-z0-9]", name) else "m" + name[:99]
+
+
+# -- 2. values -------------------------------------------------------------------------------------------------
+
+
+def _type_of(info: Any) -> tuple[tuple[int, ...] | None, str | None, str]:
+    """(static shape or None, hetflow dtype or None, ONNX's type name) of a ValueInfoProto."""
+    from onnx import TensorProto
+
+    t = info.type
+    if not t.HasField("tensor_type"):
+        return None, None, t.WhichOneof("value") or "unknown"
+    elem = t.tensor_type.elem_type
+    onnx_type = TensorProto.DataType.Name(elem) if elem else "UNDEFINED"
+    dtype = _dtype_of(elem)
+    if not t.tensor_type.HasField("shape"):
+        return None, dtype, onnx_type
+    dims = t.tensor_type.shape.dim
+    if any(not d.HasField("dim_value") for d in dims):
+        return None, dtype, onnx_type
+    return tuple(int(d.dim_value) for d in dims), dtype, onnx_type
+
+
+def _dtype_of(elem: int) -> str | None:
+    from onnx import helper
+
+    try:
+        return hetflow_dtype(np.zeros(0, helper.tensor_dtype_to_np_dtype(elem)))
+    except Exception:  # noqa: BLE001 - an element type numpy has no counterpart for
+        return None
+
+
+def _constant(value: np.ndarray, origin: str) -> _Value:
+    value = np.asarray(value)
+    return _Value(tuple(int(n) for n in value.shape), hetflow_dtype(value), str(value.dtype), value, origin=origin)
+
+
+def _constant_node(node: Any) -> np.ndarray:
+    from onnx import helper, numpy_helper
+
+    attr = node.attribute[0]
+    value = helper.get_attribute_value(attr)
+    if attr.name == "value":
+        return numpy_helper.to_array(value)
+    kinds = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64, "value_ints": np.int64}
+    if attr.name not in kinds:
+        raise Inexpressible(f"a Constant given by {attr.name}")
+    return np.asarray(value, kinds[attr.name])
+
+
+def _values(model: Any) -> dict[str, _Value]:
+    from onnx import numpy_helper
+
+    values: dict[str, _Value] = {}
+    for info in list(model.graph.value_info) + list(model.graph.output):
+        shape, dtype, onnx_type = _type_of(info)
+        values[info.name] = _Value(shape, dtype, onnx_type)
+    for init in model.graph.initializer:
+        values[init.name] = _constant(numpy_helper.to_array(init), f'ONNX initializer "{init.name}"')
+    unfixed = []
+    for info in model.graph.input:
+        if info.name in values and values[info.name].const is not None:
+            continue    # an input with an initializer: ONNX's default value, imported as a weight
+        shape, dtype, onnx_type = _type_of(info)
+        if shape is None:
+            dims = [d.dim_param or "?" if not d.HasField("dim_value") else str(d.dim_value)
+                    for d in info.type.tensor_type.shape.dim]
+            unfixed.append(f"{info.name} [{', '.join(dims)}]")
+        values[info.name] = _Value(shape, dtype, onnx_type)
+    if unfixed:
+        raise OnnxImportError(
+            "graph inputs without a fixed size in every dimension: " + "; ".join(unfixed)
+            + ". hetflow's stages have static shapes: fix the dimensions first (python -m "
+              "onnxruntime.tools.make_dynamic_shape_fixed, or re-export with fixed shapes) and import again")
+    return values
+
+
+# -- 3. translate ----------------------------------------------------------------------------------------------
+
+
+class _ImportNode(NodeContext):
+    """One node of the model as its translator sees it: inputs are values of the graph, shapes ONNX inferred."""
+
+    def __init__(self, node: Any, opset: int, domain_opset: int, index: int, values: dict[str, _Value],
+                 result: _Result, taken: set[str]) -> None:
+        super().__init__(node, opset)
+        self.values, self.result, self.taken = values, result, taken
+        self.index = index
+        domain = node.domain or "ai.onnx"
+        self.origin = f'ONNX {node.op_type} node "{node.name}" ({domain}, opset {domain_opset})'
+        self.local: list[tuple[str, dict]] = []
+        self.outs: list[str] = []
+
+    def _value(self, i: int) -> _Value:
+        return self.values[self.node.input[i]]
+
+    def const(self, i: int) -> np.ndarray:
+        v = self._value(i)
+        if v.const is None:
+            raise Inexpressible(f"input {i} ('{self.node.input[i]}') is computed at run time, "
+                                "and hetflow takes it as an argument")
+        return v.const
+
+    def folded(self, i: int) -> np.ndarray | None:
+        return self._value(i).const if self.has(i) else None
+
+    def shape(self, i: int) -> tuple[int, ...]:
+        v = self._value(i)
+        if v.shape is None:
+            raise Inexpressible(f"input {i} ('{self.node.input[i]}') has no static shape after ONNX's shape inference")
+        return v.shape
+
+    def dtype(self, i: int) -> str:
+        v = self._value(i)
+        if v.dtype is None:
+            raise Inexpressible(f"input {i} ('{self.node.input[i]}') of type {v.onnx_type}, which hetflow lacks")
+        return v.dtype
+
+    def input(self, i: int) -> str:
+        return _stage_of(self.node.input[i], self.values, self.result, self.taken)
+
+    def _out(self, k: int) -> _Value:
+        name = [n for n in self.node.output if n][k]
+        v = self.values.get(name)
+        if v is None or v.shape is None:
+            raise Inexpressible(f"output {k} ('{name}') has no static shape after ONNX's shape inference")
+        if v.dtype is None:
+            raise Inexpressible(f"output {k} ('{name}') of type {v.onnx_type}, which hetflow lacks")
+        return v
+
+    def out_shape(self, k: int = 0) -> list[int]:
+        return list(self._out(k).shape)  # type: ignore[arg-type]
+
+    def out_dtype(self, k: int = 0) -> str:
+        return self._out(k).dtype  # type: ignore[return-value]
+
+    def stage(self, op: str, inputs: list[str], args: dict | None = None, dtype: str | None = None) -> str:
+        local = f"#{len(self.local) + 1}"
+        self.local.append((local, stage_spec(op, inputs, args, dtype)))
+        return local
+
+    def output(self, local: str) -> None:
+        self.outs.append(local)
+
+    def commit(self) -> None:
+        """Give the stages their ids (the output's after the node, the steps before it ``__N``) and keep them."""
+        base = self.node.name or f"{self.node.op_type}_{self.index}"
+        outputs = [n for n in self.node.output if n]
+        ids: dict[str, str] = {}
+        for k, local in enumerate(self.outs):
+            ids[local] = stage_id(base if len(outputs) == 1 else f"{base}_{k}", self.taken, self.node.op_type)
+        step = 0
+        for local, _ in self.local:
+            if local not in ids:
+                step += 1
+                ids[local] = stage_id(f"{base}__{step}", self.taken, self.node.op_type)
+        for local, spec in self.local:
+            if "inputs" in spec:
+                spec["inputs"] = [ids.get(x, x) for x in spec["inputs"]]
+            spec["description"] = self.origin + ("" if local in self.outs else f", step {local[1:]}")
+            self.result.stages[ids[local]] = spec
+        for name, local in zip(outputs, self.outs):
+            self.values[name].stage = ids[local]
+
+
+def _stage_of(name: str, values: dict[str, _Value], result: _Result, taken: set[str]) -> str:
+    """The stage that gives tensor ``name``: a constant gets its ``load`` stage the first time it is read."""
+    v = values[name]
+    if v.stage is None:
+        if v.const is None:
+            raise Inexpressible(f"tensor '{name}' has no stage")  # a model out of topological order
+        if v.dtype is None:
+            raise Inexpressible(f"constant '{name}' of type {v.const.dtype}, which hetflow lacks")
+        v.stage = stage_id(name, taken, "const")
+        carried = CARRIED.get(v.dtype)
+        result.weights[name] = np.ascontiguousarray(v.const.astype(carried) if carried is not None else v.const)
+        result.stages[v.stage] = {"op": "load", "args": {"path": None, "key": name}, "dtype": v.dtype,
+                                  "description": v.origin}
+    return v.stage
+
+
+def _opsets(model: Any) -> dict[str, int]:
+    return {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
+
+
+def _translate(model: Any, stem: str) -> _Result:
+    values = _values(model)
+    opsets = _opsets(model)
+    opset = opsets.get("", 0)
+    result = _Result()
+    taken: set[str] = set()
+    for info in model.graph.input:
+        v = values[info.name]
+        if v.const is not None:
+            continue
+        v.stage = stage_id(info.name, taken, "input")
+        if v.dtype is None:
+            raise OnnxImportError(f"graph input '{info.name}' is of type {v.onnx_type}, which hetflow lacks")
+        result.stages[v.stage] = {"op": "input", "args": {"shape": list(v.shape), "dtype": v.dtype},
+                                  "dtype": v.dtype, "description": f'ONNX graph input "{info.name}"'}
+    for index, node in enumerate(model.graph.node):
+        if _fold(node, values, opsets):
+            continue
+        result.nodes += 1
+        domain = node.domain if node.domain not in _ONNX_DOMAINS else ""
+        ctx = _ImportNode(node, opset, opsets.get(domain, 0), index, values, result, taken)
+        translator = TRANSLATORS.get(node.op_type) if domain == "" else None
+        reason = ""
+        if translator is None:
+            reason = "no hetflow op" if domain == "" else f"domain {node.domain}, which hetflow has no ops of"
+        else:
+            try:
+                translator(ctx)
+                ctx.commit()
+                continue
+            except Inexpressible as e:
+                reason = str(e)
+        result.missing.append(Missing(node.op_type, node.domain or "ai.onnx", node.name or f"#{index}", reason))
+        _stub(node, index, ctx, values, result, taken)
+    for info in model.graph.output:
+        try:
+            stage = _stage_of(info.name, values, result, taken)
+        except Inexpressible as e:
+            raise OnnxImportError(f"graph output '{info.name}': {e}") from None
+        result.outputs[stage_id(info.name, set(result.outputs), "output")] = stage
+    for spec in result.stages.values():
+        if spec["op"] == "load":
+            spec["args"]["path"] = f"{stem}.safetensors"
+    return result
+
+
+def _fold(node: Any, values: dict[str, _Value], opsets: dict[str, int]) -> bool:
+    """Compute a node whose inputs are all constants at import (its outputs become constants); True if done."""
+    if node.op_type == "Constant" and node.domain in _ONNX_DOMAINS:
+        try:
+            values[node.output[0]] = _constant(_constant_node(node), f'ONNX Constant "{node.name or node.output[0]}"')
+        except Inexpressible:
+            return False
+        return True
+    if node.op_type == "Shape" and node.domain in _ONNX_DOMAINS and values[node.input[0]].shape is not None:
+        shape = values[node.input[0]].shape
+        start, end = 0, len(shape)
+        for a in node.attribute:
+            if a.name == "start":
+                start = a.i
+            elif a.name == "end":
+                end = a.i
+        values[node.output[0]] = _constant(np.array(shape[start:end], np.int64),
+                                           f'ONNX Shape "{node.name}", folded at import')
+        return True
+    inputs = [n for n in node.input if n]
+    if (not inputs or node.op_type in _UNFOLDABLE or node.domain not in _ONNX_DOMAINS
+            or any(values[n].const is None for n in inputs)):
+        return False
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        evaluator = ReferenceEvaluator(node, opsets=[helper.make_opsetid("", opsets.get("", 1))])
+        results = evaluator.run(None, {n: values[n].const for n in inputs})
+    except Exception:  # noqa: BLE001 - ONNX's reference cannot fold it: translate it as a node instead
+        return False
+    for name, value in zip([n for n in node.output], results):
+        if name:
+            values[name] = _constant(value, f'ONNX tensor "{name}", computed at import by '
+                                            f'{node.op_type} node "{node.name}" from constants')
+    return True
+
+
+def _stub(node: Any, index: int, ctx: _ImportNode, values: dict[str, _Value], result: _Result,
+          taken: set[str]) -> None:
+    """Stages of the stub op for a missing node, so that the nodes after it translate (and the stub has shapes)."""
+    outputs = [n for n in node.output if n]
+    known = [values.get(n) for n in outputs]
+    if any(v is None or v.shape is None or v.dtype is None for v in known):
+        return      # its consumers go missing too, each said why
+    inputs = []
+    for name in node.input:
+        if name:
+            try:
+                inputs.append(_stage_of(name, values, result, taken))
+            except Inexpressible:
+                return
+    key = node.name or f"{node.op_type}_{index}"
+    result.stubs.setdefault(node.op_type, {})[key] = [(list(v.shape), v.dtype) for v in known]  # type: ignore
+    base = node.name or f"{node.op_type}_{index}"
+    for k, (name, v) in enumerate(zip(outputs, known)):
+        sid = stage_id(base if len(outputs) == 1 else f"{base}_{k}", taken, node.op_type)
+        args: dict[str, Any] = {"node": key}
+        if len(outputs) > 1:
+            args["output"] = k
+        spec: dict[str, Any] = {"op": f"onnx.{node.op_type}"}
+        if inputs:
+            spec["inputs"] = list(inputs)
+        spec.update({"args": args, "dtype": v.dtype,  # type: ignore[union-attr]
+                     "description": ctx.origin + " (missing: fill in the stub op)"})
+        result.stages[sid] = spec
+        v.stage = sid  # type: ignore[union-attr]
+
+
+def _missing_message(path: Path, result: _Result) -> str:
+    groups: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    for m in result.missing:
+        groups[(m.op_type, m.domain, m.reason)].append(m.name)
+    n = len(result.missing)
+    lines = [f"{path.name}: {n} of {result.nodes} nodes have no hetflow op, in {len(groups)} "
+             f"group{'s' if len(groups) != 1 else ''} (nothing written; --allow-missing writes the manifest with a "
+             "plugin stub of these ops to fill in):"]
+    for (op_type, domain, reason), names in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        where = "" if domain == "ai.onnx" else f" ({domain})"
+        shown = ", ".join(names[:20]) + (f", ... and {len(names) - 20} more" if len(names) > 20 else "")
+        lines.append(f"  {op_type}{where} x{len(names)}: {reason}: {shown}")
+    return "\n".join(lines)
+
+
+# -- 4. write --------------------------------------------------------------------------------------------------
+
+
+def _write(path: Path, model: Any, result: _Result, out_dir: Path, stem: str) -> list[Path]:
+    from safetensors.numpy import save_file
+
+    import hetflow
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plugin = f"{stem}_missing.py" if result.stubs else None
+    lines = [f"# Imported from {path.name} by `hetflow import onnx` (hetflow {hetflow.__version__}):",
+             f"# {result.nodes} ONNX nodes as {len(result.stages)} stages; weights in {stem}.safetensors."]
+    if plugin:
+        lines.append(f"# {len(result.missing)} nodes have no hetflow op: write their ops in {plugin}.")
+    producer = " ".join(x for x in (model.producer_name, model.producer_version) if x)
+    lines += ["version: 1", f"name: {flow(stem)}",
+              f"description: {flow(f'ONNX model {path.name}' + (f' from {producer}' if producer else ''))}"]
+    if plugin:
+        lines.append(f"plugins: [{flow(plugin)}]")
+    lines += ["executors:", "  cpu: {vendor: cpu}", "stages:"]
+    lines += [f"  {sid}: {flow(spec)}" for sid, spec in result.stages.items()]
+    lines.append("outputs:")
+    lines += [f"  {key}: {stage}" for key, stage in result.outputs.items()]
+    files: dict[str, Any] = {f"{stem}.yaml": "\n".join(lines) + "\n"}
+    if plugin:
+        files[plugin] = _stub_module(path, result)
+    staged: list[tuple[str, Path]] = []
+    try:
+        for filename, text in files.items():
+            fd, tmp = tempfile.mkstemp(prefix=f".{filename}.", dir=out_dir)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            staged.append((tmp, out_dir / filename))
+        fd, tmp = tempfile.mkstemp(prefix=f".{stem}.safetensors.", dir=out_dir)
+        os.close(fd)
+        staged.append((tmp, out_dir / f"{stem}.safetensors"))
+        save_file(result.weights, tmp, metadata={"source": path.name})
+        for tmp, final in staged:
+            os.chmod(tmp, 0o666 & ~_umask())
+        for tmp, final in staged:
+            os.replace(tmp, final)
+    finally:
+        for tmp, _ in staged:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    return [final for _, final in staged]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _stub_module(path: Path, result: _Result) -> str:
+    """The plugin with one op per missing op type: shapes and dtypes per node, the body to write."""
+    lines = [f'"""Ops of {path.name} that hetflow has none of: write each body, then run the manifest.',
+             "",
+             "Each op gets the node's inputs (arrays of the executor's array module ``xp``) and ``node``, the",
+             "ONNX node's name; ``OPTYPE_SHAPES`` holds what each node must return: its output shapes and dtypes,",
+             'as ONNX\'s shape inference gives them."""', "", "from hetflow import op", ""]
+    for op_type, nodes in sorted(result.stubs.items()):
+        const = f"{op_type.upper()}_SHAPES"
+        dtypes = sorted({d for outs in nodes.values() for _, d in outs})
+        multi = any(len(outs) > 1 for outs in nodes.values())
+        lines += ["", f"{const} = {{"]
+        lines += [f"    {node!r}: {[(tuple(s), d) for s, d in outs]!r}," for node, outs in nodes.items()]
+        lines += ["}", "", ""]
+        out_arg = ", output: int = 0" if multi else ""
+        out_use = "output" if multi else "0"
+        lines += [f"@op(\"onnx.{op_type}\", dtypes={dtypes!r},",
+                  f"    shape=lambda *inputs, node, output=0: {const}[node][output][0])",
+                  f"def {_py_name(op_type)}(xp, *inputs, node: str{out_arg}):",
+                  f'    """ONNX {op_type}: return output ``{out_use}`` of node ``node`` ({const} gives its shape)."""',
+                  f"    raise NotImplementedError(f\"ONNX {op_type} (node {{node!r}}) has no hetflow op yet: \"",
+                  "                              f\"write it in {__file__}\")", ""]
+    return "\n".join(lines)
+
+
+def _py_name(op_type: str) -> str:
+    return "onnx_" + re.sub(r"\W", "_", op_type).lower()

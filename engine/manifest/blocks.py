@@ -1,0 +1,558 @@
+"""The expansion pass: ``defaults:`` and blocks -> a flat graph of stages, each still knowing where it was written.
+
+It runs between resolve and validate (:func:`hetflow.engine.manifest.validate.compile_manifest`),
+so everything after it (the schema and semantic checks, the plan in every
+format, the record, ``outputs:``, placement pins, cache keys) sees plain
+stages with stable ids and needs no notion of a block:
+
+- a *block* (``blocks:`` of the manifest, or of a library file named as
+  ``FILE#NAME``) declares params with their defaults, inputs, stages and
+  outputs;
+- a *use* is a stage entry with ``use:``; it binds the block's inputs to
+  stages of its graph, sets params, may say ``repeat: N`` (instance ``i``'s
+  outputs feed instance ``i+1``'s inputs, by name or by ``chain:``) and may
+  carry stage keys (``executor:``, ``dtype:``...) for its executor stages;
+- an instance's stage ``q`` of use ``attn`` inside instance 3 of use
+  ``layers`` is ``layers.3.attn.q``; ``USE.OUTPUT`` names a use's output
+  (the last instance's, for a repeat) wherever a stage may be named.
+
+Stage keys come from the stage itself, else from its uses (innermost
+first), else from ``defaults:``; emulator phases take none of those keys
+and get none. The :class:`Expanded` document maps every expanded path
+back to where it was written: a block's stage to its line in the block
+(maybe in another file), with one note per use that made the instance; a
+key a stage got from a default or a use to where that was written, with a
+note naming the stage. Blocks that use themselves, directly or not, are
+refused with the cycle named; nesting is limited to :data:`MAX_NESTING`.
+
+Examples
+--------
+>>> from hetflow.engine.manifest.loader import loads
+>>> doc = loads('''
+... version: 1
+... name: demo
+... defaults: {retries: 2}
+... blocks:
+...   twice:
+...     params: {k: 2}
+...     inputs: [x]
+...     stages:
+...       y: {op: clip, inputs: [x], args: {min: 0, max: "${k}"}}
+...     outputs: {y: y}
+... executors: {host: {vendor: cpu}}
+... stages:
+...   a: {op: zeros, args: {shape: [2]}}
+...   t: {use: twice, inputs: {x: a}, repeat: 2, chain: {x: y}}
+...   b: {op: relu, inputs: [t.y]}
+... outputs: {b: b}
+... ''', "demo.yaml")
+>>> tree, expanded, problems = expand(doc.value, doc)
+>>> list(tree["stages"]), tree["stages"]["t.1.y"]["inputs"], tree["stages"]["b"]["inputs"], problems
+(['a', 't.0.y', 't.1.y', 'b'], ['t.0.y'], ['t.1.y'], [])
+>>> tree["stages"]["b"]["retries"], "retries" in tree["stages"]["t.1.y"]
+(2, True)
+>>> print(Diagnostic(expanded.at(("stages", "t.1.y", "op")), "a problem with this op"))
+demo.yaml:10:15: error: a problem with this op
+demo.yaml:15:3: note: in t.1 (block twice)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from hetflow.engine.errors import Diagnostic, ManifestError, Noted, Origin
+from hetflow.engine.manifest.loader import Document, Path, load
+from hetflow.engine.manifest.resolve import interpolate
+
+__all__ = ["expand", "Expanded", "MAX_NESTING", "INHERITED"]
+
+#: how deep uses may nest (a block using a block ...): deeper is refused, as a cycle would be
+MAX_NESTING = 16
+
+#: the stage keys a stage may get from ``defaults:`` or from a use; what else a stage says is its own alone
+INHERITED = ("dtype", "executor", "vendor", "retries", "timeout", "cache")
+
+_LIBRARY_KEYS = ("version", "description", "blocks")
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+class Expanded(Document):
+    """The expanded manifest: plain data whose positions lead back to where each part was written.
+
+    A path under an instance's stage is looked up in the block's document
+    (``routes``), a key a stage got from a default or a use where that was
+    written (``keyed``); any other path in the manifest itself.
+    """
+
+    __slots__ = ("base", "routes", "keyed")
+
+    def __init__(self, base: Document, value: dict, routes: dict, keyed: dict) -> None:
+        super().__init__(base.file, value, {}, {}, problems=base.problems)
+        self.base = base
+        self.routes = routes  # instance stage id -> (document, path of the stage there, notes)
+        self.keyed = keyed  # (stage id, key) -> origin of the default or use key it got
+
+    def _origin(self, path: Path, key: bool) -> Origin:
+        path = tuple(path)
+        if len(path) >= 2 and path[0] == "stages":
+            route = self.routes.get(path[1])
+            if len(path) >= 3:
+                given = self.keyed.get((path[1], path[2]))
+                if given is not None:  # the note is made when asked for: most stages never have a problem
+                    stage = self.base.key_at(path[:2]) if route is None else route[0].key_at(route[1])
+                    return Noted(given, [(stage, f"as the {path[2]} of stage {path[1]!r}"), *(route[2] if route else ())])
+            if route is not None:
+                doc, where, notes = route
+                found = doc.key_at(where + path[2:]) if key else doc.at(where + path[2:])
+                return Noted(found, notes) if notes else found
+        return self.base.key_at(path) if key else self.base.at(path)
+
+    def at(self, path: Path) -> Origin:
+        return self._origin(path, False)
+
+    def key_at(self, path: Path) -> Origin:
+        return self._origin(path, True)
+
+
+class _Sited:
+    """Positions in a block's document, each with the notes of the instance being expanded."""
+
+    def __init__(self, doc: Document, notes: tuple) -> None:
+        self.doc, self.notes = doc, notes
+
+    def at(self, path: Path) -> Origin:
+        return Noted(self.doc.at(path), self.notes) if self.notes else self.doc.at(path)
+
+    def key_at(self, path: Path) -> Origin:
+        return Noted(self.doc.key_at(path), self.notes) if self.notes else self.doc.key_at(path)
+
+
+@dataclass
+class _Block:
+    name: str
+    doc: Document
+    path: Path  # of the block's mapping in its document
+    spec: dict
+    label: str  # as a use names it: NAME, or FILE#NAME
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.doc.file, self.name)
+
+
+@dataclass
+class _Scope:
+    """One graph being expanded: the manifest's stages, or one instance of a block."""
+
+    at: Any  # at(path) / key_at(path) for positions of what this graph holds
+    doc: Document  # the document its stages are written in
+    path: Path  # of its stages mapping there
+    stages: dict  # its entries as written (a block's: before its params are substituted)
+    prefix: str = ""  # the instance id ("" for the manifest)
+    values: dict | None = None  # the block's params for this instance; None: already resolved
+    bindings: dict = field(default_factory=dict)  # block input -> stage id outside
+    inherited: dict = field(default_factory=dict)  # stage key -> (value, origin)
+    notes: tuple = ()
+    stack: tuple = ()  # the blocks being expanded, outermost first
+
+    def join(self, name: str) -> str:
+        return f"{self.prefix}.{name}" if self.prefix else name
+
+
+class _Expansion:
+    """One expansion of a manifest: the stages made so far, where each came from, the libraries read."""
+
+    def __init__(self, doc: Document, problems: list[Diagnostic]) -> None:
+        self.doc = doc
+        self.problems = problems
+        self.stages: dict[str, Any] = {}
+        self.routes: dict[str, tuple] = {}
+        self.keyed: dict[tuple[str, str], Origin] = {}
+        self.libraries: dict[str, Document | None] = {}
+        self.checked: dict[tuple[str, str], bool] = {}  # block -> whether its form is right
+        self.written: dict[str, Origin] = {}  # stage id -> where its stage was written, for a clash
+        self.overrides: dict[str, Any] = {}  # -p USE.PARAM / USE.INDEX.PARAM -> value
+        self.applied: set[str] = set()  # those that named an instance's param
+        self.params_seen: list[str] = []  # USE.PARAM of every use expanded, for the message of one that did not
+
+    # -- finding blocks ---------------------------------------------------------------------------------
+
+    def block(self, scope: _Scope, ref: Any, where: Origin) -> _Block | None:
+        """The block a use names, ``NAME`` or ``FILE#NAME``; None (reported) where there is none."""
+        if not isinstance(ref, str):
+            return None
+        file, hash_, name = ref.rpartition("#")
+        if hash_:
+            doc = self.library(scope.doc, file, where)
+            if doc is None:
+                return None
+        else:
+            doc, name = scope.doc, ref
+        blocks = doc.value.get("blocks") if isinstance(doc.value, dict) else None
+        spec = blocks.get(name) if isinstance(blocks, dict) else None
+        if spec is not None and not isinstance(spec, dict):
+            return None  # reported where the block is
+        if spec is None:
+            from hetflow.engine.manifest.semantics import _close
+
+            known = list(blocks) if isinstance(blocks, dict) else []
+            close = _close(name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            self.problems.append(Diagnostic(where, (
+                f"no block {name!r} in {doc.file if hash_ or doc is not self.doc else 'blocks:'} "
+                f"(blocks: {', '.join(known) or 'none'}){hint}")))
+            return None
+        return _Block(name, doc, ("blocks", name), spec, ref)
+
+    def library(self, user: Document, file: str, where: Origin) -> Document | None:
+        """A library of blocks, ``file`` relative to the file of the use that names it; loaded once."""
+        # relative to the user's file as it was named, so messages name the library as the manifest is named
+        folder = os.path.dirname(user.file) if user.file != "<string>" else ""
+        path = os.path.normpath(os.path.join(folder, file)) if file else user.file
+        if path in self.libraries:
+            return self.libraries[path]
+        self.libraries[path] = None
+        if os.path.abspath(path) == os.path.abspath(self.doc.file):
+            self.libraries[path] = self.doc
+            return self.doc
+        if not os.path.isfile(path):
+            self.problems.append(Diagnostic(where, f"block library {file!r} does not exist ({path})"))
+            return None
+        try:
+            doc = load(path)
+        except ManifestError as e:
+            self.problems.extend(Diagnostic(Noted(d.origin, [(_plain(where), "in the block library used here")])
+                                            if d.origin else where, d.message) for d in e.diagnostics)
+            return None
+        value = doc.value
+        used = [(_plain(where), "in the block library used here")]
+        if doc.problems:
+            self.problems.extend(Diagnostic(Noted(d.origin, used), d.message) if d.origin else d for d in doc.problems)
+            return None
+        if not isinstance(value, dict) or not isinstance(value.get("blocks"), dict):
+            self.problems.append(Diagnostic(Noted(doc.at(()), used), f"{path} is not a block library: a YAML mapping with blocks:"))
+            return None
+        for key in value:
+            if key not in _LIBRARY_KEYS:
+                self.problems.append(Diagnostic(Noted(doc.key_at((key,)), used), (
+                    f"unknown key {key!r} in a block library (allowed: {', '.join(_LIBRARY_KEYS)})")))
+        self.libraries[path] = doc
+        return doc
+
+    def check_block(self, block: _Block) -> bool:
+        """The block's own form, once per block: what the expansion relies on before its stages are checked."""
+        from hetflow.engine.manifest.schemacheck import part_problems
+
+        if block.key in self.checked:
+            return self.checked[block.key]
+        spec = block.spec
+        found: list[Diagnostic] = []
+        written = spec.get("stages")
+        if isinstance(written, dict):
+            for name in written:
+                if not isinstance(name, str) or _NAME.fullmatch(name) is None:
+                    found.append(Diagnostic(block.doc.key_at(block.path + ("stages", name)), (
+                        f"invalid stage name {name!r} in block {block.name!r}: a letter or '_', then letters, digits, "
+                        "'_' or '-' (no '.': an instance's stages are named USE.STAGE)")))
+            # its stages are checked as the instances' stages are, once their params are substituted
+            written = {k: {"op": "-"} for k in written if isinstance(k, str) and _NAME.fullmatch(k)} or {"-": {"op": "-"}}
+        found += part_problems({**spec, "stages": written}, "block", block.doc, block.path)
+        params = spec.get("params") if isinstance(spec.get("params"), dict) else {}
+        if "index" in params:
+            found.append(Diagnostic(block.doc.key_at(block.path + ("params", "index")),
+                                    f"block {block.name!r} declares param 'index', which is the instance's index"))
+        inputs = spec.get("inputs") if isinstance(spec.get("inputs"), list) else []
+        stages = spec.get("stages") if isinstance(spec.get("stages"), dict) else {}
+        for name in inputs:
+            if name in stages:
+                found.append(Diagnostic(block.doc.key_at(block.path + ("stages", name)),
+                                        f"block {block.name!r} has an input and a stage named {name!r}"))
+        for out, ref in (spec.get("outputs") if isinstance(spec.get("outputs"), dict) else {}).items():
+            if not isinstance(ref, str):
+                continue
+            head = ref.partition(".")[0]
+            if head not in stages:
+                what = "an input; an output names a stage" if ref in inputs else "not a stage of the block"
+                found.append(Diagnostic(block.doc.at(block.path + ("outputs", out)),
+                                        f"output {out!r} of block {block.name!r} names {ref!r}, which is {what}"))
+        self.problems.extend(found)
+        self.checked[block.key] = not found
+        return not found
+
+    # -- names ---------------------------------------------------------------------------------------
+
+    def local(self, scope: _Scope, ref: Any) -> Any:
+        """What ``ref``, as written in ``scope``, names in the expanded graph.
+
+        A name is looked up by what it is: a block's input, a stage of this
+        graph, ``USE.OUTPUT`` (or a use with one output, alone), then
+        ``PHASE.FIELD``. Anything else is kept (under the instance's
+        prefix), for the semantic check to report where it was written.
+        """
+        if not isinstance(ref, str):
+            return ref
+        if ref in scope.bindings:
+            return scope.bindings[ref]
+        entry = scope.stages.get(ref)
+        if entry is not None and not _is_use(entry):
+            return scope.join(ref)
+        head, dot, tail = ref.partition(".")
+        entry = scope.stages.get(head)
+        if _is_use(entry):
+            found = self.output(scope, head, tail if dot else None, 0)
+            return found if found is not None else scope.join(ref)
+        return scope.join(ref)
+
+    def output(self, scope: _Scope, use: str, name: str | None, depth: int) -> str | None:
+        """The stage id of output ``name`` of ``use`` in ``scope`` (its last instance's); None where there is none."""
+        spec = self.substituted(scope, scope.stages[use], scope.path + (use,), report=False)
+        before = len(self.problems)  # a use that names no block is reported where it is expanded, once
+        block = self.block(scope, spec.get("use"), scope.at.at(scope.path + (use, "use"))) if depth < MAX_NESTING else None
+        del self.problems[before:]
+        if block is None or not isinstance(block.spec.get("outputs"), dict):
+            return None
+        outputs = block.spec["outputs"]
+        if name is None and len(outputs) == 1:
+            name = next(iter(outputs))
+        if name not in outputs or not isinstance(outputs[name], str):
+            return None
+        repeat = spec.get("repeat")
+        count = repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat >= 1 else 1
+        prefix = scope.join(use) + (f".{count - 1}" if "repeat" in spec else "")
+        inner = _Scope(block.doc, block.doc, block.path + ("stages",), _as_dict(block.spec.get("stages")), prefix,
+                       self.params(block, spec, count - 1, None))
+        ref = outputs[name]
+        head, dot, tail = ref.partition(".")
+        entry = inner.stages.get(head)
+        if _is_use(entry):
+            return self.output(inner, head, tail if dot else None, depth + 1)
+        return inner.join(ref)
+
+    # -- params --------------------------------------------------------------------------------------
+
+    def params(self, block: _Block, use: dict, index: int, where: Callable[[Path], Origin] | None,
+               use_id: str = "", prefix: str = "") -> dict:
+        declared = _as_dict(block.spec.get("params"))
+        given = dict(_as_dict(use.get("params")))
+        for name in declared:  # -p USE.PARAM, then -p USE.INDEX.PARAM: the instance's own wins
+            for key in (f"{use_id}.{name}", f"{prefix}.{name}"):
+                if key in self.overrides:
+                    given[name] = self.overrides[key]
+                    self.applied.add(key)
+        if where is not None:
+            for key in given:
+                if key not in declared:
+                    from hetflow.engine.manifest.semantics import _close
+
+                    close = _close(key, list(declared), n=1)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
+                    self.problems.append(Diagnostic(where(("params", key)), (
+                        f"block {block.name!r} has no param {key!r} (params: {', '.join(declared) or 'none'}){hint}")))
+        return {**declared, **{k: v for k, v in given.items() if k in declared}, "index": index}
+
+    def substituted(self, scope: _Scope, value: Any, path: Path, report: bool = True) -> Any:
+        if scope.values is None:
+            return value
+        problems: list[Diagnostic] = []
+        out = interpolate(value, path, scope.values, scope.at, problems)
+        if report:
+            self.problems.extend(problems)
+        return out
+
+    # -- expansion -----------------------------------------------------------------------------------
+
+    def scope(self, scope: _Scope) -> None:
+        for sid, written in scope.stages.items():
+            here = scope.path + (sid,)
+            iid = scope.join(sid)
+            if scope.prefix and "." in str(sid):
+                self.problems.append(Diagnostic(scope.at.key_at(here), (
+                    f"stage {sid!r}: a block's stage is named without '.' (its instances are USE.STAGE)")))
+                continue
+            spec = self.substituted(scope, written, here)
+            if _is_use(spec):
+                self.use(scope, sid, spec, here)
+                continue
+            if iid in self.stages:
+                self.clash(iid, scope.at.key_at(here))
+                continue
+            if scope.prefix:
+                self.routes[iid] = (scope.doc, here, scope.notes)
+            if isinstance(spec, dict):
+                spec = dict(spec)
+                if isinstance(spec.get("inputs"), list):
+                    spec["inputs"] = [self.local(scope, ref) for ref in spec["inputs"]]
+                if "colocate_with" in spec:
+                    spec["colocate_with"] = self.local(scope, spec["colocate_with"])
+                if "op" in spec:  # an emulator phase takes none of the inherited keys
+                    for key, (value, origin) in scope.inherited.items():
+                        if key not in spec:
+                            spec[key] = value
+                            self.keyed[iid, key] = origin
+            self.stages[iid] = spec
+            self.written[iid] = scope.at.key_at(here)
+
+    def clash(self, iid: str, where: Origin) -> None:
+        self.problems.append(Diagnostic(where, f"two stages are named {iid!r}: one is written at {self.written[iid]}"))
+
+    def use(self, scope: _Scope, sid: str, spec: dict, here: Path) -> None:
+        from hetflow.engine.manifest.schemacheck import part_problems
+
+        found = part_problems(spec, "use", scope.at, here)
+        if found:
+            self.problems.extend(found)
+            return
+        where = scope.at.at(here + ("use",))
+        block = self.block(scope, spec["use"], where)
+        if block is None:
+            return
+        if block.key in scope.stack:
+            names = [name for _, name in scope.stack[scope.stack.index(block.key):]] + [block.name]
+            self.problems.append(Diagnostic(where, f"block {block.name!r} uses itself: {' -> '.join(names)}"))
+            return
+        if len(scope.stack) >= MAX_NESTING:
+            self.problems.append(Diagnostic(where, f"blocks nest deeper than {MAX_NESTING} uses here; "
+                                                   f"expand fewer levels ({' -> '.join(n for _, n in scope.stack)})"))
+            return
+        if not self.check_block(block):
+            return
+        inputs = block.spec.get("inputs") or []
+        outputs = block.spec["outputs"]
+        bound = _as_dict(spec.get("inputs"))
+        ok = True
+        for name in bound:
+            if name not in inputs:
+                ok = False
+                self.problems.append(Diagnostic(scope.at.key_at(here + ("inputs", name)), (
+                    f"block {block.name!r} has no input {name!r} (inputs: {', '.join(inputs) or 'none'})")))
+        missing = [name for name in inputs if name not in bound]
+        if missing:
+            ok = False
+            self.problems.append(Diagnostic(scope.at.key_at(here), (
+                f"use {scope.join(sid)!r} binds no stage to input{'s' * (len(missing) > 1)} {', '.join(map(repr, missing))} "
+                f"of block {block.name!r}; say inputs: {{{missing[0]}: STAGE}}")))
+        repeat = spec.get("repeat")
+        count = repeat or 1
+        chain = spec.get("chain")
+        if chain is None:
+            chain = {name: name for name in inputs if name in outputs}
+        else:
+            for name, out in chain.items():
+                if name not in inputs or out not in outputs:
+                    ok = False
+                    what = (f"block {block.name!r} has no input {name!r}" if name not in inputs
+                            else f"block {block.name!r} has no output {out!r} (outputs: {', '.join(outputs)})")
+                    self.problems.append(Diagnostic(scope.at.at(here + ("chain", name)), f"chain {name}: {out}: {what}"))
+        if repeat is not None and not chain and "chain" not in spec:  # chain: {} says the instances are independent
+            ok = False
+            self.problems.append(Diagnostic(scope.at.at(here + ("repeat",)), (
+                f"use {scope.join(sid)!r} repeats block {block.name!r}, but no output of an instance feeds the next: "
+                f"name an output as an input (inputs: {', '.join(inputs) or 'none'}; outputs: {', '.join(outputs)}) "
+                "or say chain: {INPUT: OUTPUT} (chain: {} for independent instances)")))
+        if not ok:
+            return
+        bindings = {name: self.local(scope, ref) for name, ref in bound.items()}
+        self.params_seen.extend(f"{scope.join(sid)}.{p}" for p in _as_dict(block.spec.get("params")))
+        inherited = {**scope.inherited, **{k: (spec[k], scope.at.at(here + (k,))) for k in INHERITED if k in spec}}
+        use_site = scope.at.key_at(here)
+        for index in range(count):
+            prefix = scope.join(sid) + (f".{index}" if repeat is not None else "")
+            notes = ((_plain(use_site), f"in {prefix} (block {block.label})"),) + scope.notes
+            inner = _Scope(_Sited(block.doc, notes), block.doc, block.path + ("stages",), block.spec["stages"], prefix,
+                           self.params(block, spec, index, (lambda p: scope.at.key_at(here + p)) if index == 0 else None,
+                                       scope.join(sid), prefix),
+                           bindings, inherited, notes, scope.stack + (block.key,))
+            self.scope(inner)
+            if index + 1 < count:
+                bindings = {**bindings, **{name: self.local(inner, outputs[out]) for name, out in chain.items()}}
+
+
+def _unused(overrides: Mapping[str, Any], applied: set[str], doc: Document, seen: Sequence[str] = ()) -> None:
+    """Refuse a ``-p USE.PARAM`` that set no instance's param, saying which there are."""
+    unused = [k for k in overrides if k not in applied]
+    if unused:
+        from hetflow.engine.errors import UsageError
+        from hetflow.engine.manifest.semantics import _close
+
+        close = _close(unused[0], list(seen), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        known = ", ".join(dict.fromkeys(seen)) or "none: it uses no block with params"
+        raise UsageError(f"-p {unused[0]}: no use of a block in {doc.file} has that param (a block's params here: "
+                         f"USE.PARAM or USE.INDEX.PARAM: {known}){hint}")
+
+
+def _plain(origin: Origin) -> Origin:
+    """The origin without notes of its own (they are already the enclosing instance's notes)."""
+    return origin._inner if isinstance(origin, Noted) else origin
+
+
+def _is_use(entry: Any) -> bool:
+    return isinstance(entry, dict) and "use" in entry
+
+
+def _as_dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def expand(tree: dict, doc: Document, overrides: Mapping[str, Any] | None = None
+           ) -> tuple[dict, Document, list[Diagnostic]]:
+    """The resolved ``tree`` with its uses expanded and its defaults applied; the document to find positions in;
+    the problems found.
+
+    ``overrides`` set block params from the command line (``-p``), named
+    as the instances are: ``USE.PARAM`` sets the param of every instance
+    of a use, ``USE.INDEX.PARAM`` of one instance of a repeated use
+    (``layers.2.heads``), and nested uses go on the same way
+    (``enc.0.attn.heads``); one that names no instance's param is a
+    :class:`~hetflow.engine.errors.UsageError`. The instance's own form
+    wins over the use's.
+
+    A manifest with neither ``defaults:`` nor a use is returned as it is.
+    """
+    stages = tree.get("stages")
+    defaults = tree.get("defaults")
+    overrides = dict(overrides or {})
+    if not isinstance(stages, dict) or (not isinstance(defaults, dict) and "blocks" not in tree
+                                        and not any(_is_use(s) for s in stages.values())):
+        _unused(overrides, set(), doc)
+        return ({k: v for k, v in tree.items() if k != "blocks"} if "blocks" in tree else tree), doc, []
+    problems: list[Diagnostic] = []
+    run = _Expansion(doc, problems)
+    run.overrides = overrides
+    declared = doc.value.get("blocks", {}) if isinstance(doc.value, dict) else {}
+    if not isinstance(declared, dict):
+        # a block's ${name} is one of its params: outside any block, none is declared
+        interpolate(declared, ("blocks",), {}, doc, problems)
+        problems.append(Diagnostic(doc.at(("blocks",)), f"blocks must be a mapping of block names to blocks, found {declared!r}"))
+        return tree, doc, problems
+    for name, spec in declared.items():  # each block's form, used or not
+        if isinstance(spec, dict):
+            run.check_block(_Block(name, doc, ("blocks", name), spec, name))
+        else:
+            run.checked[doc.file, name] = False
+            problems.append(Diagnostic(doc.at(("blocks", name)), f"block {name!r} must be a mapping with stages and outputs"))
+    if isinstance(defaults, dict):
+        from hetflow.engine.manifest.schemacheck import part_problems
+
+        # a default is checked once, where it is written, not again on every stage that gets it
+        wrong = part_problems(defaults, "#/properties/defaults", doc, ("defaults",))
+        if wrong:
+            return tree, doc, problems + wrong
+    inherited = {k: (defaults[k], doc.at(("defaults", k))) for k in INHERITED
+                 if isinstance(defaults, dict) and k in defaults}
+    top = _Scope(doc, doc, ("stages",), stages, inherited=inherited)
+    run.scope(top)
+    if not problems:  # a use that could not be expanded leaves its instances' overrides unapplied, not wrong
+        _unused(overrides, run.applied, doc, run.params_seen)
+    out = {k: v for k, v in tree.items() if k != "blocks"}
+    out["stages"] = run.stages
+    # names outside any block that name a use's output
+    for key in ("outputs",):
+        if isinstance(out.get(key), dict):
+            out[key] = {name: run.local(top, ref) for name, ref in out[key].items()}
+    value = {**out, **{k: doc.value[k] for k in ("matrix", "schedule") if isinstance(doc.value, dict) and k in doc.value}}
+    return out, Expanded(doc, value, run.routes, run.keyed), problems

@@ -1,0 +1,252 @@
+"""The cron side of a ``schedule:`` block: fire times, slots, and which slots are due.
+
+A manifest's ``schedule:`` names a cron expression (5 fields, or 6 with
+seconds first) read in an IANA time zone. Each fire time is a *slot*,
+identified by its instant in UTC (``2026-03-29T01:00:00Z``). A wall-clock
+time the fall-back of daylight saving time repeats fires once, as cron
+does.
+
+The *due* slots at instant ``now`` are the fire times after the newest
+slot of the history and at or before ``now``: all of them (at most
+:data:`CATCHUP_LIMIT`, the newest) when ``catchup`` is true, only the
+newest when it is false. A manifest with no history has one due slot,
+its latest fire time; nothing before it is back-filled. This module is
+pure: what the history is, and what happens to a due slot, is
+:mod:`hetflow.engine.batch.schedule`'s business.
+
+Examples
+--------
+>>> s = Schedule("0 0 L * *", "UTC", False, "skip", {})
+>>> [slot_id(t) for t in s.after(parse_instant("2026-01-15T00:00:00Z"), 3)]
+['2026-01-31T00:00:00Z', '2026-02-28T00:00:00Z', '2026-03-31T00:00:00Z']
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from functools import lru_cache
+from typing import Any, Iterator, Mapping
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from croniter import CroniterError, croniter
+
+from hetflow.engine.errors import Diagnostic, UsageError
+
+__all__ = ["CATCHUP_LIMIT", "POLICIES", "Schedule", "check", "from_tree", "slot_id", "parse_instant", "slot_run",
+           "due_slots"]
+
+CATCHUP_LIMIT = 100
+
+POLICIES = ("skip", "queue", "allow")
+
+_UTC = timezone.utc
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A parsed ``schedule:`` block; fire times are timezone-aware datetimes."""
+
+    cron: str
+    timezone: str
+    catchup: bool
+    max_active: str
+    params: Mapping[str, Any]
+    on_failure: str | None = None
+    on_success: str | None = None
+
+    @property
+    def tz(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    def _iter(self, start: datetime) -> croniter:
+        return croniter(self.cron, start.astimezone(self.tz), second_at_beginning=_has_seconds(self.cron))
+
+    def _fires(self, it: croniter, backwards: bool = False) -> Iterator[datetime]:
+        # A wall-clock time the fall-back repeats fires once, as cron does: the second pass
+        # (fold=1) is dropped when croniter yields it.
+        while True:
+            t = (it.get_prev if backwards else it.get_next)(datetime)
+            local = t.astimezone(self.tz)
+            if local.fold == 1 and local.replace(fold=0).utcoffset() != local.utcoffset():
+                continue
+            yield t.astimezone(_UTC)
+
+    def after(self, start: datetime, count: int) -> list[datetime]:
+        """The next ``count`` fire times strictly after ``start``."""
+        fires = self._fires(self._iter(start))
+        return [next(fires) for _ in range(count)]
+
+    def latest(self, now: datetime, count: int = 1) -> list[datetime]:
+        """The newest ``count`` fire times at or before ``now``, newest first."""
+        # croniter's get_prev is strict and works in whole seconds: start just past now's second.
+        start = now.replace(microsecond=0) + timedelta(seconds=1)
+        fires = self._fires(self._iter(start), backwards=True)
+        out: list[datetime] = []
+        while len(out) < count:
+            t = next(fires)
+            if t <= now:
+                out.append(t)
+        return out
+
+    def record(self, slot: datetime) -> dict:
+        """What a scheduled run's record says about its schedule."""
+        return {"slot": slot_id(slot), "cron": self.cron, "timezone": self.timezone}
+
+
+def _has_seconds(cron: str) -> bool:
+    return not cron.strip().startswith("@") and len(cron.split()) == 6
+
+
+def slot_id(t: datetime) -> str:
+    """A slot's identity: its instant in UTC, to the second."""
+    return t.astimezone(_UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _slot_file(t: datetime) -> str:
+    return t.astimezone(_UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def parse_instant(text: str) -> datetime:
+    """An ISO 8601 instant (``--now``); without an offset it is UTC.
+
+    >>> slot_id(parse_instant("2026-03-29T03:30:00+02:00"))
+    '2026-03-29T01:30:00Z'
+    """
+    try:
+        t = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"--now expects an ISO 8601 instant such as 2026-03-29T01:30:00Z, got {text!r}") from None
+    return t.replace(tzinfo=_UTC) if t.tzinfo is None else t.astimezone(_UTC)
+
+
+@lru_cache(maxsize=1)
+def _zones() -> tuple[str, ...]:
+    return tuple(sorted(available_timezones()))
+
+
+#: the shorthands croniter reads in place of five fields
+SHORTHANDS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+
+#: each field of a 5-field expression, with the values it takes
+_FIELDS = (("minute", "0-59"), ("hour", "0-23"), ("day-of-month", "1-31 or L"), ("month", "1-12 or JAN-DEC"),
+           ("day-of-week", "0-7 or SUN-SAT, 0 and 7 both Sunday"))
+
+
+def _why_not(cron: str, error: BaseException) -> str:
+    """Why croniter refused ``cron``, in the terms of hetflow's rule (5 fields, or 6 with seconds first),
+    naming the field at fault; croniter's own words say the expression needs "5, 6 or 7 columns", counts
+    fields from 0 and speaks of iterators.
+
+    >>> _why_not("@fortnightly", ValueError())
+    'a shorthand is one of @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly; otherwise write 5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first'
+    >>> _why_not("0 25 * * *", ValueError())
+    "the hour field '25' is not valid: hour takes 0-23, as lists (1,15), ranges (1-5) and steps (*/15)"
+    >>> from croniter import CroniterBadDateError
+    >>> _why_not("0 0 30 2 *", CroniterBadDateError())
+    'no date matches it: its day-of-month and month fields never meet (day 30 of February, say)'
+    """
+    from croniter import CroniterBadDateError
+
+    if cron.startswith("@"):
+        return (f"a shorthand is one of {', '.join(SHORTHANDS)}; otherwise write 5 fields "
+                "(minute hour day-of-month month day-of-week), or 6 with seconds first")
+    fields = cron.split()
+    names = ((("second", "0-59"),) if len(fields) == 6 else ()) + _FIELDS
+    for i, (field, (name, values)) in enumerate(zip(fields, names)):
+        alone = " ".join(field if j == i else "*" for j in range(len(fields)))
+        try:
+            croniter(alone, datetime(2000, 1, 1, tzinfo=_UTC), second_at_beginning=len(fields) == 6).get_next(datetime)
+        except (CroniterError, ValueError, KeyError):
+            step = "; a step of 0 never advances" if re.search(r"/0+(?=,|$)", field) else ""
+            return (f"the {name} field {field!r} is not valid: {name} takes {values}, as lists (1,15), ranges (1-5) "
+                    f"and steps (*/15){step}")
+    if isinstance(error, CroniterBadDateError):
+        return "no date matches it: its day-of-month and month fields never meet (day 30 of February, say)"
+    return f"croniter refuses it ({error})"
+
+
+def check(value: Any, doc: Any, params: Mapping[str, Any]) -> list[Diagnostic]:
+    """What is wrong with a ``schedule:`` block beyond its shape (the schema checks that)."""
+    if not isinstance(value, dict):
+        return []
+    problems = []
+    cron = value.get("cron")
+    if isinstance(cron, str) and cron.strip():
+        fields = cron.split()
+        if not cron.strip().startswith("@") and len(fields) not in (5, 6):
+            problems.append(Diagnostic(doc.at(("schedule", "cron")), (
+                f"schedule.cron {cron!r} has {len(fields)} fields; a cron expression has 5 "
+                "(minute hour day-of-month month day-of-week) or 6 with seconds first")))
+        else:
+            try:
+                croniter(cron, datetime(2000, 1, 1, tzinfo=_UTC), second_at_beginning=_has_seconds(cron)).get_next(datetime)
+            except (CroniterError, ValueError, KeyError) as e:
+                hint = "; schedule: is not interpolated, write the expression itself" if "${" in cron else ""
+                problems.append(Diagnostic(doc.at(("schedule", "cron")),
+                                           f"schedule.cron {cron!r} is not a valid cron expression: "
+                                           f"{_why_not(cron.strip(), e)}{hint}"))
+    tz = value.get("timezone")
+    if isinstance(tz, str) and tz:
+        try:
+            ZoneInfo(tz)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            close = difflib.get_close_matches(tz, _zones(), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            problems.append(Diagnostic(doc.at(("schedule", "timezone")),
+                                       f"unknown time zone {tz!r} in schedule.timezone: give an IANA name such as "
+                                       f"Europe/Berlin or UTC{hint}"))
+    overrides = value.get("params")
+    if isinstance(overrides, dict):
+        for key in overrides:
+            if key not in params:
+                declared = ", ".join(sorted(params)) or "none"
+                problems.append(Diagnostic(doc.key_at(("schedule", "params", key)),
+                                           f"schedule.params sets {key!r}, which is not a declared param (declared: {declared})"))
+    return problems
+
+
+def from_tree(tree: Any) -> Schedule | None:
+    """The :class:`Schedule` of a validated manifest tree, or None when it has none."""
+    value = tree.get("schedule") if isinstance(tree, dict) else None
+    if not isinstance(value, dict):
+        return None
+    return Schedule(value["cron"].strip(), value.get("timezone", "UTC"), bool(value.get("catchup", False)),
+                    value.get("max_active", "skip"), dict(value.get("params") or {}),
+                    value.get("on_failure"), value.get("on_success"))
+
+
+def slot_run(doc: Any, name: str, slot_text: str) -> tuple[dict, str]:
+    """For ``hetflow run --schedule-slot``: the record's ``schedule`` entry and the run lock's name.
+
+    An ``allow`` schedule locks the slot, not the manifest, so its runs may overlap.
+    """
+    sched = from_tree(doc.value)
+    if sched is None:
+        raise UsageError(f"--schedule-slot: {doc.file} has no schedule: block")
+    try:
+        slot = parse_instant(slot_text)
+    except UsageError:
+        raise UsageError(f"--schedule-slot expects a UTC instant such as 2026-03-29T01:00:00Z, got {slot_text!r}") from None
+    lock_name = f"{name}@{_slot_file(slot)}" if sched.max_active == "allow" else name
+    return sched.record(slot), lock_name
+
+
+def due_slots(schedule: Schedule, done: Mapping[str, str] | set, now: datetime) -> list[datetime]:
+    """The slots to decide at ``now``, oldest first (see the module docstring).
+
+    >>> s = Schedule("0 * * * *", "UTC", True, "skip", {})
+    >>> now = parse_instant("2026-01-01T03:30:00Z")
+    >>> [slot_id(t) for t in due_slots(s, {"2026-01-01T01:00:00Z"}, now)]
+    ['2026-01-01T02:00:00Z', '2026-01-01T03:00:00Z']
+    >>> [slot_id(t) for t in due_slots(Schedule("0 * * * *", "UTC", False, "skip", {}), {"2026-01-01T01:00:00Z"}, now)]
+    ['2026-01-01T03:00:00Z']
+    """
+    newest = max(done) if done else None
+    recent = schedule.latest(now, CATCHUP_LIMIT if schedule.catchup else 1)
+    missed = [t for t in recent if newest is None or slot_id(t) > newest]
+    if newest is None or not schedule.catchup:
+        missed = missed[:1]
+    return sorted(missed)

@@ -1,0 +1,224 @@
+"""The schema check: the resolved tree against ``schemas/pipeline.base.json``.
+
+First jsonschema-rs (the Rust implementation, built from the same
+schema once), which only says valid or not; when it says not, jsonschema
+re-checks the same tree and its errors become the diagnostics, each at
+the ``FILE:LINE:COL`` of the value or key it is about, so the fast path
+changes no message.
+A value that is an undefined ``${name}`` (already reported by the
+resolve pass) raises nothing here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import json
+import os
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:
+    import jsonschema
+
+from hetflow.engine.errors import Diagnostic
+from hetflow.engine.manifest.loader import Document, Path
+from hetflow.engine.manifest.resolve import has_undefined
+
+__all__ = ["schema", "schema_problems", "part_problems"]
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict:
+    """The manifest's JSON Schema, shipped as package data.
+
+    This is the hand-written base, open to any op name: ops, plugin ops
+    included, are checked by the semantic pass, whose messages suggest the
+    nearest name. ``pipeline.schema.json`` is the editors' copy with the
+    op registry folded in (``hetflow schema``).
+    """
+    # read beside the package's modules: importlib.resources would load pathlib, zipfile and tempfile,
+    # 5 ms of every command that checks a manifest, for a file that is always a plain file of the package
+    folder = importlib.util.find_spec("hetflow.schemas").submodule_search_locations[0]
+    with open(os.path.join(folder, "pipeline.base.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+class _Fast:
+    """The schema, and the parts of it that check one stage and a stage's name, in jsonschema-rs.
+
+    It answers valid or not, and only ``True`` counts: a value it cannot
+    take (a date, bytes, an undefined ``${name}``) is refused, and so goes
+    to the precise check. Both implement draft 2020-12 of the same schema;
+    where they differ at the edges, jsonschema-rs is the stricter (its
+    ``$`` does not match before a final newline, NaN is not a number), so
+    its "valid" is jsonschema's.
+    """
+
+    def __init__(self, spec: dict) -> None:
+        import jsonschema_rs
+
+        stages = spec["properties"]["stages"]
+        defs = {k: spec[k] for k in ("$schema", "$id", "$defs") if k in spec}
+        self._whole = jsonschema_rs.validator_for(spec)
+        self._stage = jsonschema_rs.validator_for({**defs, **stages["additionalProperties"]})
+        self._name = jsonschema_rs.validator_for({**defs, **stages["propertyNames"]})
+
+    @staticmethod
+    def _valid(validator: Any, value: Any) -> bool:
+        try:
+            return validator.is_valid(value)
+        except ValueError:  # a Python value with no JSON form
+            return False
+
+    def accepts(self, tree: Any) -> bool:
+        return self._valid(self._whole, tree)
+
+    def accepts_stage(self, sid: Any, value: Any) -> bool:
+        return self._valid(self._name, sid) and self._valid(self._stage, value)
+
+
+@lru_cache(maxsize=1)
+def _fast_validator() -> _Fast:
+    return _Fast(schema())
+
+
+def schema_problems(tree: Any, doc: Document) -> list[Diagnostic]:
+    """The schema's complaints about ``tree``, each at the place in ``doc`` it is about."""
+    # Happy path first: "valid" there means valid here; anything it refuses, or cannot even look at
+    # (an undefined ${name}), is re-checked precisely below, which alone decides the diagnostics.
+    fast = _fast_validator()
+    if fast.accepts(tree):
+        return []
+    # A stage the fast check accepts, under a name it accepts, holds no error of its own, and
+    # nothing else in the schema looks across stages but ``minProperties``: so the precise pass
+    # checks the refused stages only (or one stage, when the problem is elsewhere), which on a large
+    # manifest is most of its time.
+    stages = tree.get("stages") if isinstance(tree, dict) else None
+    if isinstance(stages, dict) and len(stages) > 1:
+        refused = {sid: spec for sid, spec in stages.items() if not fast.accepts_stage(sid, spec)}
+        tree = {**tree, "stages": refused or dict([next(iter(stages.items()))])}
+    import jsonschema  # only a refused manifest pays for its import
+
+    validator = jsonschema.Draft202012Validator(schema())
+    problems: list[Diagnostic] = []
+    for error in validator.iter_errors(tree):
+        if not has_undefined(error.instance):
+            problems.extend(_explain(error, doc))
+    return problems
+
+
+def part_problems(value: Any, definition: str, doc: Any, path: Path) -> list[Diagnostic]:
+    """The schema's complaints about ``value``, checked against ``$defs/DEFINITION`` (or a ``#/...`` pointer into
+    the schema), as if it stood at ``path``.
+
+    For the parts of a manifest the expansion reads before the whole is
+    checked (a use of a block): ``doc`` is anything with ``at`` and
+    ``key_at``, so a use inside a block is reported where the block is.
+    """
+    spec = schema()
+    import jsonschema
+
+    node: Any = spec
+    for part in (definition[2:] if definition.startswith("#/") else f"$defs/{definition}").split("/"):
+        node = node[part]
+    # the part's own keywords at the root, beside the definitions its references name
+    validator = jsonschema.Draft202012Validator({**node, "$schema": spec["$schema"], "$defs": spec["$defs"]})
+    problems: list[Diagnostic] = []
+    for error in validator.iter_errors(value):
+        error.path.extendleft(reversed(path))
+        problems.extend(_explain(error, doc))
+    return problems
+
+
+def _describe(path: Path) -> str:
+    if not path:
+        return "the manifest"
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _explain(error: jsonschema.ValidationError, doc: Document) -> Iterator[Diagnostic]:
+    path = tuple(error.absolute_path)
+    where = _describe(path)
+    v = error.validator
+    if v == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = list(error.schema.get("properties", {}))
+        for key in error.instance:
+            if key not in allowed:
+                close = difflib.get_close_matches(key, allowed, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                yield Diagnostic(
+                    doc.key_at(path + (key,)),
+                    f"unknown key {key!r} in {where} (allowed: {', '.join(allowed)}){hint}",
+                )
+        return
+    if v == "required":
+        missing = [k for k in error.validator_value if k not in error.instance]
+        yield Diagnostic(doc.at(path), f"{where} is missing required key {', '.join(map(repr, missing))}")
+        return
+    if v == "const":
+        yield Diagnostic(doc.at(path), f"{where} must be {error.validator_value!r}, found {error.instance!r}")
+        return
+    if v == "enum":
+        options = ", ".join(map(str, error.validator_value))
+        yield Diagnostic(doc.at(path), f"{where} must be one of {options}; found {error.instance!r}")
+        return
+    if v == "propertyNames":
+        bad = error.instance
+        yield Diagnostic(
+            doc.key_at(path + (bad,)),
+            f"invalid name {bad!r} in {where}: "
+            "a name starts with a letter or '_' and holds letters, digits, '_' or '-'",
+        )
+        return
+    if v == "oneOf" and all(set(alt) == {"required"} for alt in error.validator_value) and isinstance(error.instance, dict):
+        keys = [alt["required"][0] for alt in error.validator_value]
+        found = [k for k in keys if k in error.instance]
+        yield Diagnostic(doc.key_at(path + (found[1],)) if len(found) > 1 else doc.at(path),
+                         f"{where} needs exactly one of {' or '.join(map(repr, keys))}, "
+                         + (f"found {' and '.join(map(repr, found))}" if found else "found neither"))
+        return
+    if v in ("oneOf", "anyOf") and error.context:
+        import jsonschema.exceptions
+
+        best = jsonschema.exceptions.best_match(error.context)
+        if best is not None and best.validator in ("enum", "const"):
+            yield from _explain(best, doc)
+            return
+    worded = _in_manifest_terms(error)
+    yield Diagnostic(doc.at(path), f"{where} {worded}" if worded else f"{where}: {error.message}")
+
+
+#: JSON Schema's type names as a YAML manifest's author says them
+_TYPE_WORDS = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
+               "number": "a number", "boolean": "true or false", "null": "null"}
+
+
+def _in_manifest_terms(error: jsonschema.ValidationError) -> str | None:
+    """jsonschema's message for a type, bound or length check in a manifest's words (a list, a mapping; at
+    least, at most), or None where it has none.
+
+    >>> from jsonschema import Draft202012Validator
+    >>> [_in_manifest_terms(e) for e in Draft202012Validator({"type": ["number", "null"], "minimum": 0}).iter_errors("x")]
+    ["must be a number or null, found 'x'"]
+    """
+    v, want, found = error.validator, error.validator_value, error.instance
+    if v == "type":
+        kinds = [_TYPE_WORDS.get(k, k) for k in (want if isinstance(want, list) else [want])]
+        return f"must be {' or '.join(kinds)}, found {found!r}"
+    bounds = {"minimum": "at least", "maximum": "at most", "exclusiveMinimum": "more than",
+              "exclusiveMaximum": "less than"}
+    if v in bounds:
+        return f"must be {bounds[v]} {want}, found {found!r}"
+    if v in ("minItems", "maxItems"):
+        return f"must have {'at least' if v == 'minItems' else 'at most'} {want} item{'s' * (want != 1)}, found {len(found)}"
+    if v in ("minProperties", "maxProperties"):
+        return f"must have {'at least' if v == 'minProperties' else 'at most'} {want} key{'s' * (want != 1)}, found {len(found)}"
+    if v == "minLength" and want == 1:
+        return "must not be empty"
+    if v == "uniqueItems":
+        return f"must not repeat an item, found {found!r}"
+    return None

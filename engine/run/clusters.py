@@ -1,0 +1,91 @@
+"""Where an API call runs: the in-process threaded scheduler or a Dask cluster, and the plan placed on it.
+
+:func:`open_cluster` turns :func:`hetflow.run`'s cluster arguments
+(``workers=``, ``threads_per_worker=``, ``scheduler=``, ``place=``,
+``threads=``) into one context: ``None`` for the in-process scheduler,
+otherwise a :class:`hetflow.engine.run.distributed.Cluster`, closed on the
+way out when hetflow started or connected to it. :func:`plan_on` plans a
+manifest against that machine or cluster. ``distributed`` is imported only
+when a cluster is asked for.
+
+Examples
+--------
+>>> with open_cluster(None, None, None, None) as cluster:
+...     cluster is None
+True
+>>> with open_cluster(2, None, "current", None):
+...     pass
+Traceback (most recent call last):
+...
+hetflow.engine.errors.UsageError: workers= starts a new cluster and scheduler= joins one; give one of them
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from hetflow.engine.plan import planner
+from hetflow.engine.errors import UsageError
+from hetflow.engine.manifest.validate import Manifest
+from hetflow.executors import probe
+
+__all__ = ["open_cluster", "plan_on"]
+
+
+def plan_on(manifest: Manifest, cluster: Any, place: Mapping[str, str] | None) -> planner.Plan:
+    """The plan of ``manifest`` on this machine (``cluster`` None) or placed on the cluster's workers."""
+    if cluster is None:
+        return planner.plan(manifest, probe)
+    return cluster.place(planner.plan(manifest, cluster.probe), manifest, dict(place or {}))
+
+
+@contextlib.contextmanager
+def open_cluster(workers: int | None, threads_per_worker: int | None, scheduler: Any,
+                 place: Mapping[str, str] | None, threads: int | None = None) -> Iterator[Any]:
+    """The cluster a call runs on, or ``None`` for the in-process threaded scheduler.
+
+    A cluster hetflow starts or connects to is closed on the way out; a
+    ``distributed.Client`` given (or ``"current"``, the one in effect) is
+    the caller's and stays open.
+    """
+    if workers is not None and scheduler is not None:
+        raise UsageError("workers= starts a new cluster and scheduler= joins one; give one of them")
+    if threads_per_worker is not None and workers is None:
+        raise UsageError("threads_per_worker= goes with workers=")
+    if workers is None and scheduler is None:
+        if place:
+            raise UsageError("place= needs a cluster: give workers=N or scheduler=")
+        yield None
+        return
+    if threads is not None:
+        raise UsageError("threads= sets the in-process scheduler; with a cluster use threads_per_worker=")
+    from hetflow.engine.run.distributed import Cluster  # distributed loads only for cluster runs
+
+    if workers is not None:
+        with Cluster.local(workers, threads_per_worker) as cluster:
+            yield cluster
+        return
+    if isinstance(scheduler, (str, os.PathLike)) and os.fspath(scheduler) != "current":
+        with Cluster.connect(os.fspath(scheduler)) as cluster:
+            yield cluster
+        return
+    yield Cluster(_client(scheduler), "client", "")
+
+
+def _client(scheduler: Any) -> Any:
+    """The ``distributed.Client`` that ``scheduler`` names: itself, or the current one for ``"current"``."""
+    from distributed import Client, default_client
+
+    if isinstance(scheduler, Client):
+        return scheduler
+    if scheduler != "current":
+        raise UsageError(f"scheduler= takes None, 'current', a distributed.Client, tcp://HOST:PORT or a scheduler "
+                         f"file; got {scheduler!r}")
+    try:
+        return default_client()
+    except ValueError:
+        raise UsageError("scheduler='current' needs a running distributed.Client (with Client(...): or "
+                         "Client(...) made the default); none is") from None

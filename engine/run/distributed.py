@@ -1,0 +1,656 @@
+"""The cluster runtime: the lowered task graph, unchanged, on a Dask ``distributed`` cluster.
+
+A :class:`Cluster` is either a ``LocalCluster`` of worker processes that
+hetflow starts (``--workers N``) or an existing cluster it joins
+(``--scheduler tcp://HOST:PORT`` or a scheduler file), started with the
+plain ``dask scheduler`` / ``dask worker`` commands. A run on it goes:
+
+1. **ask**: every worker reports its address, name, threads and worker
+   resources (the scheduler's identity) and what it offers for each
+   vendor the plan names (:func:`worker_offers`, run on each worker by
+   ``Client.run``; probing a GPU SDK costs seconds, so only those);
+   :meth:`Cluster.probe` is the union, so the planner's vendor preference
+   lists resolve against the cluster, not against the client's machine.
+2. **place** (:meth:`Cluster.place`, at plan time): every executor of the
+   plan gets one worker, the first rule that applies:
+
+   * an explicit mapping ``--place NAME=WORKER`` (a worker name or address);
+   * a worker started with the resource ``executor-NAME`` (``dask worker
+     --resources executor-accel=1``);
+   * otherwise the workers that offer the executor's vendor (and, for a
+     GPU vendor, have its ``device`` index): the one hosting the fewest
+     executors so far, by worker name on a tie, so executors spread out.
+
+   No worker can host it: the plan fails with a :class:`ManifestError` at
+   the executor's declaration, naming the executor and what each worker
+   offers, instead of a task waiting forever for a worker (dask#9587).
+   The placement is part of the plan (``ExecutorPlan.worker``).
+3. **host**: a :class:`~hetflow.engine.run.workerside.HetflowWorkerPlugin`,
+   registered from the client with ``Client.register_plugin`` (plain
+   workers need nothing but hetflow installed), creates inside each worker
+   the executors placed on it and one
+   :class:`~hetflow.engine.run.runtime.LocalRuntime` over them. The scheduler
+   also hands it to workers that join later, a restarted one included.
+   (:mod:`hetflow.engine.run.workerside` holds everything that runs inside a
+   worker.)
+4. **submit**: each task of :func:`~hetflow.engine.run.lowering.lower`'s graph
+   is one ``Client.submit``, in dependency order, whose function is the
+   ``_OnWorker`` runtime: it finds the run's ``LocalRuntime`` in the
+   worker it landed on and calls the same method the threaded scheduler
+   calls. A task bound to executor E (``TaskGraph.bound``) is submitted
+   with ``workers=[address of E's worker], allow_other_workers=False``;
+   these are per-task restrictions, not graph annotations, so no graph
+   optimization can drop them (dask#7036). A handle therefore never
+   leaves its worker; a bridge's export runs on the source worker, its
+   import on the destination, and the :class:`PortableActivation` between
+   them is an ordinary Dask result that Dask moves from worker to worker.
+   A task bound to no executor may run anywhere and Dask retries it.
+5. **watch**: while waiting, the client polls the scheduler's workers; a
+   worker that hosted an executor and is gone, or a scattered phase array
+   lost with the only worker holding it, starts a **recovery**
+   (:func:`hetflow.engine.run.recovery.recover`): the lost executors are
+   re-created on live workers, the lost array is scattered again from the
+   client's copy, and only the tasks whose results were lost, or that
+   would read one, run again, as the next *generation*.
+6. **close**, on success and on every failure: remaining futures are
+   cancelled; on each worker the plugin stops accepting tasks, waits for
+   the ones running, releases every handle the run still holds and
+   reports each executor's live activations; it then logs the flush
+   marker of :mod:`hetflow.engine.run.events`. The client waits for every
+   marker, so the event stream (carried by ``Worker.log_event`` and
+   ``Client.subscribe_topic``) is complete before the record is written,
+   and unregisters the plugin, whose teardown drops the executors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import graphlib
+import importlib.util
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from dask.sizeof import sizeof
+from distributed import Client
+
+from hetflow.engine.store.cache import CacheUse
+from hetflow.engine.run.clusterphases import place_witness, run_phases
+from hetflow.engine.errors import Diagnostic, EnvironmentUnavailable, ManifestError, UsageError
+from hetflow.engine.run.events import EventStream, run_event
+from hetflow.engine.run.lowering import TaskGraph, lower
+from hetflow.engine.manifest.validate import Manifest
+from hetflow.engine.plan.planner import Plan
+from hetflow.engine.run.recovery import _Gone, _mark_cached, plan_recovery, recover
+from hetflow.engine.run.runtime import ClusterFailure, NotHeld
+from hetflow.engine.run.workerside import (
+    CLOSE_WAIT_S,
+    PLUGIN_PREFIX,
+    RESOURCE_PREFIX,
+    HetflowWorkerPlugin,
+    WorkerInfo,
+    _can_host,
+    _close_run,
+    _dependencies,
+    _OnWorker,
+    _sort_name,
+    _substitute,
+    worker_offers,
+)
+from hetflow.executors import Offer
+from hetflow.executors.base import PortableActivation, Vendor
+
+__all__ = ["Cluster", "WorkerInfo", "HetflowWorkerPlugin", "worker_offers", "plan_recovery", "PLUGIN_PREFIX",
+           "RESOURCE_PREFIX"]
+
+_POLL_S = 0.2
+# a recovery that keeps finding more lost is a cluster that keeps losing workers
+_MAX_RECOVERIES = 20
+_FLUSH_WAIT_S = 10.0
+_CONNECT_TIMEOUT_S = 10.0
+_GATHER_POLL_S = 1.0
+# A scheduler started a moment ago may not listen yet; past this, a refused connection means none is there.
+_REFUSED_GRACE_S = 2.0
+
+
+@sizeof.register(PortableActivation)
+def _sizeof_portable(portable: PortableActivation) -> int:
+    # Dask's memory accounting (spilling, transfer batching) sees the bytes, not a small object
+    return portable.nbytes
+
+
+@dataclass
+class _ClusterRun:
+    """What ``execute`` reads back from a cluster run: the graph, the completed tasks and the recoveries."""
+
+    graph: TaskGraph
+    events: list[dict]
+    recoveries: list[dict] = dataclasses.field(default_factory=list)
+
+
+class Cluster:
+    """A Dask cluster hetflow runs on, and the client connected to it."""
+
+    def __init__(self, client: Client, kind: str, target: str, owned: Any = None) -> None:
+        self.client = client
+        self.kind = kind
+        self.target = target
+        self._owned = owned
+        self._workers: list[WorkerInfo] | None = None
+        # worker address -> executors of this client's placed plans that have not ended: the runs of a
+        # --parallel sweep each place theirs where the fewest are, and do not all queue on the first worker
+        self._hosting: dict[str, int] = {}
+        self._hosting_lock = threading.Lock()
+        self._releases: dict[int, Any] = {}  # id(placed plan) -> the release of its executors' places
+
+    @classmethod
+    def local(cls, workers: int, threads_per_worker: int | None = None) -> Cluster:
+        """Start a ``LocalCluster`` of ``workers`` processes on loopback.
+
+        Its workers' own logs are silenced: hetflow reports a failing task
+        itself, and Dask's "Compute Failed" tracebacks would bury that.
+
+        Its scheduler runs without the active memory manager, for the cost
+        of a recovery, not for its correctness: ReduceReplicas keeps one
+        copy of a result, often the destination's copy of a bridge's bytes,
+        and a lost destination then costs the export and the partition
+        that made its tensor as well as the import. Recovery holds with it
+        on, as on any cluster hetflow joins (:mod:`hetflow.engine.run.recovery`).
+        """
+        import dask.config
+        from distributed import LocalCluster
+
+        if workers < 1:
+            raise UsageError("--workers must be at least 1")
+        if threads_per_worker is not None and threads_per_worker < 1:
+            raise UsageError("--threads-per-worker must be at least 1")
+        threads = threads_per_worker or max(1, (os.cpu_count() or 1) // workers)
+        with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
+            lc = LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
+                              dashboard_address=":0", silence_logs=logging.CRITICAL)
+        try:
+            client = Client(lc, set_as_default=False)
+        except BaseException:
+            lc.close()
+            raise
+        return cls(client, "local-cluster", lc.scheduler_address, owned=lc)
+
+    @classmethod
+    def connect(cls, target: str, *, timeout: float = _CONNECT_TIMEOUT_S) -> Cluster:
+        """Join an existing cluster: ``tcp://HOST:PORT`` or the path of a scheduler file."""
+        if os.path.isfile(target):
+            kwargs: dict[str, Any] = {"scheduler_file": target}
+        elif "://" in target:
+            kwargs = {"address": target}
+        else:
+            raise UsageError(f"--scheduler expects tcp://HOST:PORT or a scheduler file; {target!r} is neither "
+                             "(no such file, no scheme)")
+        if "address" in kwargs and _refused(target, min(timeout, _REFUSED_GRACE_S)):
+            raise EnvironmentUnavailable(f"cannot connect to the Dask scheduler at {target}: connection refused "
+                                         f"for {min(timeout, _REFUSED_GRACE_S):g} s; is the scheduler running?")
+        try:
+            client = Client(**kwargs, timeout=timeout, set_as_default=False)
+        except (OSError, TimeoutError, ValueError) as e:
+            raise EnvironmentUnavailable(f"cannot connect to the Dask scheduler at {target}: {e}") from None
+        try:
+            client.wait_for_workers(1, timeout=timeout)
+        except (TimeoutError, OSError):
+            client.close()
+            raise EnvironmentUnavailable(f"the Dask cluster at {target} has no workers (waited {timeout:g} s)") from None
+        return cls(client, "cluster", target)
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.client.close()
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
+
+    def _ids(self) -> dict[str, str]:
+        """Each live worker's incarnation by address: its scratch folder, new in every worker process.
+
+        A nanny may restart a worker on the same address (a fixed
+        ``--worker-port``); the scheduler's identity gives no process id,
+        and the folder is what tells the restarted worker from the lost one.
+        """
+        return {a: str(w.get("local_directory") or a) for a, w in self._identity()["workers"].items()}
+
+    def _identity(self, n_workers: int = -1) -> dict:
+        """The scheduler's identity, asked now: ``Client.scheduler_info``'s cache is overwritten
+        in the background by a refresh that carries no workers."""
+        return self.client.sync(self.client.scheduler.identity, n_workers=n_workers)
+
+    @property
+    def address(self) -> str:
+        return self.client.scheduler.address
+
+    @property
+    def dashboard_link(self) -> str | None:
+        """The dashboard's URL; ``None`` when the scheduler serves none (a local one without bokeh)."""
+        if "dashboard" not in self._identity(0).get("services", {}):
+            return None
+        if self._owned is not None and importlib.util.find_spec("bokeh") is None:
+            return None
+        return self.client.dashboard_link
+
+    def workers(self, vendors: tuple[Vendor, ...] = ()) -> list[WorkerInfo]:
+        """Every worker, sorted by name, with its offers for ``vendors`` probed; cached."""
+        if self._workers is None:
+            info = self._identity()["workers"]
+            self._workers = sorted(
+                (WorkerInfo(address, str(w.get("name", address)), int(w.get("nthreads", 1)),
+                            dict(w.get("resources") or {})) for address, w in info.items()),
+                key=lambda w: (_sort_name(w.name), w.address))
+        missing = [v for v in vendors if any(v not in w.offers for w in self._workers)]
+        if missing:
+            got = self.client.run(worker_offers, [v.value for v in missing], on_error="return",
+                                  workers=[w.address for w in self._workers])
+            for w in self._workers:
+                answer = got.get(w.address)
+                if isinstance(answer, BaseException) or answer is None:
+                    why = f"{type(answer).__name__}: {answer}" if answer is not None else "it did not answer"
+                    raise UsageError(f"worker {w.name} ({w.address}) cannot run hetflow: {why}; "
+                                     "install hetflow on every worker") from None
+                w.offers.update({o.vendor: o for o in answer})
+        return self._workers
+
+    def refresh(self) -> None:
+        """Forget the workers asked before (one left, one joined): the next question asks the scheduler again."""
+        self._workers = None
+
+    def offered(self) -> str:
+        """What each worker offers, every vendor probed: for messages about what is missing."""
+        return "; ".join(w.summary() for w in self.workers(tuple(Vendor))) or "no workers"
+
+    def probe(self, vendor: Vendor) -> Offer:
+        """The cluster's offer for ``vendor``: available when at least one worker offers it."""
+        workers = self.workers((vendor,))
+        having = [(w, w.offer(vendor)) for w in workers]
+        having = [(w, o) for w, o in having if o is not None and o.available]
+        if not having:
+            return Offer(vendor, False, f"no worker of the cluster offers {vendor.value} (the cluster offers: "
+                                        f"{self.offered()})")
+        first = having[0][1]
+        names = ", ".join(w.name for w, _ in having)
+        return Offer(vendor, True, f"offered by {len(having)} of {len(workers)} workers ({names})",
+                     first.devices, first.dtypes)
+
+    def place(self, plan: Plan, manifest: Manifest, mapping: Mapping[str, str] | None = None) -> Plan:
+        """``plan`` with a worker for every executor; raises :class:`ManifestError` when one has none."""
+        mapping = dict(mapping or {})
+        workers = self.workers(tuple({e.vendor: None for e in plan.executors.values()}))
+        unknown = [e for e in mapping if e not in plan.executors]
+        if unknown:
+            raise UsageError(f"--place {unknown[0]}=...: the manifest declares no executor {unknown[0]!r} "
+                             f"(declared: {', '.join(plan.executors)})")
+        with self._hosting_lock:
+            load = {w.address: self._hosting.get(w.address, 0) for w in workers}
+        placed = {}
+        problems = []
+        pinned_first = sorted(plan.executors.values(), key=lambda e: self._candidates(e, workers, mapping)[0] is workers)
+        for e in pinned_first:
+            where = manifest.executors[e.name].vendor_origin if e.name in manifest.executors else None
+            pool, reason = self._candidates(e, workers, mapping)
+            able = [w for w in pool if _can_host(w, e.vendor, e.device)]
+            if not able:
+                if pool is workers:
+                    why = f"no worker offers {e.vendor.value}" + ("" if e.vendor is Vendor.cpu else f" device {e.device}")
+                elif not pool:
+                    why = f"{reason} matches no worker"
+                else:
+                    why = f"{reason} names worker(s) {', '.join(w.name for w in pool)}, which do not offer {e.vendor.value}"
+                problems.append(Diagnostic(where, f"executor {e.name!r} ({e.vendor.value}) cannot be placed on the "
+                                                  f"cluster at {self.target}: {why}; the cluster offers: {self.offered()}"))
+                continue
+            pick = min(able, key=lambda w: (load[w.address], _sort_name(w.name), w.address))
+            load[pick.address] += 1
+            placed[e.name] = dataclasses.replace(e, worker=pick.address, worker_name=pick.name,
+                                                 worker_reason=f"{reason}; worker {pick.name}")
+        if problems:
+            raise ManifestError(problems)
+        # each witness phase priced on these workers and in this process, the faster chosen (clusterphases)
+        made = place_witness(dataclasses.replace(plan, executors={name: placed[name] for name in plan.executors}),
+                             workers)
+        self._hold_places(made)
+        return made
+
+    def _hold_places(self, plan: Plan) -> None:
+        """Count ``plan``'s executors on their workers until its run ends (:meth:`run_graph`) or it is dropped."""
+        import weakref
+
+        addresses = [e.worker for e in plan.executors.values()]
+        with self._hosting_lock:
+            for address in addresses:
+                self._hosting[address] = self._hosting.get(address, 0) + 1
+        key = id(plan)
+
+        def release() -> None:
+            with self._hosting_lock:
+                self._releases.pop(key, None)
+                for address in addresses:
+                    left = self._hosting.get(address, 0) - 1
+                    if left > 0:
+                        self._hosting[address] = left
+                    else:
+                        self._hosting.pop(address, None)
+
+        self._releases[key] = weakref.finalize(plan, release)
+
+    @staticmethod
+    def _candidates(e: Any, workers: list[WorkerInfo], mapping: Mapping[str, str]) -> tuple[list[WorkerInfo], str]:
+        if e.name in mapping:
+            wanted = mapping[e.name]
+            return [w for w in workers if wanted in (w.name, w.address)], f"--place {e.name}={wanted}"
+        resource = RESOURCE_PREFIX + e.name
+        tagged = [w for w in workers if w.resources.get(resource, 0) > 0]
+        if tagged:
+            return tagged, f"worker resource {resource}"
+        return workers, f"offers {e.vendor.value}, fewest executors"
+
+    def describe(self) -> dict:
+        return {
+            "kind": self.kind, "address": self.address, "dashboard": self.dashboard_link,
+            "workers": [{"address": w.address, "name": w.name, "nthreads": w.nthreads, "resources": dict(w.resources)}
+                        for w in self.workers()],
+        }
+
+    def run_graph(self, plan: Plan, run_id: str, stream: EventStream, cache: CacheUse | None = None,
+                  phases: Any = None) -> tuple[_ClusterRun, list, BaseException | None, dict]:
+        """Run the lowered graph of a placed ``plan``: (completed tasks, results, failure, live activations)."""
+        missing = [e.name for e in plan.executors.values() if e.worker is None]
+        if missing:
+            raise ValueError(f"executors {missing} have no worker: Cluster.place the plan first")
+        client = self.client
+        topic = PLUGIN_PREFIX + run_id
+        flushed: set[str] = set()
+        flush_cond = threading.Condition()
+
+        def on_event(item: tuple[float, dict]) -> None:
+            _, event = item
+            if event.get("event") == "flush":
+                with flush_cond:
+                    flushed.add(event.get("worker"))
+                    flush_cond.notify_all()
+            stream.emit(event)
+
+        graph = lower(plan, _OnWorker(run_id))
+        client.subscribe_topic(topic, on_event)
+        ids = self._ids()
+        plugin = HetflowWorkerPlugin(run_id, plan, cache, ids)
+        futures: dict[str, Any] = {}
+        failure: BaseException | None = None
+        results: list[Any] = []
+        recoveries: list[dict] = []
+        registered = False
+        try:
+            # before the plugin: its set-up on each worker reports the worker's warm-up
+            stream.emit(run_event("started", run_id, tasks=len(graph.dsk), mode=self.kind, scheduler=self.address,
+                                  dashboard=self.dashboard_link, workers=len(self.workers())))
+            client.register_plugin(plugin, name=plugin.name)
+            registered = True
+            phase_values: dict[str, Any] = {}
+            if phases is not None:
+                run_phases(self.client, phases, run_id, plan, stream, futures, phase_values)
+            generation: dict[str, int] = {}
+            self._submit(plan, run_id, graph, futures, graph.dsk, generation, 0)
+            finished: set[str] = set()
+            kept: dict[str, Any] = {}
+            while True:
+                outcome = self._watch(plan, futures, finished, ids, kept, graph)
+                if not isinstance(outcome, _Gone):
+                    failure = outcome
+                    break
+                if len(recoveries) >= _MAX_RECOVERIES:
+                    failure = ClusterFailure(f"run {run_id} gave up after {len(recoveries)} recoveries from lost "
+                                             f"workers; the last: {outcome.cause}", {"recoveries": list(recoveries)})
+                    break
+                plan = recover(self, plan, run_id, graph, futures, generation, outcome.workers, recoveries,
+                               phase_values, finished, stream, outcome.data, kept=set(kept), cause=outcome.cause,
+                               cache=cache)
+                ids.update({a: i for a, i in self._ids().items() if a not in outcome.workers})
+            if failure is None:
+                results = [kept.get(k) for k in graph.keys]
+        except Exception as e:  # noqa: BLE001 - recorded by execute, like a stage failure
+            failure = failure or e
+        live: dict[str, int] = {}
+        try:
+            client.cancel([f for f in futures.values() if not f.done()])
+            reports = client.run(_close_run, run_id, CLOSE_WAIT_S, on_error="return") if registered else {}
+            answered = set()
+            for address, report in reports.items():
+                if isinstance(report, BaseException):
+                    continue
+                answered.add(address)
+                live.update(report["live"])
+            with flush_cond:
+                flush_cond.wait_for(lambda: answered <= flushed, timeout=_FLUSH_WAIT_S)
+        finally:
+            client.unsubscribe_topic(topic)
+            # a registration that failed on one worker is still held by the scheduler, which would give it to new workers
+            try:
+                client.unregister_worker_plugin(plugin.name)
+            except Exception:  # noqa: BLE001 - a worker that died has no plugin to remove
+                pass
+        release = self._releases.get(id(plan))
+        if release is not None:
+            release()  # a finalizer runs once: the plan's own end does nothing more
+        for name in plan.executors:
+            live.setdefault(name, 0)
+        for entry in recoveries:
+            _mark_cached(entry, stream.events)
+        return (_ClusterRun(graph, stream.tasks(), recoveries), results, _as_failure(failure),
+                dict(sorted(live.items())))
+
+    def _submit(self, plan: Plan, run_id: str, graph: TaskGraph, futures: dict[str, Any], keys: Any,
+                generation: dict[str, int], gen: int, given: Mapping[str, Any] | None = None) -> None:
+        """Submit ``keys`` of the graph in dependency order as generation ``gen``.
+
+        A dependency in ``given`` stands for itself (a kept future, or
+        ``None`` for a handle its executor still holds); any other comes
+        from ``futures``.
+        """
+        dsk = graph.dsk
+        wanted = set(keys)
+        order = graphlib.TopologicalSorter(
+            {key: [d for a in dsk[key][1:] for d in _dependencies(a, dsk) if d in wanted] for key in wanted}
+        ).static_order()
+        runtime = _OnWorker(run_id, gen)
+        suffix = f"~{gen}" if gen else ""
+        client = self.client
+        for key in order:
+            fn, *args = dsk[key]
+            if gen:
+                fn = getattr(runtime, fn.__name__)
+            args = [_substitute(a, dsk, futures if given is None else {**futures, **given}) for a in args]
+            executor = graph.bound.get(key)
+            generation[key] = gen
+            if executor is None:
+                futures[key] = client.submit(fn, *args, key=f"{key}@{run_id}{suffix}", pure=False, retries=3)
+            else:
+                futures[key] = client.submit(
+                    fn, *args, key=f"{key}@{run_id}{suffix}", pure=False, retries=0,
+                    workers=[plan.executors[executor].worker], allow_other_workers=False,
+                )
+
+    def _watch(self, plan: Plan, futures: dict[str, Any], finished: set[str], ids: Mapping[str, str],
+               kept: dict[str, Any], graph: TaskGraph) -> BaseException | _Gone | None:
+        """Wait for every future: ``None``, the first failure, or the hosting workers that are gone.
+
+        ``finished`` gathers the keys whose futures finished, as they do: a
+        future of a result lost with its worker later says ``lost`` or
+        ``pending``, but the task did run. An output's value is gathered
+        into ``kept`` as soon as it finishes and its future released: the
+        client's copy cannot be lost with a worker, so a finished output
+        never runs again. A hosting worker is gone when its address left
+        or came back with another Dask id (``ids``: a nanny restarting it on
+        a fixed port). A task that raised :class:`NotHeld` is Dask running
+        it again from lineage: that is a loss too, even when no hosting
+        worker left.
+        """
+        hosting = {e.worker for e in plan.executors.values()}
+        outputs = set(graph.output_keys.values())
+        done: queue.Queue = queue.Queue()
+
+        def on_done(f: Any, key: str) -> None:
+            if f.status == "finished" and futures.get(key) is f:
+                finished.add(key)
+            done.put((key, f))
+
+        def gone_now() -> list[str]:
+            alive = self._ids()
+            return sorted(w for w in hosting if alive.get(w) != ids.get(w, alive.get(w)) or w not in alive)
+
+        for key, f in futures.items():
+            f.add_done_callback(lambda f, key=key: on_done(f, key))
+        remaining = set(futures)
+        poll = time.monotonic() + _POLL_S
+        while remaining:
+            try:
+                key, f = done.get(timeout=max(0.0, poll - time.monotonic()))
+            except queue.Empty:
+                key, f = None, None
+            if f is not None and futures.get(key) is f and key in remaining:
+                remaining.discard(key)
+                if f.status == "finished" and key in outputs:
+                    try:
+                        kept[key] = _gather_or_gone(f, gone_now)
+                    except Exception:  # noqa: BLE001 - lost between finishing and the gather: a recovery reruns it
+                        remaining.add(key)
+                        finished.discard(key)
+                        gone = gone_now()
+                        if gone:
+                            return _Gone(gone, cause=f"worker {', '.join(gone)} left the cluster")
+                        continue
+                    futures.pop(key).release()
+                    continue
+                if f.status == "error":
+                    # a failure that follows a hosting worker's loss is the loss
+                    gone = gone_now()
+                    exc = f.exception()
+                    if gone:
+                        return _Gone(gone, cause=f"worker {', '.join(gone)} left the cluster")
+                    if isinstance(exc, NotHeld):
+                        alive = self._ids()
+                        left = sorted(w.address for w in self.workers() if w.address not in alive)
+                        return _Gone(left, cause=str(exc))
+                    return exc
+                if f.status == "cancelled":
+                    # the scheduler forgets scattered data lost with its only worker, and every task waiting on it
+                    lost = sorted(k for k, g in futures.items() if k.startswith("phase:") and g.status != "finished")
+                    if lost:
+                        alive = self._ids()
+                        return _Gone(sorted(w.address for w in self.workers() if w.address not in alive), lost,
+                                     cause=f"the only copy of {', '.join(lost)} was lost")
+                    return ClusterFailure(f"task {f.key} was cancelled by the cluster", {"tasks": [str(f.key)]})
+            if time.monotonic() >= poll:
+                gone = gone_now()
+                if gone:
+                    return _Gone(gone, cause=f"worker {', '.join(gone)} left the cluster")
+                poll = time.monotonic() + _POLL_S
+        return None
+
+    def _alive_workers(self, vendors: tuple[Vendor, ...], gone: list[str]) -> list[WorkerInfo]:
+        """The workers alive now, a restarted one included, with their offers for ``vendors``."""
+        known = {w.address: w for w in self.workers()}
+        info = self._identity()["workers"]
+        alive = [known.get(a) or WorkerInfo(a, str(w.get("name", a)), int(w.get("nthreads", 1)),
+                                            dict(w.get("resources") or {}))
+                 for a, w in info.items() if a not in gone]
+        fresh = [w for w in alive if any(v not in w.offers for v in vendors)]
+        if fresh:
+            got = self.client.run(worker_offers, [v.value for v in vendors], on_error="return",
+                                  workers=[w.address for w in fresh])
+            for w in fresh:
+                answer = got.get(w.address)
+                if isinstance(answer, list):
+                    w.offers.update({o.vendor: o for o in answer})
+        return sorted(alive, key=lambda w: (_sort_name(w.name), w.address))
+
+
+class _HostLeft(Exception):
+    """The worker that held a finished output left before the client had it."""
+
+
+def _gather_or_gone(future: Any, gone_now: Callable[[], list[str]]) -> Any:
+    """The value of a finished ``future``, or :class:`_HostLeft` when a hosting worker is gone meanwhile.
+
+    A result lost with its worker is recomputed by Dask, but a task bound to
+    that worker's executor can run nowhere else (``allow_other_workers`` is
+    off), so waiting for it without looking at the workers would wait for ever.
+    """
+    while True:
+        try:
+            return future.result(timeout=_GATHER_POLL_S)
+        except TimeoutError:
+            if gone_now():
+                raise _HostLeft() from None
+
+
+def _refused(address: str, grace: float) -> bool:
+    """Whether a TCP connection to ``address`` was refused for all of ``grace`` seconds.
+
+    Dask's client retries a refused connection until its whole timeout; a
+    refusal is the operating system's word that nothing listens there, so
+    it needs no more than the grace a scheduler that is starting needs.
+    The probe is a plain socket, whose refusal comes at once however
+    loaded the machine is (Dask's own connect can spend its whole grace
+    on one attempt that times out and says nothing). Where something
+    listens, the probe's connection closes at once, which a Dask scheduler
+    logs as a connection closed before its handshake, at INFO level. Any
+    other outcome is left to the client: a connection, a time-out, an
+    address it cannot parse, a scheme other than ``tcp``.
+    """
+    import socket
+
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(address)
+        if scheme != "tcp":
+            return False
+        host, port = parse_host_port(location)
+    except (ValueError, TypeError):
+        return False
+    deadline = time.monotonic() + grace
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, deadline - time.monotonic())):
+                return False
+        except ConnectionRefusedError:
+            if time.monotonic() >= deadline:
+                return True
+            time.sleep(0.1)
+        except OSError:
+            return False
+
+
+def _as_failure(failure: BaseException | None) -> BaseException | None:
+    """Dask's own errors about a lost task become a ClusterFailure; stage failures pass through.
+
+    >>> lost = _as_failure(RuntimeError("worker tcp://127.0.0.1:1234 does not host run r1"))
+    >>> type(lost).__name__, str(lost)
+    ('ClusterFailure', 'worker tcp://127.0.0.1:1234 does not host run r1')
+    >>> _as_failure(None) is None
+    True
+    """
+    if failure is None or isinstance(failure, ClusterFailure):
+        return failure
+    from distributed.scheduler import KilledWorker
+
+    if isinstance(failure, KilledWorker):
+        return ClusterFailure(f"Dask gave up on task {failure.task}: it was running on workers that died "
+                              f"({failure.last_worker.address if failure.last_worker else 'unknown'})",
+                              {"tasks": [str(failure.task)]})
+    if isinstance(failure, RuntimeError) and ("does not host run" in str(failure) or "is closed" in str(failure)):
+        return ClusterFailure(str(failure), {})
+    return failure
+

@@ -1,0 +1,543 @@
+"""The content-addressed partition cache.
+
+Every partition gets a **cache key**, a sha256 over the canonical JSON of
+
+* ``definition``: its executor vendor and its nodes (op, args, dtype,
+  inputs), with a ``load`` path replaced by the sha256 of the file's
+  bytes, so moving a project keeps its cache and editing a data file
+  invalidates it;
+* ``inputs``: for each tensor it reads, the key of the partition that
+  produced it (so a key changes whenever anything upstream changes);
+* ``version``: the hetflow version;
+* for every user's op a node runs, ``code``: the op's identity (the
+  sha256 of its plugin's file or distribution plus its kernel sources),
+  so editing an op re-runs exactly the partitions that use it, and
+  :func:`explain` says so ("code changed: op 'lab.scale_shift' (ops.py)").
+
+A partition whose key matches a complete entry is not executed: its
+outputs are imported from the stored portable activations. A partition is
+*uncacheable* (always runs, never stored) when one of its stages says
+``cache: false``, runs a nondeterministic op (a random op with ``seed:
+null``), reads a file that does not exist, reads an emulator phase's
+array (a witness table, made anew by each run's guest) or reads from an
+uncacheable partition; :attr:`PartitionKey.reason` says which, and the
+plan's forecast gives the same reason (:func:`uncached_stages`).
+
+An entry is a folder ``ROOT/KEY[:2]/KEY/`` holding ``entry.json`` (key,
+definition, and for every output its shape, dtype, byte count and sha256)
+and one ``TENSOR.bin`` of portable bytes per output. It is written into a
+temporary folder beside it and renamed into place, so an entry either
+exists whole or not at all; a read checks every checksum and treats a
+mismatch as a miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from hetflow.engine.plan.planner import Partition, Plan
+from hetflow.engine.store.records import folder_mode
+from hetflow.executors import ops as oplib
+from hetflow.executors.base import Dtype, PortableActivation, TensorShape
+
+__all__ = ["CACHE_FORMAT", "PartitionKey", "Cache", "CacheUse", "partition_keys", "hetflow_version", "file_digest", "explain"]
+
+CACHE_FORMAT = 1
+
+
+def hetflow_version() -> str:
+    from hetflow._version import __version__
+
+    return __version__
+
+
+# ``json.dumps`` with these options builds a new encoder on every call; a partition's key encodes every
+# one of its stages, so the one C encoder is made once (the values are acyclic manifest data)
+_ENCODE = (json.encoder.c_make_encoder(None, json.JSONEncoder().default, json.encoder.encode_basestring, None, ":", ",",
+                                       True, False, True) if json.encoder.c_make_encoder is not None else None)
+
+
+def _canonical(value: Any) -> bytes:
+    """``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` as UTF-8.
+
+    >>> _canonical({"b": [1.5, None], "a": "é"}).decode()
+    '{"a":"é","b":[1.5,null]}'
+    """
+    if _ENCODE is None:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return "".join(_ENCODE(value, 0)).encode()
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def file_digest(path: str) -> str | None:
+    """sha256 of a file's bytes, memoized by (path, size, mtime); None when it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    memo = (path, st.st_size, st.st_mtime_ns)
+    if memo not in _FILE_DIGESTS:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _FILE_DIGESTS[memo] = "sha256:" + h.hexdigest()
+    return _FILE_DIGESTS[memo]
+
+
+@dataclass(frozen=True)
+class PartitionKey:
+    partition: str
+    nodes: tuple[str, ...]
+    key: str | None
+    definition: str | None
+    inputs: Mapping[str, str | None] = field(default_factory=dict)
+    version: str = ""
+    reason: str = ""
+    node_digests: Mapping[str, str] = field(default_factory=dict)
+    code: Mapping[str, str | None] = field(default_factory=dict)
+    """The identity of every user's op the partition runs (op name -> digest)."""
+
+    @property
+    def cacheable(self) -> bool:
+        return self.key is not None
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "definition": self.definition, "inputs": dict(self.inputs),
+                "version": self.version, "nodes": list(self.nodes), "reason": self.reason or None,
+                "node_digests": dict(self.node_digests), "code": dict(self.code)}
+
+
+def _definition(plan: Plan, part: Partition, uncacheable: list[str], kinds: dict[str, tuple]) -> tuple[dict, bool, dict]:
+    """The partition's ``definition`` (see the module's docstring), whether it is :func:`_plain`, and the
+    identity of each user's op it runs; ``kinds`` memoizes, per op, the op and the names of its path and
+    seed arguments, or ``()`` for an op whose stages are written as they are."""
+    stages, stage_args, stage_inputs = plan.nodes, plan.stage_args, plan.stage_inputs
+    # every stage as the plan has it, in one pass; then the few whose ops read files, draw from a seed or
+    # are users' are amended
+    nodes = [{"id": n, "op": (node := stages[n]).op, "args": stage_args[n], "dtype": node.dtype._value_,
+              "inputs": stage_inputs[n]}  # a tuple of inputs encodes as the list it stands for
+             for n in part.nodes]
+    amend: dict[str, tuple] = {}
+    for name in {entry["op"] for entry in nodes}:
+        known = kinds.get(name)
+        if known is None:
+            op = oplib.REGISTRY[name]
+            paths = [a for a, spec in op.args.items() if spec.kind == "path"]
+            seeds = [a for a, spec in op.args.items() if spec.kind == "seed"]
+            known = kinds[name] = (op, paths, seeds) if paths or seeds or op.invoke is not None else ()
+        if known:
+            amend[name] = known
+    code: dict[str, str | None] = {}
+    for entry in nodes if amend else ():
+        known = amend.get(entry["op"])
+        if not known:
+            continue
+        op, paths, seeds = known
+        n, given = entry["id"], entry["args"]
+        if paths:
+            entry["args"] = args = dict(given)  # only a path is rewritten (to its digest); the rest is read
+            for name in paths:
+                if isinstance(args.get(name), str):
+                    digest = file_digest(args[name])
+                    if digest is None:
+                        uncacheable.append(f"stage {n!r} reads {args[name]!r}, which cannot be read")
+                    args[name] = {"file_sha256": digest}
+        # what oplib.is_deterministic says: a seed left null draws a new stream every run
+        if seeds and any(given.get(a) is None for a in seeds):
+            uncacheable.append(f"stage {n!r} is nondeterministic (seed: null)")
+        if op.invoke is not None:
+            if op.identity is None:
+                uncacheable.append(f"stage {n!r} runs op {entry['op']!r}, whose code has no identity")
+            entry["code"] = code[entry["op"]] = op.identity
+    plain = all(_plain(entry["args"]) for entry in nodes if entry["args"])
+    return ({"vendor": plan.executors[part.executor].vendor.value, "nodes": nodes,
+             "inputs": part.inputs, "outputs": part.outputs}, plain, code)
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` holds only strings, integers, booleans, None, and lists, tuples and dicts with
+    string keys of them: data orjson writes as :func:`_canonical` does, byte for byte (orjson spells a
+    float's exponent its own way, writes a non-finite float as null and writes types the standard library
+    refuses).
+
+    >>> _plain({"shape": [8, 8], "key": "w", "cast": False}), _plain({"value": 0.5}), _plain({1: "a"})
+    (True, False, False)
+    """
+    cls = value.__class__
+    if cls is str or cls is int or cls is bool or value is None:
+        return True
+    if cls is dict:
+        return all(k.__class__ is str and _plain(v) for k, v in value.items())
+    if cls is list or cls is tuple:
+        return all(_plain(v) for v in value)
+    return False
+
+
+def _encode(value: Any, plain: bool) -> bytes:
+    """:func:`_canonical` of ``value``, written by orjson when ``value`` is :func:`_plain`.
+
+    >>> _encode({"b": [1, None], "a": "é"}, True) == _canonical({"b": [1, None], "a": "é"})
+    True
+    """
+    if plain:
+        try:
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:  # an integer beyond 64 bits
+            pass
+    return _canonical(value)
+
+
+class _NodeDigests(Mapping):
+    """Each stage of a definition by the digest of its canonical JSON, computed when first read:
+    ``hetflow plan`` reads them only to name the stage whose definition changed."""
+
+    __slots__ = ("_nodes", "_plain", "_digests")
+
+    def __init__(self, nodes: list[dict], plain: bool) -> None:
+        self._nodes, self._plain, self._digests = nodes, plain, None
+
+    def _computed(self) -> dict[str, str]:
+        if self._digests is None:
+            self._digests = {n["id"]: _sha(_encode(n, self._plain)) for n in self._nodes}
+            self._nodes = []
+        return self._digests
+
+    def __getitem__(self, node: str) -> str:
+        return self._computed()[node]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._computed())
+
+    def __len__(self) -> int:
+        return len(self._computed())
+
+    def __repr__(self) -> str:
+        return repr(self._computed())
+
+    def __reduce__(self):
+        return (dict, (self._computed(),))
+
+
+def uncached_stages(manifest: Any) -> dict[str, str]:
+    """The stages no partition holding them may cache, each with why: the run and the plan's forecast both
+    take their keys from this."""
+    phases = getattr(manifest, "phases", {})
+    out: dict[str, str] = {}
+    for s in manifest.stages.values():
+        if not s.cache:
+            out[s.id] = f"stage {s.id!r} has cache: false"
+        elif phases:
+            read = next((ref for ref in s.inputs if ref in phases), None)
+            if read is not None:
+                out[s.id] = (f"stage {s.id!r} reads {read!r}, an emulator phase's array, which the guest's run "
+                             "makes anew each run")
+    return out
+
+
+def partition_keys(plan: Plan, no_cache_stages: Mapping[str, str] | frozenset[str] = frozenset(),
+                   version: str | None = None) -> dict[str, PartitionKey]:
+    """The cache key of every partition, in execution order; ``no_cache_stages`` (:func:`uncached_stages`,
+    or bare ids, which read as ``cache: false``) leave the partitions holding them without one."""
+    version = version or hetflow_version()
+    stages = plan.nodes
+    keys: dict[str, PartitionKey] = {}
+    kinds: dict[str, tuple] = {}
+    said = no_cache_stages if isinstance(no_cache_stages, Mapping) else {}
+    for part in _dependency_order(plan.partitions, stages):
+        why: list[str] = ([said.get(n) or f"stage {n!r} has cache: false" for n in part.nodes if n in no_cache_stages]
+                          if no_cache_stages else [])
+        definition, plain, code = _definition(plan, part, why, kinds)
+        inputs: dict[str, str | None] = {}
+        for tensor in part.inputs:
+            upstream = keys[stages[tensor].partition]
+            inputs[tensor] = upstream.key
+            if upstream.key is None:
+                why.append(f"input {tensor!r} comes from uncacheable partition {upstream.partition}")
+        def_digest = _sha(_encode(definition, plain))
+        key = None if why else _sha(_canonical({"format": CACHE_FORMAT, "definition": def_digest,
+                                                 "inputs": inputs, "version": version}))
+        keys[part.id] = PartitionKey(part.id, part.nodes, key, def_digest, inputs, version, "; ".join(why),
+                                     _NodeDigests(definition["nodes"], plain), code)
+    return {p.id: keys[p.id] for p in plan.partitions}
+
+
+def _dependency_order(partitions: tuple[Partition, ...], stages: Mapping[str, Any]) -> list[Partition]:
+    """The partitions, each after those whose outputs it reads (``stages``: the plan's nodes, which name
+    their partition)."""
+    by_id = {p.id: p for p in partitions}
+    done: set[str] = set()
+    order: list[Partition] = []
+    for root in partitions:
+        stack = [(root.id, False)]
+        while stack:
+            pid, expanded = stack.pop()
+            if pid in done:
+                continue
+            if expanded:
+                done.add(pid)
+                order.append(by_id[pid])
+                continue
+            stack.append((pid, True))
+            stack.extend((stages[t].partition, False) for t in by_id[pid].inputs if stages[t].partition not in done)
+    return order
+
+
+class Cache:
+    """The entries under one root folder; safe to share between threads and processes."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def _folder(self, key: str) -> str:
+        hexkey = key.split(":")[-1]
+        return os.path.join(self.root, hexkey[:2], hexkey)
+
+    def has(self, key: str) -> bool:
+        return os.path.isfile(os.path.join(self._folder(key), "entry.json"))
+
+    def load(self, key: str) -> dict[str, PortableActivation] | None:
+        """The stored outputs of ``key``, or None when absent or damaged."""
+        folder = self._folder(key)
+        try:
+            with open(os.path.join(folder, "entry.json"), encoding="utf-8") as f:
+                entry = json.load(f)
+            outputs = {}
+            for tensor, meta in entry["outputs"].items():
+                with open(os.path.join(folder, meta["file"]), "rb") as f:
+                    data = f.read()
+                if _sha(data) != meta["sha256"]:
+                    return None
+                outputs[tensor] = PortableActivation(TensorShape(tuple(meta["shape"])), Dtype(meta["dtype"]), data)
+            return outputs
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def store(self, key: str, definition: Mapping[str, Any], outputs: Mapping[str, PortableActivation]) -> bool:
+        """Write an entry atomically; False when one already exists."""
+        final = self._folder(key)
+        if self.has(key):
+            return False
+        parent = os.path.dirname(final)
+        os.makedirs(parent, exist_ok=True)
+        import shutil
+        import tempfile  # with shutil, for the commands that store: plan and validate only read
+
+        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
+        try:
+            os.chmod(tmp, folder_mode())  # mkdtemp's 0700 would keep the entry from everyone else sharing the cache
+            meta = {}
+            for i, (tensor, portable) in enumerate(outputs.items()):
+                name = f"{i}.bin"
+                with open(os.path.join(tmp, name), "wb") as f:
+                    f.write(portable.bytes)
+                    f.flush()
+                    os.fsync(f.fileno())
+                meta[tensor] = {"file": name, "shape": list(portable.shape.dims), "dtype": portable.dtype.value,
+                                "bytes": len(portable.bytes), "sha256": _sha(portable.bytes)}
+            entry = {"format": CACHE_FORMAT, "key": key, "created": time.time(), "definition": dict(definition),
+                     "outputs": meta}
+            with open(os.path.join(tmp, "entry.json"), "w", encoding="utf-8") as f:
+                json.dump(entry, f)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if not self.has(key):
+                    raise
+                # another writer renamed a complete entry into place first
+                shutil.rmtree(tmp, ignore_errors=True)
+                return False
+            return True
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def keys(self) -> Iterator[str]:
+        if not os.path.isdir(self.root):
+            return
+        for shard in sorted(os.listdir(self.root)):
+            folder = os.path.join(self.root, shard)
+            if len(shard) != 2 or not os.path.isdir(folder):
+                continue
+            for name in sorted(os.listdir(folder)):
+                if not name.startswith(".") and os.path.isfile(os.path.join(folder, name, "entry.json")):
+                    yield "sha256:" + name
+
+    def remove(self, key: str) -> None:
+        import shutil
+
+        shutil.rmtree(self._folder(key), ignore_errors=True)
+
+    def written_at(self, key: str) -> float:
+        """When the entry of ``key`` was written (epoch seconds; infinity when it cannot be told)."""
+        return _mtime(os.path.join(self._folder(key), "entry.json"))
+
+    def clean_temporaries(self, older_than_s: float = 3600.0) -> int:
+        """Remove folders left by writers that died before renaming; returns how many.
+
+        A temporary folder changed in the last ``older_than_s`` seconds may
+        be a live run's entry being written, and stays.
+        """
+        removed = 0
+        if not os.path.isdir(self.root):
+            return 0
+        import shutil
+
+        before = time.time() - older_than_s
+        for shard in os.listdir(self.root):
+            folder = os.path.join(self.root, shard)
+            if not os.path.isdir(folder):
+                continue
+            for name in os.listdir(folder):
+                if name.startswith(".tmp-") and _mtime(os.path.join(folder, name)) < before:
+                    shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+                    removed += 1
+        return removed
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return float("inf")
+
+
+class CacheUse:
+    """How one run uses the cache: the keys of its partitions, and what it hit and stored."""
+
+    def __init__(self, cache: Cache, keys: Mapping[str, PartitionKey], read: bool = True, write: bool = True) -> None:
+        self.cache = cache
+        self.keys = dict(keys)
+        self.read = read
+        self.write = write
+        self.hits: list[str] = []
+        self.stored: list[str] = []
+        # membership per partition in O(1): a 10,000-partition run asks once per partition
+        self.hit_set: set[str] = set()
+        self.stored_set: set[str] = set()
+        self._lock = threading.Lock()
+
+    def restorable(self, pid: str) -> bool:
+        """Whether partition ``pid`` has a complete entry this run may read (without reading it)."""
+        info = self.keys.get(pid)
+        return info is not None and info.cacheable and self.read and self.cache.has(info.key)
+
+    def restore(self, pid: str, executor: Any, outputs: tuple[str, ...]) -> list | None:
+        """The partition's output handles imported from its complete entry; None when it has none."""
+        info = self.keys[pid]
+        if not info.cacheable:
+            return None
+        entry = self.cache.load(info.key)
+        if entry is None or set(entry) != set(outputs):
+            return None
+        restored: list = []
+        try:
+            for tensor in outputs:
+                restored.append(executor.import_activation(entry[tensor]))
+        except BaseException:
+            for h in restored:
+                executor.release_activation(h)
+            raise
+        with self._lock:
+            self.hits.append(pid)
+            self.hit_set.add(pid)
+        return restored
+
+    def compute(self, pid: str, executor: Any, subplan: Any, handles: list, outputs: tuple[str, ...]) -> list:
+        """The partition's output handles: imported from a complete entry, or executed (and stored)."""
+        info = self.keys[pid]
+        if info.cacheable and self.read:
+            restored = self.restore(pid, executor, outputs)
+            if restored is not None:
+                return restored
+        result = executor.execute(subplan, handles)
+        if info.cacheable and self.write:
+            try:
+                portables = {t: executor.export_activation(h) for t, h in zip(outputs, result, strict=True)}
+            except BaseException:
+                for h in result:
+                    executor.release_activation(h)
+                raise
+            if self.cache.store(info.key, info.to_json(), portables):
+                with self._lock:
+                    self.stored.append(pid)
+                    self.stored_set.add(pid)
+        return result
+
+    def to_json(self) -> dict:
+        return {"dir": os.path.abspath(self.cache.root), "read": self.read, "write": self.write,
+                "keys": {pid: k.to_json() for pid, k in self.keys.items()},
+                "hits": sorted(self.hits, key=lambda p: int(p[1:]) if p[1:].isdigit() else 0),
+                "stored": sorted(self.stored, key=lambda p: int(p[1:]) if p[1:].isdigit() else 0)}
+
+
+def _code_label(op: str) -> str:
+    """Where op ``op``'s code lives: its plugin's file name, or its distribution and version."""
+    from hetflow.executors import plugins  # users' ops only
+
+    found = plugins.plugin_for(op)
+    return found.label if found is not None else oplib.REGISTRY[op].source if op in oplib.REGISTRY else "?"
+
+
+def explain(keys: Mapping[str, PartitionKey], cache: Cache, previous: Mapping[str, Any] | None) -> dict[str, dict]:
+    """For every partition: ``cached`` or ``will run``, and why (Snakemake's ``--reason``).
+
+    ``previous`` is the record of the latest earlier run of the same
+    manifest (and matrix point); a partition is matched to the one there
+    that ran the same stages, and the first part of the key that differs
+    is the reason.
+    """
+    before: dict[frozenset, dict] = {}
+    for info in ((previous or {}).get("cache") or {}).get("keys", {}).values():
+        if isinstance(info, dict):
+            before[frozenset(info.get("nodes", []))] = info
+    stale = {pid for pid, k in keys.items() if not (k.cacheable and cache.has(k.key))}
+    producer: dict[str, str] = {}  # stage -> its partition, made when an input is the reason
+    out: dict[str, dict] = {}
+    for pid, k in keys.items():
+        if not k.cacheable:
+            out[pid] = {"status": "will run", "reason": f"not cacheable: {k.reason}"}
+            continue
+        if pid not in stale:
+            out[pid] = {"status": "cached", "reason": f"entry {k.key[:19]} is complete"}
+            continue
+        old = before.get(frozenset(k.nodes))
+        if previous is None:
+            reason = "no cache entry; no earlier run of this manifest"
+        elif old is None and not ((previous.get("cache") or {}).get("write") or before):
+            reason = "no cache entry; the earlier run did not write to the cache"
+        elif old is None:
+            reason = "no cache entry; the earlier run had no partition of these stages"
+        elif old.get("version") != k.version:
+            reason = f"hetflow version changed ({old.get('version')} -> {k.version})"
+        elif any((old.get("code") or {}).get(name) != digest for name, digest in k.code.items()):
+            changed = [name for name, digest in k.code.items() if (old.get("code") or {}).get(name) != digest]
+            reason = "code changed: " + ", ".join(f"op {name!r} ({_code_label(name)})" for name in changed)
+        elif old.get("definition") != k.definition:
+            changed = [n for n, d in k.node_digests.items() if (old.get("node_digests") or {}).get(n) != d]
+            reason = "definition changed: " + (", ".join(f"stage {n!r}" for n in changed) if changed else "stages differ")
+        elif dict(old.get("inputs") or {}) != dict(k.inputs):
+            moved = [t for t, key in k.inputs.items() if (old.get("inputs") or {}).get(t) != key]
+            producer = producer or {n: p for p, other in keys.items() for n in other.nodes}
+            reason = "input changed: " + ", ".join(f"{t!r} (from {producer.get(t, '?')})" for t in moved)
+        else:
+            reason = "no cache entry (removed, or the earlier run did not finish it)"
+        out[pid] = {"status": "will run", "reason": reason}
+    return out

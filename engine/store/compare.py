@@ -1,0 +1,263 @@
+"""Comparing runs: ``hetflow runs diff A B`` and ``hetflow runs table``.
+
+Both read only run records and the outputs saved beside them, so every
+number they show can be checked against a record's digests.
+
+An output is shown by :func:`output_view`: its value when it is a
+scalar (a phase's field, or an array of one element) or a small array
+(at most :data:`SMALL` elements), otherwise its shape, dtype and summary
+statistics (min, max, mean). :func:`diff_runs` sets two records side by
+side: manifest, params, matrix point, plugins and their code digests,
+data files and arrays handed in, library versions, and every output,
+with the largest absolute difference where two arrays have one shape.
+:func:`table` makes one row per run (a sweep's points, or the runs
+named) with its params and scalar outputs.
+
+Examples
+--------
+>>> changes({"a": 1, "b": 2}, {"a": 1, "b": 3, "c": 4})
+[('b', 2, 3), ('c', None, 4)]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Mapping
+
+import numpy as np
+
+from hetflow.engine.errors import UsageError
+from hetflow.engine.store.records import load_output
+from hetflow.engine.store.runs import _read_json, read_record, resolve_id, status_of, sweep_view
+
+__all__ = ["SMALL", "output_view", "load_array", "changes", "diff_runs", "table", "render_table", "mismatch_causes"]
+
+SMALL = 16
+
+
+def changes(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(key, value in a, value in b) for every key whose values differ; None where a key is missing."""
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def load_array(run_dir: str, name: str, entry: Mapping[str, Any]) -> np.ndarray | None:
+    """The output as a float64 array (None when it is a phase's value, or its file is gone)."""
+    if "file" not in entry:
+        return None
+    try:
+        return np.asarray(load_output(run_dir, name), dtype=np.float64)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, float) and x.is_integer() and abs(x) < 2**53:
+        return int(x)
+    return x
+
+
+def output_view(run_dir: str, name: str, entry: Mapping[str, Any]) -> dict:
+    """``{"value": ...}`` for scalars and small arrays, ``{"shape", "dtype", "min", "max", "mean"}`` otherwise."""
+    if "file" not in entry:
+        return {"value": entry.get("value"), "digest": entry.get("digest")}
+    array = load_array(run_dir, name, entry)
+    view: dict[str, Any] = {"shape": entry.get("shape"), "dtype": entry.get("dtype"), "digest": entry.get("digest")}
+    if array is None:
+        view["missing"] = f"{entry.get('file')} is not in {run_dir}"
+        return view
+    if array.size == 1:
+        view["value"] = _plain(float(array.reshape(-1)[0]))
+    elif array.size <= SMALL:
+        view["value"] = [_plain(float(v)) for v in array.reshape(-1)] if array.ndim == 1 else \
+            json.loads(json.dumps(array.tolist()))
+    elif array.size:
+        view.update(min=float(array.min()), max=float(array.max()), mean=float(array.mean()))
+    return view
+
+
+def scalar(view: Mapping[str, Any]) -> Any:
+    """The view's value when it is one number, bool or short string, else None."""
+    value = view.get("value")
+    if isinstance(value, (int, float, bool)) or (isinstance(value, str) and len(value) <= 40):
+        return value
+    return None
+
+
+def _run_dir(runs_dir: str, record: Mapping[str, Any]) -> str:
+    return os.path.join(runs_dir, record["run_id"])
+
+
+def diff_runs(runs_dir: str, a: str, b: str) -> dict:
+    """What differs between runs ``a`` and ``b`` (any names :func:`~hetflow.engine.store.runs.resolve_id` takes), and
+    their outputs side by side."""
+    ra, rb = read_record(runs_dir, a), read_record(runs_dir, b)
+    da, db = _run_dir(runs_dir, ra), _run_dir(runs_dir, rb)
+    ma, mb = ra.get("manifest") or {}, rb.get("manifest") or {}
+    manifest = changes({k: ma.get(k) for k in ("name", "file", "digest")}, {k: mb.get(k) for k in ("name", "file", "digest")})
+    pa = {p.get("spec"): p.get("digest") for p in ra.get("plugins") or []}
+    pb = {p.get("spec"): p.get("digest") for p in rb.get("plugins") or []}
+    data_a = {k: v.get("digest") for k, v in (ra.get("data") or {}).items()}
+    data_b = {k: v.get("digest") for k, v in (rb.get("data") or {}).items()}
+    in_a = {k: v.get("digest") for k, v in (ra.get("inputs") or {}).items()}
+    in_b = {k: v.get("digest") for k, v in (rb.get("inputs") or {}).items()}
+    outputs = []
+    oa, ob = ra.get("outputs") or {}, rb.get("outputs") or {}
+    for name in list(dict.fromkeys([*oa, *ob])):
+        va = output_view(da, name, oa[name]) if name in oa else None
+        vb = output_view(db, name, ob[name]) if name in ob else None
+        row: dict[str, Any] = {"output": name, "a": va, "b": vb,
+                               "same": va is not None and vb is not None and va.get("digest") == vb.get("digest")}
+        if va is not None and vb is not None and not row["same"] and "file" in oa[name] and "file" in ob[name]:
+            xa, xb = load_array(da, name, oa[name]), load_array(db, name, ob[name])
+            if xa is not None and xb is not None and xa.shape == xb.shape and xa.size:
+                row["max_abs_diff"] = float(np.max(np.abs(xa - xb)))
+        outputs.append(row)
+    return {
+        "a": {"run_id": ra["run_id"], "status": status_of(ra), "started_at": ra.get("started_at")},
+        "b": {"run_id": rb["run_id"], "status": status_of(rb), "started_at": rb.get("started_at")},
+        "manifest": manifest,
+        "params": changes(ra.get("params") or {}, rb.get("params") or {}),
+        "matrix_point": changes({"point": (ra.get("matrix_point") or {}).get("name")},
+                                {"point": (rb.get("matrix_point") or {}).get("name")}),
+        "plugins": changes(pa, pb),
+        "data": changes(data_a, data_b),
+        "inputs": changes(in_a, in_b),
+        "versions": changes(ra.get("versions") or {}, rb.get("versions") or {}),
+        "outputs": outputs,
+    }
+
+
+def table(runs_dir: str, refs: list[str]) -> dict:
+    """One row per run: a sweep's points (one ref naming a sweep) or the runs named.
+
+    Refs are read by :func:`hetflow.engine.store.runs.resolve_id`: one ref takes a
+    sweep or a run (``latest`` is the newest run, or the sweep it is a point
+    of), several take runs. A row's status is what every reader shows
+    (``died`` for a run whose process is gone, ``missing`` for a point whose
+    run folder was removed).
+
+    Returns ``{"params": [...], "outputs": [...], "rows": [...]}``; each row
+    has ``run_id``, ``point``, ``status``, ``record`` (the path of the
+    record backing it), ``params``, ``outputs`` (scalar values) and
+    ``digests`` (every output's digest).
+    """
+    if not refs:
+        raise UsageError("runs table needs a sweep id or one or more run ids")
+    entries: list[tuple[str | None, str, str | None]] = []  # (run id, point name, status when there is no run)
+    axes: list[str] = []
+    if len(refs) == 1:
+        ident = resolve_id(runs_dir, refs[0])  # ``latest``: the newest run, or the sweep it is a point of
+        summary = _read_json(os.path.join(runs_dir, ident, "sweep.json"))
+        if summary is not None:
+            axes = list(summary.get("params") or [])
+            entries = [(p.get("run_id"), p.get("name"), p.get("status")) for p in sweep_view(summary).get("points", [])]
+    if not entries:
+        entries = [(resolve_id(runs_dir, r, "run"), None, None) for r in refs]
+    rows = []
+    for run_id, point, status in entries:
+        if run_id is None or not os.path.isfile(os.path.join(runs_dir, run_id, "record.json")):
+            # a row that names a run whose folder is gone says so, not the status the run once had
+            rows.append({"run_id": run_id, "point": point, "status": "missing" if run_id else status, "record": None,
+                         "params": {}, "outputs": {}, "digests": {}})
+            continue
+        record = read_record(runs_dir, run_id)
+        folder = _run_dir(runs_dir, record)
+        views = {n: output_view(folder, n, e) for n, e in (record.get("outputs") or {}).items()}
+        rows.append({"run_id": run_id, "point": point or (record.get("matrix_point") or {}).get("name"),
+                     "status": status_of(record), "record": os.path.join(folder, "record.json"),
+                     "params": dict(record.get("params") or {}),
+                     "outputs": {n: scalar(v) for n, v in views.items() if scalar(v) is not None},
+                     "digests": {n: e.get("digest") for n, e in (record.get("outputs") or {}).items()}})
+    keys = list(dict.fromkeys(k for r in rows for k in r["params"]))
+    varying = [k for k in keys if len({json.dumps(r["params"].get(k), sort_keys=True) for r in rows if r["params"]}) > 1]
+    params = list(dict.fromkeys([*axes, *varying])) or keys
+    outputs = list(dict.fromkeys(k for r in rows for k in r["outputs"]))
+    return {"params": params, "outputs": outputs, "rows": rows}
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+def render_table(data: Mapping[str, Any], fmt: str) -> str:
+    """The table as ``text`` (aligned columns), ``csv``, ``markdown`` or ``json``."""
+    if fmt == "json":
+        return json.dumps(data, indent=2) + "\n"
+    head = ["run", "point", "status", *data["params"], *data["outputs"]]
+    body = [[r["run_id"] or "-", r["point"] or "-", r["status"] or "-", *[_cell(r["params"].get(k)) for k in data["params"]],
+             *[_cell(r["outputs"].get(k)) for k in data["outputs"]]] for r in data["rows"]]
+    if fmt == "csv":
+        import csv
+        import io
+
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow([*head, "record"])
+        for r, line in zip(data["rows"], body):
+            writer.writerow([*["" if c == "-" else c for c in line], r["record"] or ""])
+        return buf.getvalue()
+    if fmt == "markdown":
+        def row(cells: list[str]) -> str:
+            return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+        return "\n".join([row(head), "|" + "|".join(" --- " for _ in head) + "|", *(row(line) for line in body)]) + "\n"
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    return "".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() + "\n" for line in [head] + body)
+
+
+def _upstream(plan_nodes: Mapping[str, Any], tensor: str) -> list[str]:
+    """``tensor``'s node and every node it depends on, in the record's plan."""
+    seen: dict[str, None] = {}
+    stack = [tensor]
+    while stack:
+        node = stack.pop()
+        if node in seen or node not in plan_nodes:
+            continue
+        seen[node] = None
+        stack.extend(plan_nodes[node].get("inputs") or [])
+    return list(seen)
+
+
+def mismatch_causes(record: Mapping[str, Any], rerun: Mapping[str, Any] | None, output: str) -> list[str]:
+    """The likely causes, as far as the two records show them, of ``output`` differing between a run and its rerun.
+
+    Looks at the output's upstream stages: a data file whose digest changed,
+    a plugin whose code changed, an op that is not deterministic (a random
+    op without a seed); then at library versions. Says so when it sees none.
+    """
+    from hetflow.executors import ops as oplib
+
+    nodes = (record.get("plan") or {}).get("nodes") or {}
+    entry = (record.get("outputs") or {}).get(output) or {}
+    upstream = _upstream(nodes, entry.get("tensor") or entry.get("phase") or output)
+    stages = ((record.get("manifest") or {}).get("resolved") or {}).get("stages") or {}
+    rerun = rerun or {}
+    causes = []
+    now_data = rerun.get("data") or {}
+    for stage, d in (record.get("data") or {}).items():
+        if stage in upstream and (now_data.get(stage) or {}).get("digest") != d.get("digest"):
+            causes.append(f"input file changed: {d.get('path')} (read by stage {stage!r}) is not the file the run read")
+    now_plugins = {p.get("spec"): p.get("digest") for p in rerun.get("plugins") or []}
+    used = {nodes[n].get("op") for n in upstream}
+    for p in record.get("plugins") or []:
+        if now_plugins.get(p.get("spec")) != p.get("digest") and used & set(p.get("ops") or []):
+            causes.append(f"plugin code changed: {p.get('spec')!r} (ops {', '.join(sorted(used & set(p['ops'])))})")
+    for node in upstream:
+        op = oplib.REGISTRY.get(nodes[node].get("op"))
+        args = (stages.get(node) or {}).get("args") or {}
+        if op is not None and not oplib.is_deterministic(op, args):
+            causes.append(f"nondeterministic op: stage {node!r} ({op.name}) has no seed")
+    moved = changes(record.get("versions") or {}, rerun.get("versions") or {}) if rerun else []
+    if moved:
+        causes.append("version changed: " + ", ".join(f"{k} {a} -> {b}" for k, a, b in moved))
+    if not causes:
+        causes.append("no cause visible in the records: same data files, plugin code, versions and seeded ops; "
+                      "an executor that does not reproduce its own results (a GPU's reduction order, threads) is left")
+    return causes

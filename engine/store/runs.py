@@ -1,0 +1,701 @@
+"""The runs directory: records, sweeps, listing, naming, garbage collection.
+
+``RUNS_DIR`` holds one folder per run (``record.json`` and outputs), one
+folder per matrix sweep (``sweep.json``, one row per point naming the run
+of that point), ``.cache/`` (the partition cache) and ``.locks/``.
+
+**State.** A record or summary that says ``running`` is true only while
+its owner process lives (:mod:`hetflow.engine.store.owner`); every reader shows
+what :func:`status_of` says, so a run killed outright reads ``died``, and
+a sweep's rows that say ``running`` read ``died`` with it
+(:func:`sweep_view`). Nothing on disk is rewritten for that.
+
+**Names.** :func:`resolve_id` reads the names users type, one rule for
+every command and the Python API, tried in this order:
+
+1. a folder name: the run or sweep of that id;
+2. ``latest``: the newest run, verification runs left out; where a sweep
+   is taken as well (``runs show``, ``runs table``, ``report``,
+   ``--resume``) and that run is a point of a sweep, that sweep.
+   ``latest-run``, ``latest-sweep`` and ``latest-verification`` name the
+   newest of each;
+3. a point name ``NAME[k=v,...]``, as ``hetflow runs`` lists it: the
+   newest run of that point, verification runs left out;
+4. a prefix of an id, or of its random part (the last four hex digits of
+   ``20261204T184920Z-quickstart-da94c102-6bbe``, or the digest with
+   them, ``da94c102-6bbe``), that matches one entry alone.
+
+**Garbage.** :func:`collect_garbage` works in units: a sweep with every
+run of its points, or a run alone, each with the verification runs of
+its runs. ``--keep N`` keeps the newest N units of each manifest (a
+verification run never counts), ``--older-than`` removes units started
+before an age; a unit that still runs is never removed. Then the cache
+entries no kept run uses, the lock files no process holds and the
+schedule claims of removed runs go.
+
+:func:`manifest_from_record` rebuilds the exact manifest a record ran
+(its resolved, fully concrete form), which is what ``verify`` and
+``--resume`` run again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from typing import Any, Iterable, Iterator, Mapping
+
+import orjson
+
+from hetflow.engine.store import owner
+from hetflow.engine.store.cache import Cache
+from hetflow.engine.errors import UsageError
+from hetflow.engine.manifest.validate import Document, Manifest, compile_manifest, gc_paused
+from hetflow.engine.store.records import utc_iso, write_json_atomic
+
+__all__ = [
+    "SWEEP_FORMAT",
+    "LATEST",
+    "NoSuchRun",
+    "owner_of",
+    "status_of",
+    "sweep_view",
+    "resolve_id",
+    "read_record",
+    "parse_since",
+    "iter_entries",
+    "list_runs",
+    "manifest_from_record",
+    "new_sweep",
+    "write_sweep",
+    "collect_garbage",
+    "latest_record",
+    "read_fields",
+]
+
+SWEEP_FORMAT = 2
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def read_fields(path: str, keys: Iterable[str]) -> dict | None:
+    """Top-level ``keys`` of the JSON object in file ``path`` (those it has), or None when it is unreadable.
+
+    A record is written one top-level key per line
+    (:func:`hetflow.engine.store.records.dumps_record`), and its values hold no
+    raw newline, so a key's value is the rest of its line: only the values
+    asked for are parsed (the earlier record of a 100,000-stage run is
+    44 MB of JSON, its ``cache`` a tenth of it). A file in any other
+    layout, or a line that does not parse, is parsed whole.
+
+    >>> import tempfile
+    >>> from hetflow.engine.store.records import write_json_atomic
+    >>> path = os.path.join(tempfile.mkdtemp(), "record.json")
+    >>> write_json_atomic(path, {"status": "succeeded", "plan": {"nodes": {}}, "cache": {"hits": ["p0"]}})
+    >>> read_fields(path, ["cache", "status", "outputs"])
+    {'cache': {'hits': ['p0']}, 'status': 'succeeded'}
+    >>> with open(path, "w") as f:
+    ...     json.dump({"status": "failed", "cache": None}, f, indent=4)
+    >>> read_fields(path, ["status", "cache"])
+    {'status': 'failed', 'cache': None}
+    """
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    if text.startswith(b'{\n  "') and text.endswith(b"\n}\n"):
+        found = {}
+        try:
+            with gc_paused():  # a resolved manifest is 100,000 dicts: the GC would walk them as they are made
+                for key in keys:
+                    head = b'\n  ' + json.dumps(key).encode() + b': '
+                    at = text.find(head)
+                    if at < 0:
+                        continue
+                    start = at + len(head)
+                    value = text[start:text.index(b"\n", start)]
+                    found[key] = _parse(value[:-1] if value.endswith(b",") else value)
+            return found
+        except ValueError:
+            pass
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return {k: data[k] for k in keys if k in data} if isinstance(data, dict) else None
+
+
+def _parse(value: bytes) -> Any:
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return json.loads(value)  # NaN, the infinities, integers beyond 64 bits; or not JSON: ValueError
+
+
+class NoSuchRun(UsageError):
+    """No run or sweep has the name given (exit 2)."""
+
+
+def owner_of(data: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The process that wrote a run record or sweep summary: its ``owner``, or, for a record written before
+    that key, the hostname and pid of its ``host`` (enough to tell a process that is gone).
+
+    >>> owner_of({"host": {"hostname": "h", "pid": 7, "user": "u"}})
+    {'host': 'h', 'pid': 7}
+    >>> owner_of({"owner": {"host": "h", "pid": 8}, "host": {"hostname": "h", "pid": 7}})
+    {'host': 'h', 'pid': 8}
+    """
+    if isinstance(data.get("owner"), Mapping):
+        return data["owner"]
+    host = data.get("host")
+    if isinstance(host, Mapping) and isinstance(host.get("pid"), int):
+        return {"host": host.get("hostname"), "pid": host["pid"]}
+    return None
+
+
+def status_of(data: Mapping[str, Any]) -> str | None:
+    """The status every reader shows for a run record or sweep summary: ``died`` for one that says
+    ``running`` while its owner process is known to be gone (see :func:`hetflow.engine.store.owner.state_of`).
+
+    >>> import socket
+    >>> gone = {"host": socket.gethostname(), "pid": 2**30}  # beyond any pid the kernel gives
+    >>> status_of({"status": "running", "owner": gone}), status_of({"status": "failed", "owner": gone})
+    ('died', 'failed')
+    >>> status_of({"status": "running", "owner": owner.current()})
+    'running'
+    """
+    return owner.state_of(data.get("status"), owner_of(data))
+
+
+def sweep_view(summary: Mapping[str, Any]) -> dict:
+    """A sweep summary as readers show it: when its owner process is gone, the sweep and each point that
+    still says ``running`` read ``died``.
+
+    >>> import socket
+    >>> view = sweep_view({"status": "running", "owner": {"host": socket.gethostname(), "pid": 2**30},
+    ...                    "points": [{"status": "succeeded"}, {"status": "running"}, {"status": "pending"}]})
+    >>> view["status"], [p["status"] for p in view["points"]]
+    ('died', ['succeeded', 'died', 'pending'])
+    """
+    view = dict(summary)
+    if owner.alive(owner_of(summary)) is not False:
+        return view
+    if view.get("status") == "running":
+        view["status"] = owner.DIED
+    view["points"] = [dict(p, status=owner.DIED) if isinstance(p, Mapping) and p.get("status") == "running" else p
+                      for p in summary.get("points") or []]
+    return view
+
+
+#: the names of the newest entries :func:`resolve_id` takes, and what each names
+LATEST = {
+    "latest": "the newest run (not a verification run), or the sweep it is a point of where a sweep is taken",
+    "latest-run": "the newest run, not a verification run",
+    "latest-sweep": "the newest sweep",
+    "latest-verification": "the newest verification run",
+}
+
+_RUN_ID = re.compile(r"\d{8}T\d{6}Z-.+-([0-9a-f]{8})-([0-9a-f]{4})")
+
+
+def _short_forms(entry_id: str) -> tuple[str, ...]:
+    """The parts of a run id that may be typed alone: its random part, and its digest with the random part.
+
+    >>> _short_forms("20261204T184920Z-quickstart-da94c102-6bbe")
+    ('6bbe', 'da94c102-6bbe')
+    >>> _short_forms("20261204T184920Z-sw-sweep")
+    ()
+    """
+    m = _RUN_ID.fullmatch(entry_id)
+    return (m.group(2), f"{m.group(1)}-{m.group(2)}") if m else ()
+
+
+def resolve_id(runs_dir: str, ref: str, kind: str | None = None) -> str:
+    """The folder name of the run or sweep ``ref`` names, by the rule in this module's docstring.
+
+    ``kind`` is what the command takes: ``"run"``, ``"sweep"``, or either
+    when None. Nothing of that name is a :class:`NoSuchRun`; a prefix
+    that matches several entries is a :class:`UsageError` naming them.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from hetflow.engine.store.records import write_json_atomic
+    >>> runs = tempfile.mkdtemp()
+    >>> first = "20261204T184920Z-m-da94c102-6bbe"
+    >>> for i, (rid, more) in enumerate([(first, {}),
+    ...                                  ("20261204T184921Z-m-da94c102-6b01", {"matrix_point": {"name": "m[k=1]"}}),
+    ...                                  ("20261204T184922Z-m-da94c102-77aa", {"verifies": first})]):
+    ...     os.mkdir(os.path.join(runs, rid))
+    ...     write_json_atomic(os.path.join(runs, rid, "record.json"),
+    ...                       {"run_id": rid, "status": "succeeded", "started_at": f"2026-12-04T18:49:2{i}Z", **more})
+    >>> resolve_id(runs, "latest"), resolve_id(runs, "latest-verification")
+    ('20261204T184921Z-m-da94c102-6b01', '20261204T184922Z-m-da94c102-77aa')
+    >>> resolve_id(runs, "6bbe"), resolve_id(runs, "m[k=1]")
+    ('20261204T184920Z-m-da94c102-6bbe', '20261204T184921Z-m-da94c102-6b01')
+    >>> resolve_id(runs, "6b")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    hetflow.engine.errors.UsageError: '6b' matches 2 ids in ... (20261204T184921Z-m-da94c102-6b01, 20261204T184920Z-m-da94c102-6bbe); give more of it
+    """
+    if ref and not ref.startswith(".") and os.sep not in ref and os.path.isdir(os.path.join(runs_dir, ref)):
+        return ref
+    entries = list(iter_entries(runs_dir))
+    rows = _rows(entries)
+    what = {"run": "run", "sweep": "sweep"}.get(kind or "", "run or sweep")
+    if ref in LATEST:
+        return _latest(runs_dir, ref, kind, rows, entries)
+    rows = [r for r in rows if kind is None or r["kind"] == kind]
+    if ref.endswith("]") and "[" in ref:
+        point = [r for r in rows if r["kind"] == "run" and r["point"] == ref]
+        if point:
+            return next((r for r in point if not r["verifies"]), point[0])["id"]
+    matches = [r["id"] for r in rows if ref and (r["id"].startswith(ref) or
+                                                 any(s.startswith(ref) for s in _short_forms(r["id"])))]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        shown = ", ".join(matches[:8]) + (f" and {len(matches) - 8} more" if len(matches) > 8 else "")
+        raise UsageError(f"{ref!r} matches {len(matches)} ids in {runs_dir} ({shown}); give more of it")
+    known = [r["id"] for r in rows][:5]
+    hint = f" (recent: {', '.join(known)})" if known else ""
+    raise NoSuchRun(f"no {what} {ref!r} in {runs_dir}{hint}")
+
+
+def _latest(runs_dir: str, ref: str, kind: str | None, rows: list[dict], entries: list[tuple[str, str, dict]]) -> str:
+    """The entry ``latest`` (or ``latest-run``, ``latest-sweep``, ``latest-verification``) names; see :data:`LATEST`."""
+    sweep = ref == "latest-sweep" or (ref == "latest" and kind == "sweep")
+    if (kind == "run" and sweep) or (kind == "sweep" and not sweep):
+        raise UsageError(f"{ref} names {LATEST[ref]}; this command takes a {kind}")
+    either = ref == "latest" and kind is None
+    if sweep:
+        found, what = [r for r in rows if r["kind"] == "sweep"], "sweep"
+    elif either:
+        found, what = [r for r in rows if r["kind"] == "sweep" or not r["verifies"]], "run or sweep"
+    else:
+        verification = ref == "latest-verification"
+        found = [r for r in rows if r["kind"] == "run" and bool(r["verifies"]) == verification]
+        what = "verification run" if verification else "run"
+    if not found:
+        raise NoSuchRun(f"no {what} in {runs_dir} yet")
+    newest = found[0]["id"]
+    if either and found[0]["kind"] == "run":
+        for k, name, data in entries:
+            points = data.get("points") or []
+            if k == "sweep" and any(isinstance(p, Mapping) and p.get("run_id") == newest for p in points):
+                return name
+    return newest
+
+
+def read_record(runs_dir: str, run_id: str) -> dict:
+    """The record of the run ``run_id`` names (see :func:`resolve_id`); a missing or unreadable one is a
+    :class:`UsageError` (exit 2)."""
+    path = os.path.join(runs_dir, resolve_id(runs_dir, run_id, "run"), "record.json")
+    if not os.path.isfile(path):
+        raise UsageError(f"{os.path.dirname(path)} is a sweep, not a run: give one of its points' run ids")
+    record = _read_json(path)
+    if record is None:
+        raise UsageError(f"{path}: not a readable run record")
+    return record
+
+
+def iter_entries(runs_dir: str) -> Iterator[tuple[str, str, dict]]:
+    """(kind, id, data) for every run record and sweep summary, in folder order."""
+    if not os.path.isdir(runs_dir):
+        return
+    for name in sorted(os.listdir(runs_dir)):
+        folder = os.path.join(runs_dir, name)
+        if name.startswith(".") or not os.path.isdir(folder):
+            continue
+        if os.path.isfile(os.path.join(folder, "sweep.json")):
+            data = _read_json(os.path.join(folder, "sweep.json"))
+            if data is not None:
+                yield "sweep", name, data
+        elif os.path.isfile(os.path.join(folder, "record.json")):
+            data = _read_json(os.path.join(folder, "record.json"))
+            if data is not None:
+                yield "run", name, data
+
+
+def parse_since(text: str, now: float | None = None) -> str:
+    """The UTC ISO instant ``--since`` and ``--older-than`` name: ``30d``, ``12h``, ``45m``, ``2w`` ago, or a date.
+
+    >>> parse_since("2026-03-01")
+    '2026-03-01T00:00:00.000Z'
+    >>> parse_since("1d", now=86400.0 * 2)
+    '1970-01-02T00:00:00.000Z'
+    """
+    now = time.time() if now is None else now
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+    text = text.strip()
+    if len(text) > 1 and text[-1] in units and text[:-1].replace(".", "", 1).isdigit():
+        return utc_iso(now - float(text[:-1]) * units[text[-1]])
+    from datetime import datetime, timezone
+
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"expected an age such as 30d, 12h, 45m or 2w, or a date such as 2026-03-01, got {text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return utc_iso(when.timestamp())
+
+
+def list_runs(runs_dir: str, manifest: str | None = None, status: str | None = None, since: str | None = None) -> list[dict]:
+    """One row per run and sweep, newest first.
+
+    ``manifest`` keeps entries of that manifest name (or file), ``status``
+    those with that status as readers show it (:func:`status_of`: ``died``
+    for a ``running`` one whose process is gone), ``since`` (see
+    :func:`parse_since`) those started at or after it.
+    """
+    rows = _list(runs_dir)
+    if manifest is not None:
+        path = os.path.abspath(manifest)
+        rows = [r for r in rows if manifest == r["manifest"] or path == r["file"]]
+    if status is not None:
+        rows = [r for r in rows if r["status"] == status]
+    if since is not None:
+        after = parse_since(since)
+        rows = [r for r in rows if (r["started_at"] or "") >= after]
+    return rows
+
+
+def _list(runs_dir: str) -> list[dict]:
+    return _rows(iter_entries(runs_dir))
+
+
+def _rows(entries: Iterable[tuple[str, str, dict]]) -> list[dict]:
+    """One row per entry, newest first, with the status readers show (:func:`status_of`)."""
+    rows = []
+    for kind, name, data in entries:
+        if kind == "sweep":
+            rows.append({"kind": "sweep", "id": name, "manifest": data.get("name"), "point": f"{len(data.get('points', []))} points",
+                         "status": status_of(data), "started_at": data.get("started_at"), "duration_s": data.get("duration_s"),
+                         "file": data.get("manifest"), "verifies": None})
+        else:
+            point = (data.get("matrix_point") or {}).get("name")
+            rows.append({"kind": "run", "id": name, "manifest": (data.get("manifest") or {}).get("name"), "point": point,
+                         "status": status_of(data), "started_at": data.get("started_at"), "duration_s": data.get("duration_s"),
+                         "file": (data.get("manifest") or {}).get("file"), "verifies": data.get("verifies")})
+    rows.sort(key=lambda r: (r["started_at"] or "", r["id"]), reverse=True)
+    return rows
+
+
+def manifest_from_record(record: Mapping[str, Any]) -> Manifest:
+    """The manifest a record ran, rebuilt from its resolved form; checks the digest."""
+    entry = record.get("manifest") or {}
+    resolved = entry.get("resolved")
+    if not isinstance(resolved, dict):
+        raise UsageError(f"run {record.get('run_id')} has no resolved manifest in its record")
+    file = entry.get("file") or "record.json"
+    manifest = compile_manifest(Document(file, json.loads(json.dumps(resolved)), {}, {}))
+    if manifest.digest != entry.get("digest"):
+        raise UsageError(
+            f"run {record.get('run_id')}: the resolved manifest no longer compiles to digest {entry.get('digest')} "
+            f"(got {manifest.digest}); a hetflow version change alters how manifests resolve"
+        )
+    return manifest
+
+
+def new_sweep(runs_dir: str, name: str, manifest_file: str, points: list,
+              overrides: Mapping[str, Any] | None = None) -> tuple[str, str, dict]:
+    """Create the sweep folder and its summary with every point pending; ``overrides`` are the sweep's ``-p``."""
+    os.makedirs(runs_dir, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    for n in range(1000):
+        sweep_id = f"{stamp}-{name}-sweep" + (f"-{n}" if n else "")
+        folder = os.path.join(runs_dir, sweep_id)
+        try:
+            os.mkdir(folder)
+            break
+        except FileExistsError:
+            continue
+    summary = {
+        "format": SWEEP_FORMAT,
+        "kind": "sweep",
+        "sweep_id": sweep_id,
+        "name": name,
+        "manifest": os.path.abspath(manifest_file),
+        "status": "running",
+        "owner": owner.current(),
+        "started_at": utc_iso(time.time()),
+        "ended_at": None,
+        "duration_s": None,
+        "params": list(dict.fromkeys(k for p in points for k in p.values)),
+        "overrides": dict(overrides or {}),
+        "points": [{"name": p.name, "values": dict(p.values), "status": "pending", "run_id": None,
+                    "record": None, "outputs": {}, "error": None} for p in points],
+    }
+    write_json_atomic(os.path.join(folder, "sweep.json"), summary)
+    return sweep_id, folder, summary
+
+
+def write_sweep(folder: str, summary: dict) -> None:
+    write_json_atomic(os.path.join(folder, "sweep.json"), summary)
+
+
+def _cache_keys(record: Mapping[str, Any]) -> set[str]:
+    keys = ((record.get("cache") or {}).get("keys") or {}).values()
+    return {k["key"] for k in keys if isinstance(k, dict) and k.get("key")}
+
+
+def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | None = None, dry_run: bool = False,
+                    older_than: str | None = None) -> dict:
+    """Remove old units of runs, then the cache entries, lock files and schedule claims nothing needs.
+
+    A unit is a sweep with the runs of its points, or a run that is no
+    sweep's point; the verification runs of its runs go and stay with it.
+    ``keep`` keeps the newest N units *of each manifest* (by name; a
+    verification run never counts); ``older_than`` (an age such as
+    ``30d``, see :func:`parse_since`) removes only units started before it.
+    Given both, a unit goes when both say so. A unit with a run or sweep
+    that still runs is never removed; a sweep none of whose runs is left,
+    and a verification run whose run is gone, go whatever ``keep`` says.
+    Returns what was (or, with ``dry_run``, would be) removed, each unit
+    with why (see ``docs/concepts/runs.md``).
+    """
+    from hetflow.engine.store.locks import stale_locks
+
+    if keep is None and older_than is None:
+        raise UsageError("runs gc needs --keep N (per manifest), --older-than AGE, or both")
+    if keep is not None and keep < 0:
+        raise UsageError("--keep must be 0 or more")
+    cutoff = parse_since(older_than) if older_than is not None else None
+    entries = list(iter_entries(runs_dir))
+    records = {name: data for kind, name, data in entries if kind == "run"}
+    seen: dict[str, int] = {}
+    removed: list[dict] = []
+    spared: list[dict] = []
+    kept: list[dict] = []
+    for unit in _units(entries):  # newest first
+        why = _why_remove(unit, keep, cutoff, older_than, seen)
+        if why is None:
+            kept.append(unit)
+            continue
+        running = _still_running(unit, records)
+        if running:
+            spared.append({**_public(unit), "why": why, "kept_because": running})
+            kept.append(unit)
+            continue
+        removed.append({**_public(unit), "why": why})
+    kept_runs = sorted(r for u in kept for r in u["runs"] + u["verifications"])
+    gone = [r for u in removed for r in u["runs"] + u["verifications"]]
+    needed = set().union(*(_cache_keys(records[r]) for r in kept_runs if r in records))
+    # a record names its cache keys only when it ends: what a running or died run stored is told by its time
+    unnamed = [_epoch(records[r].get("started_at")) for r in kept_runs if r in records and "cache" not in records[r]]
+    claims = _stale_claims(runs_dir, set(gone), cutoff)
+    locks = stale_locks(runs_dir, remove=not dry_run)
+    cache = Cache(cache_dir or os.path.join(runs_dir, ".cache"))
+    entries_now = list(cache.keys())
+    removed_entries = [k for k in entries_now
+                       if k not in needed and not (unnamed and cache.written_at(k) >= min(unnamed))]
+    if not dry_run:
+        _finish_removals(runs_dir)
+        for unit in removed:
+            # the summary first: a gc stopped half way leaves runs without their sweep, never a sweep without runs
+            for name in ([unit["id"]] if unit["kind"] == "sweep" else []) + unit["runs"] + unit["verifications"]:
+                _remove_folder(runs_dir, name)
+        for path in claims:
+            for file in (path, path[: -len(".json")] + ".log"):
+                try:
+                    os.unlink(file)
+                except FileNotFoundError:
+                    pass
+        for key in removed_entries:
+            cache.remove(key)
+        cache.clean_temporaries()
+    return {"dry_run": dry_run, "kept_runs": kept_runs,
+            "kept_sweeps": sorted(u["id"] for u in kept if u["kind"] == "sweep"), "removed": removed, "spared": spared, "removed_runs": gone,
+            "removed_sweeps": [u["id"] for u in removed if u["kind"] == "sweep"],
+            "removed_verifications": [r for u in removed for r in u["verifications"]]
+            + [u["id"] for u in removed if u["kind"] == "verification"],
+            "removed_locks": [os.path.relpath(p, runs_dir) for p in locks],
+            "removed_claims": [os.path.relpath(c, runs_dir) for c in claims],
+            "removed_cache_entries": len(removed_entries), "kept_cache_entries": len(entries_now) - len(removed_entries)}
+
+
+def _epoch(stamp: str | None) -> float:
+    """An ISO instant of a record as epoch seconds, a second early for the coarser clocks of file systems;
+    0 when there is none, so that every cache entry may be the record's."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat((stamp or "").replace("Z", "+00:00")).timestamp() - 1.0
+    except ValueError:
+        return 0.0
+
+
+def _units(entries: list[tuple[str, str, dict]]) -> list[dict]:
+    """The units :func:`collect_garbage` keeps or removes whole, newest first.
+
+    Each has ``kind`` (``sweep``, ``run``, or ``verification`` for a
+    verification run whose run is gone), ``id``, ``manifest``, ``status``,
+    ``started_at``, ``runs`` (the sweep's point runs on disk, or the run)
+    and ``verifications`` (every verification run of those, at any depth).
+    """
+    records = {name: data for kind, name, data in entries if kind == "run"}
+    sweep_of: dict[str, str] = {}
+    units: dict[str, dict] = {}
+    for kind, name, data in entries:
+        if kind != "sweep":
+            continue
+        listed = [p.get("run_id") for p in data.get("points") or [] if isinstance(p, Mapping) and p.get("run_id")]
+        runs = [r for r in dict.fromkeys(listed) if r in records and r not in sweep_of]
+        sweep_of.update((r, name) for r in runs)
+        units[name] = {"kind": "sweep", "id": name, "manifest": data.get("name"), "status": status_of(data),
+                       "started_at": data.get("started_at"), "runs": runs, "verifications": [], "listed": len(listed),
+                       "running": _running(data)}
+    for name, data in records.items():
+        root = _verified_root(name, records)
+        if name != root:
+            continue
+        if name in sweep_of:
+            continue
+        kind = "verification" if data.get("verifies") else "run"
+        units[name] = {"kind": kind, "id": name, "manifest": (data.get("manifest") or {}).get("name"),
+                       "status": status_of(data), "started_at": data.get("started_at"), "runs": [name],
+                       "verifications": [], "verifies": data.get("verifies")}
+    for name in sorted(records, key=lambda r: (records[r].get("started_at") or "", r)):
+        root = _verified_root(name, records)
+        if name != root:
+            units[sweep_of.get(root, root)]["verifications"].append(name)
+    return sorted(units.values(), key=lambda u: (u["started_at"] or "", u["id"]), reverse=True)
+
+
+def _verified_root(run_id: str, records: Mapping[str, Mapping[str, Any]]) -> str:
+    """The run at the end of ``run_id``'s chain of ``verifies`` (itself when it verifies nothing), as far as the
+    chain's runs are on disk."""
+    seen = {run_id}
+    while (records[run_id].get("verifies") or "") in records and records[run_id]["verifies"] not in seen:
+        run_id = records[run_id]["verifies"]
+        seen.add(run_id)
+    return run_id
+
+
+def _why_remove(unit: Mapping[str, Any], keep: int | None, cutoff: str | None, older_than: str | None,
+                seen: dict[str, int]) -> str | None:
+    """Why ``unit`` goes, or None when it stays; counts it among the kept of its manifest in ``seen``."""
+    empty = unit["kind"] == "sweep" and not unit["runs"] and unit["listed"]
+    orphan = unit["kind"] == "verification"
+    if empty:
+        return "none of its points' runs is left"
+    why = []
+    if orphan:
+        why.append(f"it verifies {unit['verifies']}, which is gone")
+    elif keep is not None:
+        name = unit["manifest"] or "?"
+        if unit["kind"] == "sweep" and not unit["runs"]:
+            why.append("it ran no point")
+        elif seen.get(name, 0) < keep:
+            seen[name] = seen.get(name, 0) + 1
+            return None
+        else:
+            why.append(f"beyond the newest {keep} of {name}")
+    if cutoff is not None:
+        if (unit["started_at"] or "") >= cutoff:
+            return None
+        why.append(f"started before {cutoff} ({older_than} ago)")
+    return "; ".join(why) if why else None
+
+
+def _still_running(unit: Mapping[str, Any], records: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """How a run or the sweep of ``unit`` still runs (a process that lives, or one on another host that
+    cannot be looked at from here), or None."""
+    if unit.get("running"):
+        return f"sweep {unit['id']} {unit['running']}"
+    for name in unit["runs"] + unit["verifications"]:
+        said = _running(records[name])
+        if said:
+            return f"run {name} {said}"
+    return None
+
+
+def _running(data: Mapping[str, Any]) -> str | None:
+    if data.get("status") != "running":
+        return None
+    who = owner_of(data)
+    live = owner.alive(who)
+    if live is True:
+        return f"is still running (pid {who['pid']} on {who['host']})"
+    if live is None and who is not None:
+        return f"says running on {who.get('host')}, which cannot be looked at from here"
+    return None
+
+
+def _public(unit: Mapping[str, Any]) -> dict:
+    return {k: v for k, v in unit.items() if k not in ("listed", "running")}
+
+
+def _remove_folder(runs_dir: str, name: str) -> None:
+    """Remove a run or sweep folder: first renamed out of every listing at once, then deleted."""
+    doomed = os.path.join(runs_dir, ".gc-" + name)
+    try:
+        os.rename(os.path.join(runs_dir, name), doomed)
+    except FileNotFoundError:
+        return
+    except OSError:  # an earlier removal of that name is still there and cannot be deleted: delete in place
+        doomed = os.path.join(runs_dir, name)
+    import shutil  # gc's alone: runs, plan and show read records
+
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _finish_removals(runs_dir: str) -> None:
+    """Delete what an earlier gc renamed for removal and did not get to delete."""
+    for name in os.listdir(runs_dir) if os.path.isdir(runs_dir) else []:
+        if name.startswith(".gc-"):
+            import shutil
+
+            shutil.rmtree(os.path.join(runs_dir, name), ignore_errors=True)
+
+
+def _stale_claims(runs_dir: str, gone: set[str], cutoff: str | None) -> list[str]:
+    """Schedule claims whose run is removed, and run-less claims (skipped slots) older than ``cutoff``.
+
+    The newest claim of each manifest stays: it is where ``run-due`` continues from.
+    """
+    root = os.path.join(runs_dir, ".schedule")
+    out = []
+    for folder in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        names = sorted(n for n in os.listdir(os.path.join(root, folder)) if n.endswith(".json"))
+        for n in names[:-1]:
+            path = os.path.join(root, folder, n)
+            body = _read_json(path) or {}
+            if body.get("run_id") in gone or (not body.get("run_id") and cutoff is not None and (body.get("at") or "") < cutoff):
+                out.append(path)
+    return out
+
+
+def latest_record(runs_dir: str, name: str, point: str | None = None, keys: Iterable[str] | None = None) -> dict | None:
+    """The newest record of manifest ``name`` (at matrix point ``point``), or None.
+
+    Verification runs (``hetflow verify``'s reruns, whose record names the run they verify) are never taken.
+    ``keys`` (top-level keys) returns only those of it: each record is read for the few keys that choose
+    the newest (:func:`read_fields`), and the newest for ``keys``, or whole when ``keys`` is None.
+    """
+    best: tuple[str, str] | None = None
+    if os.path.isdir(runs_dir):
+        for folder in sorted(os.listdir(runs_dir)):
+            path = os.path.join(runs_dir, folder, "record.json")
+            if folder.startswith(".") or os.path.isfile(os.path.join(runs_dir, folder, "sweep.json")):
+                continue
+            data = read_fields(path, ("manifest", "verifies", "matrix_point", "started_at")) if os.path.isfile(path) else None
+            if data is None or not isinstance(data.get("manifest") or {}, dict) or data.get("verifies"):
+                continue
+            if (data.get("manifest") or {}).get("name") != name or (data.get("matrix_point") or {}).get("name") != point:
+                continue
+            if best is None or (data.get("started_at") or "") > best[0]:
+                best = (data.get("started_at") or "", path)
+    if best is None:
+        return None
+    return _read_json(best[1]) if keys is None else read_fields(best[1], keys)
