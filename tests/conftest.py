@@ -1,9 +1,19 @@
+import os
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from hetflow.executors.emulator.cache import cache_root
+
 REPO = Path(__file__).resolve().parent.parent
+
+try:  # Hypothesis keeps its example database and caches in ./.hypothesis unless told: the user's cache folder
+    from hypothesis import configuration as _hypothesis
+
+    _hypothesis.set_hypothesis_home_dir(os.path.join(cache_root(), "hypothesis"))
+except ImportError:
+    pass
 
 
 @pytest.fixture

@@ -86,10 +86,6 @@ def test_the_native_backend_caches_in_the_users_cache_only(tmp_path):
     assert not (root / "numba").exists() or not _cached_files(root / "numba"), "the native backend ran numba"
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(find_spec("numba") is None, reason="numba is not installed (the fast backend)")
-def test_the_fast_backend_caches_in_the_users_cache_only(tmp_path):
-    """Compiles numba's interpreter and runners from nothing: 15-60 s."""
-    root = _run_cold("fast", tmp_path)
-    numba = {p.suffix for p in _cached_files(root / "numba")}
-    assert {".nbi", ".nbc"} <= numba, f"numba's index and data are not in the user's cache: {numba}"
+# The fast backend's cold compile (15-60 s) is paid once in the suite, by
+# test_emu_defaults.test_a_cold_fast_backend_says_it_compiles_and_caches_in_the_users_cache, which checks that
+# numba's files land in the user's cache and none in the package's folder.
