@@ -9,8 +9,9 @@ above it in this table (a contract ``lint-imports`` checks in CI):
 ==================  ===================================================
 room                what it holds
 ==================  ===================================================
-``errors``,         the diagnostics every pass reports, and the graph
-``adjacency``       structure the planner and validate share
+``errors``,         the diagnostics every pass reports, the graph
+``adjacency``,      structure the planner and validate share, and the
+``heap``            GC's switches the passes and runs share
 ``manifest/``       load, resolve, expand, validate: a file -> ``Manifest``
 ``plan/``           graph, place, partition, bridge: ``Manifest`` -> ``Plan``
 ``store/``          records, runs, the cache, locks and owners

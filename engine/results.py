@@ -183,8 +183,8 @@ class Run:
         if record is None:
             record_file = os.path.join(self.path, "record.json")
             try:
-                with open(record_file, encoding="utf-8") as f:
-                    record = json.load(f)
+                with open(record_file, "rb") as f:
+                    record = _loads(f.read())
             except FileNotFoundError:
                 raise UsageError(f"{self.path}: no run record (record.json) here") from None
             except (OSError, ValueError) as e:
@@ -254,6 +254,17 @@ class Run:
 
     def __repr__(self) -> str:
         return f"<hetflow.Run {self.run_id}: {self.status}>"
+
+
+def _loads(text: bytes) -> Any:
+    """A record's JSON: orjson's parse (a third of json's time: a sweep reads every point's record), json's
+    where orjson refuses (NaN and the infinities, integers past 64 bits; or what is not JSON, for its message)."""
+    import orjson
+
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 class Sweep:

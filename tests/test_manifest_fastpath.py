@@ -276,6 +276,44 @@ def test_pausing_the_gc_leaves_a_host_process_frozen_objects_frozen():
     assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
+def test_passes_in_threads_share_one_gc_pause_and_leave_a_runs_frozen_heap_frozen(monkeypatch):
+    import gc
+    import threading
+
+    from hetflow.engine.heap import frozen_heap, gc_paused
+
+    inside, leave = threading.Event(), threading.Event()
+
+    def other_pass():
+        with gc_paused():
+            inside.set()
+            leave.wait(10)
+
+    t = threading.Thread(target=other_pass)
+    t.start()
+    inside.wait(10)
+    with gc_paused():
+        pass
+    # this pass ended while the other thread's goes on: the collector stays off until the last one is out
+    assert not gc.isenabled()
+    leave.set()
+    t.join()
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    with frozen_heap():  # a run: what lived before it is frozen until it ends, whatever passes end meanwhile
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        # and a pass ending meanwhile does not ask how much is frozen: that walks every frozen object
+        asked = []
+        count = gc.get_freeze_count
+        monkeypatch.setattr(gc, "get_freeze_count", lambda: asked.append(1) or count())
+        with gc_paused():
+            mf.loads("a: 1\n", "f.yaml")
+        monkeypatch.undo()
+        assert not asked
+        assert gc.isenabled() and gc.get_freeze_count() == frozen
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
 # Each of these documents once loaded to a value nobody wrote, or was refused where yaml.safe_load takes it.
 SAFE_LOAD_DIFFERENCES = [
     "a: !!python/object:os.system {cmd: ls}\n",  # a python tag on a mapping was dropped: a dict

@@ -68,6 +68,22 @@ def test_exact_gelu_uses_the_same_erf():
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_in_place_gives_its_formulas_values_bit_for_bit(dtype, approximate):
+    from hetflow.executors.builtin.elementwise import _erf_op, _gelu
+
+    x = (np.random.default_rng(5).standard_normal((64, 129)) * 4).astype(dtype)
+    x.flat[:5] = [np.inf, -np.inf, np.nan, 0.0, -0.0]
+    with np.errstate(all="ignore"):
+        if approximate == "none":
+            want = 0.5 * x * (1.0 + _erf_op(np, x / math.sqrt(2.0)))
+        else:
+            want = 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+        got = _gelu(np, [x], {"approximate": approximate})  # the kernel, on the array of the dtype it computes in
+    assert got.dtype == want.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
 def _safetensors(path, arrays: dict[str, np.ndarray]) -> None:
     from safetensors.numpy import save_file
 

@@ -56,13 +56,13 @@ hetflow.engine.errors.ManifestError: bad.yaml:1:4: error: YAML: could not determ
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import re
 from typing import Any, Mapping
 
 import yaml
+
+from hetflow.engine.heap import gc_paused
 
 from hetflow.engine.errors import Diagnostic, ManifestError, Origin
 
@@ -357,30 +357,6 @@ def _origin(file: str, mark: yaml.Mark | None) -> Origin:
     if mark is None:
         return Origin(file, 1, 1)
     return Origin(file, mark.line + 1, mark.column + 1)
-
-
-@contextlib.contextmanager
-def gc_paused():
-    """Cyclic GC off for a pass that allocates millions of small acyclic objects (nodes, stages,
-    plan entries): collections would walk them again and again and free nothing.
-
-    On the way out the survivors move straight to the oldest generation
-    (``gc.freeze`` then ``gc.unfreeze``: two list splices), so the first
-    young collection after the pass does not walk all of them once more;
-    they stay collectable like any long-lived object. A process that has
-    frozen objects of its own (before forking workers, say) keeps them
-    frozen: there the survivors are left where they are.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            if gc.get_freeze_count() == 0:
-                gc.freeze()
-                gc.unfreeze()
-            gc.enable()
 
 
 def frozen_instance(cls: type, values: dict[str, Any]) -> Any:

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import orjson
 
 from hetflow.engine.errors import Origin
-from hetflow.engine.manifest.loader import gc_paused
+from hetflow.engine.heap import gc_paused
 from hetflow.executors.base import Dtype, Vendor
 
 __all__ = ["PLAN_FORMAT", "ExecutorPlan", "NodePlan", "PlanWarning", "Partition", "Bridge", "Plan", "json_bytes", "json_text"]

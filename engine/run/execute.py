@@ -27,9 +27,7 @@ as timed-out attempts are (the pool is not joined; the closed
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import os
 import threading
 import time
@@ -49,6 +47,7 @@ from hetflow.engine.run import threads
 from hetflow.engine.store.cache import Cache, CacheUse, file_digest, partition_keys, uncached_stages
 from hetflow.engine.run.cancel import Cancel, Cancelled, current
 from hetflow.engine.errors import RunCancelled, RunFailed, StageFailure
+from hetflow.engine.heap import frozen_heap
 from hetflow.engine.run.events import EventStream, Sink, run_event
 from hetflow.engine.manifest.validate import Manifest
 from hetflow.engine.run.phases import PhaseRunner, phase_status, witness_activation
@@ -92,57 +91,12 @@ def create_executors(plan: Plan) -> dict[str, Executor]:
     return {e.name: create(e.vendor, e.name, e.device, memory_limit=e.memory_limit) for e in plan.executors.values()}
 
 
-_HEAP_LOCK = threading.Lock()
-_HEAP_HOLDERS = 0
-_HEAP_THRESHOLD = gc.get_threshold()
-
-
-@contextlib.contextmanager
-def _frozen_heap() -> Any:
-    """Move what exists before a run out of the cyclic GC's reach until the last concurrent run ends.
-
-    A run allocates a few objects per task; every so often that sets off a
-    full collection, which walks the whole heap: the manifest, the plan,
-    the graph, each the size of the pipeline. On a 10,000-stage pipeline
-    that was over a third of the run (3.0 of 8.2 s, measured with
-    ``gc.callbacks``). ``gc.freeze`` parks the objects alive at the start in
-    the permanent generation, so collections see only what the run made;
-    ``gc.unfreeze`` hands them back.
-
-    Freezing empties the oldest generation, and CPython runs a full
-    collection whenever that generation has grown by a quarter since the
-    last one: from empty, every tenth young collection. The run's own data
-    (the graph, its events, the record) then still cost 6 full
-    collections, 1.0 of 7.5 s (young ones 0.4 s). Until the run ends the
-    oldest generation is collected ten times less often (threshold 100
-    instead of 10): none in that run; young cycles are still collected as
-    they die, and older garbage by the first full collection after the last
-    run ends.
-    """
-    global _HEAP_HOLDERS, _HEAP_THRESHOLD
-    with _HEAP_LOCK:
-        if _HEAP_HOLDERS == 0:
-            gc.freeze()
-            _HEAP_THRESHOLD = gc.get_threshold()
-            young, middle, old = _HEAP_THRESHOLD
-            gc.set_threshold(young, middle, max(old, 100))
-        _HEAP_HOLDERS += 1
-    try:
-        yield
-    finally:
-        with _HEAP_LOCK:
-            _HEAP_HOLDERS -= 1
-            if _HEAP_HOLDERS == 0:
-                gc.set_threshold(*_HEAP_THRESHOLD)
-                gc.unfreeze()
-
-
 def execute(manifest: Manifest, plan: Plan, **kwargs: Any) -> RunResult:
     if kwargs.get("plan_json") is None:
         # built before the heap is frozen: the plan's data lives as long as the run, out of the GC's reach with
         # the plan, and the pass that builds it pauses the GC without asking how much is frozen (a walk of it)
         kwargs["plan_json"] = _plan_data(plan)[0]
-    with _frozen_heap():
+    with frozen_heap():
         return _execute(manifest, plan, **kwargs)
 
 

@@ -253,11 +253,22 @@ def _cast_checks(n: int, args: Mapping[str, Any]) -> list[tuple[str | None, str]
 
 
 def _gelu(xp: Any, inputs: list, args: dict) -> Any:
+    # the formulas' own operations in their order, in two new arrays instead of one per step: each step's
+    # array is a fresh allocation, and points of a sweep running at once wait on each other's
     x = inputs[0]
     if args["approximate"] == "none":
-        return 0.5 * x * (1.0 + _erf_op(xp, x / math.sqrt(2.0)))
-    c = math.sqrt(2.0 / math.pi)
-    return 0.5 * x * (1.0 + xp.tanh(c * (x + 0.044715 * x * x * x)))
+        t = _erf_op(xp, x / math.sqrt(2.0))
+    else:
+        t = xp.multiply(x, 0.044715)
+        t *= x
+        t *= x
+        t += x
+        t *= math.sqrt(2.0 / math.pi)
+        xp.tanh(t, out=t)
+    t += 1.0
+    out = xp.multiply(x, 0.5)
+    out *= t
+    return out
 
 
 def _gelu_checks(n: int, args: Mapping[str, Any]) -> list[tuple[str | None, str]]:
