@@ -309,3 +309,37 @@ def test_a_chain_runs_its_tasks_in_the_runs_own_thread_without_a_pool(manifest_f
     assert size not in runmod._IDLE_POOLS, "no pool was taken"
     assert len({t["thread"] for t in r.record["tasks"]}) == 1
     assert len([t for t in r.record["tasks"] if t["kind"] == "partition"]) == len(p.partitions)
+
+
+def test_one_status_process_answers_what_the_two_rounds_did(tmp_path):
+    # the one-process answer (the top known from the .git above) against rev-parse and two statuses, over the
+    # states a manifest's tree goes through: clean, an edit, a rename, an untracked folder, a manifest in one
+    top = tmp_path / "repo"
+    (top / "sub").mkdir(parents=True)
+    _git(top, "init", "-q")
+    (top / "sub" / "p.yaml").write_text("version: 1\n")
+    (top / "a.txt").write_text("a")
+    (top / "naïve name.txt").write_text("n")
+    _git(top, "add", ".")
+    _git(top, "commit", "-q", "-m", "first")
+    manifests = [top / "sub" / "p.yaml", top / "new" / "q.yaml"]
+
+    def same():
+        for m in manifests:
+            if m.exists():
+                two_rounds = records._ask_git(str(m))
+                assert records._ask_git(str(m), str(top)) == two_rounds
+                assert two_rounds is not None
+                yield two_rounds
+
+    assert [s["dirty"] for s in same()] == [False]
+    _git(top, "mv", "a.txt", "b.txt")
+    assert [(s["dirty"], s["manifest_dirty"]) for s in same()] == [(True, False)]
+    (top / "sub" / "p.yaml").write_text("version: 1\n# edited\n")
+    assert [(s["dirty"], s["manifest_dirty"]) for s in same()] == [(True, True)]
+    _git(top, "commit", "-q", "-a", "-m", "second")
+    (top / "new").mkdir()
+    (top / "new" / "q.yaml").write_text("version: 1\n")
+    (top / "naïve name.txt").write_text("changed")
+    assert [(s["dirty"], s["manifest_dirty"], s["path"]) for s in same()] == [
+        (True, False, os.path.join("sub", "p.yaml")), (True, True, os.path.join("new", "q.yaml"))]

@@ -550,7 +550,7 @@ def _git_state(manifest_file: str) -> dict[str, Any] | None:
         cached = _GIT_CACHE.get(manifest)
         if cached is not None and cached[0] == key:
             return dict(cached[1])
-    state = _ask_git(manifest)
+    state = _ask_git(manifest, key[0] if key else None)
     # a dirty answer holds while the key does (see provenance); the key is read again after git ran, and
     # only when git did not change it meanwhile (its index refresh rewrites the index) is it kept
     if key is not None and state is not None and state["dirty"]:
@@ -562,19 +562,24 @@ def _git_state(manifest_file: str) -> dict[str, Any] | None:
     return state
 
 
-def _ask_git(manifest: str) -> dict[str, Any] | None:
+def _ask_git(manifest: str, top: str | None = None) -> dict[str, Any] | None:
+    """The record's ``git`` entry, asked of git. Where the work tree's top is known (the folder holding the
+    ``.git`` above the manifest), one ``git status --porcelain=v2 --branch`` answers all of it: the commit,
+    whether anything changed, and whether the manifest did; otherwise (git pointed elsewhere by the
+    environment) ``rev-parse`` says the top first."""
     import subprocess
 
     folder = os.path.dirname(manifest)
 
     def start(*args: str) -> subprocess.Popen | None:
         try:
+            # paths come raw with -z: bytes that are not UTF-8 stay as os.fsdecode would give them
             return subprocess.Popen(["git", "-C", folder, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                    text=True)
+                                    text=True, errors="surrogateescape")
         except OSError:
             return None
 
-    def result(proc: subprocess.Popen | None) -> str | None:
+    def result(proc: subprocess.Popen | None, strip: bool = True) -> str | None:
         if proc is None:
             return None
         try:
@@ -583,8 +588,10 @@ def _ask_git(manifest: str) -> dict[str, Any] | None:
             proc.kill()
             proc.communicate()
             return None
-        return stdout.strip() if proc.returncode == 0 else None
+        return (stdout.strip() if strip else stdout) if proc.returncode == 0 else None
 
+    if top is not None:
+        return _status_v2(result(start("status", "--porcelain=v2", "--branch", "-z"), strip=False), manifest, top)
     # four questions in two rounds of processes run side by side: a run pays for git once per round
     head = result(start("rev-parse", "HEAD", "--show-toplevel"))
     if not (head and len(head.splitlines()) == 2):
@@ -594,3 +601,42 @@ def _ask_git(manifest: str) -> dict[str, Any] | None:
     status_text, mine_text = result(status), result(mine)
     return {"commit": commit, "dirty": bool(status_text), "manifest_dirty": bool(mine_text),
             "path": os.path.relpath(manifest, top or folder)}
+
+
+def _status_v2(text: str | None, manifest: str, top: str) -> dict[str, Any] | None:
+    """The ``git`` entry from ``git status --porcelain=v2 --branch -z``'s output (paths from the top of the work
+    tree; an untracked folder is one entry ending in ``/``); None for a repository without a commit.
+
+    >>> out = chr(0).join(["# branch.oid 2092", "# branch.head main", "? new/", ""])
+    >>> _status_v2(out, "/r/new/m.yaml", "/r")
+    {'commit': '2092', 'dirty': True, 'manifest_dirty': True, 'path': 'new/m.yaml'}
+    >>> _status_v2("# branch.oid 2092" + chr(0), "/r/m.yaml", "/r")["dirty"]
+    False
+    >>> _status_v2("# branch.oid (initial)" + chr(0), "/r/m.yaml", "/r") is None
+    True
+    """
+    if text is None:
+        return None
+    commit, changed = None, []
+    entries = iter(text.split("\0"))
+    for entry in entries:
+        if entry.startswith("# branch.oid "):
+            commit = entry[len("# branch.oid "):]
+        elif not entry or entry.startswith("#"):
+            continue
+        elif entry[0] == "1":
+            changed.append(entry.split(" ", 8)[-1])
+        elif entry[0] == "2":  # a rename or copy: its new path, then (the next entry) where it came from
+            changed.append(entry.split(" ", 9)[-1])
+            changed.append(next(entries, ""))
+        elif entry[0] == "u":
+            changed.append(entry.split(" ", 10)[-1])
+        elif entry[0] in "?!":
+            changed.append(entry[2:])
+    if commit is None or commit == "(initial)":
+        return None
+    path = os.path.relpath(manifest, top)
+    mine = path.replace(os.sep, "/")
+    return {"commit": commit, "dirty": bool(changed),
+            "manifest_dirty": any(c == mine or (c.endswith("/") and mine.startswith(c)) for c in changed),
+            "path": path}
