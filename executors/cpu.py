@@ -109,18 +109,28 @@ def run_nodes(xp: Any, decoded: Mapping[str, Any], inputs: Sequence[Any], suppor
         try:
             args = [values[ref] for ref in node["inputs"]]
             values[node["id"]] = ops.run(xp, node["op"], args, node["args"], dtype, vendor)
-        except MemoryError:
-            err = OutOfMemory(f"node {node['id']!r}")
-            err.node = node["id"]
-            raise err from None
-        except ExecutorError as e:
-            e.node = e.node or node["id"]
-            raise
         except Exception as e:
-            raise Backend(f"{node['op']} failed: {type(e).__name__}: {e}", node=node["id"]) from e
+            raise node_error(node, e)
         for ref in drops.get(i, ()):
             values.pop(ref, None)
     return [values[t] for t in decoded["outputs"]]
+
+
+def node_error(node: Mapping[str, Any], error: Exception, where: str | None = None) -> Exception:
+    """What a node's failure is to the engine, naming the node: running out of memory is the executor's
+    :class:`OutOfMemory` (``where``, ``device 0``, names the device), an executor's own error keeps its kind,
+    anything else is :class:`Backend` with the op and the original error as its cause."""
+    if isinstance(error, MemoryError):
+        err: Exception = OutOfMemory(f"node {node['id']!r}" + (f" on {where}" if where else ""))
+        err.node = node["id"]
+        err.__suppress_context__ = True  # the MemoryError says nothing more
+        return err
+    if isinstance(error, ExecutorError):
+        error.node = error.node or node["id"]
+        return error
+    err = Backend(f"{node['op']} failed: {type(error).__name__}: {error}", node=node["id"])
+    err.__cause__ = error  # the op's own traceback, which --debug shows
+    return err
 
 
 _PROCESSOR: list[str] = []

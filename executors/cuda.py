@@ -67,7 +67,7 @@ from hetflow.executors.base import (
     VendorMismatch,
 )
 from hetflow.executors.carriers import CARRIERS, NATIVE, narrow, pack_int4, unpack_int4, widen
-from hetflow.executors.cpu import next_handle
+from hetflow.executors.cpu import next_handle, node_error
 from hetflow.executors.payload import decode_plan
 from hetflow.executors.split_layout import Pieces, SplitDevices, combine, cut, move_kind, one_node
 from hetflow.executors.staging import StagingPool
@@ -377,15 +377,8 @@ def run_carriers(cp: Any, decoded: dict, entries: Sequence[tuple[Any, Dtype]], s
                 args.append(wide[ref])
             out = ops.compute(cp, node["op"], args, node["args"], dtype, vendor)
             values[node["id"]] = (cp.ascontiguousarray(narrow(cp, out, dtype)), dtype)
-        except MemoryError:
-            err = OutOfMemory(f"node {node['id']!r} on {where}")
-            err.node = node["id"]
-            raise err from None
-        except ExecutorError as e:
-            e.node = e.node or node["id"]
-            raise
         except Exception as e:
-            raise Backend(f"{node['op']} failed: {type(e).__name__}: {e}", node=node["id"]) from e
+            raise node_error(node, e, where)
     return [values[t] for t in decoded["outputs"]]
 
 
@@ -472,12 +465,7 @@ class SplitCudaExecutor(SplitDevices, CudaExecutor):
         n = len(wanted)
         self._gpus = [cp.cuda.Device(i) for i in wanted]
         self._devices = tuple(_bound_device(cp, i) for i in wanted)
-        device_limits = device_limits if device_limits is not None else devices.limits
-        if device_limits is not None and len(device_limits) != n:
-            raise ValueError(f"executor {name!r}: {len(device_limits)} memory limits for {n} devices")
-        limits = list(device_limits) if device_limits is not None else [
-            None if memory_limit is None else memory_limit // n] * n
-        self._init_split(wanted, devices.shares(n), limits)
+        self._init_split(wanted, devices.shares(n), self._device_limits(name, n, memory_limit, device_limits, devices))
         self.move_bytes = {"peer": 0, "staged": 0}
         """Bytes moved between this executor's GPUs, by how they went."""
 

@@ -49,7 +49,6 @@ import numpy as np
 
 from hetflow.executors.base import (
     ActivationHandle,
-    Backend,
     DeviceSet,
     Dtype,
     OutOfMemory,
@@ -190,14 +189,7 @@ class SplitCpuExecutor(SplitDevices, CpuExecutor):
         self._host = [host[i] for i in wanted]
         self._devices = tuple(d.bound() for d in self._host)
         n = len(self._host)
-        device_limits = device_limits if device_limits is not None else devices.limits
-        if device_limits is not None:
-            if len(device_limits) != n:
-                raise ValueError(f"executor {name!r}: {len(device_limits)} memory limits for {n} devices")
-            limits: list[int | None] = list(device_limits)
-        else:
-            limits = [None if memory_limit is None else memory_limit // n] * n
-        self._init_split(wanted, devices.shares(n), limits)
+        self._init_split(wanted, devices.shares(n), self._device_limits(name, n, memory_limit, device_limits, devices))
         self._threads = [_device_thread(d) for d in self._host]
         self._blas_n = min(len(d.cpus) for d in self._host)
 
@@ -254,13 +246,7 @@ class SplitCpuExecutor(SplitDevices, CpuExecutor):
         if plan.vendor is not Vendor.cpu:
             raise VendorMismatch(plan.vendor, Vendor.cpu)
         decoded = decode_plan(plan)
-        names = decoded["inputs"]
-        if len(names) != len(inputs):
-            raise Backend(f"plan takes {len(names)} inputs, got {len(inputs)}")
-        values: dict[str, Any] = dict(zip(names, (self._value(h) for h in inputs)))
-        for node in decoded["nodes"]:
-            values[node["id"]] = self._run(node, [values[r] for r in node["inputs"]])
-        results = [values[t] for t in decoded["outputs"]]
+        results = self._run_plan(decoded, inputs)
         return self._register_values(results, lambda: f"the results of {', '.join(decoded['outputs'])}")
 
     # -- how the host's devices compute ------------------------------------------------------------------------

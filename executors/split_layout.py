@@ -263,6 +263,28 @@ class SplitDevices:
     _name: str
     _devices: tuple[BoundDevice, ...]
 
+    @staticmethod
+    def _device_limits(name: str, n: int, memory_limit: int | None, device_limits: Sequence[int] | None,
+                       devices: DeviceSet) -> list[int | None]:
+        """Each device's memory limit: ``device_limits`` (or the ``DeviceSet``'s ``limits``), one a device, else
+        the executor's ``memory_limit`` divided evenly (None: no cap)."""
+        given = device_limits if device_limits is not None else devices.limits
+        if given is None:
+            return [None if memory_limit is None else memory_limit // n] * n
+        if len(given) != n:
+            raise ValueError(f"executor {name!r}: {len(given)} memory limits for {n} devices")
+        return list(given)
+
+    def _run_plan(self, decoded: Mapping[str, Any], inputs: Sequence[ActivationHandle]) -> list[Any]:
+        """A decoded partition's nodes run one after another on the devices (:meth:`_run`): its outputs' values."""
+        names = decoded["inputs"]
+        if len(names) != len(inputs):
+            raise Backend(f"plan takes {len(names)} inputs, got {len(inputs)}")
+        values: dict[str, Any] = dict(zip(names, (self._value(h) for h in inputs)))
+        for node in decoded["nodes"]:
+            values[node["id"]] = self._run(node, [values[r] for r in node["inputs"]])
+        return [values[t] for t in decoded["outputs"]]
+
     def _init_split(self, indexes: Sequence[int], shares: Sequence[float], limits: Sequence[int | None]) -> None:
         self._indexes = tuple(indexes)
         self._shares = tuple(shares)

@@ -24,7 +24,6 @@ import numpy as np
 
 from hetflow.executors.base import (
     ActivationHandle,
-    Backend,
     DeviceSet,
     Dtype,
     PortableActivation,
@@ -66,12 +65,7 @@ class SplitVulkanExecutor(SplitDevices, VulkanExecutor):
         self._members = [VulkanExecutor(f"{name}[{i}]", i) for i in wanted]
         self._devices = tuple(m.devices[0] for m in self._members)
         n = len(wanted)
-        device_limits = device_limits if device_limits is not None else devices.limits
-        if device_limits is not None and len(device_limits) != n:
-            raise ValueError(f"executor {name!r}: {len(device_limits)} memory limits for {n} devices")
-        limits = list(device_limits) if device_limits is not None else [
-            None if memory_limit is None else memory_limit // n] * n
-        self._init_split(wanted, devices.shares(n), limits)
+        self._init_split(wanted, devices.shares(n), self._device_limits(name, n, memory_limit, device_limits, devices))
         self.move_bytes = {"peer": 0, "staged": 0}
         """Bytes moved between this executor's adapters, by how they went (always staged on Vulkan)."""
 
@@ -142,13 +136,7 @@ class SplitVulkanExecutor(SplitDevices, VulkanExecutor):
         if plan.vendor is not Vendor.vulkan:
             raise VendorMismatch(plan.vendor, Vendor.vulkan)
         decoded = decode_plan(plan)
-        names = decoded["inputs"]
-        if len(names) != len(inputs):
-            raise Backend(f"plan takes {len(names)} inputs, got {len(inputs)}")
-        values: dict[str, Any] = dict(zip(names, (self._value(h) for h in inputs)))
-        for node in decoded["nodes"]:
-            values[node["id"]] = self._run(node, [values[r] for r in node["inputs"]])
-        return self._register_values([values[t] for t in decoded["outputs"]],
+        return self._register_values(self._run_plan(decoded, inputs),
                                      lambda: f"the results of {', '.join(decoded['outputs'])}")
 
     # -- how the adapters compute (SplitDevices' hooks) -------------------------------------
