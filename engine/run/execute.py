@@ -368,12 +368,15 @@ def _execute(
         record["events"] = list(stream.events)  # the stream goes on: the run's own end comes after the record
         encoded.update(tasks=encode_events(record["tasks"]), events=encode_events(record["events"]),
                        nodes=encode_events(record["nodes"]))
-        first_written()
+        first_written(durable=False)
         with writing:
             if not sealed.is_set():
-                # the outputs land first and the record that names them last, their fsyncs at once
+                # the outputs land first and the record that names them last, their fsyncs at once and at
+                # the same time as the running record's (the disk's journal commits them together); only the
+                # final record's rename waits for the running record's, which it must replace, not precede
                 # an output's file is new in the run's folder (or a failed attempt's, which no record names)
-                write_together([*written, (record_path, json_writer(record, encoded))], fresh=len(written))
+                write_together([*written, (record_path, json_writer(record, encoded))], fresh=len(written),
+                               before_replace=first_written)
                 final_written.set()
     except BaseException as e:
         with writing:
@@ -478,18 +481,25 @@ def _initial_write(record_path: str, record: dict, encoded: Mapping[str, str], m
     """
     first = dict(record)
     failed: list[BaseException] = []
+    host_known = threading.Event()
 
     def write() -> None:
         try:
-            record["host"] = first["host"] = provenance(manifest_file)
+            try:
+                record["host"] = first["host"] = provenance(manifest_file)
+            finally:
+                host_known.set()
             write_json_atomic(record_path, first, encoded)
         except BaseException as e:  # noqa: BLE001 - handed to the wait
             failed.append(e)
 
     done = _record_writers().submit(write)
 
-    def wait(raise_error: bool = True) -> None:
-        futures.wait([done])
+    def wait(raise_error: bool = True, durable: bool = True) -> None:
+        if durable:
+            futures.wait([done])
+        else:
+            host_known.wait()
         if failed and raise_error:
             raise failed[0]
 

@@ -277,7 +277,7 @@ def _record_parts(data: Mapping[str, Any], encoded: Mapping[str, str] | None) ->
     return parts
 
 
-def write_together(files: list[tuple[str, Any]], fresh: int = 0) -> None:
+def write_together(files: list[tuple[str, Any]], fresh: int = 0, before_replace: Any = None) -> None:
     """Write several files, each atomically as :func:`_atomic` does, with their ``fsync`` calls at once.
 
     ``files`` are ``(path, write)`` pairs, ``write`` taking the open
@@ -292,8 +292,14 @@ def write_together(files: list[tuple[str, Any]], fresh: int = 0) -> None:
     temporary file and its rename: files no reader looks for until a
     later file of the batch (a run's record) names them. Where one fails,
     nothing is renamed and every temporary file is removed.
+
+    ``before_replace``, where given, is called once every file is durable
+    and before the first rename: a wait for another writer of the same
+    paths whose file must land first (a run's ``running`` record, written
+    by its own thread), so its fsync and these overlap. What it raises
+    ends the batch as a failed write does.
     """
-    if len(files) == 1 and not fresh:
+    if len(files) == 1 and not fresh and before_replace is None:
         _atomic(*files[0])
         return
     temps: list[str] = []
@@ -314,6 +320,8 @@ def write_together(files: list[tuple[str, Any]], fresh: int = 0) -> None:
         os.fsync(fds[0])
         for wait in waits:
             wait.result()
+        if before_replace is not None:
+            before_replace()
         for (path, _), tmp in zip(files[fresh:], temps):
             os.replace(tmp, path)
         temps = []
