@@ -50,6 +50,7 @@ MODULES = [
     "hetflow.engine.store.runs",
     "hetflow.engine.batch.sweeps",
     "hetflow.engine.run.threads",
+    "hetflow.engine.run.malloc",
     "hetflow.engine.manifest.schemagen",
     "hetflow.engine.importers.onnxops",
     "hetflow.engine.importers.onnximport",

@@ -16,6 +16,8 @@ execute        run: ``execute`` takes a ``Manifest`` and its ``Plan`` to a
                ``RunResult`` with its record written
 clusterphases  emulator phases on a Dask cluster (the witness spread over
                workers)
+malloc         glibc's malloc thresholds in the workers (Dask's nanny sets
+               one that maps every array afresh)
 workerside     what a cluster worker holds for a run
 recovery       a lost worker's partitions, rerun from what survives
 distributed    the run on a Dask cluster

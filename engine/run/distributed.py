@@ -82,6 +82,7 @@ from hetflow.engine.store.cache import CacheUse
 from hetflow.engine.run.clusterphases import place_witness, run_phases
 from hetflow.engine.errors import Diagnostic, EnvironmentUnavailable, ManifestError, UsageError
 from hetflow.engine.run.events import EventStream, run_event
+from hetflow.engine.run import malloc
 from hetflow.engine.run.lowering import TaskGraph, lower
 from hetflow.engine.manifest.validate import Manifest
 from hetflow.engine.plan.planner import Plan
@@ -117,6 +118,9 @@ _GATHER_POLL_S = 1.0
 _REFUSED_GRACE_S = 2.0
 
 
+_UNASKED = object()
+
+
 @sizeof.register(PortableActivation)
 def _sizeof_portable(portable: PortableActivation) -> int:
     # Dask's memory accounting (spilling, transfer batching) sees the bytes, not a small object
@@ -141,6 +145,9 @@ class Cluster:
         self.target = target
         self._owned = owned
         self._workers: list[WorkerInfo] | None = None
+        self._dashboard: Any = _UNASKED
+        # what the runs on this cluster asked of its workers and keep (threads.on_cluster), by what was asked
+        self.memo: dict[Any, Any] = {}
         # worker address -> executors of this client's placed plans that have not ended: the runs of a
         # --parallel sweep each place theirs where the fewest are, and do not all queue on the first worker
         self._hosting: dict[str, int] = {}
@@ -153,6 +160,10 @@ class Cluster:
 
         Its workers' own logs are silenced: hetflow reports a failing task
         itself, and Dask's "Compute Failed" tracebacks would bury that.
+
+        Its workers get the malloc thresholds of a plain process, not
+        Dask's trim threshold that sends every array of 128 KiB or more
+        through ``mmap`` (:mod:`hetflow.engine.run.malloc`).
 
         Its scheduler runs without the active memory manager, for the cost
         of a recovery, not for its correctness: ReduceReplicas keeps one
@@ -169,7 +180,9 @@ class Cluster:
         if threads_per_worker is not None and threads_per_worker < 1:
             raise UsageError("--threads-per-worker must be at least 1")
         threads = threads_per_worker or max(1, (os.cpu_count() or 1) // workers)
-        with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
+        spawn = malloc.spawn_environ(dask.config.get("distributed.nanny.pre-spawn-environ", default={}))
+        with dask.config.set({"distributed.scheduler.active-memory-manager.start": False,
+                              "distributed.nanny.pre-spawn-environ": spawn}):
             lc = LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
                               dashboard_address=":0", silence_logs=logging.CRITICAL)
         try:
@@ -235,12 +248,20 @@ class Cluster:
 
     @property
     def dashboard_link(self) -> str | None:
-        """The dashboard's URL; ``None`` when the scheduler serves none (a local one without bokeh)."""
-        if "dashboard" not in self._identity(0).get("services", {}):
-            return None
-        if self._owned is not None and importlib.util.find_spec("bokeh") is None:
-            return None
-        return self.client.dashboard_link
+        """The dashboard's URL; ``None`` when the scheduler serves none (a local one without bokeh).
+
+        Asked once per cluster: a scheduler's services are fixed when it
+        starts, and the two round trips were a tenth of the client's time
+        in each point of a sweep.
+        """
+        if self._dashboard is not _UNASKED:
+            return self._dashboard
+        link = None
+        if "dashboard" in self._identity(0).get("services", {}) and not (
+                self._owned is not None and importlib.util.find_spec("bokeh") is None):
+            link = self.client.dashboard_link
+        self._dashboard = link
+        return link
 
     def workers(self, vendors: tuple[Vendor, ...] = ()) -> list[WorkerInfo]:
         """Every worker, sorted by name, with its offers for ``vendors`` probed; cached."""

@@ -403,13 +403,20 @@ def on_cluster(cluster: Any) -> dict | None:
     workers = cluster.describe().get("workers") or []
     local = cluster.kind == "local-cluster"
     at_once = sum(int(w.get("nthreads") or 1) for w in workers) or 1
-    try:
-        if local:
-            found = cluster.client.run(_settle_worker, at_once, user_limits())
-        else:
-            found = cluster.client.run(_describe_worker)
-    except Exception:  # noqa: BLE001 - the record says nothing rather than fail the run
-        return None
+    # the same workers asked the same: each point of a sweep would pay a round trip to every worker for it
+    asked = (tuple(sorted(w["address"] for w in workers)), at_once, tuple(sorted(user_limits().items())))
+    memo = getattr(cluster, "memo", None)
+    found = memo.get(("threads", asked)) if memo is not None else None
+    if found is None:
+        try:
+            if local:
+                found = cluster.client.run(_settle_worker, at_once, user_limits())
+            else:
+                found = cluster.client.run(_describe_worker)
+        except Exception:  # noqa: BLE001 - the record says nothing rather than fail the run
+            return None
+        if memo is not None:
+            memo[("threads", asked)] = found
     names = {w["address"]: w.get("name") or w["address"] for w in workers}
     per = {str(names.get(addr, addr)): {k: d.get(k) for k in ("blas", "openmp", "cores", "set_by")}
            for addr, d in sorted(found.items())}
