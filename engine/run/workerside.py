@@ -26,6 +26,7 @@ from distributed import WorkerPlugin, get_worker
 
 from hetflow.engine.store.cache import Cache, CacheUse
 from hetflow.engine.plan.planner import Plan
+from hetflow.engine.run import malloc
 from hetflow.engine.run.runtime import ClusterFailure, LocalRuntime, NotHeld
 from hetflow.executors import Offer, create, plugins, probe
 from hetflow.executors.base import Vendor
@@ -114,6 +115,8 @@ class HetflowWorkerPlugin(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         _load_plugins(self.plugins, worker)
+        # a worker its nanny started with Dask's trim threshold maps every array of 128 KiB or more afresh
+        malloc.tune_this_process()
         # by address alone: a worker restarted under the same name hosts only what a recovery hands it
         mine = [e for e, (address, _) in self.hosts.items()
                 if worker.address == address and self.ids.get(address, worker.local_directory) == worker.local_directory]
