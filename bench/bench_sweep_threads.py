@@ -23,6 +23,18 @@ run in turn, ``PAIRS`` times, each a fresh ``hetflow run --no-cache
 Rows: ratio = the ``--parallel 1`` process's median seconds over the
 subject's (above 1: two points at once are faster). The goal (issue 30)
 is ``--parallel 2`` >= 1.6x ``--parallel 1`` on two cores.
+
+Two more rows:
+
+* the bound: however well two points at once share the cores, they take
+  at least half the CPU time of all points on one thread each (the
+  ``OPENBLAS_NUM_THREADS=1`` process, less its start, which nothing
+  shares) plus the start; ``--parallel 1`` over that is the most
+  ``--parallel 2`` can gain on this machine;
+* a shared machine: ``--parallel 1`` and ``--parallel 2`` again, each
+  while one busy process a core runs beside it (``--loaded``, and the
+  full run), as on the machine where the issue was seen. A BLAS pool of
+  every core then waits on threads the system has taken off its cores.
 """
 
 from __future__ import annotations
@@ -89,9 +101,43 @@ def measure(points: int, pairs: int) -> dict:
             "all": times}
 
 
+def start_seconds(pairs: int) -> float:
+    """Median seconds of ``hetflow --version``'s whole process after ``import hetflow.engine.cli``'s run
+    path: the part of every command that no two points share."""
+    code = "import hetflow.engine.cli.main, hetflow.engine.api, numpy, dask"
+    times = [_timed([sys.executable, "-c", code], dict(os.environ)) for _ in range(pairs)]
+    return statistics.median(times)
+
+
+def measure_loaded(points: int, pairs: int) -> dict:
+    """``--parallel 1`` against ``--parallel 2`` while one busy process a core runs beside them."""
+    cores = usable_cores()
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    try:
+        time.sleep(0.5)
+        clean = {k: v for k, v in os.environ.items() if k not in USER_THREAD_VARS}
+        with tempfile.TemporaryDirectory(prefix="hetflow-bench-sweep-loaded-") as tmp:
+            path = Path(tmp) / "sweep.yaml"
+            path.write_text(manifest(points))
+            times: dict[str, list[float]] = {"p1": [], "p2": []}
+            for _ in range(pairs):
+                for key, parallel in (("p1", 1), ("p2", 2)):
+                    times[key].append(_timed([sys.executable, "-m", "hetflow.engine.cli", "run", str(path),
+                                              "--parallel", str(parallel), "--no-cache", "--quiet", "--runs-dir",
+                                              str(Path(tmp) / key)], clean))
+    finally:
+        for b in busy:
+            b.kill()
+            b.wait()
+    return {"cores": cores, **{k: statistics.median(v) for k, v in times.items()}, "all": times}
+
+
 def run(quick: bool) -> list[dict]:
     points, pairs = (8, 3) if quick else (27, 5)
     m = measure(points, pairs)
+    start = start_seconds(pairs)
+    loaded = measure_loaded(points, max(2, pairs - 2))
+    bound = start + (m["p1_one"] - start) / m["cores"]
     note = (f"{m['points']} points of {DEPTH} ({N}x{N} matmul, gelu), {m['cores']} cores, median of {pairs} rounds "
             f"of whole processes in turn, load average {m['load']:.1f} at the end")
     return [
@@ -108,11 +154,24 @@ def run(quick: bool) -> list[dict]:
          "baseline": f"--parallel 1 --workers {m['cores']}", "baseline_s": m["c1"],
          "subject": f"--parallel 2 --workers {m['cores']}", "subject_s": m["c2"], "ratio": m["c1"] / m["c2"],
          "notes": note + "; each a whole process, the cluster's start included"},
+        {"name": f"sweep --parallel 2 ({m['points']} BLAS points), the most it can gain here",
+         "baseline": "--parallel 1", "baseline_s": m["p1"],
+         "subject": "start + CPU time of every point on one thread / cores", "subject_s": bound,
+         "ratio": m["p1"] / bound,
+         "notes": note + f"; start {start:.3f} s (imports of the run path), one BLAS thread {m['p1_one']:.3f} s"},
+        {"name": f"sweep --parallel 2 ({m['points']} BLAS points), a busy process a core beside it",
+         "baseline": "--parallel 1, loaded", "baseline_s": loaded["p1"], "subject": "--parallel 2, pools sized, loaded",
+         "subject_s": loaded["p2"], "ratio": loaded["p1"] / loaded["p2"],
+         "notes": f"{loaded['cores']} busy processes (while True: pass) beside each command; median of "
+                  f"{len(loaded['all']['p1'])} rounds; all: {loaded['all']}"},
     ]
 
 
 if __name__ == "__main__":
     quick = "--quick" in sys.argv
+    if "--loaded" in sys.argv:
+        print(measure_loaded(8 if quick else 27, 2 if quick else 3))
+        sys.exit(0)
     for row in run(quick):
         print(f"{row['name']}: {row['baseline_s']:.2f} s / {row['subject_s']:.2f} s = {row['ratio']:.2f}x "
               f"({row['notes']})")
