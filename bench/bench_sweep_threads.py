@@ -109,6 +109,52 @@ def start_seconds(pairs: int) -> float:
     return statistics.median(times)
 
 
+KERNELS = """
+import sys, time
+import numpy as np
+from hetflow.executors.builtin.elementwise import _gelu
+first, last, n, depth = map(int, sys.argv[1:5])
+w = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32) * np.float32(0.05)
+t = time.perf_counter()
+for seed in range(first, last):
+    x = np.random.default_rng(seed).standard_normal((n, n), dtype=np.float32) * np.float32(0.05)
+    for _ in range(depth):
+        x = _gelu(np, [np.matmul(x, w)], {"approximate": "tanh"})
+print(time.perf_counter() - t)
+"""
+
+
+def machine_capacity(points: int, pairs: int) -> dict:
+    """What two cores give this sweep's arithmetic without hetflow: the points' matmuls and GELUs (the CPU
+    executor's own GELU kernel, tanh form as the op's default, in numpy, one BLAS thread) split between two
+    processes, run at once against one after the other.
+
+    Each process reports its compute time alone (its start is left out),
+    so the ratio (one after the other, summed, over at once, the slower)
+    is what the second core adds to this arithmetic on this machine: the
+    ceiling of ``--parallel 2`` over one BLAS thread.
+    """
+    env = {**{k: v for k, v in os.environ.items() if k not in USER_THREAD_VARS}, "OPENBLAS_NUM_THREADS": "1",
+           "OMP_NUM_THREADS": "1"}
+    half = points // 2
+    argv = [[sys.executable, "-c", KERNELS, str(a), str(b), str(N), str(DEPTH)]
+            for a, b in ((1, 1 + half), (1 + half, 1 + points))]
+
+    def run_all(at_once: bool) -> list[float]:
+        if at_once:
+            procs = [subprocess.Popen(a, env=env, stdout=subprocess.PIPE, text=True) for a in argv]
+            return [float(p.communicate()[0]) for p in procs]
+        return [float(subprocess.run(a, env=env, stdout=subprocess.PIPE, text=True, check=True).stdout)
+                for a in argv]
+
+    apart, together = [], []
+    for _ in range(pairs):
+        apart.append(sum(run_all(False)))
+        together.append(max(run_all(True)))
+    return {"apart": statistics.median(apart), "together": statistics.median(together),
+            "all": {"apart": apart, "together": together}}
+
+
 def measure_loaded(points: int, pairs: int) -> dict:
     """``--parallel 1`` against ``--parallel 2`` while one busy process a core runs beside them."""
     cores = usable_cores()
@@ -137,6 +183,7 @@ def run(quick: bool) -> list[dict]:
     m = measure(points, pairs)
     start = start_seconds(pairs)
     loaded = measure_loaded(points, max(2, pairs - 2))
+    capacity = machine_capacity(points, pairs)
     bound = start + (m["p1_one"] - start) / m["cores"]
     note = (f"{m['points']} points of {DEPTH} ({N}x{N} matmul, gelu), {m['cores']} cores, median of {pairs} rounds "
             f"of whole processes in turn, load average {m['load']:.1f} at the end")
@@ -159,6 +206,12 @@ def run(quick: bool) -> list[dict]:
          "subject": "start + CPU time of every point on one thread / cores", "subject_s": bound,
          "ratio": m["p1"] / bound,
          "notes": note + f"; start {start:.3f} s (imports of the run path), one BLAS thread {m['p1_one']:.3f} s"},
+        {"name": f"the points' arithmetic in numpy, 2 processes at once ({m['points']} points)",
+         "baseline": "one after the other (compute time, one BLAS thread)", "baseline_s": capacity["apart"],
+         "subject": "at once (the slower)", "subject_s": capacity["together"],
+         "ratio": capacity["apart"] / capacity["together"],
+         "notes": f"what the second core adds to this arithmetic here, without hetflow: the ceiling of "
+                  f"--parallel 2 over one BLAS thread; all: {capacity['all']}"},
         {"name": f"sweep --parallel 2 ({m['points']} BLAS points), a busy process a core beside it",
          "baseline": "--parallel 1, loaded", "baseline_s": loaded["p1"], "subject": "--parallel 2, pools sized, loaded",
          "subject_s": loaded["p2"], "ratio": loaded["p1"] / loaded["p2"],
@@ -171,6 +224,9 @@ if __name__ == "__main__":
     quick = "--quick" in sys.argv
     if "--loaded" in sys.argv:
         print(measure_loaded(8 if quick else 27, 2 if quick else 3))
+        sys.exit(0)
+    if "--capacity" in sys.argv:
+        print(machine_capacity(8 if quick else 27, 3))
         sys.exit(0)
     for row in run(quick):
         print(f"{row['name']}: {row['baseline_s']:.2f} s / {row['subject_s']:.2f} s = {row['ratio']:.2f}x "
