@@ -607,20 +607,24 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
         # one flag for the sweep and its points' runs: an interrupt of the Python API stops them all
         cancel = current_cancel() or Cancel()
 
+        made: dict[str, Run] = {}
+
         def run_one(job: tuple, row: dict, named: Callable[[str], None]) -> Run:
             manifest, mpoint, given, again = job
             with RunLock(lock_path(runs_dir, path, lock_name, manifest.params), manifest=path, run=again):
                 # the points' runs share the event sink: each event names its run and point
-                return _execute(manifest, cluster, place, bound, runs_dir=runs_dir, overrides=given,
+                done = _execute(manifest, cluster, place, bound, runs_dir=runs_dir, overrides=given,
                                 num_workers=threads, on_event=on_event, event_tag={"point": mpoint["name"]},
                                 on_run_id=named, cancel=cancel, cache_dir=os.fspath(cache_dir) if cache_dir else None,
                                 use_cache=cache, matrix_point=mpoint, schedule=schedule, resume=again)
+            made[done.run_id] = done
+            return done
 
         run_points(folder, summary, todo, run_one, parallel=parallel, on_point=on_point, resume=bool(resume),
                    cancel=cancel)
     from hetflow.engine.results import Sweep
 
-    return Sweep(folder)
+    return Sweep(folder, made)
 
 
 def __getattr__(name: str) -> Any:

@@ -271,14 +271,17 @@ class Sweep:
     """A matrix sweep: ``sweep_id``, ``path``, ``status``, ``summary`` (``sweep.json``) and one :class:`Run` per point
     (None for a point without a run)."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, known: Mapping[str, Run] | None = None) -> None:
+        """The sweep in folder ``path``; ``known``: runs by id that this process has just made, whose records it
+        holds (each point's record read back cost a 27-point sweep 40-60 ms)."""
         self.path = os.fspath(path)
         with open(os.path.join(self.path, "sweep.json"), encoding="utf-8") as f:
             self.summary: dict = json.load(f)
         runs_dir = os.path.dirname(os.path.abspath(self.path))
+        known = known or {}
         # a point not run yet, or whose run folder was removed, has no Run
         self.runs: list[Run | None] = [
-            Run(os.path.join(runs_dir, p["run_id"]))
+            (known.get(p["run_id"]) or Run(os.path.join(runs_dir, p["run_id"])))
             if p.get("run_id") and os.path.isfile(os.path.join(runs_dir, p["run_id"], "record.json")) else None
             for p in self.summary["points"]]
 
