@@ -101,7 +101,9 @@ def cmd_run(args: argparse.Namespace, out, err) -> int:
     params = parse_overrides(args.param)
     common = dict(runs_dir=args.runs_dir, cache=not args.no_cache, cache_dir=args.cache_dir, threads=args.threads,
                   schedule_slot=args.schedule_slot, max_points=args.max_points,
-                  inputs=parse_input_flags(args.input), **cluster_kwargs(args))
+                  inputs=parse_input_flags(args.input), **cluster_kwargs(args),
+                  # a quiet run shows no dashboard link, so its local cluster serves none
+                  **({"dashboard": False} if args.quiet and args.workers is not None else {}))
     if args.threads is not None and args.threads < 1:
         raise UsageError("--threads must be at least 1")
     source = args.file

@@ -44,12 +44,13 @@ def plan_on(manifest: Manifest, cluster: Any, place: Mapping[str, str] | None) -
 
 @contextlib.contextmanager
 def open_cluster(workers: int | None, threads_per_worker: int | None, scheduler: Any,
-                 place: Mapping[str, str] | None, threads: int | None = None) -> Iterator[Any]:
+                 place: Mapping[str, str] | None, threads: int | None = None, dashboard: bool = True) -> Iterator[Any]:
     """The cluster a call runs on, or ``None`` for the in-process threaded scheduler.
 
     A cluster hetflow starts or connects to is closed on the way out; a
     ``distributed.Client`` given (or ``"current"``, the one in effect) is
-    the caller's and stays open.
+    the caller's and stays open. ``dashboard``: a local cluster serves
+    Dask's dashboard.
     """
     if workers is not None and scheduler is not None:
         raise UsageError("workers= starts a new cluster and scheduler= joins one; give one of them")
@@ -65,7 +66,7 @@ def open_cluster(workers: int | None, threads_per_worker: int | None, scheduler:
     from hetflow.engine.run.distributed import Cluster  # distributed loads only for cluster runs
 
     if workers is not None:
-        with Cluster.local(workers, threads_per_worker) as cluster:
+        with Cluster.local(workers, threads_per_worker, dashboard=dashboard) as cluster:
             yield cluster
         return
     if isinstance(scheduler, (str, os.PathLike)) and os.fspath(scheduler) != "current":

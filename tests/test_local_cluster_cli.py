@@ -1,0 +1,42 @@
+"""`hetflow run --workers N`: the local cluster serves Dask's dashboard where the run shows its link."""
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from hetflow.engine import cli
+
+pytest.importorskip("distributed")
+
+MANIFEST = """\
+version: 1
+name: tiny
+executors: {host: {vendor: cpu}}
+stages:
+  x: {op: random.normal, args: {shape: [8, 8], seed: 1}}
+  y: {op: relu, inputs: [x]}
+outputs: {y: y}
+"""
+
+
+def _run(path: str, runs: Path, *flags: str) -> tuple[dict, list[dict]]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["run", path, "--runs-dir", str(runs), "--workers", "1", "--json", *flags], out=out, err=err)
+    assert code == 0, err.getvalue()
+    record = json.loads(Path(json.loads(out.getvalue())["record"]).read_text())
+    events = [json.loads(line) for line in err.getvalue().splitlines() if line.startswith("{")]
+    return record, events
+
+
+@pytest.mark.slow
+def test_a_quiet_run_starts_its_cluster_without_the_dashboard_and_a_shown_one_gives_its_link(manifest_file, tmp_path):
+    path = manifest_file(MANIFEST)
+    quiet, events = _run(path, tmp_path / "quiet", "--quiet")
+    assert quiet["status"] == "succeeded" and quiet["scheduler"]["kind"] == "local-cluster"
+    assert quiet["scheduler"]["dashboard"] is None and events == []
+    pytest.importorskip("bokeh", minversion="3.1.0", reason="Dask serves the dashboard only with bokeh>=3.1")
+    shown, events = _run(path, tmp_path / "shown", "--log-format", "json")
+    assert shown["scheduler"]["dashboard"].startswith("http://127.0.0.1:")
+    assert events[0]["event"] == "started" and events[0]["dashboard"] == shown["scheduler"]["dashboard"]
