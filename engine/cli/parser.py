@@ -94,7 +94,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="run as the schedule slot SLOT (a UTC instant) of the manifest's schedule: block; "
                         "hetflow schedule passes it")
     _cluster_args(r)
-    r.add_argument("--quiet", action="store_true", help="no progress display and no event log")
+    r.add_argument("--quiet", action="store_true",
+                   help="no progress display and no event log (and a --workers cluster serves no dashboard)")
     r.add_argument("--log-format", choices=["text", "json"], default="text",
                    help="the run's events on stderr: text is a progress bar on a terminal and one line per event "
                         "otherwise; json is one JSON object per event per line")
