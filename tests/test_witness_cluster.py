@@ -86,13 +86,63 @@ def test_a_long_guest_on_enough_workers_goes_to_the_cluster_and_the_network_is_p
     steps, chunks = 50_000_000, 50_000
     here = clusterphases.witness_where(model, "fast", steps, chunks, [2, 2, 2, 2], 2, True)
     assert here["where"] == "cluster" and here["cluster_s"] < here["in_process_s"]
-    assert here["batches"] == -(-chunks // clusterphases.batch_size(chunks, 8))
+    assert here["batches"] == len(clusterphases.batches(chunks, 8))
     # the same cluster on other hosts ships 6.4 GB of rows back: priced, and it changes the answer
     far = clusterphases.witness_where(model, "fast", steps, chunks, [2, 2, 2, 2], 2, False)
     assert far["cluster_s"] > here["cluster_s"] and far["where"] == "in-process"
     # the reference backend holds the GIL throughout: two worker processes beat any number of client threads
     ref = clusterphases.witness_where(model, "reference", 200_000, 200, [1, 1], 8, True)
     assert ref["where"] == "cluster"
+
+
+@pytest.mark.parametrize("chunks,threads", [(4551, 2), (4551, 1), (50_000, 8), (10, 2), (3, 8), (1, 1), (0, 4)])
+def test_batches_cover_every_chunk_once_largest_first_and_end_small(chunks, threads):
+    planned = clusterphases.batches(chunks, threads)
+    firsts = [first for first, _ in planned]
+    counts = [count for _, count in planned]
+    assert firsts == [sum(counts[:k]) for k in range(len(counts))] and sum(counts) == chunks
+    assert all(c > 0 for c in counts) and counts == sorted(counts, reverse=True)
+    share = chunks / threads
+    if chunks >= 16 * threads:
+        # a worker that frees first can take the last batches from a slower one: each is a sixteenth of a share
+        assert counts[-1] <= share / 16 + 1 and planned[0][1] <= share / 2 + 1
+        # few tasks a thread, not one a chunk: Dask's milliseconds a task stay a small part of a share
+        assert len(planned) <= 7 * threads
+
+
+def test_a_batchs_min_traces_travel_as_a_slice_of_words_and_read_back_equal():
+    # what a worker reads a batch's traces from: its slice of the word stream and its rows of the index, not the
+    # run's whole stream nor pickled trace objects
+    import pickle
+
+    import numpy as np
+
+    from hetflow.executors.emulator import execute, load_elf
+    from hetflow.executors.emulator.output import min_trace_array, min_traces_from_array
+
+    elf = load_elf(str(GUESTS / "sha256.elf"))
+    traces = execute(elf, backend="reference", input=bytes(range(256)) * 2, chunk_steps=512,
+                     runners=False).min_traces
+    assert len(traces) > 8
+    for first, count in clusterphases.batches(len(traces), 2):
+        words, index = min_trace_array(traces[first:first + count])
+        assert index[0, 0] == 0 and int(index[-1].sum()) == len(words)
+        # pickled as a few buffers: the bytes of the arrays and little else
+        assert len(pickle.dumps((words, index), protocol=5)) < words.nbytes + index.nbytes + 1024
+        back = min_traces_from_array(*pickle.loads(pickle.dumps((words, index), protocol=5)))
+        assert back == traces[first:first + count]
+        assert all(b.mem_reads.flags.owndata for b in back)
+    everything, index = min_trace_array(traces)
+    assert np.array_equal(np.concatenate([min_trace_array(traces[f:f + c])[0]
+                                          for f, c in clusterphases.batches(len(traces), 3)]), everything)
+    with pytest.raises(ValueError, match="outside the"):
+        min_traces_from_array(everything[:10], index[:1])
+    # a register held as a negative int (a backend's signed reading) packs as its 64-bit pattern
+    from hetflow.executors.emulator.output import EmuTrace, EmuTraceStart
+
+    signed = EmuTrace(0, EmuTraceStart(0x1000, 0, 3, (-1,) + (0,) * 31, (0,) * 7), 5, np.array([7], np.uint64), True)
+    (back,) = min_traces_from_array(*min_trace_array([signed]))
+    assert back.start_state.regs[0] == (1 << 64) - 1 and back.mem_reads.tolist() == [7]
 
 
 def test_the_plan_on_a_cluster_says_where_each_witness_runs_and_why(tmp_path):
@@ -172,6 +222,8 @@ def test_a_long_reference_guest_runs_its_witness_on_the_workers_into_the_clients
 def test_workers_that_cannot_map_the_table_send_their_rows_back(cluster, tmp_path, monkeypatch):
     # no /dev/shm here: as for workers on other hosts, each batch returns its rows and the client copies them in
     monkeypatch.setattr(clusterphases, "_SHM", str(tmp_path / "no-shm"))
+    # and an ELF over the size that travels in each batch: broadcast once, each batch depending on it
+    monkeypatch.setattr(clusterphases, "_INLINE_PROGRAM_BYTES", 0)
     m = _manifest(tmp_path, "reference", 1536, 1024)
     local = execute(m, make_plan(m, probe), runs_dir=str(tmp_path / "local"), use_cache=False)
     placed = cluster.place(make_plan(m, cluster.probe), m)
@@ -198,3 +250,47 @@ def test_a_short_guest_on_a_cluster_runs_its_witness_in_process(cluster, tmp_pat
     # in-process rows went into the shared file too: the importing worker maps it
     assert [e.get("mapped") for e in record["events"] if e["event"] == "scattered"] == [True]
 
+
+
+def test_a_worker_killed_in_the_middle_of_the_batches_costs_only_its_batches(tmp_path):
+    # SIGKILL a worker that hosts no executor as its first batch starts: Dask hands that batch (and any answer
+    # that died with it) to the workers left, which rewrite those rows in place; the table is the in-process one
+    import signal
+    import threading
+
+    m = _manifest(tmp_path, "fast", 16 * 1024, 1024)
+    local = execute(m, make_plan(m, probe), runs_dir=str(tmp_path / "local"), use_cache=False)
+    with Cluster.local(3, 1) as c:
+        # as after an earlier run: fresh workers would price loading the compiled interpreter and leave the
+        # witness in-process
+        c.client.run(_load_interpreter)
+        placed = c.place(make_plan(m, c.probe), m)
+        host = placed.executors["host"].worker
+        pids = c.client.run(os.getpid)
+        victim = sorted(set(pids) - {host})[0]
+        killed = threading.Event()
+
+        def on_event(event):
+            if (not killed.is_set() and event.get("kind") == "witness" and event.get("event") == "started"
+                    and event.get("worker") == victim):
+                killed.set()
+                os.kill(pids[victim], signal.SIGKILL)
+
+        result = execute(m, placed, runs_dir=str(tmp_path / "remote"), cluster=c, use_cache=False,
+                         on_event=on_event)
+    record = json.loads(Path(result.record_path).read_text())
+    assert killed.is_set(), "the victim never started a batch"
+    assert _placed_event(record)["where"] == "cluster"
+    assert record["status"] == "succeeded" and _digests(record) == _digests(local.record)
+    # every chunk finished exactly once in the record, none of them on the dead worker
+    chunks = [t for t in record["tasks"] if t["kind"] == "witness"]
+    assert sorted(t["chunk"] for t in chunks) == list(range(_placed_event(record)["chunks"]))
+    assert victim not in {t["worker"] for t in chunks}
+
+
+def _load_interpreter() -> bool:
+    from hetflow.engine.plan.costs import interpreter_loaded
+    from hetflow.executors.emulator import execute as run_guest
+
+    run_guest(str(GUESTS / "sha256.elf"), backend="fast", input=bytes(64), runners=False)
+    return interpreter_loaded()

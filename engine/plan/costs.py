@@ -386,16 +386,17 @@ _ON_INTERPRETER = {("execute", "fast"), ("mem-plans", "fast"), ("rom-histogram",
 # shared with other work, 2026-12-05). A row costs its replay at ``PHASE_RATES`` plus the first touch of its 128
 # bytes in a fresh table (the batches' thread CPU time on a worker: 0.66-0.73 s for 4,659,981 rows, 0.145 us a
 # row, against 0.034 us of replay). In-process a chunk adds its threaded-scheduler task and its events. On a
-# cluster a chunk adds its min trace pickled into its batch and its event emitted, on the client one after
-# another (14 us and 1.5 us for 4,551 traces of 3.2 MB), and its trace unpickled on its worker (21 us); a batch
-# is a task submitted, scheduled and answered; a phase starts by broadcasting the ELF and mapping the table.
-# Rows from a worker on another host cross a network.
+# cluster a chunk adds its min trace packed into its batch's arrays and its event emitted, on the client one
+# after another (2.3 us and about 2.5 us for 4,551 traces), and its trace read back on its worker (5 us); a
+# batch is a task queued, run and answered (5.5 ms: the 1- and 2-worker spans, 0.76-0.80 s in 5 batches and
+# 0.45-0.49 s in 12); a phase starts 30 ms after ``execute`` ends (the workers asked, the table made, the
+# batches packed and the first one started). Rows from a worker on another host cross a network.
 WITNESS_TOUCH_BYTES_S = 1.15e9
 WITNESS_CHUNK_S = 4.5e-5
-WITNESS_CLIENT_CHUNK_S = 1.5e-5
-WITNESS_WORKER_CHUNK_S = 2.1e-5
-WITNESS_BATCH_S = 5.0e-3
-WITNESS_CLUSTER_START_S = 5.0e-2
+WITNESS_CLIENT_CHUNK_S = 5.0e-6
+WITNESS_WORKER_CHUNK_S = 5.0e-6
+WITNESS_BATCH_S = 5.5e-3
+WITNESS_CLUSTER_START_S = 3.0e-2
 WITNESS_NETWORK_BYTES_S = 1.0e9
 # Threads of one process share the GIL around each chunk's replay: "witness tables of sort.elf chunks" ran 1.23x
 # faster on 2 threads than on 1; the reference backend is Python throughout and gains nothing.
@@ -674,10 +675,10 @@ class CostModel:
         network.
 
         >>> m = CostModel()
-        >>> round(m.witness_cluster_s("fast", 4_659_981, 4551, 1, 4, True), 3)
-        0.91
-        >>> round(m.witness_cluster_s("fast", 4_659_981, 4551, 2, 8, True), 3)
-        0.544
+        >>> round(m.witness_cluster_s("fast", 4_659_981, 4551, 1, 5, True), 3)
+        0.779
+        >>> round(m.witness_cluster_s("fast", 4_659_981, 4551, 2, 12, True), 3)
+        0.468
         """
         from hetflow.executors.emulator import WITNESS_COLUMNS
 

@@ -7,11 +7,14 @@ where the cost model says it is faster (:func:`witness_where`):
 
 * **in-process**: its chunks on the client's threaded scheduler, as
   without a cluster, into one table;
-* **cluster**: its chunks in batches of consecutive chunks
-  (:func:`batch_size`: about four a worker thread), each a task on
-  whichever worker Dask picks. The batch's min traces travel inside its
-  task and the ELF is broadcast once, so Dask recomputes a batch lost
-  with its worker from that lineage. The client allocates the table as a
+* **cluster**: its chunks in batches of consecutive chunks, largest
+  first (:func:`batches`: about six a worker thread), submitted as
+  one graph whose tasks Dask queues and hands to whichever worker frees
+  first. A batch's min traces travel inside its task as two arrays (a
+  slice of :func:`~hetflow.executors.emulator.output.min_trace_array`'s
+  word stream and its index), and so does a small ELF (a large one is
+  broadcast once), so Dask recomputes a batch lost with its worker from
+  that lineage. The client allocates the table as a
   file in ``/dev/shm`` (:func:`shared_table`); a worker on the client's
   host maps it and writes its rows in place, so the rows never travel
   and no gather copies them; a worker elsewhere (it cannot open the file)
@@ -35,8 +38,10 @@ many steps and chunks there are, which is the choice the run follows.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import mmap
 import os
+import pickle
 import socket
 import threading
 import uuid
@@ -49,9 +54,11 @@ from hetflow.engine.run.events import EventStream, run_event
 from hetflow.engine.plan.planner import Plan
 from hetflow.executors.base import PortableActivation
 
-__all__ = ["run_phases", "scatter", "batch_size", "witness_where", "place_witness", "shared_table"]
+__all__ = ["run_phases", "scatter", "batches", "witness_where", "place_witness", "shared_table"]
 
 _SHM = "/dev/shm"
+#: an ELF up to this many pickled bytes goes with every witness batch; a larger one is broadcast once
+_INLINE_PROGRAM_BYTES = 1 << 16
 
 
 def run_phases(client: Any, runner: Any, run_id: str, plan: Plan, stream: EventStream, futures: dict[str, Any],
@@ -97,7 +104,7 @@ def run_phases(client: Any, runner: Any, run_id: str, plan: Plan, stream: EventS
                 portable = dask.threaded.get({k: second[k] for k in keys}, f"phase:{pid}")
             else:
                 portable = _on_cluster(client, runner, run_id, pid, traces, backend, sum(slots.values()), stream,
-                                       table, path)
+                                       table, path, local)
             key = f"phase:{pid}"
             values[key] = portable
             futures[key], _ = scatter(client, plan, run_id, stream, key, portable, shared=path)
@@ -114,36 +121,56 @@ def run_phases(client: Any, runner: Any, run_id: str, plan: Plan, stream: EventS
 
 
 def _on_cluster(client: Any, runner: Any, run_id: str, pid: str, traces: Sequence[Any], backend: str,
-                threads: int, stream: EventStream, table: np.ndarray, path: str | None) -> PortableActivation:
+                threads: int, stream: EventStream, table: np.ndarray, path: str | None,
+                local: bool = False) -> PortableActivation:
     """A witness phase's chunks in batches on the workers, into ``table`` (mapped from ``path`` where a worker
-    can), which the client holds."""
+    can), which the client holds; ``local``: every worker shares this host, and the client fetches each
+    batch's answer from its worker directly."""
     from distributed import as_completed
+
+    from hetflow.executors.emulator.output import min_trace_array
 
     p = runner.phases[pid]
     program, data = runner._program(p.emulator)
     runner._tables.pop(pid, None)  # round2's table for in-process chunks: ``table`` replaces it
     steps = [int(t.steps) for t in traces]
-    per = batch_size(len(traces), threads)
-    shared = client.scatter(program, broadcast=True, hash=False)  # the ELF once a worker, not once a task
-    starts = np.concatenate([[0], np.cumsum(steps)]).tolist()
-    batches = {client.submit(_witness_batch_into, run_id, pid, i, f"emulator:{p.emulator}", shared,
-                             traces[i:i + per], len(data), backend, path, starts[i],
-                             key=f"witness:{pid}:{i}@{run_id}", pure=False, retries=3): i
-               for i in range(0, len(traces), per)}
+    # a small ELF travels in each batch's task (a few KiB, Dask's lineage either way); a broadcast costs a
+    # round trip to every worker before the first batch can be submitted
+    shared = (program if len(pickle.dumps(program, protocol=5)) <= _INLINE_PROGRAM_BYTES
+              else client.scatter(program, broadcast=True, hash=False))
+    starts = list(itertools.accumulate(steps, initial=0))
+    planned = batches(len(traces), threads)
+    # a batch's min traces travel as two arrays (min_trace_array), pickled as their bytes: 569 trace objects
+    # cost the client 4.6 ms to pickle, and the scheduler as much again to unpickle and pickle once more. All
+    # are packed before any is submitted: the scheduler runs in this process on a local cluster, and packing
+    # while it handles the first batches would make it wait for the GIL at each step
+    packed = [min_trace_array(traces[i:i + n]) for i, n in planned]
+    # one graph, its keys one name with the batch's first chunk: Dask sees one group of many tasks and queues
+    # them on the scheduler, handing each to whichever worker frees first (with a key of its own each, it
+    # would assign every batch to a worker now, and the slower worker would keep its share)
+    futures = client.map(_witness_batch_into, [i for i, _ in planned], [w for w, _ in packed],
+                         [ix for _, ix in packed], [starts[i] for i, _ in planned],
+                         key=[(f"witness:{pid}@{run_id}", i) for i, _ in planned], pure=False, retries=3,
+                         run_id=run_id, pid=pid, where=f"emulator:{p.emulator}", program=shared,
+                         input_size=len(data), backend=backend, path=path)
+    submitted = dict(zip(futures, (i for i, _ in planned)))
     # a batch from a worker that could not map the table brings its rows: copied in as it arrives
     cpu: dict[str, float] = {}
     copied = 0
-    for future, (worker, seconds, events, rows) in as_completed(batches, loop=client.loop, with_results=True):
+    for future in as_completed(submitted, loop=client.loop):
+        # from the worker itself where it shares this host: through the scheduler, the answer crosses the
+        # scheduler's process (this one, on a local cluster) twice more
+        worker, seconds, events, rows = client.gather(future, direct=local or None)
         cpu[worker] = cpu.get(worker, 0.0) + seconds
         for event in events:
             stream.emit(event)
         if rows is not None:
-            first = starts[batches[future]]
+            first = starts[submitted[future]]
             table[first:first + len(rows)] = rows
             copied += 1
         future.release()
     # the workers' CPU seconds (their batches' thread time), which 2 cores shared with other work stretch least
-    stream.emit(run_event("witness-ran", run_id, phase=pid, where="cluster", batches=len(batches),
+    stream.emit(run_event("witness-ran", run_id, phase=pid, where="cluster", batches=len(submitted),
                           worker_cpu_s={w: round(c, 6) for w, c in sorted(cpu.items())},
                           copied_batches=copied))
     return runner._timed("phase", pid, pid, lambda: _hand_on(runner, pid, table, len(traces)))
@@ -193,11 +220,13 @@ def shared_table(rows: int, columns: int) -> tuple[np.ndarray, str | None]:
     return np.ndarray((rows, columns), np.int64, buffer=view), path
 
 
-def _witness_batch_into(run_id: str, pid: str, first: int, where: str, program: Any, traces: list, input_size: int,
-                        backend: str, path: str | None, row: int) -> tuple[str, float, list[dict], np.ndarray | None]:
+def _witness_batch_into(first: int, words: np.ndarray, index: np.ndarray, row: int, *, run_id: str, pid: str,
+                        where: str, program: Any, input_size: int, backend: str,
+                        path: str | None) -> tuple[str, float, list[dict], np.ndarray | None]:
     """Consecutive witness chunks ``first``, ``first + 1``, ... in one task, written into the client's table
     from ``row`` on: (this worker's address, the task's thread CPU seconds, its chunks' ``finished`` events,
-    ``None`` when the rows went into the table, else the rows, for the client to copy in).
+    ``None`` when the rows went into the table, else the rows, for the client to copy in). Their min traces
+    are ``words`` and ``index`` (:func:`~hetflow.executors.emulator.output.min_trace_array`).
 
     Every chunk keeps its own task event in the record, but the events
     travel with the batch's answer, not one scheduler message each: the
@@ -212,8 +241,10 @@ def _witness_batch_into(run_id: str, pid: str, first: int, where: str, program: 
     from hetflow.engine.store.records import micros
     from hetflow.engine.run.workerside import _plugin
     from hetflow.executors.emulator import WITNESS_COLUMNS, EmulatorError, witness_table
+    from hetflow.executors.emulator.output import min_traces_from_array
 
     cpu = time.thread_time()
+    traces = min_traces_from_array(words, index)
     rows = sum(int(t.steps) for t in traces)
     cols = len(WITNESS_COLUMNS)
     view = None
@@ -269,14 +300,26 @@ def _witness_batch_into(run_id: str, pid: str, first: int, where: str, program: 
     return address, time.thread_time() - cpu, events, None
 
 
-def batch_size(chunks: int, threads: int) -> int:
-    """Witness chunks a task: about four tasks a worker thread, so a slow worker's batch is a quarter of its
-    share, while Dask's few milliseconds a task are paid a few times per thread rather than once a chunk.
+def batches(chunks: int, threads: int) -> list[tuple[int, int]]:
+    """Witness chunks in batches of consecutive chunks, ``(first, count)`` each, largest first ("guided"
+    scheduling): each batch takes half of what remains over the worker threads, down to a sixteenth of a thread's
+    share, so Dask's few milliseconds a task are paid about six times per thread, not once a chunk, and the
+    last batches are small enough that a worker that finishes first takes them from a slower one.
 
-    >>> batch_size(4096, 2), batch_size(10, 2), batch_size(3, 8)
-    (512, 2, 1)
+    >>> batches(4551, 2)[:4], len(batches(4551, 2)), batches(4551, 1)[:2]
+    ([(0, 1138), (1138, 854), (1992, 640), (2632, 480)], 12, [(0, 2276), (2276, 1138)])
+    >>> batches(10, 2), batches(3, 8), batches(0, 2)
+    ([(0, 3), (3, 2), (5, 2), (7, 1), (8, 1), (9, 1)], [(0, 1), (1, 1), (2, 1)], [])
     """
-    return max(1, -(-chunks // (4 * max(threads, 1))))
+    slots = max(threads, 1)
+    least = -(-chunks // (16 * slots))
+    out: list[tuple[int, int]] = []
+    first = 0
+    while first < chunks:
+        count = min(chunks - first, max(least, -(-(chunks - first) // (2 * slots))))
+        out.append((first, count))
+        first += count
+    return out
 
 
 def witness_where(model: Any, backend: str, steps: int, chunks: int, worker_threads: Sequence[int],
@@ -298,11 +341,11 @@ def witness_where(model: Any, backend: str, steps: int, chunks: int, worker_thre
     ('cluster', True)
     """
     slots = sum(worker_threads)
-    batches = -(-chunks // batch_size(chunks, slots)) if chunks else 0
+    tasks = len(batches(chunks, slots))
     here = model.witness_in_process_s(backend, steps, chunks, client_threads)
-    there = model.witness_cluster_s(backend, steps, chunks, slots, batches, local) + load_s
+    there = model.witness_cluster_s(backend, steps, chunks, slots, tasks, local) + load_s
     where = "cluster" if there < here else "in-process"
-    how = (f"{len(worker_threads)} worker(s), {slots} thread(s), {batches} batch(es), the table "
+    how = (f"{len(worker_threads)} worker(s), {slots} thread(s), {tasks} batch(es), the table "
            + ("written in place through /dev/shm" if local else "copied back over the network")
            + (f", {_s(load_s)} to load the compiled interpreter" if load_s else ""))
     cluster = f"~{_s(there)} on the cluster ({how})"
@@ -310,7 +353,7 @@ def witness_where(model: Any, backend: str, steps: int, chunks: int, worker_thre
     why = (f"on the cluster, the faster: {cluster} against {local_s}" if where == "cluster"
            else f"in-process, the faster: {local_s} against {cluster}")
     return {"where": where, "why": why, "in_process_s": here, "cluster_s": there, "workers": len(worker_threads),
-            "threads": slots, "batches": batches, "shared_memory": local}
+            "threads": slots, "batches": tasks, "shared_memory": local}
 
 
 def _s(seconds: float) -> str:

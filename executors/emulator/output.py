@@ -299,7 +299,10 @@ def min_trace_array(traces: list[EmuTrace]) -> tuple["np.ndarray", "np.ndarray"]
     ``reads`` memory words in the order the chunk read them. The index
     has one row a chunk: ``offset`` and ``length`` of its record in words,
     so ``words[offset:offset + length]`` is chunk ``i`` alone, enough to
-    re-execute it (:func:`min_traces_from_array` reads it back).
+    re-execute it (:func:`min_traces_from_array` reads it back). A run of
+    consecutive records is one slice of ``words`` too: a cluster's witness
+    batch travels as that slice and its rows of the index, a few buffers
+    that pickle as their bytes, not thousands of objects.
 
     >>> start = EmuTraceStart(0x1000, 0, 3, (0,) * 32, (0,) * 7)
     >>> import numpy as np
@@ -309,18 +312,37 @@ def min_trace_array(traces: list[EmuTrace]) -> tuple["np.ndarray", "np.ndarray"]
     """
     import numpy as np
 
+    from array import array
+
     heads = len(MIN_TRACE_COLUMNS)
-    lengths = np.array([heads + len(t.mem_reads) for t in traces], dtype=np.int64)
-    index = np.zeros((len(traces), 2), dtype=np.int64)
-    index[:, 1] = lengths
-    index[1:, 0] = np.cumsum(lengths)[:-1]
-    words = np.empty(int(lengths.sum()), dtype=np.uint64)
-    for (offset, _), t in zip(index.tolist(), traces):
-        s = t.start_state
-        words[offset:offset + heads] = [int(v) & _U64 for v in (
-            t.chunk_id, t.steps, bool(t.end), s.pc, s.step, s.priv, s.reservation, *s.regs, *s.csrs,
-            len(t.mem_reads))]
-        words[offset + heads:offset + heads + len(t.mem_reads)] = t.mem_reads
+    n = len(traces)
+    reads = [t.mem_reads for t in traces]
+    counts = np.fromiter(map(len, reads), np.int64, n)
+    # the start states' Python ints through array('Q'), 1.5 us a chunk: numpy's own conversion of ints above
+    # 2^63, or a slice assignment a chunk, costs 3-7 us, and a cluster's witness packs thousands of chunks
+    head = array("Q")
+    try:
+        for t in traces:
+            s = t.start_state
+            head.extend((t.chunk_id, t.steps, bool(t.end), s.pc, s.step, s.priv, s.reservation & _U64))
+            head.extend(s.regs)
+            head.extend(s.csrs)
+            head.append(len(t.mem_reads))
+    except OverflowError:  # a register or CSR held as a negative int: its 64-bit pattern, as a backend means it
+        head = array("Q", [int(v) & _U64 for t in traces for v in (
+            t.chunk_id, t.steps, bool(t.end), t.start_state.pc, t.start_state.step, t.start_state.priv,
+            t.start_state.reservation, *t.start_state.regs, *t.start_state.csrs, len(t.mem_reads))])
+    index = np.empty((n, 2), dtype=np.int64)
+    index[:, 1] = counts + heads
+    np.cumsum(index[:, 1], out=index[:, 0])
+    index[:, 0] -= index[:, 1]
+    words = np.empty(int(index[-1].sum()) if n else 0, dtype=np.uint64)
+    words[index[:, :1] + np.arange(heads)] = np.frombuffer(head, np.uint64).reshape(n, heads)
+    if int(counts.sum()):
+        # read k of chunk i lands at offset_i + heads + k: its place in the concatenated reads, shifted by the
+        # heads of chunks 0..i
+        at = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(heads * np.arange(1, n + 1), counts)
+        words[at] = np.concatenate(reads)
     return words.view(np.int64), index
 
 
@@ -329,16 +351,23 @@ def min_traces_from_array(words: "np.ndarray", index: "np.ndarray") -> list[EmuT
     import numpy as np
 
     unsigned = np.ascontiguousarray(words, dtype=np.int64).view(np.uint64)
+    index = np.asarray(index, dtype=np.int64).reshape(-1, 2)
     heads = len(MIN_TRACE_COLUMNS)
+    ncsr = len(CSR_STATE)
+    if len(index) and (index[:, 1].min() < heads or int(index.sum(axis=1).max()) > len(unsigned)
+                       or index[:, 0].min() < 0):
+        raise ValueError(f"a min-trace index row outside the {len(unsigned)} words, or shorter than a record's "
+                         f"{heads} head words")
     out = []
-    for offset, length in np.asarray(index, dtype=np.int64).tolist():
-        h = [int(v) for v in unsigned[offset:offset + heads]]
+    rows = unsigned[index[:, :1] + np.arange(heads)].tolist() if len(index) else []
+    for (offset, length), h in zip(index.tolist(), rows):
         chunk_id, steps, end, pc, step, priv, reservation = h[:7]
-        regs, csrs, reads = tuple(h[7:39]), tuple(h[39:39 + len(CSR_STATE)]), h[-1]
+        reads = h[-1]
         if length != heads + reads:
             raise ValueError(f"min-trace record at word {offset}: length {length} but {reads} reads")
         # a reservation is an address below 2^63 or -1 (none): the signed reading gives both
-        start = EmuTraceStart(pc, step, priv, regs, csrs, reservation - (1 << 64) if reservation >> 63 else reservation)
+        start = EmuTraceStart(pc, step, priv, tuple(h[7:39]), tuple(h[39:39 + ncsr]),
+                              reservation - (1 << 64) if reservation >> 63 else reservation)
         out.append(EmuTrace(chunk_id, start, steps, unsigned[offset + heads:offset + length].copy(), bool(end)))
     return out
 
