@@ -71,7 +71,7 @@ def tune_this_process(environ: Mapping[str, str] | None = None) -> dict[str, int
 
         libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no C library to load by name, or one without mallopt
         return None
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
