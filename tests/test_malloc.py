@@ -89,9 +89,22 @@ def _worker_faults(client) -> dict:
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
+def test_what_a_nanny_wrote_into_this_process_is_not_the_users():
+    # a nanny writes its pre-spawn environment into its parent's before it spawns a worker
+    dask = {"MALLOC_TRIM_THRESHOLD_": 65536}
+    assert malloc.users_variables(dask, {"MALLOC_TRIM_THRESHOLD_": "65536"}) == {}
+    assert malloc.users_variables(dask, {"MALLOC_TRIM_THRESHOLD_": str(64 << 20),
+                                         "MALLOC_MMAP_THRESHOLD_": str(32 << 20)}) == {}
+    assert malloc.users_variables(dask, {"MALLOC_TRIM_THRESHOLD_": "0", "PATH": "/bin"}) == \
+        {"MALLOC_TRIM_THRESHOLD_": "0"}
+
+
 @pytest.mark.slow
-def test_local_cluster_workers_reuse_the_heap():
+def test_local_cluster_workers_reuse_the_heap(monkeypatch):
     from hetflow.engine.run.distributed import Cluster
+
+    # as an earlier LocalCluster of Dask's own in this process leaves it
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
 
     with Cluster.local(1, 1) as cluster:
         env = cluster.client.run(lambda: {k: v for k, v in __import__("os").environ.items() if k.startswith("MALLOC_")})
@@ -108,6 +121,7 @@ def test_a_nanny_worker_started_by_hand_reuses_the_heap_once_hetflow_ran_there(t
     from hetflow.engine.plan.planner import plan as make_plan
     from hetflow.engine.run.distributed import Cluster
     from hetflow.engine.run.execute import execute
+    from test_distributed_cluster import _stop
 
     file = tmp_path / "scheduler.json"
     log = open(tmp_path / "cluster.log", "w")
@@ -134,13 +148,7 @@ def test_a_nanny_worker_started_by_hand_reuses_the_heap_once_hetflow_ran_there(t
             assert done.status == "succeeded"
             after = _worker_faults(cluster.client)
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop(procs)
         log.close()
     assert all(f >= PAGES * 0.9 for f in before.values()), before
     assert all(f < PAGES * 0.1 for f in after.values()), after

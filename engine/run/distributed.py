@@ -182,6 +182,9 @@ class Cluster:
             raise UsageError("--threads-per-worker must be at least 1")
         threads = threads_per_worker or max(1, (os.cpu_count() or 1) // workers)
         spawn = malloc.spawn_environ(dask.config.get("distributed.nanny.pre-spawn-environ", default={}))
+        # the nanny takes a variable already in this process's environment over its configuration (and writes its
+        # own there before it spawns a worker): an earlier nanny's trim threshold would win over these
+        os.environ.update({k: v for k, v in spawn.items() if k.startswith("MALLOC_")})
         with dask.config.set({"distributed.scheduler.active-memory-manager.start": False,
                               "distributed.nanny.pre-spawn-environ": spawn}):
             lc = LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",

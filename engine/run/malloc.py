@@ -30,20 +30,31 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "spawn_environ", "tune_this_process"]
+__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "spawn_environ", "tune_this_process", "users_variables"]
 
 MMAP_THRESHOLD = 32 << 20
 TRIM_THRESHOLD = 2 * MMAP_THRESHOLD
 _VARS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
 _DASK_TRIM = "65536"  # distributed's default pre-spawn value
-# the user's own, read before any nanny of this process wrote Dask's into the environment
-_AT_IMPORT = {k: os.environ[k] for k in _VARS if os.environ.get(k, "").strip()}
 _OURS = {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD)}
+
+
+def users_variables(configured: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's ``MALLOC_*`` thresholds that its user set: a nanny writes its pre-spawn environment into
+    its parent's too, so a value equal to Dask's ``configured`` one or to hetflow's is a nanny's, not the user's.
+
+    >>> users_variables({"MALLOC_TRIM_THRESHOLD_": 65536}, {"MALLOC_TRIM_THRESHOLD_": "65536", "MALLOC_TOP_PAD_": "0"})
+    {'MALLOC_TOP_PAD_': '0'}
+    """
+    environ = os.environ if environ is None else environ
+    configured = configured or {}
+    return {k: environ[k] for k in _VARS if environ.get(k, "").strip()
+            and environ[k] not in (str(configured.get(k)), _OURS.get(k))}
 
 
 def spawn_environ(configured: Mapping[str, Any] | None, user: Mapping[str, str] | None = None) -> dict[str, str]:
     """The pre-spawn environment of a local cluster's nanny: Dask's ``configured`` one with hetflow's thresholds,
-    unless the ``user`` (this process's ``MALLOC_*`` variables at import) set any, whose values then go as given.
+    unless the ``user`` (:func:`users_variables` by default) set any, whose values then go as given.
 
     >>> spawn_environ({"MALLOC_TRIM_THRESHOLD_": 65536}, user={}) == {
     ...     "MALLOC_TRIM_THRESHOLD_": str(64 << 20), "MALLOC_MMAP_THRESHOLD_": str(32 << 20)}
@@ -51,7 +62,7 @@ def spawn_environ(configured: Mapping[str, Any] | None, user: Mapping[str, str] 
     >>> spawn_environ({"MALLOC_TRIM_THRESHOLD_": 65536}, user={"MALLOC_TRIM_THRESHOLD_": "0"})
     {'MALLOC_TRIM_THRESHOLD_': '0'}
     """
-    user = _AT_IMPORT if user is None else user
+    user = users_variables(configured) if user is None else user
     environ = {k: str(v) for k, v in (configured or {}).items()}
     if user:
         # a user who tuned malloc keeps exactly their tuning: glibc reads these together
