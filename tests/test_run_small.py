@@ -190,6 +190,25 @@ def test_the_git_state_of_a_dirty_tree_is_asked_once_until_what_changes_it_does(
                                                         "path": "p.yaml"}
 
 
+def test_asking_git_never_rewrites_the_index(tmp_path):
+    """A scheduled run beside the user's own git: a status that refreshed the index would hold index.lock
+    while it wrote, and a user's ``git commit`` at that moment would fail on it."""
+    _git(tmp_path, "init", "-q")
+    manifest = tmp_path / "p.yaml"
+    manifest.write_text("version: 1\n")
+    _git(tmp_path, "add", "p.yaml")
+    _git(tmp_path, "commit", "-q", "-m", "first")
+    index = tmp_path / ".git" / "index"
+    before = index.read_bytes(), index.stat().st_mtime_ns
+    # same bytes, new stat: a plain `git status` would refresh the index and write it back
+    os.utime(manifest, ns=(before[1] + 2_000_000_000, before[1] + 2_000_000_000))
+    assert records.provenance(str(manifest))["git"] == {
+        "commit": _git(tmp_path, "rev-parse", "HEAD"), "dirty": False, "manifest_dirty": False, "path": "p.yaml"}
+    assert (index.read_bytes(), index.stat().st_mtime_ns) == before
+    _git(tmp_path, "status", "--porcelain")  # git itself does rewrite it: the check above can fail
+    assert index.stat().st_mtime_ns != before[1]
+
+
 def test_a_manifest_outside_any_repository_starts_no_git(tmp_path, monkeypatch):
     if any(os.path.exists(os.path.join(*Path(tmp_path).parts[:i], ".git")) for i in range(1, len(tmp_path.parts) + 1)):
         pytest.skip("the temporary folder is inside a git checkout here")

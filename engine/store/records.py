@@ -581,8 +581,12 @@ def _ask_git(manifest: str, top: str | None = None) -> dict[str, Any] | None:
 
     def start(*args: str) -> subprocess.Popen | None:
         try:
-            # paths come raw with -z: bytes that are not UTF-8 stay as os.fsdecode would give them
-            return subprocess.Popen(["git", "-C", folder, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            # paths come raw with -z: bytes that are not UTF-8 stay as os.fsdecode would give them.
+            # --no-optional-locks: a status refreshes the index and writes it back, under index.lock, when a
+            # file's stat changed; a run asking beside the user's own git command would make that command
+            # fail on the lock, and the index rewritten changes what the cache of a dirty answer keys on
+            return subprocess.Popen(["git", "--no-optional-locks", "-C", folder, *args], stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL,
                                     text=True, errors="surrogateescape")
         except OSError:
             return None
