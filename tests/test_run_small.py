@@ -10,7 +10,7 @@ import dask.threaded
 import numpy as np
 import pytest
 
-from hetflow.engine.store import records
+from hetflow.engine.store import gitstate, records
 from hetflow.engine.errors import RunFailed
 from hetflow.engine.manifest.validate import compile_manifest, load
 from hetflow.engine.plan.planner import plan as make_plan
@@ -214,7 +214,7 @@ def test_a_manifest_outside_any_repository_starts_no_git(tmp_path, monkeypatch):
         pytest.skip("the temporary folder is inside a git checkout here")
     manifest = tmp_path / "p.yaml"
     manifest.write_text("version: 1\n")
-    assert records._git_key(str(manifest)) == ()
+    assert gitstate.key(str(manifest)) == ()
     assert records.provenance(str(manifest))["git"] is None
 
 
@@ -346,8 +346,8 @@ def test_one_status_process_answers_what_the_two_rounds_did(tmp_path):
     def same():
         for m in manifests:
             if m.exists():
-                two_rounds = records._ask_git(str(m))
-                assert records._ask_git(str(m), str(top)) == two_rounds
+                two_rounds = gitstate._ask_git(str(m))
+                assert gitstate._ask_git(str(m), str(top)) == two_rounds
                 assert two_rounds is not None
                 yield two_rounds
 

@@ -7,6 +7,7 @@ module        what it does
 ============  =============================================================
 records       record: ``runs/RUN_ID/record.json`` and the outputs, written
               atomically and durably
+gitstate      the git state a record names, asked of git once per state
 owner         which process owns a record, and whether it still lives
 locks         file locks that die with their holder
 runs          the runs folder: list, read, resume, the state of each record
