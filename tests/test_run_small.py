@@ -160,7 +160,8 @@ def test_the_git_state_of_a_dirty_tree_is_asked_once_until_what_changes_it_does(
     no_git.mkdir()
     path = os.environ["PATH"]
 
-    # a clean tree is asked every time: an edit of any file may make it dirty without changing the index
+    # a clean tree is asked again until its files are watched (tests/test_gitstate.py): an edit of any file
+    # may make it dirty without changing the index
     assert records.provenance(str(manifest))["git"] == {"commit": first, "dirty": False, "manifest_dirty": False,
                                                         "path": "p.yaml"}
     monkeypatch.setenv("PATH", str(no_git))

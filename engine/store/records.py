@@ -465,23 +465,8 @@ def digest_portable(portable: PortableActivation) -> str:
 
 
 def provenance(manifest_file: str) -> dict[str, Any]:
-    """Where and by whom a run ran, and the git state of the manifest's repository.
-
-    The git state is asked of ``git`` (two rounds of processes, 5-8 ms on
-    2 cores, more than a small run's own work) once per process for each
-    state of what can change it, :func:`hetflow.engine.store.gitstate.key`: the repository's
-    ``HEAD``, the branch it names, ``packed-refs``, the index, and the
-    manifest file, each by its ``stat``. A commit, a checkout, ``git add``
-    or a reset rewrites one of them; an edit of the manifest changes its
-    own. An edit of another file changes none of them, so a clean answer
-    is never reused: a tree found clean is asked again on the next run,
-    and only a dirty one (which stays dirty until one of those files
-    changes) is answered from the cache. The one way that can be wrong is
-    conservative: a tree cleaned by hand without touching the index (an
-    untracked file deleted) is still called dirty until the index changes.
-    Without a ``.git`` above the manifest (an installed example, a
-    temporary folder), no process is started at all.
-    """
+    """Where and by whom a run ran, and the git state of the manifest's repository
+    (:func:`hetflow.engine.store.gitstate.state`: asked of git once per state of the tree, not once per run)."""
     import getpass
     import socket
 
