@@ -61,19 +61,19 @@ def mode(request, monkeypatch):
 def asked(monkeypatch):
     """How many times git was asked for the status."""
     count = [0]
-    real = gitstate._ask_git
+    real = gitstate._ask_status
 
     def counted(*args, **kwargs):
         count[0] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(gitstate, "_ask_git", counted)
-    for cache in (gitstate._CLEAN, gitstate._SEEN_CLEAN, gitstate._GIT_CACHE):
+    monkeypatch.setattr(gitstate, "_ask_status", counted)
+    for cache in (gitstate._WATCHED, gitstate._SEEN, gitstate._UNWATCHABLE, gitstate._GIT_CACHE):
         cache.clear()
     yield count
-    for _, tree, _ in gitstate._CLEAN.values():
-        tree.close()
-    for cache in (gitstate._CLEAN, gitstate._SEEN_CLEAN, gitstate._GIT_CACHE):
+    for watched in gitstate._WATCHED.values():
+        watched[1].close()
+    for cache in (gitstate._WATCHED, gitstate._SEEN, gitstate._UNWATCHABLE, gitstate._GIT_CACHE):
         cache.clear()
 
 
@@ -87,7 +87,7 @@ def _settle(manifest, asked):
 
 
 def mode_of_tree(manifest):
-    entry = gitstate._CLEAN.get(str(manifest.parent))
+    entry = gitstate._WATCHED.get(str(manifest.parent))
     return None if entry is None else ("watch" if entry[1].watch is not None else "stat")
 
 
@@ -139,6 +139,22 @@ def test_every_change_git_would_see_is_seen(repo, mode, asked, change):
     assert _git(repo, "status", "--porcelain"), "git agrees the tree is dirty"
 
 
+def test_a_dirty_tree_is_watched_too_and_found_clean_once_cleaned_by_hand(repo, mode, asked):
+    manifest = repo / "p.yaml"
+    (repo / "a" / "draft.txt").write_text("d")
+    (repo / "p.yaml").write_text("version: 1\n# edited\n")
+    dirty = _settle(manifest, asked)
+    assert dirty["dirty"] and dirty["manifest_dirty"]
+    assert mode_of_tree(manifest) == mode
+    n = asked[0]
+    # another manifest of the same tree: its own answer, from the same watch
+    assert gitstate.state(str(repo / "c.txt")) == {**dirty, "manifest_dirty": False, "path": "c.txt"}
+    assert asked[0] == n
+    os.unlink(repo / "a" / "draft.txt")
+    _git(repo, "checkout", "--", "p.yaml")  # the manifest's own stat changes too: both cleaned
+    assert gitstate.state(str(manifest)) == {**dirty, "dirty": False, "manifest_dirty": False}
+
+
 def test_a_touched_file_is_asked_again_and_found_clean(repo, mode, asked):
     manifest = repo / "p.yaml"
     clean = _settle(manifest, asked)
@@ -170,7 +186,7 @@ def test_a_tree_changed_a_moment_ago_is_not_trusted_by_its_stat(repo, asked, mon
     for i in range(4):
         assert not gitstate.state(str(manifest))["dirty"]
         assert asked[0] == i + 1
-    assert str(repo) not in gitstate._CLEAN
+    assert str(repo) not in gitstate._WATCHED
 
 
 def test_a_tree_with_a_submodule_is_asked_every_time(repo, tmp_path, mode, asked):
@@ -200,7 +216,7 @@ def test_a_forked_child_forgets_the_watches(repo, asked):
     if pid == 0:
         try:
             os.close(read)
-            os.write(write, b"%d" % len(gitstate._CLEAN))
+            os.write(write, b"%d" % len(gitstate._WATCHED))
         finally:
             os._exit(0)
     os.close(write)
@@ -208,7 +224,7 @@ def test_a_forked_child_forgets_the_watches(repo, asked):
     os.close(read)
     os.waitpid(pid, 0)
     assert got == b"0", "the child must not read its parent's watch"
-    assert str(repo) in gitstate._CLEAN
+    assert str(repo) in gitstate._WATCHED
 
 
 def test_the_mount_type_is_read():
@@ -226,7 +242,7 @@ def test_the_manifests_of_one_tree_share_its_watch(repo, tmp_path, mode, asked, 
     n = asked[0]
     assert gitstate.state(str(second)) == {"commit": _git(repo, "rev-parse", "HEAD"), "dirty": False,
                                            "manifest_dirty": False, "path": os.path.join("a", "q.yaml")}
-    assert asked[0] == n and len(gitstate._CLEAN) == 1
+    assert asked[0] == n and len(gitstate._WATCHED) == 1
 
     # a second repository's tree takes the place of the first where only one is kept
     monkeypatch.setattr(gitstate, "WATCHED_TREES", 1)
@@ -236,9 +252,9 @@ def test_the_manifests_of_one_tree_share_its_watch(repo, tmp_path, mode, asked, 
     (other / "p.yaml").write_text("version: 1\n")
     _git(other, "add", "p.yaml")
     _git(other, "commit", "-q", "-m", "other")
-    tree = gitstate._CLEAN[str(repo)][1]
+    tree = gitstate._WATCHED[str(repo)][1]
     _settle(other / "p.yaml", asked)
-    assert list(gitstate._CLEAN) == [str(other)]
+    assert list(gitstate._WATCHED) == [str(other)]
     assert tree.watch is None, "the tree let go is closed"
 
 

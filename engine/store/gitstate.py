@@ -85,18 +85,23 @@ def state(manifest_file: str) -> dict[str, Any] | None:
       ``packed-refs``, the index and the manifest file, each by its
       ``stat``. A commit, a checkout, ``git add`` or a reset rewrites one
       of them; an edit of the manifest changes its own.
-    * for a clean tree, also every tracked file and every folder git
-      looks into for new files (:class:`_Tree`), by the ``stat`` fields
-      no write can leave unchanged (``st_ctime_ns`` and the inode). An
-      edit of a tracked file changes its own; a new, removed or renamed
-      file changes its folder's. A dirty tree stays dirty until the key
-      changes, so a dirty answer needs only the key.
+    * from the second question under one key, also the work tree
+      itself (:class:`_Tree`): on Linux's local file systems an inotify
+      watch on every folder git looks into (all but ``.git`` and ignored
+      ones), which the kernel tells of any file in it written, made,
+      removed or renamed; elsewhere the ``stat`` of every tracked file
+      and of those folders, by the fields no write leaves unchanged
+      (``st_ctime_ns`` and the inode). A question is then one ``read`` of
+      the watch, or one ``stat`` a path.
 
-    The one way the cache can be wrong is conservative: a tree cleaned by
-    hand without touching the index (an untracked file deleted) is still
-    called dirty until the index changes. Without a ``.git`` above the
-    manifest (an installed example, a temporary folder), no process is
-    started at all.
+    A tree that cannot be watched (more than a few thousand folders, or a
+    submodule, whose inside shows in none of them) is asked again while
+    it is clean, and answered from the key while it is dirty: a dirty tree
+    stays dirty until the key changes. The one way that can be wrong is
+    conservative: such a tree cleaned by hand without touching the index
+    (an untracked file deleted) is still called dirty until the index
+    changes. Without a ``.git`` above the manifest (an installed example,
+    a temporary folder), no process is started at all.
     """
     manifest = os.path.abspath(manifest_file)
     now = key(manifest)
@@ -107,39 +112,43 @@ def state(manifest_file: str) -> dict[str, Any] | None:
     # one question at a time: a watch's events are read once, and two runs of a sweep asking together
     # would both pay git where the second can take the first's answer
     with _LOCK:
-        cached = _GIT_CACHE.get(manifest)
-        if cached is not None and cached[0] == now:
-            return dict(cached[1])
         top, repository = now[0], now[:-1]
-        clean = _CLEAN.pop(top, None)
-        if clean is not None:
-            if clean[0] == repository and clean[1].holds():
-                _CLEAN[top] = clean
-                # a clean tree's answer is the same for every manifest in it, but for the path
-                return {"commit": clean[2], "dirty": False, "manifest_dirty": False,
-                        "path": os.path.relpath(manifest, top)}
-            clean[1].close()
+        watched = _WATCHED.pop(top, None)
+        if watched is not None:
+            if watched[0] == repository and watched[1].holds():
+                _WATCHED[top] = watched
+                return _answer(watched[2], watched[3], manifest, top)
+            watched[1].close()
         tree = before = None
-        if _SEEN_CLEAN.get(top) == repository:
-            # asked once and found clean: worth watching the tree, so the next answers come from it
+        if _SEEN.pop(top, None) == repository:
+            # asked once under this key: worth watching the tree, so the next answers come from it
             tree = _Tree.read(now)
-            before = tree and tree.before
-        answer = _ask_git(manifest, top)
+            if tree is None:
+                _UNWATCHABLE[top] = repository
+            else:
+                before = tree.before
+        if tree is None:
+            cached = _GIT_CACHE.get(manifest)
+            if cached is not None and cached[0] == now:
+                return dict(cached[1])
+        status = _ask_status(top)
         # the key is read again after git ran; only an answer whose key git left as it was is kept
         after = key(manifest)
         _GIT_CACHE.pop(manifest, None)
-        _SEEN_CLEAN.pop(top, None)
+        answer = None if status is None else _answer(*status, manifest, top)
         if answer is not None and after == now:
-            if answer["dirty"]:
-                _GIT_CACHE[manifest] = (now, dict(answer))
-            elif tree is not None and tree.settled(before):
+            if tree is not None and tree.settled(before):
                 tree.seen = before
-                _CLEAN[top] = (repository, tree, answer["commit"])
+                _WATCHED[top] = (repository, tree, *status)
                 tree = None
-                while len(_CLEAN) > WATCHED_TREES:  # each watch is one of the user's inotify instances
-                    _CLEAN.pop(next(iter(_CLEAN)))[1].close()
+                while len(_WATCHED) > WATCHED_TREES:  # each watch is one of the user's inotify instances
+                    _WATCHED.pop(next(iter(_WATCHED)))[1].close()
             else:
-                _SEEN_CLEAN[top] = repository
+                if _UNWATCHABLE.get(top) != repository:
+                    _SEEN[top] = repository
+                if answer["dirty"]:
+                    # a dirty tree stays dirty until the key changes (or, conservatively, is cleaned by hand)
+                    _GIT_CACHE[manifest] = (now, dict(answer))
         if tree is not None:
             tree.close()
         return answer
@@ -149,18 +158,20 @@ def _forget_after_fork() -> None:
     # a forked child shares its parent's watches (reading one would take the parent's events) and lock
     global _LOCK
     _LOCK = threading.Lock()
-    for _, tree, _ in _CLEAN.values():
-        tree.close()
-    _CLEAN.clear()
-    _SEEN_CLEAN.clear()
+    for watched in _WATCHED.values():
+        watched[1].close()
+    for memo in (_WATCHED, _SEEN, _UNWATCHABLE):
+        memo.clear()
 
 
-# work tree's top -> (its key, less the manifest's stat; its _Tree; the commit): a clean tree, kept while its
-# key and its tree hold; the latest few trees only
-_CLEAN: dict[str, tuple[tuple, "_Tree", str]] = {}
+# work tree's top -> (its key, less the manifest's stat; its _Tree; the commit; the changed paths): git's
+# answer, kept while the key and the tree hold; the latest few trees only
+_WATCHED: dict[str, tuple[tuple, "_Tree", str, tuple[str, ...]]] = {}
 WATCHED_TREES = 8
-# work tree's top -> the key under which git last found it clean, before its tree was watched
-_SEEN_CLEAN: dict[str, tuple] = {}
+# work tree's top -> the key under which git was last asked, before its tree was watched
+_SEEN: dict[str, tuple] = {}
+# work tree's top -> a key under which its tree could not be watched (too big, a submodule, git gone)
+_UNWATCHABLE: dict[str, tuple] = {}
 # the most files and folders whose stat each run compares: each costs about 2 us here against git's 1 us
 # (its start is 4-5 ms), so past a few thousand asking git again is as cheap
 STAT_LIMIT = 4000
@@ -174,7 +185,7 @@ SETTLE_NS = 2_000_000_000
 
 
 class _Tree:
-    """The paths whose ``stat`` says whether a clean work tree is still clean.
+    """What says whether a work tree still answers as it did when git was asked.
 
     Every tracked file, every folder of the work tree that git looks into
     for untracked files (all but ``.git`` and ignored folders), and the
@@ -421,10 +432,6 @@ def _ask_git(manifest: str, top: str | None = None) -> dict[str, Any] | None:
 
     def start(*args: str) -> subprocess.Popen | None:
         try:
-            # paths come raw with -z: bytes that are not UTF-8 stay as os.fsdecode would give them.
-            # --no-optional-locks: a status refreshes the index and writes it back, under index.lock, when a
-            # file's stat changed; a run asking beside the user's own git command would make that command
-            # fail on the lock, and the index rewritten changes what the cache of a dirty answer keys on
             return subprocess.Popen(["git", "--no-optional-locks", "-C", folder, *args], stdout=subprocess.PIPE,
                                     stderr=subprocess.DEVNULL,
                                     text=True, errors="surrogateescape")
@@ -443,7 +450,8 @@ def _ask_git(manifest: str, top: str | None = None) -> dict[str, Any] | None:
         return (stdout.strip() if strip else stdout) if proc.returncode == 0 else None
 
     if top is not None:
-        return _status_v2(result(start("status", "--porcelain=v2", "--branch", "-z"), strip=False), manifest, top)
+        status = _ask_status(top)
+        return None if status is None else _answer(*status, manifest, top)
     # four questions in two rounds of processes run side by side: a run pays for git once per round
     head = result(start("rev-parse", "HEAD", "--show-toplevel"))
     if not (head and len(head.splitlines()) == 2):
@@ -455,20 +463,39 @@ def _ask_git(manifest: str, top: str | None = None) -> dict[str, Any] | None:
             "path": os.path.relpath(manifest, top or folder)}
 
 
-def _status_v2(text: str | None, manifest: str, top: str) -> dict[str, Any] | None:
-    """The ``git`` entry from ``git status --porcelain=v2 --branch -z``'s output (paths from the top of the work
-    tree; an untracked folder is one entry ending in ``/``); None for a repository without a commit.
+def _ask_status(top: str) -> tuple[str, tuple[str, ...]] | None:
+    """``git status`` at the work tree's top: (the commit, the paths it lists), or None."""
+    import subprocess
 
-    >>> out = chr(0).join(["# branch.oid 2092", "# branch.head main", "? new/", ""])
-    >>> _status_v2(out, "/r/new/m.yaml", "/r")
-    {'commit': '2092', 'dirty': True, 'manifest_dirty': True, 'path': 'new/m.yaml'}
-    >>> _status_v2("# branch.oid 2092" + chr(0), "/r/m.yaml", "/r")["dirty"]
-    False
-    >>> _status_v2("# branch.oid (initial)" + chr(0), "/r/m.yaml", "/r") is None
+    try:
+        # paths come raw with -z: bytes that are not UTF-8 stay as os.fsdecode would give them.
+        # --no-optional-locks: a status refreshes the index and writes it back, under index.lock, when a
+        # file's stat changed; a run asking beside the user's own git command would make that command
+        # fail on the lock, and the index rewritten changes what the cache of a dirty answer keys on
+        proc = subprocess.Popen(["git", "--no-optional-locks", "-C", top, "status", "--porcelain=v2", "--branch",
+                                 "-z"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                errors="surrogateescape")
+    except OSError:
+        return None
+    try:
+        stdout, _ = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return None
+    return _parse_v2(stdout) if proc.returncode == 0 else None
+
+
+def _parse_v2(text: str) -> tuple[str, tuple[str, ...]] | None:
+    """The commit and the changed paths in ``git status --porcelain=v2 --branch -z``'s output (paths from the
+    top of the work tree; an untracked folder is one entry ending in ``/``); None for a repository without
+    a commit.
+
+    >>> _parse_v2(chr(0).join(["# branch.oid 2092", "# branch.head main", "? new/", ""]))
+    ('2092', ('new/',))
+    >>> _parse_v2("# branch.oid (initial)" + chr(0)) is None
     True
     """
-    if text is None:
-        return None
     commit, changed = None, []
     entries = iter(text.split("\0"))
     for entry in entries:
@@ -487,6 +514,17 @@ def _status_v2(text: str | None, manifest: str, top: str) -> dict[str, Any] | No
             changed.append(entry[2:])
     if commit is None or commit == "(initial)":
         return None
+    return commit, tuple(changed)
+
+
+def _answer(commit: str, changed: tuple[str, ...], manifest: str, top: str) -> dict[str, Any]:
+    """The ``git`` entry for ``manifest`` in the work tree at ``top``, from what its status listed.
+
+    >>> _answer("2092", ("new/",), "/r/new/m.yaml", "/r")
+    {'commit': '2092', 'dirty': True, 'manifest_dirty': True, 'path': 'new/m.yaml'}
+    >>> _answer("2092", (), "/r/m.yaml", "/r")["dirty"]
+    False
+    """
     path = os.path.relpath(manifest, top)
     mine = path.replace(os.sep, "/")
     return {"commit": commit, "dirty": bool(changed),
