@@ -208,31 +208,12 @@ class _Tree:
 
     @classmethod
     def read(cls, now: tuple) -> "_Tree | None":
-        import subprocess
-
         top, gitdir, common = now[0], now[1], now[2]
-
-        def start(*args: str) -> subprocess.Popen | None:
-            try:
-                return subprocess.Popen(["git", "--no-optional-locks", "-C", top, *args], stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL)
-            except OSError:
-                return None
-
-        staged = start("ls-files", "-z", "--stage")
-        ignored = start("ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory")
-        excludes = start("config", "--path", "--get", "core.excludesFile")
-        outs = []
-        for proc in (staged, ignored, excludes):
-            if proc is None:
-                return None
-            try:
-                out, _ = proc.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-                return None
-            outs.append(out if proc.returncode == 0 else None)
+        # three questions at once: what is tracked, what is ignored, and the user's own excludes file
+        outs = [_result(proc) for proc in (
+            _start(top, "ls-files", "-z", "--stage", text=False),
+            _start(top, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory", text=False),
+            _start(top, "config", "--path", "--get", "core.excludesFile", text=False))]
         if outs[0] is None or outs[1] is None:
             return None
         btop = os.fsencode(top)
@@ -426,28 +407,14 @@ def _ask_git(manifest: str, top: str | None = None) -> dict[str, Any] | None:
     ``.git`` above the manifest), one ``git status --porcelain=v2 --branch`` answers all of it: the commit,
     whether anything changed, and whether the manifest did; otherwise (git pointed elsewhere by the
     environment) ``rev-parse`` says the top first."""
-    import subprocess
-
     folder = os.path.dirname(manifest)
 
-    def start(*args: str) -> subprocess.Popen | None:
-        try:
-            return subprocess.Popen(["git", "--no-optional-locks", "-C", folder, *args], stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL,
-                                    text=True, errors="surrogateescape")
-        except OSError:
-            return None
+    def start(*args: str) -> Any:
+        return _start(folder, *args)
 
-    def result(proc: subprocess.Popen | None, strip: bool = True) -> str | None:
-        if proc is None:
-            return None
-        try:
-            stdout, _ = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            return None
-        return (stdout.strip() if strip else stdout) if proc.returncode == 0 else None
+    def result(proc: Any) -> str | None:
+        out = _result(proc)
+        return None if out is None else out.strip()
 
     if top is not None:
         status = _ask_status(top)
@@ -465,17 +432,33 @@ def _ask_git(manifest: str, top: str | None = None) -> dict[str, Any] | None:
 
 def _ask_status(top: str) -> tuple[str, tuple[str, ...]] | None:
     """``git status`` at the work tree's top: (the commit, the paths it lists), or None."""
+    # paths come raw with -z: bytes that are not UTF-8 stay as os.fsdecode would give them
+    stdout = _result(_start(top, "status", "--porcelain=v2", "--branch", "-z"))
+    return None if stdout is None else _parse_v2(stdout)
+
+
+def _start(folder: str | bytes, *args: str, text: bool = True) -> Any:
+    """A ``git`` process in ``folder`` (its output read by :func:`_result`), or None where git cannot start.
+
+    ``--no-optional-locks``: a status refreshes the index and writes it
+    back, under ``index.lock``, when a file's stat changed; a run asking
+    beside the user's own git command would make that command fail on the
+    lock, and the index rewritten changes what an answer is kept by.
+    """
     import subprocess
 
     try:
-        # paths come raw with -z: bytes that are not UTF-8 stay as os.fsdecode would give them.
-        # --no-optional-locks: a status refreshes the index and writes it back, under index.lock, when a
-        # file's stat changed; a run asking beside the user's own git command would make that command
-        # fail on the lock, and the index rewritten changes what the cache of a dirty answer keys on
-        proc = subprocess.Popen(["git", "--no-optional-locks", "-C", top, "status", "--porcelain=v2", "--branch",
-                                 "-z"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                errors="surrogateescape")
+        return subprocess.Popen(["git", "--no-optional-locks", "-C", folder, *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=text, errors="surrogateescape" if text else None)
     except OSError:
+        return None
+
+
+def _result(proc: Any) -> Any:
+    """What ``proc`` (from :func:`_start`) wrote, once it has ended well; None where it did not."""
+    import subprocess
+
+    if proc is None:
         return None
     try:
         stdout, _ = proc.communicate(timeout=10)
@@ -483,7 +466,7 @@ def _ask_status(top: str) -> tuple[str, tuple[str, ...]] | None:
         proc.kill()
         proc.communicate()
         return None
-    return _parse_v2(stdout) if proc.returncode == 0 else None
+    return stdout if proc.returncode == 0 else None
 
 
 def _parse_v2(text: str) -> tuple[str, tuple[str, ...]] | None:
