@@ -77,6 +77,15 @@ def asked(monkeypatch):
         cache.clear()
 
 
+def _new_repository(folder, name, text):
+    """A repository at ``folder`` with one commit of one file."""
+    folder.mkdir()
+    _git(folder, "init", "-q")
+    (folder / name).write_text(text)
+    _git(folder, "add", name)
+    _git(folder, "commit", "-q", "-m", name)
+
+
 def _settle(manifest, asked):
     """Ask until the answer comes from memory: the first answer is git's alone, the second watches the tree."""
     first = gitstate.state(str(manifest))
@@ -191,11 +200,7 @@ def test_a_tree_changed_a_moment_ago_is_not_trusted_by_its_stat(repo, asked, mon
 
 def test_a_tree_with_a_submodule_is_asked_every_time(repo, tmp_path, mode, asked):
     inner = tmp_path / "inner"
-    inner.mkdir()
-    _git(inner, "init", "-q")
-    (inner / "x.txt").write_text("x")
-    _git(inner, "add", "x.txt")
-    _git(inner, "commit", "-q", "-m", "inner")
+    _new_repository(inner, "x.txt", "x")
     _git(repo, "submodule", "add", "-q", str(inner), "sub")
     _git(repo, "commit", "-q", "-m", "sub")
     manifest = repo / "p.yaml"
@@ -247,11 +252,7 @@ def test_the_manifests_of_one_tree_share_its_watch(repo, tmp_path, mode, asked, 
     # a second repository's tree takes the place of the first where only one is kept
     monkeypatch.setattr(gitstate, "WATCHED_TREES", 1)
     other = tmp_path / "other"
-    other.mkdir()
-    _git(other, "init", "-q")
-    (other / "p.yaml").write_text("version: 1\n")
-    _git(other, "add", "p.yaml")
-    _git(other, "commit", "-q", "-m", "other")
+    _new_repository(other, "p.yaml", "version: 1\n")
     tree = gitstate._WATCHED[str(repo)][1]
     _settle(other / "p.yaml", asked)
     assert list(gitstate._WATCHED) == [str(other)]
