@@ -68,13 +68,9 @@ def asked(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(gitstate, "_ask_status", counted)
-    for cache in (gitstate._WATCHED, gitstate._SEEN, gitstate._UNWATCHABLE, gitstate._GIT_CACHE):
-        cache.clear()
+    gitstate.forget()
     yield count
-    for watched in gitstate._WATCHED.values():
-        watched[1].close()
-    for cache in (gitstate._WATCHED, gitstate._SEEN, gitstate._UNWATCHABLE, gitstate._GIT_CACHE):
-        cache.clear()
+    gitstate.forget()
 
 
 def _new_repository(folder, name, text):

@@ -12,7 +12,7 @@ import sys
 import threading
 from typing import Any
 
-__all__ = ["state", "key"]
+__all__ = ["state", "key", "forget"]
 
 # manifest path -> (its key(), the record's ``git`` entry of a dirty tree): the latest key per manifest only
 _GIT_CACHE: dict[str, tuple[tuple, dict]] = {}
@@ -154,14 +154,24 @@ def state(manifest_file: str) -> dict[str, Any] | None:
         return answer
 
 
+def forget() -> None:
+    """Let go of every answer kept and every watch: the next question of each tree is asked of git."""
+    with _LOCK:
+        _forget()
+
+
+def _forget() -> None:
+    for watched in _WATCHED.values():
+        watched[1].close()
+    for memo in (_WATCHED, _SEEN, _UNWATCHABLE, _GIT_CACHE):
+        memo.clear()
+
+
 def _forget_after_fork() -> None:
     # a forked child shares its parent's watches (reading one would take the parent's events) and lock
     global _LOCK
     _LOCK = threading.Lock()
-    for watched in _WATCHED.values():
-        watched[1].close()
-    for memo in (_WATCHED, _SEEN, _UNWATCHABLE):
-        memo.clear()
+    _forget()
 
 
 # work tree's top -> (its key, less the manifest's stat; its _Tree; the commit; the changed paths): git's
