@@ -407,7 +407,9 @@ def _session(path: str, doc: Any, manifest: Manifest, runs_dir: str, resume: str
         schedule, lock_name = schedlib.slot_run(doc, manifest.name, schedule_slot)
     from hetflow.engine.run.clusters import open_cluster
 
-    require_runs_dir(runs_dir, create=False)  # before a cluster is started for nothing
+    workers, _, scheduler = cluster_args[:3]
+    if workers is not None or scheduler is not None:
+        require_runs_dir(runs_dir, create=False)  # before a cluster is started for nothing
     with open_cluster(*cluster_args) as cluster:
         require_runs_dir(runs_dir)
         held = RunLock(lock_path(runs_dir, path, lock_name, manifest.params), manifest=path, run=resume) if lock else None

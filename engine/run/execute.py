@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Callable, Mapping
 
-import dask.local
+import dask.core
 import dask.threaded
 
 from hetflow.engine.store import owner
@@ -55,6 +55,7 @@ from hetflow.engine.plan.planner import Plan
 from hetflow.engine.run.runtime import ClusterFailure, HandleTable, LocalRuntime, StageTimedOut
 from hetflow.engine.store.records import (
     RECORD_FORMAT,
+    Batch,
     digest_portable,
     encode_entries,
     encode_events,
@@ -68,7 +69,6 @@ from hetflow.engine.store.records import (
     utc_iso,
     versions,
     write_json_atomic,
-    write_together,
     write_text_atomic,
 )
 from hetflow.executors import create, inventory
@@ -197,7 +197,7 @@ def _execute(
                                 "duration_s": None, "status": "running"}],
         "verifies": verifies,
         "owner": owner.current(),
-        "host": None,  # the initial write's thread asks git for it
+        "host": None,  # the initial write asks git for it
         "scheduler": cluster.describe() if cluster is not None else {"kind": "threads", "workers": num_workers or os.cpu_count()},
         "versions": versions(),
         "inventory": [o.to_json() for o in inventory(_named_vendors(manifest, plan))],
@@ -243,6 +243,8 @@ def _execute(
         remove_partial_writes(record_path)
 
     forget_hook = cancel.on_forced_exit(forced_exit)
+    # the outputs' files, each written as soon as it is known and committed with the final record
+    outputs = Batch()
     try:
         failure: BaseException | None = None
         results: list[Any] = []
@@ -270,11 +272,12 @@ def _execute(
             record["warm_up"] = [{"worker": None, "seconds": runtime.warm_up()}]
             stream.emit(run_event("started", run_id, tasks=runtime.graph.reported_tasks(), mode="threads"))
             # partitions at once x BLAS threads <= cores, with the sweep's points and other runs of this process
-            at_once = threads.width(plan, num_workers or os.cpu_count() or 1)
+            workers = num_workers or os.cpu_count() or 1
+            at_once = threads.width(plan, workers)
             phase_runner = PhaseRunner(manifest.emulators, phases, runtime._event) if phases else None
             # no two partitions of a chain can run at once: its tasks run in the run's own thread, in order,
             # without a hand-over to a pool thread and back for each
-            pool = _take_pool(num_workers or os.cpu_count() or 1) if at_once > 1 or phase_runner else None
+            pool = _take_pool(workers) if at_once > 1 or phase_runner else None
 
             def run_graph() -> list[Any]:
                 dsk, graph_keys = runtime.graph.dsk, runtime.graph.keys
@@ -285,7 +288,9 @@ def _execute(
                     second = phase_runner.round2()
                     dsk, graph_keys = {**dsk, **second}, graph_keys + [k for k in second if k.startswith("phase:")]
                 elif pool is None:
-                    return dask.local.get_sync(dsk, graph_keys)
+                    # Dask's sequential executor: get_sync's machinery (a queue, callbacks, its executor) was
+                    # 0.1-0.2 ms of a short run, for tasks that run one after another in this thread anyway
+                    return dask.core.get(dsk, graph_keys)
                 return dask.threaded.get(dsk, graph_keys, pool=pool)
 
             with threads.claim_run(at_once):  # given back however the run ends, the record's read failing too
@@ -319,13 +324,13 @@ def _execute(
             record["cancelled"] = _cancel_info(cancel, record["tasks"], runtime)
         if phases and not cancelled:
             record["phases"] = phase_status(phase_runner, record["tasks"])
-        written: list[tuple[str, Any]] = []  # the outputs' files, written with the final record
         if failure is None:
             by_key = dict(zip(runtime.graph.keys, results))
             for name, key in runtime.graph.output_keys.items():
                 portable: PortableActivation = by_key[key]
                 file = f"{name}.npy"
-                written.append((os.path.join(run_dir, file), npy_writer(portable.to_array())))
+                # an output's file is new in the run's folder (or a failed attempt's, which no record names)
+                outputs.add(os.path.join(run_dir, file), npy_writer(portable.to_array()), fresh=True)
                 record["outputs"][name] = {
                     "tensor": plan.outputs[name], "file": file, "shape": list(portable.shape.dims),
                     "dtype": portable.dtype.value, "bytes": len(portable.bytes), "digest": digest_portable(portable),
@@ -342,7 +347,7 @@ def _execute(
                         columns = field.columns
                         portable = witness_activation(phase_runner.array(pid, fieldname))
                     file = f"{name}.npy"
-                    written.append((os.path.join(run_dir, file), npy_writer(portable.to_array())))
+                    outputs.add(os.path.join(run_dir, file), npy_writer(portable.to_array()), fresh=True)
                     record["outputs"][name] = {
                         "phase": pid, **({"field": fieldname} if field is not None else {}), "file": file,
                         "shape": list(portable.shape.dims), "dtype": portable.dtype.value,
@@ -372,13 +377,16 @@ def _execute(
         with writing:
             if not sealed.is_set():
                 # the outputs land first and the record that names them last, their fsyncs at once and at
-                # the same time as the running record's (the disk's journal commits them together); only the
-                # final record's rename waits for the running record's, which it must replace, not precede
-                # an output's file is new in the run's folder (or a failed attempt's, which no record names)
-                write_together([*written, (record_path, json_writer(record, encoded))], fresh=len(written),
-                               before_replace=first_written)
+                # the same time as the running record's (the disk's journal commits them together); the
+                # final record's rename never precedes the running record's: it waits for a rename under way,
+                # and one not begun yet never happens
+                outputs.add(record_path, json_writer(record, encoded))
+                outputs.commit(before_replace=lambda: first_written(supersede=True))
                 final_written.set()
+            else:
+                outputs.abandon()
     except BaseException as e:
+        outputs.abandon()
         with writing:
             if not final_written.is_set() and not sealed.is_set():
                 _write_ended(record_path, record, encoded, e, cancel, runtime, stream, started, first_written)
@@ -461,50 +469,70 @@ def _give_back_pool(pool: ThreadPoolExecutor, reuse: bool, stopped: bool) -> Non
 _SEAL_WAIT_S = 5.0
 
 
-def _initial_write(record_path: str, record: dict, encoded: Mapping[str, str], manifest_file: str
+def _initial_write(record_path: str, record: dict, encoded: dict[str, str], manifest_file: str
                    ) -> Callable[..., None]:
-    """Write the ``running`` record in a thread of its own while the run goes on; returns the wait for it.
+    """Write the ``running`` record, durable before it is renamed into place, while the run goes on; returns the
+    wait for it.
 
-    The write waits on other processes and on the disk: ``git`` asked for
-    the manifest's provenance (two rounds of processes, 5-8 ms here) and
-    the file's ``fsync`` (about 5 ms). A short run's tasks take a few tens
-    of ms, so that was a quarter of a 299-task run; in a thread it
-    overlaps the lowering and the tasks. The thread writes a copy of the
-    record as it is now, its ``host`` filled in (in ``record`` too: the
-    key exists, so the dict does not change size under the run's thread);
-    the final record and a forced exit's wait for it first, so the
-    ``running`` record never replaces a later one. The thread is one of
-    the process's record writers, started once (a thread's start was
-    0.1-2 ms of every run, the most on a loaded machine), and not a
-    daemon: an interpreter that exits waits for the write to end.
-    The wait re-raises what the write raised (``raise_error=False``: not).
+    The record is made here, in the run's thread: its ``host`` (the
+    manifest's provenance, in ``record`` too: the key exists, so the dict
+    does not change size under the run's thread), its text, and its
+    temporary file (:class:`~hetflow.engine.store.records.Batch`). What waits on the disk
+    is left to one of the process's record writers: the ``fsync`` (about
+    0.3 ms here, more while the run's work holds the cores) and the rename
+    after it, so they overlap the run. A writer that made the whole record
+    took the GIL for it only when the run's thread blocked, the whole
+    record behind the run's work in a short run: its write ended after the
+    graph, and the final record waited for it.
+
+    The final record and a forced exit's wait for it first, so the
+    ``running`` record never replaces a later one. The writers are started
+    once per process (a thread's start was 0.1-2 ms of every run, the most
+    on a loaded machine), and are not daemons: an interpreter that exits
+    waits for the write to end. The wait re-raises what the write raised
+    (``raise_error=False``: not); ``durable=False`` waits only for ``host``,
+    known once this returns. ``supersede=True`` is the final record's wait,
+    once it is durable: a ``running`` record not yet renamed into place is
+    then never renamed (:meth:`~hetflow.engine.store.records.Batch.supersede`),
+    so a slow fsync of it (1-2 ms here while the run's work held both cores)
+    does not hold the final record back.
     """
-    first = dict(record)
     failed: list[BaseException] = []
-    host_known = threading.Event()
-
-    def write() -> None:
-        try:
+    pending = Batch()
+    try:
+        record["host"] = provenance(manifest_file)
+        # the values no later write changes are encoded once, for this record and the final one
+        encoded.update((k, encode_value(record[k])) for k in _UNCHANGING if k not in encoded)
+        pending.add(record_path, json_writer(dict(record), encoded))
+    except BaseException as e:  # noqa: BLE001 - handed to the wait, as the writer's own errors are
+        pending.abandon()
+        if not isinstance(e, Exception):
+            raise
+        failed.append(e)
+        done = None
+    else:
+        def finish() -> None:
             try:
-                record["host"] = first["host"] = provenance(manifest_file)
-            finally:
-                host_known.set()
-            write_json_atomic(record_path, first, encoded)
-        except BaseException as e:  # noqa: BLE001 - handed to the wait
-            failed.append(e)
+                pending.commit()
+            except BaseException as e:  # noqa: BLE001 - handed to the wait
+                failed.append(e)
 
-    done = _record_writers().submit(write)
+        done = _record_writers().submit(finish)
 
-    def wait(raise_error: bool = True, durable: bool = True) -> None:
-        if durable:
+    def wait(raise_error: bool = True, durable: bool = True, supersede: bool = False) -> None:
+        if supersede and not failed and pending.supersede():
+            return  # a later record takes its place: what the writer has left to do is no longer needed
+        if durable and done is not None:
             futures.wait([done])
-        else:
-            host_known.wait()
         if failed and raise_error:
             raise failed[0]
 
     return wait
 
+
+# the record's values that stay as the running record has them: everything but the run's state and outcome
+_UNCHANGING = ("format", "run_id", "params", "overrides", "matrix_point", "schedule", "plugins", "data", "inputs",
+               "resumed", "verifies", "owner", "host", "scheduler", "versions", "inventory")
 
 _WRITERS: list[ThreadPoolExecutor] = []
 

@@ -88,6 +88,8 @@ def user_limits(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     if environ is not None:
         return {k: environ[k] for k in USER_THREAD_VARS if environ.get(k, "").strip()}
     found = user_limits(os.environ)
+    if not found:  # the common case, asked several times a run: Dask's configuration has nothing to take away
+        return found
     dask_config = getattr(sys.modules.get("dask"), "config", None)
     spawned = dask_config.get("distributed.nanny.pre-spawn-environ", default={}) if dask_config else {}
     return {k: v for k, v in found.items()

@@ -76,10 +76,18 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> "RunLock":
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
         deadline = time.monotonic() + _SETTLE_S
+        made = False
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            except FileNotFoundError:
+                if made:
+                    raise
+                # the folder is made the first time only: os.makedirs asks the disk for every folder above it
+                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+                made = True
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
