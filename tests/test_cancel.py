@@ -277,3 +277,45 @@ def test_keyboard_interrupt_in_the_python_api_leaves_final_records(tmp_path, swe
         (summary,) = [json.loads(p.read_text()) for p in runs.glob("*/sweep.json")]
         assert summary["status"] == "cancelled" and summary["ended_at"]
         assert all(p["status"] != "running" for p in summary["points"])
+
+
+# the sweep's end is being written when the user presses Ctrl-C twice: both signals come to the main thread,
+# which is the one writing it, so the second one's exit would cut that write off. The two signals are sent at
+# that moment from inside the write (the only place they can be timed to), then the real write goes on.
+_TWO_SIGINTS_AT_THE_END = """
+import os, signal, sys, time
+from hetflow.engine.batch import sweeps
+real = sweeps.write_sweep
+sent = []
+
+def write_sweep(folder, summary):
+    if summary["status"] != "running" and not sent:
+        sent.append(True)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+    real(folder, summary)
+
+sweeps.write_sweep = write_sweep
+from hetflow.engine.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_two_sigints_while_the_sweep_writes_its_end_leave_the_summary_final(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("version: 1\nname: s\nparams: {seed: 1}\nmatrix: {seed: [1, 2]}\n"
+                    "executors: {host: {vendor: cpu}}\n"
+                    "stages:\n  x: {op: random.normal, args: {shape: [4], seed: \"${seed}\"}}\noutputs: {x: x}\n")
+    runs = tmp_path / "runs"
+    done = subprocess.run([sys.executable, "-c", _TWO_SIGINTS_AT_THE_END, "run", str(path), "--runs-dir", str(runs),
+                           "--quiet"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, done.stderr
+    (sweep_file,) = runs.glob("*/sweep.json")
+    summary = json.loads(sweep_file.read_text())
+    # both points had finished: the end the sweep was writing is the one on disk
+    assert summary["status"] == "succeeded" and summary["ended_at"], summary
+    assert [p["status"] for p in summary["points"]] == ["succeeded", "succeeded"]
+    assert [a["status"] for a in summary["attempts"]] == ["succeeded"]
+    assert not list(runs.glob("*/.tmp-*"))

@@ -108,6 +108,10 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
     summary.setdefault("started_at", this_start)
     write_sweep(folder, summary)
     finished = threading.Event()
+    # who writes the summary's end, and with what status: a second signal that comes in that thread while
+    # it writes (signals run in the main thread) ends the process before the write resumes
+    ending: dict[str, Any] = {}
+    ended = threading.Event()
     writer = _Writer(os.path.join(folder, "sweep.json"), summary, guard, finished)
 
     def save(row: dict, **changes: Any) -> None:
@@ -145,8 +149,9 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
         save(row, status=done.status, run_id=done.run_id, record=os.path.relpath(done.record_path, runs_dir),
              outputs={k: v["digest"] for k, v in done.record["outputs"].items()}, error=done.error)
 
-    def close(status: str, forced: bool = False) -> None:
+    def close(status: str, forced: bool = False, wait_s: float | None = None) -> None:
         """Write the summary's end: its status, this attempt's entry and, when cancelled, what had finished."""
+        ending["status"] = status
         now = time.time()
         rows = summary["points"]
         if status == "cancelled":
@@ -161,18 +166,37 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
                 "cancelled": summary.get("cancelled")}
         summary.update(status=status, ended_at=utc_iso(now), attempts=attempts + [this],
                        duration_s=round(sum(a.get("duration_s") or 0.0 for a in attempts) + now - started, 6))
-        with writer.writing(wait_s=1.0 if forced else None):
+        with writer.writing(wait_s=wait_s if wait_s is not None else 1.0 if forced else None):
             write_sweep(folder, summary)
+        ended.set()
+
+    def finish(status: Callable[[], str]) -> str:
+        """Claim the summary's end for this thread (holding the guard, ``finished`` not set) and write it."""
+        ending["thread"] = threading.get_ident()
+        finished.set()
+        end = status()
+        close(end)
+        return end
 
     def forced_exit() -> None:
-        # a second signal ends the process now: the summary says cancelled and names every point's run.
+        # a second signal ends the process now: the summary says cancelled and names every point's run
+        if ending.get("thread") == threading.get_ident() and not ended.is_set():
+            # it came while this thread wrote the summary's end, which would never resume: written here again
+            # (not waiting for the file's lock where this thread holds it)
+            close(ending.get("status") or _overall(summary["points"], True, interrupted=True), forced=True,
+                  wait_s=0 if writer.held_here() else 1.0)
+            remove_partial_writes(os.path.join(folder, "sweep.json"))
+            return
         # The guard is not waited for long: the signal may have come to a thread that holds it.
         got = guard.acquire(timeout=1.0)
         try:
             if not finished.is_set():
+                ending["thread"] = threading.get_ident()
                 finished.set()
                 close("cancelled", forced=True)
                 remove_partial_writes(os.path.join(folder, "sweep.json"))
+            else:
+                ended.wait(_END_WAIT_S)  # another thread writes the end: the process ends once it is on disk
         finally:
             if got:
                 guard.release()
@@ -199,31 +223,37 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
     except BaseException as e:
         with guard:
             if not finished.is_set():
-                finished.set()
                 if isinstance(e, KeyboardInterrupt):
                     cancel.request("SIGINT")
-                close(_overall(summary["points"], cancel.requested, interrupted=True))
+                finish(lambda: _overall(summary["points"], cancel.requested, interrupted=True))
         forget_hook()
         raise
     finally:
         pools.__exit__(None, None, None)
         writer.stop()
     rows = summary["points"]
-    status = _overall(rows, cancel.requested)
+
+    def final_status() -> str:
+        status = _overall(rows, cancel.requested)
+        if status != "cancelled":
+            summary.pop("cancelled", None)
+        return status
+
     with guard:
         if finished.is_set():  # a forced exit is writing the summary; the process ends with it
             forget_hook()
             return summary
-        finished.set()
-        if status != "cancelled":
-            summary.pop("cancelled", None)
-        close(status)
+        status = finish(final_status)
     forget_hook()
     if status == "cancelled":
         done = len(summary["cancelled"]["finished"])
         raise RunCancelled(f"sweep {summary['sweep_id']} cancelled by {cancel.signal}: {done} of {len(rows)} points "
                            f"had finished", os.path.join(folder, "sweep.json"), cancel.signal)
     return summary
+
+
+# how long a second signal's exit waits for the summary's end another thread is writing
+_END_WAIT_S = 5.0
 
 
 class _Writer:
@@ -244,6 +274,7 @@ class _Writer:
         self._stopping = False
         self._changed = threading.Condition()
         self._lock = threading.Lock()  # one write to the file at a time, this thread's or the sweep's end
+        self._holder: int | None = None  # the thread in writing(), which holds the lock
         self._thread: threading.Thread | None = None
 
     def request(self) -> None:
@@ -285,11 +316,18 @@ class _Writer:
     def writing(self, wait_s: float | None = None):
         """Hold the file for the sweep's own write: after any write under way (waiting at most ``wait_s``)."""
         got = self._lock.acquire(timeout=-1 if wait_s is None else wait_s)
+        if got:
+            self._holder = threading.get_ident()
         try:
             yield
         finally:
             if got:
+                self._holder = None
                 self._lock.release()
+
+    def held_here(self) -> bool:
+        """Whether this thread holds the file for the sweep's own write (a signal handler may ask)."""
+        return self._holder == threading.get_ident()
 
 
 def _overall(rows: list[dict], cancelled: bool, interrupted: bool = False) -> str:
