@@ -14,7 +14,12 @@ run in turn, ``PAIRS`` times, each a fresh ``hetflow run --no-cache
   what ``--parallel 2`` did before hetflow sized the pools (a user's
   variable is left alone), two points each asking for every core;
 * ``--parallel 1`` and ``--parallel 2`` on a local cluster of one worker
-  process a core (``--workers``): the same rule on the workers' pools;
+  process a core (``--workers``): the same rule on the workers' pools
+  (``--cluster`` runs these two alone; ``--by-hand`` the same two on a
+  cluster started by hand, ``dask scheduler`` and ``dask worker``, joined
+  with ``--scheduler``; ``--before TREE`` with either: an earlier source
+  tree's commands beside this checkout's, turn about; ``--timeline``: one
+  process of each, broken down by its runs' records);
 * ``--parallel 1`` with ``OPENBLAS_NUM_THREADS=1``: a second baseline.
   At 256 x 256, OpenBLAS's threads gain little and lose much on a shared
   machine, so ``--parallel 1`` on every core can be slower than on one;
@@ -67,14 +72,32 @@ def manifest(points: int, n: int = N, depth: int = DEPTH) -> str:
             f"executors: {{host: {{vendor: cpu}}}}\nstages:\n" + "\n".join(stages) + f"\noutputs: {{y: {previous}}}\n")
 
 
-def _timed(argv: list[str], env: dict) -> float:
+def _timed(argv: list[str], env: dict, cwd: str | None = None) -> float:
     t = time.perf_counter()
-    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
     return time.perf_counter() - t
 
 
-def measure(points: int, pairs: int) -> dict:
-    """Median seconds of each command over ``pairs`` rounds, all of them run in turn in every round."""
+def site_of(tree: str, folder: str) -> str:
+    """A folder to put first on ``PYTHONPATH`` whose ``hetflow`` is the source tree ``tree`` (an earlier commit's
+    files, ``git archive HEAD | tar -x -C TREE``), laid out as ``setup.py`` installs it. The variable reaches the
+    processes a local cluster spawns, so its workers run that tree's code too. The commands run in a folder
+    without a ``hetflow`` folder: ``python -m`` puts the working folder first on the path, before the
+    variable, and the checkout's own ``hetflow/`` would win there."""
+    site = Path(folder) / "site"
+    package = site / "hetflow"
+    package.mkdir(parents=True)
+    for entry in (Path(tree) / "hetflow").iterdir():
+        (package / entry.name).symlink_to(entry.resolve())
+    for name in ("engine", "executors", "schemas", "examples", "pipelines"):
+        (package / name).symlink_to((Path(tree) / name).resolve())
+    return str(site)
+
+
+def measure(points: int, pairs: int, only: tuple[str, ...] | None = None, before: str | None = None) -> dict:
+    """Median seconds of each command over ``pairs`` rounds, all of them run in turn in every round; ``only``:
+    the commands of these keys alone (``("c1", "c2")``: the local-cluster row, ``--cluster``); ``before``: a
+    source tree whose commands (keys ``KEY_before``) run beside this checkout's, each round turn about."""
     clean = {k: v for k, v in os.environ.items() if k not in USER_THREAD_VARS}
     cores = usable_cores()
     with tempfile.TemporaryDirectory(prefix="hetflow-bench-sweep-") as tmp:
@@ -91,14 +114,121 @@ def measure(points: int, pairs: int) -> dict:
                     # a local cluster of one worker a core: each worker's pool is its share of the cores
                     "c1": (argv(1, "c1") + ["--workers", str(cores)], clean),
                     "c2": (argv(2, "c2") + ["--workers", str(cores)], clean)}
+        if only is not None:
+            commands = {k: v for k, v in commands.items() if k in only}
+        if before is not None:
+            site = site_of(before, tmp)
+            for key, (cmd, env) in list(commands.items()):
+                runs = cmd.index("--runs-dir") + 1
+                path_var = os.pathsep.join(filter(None, [site, env.get("PYTHONPATH")]))
+                commands[key + "_before"] = ([*cmd[:runs], cmd[runs] + "-before", *cmd[runs + 1:]],
+                                             {**env, "PYTHONPATH": path_var})
         times: dict[str, list[float]] = {k: [] for k in commands}
-        _timed(*commands["p1"])  # a warm-up: the page cache, the plugin-free imports
-        for _ in range(pairs):
-            for key, (cmd, env) in commands.items():
-                times[key].append(_timed(cmd, env))
+        cwd = tmp if before is not None else None  # see site_of
+        _timed(*next(iter(commands.values())), cwd=cwd)  # a warm-up: the page cache, the plugin-free imports
+        for i in range(pairs):
+            # with a tree before, the two sides of each command take turns at going first
+            for key, (cmd, env) in sorted(commands.items(), key=lambda kv: (kv[0].replace("_before", ""),
+                                                                           kv[0].endswith("_before") == bool(i % 2))):
+                times[key].append(_timed(cmd, env, cwd=cwd))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return {"cores": cores, "points": points, "load": load, **{k: statistics.median(v) for k, v in times.items()},
             "all": times}
+
+
+def measure_by_hand(points: int, pairs: int, before: str | None = None) -> dict:
+    """``c1`` and ``c2`` on a cluster started by hand (``dask scheduler`` and one ``dask worker --nthreads 1`` a
+    core, default settings), joined with ``--scheduler FILE``: the cluster's start is not in the command's time,
+    and its workers have run hetflow before (a warm-up command each). ``before``: a source tree whose commands run
+    on a cluster of their own, with that tree's code in its workers, each round turn about with this checkout's."""
+    cores = usable_cores()
+    clean = {k: v for k, v in os.environ.items() if k not in USER_THREAD_VARS}
+    procs: list[subprocess.Popen] = []
+    with tempfile.TemporaryDirectory(prefix="hetflow-bench-sweep-hand-") as tmp:
+        path = Path(tmp) / "sweep.yaml"
+        path.write_text(manifest(points))
+        sides = {"": clean}
+        if before is not None:
+            site = site_of(before, tmp)
+            sides["_before"] = {**clean, "PYTHONPATH": os.pathsep.join(filter(None, [site, clean.get("PYTHONPATH")]))}
+        commands = {}
+        try:
+            for side, env in sides.items():
+                file = str(Path(tmp) / f"scheduler{side}.json")
+                procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host",
+                                               "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file", file],
+                                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp))
+                procs.extend(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", "--nthreads", "1",
+                                               "--name", str(i), "--scheduler-file", file], env=env,
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp)
+                             for i in range(cores))
+                for parallel in (1, 2):
+                    commands[f"c{parallel}{side}"] = (
+                        [sys.executable, "-m", "hetflow.engine.cli", "run", str(path), "--parallel", str(parallel),
+                         "--no-cache", "--quiet", "--runs-dir", str(Path(tmp) / f"c{parallel}{side}"), "--scheduler",
+                         file], env)
+            from distributed import Client
+
+            for side in sides:
+                with Client(scheduler_file=str(Path(tmp) / f"scheduler{side}.json"), timeout=60) as client:
+                    client.wait_for_workers(cores, timeout=60)
+                _timed(*commands["c1" + side], cwd=tmp)  # a warm-up: the workers import hetflow once
+            times: dict[str, list[float]] = {k: [] for k in commands}
+            for i in range(pairs):
+                for key, (cmd, env) in sorted(commands.items(), key=lambda kv: (
+                        kv[0].replace("_before", ""), kv[0].endswith("_before") == bool(i % 2))):
+                    times[key].append(_timed(cmd, env, cwd=tmp))
+        finally:
+            for proc in reversed(procs):
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {"cores": cores, "points": points, "load": load, **{k: statistics.median(v) for k, v in times.items()},
+            "all": times}
+
+
+def timeline(points: int, parallel: int, extra: list[str]) -> dict:
+    """Where one whole ``--parallel PARALLEL`` process's time goes, from its runs' records: when the first run
+    starts and when the process ends after the last, and per run (medians, ms) its span, its partition, the
+    record's start to the partition's (the plan's set-up on the workers, the submission), the partition's end to
+    the record's (the output, the close, the record), and the gap from one run's end to the next's start."""
+    import glob
+    import json
+    from datetime import datetime, timezone
+
+    def epoch(stamp: str) -> float:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
+
+    clean = {k: v for k, v in os.environ.items() if k not in USER_THREAD_VARS}
+    with tempfile.TemporaryDirectory(prefix="hetflow-bench-sweep-timeline-") as tmp:
+        path = Path(tmp) / "sweep.yaml"
+        path.write_text(manifest(points))
+        began = time.time()
+        subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "run", str(path), "--parallel", str(parallel),
+                        "--no-cache", "--quiet", "--runs-dir", str(Path(tmp) / "runs"), *extra], env=clean, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        ended = time.time()
+        runs = []
+        for file in glob.glob(str(Path(tmp) / "runs" / "*" / "record.json")):
+            record = json.loads(Path(file).read_text())
+            parts = [e for e in record["events"] if e.get("event") == "finished" and e.get("kind") == "partition"]
+            runs.append((epoch(record["started_at"]), epoch(record["ended_at"]), min(p["start"] for p in parts),
+                         max(p["end"] for p in parts), sum(p["duration_s"] for p in parts)))
+    runs.sort()
+
+    def ms(values: list[float]) -> float:
+        return round(statistics.median(values) * 1e3, 1) if values else 0.0
+
+    return {"seconds": round(ended - began, 3), "first_run_at": round(runs[0][0] - began, 3),
+            "after_last_run": round(ended - max(r[1] for r in runs), 3),
+            "span_ms": ms([r[1] - r[0] for r in runs]), "partition_ms": ms([r[4] for r in runs]),
+            "head_ms": ms([r[2] - r[0] for r in runs]), "tail_ms": ms([r[1] - r[3] for r in runs]),
+            "gap_ms": ms([b[0] - a[1] for a, b in zip(runs, runs[1:])]), "runs": len(runs)}
 
 
 def start_seconds(pairs: int) -> float:
@@ -224,6 +354,27 @@ if __name__ == "__main__":
     quick = "--quick" in sys.argv
     if "--loaded" in sys.argv:
         print(measure_loaded(8 if quick else 27, 2 if quick else 3))
+        sys.exit(0)
+    if "--timeline" in sys.argv:
+        # one --parallel 1 and one --parallel 2 process on a local cluster, each broken down by its runs' records
+        # (gap: negative where two points run at once)
+        for parallel in (1, 2):
+            print(f"--parallel {parallel} --workers {usable_cores()}:",
+                  timeline(8 if quick else 27, parallel, ["--workers", str(usable_cores())]))
+        sys.exit(0)
+    if "--cluster" in sys.argv or "--by-hand" in sys.argv:
+        # the local-cluster row alone, its two commands in turn (--by-hand: on a cluster started by hand);
+        # --before TREE: that tree's beside this checkout's
+        tree = sys.argv[sys.argv.index("--before") + 1] if "--before" in sys.argv else None
+        if "--by-hand" in sys.argv:
+            m = measure_by_hand(8 if quick else 27, 3 if quick else 5, before=tree)
+        else:
+            m = measure(8 if quick else 27, 3 if quick else 5, only=("c1", "c2"), before=tree)
+        on = "--scheduler FILE" if "--by-hand" in sys.argv else f"--workers {m['cores']}"
+        for side in (["_before"] if tree else []) + [""]:
+            print(f"{'before' if side else 'this checkout'}: --parallel 1 {on} {m['c1' + side]:.3f} s, "
+                  f"--parallel 2 {on} {m['c2' + side]:.3f} s: {m['c1' + side] / m['c2' + side]:.2f}x")
+        print(f"(median of {len(m['all']['c1'])} rounds, load average {m['load']:.1f} at the end; all: {m['all']})")
         sys.exit(0)
     if "--capacity" in sys.argv:
         print(machine_capacity(8 if quick else 27, 3))

@@ -250,3 +250,17 @@ def test_runs_in_flight_place_their_executors_where_the_fewest_are(cluster, mani
     done = execute(m, second, runs_dir=str(tmp_path), cluster=cluster, use_cache=False)
     assert done.status == "succeeded" and cluster._hosting == {}
 
+
+
+def test_a_local_clusters_workers_freeze_their_heap_when_they_close(cluster):
+    def frozen_by_teardown(dask_worker):
+        import gc
+
+        before = gc.get_freeze_count()
+        dask_worker.plugins["hetflow-exit"].teardown(dask_worker)
+        after = gc.get_freeze_count()
+        gc.unfreeze()  # this worker goes on serving the module's tests
+        return before, after
+
+    got = cluster.client.run(frozen_by_teardown)
+    assert len(got) == 2 and all(after > before for before, after in got.values())

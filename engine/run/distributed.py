@@ -92,6 +92,7 @@ from hetflow.engine.run.workerside import (
     CLOSE_WAIT_S,
     PLUGIN_PREFIX,
     RESOURCE_PREFIX,
+    ExitPlugin,
     HetflowWorkerPlugin,
     WorkerInfo,
     _can_host,
@@ -166,6 +167,10 @@ class Cluster:
         Dask's trim threshold that sends every array of 128 KiB or more
         through ``mmap`` (:mod:`hetflow.engine.run.malloc`).
 
+        Its workers freeze their heap when they close
+        (:class:`~hetflow.engine.run.workerside.ExitPlugin`), so that closing
+        the cluster does not wait for each interpreter's last collection.
+
         Its scheduler runs without the active memory manager, for the cost
         of a recovery, not for its correctness: ReduceReplicas keeps one
         copy of a result, often the destination's copy of a bridge's bytes,
@@ -191,7 +196,9 @@ class Cluster:
                               dashboard_address=":0" if dashboard else None, silence_logs=logging.CRITICAL,
                               # without the dashboard the scheduler still serves its HTTP routes (health,
                               # metrics), by default on 8787: a port of its own, as with the dashboard
-                              scheduler_kwargs=None if dashboard else {"dashboard_address": ":0"})
+                              scheduler_kwargs=None if dashboard else {"dashboard_address": ":0"},
+                              # the workers' exit without the interpreter's last collection (ExitPlugin)
+                              plugins={ExitPlugin()})
         try:
             client = Client(lc, set_as_default=False)
         except BaseException:
@@ -454,7 +461,9 @@ class Cluster:
             failure = failure or e
         live: dict[str, int] = {}
         try:
-            client.cancel([f for f in futures.values() if not f.done()])
+            pending = [f for f in futures.values() if not f.done()]
+            if pending:  # a round trip to the scheduler, even for none
+                client.cancel(pending)
             reports = client.run(_close_run, run_id, CLOSE_WAIT_S, on_error="return") if registered else {}
             answered = set()
             for address, report in reports.items():

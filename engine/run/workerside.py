@@ -25,13 +25,14 @@ from typing import Any, Mapping
 from distributed import WorkerPlugin, get_worker
 
 from hetflow.engine.store.cache import Cache, CacheUse
-from hetflow.engine.plan.planner import Plan
+from hetflow.engine.plan.plandata import Plan
 from hetflow.engine.run import malloc
 from hetflow.engine.run.runtime import ClusterFailure, LocalRuntime, NotHeld
 from hetflow.executors import Offer, create, plugins, probe
 from hetflow.executors.base import Vendor
 
-__all__ = ["HetflowWorkerPlugin", "WorkerInfo", "worker_offers", "PLUGIN_PREFIX", "RESOURCE_PREFIX", "CLOSE_WAIT_S"]
+__all__ = ["HetflowWorkerPlugin", "ExitPlugin", "WorkerInfo", "worker_offers", "PLUGIN_PREFIX", "RESOURCE_PREFIX",
+           "CLOSE_WAIT_S"]
 
 PLUGIN_PREFIX = "hetflow-run-"
 RESOURCE_PREFIX = "executor-"
@@ -173,6 +174,26 @@ class HetflowWorkerPlugin(WorkerPlugin):
             self._cond.notify_all()
 
 
+class ExitPlugin(WorkerPlugin):
+    """Given to the workers of a local cluster hetflow starts: when the worker closes, its heap is frozen
+    (``gc.freeze``), so that the interpreter's exit skips the last collection of every object the worker made.
+
+    A worker process spends 0.08-0.10 s in that collection here (numpy, distributed and hetflow imported;
+    0.015 s frozen), and the cluster's close waits for its processes to end: a tenth of a second of every
+    ``--workers`` command, on top of the work. Exit handlers and the modules' teardown still run; what no
+    longer runs is the finalizers of objects kept alive only by reference cycles, whose resources the
+    process's end gives back (memory, descriptors). The worker's scratch folder is removed by the worker's
+    own close before this.
+    """
+
+    name = "hetflow-exit"
+
+    def teardown(self, worker: Any) -> None:
+        import gc
+
+        gc.freeze()
+
+
 def _plugins_of(plan: Plan) -> list[tuple[str, str, str, bytes | None]]:
     """(kind, spec, path or module, source) of the plugin of every user's op the plan runs.
 
@@ -289,6 +310,9 @@ async def _close_run(run_id: str, wait_s: float, dask_worker: Any = None) -> dic
     """On one worker: stop the run, wait for its running tasks, release, report, flush."""
     plugin = dask_worker.plugins.get(PLUGIN_PREFIX + run_id)
     if plugin is None or plugin.runtime is None:
+        # nothing of the run here (its plugin failed to set up): the marker says so all the same, since the
+        # client waits for one from every worker that answers
+        _flush(dask_worker, run_id)
         return {"live": {}, "released": 0, "running": 0, "abandoned": 0}
     plugin.close()
     runtime = plugin.runtime
@@ -300,9 +324,14 @@ async def _close_run(run_id: str, wait_s: float, dask_worker: Any = None) -> dic
     released = runtime.handles.release_all()
     report = {"live": {n: ex.live_activations() for n, ex in runtime.executors.items()}, "released": released,
               "running": plugin.inflight, "abandoned": runtime.abandoned}
+    _flush(dask_worker, run_id)
+    return report
+
+
+def _flush(dask_worker: Any, run_id: str) -> None:
+    """The flush marker of :mod:`hetflow.engine.run.events`: every event of the run from this worker went before it."""
     dask_worker.log_event(PLUGIN_PREFIX + run_id,
                           {"event": "flush", "kind": "run", "id": run_id, "worker": dask_worker.address})
-    return report
 
 
 def _dependencies(arg: Any, dsk: Mapping[str, Any]) -> list[str]:
