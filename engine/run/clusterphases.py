@@ -51,7 +51,7 @@ import numpy as np
 
 from hetflow.engine.plan.costs import CostModel, interpreter_loaded
 from hetflow.engine.run.events import EventStream, run_event
-from hetflow.engine.plan.planner import Plan
+from hetflow.engine.plan.plandata import Plan
 from hetflow.executors.base import PortableActivation
 
 __all__ = ["run_phases", "scatter", "batches", "witness_where", "place_witness", "shared_table"]

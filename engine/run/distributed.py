@@ -85,7 +85,7 @@ from hetflow.engine.run.events import EventStream, run_event
 from hetflow.engine.run import malloc
 from hetflow.engine.run.lowering import TaskGraph, lower
 from hetflow.engine.manifest.validate import Manifest
-from hetflow.engine.plan.planner import Plan
+from hetflow.engine.plan.plandata import Plan
 from hetflow.engine.run.recovery import _Gone, _mark_cached, plan_recovery, recover
 from hetflow.engine.run.runtime import ClusterFailure, NotHeld
 from hetflow.engine.run.workerside import (

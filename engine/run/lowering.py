@@ -58,7 +58,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
-from hetflow.engine.plan.planner import Partition, Plan
+from hetflow.engine.plan.plandata import Partition, Plan
 from hetflow.executors.base import Dtype, SubGraphPlan
 from hetflow.executors.payload import encode_plan
 

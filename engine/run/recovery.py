@@ -37,7 +37,7 @@ from hetflow.engine.run.clusterphases import scatter
 from hetflow.engine.run.events import EventStream, run_event
 from hetflow.engine.store.cache import CacheUse
 from hetflow.engine.run.lowering import TaskGraph, bridge_ref, partition_key, tensor_ref
-from hetflow.engine.plan.planner import Plan
+from hetflow.engine.plan.plandata import Plan
 from hetflow.engine.store.records import utc_iso
 from hetflow.engine.run.runtime import ClusterFailure
 from hetflow.engine.run.workerside import (

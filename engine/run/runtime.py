@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping
 from hetflow.engine.run.cancel import Cancel
 from hetflow.engine.errors import StageFailure
 from hetflow.engine.run.lowering import TaskGraph, bridge_ref, lower, subgraph_plan, tensor_ref
-from hetflow.engine.plan.planner import Plan
+from hetflow.engine.plan.plandata import Plan
 from hetflow.engine.store.records import micros
 from hetflow.engine.run.threads import here as _pools_here
 from hetflow.executors.base import ActivationHandle, Dtype, Executor, ExecutorError, PortableActivation

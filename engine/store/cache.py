@@ -44,7 +44,7 @@ from typing import Any
 
 import orjson
 
-from hetflow.engine.plan.planner import Partition, Plan
+from hetflow.engine.plan.plandata import Partition, Plan
 from hetflow.engine.store.records import folder_mode
 from hetflow.executors import ops as oplib
 from hetflow.executors.base import Dtype, PortableActivation, TensorShape
