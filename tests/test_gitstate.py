@@ -280,3 +280,28 @@ def test_runs_in_one_process_record_the_tree_as_it_is_at_each_run(repo, tmp_path
     assert states == [False] * 4 + [True, False]
     # asked by the first run, the second (which starts watching), the edit and the commit
     assert asked[0] == 4, "the repeated clean runs are answered from memory"
+
+
+def test_a_linked_worktree_is_watched_as_its_own_tree(repo, tmp_path, mode, asked):
+    linked = tmp_path / "linked"
+    _git(repo, "worktree", "add", "-q", str(linked))
+    manifest = linked / "p.yaml"
+    clean = _settle(manifest, asked)
+    assert not clean["dirty"] and mode_of_tree(manifest) == mode
+    (repo / "c.txt").write_text("the main tree's edit is not the linked tree's")
+    assert gitstate.state(str(manifest)) == clean
+    (linked / "c.txt").write_text("edited in the linked tree")
+    assert gitstate.state(str(manifest))["dirty"]
+
+
+def test_a_tree_too_big_to_watch_is_asked_while_clean_and_kept_by_its_key_while_dirty(repo, asked, monkeypatch):
+    monkeypatch.setattr(gitstate, "WATCH_LIMIT", 2)  # the repository has 4 folders git looks into
+    monkeypatch.setattr(gitstate, "STAT_LIMIT", 2)
+    manifest = repo / "p.yaml"
+    for i in range(3):
+        assert not gitstate.state(str(manifest))["dirty"]
+    assert asked[0] == 3 and not gitstate._WATCHED
+    (repo / "a" / "new.txt").write_text("n")
+    for _ in range(3):
+        assert gitstate.state(str(manifest))["dirty"]
+    assert asked[0] == 4
