@@ -305,3 +305,28 @@ def test_a_tree_too_big_to_watch_is_asked_while_clean_and_kept_by_its_key_while_
     for _ in range(3):
         assert gitstate.state(str(manifest))["dirty"]
     assert asked[0] == 4
+
+
+def test_runs_written_into_an_untracked_runs_folder_do_not_make_git_asked_again(repo, tmp_path, asked, monkeypatch):
+    """A runs folder inside the repository that nobody ignored: git lists it as one untracked entry, whatever
+    the runs put in it, so the watch leaves its inside alone (the tree is dirty, and stays so)."""
+    import json
+
+    import hetflow
+
+    monkeypatch.setattr(gitstate, "SETTLE_NS", 0)
+    quickstart = os.path.join(os.path.dirname(__file__), os.pardir, "examples", "quickstart.yaml")
+    shutil.copy(quickstart, repo / "quickstart.yaml")
+    _git(repo, "add", "quickstart.yaml")
+    _git(repo, "commit", "-q", "-m", "quickstart")
+    runs = repo / "runs"
+
+    def recorded():
+        done = hetflow.run(str(repo / "quickstart.yaml"), runs_dir=str(runs), cache=False)
+        with open(done.record_path, encoding="utf-8") as f:
+            return json.load(f)["host"]["git"]
+
+    states = [recorded() for _ in range(5)]
+    assert all(s["dirty"] and not s["manifest_dirty"] for s in states[1:]), states
+    assert asked[0] <= 3, "the first run, the one that starts watching, and at most the first run's new folder"
+    assert _git(repo, "status", "--porcelain") == "?? runs/"

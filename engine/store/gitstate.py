@@ -198,7 +198,9 @@ class _Tree:
     """What says whether a work tree still answers as it did when git was asked.
 
     Every tracked file, every folder of the work tree that git looks into
-    for untracked files (all but ``.git`` and ignored folders), and the
+    for untracked files (all but ``.git``, ignored folders, and folders git
+    lists whole as untracked, whose files change nothing it says while it
+    holds any: a runs folder nobody ignored fills as runs go), and the
     files that say what is ignored or how git reads the tree (the
     repository's ``info/exclude`` and ``config``, the user's and the
     system's configuration and excludes). A tree with a submodule is not
@@ -219,12 +221,16 @@ class _Tree:
     @classmethod
     def read(cls, now: tuple) -> "_Tree | None":
         top, gitdir, common = now[0], now[1], now[2]
-        # three questions at once: what is tracked, what is ignored, and the user's own excludes file
+        # four questions at once: what is tracked, what is ignored, which folders git lists as untracked
+        # (one entry each, whatever they hold: a run's folders made in a runs folder nobody ignored change
+        # nothing), and the user's own excludes file
         outs = [_result(proc) for proc in (
             _start(top, "ls-files", "-z", "--stage", text=False),
             _start(top, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory", text=False),
+            _start(top, "ls-files", "-z", "--others", "--exclude-standard", "--directory", "--no-empty-directory",
+                   text=False),
             _start(top, "config", "--path", "--get", "core.excludesFile", text=False))]
-        if outs[0] is None or outs[1] is None:
+        if outs[0] is None or outs[1] is None or outs[2] is None:
             return None
         btop = os.fsencode(top)
         paths: list[bytes] = []
@@ -237,7 +243,8 @@ class _Tree:
             paths.append(os.path.join(btop, path))
             if len(paths) > FILES_LIMIT:
                 return None
-        skip = {os.path.join(btop, p.rstrip(b"/")) for p in outs[1].split(b"\0") if p.endswith(b"/")}
+        skip = {os.path.join(btop, p.rstrip(b"/")) for p in outs[1].split(b"\0") + outs[2].split(b"\0")
+                if p.endswith(b"/")}
         skip.add(os.path.join(btop, b".git"))
         # each folder is watched, or its stat taken, before it is read: a file made in it after its read
         # shows, and so does one made before (the read finds it, and git after it)
@@ -272,8 +279,8 @@ class _Tree:
                     os.path.join(gitdir, "config"), os.path.join(common, "config"), os.path.join(home, ".gitconfig"),
                     os.path.join(config_home, "git", "config"), os.path.join(config_home, "git", "ignore"),
                     "/etc/gitconfig"]
-        if outs[2]:
-            settings.append(os.fsdecode(outs[2].strip()))
+        if outs[3]:
+            settings.append(os.fsdecode(outs[3].strip()))
         settings_b = [os.fsencode(p) for p in settings]
         if watch is not None:
             # with a watch, only the settings are stat'ed on each run
