@@ -255,23 +255,29 @@ def test_the_manifests_of_one_tree_share_its_watch(repo, tmp_path, mode, asked, 
     assert tree.watch is None, "the tree let go is closed"
 
 
-def test_runs_in_one_process_record_the_tree_as_it_is_at_each_run(repo, tmp_path, asked, monkeypatch):
+def _quickstart_runs(repo, runs):
+    """The quickstart committed in ``repo``; returns a function that runs it in this process (into ``runs``) and
+    gives the ``git`` entry of its record."""
     import json
 
-    monkeypatch.setattr(gitstate, "SETTLE_NS", 0)  # where the tree's stat is watched, not its events
     import hetflow
 
     quickstart = os.path.join(os.path.dirname(__file__), os.pardir, "examples", "quickstart.yaml")
     shutil.copy(quickstart, repo / "quickstart.yaml")
     _git(repo, "add", "quickstart.yaml")
     _git(repo, "commit", "-q", "-m", "quickstart")
-    runs = tmp_path / "runs"
 
     def recorded():
         done = hetflow.run(str(repo / "quickstart.yaml"), runs_dir=str(runs), cache=False)
         with open(done.record_path, encoding="utf-8") as f:
             return json.load(f)["host"]["git"]
 
+    return recorded
+
+
+def test_runs_in_one_process_record_the_tree_as_it_is_at_each_run(repo, tmp_path, asked, monkeypatch):
+    monkeypatch.setattr(gitstate, "SETTLE_NS", 0)  # where the tree's stat is watched, not its events
+    recorded = _quickstart_runs(repo, tmp_path / "runs")
     states = [recorded()["dirty"] for _ in range(4)]
     (repo / "a" / "b.txt").write_text("edited between two runs")
     states.append(recorded()["dirty"])
@@ -310,22 +316,8 @@ def test_a_tree_too_big_to_watch_is_asked_while_clean_and_kept_by_its_key_while_
 def test_runs_written_into_an_untracked_runs_folder_do_not_make_git_asked_again(repo, tmp_path, asked, monkeypatch):
     """A runs folder inside the repository that nobody ignored: git lists it as one untracked entry, whatever
     the runs put in it, so the watch leaves its inside alone (the tree is dirty, and stays so)."""
-    import json
-
-    import hetflow
-
     monkeypatch.setattr(gitstate, "SETTLE_NS", 0)
-    quickstart = os.path.join(os.path.dirname(__file__), os.pardir, "examples", "quickstart.yaml")
-    shutil.copy(quickstart, repo / "quickstart.yaml")
-    _git(repo, "add", "quickstart.yaml")
-    _git(repo, "commit", "-q", "-m", "quickstart")
-    runs = repo / "runs"
-
-    def recorded():
-        done = hetflow.run(str(repo / "quickstart.yaml"), runs_dir=str(runs), cache=False)
-        with open(done.record_path, encoding="utf-8") as f:
-            return json.load(f)["host"]["git"]
-
+    recorded = _quickstart_runs(repo, repo / "runs")
     states = [recorded() for _ in range(5)]
     assert all(s["dirty"] and not s["manifest_dirty"] for s in states[1:]), states
     assert asked[0] <= 3, "the first run, the one that starts watching, and at most the first run's new folder"
