@@ -13,13 +13,14 @@ Examples
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 __all__ = ["Origin", "Noted", "Diagnostic", "SHOWN", "capped", "HetflowError", "ManifestError", "UsageError", "EnvironmentUnavailable",
-           "require_runs_dir", "RunFailed", "RunCancelled", "StageFailure", "LockHeld"]
+           "StorageUnavailable", "STORAGE_ERRNOS", "is_storage_error", "require_runs_dir", "RunFailed", "RunCancelled", "StageFailure", "LockHeld"]
 
 
 @functools.total_ordering
@@ -187,8 +188,37 @@ class EnvironmentUnavailable(HetflowError):
 
     The input is right and the same command may succeed later, so the CLI
     tells it apart from bad input (exit 5, not 2). It is raised before
-    anything is written.
+    anything is written, but for :class:`StorageUnavailable`.
     """
+
+
+#: what a file system answers when it cannot take a write: full, over quota, read-only, failing, file too large
+STORAGE_ERRNOS = frozenset(getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EROFS", "EIO", "EFBIG")
+                           if hasattr(errno, name))
+
+
+def is_storage_error(error: BaseException) -> bool:
+    """Whether ``error`` is a file system refusing a write (:data:`STORAGE_ERRNOS`).
+
+    >>> is_storage_error(OSError(errno.ENOSPC, "No space left on device")), is_storage_error(KeyError("x"))
+    (True, False)
+    """
+    return isinstance(error, OSError) and error.errno in STORAGE_ERRNOS
+
+
+class StorageUnavailable(EnvironmentUnavailable):
+    """A file of a run could not be written: its disk is full, over quota, read-only or failing.
+
+    Raised after the run's work, or during it: ``record_path`` is the
+    run's record where a final one was written (``status: failed``, the
+    file system's error in ``error``), None where not even that could be
+    written (the ``running`` record then stays, and reads ``died`` once
+    this process has ended).
+    """
+
+    def __init__(self, message: str, record_path: str | None = None) -> None:
+        super().__init__(message)
+        self.record_path = record_path
 
 
 def require_runs_dir(path: str, *, create: bool = True) -> None:

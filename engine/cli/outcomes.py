@@ -29,7 +29,10 @@ severity, message}`` per manifest problem, every one of them, empty for a
 bad argument) and ``count`` (a bad manifest: how many; standard error and
 ``message`` list the first 50, then ``... and N more``),
 ``lock`` and ``holder`` (locked: the lock file and who holds it: pid,
-host, run, since), ``crash_log`` (internal), ``signal`` with ``run_id``
+host, run, since), ``run_id`` and ``record`` (environment: a run whose
+disk refused its files, where its failed record was written; a full
+disk, a quota, a read-only or failing file system is the environment's,
+exit 5, wherever hetflow meets it), ``crash_log`` (internal), ``signal`` with ``run_id``
 and ``record`` or, for a sweep, ``sweep_id`` and ``summary`` (cancelled).
 
 Examples
@@ -56,7 +59,8 @@ from typing import Any
 from hetflow.engine.cli.common import (EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_INTERNAL, EXIT_LOCKED,
                                        EXIT_RUN_FAILED)
 from hetflow.engine.errors import (Diagnostic, EnvironmentUnavailable, HetflowError, LockHeld, ManifestError,
-                                   RunCancelled, RunFailed, UsageError, capped)
+                                   RunCancelled, RunFailed, StorageUnavailable, UsageError, capped,
+                                   is_storage_error)
 
 __all__ = ["Outcome", "outcome", "RULES"]
 
@@ -102,6 +106,23 @@ def _bad_usage(e: UsageError, debug: bool) -> Outcome:
 
 def _unavailable(e: EnvironmentUnavailable, debug: bool) -> Outcome:
     return Outcome(EXIT_ENVIRONMENT, [f"hetflow: error: {e}"], _error("environment", EXIT_ENVIRONMENT, str(e)))
+
+
+def _storage(e: StorageUnavailable, debug: bool) -> Outcome:
+    made = _made(e.record_path)
+    lines = [f"hetflow: error: {e}"] + ([f"record: {e.record_path}"] if e.record_path else [])
+    return Outcome(EXIT_ENVIRONMENT, lines, _error("environment", EXIT_ENVIRONMENT, str(e), **made),
+                   made.get("run_id"))
+
+
+def _os_error(e: OSError, debug: bool) -> Outcome:
+    """A file hetflow writes outside a run (a sweep's summary, a lock, a schedule's claim, a report) that its
+    file system refused: the environment's, as a full disk is; any other ``OSError`` is a bug."""
+    if not is_storage_error(e):
+        return _internal(e, debug)
+    where = f"cannot write {e.filename}" if e.filename else "a write failed"
+    message = f"{where}: {e.strerror or e}"
+    return Outcome(EXIT_ENVIRONMENT, [f"hetflow: error: {message}"], _error("environment", EXIT_ENVIRONMENT, message))
 
 
 def _locked(e: LockHeld, debug: bool) -> Outcome:
@@ -170,10 +191,12 @@ RULES: tuple[tuple[type[BaseException], Callable[[Any, bool], Outcome]], ...] = 
     (RunCancelled, _cancelled),
     (ManifestError, _bad_manifest),
     (UsageError, _bad_usage),
+    (StorageUnavailable, _storage),
     (EnvironmentUnavailable, _unavailable),
     (LockHeld, _locked),
     (HetflowError, _failed),
     (KeyboardInterrupt, _interrupted),
+    (OSError, _os_error),
 )
 
 

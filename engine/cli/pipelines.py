@@ -156,6 +156,10 @@ def cmd_run(args: argparse.Namespace, out, err) -> int:
             print(f"  {name}: {json.dumps(o['value'])[:60]}  {o['digest'][:23]}  (in record.json)", file=out)
             continue
         print(f"  {name}: {o['shape']} {o['dtype']}  {o['digest'][:23]}  {os.path.join(run.path, o['file'])}", file=out)
+    unstored = rec["cache"].get("store_failed") or {}
+    if unstored:  # the run is whole; the next one will compute these partitions again
+        print(f"hetflow: warning: {len(unstored)} partition(s) not stored in the cache: "
+              + "; ".join(f"{pid}: {why}" for pid, why in sorted(unstored.items())), file=err)
     print(f"record: {run.record_path}", file=out)
     print(run.run_id, file=out)
     return EXIT_OK

@@ -46,7 +46,7 @@ from hetflow.engine.store import owner
 from hetflow.engine.run import threads
 from hetflow.engine.store.cache import Cache, CacheUse, file_digest, partition_keys, uncached_stages
 from hetflow.engine.run.cancel import Cancel, Cancelled, current
-from hetflow.engine.errors import RunCancelled, RunFailed, StageFailure
+from hetflow.engine.errors import RunCancelled, RunFailed, StageFailure, StorageUnavailable, is_storage_error
 from hetflow.engine.heap import frozen_heap
 from hetflow.engine.run.events import EventStream, Sink, run_event
 from hetflow.engine.manifest.validate import Manifest
@@ -165,7 +165,12 @@ def _execute(
     if resume is not None:
         run_id, run_dir = resume, os.path.join(runs_dir, resume)
     else:
-        run_id, run_dir = new_run_dir(runs_dir, manifest.name, manifest.digest)
+        try:
+            run_id, run_dir = new_run_dir(runs_dir, manifest.name, manifest.digest)
+        except OSError as e:
+            if not is_storage_error(e):
+                raise
+            raise StorageUnavailable(f"a run's folder could not be made in {runs_dir}: {e.strerror}") from e
     record_path = os.path.join(run_dir, "record.json")
     earlier = _earlier_attempts(record_path) if resume is not None else []
     if on_run_id is not None:
@@ -246,6 +251,7 @@ def _execute(
     # the outputs' files, each written as soon as it is known and committed with the final record
     outputs = Batch()
     try:
+        first_written(durable=False)  # a running record that could not even be written: stop before the work
         failure: BaseException | None = None
         results: list[Any] = []
         live_after: dict[str, int] | None
@@ -369,7 +375,8 @@ def _execute(
         # Hits and stores happen where partitions run, on workers in cluster mode: the task events carry them.
         done = [e for e in record["tasks"] if e["kind"] == "partition" and e["status"] == "succeeded"]
         record["cache"] = {**cache_use.to_json(), "hits": [e["id"] for e in done if e.get("cached")],
-                           "stored": [e["id"] for e in done if e.get("stored")]}
+                           "stored": [e["id"] for e in done if e.get("stored")],
+                           "store_failed": {e["id"]: e["store_error"] for e in done if e.get("store_error")}}
         record["events"] = list(stream.events)  # the stream goes on: the run's own end comes after the record
         encoded.update(tasks=encode_events(record["tasks"]), events=encode_events(record["events"]),
                        nodes=encode_events(record["nodes"]))
@@ -386,12 +393,15 @@ def _execute(
             else:
                 outputs.abandon()
     except BaseException as e:
-        outputs.abandon()
+        outputs.abandon()  # with them, an output a full disk cut short, and the space it held
+        wrote = False
         with writing:
             if not final_written.is_set() and not sealed.is_set():
-                _write_ended(record_path, record, encoded, e, cancel, runtime, stream, started, first_written)
+                wrote = _write_ended(record_path, record, encoded, e, cancel, runtime, stream, started, first_written)
                 final_written.set()
         forget_hook()
+        if is_storage_error(e):
+            raise _unwritten(e, run_id, run_dir, record_path if wrote else None) from e
         raise
     forget_hook()
     stream.emit(run_event(record["status"] if failure is not None else "finished", run_id,
@@ -619,9 +629,10 @@ def _still_running(events: list[dict]) -> set[str]:
 
 def _write_ended(record_path: str, record: dict, encoded: Mapping[str, str], error: BaseException, cancel: Cancel,
                  runtime: Any, stream: EventStream, started: float, first_written: Callable[..., None],
-                 forced: bool = False) -> None:
+                 forced: bool = False) -> bool:
     """The record of a run that ended outside its normal end (an interrupt, a second signal's forced exit, an
-    error in the engine itself): ``cancelled`` for the first two, ``failed`` otherwise; never left ``running``."""
+    error in the engine itself, a disk that refused its files): ``cancelled`` for the first two, ``failed``
+    otherwise; never left ``running`` where it can be written at all. Whether it was written."""
     first_written(raise_error=False)
     now = time.time()
     stopped = isinstance(error, (Cancelled, KeyboardInterrupt))
@@ -635,10 +646,38 @@ def _write_ended(record_path: str, record: dict, encoded: Mapping[str, str], err
         ending["error"] = {"partition": None, "node": None, "message": f"{type(error).__name__}: {error}",
                            "traceback": "".join(traceback.format_exception(error))}
     _end_attempt(ending, "cancelled" if stopped else "failed", started, now)
+    kept = {k: v for k, v in encoded.items() if k in ("plan", "manifest")}
     try:
-        write_json_atomic(record_path, ending, {k: v for k, v in encoded.items() if k in ("plan", "manifest")})
-    except Exception:  # noqa: BLE001 - the error that ended the run is the one to report
-        pass
+        write_json_atomic(record_path, ending, kept)
+    except Exception as e:  # noqa: BLE001 - the error that ended the run is the one to report
+        if not is_storage_error(e):
+            return False
+        # a full disk: the record without what grew since the running record (the events, the tasks, the
+        # traceback) may still fit where that one did
+        lean = {**ending, "events": [], "tasks": [], "trimmed": ["events", "tasks", "error.traceback"]}
+        if isinstance(ending.get("error"), dict):
+            lean["error"] = {**ending["error"], "traceback": None}
+        try:
+            write_json_atomic(record_path, lean, kept)
+        except Exception:  # noqa: BLE001
+            return False
+    return True
+
+
+def _unwritten(error: OSError, run_id: str, run_dir: str, record_path: str | None) -> StorageUnavailable:
+    """What a run whose files its disk refused (full, over quota, read-only, failing) raises, once its record
+    says so where it could: the file and the file system's words, and where the record stands. A run folder
+    left empty (not even the ``running`` record landed) is removed: nothing of the run is left half there."""
+    what = f"run {run_id}: {os.path.basename(error.filename) if error.filename else 'a file'} could not be " \
+           f"written in {run_dir}: {error.strerror or error}"
+    if record_path is not None:
+        return StorageUnavailable(f"{what}; its record says failed", record_path)
+    try:
+        os.rmdir(run_dir)
+    except OSError:
+        return StorageUnavailable(f"{what}; its record could not be written either, and reads died once this "
+                                  "process has ended")
+    return StorageUnavailable(f"{what}; nothing of the run was kept")
 
 
 def _bound_executors(instances: Mapping[str, Executor]) -> dict:

@@ -385,8 +385,9 @@ class LocalRuntime:
             handles.done(ref)
         cached = self.cache is not None and pid in self.cache.hit_set
         stored = self.cache is not None and pid in self.cache.stored_set
+        unstored = self.cache.store_errors.get(pid) if self.cache is not None and self.cache.store_errors else None
         self._event("partition", pid, part.executor, start, "succeeded", attempt, nodes=list(part.nodes),
-                    cached=cached, stored=stored)
+                    cached=cached, stored=stored, **({"store_error": unstored} if unstored else {}))
         return produced
 
     def run_and_bridge(self, pid: str, *sources: Any) -> dict:

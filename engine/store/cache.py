@@ -432,6 +432,8 @@ class CacheUse:
         # membership per partition in O(1): a 10,000-partition run asks once per partition
         self.hit_set: set[str] = set()
         self.stored_set: set[str] = set()
+        # partition -> why its entry could not be written (a full disk, a cache folder not writable)
+        self.store_errors: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def restorable(self, pid: str) -> bool:
@@ -475,7 +477,15 @@ class CacheUse:
                 for h in result:
                     executor.release_activation(h)
                 raise
-            if self.cache.store(info.key, info.to_json(), portables):
+            try:
+                stored = self.cache.store(info.key, info.to_json(), portables)
+            except OSError as e:
+                # the cache saves later runs work; a disk that cannot take an entry costs this run nothing but
+                # the entry (its temporary folder is gone already), and the record says which and why
+                with self._lock:
+                    self.store_errors[pid] = f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")
+                return result
+            if stored:
                 with self._lock:
                     self.stored.append(pid)
                     self.stored_set.add(pid)

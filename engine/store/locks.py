@@ -103,8 +103,17 @@ class RunLock:
         # the holder as a record's owner (pid, host, boot, start time): a reused pid is not taken for it
         info = {**owner.current(), "manifest": self.manifest, "run": self.run,
                 "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(info).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            data, done = json.dumps(info).encode(), 0
+            while done < len(data):  # a disk short of space takes part of a write, then refuses the rest
+                done += os.pwrite(fd, data[done:], done)
+        except OSError as e:  # a full disk: the lock is given back as a release gives it, its file with it
+            self._fd = fd
+            self.release()
+            if e.filename is None and e.errno is not None:
+                e.filename = self.path
+            raise
         self._fd = fd
         return self
 

@@ -296,7 +296,7 @@ def write_together(files: list[tuple[str, Any]], fresh: int = 0, before_replace:
     The first ``fresh`` files are written at their own paths, without a
     temporary file and its rename: files no reader looks for until a
     later file of the batch (a run's record) names them. Where one fails,
-    nothing is renamed and every temporary file is removed.
+    nothing is renamed and every temporary file and fresh file is removed.
 
     ``before_replace``, where given, is called once every file is durable
     and before the first rename: a wait for another writer of the same
@@ -331,7 +331,7 @@ class Batch:
     every other file through a temporary file renamed over its path. A
     batch that is neither committed nor :meth:`abandon`-ed renames nothing:
     a file it added is either fresh (named by no record yet) or a temporary
-    file, which :meth:`abandon` removes. (Starting each file's writeback as
+    file, and :meth:`abandon` removes both. (Starting each file's writeback as
     it is added, with ``posix_fadvise``, moved the data's write out of the
     fsyncs but cost as much again in the calls themselves here: 60-100 us
     each.)
@@ -342,12 +342,14 @@ class Batch:
         self._renames: list[tuple[str, str]] = []  # (temporary file, path), in the order added
         self._renaming = threading.Lock()  # held from the first rename to the last, and by supersede()
         self._state = "writing"  # then "renamed" (its renames began) or "superseded" (they never will)
+        self._fresh: list[str] = []  # files written at their own paths
 
     def add(self, path: str, write: Any, fresh: bool = False) -> None:
         """Write ``path`` now (``write`` takes the open binary file); renamed over it at :meth:`commit` unless
         ``fresh``."""
         if fresh:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), file_mode())
+            self._fresh.append(path)
         else:
             fd, tmp = _temp_beside(path)
             self._renames.append((tmp, path))
@@ -355,8 +357,13 @@ class Batch:
         if not fresh:
             os.fchmod(fd, file_mode())
         f = os.fdopen(fd, "wb", closefd=False)
-        write(f)
-        f.flush()
+        try:
+            write(f)
+            f.flush()
+        except OSError as e:
+            if e.filename is None and e.errno is not None:  # a write's error names no file; a full disk's should
+                e.filename = path
+            raise
 
     def commit(self, before_replace: Any = None) -> None:
         """Make every file durable (their fsyncs at once), call ``before_replace``, then rename each over its path,
@@ -402,12 +409,14 @@ class Batch:
             return True
 
     def abandon(self) -> None:
-        """Close every file and remove the temporary files not renamed yet (fresh files stay: no record names them)."""
+        """Close every file and remove the temporary files not renamed yet, and the fresh files of a batch whose
+        renames never began: no record names them, and one cut short by a full disk is half written."""
         fds, self._fds = self._fds, []
         for fd in fds:
             os.close(fd)
         renames, self._renames = self._renames, []
-        for tmp, _ in renames:
+        fresh, self._fresh = self._fresh, []
+        for tmp in [t for t, _ in renames] + (fresh if self._state != "renamed" else []):
             try:
                 os.unlink(tmp)
             except FileNotFoundError:

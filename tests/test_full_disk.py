@@ -1,0 +1,128 @@
+"""A disk that refuses a run's files is the environment's fault, and the record stays true through it.
+
+The refusal is the kernel's own: each ``hetflow run`` is a real process
+under ``RLIMIT_FSIZE``, so every write past the limit fails with EFBIG, as
+a full disk's fail with ENOSPC (Python ignores SIGXFSZ). Limits from a
+few hundred bytes to past the record's size cut the run at each of its
+files in turn: the lock, the running record, the cache's entries, the
+outputs, the final record.
+"""
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from importlib.resources import files
+from pathlib import Path
+
+import pytest
+
+from hetflow.engine.store.records import Batch
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_FSIZE as Linux applies it")
+
+QUICKSTART = str(files("hetflow.examples") / "quickstart.yaml")
+
+
+def _run(runs: Path, limit: int | None, *extra: str) -> subprocess.CompletedProcess:
+    def limited() -> None:
+        if limit is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "run", QUICKSTART, "--runs-dir", str(runs),
+                           "--quiet", *extra], capture_output=True, text=True, preexec_fn=limited, env=env,
+                          timeout=120)
+
+
+def _folders(runs: Path) -> list[Path]:
+    return [p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")] if runs.exists() else []
+
+
+def _judge(runs: Path, done: subprocess.CompletedProcess) -> str:
+    """What the run left, checked against what it said; the outcome's name."""
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    folders = _folders(runs)
+    assert len(folders) <= 1
+    leftovers = [p for p in runs.rglob("*") if p.name.startswith(".tmp-")] if runs.exists() else []
+    assert not leftovers, leftovers
+    if done.returncode == 0:
+        record = json.loads((folders[0] / "record.json").read_text())
+        assert record["status"] == "succeeded"
+        assert {o["file"] for o in record["outputs"].values()} <= {p.name for p in folders[0].iterdir()}
+        return "succeeded, unstored" if record["cache"]["store_failed"] else "succeeded"
+    assert done.returncode == 5, (done.returncode, done.stderr)
+    said = [line for line in done.stderr.splitlines() if line.startswith("hetflow: error:")]
+    assert len(said) == 1, done.stderr
+    assert "File too large" in said[0]
+    if not folders:
+        lock = list((runs / ".locks").glob("*.lock")) if (runs / ".locks").exists() else []
+        assert not lock, lock  # a lock that could not be written is given back with its file
+        return "lock" if "cannot write" in said[0] and said[0].endswith(".lock: File too large") else "nothing"
+    names = {p.name for p in folders[0].iterdir()}
+    assert names <= {"record.json", "traceback.txt"}, names  # no output of a run that did not end is left
+    record = json.loads((folders[0] / "record.json").read_text())
+    if record["status"] == "failed":
+        assert "File too large" in record["error"]["message"]
+        assert "its record says failed" in said[0]
+        return "failed"
+    assert record["status"] == "running" and "reads died" in said[0]
+    return "running"
+
+
+def test_every_cut_of_a_runs_files_leaves_a_true_record_and_a_clear_error(tmp_path):
+    whole = _run(tmp_path / "whole", None)
+    assert whole.returncode == 0, whole.stderr
+    size = max(p.stat().st_size for p in (tmp_path / "whole").glob("*/record.json"))
+    entry = max(p.stat().st_size for p in (tmp_path / "whole" / ".cache").rglob("*.bin"))
+    if entry <= size:
+        pytest.skip(f"the record ({size} B) is as large as the cache's largest file ({entry} B) here")
+    seen = {}
+    for i, limit in enumerate([50, *range(2000, size + 3000, 1000)]):
+        runs = tmp_path / f"r{i}"
+        seen.setdefault(_judge(runs, _run(runs, limit)), limit)
+    # each file in turn was the one refused: the lock, the running record, the record at the end (in full or
+    # lean), the cache's entries alone
+    assert {"lock", "nothing", "failed", "succeeded, unstored"} <= set(seen), seen
+
+
+def test_a_cache_that_cannot_take_an_entry_costs_the_run_nothing_but_the_entry(tmp_path):
+    whole = _run(tmp_path / "whole", None)
+    size = max(p.stat().st_size for p in (tmp_path / "whole").glob("*/record.json"))
+    entry = max(p.stat().st_size for p in (tmp_path / "whole" / ".cache").rglob("*.bin"))
+    if entry <= size + 4096:
+        pytest.skip(f"the record ({size} B) is not smaller than the cache's largest file ({entry} B) here")
+    runs = tmp_path / "runs"
+    done = _run(runs, size + 4096)
+    assert done.returncode == 0, done.stderr
+    assert "not stored in the cache" in done.stderr
+    record = json.loads(next(runs.glob("*/record.json")).read_text())
+    assert record["cache"]["store_failed"] and set(record["cache"]["store_failed"]).isdisjoint(record["cache"]["stored"])
+    assert all("File too large" in why for why in record["cache"]["store_failed"].values())
+    again = _run(runs, None)  # what was not stored runs again; what was, comes from the cache
+    assert again.returncode == 0
+    second = json.loads((runs / again.stdout.split()[-1] / "record.json").read_text())
+    assert set(second["cache"]["hits"]) == set(record["cache"]["stored"])
+
+
+def test_a_batch_that_fails_removes_the_fresh_files_it_wrote(tmp_path):
+    batch = Batch()
+    batch.add(str(tmp_path / "out.npy"), lambda f: f.write(b"half"), fresh=True)
+
+    def refused(f):
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError) as raised:
+        batch.add(str(tmp_path / "record.json"), refused)
+    batch.abandon()
+    assert raised.value.filename == str(tmp_path / "record.json")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_committed_batch_keeps_its_fresh_files(tmp_path):
+    batch = Batch()
+    batch.add(str(tmp_path / "out.npy"), lambda f: f.write(b"whole"), fresh=True)
+    batch.add(str(tmp_path / "record.json"), lambda f: f.write(b"{}"))
+    batch.commit()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.npy", "record.json"]
