@@ -126,3 +126,80 @@ def test_a_committed_batch_keeps_its_fresh_files(tmp_path):
     batch.add(str(tmp_path / "record.json"), lambda f: f.write(b"{}"))
     batch.commit()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.npy", "record.json"]
+
+
+SWEEP = """\
+version: 1
+name: swp
+params: {n: 16}
+matrix: {n: [8, 16, 32]}
+executors:
+  host: {vendor: cpu}
+stages:
+  x: {op: random.normal, args: {shape: ["${n}", 8], seed: 3}, executor: host}
+  y: {op: gelu, inputs: [x]}
+outputs: {y: y}
+"""
+
+
+def test_a_sweep_whose_disk_refuses_its_files_ends_with_a_true_summary_or_a_clear_error(tmp_path):
+    manifest = tmp_path / "sweep.yaml"
+    manifest.write_text(SWEEP)
+    seen = set()
+    for limit in (600, 1200, 2000, 3000, 8000):
+        runs = tmp_path / f"r{limit}"
+
+        def limited() -> None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+        done = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "run", str(manifest), "--runs-dir", str(runs),
+                               "--quiet"], capture_output=True, text=True, preexec_fn=limited, timeout=120,
+                              env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+        assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
+        summaries = list(runs.glob("*-sweep*/sweep.json"))
+        assert not [p for p in runs.rglob("*") if p.name.startswith(".tmp-")]
+        if done.returncode == 5:
+            said = [line for line in done.stderr.splitlines() if line.startswith("hetflow: error:")]
+            assert len(said) == 1 and "File too large" in said[0], done.stderr
+            seen.add("summary refused" if "sweep.json" in said[0] else "other")
+            assert all(p.parent.name.endswith("sweep") for p in summaries)
+            assert [p for p in runs.glob("*-sweep*") if not (p / "sweep.json").exists()] == []  # no empty folder
+            continue
+        assert done.returncode in (0, 1), done.stderr
+        summary = json.loads(summaries[0].read_text())
+        assert summary["status"] == ("succeeded" if done.returncode == 0 else "failed")
+        assert {p["status"] for p in summary["points"]} <= {"succeeded", "failed"}
+        if done.returncode == 1:
+            assert all("File too large" in p["error"] for p in summary["points"] if p["status"] == "failed")
+        seen.add("points failed" if done.returncode == 1 else "succeeded")
+    assert {"summary refused", "points failed", "succeeded"} <= seen, seen
+
+
+SCHEDULED = """\
+version: 1
+name: tick
+executors:
+  host: {vendor: cpu}
+stages:
+  x: {op: random.normal, args: {shape: [4, 4], seed: 3}, executor: host}
+outputs: {x: x}
+schedule:
+  cron: "* * * * *"
+"""
+
+
+def test_a_slot_whose_claim_the_disk_refused_stays_open_for_the_next_decision(tmp_path):
+    manifest = tmp_path / "tick.yaml"
+    manifest.write_text(SCHEDULED)
+    runs = tmp_path / "runs"
+    argv = [sys.executable, "-m", "hetflow.engine.cli", "schedule", "run-due", str(manifest), "--runs-dir", str(runs)]
+    refused = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200)))
+    assert refused.returncode == 5, refused.stderr
+    assert "cannot write" in refused.stderr and "File too large" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert list((runs / ".schedule").rglob("*.json")) == []  # no half-written claim holds the slot
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    claims = [json.loads(p.read_text()) for p in (runs / ".schedule").rglob("*.json")]
+    assert [c["state"] for c in claims] == ["succeeded"]

@@ -213,8 +213,15 @@ def claim(runs_dir: str, entry: Entry, slot: datetime, state: str = "claimed") -
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)  # less the umask, as any file the user writes
     except FileExistsError:
         return None
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(claim_body(entry, slot, state), f)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(claim_body(entry, slot, state), f)
+    except BaseException as e:
+        # a claim its disk would not take whole is no claim: the slot stays open for the next decision
+        os.unlink(path)
+        if isinstance(e, OSError) and e.filename is None and e.errno is not None:
+            e.filename = path
+        raise
     return path
 
 

@@ -299,7 +299,12 @@ class _Writer:
             if write is not None:
                 with self._lock:
                     if not self._finished.is_set():
-                        write_atomic(self._path, write)
+                        try:
+                            write_atomic(self._path, write)
+                        except OSError:
+                            # a full disk: the file keeps its last whole state; the next change tries again,
+                            # and the sweep's own end, which the command waits on, says what went wrong
+                            pass
             with self._changed:
                 self._written = target
                 self._changed.notify_all()

@@ -154,11 +154,13 @@ def _atomic(path: str, write) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError) and e.filename is None and e.errno is not None:
+            e.filename = path  # a write's error names no file; a full disk's message should
         raise
 
 

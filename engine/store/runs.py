@@ -436,7 +436,11 @@ def new_sweep(runs_dir: str, name: str, manifest_file: str, points: list,
         "points": [{"name": p.name, "values": dict(p.values), "status": "pending", "run_id": None,
                     "record": None, "outputs": {}, "error": None} for p in points],
     }
-    write_json_atomic(os.path.join(folder, "sweep.json"), summary)
+    try:
+        write_json_atomic(os.path.join(folder, "sweep.json"), summary)
+    except OSError:
+        os.rmdir(folder)  # a disk that refused the summary: no sweep folder without one
+        raise
     return sweep_id, folder, summary
 
 
