@@ -514,6 +514,11 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
         of the wrong shape or dtype; raised before anything runs.
     LockHeld
         another run of the same manifest holds its lock.
+    EnvironmentUnavailable
+        the cluster or the runs directory is not there; as
+        :class:`~hetflow.engine.errors.StorageUnavailable`, a disk refused the run's
+        files (full, over quota, read-only, failing): ``record_path`` is its record
+        where that says ``failed``, None where not even that could be written.
 
     Examples
     --------
