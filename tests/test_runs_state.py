@@ -311,3 +311,24 @@ def test_files_and_folders_follow_the_umask(tmp_path, mask, file_mode, folder_mo
     assert {"record.json", "sweep.json", "z.npy", "entry.json", "0.bin"} <= kinds
     assert {f: oct(stat.S_IMODE(os.stat(f).st_mode)) for f in files} == {f: oct(file_mode) for f in files}
     assert {d: oct(stat.S_IMODE(os.stat(d).st_mode)) for d in folders} == {d: oct(folder_mode) for d in folders}
+
+
+def test_a_run_whose_record_is_damaged_or_missing_is_listed_not_hidden(tmp_path):
+    from importlib.resources import files
+
+    runs = tmp_path / "runs"
+    quickstart = str(files("hetflow.examples") / "quickstart.yaml")
+    made = [hetflow.run(quickstart, runs_dir=runs, params={"batch": 2}).run_id for _ in range(3)]
+    (runs / made[0] / "record.json").write_text("")                    # a disk that lost it
+    (runs / made[1] / "record.json").write_text('{"status": "succ')    # cut short
+    old, fresh = runs / "20260101T000000Z-quickstart-00000000-0000", runs / "20260101T000000Z-quickstart-00000000-0001"
+    old.mkdir()
+    fresh.mkdir()
+    os.utime(old, (time.time() - 3600, time.time() - 3600))  # a folder left by a run that never wrote
+    out = io.StringIO()
+    assert main(["runs", "--runs-dir", str(runs), "--json"], out=out, err=io.StringIO()) == 0
+    rows = {r["id"]: r["status"] for r in json.loads(out.getvalue())}
+    assert rows == {made[0]: "unreadable", made[1]: "unreadable", made[2]: "succeeded", old.name: "empty"}
+    out = io.StringIO()
+    assert main(["runs", "--runs-dir", str(runs), "--status", "unreadable"], out=out, err=io.StringIO()) == 0
+    assert sorted(line.split()[0] for line in out.getvalue().splitlines()[1:]) == sorted(made[:2])

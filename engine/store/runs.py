@@ -371,7 +371,38 @@ def list_runs(runs_dir: str, manifest: str | None = None, status: str | None = N
 
 
 def _list(runs_dir: str) -> list[dict]:
-    return _rows(iter_entries(runs_dir))
+    return _rows(iter_entries(runs_dir)) + _unreadable(runs_dir)
+
+
+# a folder without its record is a run being started for this long after its last change
+_STARTING_S = 60.0
+
+
+def _unreadable(runs_dir: str) -> list[dict]:
+    """Rows for the folders of runs and sweeps whose record or summary cannot be read: ``unreadable`` (the file
+    is there, damaged) or ``empty`` (only the folder: a run that ended before its first write landed, a
+    minute or more ago), so that a listing never says there are no runs where there are some."""
+    if not os.path.isdir(runs_dir):
+        return []
+    rows, now = [], time.time()
+    for name in sorted(os.listdir(runs_dir)):
+        folder = os.path.join(runs_dir, name)
+        if name.startswith(".") or not os.path.isdir(folder):
+            continue
+        files = [os.path.join(folder, f) for f in ("sweep.json", "record.json")]
+        present = [f for f in files if os.path.isfile(f)]
+        if present and _read_json(present[0]) is not None:
+            continue
+        if not present:
+            try:
+                if now - os.stat(folder).st_mtime < _STARTING_S:
+                    continue
+            except OSError:
+                continue
+        rows.append({"kind": "sweep" if name.endswith("-sweep") or "-sweep-" in name else "run", "id": name,
+                     "manifest": None, "point": None, "status": "unreadable" if present else "empty",
+                     "started_at": None, "duration_s": None, "file": None, "verifies": None})
+    return rows
 
 
 def _rows(entries: Iterable[tuple[str, str, dict]]) -> list[dict]:
