@@ -332,3 +332,24 @@ def test_a_run_whose_record_is_damaged_or_missing_is_listed_not_hidden(tmp_path)
     out = io.StringIO()
     assert main(["runs", "--runs-dir", str(runs), "--status", "unreadable"], out=out, err=io.StringIO()) == 0
     assert sorted(line.split()[0] for line in out.getvalue().splitlines()[1:]) == sorted(made[:2])
+
+
+def test_a_run_whose_folder_is_removed_under_it_says_so_and_exits_5(tmp_path):
+    import shutil
+
+    manifest, hold = held_manifest(tmp_path)
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "hetflow.engine.cli", "run", manifest, "--runs-dir", str(runs),
+                             "--quiet", "--no-cache"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        record = wait_for(lambda: running_record(runs))
+        shutil.rmtree(runs / record["run_id"])  # a clean-up script, or a person, while the run holds its op
+        hold.unlink()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 5, err
+    assert f"run {record['run_id']}: its folder" in err and "was removed while it ran" in err
+    assert "Traceback" not in err and "internal error" not in err
+    assert not (runs / record["run_id"]).exists()

@@ -400,7 +400,7 @@ def _execute(
                 wrote = _write_ended(record_path, record, encoded, e, cancel, runtime, stream, started, first_written)
                 final_written.set()
         forget_hook()
-        if is_storage_error(e):
+        if is_storage_error(e) or isinstance(e, FileNotFoundError) and not os.path.isdir(run_dir):
             raise _unwritten(e, run_id, run_dir, record_path if wrote else None) from e
         raise
     forget_hook()
@@ -665,9 +665,13 @@ def _write_ended(record_path: str, record: dict, encoded: Mapping[str, str], err
 
 
 def _unwritten(error: OSError, run_id: str, run_dir: str, record_path: str | None) -> StorageUnavailable:
-    """What a run whose files its disk refused (full, over quota, read-only, failing) raises, once its record
-    says so where it could: the file and the file system's words, and where the record stands. A run folder
-    left empty (not even the ``running`` record landed) is removed: nothing of the run is left half there."""
+    """What a run whose files its disk refused (full, over quota, read-only, failing), or whose folder was
+    removed under it, raises once its record says so where it could: the file and the file system's words,
+    and where the record stands. A run folder left empty (not even the ``running`` record landed) is
+    removed: nothing of the run is left half there."""
+    if not os.path.isdir(run_dir):
+        return StorageUnavailable(f"run {run_id}: its folder {run_dir} was removed while it ran; nothing of the run "
+                                  "is left")
     what = f"run {run_id}: {os.path.basename(error.filename) if error.filename else 'a file'} could not be " \
            f"written in {run_dir}: {error.strerror or error}"
     if record_path is not None:
