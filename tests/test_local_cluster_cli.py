@@ -40,3 +40,19 @@ def test_a_quiet_run_starts_its_cluster_without_the_dashboard_and_a_shown_one_gi
     shown, events = _run(path, tmp_path / "shown", "--log-format", "json")
     assert shown["scheduler"]["dashboard"].startswith("http://127.0.0.1:")
     assert events[0]["event"] == "started" and events[0]["dashboard"] == shown["scheduler"]["dashboard"]
+
+
+def test_a_local_cluster_the_machine_will_not_start_is_the_environments_fault(manifest_file, tmp_path):
+    import resource
+    import subprocess
+    import sys
+
+    # too few open files for a scheduler and two nannies: Dask's "Nanny failed to start", from EMFILE
+    runs = tmp_path / "runs"
+    done = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "run", str(manifest_file(MANIFEST)), "--runs-dir",
+                           str(runs), "--workers", "2", "--quiet"], capture_output=True, text=True, timeout=180,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (32, 32)))
+    assert done.returncode == 5, done.stderr[-2000:]
+    assert "a local cluster of 2 worker(s) could not start: " in done.stderr
+    assert "Too many open files" in done.stderr and "internal error" not in done.stderr
+    assert not runs.exists()  # a command that cannot start writes nothing

@@ -192,13 +192,19 @@ class Cluster:
         os.environ.update({k: v for k, v in spawn.items() if k.startswith("MALLOC_")})
         with dask.config.set({"distributed.scheduler.active-memory-manager.start": False,
                               "distributed.nanny.pre-spawn-environ": spawn}):
-            lc = LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
-                              dashboard_address=":0" if dashboard else None, silence_logs=logging.CRITICAL,
-                              # without the dashboard the scheduler still serves its HTTP routes (health,
-                              # metrics), by default on 8787: a port of its own, as with the dashboard
-                              scheduler_kwargs=None if dashboard else {"dashboard_address": ":0"},
-                              # the workers' exit without the interpreter's last collection (ExitPlugin)
-                              plugins={ExitPlugin()})
+            try:
+                lc = LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
+                                  dashboard_address=":0" if dashboard else None, silence_logs=logging.CRITICAL,
+                                  # without the dashboard the scheduler still serves its HTTP routes (health,
+                                  # metrics), by default on 8787: a port of its own, as with the dashboard
+                                  scheduler_kwargs=None if dashboard else {"dashboard_address": ":0"},
+                                  # the workers' exit without the interpreter's last collection (ExitPlugin)
+                                  plugins={ExitPlugin()})
+            except (RuntimeError, OSError, TimeoutError) as e:
+                # Dask says "Nanny failed to start."; what the machine refused (open files, processes, memory,
+                # ports) is at the root of its chain
+                raise EnvironmentUnavailable(f"a local cluster of {workers} worker(s) could not start: "
+                                             f"{_root_cause(e)}") from e
         try:
             client = Client(lc, set_as_default=False)
         except BaseException:
@@ -694,3 +700,24 @@ def _as_failure(failure: BaseException | None) -> BaseException | None:
         return ClusterFailure(str(failure), {})
     return failure
 
+
+def _root_cause(error: BaseException) -> str:
+    """The first error of ``error``'s chain (what it was raised from, or while handling), said as Python says it.
+
+    >>> try:
+    ...     try:
+    ...         raise OSError(24, "Too many open files")
+    ...     except OSError as e:
+    ...         raise RuntimeError("Nanny failed to start.") from e
+    ... except RuntimeError as e:
+    ...     _root_cause(e)
+    '[Errno 24] Too many open files'
+    """
+    seen, root = set(), error
+    while id(root) not in seen:
+        seen.add(id(root))
+        nxt = root.__cause__ or root.__context__
+        if nxt is None:
+            break
+        root = nxt
+    return str(root) or type(root).__name__
