@@ -67,3 +67,33 @@ def test_killing_accels_worker_at_any_moment_is_survived(real, moment, tmp_path)
     assert out.killed in lost and all(r["detected_at"] for r in recoveries)
     assert said and said[0]["worker"] == out.killed and said[0]["name"] == "w-accel" and said[0]["at"]
     assert said[0]["rerun"] == [item["task"] for item in recoveries[0]["recomputed"]]
+
+
+def test_a_scheduler_killed_under_a_run_leaves_its_record_failed_and_says_so(tmp_path):
+    """The scheduler dies while the run waits on it: the client gives up reconnecting (Dask's 10 s), and the run
+    ends ``failed`` with the lost scheduler as its error, exit 1, never ``running`` or an internal error."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    cluster = kw.start(tmp_path / "cluster")
+    try:
+        path = kw.manifest(tmp_path / "m")
+        runs = tmp_path / "runs"
+        proc = subprocess.Popen([sys.executable, "-m", "hetflow.engine.cli", "run", str(path), "--scheduler",
+                                 str(cluster.file), "--runs-dir", str(runs), "--log-format", "json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for line in proc.stderr:
+            if line.startswith("{") and json.loads(line).get("kind") == "partition":
+                os.kill(cluster.procs[0].pid, signal.SIGKILL)  # the run is under way: its scheduler goes
+                break
+        out, err = proc.communicate(timeout=120)
+    finally:
+        cluster.stop()
+    assert proc.returncode == 1, err[-3000:]
+    assert "internal error" not in err and "Traceback" not in err
+    assert "stopped answering" in err
+    record = json.loads(next(runs.glob("*/record.json")).read_text())
+    assert record["status"] == "failed" and "stopped answering" in record["error"]["message"]
+    assert record["run_id"] == out.split()[-1]

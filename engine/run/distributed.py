@@ -467,6 +467,8 @@ class Cluster:
             failure = failure or e
         live: dict[str, int] = {}
         try:
+            if failure is not None and self._scheduler_gone(failure):
+                raise failure  # no worker can be asked for its handles or its last events
             pending = [f for f in futures.values() if not f.done()]
             if pending:  # a round trip to the scheduler, even for none
                 client.cancel(pending)
@@ -479,8 +481,15 @@ class Cluster:
                 live.update(report["live"])
             with flush_cond:
                 flush_cond.wait_for(lambda: answered <= flushed, timeout=_FLUSH_WAIT_S)
+        except (OSError, TimeoutError) as e:
+            if not self._scheduler_gone(e):
+                raise
+            failure = e  # the run's own failure, if it had one, was this loss seen from inside
         finally:
-            client.unsubscribe_topic(topic)
+            try:
+                client.unsubscribe_topic(topic)
+            except Exception:  # noqa: BLE001 - a scheduler that is gone holds no subscription
+                pass
             # a registration that failed on one worker is still held by the scheduler, which would give it to new workers
             try:
                 client.unregister_worker_plugin(plugin.name)
@@ -493,8 +502,19 @@ class Cluster:
             live.setdefault(name, 0)
         for entry in recoveries:
             _mark_cached(entry, stream.events)
+        if failure is not None and self._scheduler_gone(failure):
+            failure = ClusterFailure(f"the Dask scheduler at {self.address} stopped answering during run {run_id}: "
+                                     f"{failure}", {"scheduler": self.address})
         return (_ClusterRun(graph, stream.tasks(), recoveries), results, _as_failure(failure),
                 dict(sorted(live.items())))
+
+    def _scheduler_gone(self, error: BaseException) -> bool:
+        """Whether ``error`` is the client losing its scheduler: a connection's error or timeout while the client
+        reconnects or has closed itself (it does once it has failed to reconnect), or one that names the
+        scheduler's address (a call that timed out connecting to it, as the client gives up)."""
+        if not isinstance(error, (OSError, TimeoutError)):
+            return False
+        return getattr(self.client, "status", "running") != "running" or bool(self.address and self.address in str(error))
 
     def _submit(self, plan: Plan, run_id: str, graph: TaskGraph, futures: dict[str, Any], keys: Any,
                 generation: dict[str, int], gen: int, given: Mapping[str, Any] | None = None) -> None:
