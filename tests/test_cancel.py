@@ -319,3 +319,51 @@ def test_two_sigints_while_the_sweep_writes_its_end_leave_the_summary_final(tmp_
     assert [p["status"] for p in summary["points"]] == ["succeeded", "succeeded"]
     assert [a["status"] for a in summary["attempts"]] == ["succeeded"]
     assert not list(runs.glob("*/.tmp-*"))
+
+
+def _ignoring_sighup() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what nohup does before it runs the command
+
+
+def test_a_run_started_under_nohup_outlives_a_hangup(tmp_path, uninterrupted):
+    path, runs = long_manifest(tmp_path), tmp_path / "runs"
+    proc = subprocess.Popen(hetflow("run", path, "--runs-dir", str(runs), "--log-format", "json"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_ignoring_sighup)
+    try:
+        for line in proc.stderr:
+            if line.startswith("{") and long_partition_started(json.loads(line)):
+                os.kill(proc.pid, signal.SIGHUP)  # the terminal closed, the ssh session dropped
+                break
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    record = only_record(runs)
+    assert record["status"] == "succeeded" and record.get("cancelled") is None
+
+
+@pytest.mark.parametrize("ignored", [False, True])
+def test_schedule_serve_stops_politely_on_a_hangup_unless_started_under_nohup(tmp_path, ignored):
+    manifest = tmp_path / "tick.yaml"
+    manifest.write_text("version: 1\nname: tick\nexecutors: {host: {vendor: cpu}}\n"
+                        "stages:\n  x: {op: random.normal, args: {shape: [4], seed: 1}, executor: host}\n"
+                        "outputs: {x: x}\nschedule: {cron: '0 0 1 1 *'}\n")
+    proc = subprocess.Popen(hetflow("schedule", "serve", str(manifest), "--runs-dir", str(tmp_path / "runs"),
+                                    "--poll", "0.2"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, preexec_fn=_ignoring_sighup if ignored else None)
+    try:
+        for line in proc.stdout:
+            if " loaded " in line:
+                break
+        os.kill(proc.pid, signal.SIGHUP)
+        if ignored:
+            with pytest.raises(subprocess.TimeoutExpired):
+                proc.wait(timeout=2)  # still serving
+            os.kill(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert " stopped " in out  # the polite stop: queued claims given back, runs detached

@@ -187,8 +187,15 @@ class Server:
         self.stopping = True
 
     def serve(self) -> None:
-        """Run until SIGTERM or SIGINT (or :meth:`stop`); then give back queued claims and detach."""
-        old = {s: signal.signal(s, self.stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        """Run until SIGTERM, SIGINT or SIGHUP (or :meth:`stop`); then give back queued claims and detach.
+
+        A hangup (the terminal closed, an ssh session dropped) stops it as
+        SIGTERM does, unless it was started ignoring SIGHUP (``nohup``),
+        as the other commands do (:func:`hetflow.engine.run.cancel.listened`).
+        """
+        from hetflow.engine.run.cancel import listened
+
+        old = {s: signal.signal(s, self.stop) for s in listened()}
         self.log("serving", {"paths": self.paths, "runs_dir": self.runs_dir, "pid": os.getpid(), "poll_s": self.poll})
         try:
             while not self.stopping:

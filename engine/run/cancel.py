@@ -24,7 +24,9 @@ nothing) that work in two steps:
    final before the sweep's summary names them.
 
 The handler takes no lock and touches no engine state beyond the flag's
-own attributes, so it cannot deadlock with the thread it interrupts.
+own attributes, so it cannot deadlock with the thread it interrupts. A
+signal the process was started ignoring (SIGHUP under ``nohup``) gets no
+handler: the command goes on to its end, as its caller asked.
 
 Examples
 --------
@@ -50,7 +52,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-__all__ = ["Cancel", "Cancelled", "stopping", "current", "exit_code_of", "SIGNALS"]
+__all__ = ["Cancel", "Cancelled", "stopping", "listened", "current", "exit_code_of", "SIGNALS"]
 
 _POLL_S = 0.05
 # the signals that stop a command: an interrupt, a termination request, a hangup
@@ -182,9 +184,20 @@ def current() -> Cancel | None:
     return _current[-1] if _current else None
 
 
+def listened() -> tuple[signal.Signals, ...]:
+    """The stop signals this process takes: :data:`SIGNALS` but those it was started ignoring.
+
+    ``nohup`` (or a shell's ``trap '' HUP``) starts a command with SIGHUP
+    ignored, so that it outlives its terminal: a hangup is then not a
+    request to stop, and no handler of ours replaces what its caller chose.
+    """
+    return tuple(s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN)
+
+
 @contextlib.contextmanager
 def stopping(cancel: Cancel | None = None) -> Iterator[Cancel]:
-    """SIGINT, SIGTERM and SIGHUP request ``cancel`` (a new :class:`Cancel` by default) while the block runs.
+    """SIGINT, SIGTERM and SIGHUP request ``cancel`` (a new :class:`Cancel` by default) while the block runs;
+    a signal the process was started ignoring (SIGHUP under ``nohup``) stays ignored (:func:`listened`).
 
     Signal handlers belong to the process, so the flag is the process's
     too: :func:`current` returns it, and every run started in the block
@@ -194,7 +207,7 @@ def stopping(cancel: Cancel | None = None) -> Iterator[Cancel]:
     """
     cancel = cancel or Cancel()
     main = threading.current_thread() is threading.main_thread()
-    previous = {s: signal.signal(s, cancel._handle) for s in SIGNALS} if main else {}
+    previous = {s: signal.signal(s, cancel._handle) for s in listened()} if main else {}
     _current.append(cancel)
     try:
         yield cancel
