@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 __all__ = ["Origin", "Noted", "Diagnostic", "SHOWN", "capped", "HetflowError", "ManifestError", "UsageError", "EnvironmentUnavailable",
-           "StorageUnavailable", "STORAGE_ERRNOS", "is_storage_error", "require_runs_dir", "RunFailed", "RunCancelled", "StageFailure", "LockHeld"]
+           "StorageUnavailable", "STORAGE_ERRNOS", "is_storage_error", "name_file", "require_runs_dir", "RunFailed", "RunCancelled", "StageFailure", "LockHeld"]
 
 
 @functools.total_ordering
@@ -204,6 +204,17 @@ def is_storage_error(error: BaseException) -> bool:
     (True, False)
     """
     return isinstance(error, OSError) and error.errno in STORAGE_ERRNOS
+
+
+def name_file(error: BaseException, path: str) -> None:
+    """Give a file system's error the path being written where it names none (``write`` and ``flush`` say
+    only "No space left on device"), so that the message of a full disk says which file.
+
+    >>> e = OSError(errno.ENOSPC, "No space left on device"); name_file(e, "runs/r/record.json"); e.filename
+    'runs/r/record.json'
+    """
+    if isinstance(error, OSError) and error.filename is None and error.errno is not None:
+        error.filename = path
 
 
 class StorageUnavailable(EnvironmentUnavailable):

@@ -47,7 +47,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from hetflow.engine.store import owner
 from hetflow.engine.manifest.cron import _UTC, Schedule, _slot_file, from_tree, slot_id
-from hetflow.engine.errors import UsageError
+from hetflow.engine.errors import UsageError, name_file
 from hetflow.engine.store.records import utc_iso, write_json_atomic
 
 __all__ = ["TERMINAL", "Entry", "discover", "load_entry", "check_identities", "check_claimed", "history", "slot_records", "claim", "claim_body", "mark",
@@ -219,8 +219,7 @@ def claim(runs_dir: str, entry: Entry, slot: datetime, state: str = "claimed") -
     except BaseException as e:
         # a claim its disk would not take whole is no claim: the slot stays open for the next decision
         os.unlink(path)
-        if isinstance(e, OSError) and e.filename is None and e.errno is not None:
-            e.filename = path
+        name_file(e, path)
         raise
     return path
 

@@ -30,7 +30,7 @@ import time
 from typing import Any, Mapping
 
 from hetflow.engine.store import owner
-from hetflow.engine.errors import LockHeld  # raised here; defined with the other errors, which need no lock code
+from hetflow.engine.errors import LockHeld, name_file  # raised here; defined with the other errors, which need no lock code
 
 __all__ = ["LockHeld", "RunLock", "lock_path", "manifest_locks", "stale_locks"]
 
@@ -111,8 +111,7 @@ class RunLock:
         except OSError as e:  # a full disk: the lock is given back as a release gives it, its file with it
             self._fd = fd
             self.release()
-            if e.filename is None and e.errno is not None:
-                e.filename = self.path
+            name_file(e, self.path)
             raise
         self._fd = fd
         return self

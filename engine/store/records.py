@@ -32,6 +32,7 @@ from typing import Any, Mapping
 import numpy as np
 import orjson
 
+from hetflow.engine.errors import name_file
 from hetflow.engine.store import gitstate
 from hetflow.executors.base import Dtype, PortableActivation
 
@@ -159,8 +160,7 @@ def _atomic(path: str, write) -> None:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
-        if isinstance(e, OSError) and e.filename is None and e.errno is not None:
-            e.filename = path  # a write's error names no file; a full disk's message should
+        name_file(e, path)
         raise
 
 
@@ -363,8 +363,7 @@ class Batch:
             write(f)
             f.flush()
         except OSError as e:
-            if e.filename is None and e.errno is not None:  # a write's error names no file; a full disk's should
-                e.filename = path
+            name_file(e, path)
             raise
 
     def commit(self, before_replace: Any = None) -> None:

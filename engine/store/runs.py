@@ -310,6 +310,14 @@ def read_record(runs_dir: str, run_id: str) -> dict:
 
 def iter_entries(runs_dir: str) -> Iterator[tuple[str, str, dict]]:
     """(kind, id, data) for every run record and sweep summary, in folder order."""
+    for kind, name, data in _scan(runs_dir):
+        if isinstance(data, dict):
+            yield kind, name, data
+
+
+def _scan(runs_dir: str) -> Iterator[tuple[str, str, dict | str]]:
+    """(kind, id, data) for every folder of the runs directory, in folder order; for one whose record or summary
+    cannot be read, ``data`` is why: ``"unreadable"`` (the file is there, damaged) or ``"empty"`` (no file)."""
     if not os.path.isdir(runs_dir):
         return
     for name in sorted(os.listdir(runs_dir)):
@@ -318,12 +326,12 @@ def iter_entries(runs_dir: str) -> Iterator[tuple[str, str, dict]]:
             continue
         if os.path.isfile(os.path.join(folder, "sweep.json")):
             data = _read_json(os.path.join(folder, "sweep.json"))
-            if data is not None:
-                yield "sweep", name, data
+            yield "sweep", name, "unreadable" if data is None else data
         elif os.path.isfile(os.path.join(folder, "record.json")):
             data = _read_json(os.path.join(folder, "record.json"))
-            if data is not None:
-                yield "run", name, data
+            yield "run", name, "unreadable" if data is None else data
+        else:
+            yield "sweep" if name.endswith("-sweep") or "-sweep-" in name else "run", name, "empty"
 
 
 def parse_since(text: str, now: float | None = None) -> str:
@@ -371,36 +379,29 @@ def list_runs(runs_dir: str, manifest: str | None = None, status: str | None = N
 
 
 def _list(runs_dir: str) -> list[dict]:
-    return _rows(iter_entries(runs_dir)) + _unreadable(runs_dir)
+    entries = list(_scan(runs_dir))
+    return _rows((k, n, d) for k, n, d in entries if isinstance(d, dict)) + _unreadable(runs_dir, entries)
 
 
 # a folder without its record is a run being started for this long after its last change
 _STARTING_S = 60.0
 
 
-def _unreadable(runs_dir: str) -> list[dict]:
+def _unreadable(runs_dir: str, entries: list[tuple[str, str, dict | str]]) -> list[dict]:
     """Rows for the folders of runs and sweeps whose record or summary cannot be read: ``unreadable`` (the file
-    is there, damaged) or ``empty`` (only the folder: a run that ended before its first write landed, a
-    minute or more ago), so that a listing never says there are no runs where there are some."""
-    if not os.path.isdir(runs_dir):
-        return []
+    is there, damaged) or ``empty`` (only the folder: a run that ended before its first write landed, a minute
+    or more ago), so that a listing never says there are no runs where there are some."""
     rows, now = [], time.time()
-    for name in sorted(os.listdir(runs_dir)):
-        folder = os.path.join(runs_dir, name)
-        if name.startswith(".") or not os.path.isdir(folder):
+    for kind, name, why in entries:
+        if isinstance(why, dict):
             continue
-        files = [os.path.join(folder, f) for f in ("sweep.json", "record.json")]
-        present = [f for f in files if os.path.isfile(f)]
-        if present and _read_json(present[0]) is not None:
-            continue
-        if not present:
+        if why == "empty":
             try:
-                if now - os.stat(folder).st_mtime < _STARTING_S:
+                if now - os.stat(os.path.join(runs_dir, name)).st_mtime < _STARTING_S:
                     continue
             except OSError:
                 continue
-        rows.append({"kind": "sweep" if name.endswith("-sweep") or "-sweep-" in name else "run", "id": name,
-                     "manifest": None, "point": None, "status": "unreadable" if present else "empty",
+        rows.append({"kind": kind, "id": name, "manifest": None, "point": None, "status": why,
                      "started_at": None, "duration_s": None, "file": None, "verifies": None})
     return rows
 
