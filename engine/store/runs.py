@@ -303,7 +303,8 @@ def read_record(runs_dir: str, run_id: str) -> dict:
     if not os.path.isfile(path):
         if os.path.isfile(os.path.join(os.path.dirname(path), "sweep.json")):
             raise UsageError(f"{os.path.dirname(path)} is a sweep, not a run: give one of its points' run ids")
-        raise UsageError(f"{os.path.dirname(path)} holds no record: a run that ended before its first write, or one starting now")
+        raise UsageError(f"{os.path.dirname(path)} holds no record: a run that ended before its first write, "
+                         "or one starting now")
     record = _read_json(path)
     if record is None:
         raise UsageError(f"{path}: not a readable run record")
