@@ -59,7 +59,7 @@ from typing import Any
 from hetflow.engine.cli.common import (EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_INTERNAL, EXIT_LOCKED,
                                        EXIT_RUN_FAILED)
 from hetflow.engine.errors import (Diagnostic, EnvironmentUnavailable, HetflowError, LockHeld, ManifestError,
-                                   RunCancelled, RunFailed, StorageUnavailable, UsageError, capped,
+                                   RunCancelled, RunFailed, UsageError, capped,
                                    is_storage_error)
 
 __all__ = ["Outcome", "outcome", "RULES"]
@@ -105,12 +105,10 @@ def _bad_usage(e: UsageError, debug: bool) -> Outcome:
 
 
 def _unavailable(e: EnvironmentUnavailable, debug: bool) -> Outcome:
-    return Outcome(EXIT_ENVIRONMENT, [f"hetflow: error: {e}"], _error("environment", EXIT_ENVIRONMENT, str(e)))
-
-
-def _storage(e: StorageUnavailable, debug: bool) -> Outcome:
-    made = _made(e.record_path)
-    lines = [f"hetflow: error: {e}"] + ([f"record: {e.record_path}"] if e.record_path else [])
+    # a run whose disk refused its files (StorageUnavailable) names its record where that says failed
+    record = getattr(e, "record_path", None)
+    made = _made(record)
+    lines = [f"hetflow: error: {e}"] + ([f"record: {record}"] if record else [])
     return Outcome(EXIT_ENVIRONMENT, lines, _error("environment", EXIT_ENVIRONMENT, str(e), **made),
                    made.get("run_id"))
 
@@ -191,7 +189,6 @@ RULES: tuple[tuple[type[BaseException], Callable[[Any, bool], Outcome]], ...] = 
     (RunCancelled, _cancelled),
     (ManifestError, _bad_manifest),
     (UsageError, _bad_usage),
-    (StorageUnavailable, _storage),
     (EnvironmentUnavailable, _unavailable),
     (LockHeld, _locked),
     (HetflowError, _failed),
