@@ -158,3 +158,27 @@ def test_p_takes_yaml_flow_lists_and_maps_and_its_errors_name_the_argument(manif
             f"{path}:4:17 is [2, 2])") in err
     code, _, err = main("run", path, "--runs-dir", runs, "-p", "v={a: 1}")
     assert code == 2 and '-p v={"a": 1}: param \'v\' is a single value, not a list or map (its default at ' in err
+
+
+def test_a_sweep_says_why_each_point_failed_and_exits_as_its_runs_would(manifest_file, tmp_path):
+    (tmp_path / "picky.py").write_text(
+        "from hetflow import op\n\n\n"
+        "@op('t.positive')\n"
+        "def positive(xp, x):\n"
+        "    if float(x.sum()) < 0:\n"
+        "        raise ValueError('a negative total')\n"
+        "    return x\n")
+    path = manifest_file(SWEEP.replace("executors:", "plugins: [picky.py]\nexecutors:")
+                         .replace("scale: [1.0, 2.0]", "scale: [1.0, -1.0]")
+                         .replace("s: {op: sum, inputs: [y]}", "s: {op: sum, inputs: [y]}\n  c: {op: t.positive, inputs: [s]}")
+                         .replace("outputs: {s: s}", "outputs: {c: c}"))
+    runs = tmp_path / "runs"
+    code, out, err = main("run", path, "--runs-dir", str(runs), "--quiet")
+    assert code == 1, err
+    said = err.strip().splitlines()
+    assert len(said) == 2 and all(line.endswith("raised ValueError: a negative total (picky.py:7)") for line in said), err
+    assert [line.split(" failed: ")[0] for line in said] == ["hetflow: point sweep[n=2,scale=-1.0]",
+                                                            "hetflow: point sweep[n=3,scale=-1.0]"]
+    summary = json.loads((runs / out.strip().splitlines()[-1] / "sweep.json").read_text())
+    assert {p["name"]: p.get("exit_code") for p in summary["points"]} == {
+        "sweep[n=2,scale=1.0]": None, "sweep[n=2,scale=-1.0]": 1, "sweep[n=3,scale=1.0]": None, "sweep[n=3,scale=-1.0]": 1}

@@ -33,7 +33,7 @@ from hetflow.engine.store.records import json_writer, remove_partial_writes, utc
 from hetflow.engine.store.runs import owner_of, read_fields, status_of, write_sweep
 from hetflow.engine.run.threads import POOLS, point
 
-__all__ = ["run_points", "resume_rows", "RESUMABLE"]
+__all__ = ["run_points", "resume_rows", "exit_code", "RESUMABLE"]
 
 #: what a point (or a run, or a sweep) may say and still be resumed: ``died`` is a ``running`` record whose process
 #: is gone (:func:`hetflow.engine.store.runs.status_of`)
@@ -130,6 +130,7 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
     def one(row: dict, job: Any) -> None:
         if cancel.requested:
             return
+        row.pop("exit_code", None)  # an earlier attempt's
         save(row, status="running", error=None)
         try:
             with point():
@@ -139,15 +140,16 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
             save(row, status="cancelled", run_id=run_id, error=str(e),
                  record=os.path.relpath(e.record_path, runs_dir) if e.record_path else row.get("record"))
             return
-        except HetflowError as e:  # a point that cannot start (its lock is held, its inputs are wrong)
-            save(row, status="failed", error=str(e))
+        except HetflowError as e:  # a point that cannot start (its lock is held, its inputs are wrong, its disk is full)
+            save(row, status="failed", error=str(e), exit_code=_exit_code(e))
             return
         except BaseException as e:  # an interrupt or a bug: the point's state is known, the sweep ends
             save(row, status="cancelled" if isinstance(e, KeyboardInterrupt) else "failed",
                  error=f"{type(e).__name__}: {e}")
             raise
         save(row, status=done.status, run_id=done.run_id, record=os.path.relpath(done.record_path, runs_dir),
-             outputs={k: v["digest"] for k, v in done.record["outputs"].items()}, error=done.error)
+             outputs={k: v["digest"] for k, v in done.record["outputs"].items()}, error=done.error,
+             **({} if done.status == "succeeded" else {"exit_code": 1}))
 
     def close(status: str, forced: bool = False, wait_s: float | None = None) -> None:
         """Write the summary's end: its status, this attempt's entry and, when cancelled, what had finished."""
@@ -333,6 +335,29 @@ class _Writer:
     def held_here(self) -> bool:
         """Whether this thread holds the file for the sweep's own write (a signal handler may ask)."""
         return self._holder == threading.get_ident()
+
+
+def _exit_code(error: HetflowError) -> int:
+    """What ``hetflow run --point`` exits with for ``error``: the command line's own rule for it."""
+    from hetflow.engine.cli.outcomes import outcome
+
+    return outcome(error).code
+
+
+def exit_code(rows: list[Mapping[str, Any]]) -> int:
+    """The exit code of a sweep that ended with ``rows``: 0 when every point succeeded, 1 when a point's run
+    failed, and otherwise the smallest of the codes its points could not run with (2 bad input, 4 locked,
+    5 the environment: a disk that refused a point's files).
+
+    >>> exit_code([{"status": "succeeded"}, {"status": "failed", "exit_code": 5}])
+    5
+    >>> exit_code([{"status": "failed", "exit_code": 5}, {"status": "failed", "exit_code": 1}])
+    1
+    >>> exit_code([{"status": "failed"}])  # a summary written before points kept their code
+    1
+    """
+    codes = [row.get("exit_code") or 1 for row in rows if row.get("status") != "succeeded"]
+    return min(codes) if codes else 0
 
 
 def _overall(rows: list[dict], cancelled: bool, interrupted: bool = False) -> str:

@@ -180,16 +180,23 @@ def _sweep(args: argparse.Namespace, doc, params: dict, common: dict, out, err) 
     finally:
         if hasattr(sink, "close"):
             sink.close()
+    from hetflow.engine.batch.sweeps import exit_code
+    from hetflow.engine.errors import capped
+
     summary, file = sweep.summary, os.path.join(sweep.path, "sweep.json")
-    failed = sum(p["status"] != "succeeded" for p in summary["points"])
+    failed = [p for p in summary["points"] if p["status"] != "succeeded"]
+    # why each point failed, as a run's own failure says it: the rows on standard output name only its run
+    for line in capped([f"hetflow: point {p['name']} {p['status']}: {p.get('error') or 'see its record'}"
+                        for p in failed]):
+        print(line, file=err)
     if args.json:
         print(json.dumps({"status": summary["status"], "sweep_id": sweep.sweep_id, "summary": file,
                           "points": [{k: r[k] for k in ("name", "status", "run_id", "outputs")} for r in summary["points"]]}), file=out)
     else:
-        print(f"sweep {sweep.sweep_id}: {len(summary['points']) - failed} of {len(summary['points'])} points succeeded", file=out)
+        print(f"sweep {sweep.sweep_id}: {len(summary['points']) - len(failed)} of {len(summary['points'])} points succeeded", file=out)
         print(f"summary: {file}", file=out)
         print(sweep.sweep_id, file=out)
-    return EXIT_RUN_FAILED if failed else EXIT_OK
+    return exit_code(summary["points"])
 
 
 def cmd_verify(args: argparse.Namespace, out, err) -> int:
