@@ -294,6 +294,25 @@ def test_one_rule_names_runs_in_the_cli_and_the_api(tmp_path):
     newest = json.loads(Path(runs, again, "sweep.json").read_text())["points"][1]["run_id"]
     assert hetflow.open_run("latest", runs_dir=runs).run_id == newest
 
+    # a path to a folder of the runs directory, as a shell completes it, names that folder's run or sweep
+    for ref, want in [(os.path.join(runs, first), first), (os.path.join(runs, first) + os.sep, first),
+                      (os.path.join(runs, sweep, "sweep.json"), sweep),
+                      (os.path.relpath(os.path.join(runs, points[1], "record.json")), points[1])]:
+        code, text, err = cli("runs", "--runs-dir", runs, "show", ref, "--json")
+        assert code == 0, (ref, err)
+        got = json.loads(text)
+        assert got.get("run_id", got.get("sweep_id")) == want, ref
+    code, out, _ = cli("verify", os.path.join(runs, first), "--runs-dir", runs, "--json")
+    assert code == 0 and verified(json.loads(out)["rerun_id"]) == first
+    assert hetflow.open_run(os.path.join(runs, points[0]) + os.sep, runs_dir=runs).run_id == points[0]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.rename(os.path.join(runs, points[0]), elsewhere / points[0])
+    code, _, err = cli("verify", str(elsewhere / points[0]), "--runs-dir", runs)
+    assert code == 2 and err.strip() == (f"hetflow: error: {elsewhere / points[0]} is a run of the runs directory "
+                                         f"{elsewhere}, not of {runs}; pass --runs-dir {elsewhere}")
+    os.rename(elsewhere / points[0], os.path.join(runs, points[0]))
+
 
 @pytest.mark.parametrize("mask, file_mode, folder_mode", [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700)])
 def test_files_and_folders_follow_the_umask(tmp_path, mask, file_mode, folder_mode):

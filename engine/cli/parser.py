@@ -86,7 +86,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     r.add_argument("--cache-dir", metavar="DIR", help="the partition cache (default: RUNS_DIR/.cache)")
     r.add_argument("--resume", metavar="RUN_ID",
                    help="continue a run or a sweep that was cancelled, failed or died (its process was killed), in its "
-                        "own folder: what finished is reused, the rest runs. RUN_ID is a run or sweep id, a unique "
+                        "own folder: what finished is reused, the rest runs. RUN_ID is a run or sweep id or its folder, a unique "
                         "prefix of one or of its random part, or latest (the newest run, or the sweep it is a point of)")
     r.add_argument("--parallel", type=int, default=1, metavar="K",
                    help="run up to K points of a matrix sweep at once (default: 1)")
@@ -102,8 +102,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
 
     vf = sub.add_parser("verify", help="rerun a run's resolved manifest without the cache and compare output digests")
     vf.add_argument("run_id", metavar="RUN_ID",
-                    help="a run id, a unique prefix of one or of its random part, a point name NAME[k=v,...], or latest "
-                         "(the newest run that is not itself a verification run)")
+                    help="a run id or its folder, a unique prefix of one or of its random part, a point name "
+                         "NAME[k=v,...], or latest (the newest run that is not itself a verification run)")
     vf.add_argument("--runs-dir", default="runs", help="where run folders are (default: ./runs)")
     vf.add_argument("--input", action="append", default=[], metavar="STAGE=PATH",
                     help="the array of the input stage STAGE, as run takes it: needed for a run whose arrays came "
@@ -123,7 +123,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     show = rsub.add_parser("show", help="one run's record, summarized, with the values of scalar outputs; "
                                         "or a sweep's points")
     show.add_argument("run_id", metavar="RUN_ID",
-                      help="a run or sweep id, a unique prefix of one or of its random part, a point name NAME[k=v,...] "
+                      help="a run or sweep id or its folder, a unique prefix of one or of its random part, a point name NAME[k=v,...] "
                            "(its newest run), latest (the newest run, or the sweep it is a point of), latest-run, "
                            "latest-sweep or latest-verification")
     show.add_argument("--json", action="store_true", help="the whole record" + _JSON)

@@ -13,7 +13,9 @@ a sweep's rows that say ``running`` read ``died`` with it
 **Names.** :func:`resolve_id` reads the names users type, one rule for
 every command and the Python API, tried in this order:
 
-1. a folder name: the run or sweep of that id;
+1. a folder name: the run or sweep of that id; or a path to the folder
+   (``runs/ID``, ``runs/ID/``, ``runs/ID/record.json``, as a shell
+   completes it) inside the runs directory;
 2. ``latest``: the newest run, verification runs left out; where a sweep
    is taken as well (``runs show``, ``runs table``, ``report``,
    ``--resume``) and that run is a point of a sweep, that sweep.
@@ -249,6 +251,9 @@ def resolve_id(runs_dir: str, ref: str, kind: str | None = None) -> str:
     """
     if ref and not ref.startswith(".") and os.sep not in ref and os.path.isdir(os.path.join(runs_dir, ref)):
         return ref
+    named = _folder_named(runs_dir, ref)
+    if named is not None:
+        return named
     entries = list(iter_entries(runs_dir))
     rows = _rows(entries)
     what = {"run": "run", "sweep": "sweep"}.get(kind or "", "run or sweep")
@@ -269,6 +274,42 @@ def resolve_id(runs_dir: str, ref: str, kind: str | None = None) -> str:
     known = [r["id"] for r in rows][:5]
     hint = f" (recent: {', '.join(known)})" if known else ""
     raise NoSuchRun(f"no {what} {ref!r} in {runs_dir}{hint}")
+
+
+def _folder_named(runs_dir: str, ref: str) -> str | None:
+    """The id of the run or sweep folder that the path ``ref`` names (the folder, or its ``record.json`` or
+    ``sweep.json``), when ``ref`` is a path to one inside ``runs_dir``; None when it is no path to a folder.
+
+    >>> import tempfile
+    >>> runs = tempfile.mkdtemp(); os.mkdir(os.path.join(runs, "r1"))
+    >>> _folder_named(runs, os.path.join(runs, "r1") + os.sep), _folder_named(runs, "r1")
+    ('r1', None)
+
+    Raises
+    ------
+    UsageError
+        the folder is a run's or sweep's in another runs directory, which this command does not read.
+    """
+    if not ref or (os.sep not in ref and not (os.altsep and os.altsep in ref) and ref not in (".", "..")):
+        return None
+    path = os.path.normpath(ref)
+    if os.path.basename(path) in ("record.json", "sweep.json") and os.path.isfile(path):
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        return None
+    folder = os.path.realpath(path)
+    parent = os.path.dirname(folder)
+    try:
+        inside = os.path.samefile(parent, runs_dir)
+    except OSError:
+        inside = False
+    if not inside:
+        is_entry = any(os.path.isfile(os.path.join(folder, f)) for f in ("record.json", "sweep.json"))
+        if not is_entry:
+            return None
+        raise UsageError(f"{ref} is a {'sweep' if os.path.isfile(os.path.join(folder, 'sweep.json')) else 'run'} "
+                         f"of the runs directory {parent}, not of {runs_dir}; pass --runs-dir {parent}")
+    return os.path.basename(folder)
 
 
 def _latest(runs_dir: str, ref: str, kind: str | None, rows: list[dict], entries: list[tuple[str, str, dict]]) -> str:
