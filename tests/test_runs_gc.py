@@ -187,3 +187,30 @@ def test_a_lock_unlinked_between_open_and_flock_is_taken_again_at_its_path(tmp_p
         locks.RunLock(path).acquire()
     lock.release()
     assert not os.path.exists(path)
+
+
+def test_folders_whose_record_cannot_be_read_go_by_age_or_with_their_sweep(tmp_path):
+    runs = tmp_path / "runs"
+    damaged, fine = run(tmp_path, "a", 1), run(tmp_path, "a", 2)
+    (runs / damaged / "record.json").write_text('{"status": "succ')  # a record cut short
+    old_empty = runs / "20200101T000000Z-a-0123abcd-0001"  # a run that ended before its first write, long ago
+    old_empty.mkdir()
+    os.utime(old_empty, (time.time() - 3600, time.time() - 3600))
+    sweep_id, points = sweep(tmp_path)
+    (runs / points[0] / "record.json").unlink()  # a point's run, its record lost
+
+    # --keep cannot place them by manifest: they stay, each with why
+    code, out, _ = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "0", "--json")
+    result = json.loads(out)
+    assert code == 0 and set(result["removed_runs"]) == {fine, *points} and result["removed_sweeps"] == [sweep_id]
+    sweep_unit = next(u for u in result["removed"] if u["id"] == sweep_id)
+    assert sweep_unit["damaged"] == [points[0]]
+    assert {u["id"]: u["status"] for u in result["left_damaged"]} == {damaged: "unreadable", old_empty.name: "empty"}
+    assert all("only --older-than removes it" in u["why"] for u in result["left_damaged"])
+    assert sorted(p.name for p in runs.iterdir() if not p.name.startswith(".")) == sorted([damaged, old_empty.name])
+
+    # an age removes the old one by the time in its id, and keeps the recent one
+    code, out, _ = cli("runs", "--runs-dir", str(runs), "gc", "--older-than", "1d")
+    assert code == 0 and f"removed run {old_empty.name}  -  empty  started 2020-01-01T00:00:00.000Z: it has no record;" in out
+    assert f"kept run folder {damaged}" in out and "its record cannot be read, and it started after" in out
+    assert [p.name for p in runs.iterdir() if not p.name.startswith(".")] == [damaged]

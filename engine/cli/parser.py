@@ -146,7 +146,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                     help="keep the newest N of each manifest, where a sweep (with all its point runs) counts as one and "
                          "a verification run counts as nothing: it stays and goes with the run it verifies")
     gc.add_argument("--older-than", metavar="AGE",
-                    help="remove sweeps and runs started more than AGE ago (30d, 12h, 2w) or before a date")
+                    help="remove sweeps and runs started more than AGE ago (30d, 12h, 2w) or before a date, and "
+                         "folders whose record cannot be read, by the time in their id")
     gc.add_argument("--cache-dir", metavar="DIR", help="the partition cache (default: RUNS_DIR/.cache)")
     gc.add_argument("--dry-run", action="store_true",
                     help="say what would go and why (each sweep, run, verification run, lock, claim; the count of "

@@ -125,11 +125,15 @@ def _gc_text(result: dict, out) -> None:
               f"{u['why']}", file=out)
         for run_id in u["runs"] if u["kind"] == "sweep" else []:
             print(f"  with its point run {run_id}", file=out)
+        for run_id in u.get("damaged", []):
+            print(f"  with its point run {run_id}, whose record cannot be read", file=out)
         for run_id in u["verifications"]:
             print(f"  with verification run {run_id}", file=out)
     for u in result["spared"]:
         print(f"kept {u['kind']} {u['id']}  {u['manifest'] or '-'}  started {u['started_at']}: {u['why']}, but "
               f"{u['kept_because']}", file=out)
+    for u in result.get("left_damaged", []):
+        print(f"kept {u['kind']} folder {u['id']}  started {u['started_at']}: {u['why']}", file=out)
     for lock in result["removed_locks"]:
         print(f"{verb} stale lock {lock}: no process holds it", file=out)
     for claim in result["removed_claims"]:

@@ -31,7 +31,9 @@ every command and the Python API, tried in this order:
 run of its points, or a run alone, each with the verification runs of
 its runs. ``--keep N`` keeps the newest N units of each manifest (a
 verification run never counts), ``--older-than`` removes units started
-before an age; a unit that still runs is never removed. Then the cache
+before an age; a unit that still runs is never removed. A folder whose
+record cannot be read goes by age alone, or with the sweep that lists it.
+Then the cache
 entries no kept run uses, the lock files no process holds and the
 schedule claims of removed runs go.
 
@@ -551,13 +553,18 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
     if keep is not None and keep < 0:
         raise UsageError("--keep must be 0 or more")
     cutoff = parse_since(older_than) if older_than is not None else None
-    entries = list(iter_entries(runs_dir))
+    scanned = list(_scan(runs_dir))
+    entries = [(kind, name, data) for kind, name, data in scanned if isinstance(data, dict)]
+    damaged = {row["id"]: row for row in _unreadable(runs_dir, scanned)}
     records = {name: data for kind, name, data in entries if kind == "run"}
     seen: dict[str, int] = {}
     removed: list[dict] = []
     spared: list[dict] = []
     kept: list[dict] = []
-    for unit in _units(entries):  # newest first
+    # a sweep's points whose folder has no readable record go with it at any age: the sweep no longer runs them
+    units = _units(entries, {name for kind, name, data in scanned if not isinstance(data, dict)})
+    left = _damaged_units(runs_dir, damaged, units, cutoff, older_than, removed)
+    for unit in units:  # newest first
         why = _why_remove(unit, keep, cutoff, older_than, seen)
         if why is None:
             kept.append(unit)
@@ -569,7 +576,7 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
             continue
         removed.append({**_public(unit), "why": why})
     kept_runs = sorted(r for u in kept for r in u["runs"] + u["verifications"])
-    gone = [r for u in removed for r in u["runs"] + u["verifications"]]
+    gone = [r for u in removed for r in u["runs"] + u["verifications"] + u.get("damaged", [])]
     needed = set().union(*(_cache_keys(records[r]) for r in kept_runs if r in records))
     # a record names its cache keys only when it ends: what a running or died run stored is told by its time
     unnamed = [_epoch(records[r].get("started_at")) for r in kept_runs if r in records and "cache" not in records[r]]
@@ -583,7 +590,8 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
         _finish_removals(runs_dir)
         for unit in removed:
             # the summary first: a gc stopped half way leaves runs without their sweep, never a sweep without runs
-            for name in ([unit["id"]] if unit["kind"] == "sweep" else []) + unit["runs"] + unit["verifications"]:
+            for name in ([unit["id"]] if unit["kind"] == "sweep" else []) + unit["runs"] + unit["verifications"] \
+                    + unit.get("damaged", []):
                 _remove_folder(runs_dir, name)
         for path in claims:
             for file in (path, path[: -len(".json")] + ".log"):
@@ -599,7 +607,7 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
             "removed_sweeps": [u["id"] for u in removed if u["kind"] == "sweep"],
             "removed_verifications": [r for u in removed for r in u["verifications"]]
             + [u["id"] for u in removed if u["kind"] == "verification"],
-            "removed_locks": [os.path.relpath(p, runs_dir) for p in locks],
+            "left_damaged": left, "removed_locks": [os.path.relpath(p, runs_dir) for p in locks],
             "removed_claims": [os.path.relpath(c, runs_dir) for c in claims],
             "removed_cache_entries": len(removed_entries), "kept_cache_entries": len(entries_now) - len(removed_entries)}
 
@@ -615,13 +623,15 @@ def _epoch(stamp: str | None) -> float:
         return 0.0
 
 
-def _units(entries: list[tuple[str, str, dict]]) -> list[dict]:
+def _units(entries: list[tuple[str, str, dict]], damaged: frozenset[str] | set[str] = frozenset()) -> list[dict]:
     """The units :func:`collect_garbage` keeps or removes whole, newest first.
 
     Each has ``kind`` (``sweep``, ``run``, or ``verification`` for a
     verification run whose run is gone), ``id``, ``manifest``, ``status``,
     ``started_at``, ``runs`` (the sweep's point runs on disk, or the run)
-    and ``verifications`` (every verification run of those, at any depth).
+    and ``verifications`` (every verification run of those, at any depth);
+    a sweep's also ``damaged``: the folders of its points' runs among
+    ``damaged`` (whose record cannot be read), which go and stay with it.
     """
     records = {name: data for kind, name, data in entries if kind == "run"}
     sweep_of: dict[str, str] = {}
@@ -634,7 +644,7 @@ def _units(entries: list[tuple[str, str, dict]]) -> list[dict]:
         sweep_of.update((r, name) for r in runs)
         units[name] = {"kind": "sweep", "id": name, "manifest": data.get("name"), "status": status_of(data),
                        "started_at": data.get("started_at"), "runs": runs, "verifications": [], "listed": len(listed),
-                       "running": _running(data)}
+                       "running": _running(data), "damaged": [r for r in dict.fromkeys(listed) if r in damaged]}
     for name, data in records.items():
         root = _verified_root(name, records)
         if name != root:
@@ -650,6 +660,51 @@ def _units(entries: list[tuple[str, str, dict]]) -> list[dict]:
         if name != root:
             units[sweep_of.get(root, root)]["verifications"].append(name)
     return sorted(units.values(), key=lambda u: (u["started_at"] or "", u["id"]), reverse=True)
+
+
+def _damaged_units(runs_dir: str, damaged: Mapping[str, Mapping[str, Any]], units: list[dict], cutoff: str | None,
+                   older_than: str | None, removed: list[dict]) -> list[dict]:
+    """Sort the folders whose record or summary cannot be read (``unreadable``, ``empty``; no sweep's point)
+    into ``removed``, a unit each, when ``cutoff`` says they are old, by the time in their id (or, for a name
+    without one, their folder's last change); returns the others with why they stay.
+
+    Nothing says which manifest such a folder ran, nor whether its run still runs, so ``--keep`` never counts
+    or removes one: only an age does, one no run being started can have.
+    """
+    owned = {r for u in units for r in u.get("damaged", [])}
+    left = []
+    for name, row in damaged.items():
+        if name in owned:
+            continue
+        started = _started_of_folder(os.path.join(runs_dir, name), name)
+        what = "summary" if row["kind"] == "sweep" else "record"
+        state = f"its {what} cannot be read" if row["status"] == "unreadable" else f"it has no {what}"
+        unit = {"kind": row["kind"], "id": name, "manifest": None, "status": row["status"], "started_at": started,
+                "runs": [name] if row["kind"] == "run" else [], "verifications": []}
+        if cutoff is not None and started < cutoff:
+            removed.append({**unit, "why": f"{state}; started before {cutoff} ({older_than} ago)"})
+        else:
+            left.append({**unit, "why": f"{state}: its manifest is unknown, so only --older-than removes it"
+                         if cutoff is None else f"{state}, and it started after {cutoff}"})
+    return left
+
+
+def _started_of_folder(folder: str, name: str) -> str:
+    """When the run or sweep of folder ``name`` started, as its id says (``20261204T184920Z-...``), or else
+    the folder's last change.
+
+    >>> _started_of_folder("/nowhere", "20261204T184920Z-quickstart-da94c102-6bbe")
+    '2026-12-04T18:49:20.000Z'
+    """
+    from datetime import datetime, timezone
+
+    try:
+        return utc_iso(datetime.strptime(name[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc).timestamp())
+    except ValueError:
+        try:
+            return utc_iso(os.stat(folder).st_mtime)
+        except OSError:
+            return utc_iso(0.0)
 
 
 def _verified_root(run_id: str, records: Mapping[str, Mapping[str, Any]]) -> str:
