@@ -158,7 +158,7 @@ class Child:
     claim: str
     process: subprocess.Popen
     log: str
-    started: float = field(default_factory=time.time)
+    started: float = field(default_factory=time.monotonic)  # for its duration, which a stepped wall clock does not move
     runs_dir: str = "runs"
     backlog: bool = False
 
@@ -196,7 +196,7 @@ def outcome(child: Child) -> dict:
         pass
     status = "succeeded" if rc == 0 else "locked" if rc == LOCKED else "failed"
     run_id = result.get("run_id") or result.get("sweep_id")
-    out = {"status": status, "rc": rc, "run_id": run_id, "duration_s": round(time.time() - child.started, 3)}
+    out = {"status": status, "rc": rc, "run_id": run_id, "duration_s": round(time.monotonic() - child.started, 3)}
     if rc != 0:
         out["error"] = result.get("error") or _last_line(child.log)
     return out

@@ -22,14 +22,13 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping
 
 from hetflow.engine.store import owner
 from hetflow.engine.run.cancel import Cancel, current
 from hetflow.engine.errors import HetflowError, RunCancelled, UsageError
-from hetflow.engine.store.records import json_writer, remove_partial_writes, utc_iso, write_atomic
+from hetflow.engine.store.records import Stopwatch, json_writer, remove_partial_writes, utc_iso, write_atomic
 from hetflow.engine.store.runs import owner_of, read_fields, status_of, write_sweep
 from hetflow.engine.run.threads import POOLS, point
 
@@ -96,7 +95,8 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
     cancel.name_subject("sweep", summary["sweep_id"], os.path.join(folder, "sweep.json"))
     runs_dir = os.path.dirname(os.path.abspath(folder))
     guard = threading.Lock()
-    started = time.time()
+    watch = Stopwatch()
+    started = watch.started
     attempts = _earlier_attempts(summary) if resume else []
     summary.update(status="running", ended_at=None, duration_s=None, parallel=parallel, owner=owner.current())
     summary.pop("cancelled", None)
@@ -154,7 +154,7 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
     def close(status: str, forced: bool = False, wait_s: float | None = None) -> None:
         """Write the summary's end: its status, this attempt's entry and, when cancelled, what had finished."""
         ending["status"] = status
-        now = time.time()
+        now = watch.now()
         rows = summary["points"]
         if status == "cancelled":
             for row in rows:

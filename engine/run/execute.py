@@ -56,6 +56,7 @@ from hetflow.engine.run.runtime import ClusterFailure, HandleTable, LocalRuntime
 from hetflow.engine.store.records import (
     RECORD_FORMAT,
     Batch,
+    Stopwatch,
     digest_portable,
     encode_entries,
     encode_events,
@@ -176,7 +177,8 @@ def _execute(
     if on_run_id is not None:
         on_run_id(run_id)
     cancel.name_subject("run", run_id, record_path)
-    started = time.time()
+    watch = Stopwatch()
+    started = watch.started
     # a phase's array is not content-addressed (the guest's run is its source), so its consumers are not cached;
     # without the cache no key is computed (0.6 s of a 10,000-partition run)
     keys = partition_keys(plan, uncached_stages(manifest)) if use_cache else {}
@@ -243,7 +245,7 @@ def _execute(
         if final_written.is_set():
             return
         _write_ended(record_path, record, encoded, Cancelled(cancel.signal, cancel.at), cancel, runtime, stream,
-                     started, first_written, forced=True)
+                     watch, first_written, forced=True)
         # the signal may have come in the middle of the final write, which never ends now
         remove_partial_writes(record_path)
 
@@ -315,7 +317,7 @@ def _execute(
                     runtime.handles.close()
             live_after = {name: ex.live_activations() for name, ex in instances.items()}
 
-        ended = time.time()
+        ended = watch.now()
         # copies: the stream keeps the events as they came, with epoch seconds and their arrival time
         record["tasks"] = [dict(e) for e in sorted(runtime.events, key=itemgetter("start"))]
         for event in record["tasks"]:
@@ -397,7 +399,7 @@ def _execute(
         wrote = False
         with writing:
             if not final_written.is_set() and not sealed.is_set():
-                wrote = _write_ended(record_path, record, encoded, e, cancel, runtime, stream, started, first_written)
+                wrote = _write_ended(record_path, record, encoded, e, cancel, runtime, stream, watch, first_written)
                 final_written.set()
         forget_hook()
         if is_storage_error(e) or isinstance(e, FileNotFoundError) and not os.path.isdir(run_dir):
@@ -628,13 +630,13 @@ def _still_running(events: list[dict]) -> set[str]:
 
 
 def _write_ended(record_path: str, record: dict, encoded: Mapping[str, str], error: BaseException, cancel: Cancel,
-                 runtime: Any, stream: EventStream, started: float, first_written: Callable[..., None],
+                 runtime: Any, stream: EventStream, watch: Stopwatch, first_written: Callable[..., None],
                  forced: bool = False) -> bool:
     """The record of a run that ended outside its normal end (an interrupt, a second signal's forced exit, an
     error in the engine itself, a disk that refused its files): ``cancelled`` for the first two, ``failed``
     otherwise; never left ``running`` where it can be written at all. Whether it was written."""
     first_written(raise_error=False)
-    now = time.time()
+    now = watch.now()
     stopped = isinstance(error, (Cancelled, KeyboardInterrupt))
     events = list(getattr(runtime, "events", None) or ())
     ending = {**record, "events": list(stream.events)}
@@ -645,7 +647,7 @@ def _write_ended(record_path: str, record: dict, encoded: Mapping[str, str], err
     else:
         ending["error"] = {"partition": None, "node": None, "message": f"{type(error).__name__}: {error}",
                            "traceback": "".join(traceback.format_exception(error))}
-    _end_attempt(ending, "cancelled" if stopped else "failed", started, now)
+    _end_attempt(ending, "cancelled" if stopped else "failed", watch.started, now)
     kept = {k: v for k, v in encoded.items() if k in ("plan", "manifest")}
     try:
         write_json_atomic(record_path, ending, kept)

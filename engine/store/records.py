@@ -39,6 +39,7 @@ from hetflow.executors.base import Dtype, PortableActivation
 __all__ = [
     "RECORD_FORMAT",
     "Batch",
+    "Stopwatch",
     "micros",
     "write_json_atomic",
     "write_text_atomic",
@@ -68,6 +69,30 @@ def utc_iso(t: float) -> str:
     """
     second = int(t // 1)
     return "%s.%03dZ" % (_utc_second(second), (t - second) * 1000)
+
+
+class Stopwatch:
+    """A start on the wall clock, and later instants measured from it on the monotonic clock.
+
+    A record's ``started_at`` is the wall clock's, but its ``ended_at``
+    and ``duration_s`` are the start plus the time that truly passed: a
+    clock stepped while the run ran (NTP's first sync after boot, a VM
+    resumed) moves neither, so no duration reads negative or hours long.
+
+    >>> watch = Stopwatch()
+    >>> watch.now() >= watch.started and watch.now() - watch.started < 60
+    True
+    """
+
+    __slots__ = ("started", "_mono")
+
+    def __init__(self) -> None:
+        self.started = time.time()
+        self._mono = time.monotonic()
+
+    def now(self) -> float:
+        """Epoch seconds: the start plus the monotonic time since."""
+        return self.started + (time.monotonic() - self._mono)
 
 
 def micros(seconds: float) -> float:
