@@ -14,12 +14,13 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import os
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from hetflow.engine.errors import UsageError
+from hetflow.engine.errors import UsageError, name_file
 
 __all__ = ["shipped", "copy"]
 
@@ -54,6 +55,10 @@ def copy(dest: str | os.PathLike, force: bool = False) -> list[Path]:
     UsageError
         Where a file would be overwritten and ``force`` is false; nothing is
         written then.
+    OSError
+        The disk refused a file (full, over quota, read-only); the files and
+        folders this copy made are removed again, so that the next try
+        starts clean.
     """
     root = Path(dest)
     sources = _files()
@@ -64,12 +69,30 @@ def copy(dest: str | os.PathLike, force: bool = False) -> list[Path]:
         more = f" and {len(clashes) - 3} more" if len(clashes) > 3 else ""
         raise UsageError(f"{', '.join(str(root / c) for c in clashes[:3])}{more} already exist; "
                          "choose an empty folder or pass --force to overwrite them")
-    written = []
-    for name, node in sources.items():
-        target = root / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_bytes(node.read_bytes())
-        os.replace(tmp, target)
-        written.append(target)
+    written: list[Path] = []
+    made: list[Path] = []  # folders and files this copy created, which a failed copy removes again
+    tmp, target = None, root
+    try:
+        for name, node in sources.items():
+            target = root / name
+            for folder in reversed([target.parent, *target.parent.parents]):
+                if not folder.exists():
+                    folder.mkdir()
+                    made.append(folder)
+            tmp = target.with_name(target.name + ".tmp")
+            existed = target.exists()
+            tmp.write_bytes(node.read_bytes())
+            os.replace(tmp, target)
+            tmp = None
+            written.append(target)
+            if not existed:
+                made.append(target)
+    except OSError as e:
+        # a full disk halfway leaves what was there before (a file --force replaced is whole, the shipped one),
+        # not half a copy that the next try calls a clash
+        name_file(e, str(target))
+        for path in reversed(made + ([tmp] if tmp is not None else [])):
+            with contextlib.suppress(OSError):
+                path.rmdir() if path.is_dir() else path.unlink()
+        raise
     return written

@@ -205,3 +205,24 @@ def test_a_slot_whose_claim_the_disk_refused_stays_open_for_the_next_decision(tm
     assert done.returncode == 0, done.stdout + done.stderr
     claims = [json.loads(p.read_text()) for p in (runs / ".schedule").rglob("*.json")]
     assert [c["state"] for c in claims] == ["succeeded"]
+
+
+def test_examples_copied_onto_a_full_disk_leave_nothing_half_copied(tmp_path):
+    sizes = sorted({p.stat().st_size for p in (Path(QUICKSTART).parent).rglob("*") if p.is_file()})
+    dest = tmp_path / "here"
+    (dest / "examples").mkdir(parents=True)
+    mine = dest / "examples" / "notes.txt"  # the user's own file, already there
+    mine.write_text("mine")
+    argv = [sys.executable, "-m", "hetflow.engine.cli", "examples", "copy", str(dest)]
+    for limit in (64, sizes[len(sizes) // 2], sizes[-1] - 1):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+        assert done.returncode == 5, done.stderr
+        said = done.stderr.strip()
+        assert said.startswith(f"hetflow: error: cannot write {dest}/") and said.endswith(": File too large"), said
+        assert not said.split("cannot write ")[1].split(":")[0].endswith(".tmp")
+        assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*")) == ["examples", "examples/notes.txt"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)  # the disk has room again
+    assert done.returncode == 0, done.stderr
+    assert (dest / "examples" / "quickstart.yaml").read_text() == Path(QUICKSTART).read_text()
+    assert mine.read_text() == "mine"
