@@ -226,3 +226,31 @@ def test_examples_copied_onto_a_full_disk_leave_nothing_half_copied(tmp_path):
     assert done.returncode == 0, done.stderr
     assert (dest / "examples" / "quickstart.yaml").read_text() == Path(QUICKSTART).read_text()
     assert mine.read_text() == "mine"
+
+
+def test_an_onnx_import_onto_a_full_disk_names_the_file_and_leaves_what_was_there(tmp_path):
+    onnx = pytest.importorskip("onnx", reason="onnx is not installed (pip install -e .[dev])")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.arange(128 * 64, dtype=np.float32).reshape(128, 64), "W")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 128])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 64])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "small.onnx"))
+    before = tmp_path / "before"  # an earlier import's files, which a failed one must leave as they were
+    argv = [sys.executable, "-m", "hetflow.engine.cli", "import", "onnx", str(tmp_path / "small.onnx")]
+    assert subprocess.run([*argv, "-o", str(before)], capture_output=True, timeout=120).returncode == 0
+    kept = {p.name: p.read_bytes() for p in before.iterdir()}
+    for out in (tmp_path / "fresh", before):
+        for limit, refused in ((64, "small.yaml"), (8 * 1024, "small.safetensors")):
+            done = subprocess.run([*argv, "-o", str(out)], capture_output=True, text=True, timeout=120,
+                                  preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+            assert done.returncode == 5, done.stderr
+            assert done.stderr.strip() == f"hetflow: error: cannot write {out / refused}: File too large"
+            if out == before:
+                assert {p.name: p.read_bytes() for p in before.iterdir()} == kept
+            else:
+                assert not out.exists()  # the folder it made, removed with the temporary files

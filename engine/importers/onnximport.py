@@ -57,13 +57,14 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -532,6 +533,7 @@ def _write(path: Path, model: Any, result: _Result, out_dir: Path, stem: str) ->
 
     import hetflow
 
+    made = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     plugin = f"{stem}_missing.py" if result.stubs else None
     lines = [f"# Imported from {path.name} by `hetflow import onnx` (hetflow {hetflow.__version__}):",
@@ -554,13 +556,17 @@ def _write(path: Path, model: Any, result: _Result, out_dir: Path, stem: str) ->
     try:
         for filename, text in files.items():
             fd, tmp = tempfile.mkstemp(prefix=f".{filename}.", dir=out_dir)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
             staged.append((tmp, out_dir / filename))
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(text)
+            except OSError as e:  # named for the file it was for, not its temporary (a flush names none)
+                e.filename = str(out_dir / filename)
+                raise
         fd, tmp = tempfile.mkstemp(prefix=f".{stem}.safetensors.", dir=out_dir)
         os.close(fd)
         staged.append((tmp, out_dir / f"{stem}.safetensors"))
-        save_file(result.weights, tmp, metadata={"source": path.name})
+        _save_weights(save_file, result.weights, tmp, out_dir / f"{stem}.safetensors", {"source": path.name})
         for tmp, final in staged:
             os.chmod(tmp, 0o666 & ~_umask())
         for tmp, final in staged:
@@ -569,7 +575,25 @@ def _write(path: Path, model: Any, result: _Result, out_dir: Path, stem: str) ->
         for tmp, _ in staged:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+        if made and not any(os.path.exists(final) for _, final in staged):
+            with contextlib.suppress(OSError):  # the folder this import made, left empty by a write that failed
+                out_dir.rmdir()
     return [final for _, final in staged]
+
+
+def _save_weights(save_file: Callable[..., None], weights: dict, tmp: str, final: Path, metadata: dict) -> None:
+    """``save_file`` of safetensors, whose failure to write is a ``SafetensorError`` that quotes the I/O
+    error as Rust prints it (``... (os error 28)``): raised again as that ``OSError``, for ``final``, so
+    that a full disk is the environment's (exit 5) and not a crash."""
+    from safetensors import SafetensorError
+
+    try:
+        save_file(weights, tmp, metadata=metadata)
+    except SafetensorError as e:
+        code = re.search(r"\(os error (\d+)\)", str(e))
+        if code is None:
+            raise
+        raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(final)) from e
 
 
 def _umask() -> int:
