@@ -254,3 +254,23 @@ def test_an_onnx_import_onto_a_full_disk_names_the_file_and_leaves_what_was_ther
                 assert {p.name: p.read_bytes() for p in before.iterdir()} == kept
             else:
                 assert not out.exists()  # the folder it made, removed with the temporary files
+
+
+def test_a_report_or_schema_the_disk_refuses_is_the_environments_and_a_bad_path_is_bad_input(tmp_path):
+    runs = tmp_path / "runs"
+    assert _run(runs, None).returncode == 0
+    run_dir = _folders(runs)[0]
+    cli = [sys.executable, "-m", "hetflow.engine.cli"]
+    for argv, file in ((["report", str(run_dir)], run_dir / "report.html"),
+                       (["report", str(run_dir), "-o", str(tmp_path / "r.html")], tmp_path / "r.html"),
+                       (["schema", "-o", str(tmp_path / "s.json")], tmp_path / "s.json")):
+        done = subprocess.run([*cli, *argv], capture_output=True, text=True, timeout=120,
+                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000)))
+        assert done.returncode == 5, done.stderr
+        assert done.stderr.strip() == f"hetflow: error: cannot write {file}: File too large"
+        assert not file.exists() and not [p for p in file.parent.iterdir() if p.name.startswith(".tmp-")]
+    (tmp_path / "a-file").write_text("")
+    done = subprocess.run([*cli, "schema", "-o", str(tmp_path / "a-file" / "s.json")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith(f"hetflow: error: -o {tmp_path / 'a-file' / 's.json'}: "
+                                                           "cannot write: "), done.stderr

@@ -7,7 +7,7 @@ import json
 import os
 
 from hetflow.engine.cli.common import EXIT_OK
-from hetflow.engine.errors import UsageError
+from hetflow.engine.errors import UsageError, is_storage_error
 
 __all__ = ["cmd_executors", "cmd_examples", "cmd_schema"]
 
@@ -90,6 +90,9 @@ def cmd_schema(args: argparse.Namespace, out, err) -> int:
     try:
         schemagen.write(args.output, text)
     except OSError as e:
+        if is_storage_error(e):  # a full or read-only disk is the environment's (exit 5), not a bad argument
+            e.filename = args.output
+            raise
         raise UsageError(f"-o {args.output}: cannot write: {e.strerror or e}") from None
     print(f"schema: {args.output}", file=out)
     return EXIT_OK

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from hetflow.engine.store import runs
 from hetflow.engine.cli.common import EXIT_OK
-from hetflow.engine.errors import UsageError
+from hetflow.engine.errors import UsageError, is_storage_error
 
 __all__ = ["cmd_runs", "cmd_report"]
 
@@ -201,6 +201,10 @@ def cmd_report(args: argparse.Namespace, out, err) -> int:
     try:
         report.write_report(page, path)
     except OSError as e:
-        raise UsageError(f"-o {path}: cannot write: {e.strerror or e}") from None
+        if is_storage_error(e):  # a full or read-only disk is the environment's (exit 5), not a bad argument
+            e.filename = path
+            raise
+        given = "-o " if args.output else ""
+        raise UsageError(f"{given}{path}: cannot write: {e.strerror or e}") from None
     print(f"report: {path}", file=out)
     return EXIT_OK
