@@ -44,19 +44,22 @@ schedule claims of removed runs go.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import time
-from typing import Any, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 import orjson
 
 from hetflow.engine.store import owner
-from hetflow.engine.store.cache import Cache
 from hetflow.engine.errors import UsageError
-from hetflow.engine.manifest.validate import Document, Manifest, compile_manifest, gc_paused
+from hetflow.engine.heap import gc_paused
 from hetflow.engine.store.records import utc_iso, write_json_atomic
+
+if TYPE_CHECKING:
+    from hetflow.engine.manifest.validate import Manifest
 
 __all__ = [
     "SWEEP_FORMAT",
@@ -83,11 +86,18 @@ SWEEP_FORMAT = 2
 
 def _read_json(path: str) -> dict | None:
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
+        with open(path, "rb") as f:
+            text = f.read()
+    except OSError:
         return None
+    try:
+        data = orjson.loads(text)  # a fifth of json's time: a listing reads every record
+    except orjson.JSONDecodeError:
+        try:  # what orjson refuses and json reads: NaN and Infinity, which an older record may hold
+            data = json.loads(text)
+        except ValueError:
+            return None
+    return data if isinstance(data, dict) else None
 
 
 def read_fields(path: str, keys: Iterable[str]) -> dict | None:
@@ -120,8 +130,7 @@ def read_fields(path: str, keys: Iterable[str]) -> dict | None:
         found = {}
         try:
             with gc_paused():  # a resolved manifest is 100,000 dicts: the GC would walk them as they are made
-                for key in keys:
-                    head = b'\n  ' + json.dumps(key).encode() + b': '
+                for key, head in _heads(tuple(keys)):
                     at = text.find(head)
                     if at < 0:
                         continue
@@ -136,6 +145,12 @@ def read_fields(path: str, keys: Iterable[str]) -> dict | None:
     except ValueError:
         return None
     return {k: data[k] for k in keys if k in data} if isinstance(data, dict) else None
+
+
+@functools.lru_cache(maxsize=16)
+def _heads(keys: tuple[str, ...]) -> tuple[tuple[str, bytes], ...]:
+    """Each key with the start of its line in a record: ``\\n  "key": ``."""
+    return tuple((key, b'\n  ' + json.dumps(key).encode() + b': ') for key in keys)
 
 
 def _parse(value: bytes) -> Any:
@@ -256,7 +271,7 @@ def resolve_id(runs_dir: str, ref: str, kind: str | None = None) -> str:
     named = _folder_named(runs_dir, ref)
     if named is not None:
         return named
-    entries = list(iter_entries(runs_dir))
+    entries = list(iter_entries(runs_dir, LISTED))
     rows = _rows(entries)
     what = {"run": "run", "sweep": "sweep"}.get(kind or "", "run or sweep")
     if ref in LATEST:
@@ -354,16 +369,23 @@ def read_record(runs_dir: str, run_id: str) -> dict:
     return record
 
 
-def iter_entries(runs_dir: str) -> Iterator[tuple[str, str, dict]]:
-    """(kind, id, data) for every run record and sweep summary, in folder order."""
-    for kind, name, data in _scan(runs_dir):
+#: what a listing, a name's resolution and ``runs gc`` read of each record (:func:`read_fields`): the plan, the
+#: tasks and the events they skip are most of a record's bytes
+LISTED = ("run_id", "status", "owner", "host", "started_at", "duration_s", "manifest", "matrix_point", "verifies")
+
+
+def iter_entries(runs_dir: str, fields: tuple[str, ...] | None = None) -> Iterator[tuple[str, str, dict]]:
+    """(kind, id, data) for every run record and sweep summary, in folder order; ``fields`` limits a record's
+    data to those top-level keys (a sweep's summary is read whole)."""
+    for kind, name, data in _scan(runs_dir, fields):
         if isinstance(data, dict):
             yield kind, name, data
 
 
-def _scan(runs_dir: str) -> Iterator[tuple[str, str, dict | str]]:
+def _scan(runs_dir: str, fields: tuple[str, ...] | None = None) -> Iterator[tuple[str, str, dict | str]]:
     """(kind, id, data) for every folder of the runs directory, in folder order; for one whose record or summary
-    cannot be read, ``data`` is why: ``"unreadable"`` (the file is there, damaged) or ``"empty"`` (no file)."""
+    cannot be read, ``data`` is why: ``"unreadable"`` (the file is there, damaged) or ``"empty"`` (no file).
+    ``fields``: as :func:`iter_entries` takes them."""
     if not os.path.isdir(runs_dir):
         return
     for name in sorted(os.listdir(runs_dir)):
@@ -374,7 +396,8 @@ def _scan(runs_dir: str) -> Iterator[tuple[str, str, dict | str]]:
             data = _read_json(os.path.join(folder, "sweep.json"))
             yield "sweep", name, "unreadable" if data is None else data
         elif os.path.isfile(os.path.join(folder, "record.json")):
-            data = _read_json(os.path.join(folder, "record.json"))
+            path = os.path.join(folder, "record.json")
+            data = _read_json(path) if fields is None else read_fields(path, fields)
             yield "run", name, "unreadable" if data is None else data
         else:
             yield "sweep" if name.endswith("-sweep") or "-sweep-" in name else "run", name, "empty"
@@ -425,7 +448,7 @@ def list_runs(runs_dir: str, manifest: str | None = None, status: str | None = N
 
 
 def _list(runs_dir: str) -> list[dict]:
-    entries = list(_scan(runs_dir))
+    entries = list(_scan(runs_dir, LISTED))
     return _rows((k, n, d) for k, n, d in entries if isinstance(d, dict)) + _unreadable(runs_dir, entries)
 
 
@@ -476,6 +499,8 @@ def manifest_from_record(record: Mapping[str, Any]) -> Manifest:
     if not isinstance(resolved, dict):
         raise UsageError(f"run {record.get('run_id')} has no resolved manifest in its record")
     file = entry.get("file") or "record.json"
+    from hetflow.engine.manifest.validate import Document, compile_manifest  # a listing needs no checker
+
     manifest = compile_manifest(Document(file, json.loads(json.dumps(resolved)), {}, {}))
     if manifest.digest != entry.get("digest"):
         raise UsageError(
@@ -553,7 +578,7 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
     if keep is not None and keep < 0:
         raise UsageError("--keep must be 0 or more")
     cutoff = parse_since(older_than) if older_than is not None else None
-    scanned = list(_scan(runs_dir))
+    scanned = list(_scan(runs_dir, LISTED + ("cache",)))
     entries = [(kind, name, data) for kind, name, data in scanned if isinstance(data, dict)]
     damaged = {row["id"]: row for row in _unreadable(runs_dir, scanned)}
     records = {name: data for kind, name, data in entries if kind == "run"}
@@ -582,6 +607,8 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
     unnamed = [_epoch(records[r].get("started_at")) for r in kept_runs if r in records and "cache" not in records[r]]
     claims = _stale_claims(runs_dir, set(gone), cutoff)
     locks = stale_locks(runs_dir, remove=not dry_run)
+    from hetflow.engine.store.cache import Cache
+
     cache = Cache(cache_dir or os.path.join(runs_dir, ".cache"))
     entries_now = list(cache.keys())
     removed_entries = [k for k in entries_now
