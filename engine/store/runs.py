@@ -56,7 +56,7 @@ import orjson
 from hetflow.engine.store import owner
 from hetflow.engine.errors import UsageError
 from hetflow.engine.heap import gc_paused
-from hetflow.engine.store.records import utc_iso, write_json_atomic
+from hetflow.engine.store.clock import utc_iso
 
 if TYPE_CHECKING:
     from hetflow.engine.manifest.validate import Manifest
@@ -539,6 +539,8 @@ def new_sweep(runs_dir: str, name: str, manifest_file: str, points: list,
         "points": [{"name": p.name, "values": dict(p.values), "status": "pending", "run_id": None,
                     "record": None, "outputs": {}, "error": None} for p in points],
     }
+    from hetflow.engine.store.records import write_json_atomic
+
     try:
         write_json_atomic(os.path.join(folder, "sweep.json"), summary)
     except OSError:
@@ -548,6 +550,8 @@ def new_sweep(runs_dir: str, name: str, manifest_file: str, points: list,
 
 
 def write_sweep(folder: str, summary: dict) -> None:
+    from hetflow.engine.store.records import write_json_atomic
+
     write_json_atomic(os.path.join(folder, "sweep.json"), summary)
 
 
