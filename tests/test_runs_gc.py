@@ -214,3 +214,32 @@ def test_folders_whose_record_cannot_be_read_go_by_age_or_with_their_sweep(tmp_p
     assert code == 0 and f"removed run {old_empty.name}  -  empty  started 2020-01-01T00:00:00.000Z: it has no record;" in out
     assert f"kept run folder {damaged}" in out and "its record cannot be read, and it started after" in out
     assert [p.name for p in runs.iterdir() if not p.name.startswith(".")] == [damaged]
+
+
+def test_what_the_file_system_will_not_remove_is_said_and_not_counted_removed(tmp_path):
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or shutil.which("chattr") is None:
+        pytest.skip("an immutable file (chattr +i, root only) is how this test makes a file that cannot be removed")
+    old, new = run(tmp_path, "a", 1), run(tmp_path, "a", 2)
+    runs = tmp_path / "runs"
+    stuck = runs / old / "z.npy"
+    if subprocess.run(["chattr", "+i", str(stuck)], capture_output=True).returncode != 0:
+        pytest.skip(f"this file system does not take chattr +i ({tmp_path})")
+    try:
+        code, out, err = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "1", "--json")
+        result = json.loads(out)
+        assert code == 5 and result["removed_runs"] == [old]
+        assert result["not_removed"] == [{"path": f".gc-{old}",
+                                          "error": f"{runs}/.gc-{old}/z.npy: Operation not permitted"}]
+        assert err.strip() == (f"hetflow: warning: could not remove {runs}/.gc-{old}/z.npy: Operation not permitted; "
+                               f".gc-{old} is left, and the next gc tries again")
+        assert not (runs / old).exists() and (runs / f".gc-{old}" / "z.npy").exists()  # out of every listing
+        code, out, err = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "1")  # tried again, and said again
+        assert code == 5 and f".gc-{old} is left" in err
+    finally:
+        for path in (stuck, runs / f".gc-{old}" / "z.npy"):
+            subprocess.run(["chattr", "-i", str(path)], capture_output=True)
+    code, out, err = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "1")
+    assert code == 0 and err == "" and sorted(p.name for p in runs.iterdir()) == [".cache", ".locks", new]

@@ -9,7 +9,7 @@ import time
 from datetime import datetime
 
 from hetflow.engine.store import runs
-from hetflow.engine.cli.common import EXIT_OK
+from hetflow.engine.cli.common import EXIT_ENVIRONMENT, EXIT_OK
 from hetflow.engine.errors import UsageError, is_storage_error
 
 __all__ = ["cmd_runs", "cmd_report"]
@@ -74,7 +74,11 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
             print(json.dumps(result), file=out)
         else:
             _gc_text(result, out)
-        return EXIT_OK
+        for left in result["not_removed"]:
+            print(f"hetflow: warning: could not remove {left['error']}; {left['path']} is left, and the next gc "
+                  "tries again", file=err)
+        # the file system kept something gc meant to remove: the environment's, as a full disk is
+        return EXIT_ENVIRONMENT if result["not_removed"] else EXIT_OK
     rows = runs.list_runs(args.runs_dir, manifest=args.manifest, status=args.status, since=args.since)
     if args.json:
         print(json.dumps(rows, indent=2), file=out)

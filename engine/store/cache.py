@@ -380,10 +380,20 @@ class Cache:
                 if not name.startswith(".") and os.path.isfile(os.path.join(folder, name, "entry.json")):
                     yield "sha256:" + name
 
-    def remove(self, key: str) -> None:
-        import shutil
+    def remove(self, key: str) -> str | None:
+        """Delete the entry of ``key``; None when it is gone, else why not (see
+        :func:`hetflow.engine.store.records.remove_tree`). Its ``entry.json`` goes first, so that an entry
+        only partly removed is no longer complete: no run reads it, and the next ``gc`` tries again."""
+        from hetflow.engine.store.records import remove_tree
 
-        shutil.rmtree(self._folder(key), ignore_errors=True)
+        folder = self._folder(key)
+        try:
+            os.unlink(os.path.join(folder, "entry.json"))
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            return f"{os.path.join(folder, 'entry.json')}: {e.strerror or e}"
+        return remove_tree(folder)
 
     def written_at(self, key: str) -> float:
         """When the entry of ``key`` was written (epoch seconds; infinity when it cannot be told)."""

@@ -45,6 +45,7 @@ __all__ = [
     "write_json_atomic",
     "write_text_atomic",
     "remove_partial_writes",
+    "remove_tree",
     "dumps_record",
     "encode_value",
     "encode_entries",
@@ -522,6 +523,32 @@ def remove_partial_writes(path: str) -> int:
             except FileNotFoundError:
                 pass
     return removed
+
+
+def remove_tree(path: str) -> str | None:
+    """Delete the folder ``path`` and all in it; None when it is gone, else why not, for its first file that
+    could not be removed (``FILE: Operation not permitted``), as much of the rest removed as can be.
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp(); open(os.path.join(folder, "f"), "w").close()
+    >>> remove_tree(folder), os.path.exists(folder)
+    (None, False)
+    """
+    import shutil
+
+    first: list[str] = []
+
+    def refused(function: Any, where: str, error: BaseException) -> None:
+        if not first and not isinstance(error, FileNotFoundError):
+            first.append(f"{where}: {getattr(error, 'strerror', None) or error}")
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=refused)
+    else:
+        shutil.rmtree(path, onerror=lambda function, where, info: refused(function, where, info[1]))
+    if not os.path.lexists(path):
+        return None
+    return first[0] if first else f"{path}: still there"
 
 
 def write_atomic(path: str, write: Any) -> None:

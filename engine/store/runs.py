@@ -617,21 +617,27 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
     entries_now = list(cache.keys())
     removed_entries = [k for k in entries_now
                        if k not in needed and not (unnamed and cache.written_at(k) >= min(unnamed))]
+    refused: list[dict] = []  # what the file system would not remove, and why: said, never counted as removed
     if not dry_run:
-        _finish_removals(runs_dir)
+        _finish_removals(runs_dir, refused)
         for unit in removed:
             # the summary first: a gc stopped half way leaves runs without their sweep, never a sweep without runs
             for name in ([unit["id"]] if unit["kind"] == "sweep" else []) + unit["runs"] + unit["verifications"] \
                     + unit.get("damaged", []):
-                _remove_folder(runs_dir, name)
+                _remove_folder(runs_dir, name, refused)
         for path in claims:
             for file in (path, path[: -len(".json")] + ".log"):
                 try:
                     os.unlink(file)
                 except FileNotFoundError:
                     pass
-        for key in removed_entries:
-            cache.remove(key)
+                except OSError as e:
+                    refused.append({"path": os.path.relpath(file, runs_dir), "error": f"{file}: {e.strerror or e}"})
+        for key in list(removed_entries):
+            why = cache.remove(key)
+            if why is not None:
+                removed_entries.remove(key)
+                refused.append({"path": f"cache entry {key}", "error": why})
         cache.clean_temporaries()
     return {"dry_run": dry_run, "kept_runs": kept_runs,
             "kept_sweeps": sorted(u["id"] for u in kept if u["kind"] == "sweep"), "removed": removed, "spared": spared, "removed_runs": gone,
@@ -640,7 +646,8 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
             + [u["id"] for u in removed if u["kind"] == "verification"],
             "left_damaged": left, "removed_locks": [os.path.relpath(p, runs_dir) for p in locks],
             "removed_claims": [os.path.relpath(c, runs_dir) for c in claims],
-            "removed_cache_entries": len(removed_entries), "kept_cache_entries": len(entries_now) - len(removed_entries)}
+            "removed_cache_entries": len(removed_entries), "kept_cache_entries": len(entries_now) - len(removed_entries),
+            "not_removed": refused}
 
 
 def _epoch(stamp: str | None) -> float:
@@ -802,8 +809,11 @@ def _public(unit: Mapping[str, Any]) -> dict:
     return {k: v for k, v in unit.items() if k not in ("listed", "running")}
 
 
-def _remove_folder(runs_dir: str, name: str) -> None:
-    """Remove a run or sweep folder: first renamed out of every listing at once, then deleted."""
+def _remove_folder(runs_dir: str, name: str, refused: list[dict]) -> None:
+    """Remove a run or sweep folder: first renamed out of every listing at once, then deleted; what cannot be
+    deleted (a file the file system will not let go) is added to ``refused`` with why."""
+    from hetflow.engine.store.records import remove_tree  # gc's alone: runs, plan and show read records
+
     doomed = os.path.join(runs_dir, ".gc-" + name)
     try:
         os.rename(os.path.join(runs_dir, name), doomed)
@@ -811,18 +821,20 @@ def _remove_folder(runs_dir: str, name: str) -> None:
         return
     except OSError:  # an earlier removal of that name is still there and cannot be deleted: delete in place
         doomed = os.path.join(runs_dir, name)
-    import shutil  # gc's alone: runs, plan and show read records
+    why = remove_tree(doomed)
+    if why is not None:
+        refused.append({"path": os.path.relpath(doomed, runs_dir), "error": why})
 
-    shutil.rmtree(doomed, ignore_errors=True)
 
-
-def _finish_removals(runs_dir: str) -> None:
+def _finish_removals(runs_dir: str, refused: list[dict]) -> None:
     """Delete what an earlier gc renamed for removal and did not get to delete."""
+    from hetflow.engine.store.records import remove_tree
+
     for name in os.listdir(runs_dir) if os.path.isdir(runs_dir) else []:
         if name.startswith(".gc-"):
-            import shutil
-
-            shutil.rmtree(os.path.join(runs_dir, name), ignore_errors=True)
+            why = remove_tree(os.path.join(runs_dir, name))
+            if why is not None:
+                refused.append({"path": name, "error": why})
 
 
 def _stale_claims(runs_dir: str, gone: set[str], cutoff: str | None) -> list[str]:
