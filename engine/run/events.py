@@ -273,6 +273,12 @@ def format_line(event: dict) -> str:
     >>> format_line({"event": "failed", "kind": "run", "id": "r1", "error": "stage 'y' failed: boom",
     ...              "origin": "m.yaml:7:3"})
     "run r1 failed: m.yaml:7:3: stage 'y' failed: boom"
+    >>> lost = {"event": "worker-lost", "kind": "run", "id": "r1", "worker": "tcp://10.0.0.2:4000", "at": "T",
+    ...         "moved": {"b": "tcp://10.0.0.3:4000"}, "rerun": ["partition:p3"]}
+    >>> format_line({**lost, "name": "w2"})
+    'worker w2 (tcp://10.0.0.2:4000) lost at T; b re-created on worker tcp://10.0.0.3:4000; running again: partition:p3'
+    >>> format_line({**lost, "name": None})[:37]
+    'worker tcp://10.0.0.2:4000 lost at T;'
     """
     what = event["event"]
     if event.get("kind") == "run":
@@ -286,7 +292,10 @@ def format_line(event: dict) -> str:
             again = " again after a lost worker" if event.get("why") == "recovery" else ""
             return f"{event.get('key')} ({event.get('bytes')} B) scattered to {', '.join(event.get('workers') or ['?'])}{again}"
         if what == "worker-lost":
-            who = f"worker {event.get('name')} ({event['worker']})" if event.get("worker") else "a task Dask ran again"
+            # the second run to hear of a worker may find it gone from the scheduler's names: its address says it
+            name = event.get("name")
+            who = ((f"worker {name} ({event['worker']})" if name and name != event["worker"] else f"worker {event['worker']}")
+                   if event.get("worker") else "a task Dask ran again")
             moved = "".join(f"; {n} re-created on worker {w}" for n, w in sorted((event.get("moved") or {}).items()))
             rerun = ", ".join(event.get("rerun") or []) or "nothing"
             return f"{who} lost at {event.get('at')}{moved}; running again: {rerun}"
