@@ -56,3 +56,22 @@ def test_a_local_cluster_the_machine_will_not_start_is_the_environments_fault(ma
     assert "a local cluster of 2 worker(s) could not start: " in done.stderr
     assert "Too many open files" in done.stderr and "internal error" not in done.stderr
     assert not runs.exists()  # a command that cannot start writes nothing
+
+
+@pytest.mark.parametrize("command", ["run", "plan"])
+def test_more_local_workers_than_the_memory_can_start_are_refused_before_any_starts(manifest_file, tmp_path, command):
+    from hetflow.engine.run.distributed import _WORKER_START_B, _available_memory
+
+    available = _available_memory()
+    if available is None:
+        pytest.skip("this machine does not say how much memory it has available (/proc/meminfo)")
+    too_many = available // _WORKER_START_B + 1000  # a typo's extra digits: 1000 for 10
+    runs = tmp_path / "runs"
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main([command, str(manifest_file(MANIFEST)), "--runs-dir", str(runs), "--workers", str(too_many)],
+                    out=out, err=err)
+    assert code == 5
+    said = err.getvalue().strip()
+    assert said.startswith(f"hetflow: error: a local cluster of {too_many} workers needs about ") and \
+        said.endswith(" or join a cluster with --scheduler"), said
+    assert not runs.exists()

@@ -57,6 +57,9 @@ def test_the_cap_and_raising_it(manifest_file):
     with pytest.raises(UsageError, match="expands to 300 points, more than the cap of 256; raise it with --max-points N"):
         matrix.expand(load(path))
     assert len(matrix.expand(load(path), max_points=300)) == 300
+    for cap in ("0", "-3"):
+        code, _, err = main("run", path, "--max-points", cap, "--runs-dir", str(Path(path).parent / "runs"))
+        assert code == 2 and err == "hetflow: error: --max-points must be at least 1\n"
 
 
 def test_matrix_key_must_be_a_param(manifest_file):

@@ -79,6 +79,8 @@ def expand(doc: Document, overrides: Mapping[str, Any] | None = None, max_points
 
     An override of a matrix key fixes that key to the one given value.
     """
+    if max_points < 1:
+        raise UsageError("--max-points must be at least 1")
     tree = doc.value
     matrix = tree.get("matrix") if isinstance(tree, dict) else None
     if not isinstance(matrix, dict):

@@ -185,6 +185,7 @@ class Cluster:
             raise UsageError("--workers must be at least 1")
         if threads_per_worker is not None and threads_per_worker < 1:
             raise UsageError("--threads-per-worker must be at least 1")
+        _refuse_beyond_memory(workers)
         threads = threads_per_worker or max(1, (os.cpu_count() or 1) // workers)
         spawn = malloc.spawn_environ(dask.config.get("distributed.nanny.pre-spawn-environ", default={}))
         # the nanny takes a variable already in this process's environment over its configuration (and writes its
@@ -719,6 +720,41 @@ def _as_failure(failure: BaseException | None) -> BaseException | None:
     if isinstance(failure, RuntimeError) and ("does not host run" in str(failure) or "is closed" in str(failure)):
         return ClusterFailure(str(failure), {})
     return failure
+
+
+#: what one local worker holds once started, before any work: an interpreter with numpy, Dask and hetflow
+_WORKER_START_B = 100 * 2**20
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory this machine can give now (Linux's MemAvailable), or None where it does not say."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _refuse_beyond_memory(workers: int) -> None:
+    """Refuse a local cluster whose workers alone would take more memory than the machine has: ``--workers
+    1000`` typed for ``--workers 10`` would otherwise start processes until the machine swaps or kills.
+
+    Raises
+    ------
+    EnvironmentUnavailable
+        ``workers`` times a started worker's memory is more than the machine has available.
+    """
+    available = _available_memory()
+    if available is None or workers * _WORKER_START_B <= available:
+        return
+    raise EnvironmentUnavailable(
+        f"a local cluster of {workers} workers needs about {workers * _WORKER_START_B / 2**30:.1f} GiB to start "
+        f"({_WORKER_START_B // 2**20} MiB each before any work), more than the {available / 2**30:.1f} GiB this "
+        f"machine has available; ask for at most {max(1, available // _WORKER_START_B)}, or join a cluster with "
+        "--scheduler")
 
 
 def _root_cause(error: BaseException) -> str:
