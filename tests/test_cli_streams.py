@@ -388,3 +388,18 @@ def test_the_outcomes_examples_run():
 
     result = doctest.testmod(outcomes, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_name_the_terminals_encoding_cannot_show_is_escaped_not_a_crash(tmp_path):
+    folder = tmp_path / "ünï"
+    folder.mkdir()
+    manifest = folder / "q é.yaml"
+    manifest.write_text("version: 1\nname: q\nexecutors: {h: {vendor: cpu}}\nstages:\n"
+                        "  z: {op: full, args: {shape: [2], value: 1}}\noutputs: {z: z}\n")
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    for argv in (["validate", str(manifest)], ["run", str(manifest), "--runs-dir", str(folder / "rüns")]):
+        done = subprocess.run([sys.executable, "-c", "from hetflow.engine.cli.main import entry; entry()", *argv],
+                              capture_output=True, timeout=120, env=env)
+        assert done.returncode == 0, done.stderr
+        assert b"Traceback" not in done.stderr and b"internal error" not in done.stderr
+        assert b"\\xfcn\\xef" in done.stdout  # the path, escaped

@@ -185,6 +185,11 @@ def _load_numpy(computes: bool) -> None:
 
 
 def entry() -> None:
+    # a path or a name the terminal's encoding cannot show (a Latin-1 locale, PYTHONIOENCODING=ascii) is written
+    # escaped, as a traceback's text is, rather than ending the command halfway through its output
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     command = sys.argv[1:2]
     if command in (["validate"], ["plan"], ["run"], ["verify"]):
         _load_numpy(computes=command in (["run"], ["verify"]))
