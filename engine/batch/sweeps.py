@@ -227,7 +227,9 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
             if not finished.is_set():
                 if isinstance(e, KeyboardInterrupt):
                     cancel.request("SIGINT")
-                finish(lambda: _overall(summary["points"], cancel.requested, interrupted=True))
+                # an error that ended the sweep early (a caller's on_point that raised, a bug) is a failure with
+                # points left to --resume, not a cancellation nobody asked for
+                finish(lambda: _overall(summary["points"], cancel.requested, interrupted=isinstance(e, KeyboardInterrupt)))
         forget_hook()
         raise
     finally:

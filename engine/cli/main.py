@@ -24,7 +24,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from hetflow.engine.cli.common import EXIT_OK, _ShowVersion
+from hetflow.engine.cli.common import EXIT_ENVIRONMENT, EXIT_OK, _ShowVersion
 from hetflow.engine.run.events import QuietStream, quiet
 
 # no typing, contextlib or importlib here: together 2-4 ms of every ``hetflow emulate``
@@ -54,7 +54,23 @@ _STOPPABLE = frozenset({"run", "verify"})
 def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     with _Streams(out, err) as (out, err):
-        return _dispatch(argv, out, err)
+        code = _dispatch(argv, out, err)
+        out.flush()
+        err.flush()
+        return _output_lost(code, out, err)
+
+
+def _output_lost(code: int, out: QuietStream, err: QuietStream) -> int:
+    """``code``, or the environment's (5) where a command that did its work could not write its output: a disk
+    that refused standard output or error (a file on a full disk). The run or sweep went on to its end and its
+    record says how it ended; what it printed is what was lost."""
+    lost = [(name, stream.lost) for name, stream in (("standard output", out), ("standard error", err))
+            if stream.lost is not None]
+    if not lost or code != EXIT_OK:  # a command that failed says so by its own code, the more telling one
+        return code
+    for name, error in lost:
+        print(f"hetflow: error: {name} could not be written: {error.strerror or error}", file=err)
+    return EXIT_ENVIRONMENT
 
 
 class _Streams:

@@ -153,7 +153,10 @@ class QuietStream:
     When the stream is the process's standard output or error, its file
     descriptor is pointed at ``/dev/null`` as well, so that the
     interpreter's last flush at exit, which writes what is still buffered,
-    has nothing to complain about. Other attributes (``fileno``,
+    has nothing to complain about. A file on a disk that refuses the write
+    (full, over quota, read-only) falls silent the same way, and keeps the
+    error in :attr:`lost`: the run still ends and writes its record, and
+    the command then says that its output was lost (the CLI exits 5). Other attributes (``fileno``,
     ``encoding``...) are the wrapped stream's; ``buffer`` is wrapped too
     and goes silent with it.
 
@@ -171,6 +174,8 @@ class QuietStream:
         self._stream = stream
         self._root = _root or self
         self._gone = stream is None  # Python's sys.stdout when the process started with its stdout closed
+        #: the disk's error that silenced the stream (:func:`hetflow.engine.errors.is_storage_error`), or None
+        self.lost: OSError | None = None
         #: whether anything was handed to :meth:`write`, delivered or not (the CLI asks before it prints a
         #: JSON object of its own)
         self.wrote = False
@@ -219,7 +224,11 @@ class QuietStream:
         return getattr(self._stream, name)
 
     def _fall_silent(self, error: OSError | ValueError) -> None:
-        if not _reader_gone(error, self._stream):
+        from hetflow.engine.errors import is_storage_error
+
+        if is_storage_error(error):
+            self._root.lost = self._root.lost or error  # type: ignore[assignment]
+        elif not _reader_gone(error, self._stream):
             raise error
         self._root._gone = True
         _to_devnull(self._stream)
