@@ -193,10 +193,11 @@ def history(runs_dir: str, entry: Entry) -> dict[str, str]:
 
 def slot_records(runs_dir: str, name: str) -> dict[str, dict]:
     """Slot id -> the newest run record of that slot, for the manifest ``name``."""
-    from hetflow.engine.store.runs import iter_entries
+    from hetflow.engine.store.runs import LISTED, iter_entries
 
     found: dict[str, dict] = {}
-    for kind, _, data in iter_entries(runs_dir):
+    # the fields a slot's outcome is read from, not each record's plan and events: cron asks every minute
+    for kind, _, data in iter_entries(runs_dir, LISTED + ("schedule", "error")):
         slot = (data.get("schedule") or {}).get("slot") if kind == "run" else None
         if slot and (data.get("manifest") or {}).get("name") == name:
             if slot not in found or (data.get("started_at") or "") > (found[slot].get("started_at") or ""):
