@@ -144,6 +144,10 @@ class Diagnostic(NamedTuple):
 class HetflowError(Exception):
     """Base of the errors hetflow reports to its user."""
 
+    #: what the CLI exits with for it (``docs/reference/exit-codes.md``): a failure (1) unless a kind says otherwise;
+    #: the CLI's own rules (``hetflow.engine.cli.outcomes``) are tested to agree
+    exit_code = 1
+
 
 #: the most problems a message lists before "... and N more": what a person reads before fixing the first
 SHOWN = 50
@@ -171,6 +175,8 @@ class ManifestError(HetflowError):
     :data:`SHOWN` and says how many more there are.
     """
 
+    exit_code = 2
+
     def __init__(self, diagnostics: list[Diagnostic]) -> None:
         self.diagnostics = sorted(
             diagnostics, key=lambda d: (d.origin or Origin("", 0, 0), d.message)
@@ -181,6 +187,8 @@ class ManifestError(HetflowError):
 class UsageError(HetflowError):
     """The command line is wrong (an unknown param, a bad value)."""
 
+    exit_code = 2
+
 
 class EnvironmentUnavailable(HetflowError):
     """What a command runs in is not there: a Dask cluster that does not answer or has no workers, a runs
@@ -190,6 +198,8 @@ class EnvironmentUnavailable(HetflowError):
     tells it apart from bad input (exit 5, not 2). It is raised before
     anything is written, but for :class:`StorageUnavailable`.
     """
+
+    exit_code = 5
 
 
 #: what a file system answers when it cannot take a write: full, over quota, read-only, failing, file too large
@@ -279,6 +289,16 @@ class RunCancelled(HetflowError):
         self.record_path = record_path
         self.signal = signal
 
+    @property
+    def exit_code(self) -> int:  # type: ignore[override]
+        """128 + the signal's number, as a shell reports a process it ended (130, SIGINT's, when unknown)."""
+        import signal as signals
+
+        try:
+            return 128 + int(signals.Signals[self.signal or "SIGINT"])
+        except KeyError:
+            return 128 + int(signals.SIGINT)
+
 
 class StageFailure(Exception):
     """A task of a run failed: a partition's executor, a bridge, or an emulator phase.
@@ -309,6 +329,8 @@ class StageFailure(Exception):
 
 class LockHeld(HetflowError):
     """Another live process runs this manifest against this runs directory."""
+
+    exit_code = 4
 
     def __init__(self, path: str, holder: dict) -> None:
         who = f"pid {holder.get('pid')} on {holder.get('host')}" if holder else "another process"

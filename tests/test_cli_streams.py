@@ -432,3 +432,23 @@ def test_output_on_a_full_disk_is_lost_not_the_run(tmp_path, stream, sweep):
     assert len(records) == (3 if sweep else 1) and {r["status"] for r in records} == {"succeeded"}  # every run ran
     if sweep:
         assert json.loads(next(runs.glob("*-sweep/sweep.json")).read_text())["status"] == "succeeded"
+
+
+def test_every_errors_exit_code_is_the_one_the_command_line_exits_with():
+    from hetflow.engine.cli.outcomes import outcome
+    from hetflow.engine.errors import (EnvironmentUnavailable, HetflowError, LockHeld, ManifestError, RunCancelled,
+                                       RunFailed, StorageUnavailable, UsageError)
+    from hetflow.engine.importers.onnximport import OnnxImportError
+    from hetflow.engine.store.runs import NoSuchRun
+
+    made = [HetflowError("x"), ManifestError([]), UsageError("x"), NoSuchRun("x"), OnnxImportError("x"),
+            EnvironmentUnavailable("x"), StorageUnavailable("x"), LockHeld("p", {}), RunFailed("x"),
+            RunCancelled("x", None, "SIGTERM"), RunCancelled("x", None, "SIGHUP"), RunCancelled("x", None, None)]
+
+    def kinds(cls):
+        yield cls
+        for sub in cls.__subclasses__():
+            yield from kinds(sub)
+
+    assert {type(e) for e in made} >= {k for k in kinds(HetflowError) if k.__module__.startswith("hetflow")}
+    assert [e.exit_code for e in made] == [outcome(e).code for e in made] == [1, 2, 2, 2, 2, 5, 5, 4, 1, 143, 129, 130]

@@ -340,10 +340,8 @@ class _Writer:
 
 
 def _exit_code(error: HetflowError) -> int:
-    """What ``hetflow run --point`` exits with for ``error``: the command line's own rule for it."""
-    from hetflow.engine.cli.outcomes import outcome
-
-    return outcome(error).code
+    """What ``hetflow run --point`` exits with for ``error`` (:attr:`HetflowError.exit_code`)."""
+    return error.exit_code
 
 
 def exit_code(rows: list[Mapping[str, Any]]) -> int:
