@@ -131,7 +131,7 @@ def _exec(module_name: str, path: str, code: bytes, spec: str) -> tuple[types.Mo
     except SyntaxError as e:
         _restore(module_name, previous)
         raise PluginError(f"plugin {spec!r} does not parse: {e.msg}", f"{e.filename}:{e.lineno}") from None
-    except Exception as e:  # noqa: BLE001 - any failure of the plugin's import is reported with its place
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - any failure of the plugin's import, sys.exit() too, with its place
         _restore(module_name, previous)
         frames = traceback.extract_tb(e.__traceback__)
         inside = [f for f in frames if not is_hetflow_frame(f.filename)]
@@ -194,7 +194,7 @@ def load_module(name: str, spec: str | None = None, kind: str = "module") -> Plu
                                       f"({sys.executable})") from None
                 raise PluginError(f"plugin {spec!r} failed to import: {type(e).__name__}: {e}",
                                   _last_frame(e)) from None
-            except Exception as e:  # noqa: BLE001 - reported with its place
+            except (Exception, SystemExit) as e:  # noqa: BLE001 - reported with its place
                 raise PluginError(f"plugin {spec!r} failed to import: {type(e).__name__}: {e}", _last_frame(e)) from None
             finally:
                 LOADING.module = None

@@ -202,7 +202,7 @@ def _shape_rule(shape: Callable | None, name: str, where: str) -> Callable[[list
     def rule(inputs: list, args: dict) -> tuple:
         try:
             out = shape(*inputs, **args)
-        except Exception as e:  # noqa: BLE001 - any failure of the user's shape= is reported with its place
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - any failure of the user's shape= is reported with its place
             _, at = _user_frames(e)
             raise oplib.ShapeError(f"op {name!r}: its shape= raised {type(e).__name__}: {e} ({at})") from None
         if not _is_shape(out):
@@ -239,6 +239,10 @@ def _invoker(name: str, fn: Callable, order: Sequence[str]) -> Callable[..., Any
             text, at = _user_frames(e)
             raise UserOpError(f"op {name!r} raised {type(e).__name__}: {e} ({at})", op=name,
                               user_traceback=text) from None
+        except SystemExit as e:  # sys.exit() in an op would end the run's process with the op's code, unrecorded
+            text, at = _user_frames(e)
+            raise UserOpError(f"op {name!r} called sys.exit({e.code!r}), which an op cannot: raise an exception "
+                              f"to fail its stage ({at})", op=name, user_traceback=text) from None
         if not (hasattr(out, "shape") and hasattr(out, "dtype")):
             raise UserOpError(f"op {name!r} returned a {type(out).__name__}, not an array", op=name)
         declared = op.shape([tuple(x.shape) for x in inputs], args)

@@ -345,3 +345,28 @@ def test_an_installed_entry_point_is_discovered_without_importing_until_used(tmp
     assert np.load(os.path.join(result.run_dir, "y.npy")).tolist() == [-1.0, -1.0]
     code, out, _ = run_cli("executors", "--ops")
     assert code == 0 and any(line.startswith("labx.neg") and "from labops 1.2" in line for line in out.splitlines())
+
+
+def test_sys_exit_in_an_op_or_a_plugin_fails_its_stage_or_check_not_the_process(project, tmp_path):
+    (tmp_path / "quit.py").write_text(textwrap.dedent("""\
+        import sys
+
+        from hetflow import op
+
+
+        @op("t.quit")
+        def quit_(xp, x):
+            sys.exit(3)
+        """))
+    path = project(PIPELINE.replace("plugins: [ops.py]", "plugins: [ops.py, quit.py]")
+                   .replace("op: relu, inputs: [x], executor: third", "op: t.quit, inputs: [x], executor: third"))
+    code, out, err = run_cli("run", path, "--runs-dir", str(tmp_path / "runs"))
+    assert code == 1, err
+    assert "stage 'r' failed: backend error: op 't.quit' called sys.exit(3), which an op cannot: raise an exception " \
+           "to fail its stage (quit.py:8)" in err
+    record = json.loads(Path(err.strip().splitlines()[-1].removeprefix("record: ")).read_text())
+    assert record["status"] == "failed" and record["error"]["op"] == "t.quit"
+    (tmp_path / "leave.py").write_text("import sys\nsys.exit('no GPU here')\n")
+    path = project(PIPELINE.replace("plugins: [ops.py]", "plugins: [ops.py, leave.py]"), "leaving.yaml")
+    code, _, err = run_cli("validate", path)
+    assert code == 2 and f"{tmp_path}/leave.py:2: plugin 'leave.py' failed to import: SystemExit: no GPU here" in err
