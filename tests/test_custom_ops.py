@@ -370,3 +370,27 @@ def test_sys_exit_in_an_op_or_a_plugin_fails_its_stage_or_check_not_the_process(
     path = project(PIPELINE.replace("plugins: [ops.py]", "plugins: [ops.py, leave.py]"), "leaving.yaml")
     code, _, err = run_cli("validate", path)
     assert code == 2 and f"{tmp_path}/leave.py:2: plugin 'leave.py' failed to import: SystemExit: no GPU here" in err
+
+
+def test_what_an_op_or_a_plugin_prints_goes_to_stderr_and_leaves_stdout_the_commands(project, tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "chatty.py").write_text(textwrap.dedent("""\
+        from hetflow import op
+
+        print("loading my ops")
+
+
+        @op("t.chatty")
+        def chatty(xp, x):
+            print("computing", x.shape)
+            return x
+        """))
+    path = project(PIPELINE.replace("plugins: [ops.py]", "plugins: [ops.py, chatty.py]")
+                   .replace("op: relu, inputs: [x], executor: third", "op: t.chatty, inputs: [x], executor: third"))
+    done = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "run", path, "--runs-dir", str(tmp_path / "runs"),
+                           "--json", "--quiet", "--no-cache"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "succeeded"  # stdout is one JSON object, nothing else
+    assert "loading my ops" in done.stderr and "computing (6,)" in done.stderr

@@ -115,6 +115,11 @@ def _dispatch(argv: list[str], out: QuietStream, err: QuietStream) -> int:
             # emulate's own parser alone: the same usage, help and errors without building every command's
             args = _parser("emulate" if argv[:1] == ["emulate"] else None).parse_args(argv)
         as_json = bool(getattr(args, "json", False))
+        if sys.stdout is out:
+            # Standard output is the command's own (its result, its JSON, the id on the last line): what else
+            # prints while it runs, a plugin's or an op's print(), goes to standard error, so that
+            # `hetflow run --json | jq` and `id=$(hetflow run m.yaml | tail -n 1)` hold with chatty ops too
+            sys.stdout = err
         if args.command not in _STOPPABLE:
             return _command(args.command)(args, out, err)
         from hetflow.engine.run.cancel import stopping
