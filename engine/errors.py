@@ -300,6 +300,16 @@ class RunCancelled(HetflowError):
             return 128 + int(signals.SIGINT)
 
 
+class OutputDamaged(HetflowError):
+    """A run's output file is gone, unreadable, or no longer the array its record's digest names (changed or
+    damaged since the run); ``why`` says which, without the output's name."""
+
+    def __init__(self, name: str, why: str) -> None:
+        super().__init__(f"output {name!r}: {why}")
+        self.name = name
+        self.why = why
+
+
 class StageFailure(Exception):
     """A task of a run failed: a partition's executor, a bridge, or an emulator phase.
 

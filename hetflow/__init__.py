@@ -18,7 +18,9 @@ vendor boundary, the op library, the emulator) are the packages behind it.
   :class:`StorageUnavailable`: a disk refused a run's files, and
   ``record_path`` is the run's record where it says so),
   :class:`RunCancelled` (a signal or a ``KeyboardInterrupt`` stopped the run
-  or sweep; its record says ``cancelled``). A stage that fails is not an exception:
+  or sweep; its record says ``cancelled``), :class:`OutputDamaged` (an
+  output read from a run's folder is gone, unreadable, or not the array
+  its record's digest names). A stage that fails is not an exception:
   :func:`run` returns a :class:`Run` whose ``status`` is ``"failed"``.
 
 Examples
@@ -46,7 +48,7 @@ from __future__ import annotations
 
 __all__ = ["__version__", "op", "validate", "plan", "run", "sweep", "open_run", "Plan", "Run", "Failure", "Sweep",
            "HetflowError", "ManifestError", "UsageError", "LockHeld", "EnvironmentUnavailable", "StorageUnavailable",
-           "RunCancelled", "Diagnostic"]
+           "RunCancelled", "OutputDamaged", "Diagnostic"]
 
 # Where each public name is defined. They load on first use (PEP 562), so a
 # command that needs none of them (``hetflow emulate``) does not pay for the
@@ -56,7 +58,7 @@ _HOMES = {
     **dict.fromkeys(("validate", "plan", "run", "sweep", "open_run"), "hetflow.engine.api"),
     **dict.fromkeys(("Plan", "Run", "Failure", "Sweep"), "hetflow.engine.results"),
     **dict.fromkeys(("HetflowError", "ManifestError", "UsageError", "LockHeld", "EnvironmentUnavailable",
-                     "StorageUnavailable", "RunCancelled", "Diagnostic"), "hetflow.engine.errors"),
+                     "StorageUnavailable", "RunCancelled", "OutputDamaged", "Diagnostic"), "hetflow.engine.errors"),
 }
 
 # The API's functions and classes are documented, and their Examples run, as members of this module.

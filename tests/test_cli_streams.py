@@ -436,14 +436,15 @@ def test_output_on_a_full_disk_is_lost_not_the_run(tmp_path, stream, sweep):
 
 def test_every_errors_exit_code_is_the_one_the_command_line_exits_with():
     from hetflow.engine.cli.outcomes import outcome
-    from hetflow.engine.errors import (EnvironmentUnavailable, HetflowError, LockHeld, ManifestError, RunCancelled,
-                                       RunFailed, StorageUnavailable, UsageError)
+    from hetflow.engine.errors import (EnvironmentUnavailable, HetflowError, LockHeld, ManifestError, OutputDamaged,
+                                       RunCancelled, RunFailed, StorageUnavailable, UsageError)
     from hetflow.engine.importers.onnximport import OnnxImportError
     from hetflow.engine.store.runs import NoSuchRun
 
     made = [HetflowError("x"), ManifestError([]), UsageError("x"), NoSuchRun("x"), OnnxImportError("x"),
             EnvironmentUnavailable("x"), StorageUnavailable("x"), LockHeld("p", {}), RunFailed("x"),
-            RunCancelled("x", None, "SIGTERM"), RunCancelled("x", None, "SIGHUP"), RunCancelled("x", None, None)]
+            RunCancelled("x", None, "SIGTERM"), RunCancelled("x", None, "SIGHUP"), RunCancelled("x", None, None),
+            OutputDamaged("y", "gone")]
 
     def kinds(cls):
         yield cls
@@ -451,4 +452,4 @@ def test_every_errors_exit_code_is_the_one_the_command_line_exits_with():
             yield from kinds(sub)
 
     assert {type(e) for e in made} >= {k for k in kinds(HetflowError) if k.__module__.startswith("hetflow")}
-    assert [e.exit_code for e in made] == [outcome(e).code for e in made] == [1, 2, 2, 2, 2, 5, 5, 4, 1, 143, 129, 130]
+    assert [e.exit_code for e in made] == [outcome(e).code for e in made] == [1, 2, 2, 2, 2, 5, 5, 4, 1, 143, 129, 130, 1]

@@ -21,7 +21,6 @@ import networkx as nx
 import numpy as np
 
 from hetflow.engine.store.runs import status_of
-from hetflow.executors.base import Dtype
 
 __all__ = ["Bar", "pack_lanes", "output_stats"]
 
@@ -166,12 +165,13 @@ def output_stats(array: np.ndarray, bins: int = 24) -> dict[str, Any]:
     return out
 
 
-def _output_array(run_dir: str, entry: Mapping[str, Any]) -> np.ndarray:
-    """An output's array from its record entry, as :func:`hetflow.engine.store.records.load_output` gives it; that one
-    reads the whole record again for each output, seconds for the record of a run of 20,000 stages."""
-    raw = np.load(os.path.join(run_dir, entry["file"]), allow_pickle=False)
-    dtype = Dtype(entry["dtype"]).numpy
-    return raw if raw.dtype == dtype else raw.view(dtype)
+def _output_array(run_dir: str, entry: Mapping[str, Any], name: str = "?") -> np.ndarray:
+    """An output's array from its record entry (:func:`hetflow.engine.store.records.read_output`: checked against
+    the record's digest), without reading the whole record again for each output, seconds for the record of a run
+    of 20,000 stages."""
+    from hetflow.engine.store.records import read_output
+
+    return read_output(run_dir, name, entry)
 
 
 def _point_record(sweep_dir: str, runs_dir: str, point: Mapping[str, Any]) -> tuple[str | None, dict | None]:

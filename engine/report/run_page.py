@@ -13,7 +13,7 @@ import json
 import math
 from typing import Any, Callable, Iterable, Mapping
 
-from hetflow.engine.errors import UsageError
+from hetflow.engine.errors import OutputDamaged, UsageError
 from hetflow.engine.plan.planner import human_bytes
 from hetflow.engine.store.records import RECORD_FORMAT
 from hetflow.engine.report.data import (_FAILED, Bar, _bars, _output_array, _partition_stages, _phase_target, _point_values,
@@ -494,10 +494,12 @@ def _section_outputs(run_dir: str, record: Mapping[str, Any]) -> str:
                         f'<td colspan="4"><code>{_e(shown)}</code></td></tr>')
             continue
         try:
-            array = _output_array(run_dir, o)
+            array = _output_array(run_dir, o, name)
             stats = output_stats(array)
             problem = ""
-        except Exception as e:  # noqa: BLE001 - a missing or damaged .npy is shown, not fatal to the report
+        except OutputDamaged as e:  # gone, unreadable, or changed since the run: shown, not fatal to the report
+            stats, problem = {}, e.why
+        except Exception as e:  # noqa: BLE001 - whatever else a damaged .npy does is shown too
             stats, problem = {}, f"not readable: {type(e).__name__}: {e}"
         if problem:
             cells = f'<td colspan="4" class="bad">{_e(problem)}</td>'

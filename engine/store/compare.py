@@ -27,8 +27,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from hetflow.engine.errors import UsageError
-from hetflow.engine.store.records import load_output
+from hetflow.engine.errors import OutputDamaged, UsageError
+from hetflow.engine.store.records import read_output
 from hetflow.engine.store.runs import _read_json, read_record, resolve_id, status_of, sweep_view
 
 __all__ = ["SMALL", "output_view", "load_array", "changes", "diff_runs", "table", "render_table", "mismatch_causes"]
@@ -42,12 +42,13 @@ def changes(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, Any, 
 
 
 def load_array(run_dir: str, name: str, entry: Mapping[str, Any]) -> np.ndarray | None:
-    """The output as a float64 array (None when it is a phase's value, or its file is gone)."""
+    """The output as a float64 array (None when it is a phase's value, or its file is gone, unreadable or not
+    the array its record names: :func:`hetflow.engine.store.records.read_output`)."""
     if "file" not in entry:
         return None
     try:
-        return np.asarray(load_output(run_dir, name), dtype=np.float64)
-    except (OSError, ValueError, KeyError, TypeError):
+        return np.asarray(read_output(run_dir, name, entry), dtype=np.float64)
+    except (OutputDamaged, KeyError, TypeError, ValueError):
         return None
 
 
@@ -61,10 +62,11 @@ def output_view(run_dir: str, name: str, entry: Mapping[str, Any]) -> dict:
     """``{"value": ...}`` for scalars and small arrays, ``{"shape", "dtype", "min", "max", "mean"}`` otherwise."""
     if "file" not in entry:
         return {"value": entry.get("value"), "digest": entry.get("digest")}
-    array = load_array(run_dir, name, entry)
     view: dict[str, Any] = {"shape": entry.get("shape"), "dtype": entry.get("dtype"), "digest": entry.get("digest")}
-    if array is None:
-        view["missing"] = f"{entry.get('file')} is not in {run_dir}"
+    try:
+        array = np.asarray(read_output(run_dir, name, entry), dtype=np.float64)
+    except OutputDamaged as e:
+        view["missing"] = e.why  # gone, unreadable, or not what the record names: said as such
         return view
     if array.size == 1:
         view["value"] = _plain(float(array.reshape(-1)[0]))
