@@ -72,3 +72,22 @@ def test_an_output_changed_or_damaged_after_the_run_is_refused_and_said(done, tm
     assert why.replace("'", "&#x27;") in (tmp_path / "r.html").read_text()
     record = json.loads((run_dir / "record.json").read_text())
     assert record["outputs"]["o_fp32"]["digest"] == done.record["outputs"]["o_fp32"]["digest"]  # nothing rewritten
+
+
+def test_verify_fails_a_run_whose_files_are_not_what_it_recorded_even_when_the_rerun_matches(done, tmp_path):
+    import io
+    import shutil
+
+    shutil.copytree(done.path, tmp_path / done.run_id)
+    file = tmp_path / done.run_id / "o_int8.npy"
+    array = np.load(file)
+    array[0, 0] += 1
+    np.save(file, array)
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["verify", done.run_id, "--runs-dir", str(tmp_path), "--json"], out=out, err=err) == 1
+    result = json.loads(out.getvalue())
+    rows = {r["output"]: r for r in result["outputs"]}
+    assert result["match"] is False and all(r["match"] for r in rows.values())  # the rerun reproduces the record
+    assert "is not the array its record's digest names" in rows["o_int8"]["file"]
+    assert {r["file"] for n, r in rows.items() if n != "o_int8" and "file" in r} == {"ok"}
+    assert f"hetflow: output o_int8: {rows['o_int8']['file']}" in err.getvalue()

@@ -227,14 +227,26 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
         fresh, rerun, rerun_ok = {}, os.path.basename(os.path.dirname(e.record_path or "")), False
         rerun_record = read_record(args.runs_dir, rerun) if rerun else None
         print(f"hetflow: the rerun failed: {e}", file=err)
+    from hetflow.engine.errors import OutputDamaged
+    from hetflow.engine.store.records import read_output
+
     rows = []
+    run_dir = os.path.join(args.runs_dir, record["run_id"])
     for name, entry in record.get("outputs", {}).items():
         got = fresh.get(name)
         row = {"output": name, "recorded": entry["digest"], "rerun": got, "match": got == entry["digest"]}
         if not row["match"] and rerun_ok:
             row["causes"] = mismatch_causes(record, rerun_record, name)
+        if "file" in entry:  # the run's own file still the array its record names: a result is its file too
+            try:
+                read_output(run_dir, name, entry)
+                row["file"] = "ok"
+            except OutputDamaged as e:
+                row["file"] = e.why
+                print(f"hetflow: output {name}: {e.why}", file=err)
         rows.append(row)
-    ok = rerun_ok and all(r["match"] for r in rows)
+    damaged = [r["output"] for r in rows if r.get("file") not in (None, "ok")]
+    ok = rerun_ok and all(r["match"] for r in rows) and not damaged
     changed = _changed_sources(record, manifest)
     for line in changed:
         print(f"hetflow: {line}", file=err)
@@ -251,7 +263,9 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
             for cause in r.get("causes", ()):
                 print(f"  {r['output']}: likely cause: {cause}", file=out)
         bad = [r["output"] for r in rows if not r["match"]]
-        verdict = "all outputs match" if ok else f"MISMATCH in {', '.join(bad)}" if bad and rerun_ok else "MISMATCH"
+        verdict = ("all outputs match" if ok else f"MISMATCH in {', '.join(bad)}" if bad and rerun_ok else
+                   f"the rerun matches the record, but the run's files of {', '.join(damaged)} are not what it "
+                   "recorded" if damaged and rerun_ok else "MISMATCH")
         print(f"verify {record['run_id']}: {verdict} (rerun {rerun}, a verification run)", file=out)
     return EXIT_OK if ok else EXIT_RUN_FAILED
 
