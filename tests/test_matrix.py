@@ -185,3 +185,7 @@ def test_a_sweep_says_why_each_point_failed_and_exits_as_its_runs_would(manifest
     summary = json.loads((runs / out.strip().splitlines()[-1] / "sweep.json").read_text())
     assert {p["name"]: p.get("exit_code") for p in summary["points"]} == {
         "sweep[n=2,scale=1.0]": None, "sweep[n=2,scale=-1.0]": 1, "sweep[n=3,scale=1.0]": None, "sweep[n=3,scale=-1.0]": 1}
+    code, shown, _ = main("runs", "show", summary["sweep_id"], "--runs-dir", str(runs))
+    lines = shown.splitlines()
+    failed = next(i for i, line in enumerate(lines) if "sweep[n=2,scale=-1.0]  failed" in line)
+    assert code == 0 and lines[failed + 1].strip().endswith("raised ValueError: a negative total (picky.py:7)")

@@ -37,7 +37,10 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
             width = max((len(p["name"]) for p in summary["points"]), default=0)
             for p in summary["points"]:
                 digests = " ".join(f"{k}={v[7:19]}" for k, v in p["outputs"].items())
-                print(f"  {p['name']:<{width}}  {p['status']:<9}  {p['run_id'] or '-'}  {digests}", file=out)
+                print(f"  {p['name']:<{width}}  {p['status']:<9}  {p['run_id'] or '-'}  {digests}".rstrip(), file=out)
+                if p["status"] != "succeeded" and p.get("error"):  # why, as the sweep said it when the point ended
+                    why = " ".join(str(p["error"]).split())
+                    print(f"  {'':<{width}}  {why if len(why) <= 200 else why[:197] + '...'}", file=out)
             _died(summary, f"hetflow run {summary['manifest']} --resume {summary['sweep_id']}", out)
             return EXIT_OK
         record = runs.read_record(args.runs_dir, args.run_id)
