@@ -141,7 +141,7 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
                  record=os.path.relpath(e.record_path, runs_dir) if e.record_path else row.get("record"))
             return
         except HetflowError as e:  # a point that cannot start (its lock is held, its inputs are wrong, its disk is full)
-            save(row, status="failed", error=str(e), exit_code=_exit_code(e))
+            save(row, status="failed", error=str(e), exit_code=e.exit_code)
             return
         except BaseException as e:  # an interrupt or a bug: the point's state is known, the sweep ends
             save(row, status="cancelled" if isinstance(e, KeyboardInterrupt) else "failed",
@@ -223,13 +223,14 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
                         future.cancel()
                     raise
     except BaseException as e:
+        interrupted = isinstance(e, KeyboardInterrupt)
         with guard:
             if not finished.is_set():
-                if isinstance(e, KeyboardInterrupt):
+                if interrupted:
                     cancel.request("SIGINT")
                 # an error that ended the sweep early (a caller's on_point that raised, a bug) is a failure with
                 # points left to --resume, not a cancellation nobody asked for
-                finish(lambda: _overall(summary["points"], cancel.requested, interrupted=isinstance(e, KeyboardInterrupt)))
+                finish(lambda: _overall(summary["points"], cancel.requested, interrupted=interrupted))
         forget_hook()
         raise
     finally:
@@ -337,11 +338,6 @@ class _Writer:
     def held_here(self) -> bool:
         """Whether this thread holds the file for the sweep's own write (a signal handler may ask)."""
         return self._holder == threading.get_ident()
-
-
-def _exit_code(error: HetflowError) -> int:
-    """What ``hetflow run --point`` exits with for ``error`` (:attr:`HetflowError.exit_code`)."""
-    return error.exit_code
 
 
 def exit_code(rows: list[Mapping[str, Any]]) -> int:

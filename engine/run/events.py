@@ -156,9 +156,9 @@ class QuietStream:
     has nothing to complain about. A file on a disk that refuses the write
     (full, over quota, read-only) falls silent the same way, and keeps the
     error in :attr:`lost`: the run still ends and writes its record, and
-    the command then says that its output was lost (the CLI exits 5). Other attributes (``fileno``,
-    ``encoding``...) are the wrapped stream's; ``buffer`` is wrapped too
-    and goes silent with it.
+    the command then says that its output was lost (the CLI exits 5).
+    Other attributes (``fileno``, ``encoding``...) are the wrapped
+    stream's; ``buffer`` is wrapped too and goes silent with it.
 
     >>> import io
     >>> class Closed(io.StringIO):
