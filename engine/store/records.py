@@ -528,8 +528,9 @@ def remove_partial_writes(path: str) -> int:
 
 
 def remove_tree(path: str) -> str | None:
-    """Delete the folder ``path`` and all in it; None when it is gone, else why not, for its first file that
-    could not be removed (``FILE: Operation not permitted``), as much of the rest removed as can be.
+    """Delete the folder ``path`` and all in it; None when it is gone (or going: another process deleting it at
+    once), else why not, for its first file that could not be removed (``FILE: Operation not permitted``), as
+    much of the rest removed as can be.
 
     >>> import tempfile
     >>> folder = tempfile.mkdtemp(); open(os.path.join(folder, "f"), "w").close()
@@ -548,9 +549,8 @@ def remove_tree(path: str) -> str | None:
         shutil.rmtree(path, onexc=refused)
     else:
         shutil.rmtree(path, onerror=lambda function, where, info: refused(function, where, info[1]))
-    if not os.path.lexists(path):
-        return None
-    return first[0] if first else f"{path}: still there"
+    # still there without a refusal seen: another process (a second gc) is deleting it at the same time
+    return first[0] if first and os.path.lexists(path) else None
 
 
 def write_atomic(path: str, write: Any) -> None:
