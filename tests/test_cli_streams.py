@@ -453,3 +453,15 @@ def test_every_errors_exit_code_is_the_one_the_command_line_exits_with():
 
     assert {type(e) for e in made} >= {k for k in kinds(HetflowError) if k.__module__.startswith("hetflow")}
     assert [e.exit_code for e in made] == [outcome(e).code for e in made] == [1, 2, 2, 2, 2, 5, 5, 4, 1, 143, 129, 130, 1]
+
+
+def test_a_stray_sys_exit_with_a_message_is_an_internal_error_not_a_traceback(monkeypatch):
+    from hetflow.engine.cli import main as cli_main
+
+    def leaves(args, out, err):
+        raise SystemExit("a library gave up")  # what sys.exit("...") deep in some library raises
+
+    monkeypatch.setattr(cli_main, "_command", lambda name: leaves)
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main.main(["examples", "list"], out=out, err=err) == 3
+    assert err.getvalue().startswith("hetflow: internal error: SystemExit: a library gave up (traceback in ")

@@ -135,8 +135,12 @@ def _dispatch(argv: list[str], out: QuietStream, err: QuietStream) -> int:
 
         print(f"hetflow {hetflow.__version__}", file=out)
         return EXIT_OK
-    except SystemExit as e:  # --help
-        return int(e.code or 0)
+    except SystemExit as e:  # --help, argparse's own errors; anything else that calls sys.exit("...") is a bug here
+        if e.code is None or isinstance(e.code, int):
+            return int(e.code or 0)
+        from hetflow.engine.cli.outcomes import outcome
+
+        return _report(outcome(e, debug), as_json, out, err)
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - the one place that maps every failure to an exit code
         # loaded only when a command fails: its dataclasses and inspect are a tenth of --help's start-up
         from hetflow.engine.cli.outcomes import outcome
