@@ -456,7 +456,9 @@ def test_every_errors_exit_code_is_the_one_the_command_line_exits_with():
 
 
 def test_a_stray_sys_exit_with_a_message_is_an_internal_error_not_a_traceback(monkeypatch):
-    from hetflow.engine.cli import main as cli_main
+    import importlib
+
+    cli_main = importlib.import_module("hetflow.engine.cli.main")
 
     def leaves(args, out, err):
         raise SystemExit("a library gave up")  # what sys.exit("...") deep in some library raises
