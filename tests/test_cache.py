@@ -154,3 +154,22 @@ def test_a_crash_while_writing_a_record_keeps_the_previous_one(tmp_path, monkeyp
     monkeypatch.undo()
     assert json.loads(open(path).read()) == {"status": "running"}
     assert os.listdir(tmp_path) == ["record.json"]
+
+
+def test_an_entry_a_removal_left_half_way_is_replaced_by_the_next_store_and_cleared_by_gc(manifest_file, tmp_path):
+    from hetflow.engine.store.runs import collect_garbage
+
+    path = manifest_file(CHAIN)
+    first = run(path, tmp_path)
+    runs_dir = os.path.dirname(first.run_dir)
+    store = Cache(os.path.join(runs_dir, ".cache"))
+    keys = sorted(store.keys())
+    for key in keys[:2]:  # what a removal stopped between its entry.json and the rest leaves
+        os.unlink(os.path.join(store._folder(key), "entry.json"))
+    second = run(path, tmp_path)
+    # the two partitions ran again and their entries were stored whole, in place of the debris
+    assert not second.record["cache"].get("store_failed"), second.record["cache"]
+    assert sorted(store.keys()) == keys
+    os.unlink(os.path.join(store._folder(keys[0]), "entry.json"))
+    collect_garbage(runs_dir, keep=5)
+    assert not os.path.exists(store._folder(keys[0])) and sorted(store.keys()) == keys[1:]

@@ -356,15 +356,20 @@ class Cache:
                 json.dump(entry, f)
                 f.flush()
                 os.fsync(f.fileno())
-            try:
-                os.rename(tmp, final)
-            except OSError:
-                if not self.has(key):
-                    raise
-                # another writer renamed a complete entry into place first
-                shutil.rmtree(tmp, ignore_errors=True)
-                return False
-            return True
+            for attempt in (1, 2):
+                try:
+                    os.rename(tmp, final)
+                    return True
+                except OSError:
+                    if self.has(key):  # another writer renamed a complete entry into place first
+                        shutil.rmtree(tmp, ignore_errors=True)
+                        return False
+                    if attempt == 2 or not _incomplete(final):
+                        raise
+                    # what a removal stopped half way left (its entry.json goes first): no entry, and in the way of
+                    # every later store of this key until it goes
+                    shutil.rmtree(final, ignore_errors=True)
+            return False
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -400,7 +405,8 @@ class Cache:
         return _mtime(os.path.join(self._folder(key), "entry.json"))
 
     def clean_temporaries(self, older_than_s: float = 3600.0) -> int:
-        """Remove folders left by writers that died before renaming; returns how many.
+        """Remove folders left by writers that died before renaming, and entries a removal left half way (their
+        ``entry.json`` gone, which only a removal does: an entry is renamed into place whole); returns how many.
 
         A temporary folder changed in the last ``older_than_s`` seconds may
         be a live run's entry being written, and stays.
@@ -416,10 +422,16 @@ class Cache:
             if not os.path.isdir(folder):
                 continue
             for name in os.listdir(folder):
-                if name.startswith(".tmp-") and _mtime(os.path.join(folder, name)) < before:
-                    shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+                path = os.path.join(folder, name)
+                if (name.startswith(".tmp-") and _mtime(path) < before) or (not name.startswith(".") and _incomplete(path)):
+                    shutil.rmtree(path, ignore_errors=True)
                     removed += 1
         return removed
+
+
+def _incomplete(folder: str) -> bool:
+    """Whether ``folder`` is an entry's folder without its ``entry.json``: what a removal stopped half way left."""
+    return os.path.isdir(folder) and not os.path.exists(os.path.join(folder, "entry.json"))
 
 
 def _mtime(path: str) -> float:
