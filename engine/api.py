@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import os
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Callable
@@ -87,7 +88,67 @@ def _source(path: str | os.PathLike | Document) -> tuple[str, Document | None]:
     """The manifest's file name, and its document when the caller (the CLI) has loaded it already."""
     if isinstance(path, Document):
         return path.file, path
+    if not isinstance(path, (str, os.PathLike)):
+        raise UsageError(f"path= takes a manifest file's path (a str or os.PathLike), got {_shown(path)}")
     return os.fspath(path), None
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def _check(**given: Any) -> dict[str, Any]:
+    """``given``, each count a Python int; refuses, by keyword, an argument of the wrong kind before anything is
+    read or started.
+
+    The counts' own checks further in name the CLI's flags; a call from
+    Python is told the keyword it passed. A numpy integer is taken as the
+    int it holds, which the record's JSON can keep.
+    """
+    for key, value in given.items():
+        kind = _KINDS[key]
+        if value is None and key in _OPTIONAL:
+            continue
+        if kind == "count":
+            try:
+                whole = not isinstance(value, bool) and operator.index(value) >= 1  # numpy's integers too
+            except TypeError:
+                whole = False
+            if not whole:
+                raise UsageError(f"{key}= takes a whole number of at least 1, got {_shown(value)}")
+            given[key] = operator.index(value)
+        elif kind == "flag":
+            if not isinstance(value, bool):
+                raise UsageError(f"{key}= takes True or False, got {_shown(value)}")
+        elif kind == "path":
+            if not isinstance(value, (str, os.PathLike)):
+                raise UsageError(f"{key}= takes a folder's path (a str or os.PathLike), got {_shown(value)}")
+        elif kind == "callable":
+            if not callable(value):
+                raise UsageError(f"{key}= takes a function called with each event, got {_shown(value)}")
+        elif kind == "name":
+            if not isinstance(value, str):
+                raise UsageError(f"{key}= takes a str, got {_shown(value)}")
+        elif not isinstance(value, Mapping):
+            raise UsageError(f"{key}= takes a mapping (a dict), got {_shown(value)}")
+    return given
+
+
+def _counted(given: dict[str, Any], *keys: str) -> tuple[Any, ...]:
+    return tuple(given[k] for k in keys)
+
+
+_KINDS = {
+    **dict.fromkeys(("workers", "threads", "threads_per_worker", "parallel", "max_points"), "count"),
+    **dict.fromkeys(("cache", "dashboard"), "flag"),
+    **dict.fromkeys(("runs_dir", "cache_dir"), "path"),
+    **dict.fromkeys(("on_event", "on_point"), "callable"),
+    **dict.fromkeys(("point", "resume", "schedule_slot"), "name"),
+    **dict.fromkeys(("place", "inputs"), "mapping"),
+}
+_OPTIONAL = frozenset(("workers", "threads", "threads_per_worker", "cache_dir", "on_event", "on_point", "point",
+                       "resume", "schedule_slot", "place", "inputs"))
 
 
 def _overrides(params: Params | None) -> dict[str, Any]:
@@ -200,6 +261,9 @@ def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | 
     ([8, 128], True)
     """
     path, doc = _source(path)
+    workers, threads_per_worker = _counted(_check(point=point, runs_dir=runs_dir, cache_dir=cache_dir, workers=workers,
+                                                  threads_per_worker=threads_per_worker, place=place, inputs=inputs),
+                                           "workers", "threads_per_worker")
     doc = doc or load(path)
     overrides = _overrides(params)
     chosen = None
@@ -528,9 +592,13 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
     >>> r.status, r.outputs["probs"].shape, r.outputs["probs_bf16"].dtype.name
     ('succeeded', (8, 10), 'bfloat16')
     """
-    (path, doc), runs_dir = _source(path), os.fspath(runs_dir)
-    if threads is not None and threads < 1:
-        raise UsageError("--threads must be at least 1")
+    path, doc = _source(path)
+    workers, threads, threads_per_worker, max_points = _counted(_check(
+        runs_dir=runs_dir, workers=workers, cache=cache, inputs=inputs, point=point, threads=threads,
+        threads_per_worker=threads_per_worker, place=place, cache_dir=cache_dir, on_event=on_event, resume=resume,
+        schedule_slot=schedule_slot, max_points=max_points, dashboard=dashboard),
+        "workers", "threads", "threads_per_worker", "max_points")
+    runs_dir = os.fspath(runs_dir)
     doc, jobs = _kept_jobs(path, doc, _overrides(params), point, resume, runs_dir, max_points)
     if len(jobs) > 1:
         raise UsageError(f"{path} has a matrix of {len(jobs)} points: give point= to run one, or run them all "
@@ -576,9 +644,13 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
     from hetflow.engine.run.cancel import Cancel, current as current_cancel
     from hetflow.engine.batch.sweeps import resume_rows, run_points
 
-    (path, doc), runs_dir = _source(path), os.fspath(runs_dir)
-    if threads is not None and threads < 1:
-        raise UsageError("--threads must be at least 1")
+    path, doc = _source(path)
+    workers, threads, threads_per_worker, max_points, parallel = _counted(_check(
+        runs_dir=runs_dir, workers=workers, cache=cache, inputs=inputs, max_points=max_points, threads=threads,
+        threads_per_worker=threads_per_worker, place=place, cache_dir=cache_dir, on_event=on_event,
+        on_point=on_point, schedule_slot=schedule_slot, parallel=parallel, resume=resume, dashboard=dashboard),
+        "workers", "threads", "threads_per_worker", "max_points", "parallel")
+    runs_dir = os.fspath(runs_dir)
     if resume:
         folder = os.path.join(runs_dir, resume)
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -295,6 +296,58 @@ def test_run_inside_a_running_client_uses_it(manifest_file, tmp_path):
         assert r.record["outputs"] == threaded.record["outputs"]
         assert client.status == "running", "hetflow must leave the caller's client open"
         assert client.submit(lambda: 41 + 1).result() == 42
+
+        async def on_its_loop() -> tuple[str, str]:
+            async with distributed.Client(lc.scheduler_address, asynchronous=True) as ac:
+                with pytest.raises(hetflow.UsageError, match="asynchronous, called on its event loop") as refused:
+                    hetflow.run(path, runs_dir=tmp_path / "runs", scheduler=ac, cache=False)
+                # the way out the message gives: the same call in a thread
+                done = await asyncio.to_thread(hetflow.run, path, runs_dir=tmp_path / "runs", scheduler=ac, cache=False)
+                return str(refused.value), done.status
+
+        message, status = asyncio.run(on_its_loop())
+        assert "asyncio.to_thread" in message and status == "succeeded"
+    # a closed client has no scheduler handle: a clear refusal, not Dask's AttributeError on None
+    for call in (hetflow.run, hetflow.plan):
+        with pytest.raises(hetflow.UsageError, match="distributed.Client that is closed"):
+            call(path, runs_dir=tmp_path / "runs", scheduler=client)
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")) == sorted(
+        [threaded.run_id, r.run_id, done_id(tmp_path / "runs", exclude={threaded.run_id, r.run_id})])
+
+
+def done_id(runs: Path, exclude: set[str]) -> str:
+    """The one run folder besides ``exclude``: the refused calls left none."""
+    (only,) = [p.name for p in runs.iterdir() if not p.name.startswith(".") and p.name not in exclude]
+    return only
+
+
+@pytest.mark.parametrize("keyword, value, words", [
+    ("workers", "2", "workers= takes a whole number of at least 1, got str '2'"),
+    ("workers", 0, "workers= takes a whole number of at least 1, got int 0"),
+    ("threads", 1.5, "threads= takes a whole number of at least 1, got float 1.5"),
+    ("threads", True, "threads= takes a whole number"),
+    ("max_points", 0, "max_points= takes a whole number"),
+    ("runs_dir", 5, "runs_dir= takes a folder's path"),
+    ("cache", "no", "cache= takes True or False"),
+    ("on_event", 5, "on_event= takes a function"),
+    ("point", 3, "point= takes a str"),
+    ("place", ["a"], "place= takes a mapping"),
+])
+def test_api_arguments_of_the_wrong_kind_are_refused_by_keyword(manifest_file, tmp_path, keyword, value, words):
+    path = manifest_file(SPLIT)
+    kwargs = {"runs_dir": tmp_path / "runs", keyword: value}
+    with pytest.raises(hetflow.UsageError) as refused:
+        hetflow.run(path, **kwargs)
+    assert str(refused.value).startswith(words)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir()), "refused before any run"
+
+
+def test_api_takes_numpys_integers_as_counts_and_refuses_a_path_that_is_not_one(manifest_file, tmp_path):
+    path = manifest_file(SPLIT)
+    assert hetflow.run(path, runs_dir=tmp_path / "runs", threads=np.int64(2), cache=False).status == "succeeded"
+    for call in (hetflow.validate, hetflow.plan, hetflow.run):
+        with pytest.raises(hetflow.UsageError, match="path= takes a manifest file's path .* got int 123"):
+            call(123)
 
 
 def test_the_api_example_runs(tmp_path):

@@ -23,6 +23,9 @@ def cluster_kwargs(args: argparse.Namespace) -> dict:
     from hetflow.engine.errors import UsageError   # here: ``hetflow emulate`` starts without the errors module
     if args.workers is not None and args.scheduler is not None:
         raise UsageError("--workers starts a new cluster and --scheduler joins one; give one of them")
+    for flag, count in (("--workers", args.workers), ("--threads-per-worker", args.threads_per_worker)):
+        if count is not None and count < 1:
+            raise UsageError(f"{flag} must be at least 1")
     if args.threads_per_worker is not None and args.workers is None:
         raise UsageError("--threads-per-worker goes with --workers")
     if args.workers is None and args.scheduler is None:

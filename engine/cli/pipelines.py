@@ -109,6 +109,8 @@ def cmd_run(args: argparse.Namespace, out, err) -> int:
     source = args.file
     if args.parallel < 1:
         raise UsageError("--parallel must be at least 1")
+    if args.max_points < 1:
+        raise UsageError("--max-points must be at least 1")
     if args.resume:
         from hetflow.engine.store.runs import resolve_id
 

@@ -81,12 +81,28 @@ def _client(scheduler: Any) -> Any:
     from distributed import Client, default_client
 
     if isinstance(scheduler, Client):
-        return scheduler
+        return _usable(scheduler, "a distributed.Client")
     if scheduler != "current":
         raise UsageError(f"scheduler= takes None, 'current', a distributed.Client, tcp://HOST:PORT or a scheduler "
                          f"file; got {scheduler!r}")
     try:
-        return default_client()
+        client = default_client()
     except ValueError:
         raise UsageError("scheduler='current' needs a running distributed.Client (with Client(...): or "
                          "Client(...) made the default); none is") from None
+    return _usable(client, "the current distributed.Client")
+
+
+def _usable(client: Any, named: str) -> Any:
+    """``client``, when this thread can make synchronous calls through it."""
+    if client.status not in ("running", "connecting"):
+        # its handle on the scheduler is gone: Dask would fail on the first request with an AttributeError on None
+        raise UsageError(f"scheduler= got {named} that is {client.status}: give one that is open (a Client cannot "
+                         "be reopened once closed)")
+    if client.asynchronous:
+        # called on the client's own event loop: each call through it would hand back a coroutine, and waiting on
+        # one here would block the loop that has to answer it
+        raise UsageError(f"scheduler= got {named} that is asynchronous, called on its event loop: this call blocks "
+                         "until it ends, so run it in a thread (await asyncio.to_thread(...)) or give a synchronous "
+                         "Client")
+    return client
