@@ -6,6 +6,7 @@ the client. One worker carries the resource ``executor-accel=1``.
 
 import io
 import json
+import os
 import subprocess
 import sys
 import time
@@ -100,3 +101,83 @@ def test_cli_run_on_the_scheduler_file_with_json_events(existing, manifest_file,
     assert len(workers) == 2 and all(w.startswith("tcp://127.0.0.1:") for w in workers)
     record = json.loads(Path(result["record"]).read_text())
     assert record["status"] == "succeeded" and record["scheduler"]["address"].startswith("tcp://127.0.0.1:")
+
+
+def _installation(folder: Path, version: str, pyyaml: str | None = None) -> Path:
+    """Another installation of hetflow, as a worker started by hand may import it first: this one's code (its
+    subpackages linked, not copied) under ``version``; with ``pyyaml``, a PyYAML distribution of that version
+    found before this environment's."""
+    import importlib
+
+    import hetflow
+
+    package = folder / "hetflow"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_bytes(Path(hetflow.__file__).read_bytes())
+    (package / "_version.py").write_text(f"__version__ = {version!r}\n")
+    for sub in ("engine", "executors", "schemas", "examples", "pipelines"):
+        (package / sub).symlink_to(list(importlib.import_module(f"hetflow.{sub}").__path__)[0], target_is_directory=True)
+    if pyyaml:
+        info = folder / f"PyYAML-{pyyaml}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: PyYAML\nVersion: {pyyaml}\n")
+    return folder
+
+
+def test_a_worker_of_another_hetflow_is_refused_and_other_library_versions_are_recorded(manifest_file, tmp_path):
+    """A cluster started by hand whose workers import another installation: a worker of another hetflow version
+    is refused before anything runs, naming it; one whose libraries differ runs, and the record names the
+    differences, so that its ``versions`` (this process's) do not speak for the workers."""
+    from hetflow._version import __version__
+
+    file = tmp_path / "scheduler.json"
+    log = open(tmp_path / "cluster.log", "w")
+    dask = [sys.executable, "-m", "dask"]
+    procs = [subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                               "--scheduler-file", str(file)], stdout=log, stderr=subprocess.STDOUT)]
+
+    def worker(name: str, pythonpath: Path | None = None) -> None:
+        env = dict(os.environ)
+        if pythonpath is not None:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), env.get("PYTHONPATH")]))
+        procs.append(subprocess.Popen(
+            [*dask, "worker", "--scheduler-file", str(file), "--name", name, "--nthreads", "1", "--no-nanny",
+             "--host", "127.0.0.1", "--no-dashboard"], stdout=log, stderr=subprocess.STDOUT, env=env,
+            cwd=tmp_path))  # not the checkout: ``python -m`` puts the working folder before PYTHONPATH
+
+    path = manifest_file(SPLIT)
+    runs = tmp_path / "runs"
+    try:
+        deadline = time.time() + START_TIMEOUT_S
+        while not file.exists() and time.time() < deadline:
+            assert procs[0].poll() is None, (tmp_path / "cluster.log").read_text()
+            time.sleep(0.1)
+        worker("same")
+        worker("libs", _installation(tmp_path / "libs", __version__, pyyaml="0.0.1"))
+        worker("older", _installation(tmp_path / "older", "0.0.9"))
+        with Cluster.connect(str(file), timeout=START_TIMEOUT_S) as cluster:
+            cluster.client.wait_for_workers(3, timeout=START_TIMEOUT_S)
+            out, err = io.StringIO(), io.StringIO()
+            code = cli.main(["run", path, "--scheduler", str(file), "--runs-dir", str(runs)], out=out, err=err)
+            assert code == 2, err.getvalue()
+            assert "worker older (tcp://127.0.0.1:" in err.getvalue()
+            assert f"runs hetflow 0.0.9, this process hetflow {__version__}: install the same hetflow" in err.getvalue()
+            assert "Traceback" not in err.getvalue()
+            assert not [p for p in runs.glob("*") if not p.name.startswith(".")], "refused before a run folder was made"
+
+            procs[-1].terminate()
+            procs[-1].wait(30)
+            deadline = time.time() + START_TIMEOUT_S
+            while len(cluster.client.scheduler_info(n_workers=-1)["workers"]) > 2 and time.time() < deadline:
+                time.sleep(0.1)
+        out, err = io.StringIO(), io.StringIO()
+        code = cli.main(["run", path, "--scheduler", str(file), "--runs-dir", str(runs), "--json"], out=out, err=err)
+        assert code == 0, err.getvalue()
+        record = json.loads(Path(json.loads(out.getvalue())["record"]).read_text())
+        by_name = {w["name"]: w for w in record["scheduler"]["workers"]}
+        assert sorted(by_name) == ["libs", "same"]
+        assert by_name["libs"]["versions"] == {"pyyaml": "0.0.1"}
+        assert "versions" not in by_name["same"]
+    finally:
+        _stop(procs)
+        log.close()

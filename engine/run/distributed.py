@@ -101,7 +101,9 @@ from hetflow.engine.run.workerside import (
     _OnWorker,
     _sort_name,
     _substitute,
+    code_version,
     worker_offers,
+    worker_versions,
 )
 from hetflow.executors import Offer
 from hetflow.executors.base import PortableActivation, Vendor
@@ -291,22 +293,46 @@ class Cluster:
         """Every worker, sorted by name, with its offers for ``vendors`` probed; cached."""
         if self._workers is None:
             info = self._identity()["workers"]
-            self._workers = sorted(
+            workers = sorted(
                 (WorkerInfo(address, str(w.get("name", address)), int(w.get("nthreads", 1)),
                             dict(w.get("resources") or {})) for address, w in info.items()),
                 key=lambda w: (_sort_name(w.name), w.address))
+            if self._owned is None:
+                # a cluster started by hand may run another installation than this process's: the tasks are
+                # hetflow's code, so its version must match; the libraries' are recorded where they differ
+                self._check_versions(workers)
+            self._workers = workers
         missing = [v for v in vendors if any(v not in w.offers for w in self._workers)]
         if missing:
-            got = self.client.run(worker_offers, [v.value for v in missing], on_error="return",
-                                  workers=[w.address for w in self._workers])
+            got = self._ask(self._workers, worker_offers, [v.value for v in missing])
             for w in self._workers:
-                answer = got.get(w.address)
-                if isinstance(answer, BaseException) or answer is None:
-                    why = f"{type(answer).__name__}: {answer}" if answer is not None else "it did not answer"
-                    raise UsageError(f"worker {w.name} ({w.address}) cannot run hetflow: {why}; "
-                                     "install hetflow on every worker") from None
-                w.offers.update({o.vendor: o for o in answer})
+                w.offers.update({o.vendor: o for o in got[w.address]})
         return self._workers
+
+    def _ask(self, workers: list[WorkerInfo], function: Callable, *args: Any) -> dict[str, Any]:
+        """``function(*args)`` run on each of ``workers``: {address: answer}; a worker that cannot run hetflow's
+        code (none installed, another version without the function) is a :class:`UsageError`."""
+        got = self.client.run(function, *args, on_error="return", workers=[w.address for w in workers])
+        for w in workers:
+            answer = got.get(w.address)
+            if isinstance(answer, BaseException) or answer is None:
+                why = f"{type(answer).__name__}: {answer}" if answer is not None else "it did not answer"
+                raise UsageError(f"worker {w.name} ({w.address}) cannot run hetflow: {why}; install this "
+                                 f"hetflow ({code_version()}) on every worker") from None
+        return got
+
+    def _check_versions(self, workers: list[WorkerInfo]) -> None:
+        from hetflow.engine.store.records import versions
+
+        mine = {**versions(), "hetflow": code_version()}
+        got = self._ask(workers, worker_versions)
+        for w in workers:
+            theirs = got[w.address]
+            if theirs.get("hetflow") != mine["hetflow"]:
+                raise UsageError(f"worker {w.name} ({w.address}) runs hetflow {theirs.get('hetflow')}, this "
+                                 f"process hetflow {mine['hetflow']}: install the same hetflow on every worker (a "
+                                 "run's tasks are its code, and its record and cache keys name one version)")
+            w.versions.update({k: v for k, v in theirs.items() if v != mine.get(k)})
 
     def refresh(self) -> None:
         """Forget the workers asked before (one left, one joined): the next question asks the scheduler again."""
@@ -404,8 +430,9 @@ class Cluster:
     def describe(self) -> dict:
         return {
             "kind": self.kind, "address": self.address, "dashboard": self.dashboard_link,
-            "workers": [{"address": w.address, "name": w.name, "nthreads": w.nthreads, "resources": dict(w.resources)}
-                        for w in self.workers()],
+            # a worker's "versions": the libraries whose version differs from this process's (the record's)
+            "workers": [{"address": w.address, "name": w.name, "nthreads": w.nthreads, "resources": dict(w.resources),
+                         **({"versions": dict(w.versions)} if w.versions else {})} for w in self.workers()],
         }
 
     def run_graph(self, plan: Plan, run_id: str, stream: EventStream, cache: CacheUse | None = None,

@@ -31,8 +31,8 @@ from hetflow.engine.run.runtime import ClusterFailure, LocalRuntime, NotHeld
 from hetflow.executors import Offer, create, plugins, probe
 from hetflow.executors.base import Vendor
 
-__all__ = ["HetflowWorkerPlugin", "ExitPlugin", "WorkerInfo", "worker_offers", "PLUGIN_PREFIX", "RESOURCE_PREFIX",
-           "CLOSE_WAIT_S"]
+__all__ = ["HetflowWorkerPlugin", "ExitPlugin", "WorkerInfo", "worker_offers", "worker_versions", "PLUGIN_PREFIX",
+           "RESOURCE_PREFIX", "CLOSE_WAIT_S"]
 
 PLUGIN_PREFIX = "hetflow-run-"
 RESOURCE_PREFIX = "executor-"
@@ -48,6 +48,23 @@ def worker_offers(vendors: list[str]) -> list[Offer]:
     return [probe(Vendor(v)) for v in vendors]
 
 
+def worker_versions() -> dict[str, str | None]:
+    """The versions a run's results depend on, as the worker this runs on has them (``Client.run`` calls it).
+
+    hetflow's is its code's own (``hetflow._version``), which an
+    installation's metadata may lag behind.
+    """
+    from hetflow.engine.store.records import versions
+
+    return {**versions(), "hetflow": code_version()}
+
+
+def code_version() -> str:
+    from hetflow._version import __version__
+
+    return __version__
+
+
 @dataclass(frozen=True)
 class WorkerInfo:
     """One worker as the scheduler reports it, with the offers probed on it so far."""
@@ -57,6 +74,8 @@ class WorkerInfo:
     nthreads: int
     resources: Mapping[str, float]
     offers: dict = dataclasses.field(default_factory=dict, compare=False)
+    # where its library versions differ from the client's: {library: the worker's version}
+    versions: dict = dataclasses.field(default_factory=dict, compare=False)
 
     def offer(self, vendor: Vendor) -> Offer | None:
         return self.offers.get(vendor)
