@@ -178,6 +178,15 @@ def test_a_worker_of_another_hetflow_is_refused_and_other_library_versions_are_r
         assert sorted(by_name) == ["libs", "same"]
         assert by_name["libs"]["versions"] == {"pyyaml": "0.0.1"}
         assert "versions" not in by_name["same"]
+        # the same run in this process: `runs diff` names the worker's version among what changed
+        out, err = io.StringIO(), io.StringIO()
+        assert cli.main(["run", path, "--runs-dir", str(runs), "--no-cache", "--quiet"], out=out, err=err) == 0, err.getvalue()
+        threaded = out.getvalue().strip().splitlines()[-1]
+        out, err = io.StringIO(), io.StringIO()
+        assert cli.main(["runs", "diff", record["run_id"], threaded, "--runs-dir", str(runs), "--json"],
+                        out=out, err=err) == 0, err.getvalue()
+        mine = record["versions"]["pyyaml"]
+        assert json.loads(out.getvalue())["versions"] == [["pyyaml", f"{mine} (worker libs: 0.0.1)", mine]]
     finally:
         _stop(procs)
         log.close()

@@ -31,7 +31,7 @@ from hetflow.engine.errors import OutputDamaged, UsageError
 from hetflow.engine.store.records import read_output
 from hetflow.engine.store.runs import _read_json, read_record, resolve_id, status_of, sweep_view
 
-__all__ = ["SMALL", "output_view", "load_array", "changes", "diff_runs", "table", "render_table", "mismatch_causes"]
+__all__ = ["SMALL", "output_view", "load_array", "changes", "diff_runs", "table", "render_table", "mismatch_causes", "versions_of"]
 
 SMALL = 16
 
@@ -125,7 +125,7 @@ def diff_runs(runs_dir: str, a: str, b: str) -> dict:
         "plugins": changes(pa, pb),
         "data": changes(data_a, data_b),
         "inputs": changes(in_a, in_b),
-        "versions": changes(ra.get("versions") or {}, rb.get("versions") or {}),
+        "versions": changes(versions_of(ra), versions_of(rb)),
         "outputs": outputs,
     }
 
@@ -227,6 +227,20 @@ def _upstream(plan_nodes: Mapping[str, Any], tensor: str) -> list[str]:
     return list(seen)
 
 
+def versions_of(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The record's library versions, each with the workers' own where a cluster's workers ran others:
+    ``{"numpy": "2.4.1 (worker w1: 2.3.0)"}``."""
+    out = dict(record.get("versions") or {})
+    differ: dict[str, list[str]] = {}
+    workers = (record.get("scheduler") or {}).get("workers")  # the threaded scheduler's is a count of threads
+    for w in workers if isinstance(workers, list) else []:
+        for lib, version in (w.get("versions") or {}).items():
+            differ.setdefault(lib, []).append(f"worker {w.get('name')}: {version}")
+    for lib, where in differ.items():
+        out[lib] = f"{out.get(lib)} ({'; '.join(where)})"
+    return out
+
+
 def mismatch_causes(record: Mapping[str, Any], rerun: Mapping[str, Any] | None, output: str) -> list[str]:
     """The likely causes, as far as the two records show them, of ``output`` differing between a run and its rerun.
 
@@ -256,7 +270,7 @@ def mismatch_causes(record: Mapping[str, Any], rerun: Mapping[str, Any] | None, 
         args = (stages.get(node) or {}).get("args") or {}
         if op is not None and not oplib.is_deterministic(op, args):
             causes.append(f"nondeterministic op: stage {node!r} ({op.name}) has no seed")
-    moved = changes(record.get("versions") or {}, rerun.get("versions") or {}) if rerun else []
+    moved = changes(versions_of(record), versions_of(rerun)) if rerun else []
     if moved:
         causes.append("version changed: " + ", ".join(f"{k} {a} -> {b}" for k, a, b in moved))
     if not causes:
