@@ -269,3 +269,30 @@ def test_a_run_with_other_params_neither_blocks_a_slot_nor_is_blocked(tmp_path):
     with RunLock(lock_path(str(runs), m, "busy", {"n": 4}), manifest=m):  # the params the slot's run resolves to
         code, out, _ = cli("schedule", "run-due", m, "--now", "2026-06-01T11:05:00Z", "--runs-dir", str(runs))
     assert code == 0 and 'skipped manifest=busy slot=2026-06-01T11:00:00Z reason="a run of this manifest is active"' in out
+
+
+def test_serve_says_once_that_a_named_path_is_gone_and_still_finds_new_files_in_the_others(tmp_path):
+    """A manifest named on the command line is deleted while the service runs: one error line (not one per poll),
+    its ``removed``; a folder named after it is still scanned, so a manifest new there is loaded."""
+    from hetflow.engine.batch.serve import Server
+
+    single, folder = tmp_path / "single", tmp_path / "folder"
+    single.mkdir()
+    folder.mkdir()
+    gone = write(single, "gone", 'cron: "0 3 * * *"\n')
+    seen: list[tuple[str, dict]] = []
+    server = Server([gone, str(folder)], str(tmp_path / "runs"), log=lambda event, fields: seen.append((event, fields)))
+    server.scan()
+    assert [e for e, _ in seen] == ["loaded"]
+    os.remove(gone)
+    for _ in range(3):
+        server.scan()
+    assert [e for e, _ in seen] == ["loaded", "error", "removed"]
+    assert seen[1][1]["error"] == f"{gone}: no such file or folder"
+    write(folder, "fresh", 'cron: "0 4 * * *"\n')
+    server.scan()
+    assert [(e, f.get("manifest")) for e, f in seen[3:]] == [("loaded", "fresh")]
+    write(single, "gone", 'cron: "0 3 * * *"\n')
+    server.scan()
+    server.scan()
+    assert [(e, f.get("manifest")) for e, f in seen[4:]] == [("loaded", "gone")]

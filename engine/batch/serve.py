@@ -66,14 +66,22 @@ class Server:
         self.queued: list[_Queued] = []
         self.settled: set[str] = set()
         self.stopping = False
+        self.missing: str | None = None  # the named paths not there at the last scan, as last logged
 
     def scan(self) -> None:
         """Load new manifests, reload changed ones, forget removed ones."""
-        try:
-            files = discover(self.paths)
-        except UsageError as e:
-            self.log("error", {"error": str(e)})
-            files = [f for f in self.watched if os.path.exists(f)]
+        files, missing = [], []
+        for path in self.paths:  # one named path gone does not hide the others, nor a file new in a folder
+            try:
+                files.extend(discover([path]))
+            except UsageError as e:
+                missing.append(str(e))
+        files = list(dict.fromkeys(files))
+        problem = "; ".join(missing) or None
+        if problem != self.missing:  # said once, not at every poll while it lasts
+            if problem:
+                self.log("error", {"error": problem})
+            self.missing = problem
         for file in list(self.watched):
             if file not in files:
                 old = self.watched.pop(file)
