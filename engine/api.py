@@ -415,11 +415,12 @@ def _reads(manifest: Manifest) -> Iterator[str]:
 
 
 def _stats(files: list[str]) -> tuple:
+    from hetflow.engine.store.clock import file_stamp
+
     out = []
     for name in files:
         try:
-            st = os.stat(name)
-            out.append((st.st_size, st.st_mtime_ns, st.st_ino))
+            out.append(file_stamp(os.stat(name)))
         except OSError:
             out.append(None)
     return tuple(out)

@@ -1,5 +1,6 @@
 """The content-addressed cache: hits, invalidation downstream of a change, atomic entries."""
 
+import hashlib
 import json
 import os
 
@@ -98,6 +99,39 @@ def test_load_keys_on_file_content_not_path(manifest_file, tmp_path):
     os.remove(tmp_path / "data.npy")
     missing = partition_keys(plan(compiled, probe))["p0"]
     assert not missing.cacheable and "cannot be read" in missing.reason
+
+
+@pytest.mark.parametrize("how", ["renamed over", "written in place"])
+def test_a_data_file_replaced_with_its_size_and_mtime_kept_is_read_anew_in_the_same_process(manifest_file, tmp_path,
+                                                                                           how):
+    """``cp -p``, ``rsync -a`` or ``tar x`` of another array of the same shape: same size, the old mtime. A process
+    that ran the manifest before (a notebook, a service) must neither serve the old outputs from the cache nor
+    record the old file's digest beside the new outputs."""
+    import hetflow
+
+    data = tmp_path / "data.npy"
+    np.save(data, np.arange(4, dtype=np.float32))
+    old = os.stat(data)
+    path = manifest_file("version: 1\nname: l\nexecutors: {a: {vendor: cpu}}\nstages:\n"
+                         "  d: {op: load, args: {path: data.npy}}\n  y: {op: mul, inputs: [d, d]}\noutputs: {y: y}\n")
+    first = hetflow.run(path, runs_dir=tmp_path / "runs")
+    assert first.outputs["y"].tolist() == [0, 1, 4, 9]
+    if how == "renamed over":
+        np.save(tmp_path / "new.npy", np.full(4, 10, dtype=np.float32))
+        os.utime(tmp_path / "new.npy", ns=(old.st_atime_ns, old.st_mtime_ns))
+        os.replace(tmp_path / "new.npy", data)
+    else:
+        with open(data, "r+b") as f:
+            f.seek(-16, os.SEEK_END)
+            f.write(np.full(4, 10, dtype=np.float32).tobytes())
+        os.utime(data, ns=(old.st_atime_ns, old.st_mtime_ns))
+    now = os.stat(data)
+    assert (now.st_size, now.st_mtime_ns) == (old.st_size, old.st_mtime_ns)
+    for cache in (True, False):
+        again = hetflow.run(path, runs_dir=tmp_path / "runs", cache=cache)
+        assert again.outputs["y"].tolist() == [100] * 4
+        now_digest = "sha256:" + hashlib.sha256(data.read_bytes()).hexdigest()
+        assert again.record["data"]["d"]["digest"] == now_digest != first.record["data"]["d"]["digest"]
 
 
 def test_damaged_entry_is_a_miss(manifest_file, tmp_path):

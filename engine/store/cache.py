@@ -45,6 +45,7 @@ from typing import Any
 import orjson
 
 from hetflow.engine.plan.plandata import Partition, Plan
+from hetflow.engine.store.clock import file_stamp
 from hetflow.engine.store.records import folder_mode
 from hetflow.executors import ops as oplib
 from hetflow.executors.base import Dtype, PortableActivation, TensorShape
@@ -85,12 +86,12 @@ _FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
 
 
 def file_digest(path: str) -> str | None:
-    """sha256 of a file's bytes, memoized by (path, size, mtime); None when it cannot be read."""
+    """sha256 of a file's bytes, memoized by its path and :func:`file_stamp`; None when it cannot be read."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    memo = (path, st.st_size, st.st_mtime_ns)
+    memo = (path, *file_stamp(st))
     if memo not in _FILE_DIGESTS:
         h = hashlib.sha256()
         with open(path, "rb") as f:

@@ -180,8 +180,9 @@ def _whole_file(f: Any, path: str) -> np.ndarray:
     import mmap
 
     st = os.fstat(f.fileno())
-    # a file rewritten in place has a new mtime, one renamed over it a new inode: either is mapped afresh
-    key = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    # a file renamed over it has a new inode, one rewritten in place a new ctime (its mtime may be put back,
+    # cp -p): either is mapped afresh
+    key = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     whole = _MAPPED.get(key)
     if whole is None:
         whole = np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), np.uint8)
