@@ -415,7 +415,7 @@ def _reads(manifest: Manifest) -> Iterator[str]:
 
 
 def _stats(files: list[str]) -> tuple:
-    from hetflow.engine.store.clock import file_stamp
+    from hetflow.executors.files import file_stamp
 
     out = []
     for name in files:

@@ -134,6 +134,34 @@ def test_a_data_file_replaced_with_its_size_and_mtime_kept_is_read_anew_in_the_s
         assert again.record["data"]["d"]["digest"] == now_digest != first.record["data"]["d"]["digest"]
 
 
+@pytest.mark.parametrize("where", ["threads", "local cluster"])
+def test_a_data_file_replaced_after_the_run_started_fails_its_load_and_stores_nothing(manifest_file, tmp_path, where):
+    """The file is replaced after the run digested it for its record and cache keys, before its ``load`` read it:
+    the stage fails saying so, instead of outputs of the new bytes under the old digest and key. The next run
+    reads the new file."""
+    import hetflow
+
+    data = tmp_path / "data.npy"
+    np.save(data, np.arange(4, dtype=np.float32))
+    path = manifest_file("version: 1\nname: l\nexecutors: {a: {vendor: cpu}}\nstages:\n"
+                         "  d: {op: load, args: {path: data.npy}}\n  y: {op: mul, inputs: [d, d]}\noutputs: {y: y}\n")
+
+    def replace_on_start(event: dict) -> None:
+        if event.get("kind") == "run" and event.get("event") == "started":
+            np.save(tmp_path / "new.npy", np.full(4, 10, dtype=np.float32))
+            os.replace(tmp_path / "new.npy", data)
+
+    cluster = {"workers": 1, "dashboard": False} if where == "local cluster" else {}
+    failed = hetflow.run(path, runs_dir=tmp_path / "runs", on_event=replace_on_start, **cluster)
+    assert failed.status == "failed"
+    (failure,) = failed.failures
+    assert failure.stage == "d" and f"{data} changed while the run ran: it now holds other bytes" in failure.message
+    assert not list((tmp_path / "runs" / ".cache").glob("**/*.json")), "nothing stored under the old file's key"
+    again = hetflow.run(path, runs_dir=tmp_path / "runs", **cluster)
+    assert again.status == "succeeded" and again.outputs["y"].tolist() == [100] * 4
+    assert again.record["data"]["d"]["digest"] == "sha256:" + hashlib.sha256(data.read_bytes()).hexdigest()
+
+
 def test_damaged_entry_is_a_miss(manifest_file, tmp_path):
     path = manifest_file(CHAIN)
     first = run(path, tmp_path)

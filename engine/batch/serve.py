@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 from hetflow.engine.manifest.cron import _UTC, due_slots, slot_id
 from hetflow.engine.errors import ManifestError, UsageError
-from hetflow.engine.store.clock import file_stamp
+from hetflow.executors.files import file_stamp
 from hetflow.engine.batch.claims import Entry, check_claimed, check_identities, claim, discover, history, load_entry, mark
 from hetflow.engine.batch.schedule import LOCKED, Child, Log, _finish, settle, start
 

@@ -27,6 +27,7 @@ as timed-out attempts are (the pool is not joined; the closed
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import threading
@@ -44,7 +45,7 @@ import dask.threaded
 
 from hetflow.engine.store import owner
 from hetflow.engine.run import threads
-from hetflow.engine.store.cache import Cache, CacheUse, file_digest, partition_keys, uncached_stages
+from hetflow.engine.store.cache import Cache, CacheUse, partition_keys, uncached_stages
 from hetflow.engine.run.cancel import Cancel, Cancelled, current
 from hetflow.engine.errors import RunCancelled, RunFailed, StageFailure, StorageUnavailable, is_storage_error
 from hetflow.engine.heap import frozen_heap
@@ -73,6 +74,7 @@ from hetflow.engine.store.records import (
     write_text_atomic,
 )
 from hetflow.executors import create, inventory
+from hetflow.executors.files import digest_and_stamp, portable_stamp
 from hetflow.executors.base import Executor, ExecutorError, PortableActivation
 
 __all__ = ["StageFailure", "StageTimedOut", "ClusterFailure", "HandleTable", "LocalRuntime", "RunResult", "execute",
@@ -197,7 +199,7 @@ def _execute(
         "matrix_point": dict(matrix_point) if matrix_point else None,
         "schedule": dict(schedule) if schedule else None,
         "plugins": [p.to_json() for p in getattr(manifest, "plugins", ())],
-        "data": _data_files(manifest),
+        "data": (data := _data_files(manifest))[0],
         "inputs": {k: dict(v) for k, v in (inputs or {}).items()},
         "resumed": resume is not None,
         "attempts": earlier + [{"attempt": len(earlier) + 1, "started_at": utc_iso(started), "ended_at": None,
@@ -257,6 +259,7 @@ def _execute(
         failure: BaseException | None = None
         results: list[Any] = []
         live_after: dict[str, int] | None
+        plan = _reads_checked(plan, data[1])
         if cluster is not None:
             # phase tasks that run on the client are recorded as the threaded mode records them
             recorder = LocalRuntime(plan, {}, emit=stream.emit) if phases else None
@@ -749,10 +752,44 @@ def _named_vendors(manifest: Manifest, plan: Plan) -> set:
     return named | {e.vendor for e in plan.executors.values()}
 
 
-def _data_files(manifest: Manifest) -> dict[str, dict]:
-    """Every file a ``load`` stage reads, with the sha256 of its bytes (stage -> path, key, digest)."""
-    return {s.id: {"path": s.args["path"], "key": s.args.get("key"), "digest": file_digest(s.args["path"])}
-            for s in manifest.stages.values() if s.op == "load" and isinstance(s.args.get("path"), str)}
+def _data_files(manifest: Manifest) -> tuple[dict[str, dict], dict[str, tuple[str, list[int]]]]:
+    """Every file a ``load`` stage reads, with the sha256 of its bytes (stage -> path, key, digest), and what
+    the stage checks it reads (stage -> digest, the file's portable stamp when digested)."""
+    data, checks = {}, {}
+    for s in manifest.stages.values():
+        if s.op == "load" and isinstance(s.args.get("path"), str):
+            digest, stamp = digest_and_stamp(s.args["path"])
+            data[s.id] = {"path": s.args["path"], "key": s.args.get("key"), "digest": digest}
+            if digest is not None:
+                checks[s.id] = (digest, portable_stamp(stamp))
+    return data, checks
+
+
+# id(plan) -> (the checks, the plan with them in its load stages' arguments), while the plan lives: a plan
+# whose files did not change is lowered once, as any plan is
+_CHECKED: dict[int, tuple[dict, Plan]] = {}
+
+
+def _reads_checked(plan: Plan, checks: dict[str, tuple[str, list[int]]]) -> Plan:
+    """``plan`` with each ``load`` stage told the digest the run recorded for its file, which the op checks
+    against the bytes it reads (:func:`hetflow.executors.files.check_unchanged`): a file replaced after the
+    run started fails the stage, instead of a record and a cache entry naming bytes the run did not read.
+
+    The cache keys were made before, from the plan as it was: they name the digest, not the file's stamp.
+    """
+    if not checks:
+        return plan
+    known = _CHECKED.get(id(plan))
+    if known is not None and known[0] == checks:
+        return known[1]
+    args = dict(plan.stage_args)
+    for stage, (digest, stamp) in checks.items():
+        args[stage] = {**args[stage], "read_sha256": digest, "read_stamp": stamp}
+    checked = dataclasses.replace(plan, stage_args=args)
+    if known is None:
+        weakref.finalize(plan, _CHECKED.pop, id(plan), None)
+    _CHECKED[id(plan)] = (checks, checked)
+    return checked
 
 
 def _describe_failure(failure: BaseException, plan: Plan, manifest: Manifest) -> dict:

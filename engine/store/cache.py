@@ -45,9 +45,9 @@ from typing import Any
 import orjson
 
 from hetflow.engine.plan.plandata import Partition, Plan
-from hetflow.engine.store.clock import file_stamp
 from hetflow.engine.store.records import folder_mode
 from hetflow.executors import ops as oplib
+from hetflow.executors.files import file_digest
 from hetflow.executors.base import Dtype, PortableActivation, TensorShape
 
 __all__ = ["CACHE_FORMAT", "PartitionKey", "Cache", "CacheUse", "partition_keys", "hetflow_version", "file_digest", "explain"]
@@ -80,25 +80,6 @@ def _canonical(value: Any) -> bytes:
 
 def _sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
-
-
-def file_digest(path: str) -> str | None:
-    """sha256 of a file's bytes, memoized by its path and :func:`file_stamp`; None when it cannot be read."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    memo = (path, *file_stamp(st))
-    if memo not in _FILE_DIGESTS:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        _FILE_DIGESTS[memo] = "sha256:" + h.hexdigest()
-    return _FILE_DIGESTS[memo]
 
 
 @dataclass(frozen=True)

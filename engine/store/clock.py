@@ -1,5 +1,4 @@
-"""Time as records say it: ISO 8601 UTC instants, a start with the instants measured from it, and the stamp
-a file's times and identity give its bytes.
+"""Time as records say it: ISO 8601 UTC instants, and a start with the instants measured from it.
 
 Kept apart from :mod:`hetflow.engine.store.records` so that the commands
 that only read records (``hetflow runs``) load no numpy.
@@ -7,11 +6,10 @@ that only read records (``hetflow runs``) load no numpy.
 
 from __future__ import annotations
 
-import os
 import time
 from functools import lru_cache
 
-__all__ = ["utc_iso", "Stopwatch", "file_stamp"]
+__all__ = ["utc_iso", "Stopwatch"]
 
 
 def utc_iso(t: float) -> str:
@@ -52,10 +50,3 @@ class Stopwatch:
 def _utc_second(second: int) -> str:
     # a record stamps every task's start and end; most of them fall in a few seconds
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-
-
-def file_stamp(st: os.stat_result) -> tuple:
-    """What tells a file's bytes from its earlier ones without reading them: a file renamed over it has another
-    inode, one written in place or given back its old mtime (``cp -p``, ``rsync -a``, ``os.utime``) a new ctime,
-    which nothing but the kernel sets."""
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns

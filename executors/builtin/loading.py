@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from hetflow.executors.base import Dtype
+from hetflow.executors.files import check_unchanged
 from hetflow.executors.opdecl import ALL_DTYPES, QUANT_MAX, Arg, Kernel, Op, Shape, from_shape_arg, to_dtype
 
 __all__ = ["OPS", "LOAD_FORMATS", "read_array", "lossy_load", "ml_finfo_max", "file_dtype"]
@@ -346,7 +347,13 @@ def _load_result(inputs: list[Dtype], args: Any) -> Dtype:
 
 
 def _load(xp: Any, inputs: list, args: dict) -> Any:
+    expected = args.get("read_sha256")  # the digest the run recorded when it started
+    if expected is not None:
+        check_unchanged(args["path"], expected, args.get("read_stamp"))
     host = np.asarray(read_array(args["path"], args.get("key")))
+    if expected is not None:
+        # replaced while it was read: what was read may be either file's
+        check_unchanged(args["path"], expected, args.get("read_stamp"))
     if host.dtype.kind == "c":
         host = host.real
     if host.dtype.kind in "iub":
