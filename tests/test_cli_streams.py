@@ -286,6 +286,86 @@ def test_an_unreachable_scheduler_exits_5_and_writes_nothing(tmp_path):
     assert crash_logs(tmp_path) == []
 
 
+class _Listener:
+    """A TCP service on loopback that is not a Dask scheduler: an HTTP server (what a scheduler's dashboard port
+    is) that waits for a request, or one that greets first with a banner, as SSH does."""
+
+    def __init__(self, banner: bytes | None) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.banner, self.held = banner, []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+            if self.banner:
+                conn.sendall(self.banner)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.mark.parametrize("service", ["http", "banner"])
+def test_a_port_that_is_not_a_schedulers_exits_5_at_once_instead_of_waiting_for_ever(tmp_path, service):
+    """Dask's client waits for a scheduler's handshake without a time limit: pointed at the dashboard's port (or
+    any silent service) it would hold the command for ever, and another protocol's greeting read as a frame
+    length is a MemoryError of exabytes."""
+    from hetflow.engine.errors import EnvironmentUnavailable
+    from hetflow.engine.run.distributed import Cluster
+
+    listener = _Listener(b"SSH-2.0-OpenSSH_9.6\r\n" if service == "banner" else None)
+    try:
+        address = f"tcp://127.0.0.1:{listener.port}"
+        started = time.monotonic()
+        with pytest.raises(EnvironmentUnavailable) as refused:
+            Cluster.connect(address, timeout=1.0)
+        assert time.monotonic() - started < 30
+        if service == "http":
+            assert str(refused.value) == (
+                f"cannot connect to the Dask scheduler at {address}: it accepted the connection but sent no Dask "
+                "handshake in 1 s: is that a scheduler's port? (a scheduler listens on 8786 unless told otherwise; "
+                "8787 serves its dashboard)")
+        else:
+            # the command line, whole: exit 5, the JSON result, no crash log, nothing written
+            runs = tmp_path / "runs"
+            done = subprocess.run(hetflow("run", QUICKSTART, "--runs-dir", str(runs), "--scheduler", address, "--json"),
+                                  capture_output=True, text=True, env=environment(tmp_path), timeout=120)
+            assert done.returncode == 5, done.stderr
+            assert (f"cannot connect to the Dask scheduler at {address}: what listens there is not a Dask scheduler: "
+                    "its first bytes are b'SSH-2.0-'") in done.stderr
+            assert json_only(done.stdout)["error"] == "environment"
+            assert not runs.exists() and crash_logs(tmp_path) == []
+    finally:
+        listener.close()
+
+
+def test_a_scheduler_file_naming_a_scheduler_gone_is_refused_in_its_grace(tmp_path):
+    import socket
+
+    from hetflow.engine.errors import EnvironmentUnavailable
+    from hetflow.engine.run.distributed import Cluster
+
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        port = s.getsockname()[1]  # closed again: nothing listens there now
+    file = tmp_path / "scheduler.json"
+    file.write_text(json.dumps({"type": "Scheduler", "address": f"tcp://127.0.0.1:{port}"}))
+    started = time.monotonic()
+    with pytest.raises(EnvironmentUnavailable, match=rf"at tcp://127.0.0.1:{port} \(from {file}\): connection "
+                                                     r"refused for 2 s; is the scheduler running\?"):
+        Cluster.connect(str(file))
+    assert time.monotonic() - started < 9, "judged by the refusal, not the client's 10 s"
+
+
 @pytest.mark.parametrize("where", ["a file", "under a file"])
 def test_a_runs_directory_that_cannot_be_used_exits_5(tmp_path, where):
     (tmp_path / "taken").write_text("not a folder\n")

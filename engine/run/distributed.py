@@ -228,13 +228,19 @@ class Cluster:
         else:
             raise UsageError(f"--scheduler expects tcp://HOST:PORT or a scheduler file; {target!r} is neither "
                              "(no such file, no scheme)")
-        if "address" in kwargs and _refused(target, min(timeout, _REFUSED_GRACE_S)):
-            raise EnvironmentUnavailable(f"cannot connect to the Dask scheduler at {target}: connection refused "
-                                         f"for {min(timeout, _REFUSED_GRACE_S):g} s; is the scheduler running?")
+        address = kwargs.get("address") or _file_address(target)
+        wrong = _probe(address, min(timeout, _REFUSED_GRACE_S), timeout) if address else None
+        if wrong:
+            named = target if address == target else f"{address} (from {target})"
+            raise EnvironmentUnavailable(f"cannot connect to the Dask scheduler at {named}: {wrong}")
         try:
             client = Client(**kwargs, timeout=timeout, set_as_default=False)
         except (OSError, TimeoutError, ValueError) as e:
             raise EnvironmentUnavailable(f"cannot connect to the Dask scheduler at {target}: {e}") from None
+        except MemoryError:
+            # Dask read another protocol's answer to its handshake as a frame length of exabytes
+            raise EnvironmentUnavailable(f"cannot connect to the Dask scheduler at {target}: what answered its "
+                                         f"handshake does not speak Dask's protocol ({_PORTS})") from None
         try:
             client.wait_for_workers(1, timeout=timeout)
         except (TimeoutError, OSError):
@@ -689,42 +695,85 @@ def _gather_or_gone(future: Any, gone_now: Callable[[], list[str]]) -> Any:
                 raise _HostLeft() from None
 
 
-def _refused(address: str, grace: float) -> bool:
-    """Whether a TCP connection to ``address`` was refused for all of ``grace`` seconds.
+def _file_address(path: str) -> str | None:
+    """The address a scheduler file names; None where it names none (the client says what is wrong)."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            address = json.load(f).get("address")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return address if isinstance(address, str) else None
+
+
+def _probe(address: str, grace: float, wait: float) -> str | None:
+    """What is wrong at ``address`` for a Dask client, seen with a plain socket; None where nothing is (or the
+    client is left to say it).
 
     Dask's client retries a refused connection until its whole timeout; a
     refusal is the operating system's word that nothing listens there, so
-    it needs no more than the grace a scheduler that is starting needs.
-    The probe is a plain socket, whose refusal comes at once however
-    loaded the machine is (Dask's own connect can spend its whole grace
-    on one attempt that times out and says nothing). Where something
-    listens, the probe's connection closes at once, which a Dask scheduler
-    logs as a connection closed before its handshake, at INFO level. Any
-    other outcome is left to the client: a connection, a time-out, an
-    address it cannot parse, a scheme other than ``tcp``.
+    it needs no more than the ``grace`` a scheduler that is starting needs.
+    A socket's refusal comes at once however loaded the machine is (Dask's
+    own connect can spend its whole grace on one attempt that times out and
+    says nothing). Where something listens, a Dask scheduler greets a new
+    connection at once with its handshake, a frame whose first 8 bytes are
+    its length; Dask's client waits for that greeting without a time limit,
+    so a port that never sends it (an HTTP server, as the dashboard's 8787
+    is) would hold the command for ever. Up to ``wait`` seconds are given
+    for it. The probe then closes the connection, which a scheduler logs
+    at INFO level. Left to the client: a time-out to connect, an address
+    it cannot parse, a scheme other than ``tcp`` (``tls`` greets only after
+    its own handshake).
     """
     import socket
+    import struct
 
     from distributed.comm.addressing import parse_address, parse_host_port
 
     try:
         scheme, location = parse_address(address)
         if scheme != "tcp":
-            return False
+            return None
         host, port = parse_host_port(location)
     except (ValueError, TypeError):
-        return False
+        return None
     deadline = time.monotonic() + grace
     while True:
         try:
-            with socket.create_connection((host, port), timeout=max(0.1, deadline - time.monotonic())):
-                return False
+            sock = socket.create_connection((host, port), timeout=max(0.1, deadline - time.monotonic()))
+            break
         except ConnectionRefusedError:
             if time.monotonic() >= deadline:
-                return True
+                return f"connection refused for {grace:g} s; is the scheduler running?"
             time.sleep(0.1)
         except OSError:
-            return False
+            return None
+    head = b""
+    with sock:
+        sock.settimeout(wait)
+        try:
+            while len(head) < 8:
+                chunk = sock.recv(8 - len(head))
+                if not chunk:
+                    raise ConnectionResetError
+                head += chunk
+        except socket.timeout:
+            return (f"it accepted the connection but sent no Dask handshake in {wait:g} s: is that a scheduler's "
+                    f"port? ({_PORTS})")
+        except (ConnectionResetError, ConnectionAbortedError):
+            return f"it accepted the connection and closed it without a Dask handshake: is that a scheduler's port? ({_PORTS})"
+        except OSError:
+            return None
+    (length,) = struct.unpack("Q", head)  # the frame's length, in Dask's byte order (tcp.py packs it with "Q")
+    if length > _HANDSHAKE_MAX:
+        return f"what listens there is not a Dask scheduler: its first bytes are {head!r}"
+    return None
+
+
+_PORTS = "a scheduler listens on 8786 unless told otherwise; 8787 serves its dashboard"
+# a scheduler's handshake is a small msgpack map; anything this long is another protocol's text read as a length
+_HANDSHAKE_MAX = 1 << 20
 
 
 def _as_failure(failure: BaseException | None) -> BaseException | None:
