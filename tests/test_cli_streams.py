@@ -349,6 +349,36 @@ def test_a_port_that_is_not_a_schedulers_exits_5_at_once_instead_of_waiting_for_
         listener.close()
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_while_joining_a_cluster_ends_the_command_at_once(tmp_path, signum):
+    """The join waits up to 10 s for the scheduler's handshake (here a port that never sends one), as it waits
+    for workers: a signal there is answered at once, as a stop (128 + its number), not when the wait ends with
+    exit 5, and nothing is written."""
+    listener = _Listener(None)
+    runs = tmp_path / "runs"
+    try:
+        proc = subprocess.Popen(hetflow("run", QUICKSTART, "--runs-dir", str(runs), "--scheduler",
+                                        f"tcp://127.0.0.1:{listener.port}", "--json"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment(tmp_path),
+                                start_new_session=True)
+        deadline = time.monotonic() + 60
+        while not listener.held and time.monotonic() < deadline:  # the probe is waiting on its connection
+            time.sleep(0.05)
+        sent = time.monotonic()
+        os.killpg(proc.pid, signum)
+        out, err = proc.communicate(timeout=60)
+        assert time.monotonic() - sent < 5, "answered when the signal came, not at the end of the 10 s wait"
+    finally:
+        listener.close()
+    name = signal.Signals(signum).name
+    assert proc.returncode == 128 + signum, err
+    assert f"hetflow: stopped by {name} before it joined the cluster at tcp://127.0.0.1:{listener.port}: nothing ran" in err
+    data = json_only(out)
+    assert (data["status"], data["exit_code"], data["signal"]) == ("cancelled", 128 + signum, name)
+    assert "Traceback" not in err and crash_logs(tmp_path) == []
+    assert not [p for p in runs.glob("*") if not p.name.startswith(".")]
+
+
 def test_a_scheduler_file_naming_a_scheduler_gone_is_refused_in_its_grace(tmp_path):
     import socket
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Callable
 
 from hetflow.engine.plan import planner
 from hetflow.engine.errors import UsageError
@@ -66,14 +66,52 @@ def open_cluster(workers: int | None, threads_per_worker: int | None, scheduler:
     from hetflow.engine.run.distributed import Cluster  # distributed loads only for cluster runs
 
     if workers is not None:
-        with Cluster.local(workers, threads_per_worker, dashboard=dashboard) as cluster:
+        with _stoppable(lambda: Cluster.local(workers, threads_per_worker, dashboard=dashboard),
+                        f"a local cluster of {workers} worker(s) started") as cluster:
             yield cluster
         return
     if isinstance(scheduler, (str, os.PathLike)) and os.fspath(scheduler) != "current":
-        with Cluster.connect(os.fspath(scheduler)) as cluster:
+        with _stoppable(lambda: Cluster.connect(os.fspath(scheduler)),
+                        f"it joined the cluster at {os.fspath(scheduler)}") as cluster:
             yield cluster
         return
     yield Cluster(_client(scheduler), "client", "")
+
+
+def _stoppable(make: Callable[[], Any], what: str) -> Any:
+    """``make()`` (a cluster started or joined), given up as soon as a stop signal asks the command to stop.
+
+    Under :func:`hetflow.engine.run.cancel.stopping` (the CLI) a signal
+    only sets a flag, and a cluster's start or join can wait seconds (for
+    workers, for an answer): without this, Ctrl-C there would be answered
+    by the wait's own end, a cluster that "could not start" or "has no
+    workers" (exit 5). ``make`` runs in a helper thread; abandoned, a
+    cluster it still makes is closed.
+    """
+    from hetflow.engine.errors import HetflowError, RunCancelled
+    from hetflow.engine.run.cancel import Cancelled, current
+
+    cancel = current()
+    if cancel is None:
+        return make()
+
+    def made() -> Any:
+        cluster = make()
+        if cancel.requested:
+            cluster.close()
+        return cluster
+
+    def stopped() -> RunCancelled:
+        return RunCancelled(f"stopped by {cancel.signal} before {what}: nothing ran", None, cancel.signal)
+
+    try:
+        return cancel.wait(made)
+    except Cancelled:
+        raise stopped() from None
+    except HetflowError:
+        if cancel.requested:  # the signal's own doing: workers killed by it, a wait it cut short
+            raise stopped() from None
+        raise
 
 
 def _client(scheduler: Any) -> Any:
