@@ -181,6 +181,9 @@ def _execute(
     cancel.name_subject("run", run_id, record_path)
     watch = Stopwatch()
     started = watch.started
+    # before the keys: a file that changes between the two fails its load stage, whose check is by these digests,
+    # rather than one key made from bytes the stage does not check
+    data_files, reads = _data_files(manifest)
     # a phase's array is not content-addressed (the guest's run is its source), so its consumers are not cached;
     # without the cache no key is computed (0.6 s of a 10,000-partition run)
     keys = partition_keys(plan, uncached_stages(manifest)) if use_cache else {}
@@ -199,7 +202,7 @@ def _execute(
         "matrix_point": dict(matrix_point) if matrix_point else None,
         "schedule": dict(schedule) if schedule else None,
         "plugins": [p.to_json() for p in getattr(manifest, "plugins", ())],
-        "data": (data := _data_files(manifest))[0],
+        "data": data_files,
         "inputs": {k: dict(v) for k, v in (inputs or {}).items()},
         "resumed": resume is not None,
         "attempts": earlier + [{"attempt": len(earlier) + 1, "started_at": utc_iso(started), "ended_at": None,
@@ -259,7 +262,7 @@ def _execute(
         failure: BaseException | None = None
         results: list[Any] = []
         live_after: dict[str, int] | None
-        plan = _reads_checked(plan, data[1])
+        plan = _reads_checked(plan, reads)
         if cluster is not None:
             # phase tasks that run on the client are recorded as the threaded mode records them
             recorder = LocalRuntime(plan, {}, emit=stream.emit) if phases else None
