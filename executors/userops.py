@@ -62,9 +62,10 @@ from hetflow.executors.opdecl import split_rows
 from hetflow.executors.base import Backend, Dtype
 from hetflow.executors.codeid import loose_identity
 
-__all__ = ["op", "OpFunction", "PluginError", "UserOpError"]
+__all__ = ["op", "OpFunction", "PluginError", "UserOpError", "OP_NAME"]
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)+")
+# a users' op's name: a namespace, a dot, a name (the editors' schema admits the same)
+OP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)+")
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _VENDORS = ("cpu", "cuda", "rocm", "vulkan")
 
@@ -425,7 +426,7 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
 
     def register(fn: Callable) -> OpFunction:
         where = defined_at(fn)
-        if not isinstance(name, str) or not _NAME.fullmatch(name):
+        if not isinstance(name, str) or not OP_NAME.fullmatch(name):
             raise PluginError(f"op name {name!r} is not namespaced: write 'ns.name' (letters, digits, '_', '-')", where)
         if name in oplib.BUILTIN:
             raise PluginError(f"op {name!r} would shadow the built-in op {name!r}; choose another name", where)

@@ -118,6 +118,31 @@ def test_check_jsonschema_flags_wrong_op_args_and_unknown_ops(tmp_path):
     }
 
 
+def test_a_users_op_the_schema_was_not_made_with_is_taken_and_a_misspelt_built_in_is_not(tmp_path):
+    """A manifest's ``plugins:`` provide ops a schema made without them cannot list: the repo's schema (which the
+    examples' modelines name) takes any namespaced name outside the built-in namespaces, leaving its arguments
+    unchecked; a misspelt built-in, with or without its namespace, is still flagged."""
+    plugins = ROOT / "examples" / "custom-op" / "pipeline.yaml"
+    assert "plugins" in yaml.safe_load(plugins.read_text())
+    assert check_jsonschema(plugins)["status"] == "ok"
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text(textwrap.dedent("""\
+        version: 1
+        name: mixed
+        plugins: [ops.py]
+        executors: {host: {vendor: cpu}}
+        stages:
+          a: {op: random.normal, args: {shape: [4], seed: 1}}
+          b: {op: lab.scale_shift, inputs: [a], args: {scale: 2.0}}
+          c: {op: my-lab.v2.mix, inputs: [a, b]}
+          d: {op: random.normall, args: {shape: [4], seed: 1}}
+          e: {op: matmull, inputs: [a, a]}
+          f: {op: lab., inputs: [a]}
+        outputs: {c: c}
+        """))
+    assert flagged(check_jsonschema(mixed)) == {"$.stages.d.op", "$.stages.e.op", "$.stages.f.op"}
+
+
 REFS = """\
     version: 1
     name: refs

@@ -110,6 +110,15 @@ def test_zkvm_trace_shows_no_false_errors(server):
     assert found == []
 
 
+def test_the_shipped_manifests_show_no_false_errors(server):
+    """Every example and pipeline as its author sees it, users' ops (examples/custom-op) included."""
+    manifests = sorted(p for folder in ("examples", "pipelines") for p in (ROOT / folder).rglob("*.y*ml"))
+    assert any("plugins:" in p.read_text() for p in manifests)
+    for path in manifests:
+        _, found = server.open(path, with_schema(path.read_text()))
+        assert found == [], f"{path.relative_to(ROOT)}: {found}"
+
+
 EDITED = """\
 version: 1
 name: edited

@@ -49,9 +49,11 @@ import tempfile
 from typing import Any, Mapping
 
 from hetflow.executors import ops as oplib
+from hetflow.executors import userops
 from hetflow.executors.base import Dtype
 
-__all__ = ["editor_schema", "dumps", "write", "KIND_SCHEMAS", "LITERAL_SECTIONS", "REF_PATTERN", "TEMPLATE_PATTERN"]
+__all__ = ["editor_schema", "dumps", "write", "KIND_SCHEMAS", "LITERAL_SECTIONS", "REF_PATTERN", "TEMPLATE_PATTERN",
+           "PLUGIN_OP_PATTERN"]
 
 # Each Arg kind as JSON Schema, the same values ops.check_args accepts (YAML's 1.0 aside: JSON
 # Schema calls it an integer). A kind missing here is left unconstrained in editors.
@@ -115,6 +117,7 @@ def editor_schema(ops: Mapping[str, oplib.Op], base: Mapping[str, Any] | None = 
     defs["ref"] = {"type": "string", "pattern": REF_PATTERN}
     defs["template"] = {"type": "string", "pattern": TEMPLATE_PATTERN}
     _References(defs).section_values(spec)
+    _admit_plugin_ops(stage, ops)
     return _markdown(spec)
 
 
@@ -205,6 +208,27 @@ def _fold_ops(stage: dict, ops: Mapping[str, oplib.Op]) -> None:
         if required:
             then["required"] = required
         rules.append({"if": {"properties": {"op": {"const": name}}, "required": ["op"]}, "then": then})
+
+
+# a users' op's name as the plugin loader takes it (``ns.name``)
+PLUGIN_OP_PATTERN = f"^{userops.OP_NAME.pattern}$"
+
+
+def _admit_plugin_ops(stage: dict, ops: Mapping[str, oplib.Op]) -> None:
+    """``op`` also takes a users' op that is not folded in: a namespaced name outside the built-in namespaces.
+
+    A manifest's ``plugins:`` (or an installed package) provides such ops,
+    which a schema made without them cannot list; without this an editor
+    marks every one of them as an error. Its arguments are not checked
+    (``hetflow schema --plugins`` folds them in). A misspelt built-in op
+    is still an error: the built-in names have no namespace or one of the
+    built-in ones (``random.normall``).
+    """
+    spaces = sorted({n.split(".", 1)[0] for n in oplib.BUILTIN if "." in n})
+    branch: dict[str, Any] = {"type": "string", "pattern": PLUGIN_OP_PATTERN}
+    if spaces:
+        branch["not"] = {"pattern": "^(" + "|".join(spaces) + ")\\."}
+    stage["properties"]["op"]["anyOf"].append(branch)
 
 
 def _fold_phases(stage: dict, phases: Mapping[str, Any]) -> None:
