@@ -114,6 +114,8 @@ __all__ = ["Cluster", "WorkerInfo", "HetflowWorkerPlugin", "worker_offers", "pla
 _POLL_S = 0.2
 # a recovery that keeps finding more lost is a cluster that keeps losing workers
 _MAX_RECOVERIES = 20
+# recoveries in a row from workers their nanny restarted for memory, after which a run gives up
+_MEMORY_KILLS = 3
 _FLUSH_WAIT_S = 10.0
 _CONNECT_TIMEOUT_S = 10.0
 _GATHER_POLL_S = 1.0
@@ -148,6 +150,9 @@ class Cluster:
         self.target = target
         self._owned = owned
         self._workers: list[WorkerInfo] | None = None
+        # worker address -> its nanny's, or None: every worker seen, kept after it leaves (a lost worker that
+        # has a nanny is started again by it)
+        self.nannies: dict[str, str | None] = {}
         self._dashboard: Any = _UNASKED
         # what the runs on this cluster asked of its workers and keep (threads.on_cluster), by what was asked
         self.memo: dict[Any, Any] = {}
@@ -272,7 +277,10 @@ class Cluster:
     def _identity(self, n_workers: int = -1) -> dict:
         """The scheduler's identity, asked now: ``Client.scheduler_info``'s cache is overwritten
         in the background by a refresh that carries no workers."""
-        return self.client.sync(self.client.scheduler.identity, n_workers=n_workers)
+        identity = self.client.sync(self.client.scheduler.identity, n_workers=n_workers)
+        for address, w in (identity.get("workers") or {}).items():
+            self.nannies[address] = w.get("nanny")
+        return identity
 
     @property
     def address(self) -> str:
@@ -490,6 +498,15 @@ class Cluster:
                 if len(recoveries) >= _MAX_RECOVERIES:
                     failure = ClusterFailure(f"run {run_id} gave up after {len(recoveries)} recoveries from lost "
                                              f"workers; the last: {outcome.cause}", {"recoveries": list(recoveries)})
+                    break
+                last = recoveries[-_MEMORY_KILLS:]
+                if len(last) == _MEMORY_KILLS and all(r.get("memory") for r in last):
+                    # as Dask's allowed-failures: the same work that outgrew its worker would outgrow the next one
+                    failure = ClusterFailure(
+                        f"run {run_id} gave up: its workers were restarted for exceeding their memory limit "
+                        f"{_MEMORY_KILLS} times in a row while running it (the last: {last[-1]['memory']}); give the "
+                        "workers more memory (dask worker --memory-limit) or the run less to hold at once",
+                        {"recoveries": list(recoveries)})
                     break
                 plan = recover(self, plan, run_id, graph, futures, generation, outcome.workers, recoveries,
                                phase_values, finished, stream, outcome.data, kept=set(kept), cause=outcome.cause,

@@ -307,7 +307,8 @@ def format_line(event: dict) -> str:
                    if event.get("worker") else "a task Dask ran again")
             moved = "".join(f"; {n} re-created on worker {w}" for n, w in sorted((event.get("moved") or {}).items()))
             rerun = ", ".join(event.get("rerun") or []) or "nothing"
-            return f"{who} lost at {event.get('at')}{moved}; running again: {rerun}"
+            memory = f" ({event['memory']})" if event.get("memory") else ""
+            return f"{who} lost at {event.get('at')}{memory}{moved}; running again: {rerun}"
         if what == "warm-up":
             return f"worker {event.get('worker')} warmed up for run {event['id']} in {event.get('duration_s', 0):.3f} s"
         if what == "witness-placed":

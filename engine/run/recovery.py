@@ -54,6 +54,11 @@ from hetflow.executors.base import Vendor
 
 __all__ = ["Recovery", "plan_recovery", "recover"]
 
+# how long a lost executor waits for a worker that can host it, where none is left and the lost worker had a
+# nanny: a nanny restarts a worker it lost (a crash, its memory limit) in a second or two, under load in several
+_REJOIN_GRACE_S = 10.0
+_REJOIN_POLL_S = 0.25
+
 
 @dataclass(frozen=True)
 class Recovery:
@@ -253,7 +258,17 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
     detected = time.time()
     names = {w.address: w.name for w in cluster.workers()}
     lost = {e.name for e in plan.executors.values() if e.worker in gone}
-    alive = cluster._alive_workers(tuple({plan.executors[e].vendor: None for e in lost}), gone)
+    kills = _memory_kills(cluster, gone)
+    memory = "; ".join(f"worker {w} {why}" for w, why in kills.items())
+    vendors = tuple({plan.executors[e].vendor: None for e in lost})
+    alive = cluster._alive_workers(vendors, gone)
+    # a nanny starts its lost worker again: the executors wait for it, where no other worker can host them;
+    # a worker without one (dask worker --no-nanny) is not coming back, and the run ends at once
+    deadline = time.monotonic() + (_REJOIN_GRACE_S if any(cluster.nannies.get(w) for w in gone) else 0.0)
+    while time.monotonic() < deadline and any(
+            not any(_can_host(w, plan.executors[n].vendor, plan.executors[n].device) for w in alive) for n in lost):
+        time.sleep(_REJOIN_POLL_S)  # the worker its nanny is starting again, or one joining
+        alive = cluster._alive_workers(vendors, gone)
     load = {w.address: 0 for w in alive}
     for e in plan.executors.values():
         if e.name not in lost and e.worker in load:
@@ -265,11 +280,11 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
         tagged = [w for w in able if w.resources.get(RESOURCE_PREFIX + name, 0) > 0]
         if not able:
             offered = "; ".join(w.summary() for w in alive) or "no live workers"
-            _announce(stream, run_id, gone, names, detected, [], {}, cause)
+            _announce(stream, run_id, gone, names, detected, [], {}, cause, kills)
             raise _lost(plan, graph, futures, gone, names,
                         f"no live worker can host executor {name!r}: none offers {e.vendor.value}"
                         + ("" if e.vendor is Vendor.cpu else f" device {e.device}")
-                        + f" (the live workers offer: {offered})", recoveries)
+                        + f" (the live workers offer: {offered})" + (f"; {memory}" if memory else ""), recoveries)
         pick = min(tagged or able, key=lambda w: (load[w.address], _sort_name(w.name), w.address))
         load[pick.address] += 1
         moved[name] = dataclasses.replace(e, worker=pick.address, worker_name=pick.name,
@@ -348,16 +363,18 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
         "released": sorted(recovery.release | (missing - rerun)),
         "missing": sorted(missing),
         "cause": cause,
+        "memory": memory or None,
         "lost_data": sorted({*lost_data, *(r["key"] for r in rescattered)}),
         "rescattered": rescattered,
     })
     _announce(stream, run_id, gone, names, detected, recoveries[-1]["recomputed"],
-              {n: (plan.executors[n].worker, e.worker_name) for n, e in moved.items()}, cause)
+              {n: (plan.executors[n].worker, e.worker_name) for n, e in moved.items()}, cause, kills)
     return new_plan
 
 
 def _announce(stream: EventStream, run_id: str, gone: list[str], names: Mapping[str, str], detected: float,
-              recomputed: list[dict], moved: Mapping[str, tuple[str, str]], cause: str) -> None:
+              recomputed: list[dict], moved: Mapping[str, tuple[str, str]], cause: str,
+              kills: Mapping[str, str] | None = None) -> None:
     """One ``worker-lost`` run event per lost worker; ``worker: None`` when Dask alone recomputed a task.
 
     ``moved`` maps each re-created executor to (its lost worker's address, its new worker's name).
@@ -366,7 +383,8 @@ def _announce(stream: EventStream, run_id: str, gone: list[str], names: Mapping[
     for address in gone or [None]:
         stream.emit(run_event("worker-lost", run_id, worker=address, name=names.get(address) if address else None,
                               at=utc_iso(detected), rerun=rerun, cause=cause,
-                              moved={n: to for n, (was, to) in moved.items() if was == address}))
+                              moved={n: to for n, (was, to) in moved.items() if was == address},
+                              **({"memory": kills[address]} if kills and address in kills else {})))
 
 
 def _missing(client: Any, futures: Mapping[str, Any], finished: set[str], alive: set[str]) -> set[str]:
@@ -380,6 +398,29 @@ def _missing(client: Any, futures: Mapping[str, Any], finished: set[str], alive:
     except Exception:  # noqa: BLE001 - one of them was forgotten meanwhile: nothing asked is trusted
         return set(keys)
     return gone | {k for k in asked if not set(holders.get(futures[k].key, ())) & alive}
+
+
+def _memory_kills(cluster: Any, gone: list[str]) -> dict[str, str]:
+    """The ``gone`` workers their nanny restarted for exceeding their memory limit: {address: that, in words}.
+
+    A nanny's memory monitor logs ``worker-restart-memory`` with the
+    worker's address and resident memory on the scheduler; a worker lost
+    that way is otherwise told from a crash by nothing the client sees.
+    """
+    try:
+        events = cluster.client.get_events("worker-restart-memory")
+    except Exception:  # noqa: BLE001 - the reason is a courtesy; the recovery goes on without it
+        return {}
+    held: dict[str, Any] = {}
+    for _, event in events:
+        if isinstance(event, dict) and event.get("worker") in gone:
+            held[event["worker"]] = event.get("rss")  # the latest, where one address was restarted more than once
+    return {w: f"restarted by its nanny for exceeding its memory limit: its process held {_mib(rss)}"
+            for w, rss in held.items()}
+
+
+def _mib(n: Any) -> str:
+    return f"{n / 2**20:.0f} MiB" if isinstance(n, (int, float)) else "an unknown amount"
 
 
 def _lost(plan: Plan, graph: TaskGraph, futures: Mapping[str, Any], gone: list[str], names: Mapping[str, str],
