@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -65,11 +66,13 @@ def solo(tmp_path_factory):
         log.close()
 
 
-def _run(cluster: kw.RealCluster, path: Path, runs: Path, kill_at: tuple[str, str] | None = None) -> tuple:
-    """``hetflow run --scheduler``, SIGKILLing the worker when the first event ``kill_at`` (event, kind) comes:
-    (exit code, record, the JSON events)."""
+def _run(cluster: kw.RealCluster, path: Path, runs: Path, kill_at: tuple[str, str] | None = None,
+         then: Callable[[], None] | None = None) -> tuple:
+    """``hetflow run --scheduler``; when the first event ``kill_at`` (event, kind) comes, ``then()``, by default a
+    SIGKILL to the worker: (exit code, record, the JSON events)."""
     victim = cluster.wait_for(("solo",))["solo"]
     pid = cluster.pid(victim)
+    then = then or (lambda: os.kill(pid, signal.SIGKILL))
     proc = subprocess.Popen([sys.executable, "-m", "hetflow.engine.cli", "run", str(path), "--scheduler",
                              str(cluster.file), "--runs-dir", str(runs), "--log-format", "json", "--no-cache"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -81,7 +84,7 @@ def _run(cluster: kw.RealCluster, path: Path, runs: Path, kill_at: tuple[str, st
                 continue
             events.append(json.loads(line))
             if kill_at and not killed and (events[-1].get("event"), events[-1].get("kind")) == kill_at:
-                os.kill(pid, signal.SIGKILL)
+                then()
                 killed = True
         code = proc.wait(120)
     finally:
@@ -105,6 +108,55 @@ def test_the_only_worker_killed_is_waited_for_while_its_nanny_starts_it_again(so
     clean_code, clean, _ = _run(solo, path, tmp_path / "clean")
     assert clean_code == 0
     assert {k: v["digest"] for k, v in record["outputs"].items()} == {k: v["digest"] for k, v in clean["outputs"].items()}
+
+
+def _pause_at(cluster: kw.RealCluster, fraction: float) -> None:
+    """The worker's pause threshold (``distributed.worker.memory.pause``), set on the live worker: its memory
+    monitor pauses it once its process holds more than ``fraction`` of its limit, and resumes it below."""
+
+    def set_it(dask_worker, fraction=fraction):
+        dask_worker.memory_manager.memory_pause_fraction = fraction
+
+    with cluster.client() as client:
+        client.run(set_it)
+
+
+def test_a_paused_worker_is_said_to_be_while_the_run_waits_on_it(solo, tmp_path):
+    """Dask starts no task on a paused worker: a run waiting on one says so, with the worker's memory; a cluster
+    whose workers are all paused is not called one without workers."""
+    import threading
+
+    from hetflow.engine.errors import EnvironmentUnavailable
+    from hetflow.engine.run.distributed import Cluster
+
+    path = kw.manifest(tmp_path / "m")
+    resumed = threading.Timer(0.0, lambda: None)
+
+    def pause_then_resume() -> None:
+        nonlocal resumed
+        _pause_at(solo, 0.01)  # any process holds more than 6 MB: paused within the monitor's 100 ms
+        resumed = threading.Timer(7.0, _pause_at, (solo, 0.8))
+        resumed.start()
+
+    try:
+        code, record, events = _run(solo, path, tmp_path / "runs", ("finished", "partition"), pause_then_resume)
+    finally:
+        resumed.cancel()
+        _pause_at(solo, 0.8)
+    assert code == 0 and record["status"] == "succeeded"
+    (paused,) = [e for e in events if e.get("event") == "worker-paused"]
+    assert paused["name"] == "solo" and paused["seconds"] >= 5 and paused["memory_limit"] == 600 * 10**6
+    assert isinstance(paused["memory"], int) and paused["memory"] > 0
+
+    _pause_at(solo, 0.01)
+    try:
+        time.sleep(0.5)
+        with pytest.raises(EnvironmentUnavailable, match=r"has no running worker \(waited 1 s\): worker solo "
+                                                         r"\(tcp://127.0.0.1:\d+\) is paused: its process holds \d+ MiB "
+                                                         r"of its 572 MiB memory limit"):
+            Cluster.connect(str(solo.file), timeout=1.0)
+    finally:
+        _pause_at(solo, 0.8)
 
 
 def test_a_run_that_outgrows_its_workers_memory_limit_says_so_and_gives_up(solo, tmp_path):

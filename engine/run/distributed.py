@@ -114,6 +114,8 @@ __all__ = ["Cluster", "WorkerInfo", "HetflowWorkerPlugin", "worker_offers", "pla
 _POLL_S = 0.2
 # a recovery that keeps finding more lost is a cluster that keeps losing workers
 _MAX_RECOVERIES = 20
+# how long a hosting worker stays paused before the run says so
+_PAUSED_SAY_S = 5.0
 # recoveries in a row from workers their nanny restarted for memory, after which a run gives up
 _MEMORY_KILLS = 3
 _FLUSH_WAIT_S = 10.0
@@ -153,6 +155,8 @@ class Cluster:
         # worker address -> its nanny's, or None: every worker seen, kept after it leaves (a lost worker that
         # has a nanny is started again by it)
         self.nannies: dict[str, str | None] = {}
+        # worker address -> (since when it has been seen paused, its process's memory, its memory limit)
+        self.paused: dict[str, tuple[float, Any, Any]] = {}
         self._dashboard: Any = _UNASKED
         # what the runs on this cluster asked of its workers and keep (threads.on_cluster), by what was asked
         self.memo: dict[Any, Any] = {}
@@ -249,7 +253,16 @@ class Cluster:
         try:
             client.wait_for_workers(1, timeout=timeout)
         except (TimeoutError, OSError):
+            # Dask counts running workers only: a cluster whose workers are all paused is not one without any
+            try:
+                workers = list(client.sync(client.scheduler.identity, n_workers=-1).get("workers", {}).items())
+            except (OSError, TimeoutError):
+                workers = []
             client.close()
+            if workers:
+                held = "; ".join(_paused_words(a, w) for a, w in workers)
+                raise EnvironmentUnavailable(f"the Dask cluster at {target} has no running worker (waited {timeout:g} "
+                                             f"s): {held}") from None
             raise EnvironmentUnavailable(f"the Dask cluster at {target} has no workers (waited {timeout:g} s)") from None
         return cls(client, "cluster", target)
 
@@ -278,8 +291,14 @@ class Cluster:
         """The scheduler's identity, asked now: ``Client.scheduler_info``'s cache is overwritten
         in the background by a refresh that carries no workers."""
         identity = self.client.sync(self.client.scheduler.identity, n_workers=n_workers)
+        now = time.monotonic()
         for address, w in (identity.get("workers") or {}).items():
             self.nannies[address] = w.get("nanny")
+            if w.get("status") == "paused":
+                since = self.paused.get(address, (now,))[0]
+                self.paused[address] = (since, (w.get("metrics") or {}).get("memory"), w.get("memory_limit"))
+            else:
+                self.paused.pop(address, None)
         return identity
 
     @property
@@ -491,7 +510,7 @@ class Cluster:
             finished: set[str] = set()
             kept: dict[str, Any] = {}
             while True:
-                outcome = self._watch(plan, futures, finished, ids, kept, graph)
+                outcome = self._watch(plan, futures, finished, ids, kept, graph, stream, run_id)
                 if not isinstance(outcome, _Gone):
                     failure = outcome
                     break
@@ -599,7 +618,8 @@ class Cluster:
                 )
 
     def _watch(self, plan: Plan, futures: dict[str, Any], finished: set[str], ids: Mapping[str, str],
-               kept: dict[str, Any], graph: TaskGraph) -> BaseException | _Gone | None:
+               kept: dict[str, Any], graph: TaskGraph, stream: EventStream | None = None,
+               run_id: str = "") -> BaseException | _Gone | None:
         """Wait for every future: ``None``, the first failure, or the hosting workers that are gone.
 
         ``finished`` gathers the keys whose futures finished, as they do: a
@@ -611,9 +631,12 @@ class Cluster:
         or came back with another Dask id (``ids``: a nanny restarting it on
         a fixed port). A task that raised :class:`NotHeld` is Dask running
         it again from lineage: that is a loss too, even when no hosting
-        worker left.
+        worker left. A hosting worker paused for :data:`_PAUSED_SAY_S` is
+        said once in ``stream`` (``worker-paused``): Dask starts no task on
+        it until it resumes, and the run waits with no other sign.
         """
         hosting = {e.worker for e in plan.executors.values()}
+        said: set[str] = set()
         outputs = set(graph.output_keys.values())
         done: queue.Queue = queue.Queue()
 
@@ -672,8 +695,22 @@ class Cluster:
                 gone = gone_now()
                 if gone:
                     return _Gone(gone, cause=f"worker {', '.join(gone)} left the cluster")
+                if stream is not None:
+                    self._say_paused(hosting, said, stream, run_id)
                 poll = time.monotonic() + _POLL_S
         return None
+
+    def _say_paused(self, hosting: set[str], said: set[str], stream: EventStream, run_id: str) -> None:
+        """One ``worker-paused`` event for each hosting worker paused for :data:`_PAUSED_SAY_S`, with its memory."""
+        now = time.monotonic()
+        for address in sorted(hosting - said):
+            since, memory, limit = self.paused.get(address, (None, None, None))
+            if since is None or now - since < _PAUSED_SAY_S:
+                continue
+            said.add(address)
+            name = next((w.name for w in self.workers() if w.address == address), None)
+            stream.emit(run_event("worker-paused", run_id, worker=address, name=name, memory=memory,
+                                  memory_limit=limit, seconds=round(now - since, 1)))
 
     def _alive_workers(self, vendors: tuple[Vendor, ...], gone: list[str]) -> list[WorkerInfo]:
         """The workers alive now, a restarted one included, with their offers for ``vendors``."""
@@ -710,6 +747,18 @@ def _gather_or_gone(future: Any, gone_now: Callable[[], list[str]]) -> Any:
         except TimeoutError:
             if gone_now():
                 raise _HostLeft() from None
+
+
+def _paused_words(address: str, worker: Mapping[str, Any]) -> str:
+    """``worker ``NAME (ADDRESS) is paused: its process holds N MiB of its M MiB memory limit``, from the scheduler's
+    identity of a worker."""
+    status = worker.get("status") or "not running"
+    memory, limit = (worker.get("metrics") or {}).get("memory"), worker.get("memory_limit")
+    held = (f": its process holds {memory / 2**20:.0f} MiB of its {limit / 2**20:.0f} MiB memory limit, and Dask "
+            "starts no task on it until that falls below its pause threshold"
+            if status == "paused" and isinstance(memory, (int, float)) and isinstance(limit, (int, float)) and limit
+            else "")
+    return f"worker {worker.get('name')} ({address}) is {status}{held}"
 
 
 def _file_address(path: str) -> str | None:

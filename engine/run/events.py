@@ -309,6 +309,15 @@ def format_line(event: dict) -> str:
             rerun = ", ".join(event.get("rerun") or []) or "nothing"
             memory = f" ({event['memory']})" if event.get("memory") else ""
             return f"{who} lost at {event.get('at')}{memory}{moved}; running again: {rerun}"
+        if what == "worker-paused":
+            name = event.get("name")
+            who = f"worker {name} ({event['worker']})" if name and name != event.get("worker") else f"worker {event.get('worker')}"
+            memory, limit = event.get("memory"), event.get("memory_limit")
+            held = (f": its process holds {memory / 2**20:.0f} MiB of its {limit / 2**20:.0f} MiB memory limit"
+                    if isinstance(memory, (int, float)) and isinstance(limit, (int, float)) and limit else "")
+            return (f"{who} has been paused for {event.get('seconds', 0):g} s{held}; Dask starts none of the run's "
+                    "tasks there until it resumes (it pauses a worker past its pause threshold, 80% of its memory "
+                    "limit unless configured otherwise)")
         if what == "warm-up":
             return f"worker {event.get('worker')} warmed up for run {event['id']} in {event.get('duration_s', 0):.3f} s"
         if what == "witness-placed":
