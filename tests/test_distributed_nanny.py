@@ -59,11 +59,7 @@ def solo(tmp_path_factory):
         cluster.wait_for(("solo",))
         yield cluster
     finally:
-        # killed, not stopped: a nanny asked to close waits seconds on its worker; the worker leaves with it
-        for p in procs:
-            p.kill()
-            p.wait(30)
-        log.close()
+        cluster.stop()
 
 
 def _run(cluster: kw.RealCluster, path: Path, runs: Path, kill_at: tuple[str, str] | None = None,
