@@ -26,13 +26,14 @@ pytestmark = pytest.mark.slow
 
 MEMORY_LIMIT = "600MB"
 
-# ~256 MiB an array: x, x*x and their sum's temporaries outgrow a 600 MB worker
+# 384 MiB an array, the first made over most of a second: more than a 600 MB worker holds, for long enough that its
+# nanny's memory monitor (every 100 ms) sees it every time
 OUTGROWS = """\
 version: 1
 name: outgrows
 executors: {a: {vendor: cpu}, b: {vendor: cpu}}
 stages:
-  x: {op: random.normal, args: {shape: [8192, 8192], seed: 1}, executor: a}
+  x: {op: random.normal, args: {shape: [12288, 8192], seed: 1}, executor: a}
   y: {op: mul, inputs: [x, x], executor: b}
   z: {op: sum, inputs: [y], executor: b}
 outputs: {z: z}
@@ -63,9 +64,9 @@ def solo(tmp_path_factory):
 
 
 def _run(cluster: kw.RealCluster, path: Path, runs: Path, kill_at: tuple[str, str] | None = None,
-         then: Callable[[], None] | None = None) -> tuple:
+         then: Callable[[], None] | None = None, each: Callable[[dict], None] | None = None) -> tuple:
     """``hetflow run --scheduler``; when the first event ``kill_at`` (event, kind) comes, ``then()``, by default a
-    SIGKILL to the worker: (exit code, record, the JSON events)."""
+    SIGKILL to the worker; ``each(event)`` for every event: (exit code, record, the JSON events)."""
     victim = cluster.wait_for(("solo",))["solo"]
     pid = cluster.pid(victim)
     then = then or (lambda: os.kill(pid, signal.SIGKILL))
@@ -79,6 +80,8 @@ def _run(cluster: kw.RealCluster, path: Path, runs: Path, kill_at: tuple[str, st
             if not line.startswith("{"):
                 continue
             events.append(json.loads(line))
+            if each is not None:
+                each(events[-1])
             if kill_at and not killed and (events[-1].get("event"), events[-1].get("kind")) == kill_at:
                 then()
                 killed = True
@@ -126,16 +129,20 @@ def test_a_paused_worker_is_said_to_be_while_the_run_waits_on_it(solo, tmp_path)
     from hetflow.engine.run.distributed import Cluster
 
     path = kw.manifest(tmp_path / "m")
-    resumed = threading.Timer(0.0, lambda: None)
+    # resumed once the run has said so, or after a minute if it never does (the assertions below then fail)
+    resumed = threading.Timer(60.0, _pause_at, (solo, 0.8))
 
-    def pause_then_resume() -> None:
-        nonlocal resumed
+    def pause() -> None:
         _pause_at(solo, 0.01)  # any process holds more than 6 MB: paused within the monitor's 100 ms
-        resumed = threading.Timer(7.0, _pause_at, (solo, 0.8))
         resumed.start()
 
+    def resume_once_said(event: dict) -> None:
+        if event.get("event") == "worker-paused":
+            _pause_at(solo, 0.8)
+
     try:
-        code, record, events = _run(solo, path, tmp_path / "runs", ("finished", "partition"), pause_then_resume)
+        code, record, events = _run(solo, path, tmp_path / "runs", ("finished", "partition"), pause,
+                                    resume_once_said)
     finally:
         resumed.cancel()
         _pause_at(solo, 0.8)
@@ -148,8 +155,8 @@ def test_a_paused_worker_is_said_to_be_while_the_run_waits_on_it(solo, tmp_path)
     try:
         time.sleep(0.5)
         with pytest.raises(EnvironmentUnavailable, match=r"has no running worker \(waited 1 s\): worker solo "
-                                                         r"\(tcp://127.0.0.1:\d+\) is paused: its process holds \d+ MiB "
-                                                         r"of its 572 MiB memory limit"):
+                                                         r"\(tcp://127.0.0.1:\d+\) is paused: its process holds [\d.]+ MiB "
+                                                         r"of its 572.2 MiB memory limit"):
             Cluster.connect(str(solo.file), timeout=1.0)
     finally:
         _pause_at(solo, 0.8)

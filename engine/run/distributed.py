@@ -85,6 +85,7 @@ from hetflow.engine.run.events import EventStream, run_event
 from hetflow.engine.run import malloc
 from hetflow.engine.run.lowering import TaskGraph, lower
 from hetflow.engine.manifest.validate import Manifest
+from hetflow.engine.plan.costs import human_bytes
 from hetflow.engine.plan.plandata import Plan
 from hetflow.engine.run.recovery import _Gone, _mark_cached, plan_recovery, recover
 from hetflow.engine.run.runtime import ClusterFailure, NotHeld
@@ -754,10 +755,9 @@ def _paused_words(address: str, worker: Mapping[str, Any]) -> str:
     identity of a worker."""
     status = worker.get("status") or "not running"
     memory, limit = (worker.get("metrics") or {}).get("memory"), worker.get("memory_limit")
-    held = (f": its process holds {memory / 2**20:.0f} MiB of its {limit / 2**20:.0f} MiB memory limit, and Dask "
-            "starts no task on it until that falls below its pause threshold"
-            if status == "paused" and isinstance(memory, (int, float)) and isinstance(limit, (int, float)) and limit
-            else "")
+    held = (f": its process holds {human_bytes(memory)} of its {human_bytes(limit)} memory limit, and Dask starts no "
+            "task on it until that falls below its pause threshold"
+            if status == "paused" and isinstance(memory, int) and isinstance(limit, int) and limit else "")
     return f"worker {worker.get('name')} ({address}) is {status}{held}"
 
 

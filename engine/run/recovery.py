@@ -37,6 +37,7 @@ from hetflow.engine.run.clusterphases import scatter
 from hetflow.engine.run.events import EventStream, run_event
 from hetflow.engine.store.cache import CacheUse
 from hetflow.engine.run.lowering import TaskGraph, bridge_ref, partition_key, tensor_ref
+from hetflow.engine.plan.costs import human_bytes
 from hetflow.engine.plan.plandata import Plan
 from hetflow.engine.store.records import utc_iso
 from hetflow.engine.run.runtime import ClusterFailure
@@ -58,6 +59,7 @@ __all__ = ["Recovery", "plan_recovery", "recover"]
 # nanny: a nanny restarts a worker it lost (a crash, its memory limit) in a second or two, under load in several
 _REJOIN_GRACE_S = 10.0
 _REJOIN_POLL_S = 0.25
+_MEMORY_KILL_WINDOW_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -258,7 +260,7 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
     detected = time.time()
     names = {w.address: w.name for w in cluster.workers()}
     lost = {e.name for e in plan.executors.values() if e.worker in gone}
-    kills = _memory_kills(cluster, gone)
+    kills = _memory_kills(cluster, gone, detected)
     memory = "; ".join(f"worker {w} {why}" for w, why in kills.items())
     vendors = tuple({plan.executors[e].vendor: None for e in lost})
     alive = cluster._alive_workers(vendors, gone)
@@ -400,27 +402,25 @@ def _missing(client: Any, futures: Mapping[str, Any], finished: set[str], alive:
     return gone | {k for k in asked if not set(holders.get(futures[k].key, ())) & alive}
 
 
-def _memory_kills(cluster: Any, gone: list[str]) -> dict[str, str]:
+def _memory_kills(cluster: Any, gone: list[str], detected: float) -> dict[str, str]:
     """The ``gone`` workers their nanny restarted for exceeding their memory limit: {address: that, in words}.
 
     A nanny's memory monitor logs ``worker-restart-memory`` with the
     worker's address and resident memory on the scheduler; a worker lost
     that way is otherwise told from a crash by nothing the client sees.
+    Only the minute before the loss was ``detected`` counts: a worker on
+    a fixed port may have been restarted so long before, in another run.
     """
     try:
         events = cluster.client.get_events("worker-restart-memory")
     except Exception:  # noqa: BLE001 - the reason is a courtesy; the recovery goes on without it
         return {}
     held: dict[str, Any] = {}
-    for _, event in events:
-        if isinstance(event, dict) and event.get("worker") in gone:
+    for at, event in events:
+        if isinstance(event, dict) and event.get("worker") in gone and at >= detected - _MEMORY_KILL_WINDOW_S:
             held[event["worker"]] = event.get("rss")  # the latest, where one address was restarted more than once
-    return {w: f"restarted by its nanny for exceeding its memory limit: its process held {_mib(rss)}"
-            for w, rss in held.items()}
-
-
-def _mib(n: Any) -> str:
-    return f"{n / 2**20:.0f} MiB" if isinstance(n, (int, float)) else "an unknown amount"
+    return {w: f"restarted by its nanny for exceeding its memory limit: its process held "
+               f"{human_bytes(rss if isinstance(rss, int) else None)}" for w, rss in held.items()}
 
 
 def _lost(plan: Plan, graph: TaskGraph, futures: Mapping[str, Any], gone: list[str], names: Mapping[str, str],
