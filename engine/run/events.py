@@ -313,7 +313,7 @@ def format_line(event: dict) -> str:
             name = event.get("name")
             who = f"worker {name} ({event['worker']})" if name and name != event.get("worker") else f"worker {event.get('worker')}"
             memory, limit = event.get("memory"), event.get("memory_limit")
-            held = (f": its process holds {memory / 2**20:.0f} MiB of its {limit / 2**20:.0f} MiB memory limit"
+            held = (f": its process holds {memory / 2**20:.1f} MiB of its {limit / 2**20:.1f} MiB memory limit"
                     if isinstance(memory, (int, float)) and isinstance(limit, (int, float)) and limit else "")
             return (f"{who} has been paused for {event.get('seconds', 0):g} s{held}; Dask starts none of the run's "
                     "tasks there until it resumes (it pauses a worker past its pause threshold, 80% of its memory "
