@@ -577,3 +577,23 @@ def test_a_stray_sys_exit_with_a_message_is_an_internal_error_not_a_traceback(mo
     out, err = io.StringIO(), io.StringIO()
     assert cli_main.main(["examples", "list"], out=out, err=err) == 3
     assert err.getvalue().startswith("hetflow: internal error: SystemExit: a library gave up (traceback in ")
+
+
+@pytest.mark.parametrize("refusal", [errno.ENOLCK, errno.EOPNOTSUPP])
+def test_a_runs_directory_whose_file_system_keeps_no_locks_exits_5(tmp_path, monkeypatch, refusal):
+    """NFS without its lock service answers flock with ENOLCK: the environment's refusal (exit 5, said plainly),
+    not an internal error, and no run without the lock that keeps two runs of a manifest apart."""
+    from hetflow.engine.store import locks
+
+    def refuse(fd, op):
+        raise OSError(refusal, os.strerror(refusal))
+
+    monkeypatch.setattr(locks.fcntl, "flock", refuse)
+    runs = tmp_path / "runs"
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["run", str(QUICKSTART), "--runs-dir", str(runs), "--json"], out=out, err=err)
+    assert code == 5, err.getvalue()
+    assert f"refused a lock on quickstart-" in err.getvalue() and os.strerror(refusal) in err.getvalue()
+    assert "hetflow needs a runs directory that keeps flock locks" in err.getvalue()
+    assert json.loads(out.getvalue())["error"] == "environment"  # not "internal" (exit 3, a crash log)
+    assert not [p for p in runs.glob("*") if not p.name.startswith(".")]

@@ -30,7 +30,7 @@ import time
 from typing import Any, Mapping
 
 from hetflow.engine.store import owner
-from hetflow.engine.errors import LockHeld, name_file  # raised here; defined with the other errors, which need no lock code
+from hetflow.engine.errors import EnvironmentUnavailable, LockHeld, name_file  # raised here; defined with the other errors, which need no lock code
 
 __all__ = ["LockHeld", "RunLock", "lock_path", "manifest_locks", "stale_locks"]
 
@@ -97,6 +97,14 @@ class RunLock:
                     time.sleep(0.01)
                     continue
                 raise LockHeld(self.path, holder) from None
+            except OSError as e:
+                # ENOLCK, EOPNOTSUPP: a file system that keeps no locks (NFS without its lock service, some FUSE
+                # mounts) is the environment's, not a bug, and running without the lock would let two runs at once
+                os.close(fd)
+                raise EnvironmentUnavailable(f"the file system of {os.path.dirname(self.path)} refused a lock on "
+                                             f"{os.path.basename(self.path)}: {e.strerror or e}; hetflow needs a runs "
+                                             "directory that keeps flock locks (an NFS mount without its lock "
+                                             "service does not)") from None
             if _same_file(fd, self.path):
                 break
             os.close(fd)  # its holder unlinked it on release after we opened it: lock the file now at the path
