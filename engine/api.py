@@ -329,6 +329,9 @@ def open_run(run_id: str, runs_dir: str | os.PathLike = "runs") -> Run:
     """
     from hetflow.engine.store.runs import read_record, resolve_id
 
+    if not isinstance(run_id, (str, os.PathLike)):
+        raise UsageError(f"run_id= takes a run's name or its folder's path (a str or os.PathLike), got {_shown(run_id)}")
+    _check(runs_dir=runs_dir)
     if os.path.isfile(os.path.join(os.fspath(run_id), "record.json")):
         from hetflow.engine.results import Run
 

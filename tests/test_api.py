@@ -348,6 +348,10 @@ def test_api_takes_numpys_integers_as_counts_and_refuses_a_path_that_is_not_one(
     for call in (hetflow.validate, hetflow.plan, hetflow.run):
         with pytest.raises(hetflow.UsageError, match="path= takes a manifest file's path .* got int 123"):
             call(123)
+    with pytest.raises(hetflow.UsageError, match="run_id= takes a run's name or its folder's path .* got int 5"):
+        hetflow.open_run(5)
+    with pytest.raises(hetflow.UsageError, match="runs_dir= takes a folder's path .* got int 5"):
+        hetflow.open_run("latest", 5)
 
 
 def test_the_api_example_runs(tmp_path):
