@@ -751,8 +751,8 @@ def _gather_or_gone(future: Any, gone_now: Callable[[], list[str]]) -> Any:
 
 
 def _paused_words(address: str, worker: Mapping[str, Any]) -> str:
-    """``worker ``NAME (ADDRESS) is paused: its process holds N MiB of its M MiB memory limit``, from the scheduler's
-    identity of a worker."""
+    """What the scheduler's identity of a worker says of it: ``worker NAME (ADDRESS) is paused: its process holds
+    N MiB of its M MiB memory limit, ...``, or ``worker NAME (ADDRESS) is STATUS``."""
     status = worker.get("status") or "not running"
     memory, limit = (worker.get("metrics") or {}).get("memory"), worker.get("memory_limit")
     held = (f": its process holds {human_bytes(memory)} of its {human_bytes(limit)} memory limit, and Dask starts no "
