@@ -83,6 +83,8 @@ def test_existing_cluster_gives_the_threaded_digests_and_honours_worker_resource
     assert remote.record["scheduler"]["kind"] == "cluster"
     assert {w["name"]: w["resources"] for w in remote.record["scheduler"]["workers"]} == \
         {"w0": {}, "w1": {"executor-accel": 1}}
+    # workers of this installation: nothing of theirs differs from the record's own versions
+    assert all("versions" not in w for w in remote.record["scheduler"]["workers"])
     by_executor = {e.name: e.worker for e in placed.executors.values()}
     assert all(t["worker"] == by_executor[t["executor"]] for t in remote.record["tasks"])
     assert remote.record["live_activations_after"] == {"accel": 0, "host": 0}
@@ -152,11 +154,10 @@ def test_a_worker_of_another_hetflow_is_refused_and_other_library_versions_are_r
         while not file.exists() and time.time() < deadline:
             assert procs[0].poll() is None, (tmp_path / "cluster.log").read_text()
             time.sleep(0.1)
-        worker("same")
         worker("libs", _installation(tmp_path / "libs", __version__, pyyaml="0.0.1"))
         worker("older", _installation(tmp_path / "older", "0.0.9"))
         with Cluster.connect(str(file), timeout=START_TIMEOUT_S) as cluster:
-            cluster.client.wait_for_workers(3, timeout=START_TIMEOUT_S)
+            cluster.client.wait_for_workers(2, timeout=START_TIMEOUT_S)
             out, err = io.StringIO(), io.StringIO()
             code = cli.main(["run", path, "--scheduler", str(file), "--runs-dir", str(runs)], out=out, err=err)
             assert code == 2, err.getvalue()
@@ -165,19 +166,18 @@ def test_a_worker_of_another_hetflow_is_refused_and_other_library_versions_are_r
             assert "Traceback" not in err.getvalue()
             assert not [p for p in runs.glob("*") if not p.name.startswith(".")], "refused before a run folder was made"
 
-            procs[-1].terminate()
+            procs[-1].kill()
             procs[-1].wait(30)
             deadline = time.time() + START_TIMEOUT_S
-            while len(cluster.client.scheduler_info(n_workers=-1)["workers"]) > 2 and time.time() < deadline:
+            while len(cluster.client.scheduler_info(n_workers=-1)["workers"]) > 1 and time.time() < deadline:
                 time.sleep(0.1)
         out, err = io.StringIO(), io.StringIO()
         code = cli.main(["run", path, "--scheduler", str(file), "--runs-dir", str(runs), "--json"], out=out, err=err)
         assert code == 0, err.getvalue()
         record = json.loads(Path(json.loads(out.getvalue())["record"]).read_text())
         by_name = {w["name"]: w for w in record["scheduler"]["workers"]}
-        assert sorted(by_name) == ["libs", "same"]
+        assert sorted(by_name) == ["libs"]
         assert by_name["libs"]["versions"] == {"pyyaml": "0.0.1"}
-        assert "versions" not in by_name["same"]
         # the same run in this process: `runs diff` names the worker's version among what changed
         out, err = io.StringIO(), io.StringIO()
         assert cli.main(["run", path, "--runs-dir", str(runs), "--no-cache", "--quiet"], out=out, err=err) == 0, err.getvalue()
@@ -188,5 +188,7 @@ def test_a_worker_of_another_hetflow_is_refused_and_other_library_versions_are_r
         mine = record["versions"]["pyyaml"]
         assert json.loads(out.getvalue())["versions"] == [["pyyaml", f"{mine} (worker libs: 0.0.1)", mine]]
     finally:
-        _stop(procs)
+        for p in procs:  # killed: asked to stop, a worker takes seconds to leave, and nothing here needs that
+            p.kill()
+            p.wait(30)
         log.close()
