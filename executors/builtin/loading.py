@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from hetflow.executors.base import Dtype
-from hetflow.executors.files import check_unchanged
+from hetflow.executors.files import check_unchanged, file_stamp
 from hetflow.executors.opdecl import ALL_DTYPES, QUANT_MAX, Arg, Kernel, Op, Shape, from_shape_arg, to_dtype
 
 __all__ = ["OPS", "LOAD_FORMATS", "read_array", "lossy_load", "ml_finfo_max", "file_dtype"]
@@ -181,9 +181,8 @@ def _whole_file(f: Any, path: str) -> np.ndarray:
     import mmap
 
     st = os.fstat(f.fileno())
-    # a file renamed over it has a new inode, one rewritten in place a new ctime (its mtime may be put back,
-    # cp -p): either is mapped afresh
-    key = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    # a file renamed over it or rewritten in place has another stamp: either is mapped afresh
+    key = (os.path.abspath(path), *file_stamp(st))
     whole = _MAPPED.get(key)
     if whole is None:
         whole = np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), np.uint8)
