@@ -21,7 +21,10 @@ commit's files, e.g. ``git archive HEAD | tar -x -C TREE``) and from this
 one, processes in turn, for before/after figures. ``--manifest PATH`` times
 the ``quickstart`` and ``durable_writes`` rows on a copy of the quickstart
 outside any git checkout (``cp examples/quickstart.yaml /tmp/qs.yaml``): in
-this checkout a run also asks for the manifest's git state.
+this checkout a run also asks for the manifest's git state. The runs'
+folders are made under ``bench/.cache`` (``--runs-in DIR`` for another
+folder), where ``hetflow run``'s ``./runs`` would be, and each row's notes
+say what making a file costs there and in the system's temporary folder.
 """
 
 from __future__ import annotations
@@ -40,6 +43,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # --manifest (or this variable, which the processes of --before inherit) times a copy outside any git checkout:
 # a run of a manifest inside one also asks git for its state, which is not what the row is about
 QUICKSTART = os.environ.get("HETFLOW_BENCH_QUICKSTART") or os.path.join(REPO, "examples", "quickstart.yaml")
+# The runs go where a user's go by default, ./runs beside the work, not to the system's temporary folder, which
+# may be another file system (tmpfs, a disk of its own). A run makes five files, and on the development machine
+# making one moved from 12 us to 0.1-0.3 ms within minutes, in either folder: each row's notes say what it cost
+# in both while the rows ran. --runs-in (or this variable) picks another folder.
+RUNS_IN = os.environ.get("HETFLOW_BENCH_RUNS_IN") or os.path.join(REPO, "bench", ".cache")
 
 
 def quickstart_numpy() -> tuple[np.ndarray, np.ndarray]:
@@ -211,11 +219,32 @@ def durable_writes(turns: int, runs_dir: str) -> dict:
                 f"{3 * statistics.median(base) * 1e3:.2f} ms")
 
 
+def create_cost(folder: str, files: int = 60) -> float:
+    """The median seconds to make (``O_CREAT | O_EXCL``) and close a file in a new folder under ``folder``: what
+    each of a run's files costs before any byte is written."""
+    times = []
+    with tempfile.TemporaryDirectory(prefix="hetflow-bench-create-", dir=folder) as here:
+        for i in range(files):
+            t = time.perf_counter()
+            os.close(os.open(os.path.join(here, f"f{i}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
 def run(quick: bool) -> list[dict]:
     turns = 15 if quick else 60
-    with tempfile.TemporaryDirectory(prefix="hetflow-bench-small-") as runs_dir:
-        return [quickstart(turns, runs_dir), durable_writes(turns, runs_dir), *chain(turns, runs_dir),
-                *git_lookup(max(5, turns // 4))]
+    os.makedirs(RUNS_IN, exist_ok=True)
+
+    def costs() -> str:
+        return f"{create_cost(RUNS_IN) * 1e6:.0f} us there, {create_cost(tempfile.gettempdir()) * 1e6:.0f} us"
+
+    first = costs()
+    with tempfile.TemporaryDirectory(prefix="hetflow-bench-small-", dir=RUNS_IN) as runs_dir:
+        rows = [quickstart(turns, runs_dir), durable_writes(turns, runs_dir), *chain(turns, runs_dir)]
+    where = f"runs in {RUNS_IN}; a file made before the rows: {first} in {tempfile.gettempdir()}; after: {costs()}"
+    for row in rows:
+        row["notes"] += f"; {where}"
+    return rows + git_lookup(max(5, turns // 4))
 
 
 def _in_tree(root: str, quick: bool) -> list[dict]:
@@ -262,7 +291,11 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--manifest", help="the quickstart's manifest to time (default: examples/quickstart.yaml), "
                                            "e.g. a copy outside any git checkout")
+    parser.add_argument("--runs-in", help="the folder the runs' folders are made in (default: bench/.cache, on the "
+                                          "checkout's file system, as ./runs would be)")
     args = parser.parse_args()
+    if args.runs_in:
+        os.environ["HETFLOW_BENCH_RUNS_IN"] = RUNS_IN = os.path.abspath(args.runs_in)
     if args.manifest:
         os.environ["HETFLOW_BENCH_QUICKSTART"] = QUICKSTART = os.path.abspath(args.manifest)
     if args.before:

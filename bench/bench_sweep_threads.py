@@ -29,13 +29,18 @@ Rows: ratio = the ``--parallel 1`` process's median seconds over the
 subject's (above 1: two points at once are faster). The goal (issue 30)
 is ``--parallel 2`` >= 1.6x ``--parallel 1`` on two cores.
 
-Two more rows:
+More rows:
 
 * the bound: however well two points at once share the cores, they take
   at least half the CPU time of all points on one thread each (the
   ``OPENBLAS_NUM_THREADS=1`` process, less its start, which nothing
   shares) plus the start; ``--parallel 1`` over that is the most
   ``--parallel 2`` can gain on this machine;
+* the points' arithmetic without hetflow (:func:`machine_capacity`): two
+  processes of one BLAS thread at once against one after the other (what
+  the second core adds), and against one process with a BLAS thread a
+  core (what ``--parallel 1`` computes with): the ceiling of the goal's
+  ratio, since BLAS's own threads already use the second core;
 * a shared machine: ``--parallel 1`` and ``--parallel 2`` again, each
   while one busy process a core runs beside it (``--loaded``, and the
   full run), as on the machine where the issue was seen. A BLAS pool of
@@ -257,12 +262,15 @@ print(time.perf_counter() - t)
 def machine_capacity(points: int, pairs: int) -> dict:
     """What two cores give this sweep's arithmetic without hetflow: the points' matmuls and GELUs (the CPU
     executor's own GELU kernel, tanh form as the op's default, in numpy, one BLAS thread) split between two
-    processes, run at once against one after the other.
+    processes, run at once against one after the other; and all of them in one process whose BLAS pool has a
+    thread a core (``blas``), as ``--parallel 1`` computes them.
 
     Each process reports its compute time alone (its start is left out),
     so the ratio (one after the other, summed, over at once, the slower)
     is what the second core adds to this arithmetic on this machine: the
-    ceiling of ``--parallel 2`` over one BLAS thread.
+    ceiling of ``--parallel 2`` over one BLAS thread; and ``blas`` over at
+    once is its ceiling over ``--parallel 1``: what BLAS's own threads
+    already take of the second core, two points at once cannot gain again.
     """
     env = {**{k: v for k, v in os.environ.items() if k not in USER_THREAD_VARS}, "OPENBLAS_NUM_THREADS": "1",
            "OMP_NUM_THREADS": "1"}
@@ -277,12 +285,17 @@ def machine_capacity(points: int, pairs: int) -> dict:
         return [float(subprocess.run(a, env=env, stdout=subprocess.PIPE, text=True, check=True).stdout)
                 for a in argv]
 
-    apart, together = [], []
+    cores = usable_cores()
+    pooled = [sys.executable, "-c", KERNELS, "1", str(1 + points), str(N), str(DEPTH)]
+    pooled_env = {**env, "OPENBLAS_NUM_THREADS": str(cores), "OMP_NUM_THREADS": str(cores)}
+    apart, together, blas = [], [], []
     for _ in range(pairs):
         apart.append(sum(run_all(False)))
         together.append(max(run_all(True)))
+        blas.append(float(subprocess.run(pooled, env=pooled_env, stdout=subprocess.PIPE, text=True,
+                                         check=True).stdout))
     return {"apart": statistics.median(apart), "together": statistics.median(together),
-            "all": {"apart": apart, "together": together}}
+            "blas": statistics.median(blas), "all": {"apart": apart, "together": together, "blas": blas}}
 
 
 def measure_loaded(points: int, pairs: int) -> dict:
@@ -342,6 +355,13 @@ def run(quick: bool) -> list[dict]:
          "ratio": capacity["apart"] / capacity["together"],
          "notes": f"what the second core adds to this arithmetic here, without hetflow: the ceiling of "
                   f"--parallel 2 over one BLAS thread; all: {capacity['all']}"},
+        {"name": f"the points' arithmetic in numpy, 2 processes at once against 1 with a BLAS thread a core "
+                 f"({m['points']} points)",
+         "baseline": "one process, OPENBLAS_NUM_THREADS = cores (compute time)", "baseline_s": capacity["blas"],
+         "subject": "2 processes of one BLAS thread at once (the slower)", "subject_s": capacity["together"],
+         "ratio": capacity["blas"] / capacity["together"],
+         "notes": "without hetflow: the ceiling of --parallel 2 over --parallel 1 on this machine (the goal's "
+                  "ratio), as the matmuls of --parallel 1 already use every core"},
         {"name": f"sweep --parallel 2 ({m['points']} BLAS points), a busy process a core beside it",
          "baseline": "--parallel 1, loaded", "baseline_s": loaded["p1"], "subject": "--parallel 2, pools sized, loaded",
          "subject_s": loaded["p2"], "ratio": loaded["p1"] / loaded["p2"],
