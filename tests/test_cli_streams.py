@@ -333,8 +333,8 @@ def test_a_port_that_is_not_a_schedulers_exits_5_at_once_instead_of_waiting_for_
         if service == "http":
             assert str(refused.value) == (
                 f"cannot connect to the Dask scheduler at {address}: it accepted the connection but sent no Dask "
-                "handshake in 1 s: is that a scheduler's port? (a scheduler listens on 8786 unless told otherwise; "
-                "8787 serves its dashboard)")
+                "handshake in 1 s: is that a scheduler's port, and is its process running, not stopped or hung? (a "
+                "scheduler listens on 8786 unless told otherwise; 8787 serves its dashboard)")
         else:
             # the command line, whole: exit 5, the JSON result, no crash log, nothing written
             runs = tmp_path / "runs"

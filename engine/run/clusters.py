@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Callable
 
 from hetflow.engine.plan import planner
-from hetflow.engine.errors import UsageError
+from hetflow.engine.errors import EnvironmentUnavailable, UsageError
 from hetflow.engine.manifest.validate import Manifest
 from hetflow.executors import probe
 
@@ -39,7 +39,16 @@ def plan_on(manifest: Manifest, cluster: Any, place: Mapping[str, str] | None) -
     """The plan of ``manifest`` on this machine (``cluster`` None) or placed on the cluster's workers."""
     if cluster is None:
         return planner.plan(manifest, probe)
-    return cluster.place(planner.plan(manifest, cluster.probe), manifest, dict(place or {}))
+    try:
+        return cluster.place(planner.plan(manifest, cluster.probe), manifest, dict(place or {}))
+    except (OSError, TimeoutError) as e:
+        # the workers' offers are asked of the scheduler: one that stops answering meanwhile is the cluster's
+        # failure, before the run has a folder, as one that cannot be reached at all is
+        if not cluster.scheduler_gone(e):
+            raise
+        why = getattr(e, "why", None) or f"{type(e).__name__}: {e}"
+        raise EnvironmentUnavailable(f"the Dask scheduler at {cluster.address} stopped answering while the "
+                                     f"run was placed on its workers: {why}") from None
 
 
 @contextlib.contextmanager

@@ -75,6 +75,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+import dask.config
 from dask.sizeof import sizeof
 from distributed import Client
 
@@ -127,6 +128,42 @@ _REFUSED_GRACE_S = 2.0
 
 
 _UNASKED = object()
+
+
+class _DropCancelled(logging.Filter):
+    """Drops a log record that carries a cancelled task's error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import asyncio
+
+        return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
+
+
+class SchedulerSilent(TimeoutError):
+    """The scheduler kept its connection open but did not answer a question in :func:`silent_after` seconds."""
+
+    def __init__(self, address: str, seconds: float) -> None:
+        self.address, self.seconds = address, seconds
+        self.why = (f"it did not answer in {seconds:g} s: its process may be stopped or hung, or its machine out of "
+                    "memory (Dask's distributed.comm.timeouts.tcp sets this wait)")
+        super().__init__(f"the Dask scheduler at {address} stopped answering: {self.why}")
+
+
+def silent_after() -> float:
+    """How long a scheduler may leave a question unanswered before a run takes it for lost, in seconds.
+
+    Dask's ``distributed.comm.timeouts.tcp``, the time after which Dask
+    calls a connection that does not answer dead (30 s unless configured,
+    e.g. ``DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP=120s``): a scheduler busy
+    with a large graph may take seconds to answer, not that long.
+    """
+    from dask.utils import parse_timedelta
+
+    try:
+        seconds = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp", "30s"), "s"))
+    except (TypeError, ValueError):
+        return 30.0
+    return seconds if seconds > 0 else 30.0
 
 
 @sizeof.register(PortableActivation)
@@ -274,7 +311,15 @@ class Cluster:
         self.close()
 
     def close(self) -> None:
-        self.client.close()
+        # a client closed while it reconnects to a scheduler that is gone cancels the reconnection, which Dask
+        # logs as an error with its traceback: the command has said what happened to the scheduler already
+        quiet = _DropCancelled()
+        logger = logging.getLogger("distributed.client")
+        logger.addFilter(quiet)
+        try:
+            self.client.close()
+        finally:
+            logger.removeFilter(quiet)
         if self._owned is not None:
             self._owned.close()
             self._owned = None
@@ -290,8 +335,21 @@ class Cluster:
 
     def _identity(self, n_workers: int = -1) -> dict:
         """The scheduler's identity, asked now: ``Client.scheduler_info``'s cache is overwritten
-        in the background by a refresh that carries no workers."""
-        identity = self.client.sync(self.client.scheduler.identity, n_workers=n_workers)
+        in the background by a refresh that carries no workers.
+
+        Raises :class:`SchedulerSilent` when the scheduler does not answer
+        in :func:`silent_after` seconds: a scheduler process that is stopped
+        or hung keeps its connections open, and its kernel acknowledges
+        what the client sends, so nothing else would ever say so.
+        """
+        wait = silent_after()
+        asked = time.monotonic()
+        try:
+            identity = self.client.sync(self.client.scheduler.identity, n_workers=n_workers, callback_timeout=wait)
+        except TimeoutError:
+            if time.monotonic() - asked < wait:
+                raise  # a connection's own timeout, within the wait: the client is losing the scheduler
+            raise SchedulerSilent(self.address, wait) from None
         now = time.monotonic()
         for address, w in (identity.get("workers") or {}).items():
             self.nannies[address] = w.get("nanny")
@@ -301,6 +359,37 @@ class Cluster:
             else:
                 self.paused.pop(address, None)
         return identity
+
+    def patient(self, call: Callable[[], Any]) -> Any:
+        """``call()``, a blocking call into the client, waited for as long as the scheduler answers.
+
+        Dask waits without limit for an answer to a call such as
+        ``Client.run``: a worker that is stopped holds it until the
+        scheduler drops that worker (its ``worker-ttl``), which is Dask's to
+        judge; a scheduler that is stopped or hung would hold it for ever.
+        So the call runs in a thread of its own, and every
+        :func:`silent_after` seconds without its answer the scheduler is
+        asked for its identity: :class:`SchedulerSilent` when that goes
+        unanswered too (the call's thread is left waiting on a client that
+        will be closed).
+        """
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def target() -> None:
+            try:
+                box["value"] = call()
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                box["error"] = e
+            finally:
+                done.set()
+
+        threading.Thread(target=target, name="hetflow-cluster-call", daemon=True).start()
+        while not done.wait(silent_after()):
+            self._identity(0)
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
 
     @property
     def address(self) -> str:
@@ -346,7 +435,8 @@ class Cluster:
     def _ask(self, workers: list[WorkerInfo], function: Callable, *args: Any) -> dict[str, Any]:
         """``function(*args)`` run on each of ``workers``: {address: answer}; a worker that cannot run hetflow's
         code (none installed, another version without the function) is a :class:`UsageError`."""
-        got = self.client.run(function, *args, on_error="return", workers=[w.address for w in workers])
+        got = self.patient(lambda: self.client.run(function, *args, on_error="return",
+                                                   workers=[w.address for w in workers]))
         for w in workers:
             answer = got.get(w.address)
             if isinstance(answer, BaseException) or answer is None:
@@ -501,7 +591,7 @@ class Cluster:
             # before the plugin: its set-up on each worker reports the worker's warm-up
             stream.emit(run_event("started", run_id, tasks=len(graph.dsk), mode=self.kind, scheduler=self.address,
                                   dashboard=self.dashboard_link, workers=len(self.workers())))
-            client.register_plugin(plugin, name=plugin.name)
+            self.patient(lambda: client.register_plugin(plugin, name=plugin.name))
             registered = True
             phase_values: dict[str, Any] = {}
             if phases is not None:
@@ -538,12 +628,13 @@ class Cluster:
             failure = failure or e
         live: dict[str, int] = {}
         try:
-            if failure is not None and self._scheduler_gone(failure):
+            if failure is not None and self.scheduler_gone(failure):
                 raise failure  # no worker can be asked for its handles or its last events
             pending = [f for f in futures.values() if not f.done()]
             if pending:  # a round trip to the scheduler, even for none
-                client.cancel(pending)
-            reports = client.run(_close_run, run_id, CLOSE_WAIT_S, on_error="return") if registered else {}
+                self.patient(lambda: client.cancel(pending))
+            reports = self.patient(lambda: client.run(_close_run, run_id, CLOSE_WAIT_S, on_error="return")
+                                   ) if registered else {}
             answered = set()
             for address, report in reports.items():
                 if isinstance(report, BaseException):
@@ -553,7 +644,7 @@ class Cluster:
             with flush_cond:
                 flush_cond.wait_for(lambda: answered <= flushed, timeout=_FLUSH_WAIT_S)
         except (OSError, TimeoutError) as e:
-            if not self._scheduler_gone(e):
+            if not self.scheduler_gone(e):
                 raise
             failure = e  # the run's own failure, if it had one, was this loss seen from inside
         finally:
@@ -561,9 +652,11 @@ class Cluster:
                 client.unsubscribe_topic(topic)
             except Exception:  # noqa: BLE001 - a scheduler that is gone holds no subscription
                 pass
-            # a registration that failed on one worker is still held by the scheduler, which would give it to new workers
+            # a registration that failed on one worker is still held by the scheduler, which would give it to new
+            # workers; a scheduler that answers nothing would hold this call for ever
             try:
-                client.unregister_worker_plugin(plugin.name)
+                if not isinstance(failure, SchedulerSilent):
+                    client.unregister_worker_plugin(plugin.name)
             except Exception:  # noqa: BLE001 - a worker that died has no plugin to remove
                 pass
         release = self._releases.get(id(plan))
@@ -573,16 +666,19 @@ class Cluster:
             live.setdefault(name, 0)
         for entry in recoveries:
             _mark_cached(entry, stream.events)
-        if failure is not None and self._scheduler_gone(failure):
+        if failure is not None and self.scheduler_gone(failure):
+            why = failure.why if isinstance(failure, SchedulerSilent) else failure
             failure = ClusterFailure(f"the Dask scheduler at {self.address} stopped answering during run {run_id}: "
-                                     f"{failure}", {"scheduler": self.address})
+                                     f"{why}", {"scheduler": self.address})
         return (_ClusterRun(graph, stream.tasks(), recoveries), results, _as_failure(failure),
                 dict(sorted(live.items())))
 
-    def _scheduler_gone(self, error: BaseException) -> bool:
+    def scheduler_gone(self, error: BaseException) -> bool:
         """Whether ``error`` is the client losing its scheduler: a connection's error or timeout while the client
         reconnects or has closed itself (it does once it has failed to reconnect), or one that names the
         scheduler's address (a call that timed out connecting to it, as the client gives up)."""
+        if isinstance(error, SchedulerSilent):
+            return True
         if not isinstance(error, (OSError, TimeoutError)):
             return False
         return getattr(self.client, "status", "running") != "running" or bool(self.address and self.address in str(error))
@@ -722,8 +818,8 @@ class Cluster:
                  for a, w in info.items() if a not in gone]
         fresh = [w for w in alive if any(v not in w.offers for v in vendors)]
         if fresh:
-            got = self.client.run(worker_offers, [v.value for v in vendors], on_error="return",
-                                  workers=[w.address for w in fresh])
+            got = self.patient(lambda: self.client.run(worker_offers, [v.value for v in vendors], on_error="return",
+                                                       workers=[w.address for w in fresh]))
             for w in fresh:
                 answer = got.get(w.address)
                 if isinstance(answer, list):
@@ -826,7 +922,7 @@ def _probe(address: str, grace: float, wait: float) -> str | None:
                 head += chunk
         except socket.timeout:
             return (f"it accepted the connection but sent no Dask handshake in {wait:g} s: is that a scheduler's "
-                    f"port? ({_PORTS})")
+                    f"port, and is its process running, not stopped or hung? ({_PORTS})")
         except (ConnectionResetError, ConnectionAbortedError):
             return f"it accepted the connection and closed it without a Dask handshake: is that a scheduler's port? ({_PORTS})"
         except OSError:

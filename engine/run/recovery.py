@@ -293,7 +293,8 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
                                           worker_reason=f"re-created after worker {names.get(e.worker, e.worker)} "
                                                         f"was lost; worker {pick.name}")
     survivors = [w.address for w in alive]
-    paused = cluster.client.run(_pause_run, run_id, CLOSE_WAIT_S, workers=survivors, on_error="return")
+    paused = cluster.patient(lambda: cluster.client.run(_pause_run, run_id, CLOSE_WAIT_S, workers=survivors,
+                                                        on_error="return"))
     completed: set[str] = set()
     live: set[str] = set()
     for address, report in paused.items():
@@ -329,7 +330,8 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
     for executor, counts in recovery.expect.items():
         by_worker[new_plan.executors[executor].worker][1].update(counts)
     for address, (adopt, expect) in by_worker.items():
-        cluster.client.run(_resume_run, run_id, revoked, adopt, expect, workers=[address])
+        cluster.patient(lambda address=address, adopt=adopt, expect=expect: cluster.client.run(
+            _resume_run, run_id, revoked, adopt, expect, workers=[address]))
     given: dict[str, Any] = {}
     rescattered = []
     for key in recovery.rerun:

@@ -412,9 +412,9 @@ def on_cluster(cluster: Any) -> dict | None:
     if found is None:
         try:
             if local:
-                found = cluster.client.run(_settle_worker, at_once, user_limits())
+                found = cluster.patient(lambda: cluster.client.run(_settle_worker, at_once, user_limits()))
             else:
-                found = cluster.client.run(_describe_worker)
+                found = cluster.patient(lambda: cluster.client.run(_describe_worker))
         except Exception:  # noqa: BLE001 - the record says nothing rather than fail the run
             return None
         if memo is not None:
