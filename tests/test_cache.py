@@ -174,6 +174,39 @@ def test_damaged_entry_is_a_miss(manifest_file, tmp_path):
     second = run(path, tmp_path)
     assert "p0" in executed(second)
     assert second.record["outputs"]["r"]["digest"] == first.record["outputs"]["r"]["digest"]
+    # the damaged entry is said and replaced by the outputs computed in its place: the next run hits it
+    why = second.record["cache"]["damaged"]["p0"]
+    assert why.startswith("its file 0.bin (") and "does not hold the bytes its entry names" in why
+    assert "p0" in second.record["cache"]["stored"]
+    event = next(e for e in second.record["tasks"] if e["kind"] == "partition" and e["id"] == "p0")
+    assert event["cache_damaged"] == why
+    assert Cache(str(tmp_path / "runs" / ".cache")).load(key) is not None
+    assert not [n for n in os.listdir(os.path.dirname(folder)) if n.startswith(".tmp-")]
+    third = run(path, tmp_path)
+    assert "p0" not in executed(third) and third.record["cache"]["damaged"] == {}
+
+
+@pytest.mark.parametrize("damage", ["entry-json", "missing-file", "not-an-entry"])
+def test_an_entry_damaged_otherwise_is_replaced_too_and_the_cli_warns(manifest_file, tmp_path, damage, capsys):
+    from hetflow.engine.cli.main import main
+
+    path = manifest_file(CHAIN)
+    first = run(path, tmp_path)
+    key = first.record["cache"]["keys"]["p0"]["key"]
+    folder = Cache(str(tmp_path / "runs" / ".cache"))._folder(key)
+    if damage == "entry-json":
+        with open(os.path.join(folder, "entry.json"), "r+b") as f:
+            f.truncate(20)
+    elif damage == "missing-file":
+        os.remove(os.path.join(folder, "0.bin"))
+    else:
+        with open(os.path.join(folder, "entry.json"), "w") as f:
+            json.dump({"outputs": [1, 2]}, f)
+    capsys.readouterr()
+    assert main(["run", str(path), "--runs-dir", str(tmp_path / "runs")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: 1 cache entry was damaged, so its partition ran again and replaced it: p0: its " in err, err
+    assert Cache(str(tmp_path / "runs" / ".cache")).load(key) is not None
 
 
 def _fail_on_call(monkeypatch, module, name, n):

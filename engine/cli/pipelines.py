@@ -158,6 +158,12 @@ def cmd_run(args: argparse.Namespace, out, err) -> int:
             print(f"  {name}: {json.dumps(o['value'])[:60]}  {o['digest'][:23]}  (in record.json)", file=out)
             continue
         print(f"  {name}: {o['shape']} {o['dtype']}  {o['digest'][:23]}  {os.path.join(run.path, o['file'])}", file=out)
+    damaged = rec["cache"].get("damaged") or {}
+    if damaged:  # the run is whole: these ran again, and their fresh entries took the damaged ones' place
+        said = ("1 cache entry was damaged, so its partition ran again and replaced it" if len(damaged) == 1 else
+                f"{len(damaged)} cache entries were damaged, so their partitions ran again and replaced them")
+        print(f"hetflow: warning: {said}: " + "; ".join(f"{pid}: {why}" for pid, why in sorted(damaged.items())),
+              file=err)
     unstored = rec["cache"].get("store_failed") or {}
     if unstored:  # the run is whole; the next one will compute these partitions again
         print(f"hetflow: warning: {len(unstored)} partition(s) not stored in the cache: "

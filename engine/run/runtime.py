@@ -386,8 +386,10 @@ class LocalRuntime:
         cached = self.cache is not None and pid in self.cache.hit_set
         stored = self.cache is not None and pid in self.cache.stored_set
         unstored = self.cache.store_errors.get(pid) if self.cache is not None and self.cache.store_errors else None
+        damaged = self.cache.damaged.get(pid) if self.cache is not None and self.cache.damaged else None
         self._event("partition", pid, part.executor, start, "succeeded", attempt, nodes=list(part.nodes),
-                    cached=cached, stored=stored, **({"store_error": unstored} if unstored else {}))
+                    cached=cached, stored=stored, **({"store_error": unstored} if unstored else {}),
+                    **({"cache_damaged": damaged} if damaged else {}))
         return produced
 
     def run_and_bridge(self, pid: str, *sources: Any) -> dict:

@@ -285,6 +285,8 @@ class Cache:
 
     def __init__(self, root: str) -> None:
         self.root = root
+        # key -> what was wrong with its entry when this object read it: the entry a store of the key replaces
+        self.damaged: dict[str, str] = {}
 
     def _folder(self, key: str) -> str:
         hexkey = key.split(":")[-1]
@@ -294,26 +296,53 @@ class Cache:
         return os.path.isfile(os.path.join(self._folder(key), "entry.json"))
 
     def load(self, key: str) -> dict[str, PortableActivation] | None:
-        """The stored outputs of ``key``, or None when absent or damaged."""
+        """The stored outputs of ``key``, or None when absent or damaged.
+
+        A damaged entry (its ``entry.json`` there but not readable as one,
+        a file of it missing, or bytes other than its digest names: a disk
+        error, a hand that edited it) is noted in :attr:`damaged`, so the
+        outputs computed in its place replace it (:meth:`store`).
+        """
         folder = self._folder(key)
         try:
             with open(os.path.join(folder, "entry.json"), encoding="utf-8") as f:
                 entry = json.load(f)
+        except FileNotFoundError:
+            return None
+        except UnicodeDecodeError as e:
+            self.damaged[key] = f"its entry.json is not an entry's JSON: {e.reason}"
+            return None
+        except OSError:
+            return None  # unreadable here (permissions): not this process's to replace
+        except ValueError as e:
+            self.damaged[key] = f"its entry.json is not an entry's JSON: {e}"
+            return None
+        try:
             outputs = {}
             for tensor, meta in entry["outputs"].items():
                 with open(os.path.join(folder, meta["file"]), "rb") as f:
                     data = f.read()
                 if _sha(data) != meta["sha256"]:
+                    self.damaged[key] = (f"its file {meta['file']} ({tensor}) does not hold the bytes its entry names "
+                                         f"({_sha(data)[:19]}, not {str(meta['sha256'])[:19]})")
                     return None
                 outputs[tensor] = PortableActivation(TensorShape(tuple(meta["shape"])), Dtype(meta["dtype"]), data)
             return outputs
-        except (OSError, ValueError, KeyError, TypeError):
+        except FileNotFoundError as e:
+            self.damaged[key] = f"its file {os.path.basename(e.filename or '?')} is missing"
+            return None
+        except OSError:
+            return None
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            self.damaged[key] = f"its entry.json does not describe its outputs: {type(e).__name__}: {e}"
             return None
 
     def store(self, key: str, definition: Mapping[str, Any], outputs: Mapping[str, PortableActivation]) -> bool:
-        """Write an entry atomically; False when one already exists."""
+        """Write an entry atomically; False when one already exists, unless :meth:`load` found it damaged: then
+        it is moved aside and removed as this one takes its place."""
         final = self._folder(key)
-        if self.has(key):
+        replacing = key in self.damaged
+        if self.has(key) and not replacing:
             return False
         parent = os.path.dirname(final)
         os.makedirs(parent, exist_ok=True)
@@ -338,9 +367,12 @@ class Cache:
                 json.dump(entry, f)
                 f.flush()
                 os.fsync(f.fileno())
+            if replacing:
+                _move_aside(final)
             for attempt in (1, 2):
                 try:
                     os.rename(tmp, final)
+                    self.damaged.pop(key, None)
                     return True
                 except OSError:
                     if self.has(key):  # another writer renamed a complete entry into place first
@@ -411,6 +443,20 @@ class Cache:
         return removed
 
 
+def _move_aside(folder: str) -> None:
+    """Rename a damaged entry's ``folder`` out of its key's way (atomic, so a reader finds the entry whole, damaged
+    as it was, or absent), then remove it; gone already (another run replaced it first) is fine."""
+    import secrets
+    import shutil
+
+    aside = os.path.join(os.path.dirname(folder), f".tmp-damaged-{secrets.token_hex(6)}")
+    try:
+        os.rename(folder, aside)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)
+
+
 def _incomplete(folder: str) -> bool:
     """Whether ``folder`` is an entry's folder without its ``entry.json``: what a removal stopped half way left."""
     return os.path.isdir(folder) and not os.path.exists(os.path.join(folder, "entry.json"))
@@ -438,6 +484,8 @@ class CacheUse:
         self.stored_set: set[str] = set()
         # partition -> why its entry could not be written (a full disk, a cache folder not writable)
         self.store_errors: dict[str, str] = {}
+        # partition -> what was wrong with its entry, which this run found damaged and computed again
+        self.damaged: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def restorable(self, pid: str) -> bool:
@@ -452,6 +500,10 @@ class CacheUse:
             return None
         entry = self.cache.load(info.key)
         if entry is None or set(entry) != set(outputs):
+            why = self.cache.damaged.get(info.key)
+            if why is not None:
+                with self._lock:
+                    self.damaged[pid] = why
             return None
         restored: list = []
         try:
