@@ -258,13 +258,10 @@ class Run:
 
 def _loads(text: bytes) -> Any:
     """A record's JSON: orjson's parse (a third of json's time: a sweep reads every point's record), json's
-    where orjson refuses (NaN and the infinities, integers past 64 bits; or what is not JSON, for its message)."""
-    import orjson
+    where orjson would not keep a value as written (:func:`~hetflow.executors.payload.loads_exact`)."""
+    from hetflow.executors.payload import loads_exact
 
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
+    return loads_exact(text)
 
 
 class Sweep:

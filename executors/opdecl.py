@@ -227,8 +227,9 @@ def check_value(kind: str, value: Any) -> str | None:
             return "a list of non-negative integers"
         if len(value) > 8:
             return "a shape of rank at most 8"
-    elif kind == "seed" and value is not None and not is_int(value):
-        return "an integer seed, or null for fresh entropy on every run"
+    elif kind == "seed" and value is not None and not (is_int(value) and value >= 0):
+        # numpy's SeedSequence takes any non-negative integer, 64 bits or more
+        return "a non-negative integer seed, or null for fresh entropy on every run"
     elif kind == "int" and not is_int(value):
         return "an integer"
     elif kind == "number" and (isinstance(value, bool) or not isinstance(value, (int, float))):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
@@ -35,7 +36,27 @@ import orjson
 
 from hetflow.executors.base import Backend, SubGraphPlan, Vendor
 
-__all__ = ["encode_plan", "decode_plan"]
+__all__ = ["encode_plan", "decode_plan", "loads_exact"]
+
+# a number of 19 digits or more, as a value (after a colon, bracket or comma, before a comma or a closing one):
+# orjson parses an integer beyond 64 bits as a float, without a word; a digest's hex holds such runs of digits
+_LONG_INTEGER = re.compile(rb"[:\[,]\s*-?\d{19,}\s*[,\]}]")
+
+
+def loads_exact(text: bytes) -> Any:
+    """JSON ``text`` parsed with every value as written: orjson's parse, the standard library's where orjson would
+    not keep a value (an integer of 19 digits or more, which it may turn into a float; NaN and the infinities,
+    which it refuses) or where the text is not JSON (for its message).
+
+    >>> loads_exact(b'{"seed": 18446744073709551616, "x": [1.5]}')
+    {'seed': 18446744073709551616, 'x': [1.5]}
+    """
+    if _LONG_INTEGER.search(text) is None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
 
 
 def encode_plan(vendor: Vendor, inputs: Sequence[str], nodes: Sequence[Mapping[str, Any]], outputs: Sequence[str]) -> SubGraphPlan:
@@ -53,8 +74,8 @@ def encode_plan(vendor: Vendor, inputs: Sequence[str], nodes: Sequence[Mapping[s
     try:
         text = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS)
     except (TypeError, orjson.JSONEncodeError):
-        text = b"null"
-    if b"null" in text and _non_finite(payload):
+        text = None  # what orjson cannot write: an integer beyond 64 bits (a seed may be any integer)
+    if text is None or (b"null" in text and _non_finite(payload)):
         text = json.dumps(payload, sort_keys=True).encode()
     return SubGraphPlan(vendor, text)
 
@@ -99,10 +120,6 @@ def decode_plan(plan: SubGraphPlan) -> dict:
 @lru_cache(maxsize=1 << 14)
 def _decode(payload: bytes) -> dict:
     try:
-        return orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        pass  # the standard library's spellings of NaN and the infinities, or not JSON: its message says where
-    try:
-        return json.loads(payload.decode())
+        return loads_exact(payload)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise Backend(f"undecodable sub-graph plan: {e}") from None

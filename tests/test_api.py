@@ -108,6 +108,28 @@ def test_run_with_params_reads_outputs_and_record(manifest_file, tmp_path):
         r.outputs["z"]
 
 
+@pytest.mark.parametrize("seed", [2**64, 3**90])
+def test_a_seed_beyond_64_bits_runs_is_recorded_as_given_and_verifies(manifest_file, tmp_path, seed):
+    """A seed may be any integer (numpy's SeedSequence takes them all). orjson writes none past 64 bits and reads
+    one back as a float, without a word: the sub-graph plan held ``null`` and the run ended in an internal error."""
+    import numpy as np
+
+    text = ("version: 1\nname: bigseed\nparams: {seed: 1}\nexecutors: {a: {vendor: cpu}, b: {vendor: cpu}}\n"
+            "stages:\n  x: {op: random.normal, args: {shape: [4], seed: \"${seed}\"}, executor: a}\n"
+            "  y: {op: mul, inputs: [x, x], executor: b}\noutputs: {y: y}\n")
+    path, runs = manifest_file(text), tmp_path / "runs"
+    r = hetflow.run(path, params={"seed": seed}, runs_dir=runs)
+    assert r.status == "succeeded", r.failures
+    expected = np.random.default_rng(seed).standard_normal(4, dtype=np.float32)
+    assert r.outputs["y"].tolist() == (expected * expected).tolist()
+    again = hetflow.open_run(r.run_id, runs_dir=runs)
+    assert again.record["params"]["seed"] == seed and type(again.record["params"]["seed"]) is int
+    hit = hetflow.run(path, params={"seed": seed}, runs_dir=runs)
+    assert hit.record["cache"]["hits"] == ["p0", "p1"] and hit.outputs["y"].tolist() == r.outputs["y"].tolist()
+    code, out, err = _cli("verify", r.run_id, "--runs-dir", str(runs))
+    assert code == 0, err
+
+
 def test_outputs_of_every_dtype_read_back_exactly(manifest_file, tmp_path):
     rng = np.random.default_rng(5)
     arrays = {f"in_{d.value}": _values(d, rng) for d in Dtype}

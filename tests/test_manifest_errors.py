@@ -107,9 +107,17 @@ def test_wrong_arity(manifest_file):
 def test_bad_and_unknown_op_arguments(manifest_file):
     path = manifest_file(GOOD.replace("seed: 0}", "seed: 0.5, mu: 1}"))
     assert errors(path) == [
-        f"{path}:8:59: error: argument 'seed' of op 'random.normal' must be an integer seed, or null for fresh entropy on every run, got 0.5",
+        f"{path}:8:59: error: argument 'seed' of op 'random.normal' must be a non-negative integer seed, or null for fresh entropy on every run, got 0.5",
         f"{path}:8:64: error: op 'random.normal' has no argument 'mu' (accepted: shape, seed, mean, std)",
     ]
+
+
+def test_a_negative_seed_is_refused_where_it_is_written(manifest_file):
+    """numpy's SeedSequence refuses a negative seed: before, the run started and its stage failed."""
+    path = manifest_file(GOOD.replace("seed: 0}", "seed: -1}"))
+    assert errors(path) == [
+        f"{path}:8:59: error: argument 'seed' of op 'random.normal' must be a non-negative integer seed, or null for "
+        "fresh entropy on every run, got -1"]
 
 
 def test_missing_op_argument(manifest_file):

@@ -68,7 +68,7 @@ KIND_SCHEMAS: dict[str, dict] = {
     "dtype": {"$ref": "#/$defs/dtype"},
     "int?": {"type": ["integer", "null"]},
     "number?": {"type": ["number", "null"]},
-    "seed": {"type": ["integer", "null"]},
+    "seed": {"type": ["integer", "null"], "minimum": 0},
     "str?": {"type": ["string", "null"]},
     "str": {"type": "string"},
 }

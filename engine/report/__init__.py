@@ -56,14 +56,13 @@ import json
 import os
 from dataclasses import dataclass
 
-import orjson
-
 from hetflow.engine.errors import UsageError
 from hetflow.engine.store.records import write_text_atomic
 from hetflow.engine.report.data import output_stats, pack_lanes
 from hetflow.engine.report.graph import graphviz_available, plan_dot, plan_svg
 from hetflow.engine.report.layout import layout_plan
 from hetflow.engine.report.run_page import GRAPH_MODES, render_run
+from hetflow.executors.payload import loads_exact
 from hetflow.engine.report.sweep_page import SWEEP_FORMAT, render_sweep
 
 __all__ = [
@@ -102,8 +101,8 @@ def _read_json(path: str) -> dict:
     try:
         # orjson reads the record of a 20,000-stage run (11 MB) in a third of json's time; json still names
         # the line and column of what is wrong
-        data = orjson.loads(text)
-    except orjson.JSONDecodeError:
+        data = loads_exact(text.encode())
+    except ValueError:
         pass
     else:
         if not isinstance(data, dict):
