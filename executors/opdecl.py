@@ -216,6 +216,15 @@ class Op:
         return full
 
 
+def _float_holds(value: int) -> bool:
+    """Whether the integer ``value`` converts to a float64 (ops compute with it as one)."""
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
+
+
 def check_value(kind: str, value: Any) -> str | None:
     """What an argument of ``kind`` must be, when ``value`` is not one; None when it is."""
 
@@ -234,6 +243,8 @@ def check_value(kind: str, value: Any) -> str | None:
         return "an integer"
     elif kind == "number" and (isinstance(value, bool) or not isinstance(value, (int, float))):
         return "a number"
+    elif kind in ("number", "number?") and is_int(value) and not _float_holds(value):
+        return "a number within float64's range (about ±1.8e308)"
     elif kind == "axis" and value is not None and not is_int(value):
         return "an integer axis or null"
     elif kind == "axes" and value is not None and not (

@@ -120,6 +120,26 @@ def test_a_negative_seed_is_refused_where_it_is_written(manifest_file):
         "fresh entropy on every run, got -1"]
 
 
+@pytest.mark.parametrize("args, words", [
+    ("{stop: .inf}", "arange: stop must be finite, got inf"),
+    ("{stop: .nan}", "arange: stop must be finite, got nan"),
+    ("{start: 18446744073709551616, stop: 5}", "arange: start must fit in 64 bits (numpy's int64), got 18446744073709551616"),
+    ("{stop: 1.0e+300, step: 1.0e-300}", "arange: [0, 1e+300) in steps of 1e-300 has more elements than a tensor can hold"),
+])
+def test_an_arange_no_tensor_can_hold_is_refused_where_it_is_written(manifest_file, args, words):
+    """Its shape rule raised OverflowError or ValueError out of the checks: an internal error, exit 3."""
+    path = manifest_file(GOOD.replace('{op: relu, inputs: [x]}', f"{{op: arange, args: {args}}}"))
+    assert [e for e in errors(path) if words in e], errors(path)
+
+
+def test_a_number_beyond_float64_is_refused_where_it_is_written(manifest_file):
+    """Ops compute with a number argument as a float64: an integer past its range failed the run instead."""
+    path = manifest_file(GOOD.replace('{op: relu, inputs: [x]}', "{op: mul, inputs: [x], args: {value: " + "9" * 400 + "}}"))
+    (error,) = errors(path)
+    assert error.startswith(f"{path}:9:") and "argument 'value' of op 'mul' must be a number within float64's " \
+        "range (about ±1.8e308), got 999" in error
+
+
 def test_missing_op_argument(manifest_file):
     path = manifest_file(GOOD.replace("seed: 0}", "}").replace('["${n}", 2], ', '["${n}", 2]'))
     assert errors(path) == [f"{path}:8:32: error: op 'random.normal' needs argument 'seed'"]

@@ -43,9 +43,19 @@ def _uniform(xp: Any, inputs: list, args: dict) -> Any:
 
 
 def _arange_shape(inputs: list[Shape], args: dict) -> Shape:
+    for name in ("start", "stop", "step"):
+        value = args[name]
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ShapeError(f"arange: {name} must be finite, got {value}")
+        if isinstance(value, int) and not -(1 << 63) <= value < 1 << 63:
+            raise ShapeError(f"arange: {name} must fit in 64 bits (numpy's int64), got {value}")
     if args["step"] == 0:
         raise ShapeError("arange: step must not be 0")
-    return (max(0, math.ceil((args["stop"] - args["start"]) / args["step"])),)
+    try:
+        return (max(0, math.ceil((args["stop"] - args["start"]) / args["step"])),)
+    except OverflowError:
+        raise ShapeError(f"arange: [{args['start']}, {args['stop']}) in steps of {args['step']} has more elements "
+                         "than a tensor can hold") from None
 
 
 _SHAPE = Arg("shape", required=True, doc="output shape")
