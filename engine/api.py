@@ -205,12 +205,15 @@ def validate(path: str | os.PathLike, params: Params | None = None) -> list[Diag
     doc = doc or load(path)
     overrides = _overrides(params)
     if matrix.has_matrix(doc):
-        points = matrix.expand(doc, overrides, max_points=1 << 30)
+        points = matrix.expand(doc, overrides, max_points=matrix.CHECK_MAX_POINTS, remedy=_CHECK_REMEDY)
         _, warnings = matrix.check_points(doc, overrides, points, check)
     else:
         warnings = check(compile_manifest(doc, overrides))
     return ManifestError(warnings).diagnostics
 
+
+_CHECK_REMEDY = ("validate and plan check every point, up to that many; fix some of its keys with params (plan -p "
+                 "KEY=VALUE), or make it smaller")
 
 NOT_CHECKED = ("not checked without the machine: which vendor each executor gets there, and its devices' memory "
                "(hetflow plan checks them)")
@@ -268,7 +271,7 @@ def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | 
     overrides = _overrides(params)
     chosen = None
     if matrix.has_matrix(doc):
-        points = matrix.expand(doc, overrides, max_points=1 << 30)
+        points = matrix.expand(doc, overrides, max_points=matrix.CHECK_MAX_POINTS, remedy=_CHECK_REMEDY)
         found = matrix.select(points, point) if point else points[0]
         chosen, overrides = found.name, {**overrides, **found.values}
     elif point:

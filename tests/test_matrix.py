@@ -62,6 +62,29 @@ def test_the_cap_and_raising_it(manifest_file):
         assert code == 2 and err == "hetflow: error: --max-points must be at least 1\n"
 
 
+def test_a_matrix_of_a_billion_points_is_refused_at_once_not_built(manifest_file):
+    """Three axes of 1,000 values each: validate, plan and run built all 10^9 combinations in memory before the
+    cap was looked at (an hour and all the machine's memory); now each says it at once."""
+    axis = "[" + ", ".join(map(str, range(1000))) + "]"
+    text = SWEEP.replace("n: [2, 3]", f"n: {axis}").replace("scale: [1.0, 2.0]", f"scale: {axis}") \
+        .replace("  scale:", f"  tag: {axis}\n  scale:", 1)
+    path = manifest_file(text)
+    for argv, cap in ((["validate", path], 65536), (["plan", path], 65536), (["run", path], 256)):
+        code, _, err = main(*argv, "--runs-dir", str(Path(path).parent / "runs")) if argv[0] != "validate" \
+            else main(*argv)
+        assert code == 2, err
+        assert f"the matrix expands to 1,000,000,000 points, more than the cap of {cap}" in err, err
+    # with an exclude entry the count is not known without the combinations: the first past the cap says it
+    excluded = manifest_file(text.replace("  scale:", "  exclude: [{n: 1}]\n  scale:", 1))
+    with pytest.raises(UsageError, match=r"the matrix expands to more than 256 points \(its axes make 1,000,000,000 "
+                                         r"combinations\), more than the cap of 256; raise it with --max-points N"):
+        matrix.expand(load(excluded))
+    small = manifest_file(SWEEP.replace("n: [2, 3]", "n: " + axis).replace("  scale:", "  exclude: [{n: 1}]\n  scale:", 1))
+    with pytest.raises(UsageError, match=r"the matrix expands to more than 256 points \(its axes make 2,000 "):
+        matrix.expand(load(small))
+    assert len(matrix.expand(load(small), max_points=2000)) == 1998
+
+
 def test_matrix_key_must_be_a_param(manifest_file):
     path = manifest_file(SWEEP.replace("  n: [2, 3]", "  m: [2, 3]"))
     with pytest.raises(ManifestError) as info:

@@ -38,6 +38,7 @@ Examples
 from __future__ import annotations
 
 import itertools
+import math
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -48,6 +49,10 @@ from hetflow.engine.manifest.validate import Document, Manifest, compile_manifes
 __all__ = ["Point", "expand", "has_matrix", "point_name", "select", "check_points", "DEFAULT_MAX_POINTS"]
 
 DEFAULT_MAX_POINTS = 256
+# the most points validate and plan expand: each is compiled and checked, a few milliseconds apiece
+CHECK_MAX_POINTS = 1 << 16
+# the most combinations of the axes enumerated to apply a matrix's exclude entries
+_MAX_COMBINATIONS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -74,10 +79,14 @@ def point_name(name: str, values: Mapping[str, Any]) -> str:
     return f"{name}[" + ",".join(f"{k}={_text(v)}" for k, v in values.items()) + "]"
 
 
-def expand(doc: Document, overrides: Mapping[str, Any] | None = None, max_points: int = DEFAULT_MAX_POINTS) -> list[Point]:
+def expand(doc: Document, overrides: Mapping[str, Any] | None = None, max_points: int = DEFAULT_MAX_POINTS,
+           remedy: str = "raise it with --max-points N") -> list[Point]:
     """The points of the document's matrix; raises :class:`ManifestError` or :class:`UsageError`.
 
     An override of a matrix key fixes that key to the one given value.
+    A matrix of more than ``max_points`` points is a :class:`UsageError`
+    (ending in ``remedy``) as soon as its combinations show it: a typo
+    that makes a billion of them is said at once, not built in memory.
     """
     if max_points < 1:
         raise UsageError("--max-points must be at least 1")
@@ -116,9 +125,31 @@ def expand(doc: Document, overrides: Mapping[str, Any] | None = None, max_points
     if problems:
         raise ManifestError(problems)
 
-    combos: list[dict[str, Any]] = [dict(zip(axes, values)) for values in itertools.product(*axes.values())] if axes else []
-    for entry in extra_lists.get("exclude", []):
-        combos = [c for c in combos if not all(k in c and c[k] == v for k, v in entry.items())]
+    excludes = extra_lists.get("exclude", [])
+    total = math.prod(len(v) for v in axes.values()) if axes else 0
+
+    def too_many(at_least: int) -> UsageError:
+        return UsageError(f"{doc.file}: the matrix expands to more than {at_least - 1} points (its axes make {total:,} "
+                          f"combinations), more than the cap of {max_points}; {remedy}")
+
+    if total > max_points and (not excludes or total > _MAX_COMBINATIONS):
+        if not excludes and not extra_lists.get("include") and all(
+                len({_text(v) for v in values}) == len(values) for values in axes.values()):
+            # every combination is a point of its own: the count is known without making them
+            raise UsageError(f"{doc.file}: the matrix expands to {total:,} points, more than the cap of {max_points}; "
+                             f"{remedy}")
+        raise too_many(max_points + 1)
+    combos: list[dict[str, Any]] = []
+    # include entries only add points or keys, so the distinct names so far are at least the points to come
+    names: set[str] = set()
+    for values in itertools.product(*axes.values()) if axes else ():
+        combo = dict(zip(axes, values))
+        if any(all(k in combo and combo[k] == v for k, v in entry.items()) for entry in excludes):
+            continue
+        combos.append(combo)
+        names.add(point_name(name, combo))
+        if len(names) > max_points:
+            raise too_many(len(names))
     originals = [dict(c) for c in combos]
     for entry in extra_lists.get("include", []):
         entry = {k: overrides.get(k, v) for k, v in entry.items()}
@@ -137,10 +168,8 @@ def expand(doc: Document, overrides: Mapping[str, Any] | None = None, max_points
         seen.setdefault(point.name, point)
     points = list(seen.values())
     if len(points) > max_points:
-        raise UsageError(
-            f"{doc.file}: the matrix expands to {len(points)} points, more than the cap of {max_points}; "
-            "raise it with --max-points N"
-        )
+        raise UsageError(f"{doc.file}: the matrix expands to {len(points)} points, more than the cap of {max_points}; "
+                         f"{remedy}")
     return points
 
 
