@@ -281,6 +281,40 @@ def test_nesting_deeper_than_the_limit_is_refused(tmp_path):
     assert "top" + ".s" * (levels - 1) in m.stages
 
 
+def test_nesting_too_deep_under_repeats_is_said_once_beside_the_other_problems(tmp_path):
+    """Every instance of an enclosing repeat reaches the limit: with each level repeated twice, 2^16 of them each
+    said so (32,768 errors, 13 s). Three levels repeated here."""
+    levels = blocks.MAX_NESTING + 2
+    text = ["version: 1", "name: deep", "executors: {host: {vendor: cpu}}", "blocks:"]
+    for i in range(levels):
+        repeat = ", repeat: 2" if i < 3 else ", repeat: 1"
+        inner = (f"{{use: b{i + 1}, inputs: {{x: x}}{repeat}}}" if i + 1 < levels else "{op: relu, inputs: [x]}")
+        text += [f"  b{i}:", "    inputs: [x]", f"    stages: {{s: {inner}}}", "    outputs: {x: s}"]
+    text += ["stages:", "  x: {op: zeros, args: {shape: [2]}}", "  top: {use: b0, inputs: {x: x}}",
+             "  bad: {use: nosuch, inputs: {x: x}}", "outputs: {y: top}"]
+    found = errors(write(tmp_path, "m.yaml", "\n".join(text) + "\n"))
+    said = [line for line in found if "error:" in line]
+    assert len(said) == 2, said
+    assert f"blocks nest deeper than {blocks.MAX_NESTING} uses here" in said[0] and "nosuch" in said[1], said
+
+
+def test_uses_that_expand_past_the_most_stages_are_refused_once_not_built(tmp_path, monkeypatch):
+    """Three levels of repeat: 1000 are 10^9 stages: validate held the machine's memory until it ran out."""
+    monkeypatch.setattr(blocks, "MAX_STAGES", 5_000)
+    text = ["version: 1", "name: wide", "executors: {host: {vendor: cpu}}", "blocks:",
+            "  b0:", "    inputs: [x]", "    stages: {y: {op: relu, inputs: [x]}}", "    outputs: {x: y}"]
+    for k in (1, 2, 3):
+        text += [f"  b{k}:", "    inputs: [x]", f"    stages: {{y: {{use: b{k - 1}, inputs: {{x: x}}, repeat: 1000}}}}",
+                 "    outputs: {x: y}"]
+    text += ["stages:", "  s: {op: ones, args: {shape: [2]}}", "  u: {use: b3, inputs: {x: s}}", "outputs: {o: u}"]
+    path = write(tmp_path, "m.yaml", "\n".join(text) + "\n")
+    found = errors(path)
+    said = [line for line in found if "error:" in line]
+    assert said == [f"{path}:7:14: error: the manifest's uses expand to more than 5,000 stages (the most hetflow "
+                    "expands) by stage 'u.y.0.y.4.y.999.y', in blocks b3 -> b2 -> b1 -> b0: a repeat nested in a repeat "
+                    "multiplies (repeat: 1000 in a block repeated 1000 times is 10^6 stages); repeat fewer"], found
+
+
 def test_a_use_that_misses_an_input_or_chains_nothing(tmp_path):
     weights(tmp_path)
     path = write(tmp_path, "m.yaml", LAYERS.replace("inputs: {x: x}, repeat", "repeat"))

@@ -23,7 +23,8 @@ back to where it was written: a block's stage to its line in the block
 (maybe in another file), with one note per use that made the instance; a
 key a stage got from a default or a use to where that was written, with a
 note naming the stage. Blocks that use themselves, directly or not, are
-refused with the cycle named; nesting is limited to :data:`MAX_NESTING`.
+refused with the cycle named; nesting is limited to :data:`MAX_NESTING`,
+and the stages all uses make together to :data:`MAX_STAGES`.
 
 Examples
 --------
@@ -67,10 +68,14 @@ from hetflow.engine.errors import Diagnostic, ManifestError, Noted, Origin
 from hetflow.engine.manifest.loader import Document, Path, load
 from hetflow.engine.manifest.resolve import interpolate
 
-__all__ = ["expand", "Expanded", "MAX_NESTING", "INHERITED"]
+__all__ = ["expand", "Expanded", "MAX_NESTING", "MAX_STAGES", "INHERITED"]
 
 #: how deep uses may nest (a block using a block ...): deeper is refused, as a cycle would be
 MAX_NESTING = 16
+
+#: the most stages a manifest's uses may expand to: ten times the largest plans measured (100,000 stages plan
+#: in 4 s); nested repeats multiply, and three levels of ``repeat: 1000`` would be 10^9 stages, a machine's memory
+MAX_STAGES = 1_000_000
 
 #: the stage keys a stage may get from ``defaults:`` or from a use; what else a stage says is its own alone
 INHERITED = ("dtype", "executor", "vendor", "retries", "timeout", "cache")
@@ -178,6 +183,8 @@ class _Expansion:
         self.overrides: dict[str, Any] = {}  # -p USE.PARAM / USE.INDEX.PARAM -> value
         self.applied: set[str] = set()  # those that named an instance's param
         self.params_seen: list[str] = []  # USE.PARAM of every use expanded, for the message of one that did not
+        self.stopped = False  # past MAX_STAGES: said once, nothing more is expanded
+        self.deep: set[Origin] = set()  # where a use nested too deep was said
 
     # -- finding blocks ---------------------------------------------------------------------------------
 
@@ -367,6 +374,8 @@ class _Expansion:
 
     def scope(self, scope: _Scope) -> None:
         for sid, written in scope.stages.items():
+            if self.stopped:
+                return
             here = scope.path + (sid,)
             iid = scope.join(sid)
             if scope.prefix and "." in str(sid):
@@ -393,6 +402,14 @@ class _Expansion:
                         if key not in spec:
                             spec[key] = value
                             self.keyed[iid, key] = origin
+            if len(self.stages) >= MAX_STAGES:
+                self.stopped = True
+                uses = " -> ".join(n for _, n in scope.stack)
+                self.problems.append(Diagnostic(scope.at.key_at(here), (
+                    f"the manifest's uses expand to more than {MAX_STAGES:,} stages (the most hetflow expands) by "
+                    f"stage {iid!r}{f', in blocks {uses}' if uses else ''}: a repeat nested in a repeat multiplies "
+                    "(repeat: 1000 in a block repeated 1000 times is 10^6 stages); repeat fewer")))
+                return
             self.stages[iid] = spec
             self.written[iid] = scope.at.key_at(here)
 
@@ -415,8 +432,11 @@ class _Expansion:
             self.problems.append(Diagnostic(where, f"block {block.name!r} uses itself: {' -> '.join(names)}"))
             return
         if len(scope.stack) >= MAX_NESTING:
-            self.problems.append(Diagnostic(where, f"blocks nest deeper than {MAX_NESTING} uses here; "
-                                                   f"expand fewer levels ({' -> '.join(n for _, n in scope.stack)})"))
+            # every instance of every enclosing repeat comes here: said once, for the first
+            if where not in self.deep:
+                self.deep.add(where)
+                self.problems.append(Diagnostic(where, f"blocks nest deeper than {MAX_NESTING} uses here; "
+                                                       f"expand fewer levels ({' -> '.join(n for _, n in scope.stack)})"))
             return
         if not self.check_block(block):
             return
@@ -460,6 +480,8 @@ class _Expansion:
         inherited = {**scope.inherited, **{k: (spec[k], scope.at.at(here + (k,))) for k in INHERITED if k in spec}}
         use_site = scope.at.key_at(here)
         for index in range(count):
+            if self.stopped:
+                return
             prefix = scope.join(sid) + (f".{index}" if repeat is not None else "")
             notes = ((_plain(use_site), f"in {prefix} (block {block.label})"),) + scope.notes
             inner = _Scope(_Sited(block.doc, notes), block.doc, block.path + ("stages",), block.spec["stages"], prefix,
