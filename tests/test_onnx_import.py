@@ -213,3 +213,31 @@ def test_bad_models_are_bad_input_without_a_traceback(tmp_path):
     code, _, err = _cli("import", "onnx", str(dynamic), "-o", str(tmp_path / "out"))
     assert code == 2 and "graph inputs without a fixed size in every dimension: x [batch, 8]" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_model_whose_declared_shapes_its_nodes_contradict_is_refused_not_imported_as_declared(tmp_path):
+    """A Reshape to [3, 2] whose graph output says [2, 3]: ONNX's lenient inference keeps the declared shape, and
+    the import wrote a reshape to [2, 3], a model that computes something else; a size of -1, which some exporters
+    write for an open dimension, was written into the manifest, which then failed to validate."""
+    from onnx import TensorProto, helper
+
+    def save(name: str, target: list[int], x_dims: list[int]) -> str:
+        shape = helper.make_tensor("s", TensorProto.INT64, [2], vals=target)
+        graph = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["y"])], name,
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_dims)],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], initializer=[shape])
+        path = tmp_path / f"{name}.onnx"
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+        return str(path)
+
+    out = tmp_path / "out"
+    code, _, err = _cli("import", "onnx", save("contradicted", [3, 2], [2, 3]), "-o", str(out))
+    assert code == 2 and "contradicted.onnx: ONNX's shape inference fails:" in err, err
+    assert "Inferred shape and existing shape differ" in err and "Traceback" not in err
+    code, _, err = _cli("import", "onnx", save("overflow", [2**40, 2**40], [2, 3]), "-o", str(out))
+    assert code == 2 and "overflow.onnx: ONNX's shape inference fails:" in err, err
+    code, _, err = _cli("import", "onnx", save("open", [2, 3], [-1, 3]), "-o", str(out))
+    assert code == 2 and "graph inputs without a fixed size in every dimension: x [-1, 3]" in err, err
+    assert not out.exists()
+    code, _, err = _cli("import", "onnx", save("agreed", [2, 3], [3, 2]), "-o", str(out))
+    assert code == 0, err

@@ -196,7 +196,9 @@ def _read(path: Path) -> Any:
     except Exception as e:  # noqa: BLE001
         raise OnnxImportError(f"{path}: ONNX's checker refuses the model: {_one_line(e)}") from None
     try:
-        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        # strict: where a node computes another shape than the model declares for its output, ONNX's lenient
+        # inference keeps the declared one, and the import would write a reshape to a shape the node never makes
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except Exception as e:  # noqa: BLE001
         raise OnnxImportError(f"{path}: ONNX's shape inference fails: {_one_line(e)}") from None
     return model
@@ -228,7 +230,8 @@ def _type_of(info: Any) -> tuple[tuple[int, ...] | None, str | None, str]:
     if not t.tensor_type.HasField("shape"):
         return None, dtype, onnx_type
     dims = t.tensor_type.shape.dim
-    if any(not d.HasField("dim_value") for d in dims):
+    # a negative size is what some exporters write for a dimension they leave open, as a dim_param is
+    if any(not d.HasField("dim_value") or d.dim_value < 0 for d in dims):
         return None, dtype, onnx_type
     return tuple(int(d.dim_value) for d in dims), dtype, onnx_type
 
