@@ -149,3 +149,21 @@ def test_a_scheduler_that_stops_answering_fails_the_plan_and_the_run_instead_of_
     assert "stopped answering during run" in record["error"]["message"]
     assert "did not answer in 11 s" in record["error"]["message"]
     assert record["run_id"] == out.split()[-1]
+
+
+@pytest.mark.parametrize("value, words", [
+    ("4s", "Dask's distributed.comm.timeouts.tcp is '4s': Dask takes no less than 11 s"),
+    ("soon", "Dask's distributed.comm.timeouts.tcp is 'soon', not a time (such as 30s)"),
+])
+def test_a_tcp_timeout_dask_cannot_take_is_bad_input_before_any_cluster_starts(tmp_path, value, words):
+    """Below 11 s Dask's every connection fails its assertion ``Timeout too low``: an internal error, exit 3."""
+    import dask
+
+    import hetflow
+
+    path = kw.manifest(tmp_path / "m")
+    with dask.config.set({"distributed.comm.timeouts.tcp": value}):
+        for scheduler in ({"workers": 1}, {"scheduler": "tcp://127.0.0.1:1"}):
+            with pytest.raises(hetflow.UsageError, match=words.replace("(", r"\(").replace(")", r"\)")):
+                hetflow.run(path, runs_dir=tmp_path / "runs", **scheduler)
+    assert not (tmp_path / "runs").exists()

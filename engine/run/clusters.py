@@ -72,7 +72,11 @@ def open_cluster(workers: int | None, threads_per_worker: int | None, scheduler:
         return
     if threads is not None:
         raise UsageError("threads= sets the in-process scheduler; with a cluster use threads_per_worker=")
-    from hetflow.engine.run.distributed import Cluster  # distributed loads only for cluster runs
+    from hetflow.engine.run.distributed import Cluster, tcp_timeout_problem  # distributed loads only for clusters
+
+    wrong = tcp_timeout_problem()
+    if wrong:
+        raise UsageError(wrong)
 
     if workers is not None:
         with _stoppable(lambda: Cluster.local(workers, threads_per_worker, dashboard=dashboard),

@@ -149,6 +149,26 @@ class SchedulerSilent(TimeoutError):
         super().__init__(f"the Dask scheduler at {address} stopped answering: {self.why}")
 
 
+def tcp_timeout_problem() -> str | None:
+    """What is wrong with Dask's ``distributed.comm.timeouts.tcp`` as configured, or None.
+
+    Dask sets ten keepalive probes on every connection and asserts its
+    timeout leaves room for them: below 11 s every connection fails with
+    a bare ``AssertionError: Timeout too low``.
+    """
+    from dask.utils import parse_timedelta
+
+    value = dask.config.get("distributed.comm.timeouts.tcp", "30s")
+    try:
+        seconds = parse_timedelta(value, "s")
+    except (TypeError, ValueError, KeyError):
+        return f"Dask's distributed.comm.timeouts.tcp is {value!r}, not a time (such as 30s)"
+    if seconds is not None and int(seconds) < 11:
+        return (f"Dask's distributed.comm.timeouts.tcp is {value!r}: Dask takes no less than 11 s (each connection "
+                "gets ten keepalive probes within it); set it to 11s or more (DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP)")
+    return None
+
+
 def silent_after() -> float:
     """How long a scheduler may leave a question unanswered before a run takes it for lost, in seconds.
 
