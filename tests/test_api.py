@@ -287,6 +287,29 @@ def test_a_matrix_manifest_needs_a_point_or_a_sweep(manifest_file, tmp_path):
     assert [run.outputs["y"].tolist() for run in s.runs] == [[0.0, 1.0], [0.0, 1.0, 4.0]]
 
 
+def test_an_on_point_that_raises_ends_the_sweep_and_its_summary_says_so(manifest_file, tmp_path):
+    """The summary said ``failed`` with every run succeeded and a point pending, and nothing of why."""
+    path = manifest_file(SPLIT.replace("outputs:", "matrix: {n: [2, 3, 4]}\noutputs:"))
+    runs = tmp_path / "runs"
+
+    def broken(row: dict) -> None:
+        if row["name"] == "split[n=3]":
+            raise ValueError("the caller's bug")
+
+    with pytest.raises(ValueError, match="the caller's bug"):
+        hetflow.sweep(path, runs_dir=runs, on_point=broken)
+    (summary_file,) = runs.glob("*/sweep.json")
+    summary = json.loads(summary_file.read_text())
+    assert summary["status"] == "failed" and [p["status"] for p in summary["points"]] == [
+        "succeeded", "succeeded", "pending"]
+    assert summary["error"] == {"message": "the sweep ended early: ValueError: the caller's bug",
+                                "pending": ["split[n=4]"]}
+    code, out, _ = _cli("runs", "show", summary["sweep_id"], "--runs-dir", str(runs))
+    assert code == 0 and "the sweep ended early: ValueError: the caller's bug; hetflow run " in out
+    again = hetflow.sweep(path, runs_dir=runs, resume=summary["sweep_id"])
+    assert again.status == "succeeded" and "error" not in json.loads(summary_file.read_text())
+
+
 def test_run_from_threads(manifest_file, tmp_path):
     paths = [manifest_file(SPLIT.replace("name: split", f"name: split{i}"), f"m{i}.yaml") for i in range(2)]
     results: dict[int, object] = {}

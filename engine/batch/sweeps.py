@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping
 
 from hetflow.engine.store import owner
-from hetflow.engine.run.cancel import Cancel, current
+from hetflow.engine.run.cancel import Cancel, Cancelled, current
 from hetflow.engine.errors import HetflowError, RunCancelled, UsageError
 from hetflow.engine.store.records import Stopwatch, json_writer, remove_partial_writes, utc_iso, write_atomic
 from hetflow.engine.store.runs import owner_of, read_fields, status_of, write_sweep
@@ -100,6 +100,7 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
     attempts = _earlier_attempts(summary) if resume else []
     summary.update(status="running", ended_at=None, duration_s=None, parallel=parallel, owner=owner.current())
     summary.pop("cancelled", None)
+    summary.pop("error", None)  # an earlier attempt's: this one says its own
     if attempts:
         summary["attempts"] = attempts
         summary["started_at"] = attempts[0].get("started_at") or summary.get("started_at")
@@ -229,7 +230,11 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
                 if interrupted:
                     cancel.request("SIGINT")
                 # an error that ended the sweep early (a caller's on_point that raised, a bug) is a failure with
-                # points left to --resume, not a cancellation nobody asked for
+                # points left to --resume, not a cancellation nobody asked for; the summary says what it was, as
+                # no point's row does
+                if not interrupted and not isinstance(e, (Cancelled, RunCancelled)):
+                    summary["error"] = {"message": f"the sweep ended early: {type(e).__name__}: {e}",
+                                        "pending": [r["name"] for r in summary["points"] if r["status"] == "pending"]}
                 finish(lambda: _overall(summary["points"], cancel.requested, interrupted=interrupted))
         forget_hook()
         raise

@@ -41,6 +41,10 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
                 if p["status"] != "succeeded" and p.get("error"):  # why, as the sweep said it when the point ended
                     why = " ".join(str(p["error"]).split())
                     print(f"  {'':<{width}}  {why if len(why) <= 200 else why[:197] + '...'}", file=out)
+            if isinstance(summary.get("error"), dict) and summary["error"].get("message"):
+                # what ended the sweep early, where no point's row says it (a caller's on_point that raised)
+                print(f"{summary['error']['message']}; hetflow run {summary['manifest']} --resume "
+                      f"{summary['sweep_id']} runs the points left", file=out)
             _died(summary, f"hetflow run {summary['manifest']} --resume {summary['sweep_id']}", out)
             return EXIT_OK
         record = runs.read_record(args.runs_dir, args.run_id)
