@@ -555,7 +555,11 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
     place
         ``{executor: worker}``: host an executor on that worker of the cluster.
     on_event
-        called with every event of the run (a dict) as it happens.
+        called with every event of the run (a dict) as it happens, in the
+        thread the event happens in. An exception it raises stops the run
+        as a stage's would (the record says ``failed``, with that error)
+        and is raised to the caller; raised on the run's last event, it
+        comes after the record is written.
     resume
         the id of a run that crashed or was killed, to continue in its own folder.
     schedule_slot
@@ -637,7 +641,10 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
 
     Takes :func:`run`'s arguments; ``max_points`` caps the expansion, and
     ``on_point`` is called with each point's row of ``sweep.json`` when
-    the point ends. A point that fails does not stop the sweep.
+    the point ends. A point that fails does not stop the sweep; an
+    exception ``on_point`` raises does: it is raised to the caller, and
+    ``sweep.json`` says ``failed`` with an ``error`` naming it and the
+    points left pending, which ``resume`` runs.
     ``parallel`` runs up to that many points at once (threads; on a
     cluster their tasks share its workers); each point holds the run lock
     of its own params. ``resume`` names a cancelled or failed sweep to
