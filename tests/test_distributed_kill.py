@@ -101,9 +101,10 @@ def test_a_scheduler_killed_under_a_run_leaves_its_record_failed_and_says_so(tmp
 
 def test_a_scheduler_that_stops_answering_fails_the_plan_and_the_run_instead_of_hanging(tmp_path):
     """A scheduler process that is stopped (SIGSTOP; a hung or swapping one is the same to its clients) keeps its
-    connections open and its kernel acknowledges what is sent, so Dask's client waits for it for ever. Placing a
-    run on it raises ``EnvironmentUnavailable``, and a run under way ends ``failed``, exit 1, once it has left a
-    question unanswered for Dask's ``distributed.comm.timeouts.tcp`` (11 s here, the least Dask takes)."""
+    connections open and its kernel acknowledges what is sent, so Dask's client waits for it for ever. A run under
+    way ends ``failed``, exit 1, and placing a run on it raises ``EnvironmentUnavailable``, once it has left a
+    question unanswered for Dask's ``distributed.comm.timeouts.tcp`` (11 s here, the least Dask takes). Both wait
+    at once, on one stop."""
     import os
     import signal
     import subprocess
@@ -116,32 +117,30 @@ def test_a_scheduler_that_stops_answering_fails_the_plan_and_the_run_instead_of_
 
     cluster = kw.start(tmp_path / "cluster")
     scheduler = cluster.procs[0]
+    runs = tmp_path / "runs"
     try:
         path = kw.manifest(tmp_path / "m")
         with cluster.client() as client, dask.config.set({"distributed.comm.timeouts.tcp": "11s"}):
-            os.kill(scheduler.pid, signal.SIGSTOP)
+            proc = subprocess.Popen([sys.executable, "-m", "hetflow.engine.cli", "run", str(path), "--scheduler",
+                                     str(cluster.file), "--runs-dir", str(runs), "--log-format", "json"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    env={**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": "11s"})
+            for line in proc.stderr:
+                if line.startswith("{") and json.loads(line).get("kind") == "partition":
+                    os.kill(scheduler.pid, signal.SIGSTOP)  # the run is under way: its scheduler stops answering
+                    break
             asked = time.monotonic()
             with pytest.raises(hetflow.EnvironmentUnavailable) as placing:
                 hetflow.plan(path, scheduler=client)
             waited = time.monotonic() - asked
+            out, err = proc.communicate(timeout=120)
             os.kill(scheduler.pid, signal.SIGCONT)
-        assert "stopped answering while the run was placed on its workers" in str(placing.value)
-        assert "did not answer in 11 s" in str(placing.value) and 11 <= waited < 60, waited
-
-        runs = tmp_path / "runs"
-        proc = subprocess.Popen([sys.executable, "-m", "hetflow.engine.cli", "run", str(path), "--scheduler",
-                                 str(cluster.file), "--runs-dir", str(runs), "--log-format", "json"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": "11s"})
-        for line in proc.stderr:
-            if line.startswith("{") and json.loads(line).get("kind") == "partition":
-                os.kill(scheduler.pid, signal.SIGSTOP)  # the run is under way: its scheduler stops answering
-                break
-        out, err = proc.communicate(timeout=120)
     finally:
         if scheduler.poll() is None:
             os.kill(scheduler.pid, signal.SIGCONT)
         cluster.stop()
+    assert "stopped answering while the run was placed on its workers" in str(placing.value)
+    assert "did not answer in 11 s" in str(placing.value) and 11 <= waited < 60, waited
     assert proc.returncode == 1, err[-3000:]
     assert "internal error" not in err and "Traceback" not in err
     record = json.loads(next(runs.glob("*/record.json")).read_text())
