@@ -149,6 +149,18 @@ class SchedulerSilent(TimeoutError):
         super().__init__(f"the Dask scheduler at {address} stopped answering: {self.why}")
 
 
+def _tcp_timeout() -> tuple[Any, float | None]:
+    """Dask's ``distributed.comm.timeouts.tcp`` as configured, and in seconds (None where it is not a time)."""
+    from dask.utils import parse_timedelta
+
+    value = dask.config.get("distributed.comm.timeouts.tcp", "30s")
+    try:
+        seconds = parse_timedelta(value, "s")
+    except (TypeError, ValueError, KeyError):
+        return value, None
+    return value, float(seconds) if seconds is not None else None
+
+
 def tcp_timeout_problem() -> str | None:
     """What is wrong with Dask's ``distributed.comm.timeouts.tcp`` as configured, or None.
 
@@ -156,12 +168,8 @@ def tcp_timeout_problem() -> str | None:
     timeout leaves room for them: below 11 s every connection fails with
     a bare ``AssertionError: Timeout too low``.
     """
-    from dask.utils import parse_timedelta
-
-    value = dask.config.get("distributed.comm.timeouts.tcp", "30s")
-    try:
-        seconds = parse_timedelta(value, "s")
-    except (TypeError, ValueError, KeyError):
+    value, seconds = _tcp_timeout()
+    if seconds is None and value is not None:
         return f"Dask's distributed.comm.timeouts.tcp is {value!r}, not a time (such as 30s)"
     if seconds is not None and int(seconds) < 11:
         return (f"Dask's distributed.comm.timeouts.tcp is {value!r}: Dask takes no less than 11 s (each connection "
@@ -177,13 +185,8 @@ def silent_after() -> float:
     e.g. ``DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP=120s``): a scheduler busy
     with a large graph may take seconds to answer, not that long.
     """
-    from dask.utils import parse_timedelta
-
-    try:
-        seconds = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp", "30s"), "s"))
-    except (TypeError, ValueError):
-        return 30.0
-    return seconds if seconds > 0 else 30.0
+    _, seconds = _tcp_timeout()
+    return seconds if seconds is not None and seconds > 0 else 30.0
 
 
 @sizeof.register(PortableActivation)
