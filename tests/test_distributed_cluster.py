@@ -192,3 +192,63 @@ def test_a_worker_of_another_hetflow_is_refused_and_other_library_versions_are_r
             p.kill()
             p.wait(30)
         log.close()
+
+
+def test_a_worker_of_another_hetflow_that_joins_mid_run_is_not_handed_a_lost_workers_executors(manifest_file,
+                                                                                                tmp_path):
+    """Placement asks every worker its hetflow; a worker started by hand after the run began was not asked, and
+    a recovery from a lost worker handed it the executors: the run finished on another hetflow's code under a
+    record naming this one's. Now it is asked when it is first seen, and not used; the run fails saying why."""
+    file = tmp_path / "scheduler.json"
+    log = open(tmp_path / "cluster.log", "w")
+    dask = [sys.executable, "-m", "dask"]
+    procs = {"scheduler": subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", "0",
+                                            "--no-dashboard", "--scheduler-file", str(file)],
+                                           stdout=log, stderr=subprocess.STDOUT)}
+
+    def worker(name: str, pythonpath: Path | None = None) -> None:
+        env = dict(os.environ)
+        if pythonpath is not None:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), env.get("PYTHONPATH")]))
+        procs[name] = subprocess.Popen(
+            [*dask, "worker", "--scheduler-file", str(file), "--name", name, "--nthreads", "1", "--no-nanny",
+             "--host", "127.0.0.1", "--no-dashboard"], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+
+    stages = ["  x: {op: random.normal, args: {shape: [768, 768], seed: 1, std: 0.03}}",
+              "  w: {op: random.normal, args: {shape: [768, 768], seed: 2, std: 0.03}}"]
+    stages += [f"  m{i}: {{op: matmul, inputs: [{'x' if i == 0 else f'm{i - 1}'}, w], cache: false}}"
+               for i in range(600)]
+    path = manifest_file("version: 1\nname: long\nexecutors: {a: {vendor: cpu}}\nstages:\n" + "\n".join(stages)
+                         + "\noutputs: {y: m599}\n")
+    runs = tmp_path / "runs"
+    try:
+        deadline = time.time() + START_TIMEOUT_S
+        while not file.exists() and time.time() < deadline:
+            assert procs["scheduler"].poll() is None, (tmp_path / "cluster.log").read_text()
+            time.sleep(0.1)
+        worker("host")
+        with Cluster.connect(str(file), timeout=START_TIMEOUT_S) as cluster:
+            cluster.client.wait_for_workers(1, timeout=START_TIMEOUT_S)
+            run = subprocess.Popen([sys.executable, "-m", "hetflow.engine.cli", "run", path, "--scheduler", str(file),
+                                    "--runs-dir", str(runs), "--log-format", "json"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for line in run.stderr:
+                if line.startswith("{") and json.loads(line).get("kind") == "partition":
+                    break
+            worker("older", _installation(tmp_path / "older", "0.0.9"))
+            cluster.client.wait_for_workers(2, timeout=START_TIMEOUT_S)
+            procs["host"].kill()  # no nanny: its executor must move to a live worker, and only "older" is one
+            out, err = run.communicate(timeout=120)
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait(30)
+        log.close()
+    assert run.returncode == 1, err[-3000:]
+    assert "Traceback" not in err and "internal error" not in err
+    record = json.loads(next(runs.glob("*/record.json")).read_text())
+    assert record["status"] == "failed"
+    message = record["error"]["message"]
+    assert "no live worker can host executor 'a'" in message, message
+    assert "not used: worker older (tcp://127.0.0.1:" in message and "runs hetflow 0.0.9" in message, message
+    assert not [e for e in record["tasks"] if e.get("kind") == "partition" and e.get("status") == "succeeded"]

@@ -226,6 +226,9 @@ class Cluster:
         self._hosting: dict[str, int] = {}
         self._hosting_lock = threading.Lock()
         self._releases: dict[int, Any] = {}  # id(placed plan) -> the release of its executors' places
+        # worker address -> why a worker that joined after the workers were asked is not used (another hetflow)
+        self.foreign: dict[str, str] = {}
+        self._joined: set[str] = set()  # the addresses of those asked, used or not
 
     @classmethod
     def local(cls, workers: int, threads_per_worker: int | None = None, dashboard: bool = True) -> Cluster:
@@ -476,10 +479,28 @@ class Cluster:
         for w in workers:
             theirs = got[w.address]
             if theirs.get("hetflow") != mine["hetflow"]:
-                raise UsageError(f"worker {w.name} ({w.address}) runs hetflow {theirs.get('hetflow')}, this "
-                                 f"process hetflow {mine['hetflow']}: install the same hetflow on every worker (a "
-                                 "run's tasks are its code, and its record and cache keys name one version)")
+                raise UsageError(_other_hetflow(w, theirs.get("hetflow"), mine["hetflow"]))
             w.versions.update({k: v for k, v in theirs.items() if v != mine.get(k)})
+
+    def _admit(self, joined: list[WorkerInfo]) -> None:
+        """Ask workers that joined after placement what :meth:`_check_versions` asks: one of another hetflow,
+        or that cannot answer, goes into :attr:`foreign` (a recovery does not hand it executors); the others'
+        differing libraries go into their ``versions``."""
+        from hetflow.engine.store.records import versions
+
+        mine = {**versions(), "hetflow": code_version()}
+        got = self.patient(lambda: self.client.run(worker_versions, on_error="return",
+                                                   workers=[w.address for w in joined]))
+        for w in joined:
+            self._joined.add(w.address)
+            theirs = got.get(w.address)
+            if not isinstance(theirs, dict):
+                why = f"{type(theirs).__name__}: {theirs}" if theirs is not None else "it did not answer"
+                self.foreign[w.address] = f"worker {w.name} ({w.address}) cannot run hetflow: {why}"
+            elif theirs.get("hetflow") != mine["hetflow"]:
+                self.foreign[w.address] = _other_hetflow(w, theirs.get("hetflow"), mine["hetflow"])
+            else:
+                w.versions.update({k: v for k, v in theirs.items() if v != mine.get(k)})
 
     def refresh(self) -> None:
         """Forget the workers asked before (one left, one joined): the next question asks the scheduler again."""
@@ -839,6 +860,12 @@ class Cluster:
         alive = [known.get(a) or WorkerInfo(a, str(w.get("name", a)), int(w.get("nthreads", 1)),
                                             dict(w.get("resources") or {}))
                  for a, w in info.items() if a not in gone]
+        # a worker started by hand that joined meanwhile may import another installation: asked once, as the
+        # workers were before placement (a local cluster's are this process's own)
+        joined = [w for w in alive if w.address not in known and w.address not in self._joined]
+        if joined and self._owned is None:
+            self._admit(joined)
+        alive = [w for w in alive if w.address not in self.foreign]
         fresh = [w for w in alive if any(v not in w.offers for v in vendors)]
         if fresh:
             got = self.patient(lambda: self.client.run(worker_offers, [v.value for v in vendors], on_error="return",
@@ -852,6 +879,12 @@ class Cluster:
 
 class _HostLeft(Exception):
     """The worker that held a finished output left before the client had it."""
+
+
+def _other_hetflow(worker: WorkerInfo, theirs: Any, mine: str) -> str:
+    return (f"worker {worker.name} ({worker.address}) runs hetflow {theirs}, this process hetflow {mine}: install "
+            "the same hetflow on every worker (a run's tasks are its code, and its record and cache keys name one "
+            "version)")
 
 
 def _gather_or_gone(future: Any, gone_now: Callable[[], list[str]]) -> Any:

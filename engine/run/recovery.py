@@ -282,6 +282,8 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
         tagged = [w for w in able if w.resources.get(RESOURCE_PREFIX + name, 0) > 0]
         if not able:
             offered = "; ".join(w.summary() for w in alive) or "no live workers"
+            if cluster.foreign:  # workers that joined with another hetflow: there, but not used
+                offered += "; not used: " + "; ".join(cluster.foreign[a] for a in sorted(cluster.foreign))
             _announce(stream, run_id, gone, names, detected, [], {}, cause, kills)
             raise _lost(plan, graph, futures, gone, names,
                         f"no live worker can host executor {name!r}: none offers {e.vendor.value}"
