@@ -561,7 +561,9 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
         and is raised to the caller; raised on the run's last event, it
         comes after the record is written.
     resume
-        the id of a run that crashed or was killed, to continue in its own folder.
+        the id of a run that crashed or was killed, to continue in its own
+        folder; any name ``hetflow run --resume`` takes (``latest``, a
+        unique prefix of an id).
     schedule_slot
         run as this slot (a UTC instant) of the manifest's ``schedule:``.
     max_points
@@ -610,6 +612,10 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
         schedule_slot=schedule_slot, max_points=max_points, dashboard=dashboard),
         "workers", "threads", "threads_per_worker", "max_points")
     runs_dir = os.fspath(runs_dir)
+    if resume:
+        from hetflow.engine.store.runs import resolve_id
+
+        resume = resolve_id(runs_dir, resume, "run")  # named as hetflow run --resume names it: latest, a prefix
     doc, jobs = _kept_jobs(path, doc, _overrides(params), point, resume, runs_dir, max_points)
     if len(jobs) > 1:
         raise UsageError(f"{path} has a matrix of {len(jobs)} points: give point= to run one, or run them all "
@@ -648,7 +654,7 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
     ``parallel`` runs up to that many points at once (threads; on a
     cluster their tasks share its workers); each point holds the run lock
     of its own params. ``resume`` names a cancelled or failed sweep to
-    continue in its own folder: only the points that did not succeed run,
+    continue in its own folder (its id, or ``latest``, or a unique prefix): only the points that did not succeed run,
     a point whose run had started continuing that run. SIGINT and SIGTERM
     under :func:`hetflow.engine.run.cancel.stopping` cancel the sweep
     (:class:`RunCancelled`; ``sweep.json`` says ``cancelled``).
@@ -666,6 +672,9 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
         "workers", "threads", "threads_per_worker", "max_points", "parallel")
     runs_dir = os.fspath(runs_dir)
     if resume:
+        from hetflow.engine.store.runs import resolve_id
+
+        resume = resolve_id(runs_dir, resume, "sweep")  # named as hetflow run --resume names it: latest, a prefix
         folder = os.path.join(runs_dir, resume)
         try:
             with open(os.path.join(folder, "sweep.json"), encoding="utf-8") as f:

@@ -306,8 +306,26 @@ def test_an_on_point_that_raises_ends_the_sweep_and_its_summary_says_so(manifest
                                 "pending": ["split[n=4]"]}
     code, out, _ = _cli("runs", "show", summary["sweep_id"], "--runs-dir", str(runs))
     assert code == 0 and "the sweep ended early: ValueError: the caller's bug; hetflow run " in out
-    again = hetflow.sweep(path, runs_dir=runs, resume=summary["sweep_id"])
+    again = hetflow.sweep(path, runs_dir=runs, resume="latest")  # as hetflow run --resume names it
     assert again.status == "succeeded" and "error" not in json.loads(summary_file.read_text())
+
+
+def test_resume_takes_the_names_the_cli_takes(manifest_file, tmp_path):
+    """``hetflow run --resume latest`` resumed the newest run; ``hetflow.run(resume="latest")`` said no such run."""
+    runs = tmp_path / "runs"
+
+    def stop(event: dict) -> None:
+        if event.get("kind") == "partition" and event.get("event") == "finished":
+            raise RuntimeError("stopped after the first partition")
+
+    with pytest.raises(RuntimeError, match="stopped after the first partition"):
+        hetflow.run(manifest_file(SPLIT), runs_dir=runs, on_event=stop)
+    (folder,) = [p for p in runs.iterdir() if not p.name.startswith(".")]
+    again = hetflow.run(manifest_file(SPLIT), runs_dir=runs, resume="latest")
+    assert (again.status, again.run_id) == ("succeeded", folder.name)
+    assert again.record["resumed"] and again.outputs["y"].tolist() == [0.0, 1.0, 4.0, 9.0, 16.0, 25.0]
+    with pytest.raises(hetflow.UsageError, match="no run 'nope' in"):
+        hetflow.run(manifest_file(SPLIT), runs_dir=runs, resume="nope")
 
 
 def test_run_from_threads(manifest_file, tmp_path):
