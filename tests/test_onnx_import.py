@@ -211,7 +211,7 @@ def test_bad_models_are_bad_input_without_a_traceback(tmp_path):
     dynamic = tmp_path / "dynamic.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(dynamic))
     code, _, err = _cli("import", "onnx", str(dynamic), "-o", str(tmp_path / "out"))
-    assert code == 2 and "graph inputs without a fixed size in every dimension: x [batch, 8]" in err
+    assert code == 2 and f"{dynamic}: graph inputs without a fixed size in every dimension: x [batch, 8]" in err
     assert not (tmp_path / "out").exists()
 
 

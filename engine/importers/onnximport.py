@@ -171,7 +171,10 @@ def imported_files(path: str | os.PathLike, out_dir: str | os.PathLike, allow_mi
     path = Path(path)
     model = _read(path)
     stem = _manifest_name(name or path.stem)
-    result = _translate(model, stem)
+    try:
+        result = _translate(model, stem)
+    except OnnxImportError as e:  # what the graph holds: said of the model's file, as reading it is
+        raise OnnxImportError(f"{path}: {e}", e.missing) from None
     if result.missing and not allow_missing:
         raise OnnxImportError(_missing_message(path, result), result.missing)
     return _write(path, model, result, Path(out_dir), stem)
