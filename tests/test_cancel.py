@@ -249,6 +249,30 @@ def test_sigterm_on_a_cluster_names_the_partition_it_abandons(tmp_path):
     assert record["status"] == "cancelled" and record["cancelled"]["abandoned"] == [long_]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGHUP, 129)])
+def test_a_terminal_signal_to_the_whole_job_of_a_local_cluster_run_is_answered_by_hetflow_alone(tmp_path, sig, code):
+    """A terminal sends Ctrl-C, and a hangup when it closes, to every process of its foreground job, the
+    cluster's workers and multiprocessing's resource tracker among them; their tracebacks came after hetflow's
+    answer (a KeyboardInterrupt from each worker; a KeyError from the replaced tracker for each semaphore)."""
+    path, runs = long_manifest(tmp_path), tmp_path / "runs"
+    proc = subprocess.Popen(hetflow("run", path, "--runs-dir", str(runs), "--workers", "2", "--log-format", "json"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        for line in proc.stderr:
+            if line.startswith("{") and long_partition_started(json.loads(line)):
+                os.killpg(proc.pid, sig)
+                break
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and "Error" not in err, err
+    assert f"cancelled by {signal.Signals(sig).name}" in err
+    assert only_record(runs)["status"] == "cancelled"
+
+
 @pytest.mark.parametrize("sweep", [False, True])
 def test_keyboard_interrupt_in_the_python_api_leaves_final_records(tmp_path, sweep):
     import threading

@@ -64,12 +64,15 @@ plain ``dask scheduler`` / ``dask worker`` commands. A run on it goes:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import graphlib
 import importlib.util
 import logging
 import os
 import queue
+import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -128,6 +131,52 @@ _REFUSED_GRACE_S = 2.0
 
 
 _UNASKED = object()
+
+# What a terminal sends to every process of its foreground job: Ctrl-C, and a hangup when it closes. hetflow
+# answers each itself and closes its local cluster in order; the cluster's processes must not answer too.
+_TERMINAL_SIGNALS = frozenset(getattr(signal, name) for name in ("SIGINT", "SIGHUP") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def _terminal_signals_held() -> Any:
+    """Start the processes of a local cluster inside this, so that a terminal's Ctrl-C or hangup reaches hetflow alone.
+
+    A signal a thread blocks stays blocked in the threads it starts and the
+    processes they spawn: Dask's event-loop thread and its nannies' worker
+    processes are started while this thread blocks them, and a worker then
+    never sees them. Seen without: a Ctrl-C on ``hetflow run --workers 2``
+    printed each worker's ``KeyboardInterrupt`` traceback beside hetflow's
+    own answer, and a hangup killed multiprocessing's resource tracker, whose
+    replacement printed a ``KeyError`` traceback for every semaphore the
+    nannies released. The tracker is started here for that reason (its
+    start unblocks SIGINT and SIGTERM in the calling thread, so they are
+    blocked again after). A signal that comes meanwhile waits, and this
+    thread takes it when the cluster is up.
+
+    The tracker is told not to warn of the semaphores it cleans up when
+    hetflow ends: a Ctrl-C while the cluster starts ends hetflow before
+    the half-made cluster's nannies release theirs, and the tracker's
+    ``UserWarning`` of "leaked semaphore objects" then came after
+    hetflow's own message, though the tracker removes every one of them.
+    """
+    if not _TERMINAL_SIGNALS or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, _TERMINAL_SIGNALS)
+    try:
+        from multiprocessing import resource_tracker
+
+        # the tracker's interpreter takes this process's -W options as it starts, and reads no other
+        quiet = "ignore::UserWarning:multiprocessing.resource_tracker"
+        sys.warnoptions.append(quiet)
+        try:
+            resource_tracker.ensure_running()
+        finally:
+            sys.warnoptions.remove(quiet)
+        signal.pthread_sigmask(signal.SIG_BLOCK, _TERMINAL_SIGNALS)
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 class _DropCancelled(logging.Filter):
@@ -267,7 +316,7 @@ class Cluster:
         # own there before it spawns a worker): an earlier nanny's trim threshold would win over these
         os.environ.update({k: v for k, v in spawn.items() if k.startswith("MALLOC_")})
         with dask.config.set({"distributed.scheduler.active-memory-manager.start": False,
-                              "distributed.nanny.pre-spawn-environ": spawn}):
+                              "distributed.nanny.pre-spawn-environ": spawn}), _terminal_signals_held():
             try:
                 lc = LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
                                   dashboard_address=":0" if dashboard else None, silence_logs=logging.CRITICAL,
