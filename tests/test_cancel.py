@@ -273,6 +273,27 @@ def test_a_terminal_signal_to_the_whole_job_of_a_local_cluster_run_is_answered_b
     assert only_record(runs)["status"] == "cancelled"
 
 
+def test_a_closing_local_cluster_does_not_print_the_scheduler_s_news_for_the_client_closed_before_it():
+    """Seen once in 40 hangups of a ``--parallel 2`` sweep on ``--workers 2``: Dask's CRITICAL "Closed comm ...
+    while trying to write" and its traceback, printed by the local cluster's scheduler (in hetflow's process)
+    between the client's close and its own. What Dask logs is read from its source, so a new wording fails here."""
+    import inspect
+    import logging
+
+    import distributed.scheduler
+
+    from hetflow.engine.run.distributed import _DropClientGone
+
+    source = inspect.getsource(distributed.scheduler)
+    assert source.count('"Closed comm %r while trying to write %s"') >= 2
+    log = logging.getLogger("distributed.scheduler")
+    gone = log.makeRecord(log.name, logging.CRITICAL, __file__, 1, "Closed comm %r while trying to write %s",
+                          ("<BatchedSend: closed>", {"op": "task-erred"}), None)
+    other = log.makeRecord(log.name, logging.CRITICAL, __file__, 1, "Error transitioning %r from %r to %r",
+                           ("x", "processing", "memory"), None)
+    assert [_DropClientGone().filter(r) for r in (gone, other)] == [False, True]
+
+
 @pytest.mark.parametrize("sweep", [False, True])
 def test_keyboard_interrupt_in_the_python_api_leaves_final_records(tmp_path, sweep):
     import threading

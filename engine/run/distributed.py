@@ -188,6 +188,13 @@ class _DropCancelled(logging.Filter):
         return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
 
 
+class _DropClientGone(logging.Filter):
+    """Drops the scheduler's report that it had news for a client whose connection is closed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Closed comm %r while trying to write")
+
+
 class SchedulerSilent(TimeoutError):
     """The scheduler kept its connection open but did not answer a question in :func:`silent_after` seconds."""
 
@@ -391,13 +398,22 @@ class Cluster:
         quiet = _DropCancelled()
         logger = logging.getLogger("distributed.client")
         logger.addFilter(quiet)
+        # a local cluster's scheduler runs in this process, and until it closes too it may have news for the
+        # client closed a moment ago (a task of a cancelled run that ends): Dask logs that as critical, with a
+        # traceback, after the command has said how the run ended
+        gone = _DropClientGone()
+        scheduler_log = logging.getLogger("distributed.scheduler")
+        scheduler_log.addFilter(gone)
         try:
-            self.client.close()
+            try:
+                self.client.close()
+            finally:
+                logger.removeFilter(quiet)
+            if self._owned is not None:
+                self._owned.close()
+                self._owned = None
         finally:
-            logger.removeFilter(quiet)
-        if self._owned is not None:
-            self._owned.close()
-            self._owned = None
+            scheduler_log.removeFilter(gone)
 
     def _ids(self) -> dict[str, str]:
         """Each live worker's incarnation by address: its scratch folder, new in every worker process.
