@@ -422,3 +422,19 @@ def test_the_api_example_runs(tmp_path):
                           text=True, timeout=240, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     assert "succeeded" in done.stdout and "failed" in done.stdout and "rejected" in done.stdout
+
+
+@pytest.mark.slow
+def test_a_script_that_starts_a_local_cluster_without_the_main_guard_is_told_the_guard(tmp_path):
+    """Each worker of a local cluster imports the script that started it first; unguarded, its top level starts a
+    cluster again there. That failed deep in Dask ("bootstrapping phase", once per worker), naming no fix."""
+    (tmp_path / "split.yaml").write_text(SPLIT)
+    script = tmp_path / "unguarded.py"
+    script.write_text("import hetflow\n"
+                      f"hetflow.run({str(tmp_path / 'split.yaml')!r}, runs_dir={str(tmp_path / 'runs')!r}, workers=1)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode != 0
+    assert (f"a worker process of a local cluster is importing {script}, and its top level starts a local cluster "
+            "again") in done.stderr
+    assert 'put that call under `if __name__ == "__main__":`' in done.stderr
+    assert "bootstrapping phase" not in done.stderr

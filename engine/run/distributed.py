@@ -316,6 +316,7 @@ class Cluster:
             raise UsageError("--workers must be at least 1")
         if threads_per_worker is not None and threads_per_worker < 1:
             raise UsageError("--threads-per-worker must be at least 1")
+        _refuse_in_a_starting_worker()
         _refuse_beyond_memory(workers)
         threads = threads_per_worker or max(1, (os.cpu_count() or 1) // workers)
         spawn = malloc.spawn_environ(dask.config.get("distributed.nanny.pre-spawn-environ", default={}))
@@ -1114,6 +1115,28 @@ def _refuse_beyond_memory(workers: int) -> None:
         f"({_WORKER_START_B // 2**20} MiB each before any work), more than the {available / 2**30:.1f} GiB this "
         f"machine has available; ask for at most {max(1, available // _WORKER_START_B)}, or join a cluster with "
         "--scheduler")
+
+
+def _refuse_in_a_starting_worker() -> None:
+    """Refuse to start a local cluster in a worker process that is still importing the caller's script.
+
+    Dask starts a worker as a fresh interpreter that first imports the
+    parent's main module (multiprocessing's "spawn"), so a script whose top
+    level calls ``hetflow.run(..., workers=N)`` without the
+    ``if __name__ == "__main__":`` guard calls it again in every worker.
+    There the nanny's own start failed deep in Dask, with a
+    multiprocessing ``RuntimeError`` about a "bootstrapping phase" that
+    names neither the script nor the fix, once per worker.
+    """
+    import multiprocessing
+
+    if not getattr(multiprocessing.current_process(), "_inheriting", False):
+        return
+    main = sys.modules.get("__mp_main__") or sys.modules.get("__main__")
+    script = getattr(main, "__file__", None) or "the main module"
+    raise UsageError(f"a worker process of a local cluster is importing {script}, and its top level starts a "
+                     "local cluster again (hetflow.run or hetflow.sweep with workers=N): each worker imports the "
+                     "script that started the cluster, so put that call under `if __name__ == \"__main__\":`")
 
 
 def _root_cause(error: BaseException) -> str:
