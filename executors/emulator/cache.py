@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["cache_root", "cache_dir", "cache_path", "VERSION", "host_identity", "llvm_host", "code_regions",
            "code_digest", "translation_key", "read_meta", "write_meta", "stored_seeds", "remember_seeds",
-           "write_atomic", "ELF_VERSION", "load_program"]
+           "write_atomic", "ELF_VERSION", "load_program", "MAX_MB", "trim"]
 
 #: bumped whenever generated code changes, so old cache entries are not used
 VERSION = 9
@@ -194,6 +194,83 @@ def write_atomic(path: Path | str, data: bytes) -> bool:
         return True
     except OSError:
         return False             # a read-only cache directory only costs the next run a translation
+
+
+#: the native cache's cap in MiB unless ``$HETFLOW_NATIVE_CACHE_MAX_MB`` says otherwise (0 there: no cap)
+MAX_MB = 1024
+# a temporary file older than this was left by a write that never finished (a killed process)
+_STALE_TMP_S = 3600.0
+
+
+def trim(folder: str | None = None, max_mb: int | None = None) -> int:
+    """Keep the native cache within its cap: remove its least recently used files; how many were removed.
+
+    Every program and every set of seeds adds a translation (a shared
+    object of a megabyte or more, its parts' object code, its
+    description), and a new translator or llvmlite version starts a
+    new set beside the old, so without a cap the folder only grows: a
+    few GiB within days of development here. Past the cap
+    (``$HETFLOW_NATIVE_CACHE_MAX_MB``, else :data:`MAX_MB`) the files
+    used longest ago (by their access time: set when a file is made,
+    and kept to the day at least by Linux's default ``relatime``) go
+    until the cache holds three quarters of it, so that trimming is not
+    paid on every translation. A file missing later is a miss that
+    translates again, also for a process that was about to read it; a
+    process that has a shared object loaded keeps it. Temporary files
+    that a killed writer left (older than an hour) go whatever the size.
+    Called after a translation was written, never on a run from the cache.
+    """
+    import time
+
+    folder = folder or cache_path()
+    if max_mb is None:
+        raw = os.environ.get("HETFLOW_NATIVE_CACHE_MAX_MB", "").strip()
+        if not raw:
+            max_mb = MAX_MB
+        elif raw.isdigit():
+            max_mb = int(raw)
+        else:
+            import warnings
+
+            warnings.warn(f"$HETFLOW_NATIVE_CACHE_MAX_MB is {raw!r}, not a whole number of MiB (0: no cap): the "
+                          f"native cache in {folder} keeps its default cap of {MAX_MB} MiB", stacklevel=2)
+            max_mb = MAX_MB
+    now, removed, files, total = time.time(), 0, [], 0
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not entry.is_file(follow_symlinks=False):
+            continue
+        if entry.name.endswith(".tmp"):
+            if now - st.st_mtime > _STALE_TMP_S:
+                removed += _remove(entry.path)
+            continue
+        files.append((st.st_atime, st.st_size, entry.path))
+        total += st.st_size
+    if not max_mb or total <= max_mb << 20:
+        return removed
+    keep = (max_mb << 20) * 3 // 4
+    for _, size, path in sorted(files):
+        if total <= keep:
+            break
+        if _remove(path):
+            removed += 1
+            total -= size
+    return removed
+
+
+def _remove(path: str) -> int:
+    try:
+        os.remove(path)
+        return 1
+    except OSError:
+        return 0             # gone already (another process trimmed it), or a folder not ours to change
 
 
 #: bumped whenever what :func:`load_program` keeps of an ELF file changes

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .cache import (cache_dir, code_digest as _regions_digest, code_regions, host_identity, remember_seeds,
-                    stored_seeds, translation_key, write_atomic, write_meta)
+                    stored_seeds, translation_key, trim, write_atomic, write_meta)
 from .native_translate import PAGE_SHIFT, emit_modules, find_blocks
 
 TYPE_CHECKING = False
@@ -189,6 +189,7 @@ def translate_regions(regions, rslot, digest: str, mode: int, seeds: set[int], o
     so_path = Path(f"{base}.so")
     compiled, compile_s = 0, 0.0
     fn, keep = _load_shared(so_path) if so_path.exists() else (None, None)
+    wrote = fn is None
     if fn is None:
         paths, objs, compiled, compile_s = _objects(emit_modules(blocks, mode), host_identity())
         if _link(paths, so_path):
@@ -209,6 +210,8 @@ def translate_regions(regions, rslot, digest: str, mode: int, seeds: set[int], o
     meta = {"heads": sorted(heads), "tails": {str(k): v for k, v in tails.items()}, "pages": t.pages,
             "report": {k: v for k, v in t.report().items() if k not in ("seconds", "cached")}}
     write_meta(Path(f"{base}.meta"), meta)
+    if wrote:
+        trim()
     return t
 
 

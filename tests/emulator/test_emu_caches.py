@@ -89,3 +89,62 @@ def test_the_native_backend_caches_in_the_users_cache_only(tmp_path):
 # The fast backend's cold compile (15-60 s) is paid once in the suite, by
 # test_emu_defaults.test_a_cold_fast_backend_says_it_compiles_and_caches_in_the_users_cache, which checks that
 # numba's files land in the user's cache and none in the package's folder.
+
+
+def _aged(path: Path, size: int, days_ago: float) -> Path:
+    """A cache file of ``size`` bytes last used ``days_ago`` days ago."""
+    import time
+
+    path.write_bytes(b"\0" * size)
+    when = time.time() - days_ago * 86400
+    os.utime(path, (when, when))
+    return path
+
+
+def test_trim_removes_the_least_recently_used_files_down_to_three_quarters_of_the_cap(tmp_path):
+    from hetflow.executors.emulator.cache import trim
+
+    mib = 1 << 20
+    # last used a day apart, the first longest ago; the order they were written in says nothing
+    files = [_aged(tmp_path / f"t{i}.so", mib, 8 - i) for i in reversed(range(8))][::-1]
+    stale = tmp_path / "t9.so12345.tmp"
+    fresh = tmp_path / "t10.so67890.tmp"
+    _aged(stale, 10, 2)
+    fresh.write_bytes(b"x")
+    assert trim(str(tmp_path), max_mb=8) == 1          # within the cap: only the stale temporary file goes
+    assert not stale.exists() and fresh.exists() and all(p.exists() for p in files)
+    (tmp_path / "new.so").write_bytes(b"\0" * mib)   # over the cap: down to 6 MiB, the least recently used first
+    assert trim(str(tmp_path), max_mb=8) == 3
+    assert [p.exists() for p in files] == [False, False, False] + [True] * 5
+    assert (tmp_path / "new.so").exists() and fresh.exists()
+    assert trim(str(tmp_path), max_mb=0) == 0 and len(list(tmp_path.iterdir())) == 7    # 0: no cap
+
+
+def test_trim_warns_of_a_cap_it_cannot_read_and_keeps_the_default(tmp_path, monkeypatch):
+    from hetflow.executors.emulator.cache import trim
+
+    monkeypatch.setenv("HETFLOW_NATIVE_CACHE_MAX_MB", "2G")
+    _aged(tmp_path / "old.so", 1 << 20, 30)
+    with pytest.warns(UserWarning, match=r"HETFLOW_NATIVE_CACHE_MAX_MB is '2G', not a whole number of MiB"):
+        assert trim(str(tmp_path)) == 0
+    assert (tmp_path / "old.so").exists()
+
+
+@pytest.mark.skipif(find_spec("llvmlite") is None, reason="llvmlite is not installed (the native backend)")
+def test_a_translation_written_past_the_cap_trims_the_native_cache_and_the_next_run_loads_it(tmp_path):
+    """Every program and seed set adds a translation of a megabyte or more: the cache grew without end (2.3 GiB,
+    17,746 files within two days of development)."""
+    cache = tmp_path / "native"
+    cache.mkdir()
+    old = [_aged(cache / f"old{i}.so", 1 << 20, 10 + i) for i in range(4)]
+    env = {**os.environ, "HETFLOW_NATIVE_CACHE": str(cache), "HETFLOW_NATIVE_CACHE_MAX_MB": "4"}
+    script = ("import sys\nfrom hetflow.executors.emulator import execute, load_elf\n"
+              "out = execute(load_elf(sys.argv[1]), backend='native', chunk_steps=1 << 20)\n"
+              "print(out.exit_code, out.extra['translation']['cached'])\n")
+    runs = [subprocess.run([sys.executable, "-c", script, str(GUESTS / "sha256.elf")], capture_output=True,
+                           text=True, env=env, cwd=tmp_path, timeout=600) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr + runs[1].stderr
+    assert [r.stdout.split() for r in runs] == [["0", "False"], ["0", "True"]]
+    kept = [p.exists() for p in old]           # old[3] was used longest ago: the oldest go first
+    assert kept[2:] == [False, False] and kept == sorted(kept, reverse=True), kept
+    assert sum(p.stat().st_size for p in cache.iterdir()) <= 3 << 20
