@@ -200,6 +200,8 @@ def write_atomic(path: Path | str, data: bytes) -> bool:
 MAX_MB = 1024
 # a temporary file older than this was left by a write that never finished (a killed process)
 _STALE_TMP_S = 3600.0
+# what the native backend writes here: object code, shared objects, descriptions, and their temporary files
+_OURS = (".o", ".so", ".meta", ".tmp")
 
 
 def trim(folder: str | None = None, max_mb: int | None = None) -> int:
@@ -227,7 +229,7 @@ def trim(folder: str | None = None, max_mb: int | None = None) -> int:
         raw = os.environ.get("HETFLOW_NATIVE_CACHE_MAX_MB", "").strip()
         if not raw:
             max_mb = MAX_MB
-        elif raw.isdigit():
+        elif raw.isascii() and raw.isdigit():
             max_mb = int(raw)
         else:
             import warnings
@@ -245,8 +247,8 @@ def trim(folder: str | None = None, max_mb: int | None = None) -> int:
             st = entry.stat(follow_symlinks=False)
         except OSError:
             continue
-        if not entry.is_file(follow_symlinks=False):
-            continue
+        if not entry.is_file(follow_symlinks=False) or not entry.name.endswith(_OURS):
+            continue                 # $HETFLOW_NATIVE_CACHE may name a folder that holds other files too
         if entry.name.endswith(".tmp"):
             if now - st.st_mtime > _STALE_TMP_S:
                 removed += _remove(entry.path)

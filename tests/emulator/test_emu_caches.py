@@ -118,6 +118,8 @@ def test_trim_removes_the_least_recently_used_files_down_to_three_quarters_of_th
     assert [p.exists() for p in files] == [False, False, False] + [True] * 5
     assert (tmp_path / "new.so").exists() and fresh.exists()
     assert trim(str(tmp_path), max_mb=0) == 0 and len(list(tmp_path.iterdir())) == 7    # 0: no cap
+    mine = _aged(tmp_path / "notes.txt", 8 << 20, 400)                    # not the cache's: never removed
+    assert trim(str(tmp_path), max_mb=1) == 6 and mine.exists() and fresh.exists()
 
 
 def test_trim_warns_of_a_cap_it_cannot_read_and_keeps_the_default(tmp_path, monkeypatch):
