@@ -171,6 +171,8 @@ def _terminal_signals_held() -> Any:
         sys.warnoptions.append(quiet)
         try:
             resource_tracker.ensure_running()
+        except OSError:
+            pass                 # no process to be had: the cluster's start meets the same refusal and says so
         finally:
             sys.warnoptions.remove(quiet)
         signal.pthread_sigmask(signal.SIG_BLOCK, _TERMINAL_SIGNALS)
@@ -318,6 +320,7 @@ class Cluster:
             raise UsageError("--threads-per-worker must be at least 1")
         _refuse_in_a_starting_worker()
         _refuse_beyond_memory(workers)
+        _room_for_open_files(workers)
         threads = threads_per_worker or max(1, (os.cpu_count() or 1) // workers)
         spawn = malloc.spawn_environ(dask.config.get("distributed.nanny.pre-spawn-environ", default={}))
         # the nanny takes a variable already in this process's environment over its configuration (and writes its
@@ -1115,6 +1118,47 @@ def _refuse_beyond_memory(workers: int) -> None:
         f"({_WORKER_START_B // 2**20} MiB each before any work), more than the {available / 2**30:.1f} GiB this "
         f"machine has available; ask for at most {max(1, available // _WORKER_START_B)}, or join a cluster with "
         "--scheduler")
+
+
+# The files a local cluster and the run on it keep open: measured here, --workers 1 ran with 36, 2 needed 41-48
+# and 4 65-72 (sockets, the nannies' pipes and queues, the modules a run imports later); with margin
+_FILES_BASE, _FILES_PER_WORKER = 48, 10
+
+
+def _room_for_open_files(workers: int) -> None:
+    """Raise this process's soft limit of open files to what a local cluster needs, or refuse the cluster.
+
+    Short of files, Dask's start did not fail cleanly: past some limits
+    the scheduler's ``accept`` met ``EMFILE`` in a loop and the command
+    hung for ever, past others the run crashed on a module it could no
+    longer open, or the error named another file (``File exists:
+    '/tmp/dask-scratch-space'``). The soft limit is raised as far as the
+    hard one allows (the workers inherit it); where the hard one is too
+    low, the cluster is refused before it starts.
+
+    Raises
+    ------
+    EnvironmentUnavailable
+        the hard limit is below what ``workers`` need.
+    """
+    try:
+        import resource
+    except ImportError:
+        return                                    # no such limit where there is no resource module (Windows)
+    need = _FILES_BASE + _FILES_PER_WORKER * workers
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= need:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+            return
+        except (ValueError, OSError):
+            pass
+    raise EnvironmentUnavailable(
+        f"a local cluster of {workers} worker(s) needs about {need} open files, and this process may open only "
+        f"{soft} (its hard limit: {hard}; `ulimit -n` in a shell): raise the limit, ask for fewer workers, or join "
+        "a cluster with --scheduler")
 
 
 def _refuse_in_a_starting_worker() -> None:
