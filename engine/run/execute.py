@@ -277,6 +277,9 @@ def _execute(
                 failure, live_after = e, None
                 runtime = LocalRuntime.__new__(LocalRuntime)
                 runtime.events, runtime.running = stream.tasks(), _still_running(stream.events)
+            finally:
+                if phase_runner is not None:
+                    phase_runner.close()
         else:
             instances = dict(executors) if executors is not None else create_executors(plan)
             record["executors"] = _bound_executors(instances)
@@ -321,6 +324,8 @@ def _execute(
                     if pool is not None:
                         _give_back_pool(pool, reuse=failure is None, stopped=stopped)
                     runtime.handles.close()
+                    if phase_runner is not None:
+                        phase_runner.close()
             live_after = {name: ex.live_activations() for name, ex in instances.items()}
 
         ended = watch.now()

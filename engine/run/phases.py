@@ -142,6 +142,14 @@ class PhaseRunner:
         self._tables: dict[str, np.ndarray] = {}  # witness phase -> the table its chunks fill
         self._arrays: dict[tuple[str, str], np.ndarray] = {}  # (phase, array field) -> its table, built once
 
+    def close(self) -> None:
+        """Stop the emulator runners whose plans or histogram no phase took: the run failed or was cancelled
+        before their phases ran, and a runner left going would replay the whole program for no one."""
+        for p in self.phases.values():
+            out = self.results.get(p.id) if p.phase == "execute" else None
+            if out is not None and hasattr(out, "backend"):
+                out.backend.stop()
+
     def _program(self, emulator: str):
         from hetflow.executors.emulator import load_elf
         with self._lock:
@@ -277,7 +285,9 @@ class PhaseRunner:
         if translating:
             print(f"hetflow: translated in {out.extra['translation']['seconds']:.2f} s", file=sys.stderr, flush=True)
         if out.exit_code not in decl.accept_exit:
-            # a guest that exits nonzero failed: its witness would prove a failed run, so nothing after it runs
+            # a guest that exits nonzero failed: its witness would prove a failed run, so nothing after it runs,
+            # and its runners' plans and histogram will not be awaited
+            out.backend.stop()
             raise GuestExit(p.id, decl.name, out, decl.accept_exit)
         return out
 

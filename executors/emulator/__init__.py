@@ -155,6 +155,17 @@ def _program(program: Program | str | Path) -> Program:
     return program if isinstance(program, Program) else load_elf(program)
 
 
+def _main_run(run, *runners):
+    """The main execution; when it fails, its runners are stopped (no one will await them)."""
+    try:
+        return run()
+    except BaseException:
+        for handle in runners:
+            if handle is not None:
+                handle.stop()
+        raise
+
+
 def execute(program: Program | str | Path, *, backend: str = "fast", input: bytes = b"",
             chunk_steps: int = DEFAULT_CHUNK_STEPS, max_steps: int = DEFAULT_MAX_STEPS,
             mem_plan_rows: int = 1 << 22, rom_histogram: bool = True, mem_plan_xp=None,
@@ -172,6 +183,9 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
     returns None).  ``runners=False`` starts neither runner (for a caller
     that only wants the run itself, like ``hetflow emulate``): the fast
     backend's ``await_mem_plans`` then reports its handle as consumed.
+    Runners no one awaits are stopped: by ``out.backend.stop()``, when
+    the main execution fails, and at the process's exit at the latest
+    (:mod:`.background`).
     ``timeout`` bounds the main execution's wall-clock time in seconds.
 
     Raises
@@ -207,14 +221,14 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
             image = native_runners.image_of(program, input, len(input))
             mo = native_runners.spawn(lambda: plan_memory(native_runners.mem_ops_runner(image, program, max_steps,
                                                                                         **limits),
-                                                          mem_plan_rows, mem_plan_xp))
+                                                          mem_plan_rows, mem_plan_xp), name="MO")
             if rom_histogram:
                 rh = native_runners.spawn(lambda: native_runners.rom_histogram_runner(image, program, max_steps,
-                                                                                      **limits))
+                                                                                      **limits), name="RH")
         import numpy as np
 
         from . import native_main
-        r = native_main.run(program, input, chunk_steps, max_steps, **limits)
+        r = _main_run(lambda: native_main.run(program, input, chunk_steps, max_steps, **limits), mo, rh)
         # the same arrays as the other backends' (views of the main execution's buffers, not copies)
         r["traces"] = [EmuTrace(t.chunk_id, t.start_state, t.steps, np.frombuffer(t.mem_reads, dtype=np.uint64),
                                 t.end) for t in r["traces"]]
@@ -229,11 +243,11 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
         from . import fast
         image = fast.image_of(program, input, len(input))     # shared by MT, MO and RH: each copies its memory
         mo = fast.spawn(lambda: plan_memory(fast.mem_ops_runner(image, program, max_steps, **limits), mem_plan_rows,
-                                            mem_plan_xp))
+                                            mem_plan_xp), name="MO")
         rh = None
         if rom_histogram:
-            rh = fast.spawn(lambda: fast.rom_histogram_runner(image, program, max_steps, **limits))
-        r = fast.run(program, input, chunk_steps, max_steps, **limits)
+            rh = fast.spawn(lambda: fast.rom_histogram_runner(image, program, max_steps, **limits), name="RH")
+        r = _main_run(lambda: fast.run(program, input, chunk_steps, max_steps, **limits), mo, rh)
         artifacts = BackendArtifacts.fast(mo, rh)
     return ExecutionOutput(
         min_traces=r["traces"], counters=CountersChunkMetrics(r["counts"]), pub_outs=r["pub_outs"],

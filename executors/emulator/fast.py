@@ -78,11 +78,11 @@ from __future__ import annotations
 
 import functools
 import threading
-from concurrent.futures import Future
 
 import numpy as np
 
 from . import machine as M
+from .background import check as _check_stop, spawn  # noqa: F401 - the runners' threads, re-exported
 from .elf import PERM_R, PERM_X, Program, Segment
 from .fast_kernel import _CTAB, _SLICE, _TAB, N_WITNESS, _decode, _run  # noqa: F401 (the kernels, re-exported)
 from .isa import CLASSES
@@ -305,6 +305,7 @@ def _whole_run(image: Image, program: Program, mode: int, max_steps: int, machin
     m = (machine or _Machine)(image, image.copy_mem(), _entry(program), mode)
     counts = np.zeros(len(CLASSES), dtype=np.int64)
     while True:
+        _check_stop()
         left = max_steps - int(m.st[S_STEP])
         if left <= 0:
             m.fail(ST_BUDGET, max_steps)
@@ -363,17 +364,6 @@ def warm_up() -> None:
         _warmed = True
 
 
-def spawn(fn, *args) -> Future:
-    """Run fn(*args) in a daemon thread; its result or exception lands in a Future."""
-    fut: Future = Future()
-
-    def target():
-        try:
-            fut.set_result(fn(*args))
-        except BaseException as e:  # noqa: BLE001 - handed to the awaiting phase
-            fut.set_exception(e)
-    threading.Thread(target=target, name=f"hetflow-{getattr(fn, '__name__', 'runner')}", daemon=True).start()
-    return fut
 
 
 #: steps between two looks at the clock when a run has a deadline

@@ -29,6 +29,7 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
+from .background import check as check_stop
 from .cache import (cache_dir, code_digest as _regions_digest, code_regions, host_identity, remember_seeds,
                     stored_seeds, translation_key, trim, write_atomic, write_meta)
 from .native_translate import PAGE_SHIFT, emit_modules, find_blocks
@@ -158,6 +159,7 @@ def _objects(texts: list[str], identity: str) -> tuple[list[Path], list[bytes], 
         try:
             obj = path.read_bytes()
         except OSError:
+            check_stop()  # a runner asked to stop compiles no further part (the process may be ending)
             llvm, new_tm = _init()
             t = time.perf_counter()
             obj = _optimise_and_emit(llvm, new_tm(), text)
@@ -192,6 +194,7 @@ def translate_regions(regions, rslot, digest: str, mode: int, seeds: set[int], o
     wrote = fn is None
     if fn is None:
         paths, objs, compiled, compile_s = _objects(emit_modules(blocks, mode), host_identity())
+        check_stop()
         if _link(paths, so_path):
             fn, keep = _load_shared(so_path)
         if fn is None:

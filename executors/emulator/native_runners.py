@@ -34,14 +34,13 @@ Nothing here imports numba, and the translation comes from the disk cache
 from __future__ import annotations
 
 import functools
-import threading
 import time
-from concurrent.futures import Future
 
 import numpy as np
 
 from . import machine as M
 from . import reference
+from .background import check as _check_stop, spawn  # noqa: F401 - the runners' threads, re-exported
 from .elf import Program
 from .isa import CLASSES
 from .layout import (CTX_NREG, CTX_OPOS, CTX_RLEN, CTX_RPOS, CTX_STOP, CTX_TOHOST, LOG_OPS, LOG_PCS, N_CTX, N_MISS,
@@ -208,6 +207,7 @@ class Runner:
         first = int(st[1])
         out = self.wbuf if self.mode & WITNESS else None
         while True:
+            _check_stop()
             done = int(st[1]) - first
             if done >= budget:
                 return ST_BUDGET
@@ -377,14 +377,3 @@ def replay_chunk(program: Program, trace: EmuTrace, input_size: int = 0, image=N
     return m.state(), m.counts, m
 
 
-def spawn(fn, *args) -> Future:
-    """Run fn(*args) in a daemon thread; its result or exception lands in a Future (:func:`.fast.spawn`)."""
-    fut: Future = Future()
-
-    def target():
-        try:
-            fut.set_result(fn(*args))
-        except BaseException as e:  # noqa: BLE001 - handed to the awaiting phase
-            fut.set_exception(e)
-    threading.Thread(target=target, name=f"hetflow-{getattr(fn, '__name__', 'runner')}", daemon=True).start()
-    return fut

@@ -15,7 +15,9 @@ between the ``reference`` and ``fast`` backends.
   :class:`RunnerHandleConsumed` ("MO runner handle already consumed").
   ``await_rom_histogram()`` returns the histogram once, then ``None``.  A
   runner's exception surfaces as :class:`RunnerFailed` ("MO runner
-  failed: ...").
+  failed: ...").  ``stop()`` stops the runners not yet joined, for a
+  caller that will not await them (:mod:`.background`: a runner left
+  going is stopped and joined at the process's exit anyway).
 * ``BackendArtifacts("native", mo, rh)``: the same on the native backend,
   whose MO and RH runners run translated code.
 * ``BackendArtifacts.reference()`` (the seed's ``Rust`` variant) has no
@@ -226,6 +228,14 @@ class BackendArtifacts:
             return handle.result()
         except Exception as e:
             raise RunnerFailed("RH", str(e)) from e
+
+    def stop(self) -> None:
+        """Stop the runners not joined yet, for a caller that will not await them: they end at their next
+        slice of steps or compiled part instead of running the program through, and awaiting one afterwards
+        raises :class:`RunnerFailed` (unless it had already finished). Returns at once."""
+        for handle in (self.mo, self.rh):
+            if handle is not None and hasattr(handle, "stop"):
+                handle.stop()
 
     def __repr__(self):
         return f"BackendArtifacts.{self.kind}(mo={'pending' if self.mo else None}, rh={'pending' if self.rh else None})"
