@@ -101,6 +101,33 @@ def test_a_failed_write_renames_nothing_and_leaves_no_temporary_file(tmp_path):
     assert rec.read_text() == "running\n" and _temps(tmp_path) == []
 
 
+def test_a_failed_write_leaves_no_buffered_bytes_for_the_next_file_that_takes_its_descriptor(tmp_path):
+    """The batch closes a failed file's descriptor itself; the writer over it kept the bytes it had not written
+    yet and flushed them when it was collected, into whatever file held that descriptor number by then (on
+    Python 3.13 a traceback said so; before, nothing did)."""
+    import gc
+
+    def broken(f):
+        f.write(b"stray bytes of a failed record")
+        raise OSError("disk full")
+
+    batch = Batch()
+    try:
+        batch.add(str(tmp_path / "record.json"), broken)
+    except OSError as e:
+        kept = e  # a caller that keeps the error (a run's failure) keeps its traceback's frames with it
+    batch.abandon()
+    other = tmp_path / "other.json"
+    fd = os.open(other, os.O_WRONLY | os.O_CREAT)  # the lowest free descriptor: the one the batch just closed
+    try:
+        os.write(fd, b"{}")
+        del kept
+        gc.collect()
+    finally:
+        os.close(fd)
+    assert other.read_bytes() == b"{}"
+
+
 def test_a_superseded_batch_renames_nothing_even_where_its_commit_is_under_way(tmp_path):
     rec = tmp_path / "record.json"
     running = Batch()

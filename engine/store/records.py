@@ -354,6 +354,13 @@ class Batch:
         except OSError as e:
             name_file(e, path)
             raise
+        finally:
+            # closed here, the descriptor left open: after a failed write the rest of its buffer is dropped now,
+            # not flushed when the object is collected into whatever file holds this descriptor number by then
+            try:
+                f.close()
+            except OSError:
+                pass
 
     def commit(self, before_replace: Any = None) -> None:
         """Make every file durable (their fsyncs at once), call ``before_replace``, then rename each over its path,
