@@ -296,7 +296,10 @@ def _witness_batch_into(first: int, words: np.ndarray, index: np.ndarray, row: i
     if view is None:
         return address, time.thread_time() - cpu, events, table
     del table
-    view.close()
+    try:
+        view.close()
+    except BufferError:  # a view of the rows outlives the batch: the mapping ends with it, the rows are in the file
+        pass
     return address, time.thread_time() - cpu, events, None
 
 

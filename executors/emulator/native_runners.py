@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import time
+import weakref
 
 import numpy as np
 
@@ -134,10 +135,12 @@ class _ReplayPort(_Port):
 
     def __init__(self, image, runner: "Runner", fetch: str):
         super().__init__(image.regions, False, False, fetch)
-        self.runner = runner
+        # weakly: a runner and its port in a cycle kept the runner, and the witness rows it wrote into the
+        # caller's table (a shared mapping that then cannot be closed), until a garbage collection
+        self.runner = weakref.ref(runner)
 
     def read_words(self, addr, size):
-        r = self.runner
+        r = self.runner()
         n = len(_words(addr, size))
         if r.rpos + n > r.rbuf.shape[0]:
             raise _Exhausted

@@ -88,7 +88,9 @@ def step(h: Hart, m: _Port, counts: list[int]) -> None:
             counts[_SYSTEM] += 1
         take_trap(h, t)
     except End as e:
-        h.end = e
+        # kept without its traceback: its frames would hold the caller's arrays (a witness chunk's rows in a
+        # shared mapping that then cannot be closed) until the next garbage collection
+        h.end = e.with_traceback(None)
     h.pc = h.npc
     h.step += 1
 

@@ -155,3 +155,34 @@ def test_docstring_examples(module):
     import importlib
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast", "native"])
+def test_a_chunk_that_ends_the_guest_leaves_nothing_holding_the_table_it_filled(tmp_path, backend):
+    """A cluster's witness batch fills its rows in a shared mapping and closes it. The rows stayed referenced
+    until a garbage collection: on the reference backend by the exit's exception, kept by the hart with its
+    traceback (its frames' locals), on the native one by a runner and its port in a cycle; closing the mapping
+    raised BufferError and the run failed (every time on Python 3.13, whose collector ran later)."""
+    import gc
+    import mmap
+
+    out = run("sha256", backend, input=b"witness me", chunk_steps=97)
+    last = out.min_traces[-1]
+    assert last.end
+    size = int(last.steps) * len(COLUMNS) * 8
+    path = tmp_path / "table"
+    path.write_bytes(bytes(size))
+    with open(path, "r+b") as f:
+        view = mmap.mmap(f.fileno(), size, flags=mmap.MAP_SHARED)
+    enabled = gc.isenabled()
+    gc.disable()  # the collector's timing must not decide it
+    try:
+        table = np.frombuffer(view, np.int64).reshape(-1, len(COLUMNS))
+        witness_table(guest("sha256"), last, input_size=10, backend=backend, out=table)
+        expected = witness_table(guest("sha256"), last, input_size=10, backend=backend)
+        assert np.array_equal(table, expected)
+        del table
+        view.close()
+    finally:
+        if enabled:
+            gc.enable()
