@@ -544,8 +544,7 @@ def status(files: Sequence[str], runs_dir: str, now: datetime,
 
 def _run_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: Callable[[str], None], wait: float,
                    retry: bool = False) -> None:
-    for _ in settle(entry, runs_dir, log):
-        count("settled")
+    _settle(entry, runs_dir, log, count)
     named = entry.schedule.latest(now, 1)[0]
     if retry and named == now:
         path = retry_claim(runs_dir, entry, named)
@@ -561,6 +560,41 @@ def _run_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: 
             log("claimed-elsewhere", {"manifest": entry.name, "slot": slot_id(slot)})
             continue
         _run_slot(entry, slot, path, _policy(entry, slots), runs_dir, log, count, wait)
+    # a detached run of a scheduler that is gone may have ended while these slots ran
+    _settle(entry, runs_dir, log, count)
+
+
+def _settle(entry: Entry, runs_dir: str, log: Log, count: Callable[[str], None]) -> None:
+    for _ in settle(entry, runs_dir, log):
+        count("settled")
+
+
+def _settle_detached(entry: Entry, runs_dir: str, log: Log, count: Callable[[str], None], within: float = 5.0) -> None:
+    """Conclude the slot of a detached run that was just waited for, before the next slot starts.
+
+    Its run lock is given back a moment before its process ends, and a slot
+    is concluded only once its run's process is gone: wait for that, at most
+    ``within`` seconds (a detached run beside it, under ``allow``, ends when it ends).
+    """
+    deadline = time.monotonic() + within
+    while True:
+        _settle(entry, runs_dir, log, count)
+        if not _detached_running(entry, runs_dir) or time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
+
+
+def _detached_running(entry: Entry, runs_dir: str) -> bool:
+    """Whether a slot of ``entry`` started by a scheduler that is gone still has its run's process."""
+    folder = entry.claims_dir(runs_dir)
+    for name in os.listdir(folder) if os.path.isdir(folder) else []:
+        if not name.endswith(".json"):
+            continue
+        body = read_claim(os.path.join(folder, name))
+        if (body.get("state") == "started" and owner.alive(body) is False
+                and owner.alive(_run_owner(body)) is True):
+            return True
+    return False
 
 
 def _run_slot(entry: Entry, slot: datetime, path: str, policy: str, runs_dir: str, log: Log,
@@ -574,8 +608,10 @@ def _run_slot(entry: Entry, slot: datetime, path: str, policy: str, runs_dir: st
             return
         log("queued", fields)
     while True:
-        while policy == "queue" and entry.active(runs_dir):
-            time.sleep(wait)
+        if policy == "queue" and entry.active(runs_dir):
+            while entry.active(runs_dir):
+                time.sleep(wait)
+            _settle_detached(entry, runs_dir, log, count)
         child = start(entry, slot, runs_dir, path)
         count("started")
         log("started", {**fields, "pid": child.process.pid})
