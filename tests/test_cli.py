@@ -101,6 +101,26 @@ def test_plan_text_and_json(manifest_file):
     assert data["totals"]["bridges"] == 1 and data["nodes"]["y"]["executor"] == "b"
 
 
+def test_plan_output_file_takes_its_format_from_its_suffix_and_a_bad_path_is_bad_input(manifest_file, tmp_path):
+    path = manifest_file(OK)
+    code, _, err = run_cli("plan", path, "-o", str(tmp_path / "p.json"))
+    assert code == 0 and err.strip() == f"{tmp_path / 'p.json'}: plan written (json)"
+    assert json.loads((tmp_path / "p.json").read_text())["totals"]["bridges"] == 1
+    code, _, _ = run_cli("plan", path, "-o", str(tmp_path / "p.gv"))
+    assert code == 0 and (tmp_path / "p.gv").read_text().startswith("digraph")
+    code, _, _ = run_cli("plan", path, "-o", str(tmp_path / "p.json.txt"))
+    assert code == 0 and "x@b: x a -> b" in (tmp_path / "p.json.txt").read_text()
+    code, _, _ = run_cli("plan", path, "--format", "text", "-o", str(tmp_path / "t.json"))
+    assert code == 0 and "x@b: x a -> b" in (tmp_path / "t.json").read_text()
+    (tmp_path / "a-file").write_text("")
+    for bad, why in ((tmp_path / "a-file" / "p.json", "Not a directory"), (tmp_path / "none" / "p.json", "No such file"),
+                     (tmp_path, "Is a directory")):
+        code, out, err = run_cli("plan", path, "-o", str(bad))
+        assert code == 2 and err.startswith(f"hetflow: error: -o {bad}: cannot write: {why}"), err
+        assert "internal error" not in err and "Traceback" not in err
+    assert not [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name]
+
+
 def test_executors_lists_vendors_and_ops():
     code, out, _ = run_cli("executors", "--json")
     offers = {o["vendor"]: o for o in json.loads(out)}

@@ -263,7 +263,9 @@ def test_a_report_or_schema_the_disk_refuses_is_the_environments_and_a_bad_path_
     cli = [sys.executable, "-m", "hetflow.engine.cli"]
     for argv, file in ((["report", str(run_dir)], run_dir / "report.html"),
                        (["report", str(run_dir), "-o", str(tmp_path / "r.html")], tmp_path / "r.html"),
-                       (["schema", "-o", str(tmp_path / "s.json")], tmp_path / "s.json")):
+                       (["schema", "-o", str(tmp_path / "s.json")], tmp_path / "s.json"),
+                       (["plan", QUICKSTART, "-o", str(tmp_path / "p.json")], tmp_path / "p.json"),
+                       (["plan", QUICKSTART, "--format", "text", "-o", str(tmp_path / "p.txt")], tmp_path / "p.txt")):
         done = subprocess.run([*cli, *argv], capture_output=True, text=True, timeout=120,
                               preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000)))
         assert done.returncode == 5, done.stderr

@@ -6,8 +6,8 @@ import argparse
 import json
 import os
 
-from hetflow.engine.cli.common import EXIT_OK
-from hetflow.engine.errors import UsageError, is_storage_error
+from hetflow.engine.cli.common import EXIT_OK, write_output
+from hetflow.engine.errors import UsageError
 
 __all__ = ["cmd_executors", "cmd_examples", "cmd_schema"]
 
@@ -87,12 +87,6 @@ def cmd_schema(args: argparse.Namespace, out, err) -> int:
     if args.output is None or args.output == "-":
         out.write(text)
         return EXIT_OK
-    try:
-        schemagen.write(args.output, text)
-    except OSError as e:
-        if is_storage_error(e):  # a full or read-only disk is the environment's (exit 5), not a bad argument
-            e.filename = args.output
-            raise
-        raise UsageError(f"-o {args.output}: cannot write: {e.strerror or e}") from None
+    write_output(args.output, lambda: schemagen.write(args.output, text))
     print(f"schema: {args.output}", file=out)
     return EXIT_OK

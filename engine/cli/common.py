@@ -8,7 +8,7 @@ if TYPE_CHECKING:      # argparse loads with the parser, which a plain ``hetflow
     import argparse
 
 __all__ = ["EXIT_OK", "EXIT_RUN_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "EXIT_LOCKED", "EXIT_ENVIRONMENT",
-           "cluster_kwargs", "event_sink"]
+           "cluster_kwargs", "event_sink", "write_output"]
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_LOCKED, EXIT_ENVIRONMENT = 0, 1, 2, 3, 4, 5
 
@@ -53,3 +53,25 @@ def event_sink(args: argparse.Namespace, err):
     if hasattr(err, "isatty") and err.isatty():
         return events.ProgressDisplay(err)
     return events.LineLog(err)
+
+
+def write_output(path: str, write, flag: str = "-o ") -> None:
+    """``write()`` into the file a command was told to make (``plan -o``, ``schema -o``, ``report``), whole or
+    not at all.
+
+    ``write`` does the writing and raises what it raises; nothing of it is
+    left on a failure. A file system that refuses the bytes (a full or
+    read-only disk) is the environment's: the ``OSError`` goes on, naming
+    ``path`` (exit 5). A path that cannot be such a file (its folder
+    missing, a folder there, a file where a folder should be) is bad input:
+    a :class:`UsageError` naming the path after ``flag`` (exit 2).
+    """
+    from hetflow.engine.errors import UsageError, is_storage_error
+
+    try:
+        write()
+    except OSError as e:
+        if is_storage_error(e):
+            e.filename = path
+            raise
+        raise UsageError(f"{flag}{path}: cannot write: {e.strerror or e}") from None

@@ -57,8 +57,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plan", help="placement, partitions, bridges, and why")
     pl.add_argument("file", metavar="FILE")
-    pl.add_argument("--format", choices=["text", "json", "dot", "svg", "png"], default="text",
-                    help="text for people, json as data, dot for Graphviz; svg and png render through Graphviz's dot")
+    pl.add_argument("--format", choices=["text", "json", "dot", "svg", "png"],
+                    help="text for people, json as data, dot for Graphviz; svg and png render through Graphviz's dot "
+                         "(default: as -o FILE's suffix says, .json .dot .gv .svg .png, else text)")
     pl.add_argument("-o", "--output", metavar="FILE", help="write the plan to FILE instead of standard output")
     pl.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE", help="override a param")
     pl.add_argument("--point", metavar="NAME", help="plan this point of the matrix (default: the first)")

@@ -7,7 +7,7 @@ import json
 import os
 from typing import Any
 
-from hetflow.engine.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, cluster_kwargs, event_sink
+from hetflow.engine.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, cluster_kwargs, event_sink, write_output
 from hetflow.engine.errors import ManifestError, RunFailed, UsageError, capped
 
 __all__ = ["cmd_validate", "cmd_plan", "cmd_run", "cmd_verify"]
@@ -39,29 +39,30 @@ def cmd_plan(args: argparse.Namespace, out, err) -> int:
     from hetflow.engine.run.inputs import parse_input_flags
     from hetflow.engine.manifest.validate import parse_overrides
 
+    fmt = args.format or _format_of(args.output)
     plan = api.plan(args.file, parse_overrides(args.param), point=args.point, runs_dir=args.runs_dir,
                     cache_dir=args.cache_dir, inputs=parse_input_flags(args.input) or None, **cluster_kwargs(args))
-    if args.format in ("svg", "png"):
-        data = _graphviz(plan.to_dot(), args.format)
-    elif args.format == "json":
+    if fmt in ("svg", "png"):
+        data = _graphviz(plan.to_dot(), fmt)
+    elif fmt == "json":
         # bytes where the text goes as UTF-8 anyway (a file, a UTF-8 stream): no copy of it as a str
         data = plan.json_bytes() if args.output or _utf8_buffer(out) else plan.dumps()
-    elif args.format == "dot":
+    elif fmt == "dot":
         data = plan.to_dot()
     else:
         data = plan.to_text()
     if args.output:
-        tmp = f"{args.output}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as f:
-            f.write(data if isinstance(data, bytes) else data.encode())
-        os.replace(tmp, args.output)
-        print(f"{args.output}: plan written ({args.format})", file=err)
+        from hetflow.engine.store.records import write_atomic
+
+        raw = data if isinstance(data, bytes) else data.encode()
+        write_output(args.output, lambda: write_atomic(args.output, lambda f: f.write(raw)))
+        print(f"{args.output}: plan written ({fmt})", file=err)
     elif isinstance(data, bytes):
-        if args.format == "png" and getattr(out, "isatty", lambda: False)():
+        if fmt == "png" and getattr(out, "isatty", lambda: False)():
             raise UsageError("--format png writes binary data; give -o FILE or redirect standard output")
         buffer = getattr(out, "buffer", None)
         if buffer is None:
-            raise UsageError(f"--format {args.format} needs -o FILE here (the output stream takes no bytes)")
+            raise UsageError(f"--format {fmt} needs -o FILE here (the output stream takes no bytes)")
         out.flush()
         buffer.write(data)
         buffer.flush()
@@ -74,6 +75,14 @@ def _utf8_buffer(out) -> bool:
     """Whether the text stream ``out`` writes UTF-8 into a binary ``buffer`` that bytes can go to directly."""
     encoding = (getattr(out, "encoding", None) or "").lower().replace("-", "").replace("_", "")
     return getattr(out, "buffer", None) is not None and encoding == "utf8"
+
+
+#: ``plan -o FILE`` without ``--format``: the format its suffix names
+_SUFFIX_FORMATS = {".json": "json", ".dot": "dot", ".gv": "dot", ".svg": "svg", ".png": "png"}
+
+
+def _format_of(output: str | None) -> str:
+    return _SUFFIX_FORMATS.get(os.path.splitext(output)[1].lower(), "text") if output else "text"
 
 
 def _graphviz(dot_text: str, fmt: str) -> bytes:

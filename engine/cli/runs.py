@@ -9,8 +9,8 @@ import time
 from datetime import datetime
 
 from hetflow.engine.store import runs
-from hetflow.engine.cli.common import EXIT_ENVIRONMENT, EXIT_OK
-from hetflow.engine.errors import UsageError, is_storage_error
+from hetflow.engine.cli.common import EXIT_ENVIRONMENT, EXIT_OK, write_output
+from hetflow.engine.errors import UsageError
 
 __all__ = ["cmd_runs", "cmd_report"]
 
@@ -209,13 +209,6 @@ def cmd_report(args: argparse.Namespace, out, err) -> int:
     located = report.locate(args.run_id, args.runs_dir)
     page = report.render(located, runs_dir=args.runs_dir, graph=args.graph)
     path = args.output or os.path.join(located.folder, "report.html")
-    try:
-        report.write_report(page, path)
-    except OSError as e:
-        if is_storage_error(e):  # a full or read-only disk is the environment's (exit 5), not a bad argument
-            e.filename = path
-            raise
-        given = "-o " if args.output else ""
-        raise UsageError(f"{given}{path}: cannot write: {e.strerror or e}") from None
+    write_output(path, lambda: report.write_report(page, path), flag="-o " if args.output else "")
     print(f"report: {path}", file=out)
     return EXIT_OK
