@@ -415,7 +415,8 @@ def run_due(files: Sequence[str], runs_dir: str, now: datetime, log: Log,
     ``would-run``, ``would-skip`` or ``would-queue``; nothing is claimed,
     started or written.
 
-    First the slots whose starter is gone are concluded (:func:`settle`).
+    First the slots whose starter is gone are concluded (:func:`settle`),
+    again once a slot has waited for such a run, and last before returning.
     The slots of one manifest run one after another, oldest first; different
     manifests run side by side. ``queue``, and every slot of a backlog, waits
     (polling every ``wait`` seconds) for the active run to end. ``retry``
