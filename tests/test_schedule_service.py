@@ -75,6 +75,50 @@ def test_a_backlog_of_missed_slots_runs_in_order_under_every_policy(tmp_path, po
     assert [s for s in started if s in missed] == missed
 
 
+@pytest.mark.parametrize("policy, how", [("skip", signal.SIGKILL), ("allow", signal.SIGTERM)], ids=["skip-SIGKILL",
+                                                                                                    "allow-SIGTERM"])
+def test_a_backlog_cut_short_goes_on_after_a_restart_though_a_later_slot_was_decided(tmp_path, policy, how):
+    (tmp_path / "slow_ops.py").write_text(SLOW_OP)
+    m = write(tmp_path, "every2", f'cron: "*/2 * * * * *"\ncatchup: true\nmax_active: {policy}\n' + HOOKS,
+              body=slow_body(2.5).replace("{seconds: 2.5}", "{seconds: 2.5}, cache: false"))
+    runs, log1, log2 = tmp_path / "runs", tmp_path / "first.log", tmp_path / "second.log"
+    entry = sched.load_entry(m)
+    last = entry.schedule.latest(now_utc(), 5)[-1]
+    sched.mark(sched.claim(str(runs), entry, last), entry, last, "skipped", reason="before the downtime")
+    backlog = [sched.slot_id(t) for t in entry.schedule.after(last, 4)]
+    first = serve([m], runs, log1)
+    try:
+        # the live schedule decides a slot after the backlog (skipped, or started beside it) while the
+        # backlog's later slots still wait their turn
+        wait_for(lambda: any(e["event"] in ("skipped", "started") and e["slot"] > backlog[-1] for e in events(log1)),
+                 30, "a live slot decided during the backlog")
+    finally:
+        first.send_signal(how)
+        first.wait(timeout=15)
+    waiting = [e["slot"] for e in events(log1) if e["event"] == "queued" and e["slot"] in backlog]
+    begun = {e["slot"] for e in events(log1) if e["event"] == "started"}
+    cut = [s for s in waiting if s not in begun]
+    assert cut, events(log1)  # slots of the backlog that never started
+    wait_detached(runs)
+    second = serve([m], runs, log2)
+    try:
+        def ran(slot: str) -> bool:
+            return any(r["schedule"]["slot"] == slot and r["status"] == "succeeded" for r in records(runs))
+
+        wait_for(lambda: all(ran(s) for s in cut), 60, "the rest of the backlog")
+    finally:
+        assert stop(second) == 0
+    wait_detached(runs)
+    sched.settle(entry, str(runs), lambda *_: None)
+    bodies = claims(runs)
+    assert all(bodies[s]["state"] == "succeeded" for s in cut), {s: bodies.get(s) for s in cut}
+    assert not [p for p in runs.glob(".schedule/*/*.returned") if p.name[:-9] in {s.replace("-", "").replace(":", "")
+                                                                                     for s in cut}]
+    lines = hook_lines(tmp_path)
+    assert all(lines.count((s, "succeeded")) == 1 for s in cut), lines  # no failure hook for a slot that never ran
+    assert not [s for s, status in lines if s in cut and status != "succeeded"]
+
+
 # --- hooks across a restart -----------------------------------------------------------------------
 
 
@@ -145,6 +189,53 @@ def test_run_due_that_waits_for_a_detached_run_concludes_its_slot_before_startin
     bodies = claims(runs)
     assert {b["state"] for b in bodies.values()} == {"succeeded"}, bodies
     assert sorted(s for s, _ in hook_lines(tmp_path)) == sorted(bodies)
+
+
+def test_a_slot_whose_scheduler_died_before_starting_its_run_is_given_back_and_one_that_may_have_run_is_not(tmp_path):
+    from hetflow.engine.batch.claims import claim_body
+    from hetflow.engine.store import owner
+    from hetflow.engine.store.records import utc_iso
+
+    m = write(tmp_path, "hourly", 'cron: "0 * * * *"\ncatchup: true\n' + HOOKS)
+    entry, runs = sched.load_entry(m), tmp_path / "runs"
+    gone = subprocess.Popen(["true"])
+    dead = {**owner.current(), "pid": gone.pid, "start_ticks": owner.start_ticks(gone.pid)}
+    gone.wait()  # a scheduler that was there, and is not
+
+    def left(slot: str, state: str, age_s: float) -> Path:
+        path = Path(sched.claim(str(runs), entry, sched.parse_instant(slot)))
+        path.write_text(json.dumps({**claim_body(entry, sched.parse_instant(slot), state), **dead,
+                                    "at": utc_iso(datetime.now(timezone.utc).timestamp() - age_s)}))
+        return path
+
+    older = left("2026-06-01T09:00:00Z", "queued", 3600)  # older than slots that stay decided
+    starting_old = left("2026-06-01T10:00:00Z", "starting", 3600)
+    queued = left("2026-06-01T11:00:00Z", "queued", 3600)
+    claimed = left("2026-06-01T12:00:00Z", "claimed", 3600)
+    starting_new = left("2026-06-01T13:00:00Z", "starting", 0)
+    said = []
+    done = sched.settle(entry, str(runs), lambda event, fields: said.append((event, fields["slot"])))
+    assert not older.exists() and not queued.exists() and not claimed.exists()  # never ran: decided again
+    assert sorted(s for e, s in said if e == "unqueued") == ["2026-06-01T09:00:00Z", "2026-06-01T11:00:00Z",
+                                                             "2026-06-01T12:00:00Z"]
+    # a scheduler that died while starting a run may have left one: after a minute with no record, it died
+    assert [d["status"] for d in done] == ["died"]
+    assert json.loads(starting_old.read_text())["state"] == "died"
+    assert hook_lines(tmp_path) == [("2026-06-01T10:00:00Z", "died")]
+    assert json.loads(starting_new.read_text())["state"] == "starting"  # its run may still be on its way
+    # the given-back slots are due again, oldest first, with the fire times after the newest decided slot
+    history = sched.history(str(runs), entry)
+    assert history["2026-06-01T09:00:00Z"] == history["2026-06-01T12:00:00Z"] == sched.RETURNED
+    due = sched.due_slots(entry.schedule, history, sched.parse_instant("2026-06-01T14:30:00Z"))
+    assert [sched.slot_id(t) for t in due] == ["2026-06-01T09:00:00Z", "2026-06-01T11:00:00Z", "2026-06-01T12:00:00Z",
+                                               "2026-06-01T14:00:00Z"]
+    # `status --check` says a given-back slot that no scheduler took again is overdue
+    (row,), _ = sched.status([m], str(runs), sched.parse_instant("2026-06-01T13:30:00Z"))
+    assert row["overdue"] == "2026-06-01T09:00:00Z"
+    # taken again: the claim is new, the given-back mark goes
+    again = sched.claim(str(runs), entry, sched.parse_instant("2026-06-01T09:00:00Z"))
+    assert again is not None and not Path(again[:-5] + ".returned").exists()
+    assert sched.history(str(runs), entry)["2026-06-01T09:00:00Z"] == "claimed"
 
 
 def test_a_run_that_died_is_marked_so_and_its_failure_hook_runs(tmp_path):

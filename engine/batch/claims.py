@@ -9,10 +9,11 @@ file it came from).
 
 The *history* of a manifest (:func:`history`) is the set of slots that
 have a **claim** (a file ``RUNS_DIR/.schedule/NAME/SLOT.json``, created
-with ``O_CREAT | O_EXCL`` so exactly one process wins it, :func:`claim`)
-or a **record** (a run record whose ``schedule.slot`` names it, for a
-manifest of this name). A claim is rewritten as its slot moves on
-(:func:`mark`: claimed, queued, started, then one of :data:`TERMINAL`).
+with ``O_CREAT | O_EXCL`` so exactly one process wins it, :func:`claim`),
+a claim given back before its run started (``SLOT.returned``,
+:func:`give_back`: decided again, in its turn) or a **record** (a run
+record whose ``schedule.slot`` names it, for a manifest of this name). A claim is rewritten as its slot moves on
+(:func:`mark`: claimed, queued, starting, started, then one of :data:`TERMINAL`).
 The step to a terminal state is taken under ``flock`` of the slot's log
 (:func:`settling`), so exactly one process does a slot's book-keeping.
 A manifest is *active* while a live process holds the run lock a slot's
@@ -46,12 +47,12 @@ from datetime import datetime
 from typing import Any, Iterator, Mapping, Sequence
 
 from hetflow.engine.store import owner
-from hetflow.engine.manifest.cron import _UTC, Schedule, _slot_file, from_tree, slot_id
+from hetflow.engine.manifest.cron import _UTC, RETURNED, Schedule, _slot_file, from_tree, slot_id
 from hetflow.engine.errors import UsageError, name_file
 from hetflow.engine.store.records import utc_iso, write_json_atomic
 
 __all__ = ["TERMINAL", "Entry", "discover", "load_entry", "check_identities", "check_claimed", "history", "slot_records", "claim", "claim_body", "mark",
-           "read_claim", "settling", "lock_active"]
+           "give_back", "read_claim", "settling", "lock_active"]
 
 #: the states a claim ends in; ``died``: its run, or the scheduler that claimed it, ended without a result
 TERMINAL = ("succeeded", "failed", "skipped", "died")
@@ -176,16 +177,22 @@ def _same_text(a: str, b: str) -> bool:
 
 
 def history(runs_dir: str, entry: Entry) -> dict[str, str]:
-    """Slot id -> state for every slot of ``entry`` claimed or recorded in ``runs_dir``."""
+    """Slot id -> state for every slot of ``entry`` claimed, given back (:data:`RETURNED`) or recorded in
+    ``runs_dir``."""
     done: dict[str, str] = {}
     for folder in (entry.legacy_claims_dir(runs_dir), entry.claims_dir(runs_dir)):
         for name in os.listdir(folder) if os.path.isdir(folder) else []:
-            if name.endswith(".json"):
-                try:
-                    slot = datetime.strptime(name[:-5], "%Y%m%dT%H%M%SZ").replace(tzinfo=_UTC)
-                except ValueError:
-                    continue
-                done[slot_id(slot)] = "claimed"
+            stem, dot, kind = name.partition(".")
+            if kind not in ("json", "returned"):
+                continue
+            try:
+                slot = slot_id(datetime.strptime(stem, "%Y%m%dT%H%M%SZ").replace(tzinfo=_UTC))
+            except ValueError:
+                continue
+            if kind == "json":
+                done[slot] = "claimed"
+            else:
+                done.setdefault(slot, RETURNED)  # a claim beside it is the newer word
     for slot, data in slot_records(runs_dir, entry.name).items():
         done[slot] = data.get("status") or "recorded"
     return done
@@ -222,7 +229,19 @@ def claim(runs_dir: str, entry: Entry, slot: datetime, state: str = "claimed") -
         os.unlink(path)
         name_file(e, path)
         raise
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path[:-5] + ".returned")  # a slot given back, taken again
     return path
+
+
+def give_back(path: str) -> bool:
+    """Give the claim at ``path`` back undecided, its run never started: it becomes ``SLOT.returned`` (:data:`RETURNED`
+    in the history), which the next decision takes again in its turn; whether this call did."""
+    try:
+        os.replace(path, path[:-5] + ".returned")
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def claim_body(entry: Entry, slot: datetime, state: str, **more: Any) -> dict:

@@ -90,6 +90,7 @@ from hetflow.engine.batch.claims import (  # noqa: F401 - the claims' names are 
     check_identities,
     claim,
     discover,
+    give_back,
     history,
     load_entry,
     lock_active,
@@ -99,6 +100,7 @@ from hetflow.engine.batch.claims import (  # noqa: F401 - the claims' names are 
     slot_records,
 )
 from hetflow.engine.manifest.cron import (  # noqa: F401 - the cron names are part of this module's API
+    RETURNED,
     _UTC,
     CATCHUP_LIMIT,
     POLICIES,
@@ -165,15 +167,22 @@ class Child:
 
 def start(entry: Entry, slot: datetime, runs_dir: str, claim_path: str, backlog: bool = False) -> Child:
     log = claim_path[:-5] + ".log"
-    with open(log, "ab") as f:
-        # Its own session: a SIGTERM or Ctrl-C meant for the scheduler does not reach the run.
-        process = subprocess.Popen(command(entry, slot, runs_dir), stdin=subprocess.DEVNULL, stdout=f,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+    tries = read_claim(claim_path).get("tries")
+    more = {"tries": tries} if tries else {}
+    # Said before the run's process exists: a claim still ``claimed`` or ``queued`` whose scheduler is gone
+    # never had a run, and is given back (:func:`settle`); one ``starting`` may have had one, and is not.
+    mark(claim_path, entry, slot, "starting", **more)
+    try:
+        with open(log, "ab") as f:
+            # Its own session: a SIGTERM or Ctrl-C meant for the scheduler does not reach the run.
+            process = subprocess.Popen(command(entry, slot, runs_dir), stdin=subprocess.DEVNULL, stdout=f,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+    except BaseException:
+        mark(claim_path, entry, slot, "claimed", **more)
+        raise
     # the run's own identity, so that a later scheduler can tell whether it still runs once this one is gone
     run_owner = {**owner.current(), "pid": process.pid, "start_ticks": owner.start_ticks(process.pid)}
-    tries = read_claim(claim_path).get("tries")
-    mark(claim_path, entry, slot, "started", run_pid=process.pid, run_owner=run_owner, log=log,
-         **({"tries": tries} if tries else {}))
+    mark(claim_path, entry, slot, "started", run_pid=process.pid, run_owner=run_owner, log=log, **more)
     return Child(entry, slot, claim_path, process, log, runs_dir=runs_dir, backlog=backlog)
 
 
@@ -276,14 +285,17 @@ def _pay_hook(entry: Entry, path: str, runs_dir: str, log: Log) -> bool:
 def settle(entry: Entry, runs_dir: str, log: Log, known: set[str] | None = None) -> list[dict]:
     """Conclude the slots of ``entry`` whose starter is gone and whose run has ended; what each ended as.
 
-    A claim still ``claimed``, ``queued`` or ``started`` is left alone
-    while the process that wrote it lives (it concludes the slot itself),
-    while that process is on another host (it cannot be looked at from
-    here), and while the run it started still runs (a detached run).
-    Otherwise the slot ends as its newest record says (``died`` for a
-    ``running`` record whose owner is gone), or ``died`` when no record
-    was written. ``known`` collects the claims seen terminal, which need
-    no second look.
+    A claim still ``claimed``, ``queued``, ``starting`` or ``started`` is
+    left alone while the process that wrote it lives (it concludes the slot
+    itself), while that process is on another host (it cannot be looked at
+    from here), and while the run it started still runs (a detached run).
+    A slot whose scheduler is gone before it began to start its run
+    (``claimed``, ``queued``) is given back, as a stopped ``serve`` gives
+    back its queued slots (:func:`give_back`): the next decision takes it
+    again, with ``catchup: true`` in its turn. Otherwise the slot ends as
+    its newest record says (``died`` for a ``running`` record whose owner
+    is gone), or ``died`` when no record was written. ``known`` collects
+    the claims seen terminal, which need no second look.
     """
     folder = entry.claims_dir(runs_dir)
     names = sorted(n for n in os.listdir(folder) if n.endswith(".json")) if os.path.isdir(folder) else []
@@ -306,10 +318,45 @@ def settle(entry: Entry, runs_dir: str, log: Log, known: set[str] | None = None)
             continue
         if records is None:
             records = slot_records(runs_dir, entry.name)
+        if records.get(body["slot"]) is None:
+            if body.get("state") in UNSTARTED:
+                _give_back(entry, path, log)
+                continue
+            if body.get("state") == "starting" and _may_be_starting(entry, body, runs_dir):
+                continue
         info = _ended(body, records.get(body["slot"]))
         if info is not None and conclude(entry, parse_instant(body["slot"]), path, info, runs_dir, log, detached=True):
             done.append(info)
     return done
+
+
+#: a claim's states before its scheduler began to start the slot's run
+UNSTARTED = ("claimed", "queued")
+
+
+def _give_back(entry: Entry, path: str, log: Log) -> None:
+    """Remove the claim at ``path`` of a slot whose scheduler ended before it began to start its run."""
+    with settling(path) as body:
+        if body is None or body.get("state") not in UNSTARTED or owner.alive(body) is not False:
+            return  # another process is at it, or the slot was claimed again meanwhile
+        if not give_back(path):
+            return
+        log("unqueued", {"manifest": entry.name, "slot": body["slot"], "detached": True,
+                         "reason": "the scheduler that claimed it ended before starting its run; it is decided again"})
+
+
+#: how long a run's process may take from its start to its record (Python's start, the manifest's load)
+STARTING_S = 60.0
+
+
+def _may_be_starting(entry: Entry, body: Mapping[str, Any], runs_dir: str) -> bool:
+    """Whether the slot of a ``starting`` claim whose scheduler is gone may have a run that has not written its
+    record yet: one holds the manifest's run lock, or the claim is younger than :data:`STARTING_S`."""
+    try:
+        age = time.time() - parse_instant(body["at"]).timestamp()
+    except (KeyError, TypeError, ValueError):
+        age = STARTING_S
+    return age < STARTING_S or entry.active(runs_dir)
 
 
 def _run_owner(body: Mapping[str, Any]) -> dict:
@@ -337,7 +384,7 @@ def _ended(body: Mapping[str, Any], record: Mapping[str, Any] | None) -> dict | 
     if body.get("state") == "started":
         return {"status": "died", "run_id": None, "rc": None, "error": "its run ended without writing a record"}
     return {"status": "died", "run_id": None, "rc": None,
-            "error": "the scheduler that claimed it ended before starting its run"}
+            "error": "the scheduler that started it ended before it could name its run, and no run wrote a record"}
 
 
 def retry_claim(runs_dir: str, entry: Entry, slot: datetime) -> str | None:
@@ -524,9 +571,13 @@ def status(files: Sequence[str], runs_dir: str, now: datetime,
                                "last_slot": last, "state": None, "run_id": None, "status": None, "duration_s": None,
                                "active": entry.active(runs_dir),
                                "next_slot": slot_id(entry.schedule.after(now, 1)[0]), "overdue": None}
-        expected = entry.schedule.latest(now - timedelta(seconds=grace), 1)[0]
-        if last is None or slot_id(expected) > last:
-            row["overdue"] = slot_id(expected)
+        expected = slot_id(entry.schedule.latest(now - timedelta(seconds=grace), 1)[0])
+        decided = [k for k, v in done.items() if v != RETURNED]
+        returned = sorted(k for k, v in done.items() if v == RETURNED)
+        if not decided or expected > max(decided):
+            row["overdue"] = expected
+        elif returned and returned[0] <= expected:
+            row["overdue"] = returned[0]  # given back, and no scheduler has taken it again since
         if last is not None:
             claim_file = os.path.join(entry.claims_dir(runs_dir), _slot_file(parse_instant(last)) + ".json")
             try:

@@ -25,7 +25,8 @@ from typing import Any, Callable, Sequence
 from hetflow.engine.manifest.cron import _UTC, due_slots, slot_id
 from hetflow.engine.errors import ManifestError, UsageError
 from hetflow.executors.files import file_stamp
-from hetflow.engine.batch.claims import Entry, check_claimed, check_identities, claim, discover, history, load_entry, mark
+from hetflow.engine.batch.claims import (Entry, check_claimed, check_identities, claim, discover, give_back, history,
+                                         load_entry, mark)
 from hetflow.engine.batch.schedule import LOCKED, Child, Log, _finish, settle, start
 
 __all__ = ["Server"]
@@ -118,8 +119,13 @@ class Server:
             elif seen is not None and seen.entry is not None:
                 self.log("unscheduled", {"file": file, "manifest": seen.entry.name})
 
-    def _active(self, entry: Entry) -> bool:
-        return any(c.entry.name == entry.name for c in self.running) or entry.active(self.runs_dir)
+    def _active(self, entry: Entry, backlog: bool = False) -> bool:
+        # Under ``allow`` the live schedule's runs may overlap anything: a backlog's slot waits for the backlog's
+        # own runs and for the manifest's lock (a run by hand), not for them, or a schedule whose runs outlast
+        # its period would never run its backlog.
+        beside = backlog and entry.schedule.max_active == "allow"
+        return (any(c.entry.name == entry.name and (c.backlog or not beside) for c in self.running)
+                or entry.active(self.runs_dir))
 
     def _busy(self, entry: Entry) -> bool:
         return self._active(entry) or any(q.entry.name == entry.name for q in self.queued)
@@ -144,7 +150,7 @@ class Server:
     def _start_queued(self) -> None:
         """Start each queued slot, oldest first, whose manifest is idle: one per manifest at a time."""
         for item in list(self.queued):
-            if not self._active(item.entry):
+            if not self._active(item.entry, item.backlog):
                 self.queued.remove(item)
                 self._start(item.entry, item.slot, item.claim, item.backlog)
 
@@ -223,7 +229,7 @@ class Server:
                 signal.signal(s, handler)
         for item in self.queued:
             try:
-                os.unlink(item.claim)
+                give_back(item.claim)
             except OSError:
                 pass
             self.log("unqueued", {"manifest": item.entry.name, "slot": slot_id(item.slot)})

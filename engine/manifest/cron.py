@@ -10,7 +10,10 @@ The *due* slots at instant ``now`` are the fire times after the newest
 slot of the history and at or before ``now``: all of them (at most
 :data:`CATCHUP_LIMIT`, the newest) when ``catchup`` is true, only the
 newest when it is false. A manifest with no history has one due slot,
-its latest fire time; nothing before it is back-filled. This module is
+its latest fire time; nothing before it is back-filled. A slot of the
+history that is :data:`RETURNED` (a scheduler gave it back before it
+started its run) is no decision: it is due again with ``catchup`` true,
+in its turn, and does not count as the newest slot. This module is
 pure: what the history is, and what happens to a due slot, is
 :mod:`hetflow.engine.batch.schedule`'s business.
 
@@ -39,6 +42,9 @@ __all__ = ["CATCHUP_LIMIT", "POLICIES", "Schedule", "check", "from_tree", "slot_
            "due_slots"]
 
 CATCHUP_LIMIT = 100
+
+#: the history's state of a slot given back undecided (``SLOT.returned`` beside the claims)
+RETURNED = "returned"
 
 POLICIES = ("skip", "queue", "allow")
 
@@ -243,10 +249,18 @@ def due_slots(schedule: Schedule, done: Mapping[str, str] | set, now: datetime) 
     ['2026-01-01T02:00:00Z', '2026-01-01T03:00:00Z']
     >>> [slot_id(t) for t in due_slots(Schedule("0 * * * *", "UTC", False, "skip", {}), {"2026-01-01T01:00:00Z"}, now)]
     ['2026-01-01T03:00:00Z']
+    >>> [slot_id(t) for t in due_slots(s, {"2026-01-01T01:00:00Z": RETURNED, "2026-01-01T02:00:00Z": "skipped"}, now)]
+    ['2026-01-01T01:00:00Z', '2026-01-01T03:00:00Z']
     """
-    newest = max(done) if done else None
+    returned = {k for k, v in done.items() if v == RETURNED} if isinstance(done, Mapping) else set()
+    decided = [k for k in done if k not in returned]
+    newest = max(decided) if decided else None
     recent = schedule.latest(now, CATCHUP_LIMIT if schedule.catchup else 1)
     missed = [t for t in recent if newest is None or slot_id(t) > newest]
     if newest is None or not schedule.catchup:
         missed = missed[:1]
+    if schedule.catchup and returned:
+        due = {slot_id(t) for t in missed}
+        missed += [parse_instant(k) for k in returned if k not in due and parse_instant(k) <= now]
+        missed = sorted(missed)[-CATCHUP_LIMIT:]
     return sorted(missed)

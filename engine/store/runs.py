@@ -835,7 +835,8 @@ def _finish_removals(runs_dir: str, refused: list[dict]) -> None:
 
 
 def _stale_claims(runs_dir: str, gone: set[str], cutoff: str | None) -> list[str]:
-    """Schedule claims whose run is removed, and run-less claims (skipped slots) older than ``cutoff``.
+    """Schedule claims whose run is removed, and run-less claims (skipped slots, slots given back and not taken
+    again) older than ``cutoff``.
 
     The newest claim of each manifest stays: it is where ``run-due`` continues from.
     """
@@ -843,7 +844,8 @@ def _stale_claims(runs_dir: str, gone: set[str], cutoff: str | None) -> list[str
     out = []
     for folder in sorted(os.listdir(root)) if os.path.isdir(root) else []:
         names = sorted(n for n in os.listdir(os.path.join(root, folder)) if n.endswith(".json"))
-        for n in names[:-1]:
+        returned = sorted(n for n in os.listdir(os.path.join(root, folder)) if n.endswith(".returned"))
+        for n in names[:-1] + returned:
             path = os.path.join(root, folder, n)
             body = _read_json(path) or {}
             if body.get("run_id") in gone or (not body.get("run_id") and cutoff is not None and (body.get("at") or "") < cutoff):
