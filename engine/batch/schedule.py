@@ -335,7 +335,7 @@ UNSTARTED = ("claimed", "queued")
 
 
 def _give_back(entry: Entry, path: str, log: Log) -> None:
-    """Remove the claim at ``path`` of a slot whose scheduler ended before it began to start its run."""
+    """Give back the claim at ``path`` of a slot whose scheduler ended before it began to start its run."""
     with settling(path) as body:
         if body is None or body.get("state") not in UNSTARTED or owner.alive(body) is not False:
             return  # another process is at it, or the slot was claimed again meanwhile
