@@ -80,12 +80,12 @@ def test_a_backlog_of_missed_slots_runs_in_order_under_every_policy(tmp_path, po
 def test_a_backlog_cut_short_goes_on_after_a_restart_though_a_later_slot_was_decided(tmp_path, policy, how):
     (tmp_path / "slow_ops.py").write_text(SLOW_OP)
     m = write(tmp_path, "every2", f'cron: "*/2 * * * * *"\ncatchup: true\nmax_active: {policy}\n' + HOOKS,
-              body=slow_body(2.5).replace("{seconds: 2.5}", "{seconds: 2.5}, cache: false"))
+              body=slow_body(1.5).replace("{seconds: 1.5}", "{seconds: 1.5}, cache: false"))
     runs, log1, log2 = tmp_path / "runs", tmp_path / "first.log", tmp_path / "second.log"
     entry = sched.load_entry(m)
-    last = entry.schedule.latest(now_utc(), 5)[-1]
+    last = entry.schedule.latest(now_utc(), 4)[-1]
     sched.mark(sched.claim(str(runs), entry, last), entry, last, "skipped", reason="before the downtime")
-    backlog = [sched.slot_id(t) for t in entry.schedule.after(last, 4)]
+    backlog = [sched.slot_id(t) for t in entry.schedule.after(last, 3)]
     first = serve([m], runs, log1)
     try:
         # the live schedule decides a slot after the backlog (skipped, or started beside it) while the
