@@ -238,6 +238,30 @@ def test_a_slot_whose_scheduler_died_before_starting_its_run_is_given_back_and_o
     assert sched.history(str(runs), entry)["2026-06-01T09:00:00Z"] == "claimed"
 
 
+def test_runs_gc_removes_an_old_given_back_slot_with_its_log_and_keeps_the_newest_claim(tmp_path):
+    from hetflow.engine.store.runs import collect_garbage
+
+    m = write(tmp_path, "hourly", 'cron: "0 * * * *"\n')
+    entry, runs = sched.load_entry(m), tmp_path / "runs"
+    paths = {}
+    for slot, state in (("2026-01-01T09:00:00Z", "skipped"), ("2026-01-01T10:00:00Z", "queued"),
+                        ("2026-01-01T11:00:00Z", "skipped")):
+        path = sched.claim(str(runs), entry, sched.parse_instant(slot))
+        sched.mark(path, entry, sched.parse_instant(slot), state)
+        body = json.loads(Path(path).read_text())
+        Path(path).write_text(json.dumps({**body, "at": "2026-01-01T12:00:00.000Z"}))
+        Path(path[:-5] + ".log").write_text("its output\n")
+        paths[slot] = Path(path)
+    assert sched.give_back(str(paths["2026-01-01T10:00:00Z"]))
+    returned = paths["2026-01-01T10:00:00Z"].with_suffix(".returned")
+    assert returned.exists()
+    result = collect_garbage(str(runs), older_than="1d")
+    assert sorted(result["removed_claims"]) == sorted(os.path.relpath(p, runs) for p in
+                                                      (paths["2026-01-01T09:00:00Z"], returned))
+    left = sorted(p.name for p in (runs / ".schedule" / "hourly").iterdir())
+    assert left == ["20260101T110000Z.json", "20260101T110000Z.log"]  # the newest claim is where run-due goes on
+
+
 def test_a_run_that_died_is_marked_so_and_its_failure_hook_runs(tmp_path):
     (tmp_path / "slow_ops.py").write_text(SLOW_OP)
     m = write(tmp_path, "doomed", 'cron: "*/3 * * * * *"\n' + HOOKS, body=slow_body(30))

@@ -623,7 +623,7 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
                     + unit.get("damaged", []):
                 _remove_folder(runs_dir, name, refused)
         for path in claims:
-            for file in (path, path[: -len(".json")] + ".log"):
+            for file in (path, os.path.splitext(path)[0] + ".log"):
                 try:
                     os.unlink(file)
                 except FileNotFoundError:
