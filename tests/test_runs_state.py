@@ -230,6 +230,27 @@ def test_a_record_whose_pid_was_reused_reads_died_and_one_whose_process_lives_is
     assert sorted(p.name.split("-")[1] for p in runs.iterdir()) == ["legacy", "live"]  # legacy-live and live
 
 
+def test_an_owner_that_ended_and_waits_to_be_reaped_is_dead(tmp_path):
+    # an orphan is reaped by init, which in a container may do it late or never: until then it is a zombie,
+    # whose pid answers kill(0) and whose /proc entry stays
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    who = {**owner.current(), "pid": child.pid, "start_ticks": owner.start_ticks(child.pid)}
+    if who["start_ticks"] is None:
+        child.wait()
+        pytest.skip("no /proc/PID/stat here: a process's state cannot be read")
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{child.pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z":
+        assert time.monotonic() < deadline, "the child never ended"
+        time.sleep(0.01)
+    try:
+        os.kill(child.pid, 0)  # still there, not reaped
+        assert owner.alive(who) is False
+        assert status_of({"status": "running", "owner": who}) == "died"
+    finally:
+        child.wait()
+    assert owner.alive(who) is False
+
+
 def run_cli(tmp_path: Path, name: str, text: str, *more: str) -> str:
     path = tmp_path / f"{name}.yaml"
     path.write_text(text)

@@ -48,17 +48,22 @@ def boot_id() -> str | None:
 
 def start_ticks(pid: int) -> int | None:
     """When process ``pid`` started, in clock ticks since boot (field 22 of ``/proc/PID/stat``); None if unknown."""
+    return _stat(pid)[1]
+
+
+def _stat(pid: int) -> tuple[bytes | None, int | None]:
+    """Process ``pid``'s state letter and start time (fields 3 and 22 of ``/proc/PID/stat``); None where unknown."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
     except OSError:
-        return None
+        return None, None
     # the command name (field 2) is in parentheses and may hold spaces or parentheses itself
     fields = data[data.rfind(b")") + 2:].split()
     try:
-        return int(fields[19])
+        return fields[0], int(fields[19])
     except (IndexError, ValueError):
-        return None
+        return (fields[0] if fields else None), None
 
 
 @lru_cache(maxsize=1)
@@ -96,9 +101,13 @@ def alive(owner: Mapping[str, Any] | None) -> bool | None:
         pass  # another user's process of that pid: its start time decides
     except OSError:
         return None
-    recorded, now = owner.get("start_ticks"), start_ticks(pid)
+    state, now = _stat(pid)
+    recorded = owner.get("start_ticks")
     if recorded is not None and now is not None and recorded != now:
         return False  # the pid was reused by another process
+    if state in (b"Z", b"X"):
+        # it has ended and waits to be reaped: by a parent that is gone, by an init that reaps late or never
+        return False
     if now is None and recorded is not None:
         return _zombie_or_gone(pid)
     return True
