@@ -262,6 +262,30 @@ def test_runs_gc_removes_an_old_given_back_slot_with_its_log_and_keeps_the_newes
     assert left == ["20260101T110000Z.json", "20260101T110000Z.log"]  # the newest claim is where run-due goes on
 
 
+def test_a_run_killed_under_its_live_scheduler_is_died_not_failed_and_says_by_what(tmp_path):
+    (tmp_path / "slow_ops.py").write_text(SLOW_OP)
+    m = write(tmp_path, "doomed", 'cron: "0 * * * *"\n' + HOOKS, body=slow_body(30))
+    runs = tmp_path / "runs"
+    due = subprocess.Popen([sys.executable, "-m", "hetflow.engine.cli", "schedule", "run-due", m, "--runs-dir",
+                            str(runs), "--now", "2026-06-01T10:00:00Z", "--log-format", "json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: any(r["status"] == "running" for r in records(runs)), 60, "a running record")
+        (body,) = claims(runs).values()
+        os.killpg(body["run_pid"], signal.SIGKILL)  # the OOM killer, while run-due waits on it
+        out, _ = due.communicate(timeout=60)
+    finally:
+        if due.poll() is None:
+            due.kill()
+    said = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    (ended,) = [e for e in said if e["event"] in ("succeeded", "failed", "died")]
+    assert due.returncode == 1 and ended["event"] == "died", out
+    assert ended["error"] == "its run was killed by SIGKILL before it finished its record" and ended["run_id"], out
+    (body,) = claims(runs).values()
+    assert (body["state"], body["run_id"]) == ("died", ended["run_id"])
+    assert hook_lines(tmp_path) == [("2026-06-01T10:00:00Z", "died")]
+
+
 def test_a_run_that_died_is_marked_so_and_its_failure_hook_runs(tmp_path):
     (tmp_path / "slow_ops.py").write_text(SLOW_OP)
     m = write(tmp_path, "doomed", 'cron: "*/3 * * * * *"\n' + HOOKS, body=slow_body(30))

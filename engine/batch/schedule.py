@@ -208,7 +208,29 @@ def outcome(child: Child) -> dict:
     out = {"status": status, "rc": rc, "run_id": run_id, "duration_s": round(time.monotonic() - child.started, 3)}
     if rc != 0:
         out["error"] = result.get("error") or _last_line(child.log)
+    if rc is not None and rc < 0 and not result:
+        out.update(_killed(child, -rc))
     return out
+
+
+def _killed(child: Child, signum: int) -> dict:
+    """What a run killed by signal ``signum`` (SIGKILL, the OOM killer) before it said its result left: its record
+    names the outcome if the run finished it, else the slot ``died``, as it does when its scheduler is gone."""
+    import signal
+
+    from hetflow.engine.store.runs import status_of
+
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    record = slot_records(child.runs_dir, child.entry.name).get(slot_id(child.slot))
+    if record is None or (record.get("owner") or {}).get("pid") != child.process.pid:
+        return {"status": "died", "error": f"its run was killed by {name} before it wrote a record"}
+    ended = _ended({}, record) or {"status": "died"}
+    if ended["status"] == "died":
+        ended["error"] = f"its run was killed by {name} before it finished its record"
+    return {**ended, "run_id": record.get("run_id"), "rc": -signum}
 
 
 def _last_line(path: str) -> str:
@@ -473,7 +495,7 @@ def run_due(files: Sequence[str], runs_dir: str, now: datetime, log: Log,
     are left alone; the others still run). Two different files that name
     one manifest are a :class:`UsageError`.
     """
-    counts = {"started": 0, "succeeded": 0, "failed": 0, "skipped": 0, "claimed_elsewhere": 0, "invalid": 0,
+    counts = {"started": 0, "succeeded": 0, "failed": 0, "died": 0, "skipped": 0, "claimed_elsewhere": 0, "invalid": 0,
               "would_run": 0, "would_skip": 0, "would_queue": 0, "settled": 0, "retried": 0}
     problems: list[Diagnostic] = []
     entries = []

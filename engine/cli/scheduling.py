@@ -41,7 +41,7 @@ def cmd_schedule(args: argparse.Namespace, out, err) -> int:
             print(d, file=err)
         if problems:
             return EXIT_BAD_INPUT
-        return EXIT_RUN_FAILED if counts["failed"] else EXIT_OK
+        return EXIT_RUN_FAILED if counts["failed"] or counts["died"] else EXIT_OK
     if args.schedule_command == "status":
         if args.grace < 0:
             raise UsageError("--grace must be 0 seconds or more")
