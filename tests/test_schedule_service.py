@@ -238,6 +238,43 @@ def test_a_slot_whose_scheduler_died_before_starting_its_run_is_given_back_and_o
     assert sched.history(str(runs), entry)["2026-06-01T09:00:00Z"] == "claimed"
 
 
+def test_a_slot_whose_run_found_the_lock_taken_when_its_scheduler_died_waits_its_turn_or_was_skipped(tmp_path):
+    from hetflow.engine.batch.claims import claim_body
+    from hetflow.engine.store import owner
+
+    m = write(tmp_path, "hourly", 'cron: "0 * * * *"\ncatchup: true\n' + HOOKS)
+    entry, runs = sched.load_entry(m), tmp_path / "runs"
+    gone = [subprocess.Popen(["true"]) for _ in range(2)]
+    dead = [{**owner.current(), "pid": p.pid, "start_ticks": owner.start_ticks(p.pid)} for p in gone]
+    for p in gone:
+        p.wait()
+    # what `hetflow run --json` says when the manifest's run lock is held (exit 4), from a real run
+    held = RunLock(lock_path(str(runs), m, "hourly", {"n": 4}), manifest="hourly").acquire()
+    try:
+        code, out, _ = cli("run", m, "--runs-dir", str(runs), "--json", "--quiet")
+    finally:
+        held.release()
+    assert code == 4
+
+    def left(slot: str, requeue: bool) -> Path:
+        path = Path(sched.claim(str(runs), entry, sched.parse_instant(slot)))
+        log = path.with_suffix(".log")
+        log.write_text(out)
+        path.write_text(json.dumps({**claim_body(entry, sched.parse_instant(slot), "started"), **dead[0],
+                                    "run_pid": dead[1]["pid"], "run_owner": dead[1], "log": str(log),
+                                    **({"requeue": True} if requeue else {})}))
+        return path
+
+    waits = left("2026-06-01T10:00:00Z", requeue=True)  # queue, or a backlog: it waits its turn
+    skipped = left("2026-06-01T11:00:00Z", requeue=False)  # skip: another run took the lock first
+    said = []
+    sched.settle(entry, str(runs), lambda event, fields: said.append((event, fields["slot"])))
+    assert not waits.exists() and waits.with_suffix(".returned").exists()
+    assert json.loads(skipped.read_text())["state"] == "skipped"
+    assert ("unqueued", "2026-06-01T10:00:00Z") in said and ("skipped", "2026-06-01T11:00:00Z") in said
+    assert hook_lines(tmp_path) == []  # neither ran: no failure to report
+
+
 def test_runs_gc_removes_an_old_given_back_slot_with_its_log_and_keeps_the_newest_claim(tmp_path):
     from hetflow.engine.store.runs import collect_garbage
 

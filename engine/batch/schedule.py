@@ -165,10 +165,15 @@ class Child:
     backlog: bool = False
 
 
-def start(entry: Entry, slot: datetime, runs_dir: str, claim_path: str, backlog: bool = False) -> Child:
+def start(entry: Entry, slot: datetime, runs_dir: str, claim_path: str, backlog: bool = False,
+          requeue: bool | None = None) -> Child:
+    """Start the run of ``slot`` in its own process. ``requeue``: a start that finds the run lock taken waits
+    for its turn (``queue``, a backlog) rather than being skipped; said in the claim, for whoever concludes it."""
     log = claim_path[:-5] + ".log"
     tries = read_claim(claim_path).get("tries")
-    more = {"tries": tries} if tries else {}
+    if requeue is None:
+        requeue = backlog or entry.schedule.max_active == "queue"
+    more = {**({"tries": tries} if tries else {}), **({"requeue": True} if requeue else {})}
     # Said before the run's process exists: a claim still ``claimed`` or ``queued`` whose scheduler is gone
     # never had a run, and is given back (:func:`settle`); one ``starting`` may have had one, and is not.
     mark(claim_path, entry, slot, "starting", **more)
@@ -346,6 +351,15 @@ def settle(entry: Entry, runs_dir: str, log: Log, known: set[str] | None = None)
                 continue
             if body.get("state") == "starting" and _may_be_starting(entry, body, runs_dir):
                 continue
+            if body.get("state") == "started" and _locked_out(body):
+                # its run found the run lock taken and ran nothing: it waits its turn, or was skipped
+                if body.get("requeue"):
+                    _give_back(entry, path, log, states=("started",))
+                    continue
+                if conclude(entry, parse_instant(body["slot"]), path, {"status": "locked"}, runs_dir, log,
+                            detached=True):
+                    done.append({"status": "locked"})
+                continue
         info = _ended(body, records.get(body["slot"]))
         if info is not None and conclude(entry, parse_instant(body["slot"]), path, info, runs_dir, log, detached=True):
             done.append(info)
@@ -356,15 +370,33 @@ def settle(entry: Entry, runs_dir: str, log: Log, known: set[str] | None = None)
 UNSTARTED = ("claimed", "queued")
 
 
-def _give_back(entry: Entry, path: str, log: Log) -> None:
-    """Give back the claim at ``path`` of a slot whose scheduler ended before it began to start its run."""
+def _give_back(entry: Entry, path: str, log: Log, states: Sequence[str] = UNSTARTED) -> None:
+    """Give back the claim at ``path`` of a slot whose scheduler ended before the slot's run ran: before it began
+    to start it, or after a start that found the run lock taken."""
     with settling(path) as body:
-        if body is None or body.get("state") not in UNSTARTED or owner.alive(body) is not False:
+        if body is None or body.get("state") not in states or owner.alive(body) is not False:
             return  # another process is at it, or the slot was claimed again meanwhile
         if not give_back(path):
             return
         log("unqueued", {"manifest": entry.name, "slot": body["slot"], "detached": True,
-                         "reason": "the scheduler that claimed it ended before starting its run; it is decided again"})
+                         "reason": "the scheduler that claimed it ended before its run ran; it is decided again"})
+
+
+def _locked_out(body: Mapping[str, Any]) -> bool:
+    """Whether the newest start of a slot's run ended at once because another run held the run lock (exit 4,
+    the result line its log ends with)."""
+    result: dict = {}
+    try:
+        with open(body.get("log") or "", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("{"):
+                    try:
+                        result = json.loads(line)
+                    except ValueError:
+                        pass
+    except OSError:
+        return False
+    return result.get("exit_code") == LOCKED and result.get("error") == "locked"
 
 
 #: how long a run's process may take from its start to its record (Python's start, the manifest's load)
@@ -686,7 +718,7 @@ def _run_slot(entry: Entry, slot: datetime, path: str, policy: str, runs_dir: st
             while entry.active(runs_dir):
                 time.sleep(wait)
             _settle_detached(entry, runs_dir, log, count)
-        child = start(entry, slot, runs_dir, path)
+        child = start(entry, slot, runs_dir, path, requeue=policy == "queue")
         count("started")
         log("started", {**fields, "pid": child.process.pid})
         child.process.wait()
