@@ -21,7 +21,13 @@ runs it left waited for, and a ``run-due``. What must hold then:
   short while it ran; those are counted, not failed);
 * under ``queue`` no slot is skipped.
 
+``--driver run-due`` keeps the schedule from cron instead: a ``run-due``
+started every 0.3-2 s for ``--seconds`` (they overlap), each live one
+SIGKILLed (alone or with its process group), SIGTERMed or SIGINTed with
+a seeded chance at each start; then the same end and the same checks.
+
     python bench/schedule_faults.py --seeds 1-4 --rounds 10
+    python bench/schedule_faults.py --seeds 1-4 --driver run-due --seconds 60
 
 One JSON line per campaign, then the totals.
 """
@@ -109,14 +115,59 @@ def serve(root: Path, runs: Path, log) -> subprocess.Popen:
                             cwd=root)
 
 
-def campaign(seed: int, rounds: int, root: Path, policy: str | None) -> dict:
-    rng = random.Random(seed)
+def setup(rng: random.Random, root: Path, policy: str | None) -> tuple[str, float, bool, Path]:
     policy = policy or rng.choice(["queue", "skip", "allow"])
     seconds, fail = rng.choice([0.3, 1.0, 2.5]), rng.random() < 0.5
     root.mkdir(parents=True, exist_ok=True)
     (root / "sf_ops.py").write_text(OPS)
     (root / "m.yaml").write_text(manifest(policy, seconds, fail))
-    runs = root / "runs"
+    return policy, seconds, fail, root / "runs"
+
+
+def campaign_run_due(seed: int, seconds_total: float, root: Path, policy: str | None) -> dict:
+    rng = random.Random(seed)
+    policy, seconds, fail, runs = setup(rng, root, policy)
+    started, faults, unexpected = [], Counter(), []
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds_total:
+        log = open(root / f"run-due{len(started)}.log", "w")
+        proc = subprocess.Popen(CLI + ["schedule", "run-due", str(root / "m.yaml"), "--runs-dir", str(runs)],
+                                stdout=log, stderr=subprocess.STDOUT, cwd=root, start_new_session=True)
+        started.append((proc, log))
+        time.sleep(rng.uniform(0.3, 2.0))
+        for other, _ in started:
+            if other.poll() is None and rng.random() < 0.15:
+                how = rng.choice(["SIGKILL", "SIGKILL+group", "SIGTERM", "SIGINT"])
+                faults[how] += 1
+                if how == "SIGKILL+group":
+                    os.killpg(other.pid, signal.SIGKILL)
+                else:
+                    other.send_signal(getattr(signal, how))
+    for proc, log in started:
+        try:
+            proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            unexpected.append(f"run-due {proc.pid} still going after 300 s")
+        log.close()
+    unexpected += [f"a traceback in {p.name}" for p in root.glob("run-due*.log") if "Traceback" in p.read_text()]
+    return {"seed": seed, "driver": "run-due", "policy": policy, "run_s": seconds, "flaky": fail,
+            "run_dues": len(started), "faults": dict(faults), **finish(root, runs, policy, unexpected)}
+
+
+def finish(root: Path, runs: Path, policy: str, unexpected: list[str]) -> dict:
+    _wait_gone(runs)
+    due = subprocess.run(CLI + ["schedule", "run-due", str(root / "m.yaml"), "--runs-dir", str(runs)], cwd=root,
+                         capture_output=True, text=True, timeout=300)
+    _wait_gone(runs)
+    from hetflow.engine.batch import schedule as sched
+
+    sched.settle(sched.load_entry(str(root / "m.yaml")), str(runs), lambda *_: None)
+    return {"run_due_exit": due.returncode, **judge(root, runs, policy, unexpected)}
+
+
+def campaign(seed: int, rounds: int, root: Path, policy: str | None) -> dict:
+    rng = random.Random(seed)
+    policy, seconds, fail, runs = setup(rng, root, policy)
     faults, unexpected = Counter(), []
     for r in range(rounds):
         piped = rng.random() < 0.15
@@ -148,15 +199,8 @@ def campaign(seed: int, rounds: int, root: Path, policy: str | None) -> dict:
         time.sleep(20)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
-    _wait_gone(runs)
-    due = subprocess.run(CLI + ["schedule", "run-due", str(root / "m.yaml"), "--runs-dir", str(runs)], cwd=root,
-                         capture_output=True, text=True, timeout=300)
-    _wait_gone(runs)
-    from hetflow.engine.batch import schedule as sched
-
-    sched.settle(sched.load_entry(str(root / "m.yaml")), str(runs), lambda *_: None)
-    return {"seed": seed, "policy": policy, "run_s": seconds, "flaky": fail, "faults": dict(faults),
-            "run_due_exit": due.returncode, **judge(root, runs, policy, unexpected)}
+    return {"seed": seed, "driver": "serve", "policy": policy, "run_s": seconds, "flaky": fail,
+            "faults": dict(faults), **finish(root, runs, policy, unexpected)}
 
 
 def _wait_gone(runs: Path, timeout: float = 120.0) -> None:
@@ -220,17 +264,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="1-4", help="a seed, or a range A-B (one campaign each)")
     parser.add_argument("--rounds", type=int, default=10, help="serve's starts and stops per campaign")
     parser.add_argument("--policy", choices=["queue", "skip", "allow"], help="max_active (default: seeded)")
+    parser.add_argument("--driver", choices=["serve", "run-due"], default="serve",
+                        help="who keeps the schedule: serve, or run-due from a cron-like loop")
+    parser.add_argument("--seconds", type=float, default=60.0, help="how long the run-due loop goes on")
     args = parser.parse_args(argv)
     lo, _, hi = args.seeds.partition("-")
     totals = Counter()
     with tempfile.TemporaryDirectory(prefix="hetflow-schedule-faults-") as tmp:
         for seed in range(int(lo), int(hi or lo) + 1):
-            result = campaign(seed, args.rounds, Path(tmp) / f"seed{seed}", args.policy)
+            folder = Path(tmp) / f"seed{seed}"
+            if args.driver == "serve":
+                result = campaign(seed, args.rounds, folder, args.policy)
+            else:
+                result = campaign_run_due(seed, args.seconds, folder, args.policy)
             print(json.dumps(result), flush=True)
             totals.update(result["slots"])
             totals["problems"] += len(result["problems"])
             totals["hooks run twice"] += result["hooks_run_twice"]
-            totals["rounds"] += sum(result["faults"].values())
+            totals["faults"] += sum(result["faults"].values())
     print(json.dumps({"totals": dict(totals)}))
     return 1 if totals["problems"] else 0
 
