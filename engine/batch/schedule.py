@@ -197,17 +197,7 @@ LOCKED = 4  # hetflow run's exit code when the manifest's run lock is held
 def outcome(child: Child) -> dict:
     """What a finished child did: status, run id, error, from its JSON result line."""
     rc = child.process.returncode
-    result: dict[str, Any] = {}
-    try:
-        with open(child.log, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("{"):
-                    try:
-                        result = json.loads(line)
-                    except ValueError:
-                        pass
-    except OSError:
-        pass
+    result = _result_line(child.log)
     status = "succeeded" if rc == 0 else "locked" if rc == LOCKED else "failed"
     run_id = result.get("run_id") or result.get("sweep_id")
     out = {"status": status, "rc": rc, "run_id": run_id, "duration_s": round(time.monotonic() - child.started, 3)}
@@ -385,9 +375,15 @@ def _give_back(entry: Entry, path: str, log: Log, states: Sequence[str] = UNSTAR
 def _locked_out(body: Mapping[str, Any]) -> bool:
     """Whether the newest start of a slot's run ended at once because another run held the run lock (exit 4,
     the result line its log ends with)."""
+    result = _result_line(body.get("log") or "")
+    return result.get("exit_code") == LOCKED and result.get("error") == "locked"
+
+
+def _result_line(path: str) -> dict:
+    """The last JSON result line (``hetflow run --json``) in a slot's log; empty when there is none."""
     result: dict = {}
     try:
-        with open(body.get("log") or "", encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 if line.startswith("{"):
                     try:
@@ -395,8 +391,8 @@ def _locked_out(body: Mapping[str, Any]) -> bool:
                     except ValueError:
                         pass
     except OSError:
-        return False
-    return result.get("exit_code") == LOCKED and result.get("error") == "locked"
+        pass
+    return result if isinstance(result, dict) else {}
 
 
 #: how long a run's process may take from its start to its record (Python's start, the manifest's load)
