@@ -10,10 +10,11 @@ file it came from).
 The *history* of a manifest (:func:`history`) is the set of slots that
 have a **claim** (a file ``RUNS_DIR/.schedule/NAME/SLOT.json``, created
 with ``O_CREAT | O_EXCL`` so exactly one process wins it, :func:`claim`),
-a claim given back before its run started (``SLOT.returned``,
+a claim given back before its run ran (``SLOT.returned``,
 :func:`give_back`: decided again, in its turn) or a **record** (a run
-record whose ``schedule.slot`` names it, for a manifest of this name). A claim is rewritten as its slot moves on
-(:func:`mark`: claimed, queued, starting, started, then one of :data:`TERMINAL`).
+record whose ``schedule.slot`` names it, for a manifest of this name). A
+claim is rewritten as its slot moves on (:func:`mark`: claimed, queued,
+starting, started, then one of :data:`TERMINAL`).
 The step to a terminal state is taken under ``flock`` of the slot's log
 (:func:`settling`), so exactly one process does a slot's book-keeping.
 A manifest is *active* while a live process holds the run lock a slot's
@@ -182,7 +183,7 @@ def history(runs_dir: str, entry: Entry) -> dict[str, str]:
     done: dict[str, str] = {}
     for folder in (entry.legacy_claims_dir(runs_dir), entry.claims_dir(runs_dir)):
         for name in os.listdir(folder) if os.path.isdir(folder) else []:
-            stem, dot, kind = name.partition(".")
+            stem, _, kind = name.partition(".")
             if kind not in ("json", "returned"):
                 continue
             try:
@@ -235,7 +236,7 @@ def claim(runs_dir: str, entry: Entry, slot: datetime, state: str = "claimed") -
 
 
 def give_back(path: str) -> bool:
-    """Give the claim at ``path`` back undecided, its run never started: it becomes ``SLOT.returned`` (:data:`RETURNED`
+    """Give the claim at ``path`` back undecided, its run never ran: it becomes ``SLOT.returned`` (:data:`RETURNED`
     in the history), which the next decision takes again in its turn; whether this call did."""
     try:
         os.replace(path, path[:-5] + ".returned")
