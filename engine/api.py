@@ -71,7 +71,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
 from hetflow.engine.manifest import matrix
-from hetflow.engine.errors import Diagnostic, RunFailed, UsageError
+from hetflow.engine.errors import Diagnostic, RunFailed, UsageError, argument
 from hetflow.engine.manifest.validate import Document, Manifest, compile_manifest, gc_paused, load
 
 if TYPE_CHECKING:
@@ -275,7 +275,7 @@ def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | 
         found = matrix.select(points, point) if point else points[0]
         chosen, overrides = found.name, {**overrides, **found.values}
     elif point:
-        raise UsageError(f"--point: {path} has no matrix")
+        raise UsageError(f"{path} has no matrix, so {argument('point', point)} names no point of it")
     # a point's problems name the point, as validate and a sweep name them
     manifest = matrix.check_points(doc, overrides, [found])[0][0] if chosen else compile_manifest(doc, overrides)
     from hetflow.engine.run.clusters import open_cluster, plan_on
@@ -351,7 +351,8 @@ def _jobs(path: str, doc: Document | None, overrides: dict, point: str | None, r
     """The document and one (manifest, matrix point, overrides) job per point to run."""
     if resume:
         if point or overrides:
-            raise UsageError("--resume continues a run exactly as it was; it takes no --point or -p")
+            raise UsageError(f"{argument('resume')} continues a run exactly as it was; it takes no {argument('point')} "
+                             f"or {argument('params')}")
         from hetflow.engine.store.runs import manifest_from_record, read_record
 
         record = read_record(runs_dir, resume)
@@ -362,7 +363,7 @@ def _jobs(path: str, doc: Document | None, overrides: dict, point: str | None, r
     doc = doc or load(path)
     if not matrix.has_matrix(doc):
         if point:
-            raise UsageError(f"--point: {path} has no matrix")
+            raise UsageError(f"{path} has no matrix, so {argument('point', point)} names no point of it")
         return doc, [(compile_manifest(doc, overrides), None, overrides)]
     points = matrix.expand(doc, overrides, max_points=max_points)
     if point:
@@ -474,7 +475,7 @@ def _session(path: str, doc: Any, manifest: Manifest, runs_dir: str, resume: str
         from hetflow.engine.batch import schedule as schedlib
 
         if resume:
-            raise UsageError("--resume continues a run as it was; it takes no --schedule-slot")
+            raise UsageError(f"{argument('resume')} continues a run as it was; it takes no {argument('schedule_slot')}")
         schedule, lock_name = schedlib.slot_run(doc, manifest.name, schedule_slot)
     from hetflow.engine.run.clusters import open_cluster
 
@@ -626,7 +627,8 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
     if resume:
         from hetflow.engine.store.runs import read_record
 
-        bound = recorded_inputs(read_record(runs_dir, resume), manifest, inputs, verb="--resume")
+        bound = recorded_inputs(read_record(runs_dir, resume), manifest, inputs, verb=argument("resume").rstrip("="),
+                                given_as=_given_as(inputs))
     else:
         bound = bind_inputs(manifest, inputs, given_as=_given_as(inputs))
     with _session(path, doc, manifest, runs_dir, resume, schedule_slot,
@@ -682,7 +684,7 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
         except (OSError, ValueError):
             raise UsageError(f"no sweep {resume!r} in {runs_dir}") from None
         if params:
-            raise UsageError("--resume continues a sweep with the params it had; it takes no -p")
+            raise UsageError(f"{argument('resume')} continues a sweep with the params it had; it takes no {argument('params')}")
         if os.path.abspath(summary["manifest"]) != os.path.abspath(path):
             raise UsageError(f"sweep {resume} ran {summary['manifest']}, not {path}")
         _refuse_live("sweep", resume, summary)

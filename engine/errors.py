@@ -20,7 +20,8 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 __all__ = ["Origin", "Noted", "Diagnostic", "SHOWN", "capped", "HetflowError", "ManifestError", "UsageError", "EnvironmentUnavailable",
-           "StorageUnavailable", "STORAGE_ERRNOS", "is_storage_error", "name_file", "require_runs_dir", "RunFailed", "RunCancelled", "StageFailure", "LockHeld"]
+           "StorageUnavailable", "STORAGE_ERRNOS", "is_storage_error", "name_file", "require_runs_dir", "RunFailed", "RunCancelled", "StageFailure", "LockHeld",
+           "argument", "speaking_to_the_command_line"]
 
 
 @functools.total_ordering
@@ -182,6 +183,48 @@ class ManifestError(HetflowError):
             diagnostics, key=lambda d: (d.origin or Origin("", 0, 0), d.message)
         )
         super().__init__("\n".join(capped(self.diagnostics)))
+
+
+#: whether messages name what their reader typed as a command's options (``--point``) or as the Python API's
+#: keywords (``point=``): :func:`speaking_to_the_command_line` sets it for a command's length. A list, not a
+#: context variable, so that a sweep's point threads speak as their command does.
+_COMMAND_LINE = [False]
+
+#: the API's keywords whose option has another name than ``--`` and the keyword with dashes
+_OPTIONS = {"params": "-p", "inputs": "--input"}
+
+
+def argument(keyword: str, value: object = None, key: str | None = None) -> str:
+    """How a message names the argument ``keyword`` of the Python API (``hetflow.run(point=...)``) to its reader,
+    given ``value`` if not None (the entry ``key: value`` of a mapping if ``key`` is given): ``point=`` from
+    Python, ``--point`` from the command line.
+
+    >>> argument("threads_per_worker"), argument("runs_dir", "/r"), argument("place", "w0", key="accel")
+    ('threads_per_worker=', "runs_dir='/r'", "place={'accel': 'w0'}")
+    >>> with speaking_to_the_command_line():
+    ...     argument("threads_per_worker"), argument("runs_dir", "/r"), argument("place", "w0", key="accel")
+    ('--threads-per-worker', '--runs-dir /r', '--place accel=w0')
+    """
+    if _COMMAND_LINE[0]:
+        option = _OPTIONS.get(keyword) or "--" + keyword.replace("_", "-")
+        if value is None:
+            return option
+        return f"{option} {value}" if key is None else f"{option} {key}={value}"
+    if value is None:
+        return keyword + "="
+    return f"{keyword}={value!r}" if key is None else f"{keyword}={{{key!r}: {value!r}}}"
+
+
+class speaking_to_the_command_line:
+    """``with speaking_to_the_command_line():`` messages raised inside name command-line options
+    (:func:`argument`); what it was before is restored after."""
+
+    def __enter__(self) -> None:
+        self.before = _COMMAND_LINE[0]
+        _COMMAND_LINE[0] = True
+
+    def __exit__(self, *exc: object) -> None:
+        _COMMAND_LINE[0] = self.before
 
 
 class UsageError(HetflowError):

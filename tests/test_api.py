@@ -328,6 +328,75 @@ def test_resume_takes_the_names_the_cli_takes(manifest_file, tmp_path):
         hetflow.run(manifest_file(SPLIT), runs_dir=runs, resume="nope")
 
 
+def test_resume_of_a_run_whose_arrays_came_from_memory_takes_them_again_and_speaks_python(manifest_file, tmp_path):
+    """``hetflow.run(resume=..., inputs={"x": array})`` raised TypeError (``os.fspath`` of the array, as if it were
+    ``--input x=PATH``), and its messages asked for ``--input``."""
+    path = manifest_file("""\
+        version: 1
+        name: takes
+        executors: {host: {vendor: cpu}}
+        stages:
+          x: {op: input, args: {shape: [2, 3], dtype: fp32}}
+          y: {op: relu, inputs: [x]}
+        outputs: {y: y}
+        """)
+    runs = tmp_path / "runs"
+    good = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+
+    def stop(event: dict) -> None:
+        if event.get("kind") == "partition" and event.get("event") == "started":
+            raise RuntimeError("stopped at the first partition")
+
+    with pytest.raises(RuntimeError, match="stopped at the first partition"):
+        hetflow.run(path, inputs={"x": good}, runs_dir=runs, on_event=stop)
+    (folder,) = [p for p in runs.iterdir() if not p.name.startswith(".")]
+    refusals = [
+        (None, f"resume: run {folder.name} took the array of input stage 'x' from memory (hetflow.run(inputs=)); its "
+               "record keeps the array's digest (sha256:"),
+        (None, "give the same array with inputs={'x': array} (or the path of a file: a .npy file"),
+        ({"x": good + 1}, f"resume: inputs['x'] holds other values than run {folder.name} had for input stage 'x'"),
+        ({"x": good.T.copy()}, "inputs['x']: stage 'x' "),
+    ]
+    for inputs, message in refusals:
+        with pytest.raises(hetflow.UsageError) as caught:
+            hetflow.run(path, runs_dir=runs, resume=folder.name, inputs=inputs)
+        assert message in str(caught.value) and "--input" not in str(caught.value)
+    again = hetflow.run(path, runs_dir=runs, resume=folder.name, inputs={"x": good.copy()})
+    assert (again.status, again.run_id) == ("succeeded", folder.name)
+    assert again.outputs["y"].tolist() == np.maximum(good, 0).tolist()
+
+
+def test_messages_name_the_python_keywords_in_python_and_the_options_on_the_command_line(manifest_file, tmp_path):
+    """The API's refusals named CLI options (``--point``, ``--resume ... -p``, ``--scheduler``) to Python callers."""
+    path = manifest_file(SPLIT)
+    runs = tmp_path / "runs"
+    hetflow.run(path, runs_dir=runs)
+    said = [
+        (lambda: hetflow.run(path, runs_dir=runs, point="n=2"), ["run", path, "--point", "n=2"],
+         f"{path} has no matrix, so point='n=2' names no point of it",
+         f"{path} has no matrix, so --point n=2 names no point of it"),
+        (lambda: hetflow.run(path, runs_dir=runs, resume="latest", params={"n": 2}),
+         ["run", path, "--resume", "latest", "-p", "n=2"],
+         "resume= continues a run exactly as it was; it takes no point= or params=",
+         "--resume continues a run exactly as it was; it takes no --point or -p"),
+        (lambda: hetflow.run(path, runs_dir=runs, scheduler="nowhere"), ["run", path, "--scheduler", "nowhere"],
+         "scheduler= expects tcp://HOST:PORT or a scheduler file", "--scheduler expects tcp://HOST:PORT"),
+        (lambda: hetflow.run(path, runs_dir=runs, schedule_slot="2026-01-01T00:00:00Z"),
+         ["run", path, "--schedule-slot", "2026-01-01T00:00:00Z"],
+         "so schedule_slot='2026-01-01T00:00:00Z' names no slot of it",
+         "so --schedule-slot 2026-01-01T00:00:00Z names no slot of it"),
+    ]
+    for call, argv, in_python, on_the_command_line in said:
+        with pytest.raises(hetflow.UsageError) as caught:
+            call()
+        assert in_python in str(caught.value)
+        code, out, err = _cli(*argv, "--runs-dir", str(runs))
+        assert code == 2 and on_the_command_line in err, err
+    with pytest.raises(hetflow.UsageError) as caught:  # and after a command, Python is spoken to again
+        hetflow.run(path, runs_dir=runs, point="n=2")
+    assert "point='n=2'" in str(caught.value)
+
+
 def test_run_from_threads(manifest_file, tmp_path):
     paths = [manifest_file(SPLIT.replace("name: split", f"name: split{i}"), f"m{i}.yaml") for i in range(2)]
     results: dict[int, object] = {}

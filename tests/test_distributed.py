@@ -119,7 +119,7 @@ def test_unsatisfiable_executor_fails_at_plan_time(cluster, manifest_file):
     (d,) = info.value.diagnostics
     assert str(d.origin).endswith("ok.yaml:7:19")
     assert d.message.startswith(f"executor 'accel' (cpu) cannot be placed on the cluster at {cluster.target}: "
-                                "--place accel=gpu-box matches no worker; the cluster offers: worker 0 (")
+                                "place={'accel': 'gpu-box'} matches no worker; the cluster offers: worker 0 (")
 
 
 def test_cli_plan_against_the_cluster_shows_placement_and_fails_with_exit_2(cluster, manifest_file):

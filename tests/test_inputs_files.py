@@ -72,7 +72,7 @@ def test_run_with_files_records_them_and_verify_reruns_with_them(project):
     assert err.startswith(f"hetflow: error: verify: input stage 'ids' of run {run.run_id} read {folder / 'ids.npy'}, "
                           f"which changed since the run ({ids['file_digest'][:19]} then, sha256:")
     assert err.endswith("now); verify reruns a run with the inputs it had: restore the file, or give one holding the "
-                        "same array with --input ids=PATH\n")
+                        "same array with --input ids=PATH (a .npy file, or a .npz or .safetensors file with :KEY)\n")
     assert sorted(os.listdir(runs)) == before, "a refused verify writes nothing"
 
     # the same array from another file is the run's input again
@@ -200,5 +200,5 @@ def test_resume_reads_the_files_the_run_read(project):
     runs = folder / "runs"
     run = hetflow.run(path, inputs={"ids": folder / "ids.npy", "mask": f"{folder / 'masks.npz'}:mask"}, runs_dir=runs)
     np.save(folder / "ids.npy", np.zeros((2, 3), np.int32))
-    with pytest.raises(hetflow.UsageError, match="--resume: input stage 'ids' of run .* changed since the run"):
+    with pytest.raises(hetflow.UsageError, match=r"^resume: input stage 'ids' of run .* changed since the run .* give one holding the same array with inputs=\{'ids': array\}"):
         hetflow.run(path, resume=run.run_id, runs_dir=runs)

@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 
 from hetflow.engine.store import owner
 from hetflow.engine.run.cancel import Cancel, Cancelled, current
-from hetflow.engine.errors import HetflowError, RunCancelled, UsageError
+from hetflow.engine.errors import HetflowError, RunCancelled, UsageError, argument
 from hetflow.engine.store.records import Stopwatch, json_writer, remove_partial_writes, utc_iso, write_atomic
 from hetflow.engine.store.runs import owner_of, read_fields, status_of, write_sweep
 from hetflow.engine.run.threads import POOLS, point
@@ -90,7 +90,7 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
     Python API, an error) leaves it cancelled or failed, never ``running``.
     """
     if parallel < 1:
-        raise UsageError("--parallel must be at least 1")
+        raise UsageError(f"{argument('parallel')} must be at least 1")
     cancel = cancel or current() or Cancel()
     cancel.name_subject("sweep", summary["sweep_id"], os.path.join(folder, "sweep.json"))
     runs_dir = os.path.dirname(os.path.abspath(folder))

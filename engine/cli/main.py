@@ -25,6 +25,7 @@ import sys
 from collections.abc import Sequence
 
 from hetflow.engine.cli.common import EXIT_ENVIRONMENT, EXIT_OK, _ShowVersion
+from hetflow.engine.errors import speaking_to_the_command_line
 from hetflow.engine.run.events import QuietStream, quiet
 
 # no typing, contextlib or importlib here: together 2-4 ms of every ``hetflow emulate``
@@ -53,7 +54,7 @@ _STOPPABLE = frozenset({"run", "verify"})
 
 def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    with _Streams(out, err) as (out, err):
+    with _Streams(out, err) as (out, err), speaking_to_the_command_line():
         code = _dispatch(argv, out, err)
         out.flush()
         err.flush()

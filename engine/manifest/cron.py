@@ -36,7 +36,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import CroniterError, croniter
 
-from hetflow.engine.errors import Diagnostic, UsageError
+from hetflow.engine.errors import Diagnostic, UsageError, argument
 
 __all__ = ["CATCHUP_LIMIT", "POLICIES", "Schedule", "check", "from_tree", "slot_id", "parse_instant", "slot_run",
            "due_slots"]
@@ -231,11 +231,11 @@ def slot_run(doc: Any, name: str, slot_text: str) -> tuple[dict, str]:
     """
     sched = from_tree(doc.value)
     if sched is None:
-        raise UsageError(f"--schedule-slot: {doc.file} has no schedule: block")
+        raise UsageError(f"{doc.file} has no schedule: block, so {argument('schedule_slot', slot_text)} names no slot of it")
     try:
         slot = parse_instant(slot_text)
     except UsageError:
-        raise UsageError(f"--schedule-slot expects a UTC instant such as 2026-03-29T01:00:00Z, got {slot_text!r}") from None
+        raise UsageError(f"{argument('schedule_slot')} expects a UTC instant such as 2026-03-29T01:00:00Z, got {slot_text!r}") from None
     lock_name = f"{name}@{_slot_file(slot)}" if sched.max_active == "allow" else name
     return sched.record(slot), lock_name
 

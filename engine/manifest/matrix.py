@@ -43,7 +43,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from hetflow.engine.errors import Diagnostic, ManifestError, Origin, UsageError
+from hetflow.engine.errors import Diagnostic, ManifestError, Origin, UsageError, argument
 from hetflow.engine.manifest.validate import Document, Manifest, compile_manifest
 
 __all__ = ["Point", "expand", "has_matrix", "point_name", "select", "check_points", "DEFAULT_MAX_POINTS"]
@@ -80,7 +80,7 @@ def point_name(name: str, values: Mapping[str, Any]) -> str:
 
 
 def expand(doc: Document, overrides: Mapping[str, Any] | None = None, max_points: int = DEFAULT_MAX_POINTS,
-           remedy: str = "raise it with --max-points N") -> list[Point]:
+           remedy: str | None = None) -> list[Point]:
     """The points of the document's matrix; raises :class:`ManifestError` or :class:`UsageError`.
 
     An override of a matrix key fixes that key to the one given value.
@@ -89,7 +89,10 @@ def expand(doc: Document, overrides: Mapping[str, Any] | None = None, max_points
     that makes a billion of them is said at once, not built in memory.
     """
     if max_points < 1:
-        raise UsageError("--max-points must be at least 1")
+        raise UsageError(f"{argument('max_points')} must be at least 1")
+    if remedy is None:
+        option = argument("max_points")
+        remedy = f"raise it with {option}N" if option.endswith("=") else f"raise it with {option} N"
     tree = doc.value
     matrix = tree.get("matrix") if isinstance(tree, dict) else None
     if not isinstance(matrix, dict):
@@ -197,7 +200,7 @@ def select(points: list[Point], wanted: str) -> Point:
     >>> select(pts, "a=1")
     Traceback (most recent call last):
     ...
-    hetflow.engine.errors.UsageError: --point a=1 matches 2 points (m[a=1,b=x], m[a=1,b=y]); give more keys
+    hetflow.engine.errors.UsageError: point='a=1' matches 2 points (m[a=1,b=x], m[a=1,b=y]); give more keys
     """
     import yaml
 
@@ -226,13 +229,13 @@ def select(points: list[Point], wanted: str) -> Point:
         keys = {k for p in points for k in p.values}
         unknown = sorted(set(pairs) - keys)
         if unknown:
-            raise UsageError(f"--point {wanted}: {unknown[0]!r} is not a matrix key (keys: {', '.join(sorted(keys))})")
+            raise UsageError(f"{argument('point', wanted)}: {unknown[0]!r} is not a matrix key (keys: {', '.join(sorted(keys))})")
         found = [p for p in points if all(k in p.values and same(p.values[k], v) for k, v in pairs.items())]
         if len(found) == 1:
             return found[0]
         if found:
             shown = ", ".join(p.name for p in found[:10]) + (" ..." if len(found) > 10 else "")
-            raise UsageError(f"--point {wanted} matches {len(found)} points ({shown}); give more keys")
+            raise UsageError(f"{argument('point', wanted)} matches {len(found)} points ({shown}); give more keys")
     raise UsageError(f"no matrix point {wanted!r} (points: {names})")
 
 

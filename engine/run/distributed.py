@@ -84,7 +84,7 @@ from distributed import Client
 
 from hetflow.engine.store.cache import CacheUse
 from hetflow.engine.run.clusterphases import place_witness, run_phases
-from hetflow.engine.errors import Diagnostic, EnvironmentUnavailable, ManifestError, UsageError
+from hetflow.engine.errors import Diagnostic, EnvironmentUnavailable, ManifestError, UsageError, argument
 from hetflow.engine.run.events import EventStream, run_event
 from hetflow.engine.run import malloc
 from hetflow.engine.run.lowering import TaskGraph, lower
@@ -315,9 +315,9 @@ class Cluster:
         from distributed import LocalCluster
 
         if workers < 1:
-            raise UsageError("--workers must be at least 1")
+            raise UsageError(f"{argument('workers')} must be at least 1")
         if threads_per_worker is not None and threads_per_worker < 1:
-            raise UsageError("--threads-per-worker must be at least 1")
+            raise UsageError(f"{argument('threads_per_worker')} must be at least 1")
         _refuse_in_a_starting_worker()
         _refuse_beyond_memory(workers)
         _room_for_open_files(workers)
@@ -359,7 +359,7 @@ class Cluster:
         elif "://" in target:
             kwargs = {"address": target}
         else:
-            raise UsageError(f"--scheduler expects tcp://HOST:PORT or a scheduler file; {target!r} is neither "
+            raise UsageError(f"{argument('scheduler')} expects tcp://HOST:PORT or a scheduler file; {target!r} is neither "
                              "(no such file, no scheme)")
         address = kwargs.get("address") or _file_address(target)
         wrong = _probe(address, min(timeout, _REFUSED_GRACE_S), timeout) if address else None
@@ -598,7 +598,7 @@ class Cluster:
         workers = self.workers(tuple({e.vendor: None for e in plan.executors.values()}))
         unknown = [e for e in mapping if e not in plan.executors]
         if unknown:
-            raise UsageError(f"--place {unknown[0]}=...: the manifest declares no executor {unknown[0]!r} "
+            raise UsageError(f"{argument('place')} names executor {unknown[0]!r}, which the manifest does not declare "
                              f"(declared: {', '.join(plan.executors)})")
         with self._hosting_lock:
             load = {w.address: self._hosting.get(w.address, 0) for w in workers}
@@ -657,7 +657,7 @@ class Cluster:
     def _candidates(e: Any, workers: list[WorkerInfo], mapping: Mapping[str, str]) -> tuple[list[WorkerInfo], str]:
         if e.name in mapping:
             wanted = mapping[e.name]
-            return [w for w in workers if wanted in (w.name, w.address)], f"--place {e.name}={wanted}"
+            return [w for w in workers if wanted in (w.name, w.address)], argument("place", wanted, key=e.name)
         resource = RESOURCE_PREFIX + e.name
         tagged = [w for w in workers if w.resources.get(resource, 0) > 0]
         if tagged:
@@ -1117,7 +1117,7 @@ def _refuse_beyond_memory(workers: int) -> None:
         f"a local cluster of {workers} workers needs about {workers * _WORKER_START_B / 2**30:.1f} GiB to start "
         f"({_WORKER_START_B // 2**20} MiB each before any work), more than the {available / 2**30:.1f} GiB this "
         f"machine has available; ask for at most {max(1, available // _WORKER_START_B)}, or join a cluster with "
-        "--scheduler")
+        f"{argument('scheduler')}")
 
 
 # The files a local cluster and the run on it keep open: measured here, --workers 1 ran with 36, 2 needed 41-48
@@ -1158,7 +1158,7 @@ def _room_for_open_files(workers: int) -> None:
     raise EnvironmentUnavailable(
         f"a local cluster of {workers} worker(s) needs about {need} open files, and this process may open only "
         f"{soft} (its hard limit: {hard}; `ulimit -n` in a shell): raise the limit, ask for fewer workers, or join "
-        "a cluster with --scheduler")
+        f"a cluster with {argument('scheduler')}")
 
 
 def _refuse_in_a_starting_worker() -> None:

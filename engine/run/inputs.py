@@ -141,9 +141,17 @@ def parse_input_flags(pairs: Sequence[str]) -> CliInputs:
 
 def _label(given_as: str, name: str, value: Any) -> str:
     """How a message names the value handed in: ``inputs['x']`` from Python, ``--input x=PATH`` from the CLI."""
-    if given_as == "--input":
+    if given_as == "--input" and isinstance(value, (str, os.PathLike)):
         return f"--input {name}={os.fspath(value)}"
-    return f"{given_as}[{name!r}]"
+    return f"{given_as.lstrip('-')}[{name!r}]"
+
+
+def _remedy(given_as: str, name: str) -> str:
+    """How a message asks for the array of input stage ``name`` again: ``--input`` from the CLI, ``inputs=``
+    from Python."""
+    if given_as == "--input":
+        return f"--input {name}=PATH ({FILE_FORMS})"
+    return f"{given_as}={{{name!r}: array}} (or the path of a file: {FILE_FORMS})"
 
 
 def bind_inputs(manifest: Manifest, inputs: Mapping[str, Any] | None, *, given_as: str = "inputs") -> dict[str, Bound]:
@@ -267,13 +275,14 @@ def describe_inputs(bound: Mapping[str, Bound]) -> dict[str, dict]:
 
 
 def recorded_inputs(record: Mapping[str, Any], manifest: Manifest, given: Mapping[str, Any] | None, *,
-                    verb: str) -> dict[str, Bound]:
+                    verb: str, given_as: str = "--input") -> dict[str, Bound]:
     """The arrays to rerun the run of ``record`` with: the files it read, or those ``given`` (``--input``).
 
     Each file it read must still hold the bytes it had (its sha256); an
     array that came from memory must be given again, and any array given
     must be the one the run had (the digest of its portable bytes). ``verb``
-    (``verify``, ``--resume``) names the command in messages.
+    (``verify``, ``--resume``) names the command in messages, ``given_as``
+    (``--input`` or ``inputs``, as for :func:`bind_inputs`) what ``given`` is.
 
     Raises
     ------
@@ -296,7 +305,7 @@ def recorded_inputs(record: Mapping[str, Any], manifest: Manifest, given: Mappin
             raise UsageError(
                 f"{verb}: run {run_id} took the array of input stage {name!r} from memory (hetflow.run(inputs=)); "
                 f"its record keeps the array's digest ({str(entry.get('digest'))[:19]}), not the array, so it cannot "
-                f"be rerun as it was: give the same array with --input {name}=PATH ({FILE_FORMS})")
+                f"be rerun as it was: give the same array with {_remedy(given_as, name)}")
         now = file_digest(entry["path"])
         if now != entry.get("file_digest"):
             state = "is gone" if now is None else "changed since the run"
@@ -305,9 +314,9 @@ def recorded_inputs(record: Mapping[str, Any], manifest: Manifest, given: Mappin
                 f"{verb}: input stage {name!r} of run {run_id} read {source}, which {state} "
                 f"({str(entry.get('file_digest'))[:19]} then, {(now or 'unreadable')[:19]} now); "
                 f"{verb} reruns a run with the inputs it had: restore the file, or give one holding the same array "
-                f"with --input {name}=PATH")
+                f"with {_remedy(given_as, name)}")
         specs[name] = entry["path"] + (f":{entry['key']}" if entry.get("key") else "")
-    bound = bind_inputs(manifest, specs, given_as="--input")
+    bound = bind_inputs(manifest, specs, given_as=given_as)
     for name, b in bound.items():
         if name not in given or name not in entries:
             continue
@@ -315,7 +324,7 @@ def recorded_inputs(record: Mapping[str, Any], manifest: Manifest, given: Mappin
 
         was, now = entries[name].get("digest"), digest_portable(b.portable)
         if now != was:
-            raise UsageError(f"{verb}: --input {name}={given[name]} holds other values than run {run_id} had for "
+            raise UsageError(f"{verb}: {_label(given_as, name, given[name])} holds other values than run {run_id} had for "
                              f"input stage {name!r} ({str(was)[:19]} then, {now[:19]} now)")
     return bound
 

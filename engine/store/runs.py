@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 from hetflow.engine.store import owner
 from hetflow.executors.payload import loads_exact
-from hetflow.engine.errors import UsageError
+from hetflow.engine.errors import UsageError, argument
 from hetflow.engine.heap import gc_paused
 from hetflow.engine.store.clock import utc_iso
 
@@ -322,7 +322,7 @@ def _folder_named(runs_dir: str, ref: str) -> str | None:
         if not is_entry:
             return None
         raise UsageError(f"{ref} is a {'sweep' if os.path.isfile(os.path.join(folder, 'sweep.json')) else 'run'} "
-                         f"of the runs directory {parent}, not of {runs_dir}; pass --runs-dir {parent}")
+                         f"of the runs directory {parent}, not of {runs_dir}; pass {argument('runs_dir', parent)}")
     return os.path.basename(folder)
 
 
