@@ -705,9 +705,14 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
             raise UsageError(f"{path} has no matrix: run it with hetflow.run()")
         points = [matrix.Point(p["name"], p["values"]) for _, p, _ in jobs]
         first = jobs[0][0]
-    from hetflow.engine.run.inputs import bind_inputs
+    from hetflow.engine.run.inputs import bind_inputs, recorded_inputs
 
-    bound = bind_inputs(first, inputs, given_as=_given_as(inputs))
+    took = _inputs_taken(summary, runs_dir) if resume else None
+    if took is not None:
+        # its points go on with the arrays its first points had, as a resumed run does: never a sweep of two inputs
+        bound = recorded_inputs(took, first, inputs, verb=argument("resume").rstrip("="), given_as=_given_as(inputs))
+    else:
+        bound = bind_inputs(first, inputs, given_as=_given_as(inputs))
     with _session(path, doc, first, runs_dir, None, schedule_slot,
                   (workers, threads_per_worker, scheduler, place, threads, dashboard), lock=False) as (cluster, schedule, lock_name):
         if not resume:
@@ -735,6 +740,20 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
     from hetflow.engine.results import Sweep
 
     return Sweep(folder, made)
+
+
+def _inputs_taken(summary: Mapping[str, Any], runs_dir: str) -> dict | None:
+    """The record of a run of one of the sweep's points that took arrays for ``input`` stages, or None: the arrays
+    every point of the sweep took (the points of a sweep share its ``inputs``)."""
+    from hetflow.engine.store.runs import read_fields
+
+    for row in summary.get("points") or []:
+        if not isinstance(row, Mapping) or not row.get("run_id"):
+            continue
+        record = read_fields(os.path.join(runs_dir, row["run_id"], "record.json"), ("run_id", "inputs"))
+        if record and record.get("inputs"):
+            return record
+    return None
 
 
 def __getattr__(name: str) -> Any:

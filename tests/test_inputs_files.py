@@ -202,3 +202,39 @@ def test_resume_reads_the_files_the_run_read(project):
     np.save(folder / "ids.npy", np.zeros((2, 3), np.int32))
     with pytest.raises(hetflow.UsageError, match=r"^resume: input stage 'ids' of run .* changed since the run .* give one holding the same array with inputs=\{'ids': array\}"):
         hetflow.run(path, resume=run.run_id, runs_dir=runs)
+
+
+def test_a_resumed_sweep_goes_on_with_the_arrays_its_points_took(project):
+    """A sweep resumed with other arrays (or a file changed since) ran its last points on them and its first on
+    the old ones; without ``--input``, the command line refused what a resumed run reads from its record."""
+    folder, path = project
+    swept = Path(path).read_text().replace("executors:", "params: {k: 1}\nmatrix: {k: [1, 2, 3]}\nexecutors:", 1)
+    Path(path).write_text(swept)
+    runs = str(folder / "runs")
+    ids, mask = folder / "ids.npy", f"{folder / 'masks.npz'}:mask"
+
+    def stop(event: dict) -> None:
+        if event.get("kind") == "run" and event.get("event") == "finished":
+            raise RuntimeError("stopped after the first point")
+
+    with pytest.raises(RuntimeError, match="stopped after the first point"):
+        hetflow.sweep(path, inputs={"ids": ids, "mask": mask}, runs_dir=runs, on_event=stop)
+    (summary_file,) = Path(runs).glob("*/sweep.json")
+    assert [p["status"] for p in json.loads(summary_file.read_text())["points"]][1:] == ["pending", "pending"]
+    np.save(folder / "other.npy", np.zeros((2, 3), np.int32))
+    code, out, err = _cli("run", path, "--resume", "latest", "--input", f"ids={folder / 'other.npy'}",
+                          "--runs-dir", runs, "--quiet")
+    assert code == 2 and "--resume: --input ids=" in err and "holds other values than run" in err, err
+    np.save(ids, np.ones((2, 3), np.int32))
+    code, out, err = _cli("run", path, "--resume", "latest", "--runs-dir", runs, "--quiet")
+    assert code == 2 and "--resume: input stage 'ids' of run " in err and "changed since the run" in err, err
+    assert [p["status"] for p in json.loads(summary_file.read_text())["points"]][1:] == ["pending", "pending"]
+    np.save(ids, np.array([[1, -2, 3], [4, 5, -6]], np.int64))
+    code, out, err = _cli("run", path, "--resume", "latest", "--runs-dir", runs, "--quiet")
+    assert code == 0, err
+    summary = json.loads(summary_file.read_text())
+    assert summary["status"] == "succeeded"
+    records = [hetflow.open_run(p["run_id"], runs_dir=runs).record for p in summary["points"]]
+    assert len({json.dumps(r["inputs"], sort_keys=True) for r in records}) == 1
+    assert all(hetflow.open_run(p["run_id"], runs_dir=runs).outputs["h"].tolist() == [[1.0, 0.0, 6.0], [4.0, 2.5, 0.0]]
+               for p in summary["points"])
