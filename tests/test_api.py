@@ -397,6 +397,23 @@ def test_messages_name_the_python_keywords_in_python_and_the_options_on_the_comm
     assert "point='n=2'" in str(caught.value)
 
 
+def test_a_run_its_on_event_callback_stopped_says_so_in_its_record(manifest_file, tmp_path):
+    """The record said ``ValueError: ...`` alone, which reads as the engine's or a stage's error."""
+    runs = tmp_path / "runs"
+    for kind, moment in (("run", "started"), ("partition", "finished")):
+        def stop(event: dict) -> None:
+            if (event.get("kind"), event.get("event")) == (kind, moment):
+                raise ValueError(f"the caller's bug at {kind} {moment}")
+
+        with pytest.raises(ValueError, match="the caller's bug"):
+            hetflow.run(manifest_file(SPLIT), runs_dir=runs, on_event=stop)
+        failed = hetflow.open_run("latest", runs_dir=runs)
+        assert failed.status == "failed"
+        assert failed.record["error"]["message"] == f"its on_event callback raised ValueError: the caller's bug at {kind} {moment}"
+        code, out, _ = _cli("runs", "show", failed.run_id, "--runs-dir", str(runs))
+        assert code == 0 and "its on_event callback raised ValueError" in out
+
+
 def test_run_from_threads(manifest_file, tmp_path):
     paths = [manifest_file(SPLIT.replace("name: split", f"name: split{i}"), f"m{i}.yaml") for i in range(2)]
     results: dict[int, object] = {}

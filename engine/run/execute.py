@@ -234,12 +234,17 @@ def _execute(
     writing = threading.RLock()
     sealed = threading.Event()
     runtime: Any = None
-    sink = on_event
-    if on_event is not None and event_tag:
-        tag = {"run": run_id, **event_tag}
+    sink = None
+    if on_event is not None:
+        tag = {"run": run_id, **event_tag} if event_tag else None
 
         def sink(event: dict) -> None:
-            on_event({**event, **tag})
+            try:
+                on_event({**event, **tag} if tag else event)
+            except Exception as e:
+                # the caller's own code stopped the run: its record says so, not only what was raised
+                e.hetflow_raised_in = "on_event"
+                raise
 
     stream = EventStream([sink] if sink is not None else [])
 
@@ -657,8 +662,7 @@ def _write_ended(record_path: str, record: dict, encoded: Mapping[str, str], err
             cancel.request("SIGINT")
         ending["cancelled"] = _cancel_info(cancel, events, runtime, forced=forced)
     else:
-        ending["error"] = {"partition": None, "node": None, "message": f"{type(error).__name__}: {error}",
-                           "traceback": "".join(traceback.format_exception(error))}
+        ending["error"] = _error_entry(error)
     _end_attempt(ending, "cancelled" if stopped else "failed", watch.started, now)
     kept = {k: v for k, v in encoded.items() if k in ("plan", "manifest")}
     try:
@@ -811,8 +815,16 @@ def _describe_failure(failure: BaseException, plan: Plan, manifest: Manifest) ->
         if failure.op is not None:
             described.update(op=failure.op, traceback=failure.user_traceback)
         return described
-    return {"partition": None, "node": None, "message": f"{type(failure).__name__}: {failure}",
-            "traceback": "".join(traceback.format_exception(failure))}
+    return _error_entry(failure)
+
+
+def _error_entry(error: BaseException) -> dict:
+    """The record's ``error`` of a run that an error outside its stages ended: the engine's, the disk's, or one
+    the caller's ``on_event`` raised, which it names."""
+    said = f"{type(error).__name__}: {error}"
+    if getattr(error, "hetflow_raised_in", None):
+        said = f"its {error.hetflow_raised_in} callback raised {said}"
+    return {"partition": None, "node": None, "message": said, "traceback": "".join(traceback.format_exception(error))}
 
 
 def _traceback_text(failure: BaseException) -> str:
