@@ -500,3 +500,61 @@ def test_serve_says_once_that_a_named_path_is_gone_and_still_finds_new_files_in_
     server.scan()
     server.scan()
     assert [(e, f.get("manifest")) for e, f in seen[4:]] == [("loaded", "gone")]
+
+
+def _interpreter_that_can_go(folder: Path) -> Path:
+    """This Python under a path of its own (its prefix's folders linked), which a test removes from under a
+    long-lived ``serve``, as an upgrade of the interpreter or its venv does."""
+    shadow = folder / "python"
+    (shadow / "bin").mkdir(parents=True)
+    for item in Path(sys.prefix).iterdir():
+        if item.name != "bin":
+            (shadow / item.name).symlink_to(item)
+    exe = shadow / "bin" / "python"
+    exe.symlink_to(os.path.realpath(sys.executable))
+    return exe
+
+
+def test_a_slot_whose_run_could_not_be_started_fails_saying_why_and_serve_goes_on(tmp_path):
+    """``serve`` whose interpreter was removed: the slot's claim stayed ``claimed`` while ``serve`` lived, the slot
+    never run and never failed, no hook."""
+    exe = _interpreter_that_can_go(tmp_path)
+    m = write(tmp_path, "gone", 'cron: "*/2 * * * * *"\n' + HOOKS)
+    runs, log = tmp_path / "runs", tmp_path / "serve.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen([str(exe), "-m", "hetflow.engine.cli", "schedule", "serve", m, "--runs-dir", str(runs),
+                                 "--log-format", "json", "--poll", "0.5"], stdout=f, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: any(e["event"] == "succeeded" for e in events(log)), 60, "a slot run by serve")
+        exe.unlink()
+        wait_for(lambda: any(b["state"] == "failed" for b in claims(runs).values()), 30, "a slot that failed to start")
+        exe.symlink_to(os.path.realpath(sys.executable))
+        failed = [s for s, b in claims(runs).items() if b["state"] == "failed"]
+        wait_for(lambda: any(b["state"] == "succeeded" and s > failed[0] for s, b in claims(runs).items()), 30,
+                 "a slot run again once the interpreter is back")
+    finally:
+        assert stop(proc) == 0
+        wait_detached(runs)
+    body = claims(runs)[failed[0]]
+    assert body["error"] == f"its run could not be started: No such file or directory: {exe}", body
+    assert body.get("run_id") is None and body["hook"] == "ran"
+    assert (failed[0], "failed") in hook_lines(tmp_path)
+    said = [e for e in events(log) if e.get("slot") == failed[0]]
+    assert [e["event"] for e in said] == ["failed", "hook"], said
+    assert not any(e["event"] == "error" for e in events(log))
+    assert not any(b["state"] in ("claimed", "starting") for b in claims(runs).values())
+
+
+def test_run_due_whose_run_could_not_be_started_concludes_the_slot_failed_and_exits_1(tmp_path, monkeypatch):
+    exe = _interpreter_that_can_go(tmp_path)
+    exe.unlink()
+    monkeypatch.setattr(sys, "executable", str(exe))  # the interpreter this process would start its runs with
+    m = write(tmp_path, "gone", 'cron: "0 * * * *"\n' + HOOKS)
+    runs = tmp_path / "runs"
+    code, out, err = cli("schedule", "run-due", m, "--runs-dir", str(runs), "--now", "2026-03-01T10:00:30Z")
+    assert code == 1, err
+    (slot, body), = claims(runs).items()
+    assert (slot, body["state"]) == ("2026-03-01T10:00:00Z", "failed")
+    assert body["error"] == f"its run could not be started: No such file or directory: {exe}"
+    assert hook_lines(tmp_path) == [(slot, "failed")]
+    assert "Traceback" not in out + err

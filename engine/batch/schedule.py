@@ -130,6 +130,8 @@ __all__ = [
     "due_slots",
     "claim",
     "conclude",
+    "NotStarted",
+    "fail_start",
     "settle",
     "retry_claim",
     "run_due",
@@ -182,6 +184,9 @@ def start(entry: Entry, slot: datetime, runs_dir: str, claim_path: str, backlog:
             # Its own session: a SIGTERM or Ctrl-C meant for the scheduler does not reach the run.
             process = subprocess.Popen(command(entry, slot, runs_dir), stdin=subprocess.DEVNULL, stdout=f,
                                        stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as e:
+        mark(claim_path, entry, slot, "claimed", **more)
+        raise NotStarted(e) from e
     except BaseException:
         mark(claim_path, entry, slot, "claimed", **more)
         raise
@@ -189,6 +194,29 @@ def start(entry: Entry, slot: datetime, runs_dir: str, claim_path: str, backlog:
     run_owner = {**owner.current(), "pid": process.pid, "start_ticks": owner.start_ticks(process.pid)}
     mark(claim_path, entry, slot, "started", run_pid=process.pid, run_owner=run_owner, log=log, **more)
     return Child(entry, slot, claim_path, process, log, runs_dir=runs_dir, backlog=backlog)
+
+
+class NotStarted(Exception):
+    """The process of a slot's run could not be made (no file descriptors or processes left, the interpreter
+    gone from under a long-lived ``serve``): ``error`` is the ``OSError``."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def fail_start(entry: Entry, slot: datetime, path: str, error: NotStarted, runs_dir: str, log: Log) -> dict:
+    """Conclude the slot whose run could not be started: ``failed``, saying why, with its ``on_failure``.
+
+    Its claim would otherwise stay ``claimed`` for as long as its scheduler
+    lives, the slot decided and never run. ``run-due --retry`` reruns it.
+    """
+    cause = error.error
+    info = {"status": "failed", "run_id": None, "rc": None,
+            "error": f"its run could not be started: {cause.strerror or cause}"
+                     + (f": {cause.filename}" if getattr(cause, "filename", None) else "")}
+    conclude(entry, slot, path, info, runs_dir, log)
+    return info
 
 
 LOCKED = 4  # hetflow run's exit code when the manifest's run lock is held
@@ -714,7 +742,12 @@ def _run_slot(entry: Entry, slot: datetime, path: str, policy: str, runs_dir: st
             while entry.active(runs_dir):
                 time.sleep(wait)
             _settle_detached(entry, runs_dir, log, count)
-        child = start(entry, slot, runs_dir, path, requeue=policy == "queue")
+        try:
+            child = start(entry, slot, runs_dir, path, requeue=policy == "queue")
+        except NotStarted as e:
+            fail_start(entry, slot, path, e, runs_dir, log)
+            count("failed")
+            return
         count("started")
         log("started", {**fields, "pid": child.process.pid})
         child.process.wait()

@@ -27,7 +27,7 @@ from hetflow.engine.errors import ManifestError, UsageError
 from hetflow.executors.files import file_stamp
 from hetflow.engine.batch.claims import (Entry, check_claimed, check_identities, claim, discover, give_back, history,
                                          load_entry, mark)
-from hetflow.engine.batch.schedule import LOCKED, Child, Log, _finish, settle, start
+from hetflow.engine.batch.schedule import LOCKED, Child, Log, NotStarted, _finish, fail_start, settle, start
 
 __all__ = ["Server"]
 
@@ -131,7 +131,11 @@ class Server:
         return self._active(entry) or any(q.entry.name == entry.name for q in self.queued)
 
     def _start(self, entry: Entry, slot: datetime, path: str, backlog: bool = False) -> None:
-        child = start(entry, slot, self.runs_dir, path, backlog=backlog)
+        try:
+            child = start(entry, slot, self.runs_dir, path, backlog=backlog)
+        except NotStarted as e:
+            fail_start(entry, slot, path, e, self.runs_dir, self.log)
+            return
         self.running.append(child)
         self.log("started", {"manifest": entry.name, "slot": slot_id(slot), "pid": child.process.pid})
 
