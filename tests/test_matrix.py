@@ -213,3 +213,29 @@ def test_a_sweep_says_why_each_point_failed_and_exits_as_its_runs_would(manifest
     lines = shown.splitlines()
     failed = next(i for i, line in enumerate(lines) if "sweep[n=2,scale=-1.0]  failed" in line)
     assert code == 0 and lines[failed + 1].strip().endswith("raised ValueError: a negative total (picky.py:7)")
+
+
+@pytest.mark.parametrize("written, said", [
+    ("  n: {range: [2, 5]}", ":6:6: error: matrix.n must be a list, found {'range': [2, 5]}"),
+    ("  n: []", ":6:6: error: matrix.n must have at least 1 item, found 0"),
+    ("  exclude: [{n: 2}]", ":5:1: error: the matrix makes no point: it gives no declared param a list of values, "
+                            "and has no include entry"),
+    ("  n: [2, 3]\n  exclude: [{n: 2}, {n: 3}]",
+     ":5:1: error: the matrix makes no point: exclude drops every one of its 2 combinations"),
+])
+def test_a_matrix_that_makes_no_point_is_bad_input_everywhere(manifest_file, tmp_path, written, said):
+    """With no point nothing was compiled, so nothing checked the matrix: validate said ok, and run and plan
+    failed with an internal error (IndexError) and a crash log."""
+    text = SWEEP.replace("  n: [2, 3]\n  scale: [1.0, 2.0]", written)
+    path = manifest_file(text)
+    runs = tmp_path / "runs"
+    for argv in (["validate", path], ["plan", path, "--runs-dir", str(runs)], ["run", path, "--runs-dir", str(runs)]):
+        code, out, err = main(*argv)
+        assert code == 2 and err.startswith(path + said), (argv, err)
+        assert "internal error" not in err
+    assert not runs.exists()
+    with pytest.raises(ManifestError) as caught:
+        import hetflow
+
+        hetflow.sweep(path, runs_dir=runs)
+    assert str(caught.value).startswith(path + said)

@@ -170,10 +170,32 @@ def expand(doc: Document, overrides: Mapping[str, Any] | None = None, max_points
         point = Point(point_name(name, combo), combo)
         seen.setdefault(point.name, point)
     points = list(seen.values())
+    if not points:
+        raise _no_point(doc, overrides, total, bool(excludes))
     if len(points) > max_points:
         raise UsageError(f"{doc.file}: the matrix expands to {len(points)} points, more than the cap of {max_points}; "
                          f"{remedy}")
     return points
+
+
+def _no_point(doc: Document, overrides: Mapping[str, Any], combinations: int, excluded: bool) -> ManifestError:
+    """The error of a ``matrix:`` that makes no point: what the schema says of it (a key whose values are no list,
+    or an empty one) where it says anything, else why there is none, at the ``matrix:`` key.
+
+    With no point, no point is compiled, and so nothing else would say it: ``validate`` said ``ok`` and
+    ``run`` failed with an internal error.
+    """
+    from hetflow.engine.manifest.validate import compile_manifest
+
+    try:
+        compile_manifest(doc, dict(overrides))
+    except ManifestError as e:
+        return e
+    if combinations and excluded:
+        why = f"exclude drops every one of its {combinations:,} combinations"
+    else:
+        why = "it gives no declared param a list of values, and has no include entry"
+    return ManifestError([Diagnostic(doc.key_at(("matrix",)), f"the matrix makes no point: {why}")])
 
 
 def _split_pairs(text: str) -> list[str]:
