@@ -726,6 +726,8 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
 
         def run_one(job: tuple, row: dict, named: Callable[[str], None]) -> Run:
             manifest, mpoint, given, again = job
+            # the run says whose point it is: a run the summary's last write did not name is still the sweep's
+            mpoint = {**mpoint, "sweep": summary["sweep_id"]}
             with RunLock(lock_path(runs_dir, path, lock_name, manifest.params), manifest=path, run=again):
                 # the points' runs share the event sink: each event names its run and point
                 done = _execute(manifest, cluster, place, bound, runs_dir=runs_dir, overrides=given,

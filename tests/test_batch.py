@@ -163,3 +163,57 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(manifest_file, tmp_path):
     assert json.loads(Path(where).read_text())["pid"] == holder.pid, "the dead holder's lock file is still there"
     code, out, err = main("run", path, "--runs-dir", runs, "--quiet")
     assert code == 0, err
+
+
+KILLED_AT_A_POINT = """
+import os, signal, sys
+import hetflow
+
+def on_point(row):
+    if row["name"].endswith("[k=40]"):
+        os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would, the moment the point ended
+
+hetflow.sweep(sys.argv[1], runs_dir=sys.argv[2], on_point=on_point)
+"""
+
+
+def test_a_sweep_killed_before_its_summary_caught_up_reads_and_resumes_as_its_runs_say(manifest_file, tmp_path):
+    """The summary is written a moment behind the points; a sweep killed in that moment read ``died`` (or
+    ``pending``) for points whose runs had succeeded, and its resume ran them again beside their runs."""
+    path = manifest_file("version: 1\nname: many\nparams: {k: 0}\nmatrix: {k: [" + ", ".join(map(str, range(60)))
+                         + "]}\nexecutors: {cpu: {vendor: cpu}}\nstages:\n  x: {op: ones, args: {shape: [4]}}\n"
+                         "  y: {op: relu, inputs: [x]}\noutputs: {y: y}\n")
+    runs = tmp_path / "runs"
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_AT_A_POINT)
+    done = subprocess.run([sys.executable, str(script), path, str(runs)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    (folder,) = runs.glob("*-sweep")
+    on_disk = json.loads((folder / "sweep.json").read_text())
+    records = {p.parent.name: json.loads(p.read_text()) for p in runs.glob("*/record.json")}
+    (killer,) = [r for r in records.values() if r["matrix_point"]["name"] == "many[k=40]"]
+    assert killer["status"] == "succeeded" and killer["matrix_point"]["sweep"] == folder.name
+    row = next(p for p in on_disk["points"] if p["name"] == "many[k=40]")
+    assert row["status"] != "succeeded", "the summary caught up before the kill: nothing here tells lag from truth"
+
+    code, out, err = main("runs", "show", folder.name, "--runs-dir", str(runs), "--json")
+    view = json.loads(out)
+    assert view["status"] == "died"
+    for p in view["points"]:
+        record = records.get(p["run_id"] or "")
+        said = record["status"] if record else None
+        assert p["status"] == ("pending" if record is None else said if said != "running" else "died"), (p, said)
+    assert next(p for p in view["points"] if p["name"] == "many[k=40]")["run_id"] == killer["run_id"]
+
+    code, out, err = main("run", path, "--runs-dir", str(runs), "--resume", folder.name, "--quiet")
+    assert code == 0, err
+    summary = json.loads((folder / "sweep.json").read_text())
+    assert summary["status"] == "succeeded"
+    named = {p["run_id"] for p in summary["points"]}
+    with_records = {p.parent.name for p in runs.glob("*/record.json")}
+    assert with_records <= named, f"runs of the sweep it does not name: {sorted(with_records - named)}"
+    assert next(p for p in summary["points"] if p["name"] == "many[k=40]")["run_id"] == killer["run_id"]
+    again = json.loads((runs / killer["run_id"] / "record.json").read_text())
+    assert again["attempts"] == killer["attempts"], "a point whose run had succeeded was run again"
+    gc = main("runs", "gc", "--keep", "0", "--runs-dir", str(runs), "--json")
+    assert gc[0] == 0 and not [p for p in runs.iterdir() if not p.name.startswith(".")], gc

@@ -216,6 +216,12 @@ def _sweep(args: argparse.Namespace, doc, params: dict, common: dict, out, err) 
     return exit_code(summary["points"])
 
 
+def _point_of(record: dict) -> dict | None:
+    """The matrix point of a run, for its verification run: the same point, but no sweep's run."""
+    point = record.get("matrix_point")
+    return {k: v for k, v in point.items() if k != "sweep"} if isinstance(point, dict) else point
+
+
 def cmd_verify(args: argparse.Namespace, out, err) -> int:
     from hetflow.engine.plan.planner import plan as make_plan
     from hetflow.executors import probe
@@ -236,7 +242,7 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
 
     try:
         result = execute(manifest, plan, runs_dir=args.runs_dir, overrides=record.get("overrides") or {},
-                         use_cache=False, matrix_point=record.get("matrix_point"), verifies=record["run_id"],
+                         use_cache=False, matrix_point=_point_of(record), verifies=record["run_id"],
                          inputs=describe_inputs(bound))
         fresh = {k: v["digest"] for k, v in result.record["outputs"].items()}
         rerun, rerun_ok, rerun_record = result.run_id, True, result.record

@@ -28,7 +28,7 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
         sweep_file = os.path.join(args.runs_dir, args.run_id, "sweep.json")
         if os.path.isfile(sweep_file):
             with open(sweep_file, encoding="utf-8") as f:
-                summary = runs.sweep_view(json.load(f))
+                summary = runs.sweep_view(json.load(f), args.runs_dir)
             if args.json:
                 print(json.dumps(summary, indent=2), file=out)
                 return EXIT_OK

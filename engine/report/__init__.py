@@ -160,7 +160,7 @@ def render(located: Located, *, runs_dir: str = "runs", graph: str = "auto") -> 
     from hetflow.engine.store.runs import status_of, sweep_view
 
     if located.kind == "sweep":
-        return render_sweep(located.folder, sweep_view(located.data), runs_dir=runs_dir)
+        return render_sweep(located.folder, sweep_view(located.data, runs_dir), runs_dir=runs_dir)
     record, shown = located.data, status_of(located.data)
     return render_run(located.folder, record if shown == record.get("status") else {**record, "status": shown},
                       graph=graph)

@@ -153,7 +153,7 @@ def table(runs_dir: str, refs: list[str]) -> dict:
         summary = _read_json(os.path.join(runs_dir, ident, "sweep.json"))
         if summary is not None:
             axes = list(summary.get("params") or [])
-            entries = [(p.get("run_id"), p.get("name"), p.get("status")) for p in sweep_view(summary).get("points", [])]
+            entries = [(p.get("run_id"), p.get("name"), p.get("status")) for p in sweep_view(summary, runs_dir).get("points", [])]
     if not entries:
         entries = [(resolve_id(runs_dir, r, "run"), None, None) for r in refs]
     rows = []

@@ -192,9 +192,14 @@ def status_of(data: Mapping[str, Any]) -> str | None:
     return owner.state_of(data.get("status"), owner_of(data))
 
 
-def sweep_view(summary: Mapping[str, Any]) -> dict:
+def sweep_view(summary: Mapping[str, Any], runs_dir: str | None = None) -> dict:
     """A sweep summary as readers show it: when its owner process is gone, the sweep and each point that
-    still says ``running`` read ``died``.
+    still says ``running`` read ``died``, but for a point whose run (in ``runs_dir``, when given) ended: that
+    point reads as its run's record says. There, a point whose row names no run while a run of it is on disk
+    (:func:`unnamed_runs`) reads as that run.
+
+    The summary is written in its own thread, a moment behind the points (:mod:`hetflow.engine.batch.sweeps`):
+    a sweep killed in that moment leaves a row ``running`` whose run has finished its record.
 
     >>> import socket
     >>> view = sweep_view({"status": "running", "owner": {"host": socket.gethostname(), "pid": 2**30},
@@ -207,9 +212,64 @@ def sweep_view(summary: Mapping[str, Any]) -> dict:
         return view
     if view.get("status") == "running":
         view["status"] = owner.DIED
-    view["points"] = [dict(p, status=owner.DIED) if isinstance(p, Mapping) and p.get("status") == "running" else p
-                      for p in summary.get("points") or []]
+    found = unnamed_runs(runs_dir, summary) if runs_dir is not None else {}
+    points = []
+    for p in summary.get("points") or []:
+        if isinstance(p, Mapping) and p.get("name") in found and p.get("status") in ("pending", "running"):
+            run_id = found[p["name"]]
+            p = dict(p, status="running", run_id=run_id, record=os.path.join(run_id, "record.json"))
+        points.append(_point_view(p, runs_dir) if isinstance(p, Mapping) and p.get("status") == "running" else p)
+    view["points"] = points
     return view
+
+
+def unnamed_runs(runs_dir: str, summary: Mapping[str, Any]) -> dict[str, str]:
+    """Point name -> the newest run of the sweep of ``summary`` that its row does not name, for each point
+    whose row names no run.
+
+    The summary is written a moment behind the points (:mod:`hetflow.engine.batch.sweeps`): a sweep killed in
+    that moment leaves runs whose rows still say ``pending``. Each run of a sweep's point says the sweep in its
+    record's ``matrix_point`` (``sweep``); a verification run of one does not count. Only runs begun after an
+    hour before the sweep's first start are read, by the time in their id.
+    """
+    wanted = {p.get("name") for p in summary.get("points") or [] if isinstance(p, Mapping) and not p.get("run_id")}
+    sweep_id, name = summary.get("sweep_id"), summary.get("name")
+    if not wanted or not sweep_id or not name or not os.path.isdir(runs_dir):
+        return {}
+    since = _stamp_of(summary.get("started_at"), -3600.0)
+    found: dict[str, str] = {}
+    for entry in sorted(os.listdir(runs_dir)):
+        if entry[:16] < since or f"-{name}-" not in entry or not _RUN_ID.fullmatch(entry):
+            continue
+        data = read_fields(os.path.join(runs_dir, entry, "record.json"), ("matrix_point", "verifies"))
+        point = (data or {}).get("matrix_point")
+        if isinstance(point, Mapping) and point.get("sweep") == sweep_id and not data.get("verifies") \
+                and point.get("name") in wanted:
+            found[point["name"]] = entry  # in id order: the newest last
+    return found
+
+
+def _stamp_of(instant: Any, shift_s: float) -> str:
+    """An ISO instant of a record, moved by ``shift_s``, as the stamp that begins a run's id (``20261204T184920Z``);
+    the earliest stamp there is when it cannot be read."""
+    from datetime import datetime, timezone
+
+    try:
+        at = datetime.fromisoformat(str(instant).replace("Z", "+00:00")).timestamp() + shift_s
+    except ValueError:
+        return ""
+    return datetime.fromtimestamp(at, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def _point_view(row: Mapping[str, Any], runs_dir: str | None) -> dict:
+    """The row of a point that says ``running`` in the summary of a sweep whose process is gone."""
+    record = None
+    if runs_dir is not None and row.get("run_id"):
+        record = read_fields(os.path.join(runs_dir, row["run_id"], "record.json"), ("status", "owner", "host"))
+    said = status_of(record) if record else None
+    if said in (None, "running"):  # no record, or one whose run goes on in a process of its own (not this sweep's)
+        return dict(row, status=owner.DIED)
+    return dict(row, status=said)
 
 
 #: the names of the newest entries :func:`resolve_id` takes, and what each names
@@ -680,6 +740,13 @@ def _units(entries: list[tuple[str, str, dict]], damaged: frozenset[str] | set[s
         units[name] = {"kind": "sweep", "id": name, "manifest": data.get("name"), "status": status_of(data),
                        "started_at": data.get("started_at"), "runs": runs, "verifications": [], "listed": len(listed),
                        "running": _running(data), "damaged": [r for r in dict.fromkeys(listed) if r in damaged]}
+    for name, data in records.items():
+        # a run of a sweep's point that the summary's last write did not name (the sweep killed that moment)
+        point = data.get("matrix_point")
+        sweep = point.get("sweep") if isinstance(point, Mapping) else None
+        if sweep in units and name not in sweep_of and not data.get("verifies"):
+            units[sweep]["runs"].append(name)
+            sweep_of[name] = sweep
     for name, data in records.items():
         root = _verified_root(name, records)
         if name != root:
