@@ -665,6 +665,7 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
     from hetflow.engine.store.runs import manifest_from_record, new_sweep, read_record
     from hetflow.engine.run.cancel import Cancel, current as current_cancel
     from hetflow.engine.batch.sweeps import resume_rows, run_points
+    from hetflow.engine.results import KEPT_RUNS
 
     path, doc = _source(path)
     workers, threads, threads_per_worker, max_points, parallel = _counted(_check(
@@ -734,7 +735,8 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
                                 num_workers=threads, on_event=on_event, event_tag={"point": mpoint["name"]},
                                 on_run_id=named, cancel=cancel, cache_dir=os.fspath(cache_dir) if cache_dir else None,
                                 use_cache=cache, matrix_point=mpoint, schedule=schedule, resume=again)
-            made[done.run_id] = done
+            if len(made) < KEPT_RUNS:  # the rest are read back when asked for: a big sweep's records stay on disk
+                made[done.run_id] = done
             return done
 
         run_points(folder, summary, todo, run_one, parallel=parallel, on_point=on_point, resume=bool(resume),

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hetflow.engine.errors import UsageError
@@ -265,8 +265,8 @@ def _loads(text: bytes) -> Any:
 
 
 class Sweep:
-    """A matrix sweep: ``sweep_id``, ``path``, ``status``, ``summary`` (``sweep.json``) and one :class:`Run` per point
-    (None for a point without a run)."""
+    """A matrix sweep: ``sweep_id``, ``path``, ``status``, ``summary`` (``sweep.json``) and ``runs``, one
+    :class:`Run` per point (None for a point without a run), each read from its folder when first asked for."""
 
     def __init__(self, path: str | os.PathLike, known: Mapping[str, Run] | None = None) -> None:
         """The sweep in folder ``path``; ``known``: runs by id that this process has just made, whose records it
@@ -274,13 +274,8 @@ class Sweep:
         self.path = os.fspath(path)
         with open(os.path.join(self.path, "sweep.json"), encoding="utf-8") as f:
             self.summary: dict = json.load(f)
-        runs_dir = os.path.dirname(os.path.abspath(self.path))
-        known = known or {}
-        # a point not run yet, or whose run folder was removed, has no Run
-        self.runs: list[Run | None] = [
-            (known.get(p["run_id"]) or Run(os.path.join(runs_dir, p["run_id"])))
-            if p.get("run_id") and os.path.isfile(os.path.join(runs_dir, p["run_id"], "record.json")) else None
-            for p in self.summary["points"]]
+        self.runs: Sequence[Run | None] = _PointRuns(os.path.dirname(os.path.abspath(self.path)),
+                                                     self.summary["points"], known or {})
 
     sweep_id = property(lambda self: self.summary["sweep_id"])
 
@@ -294,3 +289,41 @@ class Sweep:
 
     def __repr__(self) -> str:
         return f"<hetflow.Sweep {self.sweep_id}: {self.status}, {len(self.runs)} points>"
+
+
+#: the points' runs a :class:`Sweep` keeps once read, the newest read: the default cap of a sweep's points
+KEPT_RUNS = 256
+
+
+class _PointRuns(Sequence):
+    """The :class:`Run` of each point of a sweep, read from its folder when asked for; the last
+    :data:`KEPT_RUNS` read are kept (a sweep of 50,000 points held 50,000 records, 2-3 GB, before anyone
+    looked at one)."""
+
+    def __init__(self, runs_dir: str, points: list, known: Mapping[str, Run]) -> None:
+        import collections
+
+        # a point not run yet, or whose run folder was removed, has no Run
+        self._ids = [p["run_id"] if p.get("run_id") and os.path.isfile(os.path.join(runs_dir, p["run_id"], "record.json"))
+                     else None for p in points]
+        self._runs_dir = runs_dir
+        self._read: collections.OrderedDict[str, Run] = collections.OrderedDict(known)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        run_id = self._ids[index]
+        if run_id is None:
+            return None
+        run = self._read.get(run_id)
+        if run is None:
+            run = self._read[run_id] = Run(os.path.join(self._runs_dir, run_id))
+            while len(self._read) > KEPT_RUNS:
+                self._read.popitem(last=False)
+        return run
+
+    def __repr__(self) -> str:
+        return repr(list(self))

@@ -414,6 +414,25 @@ def test_a_run_its_on_event_callback_stopped_says_so_in_its_record(manifest_file
         assert code == 0 and "its on_event callback raised ValueError" in out
 
 
+def test_a_big_sweeps_runs_are_read_from_disk_as_they_are_asked_for(manifest_file, tmp_path):
+    """A sweep kept every point's record in memory while it ran and in its result: 46 kB a point here."""
+    from hetflow.engine import results
+
+    n = results.KEPT_RUNS + 20
+    path = manifest_file("version: 1\nname: wide\nparams: {k: 0}\nmatrix: {k: [" + ", ".join(map(str, range(n)))
+                         + "]}\nexecutors: {cpu: {vendor: cpu}}\nstages:\n  x: {op: full, args: {shape: [2], "
+                         "value: \"${k}\"}}\noutputs: {x: x}\n")
+    s = hetflow.sweep(path, runs_dir=tmp_path / "runs", max_points=n, cache=False)
+    assert s.status == "succeeded" and len(s.runs) == n
+    assert len(s.runs._read) == results.KEPT_RUNS  # the first points' runs, as the sweep made them
+    assert [r.outputs["x"].tolist() for r in s.runs] == [[float(k)] * 2 for k in range(n)]
+    assert len(s.runs._read) == results.KEPT_RUNS
+    assert s.runs[-1].record["matrix_point"] == {"name": f"wide[k={n - 1}]", "values": {"k": n - 1},
+                                                  "sweep": s.sweep_id}
+    assert [r.run_id for r in s.runs[2:4]] == [p["run_id"] for p in s.summary["points"][2:4]]
+    assert hetflow.Sweep(s.path).runs[0].run_id == s.summary["points"][0]["run_id"]
+
+
 def test_run_from_threads(manifest_file, tmp_path):
     paths = [manifest_file(SPLIT.replace("name: split", f"name: split{i}"), f"m{i}.yaml") for i in range(2)]
     results: dict[int, object] = {}
