@@ -665,7 +665,6 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
     from hetflow.engine.store.runs import manifest_from_record, new_sweep, read_record
     from hetflow.engine.run.cancel import Cancel, current as current_cancel
     from hetflow.engine.batch.sweeps import resume_rows, run_points
-    from hetflow.engine.results import KEPT_RUNS
 
     path, doc = _source(path)
     workers, threads, threads_per_worker, max_points, parallel = _counted(_check(
@@ -719,11 +718,11 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
         if not resume:
             _, folder, summary = new_sweep(runs_dir, first.name, path, points, jobs[0][2])
             todo = [(row, (manifest, mpoint, given, None)) for (manifest, mpoint, given), row in zip(jobs, summary["points"])]
+            jobs.clear()  # the manifests are todo's alone now: run_points lets each go once its point has run
 
         # one flag for the sweep and its points' runs: an interrupt of the Python API stops them all
         cancel = current_cancel() or Cancel()
 
-        made: dict[str, Run] = {}
 
         def run_one(job: tuple, row: dict, named: Callable[[str], None]) -> Run:
             manifest, mpoint, given, again = job
@@ -735,15 +734,13 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
                                 num_workers=threads, on_event=on_event, event_tag={"point": mpoint["name"]},
                                 on_run_id=named, cancel=cancel, cache_dir=os.fspath(cache_dir) if cache_dir else None,
                                 use_cache=cache, matrix_point=mpoint, schedule=schedule, resume=again)
-            if len(made) < KEPT_RUNS:  # the rest are read back when asked for: a big sweep's records stay on disk
-                made[done.run_id] = done
             return done
 
         run_points(folder, summary, todo, run_one, parallel=parallel, on_point=on_point, resume=bool(resume),
                    cancel=cancel)
     from hetflow.engine.results import Sweep
 
-    return Sweep(folder, made)
+    return Sweep(folder)  # its points' runs are read when asked for: a big sweep's records stay on disk
 
 
 def _inputs_taken(summary: Mapping[str, Any], runs_dir: str) -> dict | None:

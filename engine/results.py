@@ -269,8 +269,7 @@ class Sweep:
     :class:`Run` per point (None for a point without a run), each read from its folder when first asked for."""
 
     def __init__(self, path: str | os.PathLike, known: Mapping[str, Run] | None = None) -> None:
-        """The sweep in folder ``path``; ``known``: runs by id that this process has just made, whose records it
-        holds (each point's record read back cost a 27-point sweep 40-60 ms)."""
+        """The sweep in folder ``path``; ``known``: runs by id already in hand, which are not read again."""
         self.path = os.fspath(path)
         with open(os.path.join(self.path, "sweep.json"), encoding="utf-8") as f:
             self.summary: dict = json.load(f)
@@ -291,14 +290,14 @@ class Sweep:
         return f"<hetflow.Sweep {self.sweep_id}: {self.status}, {len(self.runs)} points>"
 
 
-#: the points' runs a :class:`Sweep` keeps once read, the newest read: the default cap of a sweep's points
-KEPT_RUNS = 256
+#: the points' runs a :class:`Sweep` keeps once read, the newest read
+KEPT_RUNS = 32
 
 
 class _PointRuns(Sequence):
     """The :class:`Run` of each point of a sweep, read from its folder when asked for; the last
-    :data:`KEPT_RUNS` read are kept (a sweep of 50,000 points held 50,000 records, 2-3 GB, before anyone
-    looked at one)."""
+    :data:`KEPT_RUNS` read are kept. A sweep held its points' records as it ran them, 260 kB a point of a
+    300-stage manifest, before anyone looked at one."""
 
     def __init__(self, runs_dir: str, points: list, known: Mapping[str, Run]) -> None:
         import collections

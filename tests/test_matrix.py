@@ -116,7 +116,7 @@ def test_sweep_runs_every_point_and_writes_a_summary(manifest_file, tmp_path):
     sums = {}
     for row in summary["points"]:
         record = json.loads((Path(runs) / row["record"]).read_text())
-        assert record["matrix_point"] == {"name": row["name"], "values": row["values"]}
+        assert record["matrix_point"] == {"name": row["name"], "values": row["values"], "sweep": sweep_id}
         assert record["outputs"]["s"]["digest"] == row["outputs"]["s"]
         from hetflow.engine.store.records import load_output
         sums[row["name"]] = float(load_output(str(Path(runs) / row["run_id"]), "s"))

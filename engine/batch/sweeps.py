@@ -19,6 +19,7 @@ that run (``--resume RUN_ID``) so its finished partitions are reused.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import threading
@@ -223,13 +224,21 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
     # the points at once share the cores: each point's BLAS gets cores // parallel threads (hetflow.engine.run.threads)
     pools = POOLS.claim(min(parallel, max(1, len(todo))))
     pools.__enter__()
+    # Each point's job (its compiled manifest, and the plan made of it) is let go once the point has run: held
+    # to the end, a sweep of a big manifest held every point's plan at once. ``todo`` is emptied for the same
+    # reason: the caller's list held them too.
+    queue = collections.deque(todo)
+    todo.clear()
     try:
         if parallel == 1:
-            for row, job in todo:
+            while queue:
+                row, job = queue.popleft()
                 one(row, job)
+                del job
         else:
             with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="hetflow-point") as pool:
-                futures = [pool.submit(one, row, job) for row, job in todo]
+                futures = [pool.submit(one, row, job) for row, job in queue]
+                queue.clear()
                 try:
                     for future in futures:
                         future.result()
