@@ -42,6 +42,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -194,19 +195,44 @@ def history(runs_dir: str, entry: Entry) -> dict[str, str]:
                 done[slot] = "claimed"
             else:
                 done.setdefault(slot, RETURNED)  # a claim beside it is the newer word
-    for slot, data in slot_records(runs_dir, entry.name).items():
+    # The records of slots before the newest claimed one decide nothing (the due slots come after the newest
+    # decided slot; a given-back one is its claim's): read, they made every decision read every run of the
+    # runs directory, every tick of a long-lived serve.
+    decided = [k for k, v in done.items() if v != RETURNED]
+    for slot, data in slot_records(runs_dir, entry.name, since=max(decided) if decided else None).items():
         done[slot] = data.get("status") or "recorded"
     return done
 
 
-def slot_records(runs_dir: str, name: str) -> dict[str, dict]:
-    """Slot id -> the newest run record of that slot, for the manifest ``name``."""
-    from hetflow.engine.store.runs import LISTED, iter_entries
+#: a run's folder name: the time it began, its manifest's name, its digest's start and a random part
+_RUN_FOLDER = re.compile(r"(\d{8}T\d{6}Z)-(.+)-[0-9a-f]{8}-[0-9a-f]{4}")
 
+
+def slot_records(runs_dir: str, name: str, since: str | None = None) -> dict[str, dict]:
+    """Slot id -> the newest run record of that slot, for the manifest ``name``.
+
+    Only the folders of runs of ``name`` are read, told by their names; with ``since`` (a slot id), only
+    those of runs begun after an hour before it (a slot's run begins at its slot or later, but for a run by
+    hand of a slot still to come).
+    """
+    from hetflow.engine.store.runs import LISTED, read_fields
+
+    floor = ""
+    if since is not None:
+        floor = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(datetime.fromisoformat(
+            since.replace("Z", "+00:00")).timestamp() - 3600))
+    try:
+        folders = os.listdir(runs_dir)
+    except OSError:
+        return {}
     found: dict[str, dict] = {}
-    # the fields a slot's outcome is read from, not each record's plan and events: cron asks every minute
-    for kind, _, data in iter_entries(runs_dir, LISTED + ("schedule", "error")):
-        slot = (data.get("schedule") or {}).get("slot") if kind == "run" else None
+    for folder in folders:
+        named = _RUN_FOLDER.fullmatch(folder)
+        if named is None or named.group(2) != name or named.group(1) < floor:
+            continue
+        # the fields a slot's outcome is read from, not each record's plan and events: cron asks every minute
+        data = read_fields(os.path.join(runs_dir, folder, "record.json"), LISTED + ("schedule", "error"))
+        slot = ((data or {}).get("schedule") or {}).get("slot")
         if slot and (data.get("manifest") or {}).get("name") == name:
             if slot not in found or (data.get("started_at") or "") > (found[slot].get("started_at") or ""):
                 found[slot] = data

@@ -247,7 +247,7 @@ def _killed(child: Child, signum: int) -> dict:
         name = signal.Signals(signum).name
     except ValueError:
         name = f"signal {signum}"
-    record = slot_records(child.runs_dir, child.entry.name).get(slot_id(child.slot))
+    record = slot_records(child.runs_dir, child.entry.name, since=slot_id(child.slot)).get(slot_id(child.slot))
     if record is None or (record.get("owner") or {}).get("pid") != child.process.pid:
         return {"status": "died", "error": f"its run was killed by {name} before it wrote a record"}
     ended = _ended({}, record) or {"status": "died"}
@@ -361,8 +361,8 @@ def settle(entry: Entry, runs_dir: str, log: Log, known: set[str] | None = None)
             continue
         if body.get("state") == "started" and owner.alive(_run_owner(body)) is not False:
             continue
-        if records is None:
-            records = slot_records(runs_dir, entry.name)
+        if records is None:  # the claims go oldest first: runs begun before this one's slot name none of them
+            records = slot_records(runs_dir, entry.name, since=body["slot"])
         if records.get(body["slot"]) is None:
             if body.get("state") in UNSTARTED:
                 _give_back(entry, path, log)
@@ -665,7 +665,7 @@ def status(files: Sequence[str], runs_dir: str, now: datetime,
                 body = {}
             row["state"] = body.get("state") or done[last]
             row["run_id"] = body.get("run_id")
-            rec = slot_records(runs_dir, entry.name).get(last)
+            rec = slot_records(runs_dir, entry.name, since=last).get(last)
             if rec is not None:
                 row.update(run_id=rec.get("run_id"), status=status_of(rec), duration_s=rec.get("duration_s"))
         rows.append(row)
