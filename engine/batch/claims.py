@@ -42,7 +42,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -204,10 +203,6 @@ def history(runs_dir: str, entry: Entry) -> dict[str, str]:
     return done
 
 
-#: a run's folder name: the time it began, its manifest's name, its digest's start and a random part
-_RUN_FOLDER = re.compile(r"(\d{8}T\d{6}Z)-(.+)-[0-9a-f]{8}-[0-9a-f]{4}")
-
-
 def slot_records(runs_dir: str, name: str, since: str | None = None) -> dict[str, dict]:
     """Slot id -> the newest run record of that slot, for the manifest ``name``.
 
@@ -215,21 +210,10 @@ def slot_records(runs_dir: str, name: str, since: str | None = None) -> dict[str
     those of runs begun after an hour before it (a slot's run begins at its slot or later, but for a run by
     hand of a slot still to come).
     """
-    from hetflow.engine.store.runs import LISTED, read_fields
+    from hetflow.engine.store.runs import LISTED, read_fields, run_folders
 
-    floor = ""
-    if since is not None:
-        floor = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(datetime.fromisoformat(
-            since.replace("Z", "+00:00")).timestamp() - 3600))
-    try:
-        folders = os.listdir(runs_dir)
-    except OSError:
-        return {}
     found: dict[str, dict] = {}
-    for folder in folders:
-        named = _RUN_FOLDER.fullmatch(folder)
-        if named is None or named.group(2) != name or named.group(1) < floor:
-            continue
+    for folder in run_folders(runs_dir, name, since=since):
         # the fields a slot's outcome is read from, not each record's plan and events: cron asks every minute
         data = read_fields(os.path.join(runs_dir, folder, "record.json"), LISTED + ("schedule", "error"))
         slot = ((data or {}).get("schedule") or {}).get("slot")

@@ -236,17 +236,48 @@ def unnamed_runs(runs_dir: str, summary: Mapping[str, Any]) -> dict[str, str]:
     sweep_id, name = summary.get("sweep_id"), summary.get("name")
     if not wanted or not sweep_id or not name or not os.path.isdir(runs_dir):
         return {}
-    since = _stamp_of(summary.get("started_at"), -3600.0)
     found: dict[str, str] = {}
-    for entry in sorted(os.listdir(runs_dir)):
-        if entry[:16] < since or f"-{name}-" not in entry or not _RUN_ID.fullmatch(entry):
-            continue
+    for entry in run_folders(runs_dir, name, since=summary.get("started_at") or ""):
         data = read_fields(os.path.join(runs_dir, entry, "record.json"), ("matrix_point", "verifies"))
         point = (data or {}).get("matrix_point")
         if isinstance(point, Mapping) and point.get("sweep") == sweep_id and not data.get("verifies") \
                 and point.get("name") in wanted:
             found[point["name"]] = entry  # in id order: the newest last
     return found
+
+
+#: a run's folder name (its id): the time it began, its manifest's name, its digest's start, a random part
+RUN_FOLDER = re.compile(r"(?P<stamp>\d{8}T\d{6}Z)-(?P<name>.+)-[0-9a-f]{8}-[0-9a-f]{4}")
+
+
+def run_folders(runs_dir: str, name: str, since: str | None = None) -> list[str]:
+    """The folders of runs of manifest ``name`` in ``runs_dir``, oldest first, told by their names alone;
+    with ``since`` (an ISO instant), those begun an hour before it or later.
+
+    Reading every record of a runs directory to find one manifest's cost a scheduler's every decision, and
+    every ``plan``, a read of each of thousands of runs.
+
+    >>> import tempfile
+    >>> runs = tempfile.mkdtemp()
+    >>> for folder in ("20261204T184920Z-m-da94c102-6bbe", "20261204T184921Z-m-big-da94c102-0001",
+    ...                "20261204T204921Z-m-da94c102-0002", "20261204T184920Z-m-sweep"):
+    ...     os.mkdir(os.path.join(runs, folder))
+    >>> run_folders(runs, "m")
+    ['20261204T184920Z-m-da94c102-6bbe', '20261204T204921Z-m-da94c102-0002']
+    >>> run_folders(runs, "m", since="2026-12-04T21:00:00Z")
+    ['20261204T204921Z-m-da94c102-0002']
+    """
+    floor = _stamp_of(since, -3600.0) if since is not None else ""
+    try:
+        folders = os.listdir(runs_dir)
+    except OSError:
+        return []
+    found = []
+    for folder in folders:
+        named = RUN_FOLDER.fullmatch(folder)
+        if named is not None and named["name"] == name and named["stamp"] >= floor:
+            found.append(folder)
+    return sorted(found)
 
 
 def _stamp_of(instant: Any, shift_s: float) -> str:
@@ -927,19 +958,19 @@ def latest_record(runs_dir: str, name: str, point: str | None = None, keys: Iter
     ``keys`` (top-level keys) returns only those of it: each record is read for the few keys that choose
     the newest (:func:`read_fields`), and the newest for ``keys``, or whole when ``keys`` is None.
     """
-    best: tuple[str, str] | None = None
-    if os.path.isdir(runs_dir):
-        for folder in sorted(os.listdir(runs_dir)):
-            path = os.path.join(runs_dir, folder, "record.json")
-            if folder.startswith(".") or os.path.isfile(os.path.join(runs_dir, folder, "sweep.json")):
-                continue
-            data = read_fields(path, ("manifest", "verifies", "matrix_point", "started_at")) if os.path.isfile(path) else None
-            if data is None or not isinstance(data.get("manifest") or {}, dict) or data.get("verifies"):
-                continue
-            if (data.get("manifest") or {}).get("name") != name or (data.get("matrix_point") or {}).get("name") != point:
-                continue
-            if best is None or (data.get("started_at") or "") > best[0]:
-                best = (data.get("started_at") or "", path)
+    best: tuple[str, str, str] | None = None  # (started_at, record path, the stamp of its folder's name)
+    # newest first by the time in their names: once one is found, only those begun the same second may be newer
+    for folder in reversed(run_folders(runs_dir, name)):
+        if best is not None and folder[:16] < best[2]:
+            break
+        path = os.path.join(runs_dir, folder, "record.json")
+        data = read_fields(path, ("manifest", "verifies", "matrix_point", "started_at"))
+        if data is None or not isinstance(data.get("manifest") or {}, dict) or data.get("verifies"):
+            continue
+        if (data.get("manifest") or {}).get("name") != name or (data.get("matrix_point") or {}).get("name") != point:
+            continue
+        if best is None or (data.get("started_at") or "") > best[0]:
+            best = (data.get("started_at") or "", path, folder[:16])
     if best is None:
         return None
     return _read_json(best[1]) if keys is None else read_fields(best[1], keys)
