@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 __all__ = ["Origin", "Noted", "Diagnostic", "SHOWN", "capped", "HetflowError", "ManifestError", "UsageError", "EnvironmentUnavailable",
            "StorageUnavailable", "STORAGE_ERRNOS", "is_storage_error", "name_file", "require_runs_dir", "RunFailed", "RunCancelled", "StageFailure", "LockHeld",
-           "argument", "speaking_to_the_command_line"]
+           "argument"]
 
 
 @functools.total_ordering
@@ -185,11 +185,6 @@ class ManifestError(HetflowError):
         super().__init__("\n".join(capped(self.diagnostics)))
 
 
-#: whether messages name what their reader typed as a command's options (``--point``) or as the Python API's
-#: keywords (``point=``): :func:`speaking_to_the_command_line` sets it for a command's length. A list, not a
-#: context variable, so that a sweep's point threads speak as their command does.
-_COMMAND_LINE = [False]
-
 #: the API's keywords whose option has another name than ``--`` and the keyword with dashes
 _OPTIONS = {"params": "-p", "inputs": "--input"}
 
@@ -197,15 +192,18 @@ _OPTIONS = {"params": "-p", "inputs": "--input"}
 def argument(keyword: str, value: object = None, key: str | None = None) -> str:
     """How a message names the argument ``keyword`` of the Python API (``hetflow.run(point=...)``) to its reader,
     given ``value`` if not None (the entry ``key: value`` of a mapping if ``key`` is given): ``point=`` from
-    Python, ``--point`` from the command line.
+    Python, ``--point`` while a command of the CLI runs (:data:`hetflow.engine.cli.main.RUNNING`).
 
     >>> argument("threads_per_worker"), argument("runs_dir", "/r"), argument("place", "w0", key="accel")
     ('threads_per_worker=', "runs_dir='/r'", "place={'accel': 'w0'}")
-    >>> with speaking_to_the_command_line():
-    ...     argument("threads_per_worker"), argument("runs_dir", "/r"), argument("place", "w0", key="accel")
+    >>> import importlib
+    >>> commands = importlib.import_module("hetflow.engine.cli.main")
+    >>> commands.RUNNING[0] = True
+    >>> argument("threads_per_worker"), argument("runs_dir", "/r"), argument("place", "w0", key="accel")
     ('--threads-per-worker', '--runs-dir /r', '--place accel=w0')
+    >>> commands.RUNNING[0] = False
     """
-    if _COMMAND_LINE[0]:
+    if _on_the_command_line():
         option = _OPTIONS.get(keyword) or "--" + keyword.replace("_", "-")
         if value is None:
             return option
@@ -215,16 +213,14 @@ def argument(keyword: str, value: object = None, key: str | None = None) -> str:
     return f"{keyword}={value!r}" if key is None else f"{keyword}={{{key!r}: {value!r}}}"
 
 
-class speaking_to_the_command_line:
-    """``with speaking_to_the_command_line():`` messages raised inside name command-line options
-    (:func:`argument`); what it was before is restored after."""
+def _on_the_command_line() -> bool:
+    """Whether a command of the CLI runs in this process. Its module is looked up, not imported: the lightest
+    commands (``hetflow emulate``) load neither it nor this module's users, and a process that never ran a
+    command is Python's."""
+    import sys
 
-    def __enter__(self) -> None:
-        self.before = _COMMAND_LINE[0]
-        _COMMAND_LINE[0] = True
-
-    def __exit__(self, *exc: object) -> None:
-        _COMMAND_LINE[0] = self.before
+    main = sys.modules.get("hetflow.engine.cli.main")
+    return bool(main is not None and main.RUNNING[0])
 
 
 class UsageError(HetflowError):

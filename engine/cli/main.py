@@ -25,7 +25,6 @@ import sys
 from collections.abc import Sequence
 
 from hetflow.engine.cli.common import EXIT_ENVIRONMENT, EXIT_OK, _ShowVersion
-from hetflow.engine.errors import speaking_to_the_command_line
 from hetflow.engine.run.events import QuietStream, quiet
 
 # no typing, contextlib or importlib here: together 2-4 ms of every ``hetflow emulate``
@@ -52,13 +51,23 @@ def _command(name: str):
 _STOPPABLE = frozenset({"run", "verify"})
 
 
+#: whether a command runs in this process: its messages name the command line's options, not the Python API's
+#: keywords (:func:`hetflow.engine.errors.argument`). A list, not a context variable, so that the threads a
+#: command starts (a sweep's points) speak as it does.
+RUNNING = [False]
+
+
 def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    with _Streams(out, err) as (out, err), speaking_to_the_command_line():
-        code = _dispatch(argv, out, err)
-        out.flush()
-        err.flush()
-        return _output_lost(code, out, err)
+    before, RUNNING[0] = RUNNING[0], True
+    try:
+        with _Streams(out, err) as (out, err):
+            code = _dispatch(argv, out, err)
+            out.flush()
+            err.flush()
+            return _output_lost(code, out, err)
+    finally:
+        RUNNING[0] = before
 
 
 def _output_lost(code: int, out: QuietStream, err: QuietStream) -> int:
