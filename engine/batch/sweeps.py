@@ -292,7 +292,7 @@ _END_WAIT_S = 5.0
 
 #: the summary's writer rests this many times as long as its last write took before the next: a summary of N
 #: points is N rows long, and written once per point it cost a sweep of N points N^2 rows and the fsyncs that
-#: held up the points' own files (4,000 points of a small run: 104 s, against 7.8 s for 1,000)
+#: held up the points' own files (4,000 points of a two-stage run took 121 s; 19 s with the rest)
 _REST = 4.0
 #: and at most this long, so that a big summary stays within a second or two of its points
 _REST_MAX_S = 1.0
@@ -304,9 +304,10 @@ class _Writer:
     write is under way, or while the writer rests after it (:data:`_REST`), go out together in the next one.
 
     Each write is atomic (the file is a whole earlier state or the new one), so a sweep killed at any moment
-    leaves a summary at most one write behind its points: a point's run may exist before its row names it,
-    as when the kill falls between the run's folder and the row. :func:`resume_rows` and the runs' own
-    records settle both. The summary's end is written by the sweep itself, after the last of these
+    leaves a summary at most a write and a rest behind its points: a row may still say ``running`` for a run
+    that ended, or name no run for a point whose run began. Each point's run names its sweep in its record
+    (``matrix_point.sweep``), so :func:`resume_rows` and :func:`hetflow.engine.store.runs.sweep_view` settle
+    both from the runs' own records. The summary's end is written by the sweep itself, after the last of these
     (:meth:`writing`); a write that starts once the sweep has finished leaves the file to it.
     """
 

@@ -247,7 +247,7 @@ def unnamed_runs(runs_dir: str, summary: Mapping[str, Any]) -> dict[str, str]:
 
 
 #: a run's folder name (its id): the time it began, its manifest's name, its digest's start, a random part
-RUN_FOLDER = re.compile(r"(?P<stamp>\d{8}T\d{6}Z)-(?P<name>.+)-[0-9a-f]{8}-[0-9a-f]{4}")
+RUN_FOLDER = re.compile(r"(?P<stamp>\d{8}T\d{6}Z)-(?P<name>.+)-(?P<digest>[0-9a-f]{8})-(?P<random>[0-9a-f]{4})")
 
 
 def run_folders(runs_dir: str, name: str, since: str | None = None) -> list[str]:
@@ -311,7 +311,6 @@ LATEST = {
     "latest-verification": "the newest verification run",
 }
 
-_RUN_ID = re.compile(r"\d{8}T\d{6}Z-.+-([0-9a-f]{8})-([0-9a-f]{4})")
 
 
 def _short_forms(entry_id: str) -> tuple[str, ...]:
@@ -322,8 +321,8 @@ def _short_forms(entry_id: str) -> tuple[str, ...]:
     >>> _short_forms("20261204T184920Z-sw-sweep")
     ()
     """
-    m = _RUN_ID.fullmatch(entry_id)
-    return (m.group(2), f"{m.group(1)}-{m.group(2)}") if m else ()
+    m = RUN_FOLDER.fullmatch(entry_id)
+    return (m["random"], f"{m['digest']}-{m['random']}") if m else ()
 
 
 def resolve_id(runs_dir: str, ref: str, kind: str | None = None) -> str:
