@@ -209,7 +209,7 @@ def fail_start(entry: Entry, slot: datetime, path: str, error: NotStarted, runs_
     """Conclude the slot whose run could not be started: ``failed``, saying why, with its ``on_failure``.
 
     Its claim would otherwise stay ``claimed`` for as long as its scheduler
-    lives, the slot decided and never run. ``run-due --retry`` reruns it.
+    lives, the slot decided and never run. ``run-due --now SLOT`` reruns it.
     """
     cause = error.error
     info = {"status": "failed", "run_id": None, "rc": None,
