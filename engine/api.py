@@ -723,7 +723,6 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
         # one flag for the sweep and its points' runs: an interrupt of the Python API stops them all
         cancel = current_cancel() or Cancel()
 
-
         def run_one(job: tuple, row: dict, named: Callable[[str], None]) -> Run:
             manifest, mpoint, given, again = job
             # the run says whose point it is: a run the summary's last write did not name is still the sweep's
