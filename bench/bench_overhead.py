@@ -265,6 +265,23 @@ sys.meta_path.insert(0, Tree)
 _FROM_TREE = TREE_FINDER + "from hetflow.engine.cli import main\nsys.exit(main(sys.argv[1:]))\n"
 
 
+def rows_in_tree(root: str, module: str, call: str) -> list[dict]:
+    """The rows ``MODULE.CALL`` returns (a bench module beside this one), made in a process whose ``hetflow`` is
+    the source tree ``root``: an earlier commit's files, for before and after in one sitting."""
+    import json
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (TREE_FINDER + f"sys.path.insert(0, {here!r})\n"
+            f"import json, {module}\nprint(json.dumps({module}.{call}))\n")
+    done = subprocess.run([sys.executable, "-c", code, root], capture_output=True, text=True,
+                          cwd=os.path.dirname(here))
+    if done.returncode != 0:
+        raise RuntimeError(f"rows from {root} failed: {done.stderr[-3000:]}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
 def _cli_s(root: str, argv: list[str], what: str) -> tuple[float, float]:
     """Seconds of one whole ``hetflow ARGV`` process, hetflow taken from the source tree ``root``: wall-clock
     and CPU (user + system; on a machine others share, the CPU time moves less with their load)."""

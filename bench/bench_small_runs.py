@@ -249,18 +249,10 @@ def run(quick: bool) -> list[dict]:
 
 def _in_tree(root: str, quick: bool) -> list[dict]:
     """:func:`run` in a process whose ``hetflow`` is the source tree ``root`` (``bench_overhead.TREE_FINDER``)."""
-    import json
-
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_overhead import TREE_FINDER
+    from bench_overhead import rows_in_tree
 
-    code = (TREE_FINDER + f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
-            "import json, bench_small_runs\n"
-            f"print(json.dumps(bench_small_runs.run({quick!r})))\n")
-    done = subprocess.run([sys.executable, "-c", code, root], capture_output=True, text=True, cwd=REPO)
-    if done.returncode != 0:
-        raise RuntimeError(f"rows from {root} failed: {done.stderr[-3000:]}")
-    return json.loads(done.stdout.splitlines()[-1])
+    return rows_in_tree(root, "bench_small_runs", f"run({quick!r})")
 
 
 def before_after(before: str, processes: int, quick: bool) -> None:

@@ -22,10 +22,7 @@ that tree in a process of its own, beside this checkout's.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -87,15 +84,9 @@ def run(quick: bool) -> list[dict]:
 
 
 def _in_tree(root: str, sizes: list[int]) -> list[dict]:
-    from bench_overhead import TREE_FINDER
+    from bench_overhead import rows_in_tree
 
-    code = (TREE_FINDER + f"sys.path.insert(0, {HERE!r})\n"
-            "import json, bench_sweep_scale\n"
-            f"print(json.dumps(bench_sweep_scale.rows({sizes!r})))\n")
-    done = subprocess.run([sys.executable, "-c", code, root], capture_output=True, text=True, cwd=REPO)
-    if done.returncode != 0:
-        raise RuntimeError(f"rows from {root} failed: {done.stderr[-3000:]}")
-    return json.loads(done.stdout.splitlines()[-1])
+    return rows_in_tree(root, "bench_sweep_scale", f"rows({sizes!r})")
 
 
 def main() -> None:

@@ -158,16 +158,20 @@ def test_scalar_outputs_of_a_phase_are_values(tmp_path):
     assert r.outputs["code"] == 3 and isinstance(r.outputs["steps"], int) and r.outputs["steps"] > 0
 
 
+# an input stage, which takes its array from Python (inputs=) or a file (--input)
+TAKES = """\
+version: 1
+name: takes
+executors: {host: {vendor: cpu}}
+stages:
+  x: {op: input, args: {shape: [2, 3], dtype: fp32}}
+  y: {op: relu, inputs: [x]}
+outputs: {y: y}
+"""
+
+
 def test_inputs_are_checked_before_anything_runs(manifest_file, tmp_path):
-    path = manifest_file("""\
-        version: 1
-        name: takes
-        executors: {host: {vendor: cpu}}
-        stages:
-          x: {op: input, args: {shape: [2, 3], dtype: fp32}}
-          y: {op: relu, inputs: [x]}
-        outputs: {y: y}
-        """)
+    path = manifest_file(TAKES)
     runs = tmp_path / "runs"
     good = np.ones((2, 3), np.float32)
     cases = [
@@ -331,15 +335,7 @@ def test_resume_takes_the_names_the_cli_takes(manifest_file, tmp_path):
 def test_resume_of_a_run_whose_arrays_came_from_memory_takes_them_again_and_speaks_python(manifest_file, tmp_path):
     """``hetflow.run(resume=..., inputs={"x": array})`` raised TypeError (``os.fspath`` of the array, as if it were
     ``--input x=PATH``), and its messages asked for ``--input``."""
-    path = manifest_file("""\
-        version: 1
-        name: takes
-        executors: {host: {vendor: cpu}}
-        stages:
-          x: {op: input, args: {shape: [2, 3], dtype: fp32}}
-          y: {op: relu, inputs: [x]}
-        outputs: {y: y}
-        """)
+    path = manifest_file(TAKES)
     runs = tmp_path / "runs"
     good = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
 
