@@ -185,8 +185,6 @@ def _no_point(doc: Document, overrides: Mapping[str, Any], combinations: int, ex
     With no point, no point is compiled, and so nothing else would say it: ``validate`` said ``ok`` and
     ``run`` failed with an internal error.
     """
-    from hetflow.engine.manifest.validate import compile_manifest
-
     try:
         compile_manifest(doc, dict(overrides))
     except ManifestError as e:
