@@ -268,13 +268,13 @@ class Sweep:
     """A matrix sweep: ``sweep_id``, ``path``, ``status``, ``summary`` (``sweep.json``) and ``runs``, one
     :class:`Run` per point (None for a point without a run), each read from its folder when first asked for."""
 
-    def __init__(self, path: str | os.PathLike, known: Mapping[str, Run] | None = None) -> None:
-        """The sweep in folder ``path``; ``known``: runs by id already in hand, which are not read again."""
+    def __init__(self, path: str | os.PathLike) -> None:
+        """The sweep in folder ``path``."""
         self.path = os.fspath(path)
         with open(os.path.join(self.path, "sweep.json"), encoding="utf-8") as f:
             self.summary: dict = json.load(f)
         self.runs: Sequence[Run | None] = _PointRuns(os.path.dirname(os.path.abspath(self.path)),
-                                                     self.summary["points"], known or {})
+                                                     self.summary["points"])
 
     sweep_id = property(lambda self: self.summary["sweep_id"])
 
@@ -299,14 +299,14 @@ class _PointRuns(Sequence):
     :data:`KEPT_RUNS` read are kept. A sweep held its points' records as it ran them, 260 kB a point of a
     300-stage manifest, before anyone looked at one."""
 
-    def __init__(self, runs_dir: str, points: list, known: Mapping[str, Run]) -> None:
+    def __init__(self, runs_dir: str, points: list) -> None:
         import collections
 
         # a point not run yet, or whose run folder was removed, has no Run
         self._ids = [p["run_id"] if p.get("run_id") and os.path.isfile(os.path.join(runs_dir, p["run_id"], "record.json"))
                      else None for p in points]
         self._runs_dir = runs_dir
-        self._read: collections.OrderedDict[str, Run] = collections.OrderedDict(known)
+        self._read: collections.OrderedDict[str, Run] = collections.OrderedDict()
 
     def __len__(self) -> int:
         return len(self._ids)
