@@ -78,6 +78,37 @@ def test_dst_spring_forward_and_fall_back_in_berlin():
     assert got == ["2026-03-29T01:00:00Z", "2026-03-29T02:00:00Z", "2026-03-29T03:00:00Z"]
 
 
+
+def test_a_repeated_hour_runs_wildcard_jobs_as_any_hour_and_fixed_time_jobs_once():
+    """Berlin's clocks go 03:00 CEST -> 02:00 CET on 2026-10-25 (01:00Z), so 02:00-02:59 happens twice. As in cron
+    (Vixie, cronie), a job whose minute or hour field is a wildcard runs through both passes; a fixed-time one once."""
+    for cron in ("*/15 * * * *", "0 * * * *", "@hourly", "30 * * * *", "0 0 * * * *"):
+        s = sched.Schedule(cron, "Europe/Berlin", False, "skip", {})
+        fires = s.after(at("2026-10-24T22:00:00Z"), 24)
+        gaps = {(b - a).total_seconds() for a, b in zip(fires, fires[1:])}
+        assert len(gaps) == 1, (cron, [sched.slot_id(t) for t in fires])
+        backwards = s.latest(at("2026-10-25T04:00:00Z"), 12)
+        assert {(a - b).total_seconds() for a, b in zip(backwards, backwards[1:])} == gaps, cron
+    quarter = sched.Schedule("*/15 * * * *", "Europe/Berlin", False, "skip", {})
+    assert [sched.slot_id(t) for t in quarter.after(at("2026-10-25T00:50:00Z"), 3)] == [
+        "2026-10-25T01:00:00Z", "2026-10-25T01:15:00Z", "2026-10-25T01:30:00Z"]  # 02:00, 02:15, 02:30 CET
+    # a catch-up across the repeated hour owes every quarter of it
+    owed = sched.due_slots(sched.Schedule("*/15 * * * *", "Europe/Berlin", True, "skip", {}),
+                           {"2026-10-25T00:45:00Z": "succeeded"}, at("2026-10-25T02:05:00Z"))
+    assert [sched.slot_id(t) for t in owed] == [f"2026-10-25T0{h}:{m:02d}:00Z" for h in (1, 2) for m in (0, 15, 30, 45)
+                                               if (h, m) <= (2, 0)]
+    for cron in ("30 2 * * *", "30 1-3 * * *", "0,30 2 * * *"):
+        s = sched.Schedule(cron, "Europe/Berlin", False, "skip", {})
+        day = [t for t in s.after(at("2026-10-24T22:00:00Z"), 8) if t < at("2026-10-25T23:00:00Z")]
+        local = [t.astimezone(s.tz).strftime("%H:%M") for t in day]
+        assert len(local) == len(set(local)), (cron, [sched.slot_id(t) for t in day])
+    # the same in New York, whose repeated hour is 01:00-01:59 (2026-11-01, 06:00Z)
+    ny = sched.Schedule("*/30 * * * *", "America/New_York", False, "skip", {})
+    assert [sched.slot_id(t) for t in ny.after(at("2026-11-01T05:10:00Z"), 4)] == [
+        "2026-11-01T05:30:00Z", "2026-11-01T06:00:00Z", "2026-11-01T06:30:00Z", "2026-11-01T07:00:00Z"]
+    assert [sched.slot_id(t) for t in sched.Schedule("30 1 * * *", "America/New_York", False, "skip", {})
+            .after(at("2026-11-01T04:00:00Z"), 2)] == ["2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"]
+
 def test_six_fields_put_seconds_first():
     s = sched.Schedule("*/20 0 12 * * *", "UTC", False, "skip", {})
     got = [sched.slot_id(t) for t in s.after(at("2026-05-01T11:59:59Z"), 4)]

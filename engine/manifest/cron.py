@@ -2,9 +2,13 @@
 
 A manifest's ``schedule:`` names a cron expression (5 fields, or 6 with
 seconds first) read in an IANA time zone. Each fire time is a *slot*,
-identified by its instant in UTC (``2026-03-29T01:00:00Z``). A wall-clock
-time the fall-back of daylight saving time repeats fires once, as cron
-does.
+identified by its instant in UTC (``2026-03-29T01:00:00Z``). Across the
+changes of daylight saving time fire times follow cron (Vixie cron,
+cronie): a wall-clock time the spring-forward skips fires at the first
+instant after the gap; where the fall-back repeats an hour, an expression
+whose minute or hour field is a wildcard (``*/15 * * * *``, ``@hourly``)
+fires through both passes of it, as often as in any other hour, and one
+at fixed times (``30 2 * * *``) fires once.
 
 The *due* slots at instant ``now`` are the fire times after the newest
 slot of the history and at or before ``now``: all of them (at most
@@ -71,13 +75,16 @@ class Schedule:
         return croniter(self.cron, start.astimezone(self.tz), second_at_beginning=_has_seconds(self.cron))
 
     def _fires(self, it: croniter, backwards: bool = False) -> Iterator[datetime]:
-        # A wall-clock time the fall-back repeats fires once, as cron does: the second pass
-        # (fold=1) is dropped when croniter yields it.
+        # croniter yields both passes of an hour the fall-back repeats. A fixed-time expression fires once there,
+        # as cron does, so its second pass (fold=1) is dropped; a wildcard one keeps both, or a job every 15
+        # minutes would stop for the repeated hour.
+        once = not _wildcard(self.cron)
         while True:
             t = (it.get_prev if backwards else it.get_next)(datetime)
-            local = t.astimezone(self.tz)
-            if local.fold == 1 and local.replace(fold=0).utcoffset() != local.utcoffset():
-                continue
+            if once:
+                local = t.astimezone(self.tz)
+                if local.fold == 1 and local.replace(fold=0).utcoffset() != local.utcoffset():
+                    continue
             yield t.astimezone(_UTC)
 
     def after(self, start: datetime, count: int) -> list[datetime]:
@@ -104,6 +111,21 @@ class Schedule:
 
 def _has_seconds(cron: str) -> bool:
     return not cron.strip().startswith("@") and len(cron.split()) == 6
+
+
+def _wildcard(cron: str) -> bool:
+    """Whether ``cron`` is what cron calls a wildcard job, one whose minute or hour field begins with ``*``: such a
+    job runs through an hour the fall-back repeats as in any other, and a fixed-time one does not run again in it.
+
+    >>> [_wildcard(c) for c in ("*/15 * * * *", "0 * * * *", "@hourly", "30 2 * * *", "@daily", "*/20 0 12 * * *")]
+    [True, True, True, False, False, False]
+    """
+    fields = cron.split()
+    if cron.strip().startswith("@"):
+        return cron.strip().lower() == "@hourly"
+    if len(fields) == 6:
+        fields = fields[1:]
+    return any(f.startswith("*") for f in fields[:2])
 
 
 def slot_id(t: datetime) -> str:
