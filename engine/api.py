@@ -716,7 +716,7 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
     with _session(path, doc, first, runs_dir, None, schedule_slot,
                   (workers, threads_per_worker, scheduler, place, threads, dashboard), lock=False) as (cluster, schedule, lock_name):
         if not resume:
-            _, folder, summary = new_sweep(runs_dir, first.name, path, points, jobs[0][2])
+            _, folder, summary = new_sweep(runs_dir, first.name, path, points, jobs[0][2], schedule=schedule)
             todo = [(row, (manifest, mpoint, given, None)) for (manifest, mpoint, given), row in zip(jobs, summary["points"])]
             jobs.clear()  # the manifests are todo's alone now: run_points lets each go once its point has run
 

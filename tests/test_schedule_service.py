@@ -372,6 +372,75 @@ def test_a_hook_cut_short_by_its_schedulers_death_is_run_by_the_next(tmp_path):
     assert (code, out) == (0, "") and hook_lines(tmp_path) == [(slot, "succeeded")]  # paid once
 
 
+# --- a sweep as a slot's run ----------------------------------------------------------------------
+
+POINT_OP = ("import time\n\nfrom hetflow import op\n\n\n@op('t.point')\ndef point(xp, x, *, fails: int, seconds: float):\n"
+            "    time.sleep(seconds)\n    if fails:\n        raise RuntimeError('this point fails')\n    return x\n")
+
+
+def swept(folder: Path, name: str, seconds: float) -> str:
+    """A scheduled manifest whose matrix fails its first point and succeeds its second, ``seconds`` later."""
+    (folder / "point_ops.py").write_text(POINT_OP)
+    body = BODY.replace("executors:", "plugins: [point_ops.py]\nexecutors:").replace(
+        "outputs: {x: x}", "  y: {op: t.point, inputs: [x], args: {fails: '${fails}', seconds: '${seconds}'}}\n"
+                           "outputs: {y: y}").replace("{n: 4}", "")
+    return write(folder, name, 'cron: "0 * * * *"\n' + HOOKS, body=body,
+                 params=f"{{n: 4, fails: 0, seconds: 0}}\nmatrix: {{include: [{{fails: 1, seconds: 0}}, "
+                        f"{{fails: 0, seconds: {seconds}}}]}}")
+
+
+def test_a_scheduled_sweep_whose_point_failed_fails_its_slot_though_its_last_point_succeeded(tmp_path):
+    m = swept(tmp_path, "swept", 0)
+    runs = tmp_path / "runs"
+    code, out, err = cli("schedule", "run-due", m, "--now", "2026-06-01T10:05:00Z", "--runs-dir", str(runs),
+                         "--log-format", "json")
+    ended = [json.loads(line) for line in out.splitlines() if json.loads(line)["event"] in ("failed", "succeeded")]
+    (sweep,) = [p.name for p in runs.glob("*-sweep*")]
+    assert [(e["event"], e["run_id"]) for e in ended] == [("failed", sweep)], out
+    assert ended[0]["error"].startswith("1 of 2 points did not succeed: swept[fails=1,seconds=0] failed: "), ended
+    assert "this point fails" in ended[0]["error"]
+    (body,) = claims(runs).values()
+    assert (body["state"], body["run_id"]) == ("failed", sweep)
+    assert hook_lines(tmp_path) == [("2026-06-01T10:00:00Z", "failed")]
+    status = ("schedule", "status", m, "--runs-dir", str(runs), "--now", "2026-06-01T10:10:00Z")
+    code, out, _ = cli(*status, "--json")
+    (row,) = json.loads(out)
+    assert (row["state"], row["status"], row["run_id"]) == ("failed", "failed", sweep), row
+    assert cli(*status, "--check")[0] == 1
+
+
+def test_a_detached_sweep_is_concluded_as_the_sweep_ended_not_as_its_newest_point(tmp_path):
+    m = swept(tmp_path, "detached", 3)
+    runs = tmp_path / "runs"
+    argv = [sys.executable, "-m", "hetflow.engine.cli", "schedule", "run-due", m, "--now", "2026-06-01T10:05:00Z",
+            "--runs-dir", str(runs)]
+    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: any(r["status"] == "failed" for r in records(runs)), 60, "the first point to fail")
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the scheduler; the sweep, in its own session, goes on
+        first.wait(timeout=10)
+    wait_detached(runs)
+    (sweep,) = [p.name for p in runs.glob("*-sweep*")]
+    assert [r["status"] for r in records(runs)] == ["failed", "succeeded"]  # the newest point succeeded
+    done = sched.settle(sched.load_entry(m), str(runs), lambda *_: None)
+    assert [(d["status"], d["run_id"]) for d in done] == [("failed", sweep)]
+    assert "1 of 2 points did not succeed" in done[0]["error"]
+    assert claims(runs)["2026-06-01T10:00:00Z"]["state"] == "failed"
+    assert hook_lines(tmp_path) == [("2026-06-01T10:00:00Z", "failed")]
+
+
+def test_gc_removes_the_claim_of_a_scheduled_sweep_with_the_sweep(tmp_path):
+    m = swept(tmp_path, "gone", 0)
+    runs = tmp_path / "runs"
+    for now in ("2026-06-01T08:05:00Z", "2026-06-01T10:05:00Z"):
+        cli("schedule", "run-due", m, "--now", now, "--runs-dir", str(runs))
+    assert sorted(claims(runs)) == ["2026-06-01T08:00:00Z", "2026-06-01T10:00:00Z"]
+    code, out, _ = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "1")
+    assert code == 0 and "removed 2 runs, 1 sweeps" in out and "1 schedule claims" in out, out
+    assert sorted(claims(runs)) == ["2026-06-01T10:00:00Z"]
+
+
 # --- retries ------------------------------------------------------------------------------------
 
 

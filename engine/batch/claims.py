@@ -208,18 +208,40 @@ def slot_records(runs_dir: str, name: str, since: str | None = None) -> dict[str
 
     Only the folders of runs of ``name`` are read, told by their names; with ``since`` (a slot id), only
     those of runs begun after an hour before it (a slot's run begins at its slot or later, but for a run by
-    hand of a slot still to come).
+    hand of a slot still to come). A slot whose run is a sweep has the sweep as its record, read from its
+    summary (:func:`hetflow.engine.store.runs.sweep_record`): its outcome is the sweep's, not its newest
+    point's, which may have succeeded after another point failed, or before the sweep was killed.
     """
-    from hetflow.engine.store.runs import LISTED, read_fields, run_folders
+    from hetflow.engine.store.runs import LISTED, SWEEP_FOLDER, read_fields, run_folders, sweep_record
 
     found: dict[str, dict] = {}
+
+    def keep(slot: str, data: dict) -> None:
+        if slot not in found or (data.get("started_at") or "") > (found[slot].get("started_at") or ""):
+            found[slot] = data
+
+    points: dict[str, tuple[str, dict]] = {}  # sweep id -> the slot of its points, and one point's record
     for folder in run_folders(runs_dir, name, since=since):
         # the fields a slot's outcome is read from, not each record's plan and events: cron asks every minute
         data = read_fields(os.path.join(runs_dir, folder, "record.json"), LISTED + ("schedule", "error"))
         slot = ((data or {}).get("schedule") or {}).get("slot")
         if slot and (data.get("manifest") or {}).get("name") == name:
-            if slot not in found or (data.get("started_at") or "") > (found[slot].get("started_at") or ""):
-                found[slot] = data
+            sweep = (data.get("matrix_point") or {}).get("sweep")
+            if isinstance(sweep, str) and sweep:
+                points.setdefault(sweep, (slot, data))
+            else:
+                keep(slot, data)
+    sweeps = dict.fromkeys(run_folders(runs_dir, name, since=since, pattern=SWEEP_FOLDER))
+    sweeps.update(points)  # a summary written before sweeps said their slot: its points say it
+    for sweep_id, told in sweeps.items():
+        data = sweep_record(runs_dir, sweep_id)
+        if data is None:
+            if told is not None:
+                keep(*told)  # no summary to read: the slot is what its points' runs say
+            continue
+        slot = (data.get("schedule") or {}).get("slot") or (told[0] if told else None)
+        if slot and data["manifest"]["name"] == name:
+            keep(slot, data)
     return found
 
 

@@ -207,7 +207,10 @@ def _sweep(args: argparse.Namespace, doc, params: dict, common: dict, out, err) 
                         for p in failed]):
         print(line, file=err)
     if args.json:
-        print(json.dumps({"status": summary["status"], "sweep_id": sweep.sweep_id, "summary": file,
+        from hetflow.engine.store.runs import failure_text
+
+        said = {"error": failure_text(summary["points"])} if failed else {}
+        print(json.dumps({"status": summary["status"], "sweep_id": sweep.sweep_id, "summary": file, **said,
                           "points": [{k: r[k] for k in ("name", "status", "run_id", "outputs")} for r in summary["points"]]}), file=out)
     else:
         print(f"sweep {sweep.sweep_id}: {len(summary['points']) - len(failed)} of {len(summary['points'])} points succeeded", file=out)

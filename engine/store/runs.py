@@ -248,11 +248,14 @@ def unnamed_runs(runs_dir: str, summary: Mapping[str, Any]) -> dict[str, str]:
 
 #: a run's folder name (its id): the time it began, its manifest's name, its digest's start, a random part
 RUN_FOLDER = re.compile(r"(?P<stamp>\d{8}T\d{6}Z)-(?P<name>.+)-(?P<digest>[0-9a-f]{8})-(?P<random>[0-9a-f]{4})")
+#: a sweep's folder name (its id): the time it began, its manifest's name, and a count where that second had one
+SWEEP_FOLDER = re.compile(r"(?P<stamp>\d{8}T\d{6}Z)-(?P<name>.+)-sweep(?:-(?P<n>\d+))?")
 
 
-def run_folders(runs_dir: str, name: str, since: str | None = None) -> list[str]:
+def run_folders(runs_dir: str, name: str, since: str | None = None, pattern: re.Pattern = RUN_FOLDER) -> list[str]:
     """The folders of runs of manifest ``name`` in ``runs_dir``, oldest first, told by their names alone;
-    with ``since`` (an ISO instant), those begun an hour before it or later.
+    with ``since`` (an ISO instant), those begun an hour before it or later. ``pattern`` :data:`SWEEP_FOLDER`
+    finds its sweeps instead.
 
     Reading every record of a runs directory to find one manifest's cost a scheduler's every decision, and
     every ``plan``, a read of each of thousands of runs.
@@ -266,6 +269,8 @@ def run_folders(runs_dir: str, name: str, since: str | None = None) -> list[str]
     ['20261204T184920Z-m-da94c102-6bbe', '20261204T204921Z-m-da94c102-0002']
     >>> run_folders(runs, "m", since="2026-12-04T21:00:00Z")
     ['20261204T204921Z-m-da94c102-0002']
+    >>> run_folders(runs, "m", pattern=SWEEP_FOLDER)
+    ['20261204T184920Z-m-sweep']
     """
     floor = _stamp_of(since, -3600.0) if since is not None else ""
     try:
@@ -274,7 +279,7 @@ def run_folders(runs_dir: str, name: str, since: str | None = None) -> list[str]
         return []
     found = []
     for folder in folders:
-        named = RUN_FOLDER.fullmatch(folder)
+        named = pattern.fullmatch(folder)
         if named is not None and named["name"] == name and named["stamp"] >= floor:
             found.append(folder)
     return sorted(found)
@@ -290,6 +295,45 @@ def _stamp_of(instant: Any, shift_s: float) -> str:
     except ValueError:
         return ""
     return datetime.fromtimestamp(at, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def sweep_record(runs_dir: str, sweep_id: str) -> dict | None:
+    """A sweep as one run record's fields tell a run (``run_id``, ``status``, ``owner``, ``started_at``,
+    ``duration_s``, ``manifest``, ``schedule``, ``error``), read from its summary as :func:`sweep_view` shows
+    it; None when the summary cannot be read. What a scheduler reads of a slot whose run is a sweep: the
+    sweep's outcome, not its newest point's.
+    """
+    summary = _read_json(os.path.join(runs_dir, sweep_id, "sweep.json"))
+    if not isinstance(summary, dict) or summary.get("kind") != "sweep":
+        return None
+    view = sweep_view(summary, runs_dir)
+    rows = [p for p in view.get("points") or [] if isinstance(p, Mapping)]
+    return {"run_id": summary.get("sweep_id") or sweep_id, "kind": "sweep", "status": view.get("status"),
+            "owner": summary.get("owner"), "started_at": summary.get("started_at"),
+            "duration_s": summary.get("duration_s"), "manifest": {"name": summary.get("name")},
+            "schedule": summary.get("schedule"),
+            "error": (_said(summary.get("error")) or failure_text(rows)) if view.get("status") != "succeeded" else None}
+
+
+def failure_text(rows: list[Mapping[str, Any]], shown: int = 3) -> str | None:
+    """Why a sweep of ``rows`` did not succeed, in a line: how many points did not, and the first ``shown`` of
+    them with their errors; None when every point succeeded.
+
+    >>> failure_text([{"name": "m[t=1]", "status": "succeeded"}, {"name": "m[t=2]", "status": "failed",
+    ...               "error": "partition p0 failed: timed out after 1e-06 s"}, {"name": "m[t=3]", "status": "pending"}])
+    '2 of 3 points did not succeed: m[t=2] failed: partition p0 failed: timed out after 1e-06 s; m[t=3] pending'
+    """
+    bad = [r for r in rows if r.get("status") != "succeeded"]
+    if not bad:
+        return None
+    said = [f"{r.get('name')} {r.get('status')}" + (f": {r['error']}" if r.get("error") else "") for r in bad[:shown]]
+    more = f"; and {len(bad) - shown} more" if len(bad) > shown else ""
+    return f"{len(bad)} of {len(rows)} points did not succeed: " + "; ".join(said) + more
+
+
+def _said(error: Any) -> str | None:
+    """An ``error`` entry of a record or summary as a line: its ``message`` where it is an object."""
+    return error.get("message") if isinstance(error, Mapping) else error or None
 
 
 def _point_view(row: Mapping[str, Any], runs_dir: str | None) -> dict:
@@ -598,8 +642,9 @@ def manifest_from_record(record: Mapping[str, Any]) -> Manifest:
 
 
 def new_sweep(runs_dir: str, name: str, manifest_file: str, points: list,
-              overrides: Mapping[str, Any] | None = None) -> tuple[str, str, dict]:
-    """Create the sweep folder and its summary with every point pending; ``overrides`` are the sweep's ``-p``."""
+              overrides: Mapping[str, Any] | None = None, schedule: Mapping[str, Any] | None = None) -> tuple[str, str, dict]:
+    """Create the sweep folder and its summary with every point pending; ``overrides`` are the sweep's ``-p``,
+    ``schedule`` the slot it runs as (its points' records say it too)."""
     os.makedirs(runs_dir, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     for n in range(1000):
@@ -626,6 +671,8 @@ def new_sweep(runs_dir: str, name: str, manifest_file: str, points: list,
         "points": [{"name": p.name, "values": dict(p.values), "status": "pending", "run_id": None,
                     "record": None, "outputs": {}, "error": None} for p in points],
     }
+    if schedule:
+        summary["schedule"] = dict(schedule)
     from hetflow.engine.store.records import write_json_atomic
 
     try:
@@ -696,7 +743,8 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
     needed = set().union(*(_cache_keys(records[r]) for r in kept_runs if r in records))
     # a record names its cache keys only when it ends: what a running or died run stored is told by its time
     unnamed = [_epoch(records[r].get("started_at")) for r in kept_runs if r in records and "cache" not in records[r]]
-    claims = _stale_claims(runs_dir, set(gone), cutoff)
+    # a scheduled sweep's claim names the sweep
+    claims = _stale_claims(runs_dir, set(gone) | {u["id"] for u in removed if u["kind"] == "sweep"}, cutoff)
     locks = stale_locks(runs_dir, remove=not dry_run)
     from hetflow.engine.store.cache import Cache
 
