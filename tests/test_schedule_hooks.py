@@ -70,6 +70,32 @@ def test_on_success_gets_the_record_path(tmp_path):
     assert status == "succeeded" and json.loads(Path(record).read_text())["schedule"]["slot"] == "2026-06-01T10:00:00Z"
 
 
+def test_a_hook_past_its_time_limit_ends_with_every_process_it_started(tmp_path, monkeypatch):
+    from hetflow.engine.batch import schedule as sched
+
+    monkeypatch.setattr(sched, "HOOK_TIMEOUT_S", 1)
+    hook = "on_success: '(sleep 29.37; echo late >> late.txt) & echo $! > bg.pid; sleep 29.38; echo done >> done.txt'\n"
+    m = write(tmp_path, "hung", 'cron: "0 * * * *"\n' + hook, FINE)
+    code, out, _ = cli("schedule", "run-due", m, "--now", "2026-06-01T10:05:00Z", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and 'hook manifest=hung slot=2026-06-01T10:00:00Z hook=on_success rc="timed out"' in out, out
+    left = [pid for pid in _pids() if b"sleep\x0029.3" in _proc(pid, "cmdline") and _proc(pid, "stat")
+            .rsplit(b")", 1)[-1].split()[:1] != [b"Z"]]
+    assert left == [] and int((tmp_path / "bg.pid").read_text()) > 0
+    assert not (tmp_path / "done.txt").exists() and not (tmp_path / "late.txt").exists()
+
+
+def _pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _proc(pid: int, what: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/{what}", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def test_run_due_dry_run_claims_and_runs_nothing(tmp_path):
     m = write(tmp_path, "fine", 'cron: "0 * * * *"\ncatchup: true\n', FINE)
     runs = tmp_path / "runs"

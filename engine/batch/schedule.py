@@ -71,8 +71,10 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -239,8 +241,6 @@ def outcome(child: Child) -> dict:
 def _killed(child: Child, signum: int) -> dict:
     """What a run killed by signal ``signum`` (SIGKILL, the OOM killer) before it said its result left: its record
     names the outcome if the run finished it, else the slot ``died``, as it does when its scheduler is gone."""
-    import signal
-
     from hetflow.engine.store.runs import status_of
 
     try:
@@ -519,14 +519,39 @@ def _hook(entry: Entry, slot: datetime, log_path: str, runs_dir: str, info: Mapp
     with open(log_path, "ab") as f:
         f.write(f"{which}: {command}\n".encode())
         f.flush()
+        process = subprocess.Popen(command, shell=True, cwd=os.path.dirname(os.path.abspath(entry.file)), env=env,
+                                   stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT)
+        rc: int | None = None
         try:
-            rc: int | None = subprocess.run(command, shell=True, cwd=os.path.dirname(os.path.abspath(entry.file)),
-                                            env=env, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                                            timeout=HOOK_TIMEOUT_S).returncode
+            rc = process.wait(timeout=HOOK_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            rc = None
+            pass
+        finally:
+            if rc is None:  # timed out, or its scheduler was interrupted
+                _end_tree(process)
     log("hook", {"manifest": entry.name, "slot": slot_id(slot), "hook": which, "rc": "timed out" if rc is None else rc})
     return rc
+
+
+def _end_tree(process: subprocess.Popen) -> None:
+    """Kill a hook's shell and every process it started. The shell alone, killed, left its commands running with
+    no one to end them. Each is stopped as it is found, so that none starts another between the look and the
+    kill; the hook stays in its scheduler's process group, which a terminal's signals and a reboot reach whole."""
+    found: set[int] = set()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(process.pid, signal.SIGSTOP)
+    for _ in range(5):
+        more = [pid for pid in owner.descendants(process.pid) if pid not in found]
+        if not more:
+            break
+        for pid in more:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGSTOP)
+        found.update(more)
+    for pid in [process.pid, *found]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    process.wait()
 
 
 # --- run-due ------------------------------------------------------------------------------------
