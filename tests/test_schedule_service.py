@@ -344,6 +344,48 @@ def test_a_run_that_died_is_marked_so_and_its_failure_hook_runs(tmp_path):
     assert sched.settle(sched.load_entry(m), str(runs), lambda *_: None) == []  # once
 
 
+def test_a_slow_hook_holds_back_neither_other_schedules_nor_a_stop_and_what_it_left_is_run_by_the_next(tmp_path):
+    """A hook runs beside the loop: another manifest's slots start and end meanwhile, its own manifest's slots are
+    skipped (its slot is active until its hook has run), and a stop waits for the hook under way; under
+    ``allow`` the hooks of slots that ended meanwhile are left to the next scheduler, which runs each once."""
+    slow = "on_success: 'sleep 2; echo \"$HETFLOW_SLOT $HETFLOW_STATUS\" >> hooks.txt'\n"
+    hooked = write(tmp_path, "hooked", 'cron: "* * * * * *"\n' + slow)
+    piling = write(tmp_path, "piling", 'cron: "* * * * * *"\nmax_active: allow\n' + slow.replace("hooks.txt", "piled.txt"))
+    plain = write(tmp_path, "plain", 'cron: "* * * * * *"\n')
+    runs, log = tmp_path / "runs", tmp_path / "serve.log"
+    proc = serve([hooked, piling, plain], runs, log)
+    try:
+        wait_for(lambda: any(e["event"] == "hook" for e in events(log)), 60, "the first hook to end")
+        first = next(e for e in events(log) if e["event"] == "hook" and e["manifest"] == "hooked")
+    finally:
+        code = stop(proc)
+    wait_detached(runs)
+    assert code == 0
+    seen = events(log)
+    ended = next(i for i, e in enumerate(seen) if e["event"] == "succeeded" and e["slot"] == first["slot"])
+    hooked_at = seen.index(first)
+    meanwhile = seen[ended:hooked_at]
+    assert sum(e["event"] == "succeeded" and e["manifest"] == "plain" for e in meanwhile) >= 1, meanwhile
+    skipped = [e for e in meanwhile if e["event"] == "skipped" and e["manifest"] == "hooked"]
+    assert skipped and {e["reason"] for e in skipped} == {"the hook of its last slot is running"}, meanwhile
+    # the stop came while a hook ran: it ran to its end, and the hooks not begun were left owed
+    left = [e for e in seen if e["event"] == "hook-deferred"]
+    assert left and {e["manifest"] for e in left} == {"piling"}, seen[-10:]
+    bodies = [json.loads(p.read_text()) for p in runs.glob(".schedule/*/*.json")]
+    owed = {b["slot"] for b in bodies if b.get("hook") == "pending" and b["manifest"] == piling}
+    assert owed == {e["slot"] for e in left}
+    # at an instant no manifest has a slot due: it only concludes what the stopped scheduler left
+    now = min(max(b["slot"] for b in bodies if b["manifest"] == m) for m in (hooked, piling, plain))
+    code, out, _ = cli("schedule", "run-due", hooked, piling, plain, "--now", now, "--runs-dir", str(runs),
+                       "--log-format", "json")
+    assert code == 0 and not [line for line in out.splitlines() if json.loads(line)["event"] == "started"], out
+    paid = [json.loads(line) for line in out.splitlines() if json.loads(line)["event"] == "hook-owed"]
+    assert {e["slot"] for e in paid} == owed
+    piled = [line.split(" ")[0] for line in (tmp_path / "piled.txt").read_text().splitlines()]
+    assert len(piled) == len(set(piled)) and owed <= set(piled)  # each once
+    assert not any(json.loads(p.read_text()).get("hook") == "pending" for p in runs.glob(".schedule/*/*.json"))
+
+
 def test_a_hook_cut_short_by_its_schedulers_death_is_run_by_the_next(tmp_path):
     # the first call hangs until the kill; the one run again finishes at once
     hooks = ("on_success: 'echo begun >> begun.txt; [ $(wc -l < begun.txt) -gt 1 ] || sleep 60; "

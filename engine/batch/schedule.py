@@ -268,9 +268,9 @@ def _last_line(path: str) -> str:
 Log = Callable[[str, Mapping[str, Any]], None]
 
 
-def _finish(child: Child, log: Log) -> dict:
+def _finish(child: Child, log: Log, hook: bool = True) -> dict:
     info = outcome(child)
-    conclude(child.entry, child.slot, child.claim, info, child.runs_dir, log)
+    conclude(child.entry, child.slot, child.claim, info, child.runs_dir, log, hook=hook)
     return info
 
 
@@ -278,14 +278,16 @@ _STATE = {"succeeded": "succeeded", "failed": "failed", "locked": "skipped", "di
 
 
 def conclude(entry: Entry, slot: datetime, path: str, info: Mapping[str, Any], runs_dir: str, log: Log,
-             detached: bool = False) -> bool:
+             detached: bool = False, hook: bool = True) -> bool:
     """Move the claim at ``path`` to the terminal state of ``info`` and run the slot's hook; whether this call did.
 
     Exactly once per run: under the slot's ``flock``, and only from a
     claim that is not terminal yet, so a second process that tries (a
     restarted ``serve`` and a ``run-due`` settling the same detached run)
     does nothing. ``detached`` marks a run concluded by a process other
-    than the one that started it.
+    than the one that started it. Without ``hook`` (a ``serve`` that is
+    stopping), the claim says its hook is still owed, and the next
+    scheduler runs it (``hook-owed``).
     """
     with settling(path) as body:
         if body is None or body.get("state") in TERMINAL:
@@ -293,7 +295,8 @@ def conclude(entry: Entry, slot: datetime, path: str, info: Mapping[str, Any], r
         extra = {k: v for k, v in info.items() if k != "status"}
         kept = {k: body[k] for k in ("run_pid", "run_owner", "log", "tries") if k in body}
         # the hook is owed until it has run: whoever settles a claim whose concluder died mid-hook runs it
-        owed = {"hook": "pending"} if _hook_command(entry, info["status"]) else {}
+        found = _hook_command(entry, info["status"])
+        owed = {"hook": "pending"} if found else {}
         mark(path, entry, slot, _STATE[info["status"]], **{**kept, **extra, **owed})
         event = "skipped" if info["status"] == "locked" else info["status"]
         fields = {"manifest": entry.name, "slot": slot_id(slot), **extra}
@@ -302,7 +305,10 @@ def conclude(entry: Entry, slot: datetime, path: str, info: Mapping[str, Any], r
         if detached:
             fields["detached"] = True
         log(event, fields)
-        if owed:
+        if owed and not hook:
+            log("hook-deferred", {"manifest": entry.name, "slot": slot_id(slot), "hook": found[0],
+                                  "reason": "the scheduler is stopping: the next one runs it"})
+        elif owed:
             rc = _hook(entry, slot, path[:-5] + ".log", runs_dir, info, log)
             mark(path, entry, slot, _STATE[info["status"]], **{**kept, **extra, "hook": "ran", "hook_rc": rc})
     return True

@@ -1,7 +1,9 @@
 """``hetflow schedule serve``: the scheduler's loop, around the decisions of :mod:`hetflow.engine.batch.schedule`.
 
 :class:`Server` loops: reread manifests whose file changed, reap finished
-runs, conclude the slots of runs whose scheduler is gone
+runs (their slots are concluded and their hooks run in a thread of each
+manifest's, so that a slow hook holds back no other slot), conclude the
+slots of runs whose scheduler is gone
 (:func:`~hetflow.engine.batch.schedule.settle`), start queued slots, decide due
 slots, sleep until the next fire time or the poll interval. A backlog
 (more than one slot due at once, after downtime) is queued whole, oldest
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -67,6 +70,12 @@ class Server:
         self.running: list[Child] = []
         self.queued: list[_Queued] = []
         self.settled: set[str] = set()
+        # the runs that ended and whose slots are being concluded, their hooks run: per manifest, in order, by a
+        # thread of its own while it has any
+        self.concluding: dict[str, list[Child]] = {}
+        self.concluders: dict[str, threading.Thread] = {}
+        self.raised: list[BaseException] = []  # what a concluding thread raised, raised again by the loop
+        self._guard = threading.Lock()
         self.stopping = False
         self.missing: str | None = None  # the named paths not there at the last scan, as last logged
 
@@ -119,16 +128,18 @@ class Server:
             elif seen is not None and seen.entry is not None:
                 self.log("unscheduled", {"file": file, "manifest": seen.entry.name})
 
-    def _active(self, entry: Entry, backlog: bool = False) -> bool:
+    def _active(self, entry: Entry, backlog: bool = False, hooks: bool = True) -> bool:
         # Under ``allow`` the live schedule's runs may overlap anything: a backlog's slot waits for the backlog's
         # own runs and for the manifest's lock (a run by hand), not for them, or a schedule whose runs outlast
         # its period would never run its backlog.
         beside = backlog and entry.schedule.max_active == "allow"
+        # a slot is active until it is concluded, its hook run: a hook slower than the schedule's period would
+        # otherwise pile up its slots' hooks behind it
         return (any(c.entry.name == entry.name and (c.backlog or not beside) for c in self.running)
-                or entry.active(self.runs_dir))
+                or (hooks and not beside and entry.name in self.concluders) or entry.active(self.runs_dir))
 
-    def _busy(self, entry: Entry) -> bool:
-        return self._active(entry) or any(q.entry.name == entry.name for q in self.queued)
+    def _busy(self, entry: Entry, hooks: bool = True) -> bool:
+        return self._active(entry, hooks=hooks) or any(q.entry.name == entry.name for q in self.queued)
 
     def _start(self, entry: Entry, slot: datetime, path: str, backlog: bool = False) -> None:
         try:
@@ -149,7 +160,49 @@ class Server:
                 mark(child.claim, child.entry, child.slot, "queued")
                 self.log("queued", {"manifest": child.entry.name, "slot": slot_id(child.slot)})
                 continue
-            _finish(child, self.log)
+            self._conclude(child)
+
+    def _conclude(self, child: Child) -> None:
+        """Conclude the slot of a run that ended, its hook included, in a thread of its manifest's: a hook may
+        take minutes, and every other slot is decided, started and concluded meanwhile (one hook that hung held
+        every schedule of the scheduler still, for as long as its time limit). One manifest's slots are
+        concluded one after another, in the order their runs ended, so its hooks neither overlap nor pile up."""
+        name = child.entry.name
+        with self._guard:
+            self.concluding.setdefault(name, []).append(child)
+            if name in self.concluders:
+                return
+            thread = self.concluders[name] = threading.Thread(target=self._concluder, args=(name,), daemon=True,
+                                                              name=f"hetflow-conclude-{name}")
+        thread.start()
+
+    def _concluder(self, name: str) -> None:
+        while True:
+            with self._guard:
+                if not self.concluding.get(name):
+                    self.concluding.pop(name, None)
+                    del self.concluders[name]
+                    return
+                child = self.concluding[name].pop(0)
+            try:
+                # once it is stopping, the slots still to conclude leave their hooks to the next scheduler
+                _finish(child, self.log, hook=not self.stopping)
+            except OSError as e:  # as the loop does: a full disk must not end the scheduler
+                self.log("error", {"error": f"{type(e).__name__}: {e}"})
+            except BaseException as e:
+                self.raised.append(e)
+
+    def _concluded(self) -> None:
+        """Wait until every slot whose run ended is concluded (a hook ends within its time limit)."""
+        while True:
+            with self._guard:
+                threads = list(self.concluders.values())
+            if not threads:
+                break
+            for thread in threads:
+                thread.join()
+        if self.raised:
+            raise self.raised.pop(0)
 
     def _start_queued(self) -> None:
         """Start each queued slot, oldest first, whose manifest is idle: one per manifest at a time."""
@@ -160,6 +213,8 @@ class Server:
 
     def tick(self) -> None:
         """One round: reap, conclude runs left by a scheduler now gone, start queued slots, decide due slots."""
+        if self.raised:
+            raise self.raised.pop(0)
         self.reap()
         entries = list({w.entry.name: w.entry for w in self.watched.values() if w.entry is not None}.values())
         for entry in entries:
@@ -183,8 +238,10 @@ class Server:
                 elif policy == "allow" or not self._busy(entry):
                     self._start(entry, slot, path)
                 elif policy == "skip":
-                    mark(path, entry, slot, "skipped", reason="a run of this manifest is active")
-                    self.log("skipped", {**fields, "reason": "a run of this manifest is active"})
+                    why = ("a run of this manifest is active" if self._busy(entry, hooks=False)
+                           else "the hook of its last slot is running")
+                    mark(path, entry, slot, "skipped", reason=why)
+                    self.log("skipped", {**fields, "reason": why})
                 else:
                     mark(path, entry, slot, "queued")
                     self.queued.append(_Queued(entry, slot, path))
@@ -198,7 +255,7 @@ class Server:
             if watched.entry is not None:
                 nxt = watched.entry.schedule.after(now, 1)[0]
                 wake = min(wake, (nxt - now).total_seconds() + 0.05)
-        if self.running or self.queued:
+        if self.running or self.queued or self.concluders:
             wake = min(wake, 0.5)
         return max(wake, 0.05)
 
@@ -228,6 +285,7 @@ class Server:
                 while not self.stopping and time.monotonic() < deadline:
                     time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
             self.reap()
+            self._concluded()
         finally:
             for s, handler in old.items():
                 signal.signal(s, handler)

@@ -19,8 +19,15 @@ def cmd_schedule(args: argparse.Namespace, out, err) -> int:
 
     from hetflow.engine.batch import schedule as schedlib
 
+    import threading
+
+    written = threading.Lock()  # one line at a time: slots are run, and concluded, in threads of their own
+
     def log(event: str, fields) -> None:
-        print(schedlib.format_event(event, fields, args.log_format), file=out, flush=True)
+        line = schedlib.format_event(event, fields, args.log_format) + "\n"
+        with written:
+            out.write(line)
+            out.flush()
 
     files = schedlib.discover(args.paths)
     if args.schedule_command in ("serve", "run-due"):
