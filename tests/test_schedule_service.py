@@ -355,7 +355,8 @@ def test_a_slow_hook_holds_back_neither_other_schedules_nor_a_stop_and_what_it_l
     runs, log = tmp_path / "runs", tmp_path / "serve.log"
     proc = serve([hooked, piling, plain], runs, log)
     try:
-        wait_for(lambda: any(e["event"] == "hook" for e in events(log)), 60, "the first hook to end")
+        wait_for(lambda: any(e["event"] == "hook" and e["manifest"] == "hooked" for e in events(log)), 60,
+                 "the first hook to end")
         first = next(e for e in events(log) if e["event"] == "hook" and e["manifest"] == "hooked")
     finally:
         code = stop(proc)
