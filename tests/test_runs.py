@@ -121,6 +121,24 @@ def test_runs_table_of_a_sweep_has_one_row_per_point_with_params_and_scalar_valu
     assert text.splitlines()[1].startswith("| --- |") and len(text.splitlines()) == 6
 
 
+def test_json_given_before_the_subcommand_holds_for_it(swept):
+    """`hetflow runs --json show ID` as `hetflow runs show ID --json`: the subcommand's own --json did not undo the
+    group's, and show, diff, table and gc printed text, or an error with no JSON object on standard output."""
+    _, runs, sweep, other = swept
+    point = sweep["points"][0]["run_id"]
+    for argv, check in ((("show", point), lambda d: d["run_id"] == point),
+                        (("show", sweep["sweep_id"]), lambda d: d["sweep_id"] == sweep["sweep_id"]),
+                        (("diff", point, other), lambda d: isinstance(d, dict)),
+                        (("table", sweep["sweep_id"]), lambda d: d["params"] == ["scale", "seed"]),
+                        (("gc", "--keep", "100", "--dry-run"), lambda d: d["dry_run"] is True)):
+        code, out, err = cli("runs", "--json", "--runs-dir", runs, *argv)
+        assert code == 0 and check(json.loads(out)), (argv, out[:200], err)
+    code, out, _ = cli("runs", "--json", "--runs-dir", runs, "show", "no-such-run")
+    assert code == 2 and json.loads(out)["error"] == "bad-input"
+    code, out, _ = cli("runs", "--runs-dir", runs, "show", point)
+    assert code == 0 and out.startswith(f"run {point}: succeeded")  # without --json, text
+
+
 def test_runs_diff_shows_params_point_and_outputs_side_by_side(swept):
     _, runs, sweep, _ = swept
     a, b = sweep["points"][0]["run_id"], sweep["points"][2]["run_id"]  # scale 1.0 and 2.0, seed 1

@@ -127,18 +127,21 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                       help="a run or sweep id or its folder, a unique prefix of one or of its random part, a point name NAME[k=v,...] "
                            "(its newest run), latest (the newest run, or the sweep it is a point of), latest-run, "
                            "latest-sweep or latest-verification")
-    show.add_argument("--json", action="store_true", help="the whole record" + _JSON)
+    # default=SUPPRESS: `hetflow runs --json show ID` keeps the --json given before the subcommand
+    show.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="the whole record" + _JSON)
     show.add_argument("--runs-dir", default=argparse.SUPPRESS)
     df = rsub.add_parser("diff", help="two runs side by side: params, point, manifest, plugins, data files, versions, outputs")
     df.add_argument("a", metavar="A", help="a run, named as runs show takes it (latest: the newest run)")
     df.add_argument("b", metavar="B", help="a run, named as runs show takes it (latest: the newest run)")
-    df.add_argument("--json", action="store_true", help="print the comparison as one JSON object" + _JSON)
+    df.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                    help="print the comparison as one JSON object" + _JSON)
     df.add_argument("--runs-dir", default=argparse.SUPPRESS)
     tb = rsub.add_parser("table", help="one row per run with its params and scalar outputs: a sweep's points or the runs named")
     tb.add_argument("refs", nargs="+", metavar="SWEEP_ID|RUN_ID",
                     help="one sweep or run, or several runs, named as runs show takes them: latest is the newest run, "
                          "or the sweep it is a point of; latest-sweep the newest sweep")
-    tb.add_argument("--format", choices=["text", "csv", "json", "markdown"], default="text")
+    tb.add_argument("--format", choices=["text", "csv", "json", "markdown"],
+                    help="default: text, or json after hetflow runs --json")
     tb.add_argument("--runs-dir", default=argparse.SUPPRESS)
     gc = rsub.add_parser("gc", help="remove old sweeps and runs (per manifest, or by age), each whole with its "
                                     "verification runs; then the cache entries no kept run needs, lock files no process holds and "
@@ -153,7 +156,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     gc.add_argument("--dry-run", action="store_true",
                     help="say what would go and why (each sweep, run, verification run, lock, claim; the count of "
                          "cache entries), remove nothing")
-    gc.add_argument("--json", action="store_true", help="the same as one JSON object" + _JSON)
+    gc.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="the same as one JSON object" + _JSON)
     gc.add_argument("--runs-dir", default=argparse.SUPPRESS)
 
     e = sub.add_parser("executors", help="what this machine offers: vendors, devices, dtypes")

@@ -21,7 +21,7 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
     if args.runs_command == "table":
         from hetflow.engine.store.compare import render_table, table
 
-        out.write(render_table(table(args.runs_dir, args.refs), args.format))
+        out.write(render_table(table(args.runs_dir, args.refs), args.format or ("json" if args.json else "text")))
         return EXIT_OK
     if args.runs_command == "show":
         args.run_id = runs.resolve_id(args.runs_dir, args.run_id)
