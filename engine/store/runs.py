@@ -312,7 +312,8 @@ def sweep_record(runs_dir: str, sweep_id: str) -> dict | None:
             "owner": summary.get("owner"), "started_at": summary.get("started_at"),
             "duration_s": summary.get("duration_s"), "manifest": {"name": summary.get("name")},
             "schedule": summary.get("schedule"),
-            "error": (_said(summary.get("error")) or failure_text(rows)) if view.get("status") != "succeeded" else None}
+            "error": (_said(summary.get("error")) or failure_text(rows))
+            if view.get("status") not in ("succeeded", "running") else None}
 
 
 def failure_text(rows: list[Mapping[str, Any]], shown: int = 3) -> str | None:
