@@ -10,6 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hetflow.engine.batch import schedule as sched
@@ -108,6 +109,25 @@ def test_a_repeated_hour_runs_wildcard_jobs_as_any_hour_and_fixed_time_jobs_once
         "2026-11-01T05:30:00Z", "2026-11-01T06:00:00Z", "2026-11-01T06:30:00Z", "2026-11-01T07:00:00Z"]
     assert [sched.slot_id(t) for t in sched.Schedule("30 1 * * *", "America/New_York", False, "skip", {})
             .after(at("2026-11-01T04:00:00Z"), 2)] == ["2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"]
+
+def test_a_scheduled_manifest_with_an_input_stage_is_refused_where_it_is_written(tmp_path):
+    """No slot's run is given arrays: each would fail with bad input, a failure a day for a manifest that validated."""
+    body = BODY.replace('x: {op: ones, args: {shape: ["${n}"]}}', 'x: {op: input, args: {shape: ["${n}"], dtype: fp32}}')
+    m = write(tmp_path, "fed", 'cron: "0 * * * *"\n', body=body)
+    line = next(i for i, text in enumerate(Path(m).read_text().splitlines(), 1) if "op: input" in text)
+    for argv in (("validate", m), ("schedule", "list", m), ("schedule", "run-due", m, "--runs-dir", str(tmp_path / "runs"))):
+        code, out, err = cli(*argv)
+        assert code == 2, (argv, out, err)
+        assert f"{m}:{line}:" in err and "stage 'x' is an input stage" in err and "op: load" in err, err
+    assert not (tmp_path / "runs").exists()  # refused before a slot was claimed
+    # without schedule: it runs, given its array
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(Path(m).read_text().replace('schedule:\n  cron: "0 * * * *"\n', ""))
+    np_file = tmp_path / "x.npy"
+    np.save(np_file, np.ones(4, dtype=np.float32))
+    code, _, err = cli("run", str(plain), "--input", f"x={np_file}", "--runs-dir", str(tmp_path / "r"), "--quiet")
+    assert code == 0, err
+
 
 def test_six_fields_put_seconds_first():
     s = sched.Schedule("*/20 0 12 * * *", "UTC", False, "skip", {})

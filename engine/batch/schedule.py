@@ -232,7 +232,8 @@ def outcome(child: Child) -> dict:
     run_id = result.get("run_id") or result.get("sweep_id")
     out = {"status": status, "rc": rc, "run_id": run_id, "duration_s": round(time.monotonic() - child.started, 3)}
     if rc != 0:
-        out["error"] = result.get("error") or _last_line(child.log)
+        # a run that could not start says its category in ``error`` (bad-input) and what was wrong in ``message``
+        out["error"] = result.get("message") or result.get("error") or _last_line(child.log)
     if rc is not None and rc < 0 and not result:
         out.update(_killed(child, -rc))
     return out

@@ -42,8 +42,8 @@ from croniter import CroniterError, croniter
 
 from hetflow.engine.errors import Diagnostic, UsageError, argument
 
-__all__ = ["CATCHUP_LIMIT", "POLICIES", "Schedule", "check", "from_tree", "slot_id", "parse_instant", "slot_run",
-           "due_slots"]
+__all__ = ["CATCHUP_LIMIT", "POLICIES", "Schedule", "check", "unfed_inputs", "from_tree", "slot_id", "parse_instant",
+           "slot_run", "due_slots"]
 
 CATCHUP_LIMIT = 100
 
@@ -234,6 +234,19 @@ def check(value: Any, doc: Any, params: Mapping[str, Any]) -> list[Diagnostic]:
                 problems.append(Diagnostic(doc.key_at(("schedule", "params", key)),
                                            f"schedule.params sets {key!r}, which is not a declared param (declared: {declared})"))
     return problems
+
+
+def unfed_inputs(tree: Any, doc: Any) -> list[Diagnostic]:
+    """The ``input`` stages of a scheduled manifest: only a run given their arrays can feed them, and a scheduled
+    run is given none, so each of its slots would fail with bad input."""
+    stages = tree.get("stages") if isinstance(tree, dict) else None
+    if not isinstance(tree.get("schedule"), dict) or not isinstance(stages, dict):
+        return []
+    return [Diagnostic(doc.at(("stages", sid, "op")), (
+        f"stage {sid!r} is an input stage, which only a run given its array can feed (--input {sid}=PATH, "
+        "hetflow.run(inputs=)); a scheduled run is given none, so every slot of schedule: would fail: read the "
+        "array from a file with op: load, or remove schedule: and run it by hand"))
+        for sid, stage in stages.items() if isinstance(stage, dict) and stage.get("op") == "input"]
 
 
 def from_tree(tree: Any) -> Schedule | None:

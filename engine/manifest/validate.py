@@ -118,6 +118,7 @@ def validate(resolved: dict, doc: Document, problems: list[Diagnostic] | None = 
         from hetflow.engine.manifest import cron
 
         problems.extend(cron.check(tree["schedule"], doc, tree.get("params", {})))
+        problems.extend(cron.unfed_inputs(tree, doc))
     manifest = None
     try:
         manifest = check_semantics(resolved, doc, problems)
