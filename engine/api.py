@@ -714,7 +714,8 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
     else:
         bound = bind_inputs(first, inputs, given_as=_given_as(inputs))
     with _session(path, doc, first, runs_dir, None, schedule_slot,
-                  (workers, threads_per_worker, scheduler, place, threads, dashboard), lock=False) as (cluster, schedule, lock_name):
+                  (workers, threads_per_worker, scheduler, place, threads, dashboard), lock=False) as (cluster, schedule, lock_name), \
+            _slot_lock(runs_dir, path, doc, lock_name, jobs[0][2] if schedule else None) as whole:
         if not resume:
             _, folder, summary = new_sweep(runs_dir, first.name, path, points, jobs[0][2], schedule=schedule)
             todo = [(row, (manifest, mpoint, given, None)) for (manifest, mpoint, given), row in zip(jobs, summary["points"])]
@@ -727,7 +728,8 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
             manifest, mpoint, given, again = job
             # the run says whose point it is: a run the summary's last write did not name is still the sweep's
             mpoint = {**mpoint, "sweep": summary["sweep_id"]}
-            with RunLock(lock_path(runs_dir, path, lock_name, manifest.params), manifest=path, run=again):
+            own = lock_path(runs_dir, path, lock_name, manifest.params)
+            with RunLock(own, manifest=path, run=again) if own != whole else contextlib.nullcontext():
                 # the points' runs share the event sink: each event names its run and point
                 done = _execute(manifest, cluster, place, bound, runs_dir=runs_dir, overrides=given,
                                 num_workers=threads, on_event=on_event, event_tag={"point": mpoint["name"]},
@@ -740,6 +742,25 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
     from hetflow.engine.results import Sweep
 
     return Sweep(folder)  # its points' runs are read when asked for: a big sweep's records stay on disk
+
+
+@contextlib.contextmanager
+def _slot_lock(runs_dir: str, path: str, doc: Any, lock_name: str, overrides: dict | None) -> Iterator[str | None]:
+    """For a sweep run as a schedule's slot (``overrides`` its ``-p``, not None): the run lock of the manifest's own
+    params, held for the whole sweep, and its path; a point whose params are those takes no second one.
+
+    The schedule asks that lock whether a run of the manifest is active (``max_active``). The points' own locks
+    were all a sweep held: a slot started by a ``run-due`` while the sweep of the one before ran was not told to
+    wait or skip, and ran a second sweep whose points met the first's at their locks, each failing one.
+    """
+    if overrides is None:
+        yield None
+        return
+    from hetflow.engine.store.locks import RunLock, lock_path
+
+    whole = lock_path(runs_dir, path, lock_name, compile_manifest(doc, overrides).params)
+    with RunLock(whole, manifest=path):
+        yield whole
 
 
 def _inputs_taken(summary: Mapping[str, Any], runs_dir: str) -> dict | None:

@@ -473,6 +473,49 @@ def test_a_detached_sweep_is_concluded_as_the_sweep_ended_not_as_its_newest_poin
     assert hook_lines(tmp_path) == [("2026-06-01T10:00:00Z", "failed")]
 
 
+def test_a_slot_due_while_the_sweep_of_the_slot_before_runs_is_skipped_as_for_a_run(tmp_path):
+    """The sweep holds the lock a schedule's decisions ask: a run-due started meanwhile (cron, every minute) skipped
+    nothing and ran a second sweep, whose points met the first's at their locks, failing a point of each."""
+    m = swept(tmp_path, "overlap", 2)
+    text = Path(m).read_text()
+    Path(m).write_text(text.replace('cron: "0 * * * *"', 'cron: "* * * * *"').replace("{fails: 1, seconds: 0}",
+                                                                                      "{fails: 0, seconds: 1}"))
+    runs = tmp_path / "runs"
+    argv = [sys.executable, "-m", "hetflow.engine.cli", "schedule", "run-due", m, "--now", "2026-06-01T10:00:30Z",
+            "--runs-dir", str(runs)]
+    first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: any(r["status"] == "running" for r in records(runs)), 60, "the first sweep's first point")
+        code, out, _ = cli("schedule", "run-due", m, "--now", "2026-06-01T10:01:30Z", "--runs-dir", str(runs))
+    finally:
+        said, _ = first.communicate(timeout=120)
+    assert code == 0 and 'skipped manifest=overlap slot=2026-06-01T10:01:00Z reason="a run of this manifest is active"' in out, out
+    assert first.returncode == 0 and "succeeded manifest=overlap slot=2026-06-01T10:00:00Z" in said, said
+    assert [r["status"] for r in records(runs)] == ["succeeded", "succeeded"]
+    assert len(list(runs.glob("*-sweep*"))) == 1
+
+
+def test_a_sweep_whose_point_found_its_lock_taken_ran_and_failed_its_slot_and_is_not_queued_again(tmp_path):
+    """Exit 4 from a sweep is a point that found its lock taken, after the others ran: the slot is not skipped (as
+    for a run that ran nothing), and under ``queue`` its sweep is not started again."""
+    m = swept(tmp_path, "held", 3)
+    text = Path(m).read_text().replace("{fails: 1, seconds: 0}", "{fails: 0, seconds: 0}")
+    Path(m).write_text(text.replace('cron: "0 * * * *"', 'cron: "0 * * * *"\n  max_active: queue'))
+    runs = tmp_path / "runs"
+    by_hand = subprocess.Popen([sys.executable, "-m", "hetflow.engine.cli", "run", m, "--point", "seconds=3",
+                                "--runs-dir", str(runs), "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: any(r["status"] == "running" for r in records(runs)), 60, "the run by hand")
+        code, out, _ = cli("schedule", "run-due", m, "--now", "2026-06-01T10:05:00Z", "--runs-dir", str(runs))
+    finally:
+        by_hand.communicate(timeout=60)
+    assert code == 1 and out.count(" started manifest=held") == 1, out
+    assert "failed manifest=held slot=2026-06-01T10:00:00Z rc=4" in out and "already running" in out, out
+    (body,) = claims(runs).values()
+    assert body["state"] == "failed" and body["run_id"].endswith("-sweep"), body
+    assert len(list(runs.glob("*-sweep*"))) == 1
+
+
 def test_gc_removes_the_claim_of_a_scheduled_sweep_with_the_sweep(tmp_path):
     m = swept(tmp_path, "gone", 0)
     runs = tmp_path / "runs"

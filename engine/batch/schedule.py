@@ -228,7 +228,7 @@ def outcome(child: Child) -> dict:
     """What a finished child did: status, run id, error, from its JSON result line."""
     rc = child.process.returncode
     result = _result_line(child.log)
-    status = "succeeded" if rc == 0 else "locked" if rc == LOCKED else "failed"
+    status = "succeeded" if rc == 0 else "locked" if locked_out(child) else "failed"
     run_id = result.get("run_id") or result.get("sweep_id")
     out = {"status": status, "rc": rc, "run_id": run_id, "duration_s": round(time.monotonic() - child.started, 3)}
     if rc != 0:
@@ -405,6 +405,13 @@ def _give_back(entry: Entry, path: str, log: Log, states: Sequence[str] = UNSTAR
             return
         log("unqueued", {"manifest": entry.name, "slot": body["slot"], "detached": True,
                          "reason": "the scheduler that claimed it ended before its run ran; it is decided again"})
+
+
+def locked_out(child: Child) -> bool:
+    """Whether a slot's run ended at once because another run held the run lock, having run nothing: exit 4 and a
+    result that says so. A sweep whose point alone found its lock taken exits 4 too, after its other points ran:
+    that slot ran, and failed, and is neither skipped nor started again."""
+    return child.process.returncode == LOCKED and _locked_out({"log": child.log})
 
 
 def _locked_out(body: Mapping[str, Any]) -> bool:
@@ -783,7 +790,7 @@ def _run_slot(entry: Entry, slot: datetime, path: str, policy: str, runs_dir: st
         count("started")
         log("started", {**fields, "pid": child.process.pid})
         child.process.wait()
-        if child.process.returncode == LOCKED and policy == "queue":
+        if policy == "queue" and locked_out(child):
             continue
         info = _finish(child, log)
         count("skipped" if info["status"] == "locked" else info["status"])

@@ -30,7 +30,7 @@ from hetflow.engine.errors import ManifestError, UsageError
 from hetflow.executors.files import file_stamp
 from hetflow.engine.batch.claims import (Entry, check_claimed, check_identities, claim, discover, give_back, history,
                                          load_entry, mark)
-from hetflow.engine.batch.schedule import LOCKED, Child, Log, NotStarted, _finish, fail_start, settle, start
+from hetflow.engine.batch.schedule import Child, Log, NotStarted, _finish, fail_start, locked_out, settle, start
 
 __all__ = ["Server"]
 
@@ -155,7 +155,7 @@ class Server:
             if child.process.poll() is None:
                 continue
             self.running.remove(child)
-            if child.process.returncode == LOCKED and (child.entry.schedule.max_active == "queue" or child.backlog):
+            if (child.entry.schedule.max_active == "queue" or child.backlog) and locked_out(child):
                 self.queued.insert(0, _Queued(child.entry, child.slot, child.claim, child.backlog))
                 mark(child.claim, child.entry, child.slot, "queued")
                 self.log("queued", {"manifest": child.entry.name, "slot": slot_id(child.slot)})
