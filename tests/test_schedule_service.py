@@ -432,6 +432,12 @@ def swept(folder: Path, name: str, seconds: float) -> str:
                         f"{{fails: 0, seconds: {seconds}}}]}}")
 
 
+def run_due(manifest: str, now: str, runs: Path) -> list[str]:
+    """``hetflow schedule run-due`` as a process of its own."""
+    return [sys.executable, "-m", "hetflow.engine.cli", "schedule", "run-due", manifest, "--now", now,
+            "--runs-dir", str(runs)]
+
+
 def test_a_scheduled_sweep_whose_point_failed_fails_its_slot_though_its_last_point_succeeded(tmp_path):
     m = swept(tmp_path, "swept", 0)
     runs = tmp_path / "runs"
@@ -455,9 +461,8 @@ def test_a_scheduled_sweep_whose_point_failed_fails_its_slot_though_its_last_poi
 def test_a_detached_sweep_is_concluded_as_the_sweep_ended_not_as_its_newest_point(tmp_path):
     m = swept(tmp_path, "detached", 3)
     runs = tmp_path / "runs"
-    argv = [sys.executable, "-m", "hetflow.engine.cli", "schedule", "run-due", m, "--now", "2026-06-01T10:05:00Z",
-            "--runs-dir", str(runs)]
-    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    first = subprocess.Popen(run_due(m, "2026-06-01T10:05:00Z", runs), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_for(lambda: any(r["status"] == "failed" for r in records(runs)), 60, "the first point to fail")
     finally:
@@ -481,9 +486,8 @@ def test_a_slot_due_while_the_sweep_of_the_slot_before_runs_is_skipped_as_for_a_
     Path(m).write_text(text.replace('cron: "0 * * * *"', 'cron: "* * * * *"').replace("{fails: 1, seconds: 0}",
                                                                                       "{fails: 0, seconds: 1}"))
     runs = tmp_path / "runs"
-    argv = [sys.executable, "-m", "hetflow.engine.cli", "schedule", "run-due", m, "--now", "2026-06-01T10:00:30Z",
-            "--runs-dir", str(runs)]
-    first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = subprocess.Popen(run_due(m, "2026-06-01T10:00:30Z", runs), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: any(r["status"] == "running" for r in records(runs)), 60, "the first sweep's first point")
         code, out, _ = cli("schedule", "run-due", m, "--now", "2026-06-01T10:01:30Z", "--runs-dir", str(runs))
