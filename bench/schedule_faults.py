@@ -21,6 +21,9 @@ runs it left waited for, and a ``run-due``. What must hold then:
   short while it ran; those are counted, not failed);
 * under ``queue`` no slot is skipped.
 
+``--matrix`` gives the manifest a matrix of two points: each slot's run is
+a sweep, whose summary (as readers show it) must agree with its slot.
+
 ``--driver run-due`` keeps the schedule from cron instead: a ``run-due``
 started every 0.3-2 s for ``--seconds`` (they overlap), each live one
 SIGKILLed (alone or with its process group), SIGTERMed or SIGINTed with
@@ -67,10 +70,12 @@ def wait(xp, x, *, seconds: float, fail: bool = False):
 HOOK = "'sleep 0.2; echo \"$HETFLOW_SLOT $HETFLOW_STATUS\" >> hooks.txt'"
 
 
-def manifest(policy: str, seconds: float, fail: bool) -> str:
+def manifest(policy: str, seconds: float, fail: bool, matrix: bool = False) -> str:
+    # with a matrix each slot runs a sweep of two points, and the slot's record is the sweep's summary
+    swept = "\nmatrix: {n: [3, 4]}" if matrix else ""
     return f"""version: 1
 name: every2
-params: {{n: 4}}
+params: {{n: 4}}{swept}
 schedule:
   cron: "*/2 * * * * *"
   catchup: true
@@ -115,18 +120,18 @@ def serve(root: Path, runs: Path, log) -> subprocess.Popen:
                             cwd=root)
 
 
-def setup(rng: random.Random, root: Path, policy: str | None) -> tuple[str, float, bool, Path]:
+def setup(rng: random.Random, root: Path, policy: str | None, matrix: bool = False) -> tuple[str, float, bool, Path]:
     policy = policy or rng.choice(["queue", "skip", "allow"])
     seconds, fail = rng.choice([0.3, 1.0, 2.5]), rng.random() < 0.5
     root.mkdir(parents=True, exist_ok=True)
     (root / "sf_ops.py").write_text(OPS)
-    (root / "m.yaml").write_text(manifest(policy, seconds, fail))
+    (root / "m.yaml").write_text(manifest(policy, seconds / 2 if matrix else seconds, fail, matrix))
     return policy, seconds, fail, root / "runs"
 
 
-def campaign_run_due(seed: int, seconds_total: float, root: Path, policy: str | None) -> dict:
+def campaign_run_due(seed: int, seconds_total: float, root: Path, policy: str | None, matrix: bool = False) -> dict:
     rng = random.Random(seed)
-    policy, seconds, fail, runs = setup(rng, root, policy)
+    policy, seconds, fail, runs = setup(rng, root, policy, matrix)
     started, faults, unexpected = [], Counter(), []
     t0 = time.monotonic()
     while time.monotonic() - t0 < seconds_total:
@@ -165,9 +170,9 @@ def finish(root: Path, runs: Path, policy: str, unexpected: list[str]) -> dict:
     return {"run_due_exit": due.returncode, **judge(root, runs, policy, unexpected)}
 
 
-def campaign(seed: int, rounds: int, root: Path, policy: str | None) -> dict:
+def campaign(seed: int, rounds: int, root: Path, policy: str | None, matrix: bool = False) -> dict:
     rng = random.Random(seed)
-    policy, seconds, fail, runs = setup(rng, root, policy)
+    policy, seconds, fail, runs = setup(rng, root, policy, matrix)
     faults, unexpected = Counter(), []
     for r in range(rounds):
         piped = rng.random() < 0.15
@@ -223,6 +228,16 @@ def judge(root: Path, runs: Path, policy: str, problems: list[str]) -> dict:
         claims[body["slot"]] = body
     problems += [f"given back and never taken again: {p.name}" for p in folder.glob("*.returned")]
     records = [json.loads(p.read_text()) for p in runs.glob("*/record.json")]
+    sweeps = [json.loads(p.read_text()) for p in runs.glob("*/sweep.json")]
+    if sweeps or any((r.get("matrix_point") or {}).get("sweep") for r in records):
+        # each slot's run is a sweep: its summary is the slot's record, and no point's run may say running
+        from hetflow.engine.store.runs import sweep_view
+
+        problems += [f"point run {r['run_id']} still running" for r in records if status_of(r) == "running"]
+        # a summary that does not say its slot (written before sweeps did) has it from its points' records
+        told = {(r.get("matrix_point") or {}).get("sweep"): r.get("schedule") for r in records if r.get("schedule")}
+        records = [{"run_id": v["sweep_id"], "status": v["status"], "schedule": v.get("schedule") or told.get(v["sweep_id"])}
+                   for v in (sweep_view(summary, str(runs)) for summary in sweeps)]
     for slot, body in claims.items():
         if body["state"] not in ("succeeded", "failed", "skipped", "died"):
             problems.append(f"slot {slot} left {body['state']}")
@@ -267,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--driver", choices=["serve", "run-due"], default="serve",
                         help="who keeps the schedule: serve, or run-due from a cron-like loop")
     parser.add_argument("--seconds", type=float, default=60.0, help="how long the run-due loop goes on")
+    parser.add_argument("--matrix", action="store_true",
+                        help="a manifest with a matrix of two points: each slot's run is a sweep")
     args = parser.parse_args(argv)
     lo, _, hi = args.seeds.partition("-")
     totals = Counter()
@@ -274,9 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         for seed in range(int(lo), int(hi or lo) + 1):
             folder = Path(tmp) / f"seed{seed}"
             if args.driver == "serve":
-                result = campaign(seed, args.rounds, folder, args.policy)
+                result = campaign(seed, args.rounds, folder, args.policy, args.matrix)
             else:
-                result = campaign_run_due(seed, args.seconds, folder, args.policy)
+                result = campaign_run_due(seed, args.seconds, folder, args.policy, args.matrix)
             print(json.dumps(result), flush=True)
             totals.update(result["slots"])
             totals["problems"] += len(result["problems"])
