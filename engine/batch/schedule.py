@@ -376,7 +376,7 @@ def settle(entry: Entry, runs_dir: str, log: Log, known: set[str] | None = None)
                 continue
             if body.get("state") == "starting" and _may_be_starting(entry, body, runs_dir):
                 continue
-            if body.get("state") == "started" and _locked_out(body):
+            if body.get("state") == "started" and _locked_out(body.get("log") or ""):
                 # its run found the run lock taken and ran nothing: it waits its turn, or was skipped
                 if body.get("requeue"):
                     _give_back(entry, path, log, states=("started",))
@@ -411,13 +411,13 @@ def locked_out(child: Child) -> bool:
     """Whether a slot's run ended at once because another run held the run lock, having run nothing: exit 4 and a
     result that says so. A sweep whose point alone found its lock taken exits 4 too, after its other points ran:
     that slot ran, and failed, and is neither skipped nor started again."""
-    return child.process.returncode == LOCKED and _locked_out({"log": child.log})
+    return child.process.returncode == LOCKED and _locked_out(child.log)
 
 
-def _locked_out(body: Mapping[str, Any]) -> bool:
+def _locked_out(log: str) -> bool:
     """Whether the newest start of a slot's run ended at once because another run held the run lock (exit 4,
-    the result line its log ends with)."""
-    result = _result_line(body.get("log") or "")
+    the result line its log, at path ``log``, ends with)."""
+    result = _result_line(log)
     return result.get("exit_code") == LOCKED and result.get("error") == "locked"
 
 
