@@ -239,8 +239,10 @@ def check(value: Any, doc: Any, params: Mapping[str, Any]) -> list[Diagnostic]:
 def unfed_inputs(tree: Any, doc: Any) -> list[Diagnostic]:
     """The ``input`` stages of a scheduled manifest: only a run given their arrays can feed them, and a scheduled
     run is given none, so each of its slots would fail with bad input."""
-    stages = tree.get("stages") if isinstance(tree, dict) else None
-    if not isinstance(tree.get("schedule"), dict) or not isinstance(stages, dict):
+    if not isinstance(tree, dict) or not isinstance(tree.get("schedule"), dict):
+        return []
+    stages = tree.get("stages")
+    if not isinstance(stages, dict):
         return []
     return [Diagnostic(doc.at(("stages", sid, "op")), (
         f"stage {sid!r} is an input stage, which only a run given its array can feed (--input {sid}=PATH, "
