@@ -363,7 +363,8 @@ def test_a_slow_hook_holds_back_neither_other_schedules_nor_a_stop_and_what_it_l
     wait_detached(runs)
     assert code == 0
     seen = events(log)
-    ended = next(i for i, e in enumerate(seen) if e["event"] == "succeeded" and e["slot"] == first["slot"])
+    ended = next(i for i, e in enumerate(seen) if e["event"] == "succeeded" and e["slot"] == first["slot"]
+                 and e["manifest"] == "hooked")
     hooked_at = seen.index(first)
     meanwhile = seen[ended:hooked_at]
     assert sum(e["event"] == "succeeded" and e["manifest"] == "plain" for e in meanwhile) >= 1, meanwhile
