@@ -186,7 +186,7 @@ def test_damaged_entry_is_a_miss(manifest_file, tmp_path):
     assert "p0" not in executed(third) and third.record["cache"]["damaged"] == {}
 
 
-@pytest.mark.parametrize("damage", ["entry-json", "missing-file", "not-an-entry"])
+@pytest.mark.parametrize("damage", ["entry-json", "missing-file", "not-an-entry", "short-file"])
 def test_an_entry_damaged_otherwise_is_replaced_too_and_the_cli_warns(manifest_file, tmp_path, damage, capsys):
     from hetflow.engine.cli.main import main
 
@@ -199,10 +199,18 @@ def test_an_entry_damaged_otherwise_is_replaced_too_and_the_cli_warns(manifest_f
             f.truncate(20)
     elif damage == "missing-file":
         os.remove(os.path.join(folder, "0.bin"))
+    elif damage == "short-file":
+        with open(os.path.join(folder, "0.bin"), "r+b") as f:
+            f.truncate(10)
     else:
         with open(os.path.join(folder, "entry.json"), "w") as f:
             json.dump({"outputs": [1, 2]}, f)
     capsys.readouterr()
+    # the plan before the run does not call the entry complete: it says the partition will run, and why
+    assert main(["plan", str(path), "--runs-dir", str(tmp_path / "runs"), "--format", "json"]) == 0
+    said = json.loads(capsys.readouterr().out)["cache"]
+    assert said["p0"]["status"] == "will run" and f"entry {key[:19]} is damaged: its " in said["p0"]["reason"]
+    assert {said[p]["status"] for p in ("p1", "p2", "p3")} == {"cached"}
     assert main(["run", str(path), "--runs-dir", str(tmp_path / "runs")]) == 0
     err = capsys.readouterr().err
     assert "warning: 1 cache entry was damaged, so its partition ran again and replaced it: p0: its " in err, err

@@ -295,6 +295,35 @@ class Cache:
     def has(self, key: str) -> bool:
         return os.path.isfile(os.path.join(self._folder(key), "entry.json"))
 
+    def flaw(self, key: str) -> str | None:
+        """What is wrong with the complete entry of ``key`` that can be seen without reading its outputs: its
+        ``entry.json`` not an entry's, a file of it missing or not of the size it names; None when nothing is.
+
+        What ``plan`` asks before it calls a partition cached: reading and
+        hashing every output, as :meth:`load` does, would make a plan of a
+        large cached run read all of it. Bytes changed in place are found by
+        the run, which computes the partition again and replaces the entry.
+        """
+        folder = self._folder(key)
+        try:
+            with open(os.path.join(folder, "entry.json"), "rb") as f:
+                entry = json.loads(f.read())
+            for tensor, meta in entry["outputs"].items():
+                name = meta["file"]
+                try:
+                    size = os.stat(os.path.join(folder, name)).st_size
+                except FileNotFoundError:
+                    return f"its file {name} ({tensor}) is missing"
+                if "bytes" in meta and size != meta["bytes"]:
+                    return f"its file {name} ({tensor}) holds {size} bytes, not the {meta['bytes']} its entry names"
+        except FileNotFoundError:
+            return "its entry.json is gone"
+        except OSError:
+            return None  # unreadable here (permissions): the run cannot read it either, and says so
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            return f"its entry.json is not an entry's JSON: {type(e).__name__}: {e}"
+        return None
+
     def load(self, key: str) -> dict[str, PortableActivation] | None:
         """The stored outputs of ``key``, or None when absent or damaged.
 
@@ -582,7 +611,12 @@ def explain(keys: Mapping[str, PartitionKey], cache: Cache, previous: Mapping[st
             out[pid] = {"status": "will run", "reason": f"not cacheable: {k.reason}"}
             continue
         if pid not in stale:
-            out[pid] = {"status": "cached", "reason": f"entry {k.key[:19]} is complete"}
+            flaw = cache.flaw(k.key)
+            if flaw is None:
+                out[pid] = {"status": "cached", "reason": f"entry {k.key[:19]} is complete"}
+            else:
+                out[pid] = {"status": "will run", "reason": f"entry {k.key[:19]} is damaged: {flaw}; the run computes "
+                                                            f"the partition again and replaces it"}
             continue
         old = before.get(frozenset(k.nodes))
         if previous is None:
