@@ -263,6 +263,28 @@ def test_skip_while_a_run_holds_the_lock(tmp_path):
     assert out == ""  # a skipped slot is decided: never run later
 
 
+def test_status_says_active_while_an_allowed_slot_runs_beside_others(tmp_path):
+    m = write(tmp_path, "wide", 'cron: "0 * * * *"\nmax_active: allow\n')
+    runs = str(tmp_path / "runs")
+
+    def active() -> bool:
+        code, out, _ = cli("schedule", "status", m, "--now", "2026-06-01T10:05:00Z", "--runs-dir", runs, "--json")
+        assert code == 0, out
+        (row,) = json.loads(out)
+        return row["active"]
+
+    assert active() is False
+    # an allowed slot's run holds the lock of its own slot, with the schedule's params, not the manifest's
+    with RunLock(lock_path(runs, m, "wide@20260601T100000Z", {"n": 4}), manifest=m):
+        assert active() is True
+        with RunLock(lock_path(runs, m, "wide@20260601T110000Z", {"n": 5}), manifest=m):
+            assert active() is True
+    # a run with other params is another run's, and a manifest whose name begins the same is another manifest
+    with RunLock(lock_path(runs, m, "wide@20260601T100000Z", {"n": 5}), manifest=m), \
+            RunLock(lock_path(runs, m, "wider@20260601T100000Z", {"n": 4}), manifest=m):
+        assert active() is False
+
+
 def test_failing_scheduled_run_exits_1_with_its_record(tmp_path):
     body = BODY.replace('{op: ones, args: {shape: ["${n}"]}}', FAILS_AT_RUN_TIME)
     m = write(tmp_path, "broken", 'cron: "0 * * * *"\n', body=body)

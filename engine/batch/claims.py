@@ -90,6 +90,23 @@ class Entry:
 
         return lock_active(lock_path(runs_dir, self.file, self.name, self.params))
 
+    def running(self, runs_dir: str) -> bool:
+        """Whether any run of this schedule is active: :meth:`active`'s, or a slot's run started under ``allow``,
+        which holds a lock of its own slot (``NAME@SLOT``, these params) so as to run beside others."""
+        from hetflow.engine.store.locks import lock_path
+
+        if self.active(runs_dir):
+            return True
+        own = os.path.basename(lock_path(runs_dir, self.file, self.name, self.params))
+        tail = own[len(self.name):]  # -PARAMS.lock
+        folder = os.path.join(runs_dir, ".locks")
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return False
+        return any(lock_active(os.path.join(folder, n)) for n in names
+                   if n.startswith(self.name + "@") and n.endswith(tail))
+
 
 def discover(paths: Sequence[str]) -> list[str]:
     """Manifest files named by ``paths``: a file as given, a folder's ``*.yaml``/``*.yml`` (not recursive)."""

@@ -686,7 +686,7 @@ def status(files: Sequence[str], runs_dir: str, now: datetime,
         last = max(done) if done else None
         row: dict[str, Any] = {"manifest": entry.name, "file": entry.file, "cron": entry.schedule.cron,
                                "last_slot": last, "state": None, "run_id": None, "status": None, "duration_s": None,
-                               "active": entry.active(runs_dir),
+                               "active": entry.running(runs_dir),
                                "next_slot": slot_id(entry.schedule.after(now, 1)[0]), "overdue": None}
         expected = slot_id(entry.schedule.latest(now - timedelta(seconds=grace), 1)[0])
         decided = [k for k, v in done.items() if v != RETURNED]
