@@ -7,7 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -386,6 +386,55 @@ def test_a_slow_hook_holds_back_neither_other_schedules_nor_a_stop_and_what_it_l
     piled = [line.split(" ")[0] for line in (tmp_path / "piled.txt").read_text().splitlines()]
     assert len(piled) == len(set(piled)) and owed <= set(piled)  # each once
     assert not any(json.loads(p.read_text()).get("hook") == "pending" for p in runs.glob(".schedule/*/*.json"))
+
+
+def test_a_restarted_serve_runs_the_hooks_it_owes_beside_its_schedules_not_before_them(tmp_path):
+    """The hook a scheduler now gone left owed is run by the next ``serve`` in a thread of its manifest's: every
+    other schedule is decided, started and concluded while it runs, as while a hook of serve's own runs."""
+    from hetflow.engine.batch.claims import claim_body
+    from hetflow.engine.store import owner
+    from hetflow.engine.store.records import utc_iso
+
+    slow = "on_success: 'sleep 4; echo \"$HETFLOW_SLOT $HETFLOW_STATUS\" >> hooks.txt'\n"
+    hooked = write(tmp_path, "hooked", 'cron: "0 * * * *"\n' + slow)
+    plain = write(tmp_path, "plain", 'cron: "* * * * * *"\n')
+    entry, runs, log = sched.load_entry(hooked), tmp_path / "runs", tmp_path / "serve.log"
+    gone = subprocess.Popen(["true"])
+    dead = {**owner.current(), "pid": gone.pid, "start_ticks": owner.start_ticks(gone.pid)}
+    gone.wait()  # the scheduler that concluded the slot, and died before its hook had run
+    slot = now_utc().replace(minute=0, second=0, microsecond=0)  # the latest fire time: no slot of it is due
+    path = Path(sched.claim(str(runs), entry, slot))
+    path.write_text(json.dumps({**claim_body(entry, slot, "succeeded"), **dead, "hook": "pending",
+                                "at": utc_iso(now_utc().timestamp() - 5)}))
+    proc = serve([hooked, plain], runs, log)
+    try:
+        wait_for(lambda: any(e["event"] == "hook" and e["manifest"] == "hooked" for e in events(log)), 60,
+                 "the owed hook to end")
+    finally:
+        code = stop(proc)
+    wait_detached(runs)
+    assert code == 0
+    seen = events(log)
+    owed = next(i for i, e in enumerate(seen) if e["event"] == "hook-owed")
+    paid = next(i for i, e in enumerate(seen) if e["event"] == "hook" and e["manifest"] == "hooked")
+    meanwhile = [e for e in seen[owed:paid] if e["manifest"] == "plain"]
+    assert sum(e["event"] == "succeeded" for e in meanwhile) >= 2, seen[owed:paid]
+    assert hook_lines(tmp_path) == [(sched.slot_id(slot), "succeeded")]
+    assert (json.loads(path.read_text())["hook"], json.loads(path.read_text())["hook_rc"]) == ("ran", 0)
+    # a scheduler that stops before such a hook began leaves it owed to the next one, and says so
+    from hetflow.engine.batch.serve import Server
+
+    earlier = slot - timedelta(hours=1)
+    left = Path(sched.claim(str(runs), entry, earlier))
+    left.write_text(json.dumps({**claim_body(entry, earlier, "succeeded"), **dead, "hook": "pending",
+                                "at": utc_iso(now_utc().timestamp() - 5)}))
+    said = []
+    server = Server([hooked], str(runs), lambda event, fields: said.append((event, dict(fields))))
+    server.stopping = True
+    sched.settle(entry, str(runs), server.log, later=lambda p, owed: server._later(entry, p, owed))
+    server._concluded()
+    assert [(e, f["slot"], f["hook"]) for e, f in said] == [("hook-deferred", sched.slot_id(earlier), "on_success")]
+    assert json.loads(left.read_text())["hook"] == "pending" and len(hook_lines(tmp_path)) == 1
 
 
 def test_a_hook_cut_short_by_its_schedulers_death_is_run_by_the_next(tmp_path):

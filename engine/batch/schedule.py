@@ -135,6 +135,8 @@ __all__ = [
     "NotStarted",
     "fail_start",
     "settle",
+    "pay_hook",
+    "defer_hook",
     "retry_claim",
     "run_due",
     "run_hook",
@@ -279,7 +281,7 @@ _STATE = {"succeeded": "succeeded", "failed": "failed", "locked": "skipped", "di
 
 
 def conclude(entry: Entry, slot: datetime, path: str, info: Mapping[str, Any], runs_dir: str, log: Log,
-             detached: bool = False, hook: bool = True) -> bool:
+             detached: bool = False, hook: bool = True, later: Callable[[str, bool], None] | None = None) -> bool:
     """Move the claim at ``path`` to the terminal state of ``info`` and run the slot's hook; whether this call did.
 
     Exactly once per run: under the slot's ``flock``, and only from a
@@ -288,7 +290,10 @@ def conclude(entry: Entry, slot: datetime, path: str, info: Mapping[str, Any], r
     does nothing. ``detached`` marks a run concluded by a process other
     than the one that started it. Without ``hook`` (a ``serve`` that is
     stopping), the claim says its hook is still owed, and the next
-    scheduler runs it (``hook-owed``).
+    scheduler runs it (``hook-owed``). With ``later``, the hook is not
+    run here: ``later(path, False)`` is called, under the slot's lock, to
+    run it (:func:`pay_hook`) once the lock is given up, as ``serve`` does
+    in a thread of the manifest's; the claim says it is owed meanwhile.
     """
     with settling(path) as body:
         if body is None or body.get("state") in TERMINAL:
@@ -309,14 +314,18 @@ def conclude(entry: Entry, slot: datetime, path: str, info: Mapping[str, Any], r
         if owed and not hook:
             log("hook-deferred", {"manifest": entry.name, "slot": slot_id(slot), "hook": found[0],
                                   "reason": "the scheduler is stopping: the next one runs it"})
+        elif owed and later is not None:
+            later(path, False)
         elif owed:
             rc = _hook(entry, slot, path[:-5] + ".log", runs_dir, info, log)
             mark(path, entry, slot, _STATE[info["status"]], **{**kept, **extra, "hook": "ran", "hook_rc": rc})
     return True
 
 
-def _pay_hook(entry: Entry, path: str, runs_dir: str, log: Log) -> bool:
-    """Run the hook of a terminal claim whose concluder died before its hook had run; whether it is settled now."""
+def pay_hook(entry: Entry, path: str, runs_dir: str, log: Log, owed: bool = True) -> bool:
+    """Run the hook of a terminal claim that says its hook is owed; whether it is settled now (False while another
+    process holds the slot's lock). ``owed``: its concluder ended before the hook had run (``hook-owed``), rather
+    than leaving it to this process (``conclude``'s ``later``)."""
     with settling(path) as body:
         if body is None:
             return False  # its concluder is still at it
@@ -325,8 +334,9 @@ def _pay_hook(entry: Entry, path: str, runs_dir: str, log: Log) -> bool:
         slot = parse_instant(body["slot"])
         status = body["state"]
         info = {"status": status, **{k: body[k] for k in ("run_id", "error") if k in body}}
-        log("hook-owed", {"manifest": entry.name, "slot": body["slot"], "detached": True,
-                          "reason": "the process that concluded the slot ended before its hook had run"})
+        if owed:
+            log("hook-owed", {"manifest": entry.name, "slot": body["slot"], "detached": True,
+                              "reason": "the process that concluded the slot ended before its hook had run"})
         rc = _hook(entry, slot, path[:-5] + ".log", runs_dir, info, log)
         written = {"slot", "manifest", "state", "at", "hook", "hook_rc", *owner.current()}
         rest = {k: v for k, v in body.items() if k not in written}
@@ -334,7 +344,17 @@ def _pay_hook(entry: Entry, path: str, runs_dir: str, log: Log) -> bool:
         return True
 
 
-def settle(entry: Entry, runs_dir: str, log: Log, known: set[str] | None = None) -> list[dict]:
+def defer_hook(entry: Entry, path: str, log: Log) -> None:
+    """Leave the hook a terminal claim owes to the next scheduler (``hook-deferred``): this one is stopping."""
+    body = read_claim(path)
+    found = _hook_command(entry, body.get("state") or "")
+    if body.get("hook") == "pending" and found is not None:
+        log("hook-deferred", {"manifest": entry.name, "slot": body.get("slot"), "hook": found[0],
+                              "reason": "the scheduler is stopping: the next one runs it"})
+
+
+def settle(entry: Entry, runs_dir: str, log: Log, known: set[str] | None = None,
+           later: Callable[[str, bool], None] | None = None) -> list[dict]:
     """Conclude the slots of ``entry`` whose starter is gone and whose run has ended; what each ended as.
 
     A claim still ``claimed``, ``queued``, ``starting`` or ``started`` is
@@ -347,7 +367,10 @@ def settle(entry: Entry, runs_dir: str, log: Log, known: set[str] | None = None)
     again, with ``catchup: true`` in its turn. Otherwise the slot ends as
     its newest record says (``died`` for a ``running`` record whose owner
     is gone), or ``died`` when no record was written. ``known`` collects
-    the claims seen terminal, which need no second look.
+    the claims seen terminal, which need no second look. With ``later``,
+    no hook runs here: ``later(path, owed)`` is given each slot whose hook
+    is to run (see :func:`conclude`), a slot whose concluder ended before
+    its hook had run with ``owed`` true.
     """
     folder = entry.claims_dir(runs_dir)
     names = sorted(n for n in os.listdir(folder) if n.endswith(".json")) if os.path.isdir(folder) else []
@@ -359,8 +382,11 @@ def settle(entry: Entry, runs_dir: str, log: Log, known: set[str] | None = None)
             continue
         body = read_claim(path)
         if body.get("state") in TERMINAL:
-            if body.get("hook") == "pending" and owner.alive(body) is False and not _pay_hook(entry, path, runs_dir, log):
-                continue
+            if body.get("hook") == "pending" and owner.alive(body) is False:
+                if later is not None:
+                    later(path, True)
+                elif not pay_hook(entry, path, runs_dir, log):
+                    continue
             if known is not None:
                 known.add(path)
             continue
@@ -382,11 +408,12 @@ def settle(entry: Entry, runs_dir: str, log: Log, known: set[str] | None = None)
                     _give_back(entry, path, log, states=("started",))
                     continue
                 if conclude(entry, parse_instant(body["slot"]), path, {"status": "locked"}, runs_dir, log,
-                            detached=True):
+                            detached=True, later=later):
                     done.append({"status": "locked"})
                 continue
         info = _ended(body, records.get(body["slot"]))
-        if info is not None and conclude(entry, parse_instant(body["slot"]), path, info, runs_dir, log, detached=True):
+        if info is not None and conclude(entry, parse_instant(body["slot"]), path, info, runs_dir, log, detached=True,
+                                         later=later):
             done.append(info)
     return done
 

@@ -4,7 +4,8 @@
 runs (their slots are concluded and their hooks run in a thread of each
 manifest's, so that a slow hook holds back no other slot), conclude the
 slots of runs whose scheduler is gone
-(:func:`~hetflow.engine.batch.schedule.settle`), start queued slots, decide due
+(:func:`~hetflow.engine.batch.schedule.settle`; their hooks, and those a
+scheduler gone left owed, run in the same threads), start queued slots, decide due
 slots, sleep until the next fire time or the poll interval. A backlog
 (more than one slot due at once, after downtime) is queued whole, oldest
 first, whatever ``max_active`` says; a single due slot meets
@@ -30,7 +31,8 @@ from hetflow.engine.errors import ManifestError, UsageError
 from hetflow.executors.files import file_stamp
 from hetflow.engine.batch.claims import (Entry, check_claimed, check_identities, claim, discover, give_back, history,
                                          load_entry, mark)
-from hetflow.engine.batch.schedule import Child, Log, NotStarted, _finish, fail_start, locked_out, settle, start
+from hetflow.engine.batch.schedule import (Child, Log, NotStarted, _finish, defer_hook, fail_start, locked_out,
+                                           pay_hook, settle, start)
 
 __all__ = ["Server"]
 
@@ -70,9 +72,10 @@ class Server:
         self.running: list[Child] = []
         self.queued: list[_Queued] = []
         self.settled: set[str] = set()
-        # the runs that ended and whose slots are being concluded, their hooks run: per manifest, in order, by a
-        # thread of its own while it has any
-        self.concluding: dict[str, list[Child]] = {}
+        # what concludes the slots whose runs ended, their hooks run (this scheduler's runs, and runs left by one
+        # now gone): per manifest, in order, by a thread of its own while it has any
+        self.concluding: dict[str, list[Callable[[], None]]] = {}
+        self.paying: set[str] = set()  # the claims whose hooks are queued to run
         self.concluders: dict[str, threading.Thread] = {}
         self.raised: list[BaseException] = []  # what a concluding thread raised, raised again by the loop
         self._guard = threading.Lock()
@@ -167,9 +170,33 @@ class Server:
         take minutes, and every other slot is decided, started and concluded meanwhile (one hook that hung held
         every schedule of the scheduler still, for as long as its time limit). One manifest's slots are
         concluded one after another, in the order their runs ended, so its hooks neither overlap nor pile up."""
-        name = child.entry.name
+        # once it is stopping, the slots still to conclude leave their hooks to the next scheduler
+        self._queue(child.entry.name, lambda: _finish(child, self.log, hook=not self.stopping))
+
+    def _later(self, entry: Entry, path: str, owed: bool) -> None:
+        """Run the hook a slot concluded by :func:`settle` owes in the manifest's concluding thread, as
+        :meth:`_conclude` runs the hooks of this scheduler's own runs: a restarted scheduler finds the slots of the
+        runs that ended while it was away, and their hooks would hold every schedule still while they ran."""
         with self._guard:
-            self.concluding.setdefault(name, []).append(child)
+            if path in self.paying:
+                return
+            self.paying.add(path)
+
+        def pay() -> None:
+            try:
+                if self.stopping:
+                    defer_hook(entry, path, self.log)
+                else:
+                    pay_hook(entry, path, self.runs_dir, self.log, owed=owed)
+            finally:
+                with self._guard:
+                    self.paying.discard(path)
+
+        self._queue(entry.name, pay)
+
+    def _queue(self, name: str, job: Callable[[], None]) -> None:
+        with self._guard:
+            self.concluding.setdefault(name, []).append(job)
             if name in self.concluders:
                 return
             thread = self.concluders[name] = threading.Thread(target=self._concluder, args=(name,), daemon=True,
@@ -183,10 +210,9 @@ class Server:
                     self.concluding.pop(name, None)
                     del self.concluders[name]
                     return
-                child = self.concluding[name].pop(0)
+                job = self.concluding[name].pop(0)
             try:
-                # once it is stopping, the slots still to conclude leave their hooks to the next scheduler
-                _finish(child, self.log, hook=not self.stopping)
+                job()
             except OSError as e:  # as the loop does: a full disk must not end the scheduler
                 self.log("error", {"error": f"{type(e).__name__}: {e}"})
             except BaseException as e:
@@ -218,7 +244,7 @@ class Server:
         self.reap()
         entries = list({w.entry.name: w.entry for w in self.watched.values() if w.entry is not None}.values())
         for entry in entries:
-            settle(entry, self.runs_dir, self.log, self.settled)
+            settle(entry, self.runs_dir, self.log, self.settled, later=lambda path, owed, e=entry: self._later(e, path, owed))
         self._start_queued()
         now = self.clock()
         for entry in entries:
