@@ -244,7 +244,8 @@ class Server:
         self.reap()
         entries = list({w.entry.name: w.entry for w in self.watched.values() if w.entry is not None}.values())
         for entry in entries:
-            settle(entry, self.runs_dir, self.log, self.settled, later=lambda path, owed, e=entry: self._later(e, path, owed))
+            settle(entry, self.runs_dir, self.log, self.settled,
+                   later=lambda path, owed, e=entry: self._later(e, path, owed))
         self._start_queued()
         now = self.clock()
         for entry in entries:
