@@ -26,3 +26,13 @@ def manifest_file(tmp_path):
         return str(path)
 
     return write
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: a worker per core, at most four. Each worker sets up the module fixtures of the modules whose
+    tests it is sent (a built wheel, a Dask cluster, compiled guests), so more workers pay them over and over."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, min(4, cores))

@@ -175,9 +175,10 @@ def _fenced(text: str, lang: str) -> list[str]:
 def test_readme_is_a_front_page_with_the_ci_commands():
     readme = _readme()
     assert len(readme.splitlines()) < 150
-    test_command = 'python -m pip install -e ".[dev]" && python -m pytest'
-    assert test_command in _fenced(readme, "sh")[1]
-    assert test_command in (ROOT / ".ci" / "run").read_text()
+    test_command = 'python -m pip install -e ".[dev]" && python -m pytest -n auto'
+    assert _fenced(readme, "sh")[1].strip() == test_command
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert [line for line in ci if "-m pytest" in line and not line.lstrip().startswith("#")] == [test_command]
     assert _fenced(readme, "sh")[0].strip() == 'python -m pip install -e ".[dev]" && hetflow run examples/quickstart.yaml'
 
 
