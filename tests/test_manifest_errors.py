@@ -99,6 +99,34 @@ def test_undefined_param_whole_and_inside_a_string(manifest_file):
     ]
 
 
+def test_a_param_may_name_other_params_and_an_override_moves_them_too(manifest_file):
+    path = manifest_file(GOOD.replace("params: {n: 4, tag: run}",
+                                      'params: {n: 4, rows: "${twice}", twice: "${n}", tag: "run-${rows}", dims: ["${n}", 3]}')
+                         .replace('["${n}", 2]', '["${rows}", 2]'))
+    m = compile_manifest(load(path))
+    assert m.params == {"n": 4, "rows": 4, "twice": 4, "tag": "run-4", "dims": [4, 3]}
+    assert m.stages["x"].args["shape"] == [4, 2]
+    m = compile_manifest(load(path), parse_overrides(["n=6"]))
+    assert m.params == {"n": 6, "rows": 6, "twice": 6, "tag": "run-6", "dims": [6, 3]}
+    assert m.stages["x"].args["shape"] == [6, 2]
+    # an override of a param that names another is the value given
+    m = compile_manifest(load(path), parse_overrides(["rows=2"]))
+    assert m.params["rows"] == 2 and m.params["tag"] == "run-2" and m.stages["x"].args["shape"] == [2, 2]
+
+
+def test_params_that_name_one_another_are_one_error_at_the_param(manifest_file):
+    path = manifest_file(GOOD.replace("params: {n: 4, tag: run}", 'params: {n: "${k}", k: "${n}", tag: "t${n}"}')
+                         .replace("{y: y}", '{y: y}\ndescription: "${tag}"'))
+    assert errors(path) == [f"{path}:4:13: error: param 'n' refers to itself through ${{...}}: 'n' -> 'k' -> 'n'; "
+                            "a param's value may name other params, none of which names it back"]
+    alone = manifest_file(GOOD.replace("params: {n: 4, tag: run}", 'params: {n: "${n}", tag: run}'))
+    assert errors(alone) == [f"{alone}:4:13: error: param 'n' refers to itself through ${{...}}: 'n' -> 'n'; "
+                             "a param's value may name other params, none of which names it back"]
+    undefined = manifest_file(GOOD.replace("params: {n: 4, tag: run}", 'params: {n: 4, tag: "${tga}"}'))
+    assert errors(undefined) == [f"{undefined}:4:21: error: undefined param ${{tga}} (declared params: n, tag); "
+                                 "did you mean 'tag'?"]
+
+
 def test_wrong_arity(manifest_file):
     path = manifest_file(GOOD.replace("op: relu, inputs: [x]", "op: matmul, inputs: [x]"))
     assert errors(path) == [f"{path}:9:27: error: op 'matmul' takes 2 inputs, stage 'y' gives 1"]

@@ -3,7 +3,8 @@
 A manifest's params are its declared defaults overridden by ``-p
 key=value`` (or by a matrix point, which arrives as overrides).
 ``"${name}"`` alone becomes the param's typed value; ``${name}`` inside a
-longer string becomes its text. Paths are kept, so every value still
+longer string becomes its text; a param's own value may name other
+params, which are resolved first. Paths are kept, so every value still
 points at where it was written. An undefined name is reported once, at
 its place, and stands as :data:`UNDEFINED` so that no later check reports
 it again. The resolved tree's :func:`canonical_json` hashes to the
@@ -182,6 +183,58 @@ def _substitute(value: Any, params: Mapping[str, Any]) -> Any:
     return value
 
 
+def _refers(value: Any) -> bool:
+    if isinstance(value, str):
+        return "${" in value
+    if isinstance(value, dict):
+        return any(_refers(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_refers(v) for v in value)
+    return False
+
+
+def _names(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return _REF.findall(value)
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in _names(v)]
+    if isinstance(value, list):
+        return [n for v in value for n in _names(v)]
+    return []
+
+
+def _resolve_params(values: Mapping[str, Any], doc: Document, problems: list[Diagnostic]) -> dict[str, Any]:
+    """Params whose values name other params (``b: "${a}"``), resolved in the order they depend on one another,
+    as everywhere else: ``-p a=8`` moves ``b`` too. A param that names itself, through others or not, is a
+    problem at its place, and stands as :data:`UNDEFINED`, as do the params that name it."""
+    from graphlib import CycleError, TopologicalSorter
+
+    needs = {k: {n for n in _names(v) if n in values} for k, v in values.items()}
+    out: dict[str, Any] = {}
+    order = TopologicalSorter(needs)
+    try:
+        ranked = list(order.static_order())
+    except CycleError as e:
+        cycle = e.args[1]  # [a, b, ..., a]
+        first = cycle[0]
+        problems.append(Diagnostic(doc.at(("params", first)),
+                                   f"param {first!r} refers to itself through ${{...}}: "
+                                   + " -> ".join(f"{n!r}" for n in reversed(cycle))
+                                   + "; a param's value may name other params, none of which names it back"))
+        bad = set(cycle)
+        grown = True
+        while grown:  # every param that names one of the cycle's, however far down, cannot be resolved either
+            more = {k for k, n in needs.items() if k not in bad and n & bad}
+            grown = bool(more)
+            bad |= more
+        rest = {k: n for k, n in needs.items() if k not in bad}
+        ranked = [*TopologicalSorter(rest).static_order()]
+        out.update({k: UNDEFINED for k in bad})
+    for name in ranked:
+        out[name] = _interpolate(values[name], ("params", name), {**values, **out}, doc, problems)
+    return {k: out[k] for k in values}
+
+
 def resolve(doc: Document, overrides: Mapping[str, Any] | None = None) -> tuple[dict, list[Diagnostic]]:
     """The document's tree with its params and ``${name}`` references resolved, and the problems found.
 
@@ -221,6 +274,8 @@ def resolve(doc: Document, overrides: Mapping[str, Any] | None = None) -> tuple[
     values = {**params, **overrides}
 
     problems: list[Diagnostic] = []
+    if any(_refers(v) for v in values.values()):
+        values = _resolve_params(values, doc, problems)
     # a block's ${name} reads the block's params, given per use: the expansion resolves it, per instance
     literal = ("params", "version", "name", "blocks")
     if doc.text is not None and "${" not in doc.text:
