@@ -61,6 +61,23 @@ def test_unknown_key_points_at_the_key(manifest_file):
     ]
 
 
+def test_a_key_other_tools_name_so_is_answered_with_hetflows_name_for_it(manifest_file):
+    import re
+
+    def unknown(path):
+        return [re.sub(r" \(allowed: [^)]*\)", "", m) for m in errors(path) if "unknown key" in m]
+
+    path = manifest_file(GOOD.replace("stages:", "ops: [my_ops.py]\nsteps:"))
+    assert unknown(path) == [f"{path}:7:1: error: unknown key 'ops' in the manifest; did you mean 'plugins'?",
+                             f"{path}:8:1: error: unknown key 'steps' in the manifest; did you mean 'stages'?"]
+    path = manifest_file(GOOD.replace("executor: host}", "device: host}").replace("inputs: [x]", "needs: [x]"))
+    assert unknown(path) == [f"{path}:8:63: error: unknown key 'device' in stages.x; did you mean 'executor'?",
+                             f"{path}:9:17: error: unknown key 'needs' in stages.y; did you mean 'inputs'?"]
+    # a misspelling is still answered by its letters
+    path = manifest_file(GOOD.replace("stages:", "stagse:"))
+    assert unknown(path) == [f"{path}:7:1: error: unknown key 'stagse' in the manifest; did you mean 'stages'?"]
+
+
 def test_bad_dtype_lists_the_choices(manifest_file):
     path = manifest_file(GOOD.replace("inputs: [x]}", "inputs: [x], dtype: float64}"))
     assert errors(path) == [

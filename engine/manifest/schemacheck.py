@@ -140,6 +140,33 @@ def _describe(path: Path) -> str:
     return out
 
 
+#: what other pipeline tools (Airflow, Snakemake, DVC, GitHub Actions, ONNX, Hydra) call a key hetflow names its own
+#: way, asked before spelling: ``ops:`` is closest to ``outputs`` by its letters, and means ``plugins``
+_OTHER_NAMES = {
+    "plugins": ("ops", "custom_ops", "operators", "imports", "modules", "extensions", "libraries"),
+    "params": ("parameters", "vars", "variables", "config", "arguments"),
+    "stages": ("steps", "nodes", "tasks", "jobs", "layers", "pipeline"),
+    "executors": ("devices", "backends", "targets", "resources", "providers"),
+    "outputs": ("results", "outs", "returns"),
+    "schedule": ("cron", "schedules", "trigger", "triggers"),
+    "matrix": ("sweep", "grid", "sweeps", "strategy"),
+    "blocks": ("templates", "macros", "subgraphs"),
+    "executor": ("device", "backend", "target", "on", "runs_on", "runs-on"),
+    "inputs": ("deps", "needs", "depends_on", "depends-on", "from", "input"),
+    "args": ("params", "kwargs", "attrs", "attributes", "with", "arguments", "options"),
+    "op": ("type", "operator", "kind", "uses", "call"),
+}
+_ALIAS = {other: key for key, others in _OTHER_NAMES.items() for other in others}
+
+
+def _suggest(key: str, allowed: list[str]) -> str | None:
+    meant = _ALIAS.get(key.lower())
+    if meant in allowed:
+        return meant
+    close = difflib.get_close_matches(key, allowed, n=1)
+    return close[0] if close else None
+
+
 def _explain(error: jsonschema.ValidationError, doc: Document) -> Iterator[Diagnostic]:
     path = tuple(error.absolute_path)
     where = _describe(path)
@@ -148,8 +175,8 @@ def _explain(error: jsonschema.ValidationError, doc: Document) -> Iterator[Diagn
         allowed = list(error.schema.get("properties", {}))
         for key in error.instance:
             if key not in allowed:
-                close = difflib.get_close_matches(key, allowed, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
+                meant = _suggest(key, allowed)
+                hint = f"; did you mean {meant!r}?" if meant else ""
                 yield Diagnostic(
                     doc.key_at(path + (key,)),
                     f"unknown key {key!r} in {where} (allowed: {', '.join(allowed)}){hint}",
