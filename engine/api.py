@@ -93,6 +93,59 @@ def _source(path: str | os.PathLike | Document) -> tuple[str, Document | None]:
     return os.fspath(path), None
 
 
+def _changed_since(path: str, record: Mapping[str, Any], run_id: str) -> None:
+    """Warn (:class:`ManifestChanged`) when the manifest file a run is resumed from resolves, with the run's params
+    and point, to another manifest than the one its record says it began with: the run goes on as it began."""
+    import warnings
+
+    from hetflow.engine.errors import HetflowError, ManifestChanged
+
+    point = record.get("matrix_point") or {}
+    try:
+        now = compile_manifest(load(path), {**(record.get("overrides") or {}), **(point.get("values") or {})})
+        if now.digest == (record.get("manifest") or {}).get("digest"):
+            return
+        what = "it resolves to another manifest now"
+    except HetflowError as e:
+        what = f"it no longer compiles: {str(e).splitlines()[0]}"
+    # _changed_since <- _jobs <- _kept_jobs <- run <- its caller
+    warnings.warn(f"{path} has changed since run {run_id} began ({what}): the run goes on as it began, as its record "
+                  f"says; run {path} anew for the change", ManifestChanged, stacklevel=5)
+
+
+def _began(path: str, doc: Document | None, folder: str, summary: Mapping[str, Any], sweep_id: str,
+           given: Mapping[str, Any], pending: list[Mapping[str, Any]]) -> Document:
+    """The manifest a resumed sweep's points not yet run compile from: the copy the sweep kept when it began, read
+    as the file it was (its relative paths, its positions), so that every point of the sweep is one manifest's;
+    the file itself for a sweep that kept none. Warns (:class:`ManifestChanged`) when the file now resolves to
+    another manifest at one of those points: its change is not in this sweep."""
+    import warnings
+
+    from hetflow.engine.errors import HetflowError, ManifestChanged
+    from hetflow.engine.manifest.loader import loads
+    from hetflow.engine.store.runs import SWEEP_SOURCE, sweep_source
+
+    text = sweep_source(folder, summary)
+    if text is None:
+        return doc or load(path)
+    began = loads(text, path)
+    try:
+        now = doc or load(path)
+        if now.text == text:
+            return began
+        changed = next((row["name"] for row in pending if compile_manifest(now, {**given, **row["values"]}).digest
+                        != compile_manifest(began, {**given, **row["values"]}).digest), None)
+        if changed is None:
+            return began  # its comments or layout changed, not what a point runs
+        what = f"point {changed} resolves to another manifest now"
+    except HetflowError as e:
+        what = f"it no longer compiles: {str(e).splitlines()[0]}"
+    warnings.warn(f"{path} has changed since sweep {sweep_id} began ({what}): the points not yet run run as the "
+                  f"sweep began ({os.path.join(folder, SWEEP_SOURCE)}), so that the sweep is one manifest's; run "
+                  f"{path} anew for the change", ManifestChanged, stacklevel=3)
+    return began
+
+
 def _shown(value: Any) -> str:
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
@@ -335,7 +388,8 @@ def open_run(run_id: str, runs_dir: str | os.PathLike = "runs") -> Run:
     if not isinstance(run_id, (str, os.PathLike)):
         raise UsageError(f"run_id= takes a run's name or its folder's path (a str or os.PathLike), got {_shown(run_id)}")
     _check(runs_dir=runs_dir)
-    if os.path.isfile(os.path.join(os.fspath(run_id), "record.json")):
+    run_id = os.fspath(run_id)  # a pathlib.Path of a folder is named as its text is
+    if os.path.isfile(os.path.join(run_id, "record.json")):
         from hetflow.engine.results import Run
 
         return Run(run_id)
@@ -359,6 +413,7 @@ def _jobs(path: str, doc: Document | None, overrides: dict, point: str | None, r
         if os.path.abspath(record["manifest"]["file"]) != os.path.abspath(path):
             raise UsageError(f"run {resume} ran {record['manifest']['file']}, not {path}")
         _refuse_live("run", resume, record)
+        _changed_since(path, record, resume)
         return None, [(manifest_from_record(record), record.get("matrix_point"), record.get("overrides") or {})]
     doc = doc or load(path)
     if not matrix.has_matrix(doc):
@@ -688,10 +743,11 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
         if os.path.abspath(summary["manifest"]) != os.path.abspath(path):
             raise UsageError(f"sweep {resume} ran {summary['manifest']}, not {path}")
         _refuse_live("sweep", resume, summary)
-        doc = doc or load(path)
         given = dict(summary.get("overrides") or {})
+        rows = resume_rows(summary, runs_dir)
+        doc = _began(path, doc, folder, summary, resume, given, [row for row, again in rows if again is None])
         todo = []
-        for row, again in resume_rows(summary, runs_dir):
+        for row, again in rows:
             point = {"name": row["name"], "values": dict(row["values"])}
             if again is not None:
                 record = read_record(runs_dir, again)
@@ -717,7 +773,8 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
                   (workers, threads_per_worker, scheduler, place, threads, dashboard), lock=False) as (cluster, schedule, lock_name), \
             _slot_lock(runs_dir, path, doc, lock_name, jobs[0][2] if schedule else None) as whole:
         if not resume:
-            _, folder, summary = new_sweep(runs_dir, first.name, path, points, jobs[0][2], schedule=schedule)
+            _, folder, summary = new_sweep(runs_dir, first.name, path, points, jobs[0][2], schedule=schedule,
+                                           source=doc.text)
             todo = [(row, (manifest, mpoint, given, None)) for (manifest, mpoint, given), row in zip(jobs, summary["points"])]
             jobs.clear()  # the manifests are todo's alone now: run_points lets each go once its point has run
 

@@ -320,6 +320,16 @@ class RunFailed(HetflowError):
         self.record = record
 
 
+class ManifestChanged(UserWarning):
+    """Warned when a resumed run or sweep's manifest file is not what it was when the run or sweep began.
+
+    A resumed run goes on as its record says it began, and a resumed
+    sweep's points not yet run compile from the copy of the file the sweep
+    took when it began, so that every point of a sweep is one manifest's:
+    the file's change is not in them. Run the file anew for it.
+    """
+
+
 class RunCancelled(HetflowError):
     """SIGINT or SIGTERM stopped a run; its record says ``cancelled``, the signal and what had finished."""
 

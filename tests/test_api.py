@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 import threading
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -102,6 +104,7 @@ def test_run_with_params_reads_outputs_and_record(manifest_file, tmp_path):
     again = hetflow.open_run(r.run_id, runs_dir=runs)
     assert again.record == r.record and again.outputs["y"].tolist() == r.outputs["y"].tolist()
     assert hetflow.open_run(r.path).run_id == r.run_id
+    assert hetflow.open_run(Path(r.path)).run_id == r.run_id  # a pathlib.Path as its text (AttributeError before)
     with pytest.raises(hetflow.UsageError, match="no run 'nope' in"):
         hetflow.open_run("nope", runs_dir=runs)
     with pytest.raises(KeyError, match="the run has no output 'z' \\(outputs: y\\)"):
@@ -312,6 +315,68 @@ def test_an_on_point_that_raises_ends_the_sweep_and_its_summary_says_so(manifest
     assert code == 0 and "the sweep ended early: ValueError: the caller's bug; hetflow run " in out
     again = hetflow.sweep(path, runs_dir=runs, resume="latest")  # as hetflow run --resume names it
     assert again.status == "succeeded" and "error" not in json.loads(summary_file.read_text())
+
+
+def test_a_sweep_resumed_after_its_file_changed_runs_the_rest_as_it_began_and_says_so(manifest_file, tmp_path):
+    """Its points not yet run compiled from the file as it was by then: one sweep of two manifests, said nowhere."""
+    path = manifest_file(SPLIT.replace("outputs:", "matrix: {n: [2, 3, 4, 5]}\noutputs:"))
+    runs = tmp_path / "runs"
+
+    def stop_after(name: str) -> Callable[[dict], None]:
+        def stop(row: dict) -> None:
+            if row["name"] == name:
+                raise ValueError(f"stopped after {name}")
+        return stop
+
+    with pytest.raises(ValueError, match="stopped after"):
+        hetflow.sweep(path, runs_dir=runs, on_point=stop_after("split[n=2]"))
+    (folder,) = [p.parent for p in runs.glob("*/sweep.json")]
+    text = Path(path).read_text()
+    assert (folder / "manifest.yaml").read_text() == text
+    # a comment alone changes no point: nothing to say
+    Path(path).write_text(text + "# a comment\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", hetflow.ManifestChanged)
+        with pytest.raises(ValueError, match="stopped after"):
+            hetflow.sweep(path, runs_dir=runs, resume="latest", on_point=stop_after("split[n=3]"))
+    Path(path).write_text(text.replace("op: mul, inputs: [x, x]", "op: add, inputs: [x, x]"))
+    with pytest.warns(hetflow.ManifestChanged, match=r"has changed since sweep \S+ began \(point split\[n=4\] resolves "
+                                                      r"to another manifest now\): the points not yet run run as the "
+                                                      r"sweep began \(\S+manifest\.yaml\)"), \
+            pytest.raises(ValueError, match="stopped after"):
+        hetflow.sweep(path, runs_dir=runs, resume="latest", on_point=stop_after("split[n=4]"))
+    # the CLI says it as its own warning, before the point runs
+    code, out, err = _cli("run", path, "--runs-dir", str(runs), "--resume", "latest", "--quiet")
+    assert code == 0 and err.startswith(f"hetflow: warning: {path} has changed since sweep {folder.name} began "
+                                        "(point split[n=5] resolves to another manifest now)"), err
+    done = hetflow.Sweep(folder)
+    assert done.status == "succeeded"
+    assert [run.outputs["y"].tolist() for run in done.runs] == [[0, 1], [0, 1, 4], [0, 1, 4, 9], [0, 1, 4, 9, 16]]
+    assert {run.record["manifest"]["resolved"]["stages"]["y"]["op"] for run in done.runs} == {"mul"}
+
+
+def test_a_run_resumed_after_its_file_changed_goes_on_as_it_began_and_says_so(manifest_file, tmp_path):
+    runs = tmp_path / "runs"
+
+    def stop(event: dict) -> None:
+        if event.get("kind") == "partition" and event.get("event") == "finished":
+            raise RuntimeError("stopped after the first partition")
+
+    path = manifest_file(SPLIT)
+    with pytest.raises(RuntimeError, match="stopped after the first partition"):
+        hetflow.run(path, runs_dir=runs, on_event=stop)
+    Path(path).write_text(SPLIT.replace("op: mul, inputs: [x, x]", "op: add, inputs: [x, x]"))
+    with pytest.warns(hetflow.ManifestChanged, match=r"has changed since run \S+ began \(it resolves to another "
+                                                      r"manifest now\): the run goes on as it began"):
+        again = hetflow.run(path, runs_dir=runs, resume="latest")
+    assert again.outputs["y"].tolist() == [0.0, 1.0, 4.0, 9.0, 16.0, 25.0]
+    other = manifest_file(SPLIT, "other.yaml")
+    with pytest.raises(RuntimeError, match="stopped after the first partition"):
+        hetflow.run(other, runs_dir=runs, on_event=stop)
+    Path(other).write_text("version: [")
+    with pytest.warns(hetflow.ManifestChanged, match=r"\(it no longer compiles: \S+:1:11: error: YAML syntax"):
+        again = hetflow.run(other, runs_dir=runs, resume="latest")
+    assert again.status == "succeeded" and again.outputs["y"].tolist() == [0.0, 1.0, 4.0, 9.0, 16.0, 25.0]
 
 
 def test_resume_takes_the_names_the_cli_takes(manifest_file, tmp_path):

@@ -101,6 +101,25 @@ def _graphviz(dot_text: str, fmt: str) -> bytes:
 
 
 def cmd_run(args: argparse.Namespace, out, err) -> int:
+    import warnings
+
+    from hetflow.engine.errors import ManifestChanged
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", ManifestChanged)
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None) -> None:
+            if issubclass(category, ManifestChanged):  # said as the command's own warnings are, before the run
+                print(f"hetflow: warning: {message}", file=err)
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        return _run(args, out, err)
+
+
+def _run(args: argparse.Namespace, out, err) -> int:
     from hetflow.engine import api
     from hetflow.engine.manifest import matrix
     from hetflow.engine.manifest.validate import load, parse_overrides

@@ -45,6 +45,7 @@ schedule claims of removed runs go.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import re
@@ -642,10 +643,17 @@ def manifest_from_record(record: Mapping[str, Any]) -> Manifest:
     return manifest
 
 
+#: the copy of a sweep's manifest, in its folder: a resumed sweep's points not yet run compile from it
+SWEEP_SOURCE = "manifest.yaml"
+
+
 def new_sweep(runs_dir: str, name: str, manifest_file: str, points: list,
-              overrides: Mapping[str, Any] | None = None, schedule: Mapping[str, Any] | None = None) -> tuple[str, str, dict]:
+              overrides: Mapping[str, Any] | None = None, schedule: Mapping[str, Any] | None = None,
+              source: str | None = None) -> tuple[str, str, dict]:
     """Create the sweep folder and its summary with every point pending; ``overrides`` are the sweep's ``-p``,
-    ``schedule`` the slot it runs as (its points' records say it too)."""
+    ``schedule`` the slot it runs as (its points' records say it too). ``source``, the manifest's text, is kept
+    beside the summary (:data:`SWEEP_SOURCE`, its digest in the summary's ``source``), so that a resume runs
+    the points not yet run as the sweep began, whatever the file says by then."""
     os.makedirs(runs_dir, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     for n in range(1000):
@@ -674,14 +682,42 @@ def new_sweep(runs_dir: str, name: str, manifest_file: str, points: list,
     }
     if schedule:
         summary["schedule"] = dict(schedule)
-    from hetflow.engine.store.records import write_json_atomic
+    from hetflow.engine.store.records import write_json_atomic, write_text_atomic
 
     try:
+        if source is not None:
+            data = source.encode("utf-8")
+            write_text_atomic(os.path.join(folder, SWEEP_SOURCE), source)
+            summary["source"] = {"file": SWEEP_SOURCE, "sha256": "sha256:" + hashlib.sha256(data).hexdigest()}
         write_json_atomic(os.path.join(folder, "sweep.json"), summary)
     except OSError:
-        os.rmdir(folder)  # a disk that refused the summary: no sweep folder without one
+        # a disk that refused the summary: no sweep folder without one
+        try:
+            os.unlink(os.path.join(folder, SWEEP_SOURCE))
+        except OSError:
+            pass
+        os.rmdir(folder)
         raise
     return sweep_id, folder, summary
+
+
+def sweep_source(folder: str, summary: Mapping[str, Any]) -> str | None:
+    """The text of the manifest as the sweep in ``folder`` began (:func:`new_sweep`'s ``source``); None for a
+    sweep that kept none (begun by an earlier hetflow), or whose copy is gone or not the bytes its digest names."""
+    kept = summary.get("source")
+    if not isinstance(kept, dict) or not isinstance(kept.get("file"), str):
+        return None
+    try:
+        with open(os.path.join(folder, os.path.basename(kept["file"])), "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    if "sha256:" + hashlib.sha256(data).hexdigest() != kept.get("sha256"):
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def write_sweep(folder: str, summary: dict) -> None:
