@@ -94,11 +94,11 @@ def _source(path: str | os.PathLike | Document) -> tuple[str, Document | None]:
 
 
 def _changed_since(path: str, record: Mapping[str, Any], run_id: str) -> None:
-    """Warn (:class:`ManifestChanged`) when the manifest file a run is resumed from resolves, with the run's params
+    """Warn (:class:`SourceChanged`) when the manifest file a run is resumed from resolves, with the run's params
     and point, to another manifest than the one its record says it began with: the run goes on as it began."""
     import warnings
 
-    from hetflow.engine.errors import HetflowError, ManifestChanged
+    from hetflow.engine.errors import HetflowError, SourceChanged
 
     point = record.get("matrix_point") or {}
     try:
@@ -110,18 +110,18 @@ def _changed_since(path: str, record: Mapping[str, Any], run_id: str) -> None:
         what = f"it no longer compiles: {str(e).splitlines()[0]}"
     # _changed_since <- _jobs <- _kept_jobs <- run <- its caller
     warnings.warn(f"{path} has changed since run {run_id} began ({what}): the run goes on as it began, as its record "
-                  f"says; run {path} anew for the change", ManifestChanged, stacklevel=5)
+                  f"says; run {path} anew for the change", SourceChanged, stacklevel=5)
 
 
 def _began(path: str, doc: Document | None, folder: str, summary: Mapping[str, Any], sweep_id: str,
            given: Mapping[str, Any], pending: list[Mapping[str, Any]]) -> Document:
     """The manifest a resumed sweep's points not yet run compile from: the copy the sweep kept when it began, read
     as the file it was (its relative paths, its positions), so that every point of the sweep is one manifest's;
-    the file itself for a sweep that kept none. Warns (:class:`ManifestChanged`) when the file now resolves to
+    the file itself for a sweep that kept none. Warns (:class:`SourceChanged`) when the file now resolves to
     another manifest at one of those points: its change is not in this sweep."""
     import warnings
 
-    from hetflow.engine.errors import HetflowError, ManifestChanged
+    from hetflow.engine.errors import HetflowError, SourceChanged
     from hetflow.engine.manifest.loader import loads
     from hetflow.engine.store.runs import SWEEP_SOURCE, sweep_source
 
@@ -142,7 +142,7 @@ def _began(path: str, doc: Document | None, folder: str, summary: Mapping[str, A
         what = f"it no longer compiles: {str(e).splitlines()[0]}"
     warnings.warn(f"{path} has changed since sweep {sweep_id} began ({what}): the points not yet run run as the "
                   f"sweep began ({os.path.join(folder, SWEEP_SOURCE)}), so that the sweep is one manifest's; run "
-                  f"{path} anew for the change", ManifestChanged, stacklevel=3)
+                  f"{path} anew for the change", SourceChanged, stacklevel=3)
     return began
 
 

@@ -320,13 +320,17 @@ class RunFailed(HetflowError):
         self.record = record
 
 
-class ManifestChanged(UserWarning):
-    """Warned when a resumed run or sweep's manifest file is not what it was when the run or sweep began.
+class SourceChanged(UserWarning):
+    """Warned when what a resumed run or sweep began from has changed: its manifest file, or a file a ``load``
+    stage reads.
 
     A resumed run goes on as its record says it began, and a resumed
     sweep's points not yet run compile from the copy of the file the sweep
     took when it began, so that every point of a sweep is one manifest's:
-    the file's change is not in them. Run the file anew for it.
+    the manifest's change is not in them; run the file anew for it. A data
+    file is read as it is now (its old bytes are gone): the stages that
+    read it, and those after them, run again on its new bytes, and the
+    record's ``data`` names them.
     """
 
 

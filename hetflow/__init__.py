@@ -22,8 +22,9 @@ vendor boundary, the op library, the emulator) are the packages behind it.
   output read from a run's folder is gone, unreadable, or not the array
   its record's digest names). A stage that fails is not an exception:
   :func:`run` returns a :class:`Run` whose ``status`` is ``"failed"``.
-* One warning, :class:`ManifestChanged`: a run or sweep resumed after its
-  manifest file changed goes on as it began, not as the file now says.
+* One warning, :class:`SourceChanged`: a run or sweep resumed after its
+  manifest file changed goes on as it began, not as the file now says;
+  one resumed after a ``load`` stage's file changed reads it as it is now.
 
 Examples
 --------
@@ -50,7 +51,7 @@ from __future__ import annotations
 
 __all__ = ["__version__", "op", "validate", "plan", "run", "sweep", "open_run", "Plan", "Run", "Failure", "Sweep",
            "HetflowError", "ManifestError", "UsageError", "LockHeld", "EnvironmentUnavailable", "StorageUnavailable",
-           "RunCancelled", "OutputDamaged", "Diagnostic", "ManifestChanged"]
+           "RunCancelled", "OutputDamaged", "Diagnostic", "SourceChanged"]
 
 # Where each public name is defined. They load on first use (PEP 562), so a
 # command that needs none of them (``hetflow emulate``) does not pay for the
@@ -60,7 +61,7 @@ _HOMES = {
     **dict.fromkeys(("validate", "plan", "run", "sweep", "open_run"), "hetflow.engine.api"),
     **dict.fromkeys(("Plan", "Run", "Failure", "Sweep"), "hetflow.engine.results"),
     **dict.fromkeys(("HetflowError", "ManifestError", "UsageError", "LockHeld", "EnvironmentUnavailable",
-                     "StorageUnavailable", "RunCancelled", "OutputDamaged", "Diagnostic", "ManifestChanged"),
+                     "StorageUnavailable", "RunCancelled", "OutputDamaged", "Diagnostic", "SourceChanged"),
                     "hetflow.engine.errors"),
 }
 

@@ -336,11 +336,11 @@ def test_a_sweep_resumed_after_its_file_changed_runs_the_rest_as_it_began_and_sa
     # a comment alone changes no point: nothing to say
     Path(path).write_text(text + "# a comment\n")
     with warnings.catch_warnings():
-        warnings.simplefilter("error", hetflow.ManifestChanged)
+        warnings.simplefilter("error", hetflow.SourceChanged)
         with pytest.raises(ValueError, match="stopped after"):
             hetflow.sweep(path, runs_dir=runs, resume="latest", on_point=stop_after("split[n=3]"))
     Path(path).write_text(text.replace("op: mul, inputs: [x, x]", "op: add, inputs: [x, x]"))
-    with pytest.warns(hetflow.ManifestChanged, match=r"has changed since sweep \S+ began \(point split\[n=4\] resolves "
+    with pytest.warns(hetflow.SourceChanged, match=r"has changed since sweep \S+ began \(point split\[n=4\] resolves "
                                                       r"to another manifest now\): the points not yet run run as the "
                                                       r"sweep began \(\S+manifest\.yaml\)"), \
             pytest.raises(ValueError, match="stopped after"):
@@ -366,7 +366,7 @@ def test_a_run_resumed_after_its_file_changed_goes_on_as_it_began_and_says_so(ma
     with pytest.raises(RuntimeError, match="stopped after the first partition"):
         hetflow.run(path, runs_dir=runs, on_event=stop)
     Path(path).write_text(SPLIT.replace("op: mul, inputs: [x, x]", "op: add, inputs: [x, x]"))
-    with pytest.warns(hetflow.ManifestChanged, match=r"has changed since run \S+ began \(it resolves to another "
+    with pytest.warns(hetflow.SourceChanged, match=r"has changed since run \S+ began \(it resolves to another "
                                                       r"manifest now\): the run goes on as it began"):
         again = hetflow.run(path, runs_dir=runs, resume="latest")
     assert again.outputs["y"].tolist() == [0.0, 1.0, 4.0, 9.0, 16.0, 25.0]
@@ -374,9 +374,40 @@ def test_a_run_resumed_after_its_file_changed_goes_on_as_it_began_and_says_so(ma
     with pytest.raises(RuntimeError, match="stopped after the first partition"):
         hetflow.run(other, runs_dir=runs, on_event=stop)
     Path(other).write_text("version: [")
-    with pytest.warns(hetflow.ManifestChanged, match=r"\(it no longer compiles: \S+:1:11: error: YAML syntax"):
+    with pytest.warns(hetflow.SourceChanged, match=r"\(it no longer compiles: \S+:1:11: error: YAML syntax"):
         again = hetflow.run(other, runs_dir=runs, resume="latest")
     assert again.status == "succeeded" and again.outputs["y"].tolist() == [0.0, 1.0, 4.0, 9.0, 16.0, 25.0]
+
+
+def test_a_run_resumed_after_a_file_it_loads_changed_reads_it_as_it_is_and_says_so(manifest_file, tmp_path):
+    """The resumed run read the file's new bytes, silently: its record's data named them, and its first attempt's
+    digest was gone."""
+    runs, data = tmp_path / "runs", tmp_path / "d.npy"
+    np.save(data, np.arange(4, dtype=np.float32))
+    path = manifest_file("version: 1\nname: loads\nexecutors: {a: {vendor: cpu}, b: {vendor: cpu}}\nstages:\n"
+                         "  x: {op: ones, args: {shape: [4]}, executor: a}\n"
+                         f"  d: {{op: load, args: {{path: {data}}}, executor: b}}\n"
+                         "  y: {op: add, inputs: [x, d], executor: b}\noutputs: {y: y}\n")
+
+    def stop(event: dict) -> None:
+        if event.get("kind") == "partition" and event.get("event") == "finished":
+            raise RuntimeError("stopped after the first partition")
+
+    with pytest.raises(RuntimeError, match="stopped after the first partition"):
+        hetflow.run(path, runs_dir=runs, on_event=stop)
+    first = hetflow.open_run("latest", runs_dir=runs).record["data"]["d"]["digest"]
+    np.save(data, np.arange(4, dtype=np.float32) * 10)
+    with pytest.warns(hetflow.SourceChanged, match=r"d\.npy \(read by stage 'd'\) has changed since run \S+'s last "
+                                                    r"attempt: the stages that read it, and those after them, run on "
+                                                    rf"its bytes now \(sha256:\w+, not {first[:19]}\)"):
+        again = hetflow.run(path, runs_dir=runs, resume="latest")
+    assert again.status == "succeeded" and again.outputs["y"].tolist() == [1.0, 11.0, 21.0, 31.0]
+    assert again.record["attempts"][0]["data"] == {"d": first} and again.record["data"]["d"]["digest"] != first
+    with warnings.catch_warnings():  # the same bytes again: nothing to say
+        warnings.simplefilter("error", hetflow.SourceChanged)
+        with pytest.raises(RuntimeError, match="stopped after the first partition"):
+            hetflow.run(path, runs_dir=runs, on_event=stop)
+        assert hetflow.run(path, runs_dir=runs, resume="latest").status == "succeeded"
 
 
 def test_resume_takes_the_names_the_cli_takes(manifest_file, tmp_path):

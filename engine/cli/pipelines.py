@@ -103,14 +103,14 @@ def _graphviz(dot_text: str, fmt: str) -> bytes:
 def cmd_run(args: argparse.Namespace, out, err) -> int:
     import warnings
 
-    from hetflow.engine.errors import ManifestChanged
+    from hetflow.engine.errors import SourceChanged
 
     with warnings.catch_warnings():
-        warnings.simplefilter("always", ManifestChanged)
+        warnings.simplefilter("always", SourceChanged)
         shown = warnings.showwarning
 
         def show(message, category, filename, lineno, file=None, line=None) -> None:
-            if issubclass(category, ManifestChanged):  # said as the command's own warnings are, before the run
+            if issubclass(category, SourceChanged):  # said as the command's own warnings are, before the run
                 print(f"hetflow: warning: {message}", file=err)
             else:
                 shown(message, category, filename, lineno, file, line)

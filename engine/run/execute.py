@@ -184,6 +184,8 @@ def _execute(
     # before the keys: a file that changes between the two fails its load stage, whose check is by these digests,
     # rather than one key made from bytes the stage does not check
     data_files, reads = _data_files(manifest)
+    if earlier:
+        _say_changed_data(data_files, earlier[-1].get("data") or {}, run_id)
     # a phase's array is not content-addressed (the guest's run is its source), so its consumers are not cached;
     # without the cache no key is computed (0.6 s of a 10,000-partition run)
     keys = partition_keys(plan, uncached_stages(manifest)) if use_cache else {}
@@ -607,7 +609,8 @@ def _earlier_attempts(record_path: str) -> list[dict]:
     last.update(ended_at=previous.get("ended_at"), duration_s=last.get("duration_s") or previous.get("duration_s"),
                 status=status, owner=previous.get("owner"), cancelled=previous.get("cancelled"),
                 error=(previous.get("error") or {}).get("message"), cache_hits=(previous.get("cache") or {}).get("hits"),
-                events=previous.get("events") or [])
+                events=previous.get("events") or [],
+                data={stage: (info or {}).get("digest") for stage, info in (previous.get("data") or {}).items()})
     if status == owner.DIED:
         last.update(ended_at=None, duration_s=None)
     return kept + [last]
@@ -763,6 +766,21 @@ def _named_vendors(manifest: Manifest, plan: Plan) -> set:
     """
     named = {v for decl in getattr(manifest, "executors", {}).values() for v in getattr(decl, "vendors", ())}
     return named | {e.vendor for e in plan.executors.values()}
+
+
+def _say_changed_data(data: Mapping[str, Mapping[str, Any]], began: Mapping[str, Any], run_id: str) -> None:
+    """Warn (:class:`~hetflow.engine.errors.SourceChanged`) of each file a resumed run's ``load`` stage reads whose
+    bytes are not those its last attempt read (``began``: stage -> digest)."""
+    import warnings
+
+    from hetflow.engine.errors import SourceChanged
+
+    for stage, info in data.items():
+        old, new = began.get(stage), info.get("digest")
+        if old and new and old != new:
+            warnings.warn(f"{info['path']} (read by stage {stage!r}) has changed since run {run_id}'s last attempt: "
+                          f"the stages that read it, and those after them, run on its bytes now ({new[:19]}, not "
+                          f"{old[:19]}), as the record's data says", SourceChanged, stacklevel=2)
 
 
 def _data_files(manifest: Manifest) -> tuple[dict[str, dict], dict[str, tuple[str, list[int]]]]:
