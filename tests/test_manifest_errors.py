@@ -46,6 +46,13 @@ def test_yaml_syntax_error_points_at_the_problem(manifest_file):
     )
 
 
+def test_a_tab_that_indents_is_found_and_the_error_says_what_to_do(manifest_file):
+    path = manifest_file(GOOD.replace("  y: {op: relu", "\ty: {op: relu"))
+    assert errors(path) == [f"{path}:9:1: error: YAML syntax: while scanning for the next token: found character "
+                            "'\\t' that cannot start any token; YAML takes no tab there (it indents with spaces): "
+                            "replace the tab with spaces"]
+
+
 def test_bad_version_points_at_the_value(manifest_file):
     path = manifest_file(GOOD.replace("version: 1", "version: 7"))
     assert errors(path) == [f"{path}:2:10: error: version must be 1, found 7"]

@@ -612,6 +612,8 @@ def _yaml_problem(file: str, e: yaml.MarkedYAMLError, kind: str, node: yaml.Node
         if e.context_mark is not None and mark is not None and e.context_mark.line != mark.line:
             started = f" (opened at line {e.context_mark.line + 1}, column {e.context_mark.column + 1})"
         what = f"{e.context}{started}: {what}"
+    if "'\\t'" in what:  # PyYAML's words for a tab where YAML allows none: say what to do about it
+        what += "; YAML takes no tab there (it indents with spaces): replace the tab with spaces"
     return Diagnostic(_origin(file, mark), f"{kind}: {what}")
 
 
