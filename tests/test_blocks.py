@@ -530,3 +530,44 @@ def test_emulator_phases_in_a_block_and_independent_instances(tmp_path):
     first = np.load(tmp_path / "runs" / result.record["run_id"] / "first.npy")
     assert first.dtype == np.float64 and first.shape[1] == 16
     assert np.load(tmp_path / "runs" / result.record["run_id"] / "s.npy") == first.sum()
+
+
+PARAM_DEFAULTS = """\
+version: 1
+name: sized
+params: {hidden: 3}
+blocks:
+  square:
+    params: {dim: 2, side: "${dim}", label: "w${side}"}
+    inputs: [x]
+    stages:
+      w: {op: ones, args: {shape: ["${side}", "${side}"]}, description: "${label}"}
+      y: {op: matmul, inputs: [x, w]}
+    outputs: {y: y}
+executors: {a: {vendor: cpu}}
+stages:
+  x2: {op: ones, args: {shape: [1, 2]}}
+  a: {use: square, inputs: {x: x2}}
+  x3: {op: ones, args: {shape: [1, "${hidden}"]}}
+  b: {use: square, inputs: {x: x3}, params: {dim: "${hidden}"}}
+outputs: {a: a.y, b: b.y}
+"""
+
+
+def test_a_blocks_param_default_may_name_its_other_params_and_a_use_moves_them(tmp_path):
+    m = compiled(write(tmp_path, "m.yaml", PARAM_DEFAULTS))
+    assert m.stages["a.w"].args["shape"] == [2, 2] and m.resolved["stages"]["a.w"]["description"] == "w2"
+    assert m.stages["b.w"].args["shape"] == [3, 3] and m.resolved["stages"]["b.w"]["description"] == "w3"
+    done = hetflow.run(write(tmp_path, "m.yaml", PARAM_DEFAULTS), runs_dir=tmp_path / "runs", cache=False)
+    assert done.outputs["a"].tolist() == [[2.0, 2.0]] and done.outputs["b"].tolist() == [[3.0, 3.0, 3.0]]
+
+
+def test_a_blocks_param_default_that_names_the_manifests_param_is_an_error_at_the_default(tmp_path):
+    path = write(tmp_path, "m.yaml", PARAM_DEFAULTS.replace('side: "${dim}"', 'side: "${hidden}"'))
+    assert errors(path) == [
+        f"{path}:6:28: error: param 'side' of block 'square' names ${{hidden}}, which is none of its params (dim, "
+        "side, label): a block reads its own params alone; give it the manifest's in each use, "
+        "params: {side: \"${hidden}\"}"]
+    path = write(tmp_path, "m.yaml", PARAM_DEFAULTS.replace('dim: 2, side: "${dim}"', 'dim: "${side}", side: "${dim}"'))
+    assert errors(path) == [f"{path}:6:19: error: param 'dim' refers to itself through ${{...}}: 'dim' -> 'side' -> "
+                            "'dim'; a param's value may name other params, none of which names it back"]

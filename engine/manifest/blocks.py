@@ -66,7 +66,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from hetflow.engine.errors import Diagnostic, ManifestError, Noted, Origin
 from hetflow.engine.manifest.loader import Document, Path, load
-from hetflow.engine.manifest.resolve import interpolate
+from hetflow.engine.manifest.resolve import interpolate, refers, resolve_params
 
 __all__ = ["expand", "Expanded", "MAX_NESTING", "MAX_STAGES", "INHERITED"]
 
@@ -272,6 +272,20 @@ class _Expansion:
         if "index" in params:
             found.append(Diagnostic(block.doc.key_at(block.path + ("params", "index")),
                                     f"block {block.name!r} declares param 'index', which is the instance's index"))
+        elif any(refers(v) for v in params.values()):
+            # a default may name the block's other params; a block reads no other, wherever it is used
+            said: list[Diagnostic] = []
+            resolve_params({**params, "index": 0}, block.doc, said, block.path + ("params",))
+            for d in said:
+                missing = re.match(r"undefined param \$\{([^}]*)\}", d.message)
+                if missing:
+                    ref = "${" + missing.group(1) + "}"
+                    name = next((k for k, v in params.items() if ref in str(v)), "NAME")
+                    d = Diagnostic(d.origin, (
+                        f"param {name!r} of block {block.name!r} names {ref}, which is none of its params "
+                        f"({', '.join(params)}): a block reads its own params alone; give it the manifest's in each "
+                        f"use, params: {{{name}: \"{ref}\"}}"))
+                found.append(d)
         inputs = spec.get("inputs") if isinstance(spec.get("inputs"), list) else []
         stages = spec.get("stages") if isinstance(spec.get("stages"), dict) else {}
         for name in inputs:
@@ -359,7 +373,10 @@ class _Expansion:
                     hint = f"; did you mean {close[0]!r}?" if close else ""
                     self.problems.append(Diagnostic(where(("params", key)), (
                         f"block {block.name!r} has no param {key!r} (params: {', '.join(declared) or 'none'}){hint}")))
-        return {**declared, **{k: v for k, v in given.items() if k in declared}, "index": index}
+        values = {**declared, **{k: v for k, v in given.items() if k in declared}, "index": index}
+        if any(refers(v) for v in values.values()):  # defaults that name other params: check_block said what is wrong
+            values = resolve_params(values, block.doc, [], block.path + ("params",))
+        return values
 
     def substituted(self, scope: _Scope, value: Any, path: Path, report: bool = True) -> Any:
         if scope.values is None:

@@ -24,7 +24,8 @@ import yaml
 from hetflow.engine.errors import Diagnostic, UsageError
 from hetflow.engine.manifest.loader import Document, Path, SafeLoader
 
-__all__ = ["UNDEFINED", "resolve", "interpolate", "parse_overrides", "canonical_json", "has_undefined"]
+__all__ = ["UNDEFINED", "resolve", "interpolate", "resolve_params", "refers", "parse_overrides", "canonical_json",
+           "has_undefined"]
 
 _REF = re.compile(r"\$\{([^}]*)\}")
 
@@ -183,13 +184,14 @@ def _substitute(value: Any, params: Mapping[str, Any]) -> Any:
     return value
 
 
-def _refers(value: Any) -> bool:
+def refers(value: Any) -> bool:
+    """Whether ``value`` holds a ``${...}`` anywhere."""
     if isinstance(value, str):
         return "${" in value
     if isinstance(value, dict):
-        return any(_refers(v) for v in value.values())
+        return any(refers(v) for v in value.values())
     if isinstance(value, list):
-        return any(_refers(v) for v in value)
+        return any(refers(v) for v in value)
     return False
 
 
@@ -203,10 +205,12 @@ def _names(value: Any) -> list[str]:
     return []
 
 
-def _resolve_params(values: Mapping[str, Any], doc: Document, problems: list[Diagnostic]) -> dict[str, Any]:
+def resolve_params(values: Mapping[str, Any], doc: Document, problems: list[Diagnostic],
+                   base: Path = ("params",)) -> dict[str, Any]:
     """Params whose values name other params (``b: "${a}"``), resolved in the order they depend on one another,
     as everywhere else: ``-p a=8`` moves ``b`` too. A param that names itself, through others or not, is a
-    problem at its place, and stands as :data:`UNDEFINED`, as do the params that name it."""
+    problem at its place (under ``base``: a manifest's ``params``, a block's), and stands as :data:`UNDEFINED`,
+    as do the params that name it."""
     from graphlib import CycleError, TopologicalSorter
 
     needs = {k: {n for n in _names(v) if n in values} for k, v in values.items()}
@@ -217,7 +221,7 @@ def _resolve_params(values: Mapping[str, Any], doc: Document, problems: list[Dia
     except CycleError as e:
         cycle = e.args[1]  # [a, b, ..., a]
         first = cycle[0]
-        problems.append(Diagnostic(doc.at(("params", first)),
+        problems.append(Diagnostic(doc.at(base + (first,)),
                                    f"param {first!r} refers to itself through ${{...}}: "
                                    + " -> ".join(f"{n!r}" for n in reversed(cycle))
                                    + "; a param's value may name other params, none of which names it back"))
@@ -231,7 +235,7 @@ def _resolve_params(values: Mapping[str, Any], doc: Document, problems: list[Dia
         ranked = [*TopologicalSorter(rest).static_order()]
         out.update({k: UNDEFINED for k in bad})
     for name in ranked:
-        out[name] = _interpolate(values[name], ("params", name), {**values, **out}, doc, problems)
+        out[name] = _interpolate(values[name], base + (name,), {**values, **out}, doc, problems)
     return {k: out[k] for k in values}
 
 
@@ -274,8 +278,8 @@ def resolve(doc: Document, overrides: Mapping[str, Any] | None = None) -> tuple[
     values = {**params, **overrides}
 
     problems: list[Diagnostic] = []
-    if any(_refers(v) for v in values.values()):
-        values = _resolve_params(values, doc, problems)
+    if any(refers(v) for v in values.values()):
+        values = resolve_params(values, doc, problems)
     # a block's ${name} reads the block's params, given per use: the expansion resolves it, per instance
     literal = ("params", "version", "name", "blocks")
     if doc.text is not None and "${" not in doc.text:
