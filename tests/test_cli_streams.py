@@ -597,3 +597,40 @@ def test_a_runs_directory_whose_file_system_keeps_no_locks_exits_5(tmp_path, mon
     assert "hetflow needs a runs directory that keeps flock locks" in err.getvalue()
     assert json.loads(out.getvalue())["error"] == "environment"  # not "internal" (exit 3, a crash log)
     assert not [p for p in runs.glob("*") if not p.name.startswith(".")]
+
+
+def test_a_sealed_stream_takes_no_other_threads_lines_so_a_forced_exits_id_stays_last():
+    """A parallel sweep's point printed its row after a second Ctrl-C's report had printed the sweep's id:
+    ``...-swept-sweepcancelled swept[scale=2.5] ...`` on the last line, where the id alone belongs."""
+    import threading
+
+    from hetflow.engine.run.events import QuietStream
+
+    out = QuietStream(io.StringIO())
+    out.write("succeeded m[k=1]  r1\n")
+    out.seal()
+    late = threading.Thread(target=lambda: out.write("cancelled m[k=2]  r2\n"))
+    late.start()
+    late.join()
+    print("m-sweep", file=out)
+    assert out._stream.getvalue() == "succeeded m[k=1]  r1\nm-sweep\n"
+    # a write under way when the seal comes ends whole first
+    other = QuietStream(io.StringIO())
+    entered, go = threading.Event(), threading.Event()
+
+    class Slow(io.StringIO):
+        def write(self, text):
+            entered.set()
+            go.wait(5)
+            return super().write(text)
+
+    other._stream = Slow()
+    writer = threading.Thread(target=lambda: other.write("cancelled m[k=2]  r2\n"))
+    writer.start()
+    entered.wait(5)
+    sealer = threading.Thread(target=other.seal)
+    sealer.start()
+    go.set()
+    writer.join()
+    sealer.join()
+    assert other._stream.getvalue() == "cancelled m[k=2]  r2\n"

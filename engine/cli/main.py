@@ -181,6 +181,8 @@ def _report_forced_exit(cancel, as_json: bool, out: QuietStream, err: QuietStrea
     if subject is None:
         return
     message = f"{subject['kind']} {subject['id']} cancelled by {cancel.signal} (a second signal: forced exit)"
+    out.seal()  # a sweep's points still print their rows from their threads while the process ends
+    err.seal()
     _report(outcome(RunCancelled(message, subject["record"], cancel.signal)), as_json, out, err)
     out.flush()
     err.flush()

@@ -206,8 +206,10 @@ def _sweep(args: argparse.Namespace, doc, params: dict, common: dict, out, err) 
 
     def row(point: dict) -> None:
         if not args.json:
-            # a point that failed before its run began (its plan refused it here) has no run to name: its error says why
-            print(f"{point['status']:<9} {point['name']}  {point['run_id'] or point.get('error')}", file=out)
+            # a point that failed before its run began (its plan refused it here) has no run to name: its error says
+            # why. One write, line and end together: points end in threads of their own, and a forced exit's last
+            # line must not land between a row and its newline
+            out.write(f"{point['status']:<9} {point['name']}  {point['run_id'] or point.get('error')}\n")
 
     sink = event_sink(args, err)
     try:

@@ -179,6 +179,8 @@ class QuietStream:
         #: whether anything was handed to :meth:`write`, delivered or not (the CLI asks before it prints a
         #: JSON object of its own)
         self.wrote = False
+        self._lock = _thread.RLock()  # the root's: a write is whole before or after a seal()
+        self._sealed: int | None = None  # the thread that alone writes from now on (seal())
 
     @property
     def gone(self) -> bool:
@@ -186,13 +188,28 @@ class QuietStream:
         return self._root._gone
 
     def write(self, data: Any) -> int:
-        self._root.wrote = self._root.wrote or bool(data)
-        if not self.gone:
-            try:
-                return self._stream.write(data)
-            except (OSError, ValueError) as e:
-                self._fall_silent(e)
-        return len(data)
+        root = self._root
+        with root._lock:
+            if root._sealed is not None and root._sealed != _thread.get_ident():
+                return len(data)  # another thread has said the command's last words
+            root.wrote = root.wrote or bool(data)
+            if not self.gone:
+                try:
+                    return self._stream.write(data)
+                except (OSError, ValueError) as e:
+                    self._fall_silent(e)
+            return len(data)
+
+    def seal(self) -> None:
+        """From now on only this thread writes here: what a forced exit says last (a sweep's id, which
+        ``id=$(hetflow run ... | tail -1)`` reads) is not followed by a line another thread was about to print.
+        A write under way when it is called ends first; a thread that holds the stream's lock for longer than a
+        second (it cannot, short of a stuck pipe) is not waited for."""
+        root = self._root
+        took = root._lock.acquire(timeout=1.0)
+        root._sealed = _thread.get_ident()
+        if took:
+            root._lock.release()
 
     def writelines(self, lines: Iterable[Any]) -> None:
         for line in lines:
