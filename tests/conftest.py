@@ -28,6 +28,7 @@ def manifest_file(tmp_path):
     return write
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: without it installed the suite still runs, in one process
 def pytest_xdist_auto_num_workers(config):
     """``-n auto``: a worker per core, at most four. Each worker sets up the module fixtures of the modules whose
     tests it is sent (a built wheel, a Dask cluster, compiled guests), so more workers pay them over and over."""

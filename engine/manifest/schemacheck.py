@@ -144,7 +144,7 @@ def _describe(path: Path) -> str:
 #: way, asked before spelling: ``ops:`` is closest to ``outputs`` by its letters, and means ``plugins``
 _OTHER_NAMES = {
     "plugins": ("ops", "custom_ops", "operators", "imports", "modules", "extensions", "libraries"),
-    "params": ("parameters", "vars", "variables", "config", "arguments"),
+    "params": ("parameters", "vars", "variables", "config"),
     "stages": ("steps", "nodes", "tasks", "jobs", "layers", "pipeline"),
     "executors": ("devices", "backends", "targets", "resources", "providers"),
     "outputs": ("results", "outs", "returns"),
