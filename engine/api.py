@@ -135,6 +135,10 @@ def _began(path: str, doc: Document | None, folder: str, summary: Mapping[str, A
 
     text = sweep_source(folder, summary)
     if text is None:
+        if summary.get("source"):  # it kept one, which is gone or not the bytes it kept: said, not taken silently
+            warnings.warn(f"the copy of {path} that sweep {sweep_id} kept when it began "
+                          f"({os.path.join(folder, SWEEP_SOURCE)}) is gone or damaged: the points not yet run run "
+                          f"{path} as it is now", SourceChanged, stacklevel=3)
         return doc or load(path)
     began = loads(text, path)
     if doc is None:

@@ -351,6 +351,14 @@ def test_a_sweep_resumed_after_its_file_changed_runs_the_rest_as_it_began_and_sa
                                         "(point split[n=5] resolves to another manifest now)"), err
     done = hetflow.Sweep(folder)
     assert done.status == "succeeded"
+    # a copy that is gone is said, and the file as it is taken in its place
+    (folder / "manifest.yaml").write_text(text + "# edited by hand\n")
+    summary = json.loads((folder / "sweep.json").read_text())
+    summary["points"][-1]["status"] = "failed"
+    (folder / "sweep.json").write_text(json.dumps(summary))
+    with pytest.warns(hetflow.SourceChanged, match=r"the copy of \S+ that sweep \S+ kept when it began \(\S+\) is "
+                                                    r"gone or damaged: the points not yet run run \S+ as it is now"):
+        hetflow.sweep(path, runs_dir=runs, resume="latest")
     assert [run.outputs["y"].tolist() for run in done.runs] == [[0, 1], [0, 1, 4], [0, 1, 4, 9], [0, 1, 4, 9, 16]]
     assert {run.record["manifest"]["resolved"]["stages"]["y"]["op"] for run in done.runs} == {"mul"}
 
