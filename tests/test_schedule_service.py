@@ -437,6 +437,23 @@ def test_a_restarted_serve_runs_the_hooks_it_owes_beside_its_schedules_not_befor
     assert json.loads(left.read_text())["hook"] == "pending" and len(hook_lines(tmp_path)) == 1
 
 
+def test_a_hook_handed_on_by_conclude_is_paid_at_once_not_refused_by_the_slots_own_lock(tmp_path):
+    """``conclude(later=)`` handed the hook on while it held the slot's lock: serve's thread, quick to try, found the
+    lock taken and took the hook for another process's, and it was never run (a fresh-clone CI run, once)."""
+    m = write(tmp_path, "hooked", 'cron: "0 * * * *"\n' + HOOKS)
+    entry, runs = sched.load_entry(m), str(tmp_path / "runs")
+    slot = sched.parse_instant("2026-06-01T10:00:00Z")
+    path = sched.claim(runs, entry, slot)
+    paid = []
+    said = []
+    assert sched.conclude(entry, slot, path, {"status": "succeeded"}, runs, lambda e, f: said.append(e),
+                          later=lambda p, owed: paid.append(sched.pay_hook(entry, p, runs, lambda e, f: said.append(e),
+                                                                           owed=owed)))
+    assert paid == [True] and said == ["succeeded", "hook"]
+    assert hook_lines(tmp_path) == [("2026-06-01T10:00:00Z", "succeeded")]
+    assert json.loads(Path(path).read_text())["hook"] == "ran"
+
+
 def test_a_hook_cut_short_by_its_schedulers_death_is_run_by_the_next(tmp_path):
     # the first call hangs until the kill; the one run again finishes at once
     hooks = ("on_success: 'echo begun >> begun.txt; [ $(wc -l < begun.txt) -gt 1 ] || sleep 60; "

@@ -291,10 +291,12 @@ def conclude(entry: Entry, slot: datetime, path: str, info: Mapping[str, Any], r
     than the one that started it. Without ``hook`` (a ``serve`` that is
     stopping), the claim says its hook is still owed, and the next
     scheduler runs it (``hook-owed``). With ``later``, the hook is not
-    run here: ``later(path, False)`` is called, under the slot's lock, to
-    run it (:func:`pay_hook`) once the lock is given up, as ``serve`` does
-    in a thread of the manifest's; the claim says it is owed meanwhile.
+    run here: ``later(path, False)`` is called once the slot's lock is
+    given up, to run it (:func:`pay_hook`, which takes that lock), as
+    ``serve`` does in a thread of the manifest's; the claim says it is
+    owed meanwhile.
     """
+    handed = False
     with settling(path) as body:
         if body is None or body.get("state") in TERMINAL:
             return False
@@ -315,10 +317,12 @@ def conclude(entry: Entry, slot: datetime, path: str, info: Mapping[str, Any], r
             log("hook-deferred", {"manifest": entry.name, "slot": slot_id(slot), "hook": found[0],
                                   "reason": "the scheduler is stopping: the next one runs it"})
         elif owed and later is not None:
-            later(path, False)
+            handed = True
         elif owed:
             rc = _hook(entry, slot, path[:-5] + ".log", runs_dir, info, log)
             mark(path, entry, slot, _STATE[info["status"]], **{**kept, **extra, "hook": "ran", "hook_rc": rc})
+    if handed:
+        later(path, False)
     return True
 
 

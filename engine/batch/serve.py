@@ -184,10 +184,12 @@ class Server:
 
         def pay() -> None:
             try:
+                # another process holding the slot's lock (a run-due settling it too) is waited for: it either
+                # pays the hook itself or gives the lock back with the hook still owed
+                while not self.stopping and not pay_hook(entry, path, self.runs_dir, self.log, owed=owed):
+                    time.sleep(0.1)
                 if self.stopping:
                     defer_hook(entry, path, self.log)
-                else:
-                    pay_hook(entry, path, self.runs_dir, self.log, owed=owed)
             finally:
                 with self._guard:
                     self.paying.discard(path)
