@@ -66,7 +66,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from hetflow.engine.errors import Diagnostic, ManifestError, Noted, Origin
 from hetflow.engine.manifest.loader import Document, Path, load
-from hetflow.engine.manifest.resolve import interpolate, refers, resolve_params
+from hetflow.engine.manifest.resolve import UNDEFINED, interpolate, names, refers, resolve_params
 
 __all__ = ["expand", "Expanded", "MAX_NESTING", "MAX_STAGES", "INHERITED"]
 
@@ -274,18 +274,17 @@ class _Expansion:
                                     f"block {block.name!r} declares param 'index', which is the instance's index"))
         elif any(refers(v) for v in params.values()):
             # a default may name the block's other params; a block reads no other, wherever it is used
-            said: list[Diagnostic] = []
-            resolve_params({**params, "index": 0}, block.doc, said, block.path + ("params",))
-            for d in said:
-                missing = re.match(r"undefined param \$\{([^}]*)\}", d.message)
-                if missing:
-                    ref = "${" + missing.group(1) + "}"
-                    name = next((k for k, v in params.items() if ref in str(v)), "NAME")
-                    d = Diagnostic(d.origin, (
-                        f"param {name!r} of block {block.name!r} names {ref}, which is none of its params "
-                        f"({', '.join(params)}): a block reads its own params alone; give it the manifest's in each "
-                        f"use, params: {{{name}: \"{ref}\"}}"))
-                found.append(d)
+            unknown: dict[str, Any] = {}
+            for name, value in params.items():
+                for other in names(value):
+                    if other not in params and other != "index" and other not in unknown:
+                        unknown[other] = UNDEFINED  # said here, in a block's words; stands as already said below
+                        ref = "${" + other + "}"
+                        found.append(Diagnostic(block.doc.at(block.path + ("params", name)), (
+                            f"param {name!r} of block {block.name!r} names {ref}, which is none of its params "
+                            f"({', '.join(params)}): a block reads its own params alone; give it the manifest's in "
+                            f"each use, params: {{{name}: \"{ref}\"}}")))
+            resolve_params({**params, "index": 0, **unknown}, block.doc, found, block.path + ("params",))
         inputs = spec.get("inputs") if isinstance(spec.get("inputs"), list) else []
         stages = spec.get("stages") if isinstance(spec.get("stages"), dict) else {}
         for name in inputs:

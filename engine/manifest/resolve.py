@@ -24,8 +24,8 @@ import yaml
 from hetflow.engine.errors import Diagnostic, UsageError
 from hetflow.engine.manifest.loader import Document, Path, SafeLoader
 
-__all__ = ["UNDEFINED", "resolve", "interpolate", "resolve_params", "refers", "parse_overrides", "canonical_json",
-           "has_undefined"]
+__all__ = ["UNDEFINED", "resolve", "interpolate", "resolve_params", "refers", "names", "parse_overrides",
+           "canonical_json", "has_undefined"]
 
 _REF = re.compile(r"\$\{([^}]*)\}")
 
@@ -195,13 +195,14 @@ def refers(value: Any) -> bool:
     return False
 
 
-def _names(value: Any) -> list[str]:
+def names(value: Any) -> list[str]:
+    """The names of every ``${...}`` in ``value``, in order."""
     if isinstance(value, str):
         return _REF.findall(value)
     if isinstance(value, dict):
-        return [n for v in value.values() for n in _names(v)]
+        return [n for v in value.values() for n in names(v)]
     if isinstance(value, list):
-        return [n for v in value for n in _names(v)]
+        return [n for v in value for n in names(v)]
     return []
 
 
@@ -213,7 +214,7 @@ def resolve_params(values: Mapping[str, Any], doc: Document, problems: list[Diag
     as do the params that name it."""
     from graphlib import CycleError, TopologicalSorter
 
-    needs = {k: {n for n in _names(v) if n in values} for k, v in values.items()}
+    needs = {k: {n for n in names(v) if n in values} for k, v in values.items()}
     out: dict[str, Any] = {}
     order = TopologicalSorter(needs)
     try:
