@@ -71,6 +71,7 @@ import importlib.util
 import logging
 import os
 import queue
+import re
 import signal
 import sys
 import threading
@@ -233,6 +234,20 @@ def tcp_timeout_problem() -> str | None:
         return (f"Dask's distributed.comm.timeouts.tcp is {value!r}: Dask takes no less than 11 s (each connection "
                 "gets ten keepalive probes within it); set it to 11s or more (DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP)")
     return None
+
+
+_REGISTER_TRIES = 3  # a registration the scheduler could not hand to a worker that then left, asked again
+_ASK_POLL_S = 1.0  # how often a question to the workers looks for one that left while it waits
+
+
+def _unreachable(answer: Any) -> bool:
+    """A worker's answer to ``Client.run`` that says the worker could not be reached (rather than that it ran
+    hetflow's function and failed): Dask's ``CommClosedError``, a connection refused or timed out."""
+    return isinstance(answer, (OSError, TimeoutError))
+
+
+def _said(answer: Any) -> str:
+    return f"{type(answer).__name__}: {answer}"
 
 
 def silent_after() -> float:
@@ -518,38 +533,102 @@ class Cluster:
             if self._owned is None:
                 # a cluster started by hand may run another installation than this process's: the tasks are
                 # hetflow's code, so its version must match; the libraries' are recorded where they differ
-                self._check_versions(workers)
+                workers = self._check_versions(workers)
             self._workers = workers
         missing = [v for v in vendors if any(v not in w.offers for w in self._workers)]
         if missing:
             got = self._ask(self._workers, worker_offers, [v.value for v in missing])
+            self._workers = [w for w in self._workers if w.address in got]
             for w in self._workers:
                 w.offers.update({o.vendor: o for o in got[w.address]})
         return self._workers
 
     def _ask(self, workers: list[WorkerInfo], function: Callable, *args: Any) -> dict[str, Any]:
-        """``function(*args)`` run on each of ``workers``: {address: answer}; a worker that cannot run hetflow's
-        code (none installed, another version without the function) is a :class:`UsageError`."""
-        got = self.patient(lambda: self.client.run(function, *args, on_error="return",
-                                                   workers=[w.address for w in workers]))
-        for w in workers:
-            answer = got.get(w.address)
-            if isinstance(answer, BaseException) or answer is None:
-                why = f"{type(answer).__name__}: {answer}" if answer is not None else "it did not answer"
-                raise UsageError(f"worker {w.name} ({w.address}) cannot run hetflow: {why}; install this "
-                                 f"hetflow ({code_version()}) on every worker") from None
+        """``function(*args)`` run on each of ``workers``: {address: answer}, for the workers that answered.
+
+        A worker that cannot run hetflow's code (none installed, another
+        version without the function) is a :class:`UsageError`. One that
+        left the cluster while it was asked (killed, its machine gone; a
+        nanny starts another in its place) is left out of the answers; so
+        is one the scheduler still lists but that cannot be reached twice
+        running, with the reason in :attr:`foreign`. None answering is
+        :class:`~hetflow.engine.errors.EnvironmentUnavailable`.
+        """
+        asked, got, tries = list(workers), {}, {}
+        while asked:
+            answers = self._ask_once([w.address for w in asked], function, *args)
+            listed = self._identity()["workers"] if any(_unreachable(a) for a in answers.values()) else None
+            again = []
+            for w in asked:
+                answer = answers.get(w.address)
+                if not _unreachable(answer):
+                    if isinstance(answer, BaseException) or answer is None:
+                        why = f"{type(answer).__name__}: {answer}" if answer is not None else "it did not answer"
+                        raise UsageError(f"worker {w.name} ({w.address}) cannot run hetflow: {why}; install this "
+                                         f"hetflow ({code_version()}) on every worker") from None
+                    got[w.address] = answer
+                elif w.address in listed:
+                    tries[w.address] = tries.get(w.address, 0) + 1
+                    if tries[w.address] < 2:
+                        again.append(w)
+                    else:
+                        self.foreign[w.address] = (f"worker {w.name} ({w.address}) could not be reached: "
+                                                   f"{_said(answer)}")
+            asked = again
+        if not got and workers:
+            why = "; ".join(self.foreign.get(w.address) or f"worker {w.name} ({w.address}) left the cluster"
+                            for w in workers)
+            raise EnvironmentUnavailable(f"no worker of the Dask cluster at {self.target} answered: {why}")
         return got
 
-    def _check_versions(self, workers: list[WorkerInfo]) -> None:
+    def _ask_once(self, addresses: list[str], function: Callable, *args: Any) -> dict[str, Any]:
+        """One ``Client.run`` of ``function`` on ``addresses``, given up once a worker it waits on has left.
+
+        The scheduler asks each worker over a connection of its own, and
+        one to a worker killed a moment before is retried until Dask's
+        connect timeout (30 s): long after the scheduler has dropped the
+        worker. So the scheduler is asked every second which workers it
+        has; when one asked is gone, the answers are ``CommClosedError``
+        for the gone ones and a new question goes to the rest.
+        """
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def target() -> None:
+            try:
+                box["value"] = self.client.run(function, *args, on_error="return", workers=addresses)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                box["error"] = e
+            finally:
+                done.set()
+
+        threading.Thread(target=target, name="hetflow-cluster-ask", daemon=True).start()
+        while not done.wait(_ASK_POLL_S):
+            listed = self._identity()["workers"]
+            gone = [a for a in addresses if a not in listed]
+            if gone:
+                from distributed.comm.core import CommClosedError
+
+                left = {a: CommClosedError(f"worker {a} left the cluster while it was asked") for a in gone}
+                rest = [a for a in addresses if a not in left]
+                return {**left, **(self._ask_once(rest, function, *args) if rest else {})}
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def _check_versions(self, workers: list[WorkerInfo]) -> list[WorkerInfo]:
+        """``workers`` that answered, each checked to run this hetflow (see :meth:`_ask`)."""
         from hetflow.engine.store.records import versions
 
         mine = {**versions(), "hetflow": code_version()}
         got = self._ask(workers, worker_versions)
+        workers = [w for w in workers if w.address in got]
         for w in workers:
             theirs = got[w.address]
             if theirs.get("hetflow") != mine["hetflow"]:
                 raise UsageError(_other_hetflow(w, theirs.get("hetflow"), mine["hetflow"]))
             w.versions.update({k: v for k, v in theirs.items() if v != mine.get(k)})
+        return workers
 
     def _admit(self, joined: list[WorkerInfo]) -> None:
         """Ask workers that joined after placement what :meth:`_check_versions` asks: one of another hetflow,
@@ -670,6 +749,8 @@ class Cluster:
             # a worker's "versions": the libraries whose version differs from this process's (the record's)
             "workers": [{"address": w.address, "name": w.name, "nthreads": w.nthreads, "resources": dict(w.resources),
                          **({"versions": dict(w.versions)} if w.versions else {})} for w in self.workers()],
+            # workers the scheduler lists that this client could not use: unreachable, or another hetflow
+            **({"not_used": [self.foreign[a] for a in sorted(self.foreign)]} if self.foreign else {}),
         }
 
     def run_graph(self, plan: Plan, run_id: str, stream: EventStream, cache: CacheUse | None = None,
@@ -704,7 +785,7 @@ class Cluster:
             # before the plugin: its set-up on each worker reports the worker's warm-up
             stream.emit(run_event("started", run_id, tasks=len(graph.dsk), mode=self.kind, scheduler=self.address,
                                   dashboard=self.dashboard_link, workers=len(self.workers())))
-            self.patient(lambda: client.register_plugin(plugin, name=plugin.name))
+            self._register(plugin)
             registered = True
             phase_values: dict[str, Any] = {}
             if phases is not None:
@@ -785,6 +866,40 @@ class Cluster:
                                      f"{why}", {"scheduler": self.address})
         return (_ClusterRun(graph, stream.tasks(), recoveries), results, _as_failure(failure),
                 dict(sorted(live.items())))
+
+    def _register(self, plugin: HetflowWorkerPlugin) -> None:
+        """Register the run's worker plugin with the scheduler, which hands it to every worker.
+
+        The scheduler's hand-over fails as a whole when one worker cannot
+        be reached: one killed a moment before it is dropped (the
+        registration is asked again of the workers left; a worker that
+        already has the plugin sets it up again, before any task of the
+        run); one the scheduler still lists but cannot reach (an address
+        the scheduler's machine cannot connect to) is a
+        :class:`~hetflow.engine.run.runtime.ClusterFailure` that names it.
+        """
+        for attempt in range(_REGISTER_TRIES):
+            try:
+                self.patient(lambda: self.client.register_plugin(plugin, name=plugin.name))
+                return
+            except (OSError, TimeoutError) as e:
+                if self.scheduler_gone(e):
+                    raise
+                listed = self._identity()["workers"]
+                said = set(re.findall(r"[a-z]+://[^\s>,;]+", str(e)))
+                unreached = [a for a in self._all_known() if a in said]
+                if unreached and not any(a in listed for a in unreached) and attempt + 1 < _REGISTER_TRIES:
+                    continue
+                names = {a: str(w.get("name", a)) for a, w in listed.items()}
+                who = ", ".join(f"{names.get(a, a)} ({a})" for a in unreached) or "one of them"
+                raise ClusterFailure(f"the run's plugin could not be handed to every worker of the cluster at "
+                                     f"{self.target}: the scheduler could not reach worker {who}: "
+                                     f"{type(e).__name__}: {e}", {"workers": unreached}) from None
+
+    def _all_known(self) -> list[str]:
+        """Every worker address this client has heard of: those it asked, joined or not, and the scheduler's."""
+        return sorted({*(w.address for w in self._workers or ()), *self.foreign, *self._joined,
+                       *self.nannies})
 
     def scheduler_gone(self, error: BaseException) -> bool:
         """Whether ``error`` is the client losing its scheduler: a connection's error or timeout while the client
