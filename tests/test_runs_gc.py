@@ -243,3 +243,69 @@ def test_what_the_file_system_will_not_remove_is_said_and_not_counted_removed(tm
             subprocess.run(["chattr", "-i", str(path)], capture_output=True)
     code, out, err = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "1")
     assert code == 0 and err == "" and sorted(p.name for p in runs.iterdir()) == [".cache", ".locks", new]
+
+
+def test_a_run_gc_cannot_move_is_left_whole_and_not_counted_removed(tmp_path):
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or shutil.which("chattr") is None:
+        pytest.skip("an immutable folder (chattr +i, root only) is how this test makes a runs folder gc cannot change")
+    old, new = run(tmp_path, "a", 1), run(tmp_path, "a", 2)
+    runs = tmp_path / "runs"
+    before = sorted(p.name for p in (runs / old).iterdir())
+    entries = sorted(p.name for p in (runs / ".cache").iterdir())
+    if subprocess.run(["chattr", "+i", str(runs)], capture_output=True).returncode != 0:
+        pytest.skip(f"this file system does not take chattr +i ({tmp_path})")
+    try:
+        code, out, err = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "1", "--json")
+        result = json.loads(out)
+        assert code == 5 and result["removed_runs"] == [] and result["removed"] == []
+        assert sorted(result["kept_runs"]) == sorted([old, new])
+        assert result["not_removed"] == [{"path": old, "error": f"{runs}/{old}: Operation not permitted"}]
+        assert err.strip() == (f"hetflow: warning: could not remove {runs}/{old}: Operation not permitted; {old} is "
+                               "left, and the next gc tries again")
+        # nothing of it went: its record, its outputs, and the cache entries it names
+        assert sorted(p.name for p in (runs / old).iterdir()) == before
+        assert sorted(p.name for p in (runs / ".cache").iterdir()) == entries
+        code, out, _ = cli("runs", "--runs-dir", str(runs), "--json")
+        assert code == 0 and {r["id"]: r["status"] for r in json.loads(out)} == {old: "succeeded", new: "succeeded"}
+    finally:
+        subprocess.run(["chattr", "-i", str(runs)], capture_output=True)
+    code, out, err = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "1", "--json")
+    assert code == 0 and json.loads(out)["removed_runs"] == [old] and not (runs / old).exists()
+
+
+def test_a_sweep_whose_summary_is_damaged_keeps_its_points_runs_with_it(tmp_path):
+    runs = tmp_path / "runs"
+    sweep_id, points = sweep(tmp_path)
+    (runs / sweep_id / "sweep.json").write_text('{"format": 1, "points": [')  # cut short
+    code, out, _ = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "0", "--json")
+    result = json.loads(out)
+    # --keep cannot place a sweep it cannot read, nor then its points: all of them stay, together
+    assert code == 0 and result["removed_runs"] == [] and result["removed"] == []
+    (left,) = result["left_damaged"]
+    assert left["id"] == sweep_id and sorted(left["runs"]) == sorted(points)
+    assert all((runs / p / "record.json").exists() for p in points)
+    # an age removes the sweep's folder and its points' runs at once
+    code, out, _ = cli("runs", "--runs-dir", str(runs), "gc", "--older-than", "0s", "--json")
+    result = json.loads(out)
+    assert code == 0 and sorted(result["removed_runs"]) == sorted(points)
+    assert sorted(p.name for p in runs.iterdir() if not p.name.startswith(".")) == []
+
+
+def test_a_run_being_resumed_is_not_removed_while_its_record_still_says_it_died(tmp_path):
+    from hetflow.engine.store.locks import RunLock, lock_path
+
+    old, new = run(tmp_path, "a", 1), run(tmp_path, "a", 2)
+    runs = tmp_path / "runs"
+    record = json.loads((runs / old / "record.json").read_text())
+    # a --resume's first moment: it holds the run's lock, naming the run; its record is the last attempt's
+    with RunLock(lock_path(str(runs), record["manifest"]["file"], "a", record["params"]), manifest="a.yaml", run=old):
+        code, out, _ = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "1", "--json")
+        result = json.loads(out)
+        assert code == 0 and result["removed_runs"] == [] and (runs / old / "record.json").exists()
+        (spared,) = result["spared"]
+        assert spared["id"] == old and spared["kept_because"].startswith(f"run {old} is being resumed (pid {os.getpid()}")
+    code, out, _ = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "1", "--json")
+    assert code == 0 and json.loads(out)["removed_runs"] == [old]

@@ -32,7 +32,7 @@ from typing import Any, Mapping
 from hetflow.engine.store import owner
 from hetflow.engine.errors import EnvironmentUnavailable, LockHeld, name_file  # raised here; defined with the other errors, which need no lock code
 
-__all__ = ["LockHeld", "RunLock", "lock_path", "manifest_locks", "stale_locks"]
+__all__ = ["LockHeld", "RunLock", "held_runs", "lock_path", "manifest_locks", "stale_locks"]
 
 
 def lock_path(runs_dir: str, manifest_file: str, name: str, params: Mapping[str, Any] | None = None) -> str:
@@ -189,6 +189,45 @@ def stale_locks(runs_dir: str, remove: bool = False) -> list[str]:
             continue
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+    return out
+
+
+def held_runs(runs_dir: str) -> dict[str, dict[str, Any]]:
+    """The runs that a live process holds the lock of, by run id: ``{run_id: holder}``.
+
+    A ``--resume`` names the run it continues in the lock it takes before
+    anything else, so a run being resumed is live here from the resume's
+    first moment, while its record still says how its last attempt ended.
+
+    >>> import tempfile
+    >>> runs = tempfile.mkdtemp()
+    >>> with RunLock(lock_path(runs, "/p/m.yaml", "m"), run="20261204T000000Z-m-1"):
+    ...     sorted(held_runs(runs))
+    ['20261204T000000Z-m-1']
+    >>> held_runs(runs)
+    {}
+    """
+    folder = os.path.join(runs_dir, ".locks")
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".lock"))
+    except OSError:
+        return {}
+    out = {}
+    for name in names:
+        try:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            holder = _read(fd)
+            if isinstance(holder.get("run"), str):
+                out[holder["run"]] = holder
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
             os.close(fd)
     return out
 

@@ -49,6 +49,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import time
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
@@ -746,7 +747,7 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
     Returns what was (or, with ``dry_run``, would be) removed, each unit
     with why (see ``docs/concepts/runs.md``).
     """
-    from hetflow.engine.store.locks import stale_locks
+    from hetflow.engine.store.locks import held_runs, stale_locks
 
     if keep is None and older_than is None:
         raise UsageError("runs gc needs --keep N (per manifest), --older-than AGE, or both")
@@ -762,19 +763,31 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
     spared: list[dict] = []
     kept: list[dict] = []
     # a sweep's points whose folder has no readable record go with it at any age: the sweep no longer runs them
-    units = _units(entries, {name for kind, name, data in scanned if not isinstance(data, dict)})
-    left = _damaged_units(runs_dir, damaged, units, cutoff, older_than, removed)
+    of_damaged: dict[str, dict] = {}
+    units = _units(entries, {name for kind, name, data in scanned if not isinstance(data, dict)}, of_damaged)
+    held = held_runs(runs_dir)
+    left = _damaged_units(runs_dir, damaged, units, cutoff, older_than, removed, records, held, of_damaged)
     for unit in units:  # newest first
         why = _why_remove(unit, keep, cutoff, older_than, seen)
         if why is None:
             kept.append(unit)
             continue
-        running = _still_running(unit, records)
+        running = _still_running(unit, records, held)
         if running:
             spared.append({**_public(unit), "why": why, "kept_because": running})
             kept.append(unit)
             continue
         removed.append({**_public(unit), "why": why})
+    refused: list[dict] = []  # what the file system would not remove, and why: said, never counted as removed
+    if not dry_run:
+        _finish_removals(runs_dir, refused)
+        for unit in list(removed):
+            # the summary first: a gc stopped half way leaves runs without their sweep, never a sweep without runs
+            names = ([unit["id"]] if unit["kind"] == "sweep" else []) + unit["runs"] + unit["verifications"] \
+                + unit.get("damaged", [])
+            if not _remove_unit(runs_dir, names, refused):
+                removed.remove(unit)
+                kept.append(unit)
     kept_runs = sorted(r for u in kept for r in u["runs"] + u["verifications"])
     gone = [r for u in removed for r in u["runs"] + u["verifications"] + u.get("damaged", [])]
     needed = set().union(*(_cache_keys(records[r]) for r in kept_runs if r in records))
@@ -789,14 +802,7 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
     entries_now = list(cache.keys())
     removed_entries = [k for k in entries_now
                        if k not in needed and not (unnamed and cache.written_at(k) >= min(unnamed))]
-    refused: list[dict] = []  # what the file system would not remove, and why: said, never counted as removed
     if not dry_run:
-        _finish_removals(runs_dir, refused)
-        for unit in removed:
-            # the summary first: a gc stopped half way leaves runs without their sweep, never a sweep without runs
-            for name in ([unit["id"]] if unit["kind"] == "sweep" else []) + unit["runs"] + unit["verifications"] \
-                    + unit.get("damaged", []):
-                _remove_folder(runs_dir, name, refused)
         for path in claims:
             for file in (path, os.path.splitext(path)[0] + ".log"):
                 try:
@@ -833,7 +839,8 @@ def _epoch(stamp: str | None) -> float:
         return 0.0
 
 
-def _units(entries: list[tuple[str, str, dict]], damaged: frozenset[str] | set[str] = frozenset()) -> list[dict]:
+def _units(entries: list[tuple[str, str, dict]], damaged: frozenset[str] | set[str] = frozenset(),
+           of_damaged: dict[str, dict] | None = None) -> list[dict]:
     """The units :func:`collect_garbage` keeps or removes whole, newest first.
 
     Each has ``kind`` (``sweep``, ``run``, or ``verification`` for a
@@ -842,7 +849,11 @@ def _units(entries: list[tuple[str, str, dict]], damaged: frozenset[str] | set[s
     and ``verifications`` (every verification run of those, at any depth);
     a sweep's also ``damaged``: the folders of its points' runs among
     ``damaged`` (whose record cannot be read), which go and stay with it.
+    The runs of a sweep whose own summary is among ``damaged`` are no
+    unit of their own: they go into ``of_damaged`` (``{sweep: {"runs",
+    "verifications"}}``), to go and stay with that sweep's folder.
     """
+    of_damaged = {} if of_damaged is None else of_damaged
     records = {name: data for kind, name, data in entries if kind == "run"}
     sweep_of: dict[str, str] = {}
     units: dict[str, dict] = {}
@@ -862,6 +873,9 @@ def _units(entries: list[tuple[str, str, dict]], damaged: frozenset[str] | set[s
         if sweep in units and name not in sweep_of and not data.get("verifies"):
             units[sweep]["runs"].append(name)
             sweep_of[name] = sweep
+        elif isinstance(sweep, str) and sweep in damaged and sweep not in units and not data.get("verifies"):
+            of_damaged.setdefault(sweep, {"runs": [], "verifications": []})["runs"].append(name)
+            sweep_of[name] = sweep
     for name, data in records.items():
         root = _verified_root(name, records)
         if name != root:
@@ -875,15 +889,18 @@ def _units(entries: list[tuple[str, str, dict]], damaged: frozenset[str] | set[s
     for name in sorted(records, key=lambda r: (records[r].get("started_at") or "", r)):
         root = _verified_root(name, records)
         if name != root:
-            units[sweep_of.get(root, root)]["verifications"].append(name)
+            unit = sweep_of.get(root, root)
+            (units[unit] if unit in units else of_damaged[unit])["verifications"].append(name)
     return sorted(units.values(), key=lambda u: (u["started_at"] or "", u["id"]), reverse=True)
 
 
 def _damaged_units(runs_dir: str, damaged: Mapping[str, Mapping[str, Any]], units: list[dict], cutoff: str | None,
-                   older_than: str | None, removed: list[dict]) -> list[dict]:
+                   older_than: str | None, removed: list[dict], records: Mapping[str, Mapping[str, Any]],
+                   held: Mapping[str, Mapping[str, Any]], of_damaged: Mapping[str, Mapping[str, list]]) -> list[dict]:
     """Sort the folders whose record or summary cannot be read (``unreadable``, ``empty``; no sweep's point)
     into ``removed``, a unit each, when ``cutoff`` says they are old, by the time in their id (or, for a name
-    without one, their folder's last change); returns the others with why they stay.
+    without one, their folder's last change); returns the others with why they stay. A damaged sweep's unit
+    holds the runs that name it (``of_damaged``): they go with it, or stay with it.
 
     Nothing says which manifest such a folder ran, nor whether its run still runs, so ``--keep`` never counts
     or removes one: only an age does, one no run being started can have.
@@ -896,9 +913,14 @@ def _damaged_units(runs_dir: str, damaged: Mapping[str, Mapping[str, Any]], unit
         started = _started_of_folder(os.path.join(runs_dir, name), name)
         what = "summary" if row["kind"] == "sweep" else "record"
         state = f"its {what} cannot be read" if row["status"] == "unreadable" else f"it has no {what}"
+        points = of_damaged.get(name, {"runs": [], "verifications": []})
         unit = {"kind": row["kind"], "id": name, "manifest": None, "status": row["status"], "started_at": started,
-                "runs": [name] if row["kind"] == "run" else [], "verifications": []}
-        if cutoff is not None and started < cutoff:
+                "runs": [name] if row["kind"] == "run" else list(points["runs"]),
+                "verifications": list(points["verifications"])}
+        running = _still_running(unit, records, held)
+        if cutoff is not None and started < cutoff and running:
+            left.append({**unit, "why": f"{state}; kept: {running}"})
+        elif cutoff is not None and started < cutoff:
             removed.append({**unit, "why": f"{state}; started before {cutoff} ({older_than} ago)"})
         else:
             left.append({**unit, "why": f"{state}: its manifest is unknown, so only --older-than removes it"
@@ -960,15 +982,18 @@ def _why_remove(unit: Mapping[str, Any], keep: int | None, cutoff: str | None, o
     return "; ".join(why) if why else None
 
 
-def _still_running(unit: Mapping[str, Any], records: Mapping[str, Mapping[str, Any]]) -> str | None:
+def _still_running(unit: Mapping[str, Any], records: Mapping[str, Mapping[str, Any]],
+                   held: Mapping[str, Mapping[str, Any]]) -> str | None:
     """How a run or the sweep of ``unit`` still runs (a process that lives, or one on another host that
-    cannot be looked at from here), or None."""
+    cannot be looked at from here; a ``--resume`` of it under way, by the lock it holds: ``held``), or None."""
     if unit.get("running"):
         return f"sweep {unit['id']} {unit['running']}"
-    for name in unit["runs"] + unit["verifications"]:
-        said = _running(records[name])
+    for name in unit["runs"] + unit["verifications"] + unit.get("damaged", []):
+        said = _running(records[name]) if name in records else None
         if said:
             return f"run {name} {said}"
+        if name in held:
+            return f"run {name} is being resumed (pid {held[name].get('pid')} on {held[name].get('host')})"
     return None
 
 
@@ -988,21 +1013,38 @@ def _public(unit: Mapping[str, Any]) -> dict:
     return {k: v for k, v in unit.items() if k not in ("listed", "running")}
 
 
-def _remove_folder(runs_dir: str, name: str, refused: list[dict]) -> None:
-    """Remove a run or sweep folder: first renamed out of every listing at once, then deleted; what cannot be
-    deleted (a file the file system will not let go) is added to ``refused`` with why."""
+def _remove_unit(runs_dir: str, names: list[str], refused: list[dict]) -> bool:
+    """Remove the folders ``names`` of one unit, whole or not at all: each is first renamed out of every listing
+    (``.gc-NAME``), and only once all are is any deleted. Where a rename is refused (a runs directory the user
+    cannot write to, a folder held by another mount), those renamed are put back, nothing is deleted, the refusal
+    goes into ``refused`` and this returns False. What is renamed and then cannot be deleted (a file the file
+    system will not let go) is added to ``refused`` with why; the next gc tries again."""
     from hetflow.engine.store.records import remove_tree  # gc's alone: runs, plan and show read records
 
-    doomed = os.path.join(runs_dir, ".gc-" + name)
-    try:
-        os.rename(os.path.join(runs_dir, name), doomed)
-    except FileNotFoundError:
-        return
-    except OSError:  # an earlier removal of that name is still there and cannot be deleted: delete in place
-        doomed = os.path.join(runs_dir, name)
-    why = remove_tree(doomed)
-    if why is not None:
-        refused.append({"path": os.path.relpath(doomed, runs_dir), "error": why})
+    moved: list[tuple[str, str]] = []
+    for name in names:
+        path = os.path.join(runs_dir, name)
+        doomed = os.path.join(runs_dir, ".gc-" + name)
+        if os.path.lexists(doomed):  # an earlier removal of that name is still there and could not be deleted
+            doomed += "-" + secrets.token_hex(4)
+        try:
+            os.rename(path, doomed)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            for back, there in reversed(moved):
+                try:
+                    os.rename(there, back)
+                except OSError:
+                    pass
+            refused.append({"path": name, "error": f"{path}: {e.strerror or e}"})
+            return False
+        moved.append((path, doomed))
+    for path, doomed in moved:
+        why = remove_tree(doomed)
+        if why is not None:
+            refused.append({"path": os.path.relpath(doomed, runs_dir), "error": why})
+    return True
 
 
 def _finish_removals(runs_dir: str, refused: list[dict]) -> None:
