@@ -27,48 +27,59 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
         args.run_id = runs.resolve_id(args.runs_dir, args.run_id)
         sweep_file = os.path.join(args.runs_dir, args.run_id, "sweep.json")
         if os.path.isfile(sweep_file):
-            with open(sweep_file, encoding="utf-8") as f:
-                summary = runs.sweep_view(json.load(f), args.runs_dir)
+            summary = runs.sweep_view(runs.read_summary(sweep_file), args.runs_dir)
             if args.json:
                 print(json.dumps(summary, indent=2), file=out)
                 return EXIT_OK
-            print(f"sweep {summary['sweep_id']}: {summary['status']}  manifest {summary['name']} ({summary['manifest']})  "
-                  f"{len(summary['points'])} points over {', '.join(summary['params'])}", file=out)
-            width = max((len(p["name"]) for p in summary["points"]), default=0)
+            sweep_id = summary.get("sweep_id") or args.run_id
+            resume = _resume_command(summary.get("manifest"), sweep_id, args.runs_dir)
+            print(f"sweep {sweep_id}: {summary.get('status') or '-'}  manifest {summary.get('name') or '-'} "
+                  f"({summary.get('manifest') or '-'})  {len(summary['points'])} points over "
+                  f"{', '.join(map(str, summary.get('params') or [])) or '-'}", file=out)
+            width = max((len(str(p.get("name") or "-")) for p in summary["points"]), default=0)
             for p in summary["points"]:
-                digests = " ".join(f"{k}={v[7:19]}" for k, v in p["outputs"].items())
-                print(f"  {p['name']:<{width}}  {p['status']:<9}  {p['run_id'] or '-'}  {digests}".rstrip(), file=out)
+                outputs = p.get("outputs") if isinstance(p.get("outputs"), dict) else {}
+                digests = " ".join(f"{k}={str(v)[7:19]}" for k, v in outputs.items())
+                print(f"  {str(p.get('name') or '-'):<{width}}  {str(p.get('status') or '-'):<9}  "
+                      f"{p.get('run_id') or '-'}  {digests}".rstrip(), file=out)
                 if p["status"] != "succeeded" and p.get("error"):  # why, as the sweep said it when the point ended
                     why = " ".join(str(p["error"]).split())
                     print(f"  {'':<{width}}  {why if len(why) <= 200 else why[:197] + '...'}", file=out)
             if isinstance(summary.get("error"), dict) and summary["error"].get("message"):
                 # what ended the sweep early, where no point's row says it (a caller's on_point that raised)
-                print(f"{summary['error']['message']}; hetflow run {summary['manifest']} --resume "
-                      f"{summary['sweep_id']} runs the points left", file=out)
-            _died(summary, f"hetflow run {summary['manifest']} --resume {summary['sweep_id']}", out)
+                print(f"{summary['error']['message']}; {resume} runs the points left", file=out)
+            _died(summary, resume, out)
             return EXIT_OK
         record = runs.read_record(args.runs_dir, args.run_id)
         status = runs.status_of(record)
         if args.json:
             print(json.dumps({**record, "status": status}, indent=2), file=out)
             return EXIT_OK
-        point = (record.get("matrix_point") or {}).get("name") or "-"
-        print(f"run {record['run_id']}: {status}  manifest {record['manifest']['name']} "
-              f"({record['manifest']['file']})  point {point}", file=out)
-        print(f"started {record['started_at']}  duration {_duration(record, status)}  "
-              f"digest {record['manifest']['digest'][:23]}", file=out)
-        _died({**record, "status": status}, f"hetflow run {record['manifest']['file']} --resume {record['run_id']}", out)
-        cache = record.get("cache") or {}
-        print(f"partitions: {len(record['plan']['partitions'])}, from cache: {len(cache.get('hits', []))}", file=out)
+        # a record of another hetflow, or one edited by hand, may lack what this one writes: shown as absent
+        point = runs.as_object(record.get("matrix_point")).get("name") or "-"
+        made = record.get("manifest") if isinstance(record.get("manifest"), dict) else {}
+        run_id = record.get("run_id") or args.run_id
+        resume = _resume_command(made.get("file"), run_id, args.runs_dir)
+        print(f"run {run_id}: {status or '-'}  manifest {made.get('name') or '-'} "
+              f"({made.get('file') or '-'})  point {point}", file=out)
+        print(f"started {record.get('started_at') or '-'}  duration {_duration(record, status)}  "
+              f"digest {str(made.get('digest') or '-')[:23]}", file=out)
+        _died({**record, "status": status}, resume, out)
+        cache = record.get("cache") if isinstance(record.get("cache"), dict) else {}
+        partitions = (record.get("plan") or {}).get("partitions") if isinstance(record.get("plan"), dict) else None
+        print(f"partitions: {len(partitions) if isinstance(partitions, (list, dict)) else '-'}, from cache: "
+              f"{len(cache.get('hits') or [])}", file=out)
         from hetflow.engine.store.compare import output_view
 
-        for name, o in record.get("outputs", {}).items():
+        outputs = record.get("outputs") if isinstance(record.get("outputs"), dict) else {}
+        for name, o in outputs.items():
+            o = o if isinstance(o, dict) else {}
             print(f"  {name}: {_view_text(output_view(os.path.join(args.runs_dir, args.run_id), name, o))}  "
-                  f"{o['digest'][:23]}", file=out)
-        if record.get("cancelled"):
+                  f"{str(o.get('digest') or '-')[:23]}", file=out)
+        if isinstance(record.get("cancelled"), dict):
             c = record["cancelled"]
-            print(f"cancelled by {c['signal']} at {c['at']}: finished {', '.join(c['finished']) or 'nothing'}; "
-                  f"resume with: hetflow run {record['manifest']['file']} --resume {record['run_id']}", file=out)
+            print(f"cancelled by {c.get('signal')} at {c.get('at')}: finished {', '.join(c.get('finished') or []) or 'nothing'}; "
+                  f"resume with: {resume}", file=out)
         if record.get("verifies"):
             print(f"verification run of {record['verifies']}", file=out)
         if record.get("error"):
@@ -105,10 +116,18 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
     return EXIT_OK
 
 
+def _resume_command(manifest: str | None, ident: str, runs_dir: str) -> str:
+    """The command that continues run or sweep ``ident`` of ``runs_dir``, as a user types it from here."""
+    import shlex
+
+    where = "" if os.path.normpath(runs_dir) == "runs" else f" --runs-dir {shlex.quote(runs_dir)}"
+    return f"hetflow run {shlex.quote(manifest or 'MANIFEST')} --resume {ident}{where}"
+
+
 def _duration(record: dict, status: str | None) -> str:
     """A run's duration as ``runs show`` prints it; for one that has none yet, the time since it started."""
-    if record.get("duration_s") is not None:
-        return f"{record['duration_s']} s"
+    if isinstance(record.get("duration_s"), (int, float)):
+        return f"{record['duration_s']:.3f} s"
     if status == "running" and record.get("started_at"):
         try:
             began = datetime.fromisoformat(record["started_at"].replace("Z", "+00:00")).timestamp()

@@ -29,7 +29,7 @@ import numpy as np
 
 from hetflow.engine.errors import OutputDamaged, UsageError
 from hetflow.engine.store.records import read_output
-from hetflow.engine.store.runs import _read_json, read_record, resolve_id, status_of, sweep_view
+from hetflow.engine.store.runs import _read_json, read_record, read_summary, resolve_id, status_of, sweep_view
 
 __all__ = ["SMALL", "output_view", "load_array", "changes", "diff_runs", "table", "render_table", "mismatch_causes", "versions_of"]
 
@@ -150,7 +150,8 @@ def table(runs_dir: str, refs: list[str]) -> dict:
     axes: list[str] = []
     if len(refs) == 1:
         ident = resolve_id(runs_dir, refs[0])  # ``latest``: the newest run, or the sweep it is a point of
-        summary = _read_json(os.path.join(runs_dir, ident, "sweep.json"))
+        file = os.path.join(runs_dir, ident, "sweep.json")
+        summary = read_summary(file) if os.path.isfile(file) else None
         if summary is not None:
             axes = list(summary.get("params") or [])
             entries = [(p.get("run_id"), p.get("name"), p.get("status")) for p in sweep_view(summary, runs_dir).get("points", [])]

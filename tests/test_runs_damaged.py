@@ -1,0 +1,157 @@
+"""What `runs show`, `runs table`, `runs` and `report` say of records and summaries that are damaged or were
+written by hand: a clear error naming the file (exit 2), or what is there with the rest shown as absent; never an
+internal error. And the commands they print to go on with a run are commands that work as printed."""
+
+import io
+import json
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hetflow.engine.cli import main
+
+SWEEP = """\
+version: 1
+name: sw
+params: {k: 0}
+matrix: {k: [1, 2]}
+executors: {h: {vendor: cpu}}
+stages:
+  z: {op: full, args: {shape: [2], value: "${k}"}}
+outputs: {z: z}
+"""
+
+
+def cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def swept(tmp_path):
+    path = tmp_path / "sw.yaml"
+    path.write_text(SWEEP)
+    runs = tmp_path / "runs"
+    code, out, err = cli("run", str(path), "--runs-dir", str(runs), "--quiet", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    return runs, result["sweep_id"], [p["run_id"] for p in result["points"]]
+
+
+def _summary(runs: Path, sweep_id: str) -> Path:
+    return runs / sweep_id / "sweep.json"
+
+
+@pytest.mark.parametrize("damage, said", [
+    (lambda text: text[:200], "error: not valid JSON"),  # cut short: said at the line and column where it ends
+    (lambda text: "[]", ":1:1: error: expected a JSON object, found list"),
+    (lambda text: "\x00\xff garbage", ": error: not a JSON file hetflow wrote: byte"),
+    (lambda text: json.dumps({**json.loads(text), "points": [1, "x"]}), "its point 0 is int, not an object"),
+    (lambda text: json.dumps({**json.loads(text), "points": "none"}), "its points are str, not a list"),
+])
+def test_a_damaged_sweep_summary_is_an_error_naming_it_in_every_command_that_shows_it(swept, tmp_path, damage, said):
+    runs, sweep_id, _ = swept
+    file = _summary(runs, sweep_id)
+    text = damage(file.read_text())
+    file.write_bytes(text.encode("latin-1") if "\xff" in text else text.encode())
+    for argv in (("runs", "show", "--runs-dir", str(runs), sweep_id),
+                 ("runs", "table", "--runs-dir", str(runs), sweep_id),
+                 ("report", "--runs-dir", str(runs), sweep_id, "-o", str(tmp_path / "r.html"))):
+        code, out, err = cli(*argv)
+        assert code == 2, (argv, err)
+        assert err.startswith(f"hetflow: error: {file}") and said in err, (argv, err)
+        if "valid JSON" in said:
+            assert re.match(rf"hetflow: error: {re.escape(str(file))}:\d+:\d+: error", err), err
+        assert "internal error" not in err
+    code, out, err = cli("runs", "--runs-dir", str(runs))
+    assert code == 0 and sweep_id in out, err
+
+
+def test_a_summary_or_record_lacking_what_hetflow_writes_is_shown_with_it_absent(swept, tmp_path):
+    runs, sweep_id, points = swept
+    _summary(runs, sweep_id).write_text('{"format": 1, "kind": "sweep"}')
+    code, out, err = cli("runs", "show", "--runs-dir", str(runs), sweep_id)
+    assert code == 0, err
+    assert out.startswith(f"sweep {sweep_id}: -  manifest - (-)  0 points over -")
+    (runs / points[0] / "record.json").write_text(json.dumps(
+        {"format": 2, "run_id": points[0], "status": "succeeded", "matrix_point": [1], "manifest": "m.yaml"}))
+    for argv in (("runs", "show", "--runs-dir", str(runs), points[0]), ("runs", "--runs-dir", str(runs)),
+                 ("runs", "gc", "--runs-dir", str(runs), "--keep", "9", "--dry-run")):
+        code, out, err = cli(*argv)
+        assert code == 0 and "internal error" not in err, (argv, err)
+    code, out, err = cli("runs", "show", "--runs-dir", str(runs), points[0])
+    assert out.splitlines()[:3] == [f"run {points[0]}: succeeded  manifest - (-)  point -",
+                                    "started -  duration -  digest -", "partitions: -, from cache: 0"]
+
+
+def test_a_record_of_bytes_that_are_no_text_is_an_error_naming_it(swept, tmp_path):
+    runs, _, points = swept
+    record = runs / points[0] / "record.json"
+    record.write_bytes(bytes(range(256)) * 8)
+    code, out, err = cli("report", "--runs-dir", str(runs), points[0], "-o", str(tmp_path / "r.html"))
+    assert code == 2 and err.startswith(f"hetflow: error: {record}: error: not a JSON file hetflow wrote"), err
+
+
+def test_ages_beyond_the_clocks_first_day_are_that_day(swept):
+    runs, sweep_id, points = swept
+    code, out, err = cli("runs", "--runs-dir", str(runs), "--since", "999999999999d", "--json")
+    assert code == 0 and {r["id"] for r in json.loads(out)} == {sweep_id, *points}, err
+    code, out, err = cli("runs", "gc", "--runs-dir", str(runs), "--older-than", "999999999999d", "--json")
+    assert code == 0 and json.loads(out)["removed_runs"] == [], err
+    code, out, err = cli("runs", "gc", "--runs-dir", str(runs), "--older-than", "2099-01-01", "--dry-run")
+    assert code == 0 and "started before 2099-01-01T00:00:00.000Z\n" in out, out  # a date, not an age "ago"
+
+
+SLOW_OP = """\
+import time
+
+from hetflow import op
+
+
+@op("d.wait")
+def wait(xp, x, *, seconds: float):
+    time.sleep(seconds)
+    return x
+"""
+
+SLOW = """\
+version: 1
+name: slow
+plugins: [slow_ops.py]
+executors: {a: {vendor: cpu}, b: {vendor: cpu}}
+stages:
+  x: {op: full, args: {shape: [2], value: 1}, executor: a}
+  w: {op: d.wait, inputs: [x], args: {seconds: 2}, executor: b}
+outputs: {w: w}
+"""
+
+
+def test_the_resume_command_runs_show_prints_for_a_died_run_works_as_printed(tmp_path):
+    (tmp_path / "slow_ops.py").write_text(SLOW_OP)
+    (tmp_path / "slow.yaml").write_text(SLOW)
+    runs = tmp_path / "elsewhere"
+    proc = subprocess.Popen([sys.executable, "-m", "hetflow.engine.cli", "run", "slow.yaml", "--runs-dir", str(runs),
+                             "--log-format", "json"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        for line in proc.stderr:  # killed once the sleeping stage has begun: the run's record says running
+            if '"partition"' in line and '"started"' in line and '"b"' in line:
+                break
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(30)
+    code, out, err = cli("runs", "show", "--runs-dir", str(runs), "latest")
+    assert code == 0, err
+    (line,) = [x for x in out.splitlines() if x.startswith("died:")]
+    command = line.split("resume with: ")[1]
+    assert command.endswith(f"--runs-dir {runs}")
+    # the command as printed, from where the user is, finds the run and goes on with it
+    done = subprocess.run(command.replace("hetflow ", f"{sys.executable} -m hetflow.engine.cli ", 1), shell=True,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert "no run or sweep" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 0, done.stderr
