@@ -57,8 +57,10 @@ hetflow.engine.errors.ManifestError: bad.yaml:1:4: error: YAML: could not determ
 from __future__ import annotations
 
 import os
+import stat
+import threading
 import re
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
 
@@ -539,6 +541,97 @@ def _event_build(text: str) -> tuple[Any, dict[Path, dict[str, tuple[yaml.Mark, 
         parser.dispose()
 
 
+# libyaml's composer (PyYAML's C extension) nests a C call per level of the document, with no limit of its own:
+# 30,000 levels overran a thread's 8 MiB stack and killed the process. A document that cannot nest _C_LEVELS deep
+# is composed where it is called; any other on a thread of its own whose stack is _DEEP_STACK bytes (address space,
+# taken only as used: about 280 bytes a level), after the parser's events have shown it no deeper than MAX_DEPTH
+# where its brackets say it may be (libyaml takes time square in the levels it holds open).
+_C_LEVELS = 10_000
+_C_DEEP_LEVELS = 800_000
+_DEEP_STACK = 256 * 1024 * 1024
+_SUSPECT_DEPTH = 4 * 64
+
+
+def _depth_bound(text: str) -> int:
+    """More levels than ``text`` can nest: each level opens with a ``[``, ``{``, ``-`` or ``?``, or with
+    an indentation deeper than the last, which ``d`` levels need ``d * (d - 1) / 2`` characters for.
+
+    >>> _depth_bound("a: [[1]]") >= 3, _depth_bound("[" * 40000) > 40000
+    (True, True)
+    """
+    return (text.count("[") + text.count("{") + text.count("-") + text.count("?")
+            + int((2 * len(text)) ** 0.5) + 2)
+
+
+def _bracket_depth(text: str) -> int:
+    """How deep ``text``'s brackets nest, counting every ``[ { ] }`` wherever it is (in quotes too) and never
+    below none: where it is small the document is composed without its events read first.
+
+    >>> _bracket_depth("a: [[1], {b: [2]}]"), _bracket_depth("]]] [[x"), _bracket_depth("[" * 500)
+    (3, 2, 500)
+    """
+    import numpy as np
+
+    raw = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    step = ((raw == 91) | (raw == 123)).astype(np.int64) - ((raw == 93) | (raw == 125))
+    walk = np.cumsum(step)
+    if walk.size == 0:
+        return 0
+    return int((walk - np.minimum(np.minimum.accumulate(walk), 0)).max())
+
+
+def _refuse_deep(text: str, file: str) -> None:
+    """Refuse ``text`` where it nests deeper than ``MAX_DEPTH``, found from the parser's events, which keep their
+    levels on the heap: a composer, in C or in Python, would first have to nest as deep (and PyYAML's scanner
+    takes time square in the levels it holds open)."""
+    parser = _CParser(text) if _CParser is not None else _PyLoader(text)
+    depth = 0
+    try:
+        while True:
+            event = parser.get_event()
+            if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise ManifestError([Diagnostic(_origin(file, event.start_mark),
+                                                    f"the document has nesting deeper than {MAX_DEPTH} levels")])
+            elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                depth -= 1
+            elif event is None or isinstance(event, yaml.StreamEndEvent):
+                return
+    except yaml.YAMLError:
+        return  # the composer says what is wrong, and where
+    finally:
+        parser.dispose()
+
+
+def _on_deep_stack(call: Callable[[], Any]) -> Any:
+    """``call()`` on a thread whose stack is ``_DEEP_STACK`` bytes; a :class:`RecursionError` where no such
+    thread can start (an address space too small for it), which sends the document to PyYAML's parser."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+
+    try:
+        old = threading.stack_size(_DEEP_STACK)
+    except (ValueError, RuntimeError):
+        raise RecursionError("no thread stack deep enough for libyaml's composer") from None
+    try:
+        thread = threading.Thread(target=target, name="hetflow-yaml-compose", daemon=True)
+        thread.start()
+    except RuntimeError:
+        raise RecursionError("no thread stack deep enough for libyaml's composer") from None
+    finally:
+        threading.stack_size(old)
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def _compose(text: str, file: str, libyaml: bool | None = None) -> tuple[Any, yaml.Node | None]:
     """The loader and the root node of ``text`` (``None`` when it holds no document).
 
@@ -550,10 +643,14 @@ def _compose(text: str, file: str, libyaml: bool | None = None) -> tuple[Any, ya
     known = libyaml is not None
     if not known:
         libyaml = _libyaml_parses(text) and not _odd_tags(text)
+    depth = _depth_bound(text)
+    if depth >= _C_LEVELS and (depth >= _C_DEEP_LEVELS or _bracket_depth(text) > _SUSPECT_DEPTH):
+        _refuse_deep(text, file)
+        depth = MAX_DEPTH
     if libyaml and _CLoader is not None:
         loader = _CLoader(text)
         try:
-            root = loader.get_single_node()
+            root = loader.get_single_node() if depth < _C_LEVELS else _on_deep_stack(loader.get_single_node)
             if known or not _question_in_content(text) or not _question_in_flow(root):
                 return loader, root
         except RecursionError:
@@ -770,16 +867,40 @@ def _precise(loader: Any, root: yaml.Node, file: str, text: str | None) -> Docum
     return Document(file, value, marks, key_marks, text=text, problems=tuple(problems))
 
 
+#: the largest manifest file read: a 100,000-stage manifest is about 6 MB
+MAX_FILE_BYTES = 256 * 1024 * 1024
+
+_FILE_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO (a named pipe)", stat.S_IFCHR: "a character device",
+               stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+
+
 def load(file: str | os.PathLike) -> Document:
     """Read and parse a manifest file; text that is not UTF-8 is refused at its first bad byte."""
     name = os.fspath(file)
     try:
-        with open(name, "rb") as f:
-            data = f.read()
+        # opened without waiting: a FIFO would hold the open until something writes to it
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise ManifestError([Diagnostic(None, f"{name}: no such file")]) from None
     except OSError as e:
         raise ManifestError([Diagnostic(None, f"{name}: cannot read: {e.strerror or e}")]) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            what = _FILE_KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
+            raise ManifestError([Diagnostic(None, f"{name}: cannot read: it is {what}; a manifest is a file")])
+        if info.st_size > MAX_FILE_BYTES:
+            raise ManifestError([Diagnostic(None, f"{name}: cannot read: it holds {info.st_size:,} bytes; a manifest "
+                                                  f"is at most {MAX_FILE_BYTES:,}")])
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise ManifestError([Diagnostic(None, f"{name}: cannot read: {e.strerror or e}")]) from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE_BYTES:  # it grew while it was read
+        raise ManifestError([Diagnostic(None, f"{name}: cannot read: it holds more than {MAX_FILE_BYTES:,} bytes; "
+                                              f"a manifest is at most {MAX_FILE_BYTES:,}")])
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
