@@ -12,6 +12,7 @@ name stages; emulators and their phases are checked by
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -616,10 +617,31 @@ def _device_set(name: str, spec: Mapping[str, Any], doc: Document, problems: lis
                 "machine, so list the devices (devices: [0, 1]) or leave split: out for even shares")))
             split = None
         else:
-            split = tuple(float(x) for x in split)
+            split = _split_shares(name, split, doc, problems)
     else:
         split = None
     return DeviceSet(indexes, split)
+
+
+def _split_shares(name: str, split: list, doc: Document, problems: list[Diagnostic]) -> tuple[float, ...] | None:
+    """The shares of ``split:`` as floats, or None where one is NaN or infinite or they add up past float64:
+    the schema's ``exclusiveMinimum: 0`` lets NaN and infinity through, and a share of either (or a total
+    of infinity) makes every device's proportion NaN or 0, which cannot cut an axis."""
+    here = ("executors", name, "split")
+    shares = tuple(float(x) for x in split)
+    bad = False
+    for i, share in enumerate(shares):
+        if math.isnan(share) or share == math.inf:  # -inf and other non-positive shares: the schema's minimum
+            problems.append(Diagnostic(doc.at(here + (i,)), (
+                f"executor {name!r} gives split[{i}] = {share}; each share is a finite number above 0, a "
+                "proportion of the work ([3, 1] gives the first device three quarters)")))
+            bad = True
+    if not bad and all(share > 0 for share in shares) and sum(shares) == math.inf:
+        problems.append(Diagnostic(doc.at(here), (
+            f"executor {name!r} gives split shares that add up past float64's range (about 1.8e308); they are "
+            "proportions, so give smaller numbers in the same ratio ([3, 1] gives the first device three quarters)")))
+        bad = True
+    return None if bad else shares
 
 
 def _device_limits(name: str, device: Any, limits: list, doc: Document, problems: list[Diagnostic]) -> tuple[Any, Any]:

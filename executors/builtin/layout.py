@@ -14,12 +14,26 @@ from hetflow.executors.opdecl import ALL_DTYPES, Arg, Kernel, Op, Shape, ShapeEr
 __all__ = ["OPS"]
 
 
+def _axis(axis: int, rank: int, op: str) -> int:
+    """:func:`normalize_axis`, refusing every axis of a scalar: normalize_axis lets axis 0 through at rank 0,
+    and a scalar has no axis to cut, join or slice along (its shape rule would index past its shape)."""
+    if rank == 0:
+        raise ShapeError(f"{op}: axis {axis} is out of range for rank 0 (the input is a scalar)")
+    return normalize_axis(axis, rank, op)
+
+
 def _transpose_shape(inputs: list[Shape], args: dict) -> Shape:
     shape, axes = inputs[0], args["axes"]
     if axes is None:
         return tuple(reversed(shape))
-    if sorted(a % max(len(shape), 1) for a in axes) != list(range(len(shape))):
-        raise ShapeError(f"transpose: axes {axes} are not a permutation of {len(shape)} axes")
+    rank = len(shape)
+    for a in axes:
+        if not -rank <= a < rank:
+            within = f"axes run from {-rank} to {rank - 1}" if rank else "a scalar has no axes"
+            raise ShapeError(f"transpose: axis {a} in axes {axes} is out of range for an input of rank {rank} "
+                             f"({within})")
+    if sorted(a % rank for a in axes) != list(range(rank)):
+        raise ShapeError(f"transpose: axes {axes} are not a permutation of {rank} axes")
     return tuple(shape[a] for a in axes)
 
 
@@ -32,7 +46,7 @@ def _reshape_shape(inputs: list[Shape], args: dict) -> Shape:
 
 def _concat_shape(inputs: list[Shape], args: dict) -> Shape:
     first = inputs[0]
-    ax = normalize_axis(args["axis"], len(first), "concat")
+    ax = _axis(args["axis"], len(first), "concat")
     for s in inputs[1:]:
         if len(s) != len(first) or any(a != b for i, (a, b) in enumerate(zip(s, first)) if i != ax):
             raise ShapeError(f"concat: shape {list(s)} does not match {list(first)} outside axis {args['axis']}")
@@ -41,8 +55,8 @@ def _concat_shape(inputs: list[Shape], args: dict) -> Shape:
 
 def _split_bounds(shape: Shape, args: dict) -> tuple[int, int, int]:
     """(axis, start, stop) of the part ``index`` of ``shape`` that split keeps."""
-    ax = normalize_axis(args["axis"], len(shape), "split")
-    n = shape[ax] if shape else 0
+    ax = _axis(args["axis"], len(shape), "split")
+    n = shape[ax]
     if (args["sections"] is None) == (args["sizes"] is None):
         raise ShapeError("split needs exactly one of 'sections' (equal parts) and 'sizes' (the length of each part)")
     if args["sections"] is not None:
@@ -72,7 +86,7 @@ def _split(xp: Any, inputs: list, args: dict) -> Any:
 
 
 def _slice_range(shape: Shape, args: dict) -> tuple[int, range]:
-    ax = normalize_axis(args["axis"], len(shape), "slice")
+    ax = _axis(args["axis"], len(shape), "slice")
     if args["step"] == 0:
         raise ShapeError("slice: step must not be 0")
     return ax, range(*slice(args["start"], args["stop"], args["step"]).indices(shape[ax]))

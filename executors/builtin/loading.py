@@ -23,7 +23,8 @@ import numpy as np
 
 from hetflow.executors.base import Dtype
 from hetflow.executors.files import check_unchanged, file_stamp
-from hetflow.executors.opdecl import ALL_DTYPES, QUANT_MAX, Arg, Kernel, Op, Shape, from_shape_arg, to_dtype
+from hetflow.executors.opdecl import (ALL_DTYPES, QUANT_MAX, Arg, Kernel, Op, Shape, check_value, from_shape_arg,
+                                     to_dtype)
 
 __all__ = ["OPS", "LOAD_FORMATS", "read_array", "lossy_load", "ml_finfo_max", "file_dtype"]
 
@@ -54,6 +55,12 @@ def read_array(path: str, key: str | None = None, *, header: bool = False) -> An
     ...
     ValueError: d.npz has no array 'z' (it holds: x, y)
     """
+    found = _read_array(path, key, header=header)
+    _fits_a_tensor(os.path.basename(path), key, found[0] if header else found.shape)
+    return found
+
+
+def _read_array(path: str, key: str | None, *, header: bool) -> Any:
     name = os.path.basename(path)
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in LOAD_FORMATS:
@@ -224,6 +231,16 @@ def _numeric(name: str, key: str | None, dtype: np.dtype) -> None:
     if dtype.kind not in "biufc":
         what = f"{name}: array {key!r}" if key else name
         raise ValueError(f"{what} holds {dtype} values; load reads numbers (bool, integer, float or complex)")
+
+
+def _fits_a_tensor(name: str, key: str | None, shape: Any) -> None:
+    """Refuse an array of a shape no tensor has (rank over 8), by the rule an op's ``shape`` argument is
+    checked by: numpy reads such a file, so without this the stage would plan and fail only when it runs."""
+    expected = check_value("shape", [int(d) for d in shape])
+    if expected:
+        what = f"{name}: array {key!r}" if key else name
+        raise ValueError(f"{what} has shape {[int(d) for d in shape]}, of rank {len(shape)}; "
+                         f"a tensor must have {expected}")
 
 
 def _archive_key(name: str, key: str | None, keys: list[str]) -> str:

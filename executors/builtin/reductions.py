@@ -38,16 +38,24 @@ from hetflow.executors.opdecl import (ALL_DTYPES, INT_DTYPES, NUMERIC_DTYPES, Ar
 __all__ = ["OPS"]
 
 
+def _axis(axis: int, rank: int, op: str) -> int:
+    """:func:`normalize_axis`, refusing every axis of a scalar: normalize_axis lets axis 0 through at rank 0,
+    and the bodies, which pass the axes as a tuple or index the shape with them, then fail when the stage runs."""
+    if rank == 0:
+        raise ShapeError(f"{op}: axis {axis} is out of range for rank 0 (the input is a scalar)")
+    return normalize_axis(axis, rank, op)
+
+
 def _axes(shape: Shape, args: Mapping[str, Any], op: str) -> tuple[int, ...] | None:
     """The axes reduced, sorted; None: all of them; () with ``noop_with_empty_axes``: none."""
     axis, axes = args.get("axis"), args.get("axes")
     if axis is not None and axes is not None:
         raise ShapeError(f"{op}: give axis (one axis) or axes (a list), not both")
     if axis is not None:
-        return (normalize_axis(axis, len(shape), op),)
+        return (_axis(axis, len(shape), op),)
     if axes is None or (not axes and not args.get("noop_with_empty_axes")):
         return None
-    found = tuple(sorted(normalize_axis(a, len(shape), op) for a in axes))
+    found = tuple(sorted(_axis(a, len(shape), op) for a in axes))
     if len(set(found)) != len(found):
         raise ShapeError(f"{op}: axes {list(axes)} name an axis twice")
     return found
@@ -125,7 +133,7 @@ def _arg(name: str):
         if axis is None:
             x, axis = x.reshape(-1), 0
         else:
-            axis = normalize_axis(axis, x.ndim, name)
+            axis = _axis(axis, x.ndim, name)
         if args["select_last_index"]:
             n = x.shape[axis]
             index = (n - 1) - find(xp.flip(x, axis=axis), axis=axis)
@@ -145,7 +153,7 @@ def _arg_shape(inputs: list[Shape], args: dict) -> Shape:
         if not math.prod(shape):
             raise ShapeError("argmax/argmin of an empty tensor has no index")
         return tuple(1 for _ in shape) if args["keepdims"] else ()
-    ax = normalize_axis(axis, len(shape), "argmax/argmin")
+    ax = _axis(axis, len(shape), "argmax/argmin")
     if shape[ax] == 0:
         raise ShapeError(f"argmax/argmin over axis {axis} of length 0 has no index")
     if args["keepdims"]:
