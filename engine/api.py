@@ -348,8 +348,15 @@ def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | 
         chosen, overrides = found.name, {**overrides, **found.values}
     elif point:
         raise UsageError(f"{path} has no matrix, so {argument('point', point)} names no point of it")
-    # a point's problems name the point, as validate and a sweep name them
-    manifest = matrix.check_points(doc, overrides, [found])[0][0] if chosen else compile_manifest(doc, overrides)
+    # a point's problems name the point, as validate and a sweep name them; without --point every point is checked,
+    # as validate checks them, and the first is planned
+    if chosen and point is None:
+        made = matrix.check_points(doc, {k: v for k, v in overrides.items() if k not in found.values}, points)[0]
+        manifest = made[points.index(found)]
+    elif chosen:
+        manifest = matrix.check_points(doc, overrides, [found])[0][0]
+    else:
+        manifest = compile_manifest(doc, overrides)
     from hetflow.engine.run.clusters import open_cluster, plan_on
     from hetflow.engine.run.inputs import bind_inputs, with_inputs
 

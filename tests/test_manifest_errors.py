@@ -390,3 +390,107 @@ def test_references_resolve_as_the_walk_with_paths_does_and_share_what_holds_non
     assert [str(d) for d in problems] == [
         "r.yaml:6:59: error: undefined param ${m} (declared params: n, shape, tag)",
         "r.yaml:56:45: error: undefined param ${tga} (declared params: n, shape, tag); did you mean 'tag'?"]
+
+
+def _cli(*argv):
+    import io
+
+    from hetflow.engine.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    return main(list(argv), out=out, err=err), out.getvalue(), err.getvalue()
+
+
+NAMES = """\
+version: 1
+name: n
+executors: {h: {vendor: cpu}}
+stages:
+  ok: {op: full, args: {shape: [2], value: 1}}
+  "a/b": {op: full, args: {shape: [2], value: 1}}
+  "a b": {op: full, args: {shape: [2], value: 1}}
+outputs: {y: "x/y"}
+"""
+
+
+def test_a_bad_name_is_said_at_its_own_key_in_words_not_at_its_mapping_as_a_pattern(tmp_path):
+    path = tmp_path / "n.yaml"
+    path.write_text(NAMES)
+    code, _, err = _cli("validate", str(path))
+    assert code == 2
+    rule = "a name starts with a letter or '_' and holds letters, digits, '_' or '-'"
+    assert f"{path}:6:3: error: invalid name 'a/b' in stages: {rule}" in err
+    assert f"{path}:7:3: error: invalid name 'a b' in stages: {rule}" in err
+    assert f"{path}:8:14: error: outputs.y must be a name, found 'x/y': {rule}" in err
+    assert "does not match" not in err
+
+
+def test_missing_keys_are_said_once_together(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("version: 1\nname: m\n")
+    code, _, err = _cli("validate", str(path))
+    assert code == 2
+    assert err.count("error:") == 1 and "missing required keys 'executors', 'stages', 'outputs'" in err
+
+
+DATED = """\
+version: 1
+name: dated
+params: {d: "2001-01-01", k: 1}
+matrix: {d: [2001-12-14, "2002-01-01"]}
+executors: {h: {vendor: cpu}}
+stages:
+  x: {op: full, args: {shape: [2], value: "${k}"}, description: "${d}"}
+outputs: {x: x}
+"""
+
+
+def test_a_date_yaml_made_of_an_unquoted_value_is_said_with_the_quotes_that_keep_it_text(tmp_path):
+    path = tmp_path / "dated.yaml"
+    path.write_text(DATED)
+    for command in ("validate", "plan", "run"):
+        code, _, err = _cli(command, str(path), "--runs-dir", str(tmp_path / "runs")) if command == "run" \
+            else _cli(command, str(path))
+        assert code == 2 and "internal error" not in err, (command, err)
+        assert (f"{path}:4:14: error: matrix.d.0 is a date (YAML reads an unquoted 2001-12-14 so); quote it, "
+                "'2001-12-14', to give it as text") in err, (command, err)
+    path.write_text(DATED.replace('params: {d: "2001-01-01"', "params: {d: 2001-01-01").replace("matrix: {d: [2001-12-14, \"2002-01-01\"]}\n", ""))
+    code, _, err = _cli("validate", str(path))
+    assert code == 2 and f"{path}:3:13: error: params.d is a date" in err, err
+    # on the command line the same value is the text it was typed as
+    path.write_text(DATED.replace("matrix: {d: [2001-12-14, \"2002-01-01\"]}\n", ""))
+    code, out, err = _cli("plan", str(path), "-p", "d=2001-12-14", "--format", "json")
+    assert code == 0, err
+
+
+def test_nan_is_no_number_a_bound_accepts_but_stays_a_value_where_nothing_bounds_it(tmp_path):
+    path = tmp_path / "nan.yaml"
+    path.write_text("version: 1\nname: nan\nexecutors: {h: {vendor: cpu}}\nstages:\n"
+                    "  x: {op: random.normal, args: {shape: [2], seed: 1}, timeout: .nan}\n"
+                    "  y: {op: full, args: {shape: [2], value: .nan}}\noutputs: {x: x, y: y}\n")
+    code, _, err = _cli("validate", str(path))
+    assert code == 2 and err.count("error:") == 1
+    assert f"{path}:5:64: error: stages.x.timeout must be more than 0, found nan" in err
+
+
+MATRIX = """\
+version: 1
+name: mx
+params: {n: 4}
+matrix: {n: [1, -1, 2]}
+executors: {h: {vendor: cpu}}
+stages:
+  x: {op: random.normal, args: {shape: ["${n}", 4], seed: 1}}
+outputs: {x: x}
+"""
+
+
+def test_plan_checks_every_point_as_validate_does_and_plans_the_first(tmp_path):
+    path = tmp_path / "mx.yaml"
+    path.write_text(MATRIX)
+    said = "[point mx[n=-1], where n=-1: matrix at"
+    for command in ("validate", "plan"):
+        code, _, err = _cli(command, str(path))
+        assert code == 2 and said in err, (command, err)
+    code, out, err = _cli("plan", str(path), "--point", "mx[n=2]")  # the point asked for is planned alone
+    assert code == 0, err

@@ -62,7 +62,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                          "(default: as -o FILE's suffix says, .json .dot .gv .svg .png, else text)")
     pl.add_argument("-o", "--output", metavar="FILE", help="write the plan to FILE instead of standard output")
     pl.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE", help="override a param")
-    pl.add_argument("--point", metavar="NAME", help="plan this point of the matrix (default: the first)")
+    pl.add_argument("--point", metavar="NAME", help="plan this point of the matrix alone (default: every point is checked, as `validate` checks them, and the first is planned)")
     pl.add_argument("--runs-dir", default="runs", help="where earlier runs are, to say what is cached and why (default: ./runs)")
     pl.add_argument("--cache-dir", metavar="DIR", help="the partition cache (default: RUNS_DIR/.cache)")
     pl.add_argument("--input", action="append", default=[], metavar="STAGE=PATH",

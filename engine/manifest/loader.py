@@ -68,7 +68,8 @@ from hetflow.engine.heap import gc_paused
 
 from hetflow.engine.errors import Diagnostic, ManifestError, Origin
 
-__all__ = ["Document", "SafeLoader", "SafeDumper", "load", "loads", "gc_paused", "frozen_instance", "MAX_VALUES", "MAX_DEPTH"]
+__all__ = ["Document", "SafeLoader", "SafeDumper", "load", "loads", "gc_paused", "frozen_instance", "MAX_VALUES", "MAX_DEPTH",
+           "not_json", "dates_as_text"]
 
 Path = tuple  # a value's position in the tree: keys and list indexes
 
@@ -865,6 +866,45 @@ def _precise(loader: Any, root: yaml.Node, file: str, text: str | None) -> Docum
     if refusals:
         raise ManifestError(refusals)
     return Document(file, value, marks, key_marks, text=text, problems=tuple(problems))
+
+
+def not_json(value: Any) -> str | None:
+    """What YAML made of a value that no manifest field holds (a date, a timestamp, bytes), said with what to
+    write instead; None for any other value.
+
+    >>> import datetime
+    >>> not_json(datetime.date(2001, 12, 14))
+    "a date (YAML reads an unquoted 2001-12-14 so); quote it, '2001-12-14', to give it as text"
+    """
+    import datetime
+
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        kind = "a timestamp" if isinstance(value, datetime.datetime) else "a date"
+        text = value.isoformat()
+        return f"{kind} (YAML reads an unquoted {text} so); quote it, '{text}', to give it as text"
+    if isinstance(value, (bytes, bytearray)):
+        return "bytes (a !!binary value), which no manifest field holds; give it as text"
+    return None
+
+
+
+def dates_as_text(value: Any) -> Any:
+    """``value`` with every date and timestamp YAML made of it given back as its ISO text: what a ``-p`` or a
+    point's name on the command line means by ``2001-12-14``.
+
+    >>> import datetime
+    >>> dates_as_text([datetime.date(2001, 12, 14), 1])
+    ['2001-12-14', 1]
+    """
+    import datetime
+
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return value.isoformat()
+    if isinstance(value, list):
+        return [dates_as_text(v) for v in value]
+    if isinstance(value, dict):
+        return {k: dates_as_text(v) for k, v in value.items()}
+    return value
 
 
 #: the largest manifest file read: a 100,000-stage manifest is about 6 MB

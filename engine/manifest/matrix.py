@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from hetflow.engine.errors import Diagnostic, ManifestError, Origin, UsageError, argument
+from hetflow.engine.manifest.loader import not_json
 from hetflow.engine.manifest.validate import Document, Manifest, compile_manifest
 
 __all__ = ["Point", "expand", "has_matrix", "point_name", "select", "check_points", "DEFAULT_MAX_POINTS"]
@@ -69,6 +70,18 @@ def _text(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value)
+
+
+def _leaves(value: Any, path: tuple) -> Any:
+    """(path, value) of every value under ``value`` that is neither a list nor a mapping."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(v, path + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _leaves(v, path + (i,))
+    else:
+        yield path, value
 
 
 def point_name(name: str, values: Mapping[str, Any]) -> str:
@@ -102,6 +115,10 @@ def expand(doc: Document, overrides: Mapping[str, Any] | None = None, max_points
     overrides = dict(overrides or {})
     problems: list[Diagnostic] = []
 
+    for where, value in _leaves(matrix, ("matrix",)):
+        odd = not_json(value)
+        if odd is not None:
+            raise ManifestError([Diagnostic(doc.at(where), f"{'.'.join(map(str, where))} is {odd}")])
     axes: dict[str, list[Any]] = {}
     for key, values in matrix.items():
         if key in ("include", "exclude"):
@@ -224,7 +241,7 @@ def select(points: list[Point], wanted: str) -> Point:
     """
     import yaml
 
-    from hetflow.engine.manifest.loader import SafeLoader
+    from hetflow.engine.manifest.loader import SafeLoader, dates_as_text
 
     for p in points:
         if wanted in (p.name, p.name[p.name.index("[") + 1 : -1]):
@@ -237,7 +254,7 @@ def select(points: list[Point], wanted: str) -> Point:
             pairs = {}
             break
         try:
-            pairs[key.strip()] = yaml.load(text, Loader=SafeLoader) if text.strip() else ""
+            pairs[key.strip()] = dates_as_text(yaml.load(text, Loader=SafeLoader)) if text.strip() else ""
         except yaml.YAMLError:
             pairs[key.strip()] = text.strip()
 

@@ -22,7 +22,7 @@ import orjson
 import yaml
 
 from hetflow.engine.errors import Diagnostic, UsageError
-from hetflow.engine.manifest.loader import Document, Path, SafeLoader
+from hetflow.engine.manifest.loader import Document, Path, SafeLoader, dates_as_text
 
 __all__ = ["UNDEFINED", "resolve", "interpolate", "resolve_params", "refers", "names", "parse_overrides",
            "canonical_json", "has_undefined"]
@@ -91,7 +91,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
             raise UsageError(f"-p expects KEY=VALUE, got {pair!r}")
         flow = text.strip().startswith(("[", "{"))
         try:
-            value = yaml.load(text, Loader=SafeLoader) if text.strip() else ""
+            value = dates_as_text(yaml.load(text, Loader=SafeLoader)) if text.strip() else ""
         except yaml.YAMLError as e:
             if flow:
                 mark = getattr(e, "problem_mark", None)

@@ -16,13 +16,13 @@ import importlib.util
 import json
 import os
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 if TYPE_CHECKING:
     import jsonschema
 
 from hetflow.engine.errors import Diagnostic
-from hetflow.engine.manifest.loader import Document, Path
+from hetflow.engine.manifest.loader import Document, Path, not_json
 from hetflow.engine.manifest.resolve import has_undefined
 
 __all__ = ["schema", "schema_problems", "part_problems"]
@@ -100,12 +100,55 @@ def schema_problems(tree: Any, doc: Document) -> list[Diagnostic]:
         tree = {**tree, "stages": refused or dict([next(iter(stages.items()))])}
     import jsonschema  # only a refused manifest pays for its import
 
-    validator = jsonschema.Draft202012Validator(schema())
+    validator = _precise()(schema())
     problems: list[Diagnostic] = []
     for error in validator.iter_errors(tree):
         if not has_undefined(error.instance):
             problems.extend(_explain(error, doc))
-    return problems
+    return _once(problems)
+
+
+@lru_cache(maxsize=1)
+def _name_patterns() -> frozenset[str]:
+    """The patterns of the schema's names (``$defs/identifier``, ``$defs/stage_name``)."""
+    defs = schema()["$defs"]
+    return frozenset(defs[d]["pattern"] for d in ("identifier", "stage_name") if "pattern" in defs.get(d, {}))
+
+
+def _once(problems: list[Diagnostic]) -> list[Diagnostic]:
+    """``problems`` without repeats: jsonschema says a missing key once per key, and each says them all."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for d in problems:
+        key = (str(d.origin), d.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
+
+
+@lru_cache(maxsize=1)
+def _precise() -> Any:
+    """Draft 2020-12's validator whose numeric bounds also refuse NaN: a comparison with NaN is false, so
+    ``exclusiveMinimum: 0`` let ``timeout: .nan`` through, and the run then failed at once (``timed out
+    after nan s``)."""
+    import math
+
+    import jsonschema
+
+    def bounded(name: str) -> Callable:
+        check = jsonschema.Draft202012Validator.VALIDATORS[name]
+
+        def refuse_nan(validator: Any, bound: Any, instance: Any, schema: Any) -> Iterator[Any]:
+            if isinstance(instance, float) and math.isnan(instance):
+                yield jsonschema.ValidationError(f"{instance!r} is not a number ({name} {bound})")
+                return
+            yield from check(validator, bound, instance, schema)
+
+        return refuse_nan
+
+    return jsonschema.validators.extend(jsonschema.Draft202012Validator, {
+        name: bounded(name) for name in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")})
 
 
 def part_problems(value: Any, definition: str, doc: Any, path: Path) -> list[Diagnostic]:
@@ -123,12 +166,12 @@ def part_problems(value: Any, definition: str, doc: Any, path: Path) -> list[Dia
     for part in (definition[2:] if definition.startswith("#/") else f"$defs/{definition}").split("/"):
         node = node[part]
     # the part's own keywords at the root, beside the definitions its references name
-    validator = jsonschema.Draft202012Validator({**node, "$schema": spec["$schema"], "$defs": spec["$defs"]})
+    validator = _precise()({**node, "$schema": spec["$schema"], "$defs": spec["$defs"]})
     problems: list[Diagnostic] = []
     for error in validator.iter_errors(value):
         error.path.extendleft(reversed(path))
         problems.extend(_explain(error, doc))
-    return problems
+    return _once(problems)
 
 
 def _describe(path: Path) -> str:
@@ -171,6 +214,21 @@ def _explain(error: jsonschema.ValidationError, doc: Document) -> Iterator[Diagn
     path = tuple(error.absolute_path)
     where = _describe(path)
     v = error.validator
+    if "propertyNames" in list(error.relative_schema_path)[:-1] and isinstance(error.instance, str):
+        # a key's name: jsonschema reports it as the name's own pattern or length, at the mapping that holds it
+        bad = error.instance
+        why = (f"a name is at most {error.validator_value} characters, this one has {len(bad)}" if v == "maxLength"
+               else "a name starts with a letter or '_' and holds letters, digits, '_' or '-'")
+        yield Diagnostic(doc.key_at(path + (bad,)), f"invalid name {bad!r} in {where}: {why}")
+        return
+    if v == "pattern" and error.validator_value in _name_patterns() and isinstance(error.instance, str):
+        yield Diagnostic(doc.at(path), f"{where} must be a name, found {error.instance!r}: a name starts with a "
+                                       "letter or '_' and holds letters, digits, '_' or '-'")
+        return
+    odd = not_json(error.instance)
+    if odd is not None:
+        yield Diagnostic(doc.at(path), f"{where} is {odd}")
+        return
     if v == "additionalProperties" and isinstance(error.instance, dict):
         allowed = list(error.schema.get("properties", {}))
         for key in error.instance:
@@ -184,7 +242,8 @@ def _explain(error: jsonschema.ValidationError, doc: Document) -> Iterator[Diagn
         return
     if v == "required":
         missing = [k for k in error.validator_value if k not in error.instance]
-        yield Diagnostic(doc.at(path), f"{where} is missing required key {', '.join(map(repr, missing))}")
+        yield Diagnostic(doc.at(path), f"{where} is missing required key{'s' * (len(missing) > 1)} "
+                                       f"{', '.join(map(repr, missing))}")
         return
     if v == "const":
         yield Diagnostic(doc.at(path), f"{where} must be {error.validator_value!r}, found {error.instance!r}")
