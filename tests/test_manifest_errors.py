@@ -494,3 +494,27 @@ def test_plan_checks_every_point_as_validate_does_and_plans_the_first(tmp_path):
         assert code == 2 and said in err, (command, err)
     code, out, err = _cli("plan", str(path), "--point", "mx[n=2]")  # the point asked for is planned alone
     assert code == 0, err
+
+
+def _bomb(item: str, last: str) -> str:
+    """Ten params, each naming the next ten times: the first would be ten billion of the last."""
+    names = "abcdefghij"
+    params = [f"{n}: {item.replace('X', names[i + 1])}" for i, n in enumerate(names[:-1])] + [f"j: {last}"]
+    return ("version: 1\nname: bomb\nparams: {" + ", ".join(params) + "}\nexecutors: {h: {vendor: cpu}}\n"
+            "stages:\n  x: {op: full, args: {shape: [2], value: 1}, description: \"${a}\"}\noutputs: {x: x}\n")
+
+
+@pytest.mark.parametrize("item, last, said", [
+    ('"' + "${X}" * 10 + '"', "xxxxxxxxxx", "characters once its ${...} are replaced, more than the 1,048,576"),
+    ("[" + ", ".join(['"${X}"'] * 10) + "]", "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]", "params holds more than 2,000,000 values"),
+])
+def test_params_that_each_repeat_the_next_are_refused_before_they_grow_not_built(tmp_path, item, last, said):
+    import time
+
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_bomb(item, last))
+    for command in ("validate", "plan"):
+        began = time.monotonic()
+        code, _, err = _cli(command, str(path))
+        assert code == 2 and said in err and f"{path}:3:" in err, (command, err)
+        assert time.monotonic() - began < 30

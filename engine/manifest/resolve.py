@@ -128,13 +128,24 @@ def _interpolate(value: Any, path: Path, params: Mapping[str, Any], doc: Documen
     parts = [lookup(m.group(1)) for m in _REF.finditer(value)]
     if any(p is UNDEFINED for p in parts):
         return UNDEFINED
-    texts = iter(str(p) for p in parts)
-    return _REF.sub(lambda m: next(texts), value)
+    texts = [str(p) for p in parts]
+    grown = len(value) + sum(map(len, texts))
+    if grown > MAX_TEXT:
+        problems.append(Diagnostic(doc.at(path), f"this text would be {grown:,} characters once its ${{...}} are "
+                                                 f"replaced, more than the {MAX_TEXT:,} a manifest's text may be "
+                                                 "(params that each repeat another grow as its power)"))
+        return UNDEFINED
+    told = iter(texts)
+    return _REF.sub(lambda m: next(told), value)
 
 
 #: ``${name}`` references in ``value`` (at ``path`` of ``doc``) replaced from ``params``, each undefined one a
 #: problem at its place: the expansion resolves a block's stages with it, per instance, with the block's params
 interpolate = _interpolate
+
+
+#: the longest text a ``${...}`` may make
+MAX_TEXT = 1 << 20
 
 
 class _UndefinedName(Exception):
@@ -157,8 +168,11 @@ def _substitute(value: Any, params: Mapping[str, Any]) -> Any:
             raise _UndefinedName
         if whole:
             return params[names[0]]
-        texts = iter(str(params[name]) for name in names)
-        return _REF.sub(lambda m: next(texts), value)
+        texts = [str(params[name]) for name in names]
+        if len(value) + sum(map(len, texts)) > MAX_TEXT:
+            raise _UndefinedName  # :func:`_interpolate` says where, as it says an undefined name
+        told = iter(texts)
+        return _REF.sub(lambda m: next(told), value)
     if isinstance(value, dict):
         out = None
         for k, v in value.items():
@@ -279,7 +293,8 @@ def resolve(doc: Document, overrides: Mapping[str, Any] | None = None) -> tuple[
     values = {**params, **overrides}
 
     problems: list[Diagnostic] = []
-    if any(refers(v) for v in values.values()):
+    chained = any(refers(v) for v in values.values())
+    if chained:
         values = resolve_params(values, doc, problems)
     # a block's ${name} reads the block's params, given per use: the expansion resolves it, per instance
     literal = ("params", "version", "name", "blocks")
@@ -294,4 +309,41 @@ def resolve(doc: Document, overrides: Mapping[str, Any] | None = None) -> tuple[
                         for k, v in tree.items() if k not in ("matrix", "schedule")}
     if "params" in resolved:
         resolved["params"] = values
+    if chained:
+        _refuse_blown_up(resolved, params, doc, problems)
     return resolved, problems
+
+
+def _refuse_blown_up(resolved: dict, params: Mapping[str, Any], doc: Document, problems: list[Diagnostic]) -> None:
+    """A problem where the resolved tree holds more values than a document may (``MAX_VALUES``), once the lists
+    and maps that ``${...}`` put in more than one place are counted at each: params that each name another
+    several times grow as its power, and the digest and the checks would walk every copy.
+
+    Each list and map is counted once (by identity), so this costs what the tree holds, not what it means;
+    the size is said at the first top-level key that takes the tree past the limit, and every part of the tree
+    that ``${...}`` made is dropped (the params as written kept), so that no later check walks it.
+    """
+    from hetflow.engine.manifest.loader import MAX_VALUES
+
+    sizes: dict[int, int] = {}
+
+    def size(value: Any) -> int:
+        if isinstance(value, (dict, list)):
+            got = sizes.get(id(value))
+            if got is None:
+                items = value.values() if isinstance(value, dict) else value
+                got = sizes[id(value)] = min(1 + sum(size(v) for v in items), MAX_VALUES + 1)
+            return got
+        return 1
+
+    total = 0
+    for key, value in resolved.items():
+        total += size(value)
+        if total > MAX_VALUES:
+            problems.append(Diagnostic(doc.at((key,)), f"{key} holds more than {MAX_VALUES:,} values once its "
+                                                       "${...} are replaced (params whose lists name another's "
+                                                       "several times grow as its power)"))
+            for k in resolved:
+                if k not in ("version", "name"):
+                    resolved[k] = dict(params) if k == "params" else UNDEFINED
+            return
