@@ -87,6 +87,6 @@ def cmd_schema(args: argparse.Namespace, out, err) -> int:
     if args.output is None or args.output == "-":
         out.write(text)
         return EXIT_OK
-    write_output(args.output, lambda: schemagen.write(args.output, text))
+    write_output(args.output, text.encode(), out)
     print(f"schema: {args.output}", file=out)
     return EXIT_OK

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 TYPE_CHECKING = False       # typing itself costs ``hetflow emulate`` 3 ms of its start
 
 if TYPE_CHECKING:      # argparse loads with the parser, which a plain ``hetflow emulate`` line does without
@@ -55,23 +57,50 @@ def event_sink(args: argparse.Namespace, err):
     return events.LineLog(err)
 
 
-def write_output(path: str, write, flag: str = "-o ") -> None:
-    """``write()`` into the file a command was told to make (``plan -o``, ``schema -o``, ``report``), whole or
-    not at all.
+def write_output(path: str, data: bytes, out=None, flag: str = "-o ") -> str:
+    """Write ``data`` into the file a command was told to make (``plan -o``, ``schema -o``, ``report``), whole
+    or not at all; returns where it went.
 
-    ``write`` does the writing and raises what it raises; nothing of it is
-    left on a failure. A file system that refuses the bytes (a full or
-    read-only disk) is the environment's: the ``OSError`` goes on, naming
-    ``path`` (exit 5). A path that cannot be such a file (its folder
-    missing, a folder there, a file where a folder should be) is bad input:
-    a :class:`UsageError` naming the path after ``flag`` (exit 2).
+    ``-`` is standard output (``out``). A symbolic link is written through:
+    the file it names is replaced, the link stays. A path that is no
+    regular file (``/dev/stdout``, a FIFO, a terminal) is written into as
+    it is, since such a file cannot be replaced. Any other is written
+    beside itself and renamed over, so nothing of it is left on a failure.
+    A file system that refuses the bytes (a full or read-only disk) is the
+    environment's: the ``OSError`` goes on, naming ``path`` (exit 5). A
+    path that cannot be such a file (its folder missing, a folder there, a
+    file where a folder should be) is bad input: a :class:`UsageError`
+    naming the path after ``flag`` (exit 2).
     """
-    from hetflow.engine.errors import UsageError, is_storage_error
+    import stat
 
+    from hetflow.engine.errors import UsageError, is_storage_error
+    from hetflow.engine.store.records import write_atomic
+
+    if path == "-" and out is not None:
+        buffer = getattr(out, "buffer", None)
+        if buffer is not None:
+            out.flush()
+            buffer.write(data)
+            buffer.flush()
+        else:
+            out.write(data.decode("utf-8", "replace"))
+        return "standard output"
     try:
-        write()
+        try:
+            kind = os.stat(path).st_mode  # through any link: /dev/stdout names whatever fd 1 is
+        except FileNotFoundError:
+            kind = None
+        if kind is not None and stat.S_ISDIR(kind):
+            raise IsADirectoryError(21, "Is a directory")
+        if kind is not None and not stat.S_ISREG(kind):
+            with open(path, "wb") as f:
+                f.write(data)
+        else:
+            write_atomic(os.path.realpath(path) if os.path.islink(path) else path, lambda f: f.write(data))
     except OSError as e:
         if is_storage_error(e):
             e.filename = path
             raise
         raise UsageError(f"{flag}{path}: cannot write: {e.strerror or e}") from None
+    return path

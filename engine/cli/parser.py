@@ -207,7 +207,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     rp.add_argument("run_id", metavar="RUN_ID",
                     help="a run or sweep folder, or a name as runs show takes it: an id, a unique prefix of one or of "
                          "its random part, a point name, latest (the newest run, or the sweep it is a point of)")
-    rp.add_argument("-o", "--output", metavar="FILE", help="where to write the page (default: RUN_DIR/report.html)")
+    rp.add_argument("-o", "--output", metavar="FILE", help="where to write the page, - for standard output; a link is written through (default: RUN_DIR/report.html)")
     rp.add_argument("--runs-dir", default="runs", help="where run folders are (default: ./runs)")
     rp.add_argument("--graph", choices=["auto", "graphviz", "builtin"], default="auto",
                     help="plan graph layout: Graphviz's dot when installed (auto), or hetflow's own (builtin)")

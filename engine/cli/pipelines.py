@@ -52,11 +52,12 @@ def cmd_plan(args: argparse.Namespace, out, err) -> int:
     else:
         data = plan.to_text()
     if args.output:
-        from hetflow.engine.store.records import write_atomic
-
         raw = data if isinstance(data, bytes) else data.encode()
-        write_output(args.output, lambda: write_atomic(args.output, lambda f: f.write(raw)))
-        print(f"{args.output}: plan written ({fmt})", file=err)
+        if args.output == "-" and fmt == "png" and getattr(out, "isatty", lambda: False)():
+            raise UsageError("--format png writes binary data; give -o FILE or redirect standard output")
+        write_output(args.output, raw, out)
+        if args.output != "-":
+            print(f"{args.output}: plan written ({fmt})", file=err)
     elif isinstance(data, bytes):
         if fmt == "png" and getattr(out, "isatty", lambda: False)():
             raise UsageError("--format png writes binary data; give -o FILE or redirect standard output")

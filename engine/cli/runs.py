@@ -228,6 +228,9 @@ def cmd_report(args: argparse.Namespace, out, err) -> int:
     located = report.locate(args.run_id, args.runs_dir)
     page = report.render(located, runs_dir=args.runs_dir, graph=args.graph)
     path = args.output or os.path.join(located.folder, "report.html")
-    write_output(path, lambda: report.write_report(page, path), flag="-o " if args.output else "")
+    if path == "-":
+        write_output(path, page.encode(), out)
+        return EXIT_OK
+    write_output(path, page.encode(), out, flag="-o " if args.output else "")
     print(f"report: {path}", file=out)
     return EXIT_OK

@@ -148,6 +148,6 @@ def render(located: Located, *, runs_dir: str = "runs", graph: str = "auto") -> 
 
 
 def write_report(html_text: str, path: str) -> None:
-    """Write the page atomically, as the records write theirs: a crash never leaves half a report."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    """Write the page atomically, as the records write theirs: a crash never leaves half a report. Its folder
+    must be there: a mistyped one is the caller's to hear of, not made."""
     write_text_atomic(path, html_text)
