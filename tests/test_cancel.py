@@ -412,3 +412,24 @@ def test_schedule_serve_stops_politely_on_a_hangup_unless_started_under_nohup(tm
             proc.kill()
     assert proc.returncode == 0
     assert " stopped " in out  # the polite stop: queued claims given back, runs detached
+
+
+@pytest.mark.parametrize("module", ["hetflow.engine.cli.main", "numpy"])
+def test_a_ctrl_c_while_the_command_line_loads_ends_it_with_130_and_no_traceback(tmp_path, module):
+    # the interrupt is raised where Python raises a Ctrl-C's: inside the import under way at that moment
+    script = f"""
+import sys
+
+class Interrupted:
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            raise KeyboardInterrupt
+
+sys.meta_path.insert(0, Interrupted())
+sys.argv = ["hetflow", "run", "m.yaml"]
+from hetflow._start import entry
+entry()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr

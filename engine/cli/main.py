@@ -228,8 +228,13 @@ def entry() -> None:
         if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     command = sys.argv[1:2]
-    if command in (["validate"], ["plan"], ["run"], ["verify"]):
-        _load_numpy(computes=command in (["run"], ["verify"]))
+    try:
+        if command in (["validate"], ["plan"], ["run"], ["verify"]):
+            _load_numpy(computes=command in (["run"], ["verify"]))
+    except KeyboardInterrupt:
+        # Ctrl-C while numpy loads, before the command began: nothing of it to say or to undo
+        sys.stderr.write("\n")
+        os._exit(130)
     code = main()
     runtime = sys.modules.get("hetflow.engine.run.runtime")
     # emulate leaves nothing to finish at exit (a translation is cached when it is made): the interpreter's
