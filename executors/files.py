@@ -24,6 +24,26 @@ class FileChanged(ValueError):
     """A file an op reads is not the one the run digested when it started."""
 
 
+def not_a_file(path: str) -> str:
+    """Why ``path`` is no file a stage can read: ``no such file``, or what it is instead (a directory, a FIFO,
+    a device), for a path where :func:`os.path.isfile` is false.
+
+    >>> not_a_file("/"), not_a_file("/no/such/thing")
+    ('is a directory, not a file', 'no such file')
+    """
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "no such file"
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a file"
+    kinds = {stat.S_IFIFO: "a FIFO (a named pipe)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+             stat.S_IFSOCK: "a socket"}
+    return f"is {kinds.get(stat.S_IFMT(mode), 'not a regular file')}, not a file it can read"
+
+
 def file_stamp(st: os.stat_result) -> tuple:
     """What tells a file's bytes from its earlier ones without reading them: a file renamed over it has another
     inode, one written in place or given back its old mtime (``cp -p``, ``rsync -a``, ``os.utime``) a new ctime,

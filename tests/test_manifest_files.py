@@ -64,3 +64,25 @@ def test_a_file_larger_than_any_manifest_is_refused_before_it_is_read(tmp_path, 
     with pytest.raises(ManifestError) as raised:
         loader.load(str(path))
     assert f"holds {loader.MAX_FILE_BYTES + 1:,} bytes; a manifest is at most" in str(raised.value)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are a POSIX file")
+def test_files_a_manifest_names_that_are_no_files_are_said_to_be_what_they_are(tmp_path):
+    os.mkfifo(tmp_path / "fifo.npy")
+    (tmp_path / "folder.npy").mkdir()
+    os.mkfifo(tmp_path / "guest.elf")
+    os.mkfifo(tmp_path / "lib.yaml")
+    (tmp_path / "m.yaml").write_text(HEAD + "  x: {op: load, args: {path: fifo.npy}}\n"
+                                     "  y: {op: load, args: {path: folder.npy}}\noutputs: {x: x, y: y}\n")
+    done = hetflow("validate", str(tmp_path / "m.yaml"), timeout=30)  # a read of a FIFO would wait for ever
+    assert done.returncode == 2, done.stderr
+    assert f"{tmp_path}/fifo.npy: is a FIFO (a named pipe), not a file it can read" in done.stderr
+    assert f"{tmp_path}/folder.npy: is a directory, not a file" in done.stderr
+    (tmp_path / "e.yaml").write_text(
+        "version: 1\nname: e\nemulators:\n  guest: {isa: rv64imac, program: guest.elf}\n"
+        "stages:\n  run: {phase: execute, emulator: guest}\noutputs: {steps: run.steps}\n")
+    done = hetflow("validate", str(tmp_path / "e.yaml"), timeout=30)
+    assert done.returncode == 2 and "cannot read program 'guest.elf': is a FIFO" in done.stderr, done.stderr
+    (tmp_path / "b.yaml").write_text(HEAD + "  u: {use: lib.yaml#blk}\noutputs: {y: u.y}\n")
+    done = hetflow("validate", str(tmp_path / "b.yaml"), timeout=30)
+    assert done.returncode == 2 and "it is a FIFO (a named pipe); a manifest is a file" in done.stderr, done.stderr

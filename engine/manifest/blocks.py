@@ -226,7 +226,7 @@ class _Expansion:
         if os.path.abspath(path) == os.path.abspath(self.doc.file):
             self.libraries[path] = self.doc
             return self.doc
-        if not os.path.isfile(path):
+        if not os.path.exists(path):  # what is there but no file, load() says what it is instead
             self.problems.append(Diagnostic(where, f"block library {file!r} does not exist ({path})"))
             return None
         try:

@@ -327,6 +327,10 @@ def check_manifest(tree: Mapping[str, Any], doc: Any, base: str, problems: list)
         try:
             if not os.path.exists(program):
                 raise FileNotFoundError(program)
+            if not os.path.isfile(program):  # a FIFO would hold the read until something writes to it
+                from hetflow.executors.files import not_a_file
+
+                raise OSError(0, not_a_file(program))
             load_elf(program, isa=spec.get("isa", "rv64imac"))
         except FileNotFoundError:
             problems.append(Diagnostic(doc.at(here + ("program",)), f"emulator {name!r}: program {spec['program']!r} does not exist ({program})"))

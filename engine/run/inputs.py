@@ -211,7 +211,9 @@ def _from_file(source: InputFile, label: str, name: str, stage: Any, dtype: Dtyp
     from hetflow.executors.opdecl import to_dtype
 
     if not os.path.isfile(source.path):
-        raise UsageError(f"{label}: {source.path}: no such file")
+        from hetflow.executors.files import not_a_file
+
+        raise UsageError(f"{label}: {source.path}: {not_a_file(source.path)}")
     try:
         found_shape, found_dtype = read_array(source.path, source.key, header=True)
     except ValueError as e:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from hetflow.executors.base import Dtype
-from hetflow.executors.files import check_unchanged, file_stamp
+from hetflow.executors.files import check_unchanged, file_stamp, not_a_file
 from hetflow.executors.opdecl import (ALL_DTYPES, QUANT_MAX, Arg, Kernel, Op, Shape, check_value, from_shape_arg,
                                      to_dtype)
 
@@ -66,7 +66,7 @@ def _read_array(path: str, key: str | None, *, header: bool) -> Any:
     if suffix not in LOAD_FORMATS:
         raise ValueError(f"{name}: load reads {', '.join(LOAD_FORMATS)} files, not {suffix or 'a file without a suffix'}")
     if not os.path.isfile(path):
-        raise ValueError(f"{path}: no such file")
+        raise ValueError(f"{path}: {not_a_file(path)}")
     try:
         if suffix == ".npy":
             if key is not None:
