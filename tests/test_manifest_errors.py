@@ -518,3 +518,19 @@ def test_params_that_each_repeat_the_next_are_refused_before_they_grow_not_built
         code, _, err = _cli(command, str(path))
         assert code == 2 and said in err and f"{path}:3:" in err, (command, err)
         assert time.monotonic() - began < 30
+
+
+@pytest.mark.parametrize("executor, said", [
+    ("{vendor: []}", "executors.h.vendor must have at least 1 item, found 0"),
+    ("{vendor: [cuda, cuda]}", "executors.h.vendor must not repeat an item, found ['cuda', 'cuda']"),
+    ("{vendor: cpu, devices: [0, 0]}", "executors.h.devices must not repeat an item, found [0, 0]"),
+    ("{vendor: nvidia}", "executors.h.vendor must be one of cuda, rocm, vulkan, cpu; found 'nvidia'"),
+])
+def test_a_value_of_one_kind_is_told_what_is_wrong_with_it_not_what_another_kind_must_be(tmp_path, executor, said):
+    path = tmp_path / "v.yaml"
+    path.write_text(f"version: 1\nname: v\nexecutors: {{h: {executor}}}\nstages:\n"
+                    "  x: {op: full, args: {shape: [2], value: 1}}\n  y:\noutputs: {x: x}\n")
+    code, _, err = _cli("validate", str(path))
+    assert code == 2 and said in err, err
+    # a stage left empty is said once, as what it is
+    assert err.count("stages.y") == 1 and f"{path}:6:5: error: stages.y must be a mapping, found None" in err

@@ -267,11 +267,19 @@ def _explain(error: jsonschema.ValidationError, doc: Document) -> Iterator[Diagn
                          f"{where} needs exactly one of {' or '.join(map(repr, keys))}, "
                          + (f"found {' and '.join(map(repr, found))}" if found else "found neither"))
         return
+    if v == "oneOf" and all(set(alt) == {"required"} for alt in error.validator_value) and \
+            error.schema.get("type") == "object":
+        return  # not a mapping at all: its own "type" says so, once
     if v in ("oneOf", "anyOf") and error.context:
         import jsonschema.exceptions
 
-        best = jsonschema.exceptions.best_match(error.context)
-        if best is not None and best.validator in ("enum", "const"):
+        # the alternatives of the value's own kind say what is wrong with it (a list of vendors that repeats
+        # one), not those of another kind that it could never be (one vendor's name)
+        kind = [e for e in error.context if e.validator != "type" and len(e.relative_path) == 0
+                and list(e.relative_schema_path)[1:2] != ["enum"] and list(e.relative_schema_path)[1:2] != ["const"]]
+        fitting = kind if isinstance(error.instance, (list, dict)) and kind else list(error.context)
+        best = jsonschema.exceptions.best_match(fitting)
+        if best is not None and (best.validator in ("enum", "const") or fitting is kind):
             yield from _explain(best, doc)
             return
     worded = _in_manifest_terms(error)
