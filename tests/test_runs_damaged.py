@@ -155,3 +155,11 @@ def test_the_resume_command_runs_show_prints_for_a_died_run_works_as_printed(tmp
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert "no run or sweep" not in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 0, done.stderr
+
+
+def test_a_runs_dir_that_names_a_file_is_said_to_be_one_not_listed_as_empty(tmp_path):
+    file = tmp_path / "m.yaml"
+    file.write_text(SWEEP)
+    for argv in (("runs", "--runs-dir", str(file)), ("runs", "gc", "--runs-dir", str(file), "--keep", "1")):
+        code, out, err = cli(*argv)
+        assert code == 2 and out == "" and f"--runs-dir {file}: not a folder" in err, (argv, err)

@@ -16,6 +16,10 @@ __all__ = ["cmd_runs", "cmd_report"]
 
 
 def cmd_runs(args: argparse.Namespace, out, err) -> int:
+    if os.path.exists(args.runs_dir) and not os.path.isdir(args.runs_dir):
+        # a listing of it would say "no runs", as of an empty one: a --runs-dir that names a file is a slip
+        raise UsageError(f"--runs-dir {args.runs_dir}: not a folder (a runs directory is the folder runs are "
+                         "made in)")
     if args.runs_command == "diff":
         return _runs_diff(args, out)
     if args.runs_command == "table":
