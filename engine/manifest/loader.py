@@ -599,8 +599,13 @@ def _refuse_deep(text: str, file: str) -> None:
                 depth -= 1
             elif event is None or isinstance(event, yaml.StreamEndEvent):
                 return
-    except yaml.YAMLError:
+    except yaml.MarkedYAMLError as e:
+        if "nesting depth" in str(e.problem or ""):  # libyaml 0.2.6 and later keep a limit of their own
+            raise ManifestError([Diagnostic(_origin(file, e.problem_mark),
+                                            f"the document has nesting deeper than {MAX_DEPTH} levels")]) from None
         return  # the composer says what is wrong, and where
+    except yaml.YAMLError:
+        return
     finally:
         parser.dispose()
 
@@ -656,8 +661,13 @@ def _compose(text: str, file: str, libyaml: bool | None = None) -> tuple[Any, ya
                 return loader, root
         except RecursionError:
             pass
+        except yaml.MarkedYAMLError as e:
+            if "nesting depth" in str(e.problem or ""):  # libyaml's own limit (0.2.6 on): deeper than ours
+                raise ManifestError([Diagnostic(_origin(file, e.problem_mark), "the document has nesting deeper "
+                                                f"than {MAX_DEPTH} levels")]) from None
+            # libyaml refuses a few documents that PyYAML's parser accepts; PyYAML's answer stands
         except yaml.YAMLError:
-            pass  # libyaml refuses a few documents that PyYAML's parser accepts; PyYAML's answer stands
+            pass
         finally:
             loader.dispose()
     loader = None
