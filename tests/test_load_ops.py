@@ -105,6 +105,7 @@ def _damaged(folder: Path) -> None:
     save_file({"w": np.arange(1000, dtype=np.float32)}, str(folder / "w.safetensors"))
     (folder / "cut.safetensors").write_bytes((folder / "w.safetensors").read_bytes()[:500])
     np.save(folder / "words.npy", np.array(["cat", "dog"]))
+    (folder / "empty.npy").write_bytes(b"")
 
 
 @pytest.mark.parametrize("args, at, message", [
@@ -120,6 +121,7 @@ def _damaged(folder: Path) -> None:
     ("{path: w.safetensors, key: v}", "key", "w.safetensors has no array 'v' (it holds: w)"),
     ("{path: good.npz.npy}", "path", "{dir}/good.npz.npy: no such file"),
     ("{path: words.npy, cast: true}", "path", "words.npy holds <U3 values; load reads numbers"),
+    ("{path: empty.npy}", "path", "empty.npy does not parse as .npy: the file is empty (0 bytes) or ends inside its header"),
 ])
 def test_a_file_load_cannot_read_is_exit_2_at_its_position_before_anything_runs(tmp_path, args, at, message):
     _damaged(tmp_path)

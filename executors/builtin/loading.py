@@ -209,6 +209,7 @@ _LIBRARY_WORDS = (
     ("mmap length is greater than file size", "the file is shorter than its header says (cut short?)"),
     ("cannot reshape array", "the file is shorter than its header says (cut short?)"),
     ("the magic string is not correct", "it does not start with numpy's .npy header"),
+    ("No data left in file", "the file is empty (0 bytes) or ends inside its header"),
 )
 
 
