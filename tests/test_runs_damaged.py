@@ -163,3 +163,15 @@ def test_a_runs_dir_that_names_a_file_is_said_to_be_one_not_listed_as_empty(tmp_
     for argv in (("runs", "--runs-dir", str(file)), ("runs", "gc", "--runs-dir", str(file), "--keep", "1")):
         code, out, err = cli(*argv)
         assert code == 2 and out == "" and f"--runs-dir {file}: not a folder" in err, (argv, err)
+
+
+def test_a_record_or_summary_of_a_newer_format_is_shown_with_a_note_saying_so(swept):
+    runs, sweep_id, points = swept
+    record = runs / points[0] / "record.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "format": 99}))
+    code, out, err = cli("runs", "show", "--runs-dir", str(runs), points[0])
+    assert code == 0 and "note: this record is of format 99, written by a newer hetflow" in out, err
+    summary = _summary(runs, sweep_id)
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "format": 7}))
+    code, out, err = cli("runs", "show", "--runs-dir", str(runs), sweep_id)
+    assert code == 0 and "note: this summary is of format 7" in out, err

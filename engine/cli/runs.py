@@ -40,6 +40,7 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
             print(f"sweep {sweep_id}: {summary.get('status') or '-'}  manifest {summary.get('name') or '-'} "
                   f"({summary.get('manifest') or '-'})  {len(summary['points'])} points over "
                   f"{', '.join(map(str, summary.get('params') or [])) or '-'}", file=out)
+            _newer(summary.get("format"), runs.SWEEP_FORMAT, "summary", out)
             width = max((len(str(p.get("name") or "-")) for p in summary["points"]), default=0)
             for p in summary["points"]:
                 outputs = p.get("outputs") if isinstance(p.get("outputs"), dict) else {}
@@ -68,6 +69,9 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
               f"({made.get('file') or '-'})  point {point}", file=out)
         print(f"started {record.get('started_at') or '-'}  duration {_duration(record, status)}  "
               f"digest {str(made.get('digest') or '-')[:23]}", file=out)
+        from hetflow.engine.store.records import RECORD_FORMAT
+
+        _newer(record.get("format"), RECORD_FORMAT, "record", out)
         _died({**record, "status": status}, resume, out)
         cache = record.get("cache") if isinstance(record.get("cache"), dict) else {}
         partitions = (record.get("plan") or {}).get("partitions") if isinstance(record.get("plan"), dict) else None
@@ -118,6 +122,14 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
     for line in [head] + body:
         print("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip(), file=out)
     return EXIT_OK
+
+
+def _newer(found: object, known: int, what: str, out) -> None:
+    """Say so where a record or summary is of a format newer than this hetflow writes: what it shows may lack
+    what that format added."""
+    if isinstance(found, int) and not isinstance(found, bool) and found > known:
+        print(f"note: this {what} is of format {found}, written by a newer hetflow than this one (which writes "
+              f"format {known}): what is shown here may leave out what that format added", file=out)
 
 
 def _resume_command(manifest: str | None, ident: str, runs_dir: str) -> str:
