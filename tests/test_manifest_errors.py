@@ -534,3 +534,32 @@ def test_a_value_of_one_kind_is_told_what_is_wrong_with_it_not_what_another_kind
     assert code == 2 and said in err, err
     # a stage left empty is said once, as what it is
     assert err.count("stages.y") == 1 and f"{path}:6:5: error: stages.y must be a mapping, found None" in err
+
+
+BLOCK_USE = """\
+version: 1
+name: b
+executors:
+  host: {vendor: cpu}
+blocks:
+  l:
+    inputs: [x]
+    stages:
+      h: {op: relu, inputs: [x]}
+      q: {op: relu, inputs: [outside]}
+    outputs: {x: h}
+stages:
+  outside: {op: random.normal, args: {shape: [4, 4], seed: 1}}
+  u: {use: l, inputs: {x: outside}, repeat: 2}
+outputs: {p: u.zz}
+"""
+
+
+def test_a_block_naming_a_stage_outside_it_and_an_output_naming_a_use_are_told_what_to_write(tmp_path):
+    path = tmp_path / "b.yaml"
+    path.write_text(BLOCK_USE)
+    code, _, err = _cli("validate", str(path))
+    assert code == 2
+    assert ("'outside' is a stage outside the block, which a block's stages cannot name: add it to the block's "
+            "inputs: and give it in each use of the block") in err and "did you mean 'outside'" not in err
+    assert "output 'p' names 'u.zz': 'u' is not a stage; 'u' is a use of a block, whose stages are u.0.h, u.0.q" in err

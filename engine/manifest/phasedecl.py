@@ -449,6 +449,11 @@ def check_output(stage: str, fieldname: str | None, stages: Mapping[str, Any], p
     """Why ``outputs: {NAME: STAGE.FIELD}`` is wrong, or None."""
     spec = stages.get(stage)
     if spec is None:
+        use = stage.split(".")[0]
+        inside = sorted((s for s in stages if s.startswith(use + ".")), key=lambda s: (s.count("."), s))
+        if inside:  # a use of a block: its instances' stages are named USE.STAGE, or USE.INDEX.STAGE
+            shown = ", ".join(inside[:4]) + (f" and {len(inside) - 4} more" if len(inside) > 4 else "")
+            return f"{stage!r} is not a stage; {use!r} is a use of a block, whose stages are {shown}"
         return f"{stage!r} is not a stage"
     if stage not in phases:
         return f"{stage!r} is not an emulator phase, so it has no fields; name the stage alone"

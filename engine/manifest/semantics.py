@@ -224,8 +224,15 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
                                                f"stage {sid!r} takes input {ref!r}: {problem}"))
                 continue
             if other is absent:
-                close = _close(ref, list(raw_stages), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
+                instance = sid.rsplit(".", 1)[0] + "." if "." in sid else ""
+                outside = ref[len(instance):] if instance and ref.startswith(instance) else None
+                if outside is not None and outside in raw_stages:
+                    # a block's stage that names a stage of the manifest: the block sees its own names alone
+                    hint = (f"; {outside!r} is a stage outside the block, which a block's stages cannot name: "
+                            "add it to the block's inputs: and give it in each use of the block")
+                else:
+                    close = _close(ref, list(raw_stages), n=1)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
                 problems.append(Diagnostic(doc.at(("stages", sid, "inputs", i)),
                                            f"stage {sid!r} takes input {ref!r}, which is not a stage{hint}"))
                 continue
