@@ -87,3 +87,13 @@ def test_files_a_manifest_names_that_are_no_files_are_said_to_be_what_they_are(t
     (tmp_path / "b.yaml").write_text(HEAD + "  u: {use: lib.yaml#blk}\noutputs: {y: u.y}\n")
     done = hetflow("validate", str(tmp_path / "b.yaml"), timeout=30)
     assert done.returncode == 2 and "it is a FIFO (a named pipe); a manifest is a file" in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are a POSIX file")
+def test_a_guest_program_that_is_a_fifo_a_device_or_a_folder_is_refused_by_emulate_at_once(tmp_path):
+    os.mkfifo(tmp_path / "guest.elf")
+    for path, what in ((tmp_path / "guest.elf", "is a FIFO (a named pipe), not a file it can read"),
+                       ("/dev/zero", "is a character device, not a file it can read"),
+                       (tmp_path, "is a directory, not a file")):
+        done = hetflow("emulate", str(path), timeout=30)
+        assert done.returncode == 2 and f"{path}: {what}" in done.stderr, done.stderr

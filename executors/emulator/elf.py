@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 from .tuples import FieldTuple, getters
 
 __all__ = ["ElfError", "Segment", "Program", "load_elf", "read_elf", "elf_layout", "program_of", "PERM_R", "PERM_W",
@@ -136,10 +137,22 @@ def read_elf(source: str | os.PathLike | bytes, name: str | None = None) -> tupl
         return bytes(source), name or "<bytes>"
     label = name or os.fspath(source)
     try:
-        with open(source, "rb") as f:
+        # opened without waiting, then looked at: a FIFO would hold the open until something writes to it, and
+        # a device such as /dev/zero would be read without end
+        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise ElfError(f"{label}: cannot read: {e.strerror or e}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            from hetflow.executors.files import not_a_file
+
+            raise ElfError(f"{label}: {not_a_file(os.fspath(source))}")
+        with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read(), label
     except OSError as e:
         raise ElfError(f"{label}: cannot read: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
 
 
 def elf_layout(raw: bytes, label: str) -> dict:
