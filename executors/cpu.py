@@ -121,9 +121,11 @@ def node_error(node: Mapping[str, Any], error: Exception, where: str | None = No
     :class:`OutOfMemory` (``where``, ``device 0``, names the device), an executor's own error keeps its kind,
     anything else is :class:`Backend` with the op and the original error as its cause."""
     if isinstance(error, MemoryError):
-        err: Exception = OutOfMemory(f"node {node['id']!r}" + (f" on {where}" if where else ""))
+        # numpy's says how much it was asked for ("Unable to allocate 7.28 EiB for an array with shape ...")
+        said = f": {error}" if str(error) else ""
+        err: Exception = OutOfMemory(f"node {node['id']!r}" + (f" on {where}" if where else "") + said)
         err.node = node["id"]
-        err.__suppress_context__ = True  # the MemoryError says nothing more
+        err.__suppress_context__ = True  # its message is in this one's
         return err
     if isinstance(error, ExecutorError):
         error.node = error.node or node["id"]

@@ -190,3 +190,14 @@ def test_split_share_not_positive(tmp_path, share):
     _refused(tmp_path, text, f"3:{_share_column(line, 0)}", "executors.host.split[0] must be more than 0")
     code, said = _cli("validate", str(tmp_path / "m.yaml"))
     assert said.count("error:") == 1, said
+
+
+def test_an_array_too_large_for_the_machine_says_how_much_it_asked_for(tmp_path):
+    # a memory: that overstates the machine lets the plan through; the allocation itself then fails
+    path = tmp_path / "m.yaml"
+    path.write_text("version: 1\nname: m\nexecutors:\n  host: {vendor: cpu, memory: 1000000TiB}\nstages:\n"
+                    "  x: {op: random.normal, args: {shape: [100000, 100000, 100000], seed: 1}}\noutputs: {x: x}\n")
+    code, err = _cli("run", str(path), "--runs-dir", str(tmp_path / "runs"))
+    assert code == 1, err
+    assert ("stage 'x' failed: executor allocation failed: node 'x': Unable to allocate 3.55 PiB for an array with "
+            "shape (100000, 100000, 100000)") in err
