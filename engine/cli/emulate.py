@@ -11,6 +11,8 @@ guest; anything else goes to the parser, which says what it means.
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 import time
 from types import SimpleNamespace
@@ -28,6 +30,13 @@ INTERPRETER_START_STEPS = 20_000
 
 #: emulate's flags as its argparse parser declares them (``parser._emulate_parser``; a test holds the two
 #: together): flag -> (dest, how its value converts, or None for a switch, and the choices or the switch's value)
+#: the largest --input: it is mapped at INPUT_ADDR (0x4000_0000), its length first, up to where programs load
+#: (0x8000_0000)
+MAX_INPUT_BYTES = (1 << 30) - 8
+INPUT_ADDR = 0x4000_0000
+#: executors.emulator.MAX_CHUNK_STEPS, said here so that the command's checks load nothing of the emulator
+MAX_CHUNK_STEPS = 1 << 24
+
 _FLAGS = {"--backend": ("backend", str, ("auto", "fast", "reference", "native")),
           "--no-interpreter-start": ("interpreter_start", None, False),
           "--input": ("input", str, None), "--max-steps": ("max_steps", int, None),
@@ -146,6 +155,9 @@ def cmd_emulate(args, out, err) -> int:
         args.max_steps = DEFAULT_MAX_STEPS
     if args.max_steps < 1 or args.chunk_steps < 1:
         raise _usage("--max-steps and --chunk-steps must be at least 1")
+    if args.chunk_steps > MAX_CHUNK_STEPS:
+        raise _usage(f"--chunk-steps is at most {MAX_CHUNK_STEPS} (a chunk's trace is held whole, and the native "
+                     f"backend reads the clock between chunks), not {args.chunk_steps}")
     if args.timeout is not None and not args.timeout > 0:
         raise _usage("--timeout must be a positive number of seconds")
     memory = getattr(args, "memory", "protected")
@@ -168,13 +180,24 @@ def cmd_emulate(args, out, err) -> int:
         raise _usage(str(e)) from None
     data = b""
     if args.input == "-":
-        data = sys.stdin.buffer.read()
+        data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
     elif args.input is not None:
         try:
             with open(args.input, "rb") as f:
-                data = f.read()
+                size = os.fstat(f.fileno()).st_size
+                if stat.S_ISDIR(os.fstat(f.fileno()).st_mode):
+                    raise IsADirectoryError(21, "Is a directory")
+                # a regular file says its size before it is read; a pipe (--input <(...)) is read up to the limit
+                data = b"" if size > MAX_INPUT_BYTES else f.read(MAX_INPUT_BYTES + 1)
+                size = max(size, len(data))
         except OSError as e:
             raise _usage(f"--input {args.input}: cannot read: {e.strerror or e}") from None
+        if size > MAX_INPUT_BYTES:
+            raise _usage(f"--input {args.input}: {size:,} bytes or more; a guest's input is at most "
+                         f"{MAX_INPUT_BYTES:,} (it is mapped at {INPUT_ADDR:#x}, below the program)")
+    if len(data) > MAX_INPUT_BYTES:
+        raise _usage(f"--input -: more than {MAX_INPUT_BYTES:,} bytes; a guest's input is at most "
+                     f"{MAX_INPUT_BYTES:,} (it is mapped at {INPUT_ADDR:#x}, below the program)")
     from hetflow.executors.emulator.machine import StepLimitExceeded, TimeLimitExceeded, with_output
 
     # one deadline for the whole command: the interpreter's start, a compile and the run all count

@@ -166,6 +166,11 @@ def _main_run(run, *runners):
         raise
 
 
+#: the most steps a chunk may take: its min trace (three words a step, on the native backend mapped at once) is
+#: held whole, and the native backend reads the clock only between chunks
+MAX_CHUNK_STEPS = 1 << 24
+
+
 def execute(program: Program | str | Path, *, backend: str = "fast", input: bytes = b"",
             chunk_steps: int = DEFAULT_CHUNK_STEPS, max_steps: int = DEFAULT_MAX_STEPS,
             mem_plan_rows: int = 1 << 22, rom_histogram: bool = True, mem_plan_xp=None,
@@ -199,6 +204,8 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
     backend, backend_reason = resolve_backend(backend)
     if chunk_steps <= 0 or max_steps <= 0:
         raise ValueError("chunk_steps and max_steps must be positive")
+    if chunk_steps > MAX_CHUNK_STEPS:
+        raise ValueError(f"chunk_steps is at most {MAX_CHUNK_STEPS} (a chunk's trace is held whole), not {chunk_steps}")
     if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
     import time

@@ -101,6 +101,14 @@ def _perm(p_flags: int) -> int:
     return (PERM_R if p_flags & PF_R else 0) | (PERM_W if p_flags & PF_W else 0) | (PERM_X if p_flags & PF_X else 0)
 
 
+#: where the guest's addresses end: its registers are 64 bits, and every backend keeps an address as a signed one
+ADDRESS_LIMIT = 1 << 63
+#: the most guest memory a program's segments may ask for, and of it the most that is code: the fast backend keeps
+#: a decoded form of every executable slot (about twenty times the code's bytes)
+MAX_LOAD_BYTES = 1 << 30
+MAX_CODE_BYTES = 64 << 20
+
+
 def load_elf(source: str | os.PathLike | bytes, name: str | None = None, *, fetch: str = "executable",
              isa: str = "rv64imac", memory: str = "protected") -> Program:
     """Load a guest program from a path or from the file's bytes.
@@ -223,6 +231,17 @@ def elf_layout(raw: bytes, label: str) -> dict:
 
     if not segments:
         raise ElfError(f"{label}: no PT_LOAD segment; nothing to load")
+    for vaddr, _, _, memsz, perm in segments:
+        if vaddr + memsz > ADDRESS_LIMIT:
+            raise ElfError(f"{label}: PT_LOAD at {vaddr:#x} of {memsz:#x} bytes ends at {vaddr + memsz:#x}, past the "
+                           f"guest's address space (addresses below {ADDRESS_LIMIT:#x})")
+    loaded = sum(s[3] for s in segments)
+    code = sum(s[3] for s in segments if s[4] & PERM_X)
+    if loaded > MAX_LOAD_BYTES or code > MAX_CODE_BYTES:
+        what, size, most = ("executable segments", code, MAX_CODE_BYTES) if code > MAX_CODE_BYTES else \
+            ("PT_LOAD segments", loaded, MAX_LOAD_BYTES)
+        raise ElfError(f"{label}: its {what} take {size:,} bytes of guest memory (p_memsz); a guest loads at most "
+                       f"{most:,}")
     segments.sort(key=lambda s: s[0])
     for (a, _, _, a_size, _), (b, _, _, b_size, _) in zip(segments, segments[1:]):
         if b < a + a_size:
