@@ -97,6 +97,8 @@ def step(h: Hart, m: _Port, counts: list[int]) -> None:
 
 #: steps between two looks at the clock when a run has a deadline (about 0.1 s here)
 CLOCK_STEPS = 1 << 15
+#: words read between two looks at the clock, whatever the steps: one ecall may read megabytes
+CLOCK_READS = 1 << 16
 
 
 def _chunks(h: Hart, m: _Port, chunk_steps: int, max_steps: int, deadline: float | None = None,
@@ -108,16 +110,21 @@ def _chunks(h: Hart, m: _Port, chunk_steps: int, max_steps: int, deadline: float
     :data:`CLOCK_STEPS` steps."""
     import time
 
+    reads = m.reads
+    look_at = len(reads) + CLOCK_READS
     while True:
         start = h.state()
         counts = [0] * len(CLASSES)
-        first_read = len(m.reads)
+        first_read = len(reads)
         n = 0
         while n < chunk_steps and h.end is None:
             if h.step >= max_steps:
                 raise M.StepLimitExceeded(max_steps, pc=h.pc, insn=m.peek_insn(h.pc), step=h.step)
-            if deadline is not None and not h.step % CLOCK_STEPS and time.monotonic() > deadline:
-                raise M.TimeLimitExceeded(timeout, pc=h.pc, insn=m.peek_insn(h.pc), step=h.step)
+            # a write ecall reads its whole buffer in one step: the words read count toward the next look too
+            if deadline is not None and (not h.step % CLOCK_STEPS or len(reads) > look_at):
+                look_at = len(reads) + CLOCK_READS
+                if time.monotonic() > deadline:
+                    raise M.TimeLimitExceeded(timeout, pc=h.pc, insn=m.peek_insn(h.pc), step=h.step)
             step(h, m, counts)
             n += 1
         yield start, n, counts, first_read

@@ -81,3 +81,43 @@ def test_an_input_larger_than_its_region_is_refused_before_it_is_read(tmp_path):
     assert done.returncode == 2, done.stderr
     assert f"--input {big}: 3,221,225,472 bytes or more; a guest's input is at most 1,073,741,816" in done.stderr
     assert os.path.getsize(big) == 3 << 30
+
+
+def _i(rd: int, rs1: int, imm: int, op: int = 0x13) -> int:
+    return (imm & 0xFFF) << 20 | rs1 << 15 | rd << 7 | op
+
+
+def _writer_elf(path: Path, writes: int, size: int) -> None:
+    """A guest that writes its input's ``size`` bytes to fd 1, ``writes`` times, then exits 0."""
+    s0, s1, s2, a0, a1, a2, a7 = 8, 9, 18, 10, 11, 12, 17
+    code = [0x40000 << 12 | s0 << 7 | 0x37,  # lui s0, 0x40000: the input region
+            _i(s0, s0, 8),  # its bytes, after their length
+            (size >> 12) << 12 | s1 << 7 | 0x37,  # lui s1, size
+            _i(s2, 0, writes)]
+    loop = len(code)
+    code += [_i(a0, 0, 1), _i(a1, s0, 0), _i(a2, s1, 0), _i(a7, 0, 64), 0x73, _i(s2, s2, -1)]
+    back = (loop - len(code)) * 4 & 0x1FFF  # bne s2, zero, loop
+    code.append((back >> 12 & 1) << 31 | (back >> 5 & 0x3F) << 25 | s2 << 15 | 1 << 12 | (back >> 1 & 0xF) << 8
+                | (back >> 11 & 1) << 7 | 0x63)
+    code += [_i(a0, 0, 0), _i(a7, 0, 93), 0x73]
+    text = b"".join(struct.pack("<I", c) for c in code)
+    base, start = 0x8000_0000, 64 + 56
+    header = (b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack("<HHIQQQIHHHHHH", 2, 243, 1, base + start, 64, 0, 0, 64,
+                                                               56, 1, 64, 0, 0))
+    program = struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, start + len(text), start + len(text), 0x1000)
+    path.write_bytes(header + program + text)
+
+
+def test_a_guest_whose_writes_take_seconds_each_is_stopped_at_its_timeout(tmp_path):
+    # one write ecall reads megabytes in one step, longer than the reference backend's steps between two looks at
+    # the clock take: 25 of them ran 70 s past a 5 s limit
+    guest, data = tmp_path / "writer.elf", tmp_path / "input.bin"
+    _writer_elf(guest, writes=25, size=4 << 20)
+    data.write_bytes(bytes(4 << 20))
+    done = emulate("--backend", "reference", "--timeout", "1", "--input", str(data), str(guest))
+    assert done.returncode == 1 and "time limit reached: 1 s without an exit" in done.stderr, done.stderr
+    small = tmp_path / "small.bin"
+    small.write_bytes(b"hello" + bytes(4091))
+    _writer_elf(guest, writes=2, size=4096)
+    done = emulate("--backend", "reference", "--input", str(small), str(guest))
+    assert done.returncode == 0 and "guest output (8192 bytes)" in done.stdout, (done.stdout, done.stderr)
