@@ -563,3 +563,15 @@ def test_a_block_naming_a_stage_outside_it_and_an_output_naming_a_use_are_told_w
     assert ("'outside' is a stage outside the block, which a block's stages cannot name: add it to the block's "
             "inputs: and give it in each use of the block") in err and "did you mean 'outside'" not in err
     assert "output 'p' names 'u.zz': 'u' is not a stage; 'u' is a use of a block, whose stages are u.0.h, u.0.q" in err
+
+
+def test_a_long_list_param_named_by_many_stages_is_refused_once_not_expanded_in_each(tmp_path):
+    values = ", ".join(str(i) for i in range(20_000))
+    stages = "\n".join(f'  s{i}: {{op: full, args: {{shape: [2], value: 1}}, description: "${{a}}"}}'
+                       for i in range(150))
+    path = tmp_path / "refs.yaml"
+    path.write_text(f"version: 1\nname: refs\nparams: {{a: [{values}]}}\nexecutors: {{h: {{vendor: cpu}}}}\n"
+                    f"stages:\n{stages}\noutputs: {{x: s0}}\n")
+    code, _, err = _cli("validate", str(path))
+    assert code == 2 and err.count("error:") == 1, err[:2000]
+    assert f"{path}:6:3: error: stages holds more than 2,000,000 values once its ${{...}} are replaced" in err

@@ -309,9 +309,27 @@ def resolve(doc: Document, overrides: Mapping[str, Any] | None = None) -> tuple[
                         for k, v in tree.items() if k not in ("matrix", "schedule")}
     if "params" in resolved:
         resolved["params"] = values
-    if chained:
+    if chained or _may_blow_up(values, doc):
         _refuse_blown_up(resolved, params, doc, problems)
     return resolved, problems
+
+
+def _may_blow_up(values: Mapping[str, Any], doc: Document) -> bool:
+    """Whether the ``${...}`` of ``doc`` could put its params' lists and maps in more than ``MAX_VALUES`` places
+    in all: their values, times the references in the text. A manifest whose params are numbers and short lists
+    is never walked again for it."""
+    from hetflow.engine.manifest.loader import MAX_VALUES
+
+    held = sum(_count(v) for v in values.values() if isinstance(v, (list, dict)))
+    return bool(held) and held * (doc.text.count("${") if doc.text is not None else 1) > MAX_VALUES
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + sum(_count(v) for v in value.values())
+    if isinstance(value, list):
+        return 1 + sum(_count(v) for v in value)
+    return 1
 
 
 def _refuse_blown_up(resolved: dict, params: Mapping[str, Any], doc: Document, problems: list[Diagnostic]) -> None:
@@ -341,8 +359,9 @@ def _refuse_blown_up(resolved: dict, params: Mapping[str, Any], doc: Document, p
         total += size(value)
         if total > MAX_VALUES:
             problems.append(Diagnostic(doc.at((key,)), f"{key} holds more than {MAX_VALUES:,} values once its "
-                                                       "${...} are replaced (params whose lists name another's "
-                                                       "several times grow as its power)"))
+                                                       "${...} are replaced: a list or map that ${...} puts in "
+                                                       "several places counts in each, and params that name "
+                                                       "another several times grow as its power"))
             for k in resolved:
                 if k not in ("version", "name"):
                     resolved[k] = dict(params) if k == "params" else UNDEFINED

@@ -302,7 +302,8 @@ def _in_manifest_terms(error: jsonschema.ValidationError) -> str | None:
     v, want, found = error.validator, error.validator_value, error.instance
     if v == "type":
         kinds = [_TYPE_WORDS.get(k, k) for k in (want if isinstance(want, list) else [want])]
-        return f"must be {' or '.join(kinds)}, found {found!r}"
+        said = repr(found)
+        return f"must be {' or '.join(kinds)}, found {said if len(said) <= 200 else said[:197] + '...'}"
     bounds = {"minimum": "at least", "maximum": "at most", "exclusiveMinimum": "more than",
               "exclusiveMaximum": "less than"}
     if v in bounds:
