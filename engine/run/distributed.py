@@ -191,6 +191,21 @@ class _DropCancelled(logging.Filter):
         return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
 
 
+class _TracebackLessClosedComm(logging.Filter):
+    """Keeps Dask's note that a batched connection closed (``Batched Comm Closed``) but not its traceback: a
+    scheduler killed under a run closes the client's stream in the middle of a send, and the command says what
+    happened to the scheduler itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("Batched Comm Closed"):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+_CLOSED_COMM = _TracebackLessClosedComm()
+
+
 class _DropClientGone(logging.Filter):
     """Drops the scheduler's report that it had news for a client whose connection is closed."""
 
@@ -403,6 +418,7 @@ class Cluster:
                 raise EnvironmentUnavailable(f"the Dask cluster at {target} has no running worker (waited {timeout:g} "
                                              f"s): {held}") from None
             raise EnvironmentUnavailable(f"the Dask cluster at {target} has no workers (waited {timeout:g} s)") from None
+        logging.getLogger("distributed.batched").addFilter(_CLOSED_COMM)  # once: a filter is kept in a set
         return cls(client, "cluster", target)
 
     def __enter__(self) -> Cluster:
