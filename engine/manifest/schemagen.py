@@ -45,7 +45,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import tempfile
 from typing import Any, Mapping
 
 from hetflow.executors import ops as oplib
@@ -124,19 +123,6 @@ def editor_schema(ops: Mapping[str, oplib.Op], base: Mapping[str, Any] | None = 
 def dumps(spec: Mapping[str, Any]) -> str:
     """The schema as the text ``hetflow schema`` writes: indented JSON, one final newline."""
     return json.dumps(spec, indent=2, ensure_ascii=False) + "\n"
-
-
-def write(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, then a rename."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def _arity(lo: int, hi: int) -> str:

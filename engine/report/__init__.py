@@ -57,7 +57,6 @@ import os
 from dataclasses import dataclass
 
 from hetflow.engine.errors import UsageError
-from hetflow.engine.store.records import write_text_atomic
 from hetflow.engine.report.data import output_stats, pack_lanes
 from hetflow.engine.report.graph import graphviz_available, plan_dot, plan_svg
 from hetflow.engine.report.layout import layout_plan
@@ -76,7 +75,6 @@ __all__ = [
     "layout_plan",
     "pack_lanes",
     "output_stats",
-    "write_report",
     "graphviz_available",
     "plan_dot",
     "plan_svg",
@@ -146,8 +144,3 @@ def render(located: Located, *, runs_dir: str = "runs", graph: str = "auto") -> 
     return render_run(located.folder, record if shown == record.get("status") else {**record, "status": shown},
                       graph=graph)
 
-
-def write_report(html_text: str, path: str) -> None:
-    """Write the page atomically, as the records write theirs: a crash never leaves half a report. Its folder
-    must be there: a mistyped one is the caller's to hear of, not made."""
-    write_text_atomic(path, html_text)
