@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from typing import Any, Mapping
 
 from hetflow.executors import ops as oplib
