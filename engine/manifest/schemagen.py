@@ -50,7 +50,7 @@ from hetflow.executors import ops as oplib
 from hetflow.executors import userops
 from hetflow.executors.base import Dtype
 
-__all__ = ["editor_schema", "dumps", "write", "KIND_SCHEMAS", "LITERAL_SECTIONS", "REF_PATTERN", "TEMPLATE_PATTERN",
+__all__ = ["editor_schema", "dumps", "KIND_SCHEMAS", "LITERAL_SECTIONS", "REF_PATTERN", "TEMPLATE_PATTERN",
            "PLUGIN_OP_PATTERN"]
 
 # Each Arg kind as JSON Schema, the same values ops.check_args accepts (YAML's 1.0 aside: JSON
