@@ -38,8 +38,12 @@ BEFORE_COMMIT = os.environ.get("HETFLOW_BENCH_REPORT_BEFORE", "844a6aae9e1436732
 _DRIVER = """
 import sys
 if sys.argv[1]:
+    import importlib
     import importlib.util
     import hetflow.engine
+    # the modules the old package imports by the names they had before the engine was split into subpackages
+    for old, now in (("records", "store.records"), ("runs", "store.runs"), ("planner", "plan.planner")):
+        sys.modules.setdefault("hetflow.engine." + old, importlib.import_module("hetflow.engine." + now))
     spec = importlib.util.spec_from_file_location("hetflow.engine.report", sys.argv[1] + "/__init__.py",
                                                   submodule_search_locations=[sys.argv[1]])
     module = importlib.util.module_from_spec(spec)

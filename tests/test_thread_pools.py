@@ -169,3 +169,42 @@ def test_a_local_clusters_workers_take_their_share_of_the_cores(sweep_file, tmp_
         pools = run.record["threads"]
         assert pools["partitions_at_once"] == 1 and pools["set_by"] == "hetflow"
         assert [(w["blas"], w["cores"], w["set_by"]) for w in pools["workers"].values()] == [(cores, cores, "hetflow")]
+
+
+PRIMING = """\
+import json, numpy, threadpoolctl
+from hetflow.engine.run import threads
+
+def blas():
+    return [lib for lib in threadpoolctl.ThreadpoolController().lib_controllers
+            if lib.internal_api == "openblas" and lib.threading_layer != "openmp"]
+
+libs = blas()
+if not libs:
+    print("none")
+    raise SystemExit
+for lib in libs:
+    threads._set_shared(lib, 1)
+pools = threads.Pools(cores=2, environ={})
+with pools.claim(2):
+    inside = [lib.get_num_threads() for lib in blas()]
+after = [lib.get_num_threads() for lib in blas()]
+threads._prime_openblas(blas(), 2)
+again = [lib.get_num_threads() for lib in blas()]
+print(json.dumps({"primed": threads._PRIMED, "inside": inside, "after": after, "again": again}))
+"""
+
+
+def test_openblas_is_primed_once_at_several_threads_and_keeps_the_limits_it_had():
+    """The GEMM run on several threads before the first limit (``threads._prime_openblas``) gives each pool back
+    the limit it had: one thread that a user or Dask's nanny set stays one thread, inside the claim and after it."""
+    env = {k: v for k, v in os.environ.items() if k not in USER_THREAD_VARS}
+    done = subprocess.run([sys.executable, "-c", PRIMING], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    if done.stdout.strip() == "none":
+        pytest.skip("numpy's BLAS here is not OpenBLAS on pthreads")
+    seen = json.loads(done.stdout)
+    assert seen["primed"] == [True, True]  # once by the claim, once by the call of its own
+    assert seen["inside"] and set(seen["inside"]) == {1}
+    assert seen["after"] and set(seen["after"]) == {1}
+    assert seen["again"] and set(seen["again"]) == {1}

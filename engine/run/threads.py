@@ -247,6 +247,8 @@ class Pools:
         libs = self._controllers()
         if self._applied is None:  # the pools are at their own limits now: read them (a user may have changed them)
             self._original = {lib.filepath: lib.get_num_threads() for lib in libs}
+            if want is not None and not _PRIMED:
+                _prime_openblas(libs, self.cores)
         for lib in libs:
             own = self._original.setdefault(lib.filepath, lib.get_num_threads())  # a library loaded since
             n = want if want is not None else own
@@ -336,6 +338,44 @@ def _read_limit(lib: Any) -> int | None:
             fn.restype, fn.argtypes = ctypes.c_int, []
         reader = _READERS[key] = fn or lib.get_num_threads
     return reader()
+
+
+_PRIMED: list[bool] = []
+
+
+def _prime_openblas(libs: list[Any], cores: int) -> None:
+    """Multiply once in float32 and once in float64 with OpenBLAS's pool at ``cores`` threads, then give the pool
+    back its limit: done once per process, before hetflow first limits the pool.
+
+    OpenBLAS (0.3.31, numpy 2.4's, on an AMD EPYC with its ``Haswell``
+    kernels) multiplies mid-sized matrices (128 to 320 a side) three to
+    four times slower on one thread while that precision's GEMM has never
+    run on several: 11-18 GFLOPS against 40. A sweep of two points at once
+    limits the pool to one thread before its first matmul, and a worker of
+    a local cluster starts with one (Dask's nanny sets
+    ``OPENBLAS_NUM_THREADS=1``), so both ran on the slow path:
+    ``--parallel 2`` took 12.4 s where ``--parallel 1`` took 8.1 s
+    (``bench_sweep_threads``). One multiply of 256 x 256 per precision on
+    several threads, about a millisecond, keeps them on the fast path
+    (6.6 s); one of 128 a side is not enough.
+    """
+    _PRIMED.append(True)
+    blas = [lib for lib in libs if lib.internal_api == "openblas" and not _per_thread(lib)]
+    if cores < 2 or not blas:
+        return
+    import numpy as np
+
+    before = [(lib, lib.get_num_threads()) for lib in blas]
+    try:
+        for lib, _ in before:
+            _set_shared(lib, cores)
+        for dtype in (np.float32, np.float64):
+            a = np.ones((256, 256), dtype)
+            a @ a
+    finally:
+        for lib, n in before:
+            if n is not None:
+                _set_shared(lib, n)
 
 
 def _set_shared(lib: Any, n: int) -> None:
