@@ -36,16 +36,19 @@ MAX_INPUT_BYTES = (1 << 30) - 8
 INPUT_ADDR = 0x4000_0000
 #: executors.emulator.MAX_CHUNK_STEPS, said here so that the command's checks load nothing of the emulator
 MAX_CHUNK_STEPS = 1 << 24
+#: executors.emulator's DEFAULT_MAX_OUTPUT and MAX_OUTPUT_LIMIT, said here for the same reason
+DEFAULT_MAX_OUTPUT = 1 << 24
+MAX_OUTPUT_LIMIT = 1 << 30
 
 _FLAGS = {"--backend": ("backend", str, ("auto", "fast", "reference", "native")),
           "--no-interpreter-start": ("interpreter_start", None, False),
           "--input": ("input", str, None), "--max-steps": ("max_steps", int, None),
-          "--timeout": ("timeout", float, None), "--isa": ("isa", str, ("rv64imac", "rv64ima")),
+          "--timeout": ("timeout", float, None), "--max-output": ("max_output", int, None), "--isa": ("isa", str, ("rv64imac", "rv64ima")),
           "--chunk-steps": ("chunk_steps", int, None), "--json": ("json", None, True),
           "--fetch": ("fetch", str, ("executable", "any")), "--memory": ("memory", str, ("protected", "flat"))}
 #: the namespace argparse gives ``hetflow emulate ELF`` (the top-level flags' too), less ``elf``
 _DEFAULTS = {"debug": False, "version": None, "command": "emulate", "backend": "auto", "interpreter_start": True,
-             "input": None, "max_steps": None, "timeout": None, "isa": "rv64imac", "chunk_steps": 1 << 18,
+             "input": None, "max_steps": None, "timeout": None, "max_output": None, "isa": "rv64imac", "chunk_steps": 1 << 18,
              "json": False, "fetch": None, "memory": "protected"}
 
 
@@ -160,6 +163,10 @@ def cmd_emulate(args, out, err) -> int:
                      f"backend reads the clock between chunks), not {args.chunk_steps}")
     if args.timeout is not None and not args.timeout > 0:
         raise _usage("--timeout must be a positive number of seconds")
+    max_output = getattr(args, "max_output", None)
+    max_output = DEFAULT_MAX_OUTPUT if max_output is None else max_output
+    if not 0 <= max_output <= MAX_OUTPUT_LIMIT:
+        raise _usage(f"--max-output is a number of bytes from 0 to {MAX_OUTPUT_LIMIT:,} (1 GiB), not {max_output:,}")
     memory = getattr(args, "memory", "protected")
     if memory == "flat" and args.fetch == "executable":
         raise _usage("--memory flat fetches from any mapped memory (it implies --fetch any); "
@@ -219,7 +226,7 @@ def cmd_emulate(args, out, err) -> int:
             budget = min(args.max_steps, INTERPRETER_START_STEPS)
             try:
                 result = execute(program, backend="reference", input=data, chunk_steps=args.chunk_steps,
-                                 max_steps=budget, runners=False, timeout=left())
+                                 max_steps=budget, runners=False, timeout=left(), max_output=max_output)
                 ran_on = "reference"
             except StepLimitExceeded:
                 if budget == args.max_steps:
@@ -238,11 +245,12 @@ def cmd_emulate(args, out, err) -> int:
                     print(f"hetflow: translated in {compile_s:.2f} s", file=err, flush=True)
                 t0 = time.perf_counter()
                 # the command shows no min trace's reads: they stay in the run's buffer, uncopied
-                result = _output(main_run.run(args.chunk_steps, args.max_steps, deadline, args.timeout, reads=False),
+                result = _output(main_run.run(args.chunk_steps, args.max_steps, deadline, args.timeout, reads=False,
+                                              max_output=max_output),
                                  program, data, args.chunk_steps)
             else:
                 result = execute(program, backend=args.backend, input=data, chunk_steps=args.chunk_steps,
-                                 max_steps=args.max_steps, runners=False, timeout=left())
+                                 max_steps=args.max_steps, runners=False, timeout=left(), max_output=max_output)
             ran_on = args.backend
     except ElfError as e:
         raise _usage(str(e)) from None
@@ -251,6 +259,8 @@ def cmd_emulate(args, out, err) -> int:
             hint = " (raise it with --max-steps)"
         elif "time limit" in str(e):
             hint = " (raise it with --timeout)"
+        elif "output limit" in str(e):
+            hint = " (raise it with --max-output)"
         else:
             hint = ""
         if isinstance(e, TimeLimitExceeded):

@@ -249,6 +249,9 @@ def _emulate_parser(sub) -> None:
                     help="fail after this many steps without an exit (default: 2^28, as in manifests)")
     em.add_argument("--timeout", type=float, metavar="SECONDS",
                     help="fail when the guest has not ended after this many seconds of wall-clock time")
+    em.add_argument("--max-output", type=int, metavar="BYTES", default=None,
+                    help="fail at the write that would take the guest's output past this many bytes (default: "
+                         "16 MiB, as in manifests; at most 1 GiB)")
     em.add_argument("--isa", choices=["rv64imac", "rv64ima"], default="rv64imac",
                     help="rv64ima refuses an ELF built with compressed instructions (default: rv64imac)")
     em.add_argument("--chunk-steps", type=int, default=1 << 18, help="steps per min-trace chunk (default: 262144)")

@@ -178,6 +178,7 @@ class EmulatorDecl:
     accept_exit: tuple[int, ...] = (0,)   # the exit codes an execute phase succeeds with
     backend_reason: str = "chosen in the manifest"   # why ``backend`` (what ``backend: auto`` resolved to)
     memory: str = "protected"         # the emulator's memory mode: "flat" loads and stores anywhere mapped too
+    max_output: int = 1 << 24         # the bytes the guest may write (the emulator's DEFAULT_MAX_OUTPUT)
 
     def to_json(self) -> dict:
         out = {"isa": self.isa, "backend": self.backend, "program": self.program, "chunk_steps": self.chunk_steps,
@@ -191,6 +192,8 @@ class EmulatorDecl:
             out["accept_exit"] = list(self.accept_exit)
         if self.memory != "protected":
             out["memory"] = self.memory
+        if self.max_output != 1 << 24:
+            out["max_output"] = self.max_output
         return out
 
 
@@ -317,8 +320,8 @@ def check_manifest(tree: Mapping[str, Any], doc: Any, base: str, problems: list)
     emulators: dict[str, EmulatorDecl] = {}
     raw = tree.get("emulators") if isinstance(tree.get("emulators"), dict) else {}
     if raw:  # the emulator's package is 3-8 ms of a manifest without emulators' validation
-        from hetflow.executors.emulator import (AUTO, DEFAULT_CHUNK_STEPS, DEFAULT_MAX_STEPS, ElfError, load_elf,
-                                                resolve_backend)
+        from hetflow.executors.emulator import (AUTO, DEFAULT_CHUNK_STEPS, DEFAULT_MAX_OUTPUT, DEFAULT_MAX_STEPS,
+                                                ElfError, load_elf, resolve_backend)
     for name, spec in raw.items():
         if not isinstance(spec, dict) or not isinstance(spec.get("program"), str):
             continue
@@ -360,7 +363,7 @@ def check_manifest(tree: Mapping[str, Any], doc: Any, base: str, problems: list)
             # flat memory fetches from anywhere: its fetch is "any" (a fetch: executable beside it is refused above)
             spec.get("fetch", "any" if spec.get("memory") == "flat" else "executable"),
             spec.get("timeout"), tuple(spec.get("accept_exit", (0,))), backend_reason=reason,
-            memory=spec.get("memory", "protected"))
+            memory=spec.get("memory", "protected"), max_output=spec.get("max_output", DEFAULT_MAX_OUTPUT))
 
     stages = tree.get("stages") if isinstance(tree.get("stages"), dict) else {}
     phases: dict[str, PhaseDecl] = {}

@@ -281,7 +281,7 @@ class PhaseRunner:
         out = execute(program, backend=decl.backend, input=data, chunk_steps=decl.chunk_steps,
                       max_steps=decl.max_steps, mem_plan_rows=rows,
                       rom_histogram=bool(self._consumers(p.id, "rom-histogram")),
-                      runners=runners, timeout=decl.timeout)
+                      runners=runners, timeout=decl.timeout, max_output=decl.max_output)
         if translating:
             print(f"hetflow: translated in {out.extra['translation']['seconds']:.2f} s", file=sys.stderr, flush=True)
         if out.exit_code not in decl.accept_exit:
@@ -382,7 +382,8 @@ class PhaseRunner:
             from hetflow.executors.emulator import native_runners as running
         else:
             from hetflow.executors.emulator import fast as running
-        return running.mem_ops_runner(running.image_of(program, data, len(data)), program, int(out.steps))
+        return running.mem_ops_runner(running.image_of(program, data, len(data)), program, int(out.steps),
+                                      max_output=self.emulators[p.emulator].max_output)
 
     def _end_state(self, p: PhaseDecl, out: Any) -> Any:
         """The guest's state when it ended (pc, x0..x31, priv), from a replay of its last chunk (no backend keeps

@@ -46,8 +46,9 @@ if not os.environ.get("NUMBA_CACHE_DIR"):
 
 from . import machine
 from .elf import ElfError, Program, load_elf
-from .machine import (DEFAULT_MAX_STEPS, INPUT_ADDR, OUTPUT_ADDR, RAM_ADDR, RAM_SIZE, STACK_TOP, UART_ADDR,
-                      EmulatorError, GuestError, GuestTrap, StepLimitExceeded, TimeLimitExceeded)
+from .machine import (DEFAULT_MAX_OUTPUT, DEFAULT_MAX_STEPS, INPUT_ADDR, MAX_OUTPUT_LIMIT, OUTPUT_ADDR, RAM_ADDR,
+                      RAM_SIZE, STACK_TOP, UART_ADDR, EmulatorError, GuestError, GuestTrap, OutputLimitExceeded,
+                      StepLimitExceeded, TimeLimitExceeded)
 from .output import (BackendArtifacts, CountersChunkMetrics, EmuTrace, EmuTraceStart, ExecutionOutput,
                      ExecutorError, MemPlan, RomHistogram, RunnerFailed, RunnerHandleConsumed)
 
@@ -56,9 +57,9 @@ __all__ = [
     "plan_memory", "mem_ops_from_min_traces", "mem_plans_from_min_traces", "rom_histogram_from_min_traces",
     "Program", "ExecutionOutput", "BackendArtifacts", "EmuTrace", "EmuTraceStart", "CountersChunkMetrics",
     "MemPlan", "RomHistogram", "EmulatorError", "ElfError", "GuestError", "GuestTrap", "StepLimitExceeded", "TimeLimitExceeded",
-    "ExecutorError", "RunnerFailed", "RunnerHandleConsumed",
+    "OutputLimitExceeded", "ExecutorError", "RunnerFailed", "RunnerHandleConsumed",
     "witness_table", "instance_table", "plan", "plan_instances", "Instance", "WITNESS_COLUMNS", "STATE_MACHINES",
-    "DEFAULT_SIZES", "DEFAULT_CHUNK_STEPS", "DEFAULT_MAX_STEPS",
+    "DEFAULT_SIZES", "DEFAULT_CHUNK_STEPS", "DEFAULT_MAX_STEPS", "DEFAULT_MAX_OUTPUT", "MAX_OUTPUT_LIMIT",
     "INPUT_ADDR", "OUTPUT_ADDR", "RAM_ADDR", "RAM_SIZE", "STACK_TOP", "UART_ADDR", "machine",
 ]
 
@@ -174,7 +175,8 @@ MAX_CHUNK_STEPS = 1 << 24
 def execute(program: Program | str | Path, *, backend: str = "fast", input: bytes = b"",
             chunk_steps: int = DEFAULT_CHUNK_STEPS, max_steps: int = DEFAULT_MAX_STEPS,
             mem_plan_rows: int = 1 << 22, rom_histogram: bool = True, mem_plan_xp=None,
-            runners: bool = True, timeout: float | None = None) -> ExecutionOutput:
+            runners: bool = True, timeout: float | None = None,
+            max_output: int = DEFAULT_MAX_OUTPUT) -> ExecutionOutput:
     """Run a guest from its entry point and return the seed's ExecutionOutput.
 
     ``backend="auto"`` runs the one :func:`auto_backend` names (the CLI's
@@ -191,13 +193,16 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
     Runners no one awaits are stopped: by ``out.backend.stop()``, when
     the main execution fails, and at the process's exit at the latest
     (:mod:`.background`).
-    ``timeout`` bounds the main execution's wall-clock time in seconds.
+    ``timeout`` bounds the main execution's wall-clock time in seconds;
+    ``max_output`` the bytes the guest may write (at most
+    :data:`MAX_OUTPUT_LIMIT`).
 
     Raises
     ------
     ElfError: a bad file.   GuestTrap: a trap with no handler.
     StepLimitExceeded: ``max_steps`` steps without an exit.
     TimeLimitExceeded: ``timeout`` seconds without an exit.
+    OutputLimitExceeded: a write that would take the output past ``max_output`` bytes.
     Each :class:`GuestError` holds the guest's ``stdout`` and ``pub_outs``
     as they were when it failed.
     """
@@ -208,8 +213,11 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
         raise ValueError(f"chunk_steps is at most {MAX_CHUNK_STEPS} (a chunk's trace is held whole), not {chunk_steps}")
     if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    if isinstance(max_output, bool) or not isinstance(max_output, int) or not 0 <= max_output <= MAX_OUTPUT_LIMIT:
+        raise ValueError(f"max_output is a whole number of bytes from 0 to {MAX_OUTPUT_LIMIT}, not {max_output!r}")
     import time
-    limits = {"deadline": None if timeout is None else time.monotonic() + timeout, "timeout": timeout}
+    limits = {"deadline": None if timeout is None else time.monotonic() + timeout, "timeout": timeout,
+              "max_output": max_output}
     program = _program(program)
     input = bytes(input)
     extra = {}

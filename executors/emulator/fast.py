@@ -86,8 +86,8 @@ from .background import check as _check_stop, spawn  # noqa: F401 - the runners'
 from .elf import PERM_R, PERM_X, Program, Segment
 from .fast_kernel import _CTAB, _SLICE, _TAB, N_WITNESS, _decode, _run  # noqa: F401 (the kernels, re-exported)
 from .isa import CLASSES
-from .layout import (LOG_OPS, LOG_PCS, N_ST, REC_READS, REPLAY, S_CODE, S_EINSN, S_END, S_ETVAL, S_ECAUSE,  # noqa: F401
-                     S_MIE, S_MSTATUS, S_NEED, S_PC, S_PRIV, S_RES, S_STEP, ST_BUDGET, ST_END, ST_GROW,
+from .layout import (LOG_OPS, LOG_PCS, N_ST, REC_READS, REPLAY, S_CNEED, S_CODE, S_EINSN, S_END, S_ETVAL,  # noqa: F401
+                     S_ECAUSE, S_MIE, S_MSTATUS, S_NEED, S_PC, S_PRIV, S_RES, S_STEP, ST_BUDGET, ST_END, ST_GROW,
                      ST_REPLAY_EXHAUSTED, ST_TRAP, U64, WITNESS, region_layout)
 from .output import EmuTrace, EmuTraceStart, RomHistogram
 
@@ -223,6 +223,9 @@ class _Machine:
         self.hist = np.zeros(image.nhist if mode & LOG_PCS else 0, dtype=np.int64)
         self.cbuf = np.empty(256, dtype=np.uint8)
         self.cpos = 0
+        # the captured output's bound: the buffer never grows past it, so the compiled loop stops (ST_GROW) before
+        # a write or UART store that would pass it; a main run sets its own, a replay's chunk stays within it
+        self.max_output = M.MAX_OUTPUT_LIMIT
         self.wbuf = np.empty((0, N_WITNESS), dtype=np.int64)
         self.wofs = 0
 
@@ -232,6 +235,18 @@ class _Machine:
         grown = np.empty(max(used + need, 2 * buf.shape[0]), dtype=buf.dtype)
         grown[:used] = buf[:used]
         return grown
+
+    def _output_room(self, need: int) -> None:
+        """Room in the output buffer for ``need`` more bytes, up to ``max_output`` in all."""
+        cap = self.cbuf.shape[0]
+        if cap > self.max_output:  # a bound below the first buffer's size: the buffer is the bound
+            self.cbuf = self.cbuf[:max(self.max_output, self.cpos)].copy()
+            cap = self.cbuf.shape[0]
+        want = min(self.cpos + need, self.max_output)
+        if want > cap:
+            grown = np.empty(min(max(want, 2 * cap), self.max_output), dtype=np.uint8)
+            grown[:self.cpos] = self.cbuf[:self.cpos]
+            self.cbuf = grown
 
     def run(self, budget: int, counts: np.ndarray) -> int:
         """Run up to ``budget`` steps.  The compiled loop never allocates:
@@ -248,7 +263,7 @@ class _Machine:
                 self.rbuf = self._room(self.rbuf, self.rpos, 3 * b)
             if self.mode & LOG_OPS:
                 self.obuf = self._room(self.obuf, self.opos, 9 * b)
-            self.cbuf = self._room(self.cbuf, self.cpos, b)
+            self._output_room(b)
             status, n, self.rpos, self.opos, self.cpos = _run(
                 self.mem, self.mem64, self.mem32, im.rbase, im.rsize, im.roff, im.rperm, im.rslot, self.dc,
                 _TAB["match"], _TAB["mask"], _TAB["fmt"], _TAB["cls"], _TAB["order"], _TAB["start"], _TAB["stop"],
@@ -263,7 +278,12 @@ class _Machine:
                     self.rbuf = self._room(self.rbuf, self.rpos, need + 3)
                 if self.mode & LOG_OPS:
                     self.obuf = self._room(self.obuf, self.opos, 3 * need + 9)
-                self.cbuf = self._room(self.cbuf, self.cpos, 8 * need + 1)
+                wanted = int(self.st[S_CNEED])
+                if self.cpos + wanted > self.max_output:
+                    pc = int(self.st[S_PC]) & _U64
+                    raise M.OutputLimitExceeded(self.max_output, wanted, pc=pc, insn=self.image.peek_insn(self.mem, pc),
+                                                step=int(self.st[S_STEP]))
+                self._output_room(wanted)
                 if self.mode & REPLAY and self.rpos + need > self.rbuf.shape[0]:
                     return ST_REPLAY_EXHAUSTED
                 continue
@@ -297,12 +317,14 @@ def _entry(program: Program) -> EmuTraceStart:
 
 
 def _whole_run(image: Image, program: Program, mode: int, max_steps: int, machine=None,
-               deadline: float | None = None, timeout: float | None = None) -> _Machine:
+               deadline: float | None = None, timeout: float | None = None,
+               max_output: int = M.DEFAULT_MAX_OUTPUT) -> _Machine:
     """Run the whole program in one machine (the MO and RH runners), under
-    the main execution's step limit and deadline."""
+    the main execution's step limit, deadline and output bound."""
     import time
 
     m = (machine or _Machine)(image, image.copy_mem(), _entry(program), mode)
+    m.max_output = max_output
     counts = np.zeros(len(CLASSES), dtype=np.int64)
     while True:
         _check_stop()
@@ -321,17 +343,18 @@ def _whole_run(image: Image, program: Program, mode: int, max_steps: int, machin
 
 
 def mem_ops_runner(image: Image, program: Program, max_steps: int, machine=None, deadline: float | None = None,
-                   timeout: float | None = None) -> np.ndarray:
+                   timeout: float | None = None, max_output: int = M.DEFAULT_MAX_OUTPUT) -> np.ndarray:
     """MO: every word access of the run as an (n, 3) int64 array
     ``[word address, step, is_write]`` in execution order."""
-    m = _whole_run(image, program, LOG_OPS, max_steps, machine, deadline, timeout)
+    m = _whole_run(image, program, LOG_OPS, max_steps, machine, deadline, timeout, max_output)
     return m.obuf[:m.opos].reshape(-1, 3).copy()
 
 
 def rom_histogram_runner(image: Image, program: Program, max_steps: int, machine=None,
-                         deadline: float | None = None, timeout: float | None = None) -> RomHistogram:
+                         deadline: float | None = None, timeout: float | None = None,
+                         max_output: int = M.DEFAULT_MAX_OUTPUT) -> RomHistogram:
     """RH: executions per instruction address."""
-    m = _whole_run(image, program, LOG_PCS, max_steps, machine, deadline, timeout)
+    m = _whole_run(image, program, LOG_PCS, max_steps, machine, deadline, timeout, max_output)
     return histogram_from_slots(image, m.hist, int(m.st[S_STEP]))
 
 
@@ -371,7 +394,8 @@ CLOCK_STEPS = 1 << 22
 
 
 def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = M.DEFAULT_MAX_STEPS,
-        machine=None, deadline: float | None = None, timeout: float | None = None):
+        machine=None, deadline: float | None = None, timeout: float | None = None,
+        max_output: int = M.DEFAULT_MAX_OUTPUT):
     """Main execution (MT): min traces + per-chunk counters; same dict as reference.run.
 
     ``machine`` is the :class:`_Machine` class to run (the native backend
@@ -381,6 +405,7 @@ def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, 
     image = image_of(program, input_bytes, len(input_bytes))
     mem = image.copy_mem()
     m = (machine or _Machine)(image, mem, _entry(program), REC_READS)
+    m.max_output = max_output
     try:
         return _main(image, mem, m, chunk_steps, max_steps, deadline, timeout)
     except M.GuestError as e:

@@ -22,8 +22,8 @@ from . import machine as M
 from .elf import PERM_R, PERM_W, PERM_X
 from .isa import BY_NAME, CLASSES, TABLE, compressed_arrays, decode_arrays
 # the mode bits, statuses and st indices: compile-time constants in the jitted code
-from .layout import (LOG_OPS, LOG_PCS, REC_READS, REPLAY, S_CODE, S_EINSN, S_END, S_ETVAL, S_ECAUSE, S_MCAUSE,
-                     S_MEPC, S_MIE, S_MSCRATCH, S_MSTATUS, S_MTVAL, S_MTVEC, S_NEED, S_PC, S_PRIV, S_RES, S_STEP,
+from .layout import (LOG_OPS, LOG_PCS, REC_READS, REPLAY, S_CNEED, S_CODE, S_EINSN, S_END, S_ETVAL, S_ECAUSE,
+                     S_MCAUSE, S_MEPC, S_MIE, S_MSCRATCH, S_MSTATUS, S_MTVAL, S_MTVEC, S_NEED, S_PC, S_PRIV, S_RES, S_STEP,
                      ST_BUDGET, ST_END, ST_GROW, ST_REPLAY_EXHAUSTED, ST_TRAP, WITNESS)
 
 __all__ = ["N_WITNESS"]
@@ -751,9 +751,10 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                             first = buf & ~7
                             last = (buf + ln - 1) & ~7
                             nw = ((last - first) >> 3) + 1
-                            if (cpos + nw * 8 > cbuf.shape[0] or (rec and rpos + nw > rbuf.shape[0])
+                            if (cpos + ln > cbuf.shape[0] or (rec and rpos + nw > rbuf.shape[0])
                                     or (logops and opos + 3 * nw > obuf.shape[0])):
                                 st[S_NEED] = nw
+                                st[S_CNEED] = ln
                                 status = ST_GROW
                                 break
                             boff = roff[ri] + (first - rbase[ri])
@@ -974,6 +975,11 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                             v &= 0xFFFFFFFF
                         regs[rd] = v
                 else:
+                    if addr == _UART and msize == 1 and cpos >= cbuf.shape[0] and ri >= 0 and (rperm[ri] & PERM_W) != 0:
+                        st[S_NEED] = 0
+                        st[S_CNEED] = 1
+                        status = ST_GROW
+                        break
                     if ri < 0 or (rperm[ri] & PERM_W) == 0:
                         cause = 7
                         tval = addr

@@ -30,7 +30,7 @@ from .elf import PERM_X
 __all__ = ["REC_READS", "LOG_OPS", "LOG_PCS", "REPLAY", "WITNESS", "ST_BUDGET", "ST_END", "ST_TRAP",
            "ST_REPLAY_EXHAUSTED", "ST_GROW", "S_PC", "S_STEP", "S_PRIV", "S_RES", "S_MSTATUS", "S_MTVEC", "S_MEPC",
            "S_MCAUSE", "S_MTVAL", "S_MSCRATCH", "S_MIE", "S_END", "S_CODE", "S_ECAUSE", "S_ETVAL", "S_EINSN",
-           "S_NEED", "N_ST", "N_STOP", "N_SIDE", "N_SHORT", "N_MISS", "N_CONT", "CTX_STOP", "CTX_RPOS", "CTX_RLEN",
+           "S_NEED", "S_CNEED", "N_ST", "N_STOP", "N_SIDE", "N_SHORT", "N_MISS", "N_CONT", "CTX_STOP", "CTX_RPOS", "CTX_RLEN",
            "CTX_OPOS", "CTX_NREG", "CTX_TOHOST", "CTX_PAGES", "CTX_CHUNK", "CTX_CEND", "CTX_LIMIT", "CTX_RECS",
            "CTX_NREC", "CTX_RCAP", "N_CTX", "REC_PC", "REC_STEP", "REC_RPOS", "REC_COUNTS", "record_width", "PAGE_SHIFT",
            "U64", "to_i64", "region_layout"]
@@ -43,8 +43,8 @@ ST_BUDGET, ST_END, ST_TRAP, ST_REPLAY_EXHAUSTED, ST_GROW = 0, 1, 2, 3, 4
 # indices into the st array
 S_PC, S_STEP, S_PRIV, S_RES = 0, 1, 2, 3
 S_MSTATUS, S_MTVEC, S_MEPC, S_MCAUSE, S_MTVAL, S_MSCRATCH, S_MIE = 4, 5, 6, 7, 8, 9, 10
-S_END, S_CODE, S_ECAUSE, S_ETVAL, S_EINSN, S_NEED = 11, 12, 13, 14, 15, 16
-N_ST = 17
+S_END, S_CODE, S_ECAUSE, S_ETVAL, S_EINSN, S_NEED, S_CNEED = 11, 12, 13, 14, 15, 16, 17
+N_ST = 18
 
 # the native backend's generated code and its runtime (:mod:`.native_main`, which loads no translator):
 # the statuses a translated function returns, the context array's slots (inputs and buffer positions)

@@ -76,6 +76,10 @@ Guest ABI: how a run ends and what it emits
   of a nonzero value v ends the run: exit code v >> 1 when v is odd
   (1 = pass, (n << 1) | 1 = test n failed), else v itself.
 * a byte store to UART_ADDR appends that byte to the captured output.
+* the captured output holds at most ``max_output`` bytes (default
+  :data:`DEFAULT_MAX_OUTPUT`, 16 MiB): a write or UART store that would
+  take it past them does not run, and the run fails with
+  :class:`OutputLimitExceeded` at that instruction, on every backend.
 * public outputs: at the end, pub_outs[i] = the u32 at OUTPUT_ADDR + 4*i,
   i < 64 (ZisK's layout; no ecall involved).
 * a trap taken while mtvec = 0 has no handler: the run fails with a
@@ -130,7 +134,7 @@ __all__ = [
     "INPUT_ADDR", "RAM_ADDR", "RAM_SIZE", "UART_ADDR", "OUTPUT_ADDR", "N_OUTPUTS", "STACK_TOP",
     "ARCH_ID_ZISK", "MISA", "CSR_STATE", "Region", "build_regions", "initial_state",
     "EmulatorError", "GuestError", "GuestTrap", "StepLimitExceeded", "TimeLimitExceeded", "CAUSES",
-    "DEFAULT_MAX_STEPS", "with_output", "StackOverflow", "STACK_GUARD", "stack_guard", "explain",
+    "OutputLimitExceeded", "DEFAULT_MAX_STEPS", "DEFAULT_MAX_OUTPUT", "MAX_OUTPUT_LIMIT", "with_output", "StackOverflow", "STACK_GUARD", "stack_guard", "explain",
     "SYS_EXIT", "SYS_WRITE", "fetch_permission",
 ]
 
@@ -149,6 +153,12 @@ STACK_GUARD = 0x1000
 #: ``hetflow emulate``; a guest that never exits fails within a second on native, and a witness bound from
 #: it (128 B a step) stays near a large machine's memory instead of a terabyte
 DEFAULT_MAX_STEPS = 1 << 28
+
+#: the captured output's bound where a run sets none: it is held in memory, printed whole and kept in a
+#: pipeline run's record, and a guest that prints in a loop reaches the step limit with terabytes written
+DEFAULT_MAX_OUTPUT = 1 << 24
+#: the largest bound a run may set (the guest's output is one bytes object)
+MAX_OUTPUT_LIMIT = 1 << 30
 
 SYS_WRITE = 64
 SYS_EXIT = 93
@@ -221,6 +231,15 @@ class StepLimitExceeded(GuestError):
     def __init__(self, max_steps: int, *, pc: int, insn: int | None, step: int):
         self.max_steps = max_steps
         super().__init__(f"step limit reached: {max_steps} steps without an exit", pc=pc, insn=insn, step=step)
+
+
+class OutputLimitExceeded(GuestError):
+    """A write (or UART store) that would take the captured output past ``max_output`` bytes: it did not run."""
+
+    def __init__(self, max_output: int, wanted: int, *, pc: int, insn: int | None, step: int):
+        self.max_output, self.wanted = max_output, wanted
+        super().__init__(f"output limit reached: a write of {wanted} more bytes would take the guest's output past "
+                         f"{max_output} bytes", pc=pc, insn=insn, step=step)
 
 
 class TimeLimitExceeded(GuestError):

@@ -92,12 +92,12 @@ def replay_chunk(program: Program, trace: EmuTrace, input_size: int = 0, image: 
 
 
 def mem_ops_runner(image: Image, program: Program, max_steps: int, deadline: float | None = None,
-                   timeout: float | None = None) -> np.ndarray:
+                   timeout: float | None = None, max_output: int = M.DEFAULT_MAX_OUTPUT) -> np.ndarray:
     """MO on translated code (:func:`.native_runners.mem_ops_runner`)."""
-    return native_runners.mem_ops_runner(image, program, max_steps, deadline, timeout)
+    return native_runners.mem_ops_runner(image, program, max_steps, deadline, timeout, max_output)
 
 
 def rom_histogram_runner(image: Image, program: Program, max_steps: int, deadline: float | None = None,
-                         timeout: float | None = None):
+                         timeout: float | None = None, max_output: int = M.DEFAULT_MAX_OUTPUT):
     """RH on translated code (:func:`.native_runners.rom_histogram_runner`)."""
-    return native_runners.rom_histogram_runner(image, program, max_steps, deadline, timeout)
+    return native_runners.rom_histogram_runner(image, program, max_steps, deadline, timeout, max_output)

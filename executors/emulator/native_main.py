@@ -283,7 +283,7 @@ class MainRun:
         return ST_END if h.end is not None else ST_BUDGET
 
     def run(self, chunk_steps: int, max_steps: int, deadline: float | None = None,
-            timeout: float | None = None, reads: bool = True) -> dict:
+            timeout: float | None = None, reads: bool = True, max_output: int = M.DEFAULT_MAX_OUTPUT) -> dict:
         """The chunk loop: the same dict as :func:`.fast.run`, min traces'
         reads as ``array('Q')``.  ``deadline`` (:func:`time.monotonic`) is
         looked at each time translated code returns (it runs at most to
@@ -294,6 +294,7 @@ class MainRun:
         (``hetflow emulate``: at 1 G steps/s the copies cost a third of the
         run)."""
         self._keep_reads = reads
+        self.hart.max_output = max_output
         # Each chunk leaves a few tuples and no cycles; the collector would walk every trace so far, over and over
         enabled = gc.isenabled()
         gc.disable()
@@ -461,8 +462,8 @@ def _translate(run: MainRun, pc: int, extra: set[int], compile: bool = True) -> 
 
 
 def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = M.DEFAULT_MAX_STEPS,
-        deadline: float | None = None, timeout: float | None = None) -> dict:
+        deadline: float | None = None, timeout: float | None = None, max_output: int = M.DEFAULT_MAX_OUTPUT) -> dict:
     """Main execution (MT) on translated code: the dict of :func:`.fast.run`
     (``counts`` as a list of rows, min traces' reads as ``array('Q')``) and
     the translation's ``report`` under ``"translation"``."""
-    return MainRun(program, input_bytes).run(chunk_steps, max_steps, deadline, timeout)
+    return MainRun(program, input_bytes).run(chunk_steps, max_steps, deadline, timeout, max_output=max_output)

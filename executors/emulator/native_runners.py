@@ -313,10 +313,11 @@ def _entry(program: Program) -> EmuTraceStart:
 
 
 def _whole_run(image, program: Program, mode: int, max_steps: int, deadline: float | None,
-               timeout: float | None) -> Runner:
+               timeout: float | None, max_output: int = M.DEFAULT_MAX_OUTPUT) -> Runner:
     """The whole program in one runner (MO, RH), under the main execution's
-    step limit and deadline, failing as the fast backend's runners do."""
+    step limit, deadline and output bound, failing as the fast backend's runners do."""
     m = Runner(image, program, _entry(program), mode)
+    m.hart.max_output = max_output
     if m.run(max_steps, deadline, timeout) == ST_END:
         return m
     pc = int(m.st[0]) & U64
@@ -324,17 +325,17 @@ def _whole_run(image, program: Program, mode: int, max_steps: int, deadline: flo
 
 
 def mem_ops_runner(image, program: Program, max_steps: int, deadline: float | None = None,
-                   timeout: float | None = None) -> np.ndarray:
+                   timeout: float | None = None, max_output: int = M.DEFAULT_MAX_OUTPUT) -> np.ndarray:
     """MO: every word access of the run as an (n, 3) int64 array
     ``[word address, step, is_write]`` in execution order (:func:`.fast.mem_ops_runner`'s)."""
-    m = _whole_run(image, program, LOG_OPS, max_steps, deadline, timeout)
+    m = _whole_run(image, program, LOG_OPS, max_steps, deadline, timeout, max_output)
     return m.obuf[:m.opos].reshape(-1, 3).copy()
 
 
 def rom_histogram_runner(image, program: Program, max_steps: int, deadline: float | None = None,
-                         timeout: float | None = None) -> RomHistogram:
+                         timeout: float | None = None, max_output: int = M.DEFAULT_MAX_OUTPUT) -> RomHistogram:
     """RH: executions per instruction address (:func:`.fast.rom_histogram_runner`'s)."""
-    m = _whole_run(image, program, LOG_PCS, max_steps, deadline, timeout)
+    m = _whole_run(image, program, LOG_PCS, max_steps, deadline, timeout, max_output)
     return histogram_from_slots(image, m.hist, int(m.st[1]))
 
 

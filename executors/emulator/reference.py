@@ -133,7 +133,8 @@ def _chunks(h: Hart, m: _Port, chunk_steps: int, max_steps: int, deadline: float
 
 
 def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, max_steps: int = M.DEFAULT_MAX_STEPS,
-        log_ops: bool = False, log_pcs: bool = False, deadline: float | None = None, timeout: float | None = None):
+        log_ops: bool = False, log_pcs: bool = False, deadline: float | None = None, timeout: float | None = None,
+        max_output: int = M.DEFAULT_MAX_OUTPUT):
     """Run a program from its entry point.
 
     Returns a dict: traces (list of EmuTrace), counts (n_chunks x classes),
@@ -145,7 +146,7 @@ def run(program: Program, input_bytes: bytes = b"", chunk_steps: int = 1 << 18, 
 
     regions = M.build_regions(program, len(input_bytes), input_bytes)
     h = Hart(entry_state(program))
-    h.tohost, h.rvc = program.tohost, program.isa != "rv64ima"
+    h.tohost, h.rvc, h.max_output = program.tohost, program.isa != "rv64ima", max_output
     port = LivePort(regions, log_ops, log_pcs, program.fetch)
     traces, table = [], []
     try:

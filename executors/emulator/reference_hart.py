@@ -50,6 +50,7 @@ class Hart:
         self.insn: int | None = None
         self.end: End | None = None
         self.stdout = bytearray()
+        self.max_output = M.MAX_OUTPUT_LIMIT       # a main run sets its own; a replay's chunk stays within it
         self.tohost: int | None = None
         self.trap = -1                 # mcause of the trap the last step took, -1 = none
         self.rvc = True                # False under rv64ima: a 16-bit parcel is an illegal instruction
@@ -89,6 +90,8 @@ def after_store(h: Hart, addr: int, size: int, value: int) -> None:
     """What a store does beyond memory: a byte to the UART is the guest's
     stdout, a nonzero word to ``tohost`` ends the run."""
     if addr == M.UART_ADDR and size == 1:
+        if len(h.stdout) >= h.max_output:
+            raise M.OutputLimitExceeded(h.max_output, 1, pc=h.pc, insn=h.insn, step=h.step)
         h.stdout.append(value)
     if h.tohost is not None and addr == h.tohost and value != 0:
         raise End("tohost", value >> 1 if value & 1 else value)

@@ -127,6 +127,8 @@ def _ecall(h, m, d):
         if data is None:
             h.write(10, -14)
             return
+        if len(h.stdout) + len(data) > h.max_output:
+            raise M.OutputLimitExceeded(h.max_output, len(data), pc=h.pc, insn=h.insn, step=h.step)
         h.stdout += data
         h.write(10, n)
         return

@@ -121,3 +121,96 @@ def test_a_guest_whose_writes_take_seconds_each_is_stopped_at_its_timeout(tmp_pa
     _writer_elf(guest, writes=2, size=4096)
     done = emulate("--backend", "reference", "--input", str(small), str(guest))
     assert done.returncode == 0 and "guest output (8192 bytes)" in done.stdout, (done.stdout, done.stderr)
+
+
+def _uart_elf(path: Path, bytes_: int) -> None:
+    """A guest that stores ``bytes_`` bytes to the UART one at a time, then exits 0."""
+    t0, t1, s2, a0, a7 = 5, 6, 18, 10, 17
+    code = [0x50000 << 12 | t0 << 7 | 0x37,  # lui t0, 0x50000
+            1 << 20 | t0 << 15 | 1 << 12 | t0 << 7 | 0x13,  # slli t0, t0, 1: 0xA0000000 (lui would sign-extend it)
+            _i(t0, t0, 0x200),  # the UART
+            _i(t1, 0, ord("x")),
+            _i(s2, 0, bytes_)]
+    loop = len(code)
+    code += [(t1 << 20) | (t0 << 15) | 0x23,  # sb t1, 0(t0)
+             _i(s2, s2, -1)]
+    back = (loop - len(code)) * 4 & 0x1FFF
+    code.append((back >> 12 & 1) << 31 | (back >> 5 & 0x3F) << 25 | s2 << 15 | 1 << 12 | (back >> 1 & 0xF) << 8
+                | (back >> 11 & 1) << 7 | 0x63)
+    code += [_i(a0, 0, 0), _i(a7, 0, 93), 0x73]
+    text = b"".join(struct.pack("<I", c) for c in code)
+    base, start = 0x8000_0000, 64 + 56
+    header = (b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack("<HHIQQQIHHHHHH", 2, 243, 1, base + start, 64, 0, 0, 64,
+                                                               56, 1, 64, 0, 0))
+    program = struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, start + len(text), start + len(text), 0x1000)
+    path.write_bytes(header + program + text)
+
+
+def _failures(guest: Path, data: bytes, max_output: int) -> list[tuple]:
+    seen = []
+    for backend in BACKENDS:
+        with pytest.raises(emulator.OutputLimitExceeded) as caught:
+            emulator.execute(str(guest), backend=backend, input=data, max_output=max_output)
+        e = caught.value
+        seen.append((backend, e.step, e.pc, e.insn, len(e.stdout), e.wanted, str(e).split(" at ")[0]))
+    return seen
+
+
+def test_a_guest_that_writes_past_its_output_bound_fails_at_that_write_on_every_backend(tmp_path):
+    # a guest printing in a loop held every byte in memory: 200 MB of output took 3.25 GB before it ended
+    guest = tmp_path / "writer.elf"
+    _writer_elf(guest, writes=5, size=4096)
+    data = struct.pack("<Q", 4096) + b"y" * 4096
+    seen = _failures(guest, data, 3 * 4096 - 1)
+    assert len({s[1:] for s in seen}) == 1, seen  # the same step, pc, instruction and output on each
+    assert seen[0][4] == 2 * 4096 and seen[0][5] == 4096, seen
+    assert seen[0][6] == "output limit reached: a write of 4096 more bytes would take the guest's output past 12287 bytes"
+    for backend in BACKENDS:  # exactly at the bound is within it
+        out = emulator.execute(str(guest), backend=backend, input=data, max_output=5 * 4096)
+        assert out.exit_code == 0 and len(out.stdout) == 5 * 4096, backend
+
+
+def test_a_guest_that_prints_to_the_uart_past_its_output_bound_fails_at_that_store(tmp_path):
+    guest = tmp_path / "uart.elf"
+    _uart_elf(guest, 1000)
+    for bound in (300, 10, 0):  # 300 past the fast backend's first buffer, 10 and 0 within it
+        seen = _failures(guest, b"", bound)
+        assert len({s[1:] for s in seen}) == 1, seen
+        assert seen[0][4] == bound and seen[0][5] == 1, seen
+    for backend in BACKENDS:
+        out = emulator.execute(str(guest), backend=backend, max_output=1000)
+        assert out.exit_code == 0 and out.stdout == b"x" * 1000, backend
+
+
+def test_the_output_bound_on_the_command_line(tmp_path):
+    guest = tmp_path / "uart.elf"
+    _uart_elf(guest, 1000)
+    done = emulate("--max-output", "999", str(guest))
+    assert done.returncode == 1, done.stderr
+    assert ("output limit reached: a write of 1 more bytes would take the guest's output past 999 bytes"
+            in done.stderr and "(raise it with --max-output)" in done.stderr), done.stderr
+    assert emulate("--max-output", "1000", str(guest)).returncode == 0
+    bad = emulate("--max-output", str((1 << 30) + 1), str(guest))
+    assert bad.returncode == 2 and "--max-output is a number of bytes from 0 to 1,073,741,824" in bad.stderr
+    with pytest.raises(ValueError, match="max_output is a whole number of bytes"):
+        emulator.execute(str(guest), max_output=-1)
+
+
+def test_an_execute_phase_fails_at_its_emulators_output_bound_and_says_so(tmp_path):
+    guest = tmp_path / "uart.elf"
+    _uart_elf(guest, 1000)
+    manifest = tmp_path / "p.yaml"
+    manifest.write_text("version: 1\nname: loud\nexecutors:\n  cpu: {vendor: cpu}\n"
+                        f"emulators:\n  g: {{program: {guest}, backend: reference, max_output: 300}}\n"
+                        "stages:\n  run: {phase: execute, emulator: g}\n"
+                        "outputs:\n  steps: run.steps\n")
+    runs = tmp_path / "runs"
+    done = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "run", str(manifest), "--runs-dir", str(runs)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "output limit reached: a write of 1 more bytes would take the guest's output past 300 bytes" in done.stderr
+    assert "Traceback" not in done.stderr
+    (tmp_path / "q.yaml").write_text(manifest.read_text().replace("max_output: 300", "max_output: 2000000000"))
+    bad = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "validate", str(tmp_path / "q.yaml")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "q.yaml:6:" in bad.stderr and "1073741824" in bad.stderr, bad.stderr
