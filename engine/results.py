@@ -148,9 +148,11 @@ class _Outputs(Mapping):
         if name not in self._loaded:
             entry = self._entries[name]
             if "file" in entry:
-                from hetflow.engine.store.records import load_output
+                from hetflow.engine.store.records import read_output
 
-                self._loaded[name] = load_output(self._path, name)
+                # the entry the run's record holds (its digest checks the file), not record.json read again:
+                # that file may be gone or damaged since, which is the output's loss only if the output is
+                self._loaded[name] = read_output(self._path, name, entry)
             else:
                 self._loaded[name] = entry.get("value")
         return self._loaded[name]
@@ -175,11 +177,16 @@ class Run:
 
     A run that has just ended passes its record as ``record``, taken as
     it is instead of being read back: a 100,000-stage run's record is
-    40 MB of JSON, and parsing it again cost that run two seconds.
+    40 MB of JSON, and parsing it again cost that run two seconds. Its
+    resolved manifest, plan and params are the process's kept ones, which
+    later runs of the same manifest write into their records: ``record``
+    gives the caller a copy of those parts the first time it is asked for,
+    so that a change to it is no later run's.
     """
 
     def __init__(self, path: str | os.PathLike, record: dict | None = None) -> None:
         self.path = os.fspath(path)
+        self._shared = record is not None
         if record is None:
             record_file = os.path.join(self.path, "record.json")
             try:
@@ -189,12 +196,20 @@ class Run:
                 raise UsageError(f"{self.path}: no run record (record.json) here") from None
             except (OSError, ValueError) as e:
                 raise UsageError(f"{record_file}: not a readable run record: {e}") from None
-        self.record: dict = record
-        self.outputs: Mapping[str, Any] = _Outputs(self.path, self.record.get("outputs") or {})
+        self._record: dict = record
+        # read from the folder as it was named when the run ended, whatever the working directory is by then
+        self.outputs: Mapping[str, Any] = _Outputs(os.path.abspath(self.path), record.get("outputs") or {})
+
+    @property
+    def record(self) -> dict:
+        """``record.json`` as a dict, the caller's own."""
+        if self._shared:
+            self._record, self._shared = _own(self._record), False
+        return self._record
 
     @property
     def run_id(self) -> str:
-        return self.record.get("run_id") or os.path.basename(self.path)
+        return self._record.get("run_id") or os.path.basename(self.path)
 
     @property
     def status(self) -> str:
@@ -202,7 +217,7 @@ class Run:
         for one whose process ended without writing its final record (killed, out of memory, a power loss)."""
         from hetflow.engine.store.runs import status_of
 
-        return status_of(self.record) or "unknown"
+        return status_of(self._record) or "unknown"
 
     @property
     def ok(self) -> bool:
@@ -211,7 +226,7 @@ class Run:
     @property
     def error(self) -> str | None:
         """The run's error message, or None."""
-        return (self.record.get("error") or {}).get("message")
+        return (self._record.get("error") or {}).get("message")
 
     @property
     def record_path(self) -> str:
@@ -220,11 +235,11 @@ class Run:
     @property
     def failures(self) -> list[Failure]:
         """Each failed or timed-out stage, or the run's one error where no stage is to blame."""
-        error = self.record.get("error") or {}
+        error = self._record.get("error") or {}
         tb = os.path.join(self.path, error["traceback_file"]) if error.get("traceback_file") else None
-        plan_nodes = (self.record.get("plan") or {}).get("nodes") or {}
+        plan_nodes = (self._record.get("plan") or {}).get("nodes") or {}
         out = []
-        for node, entry in (self.record.get("nodes") or {}).items():
+        for node, entry in (self._record.get("nodes") or {}).items():
             if entry.get("status") in ("failed", "timed out") and entry.get("error"):
                 origin = error.get("origin") if error.get("node") == node else (plan_nodes.get(node) or {}).get("origin")
                 out.append(Failure(node, (plan_nodes.get(node) or {}).get("op"), entry["error"], tb, entry["status"], origin))
@@ -238,7 +253,7 @@ class Run:
         import html
 
         e = html.escape
-        rec = self.record
+        rec = self._record
         rows = [("run", self.run_id), ("status", self.status), ("manifest", (rec.get("manifest") or {}).get("name")),
                 ("point", (rec.get("matrix_point") or {}).get("name") or "-"), ("started", rec.get("started_at")),
                 ("duration", "-" if rec.get("duration_s") is None else f"{rec['duration_s']:.3f} s"), ("folder", self.path)]
@@ -254,6 +269,19 @@ class Run:
 
     def __repr__(self) -> str:
         return f"<hetflow.Run {self.run_id}: {self.status}>"
+
+
+def _own(record: dict) -> dict:
+    """``record`` with its resolved manifest, plan and params copied: the parts a run shares with the process's
+    kept manifest and plan (a pickle's round trip: exact for a record's values, and several times faster than
+    ``copy.deepcopy``)."""
+    import pickle
+
+    own = dict(record)
+    for key in ("manifest", "plan", "params"):
+        if key in own:
+            own[key] = pickle.loads(pickle.dumps(own[key], protocol=pickle.HIGHEST_PROTOCOL))
+    return own
 
 
 def _loads(text: bytes) -> Any:

@@ -234,10 +234,18 @@ def _invoker(name: str, fn: Callable, order: Sequence[str]) -> Callable[..., Any
         body = op.kernels.get(vendor, fn) if vendor else fn
         kwargs = {k: float(v) if op.args[k].kind in ("number", "number?") and v is not None else v
                   for k, v in args.items() if k in op.args}
+        # an input is another stage's output, which that stage's record vouches for and other stages read too:
+        # the op gets it read-only (a numpy view), so that writing into it fails this stage instead of changing
+        # the others' values unrecorded
+        inputs = [_read_only(x) for x in inputs]
         try:
             out = body(xp, *inputs, **kwargs)
         except Exception as e:  # noqa: BLE001 - the user's exception fails the stage with their traceback
             text, at = _user_frames(e)
+            if isinstance(e, ValueError) and "read-only" in str(e):
+                raise UserOpError(f"op {name!r} wrote into one of its inputs ({e}; {at}): an op's inputs are other "
+                                  "stages' outputs, read-only to it; compute a new array (x * 2, not x *= 2)",
+                                  op=name, user_traceback=text) from None
             raise UserOpError(f"op {name!r} raised {type(e).__name__}: {e} ({at})", op=name,
                               user_traceback=text) from None
         except SystemExit as e:  # sys.exit() in an op would end the run's process with the op's code, unrecorded
@@ -258,6 +266,13 @@ def _invoker(name: str, fn: Callable, order: Sequence[str]) -> Callable[..., Any
         return out
 
     return invoke
+
+
+def _read_only(x: Any) -> Any:
+    if isinstance(x, np.ndarray) and x.flags.writeable:
+        x = x.view()
+        x.flags.writeable = False
+    return x
 
 
 def _computed_in(found: Any, op: oplib.Op, inputs: Sequence[Any], dtype: Dtype) -> bool:

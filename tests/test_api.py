@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -109,6 +110,32 @@ def test_run_with_params_reads_outputs_and_record(manifest_file, tmp_path):
         hetflow.open_run("nope", runs_dir=runs)
     with pytest.raises(KeyError, match="the run has no output 'z' \\(outputs: y\\)"):
         r.outputs["z"]
+
+
+def test_a_change_to_a_runs_record_is_no_later_runs(manifest_file, tmp_path, monkeypatch):
+    """A run's record shares its resolved manifest, plan and params with the process's kept manifest: changed
+    through one run's ``record``, they were written into the next run's record.json, which then failed verify."""
+    path = manifest_file(SPLIT)
+    monkeypatch.chdir(tmp_path)
+    runs = "runs"  # the run's path is then relative, as the runs folder was named
+    first = hetflow.run(path, runs_dir=runs, cache=False)
+    first.record["manifest"]["resolved"]["params"]["n"] = 99
+    first.record["plan"]["nodes"]["x"]["op"] = "bogus"
+    first.record["params"]["k"] = -1.0
+    second = hetflow.run(path, runs_dir=runs, cache=False)
+    on_disk = json.loads(Path(second.record_path).read_text())
+    assert on_disk["manifest"]["resolved"]["params"] == {"n": 6, "k": 2.0}
+    assert on_disk["plan"]["nodes"]["x"]["op"] == "arange" and on_disk["params"] == {"n": 6, "k": 2.0}
+    assert second.record["params"] == {"n": 6, "k": 2.0}
+    code, out, err = _cli("verify", second.run_id, "--runs-dir", runs)
+    assert code == 0, err
+    # read from the folder it ran in, whatever the working directory is now; a folder gone is the output's loss
+    monkeypatch.chdir(tmp_path.parent)
+    assert second.outputs["y"].tolist() == [0.0, 1.0, 4.0, 9.0, 16.0, 25.0]
+    assert not os.path.isabs(first.path)
+    shutil.rmtree(tmp_path / first.path)
+    with pytest.raises(hetflow.OutputDamaged, match="output 'y': y.npy is not in"):
+        first.outputs["y"]
 
 
 @pytest.mark.parametrize("seed", [2**64, 3**90])

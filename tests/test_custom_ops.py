@@ -290,6 +290,35 @@ def test_an_op_that_raises_fails_its_stage_with_the_users_traceback(project, tmp
     assert Path(lines[1].removeprefix("traceback: ")).read_text() == trace
 
 
+def test_an_op_that_writes_into_its_input_fails_its_stage_and_leaves_the_other_stages_values_whole(project, tmp_path):
+    # x was another stage's output, recorded with its digest and read by r too: zeroed in place, x and r were
+    # recorded as what arange and relu had made, with all-zero values, and the run succeeded
+    (tmp_path / "inplace.py").write_text(textwrap.dedent("""\
+        from hetflow import op
+
+
+        @op("t.zero")
+        def zero(xp, x):
+            x *= 0
+            return x + 1
+
+
+        @op("t.same")
+        def same(xp, x):
+            return x
+        """))
+    text = (PIPELINE.replace("plugins: [ops.py]", "plugins: [ops.py, inplace.py]")
+            .replace("op: relu, inputs: [x], executor: third", "op: relu, inputs: [s], executor: third")
+            .replace("  r: {", "  s: {op: t.same, inputs: [x], executor: third}\n  r: {"))
+    code, out, err = run_cli("run", project(text), "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0, err  # an op that hands its input on unchanged is fine
+    zeroing = text.replace("op: t.same, inputs: [x]", "op: t.zero, inputs: [x]")
+    code, out, err = run_cli("run", project(zeroing), "--runs-dir", str(tmp_path / "runs"))
+    assert code == 1
+    assert ("stage 's' failed: backend error: op 't.zero' wrote into one of its inputs (output array is read-only; "
+            "inplace.py:6): an op's inputs are other stages' outputs, read-only to it; compute a new array") in err
+
+
 def test_a_result_that_contradicts_the_declared_shape_or_dtype_is_a_run_time_error(project, tmp_path):
     (tmp_path / "liar.py").write_text(textwrap.dedent("""\
         from hetflow import op

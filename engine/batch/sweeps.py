@@ -165,7 +165,7 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
                  error=f"{type(e).__name__}: {e}")
             raise
         save(row, status=done.status, run_id=done.run_id, record=os.path.relpath(done.record_path, runs_dir),
-             outputs={k: v["digest"] for k, v in done.record["outputs"].items()}, error=done.error,
+             outputs={k: v["digest"] for k, v in done._record["outputs"].items()}, error=done.error,
              **({} if done.status == "succeeded" else {"exit_code": 1}))
 
     def close(status: str, forced: bool = False, wait_s: float | None = None) -> None:

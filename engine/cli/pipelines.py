@@ -158,7 +158,7 @@ def _run(args: argparse.Namespace, out, err) -> int:
     finally:
         if hasattr(sink, "close"):
             sink.close()
-    rec = run.record
+    rec = run._record  # read only: the caller's own copy of the shared parts is for callers that may change them
     if not run.ok:
         origin = (rec.get("error") or {}).get("origin")
         if args.json:
