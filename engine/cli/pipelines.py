@@ -251,14 +251,20 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
     from hetflow.engine.plan.planner import plan as make_plan
     from hetflow.executors import probe
     from hetflow.engine.run.execute import execute
-    from hetflow.engine.store.runs import manifest_from_record, read_record
+    from hetflow.engine.store.runs import manifest_from_record, read_record, resolve_id, status_of
 
     from hetflow.engine.run.inputs import describe_inputs, parse_input_flags, recorded_inputs, with_inputs
 
     given = parse_input_flags(args.input)
-    record = read_record(args.runs_dir, args.run_id)
-    if record.get("status") != "succeeded":
-        raise UsageError(f"run {args.run_id} did not succeed (status {record.get('status')}); there is nothing to verify")
+    folder = resolve_id(args.runs_dir, args.run_id, "run")
+    record = read_record(args.runs_dir, folder)
+    status = status_of(record)
+    if status != "succeeded":
+        raise UsageError(f"run {args.run_id} did not succeed (status {status}); there is nothing to verify")
+    if record.get("run_id") != folder:
+        # a folder renamed, or two swapped: its files are the ones its record vouches for, wherever it now is
+        print(f"hetflow: note: {os.path.join(args.runs_dir, folder)} holds the record of run {record.get('run_id')}; "
+              "its files are verified where they are", file=err)
     manifest = manifest_from_record(record)
     # refused before the rerun starts: a rerun without the run's own arrays could only fail or differ
     bound = recorded_inputs(record, manifest, given, verb="verify")
@@ -279,19 +285,31 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
     from hetflow.engine.store.records import read_output
 
     rows = []
-    run_dir = os.path.join(args.runs_dir, record["run_id"])
-    for name, entry in record.get("outputs", {}).items():
+    run_dir = os.path.join(args.runs_dir, folder)
+    recorded_outputs = record.get("outputs") if isinstance(record.get("outputs"), dict) else {}
+    # every output the manifest names, the record's digest-checked resolved form: one the record lacks is no match
+    names = list(recorded_outputs) + [n for n in list(fresh) + list(manifest.outputs) if n not in recorded_outputs]
+    for name in dict.fromkeys(names):
+        entry = recorded_outputs.get(name)
+        entry = entry if isinstance(entry, dict) else {}
+        digest = entry.get("digest") if isinstance(entry.get("digest"), str) else None
         got = fresh.get(name)
-        row = {"output": name, "recorded": entry["digest"], "rerun": got, "match": got == entry["digest"]}
-        if not row["match"] and rerun_ok:
-            row["causes"] = mismatch_causes(record, rerun_record, name)
-        if "file" in entry:  # the run's own file still the array its record names: a result is its file too
+        row = {"output": name, "recorded": digest, "rerun": got, "match": digest is not None and got == digest}
+        if not entry:
+            row["file"] = "the record lists no such output, though its manifest names it"
+            print(f"hetflow: output {name}: {row['file']}", file=err)
+        elif digest is None:
+            row["file"] = "the record gives no digest for it"
+            print(f"hetflow: output {name}: {row['file']}", file=err)
+        elif "file" in entry or "value" not in entry:  # the run's own file still the array its record names
             try:
                 read_output(run_dir, name, entry)
                 row["file"] = "ok"
             except OutputDamaged as e:
                 row["file"] = e.why
                 print(f"hetflow: output {name}: {e.why}", file=err)
+        if not row["match"] and rerun_ok and digest is not None:
+            row["causes"] = mismatch_causes(record, rerun_record, name)
         rows.append(row)
     damaged = [r["output"] for r in rows if r.get("file") not in (None, "ok")]
     ok = rerun_ok and all(r["match"] for r in rows) and not damaged
@@ -305,7 +323,7 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
         width = max([len(r["output"]) for r in rows] + [6])
         print(f"{'output':<{width}}  {'recorded':<23}  {'rerun':<23}  match", file=out)
         for r in rows:
-            print(f"{r['output']:<{width}}  {r['recorded'][:23]:<23}  {(r['rerun'] or 'missing')[:23]:<23}  "
+            print(f"{r['output']:<{width}}  {(r['recorded'] or 'missing')[:23]:<23}  {(r['rerun'] or 'missing')[:23]:<23}  "
                   f"{'yes' if r['match'] else 'NO'}", file=out)
         for r in rows:
             for cause in r.get("causes", ()):

@@ -280,6 +280,13 @@ def _dependency_order(partitions: tuple[Partition, ...], stages: Mapping[str, An
     return order
 
 
+def _elsewhere(entry: Any) -> str:
+    """Why an entry whose ``entry.json`` names another key is not this key's: it was moved or copied here."""
+    named = entry.get("key") if isinstance(entry, dict) else None
+    return (f"its entry.json names key {str(named)[:26]}, not this folder's: another partition's entry, moved or "
+            "copied here" if named else "its entry.json names no key")
+
+
 class Cache:
     """The entries under one root folder; safe to share between threads and processes."""
 
@@ -308,6 +315,8 @@ class Cache:
         try:
             with open(os.path.join(folder, "entry.json"), "rb") as f:
                 entry = json.loads(f.read())
+            if entry.get("key") != key:
+                return _elsewhere(entry)
             for tensor, meta in entry["outputs"].items():
                 name = meta["file"]
                 try:
@@ -347,6 +356,9 @@ class Cache:
             self.damaged[key] = f"its entry.json is not an entry's JSON: {e}"
             return None
         try:
+            if entry.get("key") != key:
+                self.damaged[key] = _elsewhere(entry)
+                return None
             outputs = {}
             for tensor, meta in entry["outputs"].items():
                 with open(os.path.join(folder, meta["file"]), "rb") as f:

@@ -593,7 +593,13 @@ def read_output(run_dir: str, name: str, entry: Mapping[str, Any]) -> np.ndarray
     """
     from hetflow.engine.errors import OutputDamaged
 
-    path = os.path.join(run_dir, entry["file"])
+    file, recorded = entry.get("file"), entry.get("digest")
+    if not isinstance(file, str) or not isinstance(recorded, str) or entry.get("dtype") not in _DTYPE_NAMES:
+        # a record edited or damaged: without its file, dtype and digest nothing vouches for the bytes
+        missing = [k for k, ok in (("file", isinstance(file, str)), ("dtype", entry.get("dtype") in _DTYPE_NAMES),
+                                   ("digest", isinstance(recorded, str))) if not ok]
+        raise OutputDamaged(name, f"its record gives no valid {', '.join(missing)} for it")
+    path = os.path.join(run_dir, file)
     try:
         raw = np.load(path, allow_pickle=False)
         dtype = Dtype(entry["dtype"]).numpy
@@ -604,11 +610,13 @@ def read_output(run_dir: str, name: str, entry: Mapping[str, Any]) -> np.ndarray
         # numpy takes a file without its magic string for a pickle, and says so: it is no .npy file at all
         why = "it is not a .npy file" if "allow_pickle" in str(e) else str(e)
         raise OutputDamaged(name, f"{path} cannot be read as the {entry['dtype']} array its record names: {why}") from None
-    recorded = entry.get("digest")
-    if recorded and array_digest(entry["dtype"], array) != recorded:
+    if array_digest(entry["dtype"], array) != recorded:
         raise OutputDamaged(name, f"{path} is not the array its record's digest names ({recorded[:23]}): it was "
                                   "changed or damaged after the run")
     return array
+
+
+_DTYPE_NAMES = frozenset(d.value for d in Dtype)
 
 
 def array_digest(dtype: str, array: np.ndarray) -> str:

@@ -1,0 +1,141 @@
+"""A run's files changed by hand, and what ``verify`` and the cache then say: never "match" for a record that
+lost its outputs or digests, never an internal error, the folder the run was named by, and never a cache entry
+moved from another partition's folder taken as this one's."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hetflow.engine import cli
+
+MANIFEST = """\
+version: 1
+name: tamper
+params: {n: 6, k: 2.0}
+executors: {a: {vendor: cpu}, b: {vendor: cpu}}
+stages:
+  x: {op: arange, args: {stop: "${n}"}, executor: a}
+  y: {op: mul, inputs: [x], args: {value: "${k}"}, executor: b}
+  s: {op: sum, inputs: [y], executor: b}
+outputs: {y: y, s: s}
+"""
+
+
+def _cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    return cli.main(list(argv), out=out, err=err), out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def ran(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(MANIFEST)
+    runs = tmp_path / "runs"
+    code, out, err = _cli("run", str(path), "--runs-dir", str(runs), "--quiet")
+    assert code == 0, err
+    run_id = out.strip().splitlines()[-1]
+    return path, runs, run_id
+
+
+def _edit(runs: Path, run_id: str, change) -> None:
+    record_file = runs / run_id / "record.json"
+    record = json.loads(record_file.read_text())
+    change(record)
+    record_file.write_text(json.dumps(record))
+
+
+def _verify(runs: Path, run_id: str) -> tuple[int, dict, str]:
+    code, out, err = _cli("verify", run_id, "--runs-dir", str(runs), "--json")
+    assert "internal error" not in err and "Traceback" not in err, err
+    return code, json.loads(out), err
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda r: r.update(outputs={}), "output s: the record lists no such output, though its manifest names it"),
+    (lambda r: r["outputs"].pop("s"), "output s: the record lists no such output, though its manifest names it"),
+    (lambda r: r["outputs"]["s"].update(digest=None), "output s: the record gives no digest for it"),
+    (lambda r: r["outputs"]["s"].pop("digest"), "output s: the record gives no digest for it"),
+    (lambda r: r["outputs"]["s"].update(digest=12345), "output s: the record gives no digest for it"),
+    (lambda r: r["outputs"]["s"].pop("file"), "output s: its record gives no valid file for it"),
+])
+def test_a_record_that_lost_an_output_or_its_digest_does_not_verify(ran, change, said):
+    # verify compared only the outputs the record listed, and skipped the file check of one without a digest:
+    # a record emptied of its outputs verified as "all outputs match"; a digest of 12345 was an internal error
+    path, runs, run_id = ran
+    _edit(runs, run_id, change)
+    code, report, err = _verify(runs, run_id)
+    assert code == 1 and report["match"] is False, (report, err)
+    assert said in err, err
+    assert {row["output"] for row in report["outputs"]} == {"y", "s"}
+    code, out, err = _cli("verify", run_id, "--runs-dir", str(runs))
+    assert code == 1 and "internal error" not in err and "verify" in out, err
+
+
+def test_a_renamed_run_folder_is_verified_where_it_is(ran):
+    path, runs, run_id = ran
+    os.rename(runs / run_id, runs / "kept")
+    code, report, err = _verify(runs, "kept")
+    assert code == 0 and report["match"] is True, err
+    assert f"{runs / 'kept'} holds the record of run {run_id}; its files are verified where they are" in err
+
+
+def test_a_run_killed_while_it_ran_is_said_to_have_died(tmp_path):
+    (tmp_path / "slow.py").write_text("import time\nfrom hetflow import op\n\n\n@op('t.slow')\n"
+                                      "def slow(xp, x):\n    time.sleep(60)\n    return x\n")
+    path = tmp_path / "m.yaml"
+    path.write_text("version: 1\nname: slow\nplugins: [slow.py]\nexecutors: {a: {vendor: cpu}}\nstages:\n"
+                    "  x: {op: arange, args: {stop: 3}}\n  y: {op: t.slow, inputs: [x]}\noutputs: {y: y}\n")
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "hetflow.engine.cli", "run", str(path), "--runs-dir", str(runs)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(runs.glob("*/record.json")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    code, out, err = _cli("verify", "latest", "--runs-dir", str(runs))
+    assert code == 2 and "did not succeed (status died)" in err, err
+
+
+def test_a_cache_entry_moved_from_another_partitions_folder_is_not_taken_as_its_own(tmp_path):
+    # a folder of the cache holding another key's entry was restored as this key's: the run recorded the other
+    # run's values (or another shape) as its own, said nothing, and a later verify blamed the executor
+    path = tmp_path / "m.yaml"
+    path.write_text(MANIFEST)
+    runs = tmp_path / "runs"
+    ids = []
+    for k in ("2.0", "3.0"):
+        code, out, err = _cli("run", str(path), "--runs-dir", str(runs), "--quiet", "-p", f"k={k}")
+        assert code == 0, err
+        ids.append(out.strip().splitlines()[-1])
+    keys = [json.loads((runs / i / "record.json").read_text())["cache"]["keys"] for i in ids]
+    moved = next(p for p in keys[0] if keys[0][p]["key"] != keys[1][p]["key"])
+
+    def folder(key: str) -> Path:
+        hexkey = key.split(":")[-1]
+        return runs / ".cache" / hexkey[:2] / hexkey
+
+    shutil.rmtree(folder(keys[0][moved]["key"]))
+    shutil.copytree(folder(keys[1][moved]["key"]), folder(keys[0][moved]["key"]))
+    code, out, err = _cli("run", str(path), "--runs-dir", str(runs), "-p", "k=2.0")
+    assert code == 0, err
+    third = out.strip().splitlines()[-1]
+    record = json.loads((runs / third / "record.json").read_text())
+    first = json.loads((runs / ids[0] / "record.json").read_text())
+    assert {n: o["digest"] for n, o in record["outputs"].items()} == {n: o["digest"] for n, o in first["outputs"].items()}
+    assert moved not in record["cache"]["hits"]
+    assert "another partition's entry, moved or copied here" in record["cache"]["damaged"][moved]
+    assert "cache entry was damaged" in err or "cache entries were damaged" in err
