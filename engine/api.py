@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import numbers
 import operator
 import os
 from collections.abc import Iterator, Mapping
@@ -228,7 +229,31 @@ def _overrides(params: Params | None) -> dict[str, Any]:
         return {}
     if not isinstance(params, Mapping) or not all(isinstance(k, str) for k in params):
         raise UsageError(f"params must be a mapping of param names to values, got {params!r}")
-    return dict(params)
+    return {k: _param_value(v, k) for k, v in params.items()}
+
+
+def _param_value(value: Any, where: str) -> Any:
+    """A param's value as a manifest holds it: numpy's scalars as the Python numbers they are, a tuple as a
+    list; a number of another kind (Decimal, Fraction) or an array is refused, naming the param.
+
+    >>> import numpy as np
+    >>> _param_value({"n": np.int64(8), "k": (np.float32(0.5), True)}, "p")
+    {'n': 8, 'k': [0.5, True]}
+    """
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_param_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, Mapping):
+        return {k: _param_value(v, f"{where}.{k}") for k, v in value.items()}
+    item = getattr(value, "item", None)
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0 and callable(item):
+        return _param_value(item(), where)
+    what = "an array" if getattr(value, "ndim", 0) else f"a {type(value).__module__}.{type(value).__qualname__}"
+    hint = "; give .tolist()" if getattr(value, "ndim", 0) else "; give int() or float() of it" if isinstance(
+        value, numbers.Number) else ""
+    raise UsageError(f"param {where!r} is {what}, which a manifest cannot hold (its values are numbers, text, "
+                     f"booleans, null, lists and maps){hint}")
 
 
 def validate(path: str | os.PathLike, params: Params | None = None) -> list[Diagnostic]:

@@ -299,6 +299,8 @@ def require_runs_dir(path: str, *, create: bool = True) -> None:
     ...
     hetflow.engine.errors.EnvironmentUnavailable: the runs directory ...errors.py is not a directory
     """
+    if isinstance(path, str) and "\0" in path:
+        raise UsageError(f"the runs directory {path!r} cannot be a folder's name: it holds a NUL character")
     if os.path.exists(path) and not os.path.isdir(path):
         raise EnvironmentUnavailable(f"the runs directory {path} is not a directory")
     if not create:

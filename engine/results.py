@@ -298,13 +298,17 @@ class Sweep:
 
     def __init__(self, path: str | os.PathLike) -> None:
         """The sweep in folder ``path``."""
+        from hetflow.engine.store.runs import read_summary
+
         self.path = os.fspath(path)
-        with open(os.path.join(self.path, "sweep.json"), encoding="utf-8") as f:
-            self.summary: dict = json.load(f)
+        summary_file = os.path.join(self.path, "sweep.json")
+        if not os.path.isfile(summary_file):
+            raise UsageError(f"{self.path}: no sweep summary (sweep.json) here")
+        self.summary: dict = read_summary(summary_file)
         self.runs: Sequence[Run | None] = _PointRuns(os.path.dirname(os.path.abspath(self.path)),
                                                      self.summary["points"])
 
-    sweep_id = property(lambda self: self.summary["sweep_id"])
+    sweep_id = property(lambda self: self.summary.get("sweep_id") or os.path.basename(os.path.abspath(self.path)))
 
     @property
     def status(self) -> str:

@@ -439,6 +439,13 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
     [-4611686018427387904]
     """
 
+    if callable(name) and not isinstance(name, str):
+        # @op without its name: the function became the name, and the def's name the decorator
+        raise PluginError(f"@op needs the op's name: write @op('ns.name') above def {getattr(name, '__name__', '?')}",
+                          defined_at(name))
+    if isinstance(dtypes, str) or (dtypes is not None and not isinstance(dtypes, Iterable)):
+        raise PluginError(f"op {name!r}: dtypes= is a list of dtype names (dtypes=['fp32']), not {dtypes!r}")
+
     def register(fn: Callable) -> OpFunction:
         where = defined_at(fn)
         if not isinstance(name, str) or not OP_NAME.fullmatch(name):
@@ -455,9 +462,10 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
         arity, args, order = _signature(fn, name, where)
         if arity[1] == 0 and shape is None:
             raise PluginError(f"op {name!r} takes no inputs, so it must give shape=", where)
-        for label, f in (("shape", shape), ("cost", cost), ("input_dtypes", input_dtypes)):
+        for label, f, of in (("shape", shape, "shapes"), ("cost", cost, "shapes"),
+                             ("input_dtypes", input_dtypes, "dtypes' names")):
             if f is not None and not callable(f):
-                raise PluginError(f"op {name!r}: {label}= must be a function of the input shapes and args", where)
+                raise PluginError(f"op {name!r}: {label}= must be a function of the input {of} and args", where)
         module = getattr(fn, "__module__", None) or "__main__"
         loading = getattr(LOADING, "module", None)
         with REGISTRY_LOCK:

@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -671,3 +672,44 @@ def test_a_script_that_starts_a_local_cluster_without_the_main_guard_is_told_the
             "again") in done.stderr
     assert 'put that call under `if __name__ == "__main__":`' in done.stderr
     assert "bootstrapping phase" not in done.stderr
+
+
+def test_params_of_numpys_kinds_are_their_numbers_and_other_kinds_are_refused_by_name(manifest_file, tmp_path):
+    # np.int64(4) was refused as "must be a list of non-negative integers, got [np.int64(4)]", a Decimal was a
+    # raw TypeError from deep in the resolver, and a tuple passed where a list was refused
+    import decimal
+    import fractions
+
+    path = manifest_file(SPLIT)
+    r = hetflow.run(path, params={"n": np.int64(4), "k": np.float32(3.0)}, runs_dir=tmp_path / "runs", cache=False)
+    assert r.ok and r.outputs["y"].tolist() == [0.0, 1.0, 4.0, 9.0]
+    assert r.record["overrides"] == {"n": 4, "k": 3.0} and type(r.record["overrides"]["n"]) is int
+    for value, said in [(decimal.Decimal("1.5"), "param 'k' is a decimal.Decimal, which a manifest cannot hold"),
+                        (fractions.Fraction(1, 3), "param 'k' is a fractions.Fraction"),
+                        (np.arange(3), "param 'k' is an array, which a manifest cannot hold"),
+                        ((1, 2), "param 'k' is a single value, not a list or map")]:
+        with pytest.raises(hetflow.UsageError, match=re.escape(said)):
+            hetflow.validate(path, params={"k": value})
+    with pytest.raises(hetflow.ManifestError, match="a path cannot hold a NUL character"):
+        hetflow.validate(str(path) + "\0x")
+    with pytest.raises(hetflow.UsageError, match="holds a NUL character"):
+        hetflow.run(path, runs_dir=str(tmp_path / "r\0s"))
+
+
+def test_a_sweep_folder_that_is_not_one_is_a_usage_error(tmp_path):
+    with pytest.raises(hetflow.UsageError, match="no sweep summary \\(sweep.json\\) here"):
+        hetflow.Sweep(tmp_path / "nope")
+    (tmp_path / "sweep.json").write_text("{")
+    with pytest.raises(hetflow.UsageError, match=r"sweep.json:\d+:\d+: error: not valid JSON"):
+        hetflow.Sweep(tmp_path)
+
+
+def test_op_without_its_name_or_with_one_dtype_as_text_is_refused_at_the_decorator():
+    from hetflow.executors.userops import PluginError
+
+    with pytest.raises(PluginError, match=r"@op needs the op's name: write @op\('ns.name'\) above def nameless"):
+        @hetflow.op
+        def nameless(xp, x):
+            return x
+    with pytest.raises(PluginError, match=r"dtypes= is a list of dtype names \(dtypes=\['fp32'\]\), not 'fp32'"):
+        hetflow.op("t.text_dtypes", dtypes="fp32")

@@ -927,6 +927,8 @@ _FILE_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO (a named pipe)
 def load(file: str | os.PathLike) -> Document:
     """Read and parse a manifest file; text that is not UTF-8 is refused at its first bad byte."""
     name = os.fspath(file)
+    if isinstance(name, str) and "\0" in name:
+        raise ManifestError([Diagnostic(None, f"{name!r}: no such file (a path cannot hold a NUL character)")])
     try:
         # opened without waiting: a FIFO would hold the open until something writes to it
         fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
