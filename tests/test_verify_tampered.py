@@ -139,3 +139,38 @@ def test_a_cache_entry_moved_from_another_partitions_folder_is_not_taken_as_its_
     assert moved not in record["cache"]["hits"]
     assert "another partition's entry, moved or copied here" in record["cache"]["damaged"][moved]
     assert "cache entry was damaged" in err or "cache entries were damaged" in err
+
+
+def test_the_table_shows_a_damaged_scalar_as_damaged_and_reads_a_renamed_folder_where_it_is(ran):
+    # the scalar's column vanished (one run) or showed '-' as for a run without it; a renamed folder's outputs
+    # were read from the folder its record's id named
+    path, runs, run_id = ran
+    import numpy as np
+
+    np.save(runs / run_id / "s.npy", np.array(99, np.float32))
+    code, out, err = _cli("runs", "--runs-dir", str(runs), "table", run_id)
+    assert code == 0 and out.splitlines()[1].split()[-1] == "damaged", out
+    code, out, err = _cli("runs", "--runs-dir", str(runs), "table", "--format", "json", run_id)
+    row = json.loads(out)["rows"][0]
+    assert "s" in json.loads(out)["outputs"] and "not the array its record's digest names" in row["damaged"]["s"]
+    code, out, err = _cli("run", str(path), "--runs-dir", str(runs), "--quiet", "-p", "k=3")
+    other = out.strip().splitlines()[-1]
+    os.rename(runs / other, runs / "kept")
+    code, out, err = _cli("runs", "--runs-dir", str(runs), "table", "kept")
+    assert code == 0 and out.splitlines()[1].split()[-1] == "45", out
+    code, out, err = _cli("runs", "--runs-dir", str(runs), "diff", run_id, "kept")
+    assert code == 0, err
+    b_side = [line.strip() for line in out.splitlines() if line.strip().startswith("b: ")]
+    assert b_side[-1].startswith("b: 45  sha256:"), out  # the renamed run's own file, read where it is
+
+
+@pytest.mark.parametrize("text", ["{}", '{"status": "succeeded"}', '{"run_id": 5, "status": "succeeded"}'])
+def test_a_record_that_is_no_runs_record_is_listed_unreadable_and_kept_by_keep(ran, text):
+    path, runs, run_id = ran
+    (runs / run_id / "record.json").write_text(text)
+    code, out, err = _cli("runs", "--runs-dir", str(runs))
+    assert code == 0 and "unreadable" in out, out
+    code, out, err = _cli("runs", "--runs-dir", str(runs), "gc", "--keep", "0", "--dry-run")
+    assert code == 0 and f"kept run folder {run_id}" in out and "its record cannot be read" in out, out
+    code, out, err = _cli("runs", "--runs-dir", str(runs), "table", run_id)
+    assert code in (0, 2) and "internal error" not in err, err

@@ -86,15 +86,13 @@ def scalar(view: Mapping[str, Any]) -> Any:
     return None
 
 
-def _run_dir(runs_dir: str, record: Mapping[str, Any]) -> str:
-    return os.path.join(runs_dir, record["run_id"])
-
-
 def diff_runs(runs_dir: str, a: str, b: str) -> dict:
     """What differs between runs ``a`` and ``b`` (any names :func:`~hetflow.engine.store.runs.resolve_id` takes), and
     their outputs side by side."""
-    ra, rb = read_record(runs_dir, a), read_record(runs_dir, b)
-    da, db = _run_dir(runs_dir, ra), _run_dir(runs_dir, rb)
+    # each run's files where its folder is now (the folder a name resolves to, not the id its record gives)
+    fa, fb = resolve_id(runs_dir, a, "run"), resolve_id(runs_dir, b, "run")
+    ra, rb = read_record(runs_dir, fa), read_record(runs_dir, fb)
+    da, db = os.path.join(runs_dir, fa), os.path.join(runs_dir, fb)
     ma, mb = ra.get("manifest") or {}, rb.get("manifest") or {}
     manifest = changes({k: ma.get(k) for k in ("name", "file", "digest")}, {k: mb.get(k) for k in ("name", "file", "digest")})
     pa = {p.get("spec"): p.get("digest") for p in ra.get("plugins") or []}
@@ -165,18 +163,32 @@ def table(runs_dir: str, refs: list[str]) -> dict:
                          "params": {}, "outputs": {}, "digests": {}})
             continue
         record = read_record(runs_dir, run_id)
-        folder = _run_dir(runs_dir, record)
-        views = {n: output_view(folder, n, e) for n, e in (record.get("outputs") or {}).items()}
-        rows.append({"run_id": run_id, "point": point or (record.get("matrix_point") or {}).get("name"),
+        folder = os.path.join(runs_dir, run_id)
+        entries = record.get("outputs") if isinstance(record.get("outputs"), dict) else {}
+        views = {n: output_view(folder, n, e if isinstance(e, dict) else {}) for n, e in entries.items()}
+        # a scalar output whose file is not what the record names shows as damaged, not as a run without it
+        damaged = {n: v["missing"] for n, v in views.items() if "missing" in v and _one_value(v)}
+        rows.append({"run_id": run_id, "point": point or _mapping(record.get("matrix_point")).get("name"),
                      "status": status_of(record), "record": os.path.join(folder, "record.json"),
-                     "params": dict(record.get("params") or {}),
+                     "params": dict(_mapping(record.get("params"))),
                      "outputs": {n: scalar(v) for n, v in views.items() if scalar(v) is not None},
-                     "digests": {n: e.get("digest") for n, e in (record.get("outputs") or {}).items()}})
+                     "digests": {n: e.get("digest") if isinstance(e, dict) else None for n, e in entries.items()},
+                     **({"damaged": damaged} if damaged else {})})
     keys = list(dict.fromkeys(k for r in rows for k in r["params"]))
     varying = [k for k in keys if len({json.dumps(r["params"].get(k), sort_keys=True) for r in rows if r["params"]}) > 1]
     params = list(dict.fromkeys([*axes, *varying])) or keys
-    outputs = list(dict.fromkeys(k for r in rows for k in r["outputs"]))
+    outputs = list(dict.fromkeys(k for r in rows for k in [*r["outputs"], *r.get("damaged", ())]))
     return {"params": params, "outputs": outputs, "rows": rows}
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _one_value(view: Mapping[str, Any]) -> bool:
+    """Whether an output's view is of one value (a scalar or a one-element array), as a table's cell shows."""
+    shape = view.get("shape")
+    return isinstance(shape, list) and all(isinstance(n, int) and n == 1 for n in shape)
 
 
 def _cell(value: Any) -> str:
@@ -195,7 +207,8 @@ def render_table(data: Mapping[str, Any], fmt: str) -> str:
         return json.dumps(data, indent=2) + "\n"
     head = ["run", "point", "status", *data["params"], *data["outputs"]]
     body = [[r["run_id"] or "-", r["point"] or "-", r["status"] or "-", *[_cell(r["params"].get(k)) for k in data["params"]],
-             *[_cell(r["outputs"].get(k)) for k in data["outputs"]]] for r in data["rows"]]
+             *["damaged" if k in r.get("damaged", {}) else _cell(r["outputs"].get(k)) for k in data["outputs"]]]
+            for r in data["rows"]]
     if fmt == "csv":
         import csv
         import io

@@ -574,9 +574,16 @@ def _scan(runs_dir: str, fields: tuple[str, ...] | None = None) -> Iterator[tupl
         elif os.path.isfile(os.path.join(folder, "record.json")):
             path = os.path.join(folder, "record.json")
             data = _read_json(path) if fields is None else read_fields(path, fields)
-            yield "run", name, "unreadable" if data is None else data
+            yield "run", name, "unreadable" if data is None or not _a_record(data, fields) else data
         else:
             yield "sweep" if name.endswith("-sweep") or "-sweep-" in name else "run", name, "empty"
+
+
+def _a_record(data: Any, fields: tuple[str, ...] | None) -> bool:
+    """Whether JSON read from a ``record.json`` is a run's record: an object whose ``run_id`` and ``status`` (those
+    of them read) are text, as every record hetflow writes has from its first write."""
+    return isinstance(data, dict) and all(isinstance(data.get(k), str) for k in ("run_id", "status")
+                                          if fields is None or k in fields)
 
 
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
