@@ -174,3 +174,26 @@ def test_a_record_that_is_no_runs_record_is_listed_unreadable_and_kept_by_keep(r
     assert code == 0 and f"kept run folder {run_id}" in out and "its record cannot be read" in out, out
     code, out, err = _cli("runs", "--runs-dir", str(runs), "table", run_id)
     assert code in (0, 2) and "internal error" not in err, err
+
+
+@pytest.mark.parametrize("how", ["entry.json a folder", "the entry's folder a file"])
+def test_a_cache_entry_whose_files_are_the_wrong_kind_is_replaced(ran, how):
+    # every later run failed to store it ("Directory not empty"), plan called it absent, and gc never removed it
+    path, runs, run_id = ran
+    keys = json.loads((runs / run_id / "record.json").read_text())["cache"]["keys"]
+    pid, info = next(iter(keys.items()))
+    hexkey = info["key"].split(":")[-1]
+    folder = runs / ".cache" / hexkey[:2] / hexkey
+    if how == "entry.json a folder":
+        (folder / "entry.json").unlink()
+        (folder / "entry.json").mkdir()
+    else:
+        shutil.rmtree(folder)
+        folder.write_text("x")
+    code, out, err = _cli("run", str(path), "--runs-dir", str(runs))
+    assert code == 0, err
+    assert f"{pid}: its entry.json is a folder, or its folder a file" in err and "not stored" not in err, err
+    code, out, err = _cli("run", str(path), "--runs-dir", str(runs), "--quiet")
+    record = json.loads((runs / out.strip().splitlines()[-1] / "record.json").read_text())
+    assert pid in record["cache"]["hits"] and not record["cache"].get("damaged")
+    assert not [p for p in (runs / ".cache").rglob(".tmp-*")]

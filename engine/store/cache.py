@@ -327,6 +327,8 @@ class Cache:
                     return f"its file {name} ({tensor}) holds {size} bytes, not the {meta['bytes']} its entry names"
         except FileNotFoundError:
             return "its entry.json is gone"
+        except (IsADirectoryError, NotADirectoryError):
+            return "its entry.json is a folder, or its folder a file"
         except OSError:
             return None  # unreadable here (permissions): the run cannot read it either, and says so
         except (ValueError, KeyError, TypeError, AttributeError) as e:
@@ -349,6 +351,11 @@ class Cache:
             return None
         except UnicodeDecodeError as e:
             self.damaged[key] = f"its entry.json is not an entry's JSON: {e.reason}"
+            return None
+        except (IsADirectoryError, NotADirectoryError):
+            # a folder where entry.json belongs, or a file where the entry's folder does: nothing reads as an entry
+            # there, and nothing could be stored in its place until it goes
+            self.damaged[key] = "its entry.json is a folder, or its folder a file"
             return None
         except OSError:
             return None  # unreadable here (permissions): not this process's to replace
@@ -495,7 +502,13 @@ def _move_aside(folder: str) -> None:
         os.rename(folder, aside)
     except FileNotFoundError:
         return
-    shutil.rmtree(aside, ignore_errors=True)
+    if os.path.isdir(aside) and not os.path.islink(aside):
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        try:
+            os.unlink(aside)
+        except OSError:
+            pass
 
 
 def _incomplete(folder: str) -> bool:
