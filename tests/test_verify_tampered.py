@@ -197,3 +197,28 @@ def test_a_cache_entry_whose_files_are_the_wrong_kind_is_replaced(ran, how):
     record = json.loads((runs / out.strip().splitlines()[-1] / "record.json").read_text())
     assert pid in record["cache"]["hits"] and not record["cache"].get("damaged")
     assert not [p for p in (runs / ".cache").rglob(".tmp-*")]
+
+
+def test_verify_refuses_an_input_for_no_input_stage_and_a_runs_folder_that_is_a_file(ran, tmp_path):
+    path, runs, run_id = ran
+    code, out, err = _cli("verify", run_id, "--runs-dir", str(runs), "--input", "zz=x.npy")
+    assert code == 2 and "--input names stage 'zz', which is no input stage of run" in err, err
+    (tmp_path / "afile").write_text("")
+    code, out, err = _cli("verify", "latest", "--runs-dir", str(tmp_path / "afile"))
+    assert code == 2 and "is not a folder" in err, err
+
+
+def test_a_rerun_that_fails_says_why_in_verifys_json(tmp_path, monkeypatch):
+    (tmp_path / "flaky.py").write_text("import os\nfrom hetflow import op\n\n\n@op('t.flaky')\n"
+                                       "def flaky(xp, x):\n    if os.environ.get('FLAKY_FAIL'):\n"
+                                       "        raise RuntimeError('it failed this time')\n    return x\n")
+    path = tmp_path / "m.yaml"
+    path.write_text("version: 1\nname: flaky\nplugins: [flaky.py]\nexecutors: {a: {vendor: cpu}}\nstages:\n"
+                    "  x: {op: arange, args: {stop: 3}}\n  y: {op: t.flaky, inputs: [x]}\noutputs: {y: y}\n")
+    runs = tmp_path / "runs"
+    code, out, err = _cli("run", str(path), "--runs-dir", str(runs), "--quiet")
+    assert code == 0, err
+    monkeypatch.setenv("FLAKY_FAIL", "1")
+    code, report, err = _verify(runs, out.strip().splitlines()[-1])
+    assert code == 1 and report["match"] is False
+    assert report["error"].startswith("the rerun failed: ") and "it failed this time" in report["error"], report

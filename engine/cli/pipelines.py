@@ -276,9 +276,9 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
                          use_cache=False, matrix_point=_point_of(record), verifies=record["run_id"],
                          inputs=describe_inputs(bound))
         fresh = {k: v["digest"] for k, v in result.record["outputs"].items()}
-        rerun, rerun_ok, rerun_record = result.run_id, True, result.record
+        rerun, rerun_ok, rerun_record, rerun_error = result.run_id, True, result.record, None
     except RunFailed as e:
-        fresh, rerun, rerun_ok = {}, os.path.basename(os.path.dirname(e.record_path or "")), False
+        fresh, rerun, rerun_ok, rerun_error = {}, os.path.basename(os.path.dirname(e.record_path or "")), False, str(e)
         rerun_record = read_record(args.runs_dir, rerun) if rerun else None
         print(f"hetflow: the rerun failed: {e}", file=err)
     from hetflow.engine.errors import OutputDamaged
@@ -317,8 +317,8 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
     for line in changed:
         print(f"hetflow: {line}", file=err)
     if args.json:
-        print(json.dumps({"run_id": args.run_id, "rerun_id": rerun, "match": ok, "outputs": rows, "changed": changed}),
-              file=out)
+        print(json.dumps({"run_id": args.run_id, "rerun_id": rerun, "match": ok, "outputs": rows, "changed": changed,
+                          **({"error": f"the rerun failed: {rerun_error}"} if rerun_error else {})}), file=out)
     else:
         width = max([len(r["output"]) for r in rows] + [6])
         print(f"{'output':<{width}}  {'recorded':<23}  {'rerun':<23}  match", file=out)
@@ -331,7 +331,7 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
         bad = [r["output"] for r in rows if not r["match"]]
         verdict = ("all outputs match" if ok else f"MISMATCH in {', '.join(bad)}" if bad and rerun_ok else
                    f"the rerun matches the record, but the run's files of {', '.join(damaged)} are not what it "
-                   "recorded" if damaged and rerun_ok else "MISMATCH")
+                   "recorded" if damaged and rerun_ok else "MISMATCH: the rerun failed" if rerun_error else "MISMATCH")
         print(f"verify {record['run_id']}: {verdict} (rerun {rerun}, a verification run)", file=out)
     return EXIT_OK if ok else EXIT_RUN_FAILED
 

@@ -297,6 +297,15 @@ def recorded_inputs(record: Mapping[str, Any], manifest: Manifest, given: Mappin
     run_id = record.get("run_id")
     entries = record.get("inputs") or {}
     given = dict(given or {})
+    stages = [s.id for s in manifest.stages.values() if s.op == "input"]
+    unknown = [name for name in given if name not in stages]
+    if unknown:
+        import difflib
+
+        near = difflib.get_close_matches(unknown[0], stages, n=1)
+        raise UsageError(f"{verb}: {given_as} names stage {unknown[0]!r}, which is no input stage of run {run_id} "
+                         f"(its input stages: {', '.join(stages) or 'none'})"
+                         + (f"; did you mean {near[0]!r}?" if near else ""))
     specs: dict[str, Any] = {}
     for stage in (s for s in manifest.stages.values() if s.op == "input"):
         name, entry = stage.id, entries.get(stage.id) or {}

@@ -444,6 +444,8 @@ def resolve_id(runs_dir: str, ref: str, kind: str | None = None) -> str:
     """
     if ref and not ref.startswith(".") and os.sep not in ref and os.path.isdir(os.path.join(runs_dir, ref)):
         return ref
+    if os.path.exists(runs_dir) and not os.path.isdir(runs_dir):
+        raise UsageError(f"the runs directory {runs_dir} is not a folder")
     named = _folder_named(runs_dir, ref)
     if named is not None:
         return named
