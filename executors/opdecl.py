@@ -225,6 +225,9 @@ def _float_holds(value: int) -> bool:
     return True
 
 
+_MAX_DIM = (1 << 63) - 1
+
+
 def check_value(kind: str, value: Any) -> str | None:
     """What an argument of ``kind`` must be, when ``value`` is not one; None when it is."""
 
@@ -236,6 +239,8 @@ def check_value(kind: str, value: Any) -> str | None:
             return "a list of non-negative integers"
         if len(value) > 8:
             return "a shape of rank at most 8"
+        if any(v > _MAX_DIM for v in value):
+            return f"a shape whose sizes are at most {_MAX_DIM} (2^63 - 1, the most any array's axis holds)"
     elif kind == "seed" and value is not None and not (is_int(value) and value >= 0):
         # numpy's SeedSequence takes any non-negative integer, 64 bits or more
         return "a non-negative integer seed, or null for fresh entropy on every run"

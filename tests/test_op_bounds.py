@@ -201,3 +201,13 @@ def test_an_array_too_large_for_the_machine_says_how_much_it_asked_for(tmp_path)
     assert code == 1, err
     assert ("stage 'x' failed: executor allocation failed: node 'x': Unable to allocate 3.55 PiB for an array with "
             "shape (100000, 100000, 100000)") in err
+
+
+@pytest.mark.parametrize("op", ["random.normal", "zeros", "full"])
+def test_a_shape_past_what_an_axis_holds_is_said_as_such(tmp_path, op):
+    # 10**30 a side was refused as "shapes [1e30] and [1e30] do not broadcast" at the stage that added them
+    args = "shape: [1000000000000000000000000000000], value: 1" if op == "full" else "shape: [1000000000000000000000000000000]"
+    text = HEAD + f"  x: {{op: {op}, args: {{{args}}}}}\n  y: {{op: add, inputs: [x, x]}}\noutputs: {{y: y}}\n"
+    line = text.splitlines()[4]
+    _refused(tmp_path, text, f"5:{line.index('[1000') + 1}",
+             f"argument 'shape' of op '{op}' must be a shape whose sizes are at most 9223372036854775807")
