@@ -87,6 +87,16 @@ def _i(rd: int, rs1: int, imm: int, op: int = 0x13) -> int:
     return (imm & 0xFFF) << 20 | rs1 << 15 | rd << 7 | op
 
 
+def _elf(path: Path, code: list[int]) -> None:
+    """An RV64 ELF of one read-and-execute segment holding ``code`` (32-bit instruction words), its entry at the first."""
+    text = b"".join(struct.pack("<I", c) for c in code)
+    base, start = 0x8000_0000, 64 + 56
+    header = (b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack("<HHIQQQIHHHHHH", 2, 243, 1, base + start, 64, 0, 0, 64,
+                                                               56, 1, 64, 0, 0))
+    program = struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, start + len(text), start + len(text), 0x1000)
+    path.write_bytes(header + program + text)
+
+
 def _writer_elf(path: Path, writes: int, size: int) -> None:
     """A guest that writes its input's ``size`` bytes to fd 1, ``writes`` times, then exits 0."""
     s0, s1, s2, a0, a1, a2, a7 = 8, 9, 18, 10, 11, 12, 17
@@ -100,12 +110,7 @@ def _writer_elf(path: Path, writes: int, size: int) -> None:
     code.append((back >> 12 & 1) << 31 | (back >> 5 & 0x3F) << 25 | s2 << 15 | 1 << 12 | (back >> 1 & 0xF) << 8
                 | (back >> 11 & 1) << 7 | 0x63)
     code += [_i(a0, 0, 0), _i(a7, 0, 93), 0x73]
-    text = b"".join(struct.pack("<I", c) for c in code)
-    base, start = 0x8000_0000, 64 + 56
-    header = (b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack("<HHIQQQIHHHHHH", 2, 243, 1, base + start, 64, 0, 0, 64,
-                                                               56, 1, 64, 0, 0))
-    program = struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, start + len(text), start + len(text), 0x1000)
-    path.write_bytes(header + program + text)
+    _elf(path, code)
 
 
 def test_a_guest_whose_writes_take_seconds_each_is_stopped_at_its_timeout(tmp_path):
@@ -138,12 +143,7 @@ def _uart_elf(path: Path, bytes_: int) -> None:
     code.append((back >> 12 & 1) << 31 | (back >> 5 & 0x3F) << 25 | s2 << 15 | 1 << 12 | (back >> 1 & 0xF) << 8
                 | (back >> 11 & 1) << 7 | 0x63)
     code += [_i(a0, 0, 0), _i(a7, 0, 93), 0x73]
-    text = b"".join(struct.pack("<I", c) for c in code)
-    base, start = 0x8000_0000, 64 + 56
-    header = (b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack("<HHIQQQIHHHHHH", 2, 243, 1, base + start, 64, 0, 0, 64,
-                                                               56, 1, 64, 0, 0))
-    program = struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, start + len(text), start + len(text), 0x1000)
-    path.write_bytes(header + program + text)
+    _elf(path, code)
 
 
 def _failures(guest: Path, data: bytes, max_output: int) -> list[tuple]:
