@@ -541,6 +541,15 @@ def test_a_run_its_on_event_callback_stopped_says_so_in_its_record(manifest_file
         code, out, _ = _cli("runs", "show", failed.run_id, "--runs-dir", str(runs))
         assert code == 0 and "its on_event callback raised ValueError" in out
 
+    def leave(event: dict) -> None:  # sys.exit() in the callback: not an Exception, and said as plainly
+        if event.get("kind") == "partition":
+            sys.exit(3)
+
+    with pytest.raises(SystemExit):
+        hetflow.run(manifest_file(SPLIT), runs_dir=runs, on_event=leave)
+    assert hetflow.open_run("latest", runs_dir=runs).record["error"]["message"] == \
+        "its on_event callback raised SystemExit: 3"
+
 
 def test_a_big_sweeps_runs_are_read_from_disk_as_they_are_asked_for(manifest_file, tmp_path):
     """A sweep kept every point's record in memory while it ran and in its result (260 kB a point of a 300-stage
