@@ -199,7 +199,8 @@ def _check(**given: Any) -> dict[str, Any]:
                 raise UsageError(f"{key}= takes a folder's path (a str or os.PathLike), got {_shown(value)}")
         elif kind == "callable":
             if not callable(value):
-                raise UsageError(f"{key}= takes a function called with each event, got {_shown(value)}")
+                each = "point's row of sweep.json" if key == "on_point" else "event"
+                raise UsageError(f"{key}= takes a function called with each {each}, got {_shown(value)}")
         elif kind == "name":
             if not isinstance(value, str):
                 raise UsageError(f"{key}= takes a str, got {_shown(value)}")

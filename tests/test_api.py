@@ -722,3 +722,11 @@ def test_op_without_its_name_or_with_one_dtype_as_text_is_refused_at_the_decorat
             return x
     with pytest.raises(PluginError, match=r"dtypes= is a list of dtype names \(dtypes=\['fp32'\]\), not 'fp32'"):
         hetflow.op("t.text_dtypes", dtypes="fp32")
+
+
+def test_callbacks_that_are_not_functions_are_refused_by_what_they_are_called_with(manifest_file, tmp_path):
+    with pytest.raises(hetflow.UsageError, match="on_event= takes a function called with each event, got int 1"):
+        hetflow.run(manifest_file(SPLIT), runs_dir=tmp_path / "runs", on_event=1)
+    with pytest.raises(hetflow.UsageError, match="on_point= takes a function called with each point's row of sweep.json"):
+        hetflow.sweep(manifest_file(SPLIT.replace("params: {n: 6, k: 2.0}", "params: {n: 6, k: 2.0}\nmatrix: {n: [2, 3]}")),
+                      runs_dir=tmp_path / "runs", on_point=1)
