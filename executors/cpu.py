@@ -76,6 +76,23 @@ def next_handle() -> ActivationHandle:
     return ActivationHandle(next(_HANDLES))
 
 
+#: per thread: the floating-point errors numpy met in each node :func:`run_nodes` ran (:func:`take_numeric`)
+_NUMERIC = threading.local()
+# numpy's names for its errors, as a stage's note says them
+_NUMERIC_SAID = {"invalid value": "invalid value (NaN)", "divide by zero": "division by zero (inf)",
+                 "overflow": "overflow (inf)"}
+
+
+def take_numeric() -> dict[str, list[str]]:
+    """The floating-point errors (invalid value, division by zero, overflow) that numpy met in the nodes the calling
+    thread ran since it last asked, by node; emptied as it is read."""
+    notes = getattr(_NUMERIC, "notes", None)
+    if not notes:
+        return {}
+    _NUMERIC.notes = {}
+    return notes
+
+
 def run_nodes(xp: Any, decoded: Mapping[str, Any], inputs: Sequence[Any], supported: frozenset[Dtype],
               vendor: Vendor = Vendor.cpu) -> list[Any]:
     """Evaluate a decoded plan's nodes on arrays of namespace ``xp``, with ``vendor``'s kernels where an op has one.
@@ -100,19 +117,33 @@ def run_nodes(xp: Any, decoded: Mapping[str, Any], inputs: Sequence[Any], suppor
     for ref, i in last.items():
         if ref not in kept:
             drops.setdefault(i, []).append(ref)
-    for i, node in enumerate(nodes):
-        dtype = _DTYPE_NAMED.get(node["dtype"]) or Dtype(node["dtype"])  # a dict lookup: Enum's call is 1.5 us a node
-        if dtype not in supported:
-            err = UnsupportedDtype(dtype)
-            err.node = node["id"]
-            raise err
-        try:
-            args = [values[ref] for ref in node["inputs"]]
-            values[node["id"]] = ops.run(xp, node["op"], args, node["args"], dtype, vendor)
-        except Exception as e:
-            raise node_error(node, e)
-        for ref in drops.get(i, ()):
-            values.pop(ref, None)
+    at = [""]
+
+    def met(kind: str, flag: int) -> None:
+        # numpy's printed RuntimeWarning named hetflow's source line; the run's record names the stage instead
+        said = _NUMERIC_SAID.get(kind, kind)
+        notes = getattr(_NUMERIC, "notes", None)
+        if notes is None:
+            notes = _NUMERIC.notes = {}
+        kinds = notes.setdefault(at[0], [])
+        if said not in kinds:
+            kinds.append(said)
+
+    with np.errstate(divide="call", over="call", invalid="call", call=met):
+        for i, node in enumerate(nodes):
+            dtype = _DTYPE_NAMED.get(node["dtype"]) or Dtype(node["dtype"])  # a dict lookup: Enum's call is 1.5 us
+            if dtype not in supported:
+                err = UnsupportedDtype(dtype)
+                err.node = node["id"]
+                raise err
+            at[0] = node["id"]
+            try:
+                args = [values[ref] for ref in node["inputs"]]
+                values[node["id"]] = ops.run(xp, node["op"], args, node["args"], dtype, vendor)
+            except Exception as e:
+                raise node_error(node, e)
+            for ref in drops.get(i, ()):
+                values.pop(ref, None)
     return [values[t] for t in decoded["outputs"]]
 
 

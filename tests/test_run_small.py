@@ -272,7 +272,8 @@ def test_a_warm_api_run_checks_again_what_changed_and_nothing_else(tmp_path, mon
     first = hetflow.run(manifest, runs_dir=runs, cache=False)
     again = hetflow.run(manifest, runs_dir=runs, cache=False)
     assert len(compiles) == 1 and first.status == again.status == "succeeded"
-    assert again.record["plan"] is first.record["plan"]  # the same plan, its data made once
+    # the same plan, its data made once (the records the caller gets are copies of it: read them unshared)
+    assert again._record["plan"] is first._record["plan"]
 
     # new data of another shape: the manifest is checked and planned again for it
     np.save(data, -np.ones((4, 3), np.float32))

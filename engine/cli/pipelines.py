@@ -159,6 +159,7 @@ def _run(args: argparse.Namespace, out, err) -> int:
         if hasattr(sink, "close"):
             sink.close()
     rec = run._record  # read only: the caller's own copy of the shared parts is for callers that may change them
+    _say_numeric(rec, err)
     if not run.ok:
         origin = (rec.get("error") or {}).get("origin")
         if args.json:
@@ -245,6 +246,18 @@ def _point_of(record: dict) -> dict | None:
     """The matrix point of a run, for its verification run: the same point, but no sweep's run."""
     point = record.get("matrix_point")
     return {k: v for k, v in point.items() if k != "sweep"} if isinstance(point, dict) else point
+
+
+def _say_numeric(record: dict, err) -> None:
+    """One warning per stage whose values met a floating-point error (NaN or inf made), at the stage's place."""
+    plan_nodes = (record.get("plan") or {}).get("nodes") or {}
+    for node, entry in (record.get("nodes") or {}).items():
+        kinds = entry.get("numeric") if isinstance(entry, dict) else None
+        if kinds:
+            info = plan_nodes.get(node) or {}
+            where = f"{info['origin']}: " if info.get("origin") else ""
+            print(f"{where}warning: stage {node!r} ({info.get('op', '?')}) met {', '.join(kinds)} in its values",
+                  file=err)
 
 
 def cmd_verify(args: argparse.Namespace, out, err) -> int:

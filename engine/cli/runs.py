@@ -84,6 +84,10 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
             o = o if isinstance(o, dict) else {}
             print(f"  {name}: {_view_text(output_view(os.path.join(args.runs_dir, args.run_id), name, o))}  "
                   f"{str(o.get('digest') or '-')[:23]}", file=out)
+        nodes = record.get("nodes") if isinstance(record.get("nodes"), dict) else {}
+        for node, entry in nodes.items():
+            if isinstance(entry, dict) and entry.get("numeric"):
+                print(f"warning: stage {node!r} met {', '.join(map(str, entry['numeric']))} in its values", file=out)
         if isinstance(record.get("cancelled"), dict):
             c = record["cancelled"]
             print(f"cancelled by {c.get('signal')} at {c.get('at')}: finished {', '.join(c.get('finished') or []) or 'nothing'}; "

@@ -748,6 +748,9 @@ def _node_status(record: dict, runtime: LocalRuntime, failure: BaseException | N
         entry["attempts"] = event.get("attempt", 1)
         if event["status"] == "succeeded":
             entry["status"] = "succeeded"
+            numeric = (event.get("numeric") or {}).get(node)
+            if numeric:
+                entry["numeric"] = list(numeric)
         elif event.get("timed_out"):
             entry["status"] = "timed out"
             entry["error"] = event["error"]

@@ -41,6 +41,7 @@ from hetflow.engine.plan.plandata import Plan
 from hetflow.engine.store.records import micros
 from hetflow.engine.run.threads import here as _pools_here
 from hetflow.executors.base import ActivationHandle, Dtype, Executor, ExecutorError, PortableActivation
+from hetflow.executors.cpu import take_numeric
 
 __all__ = ["StageTimedOut", "ClusterFailure", "NotHeld", "HandleTable", "LocalRuntime", "abandoned_calls"]
 
@@ -357,6 +358,7 @@ class LocalRuntime:
         executor = self.executors[part.executor]
         refs = self._refs[pid]
         handles = self.handles
+        take_numeric()  # a note left by this thread's last partition that failed is not this one's
         try:
             inputs = [handles.get(ref) for ref in refs]
             if self.cache is None and part.timeout is None and not part.retries:
@@ -387,9 +389,10 @@ class LocalRuntime:
         stored = self.cache is not None and pid in self.cache.stored_set
         unstored = self.cache.store_errors.get(pid) if self.cache is not None and self.cache.store_errors else None
         damaged = self.cache.damaged.get(pid) if self.cache is not None and self.cache.damaged else None
+        numeric = take_numeric()
         self._event("partition", pid, part.executor, start, "succeeded", attempt, nodes=list(part.nodes),
                     cached=cached, stored=stored, **({"store_error": unstored} if unstored else {}),
-                    **({"cache_damaged": damaged} if damaged else {}))
+                    **({"cache_damaged": damaged} if damaged else {}), **({"numeric": numeric} if numeric else {}))
         return produced
 
     def run_and_bridge(self, pid: str, *sources: Any) -> dict:
