@@ -222,3 +222,14 @@ def test_a_rerun_that_fails_says_why_in_verifys_json(tmp_path, monkeypatch):
     code, report, err = _verify(runs, out.strip().splitlines()[-1])
     assert code == 1 and report["match"] is False
     assert report["error"].startswith("the rerun failed: ") and "it failed this time" in report["error"], report
+
+
+def test_digests_that_differ_past_what_the_table_shows_are_shown_whole(ran):
+    path, runs, run_id = ran
+    _edit(runs, run_id, lambda r: r["outputs"]["s"].update(digest=r["outputs"]["s"]["digest"][:-1] + (
+        "0" if r["outputs"]["s"]["digest"][-1] != "0" else "1")))
+    code, out, err = _cli("verify", run_id, "--runs-dir", str(runs))
+    assert code == 1
+    line = next(line for line in out.splitlines() if line.startswith("s "))
+    recorded, rerun = line.split()[1:3]
+    assert len(recorded) == len(rerun) == 71 and recorded != rerun, out

@@ -334,10 +334,13 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
                           **({"error": f"the rerun failed: {rerun_error}"} if rerun_error else {})}), file=out)
     else:
         width = max([len(r["output"]) for r in rows] + [6])
-        print(f"{'output':<{width}}  {'recorded':<23}  {'rerun':<23}  match", file=out)
+        # digests shown to 16 hex digits, or whole where two that differ agree that far (a record edited by hand)
+        shown = 71 if any(r["recorded"] and r["rerun"] and r["recorded"] != r["rerun"]
+                          and r["recorded"][:23] == r["rerun"][:23] for r in rows) else 23
+        print(f"{'output':<{width}}  {'recorded':<{shown}}  {'rerun':<{shown}}  match", file=out)
         for r in rows:
-            print(f"{r['output']:<{width}}  {(r['recorded'] or 'missing')[:23]:<23}  {(r['rerun'] or 'missing')[:23]:<23}  "
-                  f"{'yes' if r['match'] else 'NO'}", file=out)
+            print(f"{r['output']:<{width}}  {(r['recorded'] or 'missing')[:shown]:<{shown}}  "
+                  f"{(r['rerun'] or 'missing')[:shown]:<{shown}}  {'yes' if r['match'] else 'NO'}", file=out)
         for r in rows:
             for cause in r.get("causes", ()):
                 print(f"  {r['output']}: likely cause: {cause}", file=out)
