@@ -228,6 +228,12 @@ def test_inputs_are_checked_before_anything_runs(manifest_file, tmp_path):
     assert not runs.exists()
     r = hetflow.run(path, inputs={"x": good * -1}, runs_dir=runs)
     assert r.status == "succeeded" and r.outputs["y"].tolist() == [[0.0] * 3] * 2
+    # the same values in the other byte order are the same array (refused as "float32, got float32" before)
+    swapped = hetflow.run(path, inputs={"x": (good * 2).astype(">f4" if sys.byteorder == "little" else "<f4")},
+                          runs_dir=runs, cache=False)
+    native = hetflow.run(path, inputs={"x": good * 2}, runs_dir=runs, cache=False)
+    assert swapped.ok and swapped.record["inputs"]["x"]["digest"] == native.record["inputs"]["x"]["digest"]
+    assert swapped.outputs["y"].tolist() == native.outputs["y"].tolist()
 
 
 def test_the_cache_key_covers_the_arrays_handed_in(manifest_file, tmp_path):

@@ -198,6 +198,8 @@ def bind_inputs(manifest: Manifest, inputs: Mapping[str, Any] | None, *, given_a
         if not isinstance(value, np.ndarray):
             raise UsageError(f"{label}: expected a numpy array with {want}, got {type(value).__name__} "
                              f"(or the path of a file: {FILE_FORMS})")
+        if value.dtype != np.dtype(dtype.numpy) and value.dtype.newbyteorder("=") == np.dtype(dtype.numpy):
+            value = value.astype(value.dtype.newbyteorder("="))  # the same values in the other byte order: exact
         if value.dtype != np.dtype(dtype.numpy) or value.shape != shape:
             raise UsageError(f"{label}: stage {name!r} ({stage.origin}) takes an array with {want}; "
                              f"got shape {list(value.shape)} and numpy dtype {value.dtype.name}")
