@@ -93,6 +93,22 @@ def take_numeric() -> dict[str, list[str]]:
     return notes
 
 
+def peek_numeric() -> dict[str, list[str]]:
+    """What :func:`take_numeric` would return, left in place (a copy)."""
+    return {node: list(kinds) for node, kinds in (getattr(_NUMERIC, "notes", None) or {}).items()}
+
+
+def add_numeric(notes: Mapping[str, Sequence[str]]) -> None:
+    """Add ``notes`` (node -> errors) to the calling thread's, as :func:`run_nodes` would have: a partition taken from
+    the cache says what the run that computed it met."""
+    mine = getattr(_NUMERIC, "notes", None)
+    if mine is None:
+        mine = _NUMERIC.notes = {}
+    for node, kinds in notes.items():
+        have = mine.setdefault(str(node), [])
+        have.extend(str(k) for k in kinds if str(k) not in have)
+
+
 def run_nodes(xp: Any, decoded: Mapping[str, Any], inputs: Sequence[Any], supported: frozenset[Dtype],
               vendor: Vendor = Vendor.cpu) -> list[Any]:
     """Evaluate a decoded plan's nodes on arrays of namespace ``xp``, with ``vendor``'s kernels where an op has one.

@@ -410,8 +410,13 @@ def test_a_stage_whose_values_meet_nan_or_inf_is_named_in_the_record_and_warned_
                     "  fine: {op: relu, inputs: [x]}\n"
                     "outputs: {y: y, z: z, fine: fine}\n")
     out, err = io.StringIO(), io.StringIO()
-    assert main(["run", str(path), "--runs-dir", str(tmp_path / "runs"), "--no-cache"], out, err) == 0, err.getvalue()
+    assert main(["run", str(path), "--runs-dir", str(tmp_path / "runs")], out, err) == 0, err.getvalue()
     said = err.getvalue()
+    # a run that takes the stages from the cache says what the run that computed them met
+    cached = io.StringIO()
+    assert main(["run", str(path), "--runs-dir", str(tmp_path / "cached")], io.StringIO(), io.StringIO()) == 0
+    assert main(["run", str(path), "--runs-dir", str(tmp_path / "cached")], io.StringIO(), cached) == 0
+    assert f"{path}:6:3: warning: stage 'y' (log) met invalid value (NaN) in its values" in cached.getvalue()
     assert f"{path}:6:3: warning: stage 'y' (log) met invalid value (NaN) in its values" in said, said
     assert f"{path}:7:3: warning: stage 'z' (exp) met overflow (inf) in its values" in said, said
     assert "RuntimeWarning" not in said and "stage 'fine'" not in said, said

@@ -294,6 +294,8 @@ class Cache:
         self.root = root
         # key -> what was wrong with its entry when this object read it: the entry a store of the key replaces
         self.damaged: dict[str, str] = {}
+        # key -> the numeric notes (node -> NaN, inf met) of the entry load() last read, for the restore to take
+        self.numeric: dict[str, Any] = {}
 
     def _folder(self, key: str) -> str:
         hexkey = key.split(":")[-1]
@@ -375,6 +377,8 @@ class Cache:
                                          f"({_sha(data)[:19]}, not {str(meta['sha256'])[:19]})")
                     return None
                 outputs[tensor] = PortableActivation(TensorShape(tuple(meta["shape"])), Dtype(meta["dtype"]), data)
+            if isinstance(entry.get("numeric"), dict):  # what the run that computed it met (NaN, inf), by node
+                self.numeric[key] = entry["numeric"]
             return outputs
         except FileNotFoundError as e:
             self.damaged[key] = f"its file {os.path.basename(e.filename or '?')} is missing"
@@ -385,7 +389,8 @@ class Cache:
             self.damaged[key] = f"its entry.json does not describe its outputs: {type(e).__name__}: {e}"
             return None
 
-    def store(self, key: str, definition: Mapping[str, Any], outputs: Mapping[str, PortableActivation]) -> bool:
+    def store(self, key: str, definition: Mapping[str, Any], outputs: Mapping[str, PortableActivation],
+              numeric: Mapping[str, Any] | None = None) -> bool:
         """Write an entry atomically; False when one already exists, unless :meth:`load` found it damaged: then
         it is moved aside and removed as this one takes its place."""
         final = self._folder(key)
@@ -410,7 +415,7 @@ class Cache:
                 meta[tensor] = {"file": name, "shape": list(portable.shape.dims), "dtype": portable.dtype.value,
                                 "bytes": len(portable.bytes), "sha256": _sha(portable.bytes)}
             entry = {"format": CACHE_FORMAT, "key": key, "created": time.time(), "definition": dict(definition),
-                     "outputs": meta}
+                     "outputs": meta, **({"numeric": dict(numeric)} if numeric else {})}
             with open(os.path.join(tmp, "entry.json"), "w", encoding="utf-8") as f:
                 json.dump(entry, f)
                 f.flush()
@@ -567,6 +572,11 @@ class CacheUse:
             for h in restored:
                 executor.release_activation(h)
             raise
+        notes = self.cache.numeric.pop(info.key, None)
+        if notes:
+            from hetflow.executors.cpu import add_numeric
+
+            add_numeric(notes)
         with self._lock:
             self.hits.append(pid)
             self.hit_set.add(pid)
@@ -581,6 +591,8 @@ class CacheUse:
                 return restored
         result = executor.execute(subplan, handles)
         if info.cacheable and self.write:
+            from hetflow.executors.cpu import peek_numeric
+
             try:
                 portables = {t: executor.export_activation(h) for t, h in zip(outputs, result, strict=True)}
             except BaseException:
@@ -588,7 +600,7 @@ class CacheUse:
                     executor.release_activation(h)
                 raise
             try:
-                stored = self.cache.store(info.key, info.to_json(), portables)
+                stored = self.cache.store(info.key, info.to_json(), portables, peek_numeric())
             except OSError as e:
                 # the cache saves later runs work; a disk that cannot take an entry costs this run nothing but
                 # the entry (its temporary folder is gone already), and the record says which and why
