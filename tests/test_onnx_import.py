@@ -195,6 +195,57 @@ def test_allow_missing_writes_a_stub_plugin_and_the_manifest_validates(tmp_path)
     assert any("ONNX Cos (node '/block/Cos') has no hetflow op yet" in f.message for f in r.failures), r.failures
 
 
+def test_a_node_no_stub_can_stand_in_for_is_named_with_why_where_its_output_had_no_stage(tmp_path):
+    """A node of another domain, whose outputs ONNX's inference knows nothing of, crashed the import with a KeyError;
+    a Cast to UINT4 that is a graph output was refused as "tensor 'Z' has no stage", with or without
+    --allow-missing, which could not stub it either; a sequence input was taken for one of no fixed size."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3])
+
+    def save(name: str, nodes: list, inputs: list, outputs: list, opsets: list, value_info=()) -> str:
+        graph = helper.make_graph(nodes, name, inputs, outputs, value_info=list(value_info))
+        path = tmp_path / f"{name}.onnx"
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets]), str(path))
+        return str(path)
+
+    custom = [helper.make_node("Foo", ["X"], ["T"], domain="com.example", name="foo"),
+              helper.make_node("Relu", ["T"], ["Y"], name="relu")]
+    unknown = save("unknown", custom, [x], [y], [("", 17), ("com.example", 1)])
+    for extra in ((), ("--allow-missing",)):
+        code, out, err = _cli("import", "onnx", unknown, "-o", str(tmp_path / "out"), *extra)
+        assert (code, out) == (2, ""), err
+        assert err.startswith("hetflow: error: unknown.onnx: 2 of 2 nodes have no hetflow op, in 2 groups (nothing "
+                              "written; --allow-missing cannot write it either:"), err
+        assert "  Foo (com.example) x1: domain com.example, which hetflow has no ops of: foo\n" in err
+        assert "    foo (Foo): output 'T' has no static shape after ONNX's shape inference\n" in err
+        assert err.endswith("  graph output 'Y': tensor 'Y' comes from Relu node relu, which has neither a hetflow "
+                            "op nor a stub\n"), err
+        assert not (tmp_path / "out").exists()
+    # where the model says what the node gives, a stub stands in for it and the rest translates
+    declared = save("declared", custom, [x], [y], [("", 17), ("com.example", 1)],
+                    [helper.make_tensor_value_info("T", TensorProto.FLOAT, [2, 3])])
+    code, _, err = _cli("import", "onnx", declared, "-o", str(tmp_path / "declared"), "--allow-missing")
+    assert code == 0, err
+    stages = yaml.safe_load((tmp_path / "declared" / "declared.yaml").read_text())["stages"]
+    assert stages["foo"]["op"] == "onnx.Foo" and stages["relu"] == {**stages["relu"], "op": "relu", "inputs": ["foo"]}
+
+    z = helper.make_tensor_value_info("Z", TensorProto.UINT4, [2, 3])
+    narrow = save("narrow", [helper.make_node("Cast", ["X"], ["Z"], to=TensorProto.UINT4, name="c")], [x], [z],
+                  [("", 21)])
+    code, _, err = _cli("import", "onnx", narrow, "-o", str(tmp_path / "out"), "--allow-missing")
+    assert code == 2 and "  Cast x1: output 0 ('Z') of type UINT4, which hetflow lacks: c\n" in err, err
+    assert "    c (Cast): output 'Z' is of type UINT4, which hetflow lacks\n" in err and "no stage" not in err
+
+    s = helper.make_tensor_sequence_value_info("S", TensorProto.FLOAT, [2, 3])
+    i = helper.make_tensor_value_info("i", TensorProto.INT64, [])
+    sequence = save("sequence", [helper.make_node("SequenceAt", ["S", "i"], ["Y"])], [s, i], [y], [("", 17)])
+    code, _, err = _cli("import", "onnx", sequence, "-o", str(tmp_path / "out"))
+    assert (code, err) == (2, f"hetflow: error: {sequence}: graph input 'S' is a sequence, which hetflow lacks: a "
+                              "stage's inputs and outputs are tensors\n")
+
+
 def test_bad_models_are_bad_input_without_a_traceback(tmp_path):
     junk = tmp_path / "junk.onnx"
     junk.write_bytes(b"this is not a protobuf")

@@ -88,6 +88,8 @@ class Missing:
     domain: str
     name: str
     reason: str
+    #: why ``--allow-missing`` cannot give it a stub either ("" where it can)
+    no_stub: str = ""
 
 
 class OnnxImportError(UsageError):
@@ -106,6 +108,7 @@ class _Value:
     const: np.ndarray | None = None
     stage: str | None = None
     origin: str = ""               # what a load stage of this constant says it is
+    blocked: str = ""              # why no stage can give it: the node it comes from has neither op nor stub
 
 
 @dataclass
@@ -118,6 +121,8 @@ class _Result:
     missing: list[Missing] = field(default_factory=list)
     stubs: dict[str, dict] = field(default_factory=dict)   # op type -> {node: [(shape, dtype), ...]}
     nodes: int = 0
+    #: graph outputs no stage gives, each with why: they come from a node with neither op nor stub
+    unreached: list[str] = field(default_factory=list)
 
 
 def stage_id(name: str, taken: set[str], fallback: str = "node") -> str:
@@ -175,8 +180,10 @@ def imported_files(path: str | os.PathLike, out_dir: str | os.PathLike, allow_mi
         result = _translate(model, stem)
     except OnnxImportError as e:  # what the graph holds: said of the model's file, as reading it is
         raise OnnxImportError(f"{path}: {e}", e.missing) from None
-    if result.missing and not allow_missing:
+    if result.missing and (not allow_missing or result.unreached):
         raise OnnxImportError(_missing_message(path, result), result.missing)
+    if result.unreached:
+        raise OnnxImportError(f"{path}: " + "; ".join(result.unreached))
     return _write(path, model, result, Path(out_dir), stem)
 
 
@@ -273,6 +280,10 @@ def _values(model: Any) -> dict[str, _Value]:
     for info in list(model.graph.value_info) + list(model.graph.output):
         shape, dtype, onnx_type = _type_of(info)
         values[info.name] = _Value(shape, dtype, onnx_type)
+    for node in model.graph.node:
+        for name in node.output:
+            if name and name not in values:  # ONNX's inference gives nothing for an op it does not know
+                values[name] = _Value(None, None, "unknown to ONNX's shape inference")
     for init in model.graph.initializer:
         values[init.name] = _constant(numpy_helper.to_array(init), f'ONNX initializer "{init.name}"')
     unfixed = []
@@ -280,6 +291,10 @@ def _values(model: Any) -> dict[str, _Value]:
         if info.name in values and values[info.name].const is not None:
             continue    # an input with an initializer: ONNX's default value, imported as a weight
         shape, dtype, onnx_type = _type_of(info)
+        if not info.type.HasField("tensor_type"):
+            kind = onnx_type.removesuffix("_type").replace("_", " ")
+            raise OnnxImportError(f"graph input '{info.name}' is a {kind}, which hetflow lacks: a stage's "
+                                  "inputs and outputs are tensors")
         if shape is None:
             dims = [d.dim_param or "?" if not d.HasField("dim_value") else str(d.dim_value)
                     for d in info.type.tensor_type.shape.dim]
@@ -386,7 +401,8 @@ def _stage_of(name: str, values: dict[str, _Value], result: _Result, taken: set[
     v = values[name]
     if v.stage is None:
         if v.const is None:
-            raise Inexpressible(f"tensor '{name}' has no stage")  # a model out of topological order
+            # a model out of topological order, if not a node with neither op nor stub
+            raise Inexpressible(v.blocked or f"tensor '{name}' has no stage")
         if v.dtype is None:
             raise Inexpressible(f"constant '{name}' of type {v.const.dtype}, which hetflow lacks")
         v.stage = stage_id(name, taken, "const")
@@ -433,13 +449,20 @@ def _translate(model: Any, stem: str) -> _Result:
                 continue
             except Inexpressible as e:
                 reason = str(e)
-        result.missing.append(Missing(node.op_type, node.domain or "ai.onnx", node.name or f"#{index}", reason))
-        _stub(node, index, ctx, values, result, taken)
+        name = node.name or f"#{index}"
+        no_stub = _stub(node, index, ctx, values, result, taken)
+        result.missing.append(Missing(node.op_type, node.domain or "ai.onnx", name, reason, no_stub))
+        if no_stub:
+            for out in node.output:
+                if out and values[out].stage is None and values[out].const is None:
+                    values[out].blocked = (f"tensor '{out}' comes from {node.op_type} node {name}, which has neither "
+                                           "a hetflow op nor a stub")
     for info in model.graph.output:
         try:
             stage = _stage_of(info.name, values, result, taken)
         except Inexpressible as e:
-            raise OnnxImportError(f"graph output '{info.name}': {e}") from None
+            result.unreached.append(f"graph output '{info.name}': {e}")
+            continue
         result.outputs[stage_id(info.name, set(result.outputs), "output")] = stage
     for spec in result.stages.values():
         if spec["op"] == "load":
@@ -486,19 +509,26 @@ def _fold(node: Any, values: dict[str, _Value], opsets: dict[str, int]) -> bool:
 
 
 def _stub(node: Any, index: int, ctx: _ImportNode, values: dict[str, _Value], result: _Result,
-          taken: set[str]) -> None:
-    """Stages of the stub op for a missing node, so that the nodes after it translate (and the stub has shapes)."""
+          taken: set[str]) -> str:
+    """Stages of the stub op for a missing node, so that the nodes after it translate (and the stub has shapes).
+
+    Returns why no stub can be made ("" once it is): a stub's outputs need static shapes and types hetflow has,
+    and its inputs stages. The node's consumers then go missing too, each said why.
+    """
     outputs = [n for n in node.output if n]
-    known = [values.get(n) for n in outputs]
-    if any(v is None or v.shape is None or v.dtype is None for v in known):
-        return      # its consumers go missing too, each said why
+    known = [values[n] for n in outputs]
+    for name, v in zip(outputs, known):
+        if v.shape is None:
+            return f"output '{name}' has no static shape after ONNX's shape inference"
+        if v.dtype is None:
+            return f"output '{name}' is of type {v.onnx_type}, which hetflow lacks"
     inputs = []
     for name in node.input:
         if name:
             try:
                 inputs.append(_stage_of(name, values, result, taken))
-            except Inexpressible:
-                return
+            except Inexpressible as e:
+                return str(e)
     key = node.name or f"{node.op_type}_{index}"
     result.stubs.setdefault(node.op_type, {})[key] = [(list(v.shape), v.dtype) for v in known]  # type: ignore
     base = node.name or f"{node.op_type}_{index}"
@@ -513,7 +543,8 @@ def _stub(node: Any, index: int, ctx: _ImportNode, values: dict[str, _Value], re
         spec.update({"args": args, "dtype": v.dtype,  # type: ignore[union-attr]
                      "description": ctx.origin + " (missing: fill in the stub op)"})
         result.stages[sid] = spec
-        v.stage = sid  # type: ignore[union-attr]
+        v.stage = sid
+    return ""
 
 
 def _missing_message(path: Path, result: _Result) -> str:
@@ -521,14 +552,29 @@ def _missing_message(path: Path, result: _Result) -> str:
     for m in result.missing:
         groups[(m.op_type, m.domain, m.reason)].append(m.name)
     n = len(result.missing)
+    if result.unreached:  # a stub would not get the model's outputs either
+        then = ("--allow-missing cannot write it either: the graph's outputs come from nodes that cannot have a "
+                "plugin stub, below")
+    else:
+        then = "--allow-missing writes the manifest with a plugin stub of these ops to fill in"
     lines = [f"{path.name}: {n} of {result.nodes} nodes have no hetflow op, in {len(groups)} "
-             f"group{'s' if len(groups) != 1 else ''} (nothing written; --allow-missing writes the manifest with a "
-             "plugin stub of these ops to fill in):"]
+             f"group{'s' if len(groups) != 1 else ''} (nothing written; {then}):"]
     for (op_type, domain, reason), names in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         where = "" if domain == "ai.onnx" else f" ({domain})"
-        shown = ", ".join(names[:20]) + (f", ... and {len(names) - 20} more" if len(names) > 20 else "")
-        lines.append(f"  {op_type}{where} x{len(names)}: {reason}: {shown}")
+        lines.append(f"  {op_type}{where} x{len(names)}: {reason}: {_shown(names)}")
+    if result.unreached:
+        unstubbed = [m for m in result.missing if m.no_stub]
+        lines.append(f"  no stub for {len(unstubbed)} of them (a stub needs its outputs' static shapes, of types "
+                     "hetflow has, and its inputs' stages):")
+        lines += [f"    {m.name} ({m.op_type}): {m.no_stub}" for m in unstubbed[:20]]
+        if len(unstubbed) > 20:
+            lines.append(f"    ... and {len(unstubbed) - 20} more")
+        lines += [f"  {u}" for u in result.unreached[:20]]
     return "\n".join(lines)
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:20]) + (f", ... and {len(names) - 20} more" if len(names) > 20 else "")
 
 
 # -- 4. write --------------------------------------------------------------------------------------------------
