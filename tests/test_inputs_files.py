@@ -238,3 +238,56 @@ def test_a_resumed_sweep_goes_on_with_the_arrays_its_points_took(project):
     assert len({json.dumps(r["inputs"], sort_keys=True) for r in records}) == 1
     assert all(hetflow.open_run(p["run_id"], runs_dir=runs).outputs["h"].tolist() == [[1.0, 0.0, 6.0], [4.0, 2.5, 0.0]]
                for p in summary["points"])
+
+
+NARROW_OUT = """\
+version: 1
+name: narrow-out
+executors: {host: {vendor: cpu}}
+stages:
+  x: {op: random.normal, args: {shape: [3, 4], seed: 1, std: 3}}
+  b: {op: cast, inputs: [x], dtype: bf16}
+  f: {op: cast, inputs: [x], dtype: fp8e5m2}
+  i: {op: cast, inputs: [x], dtype: int4}
+outputs: {b: b, f: f, i: i}
+"""
+
+NARROW_IN = """\
+version: 1
+name: narrow-in
+executors: {host: {vendor: cpu}}
+stages:
+  b: {op: input, args: {shape: [3, 4], dtype: bf16}, dtype: bf16}
+  f: {op: input, args: {shape: [3, 4], dtype: fp8e5m2}, dtype: fp8e5m2}
+  i: {op: input, args: {shape: [3, 4], dtype: int4}, dtype: int4}
+  s: {op: add, inputs: [b, b], dtype: fp32}
+outputs: {b: b, f: f, i: i, s: s}
+"""
+
+
+def test_a_bf16_fp8_or_int4_output_of_one_run_is_the_input_of_the_next(tmp_path, manifest_file):
+    """hetflow writes those outputs as raw bytes of their width (|V2, |V1), and --input refused its own files:
+    "holds |V2 values; an input takes numbers". A file of raw bytes of another width is refused, saying so."""
+    import ml_dtypes
+
+    runs = str(tmp_path / "runs")
+    code, out, err = _cli("run", manifest_file(NARROW_OUT), "--runs-dir", runs, "--quiet", "--no-cache")
+    assert code == 0, err
+    first = os.path.join(runs, out.strip().splitlines()[-1])
+    given = [f"{name}={os.path.join(first, name + '.npy')}" for name in ("b", "f", "i")]
+    code, out, err = _cli("run", manifest_file(NARROW_IN), "--runs-dir", runs, "--quiet", "--no-cache",
+                          *[x for g in given for x in ("--input", g)])
+    assert code == 0, err
+    second = os.path.join(runs, out.strip().splitlines()[-1])
+    for name in ("b", "f", "i"):
+        assert Path(first, name + ".npy").read_bytes() == Path(second, name + ".npy").read_bytes(), name
+    b = np.load(os.path.join(first, "b.npy")).view(ml_dtypes.bfloat16).astype(np.float32)
+    assert np.array_equal(np.load(os.path.join(second, "s.npy")), b + b)
+    assert hetflow.open_run(os.path.basename(second), runs_dir=runs).record["inputs"]["f"]["dtype"] == "fp8e5m2"
+
+    code, out, err = _cli("run", manifest_file(NARROW_IN), "--runs-dir", runs, "--quiet", "--no-cache",
+                          "--input", given[1].replace("f=", "b=", 1), "--input", given[1], "--input", given[2])
+    assert code == 2 and out == "", err
+    assert ("f.npy: it holds raw 1-byte values, as hetflow writes fp8e4m3, fp8e5m2 and int4 outputs, not bf16 ones; "
+            "stage 'b' (") in err and err.endswith(") takes dtype bf16\n"), err
+    assert "Traceback" not in err

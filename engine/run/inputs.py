@@ -209,7 +209,7 @@ def bind_inputs(manifest: Manifest, inputs: Mapping[str, Any] | None, *, given_a
 
 def _from_file(source: InputFile, label: str, name: str, stage: Any, dtype: Dtype, shape: tuple) -> Bound:
     """The array a file holds for the input stage ``name``, read and checked as a ``load`` stage's file is."""
-    from hetflow.executors.builtin.loading import lossy_load, read_array
+    from hetflow.executors.builtin.loading import lossy_load, raw_as, read_array
     from hetflow.executors.opdecl import to_dtype
 
     if not os.path.isfile(source.path):
@@ -217,16 +217,21 @@ def _from_file(source: InputFile, label: str, name: str, stage: Any, dtype: Dtyp
 
         raise UsageError(f"{label}: {source.path}: {not_a_file(source.path)}")
     try:
-        found_shape, found_dtype = read_array(source.path, source.key, header=True)
+        found_shape, found_dtype = read_array(source.path, source.key, header=True, raw=True)
     except ValueError as e:
         raise UsageError(f"{label}: {_reworded(str(e))}") from None
     if tuple(found_shape) != shape:
         raise UsageError(f"{label}: stage {name!r} ({stage.origin}) takes shape {list(shape)}; the file's array has "
                          f"shape {list(found_shape)} ({np.dtype(found_dtype).name})")
     try:
-        array = np.asarray(read_array(source.path, source.key))
+        array = np.asarray(read_array(source.path, source.key, raw=True))
     except (ValueError, MemoryError) as e:
         raise UsageError(f"{label}: {_reworded(str(e))}") from None
+    # a bf16, fp8 or int4 output of a run, as hetflow writes them: the values of the stage's dtype
+    array, problem = raw_as(array, dtype)
+    if problem:
+        raise UsageError(f"{label}: {os.path.basename(source.path)}: {problem}; stage {name!r} ({stage.origin}) "
+                         f"takes dtype {dtype.value}")
     problem = lossy_load(array, dtype)
     if problem:
         raise UsageError(f"{label}: {problem}; stage {name!r} ({stage.origin}) takes dtype {dtype.value}: "

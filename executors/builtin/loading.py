@@ -14,6 +14,7 @@ Examples
 
 from __future__ import annotations
 
+import contextvars
 import math
 import os
 import weakref
@@ -37,7 +38,7 @@ _SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "I6
                        "U32": "uint32", "U64": "uint64"}
 
 
-def read_array(path: str, key: str | None = None, *, header: bool = False) -> Any:
+def read_array(path: str, key: str | None = None, *, header: bool = False, raw: bool = False) -> Any:
     """The array ``load`` reads from ``path`` (and ``key`` in an archive).
 
     With ``header``, only what the file says about the array, as a
@@ -54,8 +55,16 @@ def read_array(path: str, key: str | None = None, *, header: bool = False) -> An
     Traceback (most recent call last):
     ...
     ValueError: d.npz has no array 'z' (it holds: x, y)
+
+    With ``raw``, an array of raw bytes of a narrow dtype's width
+    (``|V2``, ``|V1``: how hetflow writes bf16, fp8 and int4 outputs) is
+    read too, for :func:`raw_as` to view as the dtype it is taken as.
     """
-    found = _read_array(path, key, header=header)
+    token = _RAW.set(raw)
+    try:
+        found = _read_array(path, key, header=header)
+    finally:
+        _RAW.reset(token)
     _fits_a_tensor(os.path.basename(path), key, found[0] if header else found.shape)
     return found
 
@@ -227,11 +236,42 @@ def _in_our_words(error: BaseException) -> str:
     return text if isinstance(error, ValueError) else f"{type(error).__name__}: {text}"
 
 
+#: the dtypes whose values hetflow writes as raw bytes of their width, by width
+RAW_WIDTHS = {2: (Dtype.bf16,), 1: (Dtype.fp8e4m3, Dtype.fp8e5m2, Dtype.int4)}
+_RAW: contextvars.ContextVar[bool] = contextvars.ContextVar("hetflow_read_raw", default=False)
+
+
 def _numeric(name: str, key: str | None, dtype: np.dtype) -> None:
     """Refuse arrays of strings, objects, records or dates: ``load`` reads numbers."""
+    if _RAW.get() and _is_raw(dtype):
+        return
     if dtype.kind not in "biufc":
         what = f"{name}: array {key!r}" if key else name
         raise ValueError(f"{what} holds {dtype} values; load reads numbers (bool, integer, float or complex)")
+
+
+def _is_raw(dtype: np.dtype) -> bool:
+    return dtype.kind == "V" and dtype.fields is None and dtype.subdtype is None and dtype.itemsize in RAW_WIDTHS
+
+
+def raw_as(array: Any, dtype: Dtype) -> tuple[Any, str | None]:
+    """``array`` viewed as ``dtype`` where it holds raw bytes (``|V2``, ``|V1``) of that dtype's width, and
+    why not where it cannot be (the dtype is not one hetflow writes so); any other array as it is.
+
+    >>> raw_as(np.zeros(2, "V2"), Dtype.bf16)[0].dtype.name
+    'bfloat16'
+    >>> raw_as(np.zeros(2, "V1"), Dtype.fp32)[1]
+    'it holds raw 1-byte values, as hetflow writes fp8e4m3, fp8e5m2 and int4 outputs, not fp32 ones'
+    """
+    if not _is_raw(array.dtype):
+        return array, None
+    widths = RAW_WIDTHS[array.dtype.itemsize]
+    if dtype not in widths:
+        names = [d.value for d in widths]
+        said = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        return array, (f"it holds raw {array.dtype.itemsize}-byte values, as hetflow writes {said} outputs, "
+                       f"not {dtype.value} ones")
+    return array.view(dtype.numpy), None
 
 
 def _fits_a_tensor(name: str, key: str | None, shape: Any) -> None:
