@@ -195,7 +195,8 @@ def manifest_page() -> str:
            _cell(schema.get("description", "")), "",
            "`NAME` in a key path stands for a name you choose (an executor's, a stage's, ...). "
            "Names start with a letter or `_` and hold letters, digits, `_` and `-`. "
-           "See [the manifest](../concepts/manifest.md) for how the pieces fit together.", ""]
+           "See [the manifest](../concepts/manifest.md) for how the pieces fit together. An *integer* is "
+           "written as one: `2`, not `2.0` or `1e3`, which YAML reads as floats.", ""]
 
     def section(node: dict, path: str, required: bool, level: int) -> None:
         node_r = _resolve(node, defs)

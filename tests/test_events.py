@@ -132,6 +132,18 @@ def test_a_timeout_without_retries_fails_the_run_as_timed_out(manifest_file, tmp
     assert record["live_activations_after"] == {"host": 0, "accel": 0}
 
 
+@pytest.mark.parametrize("timeout", [".inf", "1e300", "10000000000"])
+def test_a_timeout_longer_than_a_wait_can_be_is_no_deadline(manifest_file, tmp_path, timeout):
+    """A lock's wait takes at most threading.TIMEOUT_MAX seconds: ``timeout: .inf`` crashed the run with
+    OverflowError ("timestamp out of range for platform time_t") after validate and plan took it."""
+    path = manifest_file(PIPE.replace("RETRIES", "0").replace("TIMEOUT", timeout))
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main(["run", path, "--runs-dir", str(tmp_path / "runs"), "--no-cache", "--quiet"], out=out,
+                    err=err) == 0, err.getvalue()
+    record = json.loads((tmp_path / "runs" / out.getvalue().split()[-1] / "record.json").read_text())
+    assert record["status"] == "succeeded" and record["nodes"]["y"]["status"] == "succeeded"
+
+
 def test_bad_retries_and_timeout_are_manifest_errors(manifest_file):
     code_out, err = io.StringIO(), io.StringIO()
     path = manifest_file(PIPE.replace("RETRIES", "-1").replace("TIMEOUT", "0"))

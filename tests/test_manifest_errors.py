@@ -1,5 +1,8 @@
 """Every kind of manifest error, at its exact line and column, all at once."""
 
+import os
+import shutil
+
 import pytest
 
 from hetflow.engine.errors import ManifestError, UsageError
@@ -575,3 +578,62 @@ def test_a_long_list_param_named_by_many_stages_is_refused_once_not_expanded_in_
     code, _, err = _cli("validate", str(path))
     assert code == 2 and err.count("error:") == 1, err[:2000]
     assert f"{path}:6:3: error: stages holds more than 2,000,000 values once its ${{...}} are replaced" in err
+
+
+@pytest.mark.parametrize("line, where, message", [
+    ("host: {vendor: cpu, device: 2.0}", "5:31", "executors.host.device must be an integer, found 2.0"),
+    ("host: {vendor: cpu, device: '${d}'}", "5:31", "executors.host.device must be an integer, found 1.0"),
+    ("host: {vendor: cpu, memory: 1e9}", "5:31", "executors.host.memory must be an integer, found 1000000000.0"),
+    ("defaults: {retries: 1e3}", "6:21", "defaults.retries must be an integer, found 1000.0"),
+    ("g: {program: guest.elf, chunk_steps: 1024.0}", "8:40", "emulators.g.chunk_steps must be an integer, found 1024.0"),
+    ("g: {program: guest.elf, max_steps: 1e6}", "8:38", "emulators.g.max_steps must be an integer, found 1000000.0"),
+    ("g: {program: guest.elf, max_output: 4096.0}", "8:39", "emulators.g.max_output must be an integer, found 4096.0"),
+    ("x: {op: random.normal, args: {shape: [4, 4], seed: 1}, retries: 2.0}", "10:67",
+     "stages.x.retries must be an integer, found 2.0"),
+])
+def test_an_integer_written_as_a_float_is_refused_where_it_stands(manifest_file, line, where, message, tmp_path):
+    """JSON Schema takes 2.0 for an integer, and YAML reads 2.0 and 1e3 as floats: ``repeat: 2.0`` crashed the
+    expansion (TypeError), ``chunk_steps: 1024.0`` crashed the run, ``device: 2.0`` planned as device 0."""
+    lines = ["version: 1", "name: t", "params: {d: 1.0}", "executors:", "  host: {vendor: cpu}", "defaults: {}",
+             "emulators:", "  g: {program: guest.elf}", "stages:",
+             "  x: {op: random.normal, args: {shape: [4, 4], seed: 1}}", "outputs: {y: x}"]
+    key = line.split(":")[0]
+    for i, old in enumerate(lines):
+        if old.strip().split(":")[0] == key:
+            lines[i] = old[:len(old) - len(old.lstrip())] + line
+    shutil.copy(os.path.join(os.path.dirname(__file__), "..", "examples", "guests", "fib.elf"), tmp_path / "guest.elf")
+    path = manifest_file("\n".join(lines) + "\n")
+    assert errors(path) == [f"{path}:{where}: error: {message}"]
+
+
+def test_a_block_repeated_a_float_number_of_times_is_refused_not_a_crash(manifest_file):
+    block = manifest_file("""
+    version: 1
+    name: t
+    executors: {host: {vendor: cpu}}
+    blocks:
+      lay: {inputs: [a], stages: {r: {op: relu, inputs: [a]}}, outputs: {o: r}}
+    stages:
+      x: {op: random.normal, args: {shape: [4, 4], seed: 1}}
+      L: {use: lay, inputs: {a: x}, repeat: 2.0, chain: {a: o}}
+    outputs: {y: L.o}
+    """)
+    assert errors(block) == [f"{block}:9:41: error: stages.L.repeat must be an integer, found 2.0"]
+
+
+def test_a_name_that_ends_in_a_newline_is_refused(manifest_file):
+    """Python's ``$`` matches before a final newline, where the schema's (ECMA-262's) does not: ``name: "a\\n"``
+    passed, and made a run folder whose name held the newline, which ``$(hetflow run ... | tail -1)`` cut."""
+    path = manifest_file(GOOD.replace("name: t", 'name: "t\\n"'))
+    assert errors(path) == [f"{path}:3:7: error: name: 't\\n' does not match '^[A-Za-z0-9][A-Za-z0-9._-]*$'"]
+    path = manifest_file(GOOD.replace("outputs: {y: y}", 'outputs: {"y\\n": y}'))
+    (message,) = errors(path)
+    assert message.startswith(f"{path}:10:11: error: invalid name 'y\\n' in outputs"), message
+
+
+def test_a_written_stage_name_holds_no_dot(manifest_file):
+    """``run.steps`` written as a stage took the place of emulator phase ``run``'s step count in ``outputs:``."""
+    path = manifest_file(GOOD.replace("  y: {op: relu", "  x.y: {op: relu, inputs: [x]}\n  y: {op: relu"))
+    assert errors(path) == [f"{path}:9:3: error: invalid name 'x.y' in stages: a stage's name holds letters, "
+                            "digits, '_' or '-', not '.' (USE.STAGE names a stage of a block's instance, "
+                            "STAGE.FIELD a field of an emulator phase)"]

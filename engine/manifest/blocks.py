@@ -536,6 +536,18 @@ def _as_dict(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def _dotted(stages: Any, doc: Document) -> list[Diagnostic]:
+    """A written stage's name holds no '.': the expansion names its instances' stages USE.STAGE, and an output
+    or input reads an emulator phase's field as STAGE.FIELD, so ``run.steps`` written as a stage took the place
+    of phase ``run``'s step count."""
+    if not isinstance(stages, dict) or not any("." in k for k in stages if isinstance(k, str)):
+        return []
+    return [Diagnostic(doc.key_at(("stages", k)), (
+        f"invalid name {k!r} in stages: a stage's name holds letters, digits, '_' or '-', not '.' (USE.STAGE names "
+        "a stage of a block's instance, STAGE.FIELD a field of an emulator phase)"))
+        for k in stages if isinstance(k, str) and "." in k]
+
+
 def expand(tree: dict, doc: Document, overrides: Mapping[str, Any] | None = None
            ) -> tuple[dict, Document, list[Diagnostic]]:
     """The resolved ``tree`` with its uses expanded and its defaults applied; the document to find positions in;
@@ -554,6 +566,10 @@ def expand(tree: dict, doc: Document, overrides: Mapping[str, Any] | None = None
     stages = tree.get("stages")
     defaults = tree.get("defaults")
     overrides = dict(overrides or {})
+    # a record's resolved manifest (no text) names its instances' stages so; a written one cannot
+    dotted = _dotted(stages, doc) if doc.text is not None else []
+    if dotted:
+        return tree, doc, dotted
     if not isinstance(stages, dict) or (not isinstance(defaults, dict) and "blocks" not in tree
                                         and not any(_is_use(s) for s in stages.values())):
         _unused(overrides, set(), doc)

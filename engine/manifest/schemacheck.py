@@ -15,6 +15,7 @@ import difflib
 import importlib.util
 import json
 import os
+import re
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -58,11 +59,13 @@ class _Fast:
     def __init__(self, spec: dict) -> None:
         import jsonschema_rs
 
+        spec = _whole_numbers(spec)
         stages = spec["properties"]["stages"]
         defs = {k: spec[k] for k in ("$schema", "$id", "$defs") if k in spec}
-        self._whole = jsonschema_rs.validator_for(spec)
-        self._stage = jsonschema_rs.validator_for({**defs, **stages["additionalProperties"]})
-        self._name = jsonschema_rs.validator_for({**defs, **stages["propertyNames"]})
+        kw = {"keywords": {_WHOLE: _WholeNumber}}
+        self._whole = jsonschema_rs.validator_for(spec, **kw)
+        self._stage = jsonschema_rs.validator_for({**defs, **stages["additionalProperties"]}, **kw)
+        self._name = jsonschema_rs.validator_for({**defs, **stages["propertyNames"]}, **kw)
 
     @staticmethod
     def _valid(validator: Any, value: Any) -> bool:
@@ -76,6 +79,44 @@ class _Fast:
 
     def accepts_stage(self, sid: Any, value: Any) -> bool:
         return self._valid(self._name, sid) and self._valid(self._stage, value)
+
+
+#: the keyword :func:`_whole_numbers` adds beside ``"type": "integer"`` for jsonschema-rs
+_WHOLE = "hetflowInteger"
+
+
+class _WholeNumber:
+    """jsonschema-rs's check of :data:`_WHOLE`: an integer is written as one, ``2``, not ``2.0`` or ``1e3``.
+
+    JSON Schema takes a float with no fraction for an integer (JSON has one
+    number type), and YAML reads ``2.0`` and ``1e3`` as floats: ``repeat:
+    2.0`` then crashed the expansion, and ``device: 2.0`` became device 0.
+    """
+
+    def __init__(self, parent_schema: dict, value: Any, schema_path: Any) -> None:
+        self._on = bool(value)
+
+    def validate(self, instance: Any) -> None:
+        if self._on and isinstance(instance, float):
+            raise ValueError(f"{instance!r} is not of type 'integer'")
+
+
+def _whole_numbers(node: Any) -> Any:
+    """``node`` (a schema) with :data:`_WHOLE` beside each type that is an integer and not a number."""
+    if isinstance(node, list):
+        return [_whole_numbers(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _whole_numbers(v) for k, v in node.items()}
+    kind = node.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    if "integer" in kinds and "number" not in kinds:
+        out[_WHOLE] = True
+    return out
+
+
+def _is_integer(checker: Any, instance: Any) -> bool:
+    return isinstance(instance, int) and not isinstance(instance, bool)
 
 
 @lru_cache(maxsize=1)
@@ -131,7 +172,8 @@ def _once(problems: list[Diagnostic]) -> list[Diagnostic]:
 def _precise() -> Any:
     """Draft 2020-12's validator whose numeric bounds also refuse NaN: a comparison with NaN is false, so
     ``exclusiveMinimum: 0`` let ``timeout: .nan`` through, and the run then failed at once (``timed out
-    after nan s``)."""
+    after nan s``); whose integers are written as integers (``2``, not ``2.0``); and whose patterns end
+    where the text does, as jsonschema-rs's and ECMA-262's do."""
     import math
 
     import jsonschema
@@ -147,8 +189,28 @@ def _precise() -> Any:
 
         return refuse_nan
 
+    def pattern(validator: Any, regex: str, instance: Any, schema: Any) -> Iterator[Any]:
+        if isinstance(instance, str) and re.search(_ecma(regex), instance) is None:
+            yield jsonschema.ValidationError(f"{instance!r} does not match {regex!r}")
+
+    # an integer is written as one: 2.0 is a float here, as jsonschema-rs's check says (_WholeNumber)
+    types = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer)
     return jsonschema.validators.extend(jsonschema.Draft202012Validator, {
-        name: bounded(name) for name in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")})
+        **{name: bounded(name) for name in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")},
+        "pattern": pattern}, type_checker=types)
+
+
+@lru_cache(maxsize=64)
+def _ecma(regex: str) -> str:
+    """A schema's pattern as Python's ``re`` reads ECMA-262's: a final ``$`` is the end of the text, where Python's
+    also matches before a final newline (``name: "a\\n"`` passed, and made a run folder whose name held it).
+
+    >>> bool(re.search(_ecma("^[a-z]+$"), "ab\\n")), bool(re.search(_ecma("^[a-z]+$"), "ab"))
+    (False, True)
+    """
+    if regex.endswith("$") and not regex.endswith("\\$"):
+        return regex[:-1] + r"\Z"
+    return regex
 
 
 def part_problems(value: Any, definition: str, doc: Any, path: Path) -> list[Diagnostic]:
@@ -270,6 +332,12 @@ def _explain(error: jsonschema.ValidationError, doc: Document) -> Iterator[Diagn
     if v == "oneOf" and all(set(alt) == {"required"} for alt in error.validator_value) and \
             error.schema.get("type") == "object":
         return  # not a mapping at all: its own "type" says so, once
+    if v in ("oneOf", "anyOf") and isinstance(error.instance, float) and error.instance.is_integer() and any(
+            e.validator == "type" and e.validator_value == "integer" and len(e.relative_path) == 0
+            for e in error.context):
+        # bytes as an integer or a string with a unit: 1e9 is neither, and is meant as the integer
+        yield Diagnostic(doc.at(path), f"{where} must be an integer, found {error.instance!r}")
+        return
     if v in ("oneOf", "anyOf") and error.context:
         import jsonschema.exceptions
 

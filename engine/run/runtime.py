@@ -339,7 +339,8 @@ class LocalRuntime:
             done.set()
 
         threading.Thread(target=attempt, name=f"{threading.current_thread().name}-{part.id}", daemon=True).start()
-        done.wait(part.timeout)
+        # a deadline beyond what a lock's wait takes (timeout: .inf, 1e300) is none: a wait of it raised OverflowError
+        done.wait(part.timeout if part.timeout < threading.TIMEOUT_MAX else None)
         with lock:
             if "result" not in box and "error" not in box:
                 box["abandoned"] = True
