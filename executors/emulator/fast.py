@@ -274,10 +274,11 @@ class _Machine:
             self.wofs += n
             if status == ST_GROW:
                 need = int(self.st[S_NEED])
+                # the write, and the reserve of every step of the next slice after it
                 if self.mode & REC_READS:
-                    self.rbuf = self._room(self.rbuf, self.rpos, need + 3)
+                    self.rbuf = self._room(self.rbuf, self.rpos, need + 3 * _SLICE)
                 if self.mode & LOG_OPS:
-                    self.obuf = self._room(self.obuf, self.opos, 3 * need + 9)
+                    self.obuf = self._room(self.obuf, self.opos, 3 * need + 9 * _SLICE)
                 wanted = int(self.st[S_CNEED])
                 if self.cpos + wanted > self.max_output:
                     pc = int(self.st[S_PC]) & _U64

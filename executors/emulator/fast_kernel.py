@@ -751,8 +751,11 @@ def _run(mem, mem64, mem32, rbase, rsize, roff, rperm, rslot, dc,
                             first = buf & ~7
                             last = (buf + ln - 1) & ~7
                             nw = ((last - first) >> 3) + 1
-                            if (cpos + ln > cbuf.shape[0] or (rec and rpos + nw > rbuf.shape[0])
-                                    or (logops and opos + 3 * nw > obuf.shape[0])):
+                            # the buffers were sized for 3 reads and 3 logged operations a step of the
+                            # slice: the steps after this one keep theirs
+                            left = stop - step
+                            if (cpos + ln > cbuf.shape[0] or (rec and rpos + nw + 3 * left > rbuf.shape[0])
+                                    or (logops and opos + 3 * nw + 9 * left > obuf.shape[0])):
                                 st[S_NEED] = nw
                                 st[S_CNEED] = ln
                                 status = ST_GROW
