@@ -786,3 +786,32 @@ def test_run_due_whose_run_could_not_be_started_concludes_the_slot_failed_and_ex
     assert body["error"] == f"its run could not be started: No such file or directory: {exe}"
     assert hook_lines(tmp_path) == [(slot, "failed")]
     assert "Traceback" not in out + err
+
+
+def test_a_run_killed_after_it_said_it_succeeded_is_concluded_from_its_record(tmp_path):
+    """The OOM killer, or a crash at the interpreter's exit, after the run printed its result: the slot was
+    concluded ``failed``, its error the run's own success line, and ``on_failure`` ran, while the record and
+    ``hetflow runs`` said succeeded."""
+    m = write(tmp_path, "late", 'cron: "0 * * * *"\n' + HOOKS)
+    entry, runs, slot = sched.load_entry(m), tmp_path / "runs", sched.parse_instant("2026-06-01T10:00:00Z")
+    path = sched.claim(str(runs), entry, slot)
+    argv = sched.command(entry, slot, str(runs))
+    assert argv[1:3] == ["-m", "hetflow.engine.cli"]
+    # the slot's own command line, run in this process, which then takes SIGKILL once its result is out
+    killed_after = ("import os, signal, sys\nfrom hetflow.engine.cli import main\nmain(sys.argv[1:])\n"
+                    "sys.stdout.flush()\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    log = path[:-5] + ".log"
+    with open(log, "ab") as f:
+        process = subprocess.Popen([sys.executable, "-c", killed_after, *argv[3:]], stdout=f, stderr=subprocess.STDOUT,
+                                   cwd=tmp_path)
+    process.wait(timeout=120)
+    assert process.returncode == -signal.SIGKILL
+    assert '"status": "succeeded"' in Path(log).read_text()
+    said = []
+    info = sched._finish(sched.Child(entry, slot, path, process, log, runs_dir=str(runs)),
+                         lambda event, fields: said.append(event))
+    (record,) = records(runs)
+    assert record["status"] == "succeeded"
+    assert (info["status"], info["run_id"], info.get("error")) == ("succeeded", record["run_id"], None), info
+    assert claims(runs)["2026-06-01T10:00:00Z"]["state"] == "succeeded"
+    assert hook_lines(tmp_path) == [("2026-06-01T10:00:00Z", "succeeded")]

@@ -236,8 +236,14 @@ def outcome(child: Child) -> dict:
     if rc != 0:
         # a run that could not start says its category in ``error`` (bad-input) and what was wrong in ``message``
         out["error"] = result.get("message") or result.get("error") or _last_line(child.log)
-    if rc is not None and rc < 0 and not result:
-        out.update(_killed(child, -rc))
+    if rc is not None and rc < 0:
+        # killed: after its result line too (the OOM killer, a crash at the interpreter's exit), when the line
+        # said one thing and the record another, or the record was finished after the line
+        killed = _killed(child, -rc)
+        if not result or killed.get("run_id") is not None:
+            out.update(killed)
+            if out["status"] == "succeeded":
+                out.pop("error", None)
     return out
 
 
