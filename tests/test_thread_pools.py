@@ -208,3 +208,33 @@ def test_openblas_is_primed_once_at_several_threads_and_keeps_the_limits_it_had(
     assert seen["inside"] and set(seen["inside"]) == {1}
     assert seen["after"] and set(seen["after"]) == {1}
     assert seen["again"] and set(seen["again"]) == {1}
+
+
+@pytest.mark.skipif(usable_cores() < 2, reason="one core: a point of a --parallel sweep and a run alone both get 1")
+def test_verify_reruns_a_point_of_a_parallel_sweep_at_the_threads_it_had(sweep_file, tmp_path):
+    """A point of a --parallel 2 sweep ran its BLAS on cores // 2 threads; verify reran it alone, on every core,
+    and a float sum in another order was a MISMATCH with "no cause visible in the records"."""
+    import io
+
+    from hetflow.engine.cli import main
+    from hetflow.engine.store.compare import diff_runs, mismatch_causes
+
+    runs, before = tmp_path / "runs", blas_now()
+    s = hetflow.sweep(sweep_file, runs_dir=runs, parallel=2, cache=False)
+    point = s.runs[0]
+    assert seen(s)[0] == usable_cores() // 2
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["verify", point.run_id, "--runs-dir", str(runs), "--json"], out=out, err=err) == 0, out.getvalue()
+    said = json.loads(out.getvalue())
+    assert said["match"] is True, said
+    rerun = hetflow.open_run(said["rerun_id"], runs_dir=runs)
+    assert rerun.record["threads"]["blas"] == point.record["threads"]["blas"] == usable_cores() // 2
+    assert blas_now() == before  # verify gave the pools back
+
+    alone = hetflow.run(sweep_file, runs_dir=runs, point="seed=1", cache=False)
+    assert int(alone.outputs["n"].flat[0]) == usable_cores()  # a run alone: the pool as it is, every core
+    d = diff_runs(str(runs), point.run_id, alone.run_id)
+    assert d["threads"] == [("blas", usable_cores() // 2, usable_cores())], d["threads"]
+    causes = mismatch_causes(point.record, alone.record, "n")
+    assert causes == [f"thread pools differ: blas {usable_cores() // 2} -> {usable_cores()} threads (a float sum's "
+                      "order follows its threads)"], causes

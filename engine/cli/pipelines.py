@@ -284,10 +284,14 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
     plan = with_inputs(make_plan(manifest, probe), bound)
     from hetflow.engine.store.compare import mismatch_causes
 
+    from hetflow.engine.run import threads
+
     try:
-        result = execute(manifest, plan, runs_dir=args.runs_dir, overrides=record.get("overrides") or {},
-                         use_cache=False, matrix_point=_point_of(record), verifies=record["run_id"],
-                         inputs=describe_inputs(bound))
+        # at the BLAS threads the run had (one a point of a --parallel sweep): a float sum's order follows them
+        with threads.POOLS.pinned(threads.recorded_blas(record)):
+            result = execute(manifest, plan, runs_dir=args.runs_dir, overrides=record.get("overrides") or {},
+                             use_cache=False, matrix_point=_point_of(record), verifies=record["run_id"],
+                             inputs=describe_inputs(bound))
         fresh = {k: v["digest"] for k, v in result.record["outputs"].items()}
         rerun, rerun_ok, rerun_record, rerun_error = result.run_id, True, result.record, None
     except RunFailed as e:

@@ -154,13 +154,39 @@ class Pools:
         self._libs: list[Any] = []
         self.generation = 0  # bumped whenever the limit changes: per-thread pools follow it in here()
         self._local = threading.local()
+        self._pinned: int | None = None  # a limit fixed by pinned(), whatever the claims
 
     def user(self) -> dict[str, str]:
         return user_limits(self._environ)
 
     def limit(self) -> int:
         """The threads each pool may use now."""
+        if self._pinned is not None:
+            return self._pinned
         return max(1, self.cores // max(1, self._total))
+
+    @contextmanager
+    def pinned(self, threads: int | None) -> Iterator[None]:
+        """Hold every pool at ``threads`` while the block runs (None: as the claims have it).
+
+        A run's float sums follow the order its BLAS threads split them in,
+        so ``verify`` reruns a point of a ``--parallel`` sweep, one BLAS
+        thread of two cores, at the threads its record gives, not at the
+        two a run alone would get.
+        """
+        if threads is None:
+            yield
+            return
+        with self._lock:
+            before, self._pinned = self._pinned, max(1, int(threads))
+            self._set()
+        self._here()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._pinned = before
+                self._set()
 
     @contextmanager
     def claim(self, callers: int) -> Iterator[int]:
@@ -296,6 +322,8 @@ class Pools:
 
         A worker's standing claim always sets it: its pools' own limit is the 1 Dask's nanny gave them.
         """
+        if self._pinned is not None:
+            return self._pinned
         limit = self.limit()
         return limit if self._total and (limit < self.cores or self._standing) else None
 
@@ -414,6 +442,16 @@ def claim_run(at_once: int) -> Iterator[int]:
     """A run's claim: its partitions at once, less the one its sweep point counts already."""
     with POOLS.claim(at_once - 1 if in_point() else at_once) as limit:
         yield limit
+
+
+def recorded_blas(record: Mapping[str, Any]) -> int | None:
+    """The BLAS threads a run's record says hetflow gave its ops (None where it says none, or the user or a
+    cluster's workers set them)."""
+    pools = record.get("threads")
+    if not isinstance(pools, dict) or pools.get("set_by") != "hetflow":
+        return None
+    n = pools.get("blas")
+    return n if type(n) is int and n >= 1 else None
 
 
 def here() -> None:

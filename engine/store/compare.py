@@ -124,6 +124,7 @@ def diff_runs(runs_dir: str, a: str, b: str) -> dict:
         "data": changes(data_a, data_b),
         "inputs": changes(in_a, in_b),
         "versions": changes(versions_of(ra), versions_of(rb)),
+        "threads": changes(pools_of(ra), pools_of(rb)),
         "outputs": outputs,
     }
 
@@ -255,6 +256,13 @@ def versions_of(record: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def pools_of(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The BLAS and OpenMP threads a record says its ops ran with (on a cluster, its workers' fewest)."""
+    pools = record.get("threads")
+    pools = pools if isinstance(pools, dict) else {}
+    return {api: pools.get(api) for api in ("blas", "openmp") if type(pools.get(api)) is int}
+
+
 def mismatch_causes(record: Mapping[str, Any], rerun: Mapping[str, Any] | None, output: str) -> list[str]:
     """The likely causes, as far as the two records show them, of ``output`` differing between a run and its rerun.
 
@@ -284,6 +292,10 @@ def mismatch_causes(record: Mapping[str, Any], rerun: Mapping[str, Any] | None, 
         args = (stages.get(node) or {}).get("args") or {}
         if op is not None and not oplib.is_deterministic(op, args):
             causes.append(f"nondeterministic op: stage {node!r} ({op.name}) has no seed")
+    pools = changes(pools_of(record), pools_of(rerun)) if rerun else []
+    if pools:
+        causes.append("thread pools differ: " + ", ".join(f"{k} {a} -> {b} threads" for k, a, b in pools)
+                      + " (a float sum's order follows its threads)")
     moved = changes(versions_of(record), versions_of(rerun)) if rerun else []
     if moved:
         causes.append("version changed: " + ", ".join(f"{k} {a} -> {b}" for k, a, b in moved))
