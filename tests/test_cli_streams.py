@@ -544,6 +544,23 @@ def test_output_on_a_full_disk_is_lost_not_the_run(tmp_path, stream, sweep):
         assert json.loads(next(runs.glob("*-sweep/sweep.json")).read_text())["status"] == "succeeded"
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="/dev/full (every write: no space left) is Linux's")
+def test_a_failed_command_whose_output_is_lost_keeps_its_code_and_says_its_output_was_lost(tmp_path):
+    """A failing run's stdout on a full disk exited 1 and said nothing at all: what it printed of why was lost."""
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("version: 1\nname: m\nexecutors: {h: {vendor: cpu}}\nstages:\n"
+                        "  z: {op: full, args: {shape: [2], value: 1}}\n  y: {op: t.boom, inputs: [z]}\n"
+                        "plugins: [ops.py]\noutputs: {y: y}\n")
+    (tmp_path / "ops.py").write_text("from hetflow import op\n\n\n@op('t.boom')\ndef boom(xp, x):\n"
+                                     "    raise ValueError('no')\n")
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "run", str(manifest), "--runs-dir",
+                               str(tmp_path / "runs")], stdout=full, stderr=subprocess.PIPE, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.decode().strip().splitlines()[-1] == \
+        "hetflow: error: standard output could not be written: No space left on device"
+
+
 def test_every_errors_exit_code_is_the_one_the_command_line_exits_with():
     from hetflow.engine.cli.outcomes import outcome
     from hetflow.engine.errors import (EnvironmentUnavailable, HetflowError, LockHeld, ManifestError, OutputDamaged,

@@ -73,14 +73,15 @@ def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
 def _output_lost(code: int, out: QuietStream, err: QuietStream) -> int:
     """``code``, or the environment's (5) where a command that did its work could not write its output: a disk
     that refused standard output or error (a file on a full disk). The run or sweep went on to its end and its
-    record says how it ended; what it printed is what was lost."""
+    record says how it ended; what it printed is what was lost, and standard error says so either way."""
     lost = [(name, stream.lost) for name, stream in (("standard output", out), ("standard error", err))
             if stream.lost is not None]
-    if not lost or code != EXIT_OK:  # a command that failed says so by its own code, the more telling one
+    if not lost:
         return code
-    for name, error in lost:
+    for name, error in lost:  # said even where the command failed: what it printed of why is lost
         print(f"hetflow: error: {name} could not be written: {error.strerror or error}", file=err)
-    return EXIT_ENVIRONMENT
+    # a command that failed says so by its own code, the more telling one
+    return EXIT_ENVIRONMENT if code == EXIT_OK else code
 
 
 class _Streams:
