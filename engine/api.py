@@ -738,6 +738,8 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
                                 given_as=_given_as(inputs))
     else:
         bound = bind_inputs(manifest, inputs, given_as=_given_as(inputs))
+    if workers is None and scheduler is None:
+        _plan_here(manifest)  # a plan it refuses (an executor's memory, a vendor) is refused before anything is written
     with _session(path, doc, manifest, runs_dir, resume, schedule_slot,
                   (workers, threads_per_worker, scheduler, place, threads, dashboard)) as (cluster, schedule, _):
         return _execute(manifest, cluster, place, bound, runs_dir=runs_dir, overrides=given, num_workers=threads,
@@ -821,6 +823,8 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
         bound = recorded_inputs(took, first, inputs, verb=argument("resume").rstrip("="), given_as=_given_as(inputs))
     else:
         bound = bind_inputs(first, inputs, given_as=_given_as(inputs))
+    if workers is None and scheduler is None:
+        _plan_here(first)  # as run() does: what the points share, refused before the sweep's folder is made
     with _session(path, doc, first, runs_dir, None, schedule_slot,
                   (workers, threads_per_worker, scheduler, place, threads, dashboard), lock=False) as (cluster, schedule, lock_name), \
             _slot_lock(runs_dir, path, doc, lock_name, jobs[0][2] if schedule else None) as whole:

@@ -142,3 +142,17 @@ def test_console_script_runs_the_quickstart(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "record: " in proc.stdout
+
+
+@pytest.mark.parametrize("sweep", [False, True])
+def test_a_run_its_plan_refuses_writes_nothing(tmp_path, sweep):
+    """An executor's memory too small for what it must hold is found by the plan: run said so with exit 2 and left
+    the runs folder and its .locks behind, made for a run that never started."""
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("version: 1\nname: m\nparams: {k: 1}\n" + ("matrix: {k: [1, 2]}\n" if sweep else "")
+                        + "executors: {h: {vendor: cpu, memory: 1}}\nstages:\n"
+                        "  z: {op: full, args: {shape: [2], value: \"${k}\"}}\noutputs: {z: z}\n")
+    code, out, err = run_cli("run", str(manifest), "--runs-dir", str(tmp_path / "runs"))
+    assert code == 2 and out == "", err
+    assert f"{manifest}:{7 if sweep else 6}:3: error: partition p0 on executor 'h' holds 8 B" in err, err
+    assert not (tmp_path / "runs").exists()
