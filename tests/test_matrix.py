@@ -56,6 +56,10 @@ def test_the_cap_and_raising_it(manifest_file):
     path = manifest_file(SWEEP.replace("n: [2, 3]", "n: [" + ", ".join(map(str, range(1, 151))) + "]"))
     with pytest.raises(UsageError, match="expands to 300 points, more than the cap of 256; raise it with max_points=N"):
         matrix.expand(load(path))
+    code, _, err = main("run", path, "--runs-dir", str(Path(path).parent / "runs"))
+    line = next(i for i, text in enumerate(Path(path).read_text().splitlines(), 1) if text.startswith("matrix:"))
+    assert (code, err) == (2, f"hetflow: error: {path}:{line}:1: the matrix expands to 300 points, more than the cap "
+                              "of 256; raise it with --max-points N\n")
     assert len(matrix.expand(load(path), max_points=300)) == 300
     for cap in ("0", "-3"):
         code, _, err = main("run", path, "--max-points", cap, "--runs-dir", str(Path(path).parent / "runs"))

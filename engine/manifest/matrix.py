@@ -149,14 +149,14 @@ def expand(doc: Document, overrides: Mapping[str, Any] | None = None, max_points
     total = math.prod(len(v) for v in axes.values()) if axes else 0
 
     def too_many(at_least: int) -> UsageError:
-        return UsageError(f"{doc.file}: the matrix expands to more than {at_least - 1} points (its axes make {total:,} "
+        return UsageError(f"{_where(doc)}: the matrix expands to more than {at_least - 1} points (its axes make {total:,} "
                           f"combinations), more than the cap of {max_points}; {remedy}")
 
     if total > max_points and (not excludes or total > _MAX_COMBINATIONS):
         if not excludes and not extra_lists.get("include") and all(
                 len({_text(v) for v in values}) == len(values) for values in axes.values()):
             # every combination is a point of its own: the count is known without making them
-            raise UsageError(f"{doc.file}: the matrix expands to {total:,} points, more than the cap of {max_points}; "
+            raise UsageError(f"{_where(doc)}: the matrix expands to {total:,} points, more than the cap of {max_points}; "
                              f"{remedy}")
         raise too_many(max_points + 1)
     combos: list[dict[str, Any]] = []
@@ -190,7 +190,7 @@ def expand(doc: Document, overrides: Mapping[str, Any] | None = None, max_points
     if not points:
         raise _no_point(doc, overrides, total, bool(excludes))
     if len(points) > max_points:
-        raise UsageError(f"{doc.file}: the matrix expands to {len(points)} points, more than the cap of {max_points}; "
+        raise UsageError(f"{_where(doc)}: the matrix expands to {len(points)} points, more than the cap of {max_points}; "
                          f"{remedy}")
     return points
 
@@ -423,3 +423,11 @@ def _at_points(doc: Document, params: Mapping[str, Any], points: list[Point], wh
         return (at, f"matrix value {json.dumps(value)} of param {key!r} is {_kind(value)}, where its default "
                     f"{json.dumps(default)} is {_kind(default)}", counted, f"at {d.origin}: {d.message}")
     return Diagnostic(d.origin, f"{d.message} [{counted}, where {key}={_text(value)}: matrix at {at}]", d.severity)
+
+
+def _where(doc: Document) -> str:
+    """FILE:LINE:COL of the manifest's ``matrix:`` key, where its points are counted from."""
+    try:
+        return str(doc.key_at(("matrix",)))
+    except (KeyError, TypeError, ValueError):
+        return doc.file
