@@ -15,6 +15,7 @@ says what was expected and what was found.
 from __future__ import annotations
 
 import io
+import struct
 import os
 import stat
 from .tuples import FieldTuple, getters
@@ -163,6 +164,42 @@ def read_elf(source: str | os.PathLike | bytes, name: str | None = None) -> tupl
         os.close(fd)
 
 
+def _check_tables(raw: bytes, label: str) -> None:
+    """The ELF64 header's tables, and each PT_LOAD's bytes, lie within the file.
+
+    pyelftools reads past the end as if the file went on (``expected 4,
+    found 0``), turns an offset past 2^63 into ``OverflowError``, and a
+    program header table past the end into no segments at all ("no
+    PT_LOAD segment"): each is said here as what it is.
+    """
+    size = len(raw)
+    if size < 64:
+        raise ElfError(f"{label}: malformed ELF: truncated header ({size} bytes; an ELF64 header has 64)")
+    phoff, shoff = struct.unpack_from("<QQ", raw, 32)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", raw, 54)
+    for what, offset, entsize, count, least in (("program header", phoff, phentsize, phnum, 56),
+                                                ("section header", shoff, shentsize, shnum, 64)):
+        if count == 0:
+            continue
+        if entsize < least:
+            raise ElfError(f"{label}: malformed ELF: {what} entries of {entsize} bytes (e_{what[0]}hentsize); "
+                           f"an ELF64 one has {least}")
+        if offset + entsize * count > size:
+            raise ElfError(f"{label}: malformed ELF: the {what} table ({count} entries of {entsize} bytes at offset "
+                           f"{offset:#x}) ends past the file's {size} bytes (cut short?)")
+    for k in range(shnum):
+        sh_type, = struct.unpack_from("<I", raw, shoff + k * shentsize + 4)
+        sh_offset, sh_size = struct.unpack_from("<QQ", raw, shoff + k * shentsize + 24)
+        if sh_type != 8 and sh_size and sh_offset + sh_size > size:  # 8: SHT_NOBITS (.bss) has no bytes in the file
+            raise ElfError(f"{label}: malformed ELF: section {k} takes {sh_size:#x} bytes at offset {sh_offset:#x}, "
+                           f"past the file's {size} bytes (cut short?)")
+    for k in range(phnum):
+        p_type, _, p_offset, p_vaddr, _, p_filesz = struct.unpack_from("<IIQQQQ", raw, phoff + k * phentsize)
+        if p_type == 1 and p_filesz and p_offset + p_filesz > size:
+            raise ElfError(f"{label}: malformed ELF: PT_LOAD at {p_vaddr:#x} takes {p_filesz:#x} bytes at offset "
+                           f"{p_offset:#x}, past the file's {size} bytes (cut short?)")
+
+
 def elf_layout(raw: bytes, label: str) -> dict:
     """What a run needs of the file, as plain data: ``entry``, ``tohost``
     (None without the symbol) and ``segments``, each PT_LOAD with bytes to
@@ -185,6 +222,7 @@ def elf_layout(raw: bytes, label: str) -> dict:
         raise ElfError(f"{label}: {bits} ELF; expected a 64-bit (ELFCLASS64) RISC-V executable")
     if raw[5] != 1:
         raise ElfError(f"{label}: big-endian ELF; expected little-endian RISC-V")
+    _check_tables(raw, label)
     try:
         elf = ELFFile(io.BytesIO(raw))
         machine = elf["e_machine"]

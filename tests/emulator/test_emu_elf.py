@@ -26,6 +26,16 @@ def _patched(offset, value):
     return bytes(raw)
 
 
+def _first_load() -> int:
+    """The file offset of fib.elf's first PT_LOAD program header."""
+    import struct
+
+    raw = (GUESTS / "fib.elf").read_bytes()
+    phoff, = struct.unpack_from("<Q", raw, 32)
+    return next(phoff + 56 * k for k in range(struct.unpack_from("<H", raw, 56)[0])
+                if struct.unpack_from("<I", raw, phoff + 56 * k)[0] == 1)
+
+
 @pytest.mark.parametrize("data, message", [
     (b"", "not an ELF file"),
     (b"#!/bin/sh\necho hi\n", "not an ELF file (expected magic 7f 45 4c 46, found 23 21 2f 62)"),
@@ -34,12 +44,21 @@ def _patched(offset, value):
     (_patched(16, (3).to_bytes(2, "little")), "expected a static executable (ET_EXEC)"),
     ((GUESTS / "fib.elf").read_bytes()[:80], "malformed ELF"),
     (_patched(24, (0x12345678).to_bytes(8, "little")), "entry point 0x12345678 is not inside an executable PT_LOAD"),
+    (_patched(32, (2**63 + 5).to_bytes(8, "little")), "malformed ELF: the program header table (3 entries of 56 bytes at "
+                                                      "offset 0x8000000000000005) ends past the file's"),
+    (_patched(56, (65535).to_bytes(2, "little")), "malformed ELF: the program header table (65535 entries"),
+    (_patched(60, (65535).to_bytes(2, "little")), "malformed ELF: the section header table (65535 entries"),
+    (_patched(54, (12).to_bytes(2, "little")), "program header entries of 12 bytes (e_phentsize); an ELF64 one has 56"),
+    (_patched(_first_load() + 8, (2**64 - 16).to_bytes(8, "little")), "bytes at offset 0xfffffffffffffff0, past the file's"),
+    ((GUESTS / "fib.elf").read_bytes()[:63], "malformed ELF: truncated header (63 bytes; an ELF64 header has 64)"),
 ])
 def test_bad_files_raise_elf_error(data, message):
     with pytest.raises(ElfError) as e:
         load_elf(data, name="bad.elf")
     assert message in str(e.value)
     assert str(e.value).startswith("bad.elf: ")
+    # pyelftools' own words for what it read past the end: never the user's
+    assert "expected 4, found 0" not in str(e.value) and "OverflowError" not in str(e.value)
 
 
 def test_missing_file():
