@@ -637,3 +637,16 @@ def test_a_written_stage_name_holds_no_dot(manifest_file):
     assert errors(path) == [f"{path}:9:3: error: invalid name 'x.y' in stages: a stage's name holds letters, "
                             "digits, '_' or '-', not '.' (USE.STAGE names a stage of a block's instance, "
                             "STAGE.FIELD a field of an emulator phase)"]
+
+
+@pytest.mark.parametrize("emulator, phase, said", [
+    ("{chunk_steps: 5}", "execute", "5:6: error: emulators.g is missing required key 'program'"),
+    ("{program: guest.elf}", "explode", "7:16: error: stages.run.phase must be one of execute, mem-plans, "
+                                        "rom-histogram, plan, witness; found 'explode'"),
+])
+def test_a_phase_that_did_not_check_is_not_called_no_phase_again(manifest_file, tmp_path, emulator, phase, said):
+    """Each error was followed by "output 's' names 'run.steps': 'run' is not an emulator phase", which it is."""
+    shutil.copy(os.path.join(os.path.dirname(__file__), "..", "examples", "guests", "fib.elf"), tmp_path / "guest.elf")
+    path = manifest_file(f"version: 1\nname: em\nexecutors: {{h: {{vendor: cpu}}}}\nemulators:\n  g: {emulator}\n"
+                         f"stages:\n  run: {{phase: {phase}, emulator: g}}\noutputs: {{s: run.steps}}\n")
+    assert errors(path) == [f"{path}:{said}"]
