@@ -14,7 +14,6 @@ Examples
 
 from __future__ import annotations
 
-import contextvars
 import math
 import os
 import weakref
@@ -60,16 +59,12 @@ def read_array(path: str, key: str | None = None, *, header: bool = False, raw: 
     (``|V2``, ``|V1``: how hetflow writes bf16, fp8 and int4 outputs) is
     read too, for :func:`raw_as` to view as the dtype it is taken as.
     """
-    token = _RAW.set(raw)
-    try:
-        found = _read_array(path, key, header=header)
-    finally:
-        _RAW.reset(token)
+    found = _read_array(path, key, header=header, raw=raw)
     _fits_a_tensor(os.path.basename(path), key, found[0] if header else found.shape)
     return found
 
 
-def _read_array(path: str, key: str | None, *, header: bool) -> Any:
+def _read_array(path: str, key: str | None, *, header: bool, raw: bool = False) -> Any:
     name = os.path.basename(path)
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in LOAD_FORMATS:
@@ -81,14 +76,14 @@ def _read_array(path: str, key: str | None, *, header: bool) -> Any:
             if key is not None:
                 raise ValueError(f"{name} is a .npy file, which holds one array: leave out 'key'")
             array = np.load(path, mmap_mode="r", allow_pickle=False)
-            _numeric(name, key, array.dtype)
+            _numeric(name, key, array.dtype, raw)
             return (tuple(array.shape), array.dtype) if header else np.asarray(array)
         if suffix == ".npz":
             with np.load(path, allow_pickle=False) as archive:
                 key = _archive_key(name, key, list(archive.files))
                 if not header:
                     array = archive[key]
-                    _numeric(name, key, array.dtype)
+                    _numeric(name, key, array.dtype, raw)
                     return array
                 with archive.zip.open(key + ".npy") as member:
                     version = np.lib.format.read_magic(member)
@@ -99,7 +94,7 @@ def _read_array(path: str, key: str | None, *, header: bool) -> Any:
                     else:
                         array = archive[key]
                         shape, dtype = array.shape, array.dtype
-                    _numeric(name, key, dtype)
+                    _numeric(name, key, dtype, raw)
                     # the member's CRC is checked only once it is read to its end: a damaged archive fails here
                     while member.read(1 << 20):
                         pass
@@ -238,12 +233,12 @@ def _in_our_words(error: BaseException) -> str:
 
 #: the dtypes whose values hetflow writes as raw bytes of their width, by width
 RAW_WIDTHS = {2: (Dtype.bf16,), 1: (Dtype.fp8e4m3, Dtype.fp8e5m2, Dtype.int4)}
-_RAW: contextvars.ContextVar[bool] = contextvars.ContextVar("hetflow_read_raw", default=False)
 
 
-def _numeric(name: str, key: str | None, dtype: np.dtype) -> None:
-    """Refuse arrays of strings, objects, records or dates: ``load`` reads numbers."""
-    if _RAW.get() and _is_raw(dtype):
+def _numeric(name: str, key: str | None, dtype: np.dtype, raw: bool = False) -> None:
+    """Refuse arrays of strings, objects, records or dates: ``load`` reads numbers (and, with ``raw``, the raw
+    bytes of a narrow dtype)."""
+    if raw and _is_raw(dtype):
         return
     if dtype.kind not in "biufc":
         what = f"{name}: array {key!r}" if key else name
