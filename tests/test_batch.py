@@ -217,3 +217,40 @@ def test_a_sweep_killed_before_its_summary_caught_up_reads_and_resumes_as_its_ru
     assert again["attempts"] == killer["attempts"], "a point whose run had succeeded was run again"
     gc = main("runs", "gc", "--keep", "0", "--runs-dir", str(runs), "--json")
     assert gc[0] == 0 and not [p for p in runs.iterdir() if not p.name.startswith(".")], gc
+
+
+@pytest.mark.parametrize("where", ["flock", "_same_file", "current", "ftruncate", "pwrite"])
+def test_a_ctrl_c_while_the_lock_is_taken_leaves_no_descriptor_holding_it(tmp_path, monkeypatch, where):
+    """A KeyboardInterrupt between the lock file's open and acquire's return dropped the descriptor that held the
+    flock: every later run of the manifest, from this process or any other, was "already running" until the
+    process ended (a notebook's kernel, a service)."""
+    from hetflow.engine.store import locks
+
+    path = lock_path(str(tmp_path / "runs"), str(tmp_path / "m.yaml"), "m")
+    target = {"flock": (locks.fcntl, "flock"), "_same_file": (locks, "_same_file"), "current": (locks.owner, "current"),
+              "ftruncate": (locks.os, "ftruncate"), "pwrite": (locks.os, "pwrite")}[where]
+    real = getattr(*target)
+    calls = []
+
+    def interrupted(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            if where != "current":
+                real(*args, **kwargs)  # the call done (the file locked, written), the interrupt just after it
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    before = len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(*target, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        RunLock(path, manifest="m.yaml").acquire()
+    monkeypatch.setattr(*target, real)
+    assert calls, where
+    assert len(os.listdir("/proc/self/fd")) == before  # no descriptor left open
+    # taken again at once, here and in another process
+    with RunLock(path, manifest="m.yaml"):
+        pass
+    done = subprocess.run([sys.executable, "-c", "import sys\nfrom hetflow.engine.store.locks import RunLock\n"
+                           "RunLock(sys.argv[1], manifest='m.yaml').acquire()\n", path], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr

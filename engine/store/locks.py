@@ -76,6 +76,43 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> "RunLock":
+        fd: int | None = None
+        locked = False
+        try:
+            fd, locked = self._take()
+            # the holder as a record's owner (pid, host, boot, start time): a reused pid is not taken for it
+            info = {**owner.current(), "manifest": self.manifest, "run": self.run,
+                    "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            try:
+                os.ftruncate(fd, 0)
+                data, done = json.dumps(info).encode(), 0
+                while done < len(data):  # a disk short of space takes part of a write, then refuses the rest
+                    done += os.pwrite(fd, data[done:], done)
+            except OSError as e:  # a full disk: the lock is given back as a release gives it, its file with it
+                self._fd, fd = fd, None
+                self.release()
+                name_file(e, self.path)
+                raise
+            self._fd, fd = fd, None
+            return self
+        except BaseException:
+            # a Ctrl-C between the open and the return: a descriptor dropped here would hold the lock for as long
+            # as this process lives, every run of the manifest refused as "already running" meanwhile
+            if fd is not None:
+                if locked:
+                    self._fd, fd = fd, None
+                    self.release()
+                else:
+                    fd, dropped = None, fd
+                    os.close(dropped)
+            raise
+
+    def _take(self) -> tuple[int, bool]:
+        """The lock file's descriptor, flocked: (descriptor, True); raises :class:`LockHeld` while another holds it.
+
+        A descriptor this opens is closed whatever is raised, a ``KeyboardInterrupt`` too, unless it is
+        returned.
+        """
         deadline = time.monotonic() + _SETTLE_S
         made = False
         while True:
@@ -89,40 +126,29 @@ class RunLock:
                 made = True
                 continue
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = _read(fd)
-                os.close(fd)
-                if _settling(holder) and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                    continue
-                raise LockHeld(self.path, holder) from None
-            except OSError as e:
-                # ENOLCK, EOPNOTSUPP: a file system that keeps no locks (NFS without its lock service, some FUSE
-                # mounts) is the environment's, not a bug, and running without the lock would let two runs at once
-                os.close(fd)
-                raise EnvironmentUnavailable(f"the file system of {os.path.dirname(self.path)} refused a lock on "
-                                             f"{os.path.basename(self.path)}: {e.strerror or e}; hetflow needs a runs "
-                                             "directory that keeps flock locks (an NFS mount without its lock "
-                                             "service does not)") from None
-            if _same_file(fd, self.path):
-                break
-            os.close(fd)  # its holder unlinked it on release after we opened it: lock the file now at the path
-        # the holder as a record's owner (pid, host, boot, start time): a reused pid is not taken for it
-        info = {**owner.current(), "manifest": self.manifest, "run": self.run,
-                "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        try:
-            os.ftruncate(fd, 0)
-            data, done = json.dumps(info).encode(), 0
-            while done < len(data):  # a disk short of space takes part of a write, then refuses the rest
-                done += os.pwrite(fd, data[done:], done)
-        except OSError as e:  # a full disk: the lock is given back as a release gives it, its file with it
-            self._fd = fd
-            self.release()
-            name_file(e, self.path)
-            raise
-        self._fd = fd
-        return self
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = _read(fd)
+                    if _settling(holder) and time.monotonic() < deadline:
+                        time.sleep(0.01)
+                        continue
+                    raise LockHeld(self.path, holder) from None
+                except OSError as e:
+                    # ENOLCK, EOPNOTSUPP: a file system that keeps no locks (NFS without its lock service, some
+                    # FUSE mounts) is the environment's, not a bug, and running without the lock would let two
+                    # runs at once
+                    raise EnvironmentUnavailable(
+                        f"the file system of {os.path.dirname(self.path)} refused a lock on "
+                        f"{os.path.basename(self.path)}: {e.strerror or e}; hetflow needs a runs directory that "
+                        "keeps flock locks (an NFS mount without its lock service does not)") from None
+                if _same_file(fd, self.path):
+                    fd, taken = -1, fd
+                    return taken, True
+                # its holder unlinked it on release after we opened it: lock the file now at the path
+            finally:
+                if fd >= 0:
+                    os.close(fd)
 
     def release(self) -> None:
         if self._fd is None:
