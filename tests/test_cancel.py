@@ -308,7 +308,9 @@ def test_keyboard_interrupt_in_the_python_api_leaves_final_records(tmp_path, swe
     timer = threading.Timer(0.8, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     try:
-        with pytest.raises((RunCancelled, KeyboardInterrupt)):
+        # RunCancelled, as documented: with parallel=2 the main thread waits on the points, and the interrupt
+        # reached the caller raw
+        with pytest.raises(RunCancelled):
             if sweep:
                 hetflow.sweep(path, runs_dir=runs, parallel=2)
             else:

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping
 
 from hetflow.engine.store import owner
-from hetflow.engine.run.cancel import Cancel, Cancelled, current
+from hetflow.engine.run.cancel import Cancel, Cancelled, current, interrupts_held
 from hetflow.engine.errors import HetflowError, RunCancelled, UsageError, argument
 from hetflow.engine.store.records import Stopwatch, json_writer, remove_partial_writes, utc_iso, write_atomic
 from hetflow.engine.store.runs import owner_of, read_fields, status_of, unnamed_runs, write_sweep
@@ -249,22 +249,25 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
                     raise
     except BaseException as e:
         interrupted = isinstance(e, KeyboardInterrupt)
-        with guard:
-            if not finished.is_set():
-                if interrupted:
-                    cancel.request("SIGINT")
-                # an error that ended the sweep early (a caller's on_point that raised, a bug) is a failure with
-                # points left to --resume, not a cancellation nobody asked for; the summary says what it was, as
-                # no point's row does
-                if not interrupted and not isinstance(e, (Cancelled, RunCancelled)):
-                    summary["error"] = {"message": f"the sweep ended early: {type(e).__name__}: {e}",
-                                        "pending": [r["name"] for r in summary["points"] if r["status"] == "pending"]}
-                finish(lambda: _overall(summary["points"], cancel.requested, interrupted=interrupted))
-        forget_hook()
+        with interrupts_held():  # the summary's end is written whole, a second Ctrl-C or not
+            with guard:
+                if not finished.is_set():
+                    if interrupted:
+                        cancel.request("SIGINT")
+                    # an error that ended the sweep early (a caller's on_point that raised, a bug) is a failure
+                    # with points left to --resume, not a cancellation nobody asked for; the summary says what it
+                    # was, as no point's row does
+                    if not interrupted and not isinstance(e, (Cancelled, RunCancelled)):
+                        summary["error"] = {"message": f"the sweep ended early: {type(e).__name__}: {e}",
+                                            "pending": [r["name"] for r in summary["points"]
+                                                        if r["status"] == "pending"]}
+                    finish(lambda: _overall(summary["points"], cancel.requested, interrupted=interrupted))
+            forget_hook()
+            pools.__exit__(None, None, None)
+            writer.stop()
+        if interrupted:  # the Python API's Ctrl-C, raised in this thread (a point's own is its run's RunCancelled)
+            raise _cancelled(summary, folder, "SIGINT") from e
         raise
-    finally:
-        pools.__exit__(None, None, None)
-        writer.stop()
     rows = summary["points"]
 
     def final_status() -> str:
@@ -273,17 +276,30 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
             summary.pop("cancelled", None)
         return status
 
-    with guard:
-        if finished.is_set():  # a forced exit is writing the summary; the process ends with it
-            forget_hook()
-            return summary
-        status = finish(final_status)
-    forget_hook()
+    # a Ctrl-C now finds every point ended: it cancels nothing, and the summary says how the sweep ended
+    with interrupts_held() as late:
+        pools.__exit__(None, None, None)
+        writer.stop()
+        with guard:
+            forced = finished.is_set()  # a forced exit is writing the summary; the process ends with it
+            if not forced:
+                status = finish(final_status)
+        forget_hook()
+    if late:
+        raise KeyboardInterrupt
+    if forced:
+        return summary
     if status == "cancelled":
-        done = len(summary["cancelled"]["finished"])
-        raise RunCancelled(f"sweep {summary['sweep_id']} cancelled by {cancel.signal}: {done} of {len(rows)} points "
-                           f"had finished", os.path.join(folder, "sweep.json"), cancel.signal)
+        raise _cancelled(summary, folder, cancel.signal)
     return summary
+
+
+def _cancelled(summary: Mapping[str, Any], folder: str, signal_name: str | None) -> RunCancelled:
+    rows = summary["points"]
+    done = len((summary.get("cancelled") or {}).get("finished") or
+               [r for r in rows if r["status"] in ("succeeded", "failed")])
+    return RunCancelled(f"sweep {summary['sweep_id']} cancelled by {signal_name or 'SIGINT'}: {done} of {len(rows)} "
+                        "points had finished", os.path.join(folder, "sweep.json"), signal_name or "SIGINT")
 
 
 # how long a second signal's exit waits for the summary's end another thread is writing

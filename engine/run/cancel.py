@@ -217,6 +217,29 @@ def stopping(cancel: Cancel | None = None) -> Iterator[Cancel]:
             signal.signal(s, handler)
 
 
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[list[int]]:
+    """A Ctrl-C (Python's own SIGINT handler, ``_thread.interrupt_main``) held back while the block runs; the
+    list yielded says whether one came, for the caller to raise once the block is done.
+
+    For the end of a sweep, whose summary must be written whole: a
+    ``KeyboardInterrupt`` in the middle of that write left it ``running``
+    for as long as its process lived. Only the main thread gets
+    ``KeyboardInterrupt``, and only Python's default handler raises it:
+    elsewhere, or under :func:`stopping`, the block runs as it is.
+    """
+    came: list[int] = []
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield came
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
+    try:
+        yield came
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class _Helpers:
     """Daemon threads that run :meth:`Cancel.wait`'s work, kept idle between calls.
 
