@@ -197,6 +197,14 @@ def _check(**given: Any) -> dict[str, Any]:
         elif kind == "path":
             if not isinstance(value, (str, os.PathLike)):
                 raise UsageError(f"{key}= takes a folder's path (a str or os.PathLike), got {_shown(value)}")
+            text = os.fspath(value)
+            if not text:  # runs_dir='' was "the runs directory  cannot be created", cache_dir='' the default one
+                raise UsageError(f"{argument(key)} takes a folder's path, got an empty one")
+            if (b"\0" if isinstance(text, bytes) else "\0") in text:
+                raise UsageError(f"{argument(key)} {text!r} cannot be a folder's name: it holds a NUL character")
+            if key == "cache_dir" and os.path.exists(text) and not os.path.isdir(text):
+                # each entry's write then failed as "Not a directory", and the record called every entry damaged
+                raise UsageError(f"{argument(key)} {text!r} is a file, not a folder")
         elif kind == "callable":
             if not callable(value):
                 each = "point's row of sweep.json" if key == "on_point" else "event"
@@ -204,6 +212,8 @@ def _check(**given: Any) -> dict[str, Any]:
         elif kind == "name":
             if not isinstance(value, str):
                 raise UsageError(f"{key}= takes a str, got {_shown(value)}")
+            if not value.strip():  # resume='' ran in the runs folder itself, a run no listing saw
+                raise UsageError(f"{argument(key)} takes a name, got an empty one")
         elif not isinstance(value, Mapping):
             raise UsageError(f"{key}= takes a mapping (a dict), got {_shown(value)}")
     return given

@@ -736,3 +736,32 @@ def test_callbacks_that_are_not_functions_are_refused_by_what_they_are_called_wi
     with pytest.raises(hetflow.UsageError, match="on_point= takes a function called with each point's row of sweep.json"):
         hetflow.sweep(manifest_file(SPLIT.replace("params: {n: 6, k: 2.0}", "params: {n: 6, k: 2.0}\nmatrix: {n: [2, 3]}")),
                       runs_dir=tmp_path / "runs", on_point=1)
+
+
+def test_empty_names_nul_characters_and_a_file_for_a_folder_are_refused_before_anything_is_written(manifest_file,
+                                                                                                  tmp_path):
+    """resume='' ran in the runs folder itself (its record.json at the top, a run no listing saw); a NUL in
+    cache_dir, in plan's runs_dir or in an input's path was a raw ValueError, the first after a failed run was
+    written; cache_dir naming a file was taken, and the record called every cache entry damaged."""
+    path = manifest_file(SPLIT)
+    runs = tmp_path / "runs"
+    (tmp_path / "file").write_text("x")
+    for call, said in [
+        (lambda: hetflow.run(path, runs_dir=runs, resume=""), "resume= takes a name, got an empty one"),
+        (lambda: hetflow.sweep(path, runs_dir=runs, resume=""), "resume= takes a name, got an empty one"),
+        (lambda: hetflow.run(path, runs_dir=runs, point=""), "point= takes a name, got an empty one"),
+        (lambda: hetflow.run(path, runs_dir=""), "runs_dir= takes a folder's path, got an empty one"),
+        (lambda: hetflow.run(path, runs_dir=runs, cache_dir=""), "cache_dir= takes a folder's path, got an empty one"),
+        (lambda: hetflow.run(path, runs_dir=runs, cache_dir="c\0"), "cache_dir= 'c\\x00' cannot be a folder's name: "
+                                                                    "it holds a NUL character"),
+        (lambda: hetflow.plan(path, runs_dir="r\0"), "runs_dir= 'r\\x00' cannot be a folder's name"),
+        (lambda: hetflow.run(path, runs_dir=runs, cache_dir=tmp_path / "file"), "is a file, not a folder"),
+    ]:
+        with pytest.raises(hetflow.UsageError) as e:
+            call()
+        assert said in str(e.value), (said, str(e.value))
+        assert not runs.exists()
+    with pytest.raises(hetflow.UsageError, match="cannot be a file's name: it holds a NUL character"):
+        from hetflow.engine.run.inputs import parse_source
+
+        parse_source("a\0.npy")

@@ -107,6 +107,8 @@ def parse_source(spec: str | os.PathLike) -> InputFile:
     ('train', '/data/a:b.npy')
     """
     text = os.fspath(spec)
+    if "\0" in text:
+        raise UsageError(f"{text!r} cannot be a file's name: it holds a NUL character")
     head, colon, key = text.rpartition(":")
     if colon and head.lower().endswith(_ARCHIVES) and "/" not in key and os.sep not in key:
         return InputFile(os.path.abspath(head), key or None)
