@@ -136,17 +136,25 @@ class Failure:
 class _Outputs(Mapping):
     """A run's outputs by name, each read from its run folder when first asked for."""
 
-    def __init__(self, path: str, entries: Mapping[str, Mapping[str, Any]]) -> None:
+    def __init__(self, path: str, entries: Any) -> None:
         self._path = path
-        self._entries = entries
+        # a record whose outputs are not a mapping (edited, damaged) has none that can be read
+        self._broken = entries is not None and not isinstance(entries, Mapping)
+        self._entries: Mapping[str, Any] = {} if self._broken or entries is None else entries
         self._loaded: dict[str, Any] = {}
 
     def __getitem__(self, name: str) -> Any:
+        from hetflow.engine.errors import OutputDamaged
+
+        if self._broken:
+            raise OutputDamaged(name, "the run's record lists its outputs as no mapping of names to entries")
         if name not in self._entries:
             known = ", ".join(self._entries) or "none"
             raise KeyError(f"the run has no output {name!r} (outputs: {known})")
         if name not in self._loaded:
             entry = self._entries[name]
+            if not isinstance(entry, Mapping):
+                raise OutputDamaged(name, f"its entry in the run's record is {type(entry).__name__}, not a mapping")
             if "file" in entry:
                 from hetflow.engine.store.records import read_output
 
@@ -196,16 +204,39 @@ class Run:
                 raise UsageError(f"{self.path}: no run record (record.json) here") from None
             except (OSError, ValueError) as e:
                 raise UsageError(f"{record_file}: not a readable run record: {e}") from None
+            if not isinstance(record, dict):
+                raise UsageError(f"{record_file}: not a run record: its JSON is {_json_kind(record)}, not an object")
         self._record: dict = record
         # read from the folder as it was named when the run ended, whatever the working directory is by then
-        self.outputs: Mapping[str, Any] = _Outputs(os.path.abspath(self.path), record.get("outputs") or {})
+        self._outputs: Mapping[str, Any] = _Outputs(os.path.abspath(self.path), record.get("outputs"))
+
+    def _fresh(self) -> dict:
+        """The record, read again while the one held says ``running``: a run opened while it ran is read as it
+        ended, not taken for ``died`` once its process is gone."""
+        if self._record.get("status") == "running":  # a run just ended never passes a record that says so
+            try:
+                with open(os.path.join(self.path, "record.json"), "rb") as f:
+                    now = _loads(f.read())
+            except (OSError, ValueError):
+                now = None
+            if isinstance(now, dict) and now.get("run_id") == self._record.get("run_id") and now != self._record:
+                self._record, self._shared = now, False
+                self._outputs = _Outputs(os.path.abspath(self.path), now.get("outputs"))
+        return self._record
+
+    @property
+    def outputs(self) -> Mapping[str, Any]:
+        """The run's outputs by name, each read from the run's folder (and checked against its digest) when
+        first asked for."""
+        self._fresh()
+        return self._outputs
 
     @property
     def record(self) -> dict:
         """``record.json`` as a dict, the caller's own."""
         if self._shared:
             self._record, self._shared = _own(self._record), False
-        return self._record
+        return self._fresh()
 
     @property
     def run_id(self) -> str:
@@ -217,7 +248,8 @@ class Run:
         for one whose process ended without writing its final record (killed, out of memory, a power loss)."""
         from hetflow.engine.store.runs import status_of
 
-        return status_of(self._record) or "unknown"
+        status = status_of(self._fresh())
+        return status if isinstance(status, str) and status else "unknown"
 
     @property
     def ok(self) -> bool:
@@ -226,7 +258,9 @@ class Run:
     @property
     def error(self) -> str | None:
         """The run's error message, or None."""
-        return (self._record.get("error") or {}).get("message")
+        error = self._fresh().get("error")
+        message = error.get("message") if isinstance(error, Mapping) else error
+        return message if isinstance(message, str) else None if message is None else str(message)
 
     @property
     def record_path(self) -> str:
@@ -235,11 +269,18 @@ class Run:
     @property
     def failures(self) -> list[Failure]:
         """Each failed or timed-out stage, or the run's one error where no stage is to blame."""
-        error = self._record.get("error") or {}
-        tb = os.path.join(self.path, error["traceback_file"]) if error.get("traceback_file") else None
-        plan_nodes = (self._record.get("plan") or {}).get("nodes") or {}
+        record = self._fresh()
+        error = record.get("error") or {}
+        if not isinstance(error, Mapping):  # a record edited by hand: its error said as it is
+            error = {"message": str(error)}
+        tb = os.path.join(self.path, error["traceback_file"]) if isinstance(error.get("traceback_file"), str) else None
+        plan = record.get("plan") if isinstance(record.get("plan"), Mapping) else {}
+        plan_nodes = plan.get("nodes") if isinstance(plan.get("nodes"), Mapping) else {}
+        nodes = record.get("nodes") if isinstance(record.get("nodes"), Mapping) else {}
         out = []
-        for node, entry in (self._record.get("nodes") or {}).items():
+        for node, entry in nodes.items():
+            if not isinstance(entry, Mapping):
+                continue
             if entry.get("status") in ("failed", "timed out") and entry.get("error"):
                 origin = error.get("origin") if error.get("node") == node else (plan_nodes.get(node) or {}).get("origin")
                 out.append(Failure(node, (plan_nodes.get(node) or {}).get("op"), entry["error"], tb, entry["status"], origin))
@@ -253,14 +294,16 @@ class Run:
         import html
 
         e = html.escape
-        rec = self._record
+        rec = self._fresh()
         rows = [("run", self.run_id), ("status", self.status), ("manifest", (rec.get("manifest") or {}).get("name")),
                 ("point", (rec.get("matrix_point") or {}).get("name") or "-"), ("started", rec.get("started_at")),
                 ("duration", "-" if rec.get("duration_s") is None else f"{rec['duration_s']:.3f} s"), ("folder", self.path)]
         head = "".join(f"<tr><th style='text-align:left'>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in rows)
         outs = "".join(
             f"<tr><td>{e(n)}</td><td>{e(str(o.get('shape', 'value')))}</td><td>{e(str(o.get('dtype', '')))}</td>"
-            f"<td><code>{e(o['digest'][:23])}</code></td></tr>" for n, o in (rec.get("outputs") or {}).items())
+            f"<td><code>{e(str(o.get('digest') or '')[:23])}</code></td></tr>"
+            for n, o in (rec.get("outputs") if isinstance(rec.get("outputs"), Mapping) else {}).items()
+            if isinstance(o, Mapping))
         fails = "".join(f"<tr><td>{e(str(f.stage))}</td><td>{e(str(f.op))}</td><td>{e(f.message)}</td></tr>"
                         for f in self.failures)
         return (f"<table>{head}</table>"
@@ -269,6 +312,10 @@ class Run:
 
     def __repr__(self) -> str:
         return f"<hetflow.Run {self.run_id}: {self.status}>"
+
+
+def _json_kind(value: Any) -> str:
+    return {type(None): "null", list: "a list", str: "a string", bool: "a boolean"}.get(type(value), "a number")
 
 
 def _own(record: dict) -> dict:
@@ -304,9 +351,36 @@ class Sweep:
         summary_file = os.path.join(self.path, "sweep.json")
         if not os.path.isfile(summary_file):
             raise UsageError(f"{self.path}: no sweep summary (sweep.json) here")
-        self.summary: dict = read_summary(summary_file)
-        self.runs: Sequence[Run | None] = _PointRuns(os.path.dirname(os.path.abspath(self.path)),
-                                                     self.summary["points"])
+        self._summary: dict = read_summary(summary_file)
+        self._runs: Sequence[Run | None] = _PointRuns(os.path.dirname(os.path.abspath(self.path)),
+                                                      self._summary["points"])
+
+    def _fresh(self) -> None:
+        """The summary read again while the one held says ``running``: a sweep opened while it ran is read as it
+        ended (its points' runs with it), not taken for ``died`` once its process is gone."""
+        from hetflow.engine.store.runs import read_summary
+
+        if self._summary.get("status") != "running":
+            return
+        try:
+            now = read_summary(os.path.join(self.path, "sweep.json"))
+        except UsageError:
+            return
+        if now != self._summary and now.get("sweep_id") == self._summary.get("sweep_id"):
+            self._summary = now
+            self._runs = _PointRuns(os.path.dirname(os.path.abspath(self.path)), now["points"])
+
+    @property
+    def summary(self) -> dict:
+        """``sweep.json`` as a dict."""
+        self._fresh()
+        return self._summary
+
+    @property
+    def runs(self) -> Sequence[Run | None]:
+        """One :class:`Run` per point, None for a point without a run."""
+        self._fresh()
+        return self._runs
 
     sweep_id = property(lambda self: self.summary.get("sweep_id") or os.path.basename(os.path.abspath(self.path)))
 
@@ -316,7 +390,8 @@ class Sweep:
         without writing its final summary."""
         from hetflow.engine.store.runs import status_of
 
-        return status_of(self.summary) or "unknown"
+        status = status_of(self.summary)
+        return status if isinstance(status, str) and status else "unknown"
 
     def __repr__(self) -> str:
         return f"<hetflow.Sweep {self.sweep_id}: {self.status}, {len(self.runs)} points>"

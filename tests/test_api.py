@@ -765,3 +765,52 @@ def test_empty_names_nul_characters_and_a_file_for_a_folder_are_refused_before_a
         from hetflow.engine.run.inputs import parse_source
 
         parse_source("a\0.npy")
+
+
+def test_a_run_opened_while_it_ran_is_read_as_it_ended(manifest_file, tmp_path):
+    """Run and Sweep kept the record they first read: once the process that ran them was gone, a run or sweep
+    opened while it ran read 'died', where it had succeeded."""
+    from hetflow.engine.store import owner
+
+    path = manifest_file(SPLIT)
+    done = hetflow.run(path, runs_dir=tmp_path / "runs", cache=False)
+    record_file = Path(done.path) / "record.json"
+    ended = record_file.read_bytes()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    # the record as it was while the run ran, owned by a process that has since ended
+    running = {**json.loads(ended), "status": "running", "outputs": {}, "ended_at": None,
+               "owner": {**owner.current(), "pid": gone.pid, "start_ticks": None}}
+    record_file.write_text(json.dumps(running))
+    seen = hetflow.open_run(done.run_id, runs_dir=tmp_path / "runs")
+    assert seen.status == "died"  # as it reads now
+    record_file.write_bytes(ended)  # the run's end, written after it was opened
+    assert seen.status == "succeeded" and seen.outputs["y"].tolist() == done.outputs["y"].tolist()
+    assert seen.record["status"] == "succeeded"
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"error": "disk gone"}, "failures"), ({"error": 5}, "error"), ({"outputs": {"y": "y.npy"}}, "output"),
+    ({"outputs": [1, 2]}, "output"), ({"nodes": [1]}, "failures"), ({"nodes": 5}, "failures"), ({"status": 5}, "status"),
+])
+def test_a_record_edited_into_other_types_is_read_without_a_crash(manifest_file, tmp_path, change, said):
+    """A record whose fields were edited into other types raised AttributeError and TypeError from inside Run."""
+    path = manifest_file(SPLIT)
+    done = hetflow.run(path, runs_dir=tmp_path / "runs", cache=False)
+    record_file = Path(done.path) / "record.json"
+    record_file.write_text(json.dumps({**json.loads(record_file.read_text()), **change}))
+    run = hetflow.open_run(done.path, runs_dir=tmp_path / "runs")
+    if said == "failures":
+        assert all(isinstance(f.message, str) for f in run.failures)
+    elif said == "error":
+        assert run.error == "5"
+    elif said == "status":
+        assert run.status == "unknown"
+    else:
+        with pytest.raises(hetflow.OutputDamaged):
+            run.outputs["y"]
+    assert isinstance(run._repr_html_(), str) and repr(run)
+    for broken in ("null", "[]", '"x"'):
+        record_file.write_text(broken)
+        with pytest.raises(hetflow.UsageError, match="not a run record: its JSON is"):
+            hetflow.open_run(done.path, runs_dir=tmp_path / "runs")
