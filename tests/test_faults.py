@@ -55,6 +55,8 @@ def test_resume_of_a_run_or_sweep_whose_process_still_runs_is_refused(tmp_path):
     import time
 
     manifests = fi.write_workloads(tmp_path / "manifests")
+    for path in manifests.values():  # steps long enough to outlast the resume's start on a loaded machine
+        path.write_text(path.read_text().replace(f"seconds: {fi.STEP_S}}}", "seconds: 5}"))
     runs = tmp_path / "runs"
     for kind, name in (("run", "record.json"), ("sweep", "sweep.json")):
         proc = subprocess.Popen(fi.hetflow("run", str(manifests[kind]), "--runs-dir", str(runs), "--quiet"),

@@ -420,7 +420,9 @@ def test_a_restarted_serve_runs_the_hooks_it_owes_beside_its_schedules_not_befor
     owed = next(i for i, e in enumerate(seen) if e["event"] == "hook-owed")
     paid = next(i for i, e in enumerate(seen) if e["event"] == "hook" and e["manifest"] == "hooked")
     meanwhile = [e for e in seen[owed:paid] if e["manifest"] == "plain"]
-    assert sum(e["event"] == "succeeded" for e in meanwhile) >= 2, seen[owed:paid]
+    # a slot started and concluded while the hook ran (one is enough, and all a loaded machine may fit in it)
+    started = {e["slot"] for e in meanwhile if e["event"] == "started"}
+    assert any(e["event"] == "succeeded" and e["slot"] in started for e in meanwhile), seen[owed:paid]
     assert hook_lines(tmp_path) == [(sched.slot_id(slot), "succeeded")]
     assert (json.loads(path.read_text())["hook"], json.loads(path.read_text())["hook_rc"]) == ("ran", 0)
     # a scheduler that stops before such a hook began leaves it owed to the next one, and says so
