@@ -271,6 +271,16 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
             not any(_can_host(w, plan.executors[n].vendor, plan.executors[n].device) for w in alive) for n in lost):
         time.sleep(_REJOIN_POLL_S)  # the worker its nanny is starting again, or one joining
         alive = cluster._alive_workers(vendors, gone)
+    # A worker the scheduler no longer lists, though not among ``gone``, was lost too: both workers killed at once,
+    # the loss of one told first. Its executors are re-created with the others (they had no worker to resume on).
+    listed = {w.address for w in alive}
+    stray = sorted({e.worker for e in plan.executors.values() if e.worker not in listed and e.worker not in gone})
+    if stray:
+        gone = [*gone, *stray]
+        lost |= {e.name for e in plan.executors.values() if e.worker in stray}
+        kills.update(_memory_kills(cluster, stray, detected))
+        memory = "; ".join(f"worker {w} {why}" for w, why in kills.items())
+        alive = cluster._alive_workers(tuple({plan.executors[e].vendor: None for e in lost}), gone)
     load = {w.address: 0 for w in alive}
     for e in plan.executors.values():
         if e.name not in lost and e.worker in load:
