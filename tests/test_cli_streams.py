@@ -286,6 +286,29 @@ def test_an_unreachable_scheduler_exits_5_and_writes_nothing(tmp_path):
     assert crash_logs(tmp_path) == []
 
 
+@pytest.mark.parametrize("target, said", [
+    ("garbage.json", "not a Dask scheduler file: it is not JSON"),
+    ("empty.json", "not a Dask scheduler file: it is not JSON"),
+    ("nameless.json", "not a Dask scheduler file: it gives no address"),
+    ("tls://127.0.0.1:8786", "a tls:// scheduler needs Dask's TLS settings for the client"),
+    ("inproc://x", "inproc:// names a scheduler inside one process"),
+    ("tcp://127.0.0.1:99999", "port 99999 is not a port (1-65535)"),
+    ("tcp://", "no HOST:PORT after tcp://"),
+])
+def test_a_scheduler_named_wrong_is_bad_input_and_writes_nothing(tmp_path, target, said):
+    """A scheduler file that is not one, or a tls:// address without Dask's TLS settings, was an internal error
+    (an AssertionError, a TypeError from inside distributed); an address no scheduler can have was exit 5."""
+    (tmp_path / "garbage.json").write_text("garbage {{{")
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "nameless.json").write_text('{"type": "Scheduler", "address": 12}')
+    runs = tmp_path / "runs"
+    done = subprocess.run(hetflow("run", QUICKSTART, "--runs-dir", str(runs), "--scheduler", target), cwd=tmp_path,
+                          capture_output=True, text=True, env=environment(tmp_path), timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"hetflow: error: --scheduler {target}: ") and said in done.stderr, done.stderr
+    assert not runs.exists() and crash_logs(tmp_path) == []
+
+
 class _Listener:
     """A TCP service on loopback that is not a Dask scheduler: an HTTP server (what a scheduler's dashboard port
     is) that waits for a request, or one that greets first with a banner, as SSH does."""

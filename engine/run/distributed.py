@@ -386,12 +386,20 @@ class Cluster:
         """Join an existing cluster: ``tcp://HOST:PORT`` or the path of a scheduler file."""
         if os.path.isfile(target):
             kwargs: dict[str, Any] = {"scheduler_file": target}
+            address, why = _file_address(target)
+            if address is None:
+                raise UsageError(f"{argument('scheduler')} {target}: not a Dask scheduler file: {why} (dask scheduler "
+                                 "--scheduler-file PATH writes one)")
         elif "://" in target:
             kwargs = {"address": target}
+            address = target
         else:
             raise UsageError(f"{argument('scheduler')} expects tcp://HOST:PORT or a scheduler file; {target!r} is neither "
                              "(no such file, no scheme)")
-        address = kwargs.get("address") or _file_address(target)
+        bad = _bad_address(address)
+        if bad:
+            named = target if address == target else f"{address} (from {target})"
+            raise UsageError(f"{argument('scheduler')} {named}: {bad}")
         wrong = _probe(address, min(timeout, _REFUSED_GRACE_S), timeout) if address else None
         if wrong:
             named = target if address == target else f"{address} (from {target})"
@@ -400,6 +408,13 @@ class Cluster:
             client = Client(**kwargs, timeout=timeout, set_as_default=False)
         except (OSError, TimeoutError, ValueError) as e:
             raise EnvironmentUnavailable(f"cannot connect to the Dask scheduler at {target}: {e}") from None
+        except TypeError as e:
+            if address.startswith("tls://"):
+                # Dask's own words: "TLS expects a `ssl_context` argument of type ssl.SSLContext ... Instead got None"
+                raise UsageError(f"{argument('scheduler')} {target}: a tls:// scheduler needs Dask's TLS settings "
+                                 "for the client (distributed.comm.tls.ca-file, and client.cert and client.key, in "
+                                 "the Dask config or DASK_DISTRIBUTED__COMM__TLS__* variables)") from None
+            raise
         except MemoryError:
             # Dask read another protocol's answer to its handshake as a frame length of exabytes
             raise EnvironmentUnavailable(f"cannot connect to the Dask scheduler at {target}: what answered its "
@@ -1113,16 +1128,56 @@ def _paused_words(address: str, worker: Mapping[str, Any]) -> str:
     return f"worker {worker.get('name')} ({address}) is {status}{held}"
 
 
-def _file_address(path: str) -> str | None:
-    """The address a scheduler file names; None where it names none (the client says what is wrong)."""
+def _file_address(path: str) -> tuple[str | None, str]:
+    """The address a scheduler file names, or None and why it names none."""
     import json
 
     try:
         with open(path, encoding="utf-8") as f:
-            address = json.load(f).get("address")
-    except (OSError, ValueError, AttributeError):
+            data = json.load(f)
+    except OSError as e:
+        return None, f"cannot read it: {e.strerror or e}"
+    except ValueError:
+        return None, "it is not JSON"
+    address = data.get("address") if isinstance(data, dict) else None
+    if not isinstance(address, str) or not address:
+        return None, "it gives no address (a string such as tcp://HOST:PORT under \"address\")"
+    return address, ""
+
+
+#: the schemes a Dask scheduler of another process listens on
+_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
+
+
+def _bad_address(address: str) -> str | None:
+    """What is wrong with a scheduler's address as written (its scheme, host, port), or None.
+
+    >>> _bad_address("tcp://127.0.0.1:99999")
+    'port 99999 is not a port (1-65535)'
+    >>> _bad_address("inproc://x")
+    'inproc:// names a scheduler inside one process, which no other reaches; give tcp://HOST:PORT or a scheduler file'
+    """
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(address)
+    except (ValueError, TypeError) as e:
+        return f"not an address: {e}"
+    if scheme == "inproc":
+        return "inproc:// names a scheduler inside one process, which no other reaches; give tcp://HOST:PORT or a scheduler file"
+    if scheme not in _SCHEMES:
+        return f"unknown scheme {scheme}:// (Dask's are {', '.join(s + '://' for s in _SCHEMES)})"
+    if scheme == "ucx":
         return None
-    return address if isinstance(address, str) else None
+    try:
+        host, port = parse_host_port(location)
+    except (ValueError, TypeError):
+        return f"no HOST:PORT after {scheme}:// (found {location!r})"
+    if not host:
+        return f"no host before the port (found {location!r})"
+    if not isinstance(port, int) or not 0 < port < 65536:
+        return f"port {port} is not a port (1-65535)"
+    return None
 
 
 def _probe(address: str, grace: float, wait: float) -> str | None:
