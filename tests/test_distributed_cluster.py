@@ -102,6 +102,40 @@ def test_cli_run_on_the_scheduler_file_with_json_events(existing, manifest_file,
     assert record["status"] == "succeeded" and record["scheduler"]["address"].startswith("tcp://127.0.0.1:")
 
 
+def test_verify_of_a_run_on_a_cluster_started_by_hand_reruns_at_its_workers_threads(manifest_file, tmp_path):
+    """Dask's nanny starts each worker's BLAS at one thread: verify reran in this process on every core, and the
+    quickstart itself was a MISMATCH ("thread pools differ: blas 1 -> 2")."""
+    file, log = tmp_path / "scheduler.json", open(tmp_path / "cluster.log", "w")
+    dask = [sys.executable, "-m", "dask"]
+    procs = [subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                               "--scheduler-file", str(file)], stdout=log, stderr=subprocess.STDOUT)]
+    try:
+        deadline = time.time() + START_TIMEOUT_S
+        while not file.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        procs.append(subprocess.Popen([*dask, "worker", "--scheduler-file", str(file), "--nthreads", "1", "--host",
+                                       "127.0.0.1", "--no-dashboard"], stdout=log, stderr=subprocess.STDOUT))
+        path = manifest_file("version: 1\nname: mm\nexecutors: {h: {vendor: cpu}}\nstages:\n"
+                             "  a: {op: random.normal, args: {shape: [384, 384], seed: 1}}\n"
+                             "  b: {op: random.normal, args: {shape: [384, 384], seed: 2}}\n"
+                             "  y: {op: matmul, inputs: [a, b]}\noutputs: {y: y}\n")
+        runs = tmp_path / "runs"
+        out, err = io.StringIO(), io.StringIO()
+        assert cli.main(["run", path, "--scheduler", str(file), "--runs-dir", str(runs), "--quiet", "--no-cache"],
+                        out=out, err=err) == 0, err.getvalue()
+    finally:
+        _stop(procs)
+        log.close()
+    run_id = out.getvalue().split()[-1]
+    record = json.loads((runs / run_id / "record.json").read_text())
+    assert record["threads"]["set_by"] == "cluster" and record["threads"]["blas"] == 1, record["threads"]
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["verify", run_id, "--runs-dir", str(runs), "--json"], out=out, err=err)
+    said = json.loads(out.getvalue())
+    assert code == 0 and said["match"] is True, said
+    assert json.loads((runs / said["rerun_id"] / "record.json").read_text())["threads"]["blas"] == 1
+
+
 def _installation(folder: Path, version: str, pyyaml: str | None = None) -> Path:
     """Another installation of hetflow, as a worker started by hand may import it first: this one's code (its
     subpackages linked, not copied) under ``version``; with ``pyyaml``, a PyYAML distribution of that version

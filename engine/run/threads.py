@@ -445,10 +445,10 @@ def claim_run(at_once: int) -> Iterator[int]:
 
 
 def recorded_blas(record: Mapping[str, Any]) -> int | None:
-    """The BLAS threads a run's record says hetflow gave its ops (None where it says none, or the user or a
-    cluster's workers set them)."""
+    """The BLAS threads a run's record says its ops had (on a cluster, its workers' fewest: Dask's nanny starts
+    them at one), or None where it says none."""
     pools = record.get("threads")
-    if not isinstance(pools, dict) or pools.get("set_by") != "hetflow":
+    if not isinstance(pools, dict):
         return None
     n = pools.get("blas")
     return n if type(n) is int and n >= 1 else None
