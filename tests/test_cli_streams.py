@@ -674,3 +674,24 @@ def test_a_sealed_stream_takes_no_other_threads_lines_so_a_forced_exits_id_stays
     writer.join()
     sealer.join()
     assert other._stream.getvalue() == "cancelled m[k=2]  r2\n"
+
+
+def test_a_ctrl_c_after_the_run_has_ended_does_not_call_it_cancelled(tmp_path):
+    """A SIGINT that came once the run's record was final (its id printed), while the process ended, exited 130
+    or killed it (-2), where exit 130 means "the record says cancelled" and the record said succeeded."""
+    runs = tmp_path / "runs"
+    codes = []
+    for delay in (0.0, 0.002, 0.005, 0.01, 0.02, 0.04):
+        proc = subprocess.Popen(hetflow("run", QUICKSTART, "--runs-dir", str(runs), "--no-cache"), text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=environment(tmp_path))
+        for line in proc.stdout:
+            if line.startswith("record:"):  # the record is final: only the id's line is left to print
+                time.sleep(delay)
+                proc.send_signal(signal.SIGINT)
+                break
+        rest = proc.stdout.read()
+        proc.wait(60)
+        codes.append(proc.returncode)
+        assert rest.strip() == "" or rest.strip().startswith("20"), rest
+    assert codes == [0] * len(codes), codes
+    assert {json.loads(p.read_text())["status"] for p in runs.glob("*/record.json")} == {"succeeded"}

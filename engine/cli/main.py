@@ -51,6 +51,9 @@ def _command(name: str):
 _STOPPABLE = frozenset({"run", "verify"})
 
 
+#: whether the command's run or sweep has ended (its record final): a stop signal after it is no cancellation
+DONE = [False]
+
 #: whether a command runs in this process: its messages name the command line's options, not the Python API's
 #: keywords (:func:`hetflow.engine.errors.argument`). A list, not a context variable, so that the threads a
 #: command starts (a sweep's points) speak as it does.
@@ -59,7 +62,7 @@ RUNNING = [False]
 
 def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    before, RUNNING[0] = RUNNING[0], True
+    before, RUNNING[0], DONE[0] = RUNNING[0], True, False
     try:
         with _Streams(out, err) as (out, err):
             code = _dispatch(argv, out, err)
@@ -140,7 +143,9 @@ def _dispatch(argv: list[str], out: QuietStream, err: QuietStream) -> int:
         with stopping() as cancel:
             # registered first, so it runs last: the run's and the sweep's own hooks have written their records
             cancel.on_forced_exit(lambda: _report_forced_exit(cancel, as_json, out, err))
-            return _command(args.command)(args, out, err)
+            code = _command(args.command)(args, out, err)
+            DONE[0] = True  # a signal from now on stops nothing: the run or sweep has ended, its record says how
+            return code
     except _ShowVersion:
         import hetflow
 
@@ -222,6 +227,32 @@ def _load_numpy(computes: bool) -> None:
             del os.environ["OPENBLAS_NUM_THREADS"]
 
 
+def _interrupt_until_done(signum: int, frame: object) -> None:
+    """SIGINT as Python's own handler takes it (``KeyboardInterrupt``) until the command's run has ended: after
+    that, between the end of its signal handlers and the end of the process, one exited 130 ("cancelled") or was
+    killed by it, after a run that succeeded and whose record says so."""
+    if not DONE[0]:
+        raise KeyboardInterrupt
+
+
+def _signals_end_with(code: int) -> None:
+    """The command has done its work and said how it ended: a Ctrl-C from now on is ignored, and SIGTERM or
+    SIGHUP end the process at once with ``code``. A Ctrl-C in the interpreter's teardown killed the process
+    (exit -2, or 130 from a shell), "cancelled", after a run that succeeded and whose record says so; ignored,
+    it stays ignored through the teardown, where Python puts back the default action of its own handlers."""
+    import signal
+
+    def done(signum: int, frame: object) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            quiet(stream).flush()
+        os._exit(code)
+
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        number = getattr(signal, name, None)
+        if number is not None and signal.getsignal(number) is not signal.SIG_IGN:
+            signal.signal(number, signal.SIG_IGN if name == "SIGINT" else done)
+
+
 def entry() -> None:
     # a path or a name the terminal's encoding cannot show (a Latin-1 locale, PYTHONIOENCODING=ascii) is written
     # escaped, as a traceback's text is, rather than ending the command halfway through its output
@@ -236,7 +267,12 @@ def entry() -> None:
         # Ctrl-C while numpy loads, before the command began: nothing of it to say or to undo
         sys.stderr.write("\n")
         os._exit(130)
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupt_until_done)
     code = main()
+    _signals_end_with(code)
     runtime = sys.modules.get("hetflow.engine.run.runtime")
     # emulate leaves nothing to finish at exit (a translation is cached when it is made): the interpreter's
     # teardown of its modules and the guest's memory would be an eighth of a short guest's whole process
