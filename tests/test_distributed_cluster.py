@@ -4,6 +4,7 @@ Nothing is preloaded on the workers: hetflow brings its worker plugin from
 the client. One worker carries the resource ``executor-accel=1``.
 """
 
+import contextlib
 import io
 import json
 import os
@@ -38,9 +39,10 @@ def _stop(procs):
         p.wait(30)
 
 
-@pytest.fixture(scope="module")
-def existing(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("cluster")
+@contextlib.contextmanager
+def by_hand(folder: Path, *workers: list[str]):
+    """``dask scheduler`` on loopback writing ``folder/scheduler.json``, then one ``dask worker`` per argument
+    list; yields the scheduler file's path, every process killed after."""
     file = folder / "scheduler.json"
     log = open(folder / "cluster.log", "w")
     dask = [sys.executable, "-m", "dask"]
@@ -51,19 +53,25 @@ def existing(tmp_path_factory):
         while not file.exists() and time.time() < deadline:
             assert procs[0].poll() is None, (folder / "cluster.log").read_text()
             time.sleep(0.1)
-        for name, extra in (("w0", []), ("w1", ["--resources", "executor-accel=1"])):
-            procs.append(subprocess.Popen(
-                [*dask, "worker", "--scheduler-file", str(file), "--name", name, "--nthreads", "1", "--no-nanny",
-                 "--host", "127.0.0.1", "--no-dashboard", *extra], stdout=log, stderr=subprocess.STDOUT))
+        for extra in workers:
+            procs.append(subprocess.Popen([*dask, "worker", "--scheduler-file", str(file), "--nthreads", "1", "--host",
+                                           "127.0.0.1", "--no-dashboard", *extra], stdout=log, stderr=subprocess.STDOUT))
+        yield file
+    finally:
+        _stop(procs)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def existing(tmp_path_factory):
+    with by_hand(tmp_path_factory.mktemp("cluster"), ["--name", "w0", "--no-nanny"],
+                 ["--name", "w1", "--no-nanny", "--resources", "executor-accel=1"]) as file:
         cluster = Cluster.connect(str(file), timeout=START_TIMEOUT_S)
         try:
             cluster.client.wait_for_workers(2, timeout=START_TIMEOUT_S)
             yield cluster, str(file)
         finally:
             cluster.close()
-    finally:
-        _stop(procs)
-        log.close()
 
 
 def test_existing_cluster_gives_the_threaded_digests_and_honours_worker_resources(existing, manifest_file, tmp_path):
@@ -105,16 +113,7 @@ def test_cli_run_on_the_scheduler_file_with_json_events(existing, manifest_file,
 def test_verify_of_a_run_on_a_cluster_started_by_hand_reruns_at_its_workers_threads(manifest_file, tmp_path):
     """Dask's nanny starts each worker's BLAS at one thread: verify reran in this process on every core, and the
     quickstart itself was a MISMATCH ("thread pools differ: blas 1 -> 2")."""
-    file, log = tmp_path / "scheduler.json", open(tmp_path / "cluster.log", "w")
-    dask = [sys.executable, "-m", "dask"]
-    procs = [subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                               "--scheduler-file", str(file)], stdout=log, stderr=subprocess.STDOUT)]
-    try:
-        deadline = time.time() + START_TIMEOUT_S
-        while not file.exists() and time.time() < deadline:
-            time.sleep(0.1)
-        procs.append(subprocess.Popen([*dask, "worker", "--scheduler-file", str(file), "--nthreads", "1", "--host",
-                                       "127.0.0.1", "--no-dashboard"], stdout=log, stderr=subprocess.STDOUT))
+    with by_hand(tmp_path, []) as file:  # a worker with its nanny, as `dask worker` starts one
         path = manifest_file("version: 1\nname: mm\nexecutors: {h: {vendor: cpu}}\nstages:\n"
                              "  a: {op: random.normal, args: {shape: [384, 384], seed: 1}}\n"
                              "  b: {op: random.normal, args: {shape: [384, 384], seed: 2}}\n"
@@ -123,9 +122,6 @@ def test_verify_of_a_run_on_a_cluster_started_by_hand_reruns_at_its_workers_thre
         out, err = io.StringIO(), io.StringIO()
         assert cli.main(["run", path, "--scheduler", str(file), "--runs-dir", str(runs), "--quiet", "--no-cache"],
                         out=out, err=err) == 0, err.getvalue()
-    finally:
-        _stop(procs)
-        log.close()
     run_id = out.getvalue().split()[-1]
     record = json.loads((runs / run_id / "record.json").read_text())
     assert record["threads"]["set_by"] == "cluster" and record["threads"]["blas"] == 1, record["threads"]
