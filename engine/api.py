@@ -323,8 +323,8 @@ def validate(path: str | os.PathLike, params: Params | None = None) -> list[Diag
 _CHECK_REMEDY = ("validate and plan check every point, up to that many; fix some of its keys with params (plan -p "
                  "KEY=VALUE), or make it smaller")
 
-NOT_CHECKED = ("not checked without the machine: which vendor each executor gets there, and its devices' memory "
-               "(hetflow plan checks them)")
+NOT_CHECKED = ("not checked without the machine: which vendor each executor gets there, its devices' memory, and "
+               "what each partition holds at once (hetflow plan checks them)")
 """What :func:`validate` cannot know, in the words ``hetflow validate`` prints."""
 
 

@@ -118,12 +118,13 @@ version: 1
 name: t
 executors: {small: {vendor: cpu, memory: 1MiB}}
 stages:
-  x: {op: ones, args: {shape: [262144]}}
+  x: {op: ones, args: {shape: [131072]}}
   y: {op: relu, inputs: [x]}
-outputs: {y: y}
+  z: {op: relu, inputs: [y]}
+outputs: {z: z}
 """)
     (d,) = info.value.diagnostics
-    assert "partition p0 on executor 'small' holds 2.0 MiB of live activations at its peak" in str(d)
+    assert "partition p0 on executor 'small' holds 1.5 MiB of live activations at its peak" in str(d)
     assert "more than the executor's 1.0 MiB (declared at " in str(d) and ":4:42)" in str(d)
 
 

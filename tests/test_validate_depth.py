@@ -10,8 +10,8 @@ from hetflow.engine import api, cli
 from hetflow.executors import probe
 from hetflow.executors.base import Vendor
 
-NOT_CHECKED = ("not checked without the machine: which vendor each executor gets there, and its devices' memory "
-               "(hetflow plan checks them)\n")
+NOT_CHECKED = ("not checked without the machine: which vendor each executor gets there, its devices' memory, and "
+               "what each partition holds at once (hetflow plan checks them)\n")
 
 
 def main(*argv, cwd=None):
@@ -230,3 +230,60 @@ def test_a_matrix_value_of_the_wrong_kind_is_an_error_at_its_matrix_line(tmp_pat
     for command in (["validate"], ["run", "--runs-dir", "runs"]):
         assert main(command[0], name, *command[1:], cwd=tmp_path) == (2, "", expected), command
     assert not (tmp_path / "runs").exists()
+
+
+MEMORY = """\
+version: 1
+name: memory
+params: {n: 131072}
+executors:
+  small: {vendor: cpu, memory: 1MiB}
+  roomy: {vendor: cpu, memory: 4MiB}
+stages:
+  x: {op: ones, args: {shape: ["${n}"]}}
+  y: {op: relu, inputs: [x], executor: small}
+  z: {op: add, inputs: [x, y]}
+outputs: {z: z}
+"""
+
+
+def test_a_stage_past_the_memory_its_executor_declares_is_refused_alike(tmp_path):
+    # y (512 KiB) and its input x (512 KiB) fit small's 1 MiB; at twice the size they cannot, wherever x goes
+    name = write(tmp_path, MEMORY.replace("n: 131072", "n: 262144"))
+    refused_alike(tmp_path, name, (
+        "m.yaml:9:3: error: stage 'y' needs at least 2.0 MiB of live activations while it runs (its output 1.0 MiB "
+        "and its inputs 'x' 1.0 MiB), more than the 1.0 MiB executor 'small' declares at m.yaml:5:32; raise that "
+        "memory: or make the stage's tensors smaller\n"))
+
+
+def test_a_stage_free_to_go_anywhere_is_refused_only_past_every_executors_memory(tmp_path):
+    # z reads x and y: 3 x 1.5 MiB fits no executor; x alone (1.5 MiB) fits roomy, and y, pinned to small, does not
+    name = write(tmp_path, MEMORY.replace("n: 131072", "n: 393216"))
+    refused_alike(tmp_path, name, (
+        "m.yaml:9:3: error: stage 'y' needs at least 3.0 MiB of live activations while it runs (its output 1.5 MiB "
+        "and its inputs 'x' 1.5 MiB), more than the 1.0 MiB executor 'small' declares at m.yaml:5:32; raise that "
+        "memory: or make the stage's tensors smaller\n"
+        "m.yaml:10:3: error: stage 'z' needs at least 4.5 MiB of live activations while it runs (its output 1.5 MiB "
+        "and its inputs 'x' 1.5 MiB, 'y' 1.5 MiB), more than any executor declares (the most, 4.0 MiB, by executor "
+        "'roomy' at m.yaml:6:32); raise that memory: or make the stage's tensors smaller\n"))
+    # an executor without a declared memory may hold it: its device's memory, which only the machine says
+    free = write(tmp_path, MEMORY.replace("n: 131072", "n: 393216").replace(", executor: small", "").replace(
+        "  roomy: {vendor: cpu, memory: 4MiB}", "  roomy: {vendor: cpu}"), "free.yaml")
+    assert main("validate", free, cwd=tmp_path) == (0, f"{free}: ok\n" + NOT_CHECKED, "")
+
+
+def test_stages_that_fit_alone_are_left_to_the_plan_which_weighs_whole_partitions(tmp_path):
+    # each stage fits small's 1 MiB; the partition that holds x, y and z at once (1.5 MiB) is the plan's to refuse
+    name = write(tmp_path, """\
+version: 1
+name: chain
+executors: {small: {vendor: cpu, memory: 1MiB}}
+stages:
+  x: {op: ones, args: {shape: [131072]}}
+  y: {op: relu, inputs: [x]}
+  w: {op: relu, inputs: [y]}
+outputs: {w: w}
+""")
+    assert main("validate", name, cwd=tmp_path) == (0, f"{name}: ok\n" + NOT_CHECKED, "")
+    code, out, err = main("plan", name, "--runs-dir", "runs", cwd=tmp_path)
+    assert code == 2 and "error: partition p0 on executor 'small' holds 1.5 MiB of live activations at its peak" in err

@@ -24,7 +24,8 @@ from hetflow.engine.adjacency import Graph
 from hetflow.engine.errors import ManifestError
 from hetflow.engine.manifest.semantics import Manifest
 
-__all__ = ["build_graph", "execution_order", "edges", "successors", "predecessors", "is_bridged", "check"]
+__all__ = ["build_graph", "execution_order", "edges", "successors", "predecessors", "is_bridged", "check",
+           "beyond_declared_memory"]
 
 
 def is_bridged(graph: Graph, u: str, v: str) -> bool:
@@ -181,6 +182,61 @@ def check(manifest: Manifest) -> list[Any]:
         s.vendors for s in manifest.stages.values())
     graph = None if anywhere else build_graph(manifest)
     errors, warnings = check_vendors(graph, manifest.executors, execution_order(graph) if graph is not None else [])
+    errors = [*errors, *beyond_declared_memory(manifest, graph)]
     if errors:
         raise ManifestError(errors)
     return warnings
+
+
+def beyond_declared_memory(manifest: Manifest, graph: Graph | None) -> list[Any]:
+    """A stage that cannot fit the ``memory:`` declared by every executor it may run on, whatever the machine.
+
+    While a stage runs, its partition holds at least the stage's output
+    and its inputs (a partition keeps every value it computes, and takes
+    its inputs from other partitions whole), so that sum is a floor under
+    the peak that :func:`hetflow.engine.plan.planner.plan` weighs against
+    the executor's memory. A pinned stage may run on its executor only;
+    any other on any executor, so it is refused only when every executor
+    declares a memory and the largest is below its floor. Sizes that are
+    bounds, not known (read from a witness table), are left out, as the
+    plan leaves them out; a phase's array reaches a partition through its
+    own bridge, not as a partition's input.
+    """
+    from hetflow.engine.errors import Diagnostic
+
+    declared = {name: e.memory_bytes for name, e in manifest.executors.items() if e.memory_bytes is not None}
+    if not declared:
+        return []
+    table = getattr(manifest, "shapes", None)
+    if table is not None:
+        nbytes, bounded = table.nbytes, table.small
+    else:
+        graph = graph if graph is not None else build_graph(manifest)
+        nbytes = {n: d.get("bytes") for n, d in graph.nodes.items()}
+        bounded = {n for n, d in graph.nodes.items() if d.get("bound")}
+    phases = getattr(manifest, "phases", {})
+    roomiest = max(declared, key=declared.get) if len(declared) == len(manifest.executors) else None
+    problems = []
+    for sid, stage in manifest.stages.items():
+        where = stage.executor if stage.executor is not None else roomiest
+        if where not in declared:
+            continue
+        held = [] if sid in bounded else [(sid, nbytes.get(sid) or 0)]
+        held += [(ref, nbytes.get(ref) or 0) for ref in dict.fromkeys(stage.inputs)
+                 if ref not in phases and ref not in bounded]
+        need = sum(n for _, n in held)
+        if need <= declared[where]:
+            continue
+        from hetflow.engine.plan.costs import human_bytes
+
+        decl = manifest.executors[where]
+        at = f" at {decl.memory_origin}" if decl.memory_origin else ""
+        whose = (f"the {human_bytes(declared[where])} executor {where!r} declares{at}" if stage.executor is not None
+                 else f"any executor declares (the most, {human_bytes(declared[where])}, by executor {where!r}{at})")
+        (_, out), *ins = held if held and held[0][0] == sid else [(sid, 0), *held]
+        parts = f"its output {human_bytes(out)}" + (
+            " and its inputs " + ", ".join(f"{name!r} {human_bytes(n)}" for name, n in ins) if ins else "")
+        problems.append(Diagnostic(stage.origin, (
+            f"stage {sid!r} needs at least {human_bytes(need)} of live activations while it runs ({parts}), more than "
+            f"{whose}; raise that memory: or make the stage's tensors smaller")))
+    return problems

@@ -75,7 +75,8 @@ from hetflow.engine.manifest.loader import frozen_instance
 from hetflow.engine.manifest.validate import Manifest, gc_paused
 from hetflow.engine.plan.partitioning import bridges, partition, partition_into, partitions_of
 from hetflow.engine.plan.plandata import PLAN_FORMAT, Bridge, ExecutorPlan, NodePlan, Partition, Plan, PlanWarning
-from hetflow.engine.plan.plangraph import build_graph, check, execution_order, is_bridged, successors
+from hetflow.engine.plan.plangraph import (beyond_declared_memory, build_graph, check, execution_order, is_bridged,
+                                           successors)
 from hetflow.engine.plan.planview import render_dot, render_text
 from hetflow.executors import Offer
 from hetflow.executors import probe as default_probe
@@ -292,6 +293,9 @@ def _plan(manifest: Manifest, probe: Callable[[Vendor], Offer], model: Any) -> P
     executors = choose_executors(manifest, probe)
     # the graph is this function's own, so the passes annotate it in place rather than copy it
     parted = build_graph(manifest)
+    beyond = beyond_declared_memory(manifest, parted)  # validate's words for what no placement can fit
+    if beyond:
+        raise ManifestError(beyond)
     _place_into(parted, executors, first_executor=next(iter(manifest.executors)), probe=probe, model=model)
     _check_dtypes(parted, executors, probe)
     partition_into(parted)
