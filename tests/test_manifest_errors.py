@@ -650,3 +650,11 @@ def test_a_phase_that_did_not_check_is_not_called_no_phase_again(manifest_file, 
     path = manifest_file(f"version: 1\nname: em\nexecutors: {{h: {{vendor: cpu}}}}\nemulators:\n  g: {emulator}\n"
                          f"stages:\n  run: {{phase: {phase}, emulator: g}}\noutputs: {{s: run.steps}}\n")
     assert errors(path) == [f"{path}:{said}"]
+
+
+def test_outputs_that_differ_only_by_case_are_refused_at_the_second(manifest_file):
+    # Y.npy and y.npy are one file on macOS's and Windows' usual file systems: the record would describe both
+    path = manifest_file(GOOD.replace("outputs: {y: y}", "outputs: {y: y, x: x, Y: x}"))
+    assert errors(path) == [f"{path}:10:23: error: outputs 'y' and 'Y' differ only by case: their files y.npy and "
+                            "Y.npy are one file on a file system that ignores case (macOS's and Windows' by default); "
+                            "rename one"]

@@ -324,6 +324,15 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
             problems.append(Diagnostic(doc.at(("outputs", out)), f"output {out!r} names {ref!r}, which is not a stage{hint}"))
         outputs[out] = ref
         output_origins[out] = doc.at(("outputs", out))
+    # each output is a file OUTPUT.npy, and where names differ only by case (macOS's and Windows' usual file
+    # systems) two outputs would be one file, the second written over the first that the record still describes
+    first_as: dict[str, str] = {}
+    for out in _as_dict(tree.get("outputs")):
+        other = first_as.setdefault(str(out).casefold(), out)
+        if other != out:
+            problems.append(Diagnostic(doc.key_at(("outputs", out)), (
+                f"outputs {other!r} and {out!r} differ only by case: their files {other}.npy and {out}.npy are one "
+                f"file on a file system that ignores case (macOS's and Windows' by default); rename one")))
 
     if problems:
         return None
