@@ -292,3 +292,26 @@ def test_a_model_whose_declared_shapes_its_nodes_contradict_is_refused_not_impor
     assert not out.exists()
     code, _, err = _cli("import", "onnx", save("agreed", [2, 3], [3, 2]), "-o", str(out))
     assert code == 0, err
+
+
+def test_graph_outputs_that_differ_only_by_case_become_outputs_that_do_not(tmp_path):
+    # an output is a file OUTPUT.npy; Y.npy and y.npy would be one file where the file system ignores case
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in ("Y", "y", "y_2")]
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["Y"]), helper.make_node("Neg", ["x"], ["y"]),
+                               helper.make_node("Abs", ["x"], ["y_2"])], "cases", [x], outs)
+    model = tmp_path / "cases.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    code, out, err = _cli("import", "onnx", str(model), "-o", str(tmp_path / "imported"))
+    assert code == 0, err
+    manifest = tmp_path / "imported" / "cases.yaml"
+    names = list(yaml.safe_load(manifest.read_text())["outputs"])
+    assert names[0] == "Y" and len({n.casefold() for n in names}) == 3, names
+    assert _cli("validate", str(manifest))[0] == 0
+    x_value = np.array([[1, -2, 3], [-4, 5, -6]], np.float32)
+    run = hetflow.run(manifest, inputs={"x": x_value}, runs_dir=tmp_path / "runs", cache=False)
+    got = {name: run.outputs[name] for name in names}
+    assert [got[n].tolist() for n in names] == [np.maximum(x_value, 0).tolist(), (-x_value).tolist(),
+                                               np.abs(x_value).tolist()]

@@ -463,7 +463,12 @@ def _translate(model: Any, stem: str) -> _Result:
         except Inexpressible as e:
             result.unreached.append(f"graph output '{info.name}': {e}")
             continue
-        result.outputs[stage_id(info.name, set(result.outputs), "output")] = stage
+        # each output is a file OUTPUT.npy: names that differ only by case would be one file on some systems
+        tried, folded = set(result.outputs), {o.casefold() for o in result.outputs}
+        name = stage_id(info.name, tried, "output")
+        while name.casefold() in folded:
+            name = stage_id(info.name, tried, "output")
+        result.outputs[name] = stage
     for spec in result.stages.values():
         if spec["op"] == "load":
             spec["args"]["path"] = f"{stem}.safetensors"
