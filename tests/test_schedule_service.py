@@ -817,3 +817,74 @@ def test_a_run_killed_after_it_said_it_succeeded_is_concluded_from_its_record(tm
     assert (info["status"], info["run_id"], info.get("error")) == ("succeeded", record["run_id"], None), info
     assert claims(runs)["2026-06-01T10:00:00Z"]["state"] == "succeeded"
     assert hook_lines(tmp_path) == [("2026-06-01T10:00:00Z", "succeeded")]
+
+
+def test_a_hook_that_outlives_its_killed_scheduler_is_waited_for_not_run_again(tmp_path):
+    """A scheduler SIGKILLed while its hook ran left the hook running on its own: the next ``serve`` ran it
+    again beside it, in full, as owed. It now waits for that hook to end and takes the exit code its shell left."""
+    hook = ('on_success: \'echo "start $HETFLOW_SLOT" >> hooks.txt; sleep 3; echo "end $HETFLOW_SLOT" >> hooks.txt; '
+            'exit 7\'\n')
+    m = write(tmp_path, "hooked", 'cron: "0 * * * *"\n' + hook)
+    runs, log = tmp_path / "runs", tmp_path / "serve.log"
+    slot = sched.slot_id(now_utc().replace(minute=0, second=0, microsecond=0))
+    first = subprocess.Popen([sys.executable, "-m", "hetflow.engine.cli", "schedule", "run-due", m, "--now", slot,
+                              "--runs-dir", str(runs)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: ("start", slot) in hook_lines(tmp_path), 60, "the hook to start")
+    finally:
+        first.kill()
+        first.wait()
+    body = claims(runs)[slot]
+    assert body["hook"] == "pending" and sched.owner.alive(body["hook_process"]) is True
+    proc = serve([m], runs, log)
+    try:
+        wait_for(lambda: claims(runs)[slot].get("hook") == "ran", 60, "the hook's end to be taken")
+    finally:
+        code = stop(proc)
+    wait_detached(runs)
+    assert code == 0
+    assert [line for line in hook_lines(tmp_path) if line[1] == slot] == [("start", slot), ("end", slot)]
+    body = claims(runs)[slot]
+    assert (body["hook_rc"], "hook_process" in body) == (7, False)
+    seen = [e for e in events(log) if e.get("slot") == slot]
+    assert [(e["event"], e.get("rc"), e.get("outlived_its_scheduler")) for e in seen] == [("hook", 7, True)]
+    assert not list(runs.glob(".schedule/*/*.hook-exit"))
+
+
+def test_a_hook_left_running_past_its_time_limit_is_ended_and_one_cut_short_runs_again(tmp_path):
+    from hetflow.engine.batch.claims import claim_body
+    from hetflow.engine.store import owner
+    from hetflow.engine.store.records import utc_iso
+
+    m = write(tmp_path, "hooked", 'cron: "0 * * * *"\n' + HOOKS)
+    entry, runs = sched.load_entry(m), str(tmp_path / "runs")
+    said = []
+    log = lambda event, fields: said.append((event, dict(fields)))  # noqa: E731
+    # a hook whose scheduler died, running for longer than hooks may: it is ended with the process it started
+    survivor = subprocess.Popen(["/bin/sh", "-c", "sleep 60; true"])
+    wait_for(lambda: owner.descendants(survivor.pid), 10, "the hook's sleep")
+    sleep = owner.descendants(survivor.pid)[0]
+    slot = sched.parse_instant("2026-06-01T10:00:00Z")
+    path = Path(sched.claim(runs, entry, slot))
+    gone = subprocess.Popen(["true"])
+    dead = {"pid": gone.pid, "start_ticks": owner.start_ticks(gone.pid)}
+    gone.wait()
+    started = utc_iso(now_utc().timestamp() - sched.HOOK_TIMEOUT_S - 5)
+    path.write_text(json.dumps({**claim_body(entry, slot, "succeeded"), **dead, "hook": "pending",
+                                "hook_process": owner.of(survivor.pid), "hook_started": started}))
+    assert sched.pay_hook(entry, str(path), runs, log) is True
+    assert survivor.wait(timeout=10) == -signal.SIGKILL
+    wait_for(lambda: owner.alive(owner.of(sleep)) is not True, 10, "the hook's sleep to end")
+    assert said == [("hook", {"manifest": "hooked", "slot": "2026-06-01T10:00:00Z", "hook": "on_success",
+                              "rc": "timed out", "outlived_its_scheduler": True})]
+    assert (json.loads(path.read_text())["hook"], json.loads(path.read_text())["hook_rc"]) == ("ran", None)
+    assert hook_lines(tmp_path) == []
+    # one that ended without saying how (its process group killed with its scheduler) runs again, owed
+    said.clear()
+    path.write_text(json.dumps({**claim_body(entry, slot, "succeeded"), **dead, "hook": "pending",
+                                "hook_process": {**owner.current(), **dead},
+                                "hook_started": utc_iso(now_utc().timestamp() - 5)}))
+    assert sched.pay_hook(entry, str(path), runs, log) is True
+    assert [e for e, _ in said] == ["hook-owed", "hook"] and said[1][1]["rc"] == 0
+    assert hook_lines(tmp_path) == [("2026-06-01T10:00:00Z", "succeeded")]
+    assert json.loads(path.read_text())["hook"] == "ran"

@@ -325,8 +325,11 @@ def conclude(entry: Entry, slot: datetime, path: str, info: Mapping[str, Any], r
         elif owed and later is not None:
             handed = True
         elif owed:
-            rc = _hook(entry, slot, path[:-5] + ".log", runs_dir, info, log)
-            mark(path, entry, slot, _STATE[info["status"]], **{**kept, **extra, "hook": "ran", "hook_rc": rc})
+            fields = {**kept, **extra}
+            rc = _hook(entry, slot, path[:-5] + ".log", runs_dir, info, log,
+                       running=lambda how: mark(path, entry, slot, _STATE[info["status"]], **{**fields, **owed, **how}))
+            mark(path, entry, slot, _STATE[info["status"]], **{**fields, "hook": "ran", "hook_rc": rc})
+            _forget_exit(path)
     if handed:
         later(path, False)
     return True
@@ -344,14 +347,86 @@ def pay_hook(entry: Entry, path: str, runs_dir: str, log: Log, owed: bool = True
         slot = parse_instant(body["slot"])
         status = body["state"]
         info = {"status": status, **{k: body[k] for k in ("run_id", "error") if k in body}}
+        written = {"slot", "manifest", "state", "at", "hook", "hook_rc", "hook_process", "hook_started",
+                   *owner.current()}
+        rest = {k: v for k, v in body.items() if k not in written}
+        outlived = _outlived_hook(entry, body, path, log)
+        if outlived is False:
+            return False  # the hook its concluder began runs on, that concluder gone: its end is waited for
+        if outlived is not None:
+            mark(path, entry, slot, status, **{**rest, "hook": "ran", "hook_rc": outlived[0]})
+            _forget_exit(path)
+            return True
         if owed:
             log("hook-owed", {"manifest": entry.name, "slot": body["slot"], "detached": True,
                               "reason": "the process that concluded the slot ended before its hook had run"})
-        rc = _hook(entry, slot, path[:-5] + ".log", runs_dir, info, log)
-        written = {"slot", "manifest", "state", "at", "hook", "hook_rc", *owner.current()}
-        rest = {k: v for k, v in body.items() if k not in written}
+        rc = _hook(entry, slot, path[:-5] + ".log", runs_dir, info, log,
+                   running=lambda how: mark(path, entry, slot, status, **{**rest, "hook": "pending", **how}))
         mark(path, entry, slot, status, **{**rest, "hook": "ran", "hook_rc": rc})
+        _forget_exit(path)
         return True
+
+
+def _outlived_hook(entry: Entry, body: Mapping[str, Any], path: str, log: Log) -> tuple[int | None] | bool | None:
+    """What became of the hook a claim says was running when its scheduler ended (``hook_process``).
+
+    Its scheduler's death (SIGKILL, the OOM killer) does not end it: it
+    runs on, its own process. So it is not run a second time beside or
+    after itself. While it runs (or cannot be looked at, on another
+    host) this is False: wait. Past the hooks' time limit it is ended with
+    every process it started, as its scheduler would have ended it. Once
+    it has ended, ``(its exit code,)`` (None when it was ended for its
+    time), from the file its shell wrote as it exited. None when there is
+    nothing to wait for or take: no hook was begun, or it was cut short
+    before it could say how it ended (its process group killed, a
+    reboot), and it runs again from the start.
+    """
+    process = body.get("hook_process")
+    if not isinstance(process, Mapping):
+        return None
+    found = _hook_command(entry, body.get("state") or "")
+    which = found[0] if found else "hook"
+    alive = owner.alive(process)
+    if alive is None:
+        return False
+    if alive:
+        started = _epoch(body.get("hook_started"))
+        if started is None or time.time() - started <= HOOK_TIMEOUT_S:
+            return False
+        _end_tree(process["pid"])
+        rc: int | None = None
+    else:
+        rc = _read_exit(path)
+        if rc is None:
+            return None
+    log("hook", {"manifest": entry.name, "slot": body.get("slot"), "hook": which,
+                 "rc": "timed out" if rc is None else rc, "outlived_its_scheduler": True})
+    return (rc,)
+
+
+def _epoch(text: Any) -> float | None:
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _exit_path(claim_path: str) -> str:
+    """Where a hook's shell writes its exit code as it exits (``SLOT.hook-exit``), beside the slot's claim."""
+    return claim_path[:-5] + ".hook-exit"
+
+
+def _read_exit(claim_path: str) -> int | None:
+    try:
+        with open(_exit_path(claim_path), encoding="utf-8") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _forget_exit(claim_path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_exit_path(claim_path))
 
 
 def defer_hook(entry: Entry, path: str, log: Log) -> None:
@@ -554,7 +629,17 @@ def _hook_command(entry: Entry, status: str) -> tuple[str, str] | None:
     return (which, command) if command else None
 
 
-def _hook(entry: Entry, slot: datetime, log_path: str, runs_dir: str, info: Mapping[str, Any], log: Log) -> int | None:
+# The hook's command runs in a shell of its own, as ``/bin/sh -c COMMAND`` would run it; the shell around it
+# writes its exit code beside the claim as it exits, so that a scheduler killed meanwhile is not the only one
+# that can learn how the hook ended (see _outlived_hook).
+_HOOK_SHELL = '/bin/sh -c "$1"; rc=$?; printf "%s\\n" "$rc" > "$2.tmp" && mv -f "$2.tmp" "$2"; exit "$rc"'
+
+
+def _hook(entry: Entry, slot: datetime, log_path: str, runs_dir: str, info: Mapping[str, Any], log: Log,
+          running: Callable[[dict], None] | None = None) -> int | None:
+    """Run the hook a slot ending as ``info["status"]`` runs, if any; its exit code (None past its time limit).
+    ``running`` is given the hook's process once it is started (``hook_process``, ``hook_started``), for the
+    claim to say while it runs."""
     found = _hook_command(entry, info["status"])
     if found is None:
         return None
@@ -570,39 +655,45 @@ def _hook(entry: Entry, slot: datetime, log_path: str, runs_dir: str, info: Mapp
     with open(log_path, "ab") as f:
         f.write(f"{which}: {command}\n".encode())
         f.flush()
-        process = subprocess.Popen(command, shell=True, cwd=os.path.dirname(os.path.abspath(entry.file)), env=env,
+        exit_path = _exit_path(log_path[:-4] + ".json")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(exit_path)  # a run before this one's, cut short
+        process = subprocess.Popen(["/bin/sh", "-c", _HOOK_SHELL, "hetflow-hook", command, exit_path],
+                                   cwd=os.path.dirname(os.path.abspath(entry.file)), env=env,
                                    stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT)
         rc: int | None = None
         try:
+            if running is not None:
+                running({"hook_process": owner.of(process.pid), "hook_started": utc_iso(time.time())})
             rc = process.wait(timeout=HOOK_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             pass
         finally:
             if rc is None:  # timed out, or its scheduler was interrupted
-                _end_tree(process)
+                _end_tree(process.pid)
+                process.wait()
     log("hook", {"manifest": entry.name, "slot": slot_id(slot), "hook": which, "rc": "timed out" if rc is None else rc})
     return rc
 
 
-def _end_tree(process: subprocess.Popen) -> None:
+def _end_tree(pid: int) -> None:
     """Kill a hook's shell and every process it started. The shell alone, killed, left its commands running with
     no one to end them. Each is stopped as it is found, so that none starts another between the look and the
     kill; the hook stays in its scheduler's process group, which a terminal's signals and a reboot reach whole."""
     found: set[int] = set()
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(process.pid, signal.SIGSTOP)
+        os.kill(pid, signal.SIGSTOP)
     for _ in range(5):
-        more = [pid for pid in owner.descendants(process.pid) if pid not in found]
+        more = [child for child in owner.descendants(pid) if child not in found]
         if not more:
             break
-        for pid in more:
+        for child in more:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGSTOP)
+                os.kill(child, signal.SIGSTOP)
         found.update(more)
-    for pid in [process.pid, *found]:
+    for each in [pid, *found]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    process.wait()
+            os.kill(each, signal.SIGKILL)
 
 
 # --- run-due ------------------------------------------------------------------------------------

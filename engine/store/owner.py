@@ -31,7 +31,7 @@ import socket
 from functools import lru_cache
 from typing import Any, Mapping
 
-__all__ = ["DIED", "current", "alive", "state_of", "boot_id", "start_ticks"]
+__all__ = ["DIED", "current", "of", "alive", "state_of", "boot_id", "start_ticks"]
 
 DIED = "died"
 
@@ -119,6 +119,11 @@ def current() -> dict[str, Any]:
     if found is None:
         found = _CURRENT[pid] = {"host": _hostname(), "pid": pid, "boot_id": boot_id(), "start_ticks": start_ticks(pid)}
     return dict(found)
+
+
+def of(pid: int) -> dict[str, Any]:
+    """Another process of this host (a child, say) as an ``owner``, as :func:`current` gives this one."""
+    return {"host": _hostname(), "pid": pid, "boot_id": boot_id(), "start_ticks": start_ticks(pid)}
 
 
 def alive(owner: Mapping[str, Any] | None) -> bool | None:

@@ -871,7 +871,7 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
                        if k not in needed and not (unnamed and cache.written_at(k) >= min(unnamed))]
     if not dry_run:
         for path in claims:
-            for file in (path, os.path.splitext(path)[0] + ".log"):
+            for file in (path, *(os.path.splitext(path)[0] + end for end in (".log", ".hook-exit"))):
                 try:
                     os.unlink(file)
                 except FileNotFoundError:
