@@ -475,6 +475,11 @@ def _jobs(path: str, doc: Document | None, overrides: dict, point: str | None, r
         if os.path.abspath(record["manifest"]["file"]) != os.path.abspath(path):
             raise UsageError(f"run {resume} ran {record['manifest']['file']}, not {path}")
         _refuse_live("run", resume, record)
+        if record.get("status") == "succeeded":
+            # its attempt would be run again in its own folder, its outputs replaced by those of today's inputs
+            raise UsageError(f"run {resume} succeeded: there is nothing to resume; {argument('resume')} continues a "
+                             "run that was cancelled, failed or died (hetflow verify reruns a run to compare its "
+                             "outputs, and a run without it starts a new one)")
         _changed_since(path, record, resume)
         return None, [(manifest_from_record(record), record.get("matrix_point"), record.get("overrides") or {})]
     doc = doc or load(path)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hetflow.engine import cli
@@ -160,3 +161,25 @@ def test_a_run_its_plan_refuses_writes_nothing(tmp_path, sweep):
     assert code == 2 and out == "", err
     assert f"{manifest}:{7 if sweep else 6}:3: error: partition p0 on executor 'h' holds 12 B" in err, err
     assert not (tmp_path / "runs").exists()
+
+
+def test_resume_of_a_run_that_succeeded_is_refused_and_leaves_it_as_it_was(tmp_path):
+    """``--resume`` of a succeeded run ran its attempt again in its own folder, its outputs replaced by those of the
+    inputs as they are now, under the same id."""
+    data = tmp_path / "a.npy"
+    np.save(data, np.arange(4, dtype=np.float32))
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("version: 1\nname: m\nexecutors: {h: {vendor: cpu}}\nstages:\n"
+                        "  a: {op: load, args: {path: a.npy}}\n  z: {op: relu, inputs: [a]}\noutputs: {z: z}\n")
+    runs = tmp_path / "runs"
+    code, out, err = run_cli("run", str(manifest), "--runs-dir", str(runs), "--quiet")
+    assert code == 0, err
+    (folder,) = [p for p in runs.iterdir() if not p.name.startswith(".")]
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    np.save(data, -np.arange(4, dtype=np.float32))
+    code, out, err = run_cli("run", str(manifest), "--runs-dir", str(runs), "--resume", folder.name)
+    assert (code, out) == (2, "")
+    assert err == (f"hetflow: error: run {folder.name} succeeded: there is nothing to resume; --resume continues a run "
+                   "that was cancelled, failed or died (hetflow verify reruns a run to compare its outputs, and a run "
+                   "without it starts a new one)\n")
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before

@@ -198,10 +198,19 @@ def test_plan_with_inputs_forecasts_exactly_the_cache_hits_of_the_run(project):
 def test_resume_reads_the_files_the_run_read(project):
     folder, path = project
     runs = folder / "runs"
-    run = hetflow.run(path, inputs={"ids": folder / "ids.npy", "mask": f"{folder / 'masks.npz'}:mask"}, runs_dir=runs)
+
+    def stop(event: dict) -> None:
+        if event.get("event") == "finished" and event.get("kind") != "run":
+            raise RuntimeError("stopped after its first task")
+
+    with pytest.raises(RuntimeError, match="stopped after its first task"):
+        hetflow.run(path, inputs={"ids": folder / "ids.npy", "mask": f"{folder / 'masks.npz'}:mask"}, runs_dir=runs,
+                    on_event=stop)
+    (record,) = runs.glob("*/record.json")
+    assert json.loads(record.read_text())["status"] == "failed"
     np.save(folder / "ids.npy", np.zeros((2, 3), np.int32))
     with pytest.raises(hetflow.UsageError, match=r"^resume: input stage 'ids' of run .* changed since the run .* give one holding the same array with inputs=\{'ids': array\}"):
-        hetflow.run(path, resume=run.run_id, runs_dir=runs)
+        hetflow.run(path, resume=record.parent.name, runs_dir=runs)
 
 
 def test_a_resumed_sweep_goes_on_with_the_arrays_its_points_took(project):
