@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 if TYPE_CHECKING:  # importlib.metadata costs 4 ms at start-up; only a user's op needs it
     from importlib import metadata
 
-__all__ = ["file_sha", "combine", "loose_identity", "distribution_of", "distribution_files"]
+__all__ = ["file_sha", "combine", "loose_identity", "distribution_of", "distribution_files", "python_files",
+           "package_root"]
 
 
 def file_sha(path: str) -> str | None:
@@ -84,3 +85,52 @@ def distribution_files(dist: metadata.Distribution) -> dict[str, str]:
         if digest is not None:
             files[str(f)] = digest
     return files
+
+
+def python_files(folder: str) -> dict[str, str]:
+    """The Python code an op in ``folder`` can import from beside it, with digests: every ``.py`` file in the
+    folder, and in the packages under it (subfolders with an ``__init__.py``), to any depth.
+
+    Whatever of it the op imports, at load time or inside its body when
+    it runs, is among them: an identity made of fewer would let an edited
+    helper leave the op's cache entries in place. Other subfolders (data,
+    a virtual environment) are not packages, and are not read.
+
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> for name in ("ops.py", "helper.py", "pkg/__init__.py", "pkg/deep/__init__.py", "pkg/deep/m.py", "data/x.py"):
+    ...     (root / name).parent.mkdir(parents=True, exist_ok=True); _ = (root / name).write_text(name)
+    >>> sorted(os.path.relpath(p, root) for p in python_files(str(root)))
+    ['helper.py', 'ops.py', 'pkg/__init__.py', 'pkg/deep/__init__.py', 'pkg/deep/m.py']
+    """
+    found: dict[str, str] = {}
+    todo, top = [folder], True
+    while todo:
+        here = todo.pop()
+        try:
+            entries = sorted(os.scandir(here), key=lambda e: e.name)
+        except OSError:
+            continue
+        if not top and not any(e.name == "__init__.py" for e in entries):
+            continue
+        top = False
+        for e in entries:
+            if e.name.endswith(".py") and e.is_file():
+                digest = file_sha(e.path)
+                if digest is not None:
+                    found[e.path] = digest
+            elif e.is_dir(follow_symlinks=False) and e.name != "__pycache__" and not e.name.startswith("."):
+                todo.append(e.path)
+    return found
+
+
+def package_root(file: str, module: str) -> str | None:
+    """The folder of the top-level package that module ``module`` (at ``file``) belongs to; None for a top-level
+    module of a single file."""
+    depth = module.count(".") + (os.path.basename(file) == "__init__.py")
+    if depth == 0:
+        return None
+    folder = os.path.dirname(os.path.abspath(file))
+    for _ in range(depth - 1):
+        folder = os.path.dirname(folder)
+    return folder

@@ -16,9 +16,15 @@ are imported from here too); the digests of code in
 :mod:`hetflow.executors.codeid`.
 
 Every op carries the identity of its code: the sha256 of its plugin's
-file (and of modules beside it that the plugin imported), or of the
-installed distribution's files and version, plus its kernel sources. The
-engine folds it into the cache key of every partition that runs the op.
+file and of every Python module beside it (the ``.py`` files of its
+folder and of the packages under it, whatever the plugin imports, when
+it loads or when an op runs), or of the installed distribution's files
+and version and of its package's Python files (an editable install's
+distribution lists none of them), plus its kernel sources. The engine
+folds it into the cache key of every partition that runs the op. A
+module plugin whose code changed on disk since this process imported it
+runs the code it imported, which no identity names: its ops' partitions
+are not cached.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from hetflow.executors import ops as oplib
-from hetflow.executors.codeid import combine, distribution_files, distribution_of, file_sha
+from hetflow.executors.codeid import combine, distribution_files, distribution_of, file_sha, package_root, python_files
 from hetflow.executors.userops import (  # noqa: F401 - the decorator's names, imported from here by the engine and users
     LOADING,
     REGISTRY_LOCK,
@@ -98,21 +104,20 @@ def _ops_of(module: str) -> tuple[str, ...]:
     return tuple(n for n, o in oplib.REGISTRY.items() if o.source == module)
 
 
-def _finish(module: str, files: Mapping[str, str], base: str) -> tuple[str, tuple[str, ...]]:
-    """Stamp every op of ``module`` with its identity: the plugin's digest plus its kernel sources."""
+def _finish(module: str, files: Mapping[str, str], base: str | None) -> tuple[str | None, tuple[str, ...]]:
+    """Stamp every op of ``module`` with its identity: the plugin's digest plus its kernel sources (None: the
+    code that runs is not the code on disk)."""
     names = _ops_of(module)
     with REGISTRY_LOCK:
         for n in names:
             o = oplib.REGISTRY[n]
             kernels = [o.wgsl.expr if o.wgsl else ""] + [f"{v}:{defined_at(f)}" for v, f in sorted(o.kernels.items())]
-            oplib.REGISTRY[n] = replace(o, identity=combine({"": base}, kernels))
+            oplib.REGISTRY[n] = replace(o, identity=combine({"": base}, kernels) if base is not None else None)
     return base, names
 
 
-def _exec(module_name: str, path: str, code: bytes, spec: str) -> tuple[types.ModuleType, list[str]]:
-    """Run a plugin's code as module ``module_name``; returns the module and the local modules it imported."""
-    before = set(sys.modules)
-    folder = os.path.dirname(path)
+def _exec(module_name: str, path: str, code: bytes, spec: str) -> types.ModuleType:
+    """Run a plugin's code as module ``module_name``; returns the module."""
     previous = {n: o for n, o in oplib.REGISTRY.items() if o.source == module_name}
     with REGISTRY_LOCK:
         for n in previous:
@@ -140,9 +145,17 @@ def _exec(module_name: str, path: str, code: bytes, spec: str) -> tuple[types.Mo
                           f"{last.filename}:{last.lineno}" if last else path) from None
     finally:
         LOADING.module = None
-    local = [m for m in set(sys.modules) - before
-             if (getattr(sys.modules[m], "__file__", None) or "").startswith(folder + os.sep)]
-    return module, [sys.modules[m].__file__ for m in local]
+    return module
+
+
+def _forget_beside(folder: str) -> None:
+    """Drop the modules imported from ``folder`` (a plugin's helpers) but the plugins themselves, so the plugin
+    run again imports them as they are now: an edited helper was kept as first imported, for the life of the
+    process, under an identity that named its new bytes."""
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None) or ""
+        if file.startswith(folder + os.sep) and not name.startswith("hetflow_plugin_"):
+            sys.modules.pop(name, None)
 
 
 def _restore(module_name: str, previous: Mapping[str, oplib.Op]) -> None:
@@ -158,15 +171,19 @@ def load_source(path: str, code: bytes, spec: str | None = None) -> Plugin:
     path = os.path.abspath(path)
     spec = spec or os.path.basename(path)
     digest = "sha256:" + hashlib.sha256(code).hexdigest()
+    folder = os.path.dirname(path)
     with REGISTRY_LOCK:
         known = _PLUGINS.get(("path", path))
-        if known is not None and known.source == code and all(
+        # the code beside it as it is now: a helper edited since the plugin was loaded loads it again
+        files = {**python_files(folder), path: digest}
+        if known is not None and known.source == code and known.files == files and all(
                 n in oplib.REGISTRY and oplib.REGISTRY[n].source == known.module for n in known.ops):
             return replace(known, spec=spec)
+        if known is not None:
+            _forget_beside(folder)
         module_name = "hetflow_plugin_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0]) + \
             "_" + hashlib.sha256(path.encode()).hexdigest()[:10]
-        _, local = _exec(module_name, path, code, spec)
-        files = {path: digest, **{f: file_sha(f) or "" for f in local}}
+        _exec(module_name, path, code, spec)
         total, names = _finish(module_name, files, combine(files))
         if not names:
             _restore(module_name, {})
@@ -203,19 +220,37 @@ def load_module(name: str, spec: str | None = None, kind: str = "module") -> Plu
         module = sys.modules[name]
         dist = distribution_of(name)
         file = getattr(module, "__file__", None)
-        if dist is not None:
-            files = distribution_files(dist)
-            extra = [dist.metadata["Name"], dist.version]
-        else:
-            files = {file: file_sha(file) or ""} if file else {}
-            extra = []
-        total, names = _finish(name, files, combine(files, extra))
+        files = distribution_files(dist) if dist is not None else {}
+        extra = [dist.metadata["Name"], dist.version] if dist is not None else []
+        if file:
+            files.update(_module_code(file, name, alone=dist is not None))
+        identity = combine(files, extra)
+        # the process runs the code it imported: once that is not what is on disk, no identity names it
+        imported = _IMPORTED.setdefault(name, identity)
+        _, names = _finish(name, files, identity if identity == imported else None)
+        total = imported
         if not names:
             raise PluginError(f"plugin {spec!r}: module {name!r} defines no op (decorate functions with @hetflow.op)")
         plugin = Plugin(spec, kind, name, file, total, names, distribution=dist.metadata["Name"] if dist else None,
                         version=dist.version if dist else None, files=files)
         _PLUGINS[kind, name] = plugin
         return plugin
+
+
+# module name -> the identity of its code when this process imported it
+_IMPORTED: dict[str, str] = {}
+
+
+def _module_code(file: str, name: str, alone: bool) -> dict[str, str]:
+    """The Python files a module plugin's ops may run: its top-level package's, or a module of one file and,
+    where no distribution owns it, the modules beside it (a folder on ``PYTHONPATH``)."""
+    root = package_root(file, name)
+    if root is not None:
+        return python_files(root)
+    folder = os.path.dirname(os.path.abspath(file))
+    if alone or os.path.basename(folder) in ("site-packages", "dist-packages"):
+        return {file: file_sha(file) or ""}
+    return {**python_files(folder), file: file_sha(file) or ""}
 
 
 def _last_frame(e: BaseException) -> str | None:

@@ -423,3 +423,124 @@ def test_what_an_op_or_a_plugin_prints_goes_to_stderr_and_leaves_stdout_the_comm
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["status"] == "succeeded"  # stdout is one JSON object, nothing else
     assert "loading my ops" in done.stderr and "computing (6,)" in done.stderr
+
+
+HELPED = """\
+version: 1
+name: helped
+plugins: [ops1.py, ops2.py]
+executors:
+  a: {vendor: cpu}
+  b: {vendor: cpu}
+  c: {vendor: cpu}
+stages:
+  x: {op: arange, args: {stop: 4}, executor: c}
+  one: {op: h.one, inputs: [x], executor: a}
+  two: {op: h.two, inputs: [x], executor: b}
+  lazy: {op: h.lazy, inputs: [x], executor: b}
+outputs: {one: one, two: two, lazy: lazy}
+"""
+
+
+def test_every_module_beside_a_path_plugin_is_its_identity_shared_or_imported_inside_an_op(tmp_path):
+    """An edited helper was a stale cache hit for every op but those of the first plugin to import it, for an op
+    that imported it inside its body, and in a process that had loaded the plugin (which also kept running the
+    helper as first imported)."""
+    (tmp_path / "ops1.py").write_text("from hetflow import op\nimport helper\n\n\n@op('h.one')\n"
+                                      "def one(xp, x):\n    return x + helper.FACTOR\n")
+    (tmp_path / "ops2.py").write_text("from hetflow import op\nimport helper\n\n\n@op('h.two')\n"
+                                      "def two(xp, x):\n    return x * helper.FACTOR\n\n\n@op('h.lazy')\n"
+                                      "def lazy(xp, x):\n    import lazyhelper\n    return x - lazyhelper.OFFSET\n")
+    (tmp_path / "helper.py").write_text("FACTOR = 2.0\n")
+    (tmp_path / "lazyhelper.py").write_text("OFFSET = 10.0\n")
+    (tmp_path / "m.yaml").write_text(HELPED)
+    import hetflow
+
+    runs, manifest = tmp_path / "runs", tmp_path / "m.yaml"
+    sys.path.insert(0, str(tmp_path))
+    try:
+        first = hetflow.run(manifest, runs_dir=runs)
+        assert first.outputs["two"].tolist() == [0, 2, 4, 6] and first.outputs["lazy"].tolist() == [-10, -9, -8, -7]
+        again = hetflow.run(manifest, runs_dir=runs)
+        assert len(json.loads(Path(again.record_path).read_text())["cache"]["hits"]) == 4
+        (tmp_path / "helper.py").write_text("FACTOR = 3.0\n")
+        (tmp_path / "lazyhelper.py").write_text("OFFSET = 20.0\n")
+        edited = hetflow.run(manifest, runs_dir=runs)
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in ("helper", "lazyhelper"):
+            sys.modules.pop(name, None)
+    record = json.loads(Path(edited.record_path).read_text())
+    assert record["cache"]["hits"] == [pid for pid, k in record["cache"]["keys"].items() if k["nodes"] == ["x"]]
+    assert (edited.outputs["one"].tolist(), edited.outputs["two"].tolist(), edited.outputs["lazy"].tolist()) == (
+        [3, 4, 5, 6], [0, 3, 6, 9], [-20, -19, -18, -17])
+    assert {os.path.basename(f) for p in record["plugins"] for f in p["files"]} >= {"helper.py", "lazyhelper.py"}
+    # a new process keys the lazy helper before any op imported it; every op beside it is keyed by it too
+    (tmp_path / "lazyhelper.py").write_text("OFFSET = 30.0\n")
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "run", str(manifest), "--runs-dir", str(runs),
+                           "--json", "--quiet"], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    fresh = json.loads(done.stdout)
+    assert len(fresh["cache_hits"]) == 1
+    assert np.load(os.path.join(runs, fresh["run_id"], "lazy.npy")).tolist() == [-30, -29, -28, -27]
+
+
+def test_a_module_plugins_package_is_its_identity_where_its_distribution_lists_none_of_it(tmp_path, manifest_file):
+    """A package installed editable (``pip install -e``): its distribution lists a ``.pth`` and metadata, not the
+    package's files, and no edit of the package changed the key. An edit after the process imported the
+    package leaves it running the old code: its partitions are then not cached."""
+    src, site = tmp_path / "src", tmp_path / "site"
+    (src / "labed").mkdir(parents=True)
+    (src / "labed" / "__init__.py").write_text("")
+    (src / "labed" / "consts.py").write_text("FACTOR = 2.0\n")
+    (src / "labed" / "ops.py").write_text("from hetflow import op\nfrom labed import consts\n\n\n@op('labed.scale')\n"
+                                          "def scale(xp, x):\n    return x * consts.FACTOR\n")
+    info = site / "labed-0.1.dist-info"
+    info.mkdir(parents=True)
+    (site / "__editable__.labed-0.1.pth").write_text(str(src) + "\n")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: labed\nVersion: 0.1\n")
+    (info / "top_level.txt").write_text("labed\n")
+    (info / "RECORD").write_text("__editable__.labed-0.1.pth,,\nlabed-0.1.dist-info/METADATA,,\n")
+    path = manifest_file("version: 1\nname: ed\nplugins: [labed.ops]\nexecutors: {h: {vendor: cpu}, g: {vendor: cpu}}\n"
+                         "stages:\n  x: {op: arange, args: {stop: 3}, executor: g}\n"
+                         "  y: {op: labed.scale, inputs: [x], executor: h}\noutputs: {y: y}\n")
+    runs = tmp_path / "runs"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(src)])}
+    import subprocess
+
+    def run() -> dict:
+        done = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "run", path, "--runs-dir", str(runs),
+                               "--json", "--quiet"], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        found = json.loads(done.stdout)
+        return {"hits": len(found["cache_hits"]), "y": np.load(os.path.join(runs, found["run_id"], "y.npy")).tolist()}
+
+    assert run() == {"hits": 0, "y": [0, 2, 4]}
+    assert run() == {"hits": 2, "y": [0, 2, 4]}
+    (src / "labed" / "consts.py").write_text("FACTOR = 5.0\n")
+    assert run() == {"hits": 1, "y": [0, 5, 10]}
+    # in one process: imported, then edited on disk
+    from hetflow.executors import plugins
+
+    sys.path[:0] = [str(site), str(src)]
+    try:
+        loaded = plugins.load_module("labed.ops")
+        assert ops.REGISTRY["labed.scale"].identity is not None and loaded.digest
+        (src / "labed" / "consts.py").write_text("FACTOR = 7.0\n")
+        plugins.load_module("labed.ops")
+        assert ops.REGISTRY["labed.scale"].identity is None
+        m = compiled(path)
+        keys = partition_keys(make_plan(m, probe))
+        (y_key,) = [k for k in keys.values() if "y" in k.nodes]
+        assert y_key.key is None and "its module changed on disk since this process imported it" in y_key.reason
+    finally:
+        sys.path[:] = [p for p in sys.path if p not in (str(site), str(src))]
+        for name in [n for n in sys.modules if n == "labed" or n.startswith("labed.")]:
+            sys.modules.pop(name)
+        with ops.REGISTRY_LOCK if hasattr(ops, "REGISTRY_LOCK") else plugins.REGISTRY_LOCK:
+            ops.REGISTRY.pop("labed.scale", None)
+        plugins._IMPORTED.pop("labed.ops", None)
+        plugins._PLUGINS.pop(("module", "labed.ops"), None)

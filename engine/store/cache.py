@@ -145,7 +145,8 @@ def _definition(plan: Plan, part: Partition, uncacheable: list[str], kinds: dict
             uncacheable.append(f"stage {n!r} is nondeterministic (seed: null)")
         if op.invoke is not None:
             if op.identity is None:
-                uncacheable.append(f"stage {n!r} runs op {entry['op']!r}, whose code has no identity")
+                uncacheable.append(f"stage {n!r} runs op {entry['op']!r}, whose code has no identity (its source "
+                                   "cannot be read, or its module changed on disk since this process imported it)")
             entry["code"] = code[entry["op"]] = op.identity
     plain = all(_plain(entry["args"]) for entry in nodes if entry["args"])
     return ({"vendor": plan.executors[part.executor].vendor.value, "nodes": nodes,
