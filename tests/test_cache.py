@@ -276,3 +276,31 @@ def test_an_entry_a_removal_left_half_way_is_replaced_by_the_next_store_and_clea
     os.unlink(os.path.join(store._folder(keys[0]), "entry.json"))
     collect_garbage(runs_dir, keep=5)
     assert not os.path.exists(store._folder(keys[0])) and sorted(store.keys()) == keys[1:]
+
+
+def test_the_key_holds_the_versions_of_the_libraries_that_compute_and_the_plan_names_the_one_that_changed(
+        manifest_file, tmp_path):
+    """Only hetflow's version was in the key: a run under another numpy (or ml_dtypes, which rounds bf16 and fp8)
+    took every partition from entries that numpy had computed, and its record named its own numpy."""
+    import ml_dtypes
+
+    path = manifest_file(CHAIN, "c.yaml")
+    m = compile_manifest(load(path))
+    keys = partition_keys(plan(m, probe))
+    version = keys["p0"].version
+    assert version.startswith(f"hetflow {cachemod.hetflow_version()}; numpy {np.__version__}; "
+                              f"ml_dtypes {ml_dtypes.__version__}")
+    # this checkout's executors' code too: an editable install's version says nothing of it
+    assert "; source sha256:" in version
+    assert cachemod.computing_versions("vulkan").startswith(version.split("; source")[0] + "; wgpu ")
+    runs = str(tmp_path / "runs")
+    first = execute(m, plan(m, probe), runs_dir=runs)
+    older = version.replace(f"numpy {np.__version__}", "numpy 1.26.4")
+    assert partition_keys(plan(m, probe), version=older)["p0"].key != keys["p0"].key
+    for k in first.record["cache"]["keys"].values():
+        k["version"] = older
+    reasons = cachemod.explain(keys, Cache(os.path.join(runs, ".cache")), first.record)
+    assert reasons["p0"]["status"] == "cached"
+    Cache(os.path.join(runs, ".cache")).remove(keys["p0"].key)
+    reasons = cachemod.explain(keys, Cache(os.path.join(runs, ".cache")), first.record)
+    assert reasons["p0"] == {"status": "will run", "reason": f"versions changed: numpy 1.26.4 -> {np.__version__}"}

@@ -8,7 +8,11 @@ Every partition gets a **cache key**, a sha256 over the canonical JSON of
   invalidates it;
 * ``inputs``: for each tensor it reads, the key of the partition that
   produced it (so a key changes whenever anything upstream changes);
-* ``version``: the hetflow version;
+* ``version``: the versions of hetflow and of the libraries its
+  partition computes with (:func:`computing_versions`: numpy and
+  ml_dtypes; cupy or wgpu on a GPU), and in a source checkout, whose
+  version stays while its code changes, the digest of the executors'
+  code;
 * for every user's op a node runs, ``code``: the op's identity (the
   sha256 of its plugin's file or distribution plus its kernel sources),
   so editing an op re-runs exactly the partitions that use it, and
@@ -40,6 +44,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -47,10 +52,12 @@ import orjson
 from hetflow.engine.plan.plandata import Partition, Plan
 from hetflow.engine.store.records import folder_mode
 from hetflow.executors import ops as oplib
+from hetflow.executors.codeid import file_sha
 from hetflow.executors.files import file_digest
 from hetflow.executors.base import Dtype, PortableActivation, TensorShape
 
-__all__ = ["CACHE_FORMAT", "PartitionKey", "Cache", "CacheUse", "partition_keys", "hetflow_version", "file_digest", "explain"]
+__all__ = ["CACHE_FORMAT", "PartitionKey", "Cache", "CacheUse", "partition_keys", "hetflow_version", "computing_versions",
+           "file_digest", "explain"]
 
 CACHE_FORMAT = 1
 
@@ -59,6 +66,86 @@ def hetflow_version() -> str:
     from hetflow._version import __version__
 
     return __version__
+
+
+@lru_cache(maxsize=None)
+def computing_versions(vendor: str) -> str:
+    """hetflow's version and those of the libraries a partition on ``vendor`` computes with, as one string of a
+    cache key: numpy and ml_dtypes (its bf16 and fp8 rounding) everywhere, cupy on ``cuda`` and ``rocm``, wgpu
+    on ``vulkan``. Where hetflow runs from a source checkout (an editable install: its version says nothing of
+    its code), the digest of its executors' code too. Read once per process and vendor."""
+    import numpy as np
+
+    parts = [f"hetflow {hetflow_version()}", f"numpy {np.__version__}", f"ml_dtypes {_installed('ml_dtypes')}"]
+    if vendor in ("cuda", "rocm"):
+        parts.append(f"cupy {_installed('cupy', 'cupy_cuda12x', 'cupy_cuda11x', 'cupy_rocm_6_0')}")
+    elif vendor == "vulkan":
+        parts.append(f"wgpu {_installed('wgpu')}")
+    import hetflow.executors as code
+
+    folder = os.path.dirname(os.path.abspath(code.__file__))
+    if not {"site-packages", "dist-packages"} & set(folder.split(os.sep)):
+        from hetflow.executors.codeid import combine, python_files
+
+        sources = python_files(folder)
+        sources.update((os.path.join(here, name), file_sha(os.path.join(here, name)) or "")
+                       for here, _, names in os.walk(folder) for name in names if name.endswith(".wgsl"))
+        parts.append(f"source {combine(sources)[:19]}")
+    return "; ".join(parts)
+
+
+def _installed(module: str, *dists: str) -> str | None:
+    """The version of the distribution that installed ``module`` (named ``module`` or one of ``dists``), read from
+    its ``.dist-info`` folder's name beside it, without importing it: importlib.metadata alone costs 20 ms of a
+    process's start here, and ml_dtypes' import half a second (issue 30). None when it is not installed."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    where = list(spec.submodule_search_locations or []) if spec is not None else []
+    if spec is not None and not where and spec.origin:
+        where = [spec.origin]
+    for place in where:
+        site = os.path.dirname(os.path.abspath(place))
+        try:
+            names = os.listdir(site)
+        except OSError:
+            continue
+        for dist in (module, *dists):
+            prefix = dist.replace("-", "_").lower() + "-"
+            found = [n for n in names if n.endswith(".dist-info") and n.lower().startswith(prefix)]
+            if found:
+                return found[0][len(prefix):-len(".dist-info")]
+    if spec is None:
+        return None
+    from importlib import metadata  # a module installed otherwise (an egg, a system package)
+
+    for dist in (module, *dists):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def versions_changed(before: str | None, now: str) -> str:
+    """The parts of :func:`computing_versions` that differ, in words.
+
+    >>> versions_changed("hetflow 0.1.0; numpy 2.4.6; ml_dtypes 0.6.0", "hetflow 0.1.0; numpy 2.5.0; ml_dtypes 0.6.0")
+    'numpy 2.4.6 -> 2.5.0'
+    >>> versions_changed("0.1.0", "hetflow 0.1.0; numpy 2.4.6")
+    '0.1.0 -> hetflow 0.1.0; numpy 2.4.6'
+    """
+    def named(text: str | None) -> dict[str, str]:
+        return dict(part.split(" ", 1) for part in (text or "").split("; ") if " " in part)
+
+    old, new = named(before), named(now)
+    if not old:
+        return f"{before} -> {now}"
+    return ", ".join(f"{name} {old.get(name, '(none)')} -> {new.get(name, '(none)')}"
+                     for name in dict.fromkeys([*new, *old]) if old.get(name) != new.get(name))
 
 
 # ``json.dumps`` with these options builds a new encoder on every call; a partition's key encodes every
@@ -237,7 +324,6 @@ def partition_keys(plan: Plan, no_cache_stages: Mapping[str, str] | frozenset[st
                    version: str | None = None) -> dict[str, PartitionKey]:
     """The cache key of every partition, in execution order; ``no_cache_stages`` (:func:`uncached_stages`,
     or bare ids, which read as ``cache: false``) leave the partitions holding them without one."""
-    version = version or hetflow_version()
     stages = plan.nodes
     keys: dict[str, PartitionKey] = {}
     kinds: dict[str, tuple] = {}
@@ -253,9 +339,10 @@ def partition_keys(plan: Plan, no_cache_stages: Mapping[str, str] | frozenset[st
             if upstream.key is None:
                 why.append(f"input {tensor!r} comes from uncacheable partition {upstream.partition}")
         def_digest = _sha(_encode(definition, plain))
+        versions = version or computing_versions(definition["vendor"])
         key = None if why else _sha(_canonical({"format": CACHE_FORMAT, "definition": def_digest,
-                                                 "inputs": inputs, "version": version}))
-        keys[part.id] = PartitionKey(part.id, part.nodes, key, def_digest, inputs, version, "; ".join(why),
+                                                 "inputs": inputs, "version": versions}))
+        keys[part.id] = PartitionKey(part.id, part.nodes, key, def_digest, inputs, versions, "; ".join(why),
                                      _NodeDigests(definition["nodes"], plain), code)
     return {p.id: keys[p.id] for p in plan.partitions}
 
@@ -664,7 +751,7 @@ def explain(keys: Mapping[str, PartitionKey], cache: Cache, previous: Mapping[st
         elif old is None:
             reason = "no cache entry; the earlier run had no partition of these stages"
         elif old.get("version") != k.version:
-            reason = f"hetflow version changed ({old.get('version')} -> {k.version})"
+            reason = f"versions changed: {versions_changed(old.get('version'), k.version)}"
         elif any((old.get("code") or {}).get(name) != digest for name, digest in k.code.items()):
             changed = [name for name, digest in k.code.items() if (old.get("code") or {}).get(name) != digest]
             reason = "code changed: " + ", ".join(f"op {name!r} ({_code_label(name)})" for name in changed)
