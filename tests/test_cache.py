@@ -186,8 +186,12 @@ def test_damaged_entry_is_a_miss(manifest_file, tmp_path):
     assert "p0" not in executed(third) and third.record["cache"]["damaged"] == {}
 
 
-@pytest.mark.parametrize("damage", ["entry-json", "missing-file", "not-an-entry", "short-file"])
+@pytest.mark.parametrize("damage", ["entry-json", "missing-file", "not-an-entry", "short-file", "shape", "dtype",
+                                    "an-output-less"])
 def test_an_entry_damaged_otherwise_is_replaced_too_and_the_cli_warns(manifest_file, tmp_path, damage, capsys):
+    """An entry whose entry.json gives an output another shape or dtype (its checksums hold: they cover the bytes)
+    was served as it said: a [2, 32] where the plan makes [8, 8], float bytes read as int32; one that names fewer
+    outputs than its partition makes was passed over on every run, never replaced nor said."""
     from hetflow.engine.cli.main import main
 
     path = manifest_file(CHAIN)
@@ -202,6 +206,18 @@ def test_an_entry_damaged_otherwise_is_replaced_too_and_the_cli_warns(manifest_f
     elif damage == "short-file":
         with open(os.path.join(folder, "0.bin"), "r+b") as f:
             f.truncate(10)
+    elif damage in ("shape", "dtype", "an-output-less"):
+        with open(os.path.join(folder, "entry.json")) as f:
+            entry = json.load(f)
+        (tensor,) = entry["outputs"]
+        if damage == "shape":
+            entry["outputs"][tensor]["shape"] = [2, 32]
+        elif damage == "dtype":
+            entry["outputs"][tensor]["dtype"] = "int32"
+        else:
+            del entry["outputs"][tensor]
+        with open(os.path.join(folder, "entry.json"), "w") as f:
+            json.dump(entry, f)
     else:
         with open(os.path.join(folder, "entry.json"), "w") as f:
             json.dump({"outputs": [1, 2]}, f)
@@ -209,12 +225,15 @@ def test_an_entry_damaged_otherwise_is_replaced_too_and_the_cli_warns(manifest_f
     # the plan before the run does not call the entry complete: it says the partition will run, and why
     assert main(["plan", str(path), "--runs-dir", str(tmp_path / "runs"), "--format", "json"]) == 0
     said = json.loads(capsys.readouterr().out)["cache"]
-    assert said["p0"]["status"] == "will run" and f"entry {key[:19]} is damaged: its " in said["p0"]["reason"]
+    assert said["p0"]["status"] == "will run" and f"entry {key[:19]} is damaged: it" in said["p0"]["reason"]
     assert {said[p]["status"] for p in ("p1", "p2", "p3")} == {"cached"}
     assert main(["run", str(path), "--runs-dir", str(tmp_path / "runs")]) == 0
     err = capsys.readouterr().err
-    assert "warning: 1 cache entry was damaged, so its partition ran again and replaced it: p0: its " in err, err
-    assert Cache(str(tmp_path / "runs" / ".cache")).load(key) is not None
+    assert "warning: 1 cache entry was damaged, so its partition ran again and replaced it: p0: it" in err, err
+    stored = Cache(str(tmp_path / "runs" / ".cache")).load(key)
+    assert {t: (a.shape.dims, a.dtype) for t, a in stored.items()} == {"x": ((8, 8), Dtype.fp32)}
+    assert main(["run", str(path), "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert "warning" not in capsys.readouterr().err
 
 
 def _fail_on_call(monkeypatch, module, name, n):

@@ -181,6 +181,9 @@ class PartitionKey:
     node_digests: Mapping[str, str] = field(default_factory=dict)
     code: Mapping[str, str | None] = field(default_factory=dict)
     """The identity of every user's op the partition runs (op name -> digest)."""
+    expected: Mapping[str, tuple[tuple[int, ...] | None, str]] = field(default_factory=dict, compare=False)
+    """Each output tensor's shape (None where the plan knows only a bound) and dtype, as the plan has them: an
+    entry whose own say differs is not this partition's outputs, whatever its checksums."""
 
     @property
     def cacheable(self) -> bool:
@@ -342,8 +345,10 @@ def partition_keys(plan: Plan, no_cache_stages: Mapping[str, str] | frozenset[st
         versions = version or computing_versions(definition["vendor"])
         key = None if why else _sha(_canonical({"format": CACHE_FORMAT, "definition": def_digest,
                                                  "inputs": inputs, "version": versions}))
+        expected = {t: (None if stages[t].bound or stages[t].shape is None else tuple(stages[t].shape),
+                        stages[t].dtype.value) for t in part.outputs}
         keys[part.id] = PartitionKey(part.id, part.nodes, key, def_digest, inputs, versions, "; ".join(why),
-                                     _NodeDigests(definition["nodes"], plain), code)
+                                     _NodeDigests(definition["nodes"], plain), code, expected)
     return {p.id: keys[p.id] for p in plan.partitions}
 
 
@@ -392,9 +397,10 @@ class Cache:
     def has(self, key: str) -> bool:
         return os.path.isfile(os.path.join(self._folder(key), "entry.json"))
 
-    def flaw(self, key: str) -> str | None:
+    def flaw(self, key: str, expected: Mapping[str, tuple] | None = None) -> str | None:
         """What is wrong with the complete entry of ``key`` that can be seen without reading its outputs: its
-        ``entry.json`` not an entry's, a file of it missing or not of the size it names; None when nothing is.
+        ``entry.json`` not an entry's, or not naming the outputs ``expected`` (:attr:`PartitionKey.expected`), a
+        file of it missing or not of the size it names; None when nothing is.
 
         What ``plan`` asks before it calls a partition cached: reading and
         hashing every output, as :meth:`load` does, would make a plan of a
@@ -407,6 +413,10 @@ class Cache:
                 entry = json.loads(f.read())
             if entry.get("key") != key:
                 return _elsewhere(entry)
+            if expected is not None:
+                wrong = disagrees(entry["outputs"], expected)
+                if wrong is not None:
+                    return wrong
             for tensor, meta in entry["outputs"].items():
                 name = meta["file"]
                 try:
@@ -646,7 +656,12 @@ class CacheUse:
         if not info.cacheable:
             return None
         entry = self.cache.load(info.key)
-        if entry is None or set(entry) != set(outputs):
+        wrong = disagrees({t: {"shape": list(a.shape.dims), "dtype": a.dtype.value} for t, a in entry.items()},
+                          info.expected or dict.fromkeys(outputs, (None, None))) if entry is not None else None
+        if wrong is not None:
+            # its checksums hold, but it is not what this partition makes: computed again, and replaced
+            self.cache.damaged[info.key] = wrong
+        if entry is None or wrong is not None:
             why = self.cache.damaged.get(info.key)
             if why is not None:
                 with self._lock:
@@ -708,6 +723,27 @@ class CacheUse:
                 "stored": sorted(self.stored, key=lambda p: int(p[1:]) if p[1:].isdigit() else 0)}
 
 
+def disagrees(stored: Mapping[str, Any], expected: Mapping[str, tuple]) -> str | None:
+    """What an entry's outputs (tensor -> its ``shape`` and ``dtype``) say that the plan does not: another set of
+    tensors, or a tensor of another shape or dtype; None when they agree. A shape the plan knows only as a bound
+    is not compared.
+
+    >>> disagrees({"y": {"shape": [2, 8], "dtype": "fp32"}}, {"y": ((4, 4), "fp32")})
+    'its y is [2, 8] fp32, where the plan makes [4, 4] fp32'
+    >>> disagrees({"y": {"shape": [4], "dtype": "fp32"}}, {"y": (None, "fp32"), "z": ((1,), "fp32")})
+    "it holds the outputs ['y'], not the partition's ['y', 'z']"
+    """
+    if set(stored) != set(expected):
+        return f"it holds the outputs {sorted(stored)}, not the partition's {sorted(expected)}"
+    for tensor, (shape, dtype) in expected.items():
+        meta = stored[tensor]
+        if (dtype is not None and meta.get("dtype") != dtype) or (shape is not None and
+                                                                   list(meta.get("shape") or ()) != list(shape)):
+            return (f"its {tensor} is {meta.get('shape')} {meta.get('dtype')}, where the plan makes "
+                    f"{list(shape) if shape is not None else 'a bounded shape'} {dtype}")
+    return None
+
+
 def _code_label(op: str) -> str:
     """Where op ``op``'s code lives: its plugin's file name, or its distribution and version."""
     from hetflow.executors import plugins  # users' ops only
@@ -736,7 +772,7 @@ def explain(keys: Mapping[str, PartitionKey], cache: Cache, previous: Mapping[st
             out[pid] = {"status": "will run", "reason": f"not cacheable: {k.reason}"}
             continue
         if pid not in stale:
-            flaw = cache.flaw(k.key)
+            flaw = cache.flaw(k.key, k.expected or None)
             if flaw is None:
                 out[pid] = {"status": "cached", "reason": f"entry {k.key[:19]} is complete"}
             else:
