@@ -471,7 +471,7 @@ def _jobs(path: str, doc: Document | None, overrides: dict, point: str | None, r
                              f"or {argument('params')}")
         from hetflow.engine.store.runs import manifest_from_record, read_record
 
-        record = read_record(runs_dir, resume)
+        record = read_record(runs_dir, resume, whole=True)
         if os.path.abspath(record["manifest"]["file"]) != os.path.abspath(path):
             raise UsageError(f"run {resume} ran {record['manifest']['file']}, not {path}")
         _refuse_live("run", resume, record)

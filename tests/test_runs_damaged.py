@@ -175,3 +175,25 @@ def test_a_record_or_summary_of_a_newer_format_is_shown_with_a_note_saying_so(sw
     summary.write_text(json.dumps({**json.loads(summary.read_text()), "format": 7}))
     code, out, err = cli("runs", "show", "--runs-dir", str(runs), sweep_id)
     assert code == 0 and "note: this summary is of format 7" in out, err
+
+
+@pytest.mark.parametrize("edit, said", [
+    ({"data": 5}, "its 'data' is 5, where a run record holds an object"),
+    ({"params": [1]}, "its 'params' is [1], where a run record holds an object"),
+    ({"manifest": None}, "its 'manifest' is null, where a run record holds an object"),
+])
+def test_a_record_whose_keys_hold_what_no_record_does_is_an_error_for_the_commands_that_work_from_it(
+        swept, tmp_path, edit, said):
+    """verify, diff and --resume of a record edited by hand (valid JSON, a key of another kind) were internal errors
+    (exit 3); report too. The commands that show a record still show what is there."""
+    runs, _, points = swept
+    record = runs / points[0] / "record.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "status": "failed", **edit}))
+    manifest = str(tmp_path / "sw.yaml")
+    for argv in (("verify", "--runs-dir", str(runs), points[0]), ("runs", "diff", "--runs-dir", str(runs), points[0],
+                 points[1]), ("report", "--runs-dir", str(runs), points[0], "-o", str(tmp_path / "r.html")),
+                 ("run", manifest, "--runs-dir", str(runs), "--resume", points[0])):
+        code, out, err = cli(*argv)
+        assert (code, err) == (2, f"hetflow: error: {record}: error: not a run record hetflow wrote: {said}\n"), argv
+    code, out, err = cli("runs", "show", "--runs-dir", str(runs), points[0])
+    assert code == 0 and out.startswith(f"run {points[0]}: failed"), err

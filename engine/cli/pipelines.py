@@ -270,7 +270,7 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
 
     given = parse_input_flags(args.input)
     folder = resolve_id(args.runs_dir, args.run_id, "run")
-    record = read_record(args.runs_dir, folder)
+    record = read_record(args.runs_dir, folder, whole=True)
     status = status_of(record)
     if status != "succeeded":
         raise UsageError(f"run {args.run_id} did not succeed (status {status}); there is nothing to verify")

@@ -91,9 +91,15 @@ class Located:
 
 
 def _read_json(path: str) -> dict:
-    from hetflow.engine.store.runs import read_object, read_summary
+    from hetflow.engine.store.runs import read_object, read_summary, record_problem
 
-    return read_summary(path) if os.path.basename(path) == "sweep.json" else read_object(path)
+    if os.path.basename(path) == "sweep.json":
+        return read_summary(path)
+    record = read_object(path)
+    problem = record_problem(record)
+    if problem is not None:
+        raise UsageError(f"{path}: error: not a run record hetflow wrote: {problem}")
+    return record
 
 
 def locate(target: str, runs_dir: str = "runs") -> Located:

@@ -91,7 +91,7 @@ def diff_runs(runs_dir: str, a: str, b: str) -> dict:
     their outputs side by side."""
     # each run's files where its folder is now (the folder a name resolves to, not the id its record gives)
     fa, fb = resolve_id(runs_dir, a, "run"), resolve_id(runs_dir, b, "run")
-    ra, rb = read_record(runs_dir, fa), read_record(runs_dir, fb)
+    ra, rb = read_record(runs_dir, fa, whole=True), read_record(runs_dir, fb, whole=True)
     da, db = os.path.join(runs_dir, fa), os.path.join(runs_dir, fb)
     ma, mb = ra.get("manifest") or {}, rb.get("manifest") or {}
     manifest = changes({k: ma.get(k) for k in ("name", "file", "digest")}, {k: mb.get(k) for k in ("name", "file", "digest")})

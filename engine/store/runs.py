@@ -532,19 +532,60 @@ def _latest(runs_dir: str, ref: str, kind: str | None, rows: list[dict], entries
     return newest
 
 
-def read_record(runs_dir: str, run_id: str) -> dict:
+def read_record(runs_dir: str, run_id: str, whole: bool = False) -> dict:
     """The record of the run ``run_id`` names (see :func:`resolve_id`); a missing or unreadable one is a
-    :class:`UsageError` (exit 2)."""
+    :class:`UsageError` (exit 2). ``whole``: for a command that works from the record (verify, diff, resume),
+    not one that shows what it holds, one whose keys hold what no record does (:func:`record_problem`) is too."""
     path = os.path.join(runs_dir, resolve_id(runs_dir, run_id, "run"), "record.json")
     if not os.path.isfile(path):
         if os.path.isfile(os.path.join(os.path.dirname(path), "sweep.json")):
             raise UsageError(f"{os.path.dirname(path)} is a sweep, not a run: give one of its points' run ids")
         raise UsageError(f"{os.path.dirname(path)} holds no record: a run that ended before its first write, "
                          "or one starting now")
-    record = _read_json(path)
-    if record is None:
-        raise UsageError(f"{path}: not a readable run record")
+    record = read_object(path)
+    problem = record_problem(record) if whole else None
+    if problem is not None:
+        raise UsageError(f"{path}: error: not a run record hetflow wrote: {problem}")
     return record
+
+
+# What each top-level key of a record holds, for the commands that read one whole (None: the key may be null).
+# A record edited by hand, or written by something else, is refused with the key that is wrong, not read until
+# some command trips over it.
+_RECORD_KINDS: dict[str, tuple[type | None, ...]] = {
+    **dict.fromkeys(("manifest", "params", "overrides", "data", "inputs", "host", "owner", "versions", "plan",
+                     "nodes", "outputs", "cache"), (dict,)),
+    **dict.fromkeys(("matrix_point", "error", "executors", "live_activations_after", "schedule", "cancelled",
+                     "threads", "scheduler"), (dict, None)),
+    **dict.fromkeys(("attempts", "plugins", "tasks", "events", "warm_up"), (list,)),
+    "inventory": (list, None),
+    **dict.fromkeys(("run_id", "status", "started_at"), (str,)),
+    **dict.fromkeys(("ended_at", "verifies"), (str, None)),
+    "duration_s": (int, float, None),
+}
+_KIND_NAMES = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number", None: "null"}
+
+
+def record_problem(record: Mapping[str, Any]) -> str | None:
+    """The first top-level key of ``record`` that holds what no record does, in words; None when none does.
+
+    >>> record_problem({"data": 5, "params": {}})
+    "its 'data' is 5, where a run record holds an object"
+    >>> record_problem({"manifest": None}) is not None, record_problem({"error": None, "duration_s": 1.5})
+    (True, None)
+    """
+    for key, kinds in _RECORD_KINDS.items():
+        if key not in record:
+            continue
+        value = record[key]
+        if any((value is None) if kind is None else (isinstance(value, kind) and not isinstance(value, bool))
+               for kind in kinds):
+            continue
+        said = json.dumps(value)
+        said = said if len(said) <= 40 else said[:37] + "..."
+        wanted = " or ".join(dict.fromkeys(_KIND_NAMES[k] for k in kinds))
+        return f"its {key!r} is {said}, where a run record holds {wanted}"
+    return None
 
 
 #: what a listing, a name's resolution and ``runs gc`` read of each record (:func:`read_fields`): the plan, the
