@@ -112,8 +112,15 @@ code, so no device feature is needed; WGSL has no 64-bit types, so ``int64`` and
 _DT_CODE = {Dtype.fp32: 0, Dtype.fp16: 1, Dtype.bf16: 2, Dtype.fp8e4m3: 3, Dtype.fp8e5m2: 4, Dtype.int8: 5, Dtype.int4: 6,
             Dtype.int16: 7, Dtype.int32: 8, Dtype.uint8: 9, Dtype.bool: 10}
 _REDUCE_MODE = {"sum": 0, "mean": 1, "max": 2, "argmax": 3, "min": 4, "argmin": 5}
-_NORM_MODE = {"rms": 0, "layer": 1}
 _WG = 256
+_LOOP_LIMIT = 65535
+"""The loop iterations one invocation may run on lavapipe: llvmpipe's loop limiter ends every loop of an
+invocation after that many, in all, and the kernel goes on with what it has."""
+_SPAN = 64 * _WG
+"""Values one workgroup of reduce.wgsl reduces in a pass: 64 iterations of a loop an invocation, far below
+:data:`_LOOP_LIMIT`."""
+_K_SLICE = 16 * 2048
+"""The K values one matmul dispatch sums: 2048 steps of 16, each 17 loop iterations (the step and its 16 products)."""
 
 _F32, _I32 = Dtype.fp32, Dtype.int32
 """The two words kernels compute in, named by the dtype whose storage they are."""
@@ -219,6 +226,9 @@ def refusal(op: ops.Op, inputs: Sequence[Dtype], dtype: Dtype, args: dict | None
         value = args.get("value")
         if template == "binary" and value is not None and (not isinstance(value, int) or abs(value) >= 2**31):
             return f"op {op.name!r} computes {data[0].value} with the value {value!r} in float64 or int64"
+        if template == "binary" and value is not None and _leaves_int32(op.name, data[0], value, dtype):
+            return (f"op {op.name!r} computes {data[0].value} with the value {value!r} in int64, and its {dtype.value} "
+                    f"result can leave the int32 the kernel wraps in")
     elif op.moves and any(d in _INTEGER_STORAGE for d in data) and any(d.kind == "float" for d in data):
         return f"op {op.name!r} mixes integer and float values, which numpy promotes to float64"
     elif dtype.kind in ("int", "bool") and op.name not in _EXACT_IN_F32:
@@ -226,6 +236,24 @@ def refusal(op: ops.Op, inputs: Sequence[Dtype], dtype: Dtype, args: dict | None
     if template == "gather" and len(inputs) > 1 and not inputs[1].is_exact:
         return f"gather's indices are {inputs[1].value}, not integers"
     return None
+
+
+def _leaves_int32(name: str, dtype: Dtype, value: int, out: Dtype) -> bool:
+    """Whether ``x name value`` can leave int32 where the CPU body computes it in int64 (a bool, or a value
+    outside ``dtype``'s range) and ``out`` keeps what the i32 kernel wraps: an integer output of 32 bits or
+    fewer wraps the int64 the same way, but not fp32, nor bool (a multiple of 2^32 is not 0)."""
+    if out in (Dtype.int8, Dtype.int16, Dtype.int32, Dtype.uint8):
+        return False
+    if dtype is not Dtype.bool:
+        info = np.iinfo(dtype.numpy)
+        if info.min <= value <= info.max:
+            return False  # numpy computes in the dtype and wraps there, as the result's wrap does
+        low, high = int(info.min), int(info.max)
+    else:
+        low, high = 0, 1
+    f = {"add": lambda x: x + value, "sub": lambda x: x - value, "mul": lambda x: x * value}.get(name)
+    # each is monotonic in x, so the dtype's extremes give the extreme results
+    return f is not None and any(not -(2**31) <= f(x) < 2**31 for x in (low, high))
 
 
 def _user_params(op: ops.Op, kernel: ops.Kernel, shapes: list[tuple[int, ...]], args: dict) -> list[int]:
@@ -246,7 +274,8 @@ def _user_params(op: ops.Op, kernel: ops.Kernel, shapes: list[tuple[int, ...]], 
 
 
 def _linear_groups(count: int) -> tuple[int, int, int]:
-    x = min(count, MAX_GROUPS)
+    """``count`` workgroups as a grid of at most :data:`MAX_GROUPS` a row; none for an empty tensor."""
+    x = min(count, MAX_GROUPS) or 1
     return (x, -(-count // x), 1)
 
 
@@ -271,16 +300,17 @@ def _axis_view(shape: Sequence[int], axis: int | None) -> tuple[int, int, int]:
     return math.prod(shape[:ax]), (shape[ax] if shape else 1), math.prod(shape[ax + 1 :])
 
 
-def _unary_expr(op: ops.Op, word: Dtype, dtype: Dtype, inputs: Sequence[Dtype]) -> str:
-    """The unary kernel's expression: the op's, its integer one on i32 words, a saturating cast to fp8."""
+def _unary_expr(op: ops.Op, args: dict, word: Dtype, dtype: Dtype, inputs: Sequence[Dtype]) -> str:
+    """The unary kernel's expression: the op's, its integer one on i32 words, a saturating cast to fp8 (without
+    ``saturate: 0``, whose out-of-range values the narrowing makes NaN or inf, as ml_dtypes does)."""
     if word is _I32:
         return _INTEGER_EXPR.get(op.name, op.wgsl.expr if op.wgsl is not None else "x")
-    if op.name == "cast" and dtype in _FP8 and Dtype.bool not in inputs:
+    if op.name == "cast" and dtype in _FP8 and Dtype.bool not in inputs and args.get("saturate", 1):
         return "clip_f32(x, s0, s1)"
     return op.wgsl.expr if op.wgsl is not None else "x"
 
 
-def _unary_words(op: ops.Op, args: dict, word: Dtype, dtype: Dtype) -> list[int]:
+def _unary_words(op: ops.Op, args: dict, word: Dtype, dtype: Dtype, source: Dtype) -> list[int]:
     """The unary kernel's s0 and s1: clip's bounds (an absent one the word's extreme), gelu's form (1: erf),
     the largest finite value a cast to fp8 saturates at."""
     def f32(value: float) -> int:
@@ -294,8 +324,10 @@ def _unary_words(op: ops.Op, args: dict, word: Dtype, dtype: Dtype) -> list[int]
         return [0, 0]
     lo, hi = args.get("min"), args.get("max")
     if word is _I32:
-        lo = -(2**31) if lo is None else int(np.clip(math.ceil(lo), -(2**31), 2**31 - 1))
-        hi = 2**31 - 1 if hi is None else int(np.clip(math.floor(hi), -(2**31), 2**31 - 1))
+        # bounds within the input's own range, as the CPU body clamps them (uint8 with max -2 is all 0)
+        low, high = (0, 1) if source is Dtype.bool else (int(np.iinfo(source.numpy).min), int(np.iinfo(source.numpy).max))
+        lo = low if lo is None else int(np.clip(math.ceil(lo), low, high))
+        hi = high if hi is None else int(np.clip(math.floor(hi), low, high))
         if lo > hi:
             lo = hi  # ONNX: min above max makes every value max
         return [lo & 0xFFFFFFFF, hi & 0xFFFFFFFF]
@@ -645,9 +677,9 @@ class VulkanExecutor:
         expr = _INTEGER_EXPR.get(op.name, kernel.expr) if word is _I32 else kernel.expr
         if template == "unary":
             if n:
-                expr = _unary_expr(op, word, dtype, [x.dtype for x in given])
+                expr = _unary_expr(op, args, word, dtype, [x.dtype for x in given])
                 rec.dispatch("unary", {"EXPR": expr, "T": T}, [xs[0].buffer, y.buffer],
-                             [n, *_unary_words(op, args, word, dtype)], groups)
+                             [n, *_unary_words(op, args, word, dtype, given[0].dtype)], groups)
         elif template == "binary":
             a, b = xs if len(xs) == 2 else (xs[0], self._scalar(rec, args["value"], word))
             params = [n, len(shape), *shape, *_broadcast_strides(a.shape, shape), *_broadcast_strides(b.shape, shape)]
@@ -692,10 +724,15 @@ class VulkanExecutor:
                 # the identity of an empty reduction (or the error it is) is what the CPU body gives
                 host = ops.compute(np, op.name, [np.zeros(given[0].shape, given[0].dtype.numpy)], args, dtype)
                 return self._upload(shape, _F32, np.asarray(host, np.float32).tobytes(), rec)
-            if rows and (R or template == "reduce"):
-                subs = {"MODE": _REDUCE_MODE[kernel.expr], "LAST": int(bool(args.get("select_last_index")))} \
-                    if template == "reduce" else {}
-                rec.dispatch(template, subs, [x.buffer, y.buffer], [outer, R, inner, rows], _linear_groups(rows))
+            if not (rows and R):
+                return y
+            if template == "reduce":
+                mode = _REDUCE_MODE[kernel.expr]
+                y = self._reduce(rec, x, outer, R, inner, mode, bool(args.get("select_last_index")), out=y)
+                return Tensor(y.buffer, y.shape, _I32) if mode in (3, 5) else y
+            top = self._reduce(rec, x, outer, R, inner, _REDUCE_MODE["max"])
+            total = self._reduce(rec, x, outer, R, inner, _REDUCE_MODE["sum"], pre=(1, top))
+            rec.dispatch("softmax", {}, [x.buffer, top.buffer, total.buffer, y.buffer], [n, R, inner], groups)
         elif template == "norm":
             x = xs[0]
             ax = args.get("axis", -1) % max(len(x.shape), 1)
@@ -707,11 +744,37 @@ class VulkanExecutor:
             w = extra[0].buffer if len(extra) > 0 else dummy
             bias = extra[1].buffer if len(extra) > 1 else dummy
             if rows:
-                rec.dispatch("norm", {"MODE": _NORM_MODE[kernel.expr]}, [x.buffer, w, bias, y.buffer],
-                             [rows, R, int(len(extra) > 0), int(len(extra) > 1), eps], _linear_groups(rows))
+                mean = rec.new((rows,), _F32, "the means of a normalization")  # zeros: rms centres nothing
+                if kernel.expr == "layer":
+                    mean = self._reduce(rec, x, rows, R, 1, _REDUCE_MODE["mean"])
+                var = self._reduce(rec, x, rows, R, 1, _REDUCE_MODE["mean"], pre=(2, mean))
+                rec.dispatch("norm", {}, [x.buffer, w, bias, mean.buffer, var.buffer, y.buffer],
+                             [n, R, int(len(extra) > 0), int(len(extra) > 1), eps], groups)
         else:
             raise Backend(f"unknown WGSL template {kernel.template!r} for op {op.name!r}")
         return y
+
+    def _reduce(self, rec: Recording, x: Tensor, outer: int, R: int, inner: int, mode: int, last: bool = False,
+                pre: tuple[int, Tensor] | None = None, out: Tensor | None = None) -> Tensor:
+        """The ``outer * inner`` results (f32 words; an index's bits for argmax and argmin) of reducing ``x``,
+        viewed as [outer, R, inner], over R: reduce.wgsl's passes, each cutting the rows into chunks of
+        :data:`_SPAN` values and reducing them to one partial result per chunk, until one chunk is left.
+        ``pre``: (1, m) sums exp(x - m), (2, m) takes the mean of (x - m)^2, m one value per row."""
+        rows = outer * inner
+        code, m = pre if pre is not None else (0, None)
+        subs = {"MODE": mode, "LAST": int(last), "PRE": code}
+        values, index, first, count = x, x, 1, R
+        while True:
+            chunks = -(-R // _SPAN)
+            final = chunks == 1
+            y = out if final and out is not None else rec.new((rows, chunks), _F32, "a reduction's partial results")
+            yi = rec.new((rows, chunks) if not final else (1,), _I32, "a reduction's partial indices")
+            rec.dispatch("reduce", subs,
+                         [values.buffer, index.buffer, (m if m is not None else values).buffer, y.buffer, yi.buffer],
+                         [outer, R, inner, rows, chunks, _SPAN, count, first], _linear_groups(rows * chunks))
+            if final:
+                return y
+            values, index, first, outer, R, inner = y, yi, 0, rows, chunks, 1
 
     def _permute(self, rec: Recording, x: Tensor, axes: Sequence[int], T: str) -> Tensor:
         """``x`` with its axes in the order ``axes``, as a new tensor."""
@@ -776,6 +839,13 @@ class VulkanExecutor:
         scale_bits = int(np.array([scale], np.float32).view(np.uint32)[0])
         causal = bool(args.get("causal"))
         offset = int(args.get("past_length") or 0)
+        # attention.wgsl loops over every key in one invocation: past lavapipe's loop limit its sums would end
+        # early and its results be wrong without a word, so a software device refuses it here
+        loops = -(-Skv // 64) * (D + 2) + -(-Dv // 64) * (Skv + 1)
+        if loops > _LOOP_LIMIT and self._dev.bound.device_type == "cpu":
+            raise ExecutorError(f"attention over {Skv} keys of head size {D} (values {Dv}) loops {loops} times in "
+                                f"one invocation, past the {_LOOP_LIMIT} after which a software Vulkan device "
+                                f"(lavapipe) ends a loop; place the stage on another executor")
         scratch = rec.new((rows, max(Skv, 1)), _F32, "attention scores")
         dummy = self._dev.buffer(4, "an absent mask")
         params = [B, Hq, Sq, Skv, D, Dv, Hq // lay["kv_heads"], *lay["q"], *lay["k"], *lay["v"], *lay["y"],
@@ -795,8 +865,13 @@ class VulkanExecutor:
             return
         a_str = [s * M * K for s in _broadcast_strides(a2[:-2], batch)]
         b_str = [s * K * N for s in _broadcast_strides(b2[:-2], batch)]
-        params = [M, N, K, len(batch), *batch, *a_str, *b_str]
-        rec.dispatch("matmul", {}, [a.buffer, b.buffer, y.buffer], params, (-(-N // 64), -(-M // 64), count))
+        # batches beyond a dispatch's MAX_GROUPS in z, and K in slices of _K_SLICE (each slice adding its
+        # products to C), so that no invocation loops past lavapipe's 65535 iterations
+        for first in range(0, count, MAX_GROUPS):
+            z = min(MAX_GROUPS, count - first)
+            for k0 in range(0, K, _K_SLICE):
+                params = [M, N, K, first, k0, min(K, k0 + _K_SLICE), len(batch), *batch, *a_str, *b_str]
+                rec.dispatch("matmul", {}, [a.buffer, b.buffer, y.buffer], params, (-(-N // 64), -(-M // 64), z))
 
     def __repr__(self) -> str:
         return f"VulkanExecutor({self._name!r}, {self._dev.bound.display_name!r})"

@@ -216,11 +216,13 @@ def _where(xp: Any, inputs: list, args: dict) -> Any:
 def _clip(xp: Any, inputs: list, args: dict) -> Any:
     x = inputs[0]
     lo, hi = args["min"], args["max"]
-    if _is_int(x) and x.dtype != np.bool_:
-        # a bound outside the type's range clips nothing on that side; inside it, it is exact in the type
-        info = np.iinfo(x.dtype)
-        lo = None if lo is None or lo <= info.min else xp.asarray(math.ceil(lo), dtype=x.dtype)
-        hi = None if hi is None or hi >= info.max else xp.asarray(math.floor(hi), dtype=x.dtype)
+    if _is_int(x):
+        # a bound outside the type's range clips nothing on that side, or everything to the type's extreme on
+        # the other (uint8 with max -2 is all 0); inside it, it is exact in the type. A bool is the integer 0
+        # or 1, as ONNX computes it: min -1 leaves False as it is, where numpy would make -1 True
+        low, high = (0, 1) if x.dtype == np.bool_ else (int(np.iinfo(x.dtype).min), int(np.iinfo(x.dtype).max))
+        lo = None if lo is None or lo <= low else xp.asarray(min(math.ceil(lo), high), dtype=x.dtype)
+        hi = None if hi is None or hi >= high else xp.asarray(max(math.floor(hi), low), dtype=x.dtype)
         if lo is not None and hi is not None and int(lo) > int(hi):
             lo = hi  # ONNX: min above max makes every value max
     else:

@@ -21,23 +21,48 @@ fn is_nan_f32(x: f32) -> bool {
     return (b & 0x7f800000u) == 0x7f800000u && (b & 0x007fffffu) != 0u;
 }
 
-// numpy's power for floats: WGSL's pow is undefined for a negative base,
-// numpy's gives the signed power for an integral exponent and NaN otherwise.
+// numpy's power for floats, C's powf: WGSL's pow is undefined for a
+// negative base, and its exp2(b * log2(a)) gets C's special values wrong.
+// C11 F.10.4.4: "pow(x, +-0) returns 1 for any x, even a NaN"; "pow(+1, y)
+// returns 1 for any y, even a NaN"; "pow(-1, +-inf) returns 1"; a zero or
+// infinite base, or an infinite exponent, keeps the sign of the base only
+// for an odd integer exponent; a finite negative base with a finite
+// non-integer exponent gives NaN.
 fn pow_f32(a: f32, b: f32) -> f32 {
-    if (b == 0.0) { return 1.0; }
+    let inf = bitcast<f32>(0x7f800000u);
+    if (b == 0.0 || a == 1.0) { return 1.0; }
     if (is_nan_f32(a) || is_nan_f32(b)) { return bitcast<f32>(0x7fc00000u); }
-    if (a == 0.0) { return select(bitcast<f32>(0x7f800000u), 0.0, b > 0.0); }
+    let half = b * 0.5;
+    let odd = floor(b) == b && floor(half) != half;
+    let m = abs(a);
+    if (abs(b) == inf) {
+        if (m == 1.0) { return 1.0; }
+        return select(0.0, inf, (m > 1.0) == (b > 0.0));
+    }
+    if (m == 0.0 || m == inf) {
+        let big = (m == inf) == (b > 0.0);
+        let r = select(0.0, inf, big);
+        return select(r, -r, odd && (bitcast<u32>(a) & 0x80000000u) != 0u);
+    }
     if (b == 1.0) { return a; }
     if (b == 2.0) { return a * a; }
-    let m = exp2(b * log2(abs(a)));
-    if (a > 0.0) { return m; }
+    let p = exp2(b * log2(m));
+    if (a > 0.0) { return p; }
     if (floor(b) != b) { return bitcast<f32>(0x7fc00000u); }
-    let half = b * 0.5;
-    return select(m, -m, floor(half) != half);
+    return select(p, -p, odd);
 }
 
-// tanh that stays finite where exp overflows (tanh(15) is 1 in f32)
+// tanh that stays finite where exp overflows (tanh(15) is 1 in f32), NaN
+// staying NaN (clamp of a NaN is undefined in WGSL), and near 0 by its
+// Taylor series: lavapipe's tanh, (e^2x - 1) / (e^2x + 1), loses every
+// digit there (tanh(1e-30) came out as 2.98e-8). Below 0.25 the series
+// to x^9 is within 2e-9 relative.
 fn tanh_f32(x: f32) -> f32 {
+    if (is_nan_f32(x)) { return x; }
+    if (abs(x) < 0.25) {
+        let q = x * x;
+        return x * (1.0 + q * (-1.0 / 3.0 + q * (2.0 / 15.0 + q * (-17.0 / 315.0 + q * (62.0 / 2835.0)))));
+    }
     return tanh(clamp(x, -15.0, 15.0));
 }
 

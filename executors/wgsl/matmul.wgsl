@@ -7,9 +7,13 @@
 // 4ty..4ty+3 and columns 4tx..4tx+3. The accumulators are four vec4s, not
 // an indexed array, so the compiler keeps them in registers (indexing an
 // array with a loop variable sends it to memory on some drivers).
-// Batches: workgroup_id.z, split into coordinates over the broadcast
-// batch dims; each operand's batch offset comes from its strides.
-// P: [M, N, K, brank, bdims[brank], a_strides[brank], b_strides[brank]]
+// Batches: first + workgroup_id.z (a dispatch has at most 65535 in z, so
+// more batches take more dispatches), split into coordinates over the
+// broadcast batch dims; each operand's batch offset comes from its strides.
+// One dispatch sums the products of k in [k0, k1) and adds C's values when
+// k0 > 0: long K axes go in slices, as lavapipe ends every loop of an
+// invocation after 65535 iterations in all.
+// P: [M, N, K, first, k0, k1, brank, bdims[brank], a_strides[brank], b_strides[brank]]
 @group(0) @binding(0) var<storage, read> A: array<f32>;
 @group(0) @binding(1) var<storage, read> B: array<f32>;
 @group(0) @binding(2) var<storage, read_write> C: array<f32>;
@@ -33,18 +37,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let M = P[0];
     let N = P[1];
     let K = P[2];
-    let brank = P[3];
-    var rest = wid.z;
+    let brank = P[6];
+    let batch = P[3] + wid.z;
+    var rest = batch;
     var aoff = 0u;
     var boff = 0u;
     for (var d = brank; d > 0u; d = d - 1u) {
         let k = d - 1u;
-        let c = rest % P[4u + k];
-        rest = rest / P[4u + k];
-        aoff = aoff + c * P[4u + brank + k];
-        boff = boff + c * P[4u + 2u * brank + k];
+        let c = rest % P[7u + k];
+        rest = rest / P[7u + k];
+        aoff = aoff + c * P[7u + brank + k];
+        boff = boff + c * P[7u + 2u * brank + k];
     }
-    let coff = wid.z * M * N;
+    let coff = batch * M * N;
     let row0 = wid.y * 64u;
     let col0 = wid.x * 64u;
     let tx = lid.x;
@@ -55,7 +60,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     var acc1 = vec4<f32>(0.0);
     var acc2 = vec4<f32>(0.0);
     var acc3 = vec4<f32>(0.0);
-    for (var k0 = 0u; k0 < K; k0 = k0 + 16u) {
+    let k1 = P[5];
+    for (var k0 = P[4]; k0 < k1; k0 = k0 + 16u) {
         let k = k0 + ty;
         let r = row0 + 4u * tx;
         As[ty * 16u + tx] = vec4<f32>(load_a(aoff, r, k, M, K), load_a(aoff, r + 1u, k, M, K),
@@ -76,16 +82,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     }
     let gr = row0 + 4u * ty;
     let gc = col0 + 4u * tx;
-    store(coff, gr, gc, M, N, acc0);
-    store(coff, gr + 1u, gc, M, N, acc1);
-    store(coff, gr + 2u, gc, M, N, acc2);
-    store(coff, gr + 3u, gc, M, N, acc3);
+    let more = P[4] > 0u;
+    store(coff, gr, gc, M, N, acc0, more);
+    store(coff, gr + 1u, gc, M, N, acc1, more);
+    store(coff, gr + 2u, gc, M, N, acc2, more);
+    store(coff, gr + 3u, gc, M, N, acc3, more);
 }
 
-fn store(coff: u32, r: u32, c: u32, M: u32, N: u32, v: vec4<f32>) {
+fn store(coff: u32, r: u32, c: u32, M: u32, N: u32, v: vec4<f32>, more: bool) {
     if (r >= M) { return; }
-    if (c < N) { C[coff + r * N + c] = v.x; }
-    if (c + 1u < N) { C[coff + r * N + c + 1u] = v.y; }
-    if (c + 2u < N) { C[coff + r * N + c + 2u] = v.z; }
-    if (c + 3u < N) { C[coff + r * N + c + 3u] = v.w; }
+    let o = coff + r * N + c;
+    if (c < N) { put(o, v.x, more); }
+    if (c + 1u < N) { put(o + 1u, v.y, more); }
+    if (c + 2u < N) { put(o + 2u, v.z, more); }
+    if (c + 3u < N) { put(o + 3u, v.w, more); }
+}
+
+fn put(o: u32, v: f32, more: bool) {
+    if (more) { C[o] = C[o] + v; } else { C[o] = v; }
 }
