@@ -309,3 +309,36 @@ def test_a_run_being_resumed_is_not_removed_while_its_record_still_says_it_died(
         assert spared["id"] == old and spared["kept_because"].startswith(f"run {old} is being resumed (pid {os.getpid()}")
     code, out, _ = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "1", "--json")
     assert code == 0 and json.loads(out)["removed_runs"] == [old]
+
+
+def test_a_resume_that_takes_its_runs_lock_after_gc_looked_keeps_its_run(tmp_path, monkeypatch):
+    """gc read the held locks once, at its start: a --resume that took its run's lock after that look had the run
+    removed from under it (exit 5, the run lost). gc now holds each unit's run locks while it removes it."""
+    from hetflow.engine.store import locks
+    from hetflow.engine.store.locks import RunLock, lock_path
+
+    old, new = run(tmp_path, "a", 1), run(tmp_path, "a", 2)
+    runs = tmp_path / "runs"
+    record = json.loads((runs / old / "record.json").read_text())
+    resume = RunLock(lock_path(str(runs), record["manifest"]["file"], "a", record["params"]), manifest="a.yaml", run=old)
+    real = locks.held_runs
+
+    def looked_before_the_resume(runs_dir):
+        found = real(runs_dir)
+        resume.acquire()  # the resume takes the lock just after gc's look
+        return found
+
+    monkeypatch.setattr(locks, "held_runs", looked_before_the_resume)
+    try:
+        code, out, _ = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "1", "--json")
+    finally:
+        monkeypatch.setattr(locks, "held_runs", real)
+    try:
+        result = json.loads(out)
+        assert code == 0 and result["removed_runs"] == [] and (runs / old / "record.json").exists()
+        (spared,) = result["spared"]
+        assert (spared["id"], spared["kept_because"]) == (old, "a --resume of it began while gc ran")
+    finally:
+        resume.release()
+    code, out, _ = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "1", "--json")
+    assert code == 0 and json.loads(out)["removed_runs"] == [old]

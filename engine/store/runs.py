@@ -862,7 +862,7 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
     if keep is not None and keep < 0:
         raise UsageError("--keep must be 0 or more")
     cutoff = parse_since(older_than) if older_than is not None else None
-    scanned = list(_scan(runs_dir, LISTED + ("cache",)))
+    scanned = list(_scan(runs_dir, LISTED + ("cache", "params")))
     entries = [(kind, name, data) for kind, name, data in scanned if isinstance(data, dict)]
     damaged = {row["id"]: row for row in _unreadable(runs_dir, scanned)}
     records = {name: data for kind, name, data in entries if kind == "run"}
@@ -893,9 +893,19 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
             # the summary first: a gc stopped half way leaves runs without their sweep, never a sweep without runs
             names = ([unit["id"]] if unit["kind"] == "sweep" else []) + unit["runs"] + unit["verifications"] \
                 + unit.get("damaged", [])
-            if not _remove_unit(runs_dir, names, refused):
-                removed.remove(unit)
-                kept.append(unit)
+            locks = _take_locks(runs_dir, unit, records)
+            try:
+                if locks is None:
+                    # a --resume took a run's lock since the look above: the unit is live, and stays
+                    removed.remove(unit)
+                    spared.append({**_public(unit), "why": "", "kept_because": "a --resume of it began while gc ran"})
+                    kept.append(unit)
+                elif not _remove_unit(runs_dir, names, refused):
+                    removed.remove(unit)
+                    kept.append(unit)
+            finally:
+                for lock in locks or ():
+                    lock.release()
     kept_runs = sorted(r for u in kept for r in u["runs"] + u["verifications"])
     gone = [r for u in removed for r in u["runs"] + u["verifications"] + u.get("damaged", [])]
     needed = set().union(*(_cache_keys(records[r]) for r in kept_runs if r in records))
@@ -1126,6 +1136,36 @@ def _running(data: Mapping[str, Any]) -> str | None:
 
 def _public(unit: Mapping[str, Any]) -> dict:
     return {k: v for k, v in unit.items() if k not in ("listed", "running")}
+
+
+def _take_locks(runs_dir: str, unit: Mapping[str, Any], records: Mapping[str, Mapping[str, Any]]) -> list | None:
+    """The run locks of the unit's runs (a run's manifest name and params name its lock), each taken; None, with
+    none held, when another process holds one.
+
+    Held while the unit is removed: a ``--resume`` takes its run's lock
+    before it touches the run, so one that began after gc looked at the
+    locks finds the lock taken (exit 4) rather than its run removed from
+    under it, and one that took it first keeps its run.
+    """
+    from hetflow.engine.errors import LockHeld
+    from hetflow.engine.store.locks import RunLock, lock_path
+
+    paths = []
+    for run in unit["runs"] + unit["verifications"]:
+        manifest, params = as_object((records.get(run) or {}).get("manifest")), (records.get(run) or {}).get("params")
+        if isinstance(manifest.get("name"), str) and isinstance(params, dict):
+            paths.append(lock_path(runs_dir, "", manifest["name"], params))
+    taken: list = []
+    try:
+        for path in dict.fromkeys(paths):
+            taken.append(RunLock(path, manifest="hetflow runs gc").acquire())
+    except LockHeld:
+        for lock in taken:
+            lock.release()
+        return None
+    except OSError:
+        pass  # a runs directory whose locks cannot be made here: the look above is all there is
+    return taken
 
 
 def _remove_unit(runs_dir: str, names: list[str], refused: list[dict]) -> bool:
