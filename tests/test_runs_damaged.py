@@ -4,6 +4,7 @@ internal error. And the commands they print to go on with a run are commands tha
 
 import io
 import json
+import os
 import re
 import signal
 import subprocess
@@ -197,3 +198,60 @@ def test_a_record_whose_keys_hold_what_no_record_does_is_an_error_for_the_comman
         assert (code, err) == (2, f"hetflow: error: {record}: error: not a run record hetflow wrote: {said}\n"), argv
     code, out, err = cli("runs", "show", "--runs-dir", str(runs), points[0])
     assert code == 0 and out.startswith(f"run {points[0]}: failed"), err
+
+
+@pytest.mark.parametrize("where, key, value", [
+    ("record", "started_at", 1765072936.857), ("record", "duration_s", "long"), ("record", "error", "boom"),
+    ("record", "verifies", [1]), ("record", "outputs", {"y": 1}), ("record", "tasks", [1, 2]),
+    ("summary", "started_at", 17), ("summary", "name", [1, 2]), ("summary", "points", 17),
+    ("point", "name", [1, 2]), ("point", "status", None), ("point", "run_id", {"x": 1}), ("point", "values", "x"),
+])
+def test_a_key_of_a_kind_hetflow_never_writes_is_shown_as_absent_by_every_listing(swept, tmp_path, where, key, value):
+    """A record or summary of a later format, or edited by hand, with one key of another kind: the listing, show,
+    table and gc failed (exit 3) on it; they show it as absent, as they show a key that is not there."""
+    runs, sweep_id, points = swept
+    file = runs / points[0] / "record.json" if where == "record" else _summary(runs, sweep_id)
+    data = json.loads(file.read_text())
+    if where == "point":
+        data["points"][0][key] = value
+    else:
+        data[key] = value
+    file.write_text(json.dumps(data))
+    shown = points[0] if where == "record" else sweep_id
+    for argv in (("runs",), ("runs", "--json"), ("runs", "show", shown), ("runs", "show", shown, "--json"),
+                 ("runs", "table", sweep_id), ("runs", "gc", "--keep", "0", "--dry-run")):
+        code, out, err = cli(*argv, "--runs-dir", str(runs))
+        # a summary without a list of points is refused by what shows it, naming the file (exit 2)
+        refused = key == "points" and argv[1:2] in (("show",), ("table",))
+        assert (code == 2 and "its points are int" in err) if refused else code == 0, (argv, err)
+        assert "internal error" not in err, (argv, err)
+        if "--json" in argv and not refused:
+            json.loads(out)
+
+
+def test_a_runs_directory_or_a_run_folder_this_user_cannot_read_is_said_so(swept, monkeypatch):
+    runs, sweep_id, points = swept
+    import shutil
+
+    theirs = "20261101T000000Z-sw-00000000-0000"
+    shutil.copytree(runs / points[0], runs / theirs)
+    real_listdir, real_access = os.listdir, os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **k: False if str(p).endswith(theirs) else real_access(p, mode, **k))
+    # a folder of another user's run (a umask of 077): listed as such, never "empty", and gc leaves it to its owner
+    code, out, err = cli("runs", "--runs-dir", str(runs), "--json")
+    assert code == 0 and {r["id"]: r["status"] for r in json.loads(out)}[theirs] == "forbidden", err
+    code, out, err = cli("runs", "show", theirs, "--runs-dir", str(runs))
+    assert (code, err) == (2, f"hetflow: error: {runs / theirs}: the run's folder cannot be read by this user\n")
+    code, out, err = cli("runs", "gc", "--older-than", "0s", "--runs-dir", str(runs), "--json")
+    assert code == 0 and (runs / theirs).is_dir() and not (runs / sweep_id).exists(), err
+    monkeypatch.setattr(os, "access", real_access)
+
+    def listdir(path="."):
+        if os.path.abspath(path) == os.path.abspath(runs):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_listdir(path)
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    for argv in (("runs",), ("runs", "gc", "--keep", "1")):
+        code, out, err = cli(*argv, "--runs-dir", str(runs))
+        assert (code, err) == (5, f"hetflow: error: {runs}: the runs directory cannot be read here: Permission denied\n")

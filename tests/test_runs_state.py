@@ -363,7 +363,7 @@ def test_a_run_whose_record_is_damaged_or_missing_is_listed_not_hidden(tmp_path)
     (runs / made[0] / "record.json").write_text("")                    # a disk that lost it
     (runs / made[1] / "record.json").write_text('{"status": "succ')    # cut short
     other = json.loads((runs / made[3] / "record.json").read_text())  # another layout, and a NaN as json writes it
-    (runs / made[3] / "record.json").write_text(json.dumps({**other, "warm_up": {"s": float("nan")}}, indent=4))
+    (runs / made[3] / "record.json").write_text(json.dumps({**other, "warm_up": [{"s": float("nan")}]}, indent=4))
     old, fresh = runs / "20260101T000000Z-quickstart-00000000-0000", runs / "20260101T000000Z-quickstart-00000000-0001"
     old.mkdir()
     fresh.mkdir()
@@ -373,7 +373,7 @@ def test_a_run_whose_record_is_damaged_or_missing_is_listed_not_hidden(tmp_path)
     rows = {r["id"]: r["status"] for r in json.loads(out.getvalue())}
     assert rows == {made[0]: "unreadable", made[1]: "unreadable", made[2]: "succeeded", made[3]: "succeeded",
                     old.name: "empty"}
-    assert math.isnan(hetflow.open_run(made[3], runs_dir=runs).record["warm_up"]["s"])  # read back
+    assert math.isnan(hetflow.open_run(made[3], runs_dir=runs).record["warm_up"][0]["s"])  # read back
     out = io.StringIO()
     assert main(["runs", "--runs-dir", str(runs), "--status", "unreadable"], out=out, err=io.StringIO()) == 0
     assert sorted(line.split()[0] for line in out.getvalue().splitlines()[1:]) == sorted(made[:2])

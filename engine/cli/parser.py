@@ -116,9 +116,11 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     rs.add_argument("--runs-dir", default="runs", help="where run folders are (default: ./runs)")
     rs.add_argument("--json", action="store_true", help="print the list as JSON" + _JSON)
     rs.add_argument("--manifest", metavar="NAME", help="only runs of this manifest (its name or file)")
-    rs.add_argument("--status", choices=["running", "succeeded", "failed", "cancelled", "died", "unreadable", "empty"],
+    rs.add_argument("--status", choices=["running", "succeeded", "failed", "cancelled", "died", "unreadable", "forbidden",
+                                            "empty"],
                     help="only runs with this status; died: the record says running but its process is gone; "
-                         "unreadable: the record is damaged; empty: a folder without its record")
+                         "unreadable: the record is damaged; forbidden: a folder this user cannot read; "
+                         "empty: a folder without its record")
     rs.add_argument("--since", metavar="WHEN", help="only runs started since: an age (30d, 12h, 45m, 2w) or a date (2026-03-01)")
     rsub = rs.add_subparsers(dest="runs_command", parser_class=_Parser)
     show = rsub.add_parser("show", help="one run's record, summarized, with the values of scalar outputs; "

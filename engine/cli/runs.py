@@ -47,7 +47,7 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
                 digests = " ".join(f"{k}={str(v)[7:19]}" for k, v in outputs.items())
                 print(f"  {str(p.get('name') or '-'):<{width}}  {str(p.get('status') or '-'):<9}  "
                       f"{p.get('run_id') or '-'}  {digests}".rstrip(), file=out)
-                if p["status"] != "succeeded" and p.get("error"):  # why, as the sweep said it when the point ended
+                if p.get("status") != "succeeded" and p.get("error"):  # why, as the sweep said it when the point ended
                     why = " ".join(str(p["error"]).split())
                     print(f"  {'':<{width}}  {why if len(why) <= 200 else why[:197] + '...'}", file=out)
             if isinstance(summary.get("error"), dict) and summary["error"].get("message"):

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 from hetflow.engine.store import owner
 from hetflow.executors.payload import loads_exact
-from hetflow.engine.errors import UsageError, argument
+from hetflow.engine.errors import EnvironmentUnavailable, UsageError, argument
 from hetflow.engine.heap import gc_paused
 from hetflow.engine.store.clock import utc_iso
 
@@ -338,7 +338,7 @@ def read_summary(path: str) -> dict:
         if not isinstance(p, Mapping):
             raise UsageError(f"{path}: error: not a sweep summary hetflow can read: its point {i} is "
                              f"{type(p).__name__}, not an object")
-    return summary
+    return well_kept(summary, _SUMMARY_KINDS)
 
 
 def sweep_record(runs_dir: str, sweep_id: str) -> dict | None:
@@ -537,6 +537,8 @@ def read_record(runs_dir: str, run_id: str, whole: bool = False) -> dict:
     :class:`UsageError` (exit 2). ``whole``: for a command that works from the record (verify, diff, resume),
     not one that shows what it holds, one whose keys hold what no record does (:func:`record_problem`) is too."""
     path = os.path.join(runs_dir, resolve_id(runs_dir, run_id, "run"), "record.json")
+    if os.path.isdir(os.path.dirname(path)) and not os.access(os.path.dirname(path), os.R_OK | os.X_OK):
+        raise UsageError(f"{os.path.dirname(path)}: the run's folder cannot be read by this user")
     if not os.path.isfile(path):
         if os.path.isfile(os.path.join(os.path.dirname(path), "sweep.json")):
             raise UsageError(f"{os.path.dirname(path)} is a sweep, not a run: give one of its points' run ids")
@@ -546,7 +548,7 @@ def read_record(runs_dir: str, run_id: str, whole: bool = False) -> dict:
     problem = record_problem(record) if whole else None
     if problem is not None:
         raise UsageError(f"{path}: error: not a run record hetflow wrote: {problem}")
-    return record
+    return well_kept(record)
 
 
 # What each top-level key of a record holds, for the commands that read one whole (None: the key may be null).
@@ -564,6 +566,62 @@ _RECORD_KINDS: dict[str, tuple[type | None, ...]] = {
     "duration_s": (int, float, None),
 }
 _KIND_NAMES = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number", None: "null"}
+# the same of a sweep's summary (its points are checked where they are read)
+_SUMMARY_KINDS: dict[str, tuple[type | None, ...]] = {
+    **dict.fromkeys(("overrides", "owner", "source"), (dict,)),
+    **dict.fromkeys(("cancelled", "error", "schedule"), (dict, None)),
+    **dict.fromkeys(("attempts", "params"), (list,)),
+    **dict.fromkeys(("kind", "manifest", "name", "status", "sweep_id", "started_at"), (str,)),
+    "ended_at": (str, None),
+    **dict.fromkeys(("duration_s", "parallel"), (int, float, None)),
+}
+
+
+# the keys whose items (a list's, or an object's values) are objects, each
+_OF_OBJECTS = frozenset(("plugins", "tasks", "events", "attempts", "warm_up", "data", "inputs", "outputs", "nodes"))
+
+
+# the same of each of a summary's points
+_POINT_KINDS: dict[str, tuple[type | None, ...]] = {
+    **dict.fromkeys(("name", "status"), (str,)), **dict.fromkeys(("run_id", "record"), (str, None)),
+    **dict.fromkeys(("values", "outputs"), (dict,)), "error": (dict, str, None),
+}
+
+
+def _of_kind(value: Any, kinds: tuple[type | None, ...], key: str = "") -> bool:
+    if not any((value is None) if kind is None else (isinstance(value, kind) and not isinstance(value, bool))
+               for kind in kinds):
+        return False
+    if key in _OF_OBJECTS and isinstance(value, (list, dict)):
+        return all(isinstance(item, dict) for item in (value.values() if isinstance(value, dict) else value))
+    return True
+
+
+def well_kept(data: dict, kinds: Mapping[str, tuple[type | None, ...]] | None = None) -> dict:
+    """``data`` (a record, or with ``kinds`` :data:`_SUMMARY_KINDS` a sweep's summary) without the top-level keys
+    that hold what hetflow never writes there: a listing, ``runs show`` and ``gc`` show such a key as absent, as
+    they show a key that is not there, rather than fail on it.
+
+    >>> well_kept({"status": "succeeded", "duration_s": "long", "error": None})
+    {'status': 'succeeded', 'error': None}
+    """
+    kinds = _RECORD_KINDS if kinds is None else kinds
+    kept = data
+    if not all(k not in kinds or _of_kind(v, kinds[k], k) for k, v in data.items()):
+        kept = {k: v for k, v in data.items() if k not in kinds or _of_kind(v, kinds[k], k)}
+    if kinds is _SUMMARY_KINDS:
+        points = kept.get("points")
+        if "points" in kept and not isinstance(points, list):
+            kept = {k: v for k, v in kept.items() if k != "points"}
+        elif isinstance(points, list) and not all(
+                isinstance(p, dict) and all(k not in _POINT_KINDS or _of_kind(v, _POINT_KINDS[k]) for k, v in p.items())
+                for p in points):
+            kept = {**kept, "points": [{k: v for k, v in p.items() if k not in _POINT_KINDS
+                                        or _of_kind(v, _POINT_KINDS[k])} if isinstance(p, dict) else p
+                                       for p in points]}
+        if isinstance(kept.get("params"), list) and not all(isinstance(p, str) for p in kept["params"]):
+            kept = {k: v for k, v in kept.items() if k != "params"}
+    return kept
 
 
 def record_problem(record: Mapping[str, Any]) -> str | None:
@@ -578,12 +636,13 @@ def record_problem(record: Mapping[str, Any]) -> str | None:
         if key not in record:
             continue
         value = record[key]
-        if any((value is None) if kind is None else (isinstance(value, kind) and not isinstance(value, bool))
-               for kind in kinds):
+        if _of_kind(value, kinds, key):
             continue
         said = json.dumps(value)
         said = said if len(said) <= 40 else said[:37] + "..."
         wanted = " or ".join(dict.fromkeys(_KIND_NAMES[k] for k in kinds))
+        if _of_kind(value, kinds):
+            wanted += " of objects"
         return f"its {key!r} is {said}, where a run record holds {wanted}"
     return None
 
@@ -603,21 +662,29 @@ def iter_entries(runs_dir: str, fields: tuple[str, ...] | None = None) -> Iterat
 
 def _scan(runs_dir: str, fields: tuple[str, ...] | None = None) -> Iterator[tuple[str, str, dict | str]]:
     """(kind, id, data) for every folder of the runs directory, in folder order; for one whose record or summary
-    cannot be read, ``data`` is why: ``"unreadable"`` (the file is there, damaged) or ``"empty"`` (no file).
+    cannot be read, ``data`` is why: ``"unreadable"`` (the file is there, damaged), ``"forbidden"`` (the folder
+    cannot be read by this user) or ``"empty"`` (no file).
     ``fields``: as :func:`iter_entries` takes them."""
     if not os.path.isdir(runs_dir):
         return
-    for name in sorted(os.listdir(runs_dir)):
+    try:
+        names = sorted(os.listdir(runs_dir))
+    except OSError as e:
+        raise EnvironmentUnavailable(f"{runs_dir}: the runs directory cannot be read here: {e.strerror or e}") from None
+    for name in names:
         folder = os.path.join(runs_dir, name)
         if name.startswith(".") or not os.path.isdir(folder):
             continue
-        if os.path.isfile(os.path.join(folder, "sweep.json")):
+        if not os.access(folder, os.R_OK | os.X_OK):
+            # another user's folder (a umask of 077): its record is there, but not for this user to read
+            yield "sweep" if name.endswith("-sweep") or "-sweep-" in name else "run", name, "forbidden"
+        elif os.path.isfile(os.path.join(folder, "sweep.json")):
             data = _read_json(os.path.join(folder, "sweep.json"))
-            yield "sweep", name, "unreadable" if data is None else data
+            yield "sweep", name, "unreadable" if not isinstance(data, dict) else well_kept(data, _SUMMARY_KINDS)
         elif os.path.isfile(os.path.join(folder, "record.json")):
             path = os.path.join(folder, "record.json")
             data = _read_json(path) if fields is None else read_fields(path, fields)
-            yield "run", name, "unreadable" if data is None or not _a_record(data, fields) else data
+            yield "run", name, "unreadable" if data is None or not _a_record(data, fields) else well_kept(data)
         else:
             yield "sweep" if name.endswith("-sweep") or "-sweep-" in name else "run", name, "empty"
 
@@ -1037,6 +1104,12 @@ def _damaged_units(runs_dir: str, damaged: Mapping[str, Mapping[str, Any]], unit
             continue
         started = _started_of_folder(os.path.join(runs_dir, name), name)
         what = "summary" if row["kind"] == "sweep" else "record"
+        if row["status"] == "forbidden":
+            # not this user's to judge, nor, mostly, to delete: renamed out of every listing, it would stay
+            left.append({"kind": row["kind"], "id": name, "manifest": None, "status": "forbidden",
+                         "started_at": started, "runs": [], "verifications": [],
+                         "why": "its folder cannot be read by this user: gc leaves it to its owner"})
+            continue
         state = f"its {what} cannot be read" if row["status"] == "unreadable" else f"it has no {what}"
         points = of_damaged.get(name, {"runs": [], "verifications": []})
         unit = {"kind": row["kind"], "id": name, "manifest": None, "status": row["status"], "started_at": started,
