@@ -255,3 +255,25 @@ def test_a_runs_directory_or_a_run_folder_this_user_cannot_read_is_said_so(swept
     for argv in (("runs",), ("runs", "gc", "--keep", "1")):
         code, out, err = cli(*argv, "--runs-dir", str(runs))
         assert (code, err) == (5, f"hetflow: error: {runs}: the runs directory cannot be read here: Permission denied\n")
+
+
+def test_diff_never_calls_an_output_whose_file_is_damaged_or_gone_the_same(tmp_path):
+    """The two records' digests agreed, so runs diff said "same", with a's statistics, of an output whose file in b
+    was garbage or deleted; runs show said both were damaged."""
+    path = tmp_path / "one.yaml"
+    path.write_text(SWEEP.replace("matrix: {k: [1, 2]}\n", ""))
+    made = []
+    for _ in range(2):
+        code, out, err = cli("run", str(path), "--runs-dir", str(tmp_path / "runs"), "--quiet", "--json")
+        assert code == 0, err
+        made.append(json.loads(out)["run_id"])
+    runs = tmp_path / "runs"
+    code, out, err = cli("runs", "diff", *made, "--runs-dir", str(runs))
+    assert code == 0 and "  z: same  " in out, err
+    (runs / made[1] / "z.npy").write_bytes(b"garbage")
+    code, out, err = cli("runs", "diff", *made, "--runs-dir", str(runs))
+    assert code == 0 and f"  z: not compared: b's {runs / made[1] / 'z.npy'} cannot be read" in out, out
+    (runs / made[1] / "z.npy").unlink()
+    code, out, err = cli("runs", "diff", *made, "--runs-dir", str(runs), "--json")
+    (row,) = json.loads(out)["outputs"]
+    assert (row["same"], row["damaged"]) == (False, ["b"]) and "z.npy is not in" in row["b"]["missing"]

@@ -232,6 +232,10 @@ def _runs_diff(args: argparse.Namespace, out) -> int:
         if r["a"] is None or r["b"] is None:
             print(f"  {r['output']}: only in {'b' if r['a'] is None else 'a'}", file=out)
             continue
+        if r.get("damaged"):
+            why = "; ".join(f"{side}'s {r[side]['missing']}" for side in r["damaged"])
+            print(f"  {r['output']}: not compared: {why}", file=out)
+            continue
         if r["same"]:
             print(f"  {r['output']}: same  {_view_text(r['a'])}  {r['a']['digest'][:23]}", file=out)
             continue

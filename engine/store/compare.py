@@ -106,8 +106,14 @@ def diff_runs(runs_dir: str, a: str, b: str) -> dict:
     for name in list(dict.fromkeys([*oa, *ob])):
         va = output_view(da, name, oa[name]) if name in oa else None
         vb = output_view(db, name, ob[name]) if name in ob else None
+        # an output whose file is gone or not what its record names is not the same as anything, whatever digests
+        # the two records give
+        damaged = [side for side, v in (("a", va), ("b", vb)) if v is not None and "missing" in v]
         row: dict[str, Any] = {"output": name, "a": va, "b": vb,
-                               "same": va is not None and vb is not None and va.get("digest") == vb.get("digest")}
+                               "same": va is not None and vb is not None and va.get("digest") == vb.get("digest")
+                               and not damaged}
+        if damaged:
+            row["damaged"] = damaged
         if va is not None and vb is not None and not row["same"] and "file" in oa[name] and "file" in ob[name]:
             xa, xb = load_array(da, name, oa[name]), load_array(db, name, ob[name])
             if xa is not None and xb is not None and xa.shape == xb.shape and xa.size:
