@@ -342,3 +342,33 @@ def test_a_resume_that_takes_its_runs_lock_after_gc_looked_keeps_its_run(tmp_pat
         resume.release()
     code, out, _ = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "1", "--json")
     assert code == 0 and json.loads(out)["removed_runs"] == [old]
+
+
+def test_gc_while_a_run_runs_keeps_the_cache_entries_it_took(tmp_path):
+    """A running run's record names its cache keys only when it ends: gc kept the entries written since the run
+    began, and removed those it had already taken from the cache."""
+    import hetflow
+    from hetflow.engine.store.cache import Cache
+
+    path = tmp_path / "chain.yaml"
+    path.write_text(BODY.replace("NAME", "chain").replace("outputs: {z: z}", "  y: {op: relu, inputs: [z], executor: g}\n"
+                                                                          "outputs: {y: y}").replace(
+        "executors: {h: {vendor: cpu}}", "executors: {h: {vendor: cpu}, g: {vendor: cpu}}"))
+    runs = tmp_path / "runs"
+    first = hetflow.run(path, runs_dir=runs)
+    cache = Cache(str(runs / ".cache"))
+    entries = sorted(cache.keys())
+    assert len(entries) == 2
+    for key in entries:  # written an hour ago, by a run long gone
+        os.utime(os.path.join(cache._folder(key), "entry.json"), (time.time() - 3600, time.time() - 3600))
+    said = {}
+
+    def gc_once_a_partition_is_taken(event):
+        if event.get("kind") == "partition" and event.get("event") == "finished" and "gc" not in said:
+            said["gc"] = cli("runs", "gc", "--keep", "0", "--runs-dir", str(runs), "--json")
+
+    second = hetflow.run(path, runs_dir=runs, on_event=gc_once_a_partition_is_taken)
+    code, out, err = said["gc"]
+    assert code == 0 and json.loads(out)["removed_runs"] == [first.run_id], err
+    hits = json.loads(Path(second.record_path).read_text())["cache"]["hits"]
+    assert hits and sorted(cache.keys()) == entries

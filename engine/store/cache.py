@@ -477,6 +477,12 @@ class Cache:
                 outputs[tensor] = PortableActivation(TensorShape(tuple(meta["shape"])), Dtype(meta["dtype"]), data)
             if isinstance(entry.get("numeric"), dict):  # what the run that computed it met (NaN, inf), by node
                 self.numeric[key] = entry["numeric"]
+            try:
+                # read now: a runs gc meanwhile keeps it for the running run that took it, as it keeps an entry
+                # written since that run began (its record names its keys only once it ends)
+                os.utime(os.path.join(folder, "entry.json"))
+            except OSError:
+                pass  # a cache this user may read and not write
             return outputs
         except FileNotFoundError as e:
             self.damaged[key] = f"its file {os.path.basename(e.filename or '?')} is missing"
@@ -566,7 +572,8 @@ class Cache:
         return remove_tree(folder)
 
     def written_at(self, key: str) -> float:
-        """When the entry of ``key`` was written (epoch seconds; infinity when it cannot be told)."""
+        """When the entry of ``key`` was written or last read by a run (epoch seconds; infinity when it cannot be
+        told)."""
         return _mtime(os.path.join(self._folder(key), "entry.json"))
 
     def clean_temporaries(self, older_than_s: float = 3600.0) -> int:

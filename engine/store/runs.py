@@ -1229,15 +1229,18 @@ def _take_locks(runs_dir: str, unit: Mapping[str, Any], records: Mapping[str, Ma
         if isinstance(manifest.get("name"), str) and isinstance(params, dict):
             paths.append(lock_path(runs_dir, "", manifest["name"], params))
     taken: list = []
-    try:
-        for path in dict.fromkeys(paths):
+    ours = set(unit["runs"]) | set(unit["verifications"])
+    for path in dict.fromkeys(paths):
+        try:
             taken.append(RunLock(path, manifest="hetflow runs gc").acquire())
-    except LockHeld:
-        for lock in taken:
-            lock.release()
-        return None
-    except OSError:
-        pass  # a runs directory whose locks cannot be made here: the look above is all there is
+        except LockHeld as e:
+            if as_object(e.holder).get("run") in ours:
+                for lock in taken:
+                    lock.release()
+                return None
+            # another run of the manifest with the same params holds it: no resume of this unit can take it
+        except OSError:
+            pass  # a runs directory whose locks cannot be made here: the look above is all there is
     return taken
 
 
