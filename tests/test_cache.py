@@ -230,6 +230,12 @@ def test_an_entry_damaged_otherwise_is_replaced_too_and_the_cli_warns(manifest_f
     assert main(["run", str(path), "--runs-dir", str(tmp_path / "runs")]) == 0
     err = capsys.readouterr().err
     assert "warning: 1 cache entry was damaged, so its partition ran again and replaced it: p0: it" in err, err
+    if damage == "short-file":  # --json says it too, in its object and on stderr
+        with open(os.path.join(folder, "0.bin"), "r+b") as f:
+            f.truncate(10)
+        assert main(["run", str(path), "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0
+        said = capsys.readouterr()
+        assert list(json.loads(said.out)["cache_damaged"]) == ["p0"] and "warning: 1 cache entry was damaged" in said.err
     stored = Cache(str(tmp_path / "runs" / ".cache")).load(key)
     assert {t: (a.shape.dims, a.dtype) for t, a in stored.items()} == {"x": ((8, 8), Dtype.fp32)}
     assert main(["run", str(path), "--runs-dir", str(tmp_path / "runs")]) == 0

@@ -176,7 +176,9 @@ def _run(args: argparse.Namespace, out, err) -> int:
     if args.json:
         print(json.dumps({"status": run.status, "run_id": run.run_id, "record": run.record_path,
                           "outputs": {k: v["digest"] for k, v in rec["outputs"].items()},
-                          "cache_hits": rec["cache"]["hits"]}), file=out)
+                          "cache_hits": rec["cache"]["hits"], "cache_damaged": rec["cache"].get("damaged") or {},
+                          "cache_store_failed": rec["cache"].get("store_failed") or {}}), file=out)
+        _cache_warnings(rec, err)  # the messages still go to stderr, as with every --json
         return EXIT_OK
     t = rec["plan"]["totals"]
     hits = len(rec["cache"]["hits"])
@@ -188,16 +190,7 @@ def _run(args: argparse.Namespace, out, err) -> int:
             print(f"  {name}: {json.dumps(o['value'])[:60]}  {o['digest'][:23]}  (in record.json)", file=out)
             continue
         print(f"  {name}: {o['shape']} {o['dtype']}  {o['digest'][:23]}  {os.path.join(run.path, o['file'])}", file=out)
-    damaged = rec["cache"].get("damaged") or {}
-    if damaged:  # the run is whole: these ran again, and their fresh entries took the damaged ones' place
-        said = ("1 cache entry was damaged, so its partition ran again and replaced it" if len(damaged) == 1 else
-                f"{len(damaged)} cache entries were damaged, so their partitions ran again and replaced them")
-        print(f"hetflow: warning: {said}: " + "; ".join(f"{pid}: {why}" for pid, why in sorted(damaged.items())),
-              file=err)
-    unstored = rec["cache"].get("store_failed") or {}
-    if unstored:  # the run is whole; the next one will compute these partitions again
-        print(f"hetflow: warning: {len(unstored)} partition(s) not stored in the cache: "
-              + "; ".join(f"{pid}: {why}" for pid, why in sorted(unstored.items())), file=err)
+    _cache_warnings(rec, err)
     print(f"record: {run.record_path}", file=out)
     print(run.run_id, file=out)
     return EXIT_OK
@@ -374,3 +367,17 @@ def _changed_sources(record: dict, manifest: Any) -> list[str]:
             changed.append(f"stage {stage!r} reads {d['path']}, whose bytes changed since the run "
                            f"({(d['digest'] or 'unreadable')[:19]} then, {(digest or 'unreadable')[:19]} now)")
     return changed
+
+
+def _cache_warnings(rec: dict, err) -> None:
+    """What the run's cache use should tell its user: damaged entries it replaced, partitions it could not store."""
+    damaged = rec["cache"].get("damaged") or {}
+    if damaged:  # the run is whole: these ran again, and their fresh entries took the damaged ones' place
+        said = ("1 cache entry was damaged, so its partition ran again and replaced it" if len(damaged) == 1 else
+                f"{len(damaged)} cache entries were damaged, so their partitions ran again and replaced them")
+        print(f"hetflow: warning: {said}: " + "; ".join(f"{pid}: {why}" for pid, why in sorted(damaged.items())),
+              file=err)
+    unstored = rec["cache"].get("store_failed") or {}
+    if unstored:  # the run is whole; the next one will compute these partitions again
+        print(f"hetflow: warning: {len(unstored)} partition(s) not stored in the cache: "
+              + "; ".join(f"{pid}: {why}" for pid, why in sorted(unstored.items())), file=err)
