@@ -277,3 +277,15 @@ def test_diff_never_calls_an_output_whose_file_is_damaged_or_gone_the_same(tmp_p
     code, out, err = cli("runs", "diff", *made, "--runs-dir", str(runs), "--json")
     (row,) = json.loads(out)["outputs"]
     assert (row["same"], row["damaged"]) == (False, ["b"]) and "z.npy is not in" in row["b"]["missing"]
+
+
+def test_runs_table_of_several_refs_takes_runs_only(swept, tmp_path):
+    """A sweep among several refs was a row of status "missing" (exit 0); a run folder without its record too,
+    where runs show says why it has none (exit 2)."""
+    runs, sweep_id, points = swept
+    code, out, err = cli("runs", "table", sweep_id, points[0], "--runs-dir", str(runs))
+    assert (code, err) == (2, f"hetflow: error: {runs / sweep_id} is a sweep, not a run: runs table takes one sweep "
+                              "alone, or runs\n")
+    (runs / points[1] / "record.json").unlink()
+    code, out, err = cli("runs", "table", points[0], points[1], "--runs-dir", str(runs))
+    assert code == 2 and err.startswith(f"hetflow: error: {runs / points[1]} holds no record"), err

@@ -161,7 +161,14 @@ def table(runs_dir: str, refs: list[str]) -> dict:
             axes = list(summary.get("params") or [])
             entries = [(p.get("run_id"), p.get("name"), p.get("status")) for p in sweep_view(summary, runs_dir).get("points", [])]
     if not entries:
-        entries = [(resolve_id(runs_dir, r, "run"), None, None) for r in refs]
+        for ref in refs:
+            ident = resolve_id(runs_dir, ref, "run")
+            folder = os.path.join(runs_dir, ident)
+            if os.path.isfile(os.path.join(folder, "sweep.json")):
+                raise UsageError(f"{folder} is a sweep, not a run: runs table takes one sweep alone, or runs")
+            if os.path.isdir(folder) and not os.path.isfile(os.path.join(folder, "record.json")):
+                read_record(runs_dir, ident)  # says why there is no record to read, as runs show does
+            entries.append((ident, None, None))
     rows = []
     for run_id, point, status in entries:
         if run_id is None or not os.path.isfile(os.path.join(runs_dir, run_id, "record.json")):
