@@ -202,9 +202,15 @@ def _check(**given: Any) -> dict[str, Any]:
                 raise UsageError(f"{argument(key)} takes a folder's path, got an empty one")
             if (b"\0" if isinstance(text, bytes) else "\0") in text:
                 raise UsageError(f"{argument(key)} {text!r} cannot be a folder's name: it holds a NUL character")
-            if key == "cache_dir" and os.path.exists(text) and not os.path.isdir(text):
-                # each entry's write then failed as "Not a directory", and the record called every entry damaged
-                raise UsageError(f"{argument(key)} {text!r} is a file, not a folder")
+            if key == "cache_dir":
+                # each entry's write then failed as "Not a directory", and the record called every entry damaged;
+                # a file above it (FILE/sub) made every write fail alike
+                above = os.path.abspath(text)
+                while not os.path.exists(above) and os.path.dirname(above) != above:
+                    above = os.path.dirname(above)
+                if os.path.exists(above) and not os.path.isdir(above):
+                    where = f"{text!r} is a file" if os.path.abspath(text) == above else f"{text!r} is inside a file, {above}"
+                    raise UsageError(f"{argument(key)} {where}, not a folder")
         elif kind == "callable":
             if not callable(value):
                 each = "point's row of sweep.json" if key == "on_point" else "event"

@@ -756,6 +756,9 @@ def test_empty_names_nul_characters_and_a_file_for_a_folder_are_refused_before_a
                                                                     "it holds a NUL character"),
         (lambda: hetflow.plan(path, runs_dir="r\0"), "runs_dir= 'r\\x00' cannot be a folder's name"),
         (lambda: hetflow.run(path, runs_dir=runs, cache_dir=tmp_path / "file"), "is a file, not a folder"),
+        # every entry's write failed, and the record called each entry damaged
+        (lambda: hetflow.run(path, runs_dir=runs, cache_dir=tmp_path / "file" / "sub"),
+         f"is inside a file, {tmp_path / 'file'}, not a folder"),
     ]:
         with pytest.raises(hetflow.UsageError) as e:
             call()
