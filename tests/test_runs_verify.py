@@ -66,3 +66,19 @@ def test_verification_runs_are_marked_and_never_the_baseline_of_plan(tmp_path):
     assert f"succeeded (verifies {run_id})" in next(line for line in out.splitlines() if line.startswith(rerun))
     code, out, _ = cli("runs", "--runs-dir", runs, "show", rerun)
     assert f"verification run of {run_id}" in out
+
+
+def test_verify_of_a_run_whose_load_file_is_gone_says_where_the_manifest_reads_it(tmp_path):
+    """The rerun compiles the record's resolved manifest, which has no positions: it said m.yaml:1:1."""
+    np.save(tmp_path / "a.npy", np.arange(4, dtype=np.float32))
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("version: 1\nname: vv\nexecutors: {h: {vendor: cpu}}\nstages:\n"
+                        "  a: {op: load, args: {path: a.npy}}\n  z: {op: relu, inputs: [a]}\noutputs: {z: z}\n")
+    runs = tmp_path / "runs"
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["run", str(manifest), "--runs-dir", str(runs), "--quiet"], out=out, err=err) == 0, err.getvalue()
+    run_id = out.getvalue().split()[-1]
+    (tmp_path / "a.npy").unlink()
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["verify", run_id, "--runs-dir", str(runs)], out=out, err=err) == 2
+    assert err.getvalue() == f"{manifest}:5:30: error: stage 'a': {tmp_path / 'a.npy'}: no such file\n"

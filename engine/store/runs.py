@@ -810,13 +810,38 @@ def manifest_from_record(record: Mapping[str, Any]) -> Manifest:
     file = entry.get("file") or "record.json"
     from hetflow.engine.manifest.validate import Document, compile_manifest  # a listing needs no checker
 
-    manifest = compile_manifest(Document(file, json.loads(json.dumps(resolved)), {}, {}))
+    from hetflow.engine.errors import ManifestError
+
+    try:
+        manifest = compile_manifest(Document(file, json.loads(json.dumps(resolved)), {}, {}))
+    except ManifestError as e:
+        # the resolved form has no positions: where the file it came from still says the same, its own error
+        # says where (a load file gone since), not FILE:1:1
+        raise _located(e, record, file) from None
     if manifest.digest != entry.get("digest"):
         raise UsageError(
             f"run {record.get('run_id')}: the resolved manifest no longer compiles to digest {entry.get('digest')} "
             f"(got {manifest.digest}); a hetflow version change alters how manifests resolve"
         )
     return manifest
+
+
+def _located(error: Exception, record: Mapping[str, Any], file: str) -> Exception:
+    """``error`` of a manifest rebuilt from ``record``, or the same error from the file it ran where that file
+    still compiles to the same manifest but for what failed, so that it names lines and columns."""
+    if record.get("matrix_point") is not None or not os.path.isfile(file):
+        return error
+    from hetflow.engine.errors import ManifestError
+    from hetflow.engine.manifest.validate import compile_manifest, load
+
+    try:
+        compile_manifest(load(file), dict(as_object(record.get("overrides"))) or None)
+    except ManifestError as again:
+        if [d.message for d in again.diagnostics] == [d.message for d in error.diagnostics]:
+            return again
+    except Exception:  # noqa: BLE001 - the file is only a better place to say it; the record's error stands
+        pass
+    return error
 
 
 #: the copy of a sweep's manifest, in its folder: a resumed sweep's points not yet run compile from it
