@@ -233,8 +233,9 @@ def _runs_diff(args: argparse.Namespace, out) -> int:
             print(f"  {r['output']}: only in {'b' if r['a'] is None else 'a'}", file=out)
             continue
         if r.get("damaged"):
-            why = "; ".join(f"{side}'s {r[side]['missing']}" for side in r["damaged"])
-            print(f"  {r['output']}: not compared: {why}", file=out)
+            print(f"  {r['output']}: not compared: a file of it is damaged or gone", file=out)
+            print(f"    a: {_view_text(r['a'])}  {r['a']['digest'][:23]}", file=out)
+            print(f"    b: {_view_text(r['b'])}  {r['b']['digest'][:23]}", file=out)
             continue
         if r["same"]:
             print(f"  {r['output']}: same  {_view_text(r['a'])}  {r['a']['digest'][:23]}", file=out)
