@@ -571,3 +571,104 @@ def test_a_blocks_param_default_that_names_the_manifests_param_is_an_error_at_th
     path = write(tmp_path, "m.yaml", PARAM_DEFAULTS.replace('dim: 2, side: "${dim}"', 'dim: "${side}", side: "${dim}"'))
     assert errors(path) == [f"{path}:6:19: error: param 'dim' refers to itself through ${{...}}: 'dim' -> 'side' -> "
                             "'dim'; a param's value may name other params, none of which names it back"]
+
+
+LIBRARY_USER = """\
+version: 1
+name: lib-user
+executors: {h: {vendor: cpu}}
+stages:
+  a: {op: ones, args: {shape: [2]}}
+  {first}
+  {second}
+outputs: {b: b}
+"""
+
+
+@pytest.mark.parametrize("library, said", [
+    ("blocks:\n  lay:\n    inputs: [x]\n    stages: {y: {op: relu, inputs: [x]}}\n    outputs: {x: y}\n"
+     "stages: {}\n", "lib.yaml:6:1: error: unknown key 'stages' in a block library"),
+    (None, "error: block library 'lib.yaml' does not exist"),
+    ("blocks: [1\n", "lib.yaml:2:1: error: YAML syntax"),
+])
+def test_a_library_that_does_not_load_is_said_so_whatever_the_order_of_the_stages(tmp_path, library, said):
+    """A stage naming USE.OUTPUT written above the use read the library first and dropped what it said: a library
+    with a key no library has was taken, and one that did not exist was "L.x, which is not a stage"."""
+    if library is not None:
+        write(tmp_path, "lib.yaml", library)
+    use, reader = "L: {use: lib.yaml#lay, inputs: {x: a}}", "b: {op: relu, inputs: [L.x]}"
+    for first, second in ((use, reader), (reader, use)):
+        path = write(tmp_path, "m.yaml", LIBRARY_USER.replace("{first}", first).replace("{second}", second))
+        code, out, err = run_cli("validate", path)
+        assert code == 2 and said in err and "which is not a stage" not in err, (first, err)
+
+
+SCALED = """\
+version: 1
+name: scaled
+params: {big: 3}
+executors: {h: {vendor: cpu}}
+blocks:
+  scale:
+    params: {k: 1, j: 2}
+    inputs: [x]
+    stages: {y: {op: mul, inputs: [x], args: {value: "${k}"}}}
+    outputs: {y: y}
+stages:
+  a: {op: ones, args: {shape: [2]}}
+  A: {use: scale, inputs: {x: a}}
+outputs: {y: A.y}
+"""
+
+
+def test_a_block_param_set_on_the_command_line_to_a_name_the_block_lacks_is_bad_input(tmp_path):
+    """-p A.k='${big}' left an undefined value in the tree: an internal error (exit 3) when it was hashed."""
+    path = write(tmp_path, "m.yaml", SCALED)
+    code, out, err = run_cli("plan", path, "-p", "A.k=${big}")
+    assert (code, err) == (2, "hetflow: error: -p A.k=${big}: names ${big}, which is none of the params of block "
+                              "'scale' (k, j): a block reads its own params alone\n")
+    code, out, err = run_cli("run", path, "-p", "A.k=${j}", "--runs-dir", str(tmp_path / "runs"), "--quiet")
+    assert code == 0, err  # one of its own params it may name
+
+
+def test_a_block_output_named_as_another_of_its_stages_is_refused(tmp_path):
+    """USE.m named output m (stage z) where the instance's stage m was meant, and stage m could not be named."""
+    path = write(tmp_path, "m.yaml", """\
+        version: 1
+        name: shadow
+        executors: {h: {vendor: cpu}}
+        blocks:
+          lay:
+            inputs: [x]
+            stages:
+              m: {op: relu, inputs: [x]}
+              z: {op: neg, inputs: [m]}
+            outputs: {m: z, same: z, z: z}
+        stages:
+          a: {op: ones, args: {shape: [2]}}
+          L: {use: lay, inputs: {x: a}}
+        outputs: {o: L.m}
+        """)
+    assert errors(path) == [f"{path}:10:15: error: output 'm' of block 'lay' names 'z', and the block has a stage 'm': "
+                            "USE.m would name either; rename one"]
+
+
+def test_a_block_no_use_expands_that_uses_itself_is_refused(tmp_path):
+    path = write(tmp_path, "m.yaml", """\
+        version: 1
+        name: unused
+        executors: {h: {vendor: cpu}}
+        blocks:
+          p:
+            inputs: [x]
+            stages: {y: {use: q, inputs: {x: x}}}
+            outputs: {x: y}
+          q:
+            inputs: [x]
+            stages: {z: {use: p, inputs: {x: x}}}
+            outputs: {x: z}
+        stages:
+          a: {op: ones, args: {shape: [2]}}
+        outputs: {a: a}
+        """)
+    assert errors(path) == [f"{path}:11:23: error: block 'p' uses itself: p -> q -> p"]

@@ -185,6 +185,7 @@ class _Expansion:
         self.params_seen: list[str] = []  # USE.PARAM of every use expanded, for the message of one that did not
         self.stopped = False  # past MAX_STAGES: said once, nothing more is expanded
         self.deep: set[Origin] = set()  # where a use nested too deep was said
+        self.used: set[tuple[str, str]] = set()  # the blocks some use expanded
 
     # -- finding blocks ---------------------------------------------------------------------------------
 
@@ -299,6 +300,11 @@ class _Expansion:
                 what = "an input; an output names a stage" if ref in inputs else "not a stage of the block"
                 found.append(Diagnostic(block.doc.at(block.path + ("outputs", out)),
                                         f"output {out!r} of block {block.name!r} names {ref!r}, which is {what}"))
+            elif out in stages and out != ref:
+                # USE.m would name the output where the instance's own stage m was meant, unsaid
+                found.append(Diagnostic(block.doc.key_at(block.path + ("outputs", out)), (
+                    f"output {out!r} of block {block.name!r} names {ref!r}, and the block has a stage {out!r}: "
+                    f"USE.{out} would name either; rename one")))
         self.problems.extend(found)
         self.checked[block.key] = not found
         return not found
@@ -330,9 +336,14 @@ class _Expansion:
     def output(self, scope: _Scope, use: str, name: str | None, depth: int) -> str | None:
         """The stage id of output ``name`` of ``use`` in ``scope`` (its last instance's); None where there is none."""
         spec = self.substituted(scope, scope.stages[use], scope.path + (use,), report=False)
-        before = len(self.problems)  # a use that names no block is reported where it is expanded, once
+        before, loaded = len(self.problems), set(self.libraries)
         block = self.block(scope, spec.get("use"), scope.at.at(scope.path + (use, "use"))) if depth < MAX_NESTING else None
-        del self.problems[before:]
+        if len(self.problems) > before:
+            # a use that names no block, or a library that does not load, is reported where the use is expanded,
+            # once: the library it read here is read again there, and says what is wrong with it
+            del self.problems[before:]
+            for path in set(self.libraries) - loaded:
+                del self.libraries[path]
         if block is None or not isinstance(block.spec.get("outputs"), dict):
             return None
         outputs = block.spec["outputs"]
@@ -361,7 +372,16 @@ class _Expansion:
         for name in declared:  # -p USE.PARAM, then -p USE.INDEX.PARAM: the instance's own wins
             for key in (f"{use_id}.{name}", f"{prefix}.{name}"):
                 if key in self.overrides:
-                    given[name] = self.overrides[key]
+                    value = self.overrides[key]
+                    stray = [n for n in names(value) if n not in declared and n != "index"] if refers(value) else []
+                    if stray:
+                        from hetflow.engine.errors import UsageError
+
+                        # it stood undefined in the tree, an internal error when the tree was hashed
+                        raise UsageError(f"-p {key}={value}: names ${{{stray[0]}}}, which is none of the params of "
+                                         f"block {block.name!r} ({', '.join(declared)}): a block reads its own params "
+                                         "alone")
+                    given[name] = value
                     self.applied.add(key)
         if where is not None:
             for key in given:
@@ -443,6 +463,7 @@ class _Expansion:
         block = self.block(scope, spec["use"], where)
         if block is None:
             return
+        self.used.add(block.key)
         if block.key in scope.stack:
             names = [name for _, name in scope.stack[scope.stack.index(block.key):]] + [block.name]
             self.problems.append(Diagnostic(where, f"block {block.name!r} uses itself: {' -> '.join(names)}"))
@@ -523,6 +544,44 @@ def _unused(overrides: Mapping[str, Any], applied: set[str], doc: Document, seen
                          f"USE.PARAM or USE.INDEX.PARAM: {known}){hint}")
 
 
+def _unused_cycles(declared: Mapping[str, Any], doc: Document, run: _Expansion) -> None:
+    """Refuse the blocks of ``blocks:`` that no use expanded and that use themselves, directly or through each
+    other: a use expanded says so where it is, and a block no use reaches yet would say it at its first use."""
+    uses: dict[str, list[tuple[str, Path]]] = {}
+    for name, spec in declared.items():
+        stages = spec.get("stages") if isinstance(spec, dict) else None
+        for sid, stage in (stages.items() if isinstance(stages, dict) else ()):
+            ref = stage.get("use") if isinstance(stage, dict) else None
+            if isinstance(ref, str) and ref.removeprefix("#") in declared and "#" not in ref.removeprefix("#"):
+                uses.setdefault(name, []).append((ref.removeprefix("#"), ("blocks", name, "stages", sid, "use")))
+    said: set[str] = set()
+    for start in declared:
+        if (doc.file, start) in run.used or start in said:
+            continue
+        path, seen = [start], {start: 0}
+        trail: list[Path] = []
+
+        def walk(name: str) -> list[str] | None:
+            for to, where in uses.get(name, ()):
+                trail.append(where)
+                if to in seen:
+                    return path[seen[to]:] + [to]
+                seen[to] = len(path)
+                path.append(to)
+                found = walk(to)
+                if found:
+                    return found
+                path.pop()
+                del seen[to]
+                trail.pop()
+            return None
+
+        cycle = walk(start)
+        if cycle and not said & set(cycle):
+            said.update(cycle)
+            run.problems.append(Diagnostic(doc.at(trail[-1]), f"block {cycle[0]!r} uses itself: {' -> '.join(cycle)}"))
+
+
 def _plain(origin: Origin) -> Origin:
     """The origin without notes of its own (they are already the enclosing instance's notes)."""
     return origin._inner if isinstance(origin, Noted) else origin
@@ -600,6 +659,7 @@ def expand(tree: dict, doc: Document, overrides: Mapping[str, Any] | None = None
                  if isinstance(defaults, dict) and k in defaults}
     top = _Scope(doc, doc, ("stages",), stages, inherited=inherited)
     run.scope(top)
+    _unused_cycles(declared, doc, run)
     if not problems:  # a use that could not be expanded leaves its instances' overrides unapplied, not wrong
         _unused(overrides, run.applied, doc, run.params_seen)
     out = {k: v for k, v in tree.items() if k != "blocks"}
