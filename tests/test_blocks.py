@@ -672,3 +672,30 @@ def test_a_block_no_use_expands_that_uses_itself_is_refused(tmp_path):
         outputs: {a: a}
         """)
     assert errors(path) == [f"{path}:11:23: error: block 'p' uses itself: p -> q -> p"]
+
+
+def test_block_names_and_a_librarys_version_are_checked_as_the_schema_has_them(tmp_path):
+    """The engine took block names the editors' schema flags ('a b', 'блок', 79 characters) and a library of
+    version 2 or of a description that is a list."""
+    long = "b" * 65
+    path = write(tmp_path, "m.yaml", f"""\
+        version: 1
+        name: names
+        executors: {{h: {{vendor: cpu}}}}
+        blocks:
+          "a b": {{inputs: [x], stages: {{y: {{op: relu, inputs: [x]}}}}, outputs: {{y: y}}}}
+          {long}: {{inputs: [x], stages: {{y: {{op: relu, inputs: [x]}}}}, outputs: {{y: y}}}}
+        stages:
+          a: {{op: ones, args: {{shape: [2]}}}}
+          L: {{use: lib.yaml#lay, inputs: {{x: a}}}}
+        outputs: {{y: L.y}}
+        """)
+    write(tmp_path, "lib.yaml", "version: 2\ndescription: [1]\nblocks:\n  lay: {inputs: [x], stages: {y: {op: relu, "
+                                "inputs: [x]}}, outputs: {y: y}}\n")
+    said = errors(path)
+    assert f"{path}:5:3: error: invalid block name 'a b': a letter or '_', then letters, digits, '_' or '-', at most " \
+           "64 of them" in said
+    assert f"{path}:6:3: error: invalid block name {long!r}: a letter or '_', then letters, digits, '_' or '-', at " \
+           "most 64 of them" in said
+    assert f"{tmp_path / 'lib.yaml'}:1:10: error: a block library's version must be 1, found 2" in said
+    assert f"{tmp_path / 'lib.yaml'}:2:14: error: a block library's description must be text, found [1]" in said

@@ -248,6 +248,13 @@ class _Expansion:
             if key not in _LIBRARY_KEYS:
                 self.problems.append(Diagnostic(Noted(doc.key_at((key,)), used), (
                     f"unknown key {key!r} in a block library (allowed: {', '.join(_LIBRARY_KEYS)})")))
+        if "version" in value and (value["version"] != 1 or isinstance(value["version"], bool)):
+            self.problems.append(Diagnostic(Noted(doc.at(("version",)), used),
+                                            f"a block library's version must be 1, found {value['version']!r}"))
+        if "description" in value and not isinstance(value["description"], str):
+            self.problems.append(Diagnostic(Noted(doc.at(("description",)), used),
+                                            f"a block library's description must be text, found {value['description']!r}"))
+        self.problems.extend(Diagnostic(Noted(d.origin, used), d.message) for d in _block_names(value["blocks"], doc))
         self.libraries[path] = doc
         return doc
 
@@ -544,6 +551,14 @@ def _unused(overrides: Mapping[str, Any], applied: set[str], doc: Document, seen
                          f"USE.PARAM or USE.INDEX.PARAM: {known}){hint}")
 
 
+def _block_names(declared: Mapping[Any, Any], doc: Document) -> list[Diagnostic]:
+    """The names of ``blocks:`` that are no name, as the schema has names (editors flagged them, the engine took
+    them)."""
+    return [Diagnostic(doc.key_at(("blocks", name)), (
+        f"invalid block name {name!r}: a letter or '_', then letters, digits, '_' or '-', at most 64 of them"))
+        for name in declared if not isinstance(name, str) or _NAME.fullmatch(name) is None or len(name) > 64]
+
+
 def _unused_cycles(declared: Mapping[str, Any], doc: Document, run: _Expansion) -> None:
     """Refuse the blocks of ``blocks:`` that no use expanded and that use themselves, directly or through each
     other: a use expanded says so where it is, and a block no use reaches yet would say it at its first use."""
@@ -642,6 +657,7 @@ def expand(tree: dict, doc: Document, overrides: Mapping[str, Any] | None = None
         interpolate(declared, ("blocks",), {}, doc, problems)
         problems.append(Diagnostic(doc.at(("blocks",)), f"blocks must be a mapping of block names to blocks, found {declared!r}"))
         return tree, doc, problems
+    problems.extend(_block_names(declared, doc))
     for name, spec in declared.items():  # each block's form, used or not
         if isinstance(spec, dict):
             run.check_block(_Block(name, doc, ("blocks", name), spec, name))
