@@ -295,6 +295,20 @@ def test_a_manifest_with_isa_rv64ima_refuses_an_rvc_program(tmp_path):
         mf.compile_manifest(mf.load(path))
 
 
+@pytest.mark.parametrize("isa", ["rv32i", "5"])
+def test_an_isa_no_emulator_has_is_an_error_at_its_line_not_an_internal_error(tmp_path, isa):
+    """The program was read with the isa the schema had refused: a ValueError, exit 3."""
+    path = tmp_path / "m.yaml"
+    path.write_text(PIPELINE.format(program=ROOT / "examples" / "guests" / "sort.elf", backend="fast",
+                                    extra=f", isa: {isa}"))
+    from hetflow.engine.errors import ManifestError
+
+    with pytest.raises(ManifestError) as e:
+        mf.compile_manifest(mf.load(path))
+    (said,) = [str(d) for d in e.value.diagnostics]
+    assert said.startswith(f"{path}:") and "error: emulators.guest.isa must be one of rv64imac, rv64ima; found" in said
+
+
 # --- limits ---------------------------------------------------------------------------------------------------------
 
 def test_one_default_max_steps(guests):

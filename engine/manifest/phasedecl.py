@@ -322,6 +322,7 @@ def check_manifest(tree: Mapping[str, Any], doc: Any, base: str, problems: list)
     if raw:  # the emulator's package is 3-8 ms of a manifest without emulators' validation
         from hetflow.executors.emulator import (AUTO, DEFAULT_CHUNK_STEPS, DEFAULT_MAX_OUTPUT, DEFAULT_MAX_STEPS,
                                                 ElfError, load_elf, resolve_backend)
+        from hetflow.executors.emulator.elf import ISAS
     for name, spec in raw.items():
         if not isinstance(spec, dict) or not isinstance(spec.get("program"), str):
             continue
@@ -334,7 +335,9 @@ def check_manifest(tree: Mapping[str, Any], doc: Any, base: str, problems: list)
                 from hetflow.executors.files import not_a_file
 
                 raise OSError(0, not_a_file(program))
-            load_elf(program, isa=spec.get("isa", "rv64imac"))
+            isa = spec.get("isa", "rv64imac")
+            # an isa the schema refuses is said there, at its line; the program is read as the default one
+            load_elf(program, isa=isa if isa in ISAS else "rv64imac")
         except FileNotFoundError:
             problems.append(Diagnostic(doc.at(here + ("program",)), f"emulator {name!r}: program {spec['program']!r} does not exist ({program})"))
         except OSError as e:
