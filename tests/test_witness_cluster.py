@@ -294,3 +294,34 @@ def _load_interpreter() -> bool:
 
     run_guest(str(GUESTS / "sha256.elf"), backend="fast", input=bytes(64), runners=False)
     return interpreter_loaded()
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm on this system: tables stay in the client")
+def test_a_table_a_killed_run_left_in_dev_shm_is_removed_by_the_next_one():
+    """A run SIGKILLed in its witness phase never reached its unlink: its table (rows x 128 bytes) stayed in the
+    tmpfs until a reboot. Each table names its process; the next table made on the host removes those whose
+    process is gone."""
+    import subprocess
+
+    from hetflow.engine.run import clusterphases
+    from hetflow.engine.store import owner
+
+    gone = subprocess.Popen(["true"])
+    dead = owner.of(gone.pid)
+    gone.wait()
+    me = owner.current()
+    left = f"/dev/shm/hetflow-witness-{dead['pid']}-{dead['start_ticks']}-0123"
+    mine = f"/dev/shm/hetflow-witness-{me['pid']}-{me['start_ticks']}-4567"
+    unnamed = "/dev/shm/hetflow-witness-89ab"
+    for path in (left, mine, unnamed):
+        with open(path, "wb") as f:
+            f.write(b"\0" * 128)
+    try:
+        table, path = clusterphases.shared_table(4, 16)
+        assert table.shape == (4, 16) and path is not None and f"-{me['pid']}-{me['start_ticks']}-" in path
+        os.unlink(path)
+        assert not os.path.exists(left) and os.path.exists(mine) and os.path.exists(unnamed)
+    finally:
+        for path in (left, mine, unnamed):
+            if os.path.exists(path):
+                os.unlink(path)

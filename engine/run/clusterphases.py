@@ -51,6 +51,7 @@ import numpy as np
 
 from hetflow.engine.plan.costs import CostModel, interpreter_loaded
 from hetflow.engine.run.events import EventStream, run_event
+from hetflow.engine.store import owner
 from hetflow.engine.plan.plandata import Plan
 from hetflow.executors.base import PortableActivation
 
@@ -201,10 +202,12 @@ def shared_table(rows: int, columns: int) -> tuple[np.ndarray, str | None]:
     """
     nbytes = rows * columns * 8
     try:
+        _sweep_left_tables()
         room = os.statvfs(_SHM)
         if not nbytes or room.f_bavail * room.f_frsize < 2 * nbytes:
             raise OSError("no room")
-        path = os.path.join(_SHM, f"hetflow-witness-{uuid.uuid4().hex}")
+        me = owner.current()
+        path = os.path.join(_SHM, f"hetflow-witness-{me['pid']}-{me['start_ticks']}-{uuid.uuid4().hex}")
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError:
         return np.empty((rows, columns), np.int64), None
@@ -218,6 +221,26 @@ def shared_table(rows: int, columns: int) -> tuple[np.ndarray, str | None]:
         os.close(fd)
     # over the mapping itself, so a slice's ``base`` is the table (the in-process gather checks that)
     return np.ndarray((rows, columns), np.int64, buffer=view), path
+
+
+def _sweep_left_tables() -> None:
+    """Remove the tables of processes gone from this host: a run killed (SIGKILL) during its witness phase never
+    reached its unlink, and its table, rows x 128 bytes, held the tmpfs's memory until a reboot. Each name
+    carries its process's pid and start time (``hetflow-witness-PID-TICKS-ID``)."""
+    try:
+        names = [n for n in os.listdir(_SHM) if n.startswith("hetflow-witness-")]
+    except OSError:
+        return
+    for name in names:
+        pid, _, rest = name[len("hetflow-witness-"):].partition("-")
+        ticks = rest.partition("-")[0]
+        if not (pid.isdigit() and ticks.isdigit()):
+            continue  # a table of an earlier hetflow, named without its process: not known to be anyone's
+        if owner.alive({**owner.current(), "pid": int(pid), "start_ticks": int(ticks)}) is False:
+            try:
+                os.unlink(os.path.join(_SHM, name))
+            except OSError:
+                pass
 
 
 def _witness_batch_into(first: int, words: np.ndarray, index: np.ndarray, row: int, *, run_id: str, pid: str,
