@@ -205,6 +205,8 @@ class MainRun:
         self._code_ranges = [(r.base, r.end) for r, _ in code_regions(regions, slots)]
         self._writable_code = [(r.base, r.end, o) for r, o in zip(regions, offs) if r.perm & (PERM_W | PERM_X) ==
                                PERM_W | PERM_X]
+        # every translation's time, the first and those a run makes of code it met later ("seconds", "count")
+        self.translating = {"seconds": 0.0, "count": 0}
         self.code = _translate(self, self.hart.pc, set(), compile=translate)
         if self.code is not None:
             self.use(self.code)
@@ -384,7 +386,8 @@ class MainRun:
         return {"traces": traces, "counts": table, "steps": st[1], "exit_code": h.end.code & U64,
                 "end_reason": h.end.reason, "stdout": bytes(h.stdout),
                 "pub_outs": [(i, self.port.peek(M.OUTPUT_ADDR + 4 * i, 4)) for i in range(M.N_OUTPUTS)],
-                "translation": {**self.code.report(), "invalidations": self.invalidations}}
+                "translation": {**self.code.report(), "invalidations": self.invalidations,
+                                "seconds": self.translating["seconds"], "translations": self.translating["count"]}}
 
     def _close(self, traces: list, table: list, counts, chunk_steps: int, ended: bool) -> None:
         """The chunk in progress ends here: its min trace and counter row."""
@@ -429,7 +432,21 @@ class MainRun:
 def _translate(run: MainRun, pc: int, extra: set[int], compile: bool = True) -> Loaded | None:
     """The translation covering ``pc`` (and ``extra``): from the disk cache
     when it holds one, else made by :mod:`.native` (which loads llvmlite),
-    or None when ``compile`` is false."""
+    or None when ``compile`` is false. Its time is added to the run's
+    ``translating``."""
+    import time
+
+    t0 = time.perf_counter()
+    try:
+        got = _translation(run, pc, extra, compile)
+    finally:
+        run.translating["seconds"] += time.perf_counter() - t0
+    if got is not None:
+        run.translating["count"] += 1
+    return got
+
+
+def _translation(run: MainRun, pc: int, extra: set[int], compile: bool) -> Loaded | None:
     # writable executable code is translated as it is in memory now, except in invalidated pages
     regions = tuple(Region(r.name, r.base, r.size, r.perm, bytes(run.view[o:o + r.size]))
                     if r.perm & (PERM_W | PERM_X) == PERM_W | PERM_X else r for r, o in zip(run.regions, run.offs))

@@ -110,6 +110,9 @@ def test_a_translation_says_so_once_and_the_output_says_its_time(tmp_path, monke
     assert said[1].startswith("hetflow: translated in ") and len(said) == 2
     assert cold["compiled"] == "translating the guest's code" and cold["compile_s"] > 0
     assert cold["elapsed_s"] == pytest.approx(cold["compile_s"] + cold["run_s"])
+    # every translation the run made is translation's time, those of code it met later too
+    assert cold["translation"]["translations"] >= 1
+    assert cold["compile_s"] == pytest.approx(cold["translation"]["seconds"], rel=0.25, abs=0.05)
     assert cold["translation"]["cached"] is False and warm["translation"]["cached"] is True
     assert (quiet, warm["compile_s"], warm["compiled"]) == ([], 0.0, None)
     assert any((tmp_path / "native").iterdir()) and _compiled_files(PACKAGE) == before
