@@ -256,7 +256,7 @@ def _fail_on_call(monkeypatch, module, name, n):
     return calls
 
 
-@pytest.mark.parametrize("step", ["fsync-1", "fsync-2", "fsync-3", "rename"])
+@pytest.mark.parametrize("step", ["write-1", "write-2", "write-3", "rename"])
 def test_a_crash_at_any_point_of_a_cache_write_leaves_no_entry(tmp_path, monkeypatch, step):
     cache = Cache(str(tmp_path / "cache"))
     outputs = {"a": PortableActivation.from_array(np.ones(3, np.float32), Dtype.fp32),
