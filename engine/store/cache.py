@@ -31,8 +31,9 @@ An entry is a folder ``ROOT/KEY[:2]/KEY/`` holding ``entry.json`` (key,
 definition, and for every output its shape, dtype, byte count and sha256)
 and one ``TENSOR.bin`` of portable bytes per output. It is written into a
 temporary folder beside it and renamed into place, so an entry either
-exists whole or not at all; a read checks every checksum and treats a
-mismatch as a miss.
+exists whole or not at all while the machine runs; a read checks every
+checksum and treats a mismatch as a miss, so an entry a power cut left
+torn (it is written without fsyncs) is computed again and replaced.
 """
 
 from __future__ import annotations
