@@ -699,3 +699,18 @@ def test_block_names_and_a_librarys_version_are_checked_as_the_schema_has_them(t
            "most 64 of them" in said
     assert f"{tmp_path / 'lib.yaml'}:1:10: error: a block library's version must be 1, found 2" in said
     assert f"{tmp_path / 'lib.yaml'}:2:14: error: a block library's description must be text, found [1]" in said
+
+
+@pytest.mark.parametrize("block, said", [
+    ("lay:\n", "block 'lay' must be a mapping with stages and outputs"),  # not also "no block 'lay' ..."
+    ("lay: {inputs: [x], stages: {}, outputs: {x: x}}\n", "blocks.lay.stages must have at least 1 key, found 0"),
+    ("lay: {inputs: [x], stages: {y.z: {op: relu, inputs: [x]}}, outputs: {x: y.z}}\n", "invalid stage name 'y.z'"),
+])
+def test_a_block_written_wrong_is_said_once_in_its_own_words(tmp_path, block, said):
+    """A placeholder of the check leaked into messages ("invalid name '-' in blocks.lay.stages"), and a null block
+    was said twice, the second time as missing."""
+    path = write(tmp_path, "m.yaml", "version: 1\nname: w\nexecutors: {h: {vendor: cpu}}\nblocks:\n  " + block
+                 + "stages:\n  a: {op: ones, args: {shape: [2]}}\n  L: {use: lay, inputs: {x: a}}\noutputs: {a: a}\n")
+    found = errors(path)
+    assert any(said in line for line in found), found
+    assert not any("invalid name '-'" in line or "no block 'lay'" in line for line in found), found

@@ -202,8 +202,8 @@ class _Expansion:
             doc, name = scope.doc, ref
         blocks = doc.value.get("blocks") if isinstance(doc.value, dict) else None
         spec = blocks.get(name) if isinstance(blocks, dict) else None
-        if spec is not None and not isinstance(spec, dict):
-            return None  # reported where the block is
+        if (spec is not None or isinstance(blocks, dict) and name in blocks) and not isinstance(spec, dict):
+            return None  # reported where the block is (a null one too)
         if spec is None:
             from hetflow.engine.manifest.semantics import _close
 
@@ -274,7 +274,9 @@ class _Expansion:
                         f"invalid stage name {name!r} in block {block.name!r}: a letter or '_', then letters, digits, "
                         "'_' or '-' (no '.': an instance's stages are named USE.STAGE)")))
             # its stages are checked as the instances' stages are, once their params are substituted
-            written = {k: {"op": "-"} for k in written if isinstance(k, str) and _NAME.fullmatch(k)} or {"-": {"op": "-"}}
+            # (none valid, but some written: one that is, so that no other message is made of the names)
+            written = {k: {"op": "-"} for k in written if isinstance(k, str) and _NAME.fullmatch(k)} or (
+                {"_": {"op": "-"}} if written else {})
         found += part_problems({**spec, "stages": written}, "block", block.doc, block.path)
         params = spec.get("params") if isinstance(spec.get("params"), dict) else {}
         if "index" in params:
