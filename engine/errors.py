@@ -14,6 +14,7 @@ Examples
 from __future__ import annotations
 
 import errno
+import re
 import functools
 import os
 from collections.abc import Callable, Sequence
@@ -169,6 +170,37 @@ def capped(items: Sequence[object], limit: int = SHOWN) -> list[str]:
     return shown + [f"... and {len(items) - limit:,} more"] if len(items) > limit else shown
 
 
+# an instance's id, quoted ('L.17.m', 'attn.q'), or in a key's path (stages.L.17.m)
+_INSTANCE = re.compile(r"'[^'\s]*\.[^'\s]*'|\b[\w-]+(?:\.[\w-]+)*\.\d+(?:\.[\w-]+)*\b")
+
+
+def folded(diagnostics: Sequence[Diagnostic]) -> list[str]:
+    """The diagnostics as text, those said at one place of a block for each of its instances as one line.
+
+    A block's stage written wrong is wrong in every instance: 10,000
+    lines that differ only in the instance's id (``'L.17.m'``) hid the
+    one line that says why (an unknown key, further along the same line).
+    The first instance's line stands for them, saying how many more.
+
+    >>> o = Origin("m.yaml", 9, 7)
+    >>> folded([Diagnostic(o, f"stage 'L.{i}.m' gives 0 inputs") for i in range(3)] + [Diagnostic(o, "other")])
+    ["m.yaml:9:7: error: stage 'L.0.m' gives 0 inputs (and in 2 more instances)", 'm.yaml:9:7: error: other']
+    """
+    groups: dict[tuple, list[Diagnostic]] = {}
+    for d in diagnostics:
+        o = d.origin
+        where = (o.file, o.line, o.col) if o is not None else None
+        groups.setdefault((where, d.severity, _INSTANCE.sub("'-'", d.message)), []).append(d)
+    out = []
+    for same in groups.values():
+        text = str(same[0])
+        if len(same) > 1:
+            first, _, rest = text.partition("\n")
+            text = f"{first} (and in {len(same) - 1:,} more instances)" + (f"\n{rest}" if rest else "")
+        out.append(text)
+    return out
+
+
 class ManifestError(HetflowError):
     """A manifest is wrong; carries every problem found, in file order.
 
@@ -182,7 +214,7 @@ class ManifestError(HetflowError):
         self.diagnostics = sorted(
             diagnostics, key=lambda d: (d.origin or Origin("", 0, 0), d.message)
         )
-        super().__init__("\n".join(capped(self.diagnostics)))
+        super().__init__("\n".join(capped(folded(self.diagnostics) if len(self.diagnostics) > 1 else self.diagnostics)))
 
 
 #: the API's keywords whose option has another name than ``--`` and the keyword with dashes

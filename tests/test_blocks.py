@@ -220,22 +220,29 @@ def test_an_error_in_a_nested_repeated_block_names_every_use(tmp_path):
     weights(tmp_path)
     path = write(tmp_path, "m.yaml", LAYERS.replace("y: {op: tanh, inputs: [h]}", "y: {op: tanh, inputs: [hh]}"))
     found = errors(path)
+    # the message says it once for the instances it is wrong in; the diagnostics keep each instance's uses
     assert found[:3] == [
         f"{path}:12:30: error: stage 'layers.0.proj.y' takes input 'layers.0.proj.hh', which is not a stage; "
-        "did you mean 'layers.0.proj.h'?",
+        "did you mean 'layers.0.proj.h'? (and in 2 more instances)",
         f"{path}:17:7: note: in layers.0.proj (block dense)",
         f"{path}:22:3: note: in layers.0 (block layer)"]
-    assert f"{path}:22:3: note: in layers.2 (block layer)" in found
+    with pytest.raises(ManifestError) as e:
+        compiled(path)
+    assert f"{path}:22:3: note: in layers.2 (block layer)" in str(e.value.diagnostics[2]).splitlines()
 
 
 def test_a_param_of_a_block_that_is_undefined_or_unknown(tmp_path):
     weights(tmp_path)
     path = write(tmp_path, "m.yaml", LAYERS.replace('key: "${key}"', 'key: "${kye}"').replace(
         'params: {key: "w${index}"}', 'params: {key: "w${index}", width: 3}'))
-    found = errors(path)
+    with pytest.raises(ManifestError) as e:
+        compiled(path)
+    found = [line for d in e.value.diagnostics for line in str(d).splitlines()]
     assert f"{path}:10:52: error: undefined param ${{kye}} (declared params: index, key); did you mean 'key'?" in found
     assert f"{path}:17:69: error: block 'dense' has no param 'width' (params: key)" in found
     assert f"{path}:17:7: note: in layers.2.proj (block dense)" in found
+    assert f"{path}:17:69: error: block 'dense' has no param 'width' (params: key) (and in 2 more instances)" in errors(
+        path)
 
 
 def test_blocks_that_use_themselves_are_refused_with_the_cycle(tmp_path):
@@ -714,3 +721,29 @@ def test_a_block_written_wrong_is_said_once_in_its_own_words(tmp_path, block, sa
     found = errors(path)
     assert any(said in line for line in found), found
     assert not any("invalid name '-'" in line or "no block 'lay'" in line for line in found), found
+
+
+def test_a_block_stage_wrong_in_every_instance_is_said_once_and_its_cause_is_not_hidden(tmp_path):
+    """Each of 60 instances' follow-on error filled the 50 lines a message shows, and the cause further along the
+    line (a misspelt key) was among the "... and N more"."""
+    path = write(tmp_path, "m.yaml", """\
+        version: 1
+        name: many
+        executors: {h: {vendor: cpu}}
+        blocks:
+          lay:
+            inputs: [x]
+            stages:
+              m: {op: relu, inputz: [x]}
+            outputs: {m: m}
+        stages:
+          a: {op: ones, args: {shape: [2]}}
+          L: {use: lay, inputs: {x: a}, repeat: 60, chain: {x: m}}
+        outputs: {m: L.m}
+        """)
+    code, out, err = run_cli("validate", path)
+    lines = err.splitlines()
+    assert code == 2 and len(lines) == 4 and "... and" not in err, err
+    assert lines[0] == f"{path}:8:7: error: op 'relu' takes 1 input, stage 'L.0.m' gives 0 (and in 59 more instances)"
+    assert lines[2].startswith(f"{path}:8:21: error: unknown key 'inputz' in stages.L.0.m (allowed: ")
+    assert lines[2].endswith("did you mean 'inputs'? (and in 59 more instances)")

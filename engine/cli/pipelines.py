@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from hetflow.engine.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, cluster_kwargs, event_sink, write_output
-from hetflow.engine.errors import ManifestError, RunFailed, UsageError, capped
+from hetflow.engine.errors import ManifestError, RunFailed, UsageError, capped, folded
 
 __all__ = ["cmd_validate", "cmd_plan", "cmd_run", "cmd_verify"]
 
@@ -22,7 +22,7 @@ def cmd_validate(args: argparse.Namespace, out, err) -> int:
             warnings = api.validate(file)
         except ManifestError as e:
             problems += len(e.diagnostics)
-            for line in capped(e.diagnostics):
+            for line in capped(folded(e.diagnostics) if len(e.diagnostics) > 1 else e.diagnostics):
                 print(line, file=err)
         else:
             passed += 1
