@@ -290,3 +290,14 @@ def test_runs_table_of_several_refs_takes_runs_only(swept, tmp_path):
     (runs / points[1] / "record.json").unlink()
     code, out, err = cli("runs", "table", points[0], points[1], "--runs-dir", str(runs))
     assert code == 2 and err.startswith(f"hetflow: error: {runs / points[1]} holds no record"), err
+
+
+def test_runs_table_gives_a_point_not_run_yet_the_values_its_sweep_gives_it(swept):
+    runs, sweep_id, points = swept
+    summary = _summary(runs, sweep_id)
+    data = json.loads(summary.read_text())
+    data["points"][1].update(status="pending", run_id=None, record=None, outputs={})
+    summary.write_text(json.dumps(data))
+    code, out, err = cli("runs", "table", sweep_id, "--runs-dir", str(runs), "--format", "json")
+    rows = json.loads(out)["rows"]
+    assert code == 0 and [(r["status"], r["params"]) for r in rows] == [("succeeded", {"k": 1}), ("pending", {"k": 2})]

@@ -151,7 +151,8 @@ def table(runs_dir: str, refs: list[str]) -> dict:
     """
     if not refs:
         raise UsageError("runs table needs a sweep id or one or more run ids")
-    entries: list[tuple[str | None, str, str | None]] = []  # (run id, point name, status when there is no run)
+    # (run id, point name, status when there is no run, the point's values)
+    entries: list[tuple[str | None, str | None, str | None, Mapping[str, Any]]] = []
     axes: list[str] = []
     if len(refs) == 1:
         ident = resolve_id(runs_dir, refs[0])  # ``latest``: the newest run, or the sweep it is a point of
@@ -159,7 +160,8 @@ def table(runs_dir: str, refs: list[str]) -> dict:
         summary = read_summary(file) if os.path.isfile(file) else None
         if summary is not None:
             axes = list(summary.get("params") or [])
-            entries = [(p.get("run_id"), p.get("name"), p.get("status")) for p in sweep_view(summary, runs_dir).get("points", [])]
+            entries = [(p.get("run_id"), p.get("name"), p.get("status"), _mapping(p.get("values")))
+                       for p in sweep_view(summary, runs_dir).get("points", [])]
     if not entries:
         for ref in refs:
             ident = resolve_id(runs_dir, ref, "run")
@@ -168,13 +170,14 @@ def table(runs_dir: str, refs: list[str]) -> dict:
                 raise UsageError(f"{folder} is a sweep, not a run: runs table takes one sweep alone, or runs")
             if os.path.isdir(folder) and not os.path.isfile(os.path.join(folder, "record.json")):
                 read_record(runs_dir, ident)  # says why there is no record to read, as runs show does
-            entries.append((ident, None, None))
+            entries.append((ident, None, None, {}))
     rows = []
-    for run_id, point, status in entries:
+    for run_id, point, status, values in entries:
         if run_id is None or not os.path.isfile(os.path.join(runs_dir, run_id, "record.json")):
-            # a row that names a run whose folder is gone says so, not the status the run once had
+            # a row that names a run whose folder is gone says so, not the status the run once had; a point not
+            # run yet has the values its sweep gives it
             rows.append({"run_id": run_id, "point": point, "status": "missing" if run_id else status, "record": None,
-                         "params": {}, "outputs": {}, "digests": {}})
+                         "params": dict(values), "outputs": {}, "digests": {}})
             continue
         record = read_record(runs_dir, run_id)
         folder = os.path.join(runs_dir, run_id)
