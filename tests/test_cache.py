@@ -329,3 +329,37 @@ def test_the_key_holds_the_versions_of_the_libraries_that_compute_and_the_plan_n
     Cache(os.path.join(runs, ".cache")).remove(keys["p0"].key)
     reasons = cachemod.explain(keys, Cache(os.path.join(runs, ".cache")), first.record)
     assert reasons["p0"] == {"status": "will run", "reason": f"versions changed: numpy 1.26.4 -> {np.__version__}"}
+
+
+def test_an_entry_this_user_cannot_read_is_said_so_computed_here_and_left_as_it_is(manifest_file, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """Another user's entry in a shared cache (a umask of 077): the plan called it cached, and the run computed its
+    partition again without a word, then failed to store it ("Directory not empty")."""
+    import builtins
+
+    from hetflow.engine.cli.main import main
+
+    path = manifest_file(CHAIN)
+    first = run(path, tmp_path)
+    key = first.record["cache"]["keys"]["p0"]["key"]
+    folder = Cache(str(tmp_path / "runs" / ".cache"))._folder(key)
+    real = builtins.open
+
+    def refused(file, *a, **k):
+        if str(file).startswith(folder):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real(file, *a, **k)
+
+    monkeypatch.setattr(cachemod, "open", refused, raising=False)
+    capsys.readouterr()
+    assert main(["plan", str(path), "--runs-dir", str(tmp_path / "runs"), "--format", "json"]) == 0
+    said = json.loads(capsys.readouterr().out)["cache"]["p0"]
+    assert said == {"status": "will run", "reason": f"entry {key[:19]}: its files cannot be read by this user "
+                                                     "(Permission denied); the run computes the partition again and "
+                                                     "leaves the entry as it is"}
+    assert main(["run", str(path), "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0
+    out, err = capsys.readouterr()
+    done = json.loads(out)
+    assert done["cache_unreadable"] == {"p0": "its files cannot be read by this user (Permission denied)"}
+    assert done["cache_store_failed"] == {} and "p0" not in done["cache_hits"]
+    assert "warning: 1 cache entry could not be read by this user, so their partitions ran again: p0" in err

@@ -177,7 +177,8 @@ def _run(args: argparse.Namespace, out, err) -> int:
         print(json.dumps({"status": run.status, "run_id": run.run_id, "record": run.record_path,
                           "outputs": {k: v["digest"] for k, v in rec["outputs"].items()},
                           "cache_hits": rec["cache"]["hits"], "cache_damaged": rec["cache"].get("damaged") or {},
-                          "cache_store_failed": rec["cache"].get("store_failed") or {}}), file=out)
+                          "cache_store_failed": rec["cache"].get("store_failed") or {},
+                          "cache_unreadable": rec["cache"].get("unreadable") or {}}), file=out)
         _cache_warnings(rec, err)  # the messages still go to stderr, as with every --json
         return EXIT_OK
     t = rec["plan"]["totals"]
@@ -377,6 +378,11 @@ def _cache_warnings(rec: dict, err) -> None:
                 f"{len(damaged)} cache entries were damaged, so their partitions ran again and replaced them")
         print(f"hetflow: warning: {said}: " + "; ".join(f"{pid}: {why}" for pid, why in sorted(damaged.items())),
               file=err)
+    unreadable = rec["cache"].get("unreadable") or {}
+    if unreadable:  # the run is whole: these ran again, and their entries, another user's, were left as they were
+        print(f"hetflow: warning: {len(unreadable)} cache entr{'y' if len(unreadable) == 1 else 'ies'} could not be "
+              "read by this user, so their partitions ran again: "
+              + "; ".join(f"{pid}: {why}" for pid, why in sorted(unreadable.items())), file=err)
     unstored = rec["cache"].get("store_failed") or {}
     if unstored:  # the run is whole; the next one will compute these partitions again
         print(f"hetflow: warning: {len(unstored)} partition(s) not stored in the cache: "

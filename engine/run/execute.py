@@ -397,7 +397,8 @@ def _execute(
         record["cache"] = {**cache_use.to_json(), "hits": [e["id"] for e in done if e.get("cached")],
                            "stored": [e["id"] for e in done if e.get("stored")],
                            "store_failed": {e["id"]: e["store_error"] for e in done if e.get("store_error")},
-                           "damaged": {e["id"]: e["cache_damaged"] for e in done if e.get("cache_damaged")}}
+                           "damaged": {e["id"]: e["cache_damaged"] for e in done if e.get("cache_damaged")},
+                           "unreadable": {e["id"]: e["cache_unreadable"] for e in done if e.get("cache_unreadable")}}
         record["events"] = list(stream.events)  # the stream goes on: the run's own end comes after the record
         encoded.update(tasks=encode_events(record["tasks"]), events=encode_events(record["events"]),
                        nodes=encode_events(record["nodes"]))

@@ -388,6 +388,8 @@ class Cache:
         self.root = root
         # key -> what was wrong with its entry when this object read it: the entry a store of the key replaces
         self.damaged: dict[str, str] = {}
+        # key -> why its entry could not be read by this user (another user's, kept from others): not replaced
+        self.unreadable: dict[str, str] = {}
         # key -> the numeric notes (node -> NaN, inf met) of the entry load() last read, for the restore to take
         self.numeric: dict[str, Any] = {}
 
@@ -430,8 +432,8 @@ class Cache:
             return "its entry.json is gone"
         except (IsADirectoryError, NotADirectoryError):
             return "its entry.json is a folder, or its folder a file"
-        except OSError:
-            return None  # unreadable here (permissions): the run cannot read it either, and says so
+        except OSError as e:
+            return f"{_UNREADABLE} ({e.strerror or e})"  # the run cannot read it either, and says so
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             return f"its entry.json is not an entry's JSON: {type(e).__name__}: {e}"
         return None
@@ -458,8 +460,9 @@ class Cache:
             # there, and nothing could be stored in its place until it goes
             self.damaged[key] = "its entry.json is a folder, or its folder a file"
             return None
-        except OSError:
-            return None  # unreadable here (permissions): not this process's to replace
+        except OSError as e:
+            self.unreadable[key] = f"{_UNREADABLE} ({e.strerror or e})"  # not this process's to replace
+            return None
         except ValueError as e:
             self.damaged[key] = f"its entry.json is not an entry's JSON: {e}"
             return None
@@ -488,7 +491,8 @@ class Cache:
         except FileNotFoundError as e:
             self.damaged[key] = f"its file {os.path.basename(e.filename or '?')} is missing"
             return None
-        except OSError:
+        except OSError as e:
+            self.unreadable[key] = f"{_UNREADABLE} ({e.strerror or e})"
             return None
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             self.damaged[key] = f"its entry.json does not describe its outputs: {type(e).__name__}: {e}"
@@ -600,6 +604,9 @@ class Cache:
         return removed
 
 
+_UNREADABLE = "its files cannot be read by this user"
+
+
 def _write_file(path: str, data: bytes | memoryview) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
@@ -659,6 +666,8 @@ class CacheUse:
         self.store_errors: dict[str, str] = {}
         # partition -> what was wrong with its entry, which this run found damaged and computed again
         self.damaged: dict[str, str] = {}
+        # partition -> why this user could not read its entry, computed again and left as it was
+        self.unreadable: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def restorable(self, pid: str) -> bool:
@@ -682,6 +691,9 @@ class CacheUse:
             if why is not None:
                 with self._lock:
                     self.damaged[pid] = why
+            elif info.key in self.cache.unreadable:
+                with self._lock:
+                    self.unreadable[pid] = self.cache.unreadable[info.key]
             return None
         restored: list = []
         try:
@@ -709,7 +721,7 @@ class CacheUse:
             if restored is not None:
                 return restored
         result = executor.execute(subplan, handles)
-        if info.cacheable and self.write:
+        if info.cacheable and self.write and pid not in self.unreadable:  # another user's entry is left as it is
             from hetflow.executors.cpu import peek_numeric
 
             try:
@@ -791,6 +803,9 @@ def explain(keys: Mapping[str, PartitionKey], cache: Cache, previous: Mapping[st
             flaw = cache.flaw(k.key, k.expected or None)
             if flaw is None:
                 out[pid] = {"status": "cached", "reason": f"entry {k.key[:19]} is complete"}
+            elif flaw.startswith(_UNREADABLE):
+                out[pid] = {"status": "will run", "reason": f"entry {k.key[:19]}: {flaw}; the run computes the "
+                                                            "partition again and leaves the entry as it is"}
             else:
                 out[pid] = {"status": "will run", "reason": f"entry {k.key[:19]} is damaged: {flaw}; the run computes "
                                                             f"the partition again and replaces it"}
