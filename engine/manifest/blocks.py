@@ -553,6 +553,46 @@ def _unused(overrides: Mapping[str, Any], applied: set[str], doc: Document, seen
                          f"USE.PARAM or USE.INDEX.PARAM: {known}){hint}")
 
 
+def _too_many(declared: Mapping[str, Any], stages: Mapping[str, Any], doc: Document) -> Diagnostic | None:
+    """The top-level use past which the manifest's uses make more than :data:`MAX_STAGES` stages, counted before
+    any is made, from what is written as numbers (a repeat or a block's param that says one; what only a
+    substitution says counts once): refusing after making a million stages took 48 s and 1 GB."""
+    sizes: dict[tuple, int] = {}
+
+    def count(name: str, params: Mapping[str, Any], depth: int) -> int:
+        spec = declared.get(name)
+        if not isinstance(spec, dict) or depth > MAX_NESTING:
+            return 1
+        values = {**_as_dict(spec.get("params")), **params}
+        key = (name, tuple(sorted((k, v) for k, v in values.items() if isinstance(v, int))))
+        if key in sizes:
+            return sizes[key]
+        sizes[key] = 1  # a block that uses itself is refused elsewhere: it counts once here
+        total = sum(size(entry, values, depth) for entry in _as_dict(spec.get("stages")).values())
+        sizes[key] = total
+        return total
+
+    def size(entry: Any, params: Mapping[str, Any], depth: int) -> int:
+        if not _is_use(entry) or not isinstance(entry.get("use"), str) or "#" in entry["use"]:
+            return 1
+        repeat = entry.get("repeat", 1)
+        if isinstance(repeat, str) and repeat.startswith("${") and repeat.endswith("}"):
+            repeat = params.get(repeat[2:-1], 1)
+        times = repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat > 0 else 1
+        given = {k: v for k, v in _as_dict(entry.get("params")).items() if isinstance(v, int)}
+        return times * count(entry["use"], given, depth + 1)
+
+    total = 0
+    for sid, entry in stages.items():
+        total += size(entry, {}, 0)
+        if total > MAX_STAGES:
+            return Diagnostic(doc.key_at(("stages", sid)), (
+                f"the manifest's uses expand to more than {MAX_STAGES:,} stages (the most hetflow expands), {total:,} "
+                f"by use {sid!r} and those above it: a repeat nested in a repeat multiplies (repeat: 1000 in a block "
+                "repeated 1000 times is 10^6 stages); repeat fewer"))
+    return None
+
+
 def _block_names(declared: Mapping[Any, Any], doc: Document) -> list[Diagnostic]:
     """The names of ``blocks:`` that are no name, as the schema has names (editors flagged them, the engine took
     them)."""
@@ -676,6 +716,9 @@ def expand(tree: dict, doc: Document, overrides: Mapping[str, Any] | None = None
     inherited = {k: (defaults[k], doc.at(("defaults", k))) for k in INHERITED
                  if isinstance(defaults, dict) and k in defaults}
     top = _Scope(doc, doc, ("stages",), stages, inherited=inherited)
+    too_many = _too_many(declared, stages, doc)
+    if too_many is not None:
+        return tree, doc, problems + [too_many]
     run.scope(top)
     _unused_cycles(declared, doc, run)
     if not problems:  # a use that could not be expanded leaves its instances' overrides unapplied, not wrong
