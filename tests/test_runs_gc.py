@@ -372,3 +372,64 @@ def test_gc_while_a_run_runs_keeps_the_cache_entries_it_took(tmp_path):
     assert code == 0 and json.loads(out)["removed_runs"] == [first.run_id], err
     hits = json.loads(Path(second.record_path).read_text())["cache"]["hits"]
     assert hits and sorted(cache.keys()) == entries
+
+
+def _claim(runs: Path, name: str, slot: str, **body) -> Path:
+    folder = runs / ".schedule" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / (slot.replace("-", "").replace(":", "") + ".json")
+    path.write_text(json.dumps({"slot": slot, "manifest": f"{name}.yaml", **body}))
+    return path
+
+
+def test_gc_keeps_the_run_and_the_claim_a_schedule_has_yet_to_conclude(tmp_path):
+    """gc removed a scheduled run its killed scheduler never concluded: the next run-due concluded the slot
+    "died" and ran on_failure for a run that had succeeded. It removed a claim whose hook was owed too."""
+    scheduled, newer = run(tmp_path, "a", 1), run(tmp_path, "a", 2)
+    runs = tmp_path / "runs"
+    record = runs / scheduled / "record.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "schedule": {"slot": "2026-06-01T10:00:00Z"}}))
+    started = _claim(runs, "a", "2026-06-01T10:00:00Z", state="started", run_pid=1)
+    owed = _claim(runs, "a", "2026-06-01T09:00:00Z", state="succeeded", run_id="gone", hook="pending")
+    odd = _claim(runs, "a", "2026-06-01T08:00:00Z", state="skipped", run_id=["x"], at=5)  # no claim hetflow writes
+    _claim(runs, "a", "2026-06-01T11:00:00Z", state="skipped")  # the newest, which run-due continues from
+    code, out, err = cli("runs", "gc", "--keep", "1", "--older-than", "0s", "--runs-dir", str(runs), "--json")
+    result = json.loads(out)
+    assert code == 0, err
+    assert result["removed_runs"] == [] and (runs / scheduled).is_dir(), result
+    (spared,) = [u for u in result["spared"] if u["id"] == scheduled]
+    assert spared["kept_because"] == (f"run {scheduled} is the run of schedule slot 2026-06-01T10:00:00Z, which is "
+                                      "not concluded yet (the next schedule run-due or serve concludes it)")
+    assert started.exists() and owed.exists() and odd.exists()
+    started.write_text(json.dumps({**json.loads(started.read_text()), "state": "succeeded", "run_id": scheduled}))
+    code, out, err = cli("runs", "gc", "--keep", "1", "--runs-dir", str(runs), "--json")
+    assert code == 0 and json.loads(out)["removed_runs"] == [scheduled] and not started.exists(), err
+
+
+def test_a_gc_killed_among_a_sweeps_renames_is_finished_by_the_next(tmp_path, monkeypatch):
+    """Killed after the summary's rename, it left the sweep's runs listed as runs of their own, counted by --keep
+    one by one."""
+    from hetflow.engine.store import runs as runsmod
+
+    path = tmp_path / "sw.yaml"
+    path.write_text(BODY.replace("NAME", "sw").replace("params: {k: 1}", "params: {k: 1}\nmatrix: {k: [1, 2, 3]}"))
+    runs = tmp_path / "runs"
+    code, out, err = cli("run", str(path), "--runs-dir", str(runs), "--quiet", "--json")
+    assert code == 0, err
+    run(tmp_path, "b", 1)
+    real, calls = os.rename, []
+
+    def killed_after_two(src, dst):
+        calls.append(src)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the process ends here, as a SIGKILL would end it
+        return real(src, dst)
+
+    monkeypatch.setattr(runsmod.os, "rename", killed_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        runsmod.collect_garbage(str(runs), keep=0)
+    monkeypatch.setattr(runsmod.os, "rename", real)
+    code, out, err = cli("runs", "gc", "--keep", "1", "--runs-dir", str(runs), "--json")
+    assert code == 0, err
+    left = sorted(p.name for p in runs.iterdir() if not p.name.startswith("."))
+    assert [n for n in left if "-sw-" in n] == [], left  # no point of the sweep is left as a run of its own

@@ -954,7 +954,7 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
     if keep is not None and keep < 0:
         raise UsageError("--keep must be 0 or more")
     cutoff = parse_since(older_than) if older_than is not None else None
-    scanned = list(_scan(runs_dir, LISTED + ("cache", "params")))
+    scanned = list(_scan(runs_dir, LISTED + ("cache", "params", "schedule")))
     entries = [(kind, name, data) for kind, name, data in scanned if isinstance(data, dict)]
     damaged = {row["id"]: row for row in _unreadable(runs_dir, scanned)}
     records = {name: data for kind, name, data in entries if kind == "run"}
@@ -966,6 +966,13 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
     of_damaged: dict[str, dict] = {}
     units = _units(entries, {name for kind, name, data in scanned if not isinstance(data, dict)}, of_damaged)
     held = held_runs(runs_dir)
+    # a scheduled run whose slot is not concluded yet is the record its claim will be concluded from: gone, the
+    # slot was concluded "died", its on_failure run, for a run that had succeeded
+    unconcluded = _unconcluded_slots(runs_dir)
+    for name, data in records.items():
+        slot = as_object(data.get("schedule")).get("slot")
+        if isinstance(slot, str) and (as_object(data.get("manifest")).get("name"), slot) in unconcluded:
+            held.setdefault(name, {"unconcluded": slot})
     left = _damaged_units(runs_dir, damaged, units, cutoff, older_than, removed, records, held, of_damaged)
     for unit in units:  # newest first
         why = _why_remove(unit, keep, cutoff, older_than, seen)
@@ -1215,6 +1222,9 @@ def _still_running(unit: Mapping[str, Any], records: Mapping[str, Mapping[str, A
         said = _running(records[name]) if name in records else None
         if said:
             return f"run {name} {said}"
+        if name in held and "unconcluded" in held[name]:
+            return (f"run {name} is the run of schedule slot {held[name]['unconcluded']}, which is not concluded yet "
+                    "(the next schedule run-due or serve concludes it)")
         if name in held:
             return f"run {name} is being resumed (pid {held[name].get('pid')} on {held[name].get('host')})"
     return None
@@ -1275,8 +1285,17 @@ def _remove_unit(runs_dir: str, names: list[str], refused: list[dict]) -> bool:
     cannot write to, a folder held by another mount), those renamed are put back, nothing is deleted, the refusal
     goes into ``refused`` and this returns False. What is renamed and then cannot be deleted (a file the file
     system will not let go) is added to ``refused`` with why; the next gc tries again."""
-    from hetflow.engine.store.records import remove_tree  # gc's alone: runs, plan and show read records
+    from hetflow.engine.store.records import remove_tree, write_json_atomic  # gc's alone
 
+    # the unit's names first: a gc killed among the renames left a sweep's summary gone and some of its runs
+    # listed as runs of their own; the next gc finishes what this one began (_finish_removals)
+    intent = os.path.join(runs_dir, f".gc-unit-{secrets.token_hex(4)}.json")
+    try:
+        write_json_atomic(intent, {"names": list(names)})
+    except OSError as e:  # a runs directory gc may not change: its folders could not be renamed either
+        first = names[0] if names else ""
+        refused.append({"path": first, "error": f"{os.path.join(runs_dir, first)}: {e.strerror or e}"})
+        return False
     moved: list[tuple[str, str]] = []
     for name in names:
         path = os.path.join(runs_dir, name)
@@ -1294,8 +1313,10 @@ def _remove_unit(runs_dir: str, names: list[str], refused: list[dict]) -> bool:
                 except OSError:
                     pass
             refused.append({"path": name, "error": f"{path}: {e.strerror or e}"})
+            _forget(intent)
             return False
         moved.append((path, doomed))
+    _forget(intent)  # every name is out of the listings: what is left is the deletes, which .gc- names say
     for path, doomed in moved:
         why = remove_tree(doomed)
         if why is not None:
@@ -1303,12 +1324,30 @@ def _remove_unit(runs_dir: str, names: list[str], refused: list[dict]) -> bool:
     return True
 
 
+def _forget(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def _finish_removals(runs_dir: str, refused: list[dict]) -> None:
     """Delete what an earlier gc renamed for removal and did not get to delete."""
     from hetflow.engine.store.records import remove_tree
 
+    for name in sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else []:
+        if name.startswith(".gc-unit-") and name.endswith(".json"):
+            # a gc killed while it renamed a unit's folders: the rest of the unit goes too
+            said = _read_json(os.path.join(runs_dir, name))
+            for left in (said.get("names") if isinstance(said, dict) and isinstance(said.get("names"), list) else []):
+                if isinstance(left, str) and left and "/" not in left and not left.startswith("."):
+                    try:
+                        os.rename(os.path.join(runs_dir, left), os.path.join(runs_dir, f".gc-{left}-{secrets.token_hex(4)}"))
+                    except OSError:
+                        pass  # gone already, or not the gc's to move: it stays
+            _forget(os.path.join(runs_dir, name))
     for name in os.listdir(runs_dir) if os.path.isdir(runs_dir) else []:
-        if name.startswith(".gc-"):
+        if name.startswith(".gc-") and not name.startswith(".gc-unit-"):
             why = remove_tree(os.path.join(runs_dir, name))
             if why is not None:
                 refused.append({"path": name, "error": why})
@@ -1327,9 +1366,36 @@ def _stale_claims(runs_dir: str, gone: set[str], cutoff: str | None) -> list[str
         returned = sorted(n for n in os.listdir(os.path.join(root, folder)) if n.endswith(".returned"))
         for n in names[:-1] + returned:
             path = os.path.join(root, folder, n)
-            body = _read_json(path) or {}
-            if body.get("run_id") in gone or (not body.get("run_id") and cutoff is not None and (body.get("at") or "") < cutoff):
+            body = _read_json(path)
+            body = body if isinstance(body, dict) else {}
+            if body.get("hook") == "pending" or (n.endswith(".json") and body.get("state") not in _CONCLUDED):
+                continue  # its hook is owed, or its slot is not concluded: the next scheduler needs it
+            run_id, at = body.get("run_id"), body.get("at")
+            run_id = run_id if isinstance(run_id, str) else None
+            if run_id in gone or (not run_id and cutoff is not None and isinstance(at, str) and at < cutoff):
                 out.append(path)
+    return out
+
+
+# a claim's states that end it (hetflow.engine.batch.claims.TERMINAL, which gc does not import)
+_CONCLUDED = frozenset(("succeeded", "failed", "skipped", "died"))
+
+
+def _unconcluded_slots(runs_dir: str) -> set[tuple[str, str]]:
+    """(manifest name, slot) of every schedule claim not concluded yet."""
+    root = os.path.join(runs_dir, ".schedule")
+    out = set()
+    for folder in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        try:
+            names = os.listdir(os.path.join(root, folder))
+        except OSError:
+            continue
+        for n in names:
+            if not n.endswith(".json"):
+                continue
+            body = _read_json(os.path.join(root, folder, n))
+            if isinstance(body, dict) and body.get("state") not in _CONCLUDED and isinstance(body.get("slot"), str):
+                out.add((folder, body["slot"]))
     return out
 
 
