@@ -89,7 +89,8 @@ def distribution_files(dist: metadata.Distribution) -> dict[str, str]:
 
 def python_files(folder: str) -> dict[str, str]:
     """The Python code an op in ``folder`` can import from beside it, with digests: every ``.py`` file in the
-    folder, and in the packages under it (subfolders with an ``__init__.py``), to any depth.
+    folder, and in the packages under it (subfolders with an ``__init__.py``, or with ``.py`` files of their
+    own: a namespace package), to any depth, symlinked ones too.
 
     Whatever of it the op imports, at load time or inside its body when
     it runs, is among them: an identity made of fewer would let an edited
@@ -98,29 +99,40 @@ def python_files(folder: str) -> dict[str, str]:
 
     >>> import tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
-    >>> for name in ("ops.py", "helper.py", "pkg/__init__.py", "pkg/deep/__init__.py", "pkg/deep/m.py", "data/x.py"):
+    >>> for name in ("ops.py", "helper.py", "pkg/__init__.py", "pkg/deep/__init__.py", "pkg/deep/m.py", "ns/u.py",
+    ...              "data/x.csv", "venv/pyvenv.cfg", "venv/lib/site.py"):
     ...     (root / name).parent.mkdir(parents=True, exist_ok=True); _ = (root / name).write_text(name)
     >>> sorted(os.path.relpath(p, root) for p in python_files(str(root)))
-    ['helper.py', 'ops.py', 'pkg/__init__.py', 'pkg/deep/__init__.py', 'pkg/deep/m.py']
+    ['helper.py', 'ns/u.py', 'ops.py', 'pkg/__init__.py', 'pkg/deep/__init__.py', 'pkg/deep/m.py']
     """
     found: dict[str, str] = {}
+    seen: set[str] = set()
     todo, top = [folder], True
     while todo:
         here = todo.pop()
+        real = os.path.realpath(here)
+        if real in seen:  # a symlink back up the tree
+            continue
+        seen.add(real)
         try:
             entries = sorted(os.scandir(here), key=lambda e: e.name)
         except OSError:
             continue
-        if not top and not any(e.name == "__init__.py" for e in entries):
-            continue
+        names = {e.name for e in entries}
+        if not top and ("pyvenv.cfg" in names or not any(n.endswith(".py") for n in names)):
+            continue  # a virtual environment, or no package
         top = False
         for e in entries:
-            if e.name.endswith(".py") and e.is_file():
-                digest = file_sha(e.path)
-                if digest is not None:
-                    found[e.path] = digest
-            elif e.is_dir(follow_symlinks=False) and e.name != "__pycache__" and not e.name.startswith("."):
-                todo.append(e.path)
+            try:
+                if e.name.endswith(".py") and e.is_file():
+                    digest = file_sha(e.path)
+                    if digest is not None:
+                        found[e.path] = digest
+                elif e.is_dir() and e.name not in ("__pycache__", "site-packages", "node_modules") \
+                        and not e.name.startswith("."):
+                    todo.append(e.path)
+            except OSError:
+                continue
     return found
 
 

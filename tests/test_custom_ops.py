@@ -544,3 +544,24 @@ def test_a_module_plugins_package_is_its_identity_where_its_distribution_lists_n
             ops.REGISTRY.pop("labed.scale", None)
         plugins._IMPORTED.pop("labed.ops", None)
         plugins._PLUGINS.pop(("module", "labed.ops"), None)
+
+
+def test_a_helper_in_a_namespace_package_or_a_symlinked_folder_is_part_of_the_identity(tmp_path):
+    """A subfolder without an __init__.py (a namespace package on Python 3) and a symlinked package folder were not
+    read: an edit to a helper in either was a stale hit."""
+    from hetflow.executors import codeid
+
+    (tmp_path / "ops.py").write_text("import nsp.util\n")
+    (tmp_path / "nsp").mkdir()
+    (tmp_path / "nsp" / "util.py").write_text("K = 1\n")
+    store = tmp_path / "elsewhere" / "helppkg"
+    store.mkdir(parents=True)
+    (store / "__init__.py").write_text("")
+    (store / "c.py").write_text("K = 1\n")
+    (tmp_path / "helppkg").symlink_to(store, target_is_directory=True)
+    (tmp_path / "loop").symlink_to(tmp_path, target_is_directory=True)  # a link back up is read once
+    found = {os.path.relpath(p, tmp_path) for p in codeid.python_files(str(tmp_path))}
+    assert {"ops.py", os.path.join("nsp", "util.py"), os.path.join("helppkg", "c.py")} <= found, found
+    before = codeid.combine(codeid.python_files(str(tmp_path)))
+    (tmp_path / "nsp" / "util.py").write_text("K = 100\n")
+    assert codeid.combine(codeid.python_files(str(tmp_path))) != before
