@@ -180,6 +180,12 @@ def test_a_record_or_summary_of_a_newer_format_is_shown_with_a_note_saying_so(sw
 
 @pytest.mark.parametrize("edit, said", [
     ({"data": 5}, "its 'data' is 5, where a run record holds an object"),
+    (lambda r: r["manifest"].update(file=7), "its 'manifest' holds a 'file' that is not a string, as no run record does"),
+    (lambda r: r["attempts"][0].update(duration_s="x"),
+     "its 'attempts' holds a 'duration_s' that is not a number, as no run record does"),
+    (lambda r: next(iter(r["outputs"].values())).update(dtype=7),
+     "its 'outputs' holds a 'dtype' that is not a string, as no run record does"),
+    (lambda r: r["plan"].update(nodes="x"), "its 'plan' holds a 'nodes' that is not an object, as no run record does"),
     ({"params": [1]}, "its 'params' is [1], where a run record holds an object"),
     ({"manifest": None}, "its 'manifest' is null, where a run record holds an object"),
 ])
@@ -189,7 +195,12 @@ def test_a_record_whose_keys_hold_what_no_record_does_is_an_error_for_the_comman
     (exit 3); report too. The commands that show a record still show what is there."""
     runs, _, points = swept
     record = runs / points[0] / "record.json"
-    record.write_text(json.dumps({**json.loads(record.read_text()), "status": "failed", **edit}))
+    data = {**json.loads(record.read_text()), "status": "failed"}
+    if callable(edit):  # a field inside a key (its --resume ran every partition, then failed, left running)
+        edit(data)
+    else:
+        data.update(edit)
+    record.write_text(json.dumps(data))
     manifest = str(tmp_path / "sw.yaml")
     for argv in (("verify", "--runs-dir", str(runs), points[0]), ("runs", "diff", "--runs-dir", str(runs), points[0],
                  points[1]), ("report", "--runs-dir", str(runs), points[0], "-o", str(tmp_path / "r.html")),

@@ -234,16 +234,16 @@ def _runs_diff(args: argparse.Namespace, out) -> int:
             continue
         if r.get("damaged"):
             print(f"  {r['output']}: not compared: a file of it is damaged or gone", file=out)
-            print(f"    a: {_view_text(r['a'])}  {r['a']['digest'][:23]}", file=out)
-            print(f"    b: {_view_text(r['b'])}  {r['b']['digest'][:23]}", file=out)
+            print(f"    a: {_view_text(r['a'])}  {str(r['a']['digest'])[:23]}", file=out)
+            print(f"    b: {_view_text(r['b'])}  {str(r['b']['digest'])[:23]}", file=out)
             continue
         if r["same"]:
-            print(f"  {r['output']}: same  {_view_text(r['a'])}  {r['a']['digest'][:23]}", file=out)
+            print(f"  {r['output']}: same  {_view_text(r['a'])}  {str(r['a']['digest'])[:23]}", file=out)
             continue
         extra = f"  max abs difference {r['max_abs_diff']:.6g}" if "max_abs_diff" in r else ""
         print(f"  {r['output']}: differs{extra}", file=out)
-        print(f"    a: {_view_text(r['a'])}  {r['a']['digest'][:23]}", file=out)
-        print(f"    b: {_view_text(r['b'])}  {r['b']['digest'][:23]}", file=out)
+        print(f"    a: {_view_text(r['a'])}  {str(r['a']['digest'])[:23]}", file=out)
+        print(f"    b: {_view_text(r['b'])}  {str(r['b']['digest'])[:23]}", file=out)
     return EXIT_OK
 
 

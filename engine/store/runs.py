@@ -588,12 +588,39 @@ _POINT_KINDS: dict[str, tuple[type | None, ...]] = {
 }
 
 
+# the fields inside a top-level key that the commands read, with what each holds: a key holding one of another
+# kind is as wrong as the key itself (None: the field may be null or absent)
+_INSIDE: dict[str, dict[str, tuple[type | None, ...]]] = {
+    "manifest": {"file": (str, None), "name": (str, None), "digest": (str, None)},
+    "plan": {"nodes": (dict, None), "executors": (dict, None), "partitions": (list, None), "bridges": (list, None),
+             "totals": (dict, None), "outputs": (dict, None)},
+}
+# the same of each item of a key of objects
+_EACH: dict[str, dict[str, tuple[type | None, ...]]] = {
+    "attempts": {"duration_s": (int, float, None), "status": (str, None), "started_at": (str, None),
+                 "ended_at": (str, None)},
+    # (not its digest: verify says "the record gives no digest for it" of one that is no string, and fails)
+    "outputs": {"file": (str, None), "dtype": (str, None), "shape": (list, None)},
+    "nodes": {"status": (str, None), "partition": (str, None), "executor": (str, None)},
+}
+
+
+def _fields_of_kind(item: Mapping[str, Any], kinds: Mapping[str, tuple[type | None, ...]]) -> bool:
+    return all(k not in item or item[k] is None or _of_kind(item[k], v) for k, v in kinds.items())
+
+
 def _of_kind(value: Any, kinds: tuple[type | None, ...], key: str = "") -> bool:
     if not any((value is None) if kind is None else (isinstance(value, kind) and not isinstance(value, bool))
                for kind in kinds):
         return False
     if key in _OF_OBJECTS and isinstance(value, (list, dict)):
-        return all(isinstance(item, dict) for item in (value.values() if isinstance(value, dict) else value))
+        items = value.values() if isinstance(value, dict) else value
+        if not all(isinstance(item, dict) for item in items):
+            return False
+        if key in _EACH and not all(_fields_of_kind(item, _EACH[key]) for item in items):
+            return False
+    if key in _INSIDE and isinstance(value, dict) and not _fields_of_kind(value, _INSIDE[key]):
+        return False
     return True
 
 
@@ -642,7 +669,15 @@ def record_problem(record: Mapping[str, Any]) -> str | None:
         said = said if len(said) <= 40 else said[:37] + "..."
         wanted = " or ".join(dict.fromkeys(_KIND_NAMES[k] for k in kinds))
         if _of_kind(value, kinds):
-            wanted += " of objects"
+            wanted += " of objects" if key in _OF_OBJECTS and key not in _INSIDE else ""
+            fields = _INSIDE.get(key) or _EACH.get(key) or {}
+            inside = [(f, kind) for f, kind in fields.items() for item in (
+                [value] if key in _INSIDE else (value.values() if isinstance(value, dict) else value))
+                if isinstance(item, dict) and f in item and item[f] is not None and not _of_kind(item[f], kind)]
+            if inside:
+                f, kind = inside[0]
+                named = " or ".join(dict.fromkeys(_KIND_NAMES[k] for k in kind if k is not None))
+                return f"its {key!r} holds a {f!r} that is not {named}, as no run record does"
         return f"its {key!r} is {said}, where a run record holds {wanted}"
     return None
 
