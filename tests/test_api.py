@@ -817,3 +817,39 @@ def test_a_record_edited_into_other_types_is_read_without_a_crash(manifest_file,
         record_file.write_text(broken)
         with pytest.raises(hetflow.UsageError, match="not a run record: its JSON is"):
             hetflow.open_run(done.path, runs_dir=tmp_path / "runs")
+
+
+def test_an_on_point_that_raises_fails_a_parallel_sweep_as_it_fails_one_point_at_a_time(manifest_file, tmp_path):
+    """With parallel=2 the summary said cancelled: stopping the other points was taken for a Ctrl-C."""
+    path = manifest_file(SPLIT.replace("outputs:", "matrix: {n: [2, 3, 4, 5]}\noutputs:"))
+    runs = tmp_path / "runs"
+
+    def broken(row: dict) -> None:
+        raise ValueError("the caller's bug")
+
+    with pytest.raises(ValueError, match="the caller's bug"):
+        hetflow.sweep(path, runs_dir=runs, on_point=broken, parallel=2)
+    (summary_file,) = runs.glob("*/sweep.json")
+    summary = json.loads(summary_file.read_text())
+    assert summary["status"] == "failed" and summary["error"]["message"] == (
+        "the sweep ended early: ValueError: the caller's bug"), summary
+    again = hetflow.sweep(path, runs_dir=runs, resume="latest", parallel=2)
+    assert again.status == "succeeded"
+
+
+def test_a_ctrl_c_that_finds_every_point_ended_is_a_keyboard_interrupt_and_the_summary_says_succeeded(manifest_file,
+                                                                                                        tmp_path):
+    """It raised RunCancelled ("cancelled by SIGINT: 3 of 3 points had finished") beside a summary that said
+    succeeded; the docs say the summary says how the sweep ended and a KeyboardInterrupt follows."""
+    path = manifest_file(SPLIT.replace("outputs:", "matrix: {n: [2, 3, 4]}\noutputs:"))
+    runs = tmp_path / "runs"
+
+    def ctrl_c_at_the_last(row: dict) -> None:
+        if row["name"] == "split[n=4]":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as e:
+        hetflow.sweep(path, runs_dir=runs, on_point=ctrl_c_at_the_last)
+    assert not isinstance(e.value, hetflow.RunCancelled)
+    (summary_file,) = runs.glob("*/sweep.json")
+    assert json.loads(summary_file.read_text())["status"] == "succeeded"

@@ -229,6 +229,7 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
     # reason: the caller's list held them too.
     queue = collections.deque(todo)
     todo.clear()
+    stopped_by: list[BaseException | None] = [None]  # the error that made this sweep stop its running points
     try:
         if parallel == 1:
             while queue:
@@ -242,8 +243,11 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
                 try:
                     for future in futures:
                         future.result()
-                except BaseException:
-                    cancel.request("SIGINT")  # the points not started stay pending, running ones stop
+                except BaseException as e:
+                    # the points not started stay pending, running ones stop; an error (a caller's on_point that
+                    # raised) stops them as a Ctrl-C would, and the sweep still ends failed, as without parallel
+                    stopped_by[0] = None if isinstance(e, (KeyboardInterrupt, Cancelled, RunCancelled)) else e
+                    cancel.request("SIGINT")
                     for future in futures:
                         future.cancel()
                     raise
@@ -261,13 +265,15 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
                         summary["error"] = {"message": f"the sweep ended early: {type(e).__name__}: {e}",
                                             "pending": [r["name"] for r in summary["points"]
                                                         if r["status"] == "pending"]}
-                    finish(lambda: _overall(summary["points"], cancel.requested, interrupted=interrupted))
+                    finish(lambda: _overall(summary["points"], cancel.requested and stopped_by[0] is None,
+                                            interrupted=interrupted))
             forget_hook()
             pools.__exit__(None, None, None)
             writer.stop()
-        if interrupted:  # the Python API's Ctrl-C, raised in this thread (a point's own is its run's RunCancelled)
+        if interrupted and summary.get("status") == "cancelled":
+            # the Python API's Ctrl-C, raised in this thread (a point's own is its run's RunCancelled)
             raise _cancelled(summary, folder, "SIGINT") from e
-        raise
+        raise  # a Ctrl-C that found every point ended cancelled nothing: the summary says how the sweep ended
     rows = summary["points"]
 
     def final_status() -> str:
