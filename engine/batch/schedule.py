@@ -382,8 +382,8 @@ def _outlived_hook(entry: Entry, body: Mapping[str, Any], path: str, log: Log) -
     reboot), and it runs again from the start.
     """
     process = body.get("hook_process")
-    if not isinstance(process, Mapping):
-        return None
+    if not isinstance(process, Mapping) or not isinstance(process.get("pid"), int) or isinstance(process["pid"], bool):
+        return None  # no process it can look at: waited for, it would be waited for for ever
     found = _hook_command(entry, body.get("state") or "")
     which = found[0] if found else "hook"
     alive = owner.alive(process)
@@ -391,6 +391,7 @@ def _outlived_hook(entry: Entry, body: Mapping[str, Any], path: str, log: Log) -
         return False
     if alive:
         started = _epoch(body.get("hook_started"))
+        started = started if started is not None else _epoch(body.get("at"))  # the claim's rewrite, just after
         if started is None or time.time() - started <= HOOK_TIMEOUT_S:
             return False
         _end_tree(process["pid"])
