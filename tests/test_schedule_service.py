@@ -888,3 +888,22 @@ def test_a_hook_left_running_past_its_time_limit_is_ended_and_one_cut_short_runs
     assert [e for e, _ in said] == ["hook-owed", "hook"] and said[1][1]["rc"] == 0
     assert hook_lines(tmp_path) == [("2026-06-01T10:00:00Z", "succeeded")]
     assert json.loads(path.read_text())["hook"] == "ran"
+
+
+def test_a_claim_whose_hook_process_names_no_pid_is_owed_not_waited_for(tmp_path):
+    from hetflow.engine.batch.claims import claim_body
+    from hetflow.engine.store import owner
+    from hetflow.engine.store.records import utc_iso
+
+    m = write(tmp_path, "hooked", 'cron: "0 * * * *"\n' + HOOKS)
+    entry, runs = sched.load_entry(m), str(tmp_path / "runs")
+    slot = sched.parse_instant("2026-06-01T10:00:00Z")
+    path = Path(sched.claim(runs, entry, slot))
+    gone = subprocess.Popen(["true"])
+    dead = {"pid": gone.pid, "start_ticks": owner.start_ticks(gone.pid)}
+    gone.wait()
+    path.write_text(json.dumps({**claim_body(entry, slot, "succeeded"), **dead, "hook": "pending",
+                                "hook_process": {**owner.current(), "pid": "x"}, "hook_started": utc_iso(0)}))
+    said = []
+    assert sched.pay_hook(entry, str(path), runs, lambda e, f: said.append(e)) is True
+    assert said == ["hook-owed", "hook"] and hook_lines(tmp_path) == [("2026-06-01T10:00:00Z", "succeeded")]
