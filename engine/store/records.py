@@ -397,12 +397,19 @@ class Batch:
         final record is durable, is superseded rather than waited for: no
         reader ever saw it, the final record would replace it at once, and
         at every moment the path holds a durable record or none, as it would
-        have. Its temporary file is removed when its commit ends.
+        have. Its temporary files are removed here, not when its commit
+        ends (an fsync may still be under way on them): a caller that lists
+        the folder once this returns, or a process that ends, finds none.
         """
         with self._renaming:
             if self._state == "renamed":
                 return False
             self._state = "superseded"
+            for tmp, _ in list(self._renames):
+                try:
+                    os.unlink(tmp)
+                except FileNotFoundError:
+                    pass
             return True
 
     def abandon(self) -> None:
