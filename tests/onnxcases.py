@@ -77,14 +77,7 @@ NEW = ("Gather", "ArgMin", "ReduceMin", "Min", "Max", "Abs", "Pow", "Erf", "Clip
 ALSO_NEW = ("Neg", "Mod")
 """ONNX op types the issue's new ops (``neg``, ``mod``) also cover."""
 
-DOCUMENTED = {
-    "test_cast_FLOAT_to_INT4": "float -> int4 out of range: ONNX leaves it undefined, hetflow saturates",
-    "test_cast_FLOAT16_to_INT4": "float -> int4 out of range: ONNX leaves it undefined, hetflow saturates",
-    "test_castlike_FLOAT_to_INT4_expanded": "float -> int4 out of range: ONNX leaves it undefined, hetflow saturates",
-    "test_castlike_FLOAT16_to_INT4_expanded": "float -> int4 out of range: ONNX leaves it undefined, hetflow saturates",
-    "test_castlike_FLOAT_to_INT4": "float -> int4 out of range: ONNX leaves it undefined, hetflow saturates",
-    "test_castlike_FLOAT16_to_INT4": "float -> int4 out of range: ONNX leaves it undefined, hetflow saturates",
-}
+DOCUMENTED: dict[str, str] = {}
 """Expressible cases whose difference from ONNX is hetflow's documented rule where ONNX defines none."""
 
 _EXACT_OPS = frozenset({"Cast", "CastLike", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",

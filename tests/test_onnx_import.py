@@ -315,3 +315,56 @@ def test_graph_outputs_that_differ_only_by_case_become_outputs_that_do_not(tmp_p
     got = {name: run.outputs[name] for name in names}
     assert [got[n].tolist() for n in names] == [np.maximum(x_value, 0).tolist(), (-x_value).tolist(),
                                                np.abs(x_value).tolist()]
+
+
+@pytest.mark.parametrize("vendor", ["cpu", "vulkan"])
+def test_int8_arithmetic_and_casts_to_int8_and_int4_keep_onnxs_integer_rules(tmp_path, vendor):
+    """ONNX's int8 wraps and its casts to int8 and int4 take floats toward zero and integers by their low bits;
+    hetflow's own int8 rounds and saturates: 100 + 100 was 127, not -56, and a float 2.7 cast to int8 was 3."""
+    from onnx import TensorProto as T, helper
+    from onnx.reference import ReferenceEvaluator
+
+    if vendor == "vulkan":
+        from hetflow.executors import probe
+        from hetflow.executors.base import Vendor
+
+        offer = probe(Vendor.vulkan)
+        if not offer.available:
+            pytest.skip(f"vulkan executor unavailable here: {offer.reason}")
+    values = {
+        "a": (T.INT8, np.array([100, -100, 3, 64, -128, 127, 0, 12], np.int8)),
+        "b": (T.INT8, np.array([100, -100, 5, 64, -1, 2, 7, -12], np.int8)),
+        "f": (T.FLOAT, np.array([2.7, -2.7, 2.5, -9.0, 8.0, 15.0, 200.0, -0.5], np.float32)),
+        "i": (T.INT32, np.array([200, -200, 127, 300, -129, 65535, 7, -8], np.int32)),
+        "u": (T.UINT8, np.array([200, 255, 127, 128, 0, 1, 15, 16], np.uint8)),
+    }
+    nodes = [helper.make_node("Add", ["a", "b"], ["add"]), helper.make_node("Sub", ["a", "b"], ["sub"]),
+             helper.make_node("Mul", ["a", "b"], ["mul"]), helper.make_node("Div", ["a", "b"], ["div"]),
+             helper.make_node("Mod", ["a", "b"], ["mod"]), helper.make_node("Mod", ["a", "b"], ["fmod"], fmod=1),
+             helper.make_node("Neg", ["a"], ["neg"]), helper.make_node("Abs", ["a"], ["abs"])]
+    if vendor == "vulkan":  # Vulkan has no integer division or remainder: those stay on the CPU
+        nodes = [n for n in nodes if n.op_type not in ("Div", "Mod")]
+    outputs = {n.output[0]: T.INT8 for n in nodes}
+    for source in ("f", "i", "u", "a"):
+        for target, code in (("int8", T.INT8), ("int4", T.INT4)):
+            if (source, target) == ("a", "int8"):
+                continue
+            nodes.append(helper.make_node("Cast", [source], [f"{source}_{target}"], to=code))
+            outputs[f"{source}_{target}"] = code
+    graph = helper.make_graph(nodes, "ints", [helper.make_tensor_value_info(k, t, [8]) for k, (t, _) in values.items()],
+                              [helper.make_tensor_value_info(k, t, [8]) for k, t in outputs.items()])
+    model = tmp_path / "ints.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), str(model))
+    feeds = {k: v for k, (_, v) in values.items()}
+    want = dict(zip(outputs, ReferenceEvaluator(str(model)).run(None, feeds)))
+    code, _, err = _cli("import", "onnx", str(model), "-o", str(tmp_path / "imported"))
+    assert code == 0, err
+    manifest = tmp_path / "imported" / "ints.yaml"
+    if vendor == "vulkan":
+        manifest.write_text(manifest.read_text().replace("cpu: {vendor: cpu}", "cpu: {vendor: vulkan}"))
+    run = hetflow.run(manifest, inputs=feeds, runs_dir=tmp_path / "runs", cache=False)
+    assert {n["executor"] for n in run.record["nodes"].values()} == {"cpu"}
+    for name in outputs:
+        got = np.asarray(run.outputs[name]).astype(np.int64)
+        assert got.tolist() == np.asarray(want[name]).astype(np.int64).tolist(), name
+    assert want["add"].tolist()[:2] == [-56, 56] and want["f_int8"].tolist()[:2] == [2, -2]

@@ -255,9 +255,10 @@ def _binary(b: NodeContext) -> None:
             args["fmod"] = _flag(op, "fmod", b.attr("fmod"))
     else:
         b.only()
-    if op in ("div", "mod", "pow") and "int8" in (b.dtype(0), b.dtype(1)):
-        raise Inexpressible("int8 is a quantized activation in hetflow (computed in float32, rounded back): "
-                            f"ONNX's integer {op} of int8 has no counterpart")
+    if b.out_dtype() in _NARROW and op in _ARITHMETIC:
+        wide = b.stage(op, [_as_int32(b, 0), _as_int32(b, 1)], args or None, "int32")
+        b.output(_wrapped(b, wide, b.out_dtype()))
+        return
     value = b.scalar(1)
     # folded only where broadcasting the scalar changes nothing: the output has x's shape and float type
     if (op in _VALUE_OPS and value is not None and b.dtype(0) in _FLOAT_DTYPES
@@ -269,7 +270,46 @@ def _binary(b: NodeContext) -> None:
 
 def _unary(b: NodeContext) -> None:
     b.only()
-    b.output(b.stage(_UNARY[b.node.op_type], [b.input(0)], None, b.out_dtype()))
+    op = _UNARY[b.node.op_type]
+    if b.out_dtype() in _NARROW and op in _ARITHMETIC:
+        b.output(_wrapped(b, b.stage(op, [_as_int32(b, 0)], None, "int32"), b.out_dtype()))
+        return
+    b.output(b.stage(op, [b.input(0)], None, b.out_dtype()))
+
+
+# ONNX's int8 is an integer type: its arithmetic wraps, a float becomes one toward zero and a wider integer by
+# dropping its high bits (Cast's rules; the node tests' int4 casts wrap too). hetflow's int8 and int4 are quantized
+# activations that round and saturate. So that arithmetic, and those casts, go through int32, where they are exact
+# (or wrap, which keeps the low bits), and the result is wrapped to the narrow type by ops every executor runs on
+# integers (a cast to uint8 keeps the low byte everywhere; Vulkan has no integer division or remainder).
+_NARROW = ("int8", "int4")
+#: hetflow ops whose integer result may leave int8's range
+_ARITHMETIC = frozenset({"add", "sub", "mul", "div", "mod", "pow", "neg", "abs"})
+
+
+def _as_int32(b: NodeContext, i: int) -> str:
+    return b.input(i) if b.dtype(i) == "int32" else b.stage("cast", [b.input(i)], None, "int32")
+
+
+def _wrapped(b: NodeContext, wide: str, target: str) -> str:
+    """Stage ``wide`` (int32) as ``target`` (int8 or int4), keeping its low bits, two's complement."""
+    if target == "int4":
+        wide = b.stage("mul", [wide], {"value": 16}, "int32")  # its low 4 bits, the high 4 of the low byte
+    low = b.stage("cast", [b.stage("cast", [wide], None, "uint8")], None, "int32")  # the low byte, 0..255
+    negative = b.stage("ge", [low], {"value": 128}, "bool")
+    signed = b.stage("where", [negative, b.stage("sub", [low], {"value": 256}, "int32"), low], None, "int32")
+    if target == "int8":
+        return b.stage("cast", [signed], None, "int8")
+    sixteenths = b.stage("mul", [b.stage("cast", [signed], None, "fp32")], {"value": 0.0625}, "fp32")  # exact
+    return b.stage("cast", [sixteenths], None, "int4")
+
+
+def _cast_node(b: NodeContext, args: dict | None) -> None:
+    target, source = b.out_dtype(), b.dtype(0)
+    if target in _NARROW and source not in ("bool", target) and not (source == "int4" and target == "int8"):
+        b.output(_wrapped(b, _as_int32(b, 0), target))
+        return
+    b.output(b.stage("cast", [b.input(0)], args, target))
 
 
 def _identity(b: NodeContext) -> None:
@@ -294,14 +334,12 @@ def _where(b: NodeContext) -> None:
 
 def _cast(b: NodeContext) -> None:
     b.only("to", "saturate", round_mode="up")
-    args = None if b.attr("saturate", 1) else {"saturate": 0}
-    b.output(b.stage("cast", [b.input(0)], args, b.out_dtype()))
+    _cast_node(b, None if b.attr("saturate", 1) else {"saturate": 0})
 
 
 def _castlike(b: NodeContext) -> None:
     b.only("saturate")
-    args = None if b.attr("saturate", 1) else {"saturate": 0}
-    b.output(b.stage("cast", [b.input(0)], args, b.out_dtype()))
+    _cast_node(b, None if b.attr("saturate", 1) else {"saturate": 0})
 
 
 def _variadic(op: str, mean: bool = False) -> Callable[[NodeContext], None]:
