@@ -363,3 +363,67 @@ def test_an_entry_this_user_cannot_read_is_said_so_computed_here_and_left_as_it_
     assert done["cache_unreadable"] == {"p0": "its files cannot be read by this user (Permission denied)"}
     assert done["cache_store_failed"] == {} and "p0" not in done["cache_hits"]
     assert "warning: 1 cache entry could not be read by this user, so their partitions ran again: p0" in err
+
+
+def test_an_entry_a_gc_removes_while_it_is_read_is_absent_not_damaged(tmp_path, monkeypatch):
+    """A run that read an entry's entry.json as a runs gc removed it said "damaged: its file 1.bin is missing"."""
+    cache = Cache(str(tmp_path / "cache"))
+    key = "sha256:" + "cd" * 32
+    outputs = {"a": PortableActivation.from_array(np.ones(3, np.float32), Dtype.fp32),
+               "b": PortableActivation.from_array(np.zeros(2, np.float32), Dtype.fp32)}
+    assert cache.store(key, {}, outputs)
+    real = cachemod.json.load
+
+    def read_then_removed(f):
+        entry = real(f)
+        assert cache.remove(key) is None  # the gc's removal, between the reader's entry.json and its files
+        return entry
+
+    monkeypatch.setattr(cachemod.json, "load", read_then_removed)
+    assert cache.load(key) is None
+    monkeypatch.undo()
+    assert cache.damaged == {} and not cache.has(key)
+    # where the entry is still there and a file of it is not, it is damaged, as before
+    assert cache.store(key, {}, outputs)
+    os.unlink(os.path.join(cache._folder(key), "1.bin"))
+    assert Cache(cache.root).load(key) is None
+    fresh = Cache(cache.root)
+    fresh.load(key)
+    assert fresh.damaged == {key: "its file 1.bin is missing"}
+
+
+def test_the_entries_a_process_ending_at_once_was_writing_are_removed_not_left_half_written(tmp_path, monkeypatch):
+    """A run cancelled by SIGTERM, SIGHUP or Ctrl-C ended its process while a partition's entry was being written:
+    its temporary folder stayed, half written, until a runs gc an hour later."""
+    import threading
+
+    cache = Cache(str(tmp_path / "cache"))
+    key = "sha256:" + "ef" * 32
+    outputs = {"a": PortableActivation.from_array(np.ones(1 << 16, np.float32), Dtype.fp32),
+               "b": PortableActivation.from_array(np.zeros(2, np.float32), Dtype.fp32)}
+    real, first_written, go = cachemod._write_file, threading.Event(), threading.Event()
+
+    def slow_write(path, data):
+        real(path, data)
+        first_written.set()
+        go.wait(10)
+
+    monkeypatch.setattr(cachemod, "_write_file", slow_write)
+    failed = []
+
+    def store():
+        try:
+            cache.store(key, {}, outputs)
+        except OSError as e:
+            failed.append(e)
+
+    writer = threading.Thread(target=store)
+    writer.start()
+    assert first_written.wait(10)
+    shard = os.path.dirname(cache._folder(key))
+    assert [n for n in os.listdir(shard) if n.startswith(".tmp-")]  # half written
+    cachemod.abandon_writes()
+    assert os.listdir(shard) == []
+    go.set()
+    writer.join(10)
+    assert failed and not cache.has(key) and os.listdir(shard) == []  # the writer found its folder gone and stopped

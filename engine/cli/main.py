@@ -235,6 +235,17 @@ def _interrupt_until_done(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
 
+def _end_now(code: int) -> None:
+    """End the process at once, its output flushed and the cache entries its abandoned threads were writing
+    removed (half written, they would stay until a ``runs gc`` an hour later)."""
+    for stream in (sys.stdout, sys.stderr):
+        quiet(stream).flush()
+    cache = sys.modules.get("hetflow.engine.store.cache")
+    if cache is not None:
+        cache.abandon_writes()
+    os._exit(code)
+
+
 def _signals_end_with(code: int) -> None:
     """The command has done its work and said how it ended: a Ctrl-C from now on is ignored, and SIGTERM or
     SIGHUP end the process at once with ``code``. A Ctrl-C in the interpreter's teardown killed the process
@@ -243,9 +254,7 @@ def _signals_end_with(code: int) -> None:
     import signal
 
     def done(signum: int, frame: object) -> None:
-        for stream in (sys.stdout, sys.stderr):
-            quiet(stream).flush()
-        os._exit(code)
+        _end_now(code)
 
     for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         number = getattr(signal, name, None)
@@ -279,9 +288,7 @@ def entry() -> None:
     if code > 128 or (runtime is not None and runtime.abandoned_calls()) or sys.argv[1:2] == ["emulate"]:
         # A cancelled run, or a timed-out attempt, left executor calls going in daemon threads: the interpreter
         # would wait for them, and a BLAS library's exit handler would wait forever for a call it stopped.
-        for stream in (sys.stdout, sys.stderr):
-            quiet(stream).flush()
-        os._exit(code)
+        _end_now(code)
     # The interpreter's last collection would walk everything still alive and free the cycles a large
     # pipeline left (its plan, the run's task graph): 1.2 s after a 100,000-stage run. The process ends
     # now and the OS takes the memory back; what the command wrote is closed and flushed by now.

@@ -168,6 +168,9 @@ class Cancel:
                 stream.flush()
             except Exception:  # noqa: BLE001
                 pass
+        cache = sys.modules.get("hetflow.engine.store.cache")
+        if cache is not None:  # the entries its partitions were storing, half written
+            cache.abandon_writes()
         os._exit(code)
 
     def _handle(self, signum: int, frame: Any) -> None:

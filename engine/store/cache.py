@@ -58,7 +58,7 @@ from hetflow.executors.files import file_digest
 from hetflow.executors.base import Dtype, PortableActivation, TensorShape
 
 __all__ = ["CACHE_FORMAT", "PartitionKey", "Cache", "CacheUse", "partition_keys", "hetflow_version", "computing_versions",
-           "file_digest", "explain"]
+           "file_digest", "explain", "abandon_writes"]
 
 CACHE_FORMAT = 1
 
@@ -489,6 +489,8 @@ class Cache:
                 pass  # a cache this user may read and not write
             return outputs
         except FileNotFoundError as e:
+            if not os.path.exists(os.path.join(folder, "entry.json")):
+                return None  # a runs gc removed it as it was read (its entry.json goes first): absent, not damaged
             self.damaged[key] = f"its file {os.path.basename(e.filename or '?')} is missing"
             return None
         except OSError as e:
@@ -512,6 +514,7 @@ class Cache:
         import tempfile  # with shutil, for the commands that store: plan and validate only read
 
         tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
+        _WRITING.add(tmp)
         try:
             os.chmod(tmp, folder_mode())  # mkdtemp's 0700 would keep the entry from everyone else sharing the cache
             # No fsync: an entry is checked against its checksums whenever it is read, so one that a power cut
@@ -547,6 +550,8 @@ class Cache:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        finally:
+            _WRITING.discard(tmp)
 
     def keys(self) -> Iterator[str]:
         if not os.path.isdir(self.root):
@@ -615,6 +620,23 @@ def _write_file(path: str, data: bytes | memoryview) -> None:
             done += os.write(fd, view[done:])
     finally:
         os.close(fd)
+
+
+_WRITING: set[str] = set()
+"""The temporary folders of the entries this process is writing now."""
+
+
+def abandon_writes() -> None:
+    """Remove the temporary folders of the entries this process is still writing; for a process about to end at
+    once (a cancelled run's partitions are not waited for), whose writers would leave them half written until a
+    ``runs gc`` an hour later. A writer that goes on meanwhile finds its folder gone and stops."""
+    import shutil
+
+    for tmp in list(_WRITING):
+        for _ in range(3):  # a file the writer made while the folder was being emptied leaves it standing
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not os.path.lexists(tmp):
+                break
 
 
 def _move_aside(folder: str) -> None:
