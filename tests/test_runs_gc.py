@@ -433,3 +433,34 @@ def test_a_gc_killed_among_a_sweeps_renames_is_finished_by_the_next(tmp_path, mo
     assert code == 0, err
     left = sorted(p.name for p in runs.iterdir() if not p.name.startswith("."))
     assert [n for n in left if "-sw-" in n] == [], left  # no point of the sweep is left as a run of its own
+
+
+def test_a_killed_writes_temporary_file_goes_with_gc_once_old_and_with_a_resume_at_once(tmp_path):
+    """SIGKILL between the final record's file and its rename left ``.tmp-XXXXrecord.json``, a whole record saying
+    ``succeeded`` beside the one in force saying ``died``; neither a resume nor gc removed it."""
+    (tmp_path / "gate.py").write_text(
+        "import os\nfrom hetflow import op\n\n\n@op('t.gate')\ndef gate(xp, x):\n"
+        "    if os.path.exists(os.path.join(os.path.dirname(__file__), 'closed')):\n"
+        "        raise RuntimeError('the gate is closed')\n    return x\n")
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("version: 1\nname: m\nplugins: [gate.py]\nexecutors: {h: {vendor: cpu}}\nstages:\n"
+                        "  a: {op: full, args: {shape: [2], value: 1}}\n  z: {op: t.gate, inputs: [a]}\n"
+                        "outputs: {z: z}\n")
+    runs = tmp_path / "runs"
+    (tmp_path / "closed").write_text("")
+    code, out, err = cli("run", str(manifest), "--runs-dir", str(runs), "--quiet", "--json")
+    assert code == 1, err
+    failed = runs / json.loads(out)["run_id"]
+    old, young = failed / ".tmp-0123456789abrecord.json", failed / ".tmp-ba9876543210record.json"
+    old.write_text('{"status": "succeeded"}\n')
+    young.write_text('{"status": "succeeded"}\n')
+    hour_ago = time.time() - 3700
+    os.utime(old, (hour_ago, hour_ago))
+    code, out, err = cli("runs", "--runs-dir", str(runs), "gc", "--keep", "5")
+    assert code == 0, err
+    assert not old.exists() and young.exists()  # a live writer's may be younger than an hour
+    (tmp_path / "closed").unlink()
+    code, out, err = cli("run", str(manifest), "--runs-dir", str(runs), "--resume", failed.name, "--quiet")
+    assert code == 0, err
+    assert not [p.name for p in failed.iterdir() if p.name.startswith(".")]
+    assert json.loads((failed / "record.json").read_text())["status"] == "succeeded"

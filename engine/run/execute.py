@@ -68,6 +68,7 @@ from hetflow.engine.store.records import (
     npy_writer,
     provenance,
     remove_partial_writes,
+    remove_temporaries,
     utc_iso,
     versions,
     write_json_atomic,
@@ -176,6 +177,10 @@ def _execute(
             raise StorageUnavailable(f"a run's folder could not be made in {runs_dir}: {e.strerror}") from e
     record_path = os.path.join(run_dir, "record.json")
     earlier = _earlier_attempts(record_path) if resume is not None else []
+    if resume is not None:
+        # an earlier attempt killed during a write left its temporary file (a whole record perhaps, saying what
+        # this one's will not); its folder is this attempt's now, under its lock
+        remove_temporaries(run_dir)
     if on_run_id is not None:
         on_run_id(run_id)
     cancel.name_subject("run", run_id, record_path)

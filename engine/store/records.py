@@ -45,6 +45,7 @@ __all__ = [
     "write_json_atomic",
     "write_text_atomic",
     "remove_partial_writes",
+    "remove_temporaries",
     "remove_tree",
     "dumps_record",
     "encode_value",
@@ -538,6 +539,30 @@ def remove_partial_writes(path: str) -> int:
                 removed += 1
             except FileNotFoundError:
                 pass
+    return removed
+
+
+def remove_temporaries(folder: str, older_than_s: float | None = None) -> int:
+    """Remove the temporary files of every unfinished atomic write in ``folder`` (a process killed between a
+    file and its rename leaves one, a whole record perhaps, beside the one in force); only those older than
+    ``older_than_s`` seconds where given, as a live writer's may be younger. How many went."""
+    before = None if older_than_s is None else time.time() - older_than_s
+    removed = 0
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    for entry in names:
+        if not entry.startswith(".tmp-"):
+            continue
+        path = os.path.join(folder, entry)
+        try:
+            if before is not None and os.lstat(path).st_mtime >= before:
+                continue
+            os.unlink(path)
+            removed += 1
+        except OSError:
+            pass  # gone already, or a folder: not a write of this module's
     return removed
 
 

@@ -1069,6 +1069,12 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
                 removed_entries.remove(key)
                 refused.append({"path": f"cache entry {key}", "error": why})
         cache.clean_temporaries()
+        from hetflow.engine.store.records import remove_temporaries
+
+        # a process killed between a file and its rename left the file (a whole record perhaps) beside the one in
+        # force; an hour old, no live writer's is
+        for name in kept_runs + [u["id"] for u in kept if u["kind"] == "sweep"]:
+            remove_temporaries(os.path.join(runs_dir, name), older_than_s=3600.0)
     return {"dry_run": dry_run, "kept_runs": kept_runs,
             "kept_sweeps": sorted(u["id"] for u in kept if u["kind"] == "sweep"), "removed": removed, "spared": spared, "removed_runs": gone,
             "removed_sweeps": [u["id"] for u in removed if u["kind"] == "sweep"],
