@@ -371,3 +371,23 @@ def test_the_runners_beside_the_execution_stop_at_its_deadline(backend, guests):
     with pytest.raises(emu.TimeLimitExceeded):
         runner.rom_histogram_runner(image, emu.load_elf(path), 1 << 62, deadline=__import__("time").monotonic() + 0.3,
                                     timeout=0.3)
+
+
+def test_a_timeout_counts_the_guests_time_not_what_came_before_its_first_step(guests, monkeypatch):
+    """Under load the fast backend took longer than a 0.5 s timeout to reach its first step (its interpreter
+    loaded, the program's memory made), and the guest "timed out" with 0 steps done."""
+    import time
+
+    from hetflow.executors.emulator import fast
+
+    path = guests("spin", elf(code(jal(0, 0))))
+    real = fast.image_of
+
+    def slow_image_of(*args, **kwargs):
+        time.sleep(0.6)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fast, "image_of", slow_image_of)
+    with pytest.raises(emu.TimeLimitExceeded) as failed:
+        emu.execute(path, backend="fast", runners=False, max_steps=1 << 62, timeout=0.5)
+    assert failed.value.step > 0

@@ -193,7 +193,9 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
     Runners no one awaits are stopped: by ``out.backend.stop()``, when
     the main execution fails, and at the process's exit at the latest
     (:mod:`.background`).
-    ``timeout`` bounds the main execution's wall-clock time in seconds;
+    ``timeout`` bounds the main execution's wall-clock time in seconds,
+    from when the guest starts (the fast backend's interpreter compiled
+    or loaded first, and its first slice of steps run whatever the clock says);
     ``max_output`` the bytes the guest may write (at most
     :data:`MAX_OUTPUT_LIMIT`).
 
@@ -216,8 +218,14 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
     if isinstance(max_output, bool) or not isinstance(max_output, int) or not 0 <= max_output <= MAX_OUTPUT_LIMIT:
         raise ValueError(f"max_output is a whole number of bytes from 0 to {MAX_OUTPUT_LIMIT}, not {max_output!r}")
     import time
-    limits = {"deadline": None if timeout is None else time.monotonic() + timeout, "timeout": timeout,
-              "max_output": max_output}
+    limits = {"deadline": None, "timeout": timeout, "max_output": max_output}
+
+    def clock_starts() -> None:
+        # the guest's time: after the program is read and the interpreter compiled or loaded from numba's cache
+        # (a cold compile took minutes under load, and a run with a short timeout then ended with no step done)
+        if timeout is not None:
+            limits["deadline"] = time.monotonic() + timeout
+
     program = _program(program)
     input = bytes(input)
     extra = {}
@@ -227,10 +235,12 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
             import numpy as mem_plan_xp
     if backend == "reference":
         from . import reference
+        clock_starts()
         r = reference.run(program, input, chunk_steps, max_steps, **limits)
         artifacts = BackendArtifacts.reference()
     elif backend == "native":
         mo = rh = None
+        clock_starts()  # its runners' too
         if runners:                    # translated code and the reference interpreter: no numba
             from . import native_runners
             image = native_runners.image_of(program, input, len(input))
@@ -252,10 +262,14 @@ def execute(program: Program | str | Path, *, backend: str = "fast", input: byte
         extra["translation"] = r["translation"]
     elif not runners:
         from . import fast
+        fast.warm_up()
+        clock_starts()
         r = fast.run(program, input, chunk_steps, max_steps, **limits)
         artifacts = BackendArtifacts.fast(None, None)
     else:
         from . import fast
+        fast.warm_up()
+        clock_starts()
         image = fast.image_of(program, input, len(input))     # shared by MT, MO and RH: each copies its memory
         mo = fast.spawn(lambda: plan_memory(fast.mem_ops_runner(image, program, max_steps, **limits), mem_plan_rows,
                                             mem_plan_xp), name="MO")

@@ -332,7 +332,8 @@ def _whole_run(image: Image, program: Program, mode: int, max_steps: int, machin
         left = max_steps - int(m.st[S_STEP])
         if left <= 0:
             m.fail(ST_BUDGET, max_steps)
-        if deadline is not None and time.monotonic() > deadline:
+        # a guest's first slice runs whatever the clock says: one that ends on its limit has taken steps
+        if deadline is not None and int(m.st[S_STEP]) and time.monotonic() > deadline:
             pc = int(m.st[S_PC]) & _U64
             raise M.TimeLimitExceeded(timeout, pc=pc, insn=image.peek_insn(m.mem, pc), step=int(m.st[S_STEP]))
         status = m.run(min(left, 1 << 24), counts)
@@ -433,7 +434,7 @@ def _main(image: Image, mem, m: _Machine, chunk_steps: int, max_steps: int, dead
             left = min(chunk_steps - done, max_steps - int(m.st[S_STEP]), slice_steps)
             if left <= 0:
                 break
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and int(m.st[S_STEP]) and time.monotonic() > deadline:
                 pc = int(m.st[S_PC]) & _U64
                 raise M.TimeLimitExceeded(timeout, pc=pc, insn=image.peek_insn(mem, pc), step=int(m.st[S_STEP]))
             status = m.run(left, counts)
