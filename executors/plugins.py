@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from importlib import metadata
 
 __all__ = ["op", "OpFunction", "Plugin", "PluginError", "UserOpError", "load_plugin", "load_source", "resolve_op",
+           "imported_code", "code_of",
            "entry_points", "load_entry_point", "all_plugins", "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "hetflow.ops"
@@ -77,6 +78,9 @@ class Plugin:
     version: str | None = None
     files: Mapping[str, str] = field(default_factory=dict)
     """Every file whose bytes make up ``digest`` (path -> sha256)."""
+    imported: Mapping[str, tuple[str, str | None]] = field(default_factory=dict, compare=False)
+    """The user's modules the plugin's module names (``import helper``, ``from helper import f``): module ->
+    (the file it was imported from, its sha256); see :func:`imported_code`."""
     source: bytes | None = field(default=None, repr=False, compare=False)
     """A path plugin's bytes, which workers load so they run exactly this code."""
 
@@ -126,6 +130,20 @@ def _exec(module_name: str, path: str, code: bytes, spec: str) -> types.ModuleTy
     module.__file__ = path
     sys.modules[module_name] = module
     LOADING.module, LOADING.defined = module_name, {}
+    import builtins
+
+    real_import, named = builtins.__import__, _IMPORTS.setdefault(module_name, set())
+    named.clear()
+
+    def recording(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002 - __import__'s own names
+        found = real_import(name, globals, locals, fromlist, level)
+        if level == 0 and (globals or {}).get("__name__") == module_name:
+            # the plugin's own import statements: what Python found for them is part of the code it runs
+            named.add(name)
+            named.update(f"{name}.{item}" for item in fromlist or () if isinstance(item, str))
+        return found
+
+    builtins.__import__ = recording
     try:
         linecache.checkcache(path)
         compiled = compile(code, path, "exec")
@@ -144,8 +162,62 @@ def _exec(module_name: str, path: str, code: bytes, spec: str) -> types.ModuleTy
         raise PluginError(f"plugin {spec!r} failed to import: {type(e).__name__}: {e}",
                           f"{last.filename}:{last.lineno}" if last else path) from None
     finally:
+        builtins.__import__ = real_import
         LOADING.module = None
     return module
+
+
+# a path plugin's module -> the modules its own import statements named when it was loaded
+_IMPORTS: dict[str, set[str]] = {}
+
+
+def imported_code(module_name: str) -> dict[str, tuple[str, str | None]]:
+    """The user's modules that module ``module_name`` names in its namespace (``import helper``, ``from helper
+    import f``), each with the file it was imported from and that file's sha256; not the standard library's,
+    an installed distribution's, nor hetflow's.
+
+    Where Python found them is its search path's choice, not always the
+    plugin's folder: a worker whose ``PYTHONPATH`` holds an older
+    ``helper.py`` runs it under a plugin whose bytes are the client's.
+    """
+    module = sys.modules.get(module_name)
+    names: set[str] = set(_IMPORTS.get(module_name, ()))
+    for value in list(vars(module).values()) if module is not None else ():
+        if isinstance(value, types.ModuleType):
+            names.add(value.__name__)
+        else:
+            named = getattr(value, "__module__", None)
+            if isinstance(named, str):
+                names.add(named)
+    found: dict[str, tuple[str, str | None]] = {}
+    roots = _library_roots()
+    for name in sorted(names - {module_name}):
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if not file or not file.endswith(".py"):
+            continue
+        real = os.path.realpath(file)
+        if not real.startswith(roots):
+            found[name] = (real, file_sha(real))
+    return found
+
+
+def _library_roots() -> tuple[str, ...]:
+    import site
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    roots.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
+    roots.add(site.getusersitepackages())
+    roots.add(os.path.dirname(os.path.dirname(os.path.abspath(oplib.__file__))))  # hetflow's own
+    return tuple(os.path.realpath(r) + os.sep for r in roots if r)
+
+
+def code_of(plugin: Plugin) -> str:
+    """What a worker's copy of ``plugin`` must match for it to run the client's code: a path plugin's bytes are
+    the client's, so the modules it imports; a module plugin's Python files and those modules."""
+    python = {k: v for k, v in plugin.files.items() if k.endswith(".py")} if plugin.kind != "path" else {}
+    return combine(python, [f"{name}\0{sha}" for name, (_, sha) in sorted(plugin.imported.items())])
 
 
 def _forget_beside(folder: str) -> None:
@@ -177,18 +249,24 @@ def load_source(path: str, code: bytes, spec: str | None = None) -> Plugin:
         # the code beside it as it is now: a helper edited since the plugin was loaded loads it again
         files = {**python_files(folder), path: digest}
         if known is not None and known.source == code and known.files == files and all(
-                n in oplib.REGISTRY and oplib.REGISTRY[n].source == known.module for n in known.ops):
+                n in oplib.REGISTRY and oplib.REGISTRY[n].source == known.module for n in known.ops) \
+                and imported_code(known.module) == known.imported:
             return replace(known, spec=spec)
         if known is not None:
             _forget_beside(folder)
+            for name in known.imported:  # imported from elsewhere on the search path, and edited there since
+                sys.modules.pop(name, None)
         module_name = "hetflow_plugin_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0]) + \
             "_" + hashlib.sha256(path.encode()).hexdigest()[:10]
         _exec(module_name, path, code, spec)
-        total, names = _finish(module_name, files, combine(files))
+        imported = imported_code(module_name)
+        # a helper imported from outside the plugin's folder is part of its code too
+        whole = {**files, **{file: sha or "" for file, sha in imported.values()}}
+        total, names = _finish(module_name, whole, combine(whole))
         if not names:
             _restore(module_name, {})
             raise PluginError(f"plugin {spec!r} defines no op (decorate functions with @hetflow.op)", path)
-        plugin = Plugin(spec, "path", module_name, path, total, names, files=files, source=code)
+        plugin = Plugin(spec, "path", module_name, path, total, names, files=files, source=code, imported=imported)
         _PLUGINS["path", path] = plugin
         return plugin
 
@@ -232,7 +310,7 @@ def load_module(name: str, spec: str | None = None, kind: str = "module") -> Plu
         if not names:
             raise PluginError(f"plugin {spec!r}: module {name!r} defines no op (decorate functions with @hetflow.op)")
         plugin = Plugin(spec, kind, name, file, total, names, distribution=dist.metadata["Name"] if dist else None,
-                        version=dist.version if dist else None, files=files)
+                        version=dist.version if dist else None, files=files, imported=imported_code(name))
         _PLUGINS[kind, name] = plugin
         return plugin
 

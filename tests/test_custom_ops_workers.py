@@ -70,3 +70,92 @@ def test_a_worker_that_cannot_import_a_plugin_fails_the_run_naming_the_worker_an
     last = json.loads((folder / "record.json").read_text())
     assert last["status"] == "succeeded" and [p["module"] for p in last["plugins"]] == [MODULE]
     assert np.load(folder / "y.npy").tolist() == [-1.0, -1.0, -1.0]
+
+
+PATH_PLUGIN_MANIFEST = """\
+version: 1
+name: helped
+plugins: [ops.py]
+executors: {h: {vendor: cpu}}
+stages:
+  x: {op: ones, args: {shape: [3]}}
+  y: {op: helped.shift, inputs: [x]}
+outputs: {y: y}
+"""
+
+
+def test_a_worker_whose_helper_module_is_another_than_the_clients_is_refused_not_cached_as_the_clients(
+        tmp_path, monkeypatch):
+    """A path plugin travels as its bytes, but the helper it imports comes from the worker's search path: a worker
+    with an older helper.py computed with it, and its results were stored under the key of the client's code and
+    served to later runs, in-process ones too."""
+    new, old = tmp_path / "new", tmp_path / "old"
+    for folder, offset in ((new, 5), (old, 1)):
+        folder.mkdir()
+        (folder / "hetflow_test_shift_helper.py").write_text(f"OFFSET = {offset}\n")
+    (new / "ops.py").write_text("from hetflow import op\nfrom hetflow_test_shift_helper import OFFSET\n\n\n"
+                                "@op('helped.shift')\ndef shift(xp, x):\n    return x + OFFSET\n")
+    path = new / "m.yaml"
+    path.write_text(PATH_PLUGIN_MANIFEST)
+    runs = str(tmp_path / "runs")
+    monkeypatch.delitem(sys.modules, "hetflow_test_shift_helper", raising=False)
+    monkeypatch.syspath_prepend(str(new))
+    with Cluster.local(1, 1) as cluster:
+        [worker] = cluster.workers()
+        # exec by name: a bound method of the client's sys.path would travel as a copy of the list
+        cluster.client.run(exec, f"import sys; sys.path.insert(0, {str(old)!r})")
+        code, out, err = run_cli("run", str(path), "--scheduler", cluster.address, "--runs-dir", runs)
+        assert code == 1 and "Traceback" not in err, err
+        lines = [line for line in err.splitlines() if not line.startswith("[")]
+        assert lines[0].startswith(
+            f"hetflow: run failed: worker {worker.name} ({worker.address}) has other code for plugin 'ops.py' than "
+            f"this machine: module hetflow_test_shift_helper: here {new / 'hetflow_test_shift_helper.py'} (sha256:"), err
+        assert f"there {old / 'hetflow_test_shift_helper.py'} (sha256:" in lines[0]
+        # the worker given the client's helper runs, and computes with it
+        cluster.client.run(exec, f"import sys; sys.path.remove({str(old)!r}); "
+                                 "sys.modules.pop('hetflow_test_shift_helper', None)")
+        code, out, err = run_cli("run", str(path), "--scheduler", cluster.address, "--runs-dir", runs)
+        assert code == 0, err
+    folder = Path(runs) / out.split()[-1]
+    assert np.load(folder / "y.npy").tolist() == [6.0, 6.0, 6.0]
+
+
+def test_a_worker_with_another_copy_of_a_module_plugin_is_refused(tmp_path, monkeypatch):
+    name = "hetflow_test_labmod_ops"
+    new, old = tmp_path / "new", tmp_path / "old"
+    for folder, offset in ((new, 5), (old, 1)):
+        folder.mkdir()
+        (folder / f"{name}.py").write_text(f"from hetflow import op\n\n\n@op('labmod.shift')\ndef shift(xp, x):\n"
+                                           f"    return x + {offset}\n")
+    path = tmp_path / "m.yaml"
+    path.write_text(PATH_PLUGIN_MANIFEST.replace("ops.py", name).replace("helped.shift", "labmod.shift"))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.syspath_prepend(str(new))
+    with Cluster.local(1, 1) as cluster:
+        [worker] = cluster.workers()
+        cluster.client.run(exec, f"import sys; sys.path.insert(0, {str(old)!r})")
+        code, out, err = run_cli("run", str(path), "--scheduler", cluster.address, "--runs-dir", str(tmp_path / "r"))
+        assert code == 1 and "Traceback" not in err, err
+        lines = [line for line in err.splitlines() if not line.startswith("[")]
+        assert lines[0].startswith(f"hetflow: run failed: worker {worker.name} ({worker.address}) has other code for "
+                                   f"plugin {name!r} than this machine: file {name}.py: here {new / (name + '.py')} "
+                                   "(sha256:"), err
+        assert f"there {old / (name + '.py')} (sha256:" in lines[0]
+
+
+def test_a_relative_runs_dir_puts_a_cluster_runs_cache_entries_where_its_record_says(tmp_path, monkeypatch):
+    """The workers, in their own working folder, stored the entries under theirs while the record named the
+    client's: plan said "no cache entry", and later runs elsewhere hit the stray ones."""
+    path = tmp_path / "m.yaml"
+    path.write_text("version: 1\nname: rel\nexecutors: {h: {vendor: cpu}}\nstages:\n"
+                    "  x: {op: ones, args: {shape: [3]}}\n  y: {op: neg, inputs: [x]}\noutputs: {y: y}\n")
+    with Cluster.local(1, 1) as cluster:
+        elsewhere = cluster.client.run(exec, "import os; os.chdir(os.path.expanduser('~'))")
+        assert elsewhere
+        monkeypatch.chdir(tmp_path)
+        code, out, err = run_cli("run", "m.yaml", "--scheduler", cluster.address, "--runs-dir", "rr", "--json")
+        assert code == 0, err
+    record = json.loads((tmp_path / "rr" / json.loads(out)["run_id"] / "record.json").read_text())
+    assert record["cache"]["dir"] == str(tmp_path / "rr" / ".cache") and record["cache"]["stored"]
+    stored = [p for p in (tmp_path / "rr" / ".cache").rglob("entry.json")]
+    assert len(stored) == len(record["cache"]["stored"])

@@ -16,6 +16,7 @@ holds and logs the flush marker of :mod:`hetflow.engine.run.events`.
 from __future__ import annotations
 
 import asyncio
+import os
 import dataclasses
 import threading
 import time
@@ -213,34 +214,66 @@ class ExitPlugin(WorkerPlugin):
         gc.freeze()
 
 
-def _plugins_of(plan: Plan) -> list[tuple[str, str, str, bytes | None]]:
-    """(kind, spec, path or module, source) of the plugin of every user's op the plan runs.
+_Wanted = tuple[str, str, str, "bytes | None", str, dict]
+"""(kind, spec, path or module, source, code, what the client has): see :func:`_plugins_of`."""
+
+
+def _plugins_of(plan: Plan) -> list[_Wanted]:
+    """(kind, spec, path or module, source, code, imported) of the plugin of every user's op the plan runs.
 
     A path plugin travels as its bytes, so a worker on another machine
     runs exactly the code the client planned with; an installed module or
-    entry point must be installed on the worker too.
+    entry point must be installed on the worker too. ``code`` and
+    ``imported`` (:func:`~hetflow.executors.plugins.code_of`) are what the
+    worker's copy must match: the helpers a plugin imports come from the
+    worker's own search path.
     """
-    seen: dict[str, tuple[str, str, str, bytes | None]] = {}
+    seen: dict[str, _Wanted] = {}
     for node in plan.nodes.values():
         found = plugins.plugin_for(getattr(node, "op", None) or "")
         if found is not None and found.module not in seen:
             target = found.file if found.kind == "path" else found.module
-            seen[found.module] = (found.kind, found.spec, target or found.module, found.source)
+            python = {k: v for k, v in found.files.items() if k.endswith(".py")} if found.kind != "path" else {}
+            seen[found.module] = (found.kind, found.spec, target or found.module, found.source,
+                                  plugins.code_of(found), {"imported": dict(found.imported), "files": python})
     return list(seen.values())
 
 
-def _load_plugins(wanted: list[tuple[str, str, str, bytes | None]], worker: Any) -> None:
-    for kind, spec, target, source in wanted:
+def _load_plugins(wanted: list[_Wanted], worker: Any) -> None:
+    for kind, spec, target, source, code, client in wanted:
+        where = {"worker": worker.address, "plugin": spec, "module": target}
         try:
             if kind == "path":
-                plugins.load_source(target, source or b"", spec)
+                here = plugins.load_source(target, source or b"", spec)
             else:
-                plugins.load_module(target, spec, kind=kind)
+                here = plugins.load_module(target, spec, kind=kind)
         except plugins.PluginError as e:
             # a ClusterFailure reaches the client through register_plugin and fails the run with this message
             raise ClusterFailure(f"worker {worker.name} ({worker.address}) cannot load plugin {spec!r} "
-                                 f"(module {target}): {e}",
-                                 {"worker": worker.address, "plugin": spec, "module": target}) from None
+                                 f"(module {target}): {e}", where) from None
+        if plugins.code_of(here) != code:
+            # its results, under the key of the client's code, would be served to runs of that code
+            raise ClusterFailure(f"worker {worker.name} ({worker.address}) has other code for plugin {spec!r} than "
+                                 f"this machine: {_difference(here, client)}; give the workers the same code (a "
+                                 "folder they share, or the same installation)", where) from None
+
+
+def _difference(here: plugins.Plugin, client: Mapping[str, Any]) -> str:
+    """Where a worker's plugin differs from the client's, for a person: the first module or file of it that does."""
+    def said(found: Any) -> str:
+        return "none" if found is None else f"{found[0]} ({str(found[1])[:19]})"
+
+    theirs, mine = client["imported"], here.imported
+    for name in sorted(set(theirs) | set(mine)):
+        if theirs.get(name) is None or mine.get(name) is None or theirs[name][1] != mine[name][1]:
+            return f"module {name}: here {said(theirs.get(name))}, there {said(mine.get(name))}"
+    by_name = [{os.path.basename(k): (k, v) for k, v in files.items()}
+               for files in (client["files"], {k: v for k, v in here.files.items() if k.endswith(".py")})]
+    for name in sorted(set(by_name[0]) | set(by_name[1])):
+        a, b = by_name[0].get(name), by_name[1].get(name)
+        if a is None or b is None or a[1] != b[1]:
+            return f"file {name}: here {said(a)}, there {said(b)}"
+    return "its Python files differ"
 
 
 def _plugin(run_id: str) -> HetflowWorkerPlugin:
