@@ -385,7 +385,9 @@ class Cache:
     """The entries under one root folder; safe to share between threads and processes."""
 
     def __init__(self, root: str) -> None:
-        self.root = root
+        # absolute here, where the run began: a cluster's workers, whose working folder is their own, read and
+        # write the entries where the record says they are
+        self.root = os.path.abspath(root)
         # key -> what was wrong with its entry when this object read it: the entry a store of the key replaces
         self.damaged: dict[str, str] = {}
         # key -> why its entry could not be read by this user (another user's, kept from others): not replaced
