@@ -159,3 +159,24 @@ def test_a_relative_runs_dir_puts_a_cluster_runs_cache_entries_where_its_record_
     assert record["cache"]["dir"] == str(tmp_path / "rr" / ".cache") and record["cache"]["stored"]
     stored = [p for p in (tmp_path / "rr" / ".cache").rglob("entry.json")]
     assert len(stored) == len(record["cache"]["stored"])
+
+
+def test_a_partition_a_worker_computes_with_other_libraries_is_not_stored_under_the_clients_key(tmp_path):
+    """A worker with another numpy computed a partition, stored under the key naming the client's numpy and served
+    to the client's later runs."""
+    path = tmp_path / "m.yaml"
+    path.write_text("version: 1\nname: libs\nexecutors: {h: {vendor: cpu}}\nstages:\n"
+                    "  x: {op: ones, args: {shape: [3]}}\n  y: {op: neg, inputs: [x]}\noutputs: {y: y}\n")
+    runs = tmp_path / "runs"
+    with Cluster.local(1, 1) as cluster:
+        cluster.client.run(exec, "import hetflow.engine.store.cache as c; c.computing_versions = "
+                                 "lambda v, real=c.computing_versions: real(v).replace('numpy ', 'numpy 0.0.1+')")
+        code, out, err = run_cli("run", str(path), "--scheduler", cluster.address, "--runs-dir", str(runs), "--json")
+        assert code == 0, err
+    record = json.loads((runs / json.loads(out)["run_id"] / "record.json").read_text())
+    assert record["cache"]["stored"] == []
+    (why,) = record["cache"]["store_failed"].values()
+    assert why.startswith("computed with other libraries than its key names (numpy ") and "-> 0.0.1+" in why
+    code, out, err = run_cli("run", str(path), "--runs-dir", str(runs), "--json")
+    assert code == 0, err
+    assert json.loads((runs / json.loads(out)["run_id"] / "record.json").read_text())["cache"]["hits"] == []

@@ -748,6 +748,16 @@ class CacheUse:
         if info.cacheable and self.write and pid not in self.unreadable:  # another user's entry is left as it is
             from hetflow.executors.cpu import peek_numeric
 
+            vendor = getattr(getattr(executor, "vendor", None), "value", None)
+            here = computing_versions(vendor) if isinstance(vendor, str) else info.version
+            if here != info.version:
+                # a cluster's worker with other libraries than the client that made the key: its results are not
+                # the ones the key names, and would be served to runs with the client's
+                with self._lock:
+                    self.store_errors[pid] = (f"computed with other libraries than its key names "
+                                              f"({versions_changed(info.version, here)}), so not stored under it")
+                return result
+
             try:
                 portables = {t: executor.export_activation(h) for t, h in zip(outputs, result, strict=True)}
             except BaseException:
