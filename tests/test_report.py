@@ -386,6 +386,24 @@ def test_lanes_per_worker_and_other_task_kinds(runs):
     assert len(doc.having("g", class_="bar")) == len(record["tasks"])
 
 
+def test_a_cluster_runs_workers_and_recovery_read_as_words_not_python(runs):
+    """The scheduler row printed a cluster's workers as a Python repr, and a recovered run said nothing of it."""
+    record = json.loads(json.dumps(runs["ok"]))
+    record["scheduler"] = {"kind": "cluster", "address": "tcp://127.0.0.1:8786",
+                           "workers": [{"address": "tcp://127.0.0.1:4000", "name": "a", "nthreads": 1, "resources": {}},
+                                       {"address": "tcp://127.0.0.1:4001", "name": "b", "nthreads": 1, "resources": {}}]}
+    record["recovery"] = [{"lost_workers": [{"address": "tcp://127.0.0.1:4000", "name": "a"}],
+                           "detected_at": "2026-12-07T05:03:11.299Z", "cause": "worker tcp://127.0.0.1:4000 left the cluster",
+                           "executors": {"accel": {"from": {"address": "tcp://127.0.0.1:4000", "name": "a"},
+                                                   "to": {"address": "tcp://127.0.0.1:4001", "name": "b"}}},
+                           "recomputed": [{"task": "partition:p1"}, {"task": "output:y"}]}]
+    text = report.render_run(str(runs["runs"] / record["run_id"]), record, graph="builtin")
+    assert ("cluster, address tcp://127.0.0.1:8786, workers a (tcp://127.0.0.1:4000), b (tcp://127.0.0.1:4001)"
+            in text) and "{&#x27;address" not in text and "{'address" not in text
+    assert ("recovered at 2026-12-07T05:03:11.299Z from worker tcp://127.0.0.1:4000 left the cluster: lost a "
+            "(tcp://127.0.0.1:4000); executors moved: accel to b (tcp://127.0.0.1:4001); 2 tasks ran again") in text
+
+
 def test_report_of_a_sweep_that_hetflow_run_wrote(tmp_path):
     manifest = tmp_path / "sw.yaml"
     manifest.write_text(SWEPT.replace("params: {n: 4, low: 0.0}", "params: {n: 4, low: 0.0}\nmatrix: {n: [4, 8], low: [0.0, 0.5]}"))

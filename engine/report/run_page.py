@@ -74,14 +74,15 @@ def _section_header(record: Mapping[str, Any]) -> str:
         f'<td>{_e(", ".join(o.get("dtypes") or []))}</td></tr>' for o in inventory if isinstance(o, Mapping))
     versions = record.get("versions") or {}
     version_text = " · ".join(f"{k} {v}" for k, v in versions.items() if v and k in ("hetflow", "python", "numpy", "dask", "distributed", "cupy"))
-    scheduler = record.get("scheduler") or {}
+    scheduler = record.get("scheduler") if isinstance(record.get("scheduler"), Mapping) else {}
+    notes.extend(_recovery_notes(record.get("recovery")))
     facts = [
         ("run id", f'<code>{_e(record.get("run_id"))}</code>'),
         ("manifest", f'<code>{_e(manifest.get("file"))}</code>'),
         ("digest", f'<code>{_e(manifest.get("digest") or (record.get("plan") or {}).get("manifest_digest"))}</code>'),
         ("started", f'<time data-utc="{_e(record.get("started_at"))}">{_e(record.get("started_at"))}</time>'),
         ("duration", _e(_fmt_seconds(record.get("duration_s")))),
-        ("scheduler", _e(", ".join(f"{k} {v}" if k != "kind" else str(v) for k, v in scheduler.items()) or "—")),
+        ("scheduler", _e(_scheduler_text(scheduler) or "—")),
         ("versions", _e(version_text or "—")),
     ]
     live = record.get("live_activations_after")
@@ -573,3 +574,35 @@ def _file_line(origin: Any) -> str:
         return "unknown"
     parts = str(origin).rsplit(":", 2)
     return f"{parts[0]}:{parts[1]}" if len(parts) == 3 and parts[1].isdigit() else str(origin)
+
+
+def _scheduler_text(scheduler: Mapping) -> str:
+    """``cluster, address tcp://..., workers a (tcp://...), b (tcp://...)``: a worker by its name and address."""
+    parts = []
+    for key, value in scheduler.items():
+        if key == "kind":
+            parts.append(str(value))
+        elif key == "workers" and isinstance(value, list):
+            named = [f"{w.get('name')} ({w.get('address')})" if isinstance(w, Mapping) else str(w) for w in value]
+            parts.append(f"workers {', '.join(named) or '-'}")
+        else:
+            parts.append(f"{key} {value}")
+    return ", ".join(parts)
+
+
+def _recovery_notes(recovery: Any) -> list[str]:
+    """One line per recovery of a cluster run: the workers lost, where their executors went, what ran again."""
+    notes = []
+    for r in recovery if isinstance(recovery, list) else ():
+        if not isinstance(r, Mapping):
+            continue
+        lost = ", ".join(f"{w.get('name')} ({w.get('address')})" if isinstance(w, Mapping) else str(w)
+                         for w in r.get("lost_workers") or [])
+        moved = ", ".join(f"{name} to {(m.get('to') or {}).get('name')} ({(m.get('to') or {}).get('address')})"
+                          for name, m in (r.get("executors") or {}).items() if isinstance(m, Mapping))
+        again = len(r.get("recomputed") or [])
+        notes.append(f"recovered at {r.get('detected_at') or '-'} from {r.get('cause') or 'a lost worker'}"
+                     + (f": lost {lost}" if lost else "") + (f"; executors moved: {moved}" if moved else "")
+                     + f"; {again} task{'s' if again != 1 else ''} ran again")
+    return notes
+
