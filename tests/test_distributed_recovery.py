@@ -150,6 +150,10 @@ def test_a_killed_worker_is_replaced_and_only_what_it_lost_runs_again(cluster, u
         assert item["executor"] == "accel" or not item["had_finished"], item
     finished_before = {f"{t['kind']}:{t['id']}" for t in record["tasks"]
                        if t["executor"] == "accel" and t["worker"] == victim}
+    # an entry of a task the recovery submitted again says so; those of the first submission do not
+    again = [t for t in record["tasks"] if "generation" in t]
+    assert {t["generation"] for t in again} == {1} and not any(t["worker"] == victim for t in again)
+    assert {item["task"] for item in recomputed} <= {f"{t['kind']}:{t['id']}" for t in again}
     for item in recomputed:
         if item["task"].startswith("partition:") and item["had_finished"]:
             # a partition that finished on the lost worker runs again only for a consumer that still needs it

@@ -286,6 +286,9 @@ class LocalRuntime:
         event = {"event": _EVENT_OF[status], "kind": kind, "id": id, "executor": executor, "worker": self.worker,
                  "thread": thread, "attempt": attempt, "start": start, "end": end,
                  "duration_s": micros(end - start), "status": status, **extra, "time": end}
+        generation = getattr(_here, "generation", 0)
+        if generation:  # a task a cluster's recovery ran again: its first run's entry stays, and this one says so
+            event["generation"] = generation
         if status == "succeeded" or status == "failed":
             self.events.append(event)
         self.emit(event)

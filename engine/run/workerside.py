@@ -28,7 +28,7 @@ from distributed import WorkerPlugin, get_worker
 from hetflow.engine.store.cache import Cache, CacheUse
 from hetflow.engine.plan.plandata import Plan
 from hetflow.engine.run import malloc
-from hetflow.engine.run.runtime import ClusterFailure, LocalRuntime, NotHeld
+from hetflow.engine.run.runtime import ClusterFailure, LocalRuntime, NotHeld, _here
 from hetflow.executors import Offer, create, plugins, probe
 from hetflow.executors.base import Vendor
 
@@ -300,6 +300,7 @@ class _OnWorker:
         plugin = _plugin(self.run_id)
         runtime = plugin.enter(key, self.generation)
         completed = None
+        _here.generation = self.generation  # the task's entries in the record say which recovery submitted it
         try:
             out = getattr(runtime, method)(*args)
             completed = key
