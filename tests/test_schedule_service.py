@@ -907,3 +907,34 @@ def test_a_claim_whose_hook_process_names_no_pid_is_owed_not_waited_for(tmp_path
     said = []
     assert sched.pay_hook(entry, str(path), runs, lambda e, f: said.append(e)) is True
     assert said == ["hook-owed", "hook"] and hook_lines(tmp_path) == [("2026-06-01T10:00:00Z", "succeeded")]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_hook_ended_with_its_serve_by_a_signal_to_their_group_is_owed_and_run_by_the_next(tmp_path, sig):
+    """A Ctrl-C (or a SIGTERM to the process group) reached the hook's shell with its serve: the claim said the hook
+    had run, with exit code -2, and no scheduler ever ran it."""
+    hooks = ("on_success: 'echo begun >> begun.txt; [ $(wc -l < begun.txt) -gt 1 ] || sleep 60; "
+             "echo \"$HETFLOW_SLOT $HETFLOW_STATUS\" >> hooks.txt'\n")
+    m = write(tmp_path, "hooked", 'cron: "* * * * * *"\nmax_active: skip\n' + hooks)
+    runs, log = tmp_path / "runs", tmp_path / "serve.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "hetflow.engine.cli", "schedule", "serve", m, "--runs-dir",
+                                 str(runs), "--log-format", "json", "--poll", "0.5"], stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        wait_for(lambda: (tmp_path / "begun.txt").exists(), 60, "the hook to begin")
+        os.killpg(proc.pid, sig)  # as a terminal's Ctrl-C, or `kill -TERM -- -PGID`, reaches the whole group
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    wait_detached(runs)
+    slot = next(e["slot"] for e in events(log) if e.get("event") == "hook-deferred" and "ended by" in e["reason"])
+    body = claims(runs)[slot]
+    assert (body["state"], body["hook"], "hook_rc" in body) == ("succeeded", "pending", False)
+    assert hook_lines(tmp_path) == []
+    code, out, _ = cli("schedule", "run-due", m, "--now", slot, "--runs-dir", str(runs), "--log-format", "json")
+    assert code == 0, out
+    assert (slot, "succeeded") in hook_lines(tmp_path)
+    assert (claims(runs)[slot]["hook"], claims(runs)[slot]["hook_rc"]) == ("ran", 0)

@@ -328,7 +328,7 @@ def conclude(entry: Entry, slot: datetime, path: str, info: Mapping[str, Any], r
             fields = {**kept, **extra}
             rc = _hook(entry, slot, path[:-5] + ".log", runs_dir, info, log,
                        running=lambda how: mark(path, entry, slot, _STATE[info["status"]], **{**fields, **owed, **how}))
-            mark(path, entry, slot, _STATE[info["status"]], **{**fields, "hook": "ran", "hook_rc": rc})
+            mark(path, entry, slot, _STATE[info["status"]], **{**fields, **_hook_outcome(entry, slot, rc, log)})
             _forget_exit(path)
     if handed:
         later(path, False)
@@ -362,9 +362,25 @@ def pay_hook(entry: Entry, path: str, runs_dir: str, log: Log, owed: bool = True
                               "reason": "the process that concluded the slot ended before its hook had run"})
         rc = _hook(entry, slot, path[:-5] + ".log", runs_dir, info, log,
                    running=lambda how: mark(path, entry, slot, status, **{**rest, "hook": "pending", **how}))
-        mark(path, entry, slot, status, **{**rest, "hook": "ran", "hook_rc": rc})
+        mark(path, entry, slot, status, **{**rest, **_hook_outcome(entry, slot, rc, log)})
         _forget_exit(path)
         return True
+
+
+#: the signals a terminal, ``timeout`` or ``kill -- -PGID`` send a scheduler's whole process group
+_GROUP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+
+
+def _hook_outcome(entry: Entry, slot: datetime, rc: int | None, log: Log) -> dict[str, Any]:
+    """What a claim says of a hook that ended with ``rc``: ran, with its exit code; or still owed, where its shell
+    was ended by a signal its scheduler's process group receives whole (a Ctrl-C, a SIGTERM to the group): the
+    hook was cut short with its scheduler, not run, and the next scheduler runs it again."""
+    if rc is not None and rc < 0 and -rc in _GROUP_SIGNALS:
+        log("hook-deferred", {"manifest": entry.name, "slot": slot_id(slot),
+                              "reason": f"the hook was ended by {signal.Signals(-rc).name} with its scheduler: "
+                                        "the next one runs it again"})
+        return {"hook": "pending"}
+    return {"hook": "ran", "hook_rc": rc}
 
 
 def _outlived_hook(entry: Entry, body: Mapping[str, Any], path: str, log: Log) -> tuple[int | None] | bool | None:
