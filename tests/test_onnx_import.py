@@ -368,3 +368,43 @@ def test_int8_arithmetic_and_casts_to_int8_and_int4_keep_onnxs_integer_rules(tmp
         got = np.asarray(run.outputs[name]).astype(np.int64)
         assert got.tolist() == np.asarray(want[name]).astype(np.int64).tolist(), name
     assert want["add"].tolist()[:2] == [-56, 56] and want["f_int8"].tolist()[:2] == [2, -2]
+
+
+def test_an_import_ended_by_sigterm_leaves_no_temporary_file_and_the_next_removes_those_a_sigkill_left(
+        tmp_path, monkeypatch):
+    """A SIGTERM during the weights' write ended the process with its temporary files left (up to the model's
+    size); a SIGKILL's were never removed by a later import either."""
+    import signal
+    import time
+
+    from onnx import TensorProto, helper, numpy_helper
+
+    from hetflow.engine.importers import onnximport
+
+    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "W")
+    graph = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["Y"])], "m",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 4])], [w])
+    model, out = tmp_path / "m.onnx", tmp_path / "out"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    out.mkdir()
+    killed, fresh = out / ".m.safetensors.k1ll3d", out / ".m.yaml.wr1t1ng"
+    killed.write_bytes(b"\0" * 1000)
+    fresh.write_text("another import's, under way")
+    an_hour_ago = time.time() - 3600
+    os.utime(killed, (an_hour_ago, an_hour_ago))
+    real = onnximport._save_weights
+
+    def terminated_while_saving(*args):
+        real(*args)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(onnximport, "_save_weights", terminated_while_saving)
+    code, _, err = _cli("import", "onnx", str(model), "-o", str(out))
+    assert (code, err) == (143, "hetflow: interrupted by SIGTERM\n")
+    assert sorted(p.name for p in out.iterdir()) == [fresh.name]  # its own gone, the SIGKILLed one's too
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    monkeypatch.undo()
+    code, _, err = _cli("import", "onnx", str(model), "-o", str(out))
+    assert code == 0, err
+    assert sorted(p.name for p in out.iterdir()) == sorted([fresh.name, "m.safetensors", "m.yaml"])

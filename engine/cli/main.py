@@ -19,6 +19,7 @@ a run or sweep writes its whole record.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import sys
@@ -49,6 +50,41 @@ def _command(name: str):
 
 # Commands that run pipelines: SIGINT and SIGTERM cancel them (hetflow.engine.run.cancel) and they exit 128 + signal.
 _STOPPABLE = frozenset({"run", "verify"})
+#: commands that write files through temporary ones: a SIGTERM or SIGHUP ends them as a Ctrl-C does, their
+#: temporary files removed on the way out (the default action ended the process with them left)
+_WRITERS = frozenset({"import", "report", "schema"})
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread of a command of :data:`_WRITERS`."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__()
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _terminable(wanted: bool):
+    import signal
+    import threading
+
+    if not wanted or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_it(signum: int, frame: object) -> None:
+        raise Terminated(signum)
+
+    old = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        number = getattr(signal, name, None)
+        if number is not None and signal.getsignal(number) is signal.SIG_DFL:  # not one nohup set to be ignored
+            old[number] = signal.signal(number, raise_it)
+    try:
+        yield
+    finally:
+        for number, handler in old.items():
+            signal.signal(number, handler)
 
 
 #: whether the command's run or sweep has ended (its record final): a stop signal after it is no cancellation
@@ -135,7 +171,8 @@ def _dispatch(argv: list[str], out: QuietStream, err: QuietStream) -> int:
             # `hetflow run --json | jq` and `id=$(hetflow run m.yaml | tail -n 1)` hold with chatty ops too
             sys.stdout = err
         if args.command not in _STOPPABLE:
-            return _command(args.command)(args, out, err)
+            with _terminable(args.command in _WRITERS):
+                return _command(args.command)(args, out, err)
         from hetflow.engine.run.cancel import stopping
         # now, not in a second signal's handler, which may interrupt an import under way
         from hetflow.engine.cli import outcomes  # noqa: F401

@@ -153,8 +153,12 @@ def _failed(e: HetflowError, debug: bool) -> Outcome:
 
 
 def _interrupted(e: KeyboardInterrupt, debug: bool) -> Outcome:
-    return Outcome(130, ["hetflow: interrupted"],
-                   {"status": "cancelled", "exit_code": 130, "signal": "SIGINT", "message": "interrupted"})
+    import signal
+
+    number = getattr(e, "signum", signal.SIGINT)  # a SIGTERM or SIGHUP a writing command took as a Ctrl-C
+    name = signal.Signals(number).name
+    return Outcome(128 + number, ["hetflow: interrupted" + (f" by {name}" if number != signal.SIGINT else "")],
+                   {"status": "cancelled", "exit_code": 128 + number, "signal": name, "message": "interrupted"})
 
 
 def _internal(e: BaseException, debug: bool) -> Outcome:

@@ -609,6 +609,7 @@ def _write(path: Path, model: Any, result: _Result, out_dir: Path, stem: str) ->
     files: dict[str, Any] = {f"{stem}.yaml": "\n".join(lines) + "\n"}
     if plugin:
         files[plugin] = _stub_module(path, result)
+    _remove_left_behind(out_dir, [*files, f"{stem}.safetensors"])
     staged: list[tuple[str, Path]] = []
     try:
         for filename, text in files.items():
@@ -636,6 +637,22 @@ def _write(path: Path, model: Any, result: _Result, out_dir: Path, stem: str) ->
             with contextlib.suppress(OSError):  # the folder this import made, left empty by a write that failed
                 out_dir.rmdir()
     return [final for _, final in staged]
+
+
+def _remove_left_behind(out_dir: Path, names: list[str], idle_s: float = 60.0) -> None:
+    """Remove the temporary files an import killed before its renames left for ``names`` (``.NAME.XXXXXXXX``,
+    a weights file of gigabytes perhaps); not one written in the last ``idle_s`` seconds, which may be another
+    import's under way."""
+    import time
+
+    before = time.time() - idle_s
+    for entry in os.listdir(out_dir):
+        if not any(entry.startswith(f".{name}.") for name in names):
+            continue
+        path = out_dir / entry
+        with contextlib.suppress(OSError):
+            if path.is_file() and path.stat().st_mtime < before:
+                path.unlink()
 
 
 def _save_weights(save_file: Callable[..., None], weights: dict, tmp: str, final: Path, metadata: dict) -> None:
