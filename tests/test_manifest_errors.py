@@ -658,3 +658,34 @@ def test_outputs_that_differ_only_by_case_are_refused_at_the_second(manifest_fil
     assert errors(path) == [f"{path}:10:23: error: outputs 'y' and 'Y' differ only by case: their files y.npy and "
                             "Y.npy are one file on a file system that ignores case (macOS's and Windows' by default); "
                             "rename one"]
+
+
+def test_a_lone_surrogate_escape_is_bad_input_at_its_place_not_an_internal_error(tmp_path):
+    """"\\ud800" (half of a UTF-16 pair) in a description, a param or a -p value ended in an internal error when
+    the manifest's digest was made (UTF-8 cannot write it)."""
+    import hetflow
+
+    path = tmp_path / "m.yaml"
+    path.write_text('version: 1\nname: m\ndescription: "x\\ud800"\nparams: {tag: a}\nexecutors: {h: {vendor: cpu}}\n'
+                    'stages:\n  y: {op: ones, args: {shape: [2]}, description: "${tag}"}\noutputs: {y: y}\n')
+    with pytest.raises(ManifestError) as info:
+        compile_manifest(load(str(path)))
+    assert [str(d) for d in info.value.diagnostics] == [
+        f"{path}:3:14: error: description holds '\\ud800', a lone surrogate (half of a UTF-16 pair, not a "
+        "character); write the character itself, or its \\U escape"]
+    path.write_text(path.read_text().replace('"x\\ud800"', "fine"))
+    with pytest.raises(ManifestError) as info:
+        hetflow.plan(path, params={"tag": "\ud800"})
+    assert [d.origin.line for d in info.value.diagnostics] == [4, 7]
+    assert "params.tag holds '\\ud800'" in str(info.value.diagnostics[0])
+
+
+def test_a_plugin_entry_holding_a_nul_is_bad_input_at_its_place(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text('version: 1\nname: m\nplugins: ["a\\0b.py"]\nexecutors: {h: {vendor: cpu}}\n'
+                    'stages:\n  y: {op: ones, args: {shape: [2]}}\noutputs: {y: y}\n')
+    with pytest.raises(ManifestError) as info:
+        compile_manifest(load(str(path)))
+    assert [str(d) for d in info.value.diagnostics] == [
+        f"{path}:3:11: error: plugin 'a\\x00b.py': no such file or module (a path or a module's name cannot hold a "
+        "NUL character)"]

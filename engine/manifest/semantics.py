@@ -121,6 +121,30 @@ class Manifest:
     """The shape pass's :class:`hetflow.engine.manifest.shapes.Table`, set by the validate pass; None on a manifest built otherwise."""
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogates(value: Any, path: tuple) -> Any:
+    """(path, the surrogate) of each key or text in ``value`` holding a lone surrogate."""
+    if isinstance(value, str):
+        found = None if value.isascii() else _SURROGATE.search(value)
+        if found:
+            yield path, found.group()
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            found = _SURROGATE.search(key) if isinstance(key, str) and not key.isascii() else None
+            if found:
+                yield path + (key,), found.group()
+            yield from _lone_surrogates(item, path + (key,))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _lone_surrogates(item, path + (i,))
+
+
+def _describe_path(path: tuple) -> str:
+    return ".".join(str(p) for p in path) or "the document"
+
+
 def _as_dict(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
@@ -131,6 +155,16 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
     Returns the :class:`Manifest` when this pass found nothing, else ``None``.
     """
     base = os.path.dirname(os.path.abspath(doc.file)) if doc.file != "<string>" else os.getcwd()
+    text = getattr(doc, "text", None)
+    if text is None or "\\u" in text or "\\U" in text or any(
+            isinstance(v, str) and not v.isascii() for v in _as_dict(tree.get("params")).values()):
+        # an escape such as "\ud800" makes half of a UTF-16 pair, which no file name, record or digest can hold
+        halves = [Diagnostic(doc.at(path), f"{_describe_path(path)} holds {ch!r}, a lone surrogate (half of a UTF-16 "
+                                           "pair, not a character); write the character itself, or its \\U escape")
+                  for path, ch in _lone_surrogates(tree, ())]
+        if halves:
+            problems.extend(halves)
+            return None
     executors: dict[str, ExecutorDecl] = {}
     for name, spec in _as_dict(tree.get("executors")).items():
         if not isinstance(spec, dict) or "vendor" not in spec:
@@ -517,6 +551,10 @@ def _load_plugins(tree: dict, doc: Document, base: str, problems: list[Diagnosti
 
     for i, spec in enumerate(specs if isinstance(specs, list) else []):
         if not isinstance(spec, str):
+            continue
+        if "\0" in spec:
+            problems.append(Diagnostic(doc.at(("plugins", i)), f"plugin {spec!r}: no such file or module (a path or a "
+                                                               "module's name cannot hold a NUL character)"))
             continue
         try:
             plugin = pluginlib.load_plugin(spec, base)
