@@ -252,6 +252,13 @@ def _invoker(name: str, fn: Callable, order: Sequence[str]) -> Callable[..., Any
             text, at = _user_frames(e)
             raise UserOpError(f"op {name!r} called sys.exit({e.code!r}), which an op cannot: raise an exception "
                               f"to fail its stage ({at})", op=name, user_traceback=text) from None
+        except KeyboardInterrupt:
+            raise  # a Ctrl-C that came while the op ran: the run is cancelled, not this stage failed
+        except BaseException as e:  # noqa: BLE001 - a class of the user's own beside Exception, GeneratorExit:
+            # left to rise, it passed every handler of the run and ended the command with a raw traceback
+            text, at = _user_frames(e)
+            raise UserOpError(f"op {name!r} raised {type(e).__name__}: {e} ({at}); an op fails its stage by raising "
+                              "an Exception", op=name, user_traceback=text) from None
         if not (hasattr(out, "shape") and hasattr(out, "dtype")):
             raise UserOpError(f"op {name!r} returned a {type(out).__name__}, not an array", op=name)
         declared = op.shape([tuple(x.shape) for x in inputs], args)

@@ -401,6 +401,33 @@ def test_sys_exit_in_an_op_or_a_plugin_fails_its_stage_or_check_not_the_process(
     assert code == 2 and f"{tmp_path}/leave.py:2: plugin 'leave.py' failed to import: SystemExit: no GPU here" in err
 
 
+@pytest.mark.parametrize("raised", ["Mine('custom')", "GeneratorExit('closed')"])
+def test_an_op_that_raises_a_base_exception_of_its_own_fails_its_stage(project, tmp_path, raised):
+    """A class beside Exception passed every handler of the run: a raw traceback, no JSON, no stage named."""
+    (tmp_path / "base.py").write_text(textwrap.dedent(f"""\
+        from hetflow import op
+
+
+        class Mine(BaseException):
+            pass
+
+
+        @op("t.base")
+        def base(xp, x):
+            raise {raised}
+        """))
+    path = project(PIPELINE.replace("plugins: [ops.py]", "plugins: [ops.py, base.py]")
+                   .replace("op: relu, inputs: [x], executor: third", "op: t.base, inputs: [x], executor: third"))
+    code, out, err = run_cli("run", path, "--runs-dir", str(tmp_path / "runs"), "--json")
+    assert code == 1 and "Traceback" not in err, err
+    kind = raised.split("(")[0]
+    said = json.loads(out)
+    assert said["status"] == "failed" and said["error"].startswith(f"stage 'r' failed: backend error: op 't.base' "
+                                                                   f"raised {kind}: ")
+    record = json.loads(Path(said["record"]).read_text())
+    assert record["status"] == "failed" and record["error"]["op"] == "t.base"
+
+
 def test_what_an_op_or_a_plugin_prints_goes_to_stderr_and_leaves_stdout_the_commands(project, tmp_path):
     import subprocess
     import sys
