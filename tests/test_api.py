@@ -557,6 +557,18 @@ def test_a_run_its_on_event_callback_stopped_says_so_in_its_record(manifest_file
         "its on_event callback raised SystemExit: 3"
 
 
+def test_what_an_on_event_callback_does_to_its_event_is_not_the_records(manifest_file, tmp_path):
+    """A callback that put a value no JSON holds in the event it was given left the record ``running`` for ever
+    (a raw TypeError); one that emptied it failed the run with the engine's KeyError."""
+    runs = tmp_path / "runs"
+    for change in (lambda e: e.__setitem__("mine", object()), lambda e: e.clear()):
+        done = hetflow.run(manifest_file(SPLIT), runs_dir=runs, on_event=change, cache=False)
+        assert done.status == "succeeded"
+        on_disk = hetflow.open_run(done.run_id, runs_dir=runs).record
+        assert on_disk["status"] == "succeeded" and on_disk["tasks"]
+        assert not any("mine" in e for e in on_disk["events"])
+
+
 def test_a_big_sweeps_runs_are_read_from_disk_as_they_are_asked_for(manifest_file, tmp_path):
     """A sweep kept every point's record in memory while it ran and in its result (260 kB a point of a 300-stage
     manifest), and every point's compiled manifest and plan until its end."""

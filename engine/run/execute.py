@@ -247,7 +247,8 @@ def _execute(
 
         def sink(event: dict) -> None:
             try:
-                on_event({**event, **tag} if tag else event)
+                # a copy: what the caller's code puts in it or takes out (a value no JSON holds) is not the record's
+                on_event({**event, **tag} if tag else dict(event))
             except BaseException as e:  # noqa: BLE001 - a sys.exit() in it too: re-raised, named in the record
                 # the caller's own code stopped the run: its record says so, not only what was raised
                 e.hetflow_raised_in = "on_event"
