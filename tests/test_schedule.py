@@ -433,3 +433,17 @@ def test_docstring_examples():
 
     result = doctest.testmod(sched)
     assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("argv", [
+    ("list", "--now", "9999-12-31T00:00:00Z"), ("status", "--now", "0001-01-01T00:00:00Z"),
+    ("run-due", "--now", "9999-12-31T23:59:59Z", "--dry-run"), ("status", "--grace", "nan"),
+    ("status", "--grace", "inf", "--check"), ("serve", "--poll", "nan"), ("serve", "--poll", "inf")])
+def test_instants_and_durations_at_the_edges_are_bad_input_not_internal_errors(tmp_path, argv):
+    """--now in year 9999 or 1 overflowed Python's dates (exit 3); --grace nan crashed and --poll nan served."""
+    m = write(tmp_path, "edge", 'cron: "0 * * * *"\n')
+    command, *rest = argv
+    extra = [] if command == "list" else ["--runs-dir", str(tmp_path / "runs")]
+    code, out, err = cli("schedule", command, m, *extra, *rest)
+    assert code == 2 and err.startswith("hetflow: error: --") and "internal error" not in err, err
+    assert not (tmp_path / "runs").exists()

@@ -61,8 +61,8 @@ class Server:
 
     def __init__(self, paths: Sequence[str], runs_dir: str, log: Log, poll: float = 5.0,
                  clock: Callable[[], datetime] = lambda: datetime.now(_UTC)) -> None:
-        if poll <= 0:
-            raise UsageError("--poll must be more than 0 seconds")
+        if not 0 < poll <= 86400:  # NaN too: it never compares true, and a scheduler polling never would wait so
+            raise UsageError(f"--poll must be more than 0 seconds and at most a day (86400), got {poll}")
         self.paths = list(paths)
         self.runs_dir = runs_dir
         self.log = log

@@ -50,8 +50,8 @@ def cmd_schedule(args: argparse.Namespace, out, err) -> int:
             return EXIT_BAD_INPUT
         return EXIT_RUN_FAILED if counts["failed"] or counts["died"] else EXIT_OK
     if args.schedule_command == "status":
-        if args.grace < 0:
-            raise UsageError("--grace must be 0 seconds or more")
+        if not 0 <= args.grace <= 10 * 365 * 86400:  # NaN too
+            raise UsageError(f"--grace must be 0 seconds or more, and at most ten years, got {args.grace}")
         rows, problems = schedlib.status(files, args.runs_dir, now, grace=args.grace)
         for d in problems:
             print(d, file=err)

@@ -147,7 +147,18 @@ def parse_instant(text: str) -> datetime:
         t = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         raise UsageError(f"--now expects an ISO 8601 instant such as 2026-03-29T01:30:00Z, got {text!r}") from None
-    return t.replace(tzinfo=_UTC) if t.tzinfo is None else t.astimezone(_UTC)
+    try:
+        t = t.replace(tzinfo=_UTC) if t.tzinfo is None else t.astimezone(_UTC)
+    except OverflowError:
+        t = None
+    # a schedule's slots are looked for around it, a year and more each way: within Python's years 1-9999
+    if t is None or not _EARLIEST <= t <= _LATEST:
+        raise UsageError(f"--now must be an instant from {_EARLIEST.year} to {_LATEST.year}, got {text!r}") from None
+    return t
+
+
+_EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_LATEST = datetime(9000, 1, 1, tzinfo=timezone.utc)
 
 
 @lru_cache(maxsize=1)
