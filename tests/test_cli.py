@@ -183,3 +183,19 @@ def test_resume_of_a_run_that_succeeded_is_refused_and_leaves_it_as_it_was(tmp_p
                    "that was cancelled, failed or died (hetflow verify reruns a run to compare its outputs, and a run "
                    "without it starts a new one)\n")
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+def test_an_empty_point_is_bad_input_not_the_whole_sweep(tmp_path):
+    manifest = tmp_path / "sw.yaml"
+    manifest.write_text("version: 1\nname: sw\nparams: {k: 0}\nmatrix: {k: [1, 2, 3]}\nexecutors: {h: {vendor: cpu}}\n"
+                        "stages:\n  z: {op: full, args: {shape: [2], value: \"${k}\"}}\noutputs: {z: z}\n")
+    code, out, err = run_cli("run", str(manifest), "--point", "", "--runs-dir", str(tmp_path / "runs"))
+    assert (code, out, err) == (2, "", "hetflow: error: --point takes a name, got an empty one\n")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_examples_copy_where_no_folder_can_be_made_is_the_environments_not_a_crash(tmp_path):
+    (tmp_path / "file").write_text("")
+    for where in (tmp_path / "file" / "sub", Path("/proc/hetflow-examples")):
+        code, out, err = run_cli("examples", "copy", str(where))
+        assert code == 5 and err.startswith(f"hetflow: error: {where}: the folder could not be made or written: "), err

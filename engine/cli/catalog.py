@@ -63,7 +63,14 @@ def cmd_examples(args: argparse.Namespace, out, err) -> int:
         for name in examples.shipped():
             print(name, file=out)
         return EXIT_OK
-    written = examples.copy(args.dir, force=args.force)
+    try:
+        written = examples.copy(args.dir, force=args.force)
+    except (NotADirectoryError, FileNotFoundError, PermissionError) as e:
+        # a folder that cannot be made there (inside a file, under /proc, another user's): the environment's
+        from hetflow.engine.errors import StorageUnavailable
+
+        raise StorageUnavailable(f"{args.dir}: the folder could not be made or written: {e.strerror or e}"
+                                 + (f" ({e.filename})" if e.filename else "")) from None
     print(f"wrote {len(written)} files under {args.dir}; try: hetflow run {os.path.join(args.dir, 'examples', 'quickstart.yaml')}",
           file=out)
     return EXIT_OK

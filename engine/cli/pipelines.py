@@ -144,6 +144,8 @@ def _run(args: argparse.Namespace, out, err) -> int:
         from hetflow.engine.store.runs import resolve_id
 
         args.resume = resolve_id(args.runs_dir, args.resume)
+    if args.point is not None and not args.point.strip():
+        raise UsageError("--point takes a name, got an empty one")  # it ran the whole sweep
     if not args.resume:
         source = load(args.file)
         if matrix.has_matrix(source) and not args.point:
