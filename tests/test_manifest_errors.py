@@ -689,3 +689,12 @@ def test_a_plugin_entry_holding_a_nul_is_bad_input_at_its_place(tmp_path):
     assert [str(d) for d in info.value.diagnostics] == [
         f"{path}:3:11: error: plugin 'a\\x00b.py': no such file or module (a path or a module's name cannot hold a "
         "NUL character)"]
+
+
+def test_a_version_written_as_a_float_is_refused_as_every_other_integer_field_is(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("version: 1.0\nname: m\nexecutors: {h: {vendor: cpu}}\nstages:\n  y: {op: ones, args: {shape: [2]}}\n"
+                    "outputs: {y: y}\n")
+    with pytest.raises(ManifestError) as info:
+        compile_manifest(load(str(path)))
+    assert [str(d) for d in info.value.diagnostics] == [f"{path}:1:10: error: version must be an integer, found 1.0"]
