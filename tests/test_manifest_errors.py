@@ -698,3 +698,14 @@ def test_a_version_written_as_a_float_is_refused_as_every_other_integer_field_is
     with pytest.raises(ManifestError) as info:
         compile_manifest(load(str(path)))
     assert [str(d) for d in info.value.diagnostics] == [f"{path}:1:10: error: version must be an integer, found 1.0"]
+
+
+@pytest.mark.parametrize("given", ["x", "5", "{x: 1}", "[5]"])
+def test_inputs_that_are_not_a_list_of_names_are_said_so_not_counted_as_none(tmp_path, given):
+    path = tmp_path / "m.yaml"
+    path.write_text("version: 1\nname: m\nexecutors: {h: {vendor: cpu}}\nstages:\n  x: {op: zeros, args: {shape: [2]}}\n"
+                    f"  y: {{op: relu, inputs: {given}}}\noutputs: {{y: y}}\n")
+    with pytest.raises(ManifestError) as info:
+        compile_manifest(load(str(path)))
+    said = [d.message for d in info.value.diagnostics]
+    assert not any("takes 1 input" in m for m in said) and any("inputs" in m for m in said), said

@@ -495,7 +495,9 @@ def _check_op(sid: str, spec: dict, op: Any, inputs: list[str], args: dict, dtyp
     here = ("stages", sid)
     before = len(problems)
     lo, hi = op.arity
-    if not lo <= len(inputs) <= hi:
+    # inputs: that is not a list of names is the schema's to say (inputs: x): counted, it gave 0 and hid that
+    listed = isinstance(spec.get("inputs", []), list) and all(isinstance(i, str) for i in spec.get("inputs", []))
+    if listed and not lo <= len(inputs) <= hi:
         want = str(lo) if lo == hi else f"{lo} to {hi}"
         problems.append(Diagnostic(
             doc.at(here + ("inputs",)) if "inputs" in spec else doc.key_at(here),
