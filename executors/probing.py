@@ -171,12 +171,20 @@ def device_problem(vendor: Vendor, device: int | DeviceSet | None) -> str | None
 
     >>> device_problem(Vendor.cpu, 0) is None, device_problem(Vendor.cpu, DeviceSet((0, 4096)))
     (True, 'cpu device 4096: ...')
+    >>> device_problem(Vendor.cpu, 99999)
+    'cpu device 99999: this host has ...'
     """
     indexes = (device.indexes if isinstance(device, DeviceSet) else (int(device or 0),))
     if vendor is Vendor.cpu:
-        if not isinstance(device, DeviceSet) or indexes is None:
-            return None  # the whole host, or every NUMA node it has
         from hetflow.executors.cpu import cpu_devices
+
+        if not isinstance(device, DeviceSet):
+            # the whole host is device 0; a host of several NUMA nodes has one device for each
+            found = len(cpu_devices(None))
+            return (f"cpu device {indexes[0]}: this host has {found} (a CPU executor is the whole host, device 0"
+                    + (f", or one of its {found} NUMA nodes" if found > 1 else "") + ")") if indexes[0] >= found else None
+        if indexes is None:
+            return None  # every NUMA node it has
 
         try:
             found = len(cpu_devices(max(indexes) + 1))

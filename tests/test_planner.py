@@ -1,5 +1,6 @@
 """Placement, partitions and bridges: exactly where executors differ, and nowhere else."""
 
+import io
 import json
 
 import pytest
@@ -186,3 +187,15 @@ def test_planner_passes_do_not_mutate_their_input(manifest_file):
     assert "executor" not in g.nodes["x"]
     parted = planner.partition(placed)
     assert "partition" not in placed.nodes["x"] and parted.nodes["y"]["partition"] == "p1"
+
+
+def test_a_cpu_executor_asking_for_a_device_this_host_lacks_is_refused_at_its_place(tmp_path):
+    """device: 99999 on a CPU executor planned and ran, the plan saying "device 99999"."""
+    from hetflow.engine import cli
+
+    path = tmp_path / "m.yaml"
+    path.write_text("version: 1\nname: m\nexecutors:\n  host: {vendor: cpu, device: 99999}\nstages:\n"
+                    "  x: {op: ones, args: {shape: [2]}}\noutputs: {x: x}\n")
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main(["plan", str(path)], out=out, err=err) == 2
+    assert err.getvalue().startswith(f"{path}:4:3: error: executor 'host' (cpu): cpu device 99999: this host has ")
