@@ -849,6 +849,27 @@ def test_an_on_point_that_raises_fails_a_parallel_sweep_as_it_fails_one_point_at
     assert again.status == "succeeded"
 
 
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_an_on_point_that_raises_on_the_last_point_fails_the_sweep_without_calling_it_early(manifest_file, tmp_path,
+                                                                                          parallel):
+    """Raised for the last point, the summary said succeeded beside "the sweep ended early" with nothing pending."""
+    path = manifest_file(SPLIT.replace("outputs:", "matrix: {n: [2, 3, 4]}\noutputs:"))
+    runs, seen = tmp_path / "runs", []
+
+    def last(row: dict) -> None:
+        seen.append(row["name"])
+        if len(seen) == 3:
+            raise ValueError("the caller's bug")
+
+    with pytest.raises(ValueError, match="the caller's bug"):
+        hetflow.sweep(path, runs_dir=runs, on_point=last, parallel=parallel)
+    (summary_file,) = runs.glob("*/sweep.json")
+    summary = json.loads(summary_file.read_text())
+    assert summary["status"] == "failed" and summary["error"] == {
+        "message": "the sweep failed after its last point ended: ValueError: the caller's bug", "pending": []}
+    assert {p["status"] for p in summary["points"]} == {"succeeded"}
+
+
 def test_a_ctrl_c_that_finds_every_point_ended_is_a_keyboard_interrupt_and_the_summary_says_succeeded(manifest_file,
                                                                                                         tmp_path):
     """It raised RunCancelled ("cancelled by SIGINT: 3 of 3 points had finished") beside a summary that said

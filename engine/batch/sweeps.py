@@ -261,12 +261,15 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
                     # an error that ended the sweep early (a caller's on_point that raised, a bug) is a failure
                     # with points left to --resume, not a cancellation nobody asked for; the summary says what it
                     # was, as no point's row does
-                    if not interrupted and not isinstance(e, (Cancelled, RunCancelled)):
-                        summary["error"] = {"message": f"the sweep ended early: {type(e).__name__}: {e}",
-                                            "pending": [r["name"] for r in summary["points"]
-                                                        if r["status"] == "pending"]}
-                    finish(lambda: _overall(summary["points"], cancel.requested and stopped_by[0] is None,
-                                            interrupted=interrupted))
+                    failed = not interrupted and not isinstance(e, (Cancelled, RunCancelled))
+                    if failed:
+                        pending = [r["name"] for r in summary["points"] if r["status"] == "pending"]
+                        # raised by the last point's on_point, it ended nothing early, and still failed the sweep
+                        early = any(r["status"] not in ("succeeded", "failed") for r in summary["points"])
+                        said = "the sweep ended early" if early else "the sweep failed after its last point ended"
+                        summary["error"] = {"message": f"{said}: {type(e).__name__}: {e}", "pending": pending}
+                    finish(lambda: "failed" if failed else _overall(
+                        summary["points"], cancel.requested and stopped_by[0] is None, interrupted=interrupted))
             forget_hook()
             pools.__exit__(None, None, None)
             writer.stop()
