@@ -65,12 +65,10 @@ class Terminated(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def _terminable(wanted: bool):
-    import signal
-    import threading
-
-    if not wanted or threading.current_thread() is not threading.main_thread():
+    if not wanted:  # before any import: emulate's start-up loads nothing it does not use
         yield
         return
+    import signal
 
     def raise_it(signum: int, frame: object) -> None:
         raise Terminated(signum)
@@ -79,7 +77,10 @@ def _terminable(wanted: bool):
     for name in ("SIGTERM", "SIGHUP"):
         number = getattr(signal, name, None)
         if number is not None and signal.getsignal(number) is signal.SIG_DFL:  # not one nohup set to be ignored
-            old[number] = signal.signal(number, raise_it)
+            try:
+                old[number] = signal.signal(number, raise_it)
+            except ValueError:
+                break  # not the main thread (main() called from a thread): no handler can be set there
     try:
         yield
     finally:
