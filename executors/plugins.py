@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from importlib import metadata
 
 __all__ = ["op", "OpFunction", "Plugin", "PluginError", "UserOpError", "load_plugin", "load_source", "resolve_op",
-           "imported_code", "code_of",
+           "imported_code",
            "entry_points", "load_entry_point", "all_plugins", "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "hetflow.ops"
@@ -211,13 +211,6 @@ def _library_roots() -> tuple[str, ...]:
     roots.add(site.getusersitepackages())
     roots.add(os.path.dirname(os.path.dirname(os.path.abspath(oplib.__file__))))  # hetflow's own
     return tuple(os.path.realpath(r) + os.sep for r in roots if r)
-
-
-def code_of(plugin: Plugin) -> str:
-    """What a worker's copy of ``plugin`` must match for it to run the client's code: a path plugin's bytes are
-    the client's, so the modules it imports; a module plugin's Python files and those modules."""
-    python = {k: v for k, v in plugin.files.items() if k.endswith(".py")} if plugin.kind != "path" else {}
-    return combine(python, [f"{name}\0{sha}" for name, (_, sha) in sorted(plugin.imported.items())])
 
 
 def _forget_beside(folder: str) -> None:

@@ -180,3 +180,23 @@ def test_a_partition_a_worker_computes_with_other_libraries_is_not_stored_under_
     code, out, err = run_cli("run", str(path), "--runs-dir", str(runs), "--json")
     assert code == 0, err
     assert json.loads((runs / json.loads(out)["run_id"] / "record.json").read_text())["cache"]["hits"] == []
+
+
+def test_a_worker_whose_helper_is_the_same_code_from_another_folder_runs(tmp_path, monkeypatch):
+    """The same bytes found elsewhere on a worker (a project installed there, checked out here) are the same
+    code: the run goes on."""
+    new, copy = tmp_path / "new", tmp_path / "copy"
+    for folder in (new, copy):
+        folder.mkdir()
+        (folder / "hetflow_test_same_helper.py").write_text("OFFSET = 5\n")
+    (new / "ops.py").write_text("from hetflow import op\nfrom hetflow_test_same_helper import OFFSET\n\n\n"
+                                "@op('helped.shift')\ndef shift(xp, x):\n    return x + OFFSET\n")
+    path = new / "m.yaml"
+    path.write_text(PATH_PLUGIN_MANIFEST)
+    monkeypatch.delitem(sys.modules, "hetflow_test_same_helper", raising=False)
+    monkeypatch.syspath_prepend(str(new))
+    with Cluster.local(1, 1) as cluster:
+        cluster.client.run(exec, f"import sys; sys.path.insert(0, {str(copy)!r})")
+        code, out, err = run_cli("run", str(path), "--scheduler", cluster.address, "--runs-dir", str(tmp_path / "r"))
+        assert code == 0, err
+    assert np.load(tmp_path / "r" / out.split()[-1] / "y.npy").tolist() == [6.0, 6.0, 6.0]

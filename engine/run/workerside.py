@@ -214,19 +214,19 @@ class ExitPlugin(WorkerPlugin):
         gc.freeze()
 
 
-_Wanted = tuple[str, str, str, "bytes | None", str, dict]
-"""(kind, spec, path or module, source, code, what the client has): see :func:`_plugins_of`."""
+_Wanted = tuple[str, str, str, "bytes | None", dict]
+"""(kind, spec, path or module, source, what the client has): see :func:`_plugins_of`."""
 
 
 def _plugins_of(plan: Plan) -> list[_Wanted]:
-    """(kind, spec, path or module, source, code, imported) of the plugin of every user's op the plan runs.
+    """(kind, spec, path or module, source, what the client has) of the plugin of every user's op the plan runs.
 
     A path plugin travels as its bytes, so a worker on another machine
     runs exactly the code the client planned with; an installed module or
-    entry point must be installed on the worker too. ``code`` and
-    ``imported`` (:func:`~hetflow.executors.plugins.code_of`) are what the
-    worker's copy must match: the helpers a plugin imports come from the
-    worker's own search path.
+    entry point must be installed on the worker too. What the client has
+    (the modules the plugin imports, with their files' digests; a module
+    plugin's Python files) is what the worker's copy must match: the
+    helpers a plugin imports come from the worker's own search path.
     """
     seen: dict[str, _Wanted] = {}
     for node in plan.nodes.values():
@@ -235,12 +235,12 @@ def _plugins_of(plan: Plan) -> list[_Wanted]:
             target = found.file if found.kind == "path" else found.module
             python = {k: v for k, v in found.files.items() if k.endswith(".py")} if found.kind != "path" else {}
             seen[found.module] = (found.kind, found.spec, target or found.module, found.source,
-                                  plugins.code_of(found), {"imported": dict(found.imported), "files": python})
+                                  {"imported": dict(found.imported), "files": python})
     return list(seen.values())
 
 
 def _load_plugins(wanted: list[_Wanted], worker: Any) -> None:
-    for kind, spec, target, source, code, client in wanted:
+    for kind, spec, target, source, client in wanted:
         where = {"worker": worker.address, "plugin": spec, "module": target}
         try:
             if kind == "path":
@@ -251,29 +251,41 @@ def _load_plugins(wanted: list[_Wanted], worker: Any) -> None:
             # a ClusterFailure reaches the client through register_plugin and fails the run with this message
             raise ClusterFailure(f"worker {worker.name} ({worker.address}) cannot load plugin {spec!r} "
                                  f"(module {target}): {e}", where) from None
-        if plugins.code_of(here) != code:
+        differs = _difference(here, client)
+        if differs is not None:
             # its results, under the key of the client's code, would be served to runs of that code
             raise ClusterFailure(f"worker {worker.name} ({worker.address}) has other code for plugin {spec!r} than "
-                                 f"this machine: {_difference(here, client)}; give the workers the same code (a "
-                                 "folder they share, or the same installation)", where) from None
+                                 f"this machine: {differs}; give the workers the same code (a folder they share, or "
+                                 "the same installation)", where) from None
 
 
-def _difference(here: plugins.Plugin, client: Mapping[str, Any]) -> str:
-    """Where a worker's plugin differs from the client's, for a person: the first module or file of it that does."""
+def _difference(here: plugins.Plugin, client: Mapping[str, Any]) -> str | None:
+    """Where a worker's copy of a plugin differs from the client's, for a person (the first module or file of it
+    that does); None where it runs the same code.
+
+    Each module the client's plugin imports is looked for in this worker
+    as it imported it, wherever it came from (a project installed here,
+    checked out there, is the same code where its bytes are); a module
+    plugin's Python files are compared by name where both have them.
+    """
+    import sys
+
+    from hetflow.executors.codeid import file_sha
+
     def said(found: Any) -> str:
         return "none" if found is None else f"{found[0]} ({str(found[1])[:19]})"
 
-    theirs, mine = client["imported"], here.imported
-    for name in sorted(set(theirs) | set(mine)):
-        if theirs.get(name) is None or mine.get(name) is None or theirs[name][1] != mine[name][1]:
-            return f"module {name}: here {said(theirs.get(name))}, there {said(mine.get(name))}"
+    for name, theirs in sorted(client["imported"].items()):
+        file = getattr(sys.modules.get(name), "__file__", None)
+        mine = (os.path.realpath(file), file_sha(os.path.realpath(file))) if file else None
+        if mine is None or mine[1] != theirs[1]:
+            return f"module {name}: here {said(theirs)}, there {said(mine)}"
     by_name = [{os.path.basename(k): (k, v) for k, v in files.items()}
                for files in (client["files"], {k: v for k, v in here.files.items() if k.endswith(".py")})]
-    for name in sorted(set(by_name[0]) | set(by_name[1])):
-        a, b = by_name[0].get(name), by_name[1].get(name)
-        if a is None or b is None or a[1] != b[1]:
-            return f"file {name}: here {said(a)}, there {said(b)}"
-    return "its Python files differ"
+    for name in sorted(set(by_name[0]) & set(by_name[1])):
+        if by_name[0][name][1] != by_name[1][name][1]:
+            return f"file {name}: here {said(by_name[0][name])}, there {said(by_name[1][name])}"
+    return None
 
 
 def _plugin(run_id: str) -> HetflowWorkerPlugin:
