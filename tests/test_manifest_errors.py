@@ -709,3 +709,16 @@ def test_inputs_that_are_not_a_list_of_names_are_said_so_not_counted_as_none(tmp
         compile_manifest(load(str(path)))
     said = [d.message for d in info.value.diagnostics]
     assert not any("takes 1 input" in m for m in said) and any("inputs" in m for m in said), said
+
+
+@pytest.mark.parametrize("field, given", [("memory", "16gib"), ("memory_limit", '"16 gb"'), ("memory", "lots")])
+def test_a_size_that_is_not_one_says_how_a_size_is_written(tmp_path, field, given):
+    """It said "'16gib' is not valid under any of the given schemas", which gives no hint that the unit's case counts."""
+    path = tmp_path / "m.yaml"
+    path.write_text(f"version: 1\nname: m\nexecutors:\n  h: {{vendor: cpu, {field}: {given}}}\nstages:\n"
+                    "  x: {op: ones, args: {shape: [2]}}\noutputs: {x: x}\n")
+    with pytest.raises(ManifestError) as info:
+        compile_manifest(load(str(path)))
+    (said,) = [d.message for d in info.value.diagnostics]
+    assert said.startswith(f"executors.h.{field} must be bytes as an integer, or a size with its unit as written "
+                           "here: '16GiB'") and said.endswith(f"found {given.strip(chr(34))!r}"), said

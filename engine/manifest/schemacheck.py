@@ -338,6 +338,13 @@ def _explain(error: jsonschema.ValidationError, doc: Document) -> Iterator[Diagn
         # bytes as an integer or a string with a unit: 1e9 is neither, and is meant as the integer
         yield Diagnostic(doc.at(path), f"{where} must be an integer, found {error.instance!r}")
         return
+    if v in ("oneOf", "anyOf") and isinstance(error.instance, str) and any(
+            e.validator == "pattern" and "[KMGT]i?B" in str(e.validator_value) for e in error.context):
+        # a size: jsonschema's "not valid under any of the given schemas" said nothing of why '16gib' is not one
+        yield Diagnostic(doc.at(path), f"{where} must be bytes as an integer, or a size with its unit as written "
+                                       "here: '16GiB', '512MB', '2.5TB' (B, KB, MB, GB, TB in powers of 1000; KiB, "
+                                       f"MiB, GiB, TiB in powers of 1024), found {error.instance!r}")
+        return
     if v in ("oneOf", "anyOf") and error.context:
         import jsonschema.exceptions
 
