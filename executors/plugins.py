@@ -38,6 +38,7 @@ import sys
 import traceback
 import types
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from hetflow.executors import ops as oplib
@@ -201,6 +202,7 @@ def imported_code(module_name: str) -> dict[str, tuple[str, str | None]]:
     return found
 
 
+@lru_cache(maxsize=1)
 def _library_roots() -> tuple[str, ...]:
     import site
     import sysconfig
