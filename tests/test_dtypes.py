@@ -266,7 +266,8 @@ def test_memory_limit_must_be_a_size(manifest_file, capsys):
         outputs: {x: x}
         """)
     assert main(["validate", path]) == 2
-    assert f"{path}:5:38: error: executors.small.memory_limit:" in capsys.readouterr().err
+    assert f"{path}:5:38: error: executors.small.memory_limit must be bytes as an integer, or a size with its " \
+           "unit as written here: '16GiB'" in capsys.readouterr().err
 
 
 def test_tensor_shape_of_rank_nine_is_refused():
