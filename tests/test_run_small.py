@@ -332,6 +332,59 @@ def test_a_chain_runs_its_tasks_in_the_runs_own_thread_without_a_pool(manifest_f
     assert len([t for t in r.record["tasks"] if t["kind"] == "partition"]) == len(p.partitions)
 
 
+def test_a_graph_run_in_order_gives_what_dask_gives_in_dasks_order_and_drops_what_is_done_with(manifest_file):
+    import dask.core
+    from dask.order import order
+
+    from hetflow.engine.run.lowering import TaskGraph, run_in_order
+
+    m, p = compiled(manifest_file, SHARED)
+    ours, theirs = (LocalRuntime(p, create_executors(p), fold_bridges=True) for _ in range(2))
+    got = run_in_order(ours.graph)
+    want = dask.core.get(theirs.graph.dsk, theirs.graph.keys)
+    assert len(got) == len(want) == len(ours.graph.keys)
+    for key, one, other in zip(ours.graph.keys, got, want):
+        if key.startswith("output:"):
+            assert one.to_array().tobytes() == other.to_array().tobytes()
+    for rt in (ours, theirs):
+        assert rt.handles.live() == {}
+
+    # on a graph of plain functions: the calls in dask.order's order, each result gone after its last use
+    calls, alive = [], {}
+
+    class Value:
+        def __init__(self, key):
+            self.key = key
+            alive[key] = True
+
+        def __del__(self):
+            alive[self.key] = False
+
+    live_at = {}
+
+    def task(name, *inputs):
+        calls.append(name)
+        live_at[name] = {k for k, v in alive.items() if v}
+        return Value(name)
+
+    dsk = {"t:a": (task, "a"), "t:b": (task, "b", "t:a"), "t:c": (task, "c", "t:a"), "t:d": (task, "d", "t:b", "t:c"),
+           "t:e": (task, "e", "t:d"), "t:f": (task, "f", "t:b")}
+    graph = TaskGraph(dsk, ["t:e", "t:f"], {}, {}, {})
+    results = run_in_order(graph)
+    in_order = [k[2:] for k in sorted(dsk, key=order(dsk).__getitem__)]
+    assert calls == in_order
+    assert [r.key for r in results] == ["e", "f"]
+    # each result lives from its task to its last consumer's (or to the end, where asked for), no longer
+    consumers = {k[2:]: [c[2:] for c, t in dsk.items() if k in t[2:]] for k in dsk}
+    for i, name in enumerate(in_order):
+        done = in_order[:i]
+        assert live_at[name] == {k for k in done if k in ("e", "f") or any(c not in done for c in consumers[k])}
+    assert len(graph.steps) == len(dsk)
+    calls.clear()
+    run_in_order(graph)  # the steps made once are used again
+    assert calls == in_order
+
+
 def test_one_status_process_answers_what_the_two_rounds_did(tmp_path):
     # the one-process answer (the top known from the .git above) against rev-parse and two statuses, over the
     # states a manifest's tree goes through: clean, an edit, a rename, an untracked folder, a manifest in one

@@ -97,6 +97,8 @@ class TaskGraph:
     bound: Mapping[str, str] = field(default_factory=dict)
     folded: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     chains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # :func:`run_in_order`'s steps, made once: shared by the lowered plan's graph and each run's graph bound from it
+    steps: list = field(default_factory=list, compare=False, repr=False)
 
     def reported_tasks(self) -> int:
         """How many tasks the run reports: a folded bridge's export and import are two, as unfolded ones are,
@@ -141,7 +143,53 @@ def lower(plan: Plan, runtime: Runtime, fold_bridges: bool = False) -> TaskGraph
         weakref.finalize(plan, _LOWERED.pop, key, None)
     calls = {role: getattr(runtime, role, None) for role in _ROLES}
     return TaskGraph({k: (calls[task[0]], *task[1:]) for k, task in roles.dsk.items()}, roles.keys,
-                     roles.output_keys, roles.refcounts, roles.sources, roles.bound, roles.folded, roles.chains)
+                     roles.output_keys, roles.refcounts, roles.sources, roles.bound, roles.folded, roles.chains,
+                     roles.steps)
+
+
+def run_in_order(graph: TaskGraph) -> list[Any]:
+    """Run every task of ``graph`` in this thread, one after another, and return the results of ``graph.keys``:
+    what ``dask.core.get(graph.dsk, graph.keys)`` does, in the same order (``dask.order``'s), without its cost
+    per call.
+
+    ``dask.core.get`` converts the graph to Dask's task spec and orders it
+    on every call: 0.4 ms of a 9-task run here, a fifth of the quickstart's
+    whole computation. A lowered graph's tasks all take a constant first
+    (a partition, bridge or output name) and then the keys they depend on,
+    so the order, and where each result is last used, are made once per
+    lowered plan and shared by every run of it. A result no later task and
+    no key asked for needs is dropped after its last use, as Dask drops it.
+    """
+    dsk, keys = graph.dsk, graph.keys
+    steps = graph.steps
+    if len(steps) != len(dsk):
+        steps = _steps(dsk, keys)
+        graph.steps[:] = steps
+    values: dict[str, Any] = {}
+    for key, done_with in steps:
+        call, first, *after = dsk[key]
+        values[key] = call(first, *[values[k] for k in after])
+        for k in done_with:
+            del values[k]
+    return [values[k] for k in keys]
+
+
+def _steps(dsk: Mapping[str, tuple], keys: list[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """``dsk``'s keys in ``dask.order``'s order, each with the results last used by its task and not asked for."""
+    from dask.order import order
+
+    priority = order(dsk)
+    ordered = sorted(dsk, key=priority.__getitem__)
+    kept = set(keys)
+    last: dict[str, str] = {}
+    for key in ordered:
+        for k in dsk[key][2:]:
+            last[k] = key
+    done_with: dict[str, list[str]] = {}
+    for k, user in last.items():
+        if k not in kept:
+            done_with.setdefault(user, []).append(k)
+    return [(key, tuple(done_with.get(key, ()))) for key in ordered]
 
 
 def _lower(plan: Plan, fold_bridges: bool) -> TaskGraph:
