@@ -78,6 +78,79 @@ def test_a_batch_shows_nothing_at_its_paths_until_commit_then_renames_in_order(t
     assert rec.read_text() == "final\n" and np.load(out).tolist() == [0, 1, 2] and _temps(tmp_path) == []
 
 
+def test_a_file_synced_at_once_is_durable_before_the_batch_renames_and_a_failed_sync_renames_nothing(
+        tmp_path, monkeypatch):
+    out, rec = tmp_path / "y.npy", tmp_path / "record.json"
+    rec.write_text("running\n")
+    began, release, order = threading.Event(), threading.Event(), []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        if threading.current_thread().name.startswith("hetflow-fsync"):
+            began.set()
+            release.wait(10)  # the disk is slow: the output's fsync is still under way
+        order.append(("fsync", os.fstat(fd).st_size))
+        real_fsync(fd)
+
+    monkeypatch.setattr(records.os, "fsync", fsync)
+    monkeypatch.setattr(records.os, "replace", lambda a, b: (order.append(("rename", b)), real_replace(a, b))[1])
+    batch = Batch()
+    batch.add(str(out), npy_writer(np.arange(3)), fresh=True, sync_now=True)
+    assert began.wait(10), "the output's fsync began while the caller went on"
+    batch.add(str(rec), lambda f: f.write(b"final\n"))
+    committing = threading.Thread(target=batch.commit)
+    committing.start()
+    committing.join(0.3)
+    assert committing.is_alive() and rec.read_text() == "running\n"  # the record waits for its output
+    release.set()
+    committing.join(10)
+    assert order[-1] == ("rename", str(rec)) and len(order) == 3
+    assert rec.read_text() == "final\n" and np.load(out).tolist() == [0, 1, 2] and _temps(tmp_path) == []
+
+    def failing(fd):
+        try:
+            if threading.current_thread().name.startswith("hetflow-fsync"):
+                raise OSError(5, "Input/output error")
+            real_fsync(fd)
+        finally:
+            order.append(("fsync", fd))
+
+    monkeypatch.setattr(records.os, "fsync", failing)
+    again = Batch()
+    again.add(str(tmp_path / "z.npy"), npy_writer(np.arange(2)), fresh=True, sync_now=True)
+    again.add(str(rec), lambda f: f.write(b"later\n"))
+    with pytest.raises(OSError, match="Input/output"):
+        again.commit()
+    assert rec.read_text() == "final\n" and not (tmp_path / "z.npy").exists() and _temps(tmp_path) == []
+
+
+def test_a_batch_abandoned_while_a_file_syncs_leaves_that_descriptor_to_the_sync(tmp_path, monkeypatch):
+    release, synced = threading.Event(), []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        release.wait(10)
+        synced.append(os.fstat(fd).st_size)  # still this file's descriptor: the batch did not close it
+        real_fsync(fd)
+
+    monkeypatch.setattr(records.os, "fsync", fsync)
+    batch = Batch()
+    batch.add(str(tmp_path / "y.npy"), lambda f: f.write(b"12345"), fresh=True, sync_now=True)
+    batch.abandon()
+    assert not (tmp_path / "y.npy").exists()
+    other = os.open(tmp_path / "other", os.O_WRONLY | os.O_CREAT)  # the lowest free number, were it closed
+    try:
+        release.set()
+        records._syncers().submit(lambda: None).result(10)
+        for _ in range(100):
+            if synced:
+                break
+            threading.Event().wait(0.01)
+        assert synced == [5]
+    finally:
+        os.close(other)
+
+
 def test_a_failed_write_renames_nothing_and_leaves_no_temporary_file(tmp_path):
     rec = tmp_path / "record.json"
     rec.write_text("running\n")

@@ -363,7 +363,7 @@ def _execute(
                 portable: PortableActivation = by_key[key]
                 file = f"{name}.npy"
                 # an output's file is new in the run's folder (or a failed attempt's, which no record names)
-                outputs.add(os.path.join(run_dir, file), npy_writer(portable.to_array()), fresh=True)
+                outputs.add(os.path.join(run_dir, file), npy_writer(portable.to_array()), fresh=True, sync_now=True)
                 record["outputs"][name] = {
                     "tensor": plan.outputs[name], "file": file, "shape": list(portable.shape.dims),
                     "dtype": portable.dtype.value, "bytes": len(portable.bytes), "digest": digest_portable(portable),
@@ -380,7 +380,7 @@ def _execute(
                         columns = field.columns
                         portable = witness_activation(phase_runner.array(pid, fieldname))
                     file = f"{name}.npy"
-                    outputs.add(os.path.join(run_dir, file), npy_writer(portable.to_array()), fresh=True)
+                    outputs.add(os.path.join(run_dir, file), npy_writer(portable.to_array()), fresh=True, sync_now=True)
                     record["outputs"][name] = {
                         "phase": pid, **({"field": fieldname} if field is not None else {}), "file": file,
                         "shape": list(portable.shape.dims), "dtype": portable.dtype.value,

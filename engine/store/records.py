@@ -331,14 +331,16 @@ class Batch:
 
     def __init__(self) -> None:
         self._fds: list[int] = []
+        self._early: list[Any] = []  # the fsyncs add(sync_now=True) began, each on a descriptor of its own
         self._renames: list[tuple[str, str]] = []  # (temporary file, path), in the order added
         self._renaming = threading.Lock()  # held from the first rename to the last, and by supersede()
         self._state = "writing"  # then "renamed" (its renames began) or "superseded" (they never will)
         self._fresh: list[str] = []  # files written at their own paths
 
-    def add(self, path: str, write: Any, fresh: bool = False) -> None:
+    def add(self, path: str, write: Any, fresh: bool = False, sync_now: bool = False) -> None:
         """Write ``path`` now (``write`` takes the open binary file); renamed over it at :meth:`commit` unless
-        ``fresh``."""
+        ``fresh``. ``sync_now``: its fsync begins now, in a writer thread, while the caller makes the next file
+        (a run's outputs, while it encodes the record that names them), and :meth:`commit` waits for it."""
         if fresh:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), file_mode())
             self._fresh.append(path)
@@ -362,6 +364,11 @@ class Batch:
                 f.close()
             except OSError:
                 pass
+        if sync_now:
+            # the writer thread owns the descriptor from here and closes it: abandon() never closes one a queued
+            # fsync is still to use (the number may be another file's by then)
+            self._fds.pop()
+            self._early.append(_syncers().submit(_sync_and_close, fd))
 
     def commit(self, before_replace: Any = None) -> None:
         """Make every file durable (their fsyncs at once), call ``before_replace``, then rename each over its path,
@@ -370,13 +377,13 @@ class Batch:
             fds = self._fds
             if self._state == "superseded":
                 return  # before its fsyncs: a writer queued behind slow disks does not make them slower
-            if fds:
-                waits = [_syncers().submit(os.fsync, fd) for fd in fds[1:]]
-                try:
+            waits = self._early + [_syncers().submit(os.fsync, fd) for fd in fds[1:]]
+            try:
+                if fds:
                     os.fsync(fds[0])
-                finally:
-                    for wait in waits:
-                        wait.result()
+            finally:
+                for wait in waits:
+                    wait.result()
             if before_replace is not None:
                 before_replace()
             with self._renaming:
@@ -426,6 +433,13 @@ class Batch:
                 os.unlink(tmp)
             except FileNotFoundError:
                 pass
+
+
+def _sync_and_close(fd: int) -> None:
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 _SYNCERS: list[Any] = []
