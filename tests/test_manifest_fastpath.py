@@ -284,7 +284,7 @@ def test_passes_in_threads_share_one_gc_pause_and_leave_a_runs_frozen_heap_froze
     import gc
     import threading
 
-    from hetflow.engine.heap import frozen_heap, gc_paused
+    from hetflow.engine.heap import FREEZE_FROM, frozen_heap, gc_paused
 
     inside, leave = threading.Event(), threading.Event()
 
@@ -303,7 +303,7 @@ def test_passes_in_threads_share_one_gc_pause_and_leave_a_runs_frozen_heap_froze
     leave.set()
     t.join()
     assert gc.isenabled() and gc.get_freeze_count() == 0
-    with frozen_heap():  # a run: what lived before it is frozen until it ends, whatever passes end meanwhile
+    with frozen_heap(FREEZE_FROM):  # a run: what lived before it is frozen until it ends, whatever passes end meanwhile
         frozen = gc.get_freeze_count()
         assert frozen > 0
         # and a pass ending meanwhile does not ask how much is frozen: that walks every frozen object

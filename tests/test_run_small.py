@@ -417,3 +417,55 @@ def test_one_status_process_answers_what_the_two_rounds_did(tmp_path):
     (top / "naïve name.txt").write_text("changed")
     assert [(s["dirty"], s["manifest_dirty"], s["path"]) for s in same()] == [
         (True, False, os.path.join("sub", "p.yaml")), (True, True, os.path.join("new", "q.yaml"))]
+
+
+def _cycle_in_the_oldest_generation() -> "weakref.ref":
+    import gc
+    import weakref
+
+    class Cycle:
+        pass
+
+    c = Cycle()
+    c.me = c
+    gc.collect()  # alive through a full collection: it is in the oldest generation now
+    return weakref.ref(c)
+
+
+def test_a_process_that_runs_small_pipelines_again_and_again_collects_their_garbage(manifest_file, tmp_path):
+    """A notebook or a service: nothing calls gc.collect(). Runs froze the heap, which set the young count back
+    to zero each time, and the process never collected again: 19 KiB a quickstart run."""
+    import weakref
+
+    import hetflow
+
+    path = manifest_file(SHARED)
+
+    class Cycle:
+        pass
+
+    died_young = []
+    for _ in range(150):
+        c = Cycle()
+        c.me = c
+        died_young.append(weakref.ref(c))
+        del c
+        assert hetflow.run(path, runs_dir=str(tmp_path / "runs"), cache=False).status == "succeeded"
+    assert [r for r in died_young[:100] if r() is not None] == []
+
+
+def test_a_process_that_runs_large_pipelines_again_and_again_collects_what_died_in_the_oldest_generation(
+        manifest_file, tmp_path):
+    import hetflow
+    from hetflow.engine.heap import FREEZE_FROM
+
+    stages = ["  s0: {op: random.normal, args: {shape: [4], seed: 1}}"]
+    stages += [f"  s{i}: {{op: neg, inputs: [s{i - 1}]}}" for i in range(1, FREEZE_FROM)]
+    path = manifest_file("version: 1\nname: long\nexecutors:\n  a: {vendor: cpu}\nstages:\n" + "\n".join(stages)
+                         + f"\noutputs: {{y: s{FREEZE_FROM - 1}}}\n")
+    old = _cycle_in_the_oldest_generation()
+    for _ in range(60):  # each run freezes the heap; a full collection comes once runs took 20 times its cost
+        assert hetflow.run(path, runs_dir=str(tmp_path / "runs"), cache=False).status == "succeeded"
+        if old() is None:
+            break
+    assert old() is None

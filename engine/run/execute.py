@@ -100,7 +100,7 @@ def execute(manifest: Manifest, plan: Plan, **kwargs: Any) -> RunResult:
         # built before the heap is frozen: the plan's data lives as long as the run, out of the GC's reach with
         # the plan, and the pass that builds it pauses the GC without asking how much is frozen (a walk of it)
         kwargs["plan_json"] = _plan_data(plan)[0]
-    with frozen_heap():
+    with frozen_heap(len(plan.nodes) + len(plan.bridges)):
         return _execute(manifest, plan, **kwargs)
 
 
