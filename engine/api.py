@@ -516,9 +516,10 @@ def _kept_jobs(path: str, doc: Document | None, overrides: dict, point: str | No
     """:func:`_jobs`, answered from the last call's work when nothing it read has changed.
 
     Only a manifest given by its path, not resumed, whose every point
-    reads no file but its ``load`` stages' data is kept: the file's bytes
-    must be the same and each data file's size, mtime and inode too, or
-    it is loaded and checked again. Plugins and emulator phases read
+    reads no file but its block libraries and its ``load`` stages' data is
+    kept: the file's bytes must be the same and each library's and data
+    file's stamp too (:func:`~hetflow.executors.files.file_stamp`), or it
+    is loaded and checked again. Plugins and emulator phases read
     modules and programs a stat does not vouch for, so such manifests are
     always checked anew.
     """
@@ -531,14 +532,22 @@ def _kept_jobs(path: str, doc: Document | None, overrides: dict, point: str | No
     except (TypeError, ValueError, OSError):
         return _jobs(path, doc, overrides, point, resume, runs_dir, max_points)
     kept = _KEPT.get(key)
-    if kept is not None and kept[0] == text and kept[1] == _stats([n for m, _, _ in kept[2][1] for n in _reads(m)]):
+    if (kept is not None and kept[0] == text and kept[1] == _stats([n for m, _, _ in kept[2][1] for n in _reads(m)])
+            and kept[3] == _stats([n for n, _ in kept[3]], libraries=True)):
         return kept[2]
-    answer = _jobs(path, doc, overrides, point, resume, runs_dir, max_points)
+    from hetflow.engine.manifest.loader import files_read
+    from hetflow.executors.files import file_stamp
+
+    with files_read() as read:
+        answer = _jobs(path, doc, overrides, point, resume, runs_dir, max_points)
     reads = [[*_reads(m)] if not (m.plugins or getattr(m, "phases", None)) else None for m, _, _ in answer[1]]
     if all(r is not None for r in reads):
         if len(_KEPT) >= _KEPT_MAX:
             _KEPT.pop(next(iter(_KEPT)))
-        _KEPT[key] = (text, _stats([n for r in reads for n in r]), answer)
+        # the block libraries its uses read, each as it was when it was read
+        here = os.path.abspath(path)
+        libraries = tuple(sorted({(n, file_stamp(info)) for n, info in read if n != here}))
+        _KEPT[key] = (text, _stats([n for r in reads for n in r]), answer, libraries)
     return answer
 
 
@@ -549,15 +558,17 @@ def _reads(manifest: Manifest) -> Iterator[str]:
             yield s.args["path"]
 
 
-def _stats(files: list[str]) -> tuple:
+def _stats(files: list[str], libraries: bool = False) -> tuple:
+    """Each file's stamp (None where it cannot be told); ``libraries``: as ``(path, stamp)`` pairs."""
     from hetflow.executors.files import file_stamp
 
     out = []
     for name in files:
         try:
-            out.append(file_stamp(os.stat(name)))
+            stamp = file_stamp(os.stat(name))
         except OSError:
-            out.append(None)
+            stamp = None
+        out.append((name, stamp) if libraries else stamp)
     return tuple(out)
 
 
@@ -707,9 +718,10 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
     -----
     A process that runs the same manifest again (a notebook, a service)
     does not load, check and plan it again while its file's bytes, the
-    data files its ``load`` stages read (size, mtime, inode) and the
-    params are the same: the checked manifest and its plan are kept. A
-    manifest with plugins or emulator phases is checked every time.
+    block libraries its uses read and the data files its ``load`` stages
+    read (each by size, mtime, ctime and inode) and the params are the
+    same: the checked manifest and its plan are kept. A manifest with
+    plugins or emulator phases is checked every time.
 
     Raises
     ------

@@ -287,6 +287,33 @@ def test_a_warm_api_run_checks_again_what_changed_and_nothing_else(tmp_path, mon
     assert np.array_equal(changed.outputs["y"], np.ones((4, 3), np.float32))
 
 
+def test_a_warm_api_run_checks_again_the_block_libraries_its_manifest_uses(tmp_path):
+    import hetflow
+
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "inner.yaml").write_text(
+        "version: 1\nblocks:\n  twice:\n    inputs: [x]\n    stages:\n      y: {op: add, inputs: [x, x]}\n"
+        "    outputs: {y: y}\n")
+    outer = tmp_path / "lib" / "lib.yaml"
+    outer.write_text("version: 1\nblocks:\n  scale:\n    inputs: [x]\n    stages:\n"
+                     "      t: {use: inner.yaml#twice, inputs: {x: x}}\n      y: {op: neg, inputs: [t.y]}\n"
+                     "    outputs: {y: y}\n")
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("version: 1\nname: libuse\nexecutors: {host: {vendor: cpu}}\nstages:\n"
+                        "  x: {op: ones, args: {shape: [3]}}\n  b: {use: lib/lib.yaml#scale, inputs: {x: x}}\n"
+                        "outputs: {out: b.y}\n")
+    runs = tmp_path / "runs"
+    assert hetflow.run(manifest, runs_dir=runs, cache=False).outputs["out"].tolist() == [-2, -2, -2]
+    outer.write_text(outer.read_text().replace("op: neg", "op: relu"))  # the library the manifest names
+    assert hetflow.run(manifest, runs_dir=runs, cache=False).outputs["out"].tolist() == [2, 2, 2]
+    inner = tmp_path / "lib" / "inner.yaml"  # a library that library uses, edited in place, the same size
+    inner.write_text(inner.read_text().replace("op: add", "op: mul"))
+    assert hetflow.run(manifest, runs_dir=runs, cache=False).outputs["out"].tolist() == [1, 1, 1]
+    inner.unlink()
+    with pytest.raises(hetflow.ManifestError, match="inner.yaml"):
+        hetflow.run(manifest, runs_dir=runs, cache=False)
+
+
 ALTERNATING = "version: 1\nname: alt\nexecutors:\n  a: {vendor: cpu}\n  b: {vendor: cpu}\nstages:\n" + \
     "  x0: {op: ones, args: {shape: [4]}, executor: a}\n" + \
     "".join(f"  x{i}: {{op: relu, inputs: [x{i - 1}], executor: {'ab'[i % 2]}}}\n" for i in range(1, 12)) + \

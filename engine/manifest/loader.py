@@ -924,6 +924,24 @@ _FILE_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO (a named pipe)
                stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 
 
+_READING = threading.local()
+
+
+class files_read:
+    """``with files_read() as read:`` lists, in ``read``, every file :func:`load` reads in this thread meanwhile
+    (a manifest, the block libraries it uses), each as ``(absolute path, its os.stat_result when read)``."""
+
+    def __enter__(self) -> list[tuple[str, os.stat_result]]:
+        self._outer = getattr(_READING, "files", None)
+        _READING.files = []
+        return _READING.files
+
+    def __exit__(self, *exc: object) -> None:
+        mine, _READING.files = _READING.files, self._outer
+        if self._outer is not None:
+            self._outer.extend(mine)
+
+
 def load(file: str | os.PathLike) -> Document:
     """Read and parse a manifest file; text that is not UTF-8 is refused at its first bad byte."""
     name = os.fspath(file)
@@ -950,6 +968,9 @@ def load(file: str | os.PathLike) -> Document:
         raise ManifestError([Diagnostic(None, f"{name}: cannot read: {e.strerror or e}")]) from None
     finally:
         os.close(fd)
+    reading = getattr(_READING, "files", None)
+    if reading is not None:
+        reading.append((os.path.abspath(name), info))
     if len(data) > MAX_FILE_BYTES:  # it grew while it was read
         raise ManifestError([Diagnostic(None, f"{name}: cannot read: it holds more than {MAX_FILE_BYTES:,} bytes; "
                                               f"a manifest is at most {MAX_FILE_BYTES:,}")])
