@@ -4,7 +4,8 @@ A checkout has them in ``examples/`` and ``pipelines/``; an installed
 wheel has them as the package data of ``hetflow.examples`` and
 ``hetflow.pipelines``. :func:`copy` writes both trees into a folder of
 the user's with the same layout, so the relative paths inside the
-manifests (``../examples/guests/fib.elf``) hold there too.
+manifests (``../examples/guests/fib.elf``) hold there too, and the editor
+schema their modelines name beside them (``schemas/pipeline.schema.json``).
 
 Examples
 --------
@@ -38,8 +39,15 @@ def _walk(node: Traversable, prefix: str):
             yield name, child
 
 
+# the editor schema the manifests' modelines name (``$schema=../schemas/pipeline.schema.json``)
+_SCHEMA = ("schemas/pipeline.schema.json", "hetflow.schemas", "pipeline.schema.json")
+
+
 def _files() -> dict[str, Traversable]:
-    return {name: node for top, package in _TREES.items() for name, node in _walk(files(package), top)}
+    found = {name: node for top, package in _TREES.items() for name, node in _walk(files(package), top)}
+    name, package, file = _SCHEMA
+    found[name] = files(package) / file
+    return found
 
 
 def shipped() -> list[str]:

@@ -11,6 +11,7 @@ folder outside the checkout: a tensor pipeline and an emulator pipeline.
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -79,6 +80,9 @@ def test_the_sdist_carries_what_a_build_needs(dists):
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     missing = [f for f in _tracked(*_INSTALLED) + ["setup.py", "pyproject.toml", "README.md"] if f not in names]
     assert missing == []
+    # and what the tests it carries read, and the docs the README links to
+    carried = [f for f in _tracked("tests/", "docs/") if f not in names]
+    assert carried == []
 
 
 def _run_examples(bindir: Path, work: Path) -> dict:
@@ -89,6 +93,13 @@ def _run_examples(bindir: Path, work: Path) -> dict:
     for line in where.split():
         assert not Path(line).resolve().is_relative_to(REPO), f"imported from the checkout: {line}"
     _sh(bindir / "hetflow", "examples", "copy", "here", cwd=work, env=env)
+    # every manifest's editor modeline names a schema the copy wrote
+    named = {}
+    for manifest in (work / "here").rglob("*.yaml"):
+        found = re.search(r"\$schema=(\S+)", manifest.read_text(encoding="utf-8"))
+        if found:
+            named[manifest] = (manifest.parent / found.group(1)).resolve()
+    assert named and all(schema.is_file() for schema in named.values()), named
     results = {}
     for manifest in ("here/examples/quickstart.yaml", "here/pipelines/zkvm_trace.yaml"):
         _sh(bindir / "hetflow", "validate", manifest, cwd=work, env=env)

@@ -180,12 +180,23 @@ def test_a_record_or_summary_of_a_newer_format_is_shown_with_a_note_saying_so(sw
 
 @pytest.mark.parametrize("edit, said", [
     ({"data": 5}, "its 'data' is 5, where a run record holds an object"),
-    (lambda r: r["manifest"].update(file=7), "its 'manifest' holds a 'file' that is not a string, as no run record does"),
+    (lambda r: r["manifest"].update(file=7), "its 'manifest.file' is 7, where a run record holds a string or null"),
     (lambda r: r["attempts"][0].update(duration_s="x"),
-     "its 'attempts' holds a 'duration_s' that is not a number, as no run record does"),
-    (lambda r: next(iter(r["outputs"].values())).update(dtype=7),
-     "its 'outputs' holds a 'dtype' that is not a string, as no run record does"),
-    (lambda r: r["plan"].update(nodes="x"), "its 'plan' holds a 'nodes' that is not an object, as no run record does"),
+     "its 'attempts[0].duration_s' is \"x\", where a run record holds a number or null"),
+    (lambda r: r["outputs"]["z"].update(dtype=7), "its 'outputs.z.dtype' is 7, where a run record holds a string or null"),
+    (lambda r: r["plan"].update(nodes="x"), "its 'plan.nodes' is \"x\", where a run record holds an object or null"),
+    # deeper: what the report and diff read (internal errors, exit 3, before)
+    (lambda r: r["plan"]["nodes"].update(z=None), "its 'plan.nodes.z' is null, where a run record holds an object"),
+    (lambda r: r["tasks"][0].update(offset_s="x"),
+     "its 'tasks[0].offset_s' is \"x\", where a run record holds a number or null"),
+    (lambda r: r["tasks"][0].update(nodes=5), "its 'tasks[0].nodes' is 5, where a run record holds a list or null"),
+    (lambda r: r["inventory"][0].update(devices=5),
+     "its 'inventory[0].devices' is 5, where a run record holds a list or null"),
+    (lambda r: r["plan"]["executors"].update({next(iter(r["plan"]["executors"])): 5}),
+     "its 'plan.executors.h' is 5, where a run record holds an object"),
+    (lambda r: r["scheduler"].update(workers=[None]),
+     "its 'scheduler.workers[0]' is null, where a run record holds an object"),
+    (lambda r: r["cache"].update(hits=5), "its 'cache.hits' is 5, where a run record holds a list or null"),
     ({"params": [1]}, "its 'params' is [1], where a run record holds an object"),
     ({"manifest": None}, "its 'manifest' is null, where a run record holds an object"),
 ])
@@ -312,3 +323,20 @@ def test_runs_table_gives_a_point_not_run_yet_the_values_its_sweep_gives_it(swep
     code, out, err = cli("runs", "table", sweep_id, "--runs-dir", str(runs), "--format", "json")
     rows = json.loads(out)["rows"]
     assert code == 0 and [(r["status"], r["params"]) for r in rows] == [("succeeded", {"k": 1}), ("pending", {"k": 2})]
+
+
+def test_a_record_damaged_deeper_than_its_checks_look_is_bad_input_to_the_report_with_a_crash_log(
+        swept, tmp_path, monkeypatch):
+    from hetflow.engine import report
+
+    runs, _, points = swept
+
+    def trips(*args, **kwargs):
+        raise TypeError("'int' object is not iterable")
+
+    monkeypatch.setattr(report, "render", trips)
+    code, out, err = cli("report", "--runs-dir", str(runs), points[0], "-o", str(tmp_path / "r.html"))
+    record = runs / points[0] / "record.json"
+    assert code == 2 and err.startswith(f"hetflow: error: {record}: error: it could not be drawn (TypeError: "), err
+    log = err.split("traceback in ")[1].split(")")[0]
+    assert "not iterable" in Path(log).read_text() and not (tmp_path / "r.html").exists()

@@ -168,7 +168,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     ex = sub.add_parser("examples", help="the example manifests and guest programs shipped with hetflow")
     exsub = ex.add_subparsers(dest="examples_command", required=True, parser_class=_Parser)
     exsub.add_parser("list", help="every shipped file")
-    exc = exsub.add_parser("copy", help="write examples/ and pipelines/ into DIR, ready to run")
+    exc = exsub.add_parser("copy", help="write examples/ and pipelines/ into DIR, ready to run, with "
+                                        "schemas/pipeline.schema.json for their editor modelines")
     exc.add_argument("dir", metavar="DIR")
     exc.add_argument("--force", action="store_true", help="overwrite files that already exist there")
 

@@ -251,7 +251,22 @@ def cmd_report(args: argparse.Namespace, out, err) -> int:
     from hetflow.engine import report  # numpy and networkx load only for commands that need them
 
     located = report.locate(args.run_id, args.runs_dir)
-    page = report.render(located, runs_dir=args.runs_dir, graph=args.graph)
+    try:
+        page = report.render(located, runs_dir=args.runs_dir, graph=args.graph)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:
+        # the checks of a record's shape name the fields the commands read; a record edited deeper than they look
+        # is still bad input, said with the crash log a bug report needs should hetflow have written it so
+        import traceback
+
+        from hetflow.engine.cli.outcomes import _write_crash_log
+
+        try:
+            where = f"traceback in {_write_crash_log(''.join(traceback.format_exception(e)))}"
+        except OSError as unwritable:
+            where = f"no crash log: {unwritable}"
+        file = os.path.join(located.folder, "record.json" if located.kind == "run" else "sweep.json")
+        raise UsageError(f"{file}: error: it could not be drawn ({type(e).__name__}: {e}): it holds what no "
+                         f"{located.kind} hetflow wrote does, or hetflow has a bug ({where})") from None
     path = args.output or os.path.join(located.folder, "report.html")
     if path == "-":
         write_output(path, page.encode(), out)

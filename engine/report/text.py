@@ -76,6 +76,8 @@ def _bytes(d: Mapping[str, Any], short: bool = False) -> str:
 
 
 def _emulator_kind(emulators: Mapping[str, Any], band: str) -> str:
+    if not isinstance(band, str):  # a record's node without an executor: edited by hand
+        return "?"
     name = band.split(":", 1)[1] if band.startswith("emulator:") else band
     e = emulators.get(name)
     return f"emulator, {e.get('backend')} backend" if isinstance(e, Mapping) else "?"

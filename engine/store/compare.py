@@ -265,7 +265,9 @@ def versions_of(record: Mapping[str, Any]) -> dict[str, Any]:
     differ: dict[str, list[str]] = {}
     workers = (record.get("scheduler") or {}).get("workers")  # the threaded scheduler's is a count of threads
     for w in workers if isinstance(workers, list) else []:
-        for lib, version in (w.get("versions") or {}).items():
+        if not isinstance(w, dict) or not isinstance(w.get("versions"), dict):
+            continue  # a record edited by hand: what a worker ran is not known
+        for lib, version in w["versions"].items():
             differ.setdefault(lib, []).append(f"worker {w.get('name')}: {version}")
     for lib, where in differ.items():
         out[lib] = f"{out.get(lib)} ({'; '.join(where)})"

@@ -577,10 +577,6 @@ _SUMMARY_KINDS: dict[str, tuple[type | None, ...]] = {
 }
 
 
-# the keys whose items (a list's, or an object's values) are objects, each
-_OF_OBJECTS = frozenset(("plugins", "tasks", "events", "attempts", "warm_up", "data", "inputs", "outputs", "nodes"))
-
-
 # the same of each of a summary's points
 _POINT_KINDS: dict[str, tuple[type | None, ...]] = {
     **dict.fromkeys(("name", "status"), (str,)), **dict.fromkeys(("run_id", "record"), (str, None)),
@@ -588,40 +584,94 @@ _POINT_KINDS: dict[str, tuple[type | None, ...]] = {
 }
 
 
-# the fields inside a top-level key that the commands read, with what each holds: a key holding one of another
-# kind is as wrong as the key itself (None: the field may be null or absent)
-_INSIDE: dict[str, dict[str, tuple[type | None, ...]]] = {
-    "manifest": {"file": (str, None), "name": (str, None), "digest": (str, None)},
-    "plan": {"nodes": (dict, None), "executors": (dict, None), "partitions": (list, None), "bridges": (list, None),
-             "totals": (dict, None), "outputs": (dict, None)},
-}
-# the same of each item of a key of objects
-_EACH: dict[str, dict[str, tuple[type | None, ...]]] = {
-    "attempts": {"duration_s": (int, float, None), "status": (str, None), "started_at": (str, None),
-                 "ended_at": (str, None)},
-    # (not its digest: verify says "the record gives no digest for it" of one that is no string, and fails)
-    "outputs": {"file": (str, None), "dtype": (str, None), "shape": (list, None)},
-    "nodes": {"status": (str, None), "partition": (str, None), "executor": (str, None)},
+class _Shape:
+    """What a value inside a record holds: one of ``kinds`` (None: null); of an object, ``fields`` (each may be
+    absent) or, with ``each``, every value; of a list, ``each`` item."""
+
+    __slots__ = ("kinds", "fields", "each")
+
+    def __init__(self, *kinds: type | None, fields: Mapping[str, Any] | None = None, each: Any = None) -> None:
+        self.kinds, self.fields, self.each = kinds, fields or {}, each
+
+
+_NUM, _INT, _STR = (int, float, None), (int, None), (str, None)
+_NAMES = _Shape(list, None, each=(str,))
+_OBJECTS = _Shape(list, each=(dict,))
+# the fields inside the top-level keys that the commands read (show, diff, verify, report), with what each holds:
+# a field holding one of another kind is as wrong as the key itself
+_DEEP: dict[str, _Shape] = {
+    "manifest": _Shape(dict, fields={"file": _STR, "name": _STR, "digest": _STR}),
+    "attempts": _Shape(list, each=_Shape(dict, fields={"duration_s": _NUM, "status": _STR, "started_at": _STR,
+                                                       "ended_at": _STR})),
+    # (not an output's digest: verify says "the record gives no digest for it" of one that is no string, and fails)
+    "outputs": _Shape(dict, each=_Shape(dict, fields={"file": _STR, "dtype": _STR, "tensor": _STR, "phase": _STR,
+                                                      "shape": _Shape(list, None, each=(int,)), "bytes": _INT,
+                                                      "columns": _NAMES})),
+    "nodes": _Shape(dict, each=_Shape(dict, fields={"status": (str,), "partition": _STR, "executor": _STR,
+                                                    "started_at": _NUM, "ended_at": _NUM, "duration_s": _NUM,
+                                                    "attempts": _INT})),
+    "tasks": _Shape(list, each=_Shape(dict, fields={
+        "kind": _STR, "id": _STR, "executor": _STR, "worker": _STR, "thread": _STR, "status": _STR, "start": _STR,
+        "end": _STR, "duration_s": _NUM, "offset_s": _NUM, "nodes": _NAMES, "bytes": _INT, "attempt": _INT})),
+    "warm_up": _Shape(list, each=_Shape(dict, fields={"seconds": _NUM})),
+    "plugins": _OBJECTS, "events": _OBJECTS,
+    "data": _Shape(dict, each=(dict,)), "inputs": _Shape(dict, each=(dict,)),
+    "plan": _Shape(dict, fields={
+        "nodes": _Shape(dict, None, each=_Shape(dict, fields={
+            "op": _STR, "executor": _STR, "reason": _STR, "partition": _STR, "inputs": _NAMES,
+            "shape": _Shape(list, None, each=(int, str)), "dtype": _STR, "bytes": _NUM, "size": _STR,
+            "origin": _STR})),
+        "executors": _Shape(dict, None, each=_Shape(dict, fields={"vendor": _STR, "device": _INT, "reason": _STR})),
+        "partitions": _Shape(list, None, each=_Shape(dict, fields={"id": _STR, "executor": _STR, "nodes": _NAMES,
+                                                                   "inputs": _NAMES, "outputs": _NAMES})),
+        "bridges": _Shape(list, None, each=_Shape(dict, fields={
+            "id": _STR, "tensor": _STR, "source": _STR, "destination": _STR, "bytes": _NUM, "size": _STR,
+            "consumers": _NAMES, "kind": _STR})),
+        "totals": _Shape(dict, None, fields={"nodes": _INT, "partitions": _INT, "bridges": _INT,
+                                             "bytes_bridged": _NUM}),
+        "outputs": _Shape(dict, None, each=(str,))}),
+    "inventory": _Shape(list, None, each=_Shape(dict, fields={
+        "vendor": _STR, "reason": _STR, "devices": _Shape(list, None, each=(dict,)), "dtypes": _NAMES,
+        "ops": _NAMES})),
+    "executors": _Shape(dict, None, each=_Shape(dict, fields={"vendor": _STR,
+                                                              "devices": _Shape(list, None, each=(dict,))})),
+    "scheduler": _Shape(dict, None, fields={"workers": _Shape(int, list, None, each=(dict,))}),
+    "cache": _Shape(dict, fields={"hits": _NAMES, "stored": _NAMES, "store_failed": (dict, None),
+                                  "damaged": (dict, None), "unreadable": (dict, None)}),
 }
 
 
-def _fields_of_kind(item: Mapping[str, Any], kinds: Mapping[str, tuple[type | None, ...]]) -> bool:
-    return all(k not in item or item[k] is None or _of_kind(item[k], v) for k, v in kinds.items())
+def _is(value: Any, kinds: tuple[type | None, ...]) -> bool:
+    return any((value is None) if kind is None else (isinstance(value, kind) and not isinstance(value, bool))
+               for kind in kinds)
+
+
+def _wrong(value: Any, shape: Any, path: str) -> tuple[str, Any, tuple[type | None, ...]] | None:
+    """The first place in ``value`` that holds what ``shape`` does not: (its path, its value, what belongs there)."""
+    kinds = shape.kinds if isinstance(shape, _Shape) else shape
+    if not _is(value, kinds):
+        return path, value, kinds
+    if not isinstance(shape, _Shape) or value is None:
+        return None
+    if shape.fields and isinstance(value, dict):
+        for field, inner in shape.fields.items():
+            if field in value:
+                found = _wrong(value[field], inner, f"{path}.{field}")
+                if found is not None:
+                    return found
+    if shape.each is not None and isinstance(value, (dict, list)):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for name, item in items:
+            found = _wrong(item, shape.each, f"{path}.{name}" if isinstance(value, dict) else f"{path}[{name}]")
+            if found is not None:
+                return found
+    return None
 
 
 def _of_kind(value: Any, kinds: tuple[type | None, ...], key: str = "") -> bool:
-    if not any((value is None) if kind is None else (isinstance(value, kind) and not isinstance(value, bool))
-               for kind in kinds):
+    if not _is(value, kinds):
         return False
-    if key in _OF_OBJECTS and isinstance(value, (list, dict)):
-        items = value.values() if isinstance(value, dict) else value
-        if not all(isinstance(item, dict) for item in items):
-            return False
-        if key in _EACH and not all(_fields_of_kind(item, _EACH[key]) for item in items):
-            return False
-    if key in _INSIDE and isinstance(value, dict) and not _fields_of_kind(value, _INSIDE[key]):
-        return False
-    return True
+    return key not in _DEEP or _wrong(value, _DEEP[key], key) is None
 
 
 def well_kept(data: dict, kinds: Mapping[str, tuple[type | None, ...]] | None = None) -> dict:
@@ -634,8 +684,9 @@ def well_kept(data: dict, kinds: Mapping[str, tuple[type | None, ...]] | None = 
     """
     kinds = _RECORD_KINDS if kinds is None else kinds
     kept = data
-    if not all(k not in kinds or _of_kind(v, kinds[k], k) for k, v in data.items()):
-        kept = {k: v for k, v in data.items() if k not in kinds or _of_kind(v, kinds[k], k)}
+    deep = kinds is _RECORD_KINDS  # the fields inside a key (_DEEP) are a record's
+    if not all(k not in kinds or _of_kind(v, kinds[k], k if deep else "") for k, v in data.items()):
+        kept = {k: v for k, v in data.items() if k not in kinds or _of_kind(v, kinds[k], k if deep else "")}
     if kinds is _SUMMARY_KINDS:
         points = kept.get("points")
         if "points" in kept and not isinstance(points, list):
@@ -662,23 +713,14 @@ def record_problem(record: Mapping[str, Any]) -> str | None:
     for key, kinds in _RECORD_KINDS.items():
         if key not in record:
             continue
-        value = record[key]
-        if _of_kind(value, kinds, key):
+        found = _wrong(record[key], kinds, key) or (_wrong(record[key], _DEEP[key], key) if key in _DEEP else None)
+        if found is None:
             continue
+        path, value, wanted = found
         said = json.dumps(value)
         said = said if len(said) <= 40 else said[:37] + "..."
-        wanted = " or ".join(dict.fromkeys(_KIND_NAMES[k] for k in kinds))
-        if _of_kind(value, kinds):
-            wanted += " of objects" if key in _OF_OBJECTS and key not in _INSIDE else ""
-            fields = _INSIDE.get(key) or _EACH.get(key) or {}
-            inside = [(f, kind) for f, kind in fields.items() for item in (
-                [value] if key in _INSIDE else (value.values() if isinstance(value, dict) else value))
-                if isinstance(item, dict) and f in item and item[f] is not None and not _of_kind(item[f], kind)]
-            if inside:
-                f, kind = inside[0]
-                named = " or ".join(dict.fromkeys(_KIND_NAMES[k] for k in kind if k is not None))
-                return f"its {key!r} holds a {f!r} that is not {named}, as no run record does"
-        return f"its {key!r} is {said}, where a run record holds {wanted}"
+        named = " or ".join(dict.fromkeys(_KIND_NAMES[k] for k in wanted))
+        return f"its {path!r} is {said}, where a run record holds {named}"
     return None
 
 
