@@ -164,9 +164,15 @@ def test_a_trapped_guest_keeps_what_it_printed_and_its_outputs(backend, guests):
     r = json.loads(out)
     assert (code_, r["status"], r["steps"], r["stdout"], r["pub_outs"][:2]) == (1, "failed", 10, "hello\n", [0x12345000, 0])
     assert "illegal instruction" in r["error"] and "illegal instruction" in err
+    # the keys every command's --json object has: the process's exit code, what standard error says
+    assert (r["exit_code"], r["message"], r["ran_on"]) == (1, err.strip(), backend)
     code_, out, _ = emulate(path, "--backend", backend, "--no-interpreter-start")
     assert out.splitlines() == [f"{path}: failed after 10 steps ({backend} backend)", "public outputs: [0]=0x12345000",
                                 "guest output (6 bytes):", "hello"]
+    if backend == "fast":  # it failed within the interpreter's start: the reference interpreter says so
+        code_, out, _ = emulate(path, "--backend", backend)
+        assert out.splitlines()[0] == (f"{path}: failed after 10 steps (reference backend, in the reference "
+                                       "interpreter's first 20,000 steps)")
 
 
 # --- nonzero exits in a pipeline ------------------------------------------------------------------------------------
@@ -193,6 +199,17 @@ def _pipeline(tmp_path, program, backend="reference", extra=""):
     path.write_text(PIPELINE.format(program=program, backend=backend, extra=extra))
     m = mf.compile_manifest(mf.load(path))
     return run_pipeline(m, make_plan(m, probe), runs_dir=str(tmp_path / "runs"), num_workers=2)
+
+
+def test_a_nonzero_exit_is_the_guests_code_in_emulates_json_and_the_process_exits_1(guests):
+    path = guests("exit7", elf(say_then(exit_with(7))))
+    code_, out, err = emulate(path, "--json")
+    r = json.loads(out)
+    assert (code_, r["status"], r["exit_code"], r["guest_exit_code"]) == (1, "failed", 1, 7)
+    assert r["message"] == err.strip() == f"hetflow: emulate failed: {path}: guest exited with code 7"
+    code_, out, err = emulate(guests("exit0", elf(say_then(exit_with(0)))), "--json")
+    r = json.loads(out)
+    assert (code_, r["status"], r["exit_code"], r["guest_exit_code"], "message" in r) == (0, "ok", 0, 0, False)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

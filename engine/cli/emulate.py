@@ -224,13 +224,14 @@ def cmd_emulate(args, out, err) -> int:
             main_run = native_main.MainRun(program, data, translate=False)
         if args.backend in ("fast", "native") and args.interpreter_start and (main_run is None or main_run.code is None):
             budget = min(args.max_steps, INTERPRETER_START_STEPS)
+            ran_on = "reference"  # what a guest that fails here failed on
             try:
                 result = execute(program, backend="reference", input=data, chunk_steps=args.chunk_steps,
                                  max_steps=budget, runners=False, timeout=left(), max_output=max_output)
-                ran_on = "reference"
             except StepLimitExceeded:
                 if budget == args.max_steps:
                     raise
+                ran_on = args.backend
         if result is None:
             if args.backend == "fast":
                 compile_s, compiled = _warm_up_fast(err)
@@ -258,7 +259,6 @@ def cmd_emulate(args, out, err) -> int:
             else:
                 result = execute(program, backend=args.backend, input=data, chunk_steps=args.chunk_steps,
                                  max_steps=args.max_steps, runners=False, timeout=left(), max_output=max_output)
-            ran_on = args.backend
     except ElfError as e:
         raise _usage(str(e)) from None
     except GuestError as e:
@@ -274,18 +274,23 @@ def cmd_emulate(args, out, err) -> int:
             # named by the command's limit, not by what was left of it for the run that passed it
             e = with_output(TimeLimitExceeded(args.timeout, pc=e.pc, insn=e.insn, step=e.step, symbol=e.symbol),
                             e.stdout, e.pub_outs)
+        message = f"hetflow: emulate failed: {args.elf}: {e}{hint}"
         if args.json:
             import json
 
-            print(json.dumps({"program": args.elf, "backend": args.backend, "requested_backend": requested,
-                              "backend_reason": why, "status": "failed", "error": str(e),
+            # exit_code and message as every command's --json object has them (docs/reference/exit-codes.md)
+            print(json.dumps({"program": args.elf, "backend": args.backend, "ran_on": ran_on,
+                              "requested_backend": requested, "backend_reason": why, "status": "failed",
+                              "exit_code": EXIT_RUN_FAILED, "message": message, "error": str(e),
                               "pc": e.pc, "symbol": e.symbol, "insn": e.insn, "step": e.step, "steps": e.step,
                               "pub_outs": [v for _, v in e.pub_outs],
                               "stdout": e.stdout.decode("utf-8", errors="replace")}), file=out)
         else:
-            print(f"{args.elf}: failed after {e.step} steps ({args.backend} backend)", file=out)
+            print(f"{args.elf}: failed after {e.step} steps ({ran_on} backend"
+                  + (f", in the {ran_on} interpreter's first {INTERPRETER_START_STEPS:,} steps" if ran_on != args.backend
+                     else "") + ")", file=out)
             _report(args, e, out)
-        print(f"hetflow: emulate failed: {args.elf}: {e}{hint}", file=err)
+        print(message, file=err)
         return EXIT_RUN_FAILED
     run_s = time.perf_counter() - t0
     elapsed = run_s + compile_s
@@ -293,11 +298,14 @@ def cmd_emulate(args, out, err) -> int:
     chosen = f", auto: {why}" if requested == AUTO else ""
     text = result.stdout.decode("utf-8", errors="replace")
     ok = result.exit_code == 0
+    message = f"hetflow: emulate failed: {args.elf}: guest exited with code {result.exit_code}"
     if args.json:
         import json
 
+        # exit_code is the process's, as in every command's --json object; the guest's is guest_exit_code
         print(json.dumps({"program": args.elf, "backend": args.backend, "ran_on": ran_on, "status": "ok" if ok else "failed",
-                          "steps": result.steps, "exit_code": result.exit_code, "end_reason": result.end_reason,
+                          "exit_code": EXIT_OK if ok else EXIT_RUN_FAILED, **({} if ok else {"message": message}),
+                          "steps": result.steps, "guest_exit_code": result.exit_code, "end_reason": result.end_reason,
                           "pub_outs": [v for _, v in result.pub_outs], "stdout": text,
                           "chunks": len(result.min_traces), "chunk_steps": args.chunk_steps,
                           "counters": result.counters.totals(), "elapsed_s": elapsed, "steps_per_s": rate,
@@ -319,6 +327,6 @@ def cmd_emulate(args, out, err) -> int:
                   f"({'loaded from the cache' if tr['cached'] else 'compiled and cached'}; included above)", file=out)
         _report(args, result, out)
     if not ok:
-        print(f"hetflow: emulate failed: {args.elf}: guest exited with code {result.exit_code}", file=err)
+        print(message, file=err)
         return EXIT_RUN_FAILED
     return EXIT_OK
