@@ -68,8 +68,8 @@ from hetflow.engine.heap import gc_paused
 
 from hetflow.engine.errors import Diagnostic, ManifestError, Origin
 
-__all__ = ["Document", "SafeLoader", "SafeDumper", "load", "loads", "gc_paused", "frozen_instance", "MAX_VALUES", "MAX_DEPTH",
-           "not_json", "dates_as_text"]
+__all__ = ["Document", "SafeLoader", "SafeDumper", "load", "loads", "dialect_problem", "files_read", "gc_paused",
+           "frozen_instance", "MAX_VALUES", "MAX_DEPTH", "not_json", "dates_as_text"]
 
 Path = tuple  # a value's position in the tree: keys and list indexes
 
@@ -82,6 +82,52 @@ _STR_TAG = "tag:yaml.org,2002:str"
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_BOOL_TAG, _INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_BOOLS_12 = frozenset(("true", "True", "TRUE", "false", "False", "FALSE"))
+_DIALECT_TAGS = frozenset((_BOOL_TAG, _INT_TAG, _FLOAT_TAG))
+
+
+def _dialect(tag: str, written: str, value: Any) -> str | None:
+    """Where YAML 1.1, which the loader reads (PyYAML's), and YAML 1.2, which editors' language servers read,
+    make different things of the plain scalar ``written`` (``value`` to YAML 1.1): what to write instead.
+
+    A manifest means one thing to both: ``yes``, ``off``, ``1_000``, ``1:30`` (90, base 60), ``0b101``,
+    ``017`` (octal 15) and ``-0x1f`` are numbers or booleans to YAML 1.1 alone.
+
+    >>> _dialect(_BOOL_TAG, "yes", True)
+    "'yes' is the boolean true to YAML 1.1, which hetflow reads, and text to YAML 1.2, which editors read: write true, or quote it ('yes') for the text"
+    >>> _dialect(_INT_TAG, "1:30", 90), _dialect(_INT_TAG, "017", 15) is not None, _dialect(_INT_TAG, "0x1f", 31)
+    ("'1:30' is the number 90 to YAML 1.1, which hetflow reads, and text or another number to YAML 1.2, which editors read: write 90, or quote it ('1:30') for the text", True, None)
+    """
+    if tag == _BOOL_TAG:
+        if written in _BOOLS_12:
+            return None
+        said = "true" if value else "false"
+        return (f"{written!r} is the boolean {said} to YAML 1.1, which hetflow reads, and text to YAML 1.2, which "
+                f"editors read: write {said}, or quote it ({written!r}) for the text")
+    if tag != _INT_TAG and tag != _FLOAT_TAG:
+        return None
+    body = written.lstrip("+-")
+    if not ("_" in written or ":" in written or body[:2] == "0b" or (body[:2] == "0x" and body != written)
+            or (tag == _INT_TAG and len(body) > 1 and body[0] == "0" and body[1].isdigit() and int(written, 10) != value)):
+        return None
+    return (f"{written!r} is the number {value} to YAML 1.1, which hetflow reads, and text or another number to "
+            f"YAML 1.2, which editors read: write {value}, or quote it ({written!r}) for the text")
+
+
+def dialect_problem(written: str, value: Any) -> str | None:
+    """:func:`_dialect` of the plain scalar ``written``, which YAML 1.1 read as ``value`` (a ``-p`` value's text)."""
+    if not isinstance(value, (bool, int, float)):
+        return None
+    return _dialect(_BOOL_TAG if isinstance(value, bool) else _INT_TAG if isinstance(value, int) else _FLOAT_TAG,
+                    written, value)
+
+
+def _tagged(node: yaml.Node, text: str | None) -> bool:
+    """Whether a scalar node was given its tag in the text (``!!bool yes``): what it is, it was told."""
+    if text is None:
+        return False
+    return "!" in text[node.start_mark.index:node.end_mark.index][:-len(node.value) or None]
 
 # Where libyaml and PyYAML's parser agree: printable ASCII and newlines; no tab, CR, BOM or control character.
 _NOT_PLAIN = re.compile(r"[^\n\x20-\x7e]")
@@ -482,8 +528,11 @@ def _event_build(text: str) -> tuple[Any, dict[Path, dict[str, tuple[yaml.Mark, 
                         raise _Decline  # see _question_in_flow
                     for tag, regexp in by_first.get(item[:1], wildcard):
                         if regexp.match(item):
+                            written = item
                             item = constructor.construct_object(
                                 node(tag, item, event.start_mark, event.end_mark, event.style), deep=True)
+                            if _dialect(tag, written, item) is not None:
+                                raise _Decline  # the node path says where and what to write
                             break
                 if cur.__class__ is dict:
                     if key is no_key:
@@ -741,7 +790,12 @@ def _fast_build(loader: Any, node: yaml.Node, depth: int, size: list[int],
     """
     cls = node.__class__
     if cls is _SCALAR:
-        return node.value if node.tag == _STR_TAG else loader.construct_object(node, deep=True)
+        if node.tag == _STR_TAG:
+            return node.value
+        value = loader.construct_object(node, deep=True)
+        if _dialect(node.tag, node.value, value) is not None:
+            raise _Decline  # the precise build says where and what to write, unless its tag was written
+        return value
     items = node.value
     size[0] += len(items)
     if depth >= MAX_DEPTH or size[0] > MAX_VALUES:
@@ -855,7 +909,11 @@ def _precise(loader: Any, root: yaml.Node, file: str, text: str | None) -> Docum
                 where = _origin(file, key_node.start_mark)
                 if i >= merged[id(node)]:
                     if not isinstance(key, str):
-                        problems.append(Diagnostic(where, f"keys must be strings, found {key!r}"))
+                        hint = (_dialect(key_node.tag, key_node.value, key)
+                                if key_node.__class__ is _SCALAR and not _tagged(key_node, text) else None)
+                        problems.append(Diagnostic(where, f"keys must be strings, found {key!r}" + (
+                            f": {key_node.value!r} is {key!r} to YAML 1.1, which hetflow reads, and text to YAML 1.2, "
+                            f"which editors read; quote it ({key_node.value!r})" if hint else "")))
                     elif key in written:
                         problems.append(Diagnostic(where, f"duplicate key {key!r}"))
                     written.add(key)
@@ -867,7 +925,12 @@ def _precise(loader: Any, root: yaml.Node, file: str, text: str | None) -> Docum
         if tag == _STR_TAG and cls is _SCALAR:
             # What SafeConstructor returns for a str scalar, without its per-object bookkeeping.
             return node.value
-        return count(construct(node, True), node.start_mark, len(path))
+        value = count(construct(node, True), node.start_mark, len(path))
+        if cls is _SCALAR and tag in _DIALECT_TAGS:
+            hint = _dialect(tag, node.value, value)
+            if hint is not None and not _tagged(node, text):
+                problems.append(Diagnostic(marks[path], hint))
+        return value
 
     try:
         value = build(root, ())

@@ -22,7 +22,7 @@ import orjson
 import yaml
 
 from hetflow.engine.errors import Diagnostic, UsageError
-from hetflow.engine.manifest.loader import Document, Path, SafeLoader, dates_as_text
+from hetflow.engine.manifest.loader import Document, Path, SafeLoader, dates_as_text, dialect_problem
 
 __all__ = ["UNDEFINED", "resolve", "interpolate", "resolve_params", "refers", "names", "parse_overrides",
            "canonical_json", "has_undefined"]
@@ -101,6 +101,10 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
             value = text
         if (isinstance(value, (dict, list)) and not flow) or isinstance(value, (bytes, bytearray)):
             value = text
+        # as in a manifest: what YAML 1.1 and 1.2 read differently (yes, 017, 1:30) is said, not guessed
+        hint = dialect_problem(text.strip(), value)
+        if hint is not None:
+            raise UsageError(f"-p {pair}: {hint}")
         out[key] = value
     return out
 
