@@ -235,6 +235,16 @@ def test_accept_exit_lists_the_codes_a_phase_succeeds_with(tmp_path, guests):
     assert "accept_exit" not in phases.EmulatorDecl("g", "rv64imac", "fast", "/g", 1, 1, None).to_json()
 
 
+def test_a_negative_accept_exit_is_a0_read_as_a_signed_number(tmp_path, guests):
+    path = guests("exitm1", elf(say_then(exit_with(-1))))
+    with pytest.raises(RunFailed) as failed:
+        _pipeline(tmp_path, path)
+    assert "exited with code 18446744073709551615 (-1 as a signed number)" in json.dumps(failed.value.record["error"])
+    (tmp_path / "runs").rename(tmp_path / "failed")
+    result = _pipeline(tmp_path, path, extra=", accept_exit: [-1]")
+    assert result.status == "succeeded" and result.record["outputs"]["code"]["value"] == (1 << 64) - 1
+
+
 def test_a_phase_timeout_fails_the_run_with_the_steps_done(tmp_path, guests):
     path = guests("spin", elf(code(jal(0, 0))))
     with pytest.raises(RunFailed) as failed:

@@ -101,8 +101,10 @@ class GuestExit(ValueError):
 
     def __init__(self, pid: str, emulator: str, out: Any, accepted: tuple[int, ...]):
         self.out = out
+        signed = out.exit_code - (1 << 64) if out.exit_code >= 1 << 63 else None
         super().__init__(f"execute phase {pid!r} on emulator {emulator!r}: the guest exited with code "
-                         f"{out.exit_code} after {out.steps} steps (accepted: "
+                         f"{out.exit_code}" + (f" ({signed} as a signed number)" if signed is not None else "")
+                         + f" after {out.steps} steps (accepted: "
                          f"{', '.join(map(str, accepted))}; list the codes it may exit with under "
                          f"`accept_exit:` on the emulator)" + _output_tail(out.stdout))
 
@@ -284,7 +286,8 @@ class PhaseRunner:
                       runners=runners, timeout=decl.timeout, max_output=decl.max_output)
         if translating:
             print(f"hetflow: translated in {out.extra['translation']['seconds']:.2f} s", file=sys.stderr, flush=True)
-        if out.exit_code not in decl.accept_exit:
+        # a0 is unsigned: a negative code accepts the exit of that signed number (-1: exit(-1))
+        if out.exit_code not in {code % (1 << 64) for code in decl.accept_exit}:
             # a guest that exits nonzero failed: its witness would prove a failed run, so nothing after it runs,
             # and its runners' plans and histogram will not be awaited
             out.backend.stop()
