@@ -300,3 +300,14 @@ def test_a_bf16_fp8_or_int4_output_of_one_run_is_the_input_of_the_next(tmp_path,
     assert ("f.npy: it holds raw 1-byte values, as hetflow writes fp8e4m3, fp8e5m2 and int4 outputs, not bf16 ones; "
             "stage 'b' (") in err and err.endswith(") takes dtype bf16\n"), err
     assert "Traceback" not in err
+
+
+def test_a_masked_array_is_refused_rather_than_its_mask_dropped(project):
+    folder, path = project
+    masked = np.ma.masked_array(np.ones(3, np.float32), mask=[False, True, False])
+    with pytest.raises(hetflow.UsageError, match=r"'mask'.*a masked array; .*array\.filled\(value\)"):
+        hetflow.run(path, inputs={"ids": np.ones((2, 3), np.int32), "mask": masked}, runs_dir=str(folder / "runs"))
+    assert not (folder / "runs").exists() or not [d for d in os.listdir(folder / "runs") if not d.startswith(".")]
+    run = hetflow.run(path, inputs={"ids": np.ones((2, 3), np.int32), "mask": masked.filled(0)},
+                      runs_dir=str(folder / "runs"))
+    assert run.ok and run.outputs["h"].tolist() == [[1, 0, 1], [1, 0, 1]]

@@ -200,6 +200,10 @@ def bind_inputs(manifest: Manifest, inputs: Mapping[str, Any] | None, *, given_a
         if not isinstance(value, np.ndarray):
             raise UsageError(f"{label}: expected a numpy array with {want}, got {type(value).__name__} "
                              f"(or the path of a file: {FILE_FORMS})")
+        if isinstance(value, np.ma.MaskedArray):
+            # a stage computes on every value: the masked ones' would be used as if the mask were not there
+            raise UsageError(f"{label}: a masked array; a stage takes every value of its input, so give the values "
+                             "to use in the masked places (array.filled(value)) or the mask as an input of its own")
         if value.dtype != np.dtype(dtype.numpy) and value.dtype.newbyteorder("=") == np.dtype(dtype.numpy):
             value = value.astype(value.dtype.newbyteorder("="))  # the same values in the other byte order: exact
         if value.dtype != np.dtype(dtype.numpy) or value.shape != shape:
