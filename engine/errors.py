@@ -425,12 +425,14 @@ class StageFailure(Exception):
 
 
 class LockHeld(HetflowError):
-    """Another live process runs this manifest against this runs directory."""
+    """Another live process runs this manifest against this runs directory (``here``: another thread of this one,
+    a notebook's or a service's)."""
 
     exit_code = 4
 
-    def __init__(self, path: str, holder: dict) -> None:
-        who = f"pid {holder.get('pid')} on {holder.get('host')}" if holder else "another process"
+    def __init__(self, path: str, holder: dict, here: bool = False) -> None:
+        who = (f"another call in this process (pid {holder.get('pid')}), in another thread" if here
+               else f"pid {holder.get('pid')} on {holder.get('host')}" if holder else "another process")
         since = f" since {holder['since']}" if holder.get("since") else ""
         run = f" (run {holder['run']})" if holder.get("run") else ""
         super().__init__(f"{holder.get('manifest') or 'this manifest'} is already running: {who}{since}{run}; lock {path}")

@@ -152,6 +152,17 @@ def test_the_lock_refuses_a_second_run_while_the_first_lives(manifest_file, tmp_
         holder.wait()
 
 
+def test_a_lock_held_by_another_thread_of_this_process_says_so(tmp_path):
+    """A notebook or a service calling hetflow.run from two threads: the holder's pid was the caller's own."""
+    where = lock_path(str(tmp_path / "runs"), "m.yaml", "m", {})
+    with RunLock(where, manifest="m.yaml"):
+        with pytest.raises(LockHeld) as held:
+            RunLock(where, manifest="m.yaml").acquire()
+    assert str(held.value).startswith(f"m.yaml is already running: another call in this process (pid {os.getpid()}), "
+                                      "in another thread since ")
+    RunLock(where).acquire().release()  # and given back
+
+
 def test_a_lock_left_by_a_dead_process_is_taken_over(manifest_file, tmp_path):
     runs = str(tmp_path / "runs")
     path = manifest_file(VERIFY.replace("SEED", "1"))

@@ -133,7 +133,9 @@ class RunLock:
                     if _settling(holder) and time.monotonic() < deadline:
                         time.sleep(0.01)
                         continue
-                    raise LockHeld(self.path, holder) from None
+                    mine = owner.current()
+                    here = bool(holder) and all(holder.get(k) == mine[k] for k in ("host", "pid", "start_ticks"))
+                    raise LockHeld(self.path, holder, here=here) from None
                 except OSError as e:
                     # ENOLCK, EOPNOTSUPP: a file system that keeps no locks (NFS without its lock service, some
                     # FUSE mounts) is the environment's, not a bug, and running without the lock would let two
