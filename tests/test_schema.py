@@ -99,6 +99,8 @@ BAD = """\
       v: {op: reshape, inputs: [x]}
       u: {phase: mem-plans, inputs: [x], args: {rows: 4}}
       t: {op: quantize, inputs: [x, x]}
+      s: {phase: witness, inputs: [u], dtype: fp32}
+      a.b: {op: zeros, args: {shape: [2]}}
     outputs: {y: y}
 """
 
@@ -115,6 +117,8 @@ def test_check_jsonschema_flags_wrong_op_args_and_unknown_ops(tmp_path):
         "$.stages.v",               # reshape requires args.shape
         "$.stages.u.args",          # mem-plans takes rows_per_plan
         "$.stages.t",               # quantize has no fp32 output, the default dtype
+        "$.stages.s",               # a phase runs on its emulator: dtype is a key of executor stages
+        "$.stages",                 # a.b: a dotted name is an instance's, made by the expansion, never written
     }
 
 

@@ -308,7 +308,7 @@ def resolve_path(base: str, path: str) -> str:
 
 
 # keys of executor stages that mean nothing for a phase (a phase runs once on its emulator, uncached)
-_EXECUTOR_ONLY = ("op", "dtype", "executor", "vendor", "colocate_with", "retries", "timeout", "cache")
+EXECUTOR_ONLY = ("op", "dtype", "executor", "vendor", "colocate_with", "retries", "timeout", "cache")
 
 
 def check_manifest(tree: Mapping[str, Any], doc: Any, base: str, problems: list) -> tuple[dict, dict]:
@@ -374,7 +374,7 @@ def check_manifest(tree: Mapping[str, Any], doc: Any, base: str, problems: list)
     for sid, spec in pending:
         here = ("stages", sid)
         kind = PHASES[spec["phase"]]
-        for key in _EXECUTOR_ONLY:
+        for key in EXECUTOR_ONLY:
             if key in spec and key != "op":
                 problems.append(Diagnostic(doc.key_at(here + (key,)), (
                     f"stage {sid!r} is {article(kind.name)} phase, which runs on its emulator: {key!r} is a key of executor stages")))

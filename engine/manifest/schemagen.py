@@ -109,6 +109,12 @@ def editor_schema(ops: Mapping[str, oplib.Op], base: Mapping[str, Any] | None = 
     if "entry" in defs:
         # the engine checks stages once uses are expanded; an editor sees the uses as written
         spec["properties"]["stages"]["additionalProperties"] = {"$ref": "#/$defs/entry"}
+    if "stage_name" in defs:
+        # and the names as written: USE.STAGE names are the expansion's, never a written key (validate refuses one)
+        name = defs["written_stage_name"] = dict(defs["stage_name"])
+        name["description"] = "A stage's name: a letter or '_', then letters, digits, '_' or '-'."
+        name["pattern"] = "^[A-Za-z_][A-Za-z0-9_-]*$"
+        spec["properties"]["stages"]["propertyNames"] = {"$ref": "#/$defs/written_stage_name"}
     stage = defs["stage"]
     _fold_ops(stage, ops)
     _fold_phases(stage, phases.PHASES)
@@ -217,11 +223,16 @@ def _admit_plugin_ops(stage: dict, ops: Mapping[str, oplib.Op]) -> None:
 
 
 def _fold_phases(stage: dict, phases: Mapping[str, Any]) -> None:
+    from hetflow.engine.manifest.phasedecl import EXECUTOR_ONLY
+
     rules = stage.setdefault("allOf", [])
     for name, kind in phases.items():
         args = {"type": "object", "properties": {a: {} for a in kind.args}, "additionalProperties": False}
         rules.append({"if": {"properties": {"phase": {"const": name}}, "required": ["phase"]},
                       "then": {"properties": {"args": args}}})
+    # a phase runs on its emulator: the keys of executor stages are refused on it, as validate refuses them
+    rules.append({"if": {"required": ["phase"]},
+                  "then": {"properties": {key: False for key in EXECUTOR_ONLY if key != "op"}}})
 
 
 class _References:
