@@ -255,6 +255,10 @@ def cmd_emulate(args, out, err) -> int:
                 if again > 0.01:  # not a cached translation's load
                     t0 += again
                     compile_s += again
+                    # the first translation covers what is reachable from the entry; jumps the run met later
+                    # (through registers) were translated with it again
+                    print(f"hetflow: translated again, with the code the run reached through jumps, in {again:.2f} s "
+                          f"({compile_s:.2f} s in all)", file=err, flush=True)
                     compiled = compiled or "translating the guest's code"
             else:
                 result = execute(program, backend=args.backend, input=data, chunk_steps=args.chunk_steps,
