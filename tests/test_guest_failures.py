@@ -418,3 +418,24 @@ def test_a_timeout_counts_the_guests_time_not_what_came_before_its_first_step(gu
     with pytest.raises(emu.TimeLimitExceeded) as failed:
         emu.execute(path, backend="fast", runners=False, max_steps=1 << 62, timeout=0.5)
     assert failed.value.step > 0
+
+
+def test_a_segment_that_collides_with_ram_is_refused_before_its_bytes_are_made():
+    """A 256 MiB .bss over the machine's RAM cost its size in memory before the collision was seen."""
+    import tracemalloc
+
+    text = code(*exit_with(0))
+    header, phsize = 64, 56
+    body_at = header + 2 * phsize
+    phdrs = (struct.pack("<IIQQQQQQ", 1, 5, body_at, BASE, BASE, len(text), len(text), 8)
+             + struct.pack("<IIQQQQQQ", 1, 6, body_at, M.RAM_ADDR, M.RAM_ADDR, 0, 256 << 20, 8))
+    ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
+    ehdr = ident + struct.pack("<HHIQQQIHHHHHH", 2, 243, 1, BASE, header, 0, 0, header, phsize, 2, 0, 0, 0)
+    tracemalloc.start()
+    try:
+        with pytest.raises(emu.ElfError, match=r"memory regions collide: segment1\[rw-\] .* and ram "):
+            emu.load_elf(ehdr + phdrs + text, "bss.elf")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"{peak:,} bytes allocated before the refusal"

@@ -349,9 +349,13 @@ def program_of(layout: dict, raw: bytes, label: str, fetch: str = "executable", 
         raise ElfError(f"{label}: this ELF uses compressed instructions (the RVC flag is set in e_flags "
                        f"{layout['flags']:#x}) but its isa is rv64ima; declare isa rv64imac or build with "
                        f"-march=rv64ima -mabi=lp64")
+    stack = tuple(layout["stack"]) if layout["stack"] else None
+    from .machine import segment_places  # the machine's regions are its own; it imports this module
+
+    segment_places(Program(os.path.basename(label), layout["entry"], (), stack=stack),
+                   [(vaddr, memsz, perm) for vaddr, _, _, memsz, perm in layout["segments"]])
     segments = tuple(Segment(vaddr, raw[offset:offset + filesz] + bytes(memsz - filesz), perm)
                      for vaddr, offset, filesz, memsz, perm in layout["segments"])
-    stack = tuple(layout["stack"]) if layout["stack"] else None
     # flat memory fetches from anywhere mapped: one Program.fetch for the backends to read, whatever was asked
     symbols = tuple(tuple(s) for s in layout.get("symbols", ()))
     return Program(os.path.basename(label), layout["entry"], segments, layout["tohost"],

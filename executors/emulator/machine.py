@@ -127,6 +127,8 @@ read-only executable segments come from the program itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .elf import FETCH_MODES, PERM_R, PERM_W, PERM_X, ElfError, Program, symbol_at
 from .tuples import FieldTuple, getters
 
@@ -340,36 +342,63 @@ def build_regions(program: Program, input_size: int, input_bytes: bytes | None =
     ``input_bytes`` may be omitted (re-execution needs only the sizes and
     the read-only program, never the writable contents).
     """
-    regions = []
+    # (name, base, size, perm, its bytes when asked): the places are checked before any region's bytes are made,
+    # so a segment of a GiB that collides costs nothing
+    planned: list[tuple[str, int, int, int, Callable[[], bytes]]] = []
     for i, seg in enumerate(program.segments):
         lo, hi = _down8(seg.vaddr), _up8(seg.end)
-        data = bytes(seg.vaddr - lo) + seg.data + bytes(hi - seg.end)
-        regions.append(Region(f"segment{i}[{seg.perm_text()}]", lo, hi - lo, seg.perm, data))
+        planned.append((f"segment{i}[{seg.perm_text()}]", lo, hi - lo, seg.perm,
+                        lambda seg=seg, lo=lo, hi=hi: bytes(seg.vaddr - lo) + seg.data + bytes(hi - seg.end)))
     if input_bytes is None:
         input_bytes = bytes(input_size)
     blob = len(input_bytes).to_bytes(8, "little") + input_bytes
     blob += bytes(_up8(len(blob)) - len(blob))
-    regions.append(Region("input", INPUT_ADDR, len(blob), PERM_R, blob))
+    planned.append(("input", INPUT_ADDR, len(blob), PERM_R, lambda: blob))
     guard = stack_guard(program)
     if guard is None:
-        regions.append(Region("ram", RAM_ADDR, RAM_SIZE, PERM_R | PERM_W, bytes(RAM_SIZE)))
+        planned.append(("ram", RAM_ADDR, RAM_SIZE, PERM_R | PERM_W, lambda: bytes(RAM_SIZE)))
     else:                     # RAM in two, with the guard between them mapped to nothing
         low, high = guard
-        regions.append(Region("ram", RAM_ADDR, low - RAM_ADDR, PERM_R | PERM_W, bytes(low - RAM_ADDR)))
-        regions.append(Region("stack", high, STACK_TOP - high, PERM_R | PERM_W, bytes(STACK_TOP - high)))
-    if program.memory == "flat":           # "Memory modes": all of it loadable and storable
-        if program.fetch != "any":
-            # every backend takes the fetch permission from Program.fetch; load_elf sets "any" for flat
-            raise ValueError(f"{program.name}: flat memory fetches from anywhere mapped; its fetch protection must "
-                             f"be 'any', not {program.fetch!r}")
-        regions = [r._replace(perm=r.perm | PERM_R | PERM_W) for r in regions]
-    regions.sort(key=lambda r: r.base)
-    for a, b in zip(regions, regions[1:]):
-        if b.base < a.end:
-            raise ElfError(f"{program.name}: memory regions collide: {a.name} [{a.base:#x}, {a.end:#x}) "
-                           f"and {b.name} [{b.base:#x}, {b.end:#x}); link the program at 0x80000000 "
-                           f"and keep segments 8-byte apart")
+        planned.append(("ram", RAM_ADDR, low - RAM_ADDR, PERM_R | PERM_W, lambda: bytes(low - RAM_ADDR)))
+        planned.append(("stack", high, STACK_TOP - high, PERM_R | PERM_W, lambda: bytes(STACK_TOP - high)))
+    if program.memory == "flat" and program.fetch != "any":
+        # every backend takes the fetch permission from Program.fetch; load_elf sets "any" for flat
+        raise ValueError(f"{program.name}: flat memory fetches from anywhere mapped; its fetch protection must "
+                         f"be 'any', not {program.fetch!r}")
+    planned.sort(key=lambda r: r[1])
+    check_places(program.name, [r[:3] for r in planned])
+    # "Memory modes": flat memory is all of it loadable and storable
+    extra = PERM_R | PERM_W if program.memory == "flat" else 0
+    regions = [Region(name, base, size, perm | extra, make()) for name, base, size, perm, make in planned]
     return tuple(regions)
+
+
+def _perm_text(perm: int) -> str:
+    return "".join(c if perm & b else "-" for c, b in (("r", PERM_R), ("w", PERM_W), ("x", PERM_X)))
+
+
+def check_places(name: str, places: list[tuple[str, int, int]]) -> None:
+    """Refuse regions ``(name, base, size)``, sorted by base, of which two overlap."""
+    for (a, a_base, a_size), (b, b_base, b_size) in zip(places, places[1:]):
+        if b_base < a_base + a_size:
+            raise ElfError(f"{name}: memory regions collide: {a} [{a_base:#x}, {a_base + a_size:#x}) "
+                           f"and {b} [{b_base:#x}, {b_base + b_size:#x}); link the program at 0x80000000 "
+                           f"and keep segments 8-byte apart")
+
+
+def segment_places(program: Program, spans: list[tuple[int, int, int]]) -> None:
+    """Refuse segments ``(vaddr, memsz, perm)`` that collide with one another or with the machine's RAM, stack and
+    input (of no bytes): before their bytes are made (a 512 MiB ``.bss`` over RAM cost its size in memory first).
+    A longer input can still collide at the run, which :func:`build_regions` refuses then."""
+    places = [(f"segment{i}[{_perm_text(perm)}]", _down8(vaddr), _up8(vaddr + memsz) - _down8(vaddr))
+              for i, (vaddr, memsz, perm) in enumerate(spans)]
+    places.append(("input", INPUT_ADDR, 8))
+    guard = stack_guard(program)
+    if guard is None:
+        places.append(("ram", RAM_ADDR, RAM_SIZE))
+    else:
+        places += [("ram", RAM_ADDR, guard[0] - RAM_ADDR), ("stack", guard[1], STACK_TOP - guard[1])]
+    check_places(program.name, sorted(places, key=lambda r: r[1]))
 
 
 def fetch_permission(fetch: str) -> int:
