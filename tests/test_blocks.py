@@ -754,3 +754,38 @@ def test_a_block_stage_wrong_in_every_instance_is_said_once_and_its_cause_is_not
     assert lines[0] == f"{path}:8:7: error: op 'relu' takes 1 input, stage 'L.0.m' gives 0 (and in 59 more instances)"
     assert lines[2].startswith(f"{path}:8:21: error: unknown key 'inputz' in stages.L.0.m (allowed: ")
     assert lines[2].endswith("did you mean 'inputs'? (and in 59 more instances)")
+
+
+NESTED_REPEAT = """\
+version: 1
+name: nested
+executors: {host: {vendor: cpu}}
+blocks:
+  step:
+    inputs: [x]
+    stages:
+      b: {op: add, inputs: [x], args: {value: 1.0}}
+    outputs: {x: b}
+  outer:
+    params: {n: 2}
+    inputs: [x]
+    stages:
+      inner: {use: step, inputs: {x: x}, repeat: "${n}"}
+    outputs: {y: inner.x}
+stages:
+  z: {op: zeros, args: {shape: [2]}}
+  o: {use: outer, inputs: {x: z}}
+  r: {op: relu, inputs: [o.y]}
+outputs: {r: r}
+"""
+
+
+def test_a_param_override_that_changes_a_nested_repeat_is_read_by_the_use_of_its_output(tmp_path):
+    """-p o.n=4 made o.inner.0..3, while o.y still named the instance the default n=2 made last: a wrong value."""
+    path = tmp_path / "nested.yaml"
+    path.write_text(NESTED_REPEAT)
+    for given, want in (({}, 2.0), ({"o.n": 4}, 4.0)):
+        m = compile_manifest(load(path), given)
+        assert list(m.stages["r"].inputs) == [f"o.inner.{int(want) - 1}.b"]
+        run = hetflow.run(path, params=given, runs_dir=tmp_path / "runs", cache=False)
+        assert run.outputs["r"].tolist() == [want, want]

@@ -363,8 +363,9 @@ class _Expansion:
         repeat = spec.get("repeat")
         count = repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat >= 1 else 1
         prefix = scope.join(use) + (f".{count - 1}" if "repeat" in spec else "")
+        # with the -p overrides of this instance's params, as its expansion has them (a repeat count among them)
         inner = _Scope(block.doc, block.doc, block.path + ("stages",), _as_dict(block.spec.get("stages")), prefix,
-                       self.params(block, spec, count - 1, None))
+                       self.params(block, spec, count - 1, None, scope.join(use), prefix))
         ref = outputs[name]
         head, dot, tail = ref.partition(".")
         entry = inner.stages.get(head)
