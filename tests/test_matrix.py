@@ -243,3 +243,18 @@ def test_a_matrix_that_makes_no_point_is_bad_input_everywhere(manifest_file, tmp
 
         hetflow.sweep(path, runs_dir=runs)
     assert str(caught.value).startswith(path + said)
+
+
+def test_values_that_differ_are_points_of_their_own_and_exclude_matches_the_value_itself(manifest_file):
+    """tag: [1, "1", true, 1.0] were three points ("1" shown as 1 and merged into it), and exclude {tag: 1} dropped
+    1, true and 1.0: Python's 1 == True == 1.0."""
+    text = ("version: 1\nname: t\nparams: {tag: x}\nmatrix:\n  tag: [1, \"1\", true, 1.0, \"a,b\", gelu]\n"
+            "executors: {a: {vendor: cpu}}\nstages:\n  x: {op: ones, args: {shape: [1]}}\noutputs: {x: x}\n")
+    points = matrix.expand(load(manifest_file(text)))
+    assert [p.name for p in points] == ['t[tag=1]', 't[tag="1"]', 't[tag=true]', 't[tag=1.0]', 't[tag="a,b"]',
+                                        't[tag=gelu]']
+    assert [type(p.values["tag"]) for p in points] == [int, str, bool, float, str, str]
+    kept = matrix.expand(load(manifest_file(text.replace("1.0, \"a,b\", gelu]", "1.0, \"a,b\", gelu]\n"
+                                                         "  exclude: [{tag: 1}]"))))
+    assert [p.values["tag"] for p in kept] == ["1", True, 1.0, "a,b", "gelu"]
+    assert matrix.select(points, 'tag="1"').values["tag"] == "1" and matrix.select(points, "t[tag=1]").values["tag"] == 1

@@ -215,9 +215,10 @@ def test_matrix_key_and_exclude_typos_are_errors_at_their_lines(tmp_path):
 
 def test_a_matrix_value_of_the_wrong_kind_is_an_error_at_its_matrix_line(tmp_path):
     name = write(tmp_path, SWEEP.replace("[32, 64, 512]", '[64, "128", 128.0]').replace("[64, 1]", '["${features}", 1]'))
-    points = "[3 of 27 points: rf[features=128,scale=0.1,ridge=0.001], rf[features=128,scale=0.1,ridge=0.01], " \
-             "rf[features=128,scale=0.1,ridge=0.1] and 6 more]"
-    floats = points.replace("features=128,", "features=128.0,")
+    # the string "128" is shown quoted in its points' names: bare, it would read as the number
+    points = '[3 of 27 points: rf[features="128",scale=0.1,ridge=0.001], rf[features="128",scale=0.1,ridge=0.01], ' \
+             'rf[features="128",scale=0.1,ridge=0.1] and 6 more]'
+    floats = points.replace('features="128",', "features=128.0,")
     expected = (
         "m.yaml:5:18: error: matrix value \"128\" of param 'features' is a string, where its default 32 is an integer; "
         "at m.yaml:11:40: argument 'shape' of op 'random.normal' must be a list of non-negative integers, got "

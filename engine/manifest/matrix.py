@@ -37,14 +37,15 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import itertools
-import math
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from hetflow.engine.errors import Diagnostic, ManifestError, Origin, UsageError, argument
-from hetflow.engine.manifest.loader import not_json
+from hetflow.engine.manifest.loader import SafeLoader, not_json
 from hetflow.engine.manifest.validate import Document, Manifest, compile_manifest
 
 __all__ = ["Point", "expand", "has_matrix", "point_name", "select", "check_points", "DEFAULT_MAX_POINTS"]
@@ -67,9 +68,34 @@ def has_matrix(doc: Document) -> bool:
 
 
 def _text(value: Any) -> str:
+    """A value as a point's name shows it: a string bare unless it would read as another value (``"1"``, ``"true"``)
+    or holds what the name's syntax uses; anything else as JSON. Two values that differ never show alike: ``1``,
+    ``1.0``, ``true`` and ``"1"`` are four points.
+
+    >>> [_text(v) for v in ("gelu", "1", "a,b", "", 1, 1.0, True, [1, 2])]
+    ['gelu', '"1"', '"a,b"', '""', '1', '1.0', 'true', '[1, 2]']
+    """
     if isinstance(value, str):
-        return value
+        return json.dumps(value) if _read_otherwise(value) else value
     return json.dumps(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_otherwise(text: str) -> bool:
+    """Whether ``text``, written bare as a point's value (``--point k=TEXT``), is not that string."""
+    if not text or text != text.strip() or any(c in text for c in ",=[]{}\"'"):
+        return True
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=SafeLoader) != text
+    except yaml.YAMLError:
+        return True
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two matrix values are the same value: ``1`` is not ``true``, ``1.0`` or ``"1"``."""
+    return _text(a) == _text(b)
 
 
 def _leaves(value: Any, path: tuple) -> Any:
@@ -164,7 +190,7 @@ def expand(doc: Document, overrides: Mapping[str, Any] | None = None, max_points
     names: set[str] = set()
     for values in itertools.product(*axes.values()) if axes else ():
         combo = dict(zip(axes, values))
-        if any(all(k in combo and combo[k] == v for k, v in entry.items()) for entry in excludes):
+        if any(all(k in combo and _same(combo[k], v) for k, v in entry.items()) for entry in excludes):
             continue
         combos.append(combo)
         names.add(point_name(name, combo))
@@ -175,7 +201,7 @@ def expand(doc: Document, overrides: Mapping[str, Any] | None = None, max_points
         entry = {k: overrides.get(k, v) for k, v in entry.items()}
         fitted = False
         for combo, original in zip(combos, originals):
-            if all(original.get(k, v) == v for k, v in entry.items() if k in original):
+            if all(_same(original[k], v) for k, v in entry.items() if k in original):
                 combo.update(entry)
                 fitted = True
         if not fitted:
