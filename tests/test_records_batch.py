@@ -267,3 +267,26 @@ def test_a_lock_makes_its_folder_when_the_runs_directory_has_none(tmp_path):
 def test_a_run_directory_is_made_under_a_runs_directory_not_there_yet(tmp_path):
     run_id, folder = records.new_run_dir(str(tmp_path / "a" / "runs"), "m", "sha256:abc")
     assert os.path.isdir(folder) and os.path.basename(folder) == run_id and "-m-abc-" in run_id
+
+
+def test_a_run_in_a_folder_whose_name_is_not_utf8_writes_a_true_record(manifest_file, tmp_path):
+    """A folder named in Latin-1 reaches Python as a lone surrogate, which UTF-8 cannot encode: the run did its work,
+    failed to write its record (exit 3), and the record it left said running, read as died."""
+    import json as jsonlib
+
+    from hetflow.engine.cli.main import main
+
+    folder = tmp_path / os.fsdecode(b"lat\xe9n")
+    folder.mkdir()
+    manifest = folder / "m.yaml"
+    manifest.write_text(QUICK)
+    runs = folder / "runs"
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["run", str(manifest), "--runs-dir", str(runs), "--quiet"], out=out, err=err) == 0, err.getvalue()
+    [run] = [d for d in os.listdir(runs) if not d.startswith(".")]
+    raw = (runs / run / "record.json").read_bytes()
+    record = jsonlib.loads(raw.decode("utf-8"))  # UTF-8 throughout: the name's byte is the JSON escape \udce9
+    assert record["status"] == "succeeded" and os.fsencode(record["manifest"]["file"]) == os.fsencode(str(manifest))
+    assert b"\\udce9" in raw
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["verify", "latest", "--runs-dir", str(runs)], out=out, err=err) == 0, err.getvalue()

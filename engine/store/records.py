@@ -470,10 +470,15 @@ def json_writer(data: Mapping[str, Any], encoded: Mapping[str, str] | None = Non
     """
     parts = _record_parts(data, encoded)
     if sum(map(len, parts)) < _JOIN_BELOW:
-        text = "".join(parts).encode()
+        text = "".join(parts).encode("utf-8", "backslashreplace")
         return lambda f: f.write(text)
-    return lambda f: f.writelines(part.encode() for part in parts)
+    return lambda f: f.writelines(part.encode("utf-8", "backslashreplace") for part in parts)
 
+
+# A path's bytes that are not UTF-8 (a folder named in Latin-1, or any name under LC_ALL=C) reach Python as lone
+# surrogates (os.fsdecode's surrogateescape), which UTF-8 cannot encode: written as the JSON escape \udcXX,
+# the one form such a character has in JSON, they read back as the same string, os.fsencode() of it the same
+# bytes. Every other character is UTF-8, as before.
 
 _JOIN_BELOW = 1 << 20  # characters
 
