@@ -199,3 +199,19 @@ def test_examples_copy_where_no_folder_can_be_made_is_the_environments_not_a_cra
     for where in (tmp_path / "file" / "sub", Path("/proc/hetflow-examples")):
         code, out, err = run_cli("examples", "copy", str(where))
         assert code == 5 and err.startswith(f"hetflow: error: {where}: the folder could not be made or written: "), err
+
+
+def test_examples_copy_into_a_path_too_long_for_the_system_is_bad_input(tmp_path):
+    code, out, err = run_cli("examples", "copy", str(tmp_path / ("a" * 5000)))
+    assert code == 2 and "File name too long" in err and "internal error" not in err
+
+
+def test_emulate_input_from_a_closed_standard_input_is_bad_input():
+    import subprocess
+    import sys
+
+    guest = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "guests", "fib.elf")
+    done = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "emulate", guest, "--input", "-"],
+                          stdin=None, capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: os.close(0))
+    assert done.returncode == 2 and "--input -: standard input is closed" in done.stderr, done.stderr

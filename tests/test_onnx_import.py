@@ -408,3 +408,11 @@ def test_an_import_ended_by_sigterm_leaves_no_temporary_file_and_the_next_remove
     code, _, err = _cli("import", "onnx", str(model), "-o", str(out))
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == sorted([fresh.name, "m.safetensors", "m.yaml"])
+
+
+def test_an_output_folder_that_is_a_file_is_bad_input(gpt2, tmp_path):
+    model = gpt2[0]
+    taken = tmp_path / "taken"
+    taken.write_text("mine")
+    code, out, err = _cli("import", "onnx", str(model), "-o", str(taken))
+    assert (code, out) == (2, "") and f"-o {taken}: not a folder" in err and taken.read_text() == "mine"

@@ -65,7 +65,15 @@ def cmd_examples(args: argparse.Namespace, out, err) -> int:
         return EXIT_OK
     try:
         written = examples.copy(args.dir, force=args.force)
-    except (NotADirectoryError, FileNotFoundError, PermissionError) as e:
+    except OSError as e:
+        import errno
+
+        if e.errno in (errno.ENAMETOOLONG, errno.ELOOP):  # a path no folder can have: the argument's
+            from hetflow.engine.errors import UsageError
+
+            raise UsageError(f"{args.dir}: {e.strerror}") from None
+        if not isinstance(e, (NotADirectoryError, FileNotFoundError, PermissionError)):
+            raise
         # a folder that cannot be made there (inside a file, under /proc, another user's): the environment's
         from hetflow.engine.errors import StorageUnavailable
 

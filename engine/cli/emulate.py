@@ -187,6 +187,8 @@ def cmd_emulate(args, out, err) -> int:
         raise _usage(str(e)) from None
     data = b""
     if args.input == "-":
+        if sys.stdin is None:  # started with its standard input closed (<&-)
+            raise _usage("--input -: standard input is closed; give the input's file, or pipe it in")
         data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
     elif args.input is not None:
         try:

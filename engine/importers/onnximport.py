@@ -591,6 +591,8 @@ def _write(path: Path, model: Any, result: _Result, out_dir: Path, stem: str) ->
     import hetflow
 
     made = not out_dir.exists()
+    if not made and not out_dir.is_dir():
+        raise UsageError(f"-o {out_dir}: not a folder; the import writes a manifest and its weights into a folder")
     out_dir.mkdir(parents=True, exist_ok=True)
     plugin = f"{stem}_missing.py" if result.stubs else None
     lines = [f"# Imported from {path.name} by `hetflow import onnx` (hetflow {hetflow.__version__}):",
