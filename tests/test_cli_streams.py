@@ -695,3 +695,31 @@ def test_a_ctrl_c_after_the_run_has_ended_does_not_call_it_cancelled(tmp_path):
         assert rest.strip() == "" or rest.strip().startswith("20"), rest
     assert codes == [0] * len(codes), codes
     assert {json.loads(p.read_text())["status"] for p in runs.glob("*/record.json")} == {"succeeded"}
+
+
+def test_a_failed_run_a_sweep_and_a_verify_mismatch_carry_exit_code_and_message_in_their_json(tmp_path):
+    """The --json contract's "every object": these printed their own result without the process's exit code."""
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("version: 1\nname: m\nparams: {k: 1}\nexecutors: {h: {vendor: cpu}}\nstages:\n"
+                        "  z: {op: full, args: {shape: [2], value: \"${k}\"}}\n  y: {op: t.boom, inputs: [z]}\n"
+                        "plugins: [ops.py]\noutputs: {y: y}\n")
+    (tmp_path / "ops.py").write_text("from hetflow import op\n\n\n@op('t.boom')\ndef boom(xp, x):\n"
+                                     "    if float(x[0]) == 2.0:\n        raise ValueError('no')\n    return x\n")
+    runs = str(tmp_path / "runs")
+    code, out, err = run_cli("run", str(manifest), "--runs-dir", runs, "--json", "-p", "k=2")
+    data = json_only(out)
+    assert (code, data["status"], data["exit_code"]) == (1, "failed", 1)
+    assert data["message"] in err.splitlines() and data["message"].startswith("hetflow: run failed: ")
+    code, out, _ = run_cli("run", str(manifest), "--runs-dir", runs, "--json")
+    data = json_only(out)
+    assert (code, data["status"], data["exit_code"], "message" in data) == (0, "succeeded", 0, False)
+    (tmp_path / "m.yaml").write_text(manifest.read_text().replace("params: {k: 1}", "params: {k: 1}\nmatrix: {k: [1, 2]}"))
+    code, out, _ = run_cli("run", str(manifest), "--runs-dir", runs, "--json")
+    data = json_only(out)
+    assert (code, data["status"], data["exit_code"], data["message"]) == (1, "failed", 1, "1 of 2 points did not succeed")
+    ok_run = next(p["run_id"] for p in data["points"] if p["status"] == "succeeded")
+    (tmp_path / "ops.py").write_text((tmp_path / "ops.py").read_text().replace("return x", "return x + 1"))
+    code, out, _ = run_cli("verify", ok_run, "--runs-dir", runs, "--json")
+    data = json_only(out)
+    assert (code, data["status"], data["exit_code"], data["match"]) == (1, "failed", 1, False)
+    assert data["message"] == f"verify {ok_run}: MISMATCH in y"

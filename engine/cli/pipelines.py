@@ -164,10 +164,13 @@ def _run(args: argparse.Namespace, out, err) -> int:
     _say_numeric(rec, err)
     if not run.ok:
         origin = (rec.get("error") or {}).get("origin")
+        message = f"hetflow: run failed: {origin + ': ' if origin else ''}{run.error}"
         if args.json:
-            print(json.dumps({"status": "failed", "run_id": run.run_id, "record": run.record_path, "error": run.error,
+            # exit_code and message, as every command's --json object has them (docs/reference/exit-codes.md)
+            print(json.dumps({"status": "failed", "exit_code": EXIT_RUN_FAILED, "message": message,
+                              "run_id": run.run_id, "record": run.record_path, "error": run.error,
                               "origin": origin}), file=out)
-        print(f"hetflow: run failed: {origin + ': ' if origin else ''}{run.error}", file=err)
+        print(message, file=err)
         trace = (rec.get("error") or {}).get("traceback_file")
         if trace and (rec.get("error") or {}).get("op"):
             print(f"traceback: {os.path.join(os.path.dirname(run.record_path), trace)}", file=err)
@@ -176,7 +179,7 @@ def _run(args: argparse.Namespace, out, err) -> int:
             print(run.run_id, file=out)
         return EXIT_RUN_FAILED
     if args.json:
-        print(json.dumps({"status": run.status, "run_id": run.run_id, "record": run.record_path,
+        print(json.dumps({"status": run.status, "exit_code": EXIT_OK, "run_id": run.run_id, "record": run.record_path,
                           "outputs": {k: v["digest"] for k, v in rec["outputs"].items()},
                           "cache_hits": rec["cache"]["hits"], "cache_damaged": rec["cache"].get("damaged") or {},
                           "cache_store_failed": rec["cache"].get("store_failed") or {},
@@ -225,17 +228,20 @@ def _sweep(args: argparse.Namespace, doc, params: dict, common: dict, out, err) 
     for line in capped([f"hetflow: point {p['name']} {p['status']}: {p.get('error') or 'see its record'}"
                         for p in failed]):
         print(line, file=err)
+    code = exit_code(summary["points"])
     if args.json:
         from hetflow.engine.store.runs import failure_text
 
-        said = {"error": failure_text(summary["points"])} if failed else {}
-        print(json.dumps({"status": summary["status"], "sweep_id": sweep.sweep_id, "summary": file, **said,
-                          "points": [{k: r[k] for k in ("name", "status", "run_id", "outputs")} for r in summary["points"]]}), file=out)
+        said = {"error": failure_text(summary["points"]),
+                "message": f"{len(failed)} of {len(summary['points'])} points did not succeed"} if failed else {}
+        print(json.dumps({"status": summary["status"], "exit_code": code, "sweep_id": sweep.sweep_id, "summary": file,
+                          **said, "points": [{k: r[k] for k in ("name", "status", "run_id", "outputs")}
+                                             for r in summary["points"]]}), file=out)
     else:
         print(f"sweep {sweep.sweep_id}: {len(summary['points']) - len(failed)} of {len(summary['points'])} points succeeded", file=out)
         print(f"summary: {file}", file=out)
         print(sweep.sweep_id, file=out)
-    return exit_code(summary["points"])
+    return code
 
 
 def _point_of(record: dict) -> dict | None:
@@ -330,8 +336,13 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
     for line in changed:
         print(f"hetflow: {line}", file=err)
     if args.json:
-        print(json.dumps({"run_id": args.run_id, "rerun_id": rerun, "match": ok, "outputs": rows, "changed": changed,
-                          **({"error": f"the rerun failed: {rerun_error}"} if rerun_error else {})}), file=out)
+        bad = [r["output"] for r in rows if not r["match"]]
+        failed = {} if ok else {"message": f"verify {record['run_id']}: " + (
+            f"the rerun failed: {rerun_error}" if rerun_error else f"MISMATCH in {', '.join(bad or damaged)}")}
+        print(json.dumps({"status": "succeeded" if ok else "failed", "exit_code": EXIT_OK if ok else EXIT_RUN_FAILED,
+                          **failed, "run_id": args.run_id, "rerun_id": rerun, "match": ok, "outputs": rows,
+                          "changed": changed, **({"error": f"the rerun failed: {rerun_error}"} if rerun_error else {})}),
+              file=out)
     else:
         width = max([len(r["output"]) for r in rows] + [6])
         # digests shown to 16 hex digits, or whole where two that differ agree that far (a record edited by hand)
