@@ -447,3 +447,14 @@ def test_instants_and_durations_at_the_edges_are_bad_input_not_internal_errors(t
     code, out, err = cli("schedule", command, m, *extra, *rest)
     assert code == 2 and err.startswith("hetflow: error: --") and "internal error" not in err, err
     assert not (tmp_path / "runs").exists()
+
+
+def test_schedule_list_and_status_json_of_a_bad_manifest_print_the_one_error_object(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nname: b\nexecutors: {h: {vendor: cpu}}\nstages:\n  x: {op: onez}\noutputs: {x: x}\n"
+                   "schedule: {cron: '* * * * *'}\n")
+    for argv in (("list", str(bad), "--json"), ("status", str(bad), "--json", "--runs-dir", str(tmp_path / "runs"))):
+        code, out, err = cli("schedule", *argv)
+        data = json.loads(out)  # one object, not the empty list of the manifests that loaded
+        assert (code, data["status"], data["exit_code"], data["error"]) == (2, "error", 2, "bad-input"), argv
+        assert data["diagnostics"][0]["line"] == 5 and "unknown op 'onez'" in data["message"]

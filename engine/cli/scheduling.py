@@ -53,6 +53,8 @@ def cmd_schedule(args: argparse.Namespace, out, err) -> int:
         if not 0 <= args.grace <= 10 * 365 * 86400:  # NaN too
             raise UsageError(f"--grace must be 0 seconds or more, and at most ten years, got {args.grace}")
         rows, problems = schedlib.status(files, args.runs_dir, now, grace=args.grace)
+        if problems and args.json:  # the one object a failure prints, with every problem, not a list
+            raise ManifestError(problems)
         for d in problems:
             print(d, file=err)
         if args.json:
@@ -90,6 +92,8 @@ def cmd_schedule(args: argparse.Namespace, out, err) -> int:
                      "max_active": s.max_active, "params": dict(s.params),
                      "next": [schedlib.slot_id(t) for t in s.after(now, args.count)],
                      "next_local": [t.astimezone(s.tz).isoformat() for t in s.after(now, args.count)]})
+    if problems and args.json:  # the one object a failure prints, with every problem, not a list
+        raise ManifestError(problems)
     for d in problems:
         print(d, file=err)
     if args.json:
