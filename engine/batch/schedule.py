@@ -235,7 +235,9 @@ def outcome(child: Child) -> dict:
     out = {"status": status, "rc": rc, "run_id": run_id, "duration_s": round(time.monotonic() - child.started, 3)}
     if rc != 0:
         # a run that could not start says its category in ``error`` (bad-input) and what was wrong in ``message``
-        out["error"] = result.get("message") or result.get("error") or _last_line(child.log)
+        # a result object's own error (a run's, a sweep's with its points), else an error object's message
+        out["error"] = ((result.get("message") if result.get("status") == "error" else None) or result.get("error")
+                        or result.get("message") or _last_line(child.log))
     if rc is not None and rc < 0:
         # killed: after its result line too (the OOM killer, a crash at the interpreter's exit), when the line
         # said one thing and the record another, or the record was finished after the line

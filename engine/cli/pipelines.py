@@ -232,8 +232,7 @@ def _sweep(args: argparse.Namespace, doc, params: dict, common: dict, out, err) 
     if args.json:
         from hetflow.engine.store.runs import failure_text
 
-        said = {"error": failure_text(summary["points"]),
-                "message": f"{len(failed)} of {len(summary['points'])} points did not succeed"} if failed else {}
+        said = {"error": failure_text(summary["points"]), "message": failure_text(summary["points"])} if failed else {}
         print(json.dumps({"status": summary["status"], "exit_code": code, "sweep_id": sweep.sweep_id, "summary": file,
                           **said, "points": [{k: r[k] for k in ("name", "status", "run_id", "outputs")}
                                              for r in summary["points"]]}), file=out)
