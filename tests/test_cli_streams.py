@@ -724,3 +724,21 @@ def test_a_failed_run_a_sweep_and_a_verify_mismatch_carry_exit_code_and_message_
     data = json_only(out)
     assert (code, data["status"], data["exit_code"], data["match"]) == (1, "failed", 1, False)
     assert data["message"] == f"verify {ok_run}: MISMATCH in y"
+
+
+def test_sigterm_to_a_json_command_that_is_no_run_prints_its_one_object(tmp_path):
+    """emulate --json, runs gc --json ...: SIGTERM killed them with nothing on standard output."""
+    import signal
+
+    guest = Path(__file__).resolve().parent.parent / "examples" / "guests" / "spin.elf"
+    child = subprocess.Popen([sys.executable, "-m", "hetflow.engine.cli", "emulate", str(guest), "--backend",
+                              "reference", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3.0)  # the interpreter loaded and the guest spinning
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    data = json.loads(out)
+    assert (child.returncode, data["status"], data["exit_code"], data["signal"]) == (143, "cancelled", 143, "SIGTERM")
+    assert "interrupted by SIGTERM" in err

@@ -56,7 +56,7 @@ _WRITERS = frozenset({"import", "report", "schema"})
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, raised in the main thread of a command of :data:`_WRITERS`."""
+    """SIGTERM or SIGHUP, raised in the main thread of a command of :data:`_WRITERS` or one given ``--json``."""
 
     def __init__(self, signum: int) -> None:
         super().__init__()
@@ -172,7 +172,8 @@ def _dispatch(argv: list[str], out: QuietStream, err: QuietStream) -> int:
             # `hetflow run --json | jq` and `id=$(hetflow run m.yaml | tail -n 1)` hold with chatty ops too
             sys.stdout = err
         if args.command not in _STOPPABLE:
-            with _terminable(args.command in _WRITERS):
+            # and a --json command, whose one object says how it ended however that was
+            with _terminable(args.command in _WRITERS or as_json):
                 return _command(args.command)(args, out, err)
         from hetflow.engine.run.cancel import stopping
         # now, not in a second signal's handler, which may interrupt an import under way
