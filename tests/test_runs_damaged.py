@@ -197,6 +197,8 @@ def test_a_record_or_summary_of_a_newer_format_is_shown_with_a_note_saying_so(sw
     (lambda r: r["scheduler"].update(workers=[None]),
      "its 'scheduler.workers[0]' is null, where a run record holds an object"),
     (lambda r: r["cache"].update(hits=5), "its 'cache.hits' is 5, where a run record holds a list or null"),
+    (lambda r: r.update(cancelled={"signal": "SIGINT", "finished": [1]}),
+     "its 'cancelled.finished[0]' is 1, where a run record holds a string"),
     ({"params": [1]}, "its 'params' is [1], where a run record holds an object"),
     ({"manifest": None}, "its 'manifest' is null, where a run record holds an object"),
 ])

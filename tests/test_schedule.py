@@ -458,3 +458,19 @@ def test_schedule_list_and_status_json_of_a_bad_manifest_print_the_one_error_obj
         data = json.loads(out)  # one object, not the empty list of the manifests that loaded
         assert (code, data["status"], data["exit_code"], data["error"]) == (2, "error", 2, "bad-input"), argv
         assert data["diagnostics"][0]["line"] == 5 and "unknown op 'onez'" in data["message"]
+
+
+def test_serve_with_a_runs_directory_it_cannot_write_is_the_environments_at_once(tmp_path, monkeypatch):
+    """It logged an OSError at every poll for ever; run-due exits 5 for the same folder."""
+    import os as oslib
+
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("version: 1\nname: m\nexecutors: {h: {vendor: cpu}}\nstages:\n  x: {op: ones, args: {shape: [1]}}\n"
+                        "outputs: {x: x}\nschedule: {cron: '* * * * *'}\n")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real = oslib.access
+    monkeypatch.setattr(oslib, "access", lambda p, mode, **kw: False if oslib.path.abspath(p) == str(ro) else real(p, mode, **kw))
+    for runs in (ro, ro / "runs"):
+        code, out, err = cli("schedule", "serve", str(manifest), "--runs-dir", str(runs))
+        assert code == 5 and "schedule serve could claim no slot" in err, err

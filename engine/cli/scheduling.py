@@ -37,6 +37,7 @@ def cmd_schedule(args: argparse.Namespace, out, err) -> int:
     if args.schedule_command == "serve":
         from hetflow.engine.batch.serve import Server
 
+        _writable(args.runs_dir)  # a service that could never claim a slot says so now, not at every poll
         _check_identities(files)
         Server(args.paths, args.runs_dir, log, poll=args.poll).serve()
         return EXIT_OK
@@ -106,6 +107,21 @@ def cmd_schedule(args: argparse.Namespace, out, err) -> int:
         for utc, local in zip(r["next"], r["next_local"]):
             print(f"  {utc}  ({local})", file=out)
     return EXIT_BAD_INPUT if problems else EXIT_OK
+
+
+def _writable(runs_dir: str) -> None:
+    """Refuse (exit 5) a runs directory this user cannot write in, or cannot make: its nearest folder that exists
+    is read-only to it (a read-only mount, another user's)."""
+    import os
+
+    from hetflow.engine.errors import EnvironmentUnavailable
+
+    folder = os.path.abspath(runs_dir)
+    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        what = "is not writable" if folder == os.path.abspath(runs_dir) else f"cannot be made in {folder}"
+        raise EnvironmentUnavailable(f"the runs directory {runs_dir} {what}: schedule serve could claim no slot")
 
 
 #: what ``status --check`` counts as a failed last slot

@@ -609,7 +609,7 @@ _DEEP: dict[str, _Shape] = {
                                                       "columns": _NAMES})),
     "nodes": _Shape(dict, each=_Shape(dict, fields={"status": (str,), "partition": _STR, "executor": _STR,
                                                     "started_at": _NUM, "ended_at": _NUM, "duration_s": _NUM,
-                                                    "attempts": _INT})),
+                                                    "attempts": _INT, "numeric": _Shape(list, None)})),
     "tasks": _Shape(list, each=_Shape(dict, fields={
         "kind": _STR, "id": _STR, "executor": _STR, "worker": _STR, "thread": _STR, "status": _STR, "start": _STR,
         "end": _STR, "duration_s": _NUM, "offset_s": _NUM, "nodes": _NAMES, "bytes": _INT, "attempt": _INT})),
@@ -636,6 +636,8 @@ _DEEP: dict[str, _Shape] = {
     "executors": _Shape(dict, None, each=_Shape(dict, fields={"vendor": _STR,
                                                               "devices": _Shape(list, None, each=(dict,))})),
     "scheduler": _Shape(dict, None, fields={"workers": _Shape(int, list, None, each=(dict,))}),
+    "cancelled": _Shape(dict, None, fields={"signal": _STR, "at": _STR, "finished": _NAMES, "abandoned": _NAMES}),
+    "error": _Shape(dict, None, fields={"message": _STR}),
     "cache": _Shape(dict, fields={"hits": _NAMES, "stored": _NAMES, "store_failed": (dict, None),
                                   "damaged": (dict, None), "unreadable": (dict, None)}),
 }
