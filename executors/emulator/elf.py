@@ -53,6 +53,20 @@ class ElfError(ValueError):
 
 # a FieldTuple, not typing's NamedTuple nor a namedtuple: ``hetflow emulate`` starts without the typing module
 # (3 ms) and without compiling a namedtuple's __new__ (0.1 ms a class)
+# The machine's fixed memory map (hetflow.executors.emulator.machine's docstring draws it): here, so that a
+# program's segments are placed against it before their bytes are made.
+INPUT_ADDR = 0x4000_0000
+RAM_ADDR = 0xA000_0000
+RAM_SIZE = 0x0040_0000                 # 4 MiB
+UART_ADDR = 0xA000_0200
+OUTPUT_ADDR = 0xA001_0000
+N_OUTPUTS = 64
+STACK_TOP = RAM_ADDR + RAM_SIZE
+#: bytes at the bottom of a linked stack (:attr:`~.elf.Program.stack`) left unmapped: a deeper stack traps
+#: there instead of running through the heap and the public outputs
+STACK_GUARD = 0x1000
+
+
 class Segment(FieldTuple):
     # vaddr: int; data: bytes, memsz bytes: file contents, then zeros; perm: int, PERM_R | PERM_W | PERM_X
     __slots__ = ()
@@ -350,8 +364,6 @@ def program_of(layout: dict, raw: bytes, label: str, fetch: str = "executable", 
                        f"{layout['flags']:#x}) but its isa is rv64ima; declare isa rv64imac or build with "
                        f"-march=rv64ima -mabi=lp64")
     stack = tuple(layout["stack"]) if layout["stack"] else None
-    from .machine import segment_places  # the machine's regions are its own; it imports this module
-
     segment_places(Program(os.path.basename(label), layout["entry"], (), stack=stack),
                    [(vaddr, memsz, perm) for vaddr, _, _, memsz, perm in layout["segments"]])
     segments = tuple(Segment(vaddr, raw[offset:offset + filesz] + bytes(memsz - filesz), perm)
@@ -360,3 +372,53 @@ def program_of(layout: dict, raw: bytes, label: str, fetch: str = "executable", 
     symbols = tuple(tuple(s) for s in layout.get("symbols", ()))
     return Program(os.path.basename(label), layout["entry"], segments, layout["tohost"],
                    "any" if memory == "flat" else fetch, stack, memory, symbols, isa)
+
+
+def stack_guard(program: Program) -> tuple[int, int] | None:
+    """The unmapped ``[low, high)`` at the bottom of the program's linked stack, or None.
+
+    Only a stack at the machine's STACK_TOP, above the public outputs and
+    larger than the guard gets one: the symbols of another layout say
+    nothing about this machine's.
+
+    >>> from hetflow.executors.emulator.elf import Program
+    >>> [hex(a) for a in stack_guard(Program("g", 0, (), stack=(STACK_TOP - 0x40000, STACK_TOP)))]
+    ['0xa03c0000', '0xa03c1000']
+    >>> stack_guard(Program("g", 0, ())) is None
+    True
+    """
+    if program.stack is None:
+        return None
+    low, top = program.stack
+    if top != STACK_TOP or low % 8 or low < OUTPUT_ADDR + 4 * N_OUTPUTS or top - low <= STACK_GUARD:
+        return None
+    return low, low + STACK_GUARD
+
+
+def _perm_text(perm: int) -> str:
+    return "".join(c if perm & b else "-" for c, b in (("r", PERM_R), ("w", PERM_W), ("x", PERM_X)))
+
+
+def check_places(name: str, places: list[tuple[str, int, int]]) -> None:
+    """Refuse regions ``(name, base, size)``, sorted by base, of which two overlap."""
+    for (a, a_base, a_size), (b, b_base, b_size) in zip(places, places[1:]):
+        if b_base < a_base + a_size:
+            raise ElfError(f"{name}: memory regions collide: {a} [{a_base:#x}, {a_base + a_size:#x}) "
+                           f"and {b} [{b_base:#x}, {b_base + b_size:#x}); link the program at 0x80000000 "
+                           f"and keep segments 8-byte apart")
+
+
+def segment_places(program: Program, spans: list[tuple[int, int, int]]) -> None:
+    """Refuse segments ``(vaddr, memsz, perm)`` that collide with one another or with the machine's RAM, stack and
+    input (of no bytes): before their bytes are made (a 512 MiB ``.bss`` over RAM cost its size in memory first).
+    A longer input can still collide at the run, which :func:`build_regions` refuses then."""
+    # each widened to whole 8-byte words, as build_regions widens it
+    places = [(f"segment{i}[{_perm_text(perm)}]", vaddr & ~7, ((vaddr + memsz + 7) & ~7) - (vaddr & ~7))
+              for i, (vaddr, memsz, perm) in enumerate(spans)]
+    places.append(("input", INPUT_ADDR, 8))
+    guard = stack_guard(program)
+    if guard is None:
+        places.append(("ram", RAM_ADDR, RAM_SIZE))
+    else:
+        places += [("ram", RAM_ADDR, guard[0] - RAM_ADDR), ("stack", guard[1], STACK_TOP - guard[1])]
+    check_places(program.name, sorted(places, key=lambda r: r[1]))

@@ -129,7 +129,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .elf import FETCH_MODES, PERM_R, PERM_W, PERM_X, ElfError, Program, symbol_at
+from .elf import (FETCH_MODES, INPUT_ADDR, N_OUTPUTS, OUTPUT_ADDR, PERM_R, PERM_W, PERM_X, RAM_ADDR,
+                  RAM_SIZE, STACK_GUARD, STACK_TOP, UART_ADDR, ElfError, Program, check_places, stack_guard,
+                  symbol_at)
 from .tuples import FieldTuple, getters
 
 __all__ = [
@@ -140,16 +142,6 @@ __all__ = [
     "SYS_EXIT", "SYS_WRITE", "fetch_permission",
 ]
 
-INPUT_ADDR = 0x4000_0000
-RAM_ADDR = 0xA000_0000
-RAM_SIZE = 0x0040_0000                 # 4 MiB
-UART_ADDR = 0xA000_0200
-OUTPUT_ADDR = 0xA001_0000
-N_OUTPUTS = 64
-STACK_TOP = RAM_ADDR + RAM_SIZE
-#: bytes at the bottom of a linked stack (:attr:`~.elf.Program.stack`) left unmapped: a deeper stack traps
-#: there instead of running through the heap and the public outputs
-STACK_GUARD = 0x1000
 
 #: the step limit of a run that sets none, everywhere: ``execute``, manifests (the schema's default) and
 #: ``hetflow emulate``; a guest that never exits fails within a second on native, and a witness bound from
@@ -264,27 +256,6 @@ class StackOverflow(GuestTrap):
                                   f"larger __stack_size)", pc=trap.pc, insn=trap.insn, step=trap.step)
 
 
-def stack_guard(program: Program) -> tuple[int, int] | None:
-    """The unmapped ``[low, high)`` at the bottom of the program's linked stack, or None.
-
-    Only a stack at the machine's STACK_TOP, above the public outputs and
-    larger than the guard gets one: the symbols of another layout say
-    nothing about this machine's.
-
-    >>> from hetflow.executors.emulator.elf import Program
-    >>> [hex(a) for a in stack_guard(Program("g", 0, (), stack=(STACK_TOP - 0x40000, STACK_TOP)))]
-    ['0xa03c0000', '0xa03c1000']
-    >>> stack_guard(Program("g", 0, ())) is None
-    True
-    """
-    if program.stack is None:
-        return None
-    low, top = program.stack
-    if top != STACK_TOP or low % 8 or low < OUTPUT_ADDR + 4 * N_OUTPUTS or top - low <= STACK_GUARD:
-        return None
-    return low, low + STACK_GUARD
-
-
 def explain(e: GuestError, regions, symbols=(), isa: str = "rv64imac") -> GuestError:
     """``e``, or the :class:`StackOverflow` it is when it is an access fault in the stack's guard, with its
     pc named by the program's ``symbols`` (:attr:`~.elf.Program.symbols`) where one holds it, and an
@@ -371,34 +342,6 @@ def build_regions(program: Program, input_size: int, input_bytes: bytes | None =
     extra = PERM_R | PERM_W if program.memory == "flat" else 0
     regions = [Region(name, base, size, perm | extra, make()) for name, base, size, perm, make in planned]
     return tuple(regions)
-
-
-def _perm_text(perm: int) -> str:
-    return "".join(c if perm & b else "-" for c, b in (("r", PERM_R), ("w", PERM_W), ("x", PERM_X)))
-
-
-def check_places(name: str, places: list[tuple[str, int, int]]) -> None:
-    """Refuse regions ``(name, base, size)``, sorted by base, of which two overlap."""
-    for (a, a_base, a_size), (b, b_base, b_size) in zip(places, places[1:]):
-        if b_base < a_base + a_size:
-            raise ElfError(f"{name}: memory regions collide: {a} [{a_base:#x}, {a_base + a_size:#x}) "
-                           f"and {b} [{b_base:#x}, {b_base + b_size:#x}); link the program at 0x80000000 "
-                           f"and keep segments 8-byte apart")
-
-
-def segment_places(program: Program, spans: list[tuple[int, int, int]]) -> None:
-    """Refuse segments ``(vaddr, memsz, perm)`` that collide with one another or with the machine's RAM, stack and
-    input (of no bytes): before their bytes are made (a 512 MiB ``.bss`` over RAM cost its size in memory first).
-    A longer input can still collide at the run, which :func:`build_regions` refuses then."""
-    places = [(f"segment{i}[{_perm_text(perm)}]", _down8(vaddr), _up8(vaddr + memsz) - _down8(vaddr))
-              for i, (vaddr, memsz, perm) in enumerate(spans)]
-    places.append(("input", INPUT_ADDR, 8))
-    guard = stack_guard(program)
-    if guard is None:
-        places.append(("ram", RAM_ADDR, RAM_SIZE))
-    else:
-        places += [("ram", RAM_ADDR, guard[0] - RAM_ADDR), ("stack", guard[1], STACK_TOP - guard[1])]
-    check_places(program.name, sorted(places, key=lambda r: r[1]))
 
 
 def fetch_permission(fetch: str) -> int:
