@@ -348,7 +348,9 @@ def test_a_slow_hook_holds_back_neither_other_schedules_nor_a_stop_and_what_it_l
     """A hook runs beside the loop: another manifest's slots start and end meanwhile, its own manifest's slots are
     skipped (its slot is active until its hook has run), and a stop waits for the hook under way; under
     ``allow`` the hooks of slots that ended meanwhile are left to the next scheduler, which runs each once."""
-    slow = "on_success: 'sleep 2; echo \"$HETFLOW_SLOT $HETFLOW_STATUS\" >> hooks.txt'\n"
+    # a hook of four seconds: on a machine loaded by the other tests, two were once too short for the every-second
+    # schedule beside it to start a slot meanwhile, though the loop was not held
+    slow = "on_success: 'sleep 4; echo \"$HETFLOW_SLOT $HETFLOW_STATUS\" >> hooks.txt'\n"
     hooked = write(tmp_path, "hooked", 'cron: "* * * * * *"\n' + slow)
     piling = write(tmp_path, "piling", 'cron: "* * * * * *"\nmax_active: allow\n' + slow.replace("hooks.txt", "piled.txt"))
     plain = write(tmp_path, "plain", 'cron: "* * * * * *"\n')
@@ -368,7 +370,7 @@ def test_a_slow_hook_holds_back_neither_other_schedules_nor_a_stop_and_what_it_l
     hooked_at = seen.index(first)
     meanwhile = seen[ended:hooked_at]
     # the loop went on while the hook ran: another manifest's slot began in that time (on a loaded machine a run of
-    # it may take longer than the hook's two seconds to end, so its start is what tells the loop was not held)
+    # it may take longer than the hook's four seconds to end, so its start is what tells the loop was not held)
     assert sum(e["event"] in ("started", "succeeded") and e["manifest"] == "plain" for e in meanwhile) >= 1, meanwhile
     skipped = [e for e in meanwhile if e["event"] == "skipped" and e["manifest"] == "hooked"]
     assert skipped and {e["reason"] for e in skipped} == {"the hook of its last slot is running"}, meanwhile
