@@ -19,6 +19,7 @@ import threading
 import time
 from pathlib import Path
 
+import dask.config
 import pytest
 
 from hetflow.engine.errors import RunFailed
@@ -55,8 +56,11 @@ outputs: {y: a3, z: h4, s: s}
 
 @pytest.fixture(scope="module")
 def cluster():
-    # a third worker, so that a second loss in one run still leaves a worker besides host's
-    with Cluster.local(N_WORKERS, 1) as c:
+    # a third worker, so that a second loss in one run still leaves a worker besides host's. A killed worker's
+    # nanny starts a new one, which on a loaded machine can take longer than the 15 s after which a LocalCluster
+    # gives that worker up for good (distributed.deploy.lost-worker-timeout) and stays a worker short
+    with dask.config.set({"distributed.deploy.lost-worker-timeout": f"{START_TIMEOUT_S}s"}), \
+            Cluster.local(N_WORKERS, 1) as c:
         yield c
 
 
