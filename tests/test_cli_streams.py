@@ -742,3 +742,47 @@ def test_sigterm_to_a_json_command_that_is_no_run_prints_its_one_object(tmp_path
     data = json.loads(out)
     assert (child.returncode, data["status"], data["exit_code"], data["signal"]) == (143, "cancelled", 143, "SIGTERM")
     assert "interrupted by SIGTERM" in err
+
+
+#: an op that writes to standard output past Python's sys.stdout: to the descriptor itself, and from a subprocess
+LOUD_OPS = """\
+import os
+import subprocess
+import sys
+
+from hetflow import op
+
+
+@op('t.loud')
+def loud(xp, x):
+    os.write(1, b"from the descriptor\\n")
+    subprocess.run([sys.executable, "-c", "print('from a subprocess')"], check=True)
+    sys.__stdout__.write("from sys.__stdout__\\n")
+    return x
+"""
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "text"])
+@pytest.mark.parametrize("command", ["run", "verify"])
+def test_what_an_op_writes_to_file_descriptor_1_goes_to_stderr_not_into_the_result(tmp_path, as_json, command):
+    """`hetflow run --json | jq` broke on an op whose subprocess printed: only Python's print went to stderr."""
+    (tmp_path / "ops.py").write_text(LOUD_OPS)
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("version: 1\nname: m\nexecutors: {h: {vendor: cpu}}\nplugins: [ops.py]\nstages:\n"
+                        "  z: {op: full, args: {shape: [2], value: 1}}\n  y: {op: t.loud, inputs: [z]}\n"
+                        "outputs: {y: y}\n")
+    runs = str(tmp_path / "runs")
+    first = subprocess.run(hetflow("run", str(manifest), "--runs-dir", runs, "--json", "--quiet"),
+                           capture_output=True, text=True, timeout=120, env=environment(tmp_path, buffered=True))
+    argv = ["run", str(manifest), "--no-cache", "--quiet"] if command == "run" else \
+        ["verify", json_only(first.stdout)["run_id"]]
+    done = subprocess.run(hetflow(*argv, "--runs-dir", runs, *(["--json"] if as_json else [])),
+                          capture_output=True, text=True, timeout=120, env=environment(tmp_path, buffered=True))
+    assert done.returncode == 0, done.stderr
+    for said in ("from the descriptor", "from a subprocess", "from sys.__stdout__"):
+        assert said not in done.stdout and said in done.stderr, (said, done.stdout, done.stderr)
+    if as_json:
+        assert json_only(done.stdout)["status"] == "succeeded"
+    else:
+        assert done.stdout.strip()
+    assert not crash_logs(tmp_path)

@@ -101,8 +101,9 @@ def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     before, RUNNING[0], DONE[0] = RUNNING[0], True, False
     try:
-        with _Streams(out, err) as (out, err):
-            code = _dispatch(argv, out, err)
+        streams = _Streams(out, err)
+        with streams as (out, err):
+            code = _dispatch(argv, out, err, streams.set_aside)
             out.flush()
             err.flush()
             return _output_lost(code, out, err)
@@ -134,6 +135,7 @@ class _Streams:
 
     def __init__(self, out, err) -> None:
         self.own_out, self.own_err = out is None, err is None
+        self.moved = None  # standard output's duplicate while file descriptor 1 is set aside (set_aside)
         self.out = quiet(sys.stdout if self.own_out else out)
         self.err = quiet(sys.stderr if self.own_err else err)
 
@@ -145,15 +147,62 @@ class _Streams:
             sys.stderr = self.err
         return self.out, self.err
 
+    def set_aside(self) -> None:
+        """Point file descriptor 1 at standard error until the command ends, its own output going on to standard
+        output through a duplicate of it. What a pipeline's op writes there, past Python's ``sys.stdout`` (a
+        subprocess it starts, ``os.write(1, ...)``, a C library's ``printf``, a local cluster's worker it
+        prints from), is then not taken for the command's result: ``hetflow run --json | jq`` holds."""
+        if not self.own_out or self.out.gone:
+            return
+        own = self.saved[0]
+        try:
+            own.flush()
+            duplicate = os.dup(1)
+        except (OSError, ValueError):
+            return
+        try:
+            moved = open(duplicate, "w", buffering=1 if own.line_buffering else -1,  # noqa: SIM115 - closed at exit
+                         encoding=own.encoding, errors=own.errors)
+            os.dup2(2, 1)
+        except (OSError, ValueError):
+            os.close(duplicate)
+            return
+        self.moved = moved
+        self.out.wrap(moved)
+
     def __exit__(self, *exc) -> None:
         try:
             self.out.flush()
             self.err.flush()
         finally:
             sys.stdout, sys.stderr = self.saved
+            if self.moved is not None:
+                self._put_back()
+
+    def _put_back(self) -> None:
+        """File descriptor 1 back where it was, once what was written to it meanwhile has gone to standard error;
+        at ``/dev/null`` where the reader of standard output is gone, for the interpreter's last flush."""
+        moved, self.moved = self.moved, None
+        try:
+            self.saved[0].flush()
+        except (OSError, ValueError):
+            pass
+        self.out.wrap(self.saved[0])
+        try:
+            if self.out.gone:
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, 1)
+                os.close(null)
+            else:
+                os.dup2(moved.fileno(), 1)
+        finally:
+            try:
+                moved.close()
+            except (OSError, ValueError):
+                pass
 
 
-def _dispatch(argv: list[str], out: QuietStream, err: QuietStream) -> int:
+def _dispatch(argv: list[str], out: QuietStream, err: QuietStream, set_aside=lambda: None) -> int:
     debug = "--debug" in argv
     as_json = "--json" in argv  # until the arguments are parsed: a command line that does not parse is bad input
     try:
@@ -175,6 +224,7 @@ def _dispatch(argv: list[str], out: QuietStream, err: QuietStream) -> int:
             # and a --json command, whose one object says how it ended however that was
             with _terminable(args.command in _WRITERS or as_json):
                 return _command(args.command)(args, out, err)
+        set_aside()  # a pipeline's ops run in this process or its cluster's: what they write is no result
         from hetflow.engine.run.cancel import stopping
         # now, not in a second signal's handler, which may interrupt an import under way
         from hetflow.engine.cli import outcomes  # noqa: F401

@@ -211,6 +211,12 @@ class QuietStream:
         if took:
             root._lock.release()
 
+    def wrap(self, stream: Any) -> Any:
+        """Write to ``stream`` from now on; return the stream written to until now."""
+        with self._root._lock:
+            before, self._stream = self._stream, stream
+        return before
+
     def writelines(self, lines: Iterable[Any]) -> None:
         for line in lines:
             self.write(line)
