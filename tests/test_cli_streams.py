@@ -567,18 +567,24 @@ def test_output_on_a_full_disk_is_lost_not_the_run(tmp_path, stream, sweep):
         assert json.loads(next(runs.glob("*-sweep/sweep.json")).read_text())["status"] == "succeeded"
 
 
+def failing_at_2(folder: Path) -> Path:
+    """A manifest whose stage ``y`` fails where its param ``k`` (default 1) is 2, with the plugin it needs."""
+    manifest = folder / "m.yaml"
+    manifest.write_text("version: 1\nname: m\nparams: {k: 1}\nexecutors: {h: {vendor: cpu}}\nstages:\n"
+                        "  z: {op: full, args: {shape: [2], value: \"${k}\"}}\n  y: {op: t.boom, inputs: [z]}\n"
+                        "plugins: [ops.py]\noutputs: {y: y}\n")
+    (folder / "ops.py").write_text("from hetflow import op\n\n\n@op('t.boom')\ndef boom(xp, x):\n"
+                                   "    if float(x[0]) == 2.0:\n        raise ValueError('no')\n    return x\n")
+    return manifest
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="/dev/full (every write: no space left) is Linux's")
 def test_a_failed_command_whose_output_is_lost_keeps_its_code_and_says_its_output_was_lost(tmp_path):
     """A failing run's stdout on a full disk exited 1 and said nothing at all: what it printed of why was lost."""
-    manifest = tmp_path / "m.yaml"
-    manifest.write_text("version: 1\nname: m\nexecutors: {h: {vendor: cpu}}\nstages:\n"
-                        "  z: {op: full, args: {shape: [2], value: 1}}\n  y: {op: t.boom, inputs: [z]}\n"
-                        "plugins: [ops.py]\noutputs: {y: y}\n")
-    (tmp_path / "ops.py").write_text("from hetflow import op\n\n\n@op('t.boom')\ndef boom(xp, x):\n"
-                                     "    raise ValueError('no')\n")
+    manifest = failing_at_2(tmp_path)
     with open("/dev/full", "w") as full:
         done = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "run", str(manifest), "--runs-dir",
-                               str(tmp_path / "runs")], stdout=full, stderr=subprocess.PIPE, timeout=120)
+                               str(tmp_path / "runs"), "-p", "k=2"], stdout=full, stderr=subprocess.PIPE, timeout=120)
     assert done.returncode == 1, done.stderr
     assert done.stderr.decode().strip().splitlines()[-1] == \
         "hetflow: error: standard output could not be written: No space left on device"
@@ -699,12 +705,7 @@ def test_a_ctrl_c_after_the_run_has_ended_does_not_call_it_cancelled(tmp_path):
 
 def test_a_failed_run_a_sweep_and_a_verify_mismatch_carry_exit_code_and_message_in_their_json(tmp_path):
     """The --json contract's "every object": these printed their own result without the process's exit code."""
-    manifest = tmp_path / "m.yaml"
-    manifest.write_text("version: 1\nname: m\nparams: {k: 1}\nexecutors: {h: {vendor: cpu}}\nstages:\n"
-                        "  z: {op: full, args: {shape: [2], value: \"${k}\"}}\n  y: {op: t.boom, inputs: [z]}\n"
-                        "plugins: [ops.py]\noutputs: {y: y}\n")
-    (tmp_path / "ops.py").write_text("from hetflow import op\n\n\n@op('t.boom')\ndef boom(xp, x):\n"
-                                     "    if float(x[0]) == 2.0:\n        raise ValueError('no')\n    return x\n")
+    manifest = failing_at_2(tmp_path)
     runs = str(tmp_path / "runs")
     code, out, err = run_cli("run", str(manifest), "--runs-dir", runs, "--json", "-p", "k=2")
     data = json_only(out)
