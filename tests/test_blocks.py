@@ -329,6 +329,39 @@ def test_uses_that_expand_past_the_most_stages_are_refused_once_not_built(tmp_pa
     assert len(said) == 1 and "stages (the most hetflow expands) by stage 'u.y." in said[0], said
 
 
+def test_uses_of_library_blocks_and_counts_set_by_p_are_counted_before_any_stage_is_made(tmp_path, monkeypatch):
+    """The count looked into the manifest's own blocks alone, with their written numbers: a library's nested repeats,
+    or a -p that set a repeat's count, were refused only once the limit's stages were made (40 s and 1.2 GB)."""
+    library = ["version: 1", "blocks:",
+               "  b0:", "    inputs: [x]", "    stages: {y: {op: relu, inputs: [x]}}", "    outputs: {x: y}"]
+    for k in (1, 2):
+        library += [f"  b{k}:", "    params: {n: 2}", "    inputs: [x]",
+                    f"    stages: {{y: {{use: b{k - 1}, inputs: {{x: x}}, repeat: \"${{n}}\"}}}}", "    outputs: {x: y}"]
+    write(tmp_path, "lib/layers.yaml", "\n".join(library) + "\n")
+    manifest = ["version: 1", "name: wide", "executors: {host: {vendor: cpu}}", "stages:",
+                "  s: {op: ones, args: {shape: [2]}}", "  u: {use: lib/layers.yaml#b2, inputs: {x: s}, params: {n: 100}}",
+                "outputs: {o: u}"]
+    path = write(tmp_path, "m.yaml", "\n".join(manifest) + "\n")
+    # 100 instances of b1 (u's n), each of 2 of b0 (the library's default)
+    assert len(compiled(path).stages) == 1 + 100 * 2
+    monkeypatch.setattr(blocks, "MAX_STAGES", 5_000)
+
+    def refusal(**params):
+        with pytest.raises(ManifestError) as e:
+            compiled(path, **params)
+        return [line for line in str(e.value).splitlines() if "error:" in line]
+
+    said = "{}:6:3: error: the manifest's uses expand to more than 5,000 stages (the most hetflow expands), {} by use " \
+           "'u' and those above it: a repeat nested in a repeat multiplies (repeat: 1000 in a block repeated 1000 " \
+           "times is 10^6 stages); repeat fewer"
+    assert refusal(**{"u.n": 10_000}) == [said.format(path, "20,001")]
+    assert refusal(**{"u.y.n": 1_000}) == [said.format(path, "100,001")]  # every instance of u.y
+    assert refusal(**{"u.y.3.n": 10_000}) == [said.format(path, "10,199")]  # one: the 99 others keep their 2
+    monkeypatch.setattr(blocks, "MAX_STAGES", 3_000)
+    # the instance's own -p wins over the use's: 99 instances of 40 and one of 2
+    assert refusal(**{"u.y.n": 40, "u.y.3.n": 2}) == [said.replace("5,000", "3,000").format(path, "3,963")]
+
+
 def test_a_use_that_misses_an_input_or_chains_nothing(tmp_path):
     weights(tmp_path)
     path = write(tmp_path, "m.yaml", LAYERS.replace("inputs: {x: x}, repeat", "repeat"))

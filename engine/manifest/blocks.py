@@ -561,38 +561,74 @@ def _unused(overrides: Mapping[str, Any], applied: set[str], doc: Document, seen
                          f"USE.PARAM or USE.INDEX.PARAM: {known}){hint}")
 
 
-def _too_many(declared: Mapping[str, Any], stages: Mapping[str, Any], doc: Document) -> Diagnostic | None:
+def _too_many(stages: Mapping[str, Any], doc: Document, run: _Expansion) -> Diagnostic | None:
     """The top-level use past which the manifest's uses make more than :data:`MAX_STAGES` stages, counted before
-    any is made, from what is written as numbers (a repeat or a block's param that says one; what only a
-    substitution says counts once): refusing after making a million stages took 48 s and 1 GB."""
+    any is made, from what is written as numbers (a repeat or a block's param that says one, a ``-p`` that sets
+    one; what only a substitution says counts once), through the blocks of libraries too: refusing after making
+    a million stages took 48 s and 1 GB."""
     sizes: dict[tuple, int] = {}
+    overrides = run.overrides
 
-    def count(name: str, params: Mapping[str, Any], depth: int) -> int:
-        spec = declared.get(name)
-        if not isinstance(spec, dict) or depth > MAX_NESTING:
-            return 1
-        values = {**_as_dict(spec.get("params")), **params}
-        key = (name, tuple(sorted((k, v) for k, v in values.items() if isinstance(v, int))))
-        if key in sizes:
+    def numbers(values: Mapping[str, Any]) -> tuple:
+        return tuple(sorted((k, v) for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)))
+
+    def written(value: Any, params: Mapping[str, Any]) -> Any:
+        if isinstance(value, str) and value.startswith("${") and value.endswith("}"):
+            return params.get(value[2:-1], value)
+        return value
+
+    def found(user: Document, ref: str) -> _Block | None:
+        # a library that does not load, or a use that names no block, is said where the use is expanded
+        before, loaded = len(run.problems), set(run.libraries)
+        block = run.block(_Scope(user, user, (), {}), ref, user.at(()))
+        if len(run.problems) > before:
+            del run.problems[before:]
+            for path in set(run.libraries) - loaded:
+                del run.libraries[path]
+            return None
+        return block
+
+    def count(block: _Block, given: Mapping[str, Any], depth: int, use_id: str, prefix: str) -> int:
+        declared = _as_dict(block.spec.get("params"))
+        values = {**declared, **given}
+        for name in declared:  # as params() takes them: -p USE.PARAM, then -p USE.INDEX.PARAM
+            for key in (f"{use_id}.{name}", f"{prefix}.{name}"):
+                if key in overrides:
+                    values[name] = overrides[key]
+        # an instance with a -p below it is counted as itself; any other as every instance of its form
+        own = any(k.startswith(prefix + ".") for k in overrides)
+        key = (block.doc.file, block.name, numbers(values))
+        if not own and key in sizes:
             return sizes[key]
         sizes[key] = 1  # a block that uses itself is refused elsewhere: it counts once here
-        total = sum(size(entry, values, depth) for entry in _as_dict(spec.get("stages")).values())
-        sizes[key] = total
+        total = sum(size(block.doc, sid, entry, values, depth, prefix)
+                    for sid, entry in _as_dict(block.spec.get("stages")).items())
+        if not own:
+            sizes[key] = total
         return total
 
-    def size(entry: Any, params: Mapping[str, Any], depth: int) -> int:
-        if not _is_use(entry) or not isinstance(entry.get("use"), str) or "#" in entry["use"]:
+    def size(user: Document, sid: Any, entry: Any, params: Mapping[str, Any], depth: int, prefix: str) -> int:
+        if not _is_use(entry) or depth >= MAX_NESTING:
             return 1
-        repeat = entry.get("repeat", 1)
-        if isinstance(repeat, str) and repeat.startswith("${") and repeat.endswith("}"):
-            repeat = params.get(repeat[2:-1], 1)
+        block = found(user, written(entry.get("use"), params))
+        if block is None:
+            return 1
+        repeat = written(entry.get("repeat", 1), params)
         times = repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat > 0 else 1
-        given = {k: v for k, v in _as_dict(entry.get("params")).items() if isinstance(v, int)}
-        return times * count(entry["use"], given, depth + 1)
+        given = {k: written(v, params) for k, v in _as_dict(entry.get("params")).items()}
+        use_id = f"{prefix}.{sid}" if prefix else str(sid)
+        if "repeat" not in entry:
+            return count(block, given, depth + 1, use_id, use_id)
+        # the instances a -p names by index, each counted as itself; the rest as one of them
+        named = {int(i) for k in overrides if k.startswith(use_id + ".")
+                 for i in [k[len(use_id) + 1:].partition(".")[0]] if i.isdigit() and int(i) < times}
+        plain = next(i for i in range(len(named) + 1) if i not in named)
+        total = (times - len(named)) * count(block, given, depth + 1, use_id, f"{use_id}.{plain}") if times > len(named) else 0
+        return total + sum(count(block, given, depth + 1, use_id, f"{use_id}.{i}") for i in sorted(named))
 
     total = 0
     for sid, entry in stages.items():
-        total += size(entry, {}, 0)
+        total += size(doc, sid, entry, {}, 0, "")
         if total > MAX_STAGES:
             return Diagnostic(doc.key_at(("stages", sid)), (
                 f"the manifest's uses expand to more than {MAX_STAGES:,} stages (the most hetflow expands), {total:,} "
@@ -724,7 +760,7 @@ def expand(tree: dict, doc: Document, overrides: Mapping[str, Any] | None = None
     inherited = {k: (defaults[k], doc.at(("defaults", k))) for k in INHERITED
                  if isinstance(defaults, dict) and k in defaults}
     top = _Scope(doc, doc, ("stages",), stages, inherited=inherited)
-    too_many = _too_many(declared, stages, doc)
+    too_many = _too_many(stages, doc, run)
     if too_many is not None:
         return tree, doc, problems + [too_many]
     run.scope(top)
