@@ -362,6 +362,58 @@ def test_uses_of_library_blocks_and_counts_set_by_p_are_counted_before_any_stage
     assert refusal(**{"u.y.n": 40, "u.y.3.n": 2}) == [said.replace("5,000", "3,000").format(path, "3,963")]
 
 
+def test_a_binding_or_a_blocks_output_that_names_nothing_is_said_where_it_is_written(tmp_path):
+    """A use binding an input to no stage was said at the block's stage that read the input (in a library: inside
+    the library); a block output naming no output of its own use was said at whatever read it, as the use's own
+    name being no stage, or not at all where nothing read it."""
+    write(tmp_path, "lib.yaml", """\
+        version: 1
+        blocks:
+          two:
+            inputs: [x]
+            stages:
+              a: {op: add, inputs: [x], args: {value: 1.0}}
+              b: {op: add, inputs: [x], args: {value: 2.0}}
+            outputs: {p: a, q: b}
+          w:
+            inputs: [x]
+            stages:
+              u: {use: two, inputs: {x: x}}
+            outputs: {y: u.nope}
+        """)
+    top = """\
+        version: 1
+        name: m
+        executors: {host: {vendor: cpu}}
+        stages:
+          z: {op: full, args: {shape: [1], value: 0.0}}
+          s: {use: lib.yaml#two, inputs: {x: BOUND}}
+          w: {use: lib.yaml#w, inputs: {x: z}}
+        outputs: {o: z}
+        """
+    lib = str(tmp_path / "lib.yaml")
+    path = write(tmp_path, "m.yaml", top.replace("BOUND", "zz"))
+    assert errors(path) == [
+        f"{lib}:13:18: error: output 'y' of block 'w' names 'u.nope', which is no output of use 'u' (outputs of "
+        "block 'two': p, q)",
+        f"{path}:7:3: note: in w (block lib.yaml#w)",
+        f"{path}:6:38: error: use 's' binds input 'x' to 'zz', which is not a stage; did you mean 'z'?"]
+    # a use of several outputs named alone, and USE.OUTPUT of one it does not have
+    path = write(tmp_path, "m.yaml", top.replace("BOUND", "w2").replace("  w: {use: lib.yaml#w",
+                                                                          "  w2: {use: lib.yaml#two"))
+    assert errors(path)[0] == (f"{path}:6:38: error: use 's' binds input 'x' to 'w2', a use of block 'two', which "
+                               "has several outputs: name one, w2.OUTPUT (p, q)")
+    path = write(tmp_path, "m.yaml", top.replace("BOUND", "w2.r").replace("  w: {use: lib.yaml#w",
+                                                                            "  w2: {use: lib.yaml#two"))
+    assert errors(path)[0] == (f"{path}:6:38: error: use 's' binds input 'x' to 'w2.r', which is no output of use "
+                               "'w2' (outputs of block 'two': p, q)")
+    # what does name something: an output, a stage of an instance, a phase's field is the semantic check's
+    for bound in ("w2.p", "w2.a"):
+        path = write(tmp_path, "m.yaml", top.replace("BOUND", bound).replace("  w: {use: lib.yaml#w",
+                                                                               "  w2: {use: lib.yaml#two"))
+        assert len(compiled(path).stages) == 5, bound
+
+
 def test_a_use_that_misses_an_input_or_chains_nothing(tmp_path):
     weights(tmp_path)
     path = write(tmp_path, "m.yaml", LAYERS.replace("inputs: {x: x}, repeat", "repeat"))

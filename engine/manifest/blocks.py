@@ -188,6 +188,7 @@ class _Expansion:
         self.stopped = False  # past MAX_STAGES: said once, nothing more is expanded
         self.deep: set[Origin] = set()  # where a use nested too deep was said
         self.used: set[tuple[str, str]] = set()  # the blocks some use expanded
+        self.outputs_checked: set[tuple[str, str]] = set()  # blocks whose USE.OUTPUT outputs were looked up
 
     # -- finding blocks ---------------------------------------------------------------------------------
 
@@ -375,6 +376,59 @@ class _Expansion:
             return self.output(inner, head, tail if dot else None, depth + 1)
         return inner.join(ref)
 
+    def names_nothing(self, scope: _Scope, ref: Any, expanded: bool = False) -> str | None:
+        """Why ``ref``, written in ``scope``, names nothing there (a stage, a block's input, ``USE.OUTPUT``, a
+        stage of a use's instance, ``PHASE.FIELD``); None where it names something, or is no name (the schema
+        says so), or cannot be told yet. ``expanded``: the uses of ``scope`` have made their stages."""
+        if not isinstance(ref, str) or ref in scope.bindings:
+            return None
+        head, dot, tail = ref.partition(".")
+        entry = scope.stages.get(head)
+        if entry is None and head not in scope.stages:
+            from hetflow.engine.manifest.semantics import _close
+
+            close = _close(ref, [*scope.stages, *scope.bindings], n=1)
+            return f"which is not a stage{f'; did you mean {close[0]!r}?' if close else ''}"
+        if not _is_use(entry) or self.output(scope, head, tail if dot else None, 0) is not None:
+            return None
+        block = self.quietly(scope, self.substituted(scope, entry, scope.path + (head,), report=False).get("use"))
+        if block is None or not isinstance(block.spec.get("outputs"), dict):
+            return None  # a use that names no block is said where it is expanded
+        outputs = block.spec["outputs"]
+        listed = ", ".join(map(str, outputs)) or "none"
+        if not dot:
+            if len(outputs) == 1:
+                return None  # its one output could not be followed (a use of itself): said where it is expanded
+            return f"a use of block {block.name!r}, which has several outputs: name one, {head}.OUTPUT ({listed})"
+        if tail.partition(".")[0] in outputs:
+            return None
+        # USE.STAGE or USE.INDEX.STAGE names a stage of an instance: known once the use has made its stages
+        if scope.join(ref) in self.stages or (not expanded and ("." in tail or tail in _as_dict(block.spec.get("stages")))):
+            return None
+        return f"which is no output of use {head!r} (outputs of block {block.name!r}: {listed})"
+
+    def quietly(self, scope: _Scope, ref: Any) -> _Block | None:
+        """The block ``ref`` names, None where it names none: said where the use is expanded, not here."""
+        before, loaded = len(self.problems), set(self.libraries)
+        block = self.block(scope, ref, scope.at.at(scope.path))
+        if len(self.problems) > before:
+            del self.problems[before:]
+            for path in set(self.libraries) - loaded:
+                del self.libraries[path]
+            return None
+        return block
+
+    def check_outputs(self, block: _Block, inner: _Scope) -> None:
+        """Each output of ``block`` that names an output of a use of its own (``USE.OUTPUT``) names one: it was
+        said only where something read it, as its own name being no stage, or not at all."""
+        for out, ref in _as_dict(block.spec.get("outputs")).items():
+            if not isinstance(ref, str) or not _is_use(inner.stages.get(ref.partition(".")[0])):
+                continue
+            wrong = self.names_nothing(inner, ref, expanded=True)
+            if wrong:
+                self.problems.append(Diagnostic(inner.at.at(block.path + ("outputs", out)),
+                                                f"output {out!r} of block {block.name!r} names {ref!r}, {wrong}"))
+
     # -- params --------------------------------------------------------------------------------------
 
     def params(self, block: _Block, use: dict, index: int, where: Callable[[Path], Origin] | None,
@@ -527,6 +581,12 @@ class _Expansion:
                 f"use {scope.join(sid)!r} repeats block {block.name!r}, but no output of an instance feeds the next: "
                 f"name an output as an input (inputs: {', '.join(inputs) or 'none'}; outputs: {', '.join(outputs)}) "
                 "or say chain: {INPUT: OUTPUT} (chain: {} for independent instances)")))
+        for name, ref in bound.items():
+            wrong = self.names_nothing(scope, ref) if name in inputs else None
+            if wrong:
+                ok = False
+                self.problems.append(Diagnostic(scope.at.at(here + ("inputs", name)),
+                                                f"use {scope.join(sid)!r} binds input {name!r} to {ref!r}, {wrong}"))
         if not ok:
             return
         bindings = {name: self.local(scope, ref) for name, ref in bound.items()}
@@ -542,7 +602,11 @@ class _Expansion:
                            self.params(block, spec, index, (lambda p: scope.at.key_at(here + p)) if index == 0 else None,
                                        scope.join(sid), prefix),
                            bindings, inherited, notes, scope.stack + (block.key,))
+            before = len(self.problems)
             self.scope(inner)
+            if block.key not in self.outputs_checked and len(self.problems) == before and not self.stopped:
+                self.outputs_checked.add(block.key)
+                self.check_outputs(block, inner)
             if index + 1 < count:
                 bindings = {**bindings, **{name: self.local(inner, outputs[out]) for name, out in chain.items()}}
 
