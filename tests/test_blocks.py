@@ -562,6 +562,19 @@ def test_a_block_stage_is_named_without_dots_and_a_library_holds_blocks(tmp_path
                             f"{path}:7:14: note: in the block library used here"]
 
 
+def test_a_broken_library_a_library_uses_is_said_with_every_use_that_led_to_it(tmp_path):
+    """The note of the manifest's own use was lost: only the library's use of the broken one was said."""
+    bad = write(tmp_path, "lib/bad.yaml", "version: 1\nblocks:\n  inc:\n    inputs: [x]\n    stages: {a: {op: add\n")
+    outer = write(tmp_path, "lib/outer.yaml", "version: 1\nblocks:\n  w:\n    inputs: [x]\n"
+                  "    stages:\n      i: {use: bad.yaml#inc, inputs: {x: x}}\n    outputs: {x: i}\n")
+    path = write(tmp_path, "m.yaml", "version: 1\nname: m\nexecutors: {host: {vendor: cpu}}\nstages:\n"
+                 "  z: {op: full, args: {shape: [4], value: 1.0}}\n  s: {use: lib/outer.yaml#w, inputs: {x: z}}\n"
+                 "outputs: {o: s}\n")
+    found = errors(path)
+    assert found[0].startswith(f"{bad}:6:1: error: YAML syntax: ") and found[1:] == [
+        f"{outer}:6:16: note: in the block library used here", f"{path}:6:3: note: in s (block lib/outer.yaml#w)"]
+
+
 def test_params_on_the_command_line_reach_a_use_or_one_instance_by_its_id(tmp_path):
     write(tmp_path, "lib/blocks.yaml", LIBRARY)
     path = write(tmp_path, "m.yaml", USER)

@@ -233,14 +233,15 @@ class _Expansion:
         if not os.path.exists(path):  # what is there but no file, load() says what it is instead
             self.problems.append(Diagnostic(where, f"block library {file!r} does not exist ({path})"))
             return None
+        # the use, then the instances it is in (a library's block using another library)
+        used = [(_plain(where), "in the block library used here"), *getattr(where, "notes", ())]
         try:
             doc = load(path)
         except ManifestError as e:
-            self.problems.extend(Diagnostic(Noted(d.origin, [(_plain(where), "in the block library used here")])
-                                            if d.origin else where, d.message) for d in e.diagnostics)
+            self.problems.extend(Diagnostic(Noted(d.origin, used) if d.origin else where, d.message)
+                                 for d in e.diagnostics)
             return None
         value = doc.value
-        used = [(_plain(where), "in the block library used here")]
         if doc.problems:
             self.problems.extend(Diagnostic(Noted(d.origin, used), d.message) if d.origin else d for d in doc.problems)
             return None
