@@ -336,7 +336,7 @@ class PortableActivation:
         """Encode a host array already holding ``dtype.numpy`` values."""
         import numpy as np
 
-        host = np.ascontiguousarray(array, dtype=dtype.numpy)
+        host = np.asarray(array, dtype=dtype.numpy, order="C")  # a 0-d array stays one (ascontiguousarray: 1-d)
         if dtype is Dtype.int4:
             nibbles = host.reshape(-1).view(np.int8).astype(np.uint8) & 0x0F
             if nibbles.size % 2:

@@ -376,7 +376,9 @@ def run_carriers(cp: Any, decoded: dict, entries: Sequence[tuple[Any, Dtype]], s
                     wide[ref] = widen(cp, *values[ref])
                 args.append(wide[ref])
             out = ops.compute(cp, node["op"], args, node["args"], dtype, vendor)
-            values[node["id"]] = (cp.ascontiguousarray(narrow(cp, out, dtype)), dtype)
+            out = narrow(cp, out, dtype)
+            # ascontiguousarray makes a 0-d array 1-d, in cupy as in numpy: a scalar stays one
+            values[node["id"]] = (cp.ascontiguousarray(out).reshape(out.shape), dtype)
         except Exception as e:
             raise node_error(node, e, where)
     return [values[t] for t in decoded["outputs"]]
@@ -506,7 +508,7 @@ class SplitCudaExecutor(SplitDevices, CudaExecutor):
             return array
         cp = self._cp
         with self._gpus[src], self._stream_on(src) as stream:
-            array = cp.ascontiguousarray(array)
+            array = cp.ascontiguousarray(array).reshape(array.shape)  # a 0-d array stays one
             stream.synchronize()  # the copy reads what the source's stream wrote
         with self._lock:
             self.move_bytes[kind] += array.nbytes

@@ -92,7 +92,7 @@ class SplitVulkanExecutor(SplitDevices, VulkanExecutor):
 
     def _to_device(self, array: np.ndarray, dtype: Dtype, d: int) -> Tensor:
         member = self._members[d]
-        data = PortableActivation.from_array(np.ascontiguousarray(array), dtype).bytes
+        data = PortableActivation.from_array(array, dtype).bytes
         with member._dev.lock:
             return member._upload(tuple(array.shape), dtype, data)
 

@@ -109,6 +109,20 @@ def test_execute_computes_and_returns_local_handles(make, vendor):
         ex.release_activation(h)
 
 
+def test_a_reduction_to_a_scalar_gives_a_scalar(make, vendor):
+    """numpy's and cupy's ascontiguousarray make a 0-d array 1-d: an executor that used it on results gave shape [1]
+    for a sum over every axis (int4's own encoding did, on every executor)."""
+    ex = make()
+    x = ex.import_activation(portable([[1.0, 2.0], [3.0, 4.0]]))
+    nodes = [{"id": "s", "op": "sum", "args": {}, "dtype": "fp32", "inputs": ["x"]},
+             {"id": "n", "op": "neg", "args": {}, "dtype": "fp32", "inputs": ["s"]}]
+    handles = ex.execute(encode_plan(vendor, ["x"], nodes, ["s", "n"]), [x])
+    got = [ex.export_activation(h) for h in handles]
+    assert [(p.shape.dims, p.to_array().shape, p.to_array().tolist()) for p in got] == [((), (), 10.0), ((), (), -10.0)]
+    for h in (x, *handles):
+        ex.release_activation(h)
+
+
 def test_handles_of_one_instance_are_unknown_to_another(make):
     a, b = make("a"), make("b")
     h = a.import_activation(portable([1.0]))
