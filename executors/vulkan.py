@@ -88,6 +88,7 @@ from hetflow.executors.base import (
     VendorMismatch,
 )
 from hetflow.executors.cpu import next_handle
+from hetflow.executors.builtin.elementwise import int_clip_bounds
 from hetflow.executors.payload import decode_plan
 from hetflow.executors.vulkan_device import (  # noqa: F401 - the device's names, imported from here by the probe and tests
     MAX_GROUPS,
@@ -326,11 +327,8 @@ def _unary_words(op: ops.Op, args: dict, word: Dtype, dtype: Dtype, source: Dtyp
     if word is _I32:
         # bounds within the input's own range, as the CPU body clamps them (uint8 with max -2 is all 0)
         low, high = (0, 1) if source is Dtype.bool else (int(np.iinfo(source.numpy).min), int(np.iinfo(source.numpy).max))
-        lo = low if lo is None else int(np.clip(math.ceil(lo), low, high))
-        hi = high if hi is None else int(np.clip(math.floor(hi), low, high))
-        if lo > hi:
-            lo = hi  # ONNX: min above max makes every value max
-        return [lo & 0xFFFFFFFF, hi & 0xFFFFFFFF]
+        lo, hi = int_clip_bounds(lo, hi, low, high)
+        return [(low if lo is None else lo) & 0xFFFFFFFF, (high if hi is None else hi) & 0xFFFFFFFF]
     return [f32(-np.inf if lo is None else lo), f32(np.inf if hi is None else hi)]
 
 

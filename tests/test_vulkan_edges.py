@@ -157,12 +157,34 @@ def test_cpu_clip_clamps_bounds_outside_the_dtype():
     x = np.array([0, 5, 255], np.uint8)
     assert cpu("clip", [x], {"min": 2, "max": -2}, Dtype.uint8).tolist() == [0, 0, 0]
     assert cpu("clip", [x], {"min": 300}, Dtype.uint8).tolist() == [255, 255, 255]
+    # infinite bounds (a ValueError or OverflowError of the bound's conversion, at run time)
+    inf = float("inf")
+    assert cpu("clip", [x], {"min": -inf, "max": inf}, Dtype.uint8).tolist() == [0, 5, 255]
+    assert cpu("clip", [x], {"min": inf}, Dtype.uint8).tolist() == [255, 255, 255]
+    assert cpu("clip", [x], {"max": -inf}, Dtype.uint8).tolist() == [0, 0, 0]
+    assert cpu("clip", [x.astype(np.int32)], {"min": 3, "max": inf}, Dtype.int32).tolist() == [3, 5, 255]
+
+
+def test_a_nan_bound_of_clip_is_refused_before_the_run(tmp_path):
+    from hetflow.engine.errors import ManifestError
+    from hetflow.engine.manifest.validate import compile_manifest, load
+
+    path = tmp_path / "m.yaml"
+    path.write_text("version: 1\nname: m\nexecutors: {h: {vendor: cpu}}\nstages:\n"
+                    "  x: {op: arange, args: {start: 0, stop: 4}, dtype: int32}\n"
+                    "  c: {op: clip, inputs: [x], args: {min: .nan, max: 2}}\noutputs: {c: c}\n")
+    with pytest.raises(ManifestError) as e:
+        compile_manifest(load(str(path)))
+    assert str(e.value) == (f"{path}:6:42: error: argument 'min' of op 'clip' is NaN: a bound is a number, or null "
+                            "for none")
 
 
 @needs_vulkan
 def test_vulkan_clip_of_out_of_range_bounds_matches_the_cpu(vk):
     x = np.array([0, 5, 255], np.uint8)
-    for args in ({"min": 2, "max": -2}, {"min": 300}, {"min": -1, "max": 1}):
+    inf = float("inf")
+    for args in ({"min": 2, "max": -2}, {"min": 300}, {"min": -1, "max": 1}, {"min": -inf, "max": inf}, {"min": inf},
+                 {"max": -inf}):
         assert run(vk, "clip", [x], args, Dtype.uint8).tolist() == cpu("clip", [x], args, Dtype.uint8).tolist()
     b = np.array([True, False])
     assert run(vk, "clip", [b], {"min": -1, "max": 1}, Dtype.bool).tolist() == [True, False]

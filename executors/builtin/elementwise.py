@@ -213,18 +213,33 @@ def _where(xp: Any, inputs: list, args: dict) -> Any:
     return out
 
 
+def int_clip_bounds(lo: float | None, hi: float | None, low: int, high: int) -> tuple[int | None, int | None]:
+    """``clip``'s bounds on an integer type whose values are ``low``..``high``, as integers of it; None: no bound on
+    that side.
+
+    A bound outside the type's range clips nothing on that side, or
+    everything to the type's extreme on the other (uint8 with max -2 is
+    all 0), an infinite one too; inside it, it is exact in the type. Min
+    above max makes every value max, as ONNX says.
+
+    >>> int_clip_bounds(-0.5, float("inf"), 0, 255), int_clip_bounds(float("inf"), None, -128, 127)
+    ((0, None), (127, None))
+    """
+    lo = None if lo is None or lo <= low else high if lo >= high else math.ceil(lo)
+    hi = None if hi is None or hi >= high else low if hi <= low else math.floor(hi)
+    if lo is not None and hi is not None and lo > hi:
+        lo = hi
+    return lo, hi
+
+
 def _clip(xp: Any, inputs: list, args: dict) -> Any:
     x = inputs[0]
     lo, hi = args["min"], args["max"]
     if _is_int(x):
-        # a bound outside the type's range clips nothing on that side, or everything to the type's extreme on
-        # the other (uint8 with max -2 is all 0); inside it, it is exact in the type. A bool is the integer 0
-        # or 1, as ONNX computes it: min -1 leaves False as it is, where numpy would make -1 True
+        # a bool is the integer 0 or 1, as ONNX computes it: min -1 leaves False as it is, where numpy would make
+        # -1 True
         low, high = (0, 1) if x.dtype == np.bool_ else (int(np.iinfo(x.dtype).min), int(np.iinfo(x.dtype).max))
-        lo = None if lo is None or lo <= low else xp.asarray(min(math.ceil(lo), high), dtype=x.dtype)
-        hi = None if hi is None or hi >= high else xp.asarray(max(math.floor(hi), low), dtype=x.dtype)
-        if lo is not None and hi is not None and int(lo) > int(hi):
-            lo = hi  # ONNX: min above max makes every value max
+        lo, hi = (None if b is None else xp.asarray(b, dtype=x.dtype) for b in int_clip_bounds(lo, hi, low, high))
     else:
         lo = None if lo is None else xp.asarray(lo, dtype=x.dtype)
         hi = None if hi is None else xp.asarray(hi, dtype=x.dtype)
@@ -245,6 +260,12 @@ def _cast(xp: Any, inputs: list, args: dict, dtype: Dtype) -> Any:
         x = x.astype(np.float32)
     top = QUANT_MAX[dtype]
     return xp.clip(x, -top, top)
+
+
+def _clip_checks(n: int, args: Mapping[str, Any]) -> list[tuple[str | None, str]]:
+    # NaN bounds no integer type can hold, and NaN's order WGSL leaves to the device
+    return [(name, f"argument {name!r} of op 'clip' is NaN: a bound is a number, or null for none")
+            for name in ("min", "max") if isinstance(args.get(name), float) and math.isnan(args[name])]
 
 
 def _cast_checks(n: int, args: Mapping[str, Any]) -> list[tuple[str | None, str]]:
@@ -481,8 +502,9 @@ OPS = [
     Op("clip", (1, 1), NUMERIC_DTYPES, _clip, same,
        {"min": Arg("number?", default=None, doc="the lower bound; null: none"),
         "max": Arg("number?", default=None, doc="the upper bound; null: none")}, exact=True,
-       doc="x limited to [min, max] (ONNX Clip); NaN stays NaN, and min above max makes every value max",
-       wgsl=Kernel("unary", "clip_f32(x, s0, s1)")),
+       doc="x limited to [min, max] (ONNX Clip); NaN stays NaN, and min above max makes every value max; on "
+           "integers an infinite bound or one beyond the type's range is its extreme",
+       wgsl=Kernel("unary", "clip_f32(x, s0, s1)"), checks=_clip_checks),
     Op("relu", (1, 1), NUMERIC_DTYPES, lambda xp, i, a: xp.maximum(_numeric(i[0]), 0), same, doc="max(x, 0)",
        wgsl=Kernel("unary", "relu_f32(x)"), exact=True),
     Op("gelu", (1, 1), FLOAT_DTYPES, _gelu, same,
