@@ -243,3 +243,43 @@ def test_an_int4_scalar_stays_a_scalar_and_reads_back(tmp_path, where):
         assert value.shape == () and str(value.dtype) == "int4", (name, value.shape)
         assert done.record["outputs"][name]["shape"] == [], name
         assert int(value) == (-6 if name.startswith("y_") else -3), name
+
+
+SUBNORMALS = np.array([1e-40, 1e-45, 1.1e-38, -1e-40, 2.0e-39, -3e-42], np.float32)
+
+
+@needs_vulkan
+@pytest.mark.parametrize("op,args", [("log", {}), ("pow", {"value": -1.0}), ("pow", {"value": 0.5}),
+                                     ("pow", {"value": 2.5}), ("exp", {}), ("sigmoid", {}), ("silu", {})],
+                         ids=["log", "reciprocal", "sqrt", "pow2.5", "exp", "sigmoid", "silu"])
+def test_subnormal_arguments_give_the_cpus_values_or_zeros(vk, op, args):
+    """lavapipe's log2 and exp2 took every subnormal for about 2^-127: log(1e-40) was -88.0, not -92.1, pow(1e-40, -1)
+    1.7e38, not inf, exp(-1e-40) 0.99999994. A device may flush subnormals to zero; then zero's results are right."""
+    got = run(vk, op, [SUBNORMALS], args)
+    want = cpu(op, [SUBNORMALS], args)
+    flushed = cpu(op, [np.copysign(np.zeros_like(SUBNORMALS), SUBNORMALS)], args)
+    with np.errstate(invalid="ignore"):
+        close = np.isclose(got, want, rtol=1e-5, atol=0, equal_nan=True) | np.isclose(got, flushed, rtol=0, atol=0,
+                                                                                       equal_nan=True)
+    assert close.all(), (SUBNORMALS[~close], got[~close], want[~close])
+
+
+@pytest.mark.parametrize("where", ["cpu", "vulkan"])
+def test_pow_of_negative_zero_to_one_half_is_positive_zero(vk_or_none, where):
+    """numpy takes sqrt for a lone exponent of 0.5, and sqrt(-0) is -0; C's pow(-0, 0.5) is +0, as Vulkan gave."""
+    if where == "vulkan" and vk_or_none is None:
+        pytest.skip(f"vulkan executor unavailable here: {OFFER.reason}")
+    x = np.array([-0.0, 0.0, 4.0], np.float32)
+    for args, inputs in (({"value": 0.5}, [x]), ({}, [x, np.array([0.5], np.float32)]), ({}, [x, np.full(3, 0.5, np.float32)])):
+        got = run(vk_or_none, "pow", inputs, args) if where == "vulkan" else cpu("pow", inputs, args)
+        assert got.tolist() == [0.0, 0.0, 2.0] and not np.signbit(got).any(), (args, got)
+
+
+@pytest.fixture(scope="module")
+def vk_or_none():
+    if not OFFER.available:
+        yield None
+        return
+    ex = create(Vendor.vulkan, "vk-edges-pow")
+    yield ex
+    assert ex.live_activations() == 0

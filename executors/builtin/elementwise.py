@@ -122,7 +122,11 @@ def _mod_body(xp: Any, inputs: list, args: dict) -> Any:
 def _pow(xp: Any, a: Any, b: Any) -> Any:
     a, b = _numeric(a), _numeric(b)
     if not (_is_int(a) and _is_int(b)):
-        return xp.power(a, b)
+        out = xp.power(a, b)
+        if b.size == 1 and float(b.reshape(-1)[0]) == 0.5:
+            # numpy's power takes sqrt for a lone exponent of 0.5, and sqrt(-0) is -0; C's pow(-0, 0.5) is +0
+            out = out + xp.asarray(0.0, dtype=out.dtype)
+        return out
     negative = b < 0
     raised = xp.power(a, xp.where(negative, 0, b))  # numpy's integer power wraps
     # a^-n = 1 / a^n toward zero: 1 for a = 1, +-1 for a = -1, 0 otherwise (0^-n included)
@@ -512,9 +516,9 @@ OPS = [
        doc="GELU, x * Phi(x); approximate: tanh (the default) uses the tanh approximation, none the exact erf form "
            "(ONNX Gelu's default is none)", wgsl=Kernel("unary", "gelu_f32(x, s0)"), checks=_gelu_checks),
     Op("silu", (1, 1), FLOAT_DTYPES, lambda xp, i, a: i[0] / (1.0 + xp.exp(-i[0])), same,
-       doc="x * sigmoid(x)", wgsl=Kernel("unary", "x / (1.0 + exp(-x))")),
-    Op("exp", (1, 1), FLOAT_DTYPES, lambda xp, i, a: xp.exp(i[0]), same, doc="e^x", wgsl=Kernel("unary", "exp(x)")),
-    Op("log", (1, 1), FLOAT_DTYPES, lambda xp, i, a: xp.log(i[0]), same, doc="natural logarithm", wgsl=Kernel("unary", "log(x)")),
+       doc="x * sigmoid(x)", wgsl=Kernel("unary", "x / (1.0 + exp_f32(-x))")),
+    Op("exp", (1, 1), FLOAT_DTYPES, lambda xp, i, a: xp.exp(i[0]), same, doc="e^x", wgsl=Kernel("unary", "exp_f32(x)")),
+    Op("log", (1, 1), FLOAT_DTYPES, lambda xp, i, a: xp.log(i[0]), same, doc="natural logarithm", wgsl=Kernel("unary", "log_f32(x)")),
     Op("sqrt", (1, 1), FLOAT_DTYPES, lambda xp, i, a: xp.sqrt(i[0]), same, doc="square root", wgsl=Kernel("unary", "sqrt(x)")),
     Op("tanh", (1, 1), FLOAT_DTYPES, lambda xp, i, a: xp.tanh(i[0]), same, doc="hyperbolic tangent", wgsl=Kernel("unary", "tanh_f32(x)")),
     Op("sigmoid", (1, 1), FLOAT_DTYPES, _sigmoid, same, doc="1 / (1 + e^-x)", wgsl=Kernel("unary", "sigmoid_f32(x)")),

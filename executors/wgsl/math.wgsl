@@ -21,6 +21,30 @@ fn is_nan_f32(x: f32) -> bool {
     return (b & 0x7f800000u) == 0x7f800000u && (b & 0x007fffffu) != 0u;
 }
 
+// Subnormal arguments: lavapipe's log2 and exp2 take every subnormal for
+// about 2^-127 (log(1e-40) came out as -88.0, not -92.1; pow(1e-40, -1) as
+// 1.7e38, not inf; exp(-1e-40) as 0.99999994), so a subnormal is scaled by
+// 2^64 into the normal range first. A device that flushes subnormals to
+// zero gives zero's results instead (-inf, inf, 1), which the docs allow.
+const TINY_F32: f32 = 1.17549435e-38;  // the smallest normal f32
+
+// log2 of m >= 0
+fn log2_f32(m: f32) -> f32 {
+    if (m < TINY_F32) { return log2(m * 18446744073709551616.0) - 64.0; }
+    return log2(m);
+}
+
+fn log_f32(x: f32) -> f32 {
+    if (x > 0.0 && x < TINY_F32) { return log(x * 18446744073709551616.0) - 44.3614195558365; }
+    return log(x);
+}
+
+// e^x is 1 in f32 for any |x| below 2^-25
+fn exp_f32(x: f32) -> f32 {
+    if (abs(x) < 2.9802322e-8) { return 1.0; }
+    return exp(x);
+}
+
 // numpy's power for floats, C's powf: WGSL's pow is undefined for a
 // negative base, and its exp2(b * log2(a)) gets C's special values wrong.
 // C11 F.10.4.4: "pow(x, +-0) returns 1 for any x, even a NaN"; "pow(+1, y)
@@ -46,7 +70,7 @@ fn pow_f32(a: f32, b: f32) -> f32 {
     }
     if (b == 1.0) { return a; }
     if (b == 2.0) { return a * a; }
-    let p = exp2(b * log2(m));
+    let p = exp2(b * log2_f32(m));
     if (a > 0.0) { return p; }
     if (floor(b) != b) { return bitcast<f32>(0x7fc00000u); }
     return select(p, -p, odd);
@@ -68,7 +92,7 @@ fn tanh_f32(x: f32) -> f32 {
 
 // 1 / (1 + e^-x) without overflowing exp for very negative x
 fn sigmoid_f32(x: f32) -> f32 {
-    let e = exp(-abs(x));
+    let e = exp_f32(-abs(x));
     return select(e / (1.0 + e), 1.0 / (1.0 + e), x >= 0.0);
 }
 
