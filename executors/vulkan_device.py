@@ -382,7 +382,8 @@ class Recording:
             return
         for b in buffers:
             if b.size > dev.max_binding:
-                raise Backend(f"a tensor of {b.size} bytes exceeds the device's largest storage binding ({dev.max_binding} bytes)")
+                raise OutOfMemory(f"a tensor of {b.size} bytes exceeds the device's largest storage binding "
+                                  f"({dev.max_binding} bytes)")
         if max(groups) > MAX_GROUPS:
             raise Backend(f"{template}: dispatch of {groups} workgroups exceeds the limit of {MAX_GROUPS} per dimension")
         pipe = dev.pipeline(template, **subs)

@@ -268,6 +268,14 @@ def test_too_large_a_tensor_is_out_of_memory(vk):
     assert vk.live_activations() == 0
 
 
+def test_a_tensor_past_the_largest_storage_binding_is_out_of_memory(vk, monkeypatch):
+    """It was a Backend error, where the docs say a tensor the device cannot hold is OutOfMemory."""
+    monkeypatch.setattr(vk._dev, "max_binding", 64)
+    with pytest.raises(OutOfMemory, match=r"a tensor of 128 bytes exceeds the device's largest storage binding \(64"):
+        run_one(vk, "relu", [np.ones(32, np.float32)], {})
+    assert vk.live_activations() == 0
+
+
 def test_memory_limit_caps_live_activations():
     ex = create(Vendor.vulkan, "small", memory_limit=64)
     h = ex.alloc_activation(TensorShape((16,)), Dtype.fp32)
