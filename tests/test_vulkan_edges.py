@@ -265,14 +265,15 @@ def test_subnormal_arguments_give_the_cpus_values_or_zeros(vk, op, args):
 
 
 @pytest.mark.parametrize("where", ["cpu", "vulkan"])
-def test_pow_of_negative_zero_to_one_half_is_positive_zero(vk_or_none, where):
-    """numpy takes sqrt for a lone exponent of 0.5, and sqrt(-0) is -0; C's pow(-0, 0.5) is +0, as Vulkan gave."""
+def test_pow_of_negative_zero_and_infinity_to_one_half_is_cs(vk_or_none, where):
+    """numpy takes sqrt for a lone exponent of 0.5: sqrt(-0) is -0 and sqrt(-inf) NaN; C's pow gives +0 and +inf, as
+    Vulkan did."""
     if where == "vulkan" and vk_or_none is None:
         pytest.skip(f"vulkan executor unavailable here: {OFFER.reason}")
-    x = np.array([-0.0, 0.0, 4.0], np.float32)
-    for args, inputs in (({"value": 0.5}, [x]), ({}, [x, np.array([0.5], np.float32)]), ({}, [x, np.full(3, 0.5, np.float32)])):
+    x = np.array([-0.0, 0.0, 4.0, -np.inf, np.inf], np.float32)
+    for args, inputs in (({"value": 0.5}, [x]), ({}, [x, np.array([0.5], np.float32)]), ({}, [x, np.full(5, 0.5, np.float32)])):
         got = run(vk_or_none, "pow", inputs, args) if where == "vulkan" else cpu("pow", inputs, args)
-        assert got.tolist() == [0.0, 0.0, 2.0] and not np.signbit(got).any(), (args, got)
+        assert got.tolist() == [0.0, 0.0, 2.0, np.inf, np.inf] and not np.signbit(got).any(), (args, got)
 
 
 @pytest.fixture(scope="module")

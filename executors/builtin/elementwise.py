@@ -124,8 +124,9 @@ def _pow(xp: Any, a: Any, b: Any) -> Any:
     if not (_is_int(a) and _is_int(b)):
         out = xp.power(a, b)
         if b.size == 1 and float(b.reshape(-1)[0]) == 0.5:
-            # numpy's power takes sqrt for a lone exponent of 0.5, and sqrt(-0) is -0; C's pow(-0, 0.5) is +0
-            out = out + xp.asarray(0.0, dtype=out.dtype)
+            # numpy's power takes sqrt for a lone exponent of 0.5: sqrt(-0) is -0 and sqrt(-inf) NaN, where C's pow
+            # gives +0 and +inf
+            out = xp.where(xp.isneginf(a), xp.asarray(xp.inf, dtype=out.dtype), out + xp.asarray(0.0, dtype=out.dtype))
         return out
     negative = b < 0
     raised = xp.power(a, xp.where(negative, 0, b))  # numpy's integer power wraps
