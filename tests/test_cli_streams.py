@@ -682,9 +682,11 @@ def test_a_sealed_stream_takes_no_other_threads_lines_so_a_forced_exits_id_stays
     assert other._stream.getvalue() == "cancelled m[k=2]  r2\n"
 
 
-def test_a_ctrl_c_after_the_run_has_ended_does_not_call_it_cancelled(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_stop_signal_after_the_run_has_ended_does_not_call_it_cancelled(tmp_path, signum):
     """A SIGINT that came once the run's record was final (its id printed), while the process ended, exited 130
-    or killed it (-2), where exit 130 means "the record says cancelled" and the record said succeeded."""
+    or killed it (-2), where exit 130 means "the record says cancelled" and the record said succeeded; a SIGTERM or
+    SIGHUP in the interpreter's teardown, where Python puts back the default actions, killed it (-15, -1)."""
     runs = tmp_path / "runs"
     codes = []
     for delay in (0.0, 0.002, 0.005, 0.01, 0.02, 0.04):
@@ -693,7 +695,7 @@ def test_a_ctrl_c_after_the_run_has_ended_does_not_call_it_cancelled(tmp_path):
         for line in proc.stdout:
             if line.startswith("record:"):  # the record is final: only the id's line is left to print
                 time.sleep(delay)
-                proc.send_signal(signal.SIGINT)
+                proc.send_signal(signum)
                 break
         rest = proc.stdout.read()
         proc.wait(60)
@@ -701,6 +703,16 @@ def test_a_ctrl_c_after_the_run_has_ended_does_not_call_it_cancelled(tmp_path):
         assert rest.strip() == "" or rest.strip().startswith("20"), rest
     assert codes == [0] * len(codes), codes
     assert {json.loads(p.read_text())["status"] for p in runs.glob("*/record.json")} == {"succeeded"}
+
+
+def test_the_stop_signals_are_ignored_once_the_command_line_has_done_its_work(tmp_path):
+    """What the process's teardown meets: the default action of SIGTERM and SIGHUP ended it with the signal."""
+    probe = ("import importlib, signal, sys\nmain = importlib.import_module('hetflow.engine.cli.main')\nsys.argv = ['hetflow', 'validate', sys.argv[1]]\n"
+             "try:\n    main.entry()\nexcept SystemExit as e:\n"
+             "    print(e.code, [signal.getsignal(s) is signal.SIG_IGN for s in main._stop_signals()])\n")
+    done = subprocess.run([sys.executable, "-c", probe, QUICKSTART], capture_output=True, text=True, timeout=120,
+                          env=environment(tmp_path))
+    assert done.stdout.splitlines()[-1] == "0 [True, True, True]", (done.stdout, done.stderr)
 
 
 def test_a_failed_run_a_sweep_and_a_verify_mismatch_carry_exit_code_and_message_in_their_json(tmp_path):

@@ -91,6 +91,10 @@ def _terminable(wanted: bool):
 #: whether the command's run or sweep has ended (its record final): a stop signal after it is no cancellation
 DONE = [False]
 
+#: whether the command is the process's own (``hetflow ...``, :func:`entry`), not a call of :func:`main` from
+#: Python: its signal handlers are then the process's until it ends
+ENTRY = [False]
+
 #: whether a command runs in this process: its messages name the command line's options, not the Python API's
 #: keywords (:func:`hetflow.engine.errors.argument`). A list, not a context variable, so that the threads a
 #: command starts (a sweep's points) speak as it does.
@@ -234,6 +238,8 @@ def _dispatch(argv: list[str], out: QuietStream, err: QuietStream, set_aside=lam
             cancel.on_forced_exit(lambda: _report_forced_exit(cancel, as_json, out, err))
             code = _command(args.command)(args, out, err)
             DONE[0] = True  # a signal from now on stops nothing: the run or sweep has ended, its record says how
+            if ENTRY[0]:
+                _ended(code)
             return code
     except _ShowVersion:
         import hetflow
@@ -327,12 +333,32 @@ def _interrupt_until_done(signum: int, frame: object) -> None:
 def _end_now(code: int) -> None:
     """End the process at once, its output flushed and the cache entries its abandoned threads were writing
     removed (half written, they would stay until a ``runs gc`` an hour later)."""
+    from hetflow.engine.run.cancel import abandon_cache_writes
+
     for stream in (sys.stdout, sys.stderr):
         quiet(stream).flush()
-    cache = sys.modules.get("hetflow.engine.store.cache")
-    if cache is not None:
-        cache.abandon_writes()
+    abandon_cache_writes()
     os._exit(code)
+
+
+def _ended(code: int) -> None:
+    """The run or sweep has ended and said so: until the command returns (its executors and cluster closing), a
+    stop signal stops nothing, and a second one ends the process with ``code``. The default action took over
+    there from the command's own handlers, and a SIGTERM or SIGHUP that came after the id was printed killed the
+    process (143, 129) after a run that succeeded and whose record says so."""
+    import signal
+
+    from hetflow.engine.run.cancel import listened
+
+    came: list[int] = []
+
+    def later(signum: int, frame: object) -> None:
+        if came:
+            _end_now(code)
+        came.append(signum)
+
+    for number in listened():
+        signal.signal(number, later)
 
 
 def _signals_end_with(code: int) -> None:
@@ -345,10 +371,22 @@ def _signals_end_with(code: int) -> None:
     def done(signum: int, frame: object) -> None:
         _end_now(code)
 
-    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
-        number = getattr(signal, name, None)
-        if number is not None and signal.getsignal(number) is not signal.SIG_IGN:
-            signal.signal(number, signal.SIG_IGN if name == "SIGINT" else done)
+    for number in _stop_signals():
+        if signal.getsignal(number) is not signal.SIG_IGN:
+            signal.signal(number, signal.SIG_IGN if number == signal.SIGINT else done)
+
+
+def _stop_signals() -> list[int]:
+    import signal
+
+    return [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)]
+
+
+def _ignore_stop_signals() -> None:
+    import signal
+
+    for number in _stop_signals():
+        signal.signal(number, signal.SIG_IGN)
 
 
 def entry() -> None:
@@ -369,6 +407,7 @@ def entry() -> None:
 
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupt_until_done)
+    ENTRY[0] = True
     code = main()
     _signals_end_with(code)
     runtime = sys.modules.get("hetflow.engine.run.runtime")
@@ -382,4 +421,7 @@ def entry() -> None:
     # pipeline left (its plan, the run's task graph): 1.2 s after a 100,000-stage run. The process ends
     # now and the OS takes the memory back; what the command wrote is closed and flushed by now.
     gc.freeze()
+    # The interpreter's teardown puts back the default action of the handlers above, and SIGTERM or SIGHUP then
+    # killed the process (143, 129) after a run that succeeded and said so: ignored, as SIGINT is, from here on.
+    _ignore_stop_signals()
     sys.exit(code)

@@ -52,7 +52,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-__all__ = ["Cancel", "Cancelled", "stopping", "listened", "current", "exit_code_of", "SIGNALS"]
+__all__ = ["Cancel", "Cancelled", "stopping", "listened", "current", "exit_code_of", "SIGNALS", "abandon_cache_writes"]
 
 _POLL_S = 0.05
 # the signals that stop a command: an interrupt, a termination request, a hangup
@@ -168,9 +168,7 @@ class Cancel:
                 stream.flush()
             except Exception:  # noqa: BLE001
                 pass
-        cache = sys.modules.get("hetflow.engine.store.cache")
-        if cache is not None:  # the entries its partitions were storing, half written
-            cache.abandon_writes()
+        abandon_cache_writes()
         os._exit(code)
 
     def _handle(self, signum: int, frame: Any) -> None:
@@ -180,6 +178,14 @@ class Cancel:
 
 
 _NAMES = frozenset(s.name for s in SIGNALS)
+
+
+def abandon_cache_writes() -> None:
+    """Remove the cache entries this process's threads were storing, half written, as it ends at once; where the
+    cache module is loaded, whole: a point's thread may be importing it as a second signal comes."""
+    abandon = getattr(sys.modules.get("hetflow.engine.store.cache"), "abandon_writes", None)
+    if abandon is not None:
+        abandon()
 
 
 def current() -> Cancel | None:
@@ -217,7 +223,8 @@ def stopping(cancel: Cancel | None = None) -> Iterator[Cancel]:
     finally:
         _current.remove(cancel)
         for s, handler in previous.items():
-            signal.signal(s, handler)
+            if signal.getsignal(s) == cancel._handle:  # not one the block put in its place (its command's end)
+                signal.signal(s, handler)
 
 
 @contextlib.contextmanager
