@@ -220,14 +220,18 @@ class _Builder(NodeContext):
         self.t.stages[local] = stage_spec(op, inputs, args, dtype)
         return local
 
+    def _slot(self, k: int) -> int:
+        """The case's outputs are the node's outputs that are there: output position ``k``'s place among them."""
+        return sum(1 for name in self.node.output[:k] if name)
+
     def out_dtype(self, k: int = 0) -> str:
-        return hetflow_dtype(self.t.expected[k])  # type: ignore[return-value]
+        return hetflow_dtype(self.t.expected[self._slot(k)])  # type: ignore[return-value]
 
     def out_shape(self, k: int = 0) -> list[int]:
-        return [int(n) for n in self.t.expected[k].shape]
+        return [int(n) for n in self.t.expected[self._slot(k)].shape]
 
-    def output(self, local: str) -> None:
-        self.t.outputs.append(local)
+    def output(self, local: str, k: int | None = None) -> None:
+        self.t.outputs.append(local)   # translators give outputs in the order of their positions
 
 
 def _opset(case: Any) -> int:

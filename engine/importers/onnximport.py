@@ -7,7 +7,7 @@
   a node reads as a tensor, the nodes' stages, and ``outputs:`` naming the
   stage of each graph output;
 - ``MODEL.safetensors``, the arrays those ``load`` stages read, under their
-  ONNX names;
+  ONNX names (``__metadata__``, safetensors' own, gets ``_`` after it);
 - with ``allow_missing`` and nodes hetflow cannot run,
   ``MODEL_missing.py``, a plugin named in ``plugins:`` with one op per
   missing op type (``onnx.TopK``) that raises ``NotImplementedError``
@@ -15,16 +15,19 @@
 
 The passes, in order (:func:`import_onnx` lists them):
 
-1. **read**: ``onnx.load`` (external data beside the model), the checker,
-   and ONNX's shape inference, which gives every value's static shape and
-   element type. A graph input with a dimension of no fixed size is
+1. **read**: ``onnx.load`` (external data beside the model, read in after
+   inference where large), the checker (by the file's path where there is
+   external data: protobuf serializes no model past 2 GB), and ONNX's
+   shape inference, which gives every value's static shape and element
+   type. A graph input with a dimension of no fixed size is
    refused: hetflow's stages have static shapes.
 2. **values**: every tensor name -> :class:`_Value` (shape, dtype, the
    constant array where the model fixes it, the stage that gives it).
    Initializers and ``Constant`` nodes are constants; so is the output of
    a node whose inputs are all constants (folded at import by ONNX's
-   reference evaluator, as onnxruntime folds them), and ``Shape`` of a
-   static shape. Shape arithmetic of exported models thus disappears.
+   reference evaluator, as onnxruntime folds them; a node with subgraphs
+   only where what they read of the outer graph is constant too), and
+   ``Shape`` of a static shape. Shape arithmetic of exported models thus disappears.
 3. **translate**: each remaining node goes through its op type's
    translator in :data:`hetflow.engine.importers.onnxops.TRANSLATORS` (the one
    table of ONNX -> hetflow op correspondences, which the conformance
@@ -58,6 +61,7 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import tempfile
@@ -69,7 +73,8 @@ from typing import Any, Callable
 import numpy as np
 
 from hetflow.engine.errors import UsageError
-from hetflow.engine.importers.onnxops import CARRIED, TRANSLATORS, Inexpressible, NodeContext, flow, hetflow_dtype, stage_spec
+from hetflow.engine.importers.onnxops import (CARRIED, TRANSLATORS, Inexpressible, NodeContext, flow, hetflow_dtype,
+                                              sparse_to_array, stage_spec)
 
 __all__ = ["import_onnx", "imported_files", "OnnxImportError", "Missing", "stage_id"]
 
@@ -119,7 +124,9 @@ class _Result:
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     outputs: dict[str, str] = field(default_factory=dict)
     missing: list[Missing] = field(default_factory=list)
-    stubs: dict[str, dict] = field(default_factory=dict)   # op type -> {node: [(shape, dtype), ...]}
+    #: op type -> {node: [(shape, dtype) or None where the output is omitted, by output position]}
+    stubs: dict[str, dict] = field(default_factory=dict)
+    stub_ops: dict[str, str] = field(default_factory=dict)   # op type -> the stub's op name
     nodes: int = 0
     #: graph outputs no stage gives, each with why: they come from a node with neither op nor stub
     unreached: list[str] = field(default_factory=list)
@@ -197,21 +204,51 @@ def _read(path: Path) -> Any:
         raise OnnxImportError("hetflow import onnx needs the onnx package: pip install onnx") from None
     if not path.is_file():
         raise OnnxImportError(f"{path}: no such file")
+    from onnx import external_data_helper as ext
+
     try:
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as e:  # noqa: BLE001 - protobuf's and onnx's errors alike mean "not a model we can read"
         raise OnnxImportError(f"{path}: not a readable ONNX model: {_one_line(e)}") from None
+    external = [t for t in model.graph.initializer if ext.uses_external_data(t)]
     try:
-        onnx.checker.check_model(model)
+        # the checker and inference serialize the model they are given, which protobuf limits to 2 GB: a model
+        # with external data is checked by its path, and inferred before its large tensors are read in
+        onnx.checker.check_model(str(path) if external else model)
     except Exception as e:  # noqa: BLE001
         raise OnnxImportError(f"{path}: ONNX's checker refuses the model: {_one_line(e)}") from None
     try:
-        # strict: where a node computes another shape than the model declares for its output, ONNX's lenient
-        # inference keeps the declared one, and the import would write a reshape to a shape the node never makes
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
-    except Exception as e:  # noqa: BLE001
-        raise OnnxImportError(f"{path}: ONNX's shape inference fails: {_one_line(e)}") from None
+        # inference reads small constants (a Reshape's shape) by value: those come in now, the rest after it
+        for tensor in external:
+            if _nbytes(tensor) <= _EXTERNAL_INLINE:
+                ext.load_external_data_for_tensor(tensor, str(path.parent))
+        try:
+            # strict: where a node computes another shape than the model declares for its output, ONNX's lenient
+            # inference keeps the declared one, and the import would write a reshape to a shape the node never
+            # makes
+            model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        except Exception as e:  # noqa: BLE001
+            raise OnnxImportError(f"{path}: ONNX's shape inference fails: {_one_line(e)}") from None
+        ext.load_external_data_for_model(model, str(path.parent))
+    except OnnxImportError:
+        raise
+    except Exception as e:  # noqa: BLE001 - external data missing, short, or outside the model's folder
+        raise OnnxImportError(f"{path}: not a readable ONNX model: {_one_line(e)}") from None
     return model
+
+
+#: external tensors up to this size are read in before shape inference, which may need their values
+_EXTERNAL_INLINE = 1 << 20
+
+
+def _nbytes(tensor: Any) -> int:
+    from onnx import helper
+
+    try:
+        itemsize = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except Exception:  # noqa: BLE001 - a type numpy has no counterpart for: taken as large
+        return _EXTERNAL_INLINE + 1
+    return int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
 
 
 def _one_line(e: BaseException) -> str:
@@ -267,6 +304,8 @@ def _constant_node(node: Any) -> np.ndarray:
     value = helper.get_attribute_value(attr)
     if attr.name == "value":
         return numpy_helper.to_array(value)
+    if attr.name == "sparse_value":
+        return sparse_to_array(value)
     kinds = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64, "value_ints": np.int64}
     if attr.name not in kinds:
         raise Inexpressible(f"a Constant given by {attr.name}")
@@ -286,6 +325,9 @@ def _values(model: Any) -> dict[str, _Value]:
                 values[name] = _Value(None, None, "unknown to ONNX's shape inference")
     for init in model.graph.initializer:
         values[init.name] = _constant(numpy_helper.to_array(init), f'ONNX initializer "{init.name}"')
+    for sparse in model.graph.sparse_initializer:
+        name = sparse.values.name
+        values[name] = _constant(sparse_to_array(sparse), f'ONNX sparse initializer "{name}"')
     unfixed = []
     for info in model.graph.input:
         if info.name in values and values[info.name].const is not None:
@@ -314,15 +356,15 @@ def _values(model: Any) -> dict[str, _Value]:
 class _ImportNode(NodeContext):
     """One node of the model as its translator sees it: inputs are values of the graph, shapes ONNX inferred."""
 
-    def __init__(self, node: Any, opset: int, domain_opset: int, index: int, values: dict[str, _Value],
+    def __init__(self, node: Any, opsets: dict[str, int], domain_opset: int, index: int, values: dict[str, _Value],
                  result: _Result, taken: set[str]) -> None:
-        super().__init__(node, opset)
-        self.values, self.result, self.taken = values, result, taken
+        super().__init__(node, opsets.get("", 0))
+        self.values, self.result, self.taken, self.opsets = values, result, taken, opsets
         self.index = index
         domain = node.domain or "ai.onnx"
         self.origin = f'ONNX {node.op_type} node "{node.name}" ({domain}, opset {domain_opset})'
         self.local: list[tuple[str, dict]] = []
-        self.outs: list[str] = []
+        self.outs: list[tuple[int, str]] = []   # (output position, local stage)
 
     def _value(self, i: int) -> _Value:
         return self.values[self.node.input[i]]
@@ -353,8 +395,12 @@ class _ImportNode(NodeContext):
         return _stage_of(self.node.input[i], self.values, self.result, self.taken)
 
     def _out(self, k: int) -> _Value:
-        name = [n for n in self.node.output if n][k]
+        if not self.has_output(k):
+            raise Inexpressible(f"output {k} is omitted, and the node's stages need it")
+        name = self.node.output[k]
         v = self.values.get(name)
+        if v is not None and v.shape is None:
+            _infer_alone(self.node, self.values, self.opsets)
         if v is None or v.shape is None:
             raise Inexpressible(f"output {k} ('{name}') has no static shape after ONNX's shape inference")
         if v.dtype is None:
@@ -372,28 +418,77 @@ class _ImportNode(NodeContext):
         self.local.append((local, stage_spec(op, inputs, args, dtype)))
         return local
 
-    def output(self, local: str) -> None:
-        self.outs.append(local)
+    def output(self, local: str, k: int | None = None) -> None:
+        if k is None:
+            after = self.outs[-1][0] + 1 if self.outs else 0
+            k = next(i for i in range(after, len(self.node.output)) if self.node.output[i])
+        self.outs.append((k, local))
 
     def commit(self) -> None:
         """Give the stages their ids (the output's after the node, the steps before it ``__N``) and keep them."""
         base = self.node.name or f"{self.node.op_type}_{self.index}"
-        outputs = [n for n in self.node.output if n]
+        single = self.n_outputs() == 1
         ids: dict[str, str] = {}
-        for k, local in enumerate(self.outs):
-            ids[local] = stage_id(base if len(outputs) == 1 else f"{base}_{k}", self.taken, self.node.op_type)
+        for k, local in self.outs:
+            ids[local] = stage_id(base if single else f"{base}_{k}", self.taken, self.node.op_type)
         step = 0
         for local, _ in self.local:
             if local not in ids:
                 step += 1
                 ids[local] = stage_id(f"{base}__{step}", self.taken, self.node.op_type)
+        given = {local for _, local in self.outs}
         for local, spec in self.local:
             if "inputs" in spec:
                 spec["inputs"] = [ids.get(x, x) for x in spec["inputs"]]
-            spec["description"] = self.origin + ("" if local in self.outs else f", step {local[1:]}")
+            spec["description"] = self.origin + ("" if local in given else f", step {local[1:]}")
             self.result.stages[ids[local]] = spec
-        for name, local in zip(outputs, self.outs):
-            self.values[name].stage = ids[local]
+        for k, local in self.outs:
+            self.values[self.node.output[k]].stage = ids[local]
+
+
+#: the most elements a constant input may have to be given to :func:`_infer_alone` by value (a shape, axes, sizes)
+_INFER_CONST_MAX = 4096
+
+
+def _infer_alone(node: Any, values: dict[str, _Value], opsets: dict[str, int]) -> None:
+    """Give the outputs of ``node`` that have no static shape the shapes ONNX's inference finds for it alone.
+
+    Inference over the whole model does not see the constants the import folds: a Reshape to ``Concat(Shape(x)[0],
+    -1)`` has no static shape at opsets 11 and 13, where data propagation stops short. Alone, with those constants
+    as initializers, the node's output shape follows from them.
+    """
+    import onnx
+    from onnx import helper
+
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        return   # its subgraphs read the outer graph, which the node alone lacks
+    inputs, initializers = [], []
+    for name in dict.fromkeys(n for n in node.input if n):
+        v = values.get(name)
+        if v is None or v.shape is None or v.dtype is None:
+            return
+        try:
+            if v.const is not None and v.const.size <= _INFER_CONST_MAX:
+                initializers.append(onnx.numpy_helper.from_array(v.const, name))
+                continue
+            elem = (helper.np_dtype_to_tensor_dtype(v.const.dtype) if v.const is not None
+                    else onnx.TensorProto.DataType.Value(v.onnx_type))
+        except Exception:  # noqa: BLE001 - a type ONNX's helpers cannot write: nothing to infer from
+            return
+        inputs.append(helper.make_tensor_value_info(name, elem, list(v.shape)))
+    outputs = [helper.make_empty_tensor_value_info(n) for n in node.output if n]
+    graph = helper.make_graph([node], "alone", inputs, outputs, initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception:  # noqa: BLE001 - no better than before: the output stays without a static shape
+        return
+    for info in list(inferred.graph.output) + list(inferred.graph.value_info):
+        v = values.get(info.name)
+        if info.name in node.output and v is not None and v.shape is None:
+            shape, dtype, onnx_type = _type_of(info)
+            if shape is not None:
+                v.shape, v.dtype, v.onnx_type = shape, dtype, onnx_type
 
 
 def _stage_of(name: str, values: dict[str, _Value], result: _Result, taken: set[str]) -> str:
@@ -407,8 +502,12 @@ def _stage_of(name: str, values: dict[str, _Value], result: _Result, taken: set[
             raise Inexpressible(f"constant '{name}' of type {v.const.dtype}, which hetflow lacks")
         v.stage = stage_id(name, taken, "const")
         carried = CARRIED.get(v.dtype)
-        result.weights[name] = np.ascontiguousarray(v.const.astype(carried) if carried is not None else v.const)
-        result.stages[v.stage] = {"op": "load", "args": {"path": None, "key": name}, "dtype": v.dtype,
+        key = name
+        # safetensors keeps its own header under __metadata__: a tensor of that name makes the file unreadable
+        while key == "__metadata__" or key in result.weights:
+            key += "_"
+        result.weights[key] = np.ascontiguousarray(v.const.astype(carried) if carried is not None else v.const)
+        result.stages[v.stage] = {"op": "load", "args": {"path": None, "key": key}, "dtype": v.dtype,
                                   "description": v.origin}
     return v.stage
 
@@ -420,7 +519,6 @@ def _opsets(model: Any) -> dict[str, int]:
 def _translate(model: Any, stem: str) -> _Result:
     values = _values(model)
     opsets = _opsets(model)
-    opset = opsets.get("", 0)
     result = _Result()
     taken: set[str] = set()
     for info in model.graph.input:
@@ -437,7 +535,7 @@ def _translate(model: Any, stem: str) -> _Result:
             continue
         result.nodes += 1
         domain = node.domain if node.domain not in _ONNX_DOMAINS else ""
-        ctx = _ImportNode(node, opset, opsets.get(domain, 0), index, values, result, taken)
+        ctx = _ImportNode(node, opsets, opsets.get(domain, 0), index, values, result, taken)
         translator = TRANSLATORS.get(node.op_type) if domain == "" else None
         reason = ""
         if translator is None:
@@ -498,12 +596,34 @@ def _fold(node: Any, values: dict[str, _Value], opsets: dict[str, int]) -> bool:
     if (not inputs or node.op_type in _UNFOLDABLE or node.domain not in _ONNX_DOMAINS
             or any(values[n].const is None for n in inputs)):
         return False
+    import onnx
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
+    # a subgraph (Loop's body, If's branches) reads tensors of the graph around it besides the node's inputs;
+    # an evaluator not given them does not always fail, it may compute something else (Loop's body adding
+    # nothing), so the node folds only with every one of them a constant it is given
+    outer = _outer_names(node)
+    if any(n not in values or values[n].const is None for n in outer):
+        return False
+    feeds = {n: values[n].const for n in dict.fromkeys([*inputs, *sorted(outer)])}
     try:
-        evaluator = ReferenceEvaluator(node, opsets=[helper.make_opsetid("", opsets.get("", 1))])
-        results = evaluator.run(None, {n: values[n].const for n in inputs})
+        if node.op_type == "Loop" and (len(node.input) < 2 or not node.input[1]):
+            # ONNX's reference runs a Loop without its cond zero times, where ONNX says it runs M times
+            node = onnx.NodeProto.FromString(node.SerializeToString())
+            cond = next(f"cond{k}" for k in range(len(values) + 1) if f"cond{k}" not in values)
+            given = [*node.input, ""][:max(2, len(node.input))]
+            given[1] = cond
+            del node.input[:]
+            node.input.extend(given)
+            feeds[cond] = np.array(True)
+        # a model of the one node, not the node alone: the evaluator then takes the model's opsets (given a node,
+        # it ran opset 11's Unsqueeze, axes an attribute, as opset 13's) and gives subgraphs the feeds they read
+        graph = helper.make_graph([node], "fold", [helper.make_empty_tensor_value_info(n) for n in feeds],
+                                  [helper.make_empty_tensor_value_info(n) for n in node.output if n])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
+        named = iter(ReferenceEvaluator(model).run(None, feeds))
+        results = [next(named) if n else None for n in node.output]
     except Exception:  # noqa: BLE001 - ONNX's reference cannot fold it: translate it as a node instead
         return False
     for name, value in zip([n for n in node.output], results):
@@ -513,6 +633,29 @@ def _fold(node: Any, values: dict[str, _Value], opsets: dict[str, int]) -> bool:
     return True
 
 
+def _outer_names(node: Any) -> set[str]:
+    """The tensors of the enclosing graph that the subgraphs of ``node`` read (through subgraphs of theirs too)."""
+    import onnx
+    from onnx.reference.op_run import OpRun
+
+    names: set[str] = set()
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            graphs = [attr.g]
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            graphs = list(attr.graphs)
+        else:
+            continue
+        for graph in graphs:
+            inside = ({i.name for i in graph.initializer} | {i.name for i in graph.sparse_initializer}
+                      | {i.name for i in graph.input} | {o for n in graph.node for o in n.output})
+            names.update(OpRun.implicit_inputs(graph))
+            for inner in graph.node:
+                names.update(_outer_names(inner) - inside)
+    names.discard("")
+    return names
+
+
 def _stub(node: Any, index: int, ctx: _ImportNode, values: dict[str, _Value], result: _Result,
           taken: set[str]) -> str:
     """Stages of the stub op for a missing node, so that the nodes after it translate (and the stub has shapes).
@@ -520,9 +663,11 @@ def _stub(node: Any, index: int, ctx: _ImportNode, values: dict[str, _Value], re
     Returns why no stub can be made ("" once it is): a stub's outputs need static shapes and types hetflow has,
     and its inputs stages. The node's consumers then go missing too, each said why.
     """
-    outputs = [n for n in node.output if n]
-    known = [values[n] for n in outputs]
-    for name, v in zip(outputs, known):
+    outputs = [(k, n) for k, n in enumerate(node.output) if n]
+    known = [values[n] for _, n in outputs]
+    if any(v.shape is None for v in known):
+        _infer_alone(node, values, ctx.opsets)
+    for (_, name), v in zip(outputs, known):
         if v.shape is None:
             return f"output '{name}' has no static shape after ONNX's shape inference"
         if v.dtype is None:
@@ -534,15 +679,20 @@ def _stub(node: Any, index: int, ctx: _ImportNode, values: dict[str, _Value], re
                 inputs.append(_stage_of(name, values, result, taken))
             except Inexpressible as e:
                 return str(e)
-    key = node.name or f"{node.op_type}_{index}"
-    result.stubs.setdefault(node.op_type, {})[key] = [(list(v.shape), v.dtype) for v in known]  # type: ignore
     base = node.name or f"{node.op_type}_{index}"
-    for k, (name, v) in enumerate(zip(outputs, known)):
+    table = result.stubs.setdefault(node.op_type, {})
+    # the checker lets two nodes share a name; each needs its own row of the stub's shape table
+    key = base if base not in table else f"{base} (node #{index})"
+    shapes: list[tuple[list[int], str] | None] = [None] * len(node.output)
+    for (k, _), v in zip(outputs, known):
+        shapes[k] = (list(v.shape), v.dtype)  # type: ignore[arg-type]
+    table[key] = shapes  # type: ignore[assignment]
+    for (k, name), v in zip(outputs, known):
         sid = stage_id(base if len(outputs) == 1 else f"{base}_{k}", taken, node.op_type)
         args: dict[str, Any] = {"node": key}
         if len(outputs) > 1:
             args["output"] = k
-        spec: dict[str, Any] = {"op": f"onnx.{node.op_type}"}
+        spec: dict[str, Any] = {"op": _stub_op(node.op_type, result)}
         if inputs:
             spec["inputs"] = list(inputs)
         spec.update({"args": args, "dtype": v.dtype,  # type: ignore[union-attr]
@@ -550,6 +700,18 @@ def _stub(node: Any, index: int, ctx: _ImportNode, values: dict[str, _Value], re
         result.stages[sid] = spec
         v.stage = sid
     return ""
+
+
+def _stub_op(op_type: str, result: _Result) -> str:
+    """The stub's op for ``op_type``: ``onnx.OPTYPE``, where characters an op name cannot hold become ``_``."""
+    if op_type not in result.stub_ops:
+        base = "onnx." + re.sub(r"[^A-Za-z0-9_-]", "_", op_type)
+        name, n, taken = base, 1, set(result.stub_ops.values())
+        while name in taken:
+            n += 1
+            name = f"{base}_{n}"
+        result.stub_ops[op_type] = name
+    return result.stub_ops[op_type]
 
 
 def _missing_message(path: Path, result: _Result) -> str:
@@ -593,9 +755,13 @@ def _write(path: Path, model: Any, result: _Result, out_dir: Path, stem: str) ->
     made = not out_dir.exists()
     if not made and not out_dir.is_dir():
         raise UsageError(f"-o {out_dir}: not a folder; the import writes a manifest and its weights into a folder")
+    blocking = next((p for p in out_dir.parents if p.exists() and not p.is_dir()), None) if made else None
+    if blocking is not None:
+        raise UsageError(f"-o {out_dir}: {blocking} is not a folder")
     out_dir.mkdir(parents=True, exist_ok=True)
     plugin = f"{stem}_missing.py" if result.stubs else None
-    lines = [f"# Imported from {path.name} by `hetflow import onnx` (hetflow {hetflow.__version__}):",
+    # the file's name is the model's to choose: quoted as JSON quotes it, a line break in it stays in the comment
+    lines = [f"# Imported from {json.dumps(path.name)} by `hetflow import onnx` (hetflow {hetflow.__version__}):",
              f"# {result.nodes} ONNX nodes as {len(result.stages)} stages; weights in {stem}.safetensors."]
     if plugin:
         lines.append(f"# {len(result.missing)} nodes have no hetflow op: write their ops in {plugin}.")
@@ -679,29 +845,46 @@ def _umask() -> int:
 
 
 def _stub_module(path: Path, result: _Result) -> str:
-    """The plugin with one op per missing op type: shapes and dtypes per node, the body to write."""
-    lines = [f'"""Ops of {path.name} that hetflow has none of: write each body, then run the manifest.',
+    """The plugin with one op per missing op type: shapes and dtypes per node, the body to write.
+
+    Every string the model gives (its file's name, op types, node names) is written as a ``repr`` literal, never
+    inside a docstring, a comment or an f-string, where a quote or a line break in it would be Python code.
+    """
+    lines = ['"""Ops of the ONNX model MODEL that hetflow has none of: write each body, then run the manifest.',
              "",
              "Each op gets the node's inputs (arrays of the executor's array module ``xp``) and ``node``, the",
-             "ONNX node's name; ``OPTYPE_SHAPES`` holds what each node must return: its output shapes and dtypes,",
-             'as ONNX\'s shape inference gives them."""', "", "from hetflow import op", ""]
+             "ONNX node's name; ``OPTYPE_SHAPES`` holds what each node must return: its output shapes and dtypes",
+             "by output position (None for an output the node omits), as ONNX's shape inference gives them.",
+             '"""', "", "from hetflow import op", "", f"MODEL = {path.name!r}", "", "",
+             "def _missing(op_type: str, node: str) -> NotImplementedError:",
+             '    return NotImplementedError(f"ONNX {op_type} (node {node!r}) has no hetflow op yet: write it in '
+             '{__file__}")', ""]
+    taken: set[str] = set()
     for op_type, nodes in sorted(result.stubs.items()):
-        const = f"{op_type.upper()}_SHAPES"
-        dtypes = sorted({d for outs in nodes.values() for _, d in outs})
+        py = _py_name(result.stub_ops[op_type].removeprefix("onnx."), taken)
+        const = f"{py.removeprefix('onnx_').upper()}_SHAPES"
+        dtypes = sorted({out[1] for outs in nodes.values() for out in outs if out is not None})
         multi = any(len(outs) > 1 for outs in nodes.values())
         lines += ["", f"{const} = {{"]
-        lines += [f"    {node!r}: {[(tuple(s), d) for s, d in outs]!r}," for node, outs in nodes.items()]
+        lines += [f"    {node!r}: {[(tuple(o[0]), o[1]) if o is not None else None for o in outs]!r},"
+                  for node, outs in nodes.items()]
         lines += ["}", "", ""]
         out_arg = ", output: int = 0" if multi else ""
         out_use = "output" if multi else "0"
-        lines += [f"@op(\"onnx.{op_type}\", dtypes={dtypes!r},",
+        lines += [f"@op({result.stub_ops[op_type]!r}, dtypes={dtypes!r},",
                   f"    shape=lambda *inputs, node, output=0: {const}[node][output][0])",
-                  f"def {_py_name(op_type)}(xp, *inputs, node: str{out_arg}):",
-                  f'    """ONNX {op_type}: return output ``{out_use}`` of node ``node`` ({const} gives its shape)."""',
-                  f"    raise NotImplementedError(f\"ONNX {op_type} (node {{node!r}}) has no hetflow op yet: \"",
-                  "                              f\"write it in {__file__}\")", ""]
+                  f"def {py}(xp, *inputs, node: str{out_arg}):",
+                  f'    """Output ``{out_use}`` of node ``node`` of the op type above ({const} gives its shape)."""',
+                  f"    raise _missing({op_type!r}, node)", ""]
     return "\n".join(lines)
 
 
-def _py_name(op_type: str) -> str:
-    return "onnx_" + re.sub(r"\W", "_", op_type).lower()
+def _py_name(op_type: str, taken: set[str]) -> str:
+    """A Python name for the op of ``op_type`` that no other op type of the stub has."""
+    base = "onnx_" + re.sub(r"[^A-Za-z0-9_]", "_", op_type).lower()
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}_{n}"
+    taken.add(name)
+    return name

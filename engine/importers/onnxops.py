@@ -17,9 +17,16 @@ The rules a translator follows:
 - **Inputs that are arguments.** An input hetflow takes as an argument
   (Clip's ``min``, a reduction's ``axes``, Slice's ``starts``) must be a
   constant (:meth:`NodeContext.const`); a computed one is
-  :class:`Inexpressible`. Reshape, Flatten, Squeeze and Unsqueeze write
-  out the output shape ONNX infers, so their shape input may be computed
-  from constants.
+  :class:`Inexpressible`. So are Reshape's ``shape``, Squeeze's and
+  Unsqueeze's ``axes`` and Split's ``split``: the stages they become have
+  the output shape written out, which a value given at run time could
+  only contradict. Constants folded at import count (``x.reshape(
+  x.shape[0], -1)``).
+- **Outputs by position.** An omitted output (an empty name, as
+  LayerNormalization's ``["y", "", "isd"]``) keeps its place:
+  ``out_shape(k)`` and ``output(local, k)`` count every position of
+  ``node.output``, and :meth:`NodeContext.has_output` says which are
+  there.
 - **Broadcasting.** hetflow's elementwise ops broadcast as numpy does,
   which is ONNX's multidirectional broadcasting, so binary ops map one to
   one. A scalar constant second operand of a float op becomes the op's
@@ -50,7 +57,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["Inexpressible", "NodeContext", "TRANSLATORS", "CARRIED", "hetflow_dtype", "flow", "stage_spec"]
+__all__ = ["Inexpressible", "NodeContext", "TRANSLATORS", "CARRIED", "hetflow_dtype", "flow", "stage_spec",
+           "sparse_to_array"]
 
 
 _DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8e4m3",
@@ -103,12 +111,15 @@ class NodeContext:
     attrs: dict[str, Any]
 
     def __init__(self, node: Any, opset: int) -> None:
+        import onnx
         from onnx import helper, numpy_helper
 
         self.node, self.opset = node, opset
         self.attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         for key, value in list(self.attrs.items()):
-            if hasattr(value, "dims"):
+            if isinstance(value, onnx.SparseTensorProto):
+                self.attrs[key] = sparse_to_array(value)
+            elif hasattr(value, "dims"):
                 self.attrs[key] = numpy_helper.to_array(value)
             elif isinstance(value, bytes):
                 self.attrs[key] = value.decode()
@@ -139,9 +150,15 @@ class NodeContext:
     # outputs and stages, given by subclasses
 
     def n_outputs(self) -> int:
+        """How many outputs the node gives (omitted ones, with an empty name, not counted)."""
         return sum(1 for name in self.node.output if name)
 
+    def has_output(self, k: int) -> bool:
+        """Whether output position ``k`` is there: ``["y", "", "isd"]`` has 0 and 2, not 1."""
+        return k < len(self.node.output) and bool(self.node.output[k])
+
     def out_shape(self, k: int = 0) -> list[int]:
+        """The shape of the output at position ``k`` of ``node.output``."""
         raise NotImplementedError
 
     def out_dtype(self, k: int = 0) -> str:
@@ -151,8 +168,10 @@ class NodeContext:
         """Add a stage; return the local name the next stages use as an input."""
         raise NotImplementedError
 
-    def output(self, local: str) -> None:
-        """Stage ``local`` gives the node's next output."""
+    def output(self, local: str, k: int | None = None) -> None:
+        """Stage ``local`` gives the output at position ``k`` (default: the next one there after the last given).
+
+        A translator gives its outputs in the order of their positions."""
         raise NotImplementedError
 
     # attributes
@@ -202,6 +221,24 @@ def _number(array: Any) -> int | float | bool:
     if v.dtype.kind == "b":
         return bool(v)
     return int(v) if v.dtype.kind in "iu" else float(v)
+
+
+def sparse_to_array(sparse: Any) -> np.ndarray:
+    """A ``SparseTensorProto`` as the dense array it stands for (ONNX's numpy_helper reads only dense ones).
+
+    Its indices are either linear, ``[NNZ]``, or one row of coordinates per value, ``[NNZ, rank]``.
+    """
+    from onnx import numpy_helper
+
+    values = numpy_helper.to_array(sparse.values)
+    indices = numpy_helper.to_array(sparse.indices).astype(np.int64)
+    dims = tuple(int(d) for d in sparse.dims)
+    dense = np.zeros(dims, values.dtype)
+    if indices.ndim == 2:
+        dense[tuple(indices.T)] = values
+    else:
+        dense.reshape(-1)[indices] = values
+    return dense
 
 
 def flow(value: Any) -> str:
@@ -434,6 +471,8 @@ def _transpose(b: NodeContext) -> None:
 def _reshape_to_output(b: NodeContext) -> None:
     """Reshape, Flatten, Squeeze, Unsqueeze: the shape ONNX's attributes and inputs give, written out."""
     b.only("allowzero", "axis", "axes")
+    if b.has(1):
+        b.const(1)   # the shape written out is the one this value gives; one given at run time is refused
     b.output(b.stage("reshape", [b.input(0)], {"shape": b.out_shape()}, b.out_dtype()))
 
 
@@ -446,10 +485,21 @@ def _concat(b: NodeContext) -> None:
 def _split(b: NodeContext) -> None:
     b.only("axis", "num_outputs", "split")
     axis = int(b.attr("axis", 0))
-    sizes = [int(b.out_shape(k)[axis]) for k in range(b.n_outputs())]
+    # the sizes of every part, an omitted output's too: ONNX's split (an input since opset 13, an attribute
+    # before), else equal parts, the last smaller where the axis does not divide (num_outputs, opset 18)
+    if b.has(1):
+        sizes = _ints(b.const(1))
+    elif b.attr("split") is not None:
+        sizes = [int(n) for n in b.attr("split")]
+    else:
+        length = int(b.shape(0)[axis])
+        parts = len(b.node.output)
+        chunk = -(-length // parts)
+        sizes = [max(0, min(chunk, length - k * chunk)) for k in range(parts)]
     x = b.input(0)
     for k in range(len(sizes)):
-        b.output(b.stage("split", [x], {"axis": axis, "sizes": sizes, "index": k}, b.out_dtype(k)))
+        if b.has_output(k):
+            b.output(b.stage("split", [x], {"axis": axis, "sizes": sizes, "index": k}, b.out_dtype(k)), k)
 
 
 def _slice(b: NodeContext) -> None:
@@ -499,8 +549,8 @@ def _norm(op: str) -> Callable[[NodeContext], None]:
         args: dict[str, Any] = {"eps": eps}
         if axis != len(shape) - 1:
             args["axis"] = axis
-        b.output(b.stage(op, inputs, args, b.out_dtype()))
-        if b.n_outputs() > 1:
+        b.output(b.stage(op, inputs, args, b.out_dtype()), 0)
+        if b.has_output(1) or b.has_output(2):
             _norm_statistics(b, shape, axis, eps)
 
     return translate
@@ -511,21 +561,22 @@ def _norm_statistics(b: NodeContext, shape: tuple[int, ...], axis: int, eps: flo
     lead, inner = int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis:], dtype=np.int64))
     flat = b.stage("reshape", [b.input(0)], {"shape": [lead, inner]}, "fp32")
     mean = b.stage("mean", [flat], {"axis": -1, "keepdims": True}, "fp32")
-    b.output(b.stage("reshape", [mean], {"shape": b.out_shape(1)}, b.out_dtype(1)))
-    if b.n_outputs() > 2:
+    if b.has_output(1):
+        b.output(b.stage("reshape", [mean], {"shape": b.out_shape(1)}, b.out_dtype(1)), 1)
+    if b.has_output(2):
         centered = b.stage("sub", [flat, mean], None, "fp32")
         square = b.stage("mul", [centered, centered], None, "fp32")
         var = b.stage("mean", [square], {"axis": -1, "keepdims": True}, "fp32")
         std = b.stage("sqrt", [b.stage("add", [var], {"value": eps}, "fp32")], None, "fp32")
         one = b.stage("full", [], {"shape": [lead, 1], "value": 1.0}, "fp32")
         inv = b.stage("div", [one, std], None, "fp32")
-        b.output(b.stage("reshape", [inv], {"shape": b.out_shape(2)}, b.out_dtype(2)))
+        b.output(b.stage("reshape", [inv], {"shape": b.out_shape(2)}, b.out_dtype(2)), 2)
 
 
 def _attention(b: NodeContext) -> None:
     b.only("q_num_heads", "kv_num_heads", "is_causal", "scale", softcap=0.0, qk_matmul_output_mode=0,
            left_window_size=-1, right_window_size=-1, softmax_precision=1)
-    if b.n_outputs() > 1:
+    if any(b.has_output(k) for k in range(1, len(b.node.output))):
         raise Inexpressible("outputs beyond Y (present key/value, qk_matmul_output)")
     for i, what in ((4, "past_key"), (5, "past_value"), (6, "nonpad_kv_seqlen")):
         if b.has(i):
@@ -558,6 +609,12 @@ def _quantize(b: NodeContext) -> None:
     target = b.out_dtype()
     if target not in _QUANTIZED:
         raise Inexpressible(f"output dtype {target}: hetflow quantizes to {', '.join(_QUANTIZED)}")
+    if target in _NARROW:
+        # hetflow's quantize saturates symmetrically (int8 at +-127, int4 at +-7); ONNX's range is the type's,
+        # down to -128 and -8, which is where a cast to int8 or int4 saturates, rounding half to even as ONNX does
+        ratio = b.stage("div", [b.input(0), _scale(b)], None, "fp32")
+        b.output(b.stage("cast", [ratio], None, target))
+        return
     b.output(b.stage("quantize", [b.input(0), _scale(b)], None, target))
 
 
