@@ -273,9 +273,10 @@ class EnvironmentUnavailable(HetflowError):
     exit_code = 5
 
 
-#: what a file system answers when it cannot take a write: full, over quota, read-only, failing, file too large
-STORAGE_ERRNOS = frozenset(getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EROFS", "EIO", "EFBIG")
-                           if hasattr(errno, name))
+#: what a file system answers when it cannot take a write: full, over quota, read-only, failing, file too large,
+#: or a folder whose write permission was taken away while the command ran (a chmod, a clean-up job)
+STORAGE_ERRNOS = frozenset(getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EROFS", "EIO", "EFBIG", "EACCES",
+                                                             "EPERM") if hasattr(errno, name))
 
 
 def is_storage_error(error: BaseException) -> bool:

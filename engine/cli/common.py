@@ -72,6 +72,7 @@ def write_output(path: str, data: bytes, out=None, flag: str = "-o ") -> str:
     file where a folder should be) is bad input: a :class:`UsageError`
     naming the path after ``flag`` (exit 2).
     """
+    import errno
     import stat
 
     from hetflow.engine.errors import UsageError, is_storage_error
@@ -99,7 +100,8 @@ def write_output(path: str, data: bytes, out=None, flag: str = "-o ") -> str:
         else:
             write_atomic(os.path.realpath(path) if os.path.islink(path) else path, lambda f: f.write(data))
     except OSError as e:
-        if is_storage_error(e):
+        # a path the command line names that the user may not write is bad input, as one that is no file
+        if is_storage_error(e) and e.errno not in (errno.EACCES, errno.EPERM):
             e.filename = path
             raise
         raise UsageError(f"{flag}{path}: cannot write: {e.strerror or e}") from None

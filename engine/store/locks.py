@@ -122,9 +122,16 @@ class RunLock:
                 if made:
                     raise
                 # the folder is made the first time only: os.makedirs asks the disk for every folder above it
-                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+                try:
+                    os.makedirs(os.path.dirname(self.path), exist_ok=True)
+                except FileExistsError:
+                    raise self._unusable("is not a folder", os.path.dirname(self.path)) from None
                 made = True
                 continue
+            except NotADirectoryError:
+                raise self._unusable("is not a folder", os.path.dirname(self.path)) from None
+            except IsADirectoryError:
+                raise self._unusable("is a folder, where its lock file goes", self.path) from None
             try:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -151,6 +158,12 @@ class RunLock:
             finally:
                 if fd >= 0:
                     os.close(fd)
+
+    @staticmethod
+    def _unusable(what: str, path: str) -> EnvironmentUnavailable:
+        """Something other than hetflow's put where the runs directory keeps its locks: the runs directory cannot
+        be used as it is (exit 5), as one that is a file."""
+        return EnvironmentUnavailable(f"the runs directory's locks cannot be kept: {path} {what}; move it away")
 
     def release(self) -> None:
         if self._fd is None:

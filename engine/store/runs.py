@@ -1001,9 +1001,17 @@ def sweep_source(folder: str, summary: Mapping[str, Any]) -> str | None:
 
 
 def write_sweep(folder: str, summary: dict) -> None:
+    from hetflow.engine.errors import StorageUnavailable
     from hetflow.engine.store.records import write_json_atomic
 
-    write_json_atomic(os.path.join(folder, "sweep.json"), summary)
+    try:
+        write_json_atomic(os.path.join(folder, "sweep.json"), summary)
+    except FileNotFoundError as e:
+        if os.path.isdir(folder):
+            raise
+        # removed while the sweep ran (a clean-up script, a person), as a run's own folder can be
+        raise StorageUnavailable(f"sweep {os.path.basename(os.path.normpath(folder))}: its folder {folder} was "
+                                 "removed while it ran; its summary could not be written") from e
 
 
 def _cache_keys(record: Mapping[str, Any]) -> set[str]:
