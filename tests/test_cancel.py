@@ -147,6 +147,33 @@ def test_stopping_restores_the_previous_handlers():
     assert signal.getsignal(signal.SIGTERM) == before
 
 
+def test_stopping_leaves_a_handler_put_in_its_place_during_the_block():
+    """The command line's end puts its own handlers in place before the block ends: they stay for its exit."""
+    before = signal.getsignal(signal.SIGTERM)
+    later = lambda signum, frame: None  # noqa: E731
+    try:
+        with stopping():
+            signal.signal(signal.SIGTERM, later)
+        assert signal.getsignal(signal.SIGTERM) is later
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_a_run_stopped_before_it_begins_makes_no_folder(tmp_path):
+    """A sweep's point that began after the first signal made its folder as a second one ended the process: the
+    folder stayed empty, and the summary named it as the point's cancelled run."""
+    import hetflow
+    from hetflow.engine.errors import RunCancelled
+
+    cancel = Cancel()
+    cancel.request("SIGTERM")
+    runs = tmp_path / "runs"
+    with pytest.raises(RunCancelled) as e, stopping(cancel):
+        hetflow.run(long_manifest(tmp_path), runs_dir=runs, cache=False)
+    assert e.value.record_path is None and e.value.exit_code == 143 and "before it began" in str(e.value)
+    assert not [p for p in runs.iterdir() if not p.name.startswith(".")] if runs.exists() else True
+
+
 SWEEP = "matrix: {scale: [0.036, 0.035]}\n"
 
 

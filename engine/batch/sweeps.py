@@ -177,6 +177,10 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
             for row in rows:
                 if row["status"] == "running":
                     row["status"] = "cancelled"
+                    if forced and row.get("record") and not os.path.exists(os.path.join(runs_dir, row["record"])):
+                        # a run ended by the second signal before its record was written leaves no folder
+                        row.pop("run_id", None)
+                        row.pop("record", None)
             summary["cancelled"] = {"signal": cancel.signal or "SIGINT", "at": utc_iso(cancel.at or now),
                                     "finished": [r["name"] for r in rows if r["status"] in ("succeeded", "failed")],
                                     "forced_exit": forced}

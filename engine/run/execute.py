@@ -169,6 +169,11 @@ def _execute(
     if resume is not None:
         run_id, run_dir = resume, os.path.join(runs_dir, resume)
     else:
+        if cancel.requested:
+            # a sweep's point (or a run) that a signal stopped before it began has no folder to leave behind: a
+            # second signal's exit would leave it empty
+            raise RunCancelled(f"run of {manifest.name} cancelled by {cancel.signal or 'request'} before it began",
+                               None, cancel.signal)
         try:
             run_id, run_dir = new_run_dir(runs_dir, manifest.name, manifest.digest)
         except OSError as e:
@@ -176,6 +181,9 @@ def _execute(
                 raise
             raise StorageUnavailable(f"a run's folder could not be made in {runs_dir}: {e.strerror}") from e
     record_path = os.path.join(run_dir, "record.json")
+    # until the run's own forced-exit hook is in place (after its running record), a second signal leaves no
+    # empty folder behind, which a sweep's summary would name as a cancelled point's run
+    unbegun = cancel.on_forced_exit(lambda: _remove_unbegun(run_dir)) if resume is None else (lambda: None)
     earlier = _earlier_attempts(record_path) if resume is not None else []
     if resume is not None:
         # an earlier attempt killed during a write left its temporary file (a whole record perhaps, saying what
@@ -268,6 +276,7 @@ def _execute(
         remove_partial_writes(record_path)
 
     forget_hook = cancel.on_forced_exit(forced_exit)
+    unbegun()
     # the outputs' files, each written as soon as it is known and committed with the final record
     outputs = Batch()
     try:
@@ -592,6 +601,21 @@ def _forget_threads_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_threads_after_fork)
+
+
+def _remove_unbegun(run_dir: str) -> None:
+    """A second signal's end of a run whose record was not yet written: its folder goes, with any temporary file of
+    that first write, so that nothing names a run that never said it began."""
+    try:
+        names = os.listdir(run_dir)
+        if "record.json" in names:
+            return
+        for name in names:
+            if name.startswith(".tmp-"):
+                os.unlink(os.path.join(run_dir, name))
+        os.rmdir(run_dir)
+    except OSError:
+        pass
 
 
 def _earlier_attempts(record_path: str) -> list[dict]:
