@@ -452,6 +452,33 @@ def test_a_run_resumed_after_a_file_it_loads_changed_reads_it_as_it_is_and_says_
         assert hetflow.run(path, runs_dir=runs, resume="latest").status == "succeeded"
 
 
+def test_a_run_resumed_after_its_plugin_changed_says_so(manifest_file, tmp_path):
+    """A resumed run ran a plugin's edited code for what was left, silently: its record named the new code, and
+    nothing said the attempts ran two codes."""
+    runs = tmp_path / "runs"
+    ops = tmp_path / "twice_ops.py"
+    ops.write_text("from hetflow import op\n\n\n@op('t.twice')\ndef twice(xp, x):\n    return x * 2\n")
+    path = manifest_file("version: 1\nname: plug\nplugins: [twice_ops.py]\n"
+                         "executors: {a: {vendor: cpu}, b: {vendor: cpu}}\nstages:\n"
+                         "  x: {op: ones, args: {shape: [4]}, executor: a}\n"
+                         "  y: {op: t.twice, inputs: [x], executor: b}\noutputs: {y: y}\n")
+
+    def stop(event: dict) -> None:
+        if event.get("kind") == "partition" and event.get("event") == "finished":
+            raise RuntimeError("stopped after the first partition")
+
+    with pytest.raises(RuntimeError, match="stopped after the first partition"):
+        hetflow.run(path, runs_dir=runs, on_event=stop)
+    first = hetflow.open_run("latest", runs_dir=runs).record["plugins"][0]["digest"]
+    ops.write_text(ops.read_text().replace("x * 2", "x * 3"))
+    with pytest.warns(hetflow.SourceChanged, match=r"plugin twice_ops\.py has changed since run \S+'s last attempt: "
+                                                    rf"the partitions that use it run its code as it is now \(sha256:\w+, "
+                                                    rf"not {first[:19]}\)"):
+        again = hetflow.run(path, runs_dir=runs, resume="latest")
+    assert again.status == "succeeded" and again.outputs["y"].tolist() == [3.0] * 4
+    assert again.record["attempts"][0]["plugins"] == {"twice_ops.py": first}
+
+
 def test_resume_takes_the_names_the_cli_takes(manifest_file, tmp_path):
     """``hetflow run --resume latest`` resumed the newest run; ``hetflow.run(resume="latest")`` said no such run."""
     runs = tmp_path / "runs"

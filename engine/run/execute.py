@@ -237,6 +237,8 @@ def _execute(
         "error": None,
         "live_activations_after": None,
     }
+    if earlier:
+        _say_changed_plugins(record["plugins"], earlier[-1].get("plugins") or {}, run_id)
     # the plan and the resolved manifest are the record's largest constant parts: encoded once for every write
     known = _PLAN_DATA.get(id(plan))
     encoded = {"plan": known[1] if known is not None and known[0] is record["plan"] else encode_entries(record["plan"]),
@@ -642,7 +644,8 @@ def _earlier_attempts(record_path: str) -> list[dict]:
                 status=status, owner=previous.get("owner"), cancelled=previous.get("cancelled"),
                 error=(previous.get("error") or {}).get("message"), cache_hits=(previous.get("cache") or {}).get("hits"),
                 events=previous.get("events") or [],
-                data={stage: (info or {}).get("digest") for stage, info in (previous.get("data") or {}).items()})
+                data={stage: (info or {}).get("digest") for stage, info in (previous.get("data") or {}).items()},
+                plugins=_plugin_digests(previous.get("plugins")))
     if status == owner.DIED:
         last.update(ended_at=None, duration_s=None)
     return kept + [last]
@@ -801,6 +804,27 @@ def _named_vendors(manifest: Manifest, plan: Plan) -> set:
     """
     named = {v for decl in getattr(manifest, "executors", {}).values() for v in getattr(decl, "vendors", ())}
     return named | {e.vendor for e in plan.executors.values()}
+
+
+def _plugin_digests(plugins: Any) -> dict[str, str]:
+    """Each plugin of a record's ``plugins`` (its spec as the manifest wrote it) -> the digest of its code."""
+    return {str(p.get("spec")): p["digest"] for p in plugins or () if isinstance(p, dict) and p.get("digest")}
+
+
+def _say_changed_plugins(plugins: Any, began: Mapping[str, str], run_id: str) -> None:
+    """Warn (:class:`~hetflow.engine.errors.SourceChanged`) of each plugin of a resumed run whose code is not the
+    code its last attempt ran (``began``: spec -> digest): what is left to run runs the code as it is now, and
+    no earlier code is kept to run instead."""
+    import warnings
+
+    from hetflow.engine.errors import SourceChanged
+
+    for spec, new in _plugin_digests(plugins).items():
+        old = began.get(spec)
+        if old and old != new:
+            warnings.warn(f"plugin {spec} has changed since run {run_id}'s last attempt: the partitions that use it "
+                          f"run its code as it is now ({new[:19]}, not {old[:19]}), those the last attempt finished "
+                          "too, as the record's plugins say", SourceChanged, stacklevel=2)
 
 
 def _say_changed_data(data: Mapping[str, Mapping[str, Any]], began: Mapping[str, Any], run_id: str) -> None:
