@@ -89,21 +89,22 @@ def distribution_files(dist: metadata.Distribution) -> dict[str, str]:
 
 def python_files(folder: str) -> dict[str, str]:
     """The Python code an op in ``folder`` can import from beside it, with digests: every ``.py`` file in the
-    folder, and in the packages under it (subfolders with an ``__init__.py``, or with ``.py`` files of their
-    own: a namespace package), to any depth, symlinked ones too.
+    folder, and in the packages under it (subfolders an import can name, with an ``__init__.py`` or without
+    one: namespace packages, which nest through folders of no ``.py`` file), to any depth, symlinked ones too.
 
     Whatever of it the op imports, at load time or inside its body when
     it runs, is among them: an identity made of fewer would let an edited
-    helper leave the op's cache entries in place. Other subfolders (data,
-    a virtual environment) are not packages, and are not read.
+    helper leave the op's cache entries in place. A folder no import can
+    name (``my-data``, ``.git``) and a virtual environment are not read;
+    only the ``.py`` files of the others are.
 
     >>> import tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
     >>> for name in ("ops.py", "helper.py", "pkg/__init__.py", "pkg/deep/__init__.py", "pkg/deep/m.py", "ns/u.py",
-    ...              "data/x.csv", "venv/pyvenv.cfg", "venv/lib/site.py"):
+    ...              "ns2/inner/deep.py", "data/x.csv", "my-data/y.py", "venv/pyvenv.cfg", "venv/lib/site.py"):
     ...     (root / name).parent.mkdir(parents=True, exist_ok=True); _ = (root / name).write_text(name)
     >>> sorted(os.path.relpath(p, root) for p in python_files(str(root)))
-    ['helper.py', 'ns/u.py', 'ops.py', 'pkg/__init__.py', 'pkg/deep/__init__.py', 'pkg/deep/m.py']
+    ['helper.py', 'ns/u.py', 'ns2/inner/deep.py', 'ops.py', 'pkg/__init__.py', 'pkg/deep/__init__.py', 'pkg/deep/m.py']
     """
     found: dict[str, str] = {}
     seen: set[str] = set()
@@ -119,8 +120,8 @@ def python_files(folder: str) -> dict[str, str]:
         except OSError:
             continue
         names = {e.name for e in entries}
-        if not top and ("pyvenv.cfg" in names or not any(n.endswith(".py") for n in names)):
-            continue  # a virtual environment, or no package
+        if not top and "pyvenv.cfg" in names:
+            continue  # a virtual environment
         top = False
         for e in entries:
             try:
@@ -128,8 +129,9 @@ def python_files(folder: str) -> dict[str, str]:
                     digest = file_sha(e.path)
                     if digest is not None:
                         found[e.path] = digest
-                elif e.is_dir() and e.name not in ("__pycache__", "site-packages", "node_modules") \
-                        and not e.name.startswith("."):
+                elif e.is_dir() and e.name.isidentifier() and e.name not in ("__pycache__", "node_modules"):
+                    # a folder an import can name, with .py files of its own or not: a namespace package's
+                    # folders nest (ns/inner/deep.py imports as ns.inner.deep with no .py in ns)
                     todo.append(e.path)
             except OSError:
                 continue

@@ -592,3 +592,11 @@ def test_a_helper_in_a_namespace_package_or_a_symlinked_folder_is_part_of_the_id
     before = codeid.combine(codeid.python_files(str(tmp_path)))
     (tmp_path / "nsp" / "util.py").write_text("K = 100\n")
     assert codeid.combine(codeid.python_files(str(tmp_path))) != before
+    # a namespace package's folders nest through folders of no .py file: ns.inner.deep was not read at all
+    (tmp_path / "ns" / "inner").mkdir(parents=True)
+    (tmp_path / "ns" / "inner" / "deep.py").write_text("K = 1\n")
+    assert os.path.join("ns", "inner", "deep.py") in {os.path.relpath(p, tmp_path)
+                                                      for p in codeid.python_files(str(tmp_path))}
+    before = codeid.combine(codeid.python_files(str(tmp_path)))
+    (tmp_path / "ns" / "inner" / "deep.py").write_text("K = 2\n")
+    assert codeid.combine(codeid.python_files(str(tmp_path))) != before
