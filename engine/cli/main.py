@@ -160,9 +160,11 @@ class _Streams:
             return
         own = self.saved[0]
         try:
+            if own.fileno() != 1:  # a caller's stream in its place (pytest's capture, a redirect in Python)
+                return
             own.flush()
             duplicate = os.dup(1)
-        except (OSError, ValueError):
+        except (AttributeError, OSError, ValueError):
             return
         try:
             moved = open(duplicate, "w", buffering=1 if own.line_buffering else -1,  # noqa: SIM115 - closed at exit
