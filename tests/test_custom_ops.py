@@ -600,3 +600,55 @@ def test_a_helper_in_a_namespace_package_or_a_symlinked_folder_is_part_of_the_id
     before = codeid.combine(codeid.python_files(str(tmp_path)))
     (tmp_path / "ns" / "inner" / "deep.py").write_text("K = 2\n")
     assert codeid.combine(codeid.python_files(str(tmp_path))) != before
+
+
+LAZY_OPS = """\
+import os
+import sys
+
+from hetflow import op
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@op('t.lazy')
+def lazy(xp, x):
+    flag = os.path.join(HERE, 'edit-now')
+    if os.path.exists(flag):  # the helper edited while the run runs, before the op's body imports it
+        with open(os.path.join(HERE, 'lazyhelper.py'), 'w') as f:
+            f.write('F = 1000.0\\n')
+        os.remove(flag)
+    sys.path.insert(0, HERE)
+    import lazyhelper
+    return x * lazyhelper.F
+"""
+
+
+def test_a_helper_edited_while_the_run_runs_is_not_stored_under_the_key_of_its_old_code(tmp_path):
+    """The op's identity is its code when the plugin loaded; a helper its body imports is read when it runs. One
+    edited in between was stored under the old code's key, and served to every later run of the old code."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "ops.py").write_text(LAZY_OPS)
+    (tmp_path / "lazyhelper.py").write_text("F = 2.0\n")
+    (tmp_path / "edit-now").write_text("")
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("version: 1\nname: lazy\nplugins: [ops.py]\nexecutors: {h: {vendor: cpu}}\nstages:\n"
+                        "  x: {op: ones, args: {shape: [2]}}\n  y: {op: t.lazy, inputs: [x]}\noutputs: {y: y}\n")
+
+    def run() -> dict:
+        done = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "run", str(manifest), "--runs-dir",
+                               str(tmp_path / "runs"), "--json", "--quiet"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(Path(json.loads(done.stdout)["record"]).read_text())
+
+    first = run()
+    assert not first["cache"]["stored"] and "changed on disk while the run ran" in str(first["cache"]["store_failed"])
+    (tmp_path / "lazyhelper.py").write_text("F = 2.0\n")  # the code the first run's key named, back
+    again = run()
+    assert not again["cache"]["hits"]
+    import hetflow
+
+    assert hetflow.open_run(again["run_id"], tmp_path / "runs").outputs["y"].tolist() == [2.0, 2.0]

@@ -758,6 +758,13 @@ class CacheUse:
                                               f"({versions_changed(info.version, here)}), so not stored under it")
                 return result
 
+            changed = _code_changed(info.code) if info.code else None
+            if changed is not None:
+                # an op that imports a helper in its body read the helper's bytes of now, not those its key names
+                with self._lock:
+                    self.store_errors[pid] = (f"its op's code changed on disk while the run ran ({changed}): what it "
+                                              "computed may not be what its key names, so not stored under it")
+                return result
             try:
                 portables = {t: executor.export_activation(h) for t, h in zip(outputs, result, strict=True)}
             except BaseException:
@@ -783,6 +790,21 @@ class CacheUse:
                 "keys": {pid: k.to_json() for pid, k in self.keys.items()},
                 "hits": sorted(self.hits, key=lambda p: int(p[1:]) if p[1:].isdigit() else 0),
                 "stored": sorted(self.stored, key=lambda p: int(p[1:]) if p[1:].isdigit() else 0)}
+
+
+def _code_changed(code: Mapping[str, str | None]) -> str | None:
+    """The first file of the plugins of the ops ``code`` names (op -> identity) whose bytes are not those the
+    plugin was loaded with, now that a partition ran them; None when none changed, or none can be read here (a
+    worker of another host)."""
+    from hetflow.executors.plugins import plugin_for
+
+    for name in code:
+        plugin = plugin_for(name)
+        for path, digest in (plugin.files.items() if plugin is not None else ()):
+            now = file_sha(path)
+            if now is not None and now != digest:
+                return path
+    return None
 
 
 def disagrees(stored: Mapping[str, Any], expected: Mapping[str, tuple]) -> str | None:
