@@ -116,7 +116,10 @@ def _finish(module: str, files: Mapping[str, str], base: str | None) -> tuple[st
     with REGISTRY_LOCK:
         for n in names:
             o = oplib.REGISTRY[n]
-            kernels = [o.wgsl.expr if o.wgsl else ""] + [f"{v}:{defined_at(f)}" for v, f in sorted(o.kernels.items())]
+            # each kernel by its file's name and line, not its path: the plugin's digest holds the file's bytes,
+            # and a project moved or copied elsewhere keeps its cache
+            kernels = [o.wgsl.expr if o.wgsl else ""] + [f"{v}:{os.path.basename(defined_at(f))}"
+                                                         for v, f in sorted(o.kernels.items())]
             oplib.REGISTRY[n] = replace(o, identity=combine({"": base}, kernels) if base is not None else None)
     return base, names
 

@@ -209,6 +209,26 @@ def test_a_kernel_override_is_used_where_declared_and_only_there():
     assert ops.run(np, "t.marked", x, {"k": 2}, ops.Dtype.fp32, Vendor.cuda).tolist() == [3.0] * 3
 
 
+def test_a_kernels_identity_is_the_same_where_the_project_is_copied(tmp_path):
+    """Each kernel was named by its file's absolute path in its op's identity: a project copied or moved elsewhere
+    missed every cache entry of its kernel ops, and plan said the code changed."""
+    import subprocess
+    import sys
+
+    said = []
+    for where in ("a", "b/deeper"):
+        folder = tmp_path / where
+        folder.mkdir(parents=True)
+        (folder / "ops.py").write_text(OPS)
+        probe_code = ("import sys\nfrom hetflow.executors import ops, plugins\nplugins.load_plugin('ops.py', sys.argv[1])\n"
+                      "print(ops.REGISTRY['t.marked'].identity)\n")
+        done = subprocess.run([sys.executable, "-c", probe_code, str(folder)], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        said.append(done.stdout.strip())
+    assert said[0] == said[1] and said[0].startswith("sha256:"), said
+
+
 VULKAN = probe(Vendor.vulkan)
 
 
