@@ -195,6 +195,7 @@ def imported_code(module_name: str) -> dict[str, tuple[str, str | None]]:
                 names.add(named)
     found: dict[str, tuple[str, str | None]] = {}
     roots = _library_roots()
+    packages: set[str] = set()
     for name in sorted(names - {module_name}):
         file = getattr(sys.modules.get(name), "__file__", None)
         if not file or not file.endswith(".py"):
@@ -202,6 +203,14 @@ def imported_code(module_name: str) -> dict[str, tuple[str, str | None]]:
         real = os.path.realpath(file)
         if not real.startswith(roots):
             found[name] = (real, file_sha(real))
+            root = package_root(real, name)
+            if root is not None:
+                packages.add(root)
+    # a module of a package imports its package's other modules, which the plugin never names (from extlib import
+    # helper, whose own from extlib import deep): the package's Python files, each under PACKAGE/PATH
+    for root in sorted(packages):
+        for path, digest in python_files(root).items():
+            found.setdefault(f"{os.path.basename(root)}/{os.path.relpath(path, root)}", (path, digest))
     return found
 
 
@@ -252,8 +261,11 @@ def load_source(path: str, code: bytes, spec: str | None = None) -> Plugin:
             return replace(known, spec=spec)
         if known is not None:
             _forget_beside(folder)
-            for name in known.imported:  # imported from elsewhere on the search path, and edited there since
-                sys.modules.pop(name, None)
+            # imported from elsewhere on the search path, and edited there since: the modules and their packages'
+            elsewhere = {path for path, _ in known.imported.values()}
+            for name, module in list(sys.modules.items()):
+                if name in known.imported or os.path.realpath(getattr(module, "__file__", None) or "") in elsewhere:
+                    sys.modules.pop(name, None)
         module_name = "hetflow_plugin_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0]) + \
             "_" + hashlib.sha256(path.encode()).hexdigest()[:10]
         _exec(module_name, path, code, spec)

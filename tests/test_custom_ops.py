@@ -535,6 +535,38 @@ def test_every_module_beside_a_path_plugin_is_its_identity_shared_or_imported_in
     assert np.load(os.path.join(runs, fresh["run_id"], "lazy.npy")).tolist() == [-30, -29, -28, -27]
 
 
+def test_a_module_a_helper_package_imports_from_itself_is_part_of_the_identity(tmp_path):
+    """The plugin names extlib.helper, which names extlib.deep: only helper.py was in the identity, and an edit to
+    deep.py was a stale cache hit."""
+    import subprocess
+
+    ext, project = tmp_path / "ext" / "extlib", tmp_path / "project"
+    ext.mkdir(parents=True)
+    project.mkdir()
+    (ext / "__init__.py").write_text("")
+    (ext / "helper.py").write_text("from extlib import deep\n\n\ndef scale(x):\n    return x * deep.K\n")
+    (ext / "deep.py").write_text("K = 2.0\n")
+    (project / "ops.py").write_text("from extlib import helper\n\nfrom hetflow import op\n\n\n@op('t.ext')\n"
+                                    "def ext(xp, x):\n    return helper.scale(x)\n")
+    manifest = project / "m.yaml"
+    manifest.write_text("version: 1\nname: ext\nplugins: [ops.py]\nexecutors: {h: {vendor: cpu}}\nstages:\n"
+                        "  x: {op: ones, args: {shape: [2]}}\n  y: {op: t.ext, inputs: [x]}\noutputs: {y: y}\n")
+
+    def run() -> dict:
+        done = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "run", str(manifest), "--runs-dir",
+                               str(tmp_path / "runs"), "--json", "--quiet"], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ext.parent)}, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    first = run()
+    (ext / "deep.py").write_text("K = 5.0\n")
+    again = run()
+    assert not again["cache_hits"], again
+    assert np.load(tmp_path / "runs" / again["run_id"] / "y.npy").tolist() == [5.0, 5.0]
+    assert np.load(tmp_path / "runs" / first["run_id"] / "y.npy").tolist() == [2.0, 2.0]
+
+
 def test_a_module_plugins_package_is_its_identity_where_its_distribution_lists_none_of_it(tmp_path, manifest_file):
     """A package installed editable (``pip install -e``): its distribution lists a ``.pth`` and metadata, not the
     package's files, and no edit of the package changed the key. An edit after the process imported the
