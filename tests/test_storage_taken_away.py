@@ -142,3 +142,23 @@ def test_what_takes_the_place_of_the_runs_directorys_locks_is_the_environments(t
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 5, err
     assert _one_error(err).endswith(said), err
+
+
+@needs_permissions
+def test_a_cache_entry_gc_may_not_look_into_is_said_not_passed_over(tmp_path):
+    """gc reported every entry removed and exit 0, and the entry it could not look into stayed, unsaid."""
+    runs = tmp_path / "runs"
+    done = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "run", str(_manifest(tmp_path)), "--runs-dir",
+                           str(runs), "--quiet", "-p", "seconds=0"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    entry = sorted((runs / ".cache").glob("*/*"))[0]
+    entry.chmod(0)
+    try:
+        gc = subprocess.run([*PLAIN, sys.executable, "-m", "hetflow.engine.cli", "runs", "gc", "--keep", "0",
+                             "--runs-dir", str(runs), "--json"], capture_output=True, text=True, timeout=120)
+    finally:
+        entry.chmod(0o755)
+    assert gc.returncode == 5, gc.stderr
+    said = json.loads(gc.stdout)
+    assert [r["path"] for r in said["not_removed"]] == [f"cache entry sha256:{entry.name}"], said
+    assert entry.exists()

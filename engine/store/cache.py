@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -563,7 +564,17 @@ class Cache:
             if len(shard) != 2 or not os.path.isdir(folder):
                 continue
             for name in sorted(os.listdir(folder)):
-                if not name.startswith(".") and os.path.isfile(os.path.join(folder, name, "entry.json")):
+                if name.startswith("."):
+                    continue
+                try:
+                    complete = stat.S_ISREG(os.stat(os.path.join(folder, name, "entry.json")).st_mode)
+                except PermissionError:
+                    # a folder this user may not look into (another's, or its permission taken): listed, so that
+                    # a removal says why it could not, rather than passing over it
+                    complete = True
+                except OSError:
+                    complete = False
+                if complete:
                     yield "sha256:" + name
 
     def remove(self, key: str) -> str | None:
