@@ -52,6 +52,33 @@ def test_second_run_takes_every_partition_from_the_cache(manifest_file, tmp_path
     assert second.record["live_activations_after"] == {"a": 0, "b": 0, "c": 0}
 
 
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: every run has one BLAS thread")
+def test_an_entry_computed_with_other_blas_threads_is_computed_again_where_a_product_depends_on_them(manifest_file,
+                                                                                                     tmp_path):
+    """A --parallel sweep's points, one BLAS thread each, stored a product's entries; a run alone, two threads, took
+    them, and verify, at its record's two threads, found its outputs differ with no cause in the records."""
+    from hetflow.engine.run import threads
+
+    path = manifest_file(CHAIN)
+    with threads.POOLS.pinned(1):
+        one = run(path, tmp_path)
+    assert one.record["threads"]["blas"] == 1
+    alone = run(path, tmp_path)
+    n = alone.record["threads"]["blas"]
+    if n == 1:
+        pytest.skip("the BLAS library here keeps one thread")
+    # the product (p1, on b) and what reads it computed again; the random draws and the constant taken
+    keys = alone.record["cache"]["keys"]
+    follow = sorted(pid for pid, k in keys.items() if k["blas"])
+    assert follow == sorted(alone.record["cache"]["other_threads"]) == executed(alone), (follow, executed(alone))
+    assert alone.record["cache"]["other_threads"][follow[0]] == (f"its entry was computed with 1 BLAS threads, this "
+                                                                 f"run's have {n}")
+    assert sorted(alone.record["cache"]["hits"]) == sorted(set(keys) - set(follow))
+    # stored in their place: the next run alone takes every partition
+    again = run(path, tmp_path)
+    assert executed(again) == [] and not again.record["cache"]["other_threads"]
+
+
 def test_a_param_change_reruns_exactly_the_partitions_downstream(manifest_file, tmp_path):
     path = manifest_file(CHAIN)
     base = run(path, tmp_path)

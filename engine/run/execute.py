@@ -292,6 +292,7 @@ def _execute(
             recorder = LocalRuntime(plan, {}, emit=stream.emit) if phases else None
             phase_runner = PhaseRunner(manifest.emulators, phases, recorder._event) if phases else None
             record["threads"] = threads.on_cluster(cluster)  # the workers' pools, set first on a local cluster
+            cache_use.blas = threads.recorded_blas(record)
             record["executors"] = _planned_executors(plan, cluster)
             try:
                 runtime, results, failure, live_after = cancel.wait(
@@ -337,6 +338,7 @@ def _execute(
 
             with threads.claim_run(at_once):  # given back however the run ends, the record's read failing too
                 record["threads"] = threads.POOLS.describe(at_once)
+                cache_use.blas = threads.recorded_blas(record)
                 try:
                     results = cancel.wait(run_graph)
                 except BaseException as e:  # noqa: BLE001 - recorded, then re-raised below
@@ -416,7 +418,9 @@ def _execute(
                            "stored": [e["id"] for e in done if e.get("stored")],
                            "store_failed": {e["id"]: e["store_error"] for e in done if e.get("store_error")},
                            "damaged": {e["id"]: e["cache_damaged"] for e in done if e.get("cache_damaged")},
-                           "unreadable": {e["id"]: e["cache_unreadable"] for e in done if e.get("cache_unreadable")}}
+                           "unreadable": {e["id"]: e["cache_unreadable"] for e in done if e.get("cache_unreadable")},
+                           "other_threads": {e["id"]: e["cache_other_threads"] for e in done
+                                             if e.get("cache_other_threads")}}
         record["events"] = list(stream.events)  # the stream goes on: the run's own end comes after the record
         encoded.update(tasks=encode_events(record["tasks"]), events=encode_events(record["events"]),
                        nodes=encode_events(record["nodes"]))

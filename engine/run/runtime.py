@@ -394,10 +394,12 @@ class LocalRuntime:
         unstored = self.cache.store_errors.get(pid) if self.cache is not None and self.cache.store_errors else None
         damaged = self.cache.damaged.get(pid) if self.cache is not None and self.cache.damaged else None
         unreadable = self.cache.unreadable.get(pid) if self.cache is not None and self.cache.unreadable else None
+        rethreaded = self.cache.other_threads.get(pid) if self.cache is not None and self.cache.other_threads else None
         numeric = take_numeric()
         self._event("partition", pid, part.executor, start, "succeeded", attempt, nodes=list(part.nodes),
                     cached=cached, stored=stored, **({"store_error": unstored} if unstored else {}),
                     **({"cache_damaged": damaged} if damaged else {}),
+                    **({"cache_other_threads": rethreaded} if rethreaded else {}),
                     **({"cache_unreadable": unreadable} if unreadable else {}), **({"numeric": numeric} if numeric else {}))
         return produced
 

@@ -186,6 +186,9 @@ class PartitionKey:
     expected: Mapping[str, tuple[tuple[int, ...] | None, str]] = field(default_factory=dict, compare=False)
     """Each output tensor's shape (None where the plan knows only a bound) and dtype, as the plan has them: an
     entry whose own say differs is not this partition's outputs, whatever its checksums."""
+    blas: bool = False
+    """Whether its results follow the host's BLAS threads: a product on the CPU (whose sums BLAS splits among its
+    threads), a user's op (which may call BLAS), or an input from such a partition."""
 
     @property
     def cacheable(self) -> bool:
@@ -194,7 +197,7 @@ class PartitionKey:
     def to_json(self) -> dict:
         return {"key": self.key, "definition": self.definition, "inputs": dict(self.inputs),
                 "version": self.version, "nodes": list(self.nodes), "reason": self.reason or None,
-                "node_digests": dict(self.node_digests), "code": dict(self.code)}
+                "node_digests": dict(self.node_digests), "code": dict(self.code), "blas": self.blas}
 
 
 def _definition(plan: Plan, part: Partition, uncacheable: list[str], kinds: dict[str, tuple]) -> tuple[dict, bool, dict]:
@@ -325,6 +328,10 @@ def uncached_stages(manifest: Any) -> dict[str, str]:
     return out
 
 
+#: the built-in ops whose results on the CPU follow the BLAS threads that compute them (a product's sums, split)
+_BLAS_OPS = frozenset({"matmul", "attention"})
+
+
 def partition_keys(plan: Plan, no_cache_stages: Mapping[str, str] | frozenset[str] = frozenset(),
                    version: str | None = None) -> dict[str, PartitionKey]:
     """The cache key of every partition, in execution order; ``no_cache_stages`` (:func:`uncached_stages`,
@@ -349,8 +356,10 @@ def partition_keys(plan: Plan, no_cache_stages: Mapping[str, str] | frozenset[st
                                                  "inputs": inputs, "version": versions}))
         expected = {t: (None if stages[t].bound or stages[t].shape is None else tuple(stages[t].shape),
                         stages[t].dtype.value) for t in part.outputs}
+        blas = (definition["vendor"] == "cpu" and (bool(code) or any(n["op"] in _BLAS_OPS for n in definition["nodes"]))
+                or any(keys[stages[t].partition].blas for t in part.inputs))
         keys[part.id] = PartitionKey(part.id, part.nodes, key, def_digest, inputs, versions, "; ".join(why),
-                                     _NodeDigests(definition["nodes"], plain), code, expected)
+                                     _NodeDigests(definition["nodes"], plain), code, expected, blas)
     return {p.id: keys[p.id] for p in plan.partitions}
 
 
@@ -395,6 +404,8 @@ class Cache:
         self.unreadable: dict[str, str] = {}
         # key -> the numeric notes (node -> NaN, inf met) of the entry load() last read, for the restore to take
         self.numeric: dict[str, Any] = {}
+        # key -> the BLAS threads its entry was computed with, where load() was asked for others
+        self.other_threads: dict[str, int | None] = {}
 
     def _folder(self, key: str) -> str:
         hexkey = key.split(":")[-1]
@@ -441,8 +452,9 @@ class Cache:
             return f"its entry.json is not an entry's JSON: {type(e).__name__}: {e}"
         return None
 
-    def load(self, key: str) -> dict[str, PortableActivation] | None:
-        """The stored outputs of ``key``, or None when absent or damaged.
+    def load(self, key: str, blas: int | None = None) -> dict[str, PortableActivation] | None:
+        """The stored outputs of ``key``, or None when absent or damaged; or, given ``blas``, when computed with
+        another number of BLAS threads (noted in :attr:`other_threads`).
 
         A damaged entry (its ``entry.json`` there but not readable as one,
         a file of it missing, or bytes other than its digest names: a disk
@@ -472,6 +484,9 @@ class Cache:
         try:
             if entry.get("key") != key:
                 self.damaged[key] = _elsewhere(entry)
+                return None
+            if blas is not None and entry.get("blas_threads") != blas:
+                self.other_threads[key] = entry.get("blas_threads")
                 return None
             outputs = {}
             for tensor, meta in entry["outputs"].items():
@@ -504,11 +519,12 @@ class Cache:
             return None
 
     def store(self, key: str, definition: Mapping[str, Any], outputs: Mapping[str, PortableActivation],
-              numeric: Mapping[str, Any] | None = None) -> bool:
-        """Write an entry atomically; False when one already exists, unless :meth:`load` found it damaged: then
-        it is moved aside and removed as this one takes its place."""
+              numeric: Mapping[str, Any] | None = None, blas_threads: int | None = None) -> bool:
+        """Write an entry atomically; False when one already exists, unless :meth:`load` found it damaged or
+        computed with other BLAS threads than ``blas_threads``: then it is moved aside and removed as this one
+        takes its place."""
         final = self._folder(key)
-        replacing = key in self.damaged
+        replacing = key in self.damaged or (blas_threads is not None and key in self.other_threads)
         if self.has(key) and not replacing:
             return False
         parent = os.path.dirname(final)
@@ -531,7 +547,8 @@ class Cache:
                 meta[tensor] = {"file": name, "shape": list(portable.shape.dims), "dtype": portable.dtype.value,
                                 "bytes": len(portable.bytes), "sha256": _sha(portable.bytes)}
             entry = {"format": CACHE_FORMAT, "key": key, "created": time.time(), "definition": dict(definition),
-                     "outputs": meta, **({"numeric": dict(numeric)} if numeric else {})}
+                     "outputs": meta, **({"numeric": dict(numeric)} if numeric else {}),
+                     **({"blas_threads": blas_threads} if blas_threads is not None else {})}
             _write_file(os.path.join(tmp, "entry.json"), json.dumps(entry).encode())
             if replacing:
                 _move_aside(final)
@@ -539,6 +556,7 @@ class Cache:
                 try:
                     os.rename(tmp, final)
                     self.damaged.pop(key, None)
+                    self.other_threads.pop(key, None)
                     return True
                 except OSError:
                     if self.has(key):  # another writer renamed a complete entry into place first
@@ -703,6 +721,12 @@ class CacheUse:
         self.damaged: dict[str, str] = {}
         # partition -> why this user could not read its entry, computed again and left as it was
         self.unreadable: dict[str, str] = {}
+        #: the BLAS threads of the run's partitions, once the run knows them: a partition whose results follow them
+        #: (PartitionKey.blas) takes an entry computed with as many alone, so that the run's outputs are what it
+        #: computes itself, and what verify, pinned to them, computes again
+        self.blas: int | None = None
+        # partition -> why its entry was not taken: computed with other BLAS threads (computed again, replaced)
+        self.other_threads: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def restorable(self, pid: str) -> bool:
@@ -715,7 +739,13 @@ class CacheUse:
         info = self.keys[pid]
         if not info.cacheable:
             return None
-        entry = self.cache.load(info.key)
+        entry = self.cache.load(info.key, self.blas if info.blas else None)
+        if entry is None and info.key in self.cache.other_threads:
+            made = self.cache.other_threads[info.key]
+            with self._lock:
+                self.other_threads[pid] = (f"its entry was computed with {made if made is not None else 'unknown'} "
+                                           f"BLAS threads, this run's have {self.blas}")
+            return None
         wrong = disagrees({t: {"shape": list(a.shape.dims), "dtype": a.dtype.value} for t, a in entry.items()},
                           info.expected or dict.fromkeys(outputs, (None, None))) if entry is not None else None
         if wrong is not None:
@@ -783,7 +813,8 @@ class CacheUse:
                     executor.release_activation(h)
                 raise
             try:
-                stored = self.cache.store(info.key, info.to_json(), portables, peek_numeric())
+                stored = self.cache.store(info.key, info.to_json(), portables, peek_numeric(),
+                                          self.blas if info.blas else None)
             except OSError as e:
                 # the cache saves later runs work; a disk that cannot take an entry costs this run nothing but
                 # the entry (its temporary folder is gone already), and the record says which and why
