@@ -265,3 +265,31 @@ def test_a_model_with_external_data_is_checked_by_its_path(tmp_path, monkeypatch
     got = _import_and_run(tmp_path, str(tmp_path / "ext.onnx"), {"x": x})["y"]
     assert checked == [str(tmp_path / "ext.onnx")]
     assert got.tolist() == (x @ np.arange(6, dtype=np.float32).reshape(3, 2)).reshape(-1).tolist()
+
+
+def test_inference_dropout_a_node_no_output_needs_and_local_functions_import(tmp_path):
+    """Dropout (an identity at inference) was refused; a node that feeds no graph output blocked the import when it
+    had no hetflow op; a model's own functions were refused as an unknown domain."""
+    x = vi("x", T.FLOAT, [2, 3])
+    nodes = [h.make_node("Dropout", ["x"], ["d", "mask"]),
+             h.make_node("Cos", ["x"], ["unused"]),  # hetflow has no Cos; nothing reads it
+             h.make_node("Twice", ["d"], ["y"], domain="lab.local")]
+    twice = h.make_function("lab.local", "Twice", ["a"], ["b"], [h.make_node("Add", ["a", "a"], ["b"])],
+                            [h.make_opsetid("", 17)])
+    g = h.make_graph(nodes, "g", [x], [vi("y", T.FLOAT, [2, 3]), vi("mask", T.BOOL, [2, 3])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("lab.local", 1)], functions=[twice])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    u = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = _import_and_run(tmp_path, str(tmp_path / "m.onnx"), {"x": u})
+    expected = ReferenceEvaluator(m).run(None, {"x": u})
+    assert got["y"].tolist() == expected[0].tolist() == (u * 2).tolist()
+    assert got["mask"].tolist() == expected[1].tolist() == [[True] * 3] * 2
+    text = next((tmp_path / "out").glob("*.yaml")).read_text()
+    assert "# 1 nodes feed no graph output and were left out." in text
+    # in training, Dropout draws a mask: refused, saying so
+    nodes[0] = h.make_node("Dropout", ["x", "r", "t"], ["d"])
+    inits = [nh.from_array(np.array(0.3, np.float32), "r"), nh.from_array(np.array(True), "t")]
+    model = _save(tmp_path / "train.onnx", nodes[:1], [x], [vi("d", T.FLOAT, [2, 3])], inits)
+    code, _, err = _cli("import", "onnx", model, "-o", str(tmp_path / "train"))
+    assert code == 2 and "training_mode is true: a random mask" in err, err

@@ -128,6 +128,7 @@ class _Result:
     stubs: dict[str, dict] = field(default_factory=dict)
     stub_ops: dict[str, str] = field(default_factory=dict)   # op type -> the stub's op name
     nodes: int = 0
+    dead: int = 0  # nodes no graph output depends on, left out
     #: graph outputs no stage gives, each with why: they come from a node with neither op nor stub
     unreached: list[str] = field(default_factory=list)
 
@@ -210,6 +211,14 @@ def _read(path: Path) -> Any:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as e:  # noqa: BLE001 - protobuf's and onnx's errors alike mean "not a model we can read"
         raise OnnxImportError(f"{path}: not a readable ONNX model: {_one_line(e)}") from None
+    if model.functions:
+        # the model's own functions (an exporter's for a module it keeps whole), written out where they are called
+        from onnx import inliner
+
+        try:
+            model = inliner.inline_local_functions(model)
+        except Exception as e:  # noqa: BLE001
+            raise OnnxImportError(f"{path}: its local functions cannot be inlined: {_one_line(e)}") from None
     external = [t for t in model.graph.initializer if ext.uses_external_data(t)]
     try:
         # the checker and inference serialize the model they are given, which protobuf limits to 2 GB: a model
@@ -530,7 +539,11 @@ def _translate(model: Any, stem: str) -> _Result:
             raise OnnxImportError(f"graph input '{info.name}' is of type {v.onnx_type}, which hetflow lacks")
         result.stages[v.stage] = {"op": "input", "args": {"shape": list(v.shape), "dtype": v.dtype},
                                   "dtype": v.dtype, "description": f'ONNX graph input "{info.name}"'}
+    live = _live_nodes(model.graph)
     for index, node in enumerate(model.graph.node):
+        if index not in live:
+            result.dead += 1
+            continue
         if _fold(node, values, opsets):
             continue
         result.nodes += 1
@@ -571,6 +584,20 @@ def _translate(model: Any, stem: str) -> _Result:
         if spec["op"] == "load":
             spec["args"]["path"] = f"{stem}.safetensors"
     return result
+
+
+def _live_nodes(graph: Any) -> set[int]:
+    """The indexes of the nodes some graph output depends on: a node whose outputs nothing reads (an exporter's
+    leftover) is left out, rather than refused or stubbed for an op it never needed."""
+    needed = {o.name for o in graph.output}
+    live: set[int] = set()
+    for index in range(len(graph.node) - 1, -1, -1):
+        node = graph.node[index]
+        if any(o and o in needed for o in node.output):
+            live.add(index)
+            needed.update(n for n in node.input if n)
+            needed.update(_outer_names(node))
+    return live
 
 
 def _fold(node: Any, values: dict[str, _Value], opsets: dict[str, int]) -> bool:
@@ -763,6 +790,8 @@ def _write(path: Path, model: Any, result: _Result, out_dir: Path, stem: str) ->
     # the file's name is the model's to choose: quoted as JSON quotes it, a line break in it stays in the comment
     lines = [f"# Imported from {json.dumps(path.name)} by `hetflow import onnx` (hetflow {hetflow.__version__}):",
              f"# {result.nodes} ONNX nodes as {len(result.stages)} stages; weights in {stem}.safetensors."]
+    if result.dead:
+        lines.append(f"# {result.dead} nodes feed no graph output and were left out.")
     if plugin:
         lines.append(f"# {len(result.missing)} nodes have no hetflow op: write their ops in {plugin}.")
     producer = " ".join(x for x in (model.producer_name, model.producer_version) if x)

@@ -354,6 +354,23 @@ def _identity(b: NodeContext) -> None:
     b.output(b.stage("cast", [b.input(0)], None, b.out_dtype()))
 
 
+def _dropout(b: NodeContext) -> None:
+    """Dropout as inference runs it: its input as it is. Training (``training_mode`` true, or ``is_test`` 0 before
+    opset 7) draws a random mask, which no stage of hetflow's reproduces as ONNX's would."""
+    b.only("seed", "ratio", is_test=1)
+    if b.opset < 7 and b.attr("is_test") != 1:
+        raise Inexpressible("is_test is 0 (its default before opset 7): a random mask")
+    training = b.folded(2) if b.has(2) else np.array(False)
+    if training is None:
+        raise Inexpressible("training_mode is computed at run time")
+    ratio = b.folded(1) if b.has(1) else np.array(b.attr("ratio", 0.5))
+    if bool(np.asarray(training).reshape(-1)[0]) and (ratio is None or float(np.asarray(ratio).reshape(-1)[0]) != 0.0):
+        raise Inexpressible("training_mode is true: a random mask")
+    b.output(b.stage("cast", [b.input(0)], None, b.out_dtype()), 0)
+    if b.has_output(1):  # inference drops nothing: the mask is all true
+        b.output(b.stage("full", [], {"shape": b.out_shape(1), "value": 1}, "bool"), 1)
+
+
 def _swish(b: NodeContext) -> None:
     b.only(alpha=1.0)
     b.output(b.stage("silu", [b.input(0)], None, b.out_dtype()))
@@ -644,7 +661,7 @@ def _scale(b: NodeContext) -> str:
 
 TRANSLATORS: dict[str, Callable[[NodeContext], None]] = {
     **{t: _binary for t in _BINARY}, **{t: _unary for t in _UNARY},
-    "Identity": _identity, "Swish": _swish, "Gelu": _gelu, "Where": _where, "Cast": _cast, "CastLike": _castlike,
+    "Identity": _identity, "Dropout": _dropout, "Swish": _swish, "Gelu": _gelu, "Where": _where, "Cast": _cast, "CastLike": _castlike,
     "Sum": _variadic("add"), "Mean": _variadic("add", mean=True), "Max": _variadic("maximum"),
     "Min": _variadic("minimum"), "MatMul": _matmul, "Clip": _clip, "Softmax": _softmax,
     "ReduceSum": _reduce("sum"), "ReduceMean": _reduce("mean"), "ReduceMax": _reduce("max"),
