@@ -82,3 +82,32 @@ def test_verify_of_a_run_whose_load_file_is_gone_says_where_the_manifest_reads_i
     out, err = io.StringIO(), io.StringIO()
     assert main(["verify", run_id, "--runs-dir", str(runs)], out=out, err=err) == 2
     assert err.getvalue() == f"{manifest}:5:30: error: stage 'a': {tmp_path / 'a.npy'}: no such file\n"
+
+
+def test_verify_and_diff_name_an_emulators_program_that_changed(tmp_path):
+    """The record kept no trace of the guest program: replacing the ELF changed the outputs, and verify said "no
+    cause visible", runs diff showed the outputs alone."""
+    import shutil
+
+    guests = Path(__file__).resolve().parent.parent / "examples" / "guests"
+    shutil.copy(guests / "fib.elf", tmp_path / "prog.elf")
+    path = tmp_path / "prog.yaml"
+    path.write_text("version: 1\nname: prog\nemulators:\n  guest: {program: prog.elf}\nexecutors: {host: {vendor: cpu}}\n"
+                    "stages:\n  run: {phase: execute, emulator: guest}\n  s: {op: mul, inputs: [run.registers], "
+                    "args: {value: 2}, executor: host}\noutputs: {steps: run.steps, s: s}\n")
+    runs = str(tmp_path / "runs")
+    code, out, err = cli("run", str(path), "--runs-dir", runs, "--quiet", "--json")
+    assert code == 0, err
+    first = json.loads(out)["run_id"]
+    record = json.loads((tmp_path / "runs" / first / "record.json").read_text())
+    assert record["programs"]["guest"]["path"] == str(tmp_path / "prog.elf")
+    shutil.copy(guests / "sort.elf", tmp_path / "prog.elf")
+    code, out, err = cli("verify", first, "--runs-dir", runs)
+    assert code == 1
+    said = f"likely cause: emulator program changed: {tmp_path / 'prog.elf'} (emulator 'guest') is not the program"
+    assert f"  steps: {said}" in out and f"  s: {said}" in out, out
+    assert f"emulator 'guest' runs {tmp_path / 'prog.elf'}, whose bytes changed since the run" in err
+    code, out, err = cli("run", str(path), "--runs-dir", runs, "--quiet", "--json")
+    second = json.loads(out)["run_id"]
+    code, out, err = cli("runs", "diff", first, second, "--runs-dir", runs, "--json")
+    assert [row[0] for row in json.loads(out)["programs"]] == ["guest"], out

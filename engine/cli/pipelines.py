@@ -379,6 +379,11 @@ def _changed_sources(record: dict, manifest: Any) -> list[str]:
         if digest != d["digest"]:
             changed.append(f"stage {stage!r} reads {d['path']}, whose bytes changed since the run "
                            f"({(d['digest'] or 'unreadable')[:19]} then, {(digest or 'unreadable')[:19]} now)")
+    for name, d in (record.get("programs") or {}).items():
+        digest = file_digest(d["path"]) if isinstance(d, dict) and isinstance(d.get("path"), str) else None
+        if isinstance(d, dict) and digest != d.get("digest"):
+            changed.append(f"emulator {name!r} runs {d.get('path')}, whose bytes changed since the run "
+                           f"({(d.get('digest') or 'unreadable')[:19]} then, {(digest or 'unreadable')[:19]} now)")
     return changed
 
 

@@ -220,7 +220,7 @@ def _runs_diff(args: argparse.Namespace, out) -> int:
     a, b = d["a"]["run_id"], d["b"]["run_id"]
     print(f"a: {a} ({d['a']['status']}, {d['a']['started_at']})", file=out)
     print(f"b: {b} ({d['b']['status']}, {d['b']['started_at']})", file=out)
-    for section in ("manifest", "params", "matrix_point", "plugins", "data", "inputs", "versions", "threads"):
+    for section in ("manifest", "params", "matrix_point", "plugins", "data", "programs", "inputs", "versions", "threads"):
         rows = d[section]
         if not rows:
             continue

@@ -75,7 +75,7 @@ from hetflow.engine.store.records import (
     write_text_atomic,
 )
 from hetflow.executors import create, inventory
-from hetflow.executors.files import digest_and_stamp, portable_stamp
+from hetflow.executors.files import digest_and_stamp, file_digest, portable_stamp
 from hetflow.executors.base import Executor, ExecutorError, PortableActivation
 
 __all__ = ["StageFailure", "StageTimedOut", "ClusterFailure", "HandleTable", "LocalRuntime", "RunResult", "execute",
@@ -197,8 +197,10 @@ def _execute(
     # before the keys: a file that changes between the two fails its load stage, whose check is by these digests,
     # rather than one key made from bytes the stage does not check
     data_files, reads = _data_files(manifest)
+    programs = _programs(manifest)
     if earlier:
         _say_changed_data(data_files, earlier[-1].get("data") or {}, run_id)
+        _say_changed_programs(programs, earlier[-1].get("programs") or {}, run_id)
     # a phase's array is not content-addressed (the guest's run is its source), so its consumers are not cached;
     # without the cache no key is computed (0.6 s of a 10,000-partition run)
     keys = partition_keys(plan, uncached_stages(manifest)) if use_cache else {}
@@ -218,6 +220,7 @@ def _execute(
         "schedule": dict(schedule) if schedule else None,
         "plugins": [p.to_json() for p in getattr(manifest, "plugins", ())],
         "data": data_files,
+        "programs": programs,
         "inputs": {k: dict(v) for k, v in (inputs or {}).items()},
         "resumed": resume is not None,
         "attempts": earlier + [{"attempt": len(earlier) + 1, "started_at": utc_iso(started), "ended_at": None,
@@ -649,6 +652,8 @@ def _earlier_attempts(record_path: str) -> list[dict]:
                 error=(previous.get("error") or {}).get("message"), cache_hits=(previous.get("cache") or {}).get("hits"),
                 events=previous.get("events") or [],
                 data={stage: (info or {}).get("digest") for stage, info in (previous.get("data") or {}).items()},
+                programs={name: (info or {}).get("digest") for name, info in (previous.get("programs") or {}).items()
+                          if isinstance(info, dict)},
                 plugins=_plugin_digests(previous.get("plugins")))
     if status == owner.DIED:
         last.update(ended_at=None, duration_s=None)
@@ -844,6 +849,28 @@ def _say_changed_data(data: Mapping[str, Mapping[str, Any]], began: Mapping[str,
             warnings.warn(f"{info['path']} (read by stage {stage!r}) has changed since run {run_id}'s last attempt: "
                           f"the stages that read it, and those after them, run on its bytes now ({new[:19]}, not "
                           f"{old[:19]}), as the record's data says", SourceChanged, stacklevel=2)
+
+
+def _programs(manifest: Manifest) -> dict[str, dict]:
+    """Each emulator's guest program with the sha256 of its bytes (emulator -> path, digest): what the run ran, for
+    verify and runs diff to tell when another program was run."""
+    return {name: {"path": decl.program, "digest": file_digest(decl.program)}
+            for name, decl in (getattr(manifest, "emulators", None) or {}).items()}
+
+
+def _say_changed_programs(programs: Mapping[str, Mapping[str, Any]], began: Mapping[str, Any], run_id: str) -> None:
+    """Warn (:class:`~hetflow.engine.errors.SourceChanged`) of each emulator whose program is not the bytes the
+    resumed run's last attempt ran (``began``: emulator -> digest)."""
+    import warnings
+
+    from hetflow.engine.errors import SourceChanged
+
+    for name, info in programs.items():
+        old, new = began.get(name), info.get("digest")
+        if old and new and old != new:
+            warnings.warn(f"{info['path']} (emulator {name!r}'s program) has changed since run {run_id}'s last "
+                          f"attempt: its phases run it as it is now ({new[:19]}, not {old[:19]})", SourceChanged,
+                          stacklevel=2)
 
 
 def _data_files(manifest: Manifest) -> tuple[dict[str, dict], dict[str, tuple[str, list[int]]]]:

@@ -99,6 +99,8 @@ def diff_runs(runs_dir: str, a: str, b: str) -> dict:
     pb = {p.get("spec"): p.get("digest") for p in rb.get("plugins") or []}
     data_a = {k: v.get("digest") for k, v in (ra.get("data") or {}).items()}
     data_b = {k: v.get("digest") for k, v in (rb.get("data") or {}).items()}
+    prog_a = {k: v.get("digest") for k, v in (ra.get("programs") or {}).items() if isinstance(v, dict)}
+    prog_b = {k: v.get("digest") for k, v in (rb.get("programs") or {}).items() if isinstance(v, dict)}
     in_a = {k: v.get("digest") for k, v in (ra.get("inputs") or {}).items()}
     in_b = {k: v.get("digest") for k, v in (rb.get("inputs") or {}).items()}
     outputs = []
@@ -128,6 +130,7 @@ def diff_runs(runs_dir: str, a: str, b: str) -> dict:
                                 {"point": (rb.get("matrix_point") or {}).get("name")}),
         "plugins": changes(pa, pb),
         "data": changes(data_a, data_b),
+        "programs": changes(prog_a, prog_b),
         "inputs": changes(in_a, in_b),
         "versions": changes(versions_of(ra), versions_of(rb)),
         "threads": changes(pools_of(ra), pools_of(rb)),
@@ -258,6 +261,24 @@ def _upstream(plan_nodes: Mapping[str, Any], tensor: str) -> list[str]:
     return list(seen)
 
 
+def _emulators_of(stages: Mapping[str, Any], refs: list[str]) -> set[str]:
+    """The emulators whose programs the phases ``refs`` name (``PHASE`` or ``PHASE.FIELD``) come from, through the
+    phases they read."""
+    found: set[str] = set()
+    seen: set[str] = set()
+    stack = [ref.partition(".")[0] for ref in refs]
+    while stack:
+        name = stack.pop()
+        stage = stages.get(name)
+        if name in seen or not isinstance(stage, dict) or "phase" not in stage:
+            continue
+        seen.add(name)
+        if isinstance(stage.get("emulator"), str):
+            found.add(stage["emulator"])
+        stack.extend(str(ref).partition(".")[0] for ref in stage.get("inputs") or [])
+    return found
+
+
 def versions_of(record: Mapping[str, Any]) -> dict[str, Any]:
     """The record's library versions, each with the workers' own where a cluster's workers ran others:
     ``{"numpy": "2.4.1 (worker w1: 2.3.0)"}``."""
@@ -300,6 +321,15 @@ def mismatch_causes(record: Mapping[str, Any], rerun: Mapping[str, Any] | None, 
     for stage, d in (record.get("data") or {}).items():
         if stage in upstream and (now_data.get(stage) or {}).get("digest") != d.get("digest"):
             causes.append(f"input file changed: {d.get('path')} (read by stage {stage!r}) is not the file the run read")
+    now_programs = rerun.get("programs") or {}
+    # the phases the output comes from: its own, and those the executor stages upstream of it read
+    phases = [entry["phase"]] if isinstance(entry.get("phase"), str) else []
+    phases += [str(ref) for n in upstream for ref in nodes[n].get("inputs") or [] if ref not in nodes]
+    emulators = _emulators_of(stages, phases)
+    for name, d in (record.get("programs") or {}).items():
+        if name in emulators and isinstance(d, dict) and (now_programs.get(name) or {}).get("digest") != d.get("digest"):
+            causes.append(f"emulator program changed: {d.get('path')} (emulator {name!r}) is not the program the run "
+                          "ran")
     now_plugins = {p.get("spec"): p.get("digest") for p in rerun.get("plugins") or []}
     used = {nodes[n].get("op") for n in upstream}
     for p in record.get("plugins") or []:

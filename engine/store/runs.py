@@ -558,7 +558,7 @@ _RECORD_KINDS: dict[str, tuple[type | None, ...]] = {
     **dict.fromkeys(("manifest", "params", "overrides", "data", "inputs", "host", "owner", "versions", "plan",
                      "nodes", "outputs", "cache"), (dict,)),
     **dict.fromkeys(("matrix_point", "error", "executors", "live_activations_after", "schedule", "cancelled",
-                     "threads", "scheduler"), (dict, None)),
+                     "threads", "scheduler", "programs"), (dict, None)),
     **dict.fromkeys(("attempts", "plugins", "tasks", "events", "warm_up"), (list,)),
     "inventory": (list, None),
     **dict.fromkeys(("run_id", "status", "started_at"), (str,)),
@@ -615,7 +615,7 @@ _DEEP: dict[str, _Shape] = {
         "end": _STR, "duration_s": _NUM, "offset_s": _NUM, "nodes": _NAMES, "bytes": _INT, "attempt": _INT})),
     "warm_up": _Shape(list, each=_Shape(dict, fields={"seconds": _NUM})),
     "plugins": _OBJECTS, "events": _OBJECTS,
-    "data": _Shape(dict, each=(dict,)), "inputs": _Shape(dict, each=(dict,)),
+    "data": _Shape(dict, each=(dict,)), "inputs": _Shape(dict, each=(dict,)), "programs": _Shape(dict, None, each=(dict,)),
     "plan": _Shape(dict, fields={
         "nodes": _Shape(dict, None, each=_Shape(dict, fields={
             "op": _STR, "executor": _STR, "reason": _STR, "partition": _STR, "inputs": _NAMES,
