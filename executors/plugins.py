@@ -227,6 +227,26 @@ def _library_roots() -> tuple[str, ...]:
     return tuple(os.path.realpath(r) + os.sep for r in roots if r)
 
 
+def _forget_shadows(folder: str) -> None:
+    """Drop the modules this process imported from elsewhere under the names of modules beside a plugin about to
+    load (another project's ``helper``, a plugin loaded before from its own folder): its ``import helper`` then
+    finds its own, where it got the other's and its record named its own."""
+    try:
+        names = {os.path.splitext(n)[0] for n in os.listdir(folder)
+                 if n.endswith(".py") or os.path.isfile(os.path.join(folder, n, "__init__.py"))}
+    except OSError:
+        return
+    here, roots = os.path.realpath(folder) + os.sep, _library_roots()
+    for name in names:
+        module = sys.modules.get(name)
+        file = getattr(module, "__file__", None) if module is not None else None
+        real = os.path.realpath(file) if file else ""
+        # the standard library's and installed packages' modules stay, whatever a file beside the plugin is named
+        if real and not real.startswith(here) and not real.startswith(roots):
+            for known in [n for n in sys.modules if n == name or n.startswith(name + ".")]:
+                sys.modules.pop(known, None)
+
+
 def _forget_beside(folder: str) -> None:
     """Drop the modules imported from ``folder`` (a plugin's helpers) but the plugins themselves, so the plugin
     run again imports them as they are now: an edited helper was kept as first imported, for the life of the
@@ -266,6 +286,7 @@ def load_source(path: str, code: bytes, spec: str | None = None) -> Plugin:
             for name, module in list(sys.modules.items()):
                 if name in known.imported or os.path.realpath(getattr(module, "__file__", None) or "") in elsewhere:
                     sys.modules.pop(name, None)
+        _forget_shadows(folder)
         module_name = "hetflow_plugin_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0]) + \
             "_" + hashlib.sha256(path.encode()).hexdigest()[:10]
         _exec(module_name, path, code, spec)

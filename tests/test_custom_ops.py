@@ -704,3 +704,31 @@ def test_a_helper_edited_while_the_run_runs_is_not_stored_under_the_key_of_its_o
     import hetflow
 
     assert hetflow.open_run(again["run_id"], tmp_path / "runs").outputs["y"].tolist() == [2.0, 2.0]
+
+
+def test_two_projects_helpers_of_one_name_are_each_their_own_in_one_process(tmp_path):
+    """A notebook ran project A, then project B: B's `import helper` got A's helper from sys.modules, its outputs
+    A's numbers, while its record named B's helper.py as the code that ran."""
+    import hetflow
+
+    made = {}
+    for name, factor in (("a", 2.0), ("b", 5.0)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "helper.py").write_text(f"K = {factor}\n")
+        (folder / "ops.py").write_text(f"import os\nimport sys\n\nsys.path.insert(0, os.path.dirname(__file__))\n"
+                                       f"import helper  # noqa: E402\n\nfrom hetflow import op  # noqa: E402\n\n\n"
+                                       f"@op('t.scale_{name}')\ndef scale(xp, x):\n    return x * helper.K\n")
+        (folder / "m.yaml").write_text(f"version: 1\nname: {name}\nplugins: [ops.py]\nexecutors: {{h: {{vendor: cpu}}}}\n"
+                                       f"stages:\n  x: {{op: ones, args: {{shape: [2]}}}}\n"
+                                       f"  y: {{op: t.scale_{name}, inputs: [x]}}\noutputs: {{y: y}}\n")
+        made[name] = folder
+    try:
+        a = hetflow.run(made["a"] / "m.yaml", runs_dir=tmp_path / "runs", cache=False)
+        b = hetflow.run(made["b"] / "m.yaml", runs_dir=tmp_path / "runs", cache=False)
+        again = hetflow.run(made["a"] / "m.yaml", runs_dir=tmp_path / "runs", cache=False)
+    finally:
+        sys.path[:] = [p for p in sys.path if p not in (str(made["a"]), str(made["b"]))]
+        sys.modules.pop("helper", None)
+    assert (a.outputs["y"].tolist(), b.outputs["y"].tolist(), again.outputs["y"].tolist()) == \
+        ([2.0, 2.0], [5.0, 5.0], [2.0, 2.0])
