@@ -166,6 +166,39 @@ def _began(path: str, doc: Document | None, folder: str, summary: Mapping[str, A
     return began
 
 
+def _sweep_code_changed(doc: Document, given: Mapping[str, Any], runs_dir: str, summary: Mapping[str, Any],
+                        sweep_id: str, pending: list[Mapping[str, Any]]) -> None:
+    """Warn (:class:`SourceChanged`) when what the sweep kept of its manifest no longer makes what a finished point
+    ran: a block library it uses (``use: lib.yaml#b``) or a plugin's code changed since. The points not yet run
+    run them as they are now; the sweep kept only the manifest's own text."""
+    import warnings
+
+    from hetflow.engine.errors import HetflowError, SourceChanged
+    from hetflow.engine.store.runs import read_record
+
+    if not pending:
+        return
+    done = next((row for row in summary.get("points") or [] if row.get("status") == "succeeded" and row.get("run_id")),
+                None)
+    if done is None:
+        return
+    try:
+        record = read_record(runs_dir, done["run_id"])
+        now = compile_manifest(doc, {**given, **(done.get("values") or {})})
+    except (HetflowError, OSError, ValueError, KeyError):
+        return
+    what = []
+    if now.digest != (record.get("manifest") or {}).get("digest"):
+        what.append("a block library it uses resolves to other stages now")
+    then = {p.get("spec"): p.get("digest") for p in record.get("plugins") or [] if isinstance(p, dict)}
+    what += [f"plugin {p.spec}'s code changed" for p in getattr(now, "plugins", ()) if then.get(p.spec) not in
+             (None, p.digest)]
+    if what:
+        warnings.warn(f"sweep {sweep_id} began with other code than it has now ({'; '.join(what)}, against point "
+                      f"{done['name']}'s run): the points not yet run run it as it is now, and the sweep mixes the two",
+                      SourceChanged, stacklevel=3)
+
+
 def _shown(value: Any) -> str:
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
@@ -833,6 +866,7 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
         given = dict(summary.get("overrides") or {})
         rows = resume_rows(summary, runs_dir)
         doc = _began(path, doc, folder, summary, resume, given, [row for row, again in rows if again is None])
+        _sweep_code_changed(doc, given, runs_dir, summary, resume, [row for row, again in rows if again is None])
         todo = []
         for row, again in rows:
             point = {"name": row["name"], "values": dict(row["values"])}

@@ -397,6 +397,34 @@ def test_a_sweep_resumed_after_its_file_changed_runs_the_rest_as_it_began_and_sa
     assert {run.record["manifest"]["resolved"]["stages"]["y"]["op"] for run in done.runs} == {"mul"}
 
 
+def test_a_sweep_resumed_after_a_block_library_or_a_plugin_changed_says_so(manifest_file, tmp_path):
+    """The sweep keeps its manifest's text, not its block libraries nor its plugins: edited between the attempts,
+    the points not yet run ran the new ones, and the sweep mixed the two without a word."""
+    (tmp_path / "lib.yaml").write_text("version: 1\nblocks:\n  b:\n    params: {a: 1}\n    inputs: [x]\n"
+                                       "    stages: {y: {op: add, inputs: [x], args: {value: \"${a}\"}}}\n"
+                                       "    outputs: {y: y}\n")
+    (tmp_path / "ops.py").write_text("from hetflow import op\n\n\n@op('t.id')\ndef ident(xp, x):\n    return x\n")
+    path = manifest_file("version: 1\nname: libs\nplugins: [ops.py]\nparams: {n: 1}\nmatrix: {n: [1, 2, 3]}\n"
+                         "executors: {h: {vendor: cpu}}\nstages:\n  x: {op: full, args: {shape: [2], value: \"${n}\"}}\n"
+                         "  u: {use: lib.yaml#b, inputs: {x: x}}\n  z: {op: t.id, inputs: [u]}\noutputs: {z: z}\n")
+    runs = tmp_path / "runs"
+
+    def stop(row: dict) -> None:
+        if row["name"] == "libs[n=1]":
+            raise ValueError("stopped after the first point")
+
+    for edit, said in ((lambda: (tmp_path / "lib.yaml").write_text((tmp_path / "lib.yaml").read_text().replace(
+            "a: 1", "a: 100")), "a block library it uses resolves to other stages now"),
+                       (lambda: (tmp_path / "ops.py").write_text((tmp_path / "ops.py").read_text().replace(
+                           "return x", "return x * 2")), "plugin ops.py's code changed")):
+        with pytest.raises(ValueError, match="stopped after the first point"):
+            hetflow.sweep(path, runs_dir=runs, on_point=stop)
+        edit()
+        with pytest.warns(hetflow.SourceChanged, match=rf"sweep \S+ began with other code than it has now \({said}, "
+                                                        r"against point libs\[n=1\]'s run\): the points not yet run"):
+            hetflow.sweep(path, runs_dir=runs, resume="latest")
+
+
 def test_a_run_resumed_after_its_file_changed_goes_on_as_it_began_and_says_so(manifest_file, tmp_path):
     runs = tmp_path / "runs"
 
