@@ -349,14 +349,7 @@ class _Expansion:
     def output(self, scope: _Scope, use: str, name: str | None, depth: int) -> str | None:
         """The stage id of output ``name`` of ``use`` in ``scope`` (its last instance's); None where there is none."""
         spec = self.substituted(scope, scope.stages[use], scope.path + (use,), report=False)
-        before, loaded = len(self.problems), set(self.libraries)
-        block = self.block(scope, spec.get("use"), scope.at.at(scope.path + (use, "use"))) if depth < MAX_NESTING else None
-        if len(self.problems) > before:
-            # a use that names no block, or a library that does not load, is reported where the use is expanded,
-            # once: the library it read here is read again there, and says what is wrong with it
-            del self.problems[before:]
-            for path in set(self.libraries) - loaded:
-                del self.libraries[path]
+        block = self.quietly(scope, spec.get("use")) if depth < MAX_NESTING else None
         if block is None or not isinstance(block.spec.get("outputs"), dict):
             return None
         outputs = block.spec["outputs"]
@@ -409,7 +402,9 @@ class _Expansion:
         return f"which is no output of use {head!r} (outputs of block {block.name!r}: {listed})"
 
     def quietly(self, scope: _Scope, ref: Any) -> _Block | None:
-        """The block ``ref`` names, None where it names none: said where the use is expanded, not here."""
+        """The block ``ref`` names, None where it names none. A use that names no block, or a library that does
+        not load, is said where the use is expanded, once: a library read here is read again there, and says what
+        is wrong with it."""
         before, loaded = len(self.problems), set(self.libraries)
         block = self.block(scope, ref, scope.at.at(scope.path))
         if len(self.problems) > before:
@@ -642,17 +637,6 @@ def _too_many(stages: Mapping[str, Any], doc: Document, run: _Expansion) -> Diag
             return params.get(value[2:-1], value)
         return value
 
-    def found(user: Document, ref: str) -> _Block | None:
-        # a library that does not load, or a use that names no block, is said where the use is expanded
-        before, loaded = len(run.problems), set(run.libraries)
-        block = run.block(_Scope(user, user, (), {}), ref, user.at(()))
-        if len(run.problems) > before:
-            del run.problems[before:]
-            for path in set(run.libraries) - loaded:
-                del run.libraries[path]
-            return None
-        return block
-
     def count(block: _Block, given: Mapping[str, Any], depth: int, use_id: str, prefix: str) -> int:
         declared = _as_dict(block.spec.get("params"))
         values = {**declared, **given}
@@ -675,7 +659,7 @@ def _too_many(stages: Mapping[str, Any], doc: Document, run: _Expansion) -> Diag
     def size(user: Document, sid: Any, entry: Any, params: Mapping[str, Any], depth: int, prefix: str) -> int:
         if not _is_use(entry) or depth >= MAX_NESTING:
             return 1
-        block = found(user, written(entry.get("use"), params))
+        block = run.quietly(_Scope(user, user, (), {}), written(entry.get("use"), params))
         if block is None:
             return 1
         repeat = written(entry.get("repeat", 1), params)
