@@ -425,16 +425,18 @@ def test_a_sweep_resumed_after_a_block_library_or_a_plugin_changed_says_so(manif
             hetflow.sweep(path, runs_dir=runs, resume="latest")
 
 
+def stop_after_first_partition(event: dict) -> None:
+    """An on_event that stops a run once its first partition has finished: a run to resume."""
+    if event.get("kind") == "partition" and event.get("event") == "finished":
+        raise RuntimeError("stopped after the first partition")
+
+
 def test_a_run_resumed_after_its_file_changed_goes_on_as_it_began_and_says_so(manifest_file, tmp_path):
     runs = tmp_path / "runs"
 
-    def stop(event: dict) -> None:
-        if event.get("kind") == "partition" and event.get("event") == "finished":
-            raise RuntimeError("stopped after the first partition")
-
     path = manifest_file(SPLIT)
     with pytest.raises(RuntimeError, match="stopped after the first partition"):
-        hetflow.run(path, runs_dir=runs, on_event=stop)
+        hetflow.run(path, runs_dir=runs, on_event=stop_after_first_partition)
     Path(path).write_text(SPLIT.replace("op: mul, inputs: [x, x]", "op: add, inputs: [x, x]"))
     with pytest.warns(hetflow.SourceChanged, match=r"has changed since run \S+ began \(it resolves to another "
                                                       r"manifest now\): the run goes on as it began"):
@@ -442,7 +444,7 @@ def test_a_run_resumed_after_its_file_changed_goes_on_as_it_began_and_says_so(ma
     assert again.outputs["y"].tolist() == [0.0, 1.0, 4.0, 9.0, 16.0, 25.0]
     other = manifest_file(SPLIT, "other.yaml")
     with pytest.raises(RuntimeError, match="stopped after the first partition"):
-        hetflow.run(other, runs_dir=runs, on_event=stop)
+        hetflow.run(other, runs_dir=runs, on_event=stop_after_first_partition)
     Path(other).write_text("version: [")
     with pytest.warns(hetflow.SourceChanged, match=r"\(it no longer compiles: \S+:1:11: error: YAML syntax"):
         again = hetflow.run(other, runs_dir=runs, resume="latest")
@@ -459,12 +461,8 @@ def test_a_run_resumed_after_a_file_it_loads_changed_reads_it_as_it_is_and_says_
                          f"  d: {{op: load, args: {{path: {data}}}, executor: b}}\n"
                          "  y: {op: add, inputs: [x, d], executor: b}\noutputs: {y: y}\n")
 
-    def stop(event: dict) -> None:
-        if event.get("kind") == "partition" and event.get("event") == "finished":
-            raise RuntimeError("stopped after the first partition")
-
     with pytest.raises(RuntimeError, match="stopped after the first partition"):
-        hetflow.run(path, runs_dir=runs, on_event=stop)
+        hetflow.run(path, runs_dir=runs, on_event=stop_after_first_partition)
     first = hetflow.open_run("latest", runs_dir=runs).record["data"]["d"]["digest"]
     np.save(data, np.arange(4, dtype=np.float32) * 10)
     with pytest.warns(hetflow.SourceChanged, match=r"d\.npy \(read by stage 'd'\) has changed since run \S+'s last "
@@ -476,7 +474,7 @@ def test_a_run_resumed_after_a_file_it_loads_changed_reads_it_as_it_is_and_says_
     with warnings.catch_warnings():  # the same bytes again: nothing to say
         warnings.simplefilter("error", hetflow.SourceChanged)
         with pytest.raises(RuntimeError, match="stopped after the first partition"):
-            hetflow.run(path, runs_dir=runs, on_event=stop)
+            hetflow.run(path, runs_dir=runs, on_event=stop_after_first_partition)
         assert hetflow.run(path, runs_dir=runs, resume="latest").status == "succeeded"
 
 
@@ -491,12 +489,8 @@ def test_a_run_resumed_after_its_plugin_changed_says_so(manifest_file, tmp_path)
                          "  x: {op: ones, args: {shape: [4]}, executor: a}\n"
                          "  y: {op: t.twice, inputs: [x], executor: b}\noutputs: {y: y}\n")
 
-    def stop(event: dict) -> None:
-        if event.get("kind") == "partition" and event.get("event") == "finished":
-            raise RuntimeError("stopped after the first partition")
-
     with pytest.raises(RuntimeError, match="stopped after the first partition"):
-        hetflow.run(path, runs_dir=runs, on_event=stop)
+        hetflow.run(path, runs_dir=runs, on_event=stop_after_first_partition)
     first = hetflow.open_run("latest", runs_dir=runs).record["plugins"][0]["digest"]
     ops.write_text(ops.read_text().replace("x * 2", "x * 3"))
     with pytest.warns(hetflow.SourceChanged, match=r"plugin twice_ops\.py has changed since run \S+'s last attempt: "
@@ -511,12 +505,8 @@ def test_resume_takes_the_names_the_cli_takes(manifest_file, tmp_path):
     """``hetflow run --resume latest`` resumed the newest run; ``hetflow.run(resume="latest")`` said no such run."""
     runs = tmp_path / "runs"
 
-    def stop(event: dict) -> None:
-        if event.get("kind") == "partition" and event.get("event") == "finished":
-            raise RuntimeError("stopped after the first partition")
-
     with pytest.raises(RuntimeError, match="stopped after the first partition"):
-        hetflow.run(manifest_file(SPLIT), runs_dir=runs, on_event=stop)
+        hetflow.run(manifest_file(SPLIT), runs_dir=runs, on_event=stop_after_first_partition)
     (folder,) = [p for p in runs.iterdir() if not p.name.startswith(".")]
     again = hetflow.run(manifest_file(SPLIT), runs_dir=runs, resume="latest")
     assert (again.status, again.run_id) == ("succeeded", folder.name)
