@@ -68,6 +68,12 @@ def test_verification_runs_are_marked_and_never_the_baseline_of_plan(tmp_path):
     assert f"verification run of {run_id}" in out
 
 
+def test_verify_json_gives_the_runs_own_id_whatever_name_it_was_given(tmp_path):
+    path, runs, run_id = setup(tmp_path, "1")
+    code, out, err = cli("verify", "latest", "--runs-dir", runs, "--json")
+    assert code == 0 and json.loads(out)["run_id"] == run_id, (out, err)
+
+
 def test_verify_of_a_run_whose_load_file_is_gone_says_where_the_manifest_reads_it(tmp_path):
     """The rerun compiles the record's resolved manifest, which has no positions: it said m.yaml:1:1."""
     np.save(tmp_path / "a.npy", np.arange(4, dtype=np.float32))

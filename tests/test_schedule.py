@@ -474,3 +474,16 @@ def test_serve_with_a_runs_directory_it_cannot_write_is_the_environments_at_once
     for runs in (ro, ro / "runs"):
         code, out, err = cli("schedule", "serve", str(manifest), "--runs-dir", str(runs))
         assert code == 5 and "schedule serve could claim no slot" in err, err
+
+
+def test_a_file_named_without_a_schedule_block_is_said_so_not_passed_over(tmp_path):
+    """run-due and status of a manifest file with no schedule: did nothing and said nothing, exit 0."""
+    path = tmp_path / "plain.yaml"
+    path.write_text("version: 1\nname: plain\nexecutors: {h: {vendor: cpu}}\nstages:\n"
+                    "  x: {op: ones, args: {shape: [2]}}\noutputs: {x: x}\n")
+    for command in ("run-due", "status"):
+        code, out, err = cli("schedule", command, str(path), "--runs-dir", str(tmp_path / "runs"))
+        assert (code, out) == (2, "") and f"{path} has no schedule: block, so nothing of it is scheduled" in err, err
+    assert not (tmp_path / "runs").exists()
+    code, out, err = cli("schedule", "status", str(tmp_path), "--runs-dir", str(tmp_path / "runs"))
+    assert (code, out) == (0, f"no scheduled manifests in {tmp_path}\n"), (out, err)

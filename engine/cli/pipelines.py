@@ -339,7 +339,7 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
         failed = {} if ok else {"message": f"verify {record['run_id']}: " + (
             f"the rerun failed: {rerun_error}" if rerun_error else f"MISMATCH in {', '.join(bad or damaged)}")}
         print(json.dumps({"status": "succeeded" if ok else "failed", "exit_code": EXIT_OK if ok else EXIT_RUN_FAILED,
-                          **failed, "run_id": args.run_id, "rerun_id": rerun, "match": ok, "outputs": rows,
+                          **failed, "run_id": record["run_id"], "rerun_id": rerun, "match": ok, "outputs": rows,
                           "changed": changed, **({"error": f"the rerun failed: {rerun_error}"} if rerun_error else {})}),
               file=out)
     else:

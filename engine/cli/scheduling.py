@@ -30,6 +30,8 @@ def cmd_schedule(args: argparse.Namespace, out, err) -> int:
             out.flush()
 
     files = schedlib.discover(args.paths)
+    if args.schedule_command in ("run-due", "status"):
+        _scheduled_as_named(args.paths)
     if args.schedule_command in ("serve", "run-due"):
         # claims go under the runs directory: a file in its way is exit 5 before a manifest is read; a
         # missing one is made when the first slot is claimed, so a command that stops on bad input writes nothing
@@ -60,6 +62,8 @@ def cmd_schedule(args: argparse.Namespace, out, err) -> int:
             print(d, file=err)
         if args.json:
             print(json.dumps(rows, indent=2), file=out)
+        elif not rows and not problems:
+            print("no scheduled manifests in " + ", ".join(args.paths), file=out)
         for r in rows if not args.json else []:
             if r["last_slot"] is None:
                 last = "never ran"
@@ -107,6 +111,21 @@ def cmd_schedule(args: argparse.Namespace, out, err) -> int:
         for utc, local in zip(r["next"], r["next_local"]):
             print(f"  {utc}  ({local})", file=out)
     return EXIT_BAD_INPUT if problems else EXIT_OK
+
+
+def _scheduled_as_named(paths) -> None:
+    """A manifest file named on the command line carries a ``schedule:`` block: without one, ``run-due`` and
+    ``status`` did nothing and said nothing, exit 0, as for a folder of manifests none of which is scheduled."""
+    import os
+
+    from hetflow.engine.manifest.validate import load
+
+    for path in paths:
+        if os.path.isfile(path):
+            doc = load(path)
+            if isinstance(doc.value, dict) and "schedule" not in doc.value:
+                raise UsageError(f"{path} has no schedule: block, so nothing of it is scheduled (add one, as "
+                                 "docs/how-to/schedule.md shows, or run it now with hetflow run)")
 
 
 def _writable(runs_dir: str) -> None:
