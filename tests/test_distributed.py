@@ -16,6 +16,7 @@ from hetflow.engine.errors import ManifestError, RunFailed
 from hetflow.engine.manifest.validate import compile_manifest, load
 from hetflow.engine.plan.planner import plan as make_plan
 from hetflow.engine.plan.planner import render_text
+from hetflow.engine.run import threads
 from hetflow.engine.run.execute import execute
 from hetflow.executors import probe
 
@@ -99,8 +100,21 @@ def test_workers_take_partitions_from_and_store_them_in_the_cache(cluster, manif
     second = execute(m, placed, runs_dir=str(tmp_path), cluster=cluster)
     assert sorted(second.record["cache"]["hits"]) == sorted(p.id for p in placed.partitions)
     assert digests(second) == digests(first)
-    local = execute(m, make_plan(m, probe), runs_dir=str(tmp_path))
+    # a product's partition, and what reads it, take only an entry made with the run's BLAS threads: a run in
+    # this process at the workers' threads takes every entry; at other threads it computes those again
+    workers_blas = threads.recorded_blas(second.record)
+    with threads.POOLS.pinned(workers_blas):
+        local = execute(m, make_plan(m, probe), runs_dir=str(tmp_path))
     assert sorted(local.record["cache"]["hits"]) == sorted(p.id for p in placed.partitions), "one cache for every mode"
+    assert local.record["cache"]["other_threads"] == {} and digests(local) == digests(first)
+    follow = {pid for pid, k in first.record["cache"]["keys"].items() if k["blas"]}
+    with threads.POOLS.pinned(workers_blas + 1):
+        other = execute(m, make_plan(m, probe), runs_dir=str(tmp_path))
+    recomputed = set(other.record["cache"]["other_threads"])
+    assert recomputed and set(other.record["cache"]["hits"]) == {p.id for p in placed.partitions} - recomputed
+    assert all(f"computed with {workers_blas} BLAS threads, this run's have {workers_blas + 1}" in why
+               for why in other.record["cache"]["other_threads"].values())
+    assert recomputed == follow
     assert second.record["live_activations_after"] == {"accel": 0, "host": 0}
 
 
@@ -264,3 +278,19 @@ def test_a_local_clusters_workers_freeze_their_heap_when_they_close(cluster):
 
     got = cluster.client.run(frozen_by_teardown)
     assert len(got) == 2 and all(after > before for before, after in got.values())
+
+
+def test_a_local_cluster_leaves_this_processs_thread_variables_as_they_were(monkeypatch):
+    """Dask's nanny writes its workers' OMP_NUM_THREADS=1 and the like into its own process's environment before it
+    spawns them; there they stayed, and a BLAS this process loaded afterwards (scipy's) kept one thread."""
+    from hetflow.engine.run.threads import USER_THREAD_VARS
+
+    for var in USER_THREAD_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "3")  # a user's own stays theirs
+    with Cluster.local(1, 1, dashboard=False) as c:
+        here = {var: os.environ.get(var) for var in USER_THREAD_VARS}
+        there = c.client.run(lambda: {var: os.environ.get(var) for var in USER_THREAD_VARS})
+    assert here == {"OMP_NUM_THREADS": None, "OPENBLAS_NUM_THREADS": None, "MKL_NUM_THREADS": "3"}
+    (worker,) = there.values()
+    assert worker["OMP_NUM_THREADS"] == "1" and worker["OPENBLAS_NUM_THREADS"] == "1"  # the worker's, as Dask sets them

@@ -27,7 +27,7 @@ from distributed import WorkerPlugin, get_worker
 
 from hetflow.engine.store.cache import Cache, CacheUse
 from hetflow.engine.plan.plandata import Plan
-from hetflow.engine.run import malloc
+from hetflow.engine.run import malloc, threads
 from hetflow.engine.run.runtime import ClusterFailure, LocalRuntime, NotHeld, _here
 from hetflow.executors import Offer, create, plugins, probe
 from hetflow.executors.base import Vendor
@@ -143,9 +143,13 @@ class HetflowWorkerPlugin(WorkerPlugin):
                 if worker.address == address and self.ids.get(address, worker.local_directory) == worker.local_directory]
         executors = {e: _create(self.plan.executors[e]) for e in mine}
         topic = PLUGIN_PREFIX + self.run_id
+        cache = CacheUse(Cache(self.cache[0]), *self.cache[1:]) if self.cache else None
+        if cache is not None:
+            # this worker's own BLAS threads (the run has set them already on a local cluster): a product's entry is
+            # taken, and stored, for as many threads as this worker computes it with
+            cache.blas = threads.POOLS.describe(1)["blas"]
         self.runtime = LocalRuntime(self.plan, executors, emit=lambda event: worker.log_event(topic, event),
-                                    worker=worker.address,
-                                    cache=CacheUse(Cache(self.cache[0]), *self.cache[1:]) if self.cache else None)
+                                    worker=worker.address, cache=cache)
         # before any task of the run: the first partition on this worker is timed on its own work
         worker.log_event(topic, {"event": "warm-up", "kind": "run", "id": self.run_id, "worker": worker.address,
                                  "duration_s": self.runtime.warm_up(), "time": time.time()})
