@@ -88,6 +88,7 @@ from hetflow.engine.run.clusterphases import place_witness, run_phases
 from hetflow.engine.errors import Diagnostic, EnvironmentUnavailable, ManifestError, UsageError, argument
 from hetflow.engine.run.events import EventStream, run_event
 from hetflow.engine.run import malloc
+from hetflow.engine.run.threads import USER_THREAD_VARS
 from hetflow.engine.run.lowering import TaskGraph, lower
 from hetflow.engine.manifest.validate import Manifest
 from hetflow.engine.plan.costs import human_bytes
@@ -292,6 +293,15 @@ class _ClusterRun:
     recoveries: list[dict] = dataclasses.field(default_factory=list)
 
 
+def _restore_environ(kept: Mapping[str, str | None]) -> None:
+    """Put back this process's ``kept`` environment variables (name -> value, None where unset)."""
+    for name, value in kept.items():
+        if value is None:
+            os.environ.pop(name, None)
+        elif os.environ.get(name) != value:
+            os.environ[name] = value
+
+
 class Cluster:
     """A Dask cluster hetflow runs on, and the client connected to it."""
 
@@ -356,6 +366,9 @@ class Cluster:
         # the nanny takes a variable already in this process's environment over its configuration (and writes its
         # own there before it spawns a worker): an earlier nanny's trim threshold would win over these
         os.environ.update({k: v for k, v in spawn.items() if k.startswith("MALLOC_")})
+        # ... and its thread variables (OMP_NUM_THREADS=1 and the like) there too, where they stayed: a BLAS this
+        # process loaded later (scipy's, say) then kept one thread whatever the cores
+        kept = {k: os.environ.get(k) for k in USER_THREAD_VARS}
         with dask.config.set({"distributed.scheduler.active-memory-manager.start": False,
                               "distributed.nanny.pre-spawn-environ": spawn}), _terminal_signals_held():
             try:
@@ -371,6 +384,8 @@ class Cluster:
                 # ports) is at the root of its chain
                 raise EnvironmentUnavailable(f"a local cluster of {workers} worker(s) could not start: "
                                              f"{_root_cause(e)}") from e
+            finally:
+                _restore_environ(kept)
         try:
             client = Client(lc, set_as_default=False)
         except BaseException:
