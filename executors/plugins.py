@@ -36,20 +36,25 @@ import os
 import re
 import sys
 import traceback
+import threading
 import types
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 from hetflow.executors import ops as oplib
 from hetflow.executors.codeid import combine, distribution_files, distribution_of, file_sha, package_root, python_files
 from hetflow.executors.userops import (  # noqa: F401 - the decorator's names, imported from here by the engine and users
+    IN_USE,
+    IN_USE_CHANGED,
     LOADING,
     REGISTRY_LOCK,
     OpFunction,
     PluginError,
     UserOpError,
     defined_at,
+    in_use_elsewhere,
     is_hetflow_frame,
     op,
 )
@@ -128,6 +133,10 @@ def _exec(module_name: str, path: str, code: bytes, spec: str) -> types.ModuleTy
     """Run a plugin's code as module ``module_name``; returns the module."""
     previous = {n: o for n, o in oplib.REGISTRY.items() if o.source == module_name}
     with REGISTRY_LOCK:
+        for n in previous:
+            busy = in_use_elsewhere(n, module_name)
+            if busy is not None:
+                raise PluginError(busy.replace("defining it again", f"loading plugin {spec!r} again"), path)
         for n in previous:
             del oplib.REGISTRY[n]
     module = types.ModuleType(module_name)
@@ -300,6 +309,49 @@ def load_source(path: str, code: bytes, spec: str | None = None) -> Plugin:
         plugin = Plugin(spec, "path", module_name, path, total, names, files=files, source=code, imported=imported)
         _PLUGINS["path", path] = plugin
         return plugin
+
+
+@contextmanager
+def in_use(used: Sequence[Plugin]) -> Iterator[None]:
+    """While a run of a manifest with plugins ``used`` runs in this process: the registry holds their ops, and
+    no other plugin's definition of their names replaces them.
+
+    A run of another plugin's op of the same name in progress (another
+    thread: a notebook's, a service's) is waited for; the ops are then
+    loaded again from the bytes the manifest was compiled with where the
+    registry holds the other plugin's. A plugin that would define one of
+    them again meanwhile is refused (:func:`in_use_elsewhere`).
+    """
+    wanted = {n: p.module for p in used for n in p.ops}
+    me = threading.get_ident()
+    with IN_USE_CHANGED:
+        IN_USE_CHANGED.wait_for(lambda: all(IN_USE.get(n, (m,))[0] == m for n, m in wanted.items()))
+        for n, m in wanted.items():
+            threads = IN_USE.setdefault(n, (m, {}))[1]
+            threads[me] = threads.get(me, 0) + 1
+    try:
+        with REGISTRY_LOCK:
+            for p in used:
+                if all(n in oplib.REGISTRY and oplib.REGISTRY[n].source == p.module for n in p.ops):
+                    continue
+                if p.kind == "path" and p.file and p.source is not None:
+                    load_source(p.file, p.source, p.spec)
+                wrong = [n for n in p.ops if n not in oplib.REGISTRY or oplib.REGISTRY[n].source != p.module]
+                if wrong:
+                    raise PluginError(f"plugin {p.spec!r}: op {wrong[0]!r} is defined in this process by "
+                                      f"{getattr(oplib.REGISTRY.get(wrong[0]), 'defined_at', None) or 'none'} now, "
+                                      f"not by {p.module}; run this in a new process", p.file)
+        yield
+    finally:
+        with IN_USE_CHANGED:
+            for n in wanted:
+                threads = IN_USE[n][1]
+                threads[me] -= 1
+                if not threads[me]:
+                    del threads[me]
+                if not threads:
+                    del IN_USE[n]
+            IN_USE_CHANGED.notify_all()
 
 
 def load_module(name: str, spec: str | None = None, kind: str = "module") -> Plugin:

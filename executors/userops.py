@@ -76,6 +76,30 @@ LOADING = threading.local()
 """The plugin load in progress on this thread: ``module``, and the ops it ``defined`` so far (name -> FILE:LINE),
 so that a second definition of a name is an error."""
 
+IN_USE: dict[str, tuple[str, dict[int, int]]] = {}
+"""Each op a run in this process is running: name -> (the module whose op it runs, thread id -> how many runs of
+that thread). The registry holds one op a name, which every run of the process calls: a plugin loaded meanwhile
+that defined the name again would have the run compute with the other plugin's code, recorded and cached as its
+own plugin's. Changed under :data:`IN_USE_CHANGED` only."""
+
+IN_USE_CHANGED = threading.Condition(threading.Lock())
+
+
+def in_use_elsewhere(name: str, module: str | None) -> str | None:
+    """Why op ``name`` may not be defined now by ``module`` (None: any module, the same one's code again too):
+    a run of another thread of this process, or of another plugin, is running it."""
+    with IN_USE_CHANGED:
+        held = IN_USE.get(name)
+        if held is None:
+            return None
+        holder, threads = held
+        if holder == module and not set(threads) - {threading.get_ident()}:
+            return None
+    running = oplib.REGISTRY.get(name)
+    at = f" (the op of {running.defined_at})" if running is not None and running.defined_at else ""
+    return (f"op {name!r} is in use by a run in this process{at}: defining it again now would change the code "
+            "that run computes with; run this after it ends, or give the op another name")
+
 
 def is_hetflow_frame(filename: str) -> bool:
     """Whether a traceback frame is in hetflow's own code, which a user's traceback leaves out."""
@@ -389,8 +413,9 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
 
     One process may load several projects' plugins (a scheduler, a
     notebook, tests): a plugin loaded later takes over a name an earlier
-    one defined, and a manifest whose own plugins define one name twice
-    is refused.
+    one defined, but not while a run in this process is running that
+    name's op (:data:`IN_USE`), and a manifest whose own plugins define
+    one name twice is refused.
 
     Parameters
     ----------
@@ -481,6 +506,9 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
                 raise PluginError(f"op {name!r} is defined twice: at {LOADING.defined[name]} and at {where}", where)
             if old is not None and old.invoke is None:
                 raise PluginError(f"op {name!r} would shadow the built-in op {name!r}; choose another name", where)
+            busy = in_use_elsewhere(name, loading or module)
+            if busy is not None:
+                raise PluginError(busy, where)
             text = doc if doc is not None else (inspect.getdoc(fn) or "").split("\n")[0]
             oplib.REGISTRY[name] = oplib.Op(
                 name, arity, kinds, fn, _shape_rule(shape, name, where), args, doc=text,

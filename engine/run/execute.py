@@ -27,6 +27,7 @@ as timed-out attempts are (the pool is not joined; the closed
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -46,7 +47,7 @@ from hetflow.engine.store import owner
 from hetflow.engine.run import threads
 from hetflow.engine.store.cache import Cache, CacheUse, partition_keys, uncached_stages
 from hetflow.engine.run.cancel import Cancel, Cancelled, current
-from hetflow.engine.errors import RunCancelled, RunFailed, StageFailure, StorageUnavailable, is_storage_error
+from hetflow.engine.errors import RunCancelled, RunFailed, StageFailure, StorageUnavailable, UsageError, is_storage_error
 from hetflow.engine.heap import frozen_heap
 from hetflow.engine.run.events import EventStream, Sink, run_event
 from hetflow.engine.run.lowering import run_in_order
@@ -100,8 +101,16 @@ def execute(manifest: Manifest, plan: Plan, **kwargs: Any) -> RunResult:
         # built before the heap is frozen: the plan's data lives as long as the run, out of the GC's reach with
         # the plan, and the pass that builds it pauses the GC without asking how much is frozen (a walk of it)
         kwargs["plan_json"] = _plan_data(plan)[0]
-    with frozen_heap(len(plan.nodes) + len(plan.bridges)):
-        return _execute(manifest, plan, **kwargs)
+    from hetflow.executors import plugins
+
+    with contextlib.ExitStack() as stack:
+        try:
+            # the ops its cache keys name by their plugins' code are the ones its stages run, to its end
+            stack.enter_context(plugins.in_use(getattr(manifest, "plugins", ())))
+        except plugins.PluginError as e:
+            raise UsageError(str(e)) from None
+        with frozen_heap(len(plan.nodes) + len(plan.bridges)):
+            return _execute(manifest, plan, **kwargs)
 
 
 def _execute(
