@@ -414,7 +414,7 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
     One process may load several projects' plugins (a scheduler, a
     notebook, tests): a plugin loaded later takes over a name an earlier
     one defined, but not while a run in this process is running that
-    name's op (:data:`IN_USE`), and a manifest whose own plugins define
+    name's op, and a manifest whose own plugins define
     one name twice is refused.
 
     Parameters
