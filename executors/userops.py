@@ -283,8 +283,15 @@ def _invoker(name: str, fn: Callable, order: Sequence[str]) -> Callable[..., Any
             text, at = _user_frames(e)
             raise UserOpError(f"op {name!r} raised {type(e).__name__}: {e} ({at}); an op fails its stage by raising "
                               "an Exception", op=name, user_traceback=text) from None
-        if not (hasattr(out, "shape") and hasattr(out, "dtype")):
-            raise UserOpError(f"op {name!r} returned a {type(out).__name__}, not an array", op=name)
+        if not isinstance(out, (np.ndarray, np.generic, getattr(xp, "ndarray", np.ndarray))):
+            # an object of its own with .shape and .dtype passed, and failed further on as "float() argument must
+            # be a string or a real number, not 'Fake'", naming neither what was returned nor the rule
+            raise UserOpError(f"op {name!r} returned a {type(out).__name__}, not an array of "
+                              f"{getattr(xp, '__name__', 'its executor')}", op=name)
+        if isinstance(out, np.ma.MaskedArray):
+            # stored as its data alone, the masked entries' values, which the op said are not values
+            raise UserOpError(f"op {name!r} returned a masked array, whose mask an output cannot keep: return "
+                              "its .filled(value) or a separate mask", op=name)
         declared = op.shape([tuple(x.shape) for x in inputs], args)
         if declared is not None and tuple(out.shape) != tuple(declared):
             raise UserOpError(f"op {name!r} returned shape {list(out.shape)}, but its shape rule declares "
