@@ -238,3 +238,54 @@ def test_verify_reruns_a_point_of_a_parallel_sweep_at_the_threads_it_had(sweep_f
     causes = mismatch_causes(point.record, alone.record, "n")
     assert causes == [f"thread pools differ: blas {usable_cores() // 2} -> {usable_cores()} threads (a float sum's "
                       "order follows its threads)"], causes
+
+
+def test_a_point_of_a_parallel_sweep_resumed_alone_goes_on_at_its_threads_and_takes_what_it_finished(tmp_path):
+    """A --parallel 2 sweep stopped midway and resumed without --parallel ran its points alone on every core: the
+    partitions they had finished, stored at one BLAS thread of two cores, were computed again at two (and the
+    fault campaign counted them as finished partitions run twice)."""
+    if usable_cores() < 2:
+        pytest.skip("one core: a --parallel 2 point has the threads a run alone has")
+    (tmp_path / "ops.py").write_text(OPS)
+    path = tmp_path / "two.yaml"
+    path.write_text(SWEEP.replace("[1, 2, 3, 4]", "[1, 2]").replace("{host: {vendor: cpu}}",
+                                                                      "{a: {vendor: cpu}, b: {vendor: cpu}}")
+                    .replace('seed: "${seed}"}}', 'seed: "${seed}"}, executor: a}')
+                    .replace("inputs: [x]}", "inputs: [x], executor: a}\n  m: {op: t.blas_threads, inputs: [n], "
+                                             "executor: b}").replace("{n: n}", "{n: n, m: m}"))
+    runs, before = tmp_path / "runs", blas_now()
+
+    def stop(event: dict) -> None:
+        if event.get("kind") == "partition" and event.get("event") == "finished":
+            raise RuntimeError("stopped after the first partition")
+
+    with pytest.raises(RuntimeError, match="stopped after the first partition"):
+        hetflow.sweep(path, runs_dir=runs, parallel=2, on_event=stop)
+    firsts = {r.run_id: r.record for r in (hetflow.open_run(p.parent.name, runs_dir=runs)
+                                           for p in runs.glob("*/record.json"))}
+    assert firsts and all(r["threads"]["blas"] == usable_cores() // 2 for r in firsts.values()), firsts
+    resumed = hetflow.sweep(path, runs_dir=runs, resume="latest")
+    assert resumed.status == "succeeded"
+    for run in resumed.runs:
+        if run.run_id not in firsts:
+            continue  # a point its sweep had not begun runs anew, alone
+        assert run.record["cache"]["other_threads"] == {}, run.record["cache"]
+        assert run.record["cache"]["hits"] == ["p0"], run.record["cache"]
+        assert run.record["threads"]["blas"] == usable_cores() // 2
+        assert int(run.outputs["n"].flat[0]) == int(run.outputs["m"].flat[0]) == usable_cores() // 2
+    assert blas_now() == before
+
+
+def test_pins_held_from_two_threads_end_in_any_order():
+    """Two resumed points of a --parallel sweep pin the pools from their own threads: the first to end put back
+    the limit the pools had before it, while the other's still held, and the last left them pinned for good."""
+    from hetflow.engine.run.threads import Pools
+
+    pools, before = Pools(cores=4, environ={}), blas_now()
+    first, second = pools.pinned(1), pools.pinned(3)
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert pools.limit() == 3
+    second.__exit__(None, None, None)
+    assert pools.limit() == 4 and blas_now() == before

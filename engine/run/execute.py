@@ -194,6 +194,7 @@ def _execute(
     # empty folder behind, which a sweep's summary would name as a cancelled point's run
     unbegun = cancel.on_forced_exit(lambda: _remove_unbegun(run_dir)) if resume is None else (lambda: None)
     earlier = _earlier_attempts(record_path) if resume is not None else []
+    resumed_blas = earlier[-1].pop("blas", None) if earlier else None  # its threads, not kept among the attempts
     if resume is not None:
         # an earlier attempt killed during a write left its temporary file (a whole record perhaps, saying what
         # this one's will not); its folder is this attempt's now, under its lock
@@ -348,7 +349,10 @@ def _execute(
                     return run_in_order(runtime.graph)
                 return dask.threaded.get(dsk, graph_keys, pool=pool)
 
-            with threads.claim_run(at_once):  # given back however the run ends, the record's read failing too
+            # a resumed run at the BLAS threads its earlier attempt had (a point of a --parallel sweep, or a run of a
+            # cluster's one-thread workers, resumed alone): the partitions that attempt finished are entries computed
+            # with them, which a run at other threads computes again, and its outputs are what it began computing
+            with threads.claim_run(at_once), threads.POOLS.pinned(resumed_blas):
                 record["threads"] = threads.POOLS.describe(at_once)
                 cache_use.blas = threads.recorded_blas(record)
                 try:
@@ -663,7 +667,8 @@ def _earlier_attempts(record_path: str) -> list[dict]:
                 data={stage: (info or {}).get("digest") for stage, info in (previous.get("data") or {}).items()},
                 programs={name: (info or {}).get("digest") for name, info in (previous.get("programs") or {}).items()
                           if isinstance(info, dict)},
-                plugins=_plugin_digests(previous.get("plugins")))
+                plugins=_plugin_digests(previous.get("plugins")),
+                blas=threads.recorded_blas(previous))
     if status == owner.DIED:
         last.update(ended_at=None, duration_s=None)
     return kept + [last]

@@ -154,7 +154,15 @@ class Pools:
         self._libs: list[Any] = []
         self.generation = 0  # bumped whenever the limit changes: per-thread pools follow it in here()
         self._local = threading.local()
-        self._pinned: int | None = None  # a limit fixed by pinned(), whatever the claims
+        # the limits pinned() holds, in the order they began: the latest still held is in force. A list, not one
+        # value put back on the way out: the resumed points of a --parallel sweep pin from threads of their own and
+        # end in any order, and the first to end put back a limit the other had already replaced
+        self._pins: list[list[int]] = []
+
+    @property
+    def _pinned(self) -> int | None:
+        """The limit pinned() holds now, whatever the claims; None where none is held."""
+        return self._pins[-1][0] if self._pins else None
 
     def user(self) -> dict[str, str]:
         return user_limits(self._environ)
@@ -172,20 +180,22 @@ class Pools:
         A run's float sums follow the order its BLAS threads split them in,
         so ``verify`` reruns a point of a ``--parallel`` sweep, one BLAS
         thread of two cores, at the threads its record gives, not at the
-        two a run alone would get.
+        two a run alone would get; a resumed run goes on at the threads its
+        earlier attempt had, and takes the entries that attempt stored.
         """
         if threads is None:
             yield
             return
+        pin = [max(1, int(threads))]  # its own object: removed by identity, wherever it stands among the others
         with self._lock:
-            before, self._pinned = self._pinned, max(1, int(threads))
+            self._pins.append(pin)
             self._set()
         self._here()
         try:
             yield
         finally:
             with self._lock:
-                self._pinned = before
+                self._pins[:] = [p for p in self._pins if p is not pin]
                 self._set()
 
     @contextmanager
