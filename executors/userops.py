@@ -406,6 +406,11 @@ class OpFunction:
             oplib.REGISTRY[self.name] = replace(op, wgsl=oplib.Kernel("source", source, params=params))
 
 
+def _builtin_spaces() -> frozenset[str]:
+    """The namespaces of the built-in ops (``random``, ``quantize``), which no plugin's op may take."""
+    return frozenset(n.split(".", 1)[0] for n in oplib.BUILTIN if "." in n)
+
+
 def _caller() -> str:
     frame = inspect.stack()[2]
     return f"{frame.filename}:{frame.lineno}"
@@ -427,7 +432,8 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
     Parameters
     ----------
     name : str
-        Namespaced name, ``ns.name``; may not be a built-in op's.
+        Namespaced name, ``ns.name``; may not be a built-in op's, nor in a
+        built-in op's namespace (``random``, ``quantize``).
     dtypes : list of str, optional
         The dtypes a stage of this op may ask for (default: the float ones).
         A stage without ``dtype:`` gets fp32, or its inputs' integer type
@@ -455,7 +461,7 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
     Raises
     ------
     PluginError
-        A malformed name, a built-in's name, a name defined twice, an
+        A malformed name, a built-in's name or namespace, a name defined twice, an
         unknown dtype, or an argument without a usable annotation.
 
     Examples
@@ -491,6 +497,12 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
             raise PluginError(f"op name {name!r} is not namespaced: write 'ns.name' (letters, digits, '_', '-')", where)
         if name in oplib.BUILTIN:
             raise PluginError(f"op {name!r} would shadow the built-in op {name!r}; choose another name", where)
+        space = name.split(".", 1)[0]
+        if space in _builtin_spaces():
+            # the editors' schema marks every name of a built-in namespace that is no built-in op as misspelt
+            # (random.normall), and a later release may add that very name
+            raise PluginError(f"op {name!r} is in the built-in namespace {space!r}, which is hetflow's own; "
+                              "choose another namespace", where)
         try:
             kinds = frozenset(Dtype(d) for d in dtypes) if dtypes is not None else oplib.FLOAT_DTYPES
         except ValueError:

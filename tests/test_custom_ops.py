@@ -146,6 +146,10 @@ def test_a_manifest_cannot_import_anything_by_naming_it(project, tmp_path):
                                      "ModuleNotFoundError: No module named 'nothing_here_at_all'"),
     ("from hetflow import op\n\n@op('random.normal')\ndef f(xp, x):\n    return x\n",
      "3:11: {dir}/broken.py:3: op 'random.normal' would shadow the built-in op 'random.normal'; choose another name"),
+    # the editors' schema marks such a name as a misspelt built-in op, which validate and run took
+    ("from hetflow import op\n\n@op('random.bernoulli')\ndef f(xp, x):\n    return x\n",
+     "3:11: {dir}/broken.py:3: op 'random.bernoulli' is in the built-in namespace 'random', which is hetflow's own; "
+     "choose another namespace"),
     ("from hetflow import op\n\n@op('t.twice')\ndef f(xp, x):\n    return x\n\n\n@op('t.twice')\ndef g(xp, x):\n    return x\n",
      "3:11: {dir}/broken.py:8: op 't.twice' is defined twice: at {dir}/broken.py:3 and at {dir}/broken.py:8"),
     ("def f(:\n", "3:11: {dir}/broken.py:1: plugin 'broken.py' does not parse: invalid syntax"),
