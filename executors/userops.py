@@ -48,6 +48,7 @@ from __future__ import annotations
 import inspect
 import os
 import re
+import sys
 import threading
 import traceback
 import types
@@ -489,7 +490,9 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
         raise PluginError(f"@op needs the op's name: write @op('ns.name') above def {getattr(name, '__name__', '?')}",
                           defined_at(name))
     if isinstance(dtypes, str) or (dtypes is not None and not isinstance(dtypes, Iterable)):
-        raise PluginError(f"op {name!r}: dtypes= is a list of dtype names (dtypes=['fp32']), not {dtypes!r}")
+        called = sys._getframe(1)  # the line of @op(...) in the plugin, as every other problem of an op names one
+        raise PluginError(f"op {name!r}: dtypes= is a list of dtype names (dtypes=['fp32']), not {dtypes!r}",
+                          f"{called.f_code.co_filename}:{called.f_lineno}")
 
     def register(fn: Callable) -> OpFunction:
         where = defined_at(fn)
