@@ -125,6 +125,9 @@ def _finish(module: str, files: Mapping[str, str], base: str | None) -> tuple[st
             # and a project moved or copied elsewhere keeps its cache
             kernels = [o.wgsl.expr if o.wgsl else ""] + [f"{v}:{os.path.basename(defined_at(f))}"
                                                          for v, f in sorted(o.kernels.items())]
+            # and the op's own body by its file and line: two plugins of one folder hold the same files, so the
+            # digest alone named a.py's op and b.py's op of one name alike, and one's cache entries served the other
+            kernels.append(f"body:{os.path.basename(o.defined_at)}")
             oplib.REGISTRY[n] = replace(o, identity=combine({"": base}, kernels) if base is not None else None)
     return base, names
 

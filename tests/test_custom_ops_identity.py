@@ -1,0 +1,39 @@
+"""The code identity of a user's op, which every cache key of a partition running it holds, tells apart two plugins
+of one folder that define one op name: each is its own code, with its own cache entries."""
+
+import pytest
+
+import hetflow
+from hetflow.executors import ops
+
+MANIFEST = '''version: 1
+name: same-folder
+plugins: [{plugin}]
+executors: {{host: {{vendor: cpu}}}}
+stages:
+  x: {{op: random.normal, args: {{shape: [3], seed: 1}}}}
+  y: {{op: lab.f, inputs: [x]}}
+outputs: {{x: x, y: y}}
+'''
+
+
+@pytest.fixture
+def registry():
+    before = dict(ops.REGISTRY)
+    yield
+    ops.REGISTRY.clear()
+    ops.REGISTRY.update(before)
+
+
+def test_two_plugins_of_one_folder_defining_one_op_name_do_not_share_cache_entries(tmp_path, registry):
+    for plugin, factor in (("a.py", 2), ("b.py", 3)):
+        (tmp_path / plugin).write_text(f"from hetflow import op\n\n\n@op('lab.f')\ndef f(xp, x):\n    return x * {factor}\n")
+        (tmp_path / f"m_{plugin[0]}.yaml").write_text(MANIFEST.format(plugin=plugin))
+    runs = tmp_path / "runs"
+    first = hetflow.run(tmp_path / "m_a.yaml", runs_dir=runs)
+    assert first.record["cache"]["stored"] == ["p0"]
+    second = hetflow.run(tmp_path / "m_b.yaml", runs_dir=runs)
+    # b.py's op ran, not a.py's result taken from the cache under a key that named the same code
+    assert second.record["cache"]["hits"] == []
+    assert (second.outputs["y"] == second.outputs["x"] * 3).all()
+    assert first.record["cache"]["keys"]["p0"]["code"] != second.record["cache"]["keys"]["p0"]["code"]
