@@ -20,7 +20,8 @@ file and of every Python module beside it (the ``.py`` files of its
 folder and of the packages under it, whatever the plugin imports, when
 it loads or when an op runs), or of the installed distribution's files
 and version and of its package's Python files (an editable install's
-distribution lists none of them), plus its kernel sources. The engine
+distribution lists none of them), plus its kernel sources and its body's file name
+and line. The engine
 folds it into the cache key of every partition that runs the op. A
 module plugin whose code changed on disk since this process imported it
 runs the code it imported, which no identity names: its ops' partitions
