@@ -130,7 +130,25 @@ def _finish(module: str, files: Mapping[str, str], base: str | None) -> tuple[st
             # digest alone named a.py's op and b.py's op of one name alike, and one's cache entries served the other
             kernels.append(f"body:{os.path.basename(o.defined_at)}")
             oplib.REGISTRY[n] = replace(o, identity=combine({"": base}, kernels) if base is not None else None)
+        _DEFINED[module] = {n: oplib.REGISTRY[n] for n in names}
     return base, names
+
+
+# module -> the ops it defined when it last loaded, which another plugin's of the same names may have replaced since
+_DEFINED: dict[str, dict[str, oplib.Op]] = {}
+
+
+def _take_back(module: str, spec: str) -> None:
+    """Put back in the registry the ops of ``module``, imported already, that another plugin's of the same names
+    replaced: an installed module is imported once a process, so its code would not define them again."""
+    with REGISTRY_LOCK:
+        for n, o in (_DEFINED.get(module) or {}).items():
+            if n in oplib.REGISTRY and oplib.REGISTRY[n].source == module:
+                continue
+            busy = in_use_elsewhere(n, module)
+            if busy is not None:
+                raise PluginError(f"plugin {spec!r}: {busy}")
+            oplib.REGISTRY[n] = o
 
 
 def _exec(module_name: str, path: str, code: bytes, spec: str) -> types.ModuleType:
@@ -363,7 +381,6 @@ def load_module(name: str, spec: str | None = None, kind: str = "module") -> Plu
     spec = spec or name
     with REGISTRY_LOCK:
         loaded = name in sys.modules
-        previous_ops = _ops_of(name)
         if not loaded:
             LOADING.module, LOADING.defined = name, {}
             try:
@@ -380,8 +397,8 @@ def load_module(name: str, spec: str | None = None, kind: str = "module") -> Plu
                 raise PluginError(f"plugin {spec!r} failed to import: {type(e).__name__}: {e}", _last_frame(e)) from None
             finally:
                 LOADING.module = None
-        elif not previous_ops and ("module", name) not in _PLUGINS:
-            pass
+        else:
+            _take_back(name, spec)
         module = sys.modules[name]
         dist = distribution_of(name)
         file = getattr(module, "__file__", None)

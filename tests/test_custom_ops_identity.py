@@ -37,3 +37,26 @@ def test_two_plugins_of_one_folder_defining_one_op_name_do_not_share_cache_entri
     assert second.record["cache"]["hits"] == []
     assert (second.outputs["y"] == second.outputs["x"] * 3).all()
     assert first.record["cache"]["keys"]["p0"]["code"] != second.record["cache"]["keys"]["p0"]["code"]
+
+
+def test_an_installed_module_whose_op_another_module_took_over_gets_it_back_for_its_own_manifest(
+        tmp_path, registry, monkeypatch):
+    import sys
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for letter, factor in (("a", 2), ("b", 3)):
+        module = f"takeback_{letter}"
+        monkeypatch.delitem(sys.modules, module, raising=False)
+        (tmp_path / f"{module}.py").write_text(f"from hetflow import op\n\n\n@op('lab.f')\ndef f(xp, x):\n"
+                                               f"    return x * {factor}\n")
+        (tmp_path / f"m_{letter}.yaml").write_text(MANIFEST.format(plugin=module))
+    runs = tmp_path / "runs"
+    try:
+        for letter, factor in (("a", 2), ("b", 3), ("a", 2)):
+            # the third: takeback_a, imported by the first, defines no op when imported again
+            r = hetflow.run(tmp_path / f"m_{letter}.yaml", runs_dir=runs, cache=False)
+            assert r.status == "succeeded"
+            assert (r.outputs["y"] == r.outputs["x"] * factor).all(), letter
+    finally:
+        for letter in "ab":
+            sys.modules.pop(f"takeback_{letter}", None)
