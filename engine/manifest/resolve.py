@@ -294,6 +294,11 @@ def resolve(doc: Document, overrides: Mapping[str, Any] | None = None) -> tuple[
                 type(default), "a single value, not a list or map").replace("KEY", key)
             raise UsageError(f"-p {key}={json.dumps(value)}: param {key!r} is {want} (its default at "
                              f"{doc.at(('params', key))} is {json.dumps(default)})")
+        if isinstance(value, list) and any(isinstance(x, (list, dict)) for x in value):
+            # said here, by the -p that gave it: the schema would say it at the default, which is not wrong
+            raise UsageError(f"-p {key}={json.dumps(value)}: a param's list holds single values, such as "
+                             f"-p '{key}=[8, 8]', not lists or maps (its default at {doc.at(('params', key))} is "
+                             f"{json.dumps(default)})")
     values = {**params, **overrides}
 
     problems: list[Diagnostic] = []

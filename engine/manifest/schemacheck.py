@@ -349,16 +349,70 @@ def _explain(error: jsonschema.ValidationError, doc: Document) -> Iterator[Diagn
         import jsonschema.exceptions
 
         # the alternatives of the value's own kind say what is wrong with it (a list of vendors that repeats
-        # one), not those of another kind that it could never be (one vendor's name)
-        kind = [e for e in error.context if e.validator != "type" and len(e.relative_path) == 0
-                and list(e.relative_schema_path)[1:2] != ["enum"] and list(e.relative_schema_path)[1:2] != ["const"]]
-        fitting = kind if isinstance(error.instance, (list, dict)) and kind else list(error.context)
-        best = jsonschema.exceptions.best_match(fitting)
-        if best is not None and (best.validator in ("enum", "const") or fitting is kind):
-            yield from _explain(best, doc)
+        # one, a device index below 0 inside a list), not those of another kind that it could never be (one
+        # vendor's name, 'all'); a value of no alternative's kind is told the kinds there are
+        alternatives: dict[int, list] = {}
+        for e in error.context:
+            alternatives.setdefault(e.relative_schema_path[0], []).append(e)
+        fitting = [e for errs in alternatives.values() if not any(_other_kind(e, error.instance) for e in errs)
+                   for e in errs]
+        if fitting:
+            yield from _explain(jsonschema.exceptions.best_match(fitting), doc)
             return
+        kinds = [w for i, errs in sorted(alternatives.items())
+                 for w in _kind_words(error.validator_value[i], errs, error.instance)]
+        yield Diagnostic(doc.at(path), f"{where} must be {_either(kinds)}, found {_shown(error.instance)}")
+        return
     worded = _in_manifest_terms(error)
     yield Diagnostic(doc.at(path), f"{where} {worded}" if worded else f"{where}: {error.message}")
+
+
+def _other_kind(error: jsonschema.ValidationError, instance: Any) -> bool:
+    """Whether ``error`` says ``instance`` is not of its alternative's kind at all (another type, or not a value
+    of a const or enum whose values are of another type), rather than what is wrong with a value of that kind."""
+    if len(error.relative_path) != 0:
+        return False
+    if error.validator == "type":
+        return True
+    if error.validator in ("const", "enum"):
+        values = [error.validator_value] if error.validator == "const" else list(error.validator_value)
+        return not any(type(x) is type(instance) for x in values)
+    return False
+
+
+def _kind_words(alternative: dict, errors: list, instance: Any) -> list[str]:
+    """What one alternative of a ``oneOf``/``anyOf`` takes, in a manifest's words: one phrase per kind."""
+    top = next(e for e in errors if _other_kind(e, instance))
+    if top.validator == "const":
+        return [repr(top.validator_value)]
+    if top.validator == "enum":
+        return ["one of " + ", ".join(map(str, top.validator_value))]
+    if "[KMGT]i?B" in str(alternative.get("pattern", "")):
+        return ["a size with its unit ('16GiB', '512MB')"]
+    if alternative.get("type") == "array" and isinstance(alternative.get("items"), dict) \
+            and isinstance(alternative["items"].get("type"), str):
+        return [f"a list of {_TYPE_WORDS.get(alternative['items']['type'], alternative['items']['type']).split(' ', 1)[-1]}s"]
+    return _type_words(top.validator_value, several=True)
+
+
+def _type_words(kinds: str | list[str], several: bool = False) -> list[str]:
+    """JSON Schema type names in a manifest's words, one phrase each (``a boolean`` where it stands among
+    others, ``true or false`` alone)."""
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if "number" in kinds and "integer" in kinds:
+        kinds = [k for k in kinds if k != "integer"]
+    several = several or len(kinds) > 2
+    return ["a boolean" if k == "boolean" and several else _TYPE_WORDS.get(k, k) for k in kinds]
+
+
+def _either(words: list[str]) -> str:
+    """``a, b or c``."""
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def _shown(value: Any) -> str:
+    said = repr(value)
+    return said if len(said) <= 200 else said[:197] + "..."
 
 
 #: JSON Schema's type names as a YAML manifest's author says them
@@ -376,9 +430,7 @@ def _in_manifest_terms(error: jsonschema.ValidationError) -> str | None:
     """
     v, want, found = error.validator, error.validator_value, error.instance
     if v == "type":
-        kinds = [_TYPE_WORDS.get(k, k) for k in (want if isinstance(want, list) else [want])]
-        said = repr(found)
-        return f"must be {' or '.join(kinds)}, found {said if len(said) <= 200 else said[:197] + '...'}"
+        return f"must be {_either(_type_words(want))}, found {_shown(found)}"
     bounds = {"minimum": "at least", "maximum": "at most", "exclusiveMinimum": "more than",
               "exclusiveMaximum": "less than"}
     if v in bounds:
