@@ -393,7 +393,14 @@ class OpFunction:
                               _caller())
 
         def register(fn: Callable) -> Callable:
-            _signature(fn, self.name, defined_at(fn))
+            where = defined_at(fn)
+            arity, args, _ = _signature(fn, self.name, where)
+            own = _signature(self.fn, self.name, defined_at(self.fn))
+            if arity != own[0] or set(args) != set(own[1]):  # the op's defaults and kinds are what it is called with
+                # it is called as the op is: one that took other inputs or arguments failed each stage that ran
+                # it with a TypeError of the call, and only on the machines with that vendor
+                raise PluginError(f"op {self.name!r}: its {vendor} kernel takes {_said(arity, args)}, the op "
+                                  f"{_said(*own[:2])}; a kernel has the op's signature", where)
             with REGISTRY_LOCK:
                 op = oplib.REGISTRY[self.name]
                 oplib.REGISTRY[self.name] = replace(op, kernels={**op.kernels, vendor: fn})
@@ -405,6 +412,13 @@ class OpFunction:
         with REGISTRY_LOCK:
             op = oplib.REGISTRY[self.name]
             oplib.REGISTRY[self.name] = replace(op, wgsl=oplib.Kernel("source", source, params=params))
+
+
+def _said(arity: tuple[int, int], args: Mapping[str, oplib.Arg]) -> str:
+    lo, hi = arity
+    inputs = f"{lo} input{'s' * (lo != 1)}" if lo == hi else f"{lo} to {hi} inputs"
+    named = ", ".join(args)
+    return inputs + (f" and arguments ({named})" if named else " and no arguments")
 
 
 def _builtin_spaces() -> frozenset[str]:
