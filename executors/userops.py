@@ -472,6 +472,12 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
         ``input_dtypes(*input_dtype_names, **args) -> str | None``: what is
         wrong with the inputs' dtypes (``"the indices must be integers"``),
         reported by ``hetflow validate`` at the stage's inputs.
+    split : "rows" or callable, optional
+        How one call divides across the devices of an executor that spans
+        several (``devices: [0, 1]``): ``"rows"`` along the first axis, or
+        ``split(input_shapes, args, output_shape)`` giving a
+        :class:`~hetflow.executors.opdecl.Split` or None. Default: the call
+        runs on the first device.
 
     Raises
     ------
@@ -530,6 +536,11 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
         arity, args, order = _signature(fn, name, where)
         if arity[1] == 0 and shape is None:
             raise PluginError(f"op {name!r} takes no inputs, so it must give shape=", where)
+        if split is not None and split != "rows" and not callable(split):
+            # anything else was called as a function where an executor spans devices, which failed there and ran the
+            # op on its first device alone, saying nothing
+            raise PluginError(f"op {name!r}: split= is 'rows' or a function of the input shapes, args and output "
+                              f"shape, not {split!r}", where)
         for label, f, of in (("shape", shape, "shapes"), ("cost", cost, "shapes"),
                              ("input_dtypes", input_dtypes, "dtypes' names")):
             if f is not None and not callable(f):

@@ -153,6 +153,9 @@ def test_a_manifest_cannot_import_anything_by_naming_it(project, tmp_path):
     ("from hetflow import op\n\n@op('t.twice')\ndef f(xp, x):\n    return x\n\n\n@op('t.twice')\ndef g(xp, x):\n    return x\n",
      "3:11: {dir}/broken.py:8: op 't.twice' is defined twice: at {dir}/broken.py:3 and at {dir}/broken.py:8"),
     ("def f(:\n", "3:11: {dir}/broken.py:1: plugin 'broken.py' does not parse: invalid syntax"),
+    ("from hetflow import op\n\n@op('t.cols', split='cols')\ndef f(xp, x):\n    return x\n",
+     "3:11: {dir}/broken.py:3: op 't.cols': split= is 'rows' or a function of the input shapes, args and output "
+     "shape, not 'cols'"),
     # a kernel called as the op is, which takes other inputs: each stage that ran it failed, on that vendor only
     ("from hetflow import op\n\n@op('t.k')\ndef f(xp, x, *, k: int = 1):\n    return x\n\n"
      "@f.kernel('cpu')\ndef g(xp, x, y):\n    return x\n",
