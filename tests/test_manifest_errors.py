@@ -625,7 +625,8 @@ def test_a_name_that_ends_in_a_newline_is_refused(manifest_file):
     """Python's ``$`` matches before a final newline, where the schema's (ECMA-262's) does not: ``name: "a\\n"``
     passed, and made a run folder whose name held the newline, which ``$(hetflow run ... | tail -1)`` cut."""
     path = manifest_file(GOOD.replace("name: t", 'name: "t\\n"'))
-    assert errors(path) == [f"{path}:3:7: error: name: 't\\n' does not match '^[A-Za-z0-9][A-Za-z0-9._-]*$'"]
+    assert errors(path) == [f"{path}:3:7: error: name must start with a letter or digit and hold only letters, digits, "
+                            "'.', '_' or '-' (it names the runs' ids and folders), found 't\\n'"]
     path = manifest_file(GOOD.replace("outputs: {y: y}", 'outputs: {"y\\n": y}'))
     (message,) = errors(path)
     assert message.startswith(f"{path}:10:11: error: invalid name 'y\\n' in outputs"), message

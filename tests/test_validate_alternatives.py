@@ -57,3 +57,16 @@ def test_a_nested_list_given_with_p_is_refused_by_the_p_not_at_the_default_in_th
     assert code == 2 and err.startswith("hetflow: error: -p s=[[1], 2]: a param's list holds single values"), err
     assert f"its default at {path}:5:13 is [2, 2]" in err and "params.s" not in err, err
     assert _cli("plan", str(path), "-p", "s=[1, 2]")[0] == 0
+
+
+@pytest.mark.parametrize("line, said", [
+    ('name: "my pipeline"', "2:7: error: name must start with a letter or digit and hold only letters, digits, '.', "
+                            "'_' or '-' (it names the runs' ids and folders), found 'my pipeline'"),
+    ('name: m\nplugins: [" ops.py"]', "3:11: error: plugins[0] must not start with a space, found ' ops.py'"),
+])
+def test_a_value_of_the_wrong_form_is_told_the_form_in_words_not_as_a_regular_expression(tmp_path, line, said):
+    path = tmp_path / "m.yaml"
+    path.write_text(f"version: 1\n{line}\nexecutors: {{h: {{vendor: cpu}}}}\n"
+                    "stages:\n  x: {op: ones, args: {shape: [2]}}\noutputs: {x: x}\n")
+    code, _, err = _cli("validate", str(path))
+    assert code == 2 and f"{path}:{said}" in err and "does not match" not in err, err

@@ -272,6 +272,14 @@ def _suggest(key: str, allowed: list[str]) -> str | None:
     return close[0] if close else None
 
 
+#: the schema's other patterns in words: a regular expression tells an author nothing of what to write
+_PATTERN_WORDS = {
+    "^[A-Za-z0-9][A-Za-z0-9._-]*$": "must start with a letter or digit and hold only letters, digits, '.', '_' or '-' "
+                                     "(it names the runs' ids and folders)",
+    "^[^\\s]": "must not start with a space",
+}
+
+
 def _explain(error: jsonschema.ValidationError, doc: Document) -> Iterator[Diagnostic]:
     path = tuple(error.absolute_path)
     where = _describe(path)
@@ -286,6 +294,9 @@ def _explain(error: jsonschema.ValidationError, doc: Document) -> Iterator[Diagn
     if v == "pattern" and error.validator_value in _name_patterns() and isinstance(error.instance, str):
         yield Diagnostic(doc.at(path), f"{where} must be a name, found {error.instance!r}: a name starts with a "
                                        "letter or '_' and holds letters, digits, '_' or '-'")
+        return
+    if v == "pattern" and error.validator_value in _PATTERN_WORDS and isinstance(error.instance, str):
+        yield Diagnostic(doc.at(path), f"{where} {_PATTERN_WORDS[error.validator_value]}, found {error.instance!r}")
         return
     odd = not_json(error.instance)
     if odd is not None:
