@@ -87,9 +87,11 @@ def test_a_pinned_stage_is_checked_against_every_vendor_its_executor_may_get(tmp
     code, out, err = main("validate", name, cwd=tmp_path)
     assert (code, out) == (2, "")
     assert err == (
-        f"m.yaml:8:3: error: stage 'm' uses op 'mod', which executor 'accel' (vulkan) does not run {WHERE_VULKAN}\n"
+        f"m.yaml:8:3: error: stage 'm' uses op 'mod', which executor 'accel' (vulkan) does not run; pin the stage to "
+        f"an executor whose vendor runs the op (a cpu one runs every op) {WHERE_VULKAN}\n"
         f"m.yaml:9:3: error: stage 'i' produces int64, which executor 'accel' (vulkan) does not support "
-        f"(supported: {supported}) {WHERE_VULKAN}\n")
+        f"(supported: {supported}); give the stage a dtype: from those, or pin it to an executor that holds int64 "
+        f"{WHERE_VULKAN}\n")
     if probe(Vendor.vulkan).available:  # this machine resolves 'accel' to Vulkan: plan says the same, less the machine
         code, _, plan_err = main("plan", name, "--runs-dir", "runs", cwd=tmp_path)
         assert (code, plan_err) == (2, err.replace(f" {WHERE_VULKAN}", ""))
@@ -288,3 +290,29 @@ outputs: {w: w}
     assert main("validate", name, cwd=tmp_path) == (0, f"{name}: ok\n" + NOT_CHECKED, "")
     code, out, err = main("plan", name, "--runs-dir", "runs", cwd=tmp_path)
     assert code == 2 and "error: partition p0 on executor 'small' holds 1.5 MiB of live activations at its peak" in err
+
+
+@pytest.mark.parametrize("executors, stage, said", [
+    # the only executor, not pinned: another executor is what helps
+    ("{accel: {vendor: vulkan}}", "{op: concat, inputs: [x, x], args: {axis: 0}}",
+     "stage 'y' uses op 'concat', which executor 'accel' (vulkan) does not run; declare an executor whose vendor "
+     "runs the op (a cpu one runs every op)"),
+    ("{accel: {vendor: vulkan}, host: {vendor: cpu}}",
+     "{op: add, inputs: [x], args: {value: 5000000000}, dtype: int32, executor: accel}",
+     "stage 'y' cannot run on executor 'accel' (vulkan): op 'add' computes int32 with the value 5000000000 in "
+     "float64 or int64; pin it to another executor (a cpu one computes it as written)"),
+    ("{a: {vendor: vulkan}, b: {vendor: vulkan}}", "{op: add, inputs: [x], args: {value: 5000000000}, dtype: int32}",
+     "(declare a cpu executor, which computes it as written)"),
+    ("{accel: {vendor: vulkan}}", "{op: argmax, inputs: [x], args: {axis: 0}}",
+     "stage 'y' produces int64, which executor 'accel' (vulkan) does not support (supported: fp32, fp16, bf16, "
+     "fp8e4m3, fp8e5m2, int8, int4, int16, int32, uint8, bool); give the stage a dtype: from those, or declare an "
+     "executor that holds int64 (a cpu one holds every dtype)"),
+])
+def test_a_stage_no_executor_runs_is_told_what_to_do_about_it(tmp_path, executors, stage, said):
+    name = write(tmp_path, f"version: 1\nname: r\nexecutors: {executors}\nstages:\n"
+                           f"  x: {{op: ones, args: {{shape: [4]}}, dtype: int32}}\n  y: {stage}\noutputs: {{y: y}}\n")
+    code, _, err = main("validate", name, cwd=tmp_path)
+    assert code == 2 and said in err, err
+    if probe(Vendor.vulkan).available:  # plan says the same here
+        code, _, plan_err = main("plan", name, "--runs-dir", "runs", cwd=tmp_path)
+        assert (code, plan_err) == (2, err)

@@ -233,7 +233,8 @@ def candidates(graph: Graph, order: Sequence[str], executors: Mapping[str, Any],
                     f"runs {ex.vendor.value} on this machine ({ex.reason})")))
             if stage.executor in refused:
                 problems.append(Diagnostic(stage.origin, (
-                    f"stage {n!r} cannot run on executor {stage.executor!r} ({ex.vendor.value}): {refused[stage.executor]}")))
+                    f"stage {n!r} cannot run on executor {stage.executor!r} ({ex.vendor.value}): {refused[stage.executor]}; "
+                    f"pin it to another executor (a cpu one computes it as written)")))
             elif stage.executor not in able:
                 problems.append(_dtype_problem(stage, [stage.executor], executors, offers, attrs))
             entry = pinned.get(stage.executor)
@@ -244,7 +245,8 @@ def candidates(graph: Graph, order: Sequence[str], executors: Mapping[str, Any],
             continue
         if not able and refused:
             problems.append(Diagnostic(stage.origin, f"stage {n!r} has no executor that runs it: " + "; ".join(
-                f"{e!r} ({executors[e].vendor.value}): {why}" for e, why in refused.items())))
+                f"{e!r} ({executors[e].vendor.value}): {why}" for e, why in refused.items())
+                + " (declare a cpu executor, which computes it as written)"))
             per_node[n] = (names[:1], "", "", None)
             continue
         if not able:
@@ -407,19 +409,30 @@ def _dtype_problem(stage: Any, names: Sequence[str], executors: Mapping[str, Any
     refused = [(ref, attrs[ref]["stage"].dtype) for ref in stage.inputs if attrs is not None and "stage" in attrs[ref]
                and attrs[ref]["stage"].dtype not in offers[names[0]].dtypes]
     where = stage.origin
+    pinned = len(names) == 1 and stage.executor is not None
+    others = f", nor does any other executor ({', '.join(names[1:])})" if len(names) > 1 else ""
     if stage.dtype in offers[names[0]].dtypes and ops and stage.op not in ops and not _user_op_runs(offers[names[0]], stage.op):
-        what = f"stage {stage.id!r} uses op {stage.op!r}, which executor {first.name!r} ({first.vendor.value}) does not run"
+        what = (f"stage {stage.id!r} uses op {stage.op!r}, which executor {first.name!r} ({first.vendor.value}) does not "
+                f"run{others}{remedy(stage, pinned=pinned, op=True)}")
     elif stage.dtype in offers[names[0]].dtypes and refused:
         where = stage.inputs_origin
         taken = ", ".join(f"{ref!r} at {dtype.value}" for ref, dtype in dict(refused).items())
         what = (f"stage {stage.id!r} takes {taken}, which executor {first.name!r} ({first.vendor.value}) cannot import "
-                f"(supported: {supported}); cast it to a supported dtype first, or run the stage elsewhere")
+                f"(supported: {supported}); cast it to a supported dtype first, or run the stage elsewhere{others}")
     else:
         what = (f"stage {stage.id!r} produces {stage.dtype.value}, which executor {first.name!r} ({first.vendor.value}) "
-                f"does not support (supported: {supported})")
-    if len(names) > 1:
-        what += f", nor does any other executor ({', '.join(names[1:])})"
+                f"does not support (supported: {supported}){others}{remedy(stage, pinned=pinned)}")
     return Diagnostic(where, what)
+
+
+def remedy(stage: Any, *, pinned: bool, op: bool = False) -> str:
+    """What the author of a stage that no executor (or its pinned one) can run does about it, in a message's words."""
+    if op:
+        return ("; pin the stage to an executor whose vendor runs the op (a cpu one runs every op)" if pinned
+                else "; declare an executor whose vendor runs the op (a cpu one runs every op)")
+    if pinned:
+        return f"; give the stage a dtype: from those, or pin it to an executor that holds {stage.dtype.value}"
+    return f"; give the stage a dtype: from those, or declare an executor that holds {stage.dtype.value} (a cpu one holds every dtype)"
 
 
 def largest_input(p: Problem, n: str) -> str | None:

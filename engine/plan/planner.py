@@ -67,6 +67,7 @@ from typing import Any, Callable, Mapping
 
 from hetflow.engine.manifest import phasedecl as phaselib
 from hetflow.engine.plan import placement as placing
+from hetflow.engine.plan.candidates import remedy
 from hetflow.engine.adjacency import Graph
 from hetflow.engine.plan.costs import (CostModel, human_bytes, interpreter_loaded, memory_bound_warning, split_capacity,
                                   split_exec_s)
@@ -482,7 +483,7 @@ def _check_dtypes(graph: Graph, executors: Mapping[str, ExecutorPlan], probe: Ca
             problems.append(Diagnostic(
                 stage.origin,
                 f"stage {n!r} produces {dtype.value}, which executor {ex.name!r} ({ex.vendor.value}) does not support "
-                f"(supported: {', '.join(x.value for x in supported)})",
+                f"(supported: {', '.join(x.value for x in supported)}){remedy(stage, pinned=stage.executor is not None)}",
             ))
             continue
         # what a bridge brings it is imported at its producer's dtype: the executor must hold that too
