@@ -70,3 +70,13 @@ def test_a_value_of_the_wrong_form_is_told_the_form_in_words_not_as_a_regular_ex
                     "stages:\n  x: {op: ones, args: {shape: [2]}}\noutputs: {x: x}\n")
     code, _, err = _cli("validate", str(path))
     assert code == 2 and f"{path}:{said}" in err and "does not match" not in err, err
+
+
+@pytest.mark.parametrize("version, said", [("'1'", "must be 1, found '1'"), ("true", "must be 1, found True"),
+                                           ("1.0", "must be an integer, found 1.0")])
+def test_a_version_that_is_not_1_is_said_once(tmp_path, version, said):
+    path = tmp_path / "m.yaml"
+    path.write_text(f"version: {version}\nname: m\nexecutors: {{h: {{vendor: cpu}}}}\n"
+                    "stages:\n  x: {op: ones, args: {shape: [2]}}\noutputs: {x: x}\n")
+    code, _, err = _cli("validate", str(path))
+    assert code == 2 and err == f"{path}:1:10: error: version {said}\n", err

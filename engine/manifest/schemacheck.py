@@ -321,6 +321,8 @@ def _explain(error: jsonschema.ValidationError, doc: Document) -> Iterator[Diagn
     if v == "const":
         yield Diagnostic(doc.at(path), f"{where} must be {error.validator_value!r}, found {error.instance!r}")
         return
+    if v == "type" and "const" in error.schema and (isinstance(error.instance, bool) or error.schema["const"] != error.instance):
+        return  # the const's own error says it once (version: '1' must be 1); 1.0, equal to 1, has only this one
     if v == "enum":
         options = ", ".join(map(str, error.validator_value))
         yield Diagnostic(doc.at(path), f"{where} must be one of {options}; found {error.instance!r}")
