@@ -143,12 +143,8 @@ class Diagnostic(NamedTuple):
         return f"{where}{self.severity}: {self.message}{notes}"
 
 
-class HetflowError(Exception):
-    """Base of the errors hetflow reports to its user."""
-
-    #: what the CLI exits with for it (``docs/reference/exit-codes.md``): a failure (1) unless a kind says otherwise;
-    #: the CLI's own rules (``hetflow.engine.cli.outcomes``) are tested to agree
-    exit_code = 1
+# defined apart from the engine: hetflow.executors raises errors of it too (a malformed @op), and never imports this
+from hetflow._errors import HetflowError  # noqa: E402
 
 
 #: the most problems a message lists before "... and N more": what a person reads before fixing the first

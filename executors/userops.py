@@ -58,6 +58,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from hetflow._errors import HetflowError
 from hetflow.executors import ops as oplib
 from hetflow.executors.opdecl import split_rows
 from hetflow.executors.base import Backend, Dtype
@@ -107,11 +108,16 @@ def is_hetflow_frame(filename: str) -> bool:
     return filename.startswith(_HERE + os.sep)
 
 
-class PluginError(Exception):
+class PluginError(HetflowError):
     """A plugin cannot be used: it fails to import, or one of its ops is malformed.
 
-    ``where`` is ``FILE:LINE`` in the plugin when known.
+    ``where`` is ``FILE:LINE`` in the plugin when known. A manifest's
+    plugin that raises it is a :class:`~hetflow.ManifestError` at its
+    ``plugins:`` entry; ``@hetflow.op`` used in a notebook or a script
+    raises it as it is.
     """
+
+    exit_code = 2
 
     def __init__(self, message: str, where: str | None = None) -> None:
         super().__init__(message, where)

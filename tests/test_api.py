@@ -931,3 +931,22 @@ def test_a_ctrl_c_that_finds_every_point_ended_is_a_keyboard_interrupt_and_the_s
     assert not isinstance(e.value, hetflow.RunCancelled)
     (summary_file,) = runs.glob("*/sweep.json")
     assert json.loads(summary_file.read_text())["status"] == "succeeded"
+
+
+@pytest.mark.parametrize("define", [
+    lambda: hetflow.op("relu")(lambda xp, x: x),
+    lambda: hetflow.op("api.twice", dtypes="fp32"),
+    lambda: hetflow.op("api.kernel")(lambda xp, x: x).kernel("tpu"),
+])
+def test_a_malformed_op_defined_from_python_is_a_hetflow_error(define):
+    from hetflow.executors import ops
+
+    before = dict(ops.REGISTRY)
+    try:
+        # a notebook's `except hetflow.HetflowError` did not catch it: it was an Exception of its own
+        with pytest.raises(hetflow.HetflowError) as e:
+            define()
+    finally:
+        ops.REGISTRY.clear()
+        ops.REGISTRY.update(before)
+    assert e.value.exit_code == 2 and "op " in str(e.value)

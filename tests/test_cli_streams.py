@@ -596,11 +596,12 @@ def test_every_errors_exit_code_is_the_one_the_command_line_exits_with():
                                        RunCancelled, RunFailed, StorageUnavailable, UsageError)
     from hetflow.engine.importers.onnximport import OnnxImportError
     from hetflow.engine.store.runs import NoSuchRun
+    from hetflow.executors.userops import PluginError
 
     made = [HetflowError("x"), ManifestError([]), UsageError("x"), NoSuchRun("x"), OnnxImportError("x"),
             EnvironmentUnavailable("x"), StorageUnavailable("x"), LockHeld("p", {}), RunFailed("x"),
             RunCancelled("x", None, "SIGTERM"), RunCancelled("x", None, "SIGHUP"), RunCancelled("x", None, None),
-            OutputDamaged("y", "gone")]
+            OutputDamaged("y", "gone"), PluginError("x")]
 
     def kinds(cls):
         yield cls
@@ -608,7 +609,7 @@ def test_every_errors_exit_code_is_the_one_the_command_line_exits_with():
             yield from kinds(sub)
 
     assert {type(e) for e in made} >= {k for k in kinds(HetflowError) if k.__module__.startswith("hetflow")}
-    assert [e.exit_code for e in made] == [outcome(e).code for e in made] == [1, 2, 2, 2, 2, 5, 5, 4, 1, 143, 129, 130, 1]
+    assert [e.exit_code for e in made] == [outcome(e).code for e in made] == [1, 2, 2, 2, 2, 5, 5, 4, 1, 143, 129, 130, 1, 2]
 
 
 def test_a_stray_sys_exit_with_a_message_is_an_internal_error_not_a_traceback(monkeypatch):

@@ -147,6 +147,8 @@ def _cancelled(e: RunCancelled, debug: bool) -> Outcome:
 
 
 def _failed(e: HetflowError, debug: bool) -> Outcome:
+    if e.exit_code == EXIT_BAD_INPUT:  # bad input of a kind outside the engine (a malformed @op: PluginError)
+        return _bad_usage(e, debug)
     made = _made(e.record_path) if isinstance(e, RunFailed) else {}
     data = {"status": "failed", "exit_code": EXIT_RUN_FAILED, "message": str(e), **made}
     return Outcome(EXIT_RUN_FAILED, [f"hetflow: error: {e}"], data, made.get("run_id") or made.get("sweep_id"))
