@@ -488,8 +488,9 @@ def op(name: str, *, dtypes: Iterable[str] | None = None, shape: Callable | None
     Raises
     ------
     PluginError
-        A malformed name, a built-in's name or namespace, a name defined twice, an
-        unknown dtype, or an argument without a usable annotation.
+        A :class:`~hetflow.HetflowError` (exit code 2): a malformed name, a
+        built-in's name or namespace, a name defined twice, an unknown
+        dtype, or an argument without a usable annotation.
 
     Examples
     --------
