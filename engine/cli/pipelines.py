@@ -40,6 +40,10 @@ def cmd_plan(args: argparse.Namespace, out, err) -> int:
     from hetflow.engine.manifest.validate import parse_overrides
 
     fmt = args.format or _format_of(args.output)
+    if args.output and args.output != "-" and _same_file(args.output, args.file):
+        stem = os.path.splitext(os.path.basename(args.file))[0]
+        raise UsageError(f"-o {args.output} is the manifest being planned, which the plan would replace; "
+                         f"write it to another file (-o {stem}.plan.{'txt' if fmt == 'text' else fmt})")
     plan = api.plan(args.file, parse_overrides(args.param), point=args.point, runs_dir=args.runs_dir,
                     cache_dir=args.cache_dir, inputs=parse_input_flags(args.input) or None, **cluster_kwargs(args))
     if fmt in ("svg", "png"):
@@ -70,6 +74,14 @@ def cmd_plan(args: argparse.Namespace, out, err) -> int:
     else:
         out.write(data)
     return EXIT_OK
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` are one existing file (through links, another spelling of the path)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
 
 
 def _utf8_buffer(out) -> bool:
