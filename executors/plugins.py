@@ -459,7 +459,15 @@ def load_plugin(spec: str, base: str) -> Plugin:
         return load_source(path, code, spec)
     if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", spec):
         raise PluginError(f"plugin {spec!r} is neither a .py path nor a module name")
-    return load_module(spec)
+    try:
+        return load_module(spec)
+    except PluginError as e:
+        beside = os.path.join(base, spec.replace(".", os.sep) + ".py")
+        if e.where is None and "is installed in this Python" in e.message and os.path.isfile(beside):
+            # a name without .py is a module to import, which the manifest's folder is not searched for
+            raise PluginError(f"{e.message}; the file {os.path.relpath(beside, base)} beside the manifest is a "
+                              f"plugin by its path: plugins: [{os.path.relpath(beside, base)}]") from None
+        raise
 
 
 # -- entry points ------------------------------------------------------------------------

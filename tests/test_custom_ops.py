@@ -174,6 +174,15 @@ def test_a_broken_plugin_is_exit_2_with_its_file_line_and_the_manifest_position(
     assert code == 2 and "Traceback" not in err
 
 
+def test_a_plugin_named_without_its_py_beside_the_manifest_says_to_name_it_by_its_path(project, tmp_path):
+    """plugins: [ops] is a module to import, which the manifest's folder is not searched for: the error said no
+    module 'ops' is installed, with ops.py beside the manifest."""
+    path = project(PIPELINE.replace("plugins: [ops.py]", "plugins: [ops]"))
+    said = problems(path)[0]
+    assert said.startswith("3:11: plugin 'ops': no module named 'ops' is installed in this Python")
+    assert said.endswith("; the file ops.py beside the manifest is a plugin by its path: plugins: [ops.py]")
+
+
 def test_a_shape_function_that_raises_or_returns_a_non_shape_is_exit_2(project, tmp_path):
     (tmp_path / "shapes.py").write_text(textwrap.dedent("""\
         from hetflow import op
