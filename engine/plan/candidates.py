@@ -643,6 +643,13 @@ def _decision(p: Problem, unit: Unit, n: str, exe: Mapping[str, str], costs: Map
         others = ", ".join(f"{e} {format_s(costs[e]['total_s'])}" for e in unit.candidates if e != here)
         text = (f"cost: {here} {format_s(mine['total_s'])} (exec {format_s(mine['exec_s'])} + bridges "
                 f"{format_s(mine['bridges_s'])}) vs {others}")
+        cheapest = min(unit.candidates, key=lambda e: costs[e]["total_s"])
+        saved = mine["total_s"] - costs[cheapest]["total_s"]
+        least = getattr(p.model, "min_gain_s", 0.0) or 0.0
+        if 0 < saved <= least and saved > 1e-9 * mine["total_s"]:
+            # a cheaper executor that was not taken: the figures alone would read as a wrong choice
+            text += (f"; kept on {here}: {cheapest} would save {format_s(saved)}, not the "
+                     f"{format_s(least)} a placement must save to leave the baseline")
         if cost_text is not None:
             cost_text[key] = text
     return "cost", text
