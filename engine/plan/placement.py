@@ -424,11 +424,37 @@ def _cut_component(p: Problem, out: dict[str, str], movable: Sequence[Unit], a: 
                 add(aux, ku, cost)
                 for c in free_c:
                     g.add_edge(c, aux)
-    _, (source_side, _) = nx.minimum_cut(g, s, t, flow_func=preflow_push)
+    source_side = _source_side(g, preflow_push(g, s, t, value_only=True), t)
     for unit in movable:
         side = a if unit.id in source_side else b
         for n in unit.nodes:
             out[n] = side
+
+
+def _source_side(g: Any, residual: Any, t: Any) -> set:
+    """The source side of the minimum cut that ``residual`` (a maximum flow on ``g``) gives: what cannot reach
+    ``t`` through an edge with capacity left, as ``networkx.minimum_cut`` reads it.
+
+    Both graphs are emptied on the way out. A networkx graph that has
+    been walked keeps views of itself (``G.edges``, ``G.nodes``): a
+    cycle, which only the cyclic collector frees, and the planner pauses
+    it. Left to it, the residual networks of an alpha-beta swap's
+    thousands of cuts were all alive at the end of a plan: 3.9 GB for
+    2,000 stages on 50 executors.
+    """
+    sink_side = {t}
+    todo = [t]
+    pred = residual.pred
+    while todo:
+        v = todo.pop()
+        for u, d in pred[v].items():
+            if u not in sink_side and d["flow"] != d["capacity"]:
+                sink_side.add(u)
+                todo.append(u)
+    source = {n for n in g if n not in sink_side}
+    for graph in (residual, g):
+        graph.__dict__.clear()
+    return source
 
 
 def _best_split(p: Problem, out: dict[str, str], movable: Sequence[Unit], a: str, b: str) -> None:
