@@ -546,9 +546,10 @@ def test_what_a_use_names_must_exist(tmp_path):
     path = write(tmp_path, "m.yaml", USER.replace("seed: 3}", "seed: 3}, repaet: 2"))
     found = errors(path)
     assert found[0].startswith(f"{path}:7:89: error: unknown key 'repaet' in stages.mlp (allowed: use, inputs, params, repeat, chain")
-    # an output the use does not have: the stage that names it says so, with the stages there are
+    # an output the use does not have: the stage that names it says so, with the outputs and the nearest stage
     path = write(tmp_path, "m.yaml", USER.replace("inputs: [mlp.x]", "inputs: [mlp.z]"))
-    assert errors(path) == [f"{path}:8:26: error: stage 'y' takes input 'mlp.z', which is not a stage; did you mean 'mlp.y'?"]
+    assert errors(path) == [f"{path}:8:26: error: stage 'y' takes input 'mlp.z', which is no output of use 'mlp' "
+                            "(outputs of block 'mlp': x); or did you mean stage 'mlp.y'?"]
 
 
 def test_a_block_stage_is_named_without_dots_and_a_library_holds_blocks(tmp_path):

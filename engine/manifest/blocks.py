@@ -94,13 +94,15 @@ class Expanded(Document):
     written (``keyed``); any other path in the manifest itself.
     """
 
-    __slots__ = ("base", "routes", "keyed")
+    __slots__ = ("base", "routes", "keyed", "unnamed")
 
-    def __init__(self, base: Document, value: dict, routes: dict, keyed: dict) -> None:
+    def __init__(self, base: Document, value: dict, routes: dict, keyed: dict, unnamed: dict | None = None) -> None:
         super().__init__(base.file, value, {}, {}, problems=base.problems)
         self.base = base
         self.routes = routes  # instance stage id -> (document, path of the stage there, notes)
         self.keyed = keyed  # (stage id, key) -> origin of the default or use key it got
+        # a name, as expanded, that reads a use but names none of its outputs -> why, in a message's words
+        self.unnamed = unnamed or {}
 
     def _origin(self, path: Path, key: bool) -> Origin:
         path = tuple(path)
@@ -189,6 +191,7 @@ class _Expansion:
         self.deep: set[Origin] = set()  # where a use nested too deep was said
         self.used: set[tuple[str, str]] = set()  # the blocks some use expanded
         self.outputs_checked: set[tuple[str, str]] = set()  # blocks whose USE.OUTPUT outputs were looked up
+        self.unnamed: dict[str, str] = {}  # a name that reads a use but none of its outputs -> why (see Expanded)
 
     # -- finding blocks ---------------------------------------------------------------------------------
 
@@ -343,7 +346,11 @@ class _Expansion:
         entry = scope.stages.get(head)
         if _is_use(entry):
             found = self.output(scope, head, tail if dot else None, 0)
-            return found if found is not None else scope.join(ref)
+            if found is not None:
+                return found
+            wrong = self.names_nothing(scope, ref)
+            if wrong is not None:  # said by the semantic check, where the name is written
+                self.unnamed[scope.join(ref)] = wrong
         return scope.join(ref)
 
     def output(self, scope: _Scope, use: str, name: str | None, depth: int) -> str | None:
@@ -823,4 +830,4 @@ def expand(tree: dict, doc: Document, overrides: Mapping[str, Any] | None = None
         if isinstance(out.get(key), dict):
             out[key] = {name: run.local(top, ref) for name, ref in out[key].items()}
     value = {**out, **{k: doc.value[k] for k in ("matrix", "schedule") if isinstance(doc.value, dict) and k in doc.value}}
-    return out, Expanded(doc, value, run.routes, run.keyed), problems
+    return out, Expanded(doc, value, run.routes, run.keyed, run.unnamed), problems

@@ -165,6 +165,8 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
         if halves:
             problems.extend(halves)
             return None
+    # names that read a use of a block but none of its outputs, with why (blocks.expand says)
+    unnamed = getattr(doc, "unnamed", None) or {}
     executors: dict[str, ExecutorDecl] = {}
     for name, spec in _as_dict(tree.get("executors")).items():
         if not isinstance(spec, dict) or "vendor" not in spec:
@@ -264,6 +266,13 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
                     # a block's stage that names a stage of the manifest: the block sees its own names alone
                     hint = (f"; {outside!r} is a stage outside the block, which a block's stages cannot name: "
                             "add it to the block's inputs: and give it in each use of the block")
+                elif ref in unnamed:
+                    # USE.NAME may mean a stage of the use's instance too: the nearest one is offered
+                    close = _close(ref, list(raw_stages), n=1) if unnamed[ref].startswith("which is no output") else []
+                    hint = f"; or did you mean stage {close[0]!r}?" if close else ""
+                    problems.append(Diagnostic(doc.at(("stages", sid, "inputs", i)),
+                                               f"stage {sid!r} takes input {ref!r}, {unnamed[ref]}{hint}"))
+                    continue
                 else:
                     close = _close(ref, list(raw_stages), n=1)
                     hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -352,7 +361,9 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
                 phase_outputs[out] = (stage_ref, fieldname or None)
             output_origins[out] = doc.at(("outputs", out))
             continue
-        if ref not in raw_stages:
+        if ref not in raw_stages and ref in unnamed:
+            problems.append(Diagnostic(doc.at(("outputs", out)), f"output {out!r} names {ref!r}, {unnamed[ref]}"))
+        elif ref not in raw_stages:
             close = _close(ref, list(raw_stages), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             problems.append(Diagnostic(doc.at(("outputs", out)), f"output {out!r} names {ref!r}, which is not a stage{hint}"))
