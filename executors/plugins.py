@@ -30,6 +30,7 @@ are not cached.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import linecache
@@ -39,7 +40,6 @@ import sys
 import traceback
 import threading
 import types
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
@@ -179,6 +179,11 @@ def _exec(module_name: str, path: str, code: bytes, spec: str) -> types.ModuleTy
         return found
 
     builtins.__import__ = recording
+    # the modules beside it are importable while it loads, as a script's are (import helper): the CLI's search
+    # path holds neither the manifest's folder nor the working one, and the plugin failed with "No module named";
+    # only while it loads, so that no other plugin's import finds this folder's helper first
+    folder = os.path.dirname(path)
+    sys.path.insert(0, folder)
     try:
         linecache.checkcache(path)
         compiled = compile(code, path, "exec")
@@ -199,6 +204,8 @@ def _exec(module_name: str, path: str, code: bytes, spec: str) -> types.ModuleTy
     finally:
         builtins.__import__ = real_import
         LOADING.module = None
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
     return module
 
 
@@ -333,7 +340,7 @@ def load_source(path: str, code: bytes, spec: str | None = None) -> Plugin:
         return plugin
 
 
-@contextmanager
+@contextlib.contextmanager
 def in_use(used: Sequence[Plugin]) -> Iterator[None]:
     """While a run of a manifest with plugins ``used`` runs in this process: the registry holds their ops, and
     no other plugin's definition of their names replaces them.

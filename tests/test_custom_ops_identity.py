@@ -60,3 +60,24 @@ def test_an_installed_module_whose_op_another_module_took_over_gets_it_back_for_
     finally:
         for letter in "ab":
             sys.modules.pop(f"takeback_{letter}", None)
+
+
+def test_a_path_plugin_imports_a_module_beside_it_where_the_search_path_holds_neither_folder(tmp_path, registry):
+    """The CLI's search path holds neither the manifest's folder nor the working one: `import helper` at the top
+    of a plugin failed with "No module named 'helper'" though helper.py was beside it."""
+    import sys
+
+    (tmp_path / "sidehelper.py").write_text("FACTOR = 5\n")
+    (tmp_path / "ops.py").write_text("import sidehelper\nfrom hetflow import op\n\n\n@op('lab.f')\ndef f(xp, x):\n"
+                                     "    return x * sidehelper.FACTOR\n")
+    (tmp_path / "m.yaml").write_text(MANIFEST.format(plugin="ops.py"))
+    assert str(tmp_path) not in sys.path
+    try:
+        r = hetflow.run(tmp_path / "m.yaml", runs_dir=tmp_path / "runs")
+        assert r.status == "succeeded"
+        assert (r.outputs["y"] == r.outputs["x"] * 5).all()
+        # only while it loaded: no other plugin's import finds this folder's modules afterwards
+        assert str(tmp_path) not in sys.path
+        assert any(p.get("files") and any(f.endswith("sidehelper.py") for f in p["files"]) for p in r.record["plugins"])
+    finally:
+        sys.modules.pop("sidehelper", None)

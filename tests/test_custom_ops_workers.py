@@ -89,13 +89,16 @@ def test_a_worker_whose_helper_module_is_another_than_the_clients_is_refused_not
     """A path plugin travels as its bytes, but the helper it imports comes from the worker's search path: a worker
     with an older helper.py computed with it, and its results were stored under the key of the client's code and
     served to later runs, in-process ones too."""
-    new, old = tmp_path / "new", tmp_path / "old"
+    # the helper is not beside the plugin (whose folder a worker on this machine searches first, as the client
+    # does) but in a library folder on the client's search path, and an older one on the worker's
+    project, new, old = tmp_path / "project", tmp_path / "new", tmp_path / "old"
     for folder, offset in ((new, 5), (old, 1)):
         folder.mkdir()
         (folder / "hetflow_test_shift_helper.py").write_text(f"OFFSET = {offset}\n")
-    (new / "ops.py").write_text("from hetflow import op\nfrom hetflow_test_shift_helper import OFFSET\n\n\n"
-                                "@op('helped.shift')\ndef shift(xp, x):\n    return x + OFFSET\n")
-    path = new / "m.yaml"
+    project.mkdir()
+    (project / "ops.py").write_text("from hetflow import op\nfrom hetflow_test_shift_helper import OFFSET\n\n\n"
+                                    "@op('helped.shift')\ndef shift(xp, x):\n    return x + OFFSET\n")
+    path = project / "m.yaml"
     path.write_text(PATH_PLUGIN_MANIFEST)
     runs = str(tmp_path / "runs")
     monkeypatch.delitem(sys.modules, "hetflow_test_shift_helper", raising=False)
