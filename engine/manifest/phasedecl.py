@@ -381,7 +381,9 @@ def check_manifest(tree: Mapping[str, Any], doc: Any, base: str, problems: list)
         inputs = [i for i in spec.get("inputs", []) if isinstance(i, str)] if isinstance(spec.get("inputs"), list) else []
         ok = True
         if len(inputs) != len(kind.inputs):
-            want = ", ".join(kind.inputs) or "no inputs"
+            n = len(kind.inputs)
+            want = (f"{n} input{'s' * (n != 1)} ({', '.join(article(k) + ' phase' for k in kind.inputs)})" if n
+                    else "no inputs")
             problems.append(Diagnostic(doc.at(here + ("inputs",)) if "inputs" in spec else doc.key_at(here),
                                        f"phase {kind.name!r} takes {want}, stage {sid!r} gives {len(inputs)} input{'s' if len(inputs) != 1 else ''}"))
             ok = False
@@ -405,10 +407,22 @@ def check_manifest(tree: Mapping[str, Any], doc: Any, base: str, problems: list)
         if "sizes" in args:
             from hetflow.executors.emulator import STATE_MACHINES
             sizes = args["sizes"]
-            if not isinstance(sizes, dict) or not all(k in STATE_MACHINES and isinstance(v, int) and v > 0 for k, v in sizes.items()):
+            machines = ", ".join(STATE_MACHINES)
+            if not isinstance(sizes, dict):
                 problems.append(Diagnostic(doc.at(here + ("args", "sizes")), (
-                    f"sizes maps state machines ({', '.join(STATE_MACHINES)}) to positive row counts")))
+                    f"sizes maps state machines ({machines}) to positive row counts, found {sizes!r}")))
                 ok = False
+            for k, v in sizes.items() if isinstance(sizes, dict) else ():
+                if k not in STATE_MACHINES:
+                    close = difflib.get_close_matches(str(k), list(STATE_MACHINES), n=1)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
+                    problems.append(Diagnostic(doc.key_at(here + ("args", "sizes", k)), (
+                        f"sizes names no state machine {k!r} (state machines: {machines}){hint}")))
+                    ok = False
+                elif not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
+                    problems.append(Diagnostic(doc.at(here + ("args", "sizes", k)), (
+                        f"sizes.{k} must be a positive row count (an integer above 0), found {v!r}")))
+                    ok = False
         emulator = spec.get("emulator")
         if isinstance(emulator, str) and emulator not in raw:
             close = difflib.get_close_matches(emulator, list(raw), n=1)
