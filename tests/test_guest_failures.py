@@ -376,7 +376,7 @@ def test_a_plan_warns_when_a_bound_exceeds_the_machines_memory(tmp_path):
     m = mf.compile_manifest(mf.load(path))
     warnings = [w for w in make_plan(m, probe).warnings if w.kind == "memory-bound"]
     assert len(warnings) == 1
-    assert "witness phase 'trace' may hold up to 131072.0 GiB (1099511627776 rows" in warnings[0].message
+    assert "witness phase 'trace' may hold up to 128.0 TiB (1099511627776 rows" in warnings[0].message
     assert "set max_steps on emulator 'guest'" in warnings[0].message
     small = tmp_path / "small.yaml"
     small.write_text(PIPELINE.format(program=ROOT / "examples" / "guests" / "fib.elf", backend="fast",

@@ -198,3 +198,18 @@ outputs: {y: y}
     moved = make(manifest_file, text.replace("SIDE", "1024"), gpu_probe)
     assert moved.nodes["h"].executor == "gpu" and "kept on" not in moved.nodes["h"].reason
     assert "kept on" not in kept.nodes["y"].reason
+
+
+def test_sizes_past_a_tebibyte_are_said_in_their_own_unit(manifest_file):
+    """A tensor of 10^16 elements was '37252903.0 GiB'."""
+    with pytest.raises(ManifestError) as info:
+        make(manifest_file, """
+version: 1
+name: t
+executors: {h: {vendor: cpu}}
+stages:
+  x: {op: ones, args: {shape: [100000000, 100000000]}}
+outputs: {x: x}
+""")
+    (d,) = info.value.diagnostics
+    assert "holds 35.5 PiB of live activations" in d.message and "GiB of live" not in d.message, d.message

@@ -504,17 +504,17 @@ def split_capacity(memory: Sequence[int | None]) -> int | None:
 
 def human_bytes(n: int | None) -> str:
     """
-    >>> human_bytes(262144), human_bytes(None), human_bytes(12)
-    ('256.0 KiB', 'unknown size', '12 B')
+    >>> human_bytes(262144), human_bytes(None), human_bytes(12), human_bytes(40 * 2**50)
+    ('256.0 KiB', 'unknown size', '12 B', '40.0 PiB')
     """
     if n is None:
         return "unknown size"
     size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if size < 1024:
             return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
-    return f"{size:.1f} TiB"
+    return f"{size:.1f} EiB"
 
 
 
