@@ -57,3 +57,22 @@ def test_inside_a_block_the_same_is_said_at_the_blocks_line_with_the_use_that_ma
         "name one, T.OUTPUT (p, q)",
         f"{path}:20:3: note: in O (block outer)",
     ], err
+
+
+def test_an_instances_output_by_name_is_told_the_stage_that_instance_gives_it_as(tmp_path):
+    """``L.1.x`` (output x of instance 1) was answered "did you mean 'L.1.h'?", another stage of the instance."""
+    path = tmp_path / "m.yaml"
+    path.write_text("version: 1\nname: t\nexecutors:\n  host: {vendor: cpu}\nblocks:\n  layer:\n    inputs: [x]\n"
+                    "    stages:\n      h: {op: relu, inputs: [x]}\n      out: {op: add, inputs: [h, x]}\n"
+                    "    outputs: {x: out}\nstages:\n  e: {op: ones, args: {shape: [2]}}\n"
+                    "  L: {use: layer, inputs: {x: e}, repeat: 3}\n  z: {op: relu, inputs: [L.1.x]}\n"
+                    "outputs: {y: z, second: L.0.x}\n")
+    code, _, err = _cli("validate", str(path))
+    assert code == 2 and err.splitlines() == [
+        f"{path}:15:26: error: stage 'z' takes input 'L.1.x', which is not a stage: 'x' is an output of use 'L', "
+        "which instance 1 gives as stage 'L.1.out'; name that stage",
+        f"{path}:16:25: error: output 'second' names 'L.0.x': 'L.0' is not a stage; 'L' is a use of a block, whose "
+        "stages are L.0.h, L.0.out, L.1.h, L.1.out and 2 more",
+    ], err
+    path.write_text(path.read_text().replace("L.1.x", "L.1.out").replace("L.0.x", "L.0.out"))
+    assert _cli("validate", str(path))[0] == 0

@@ -349,12 +349,20 @@ class _Expansion:
             if found is not None:
                 return found
             wrong = self.names_nothing(scope, ref)
+            index, _, name = tail.partition(".")
+            if wrong is None and index.isdigit() and name and scope.join(ref) not in self.stages:
+                # USE.INDEX.OUTPUT: an instance's stages are named by their ids, its outputs are not names
+                found = self.output(scope, head, name, 0, int(index))
+                if found is not None:
+                    wrong = (f"which is not a stage: {name!r} is an output of use {head!r}, which instance {index} "
+                             f"gives as stage {found!r}; name that stage")
             if wrong is not None:  # said by the semantic check, where the name is written
                 self.unnamed[scope.join(ref)] = wrong
         return scope.join(ref)
 
-    def output(self, scope: _Scope, use: str, name: str | None, depth: int) -> str | None:
-        """The stage id of output ``name`` of ``use`` in ``scope`` (its last instance's); None where there is none."""
+    def output(self, scope: _Scope, use: str, name: str | None, depth: int, index: int | None = None) -> str | None:
+        """The stage id of output ``name`` of ``use`` in ``scope`` (its last instance's, or instance ``index``'s of
+        a repeated use); None where there is none."""
         spec = self.substituted(scope, scope.stages[use], scope.path + (use,), report=False)
         block = self.quietly(scope, spec.get("use")) if depth < MAX_NESTING else None
         if block is None or not isinstance(block.spec.get("outputs"), dict):
@@ -366,10 +374,13 @@ class _Expansion:
             return None
         repeat = spec.get("repeat")
         count = repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat >= 1 else 1
-        prefix = scope.join(use) + (f".{count - 1}" if "repeat" in spec else "")
+        if index is not None and ("repeat" not in spec or not 0 <= index < count):
+            return None
+        index = count - 1 if index is None else index
+        prefix = scope.join(use) + (f".{index}" if "repeat" in spec else "")
         # with the -p overrides of this instance's params, as its expansion has them (a repeat count among them)
         inner = _Scope(block.doc, block.doc, block.path + ("stages",), _as_dict(block.spec.get("stages")), prefix,
-                       self.params(block, spec, count - 1, None, scope.join(use), prefix))
+                       self.params(block, spec, index, None, scope.join(use), prefix))
         ref = outputs[name]
         head, dot, tail = ref.partition(".")
         entry = inner.stages.get(head)
