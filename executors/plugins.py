@@ -201,6 +201,11 @@ def _exec(module_name: str, path: str, code: bytes, spec: str) -> types.ModuleTy
         last = inside[-1] if inside else (frames[-1] if frames else None)
         raise PluginError(f"plugin {spec!r} failed to import: {type(e).__name__}: {e}",
                           f"{last.filename}:{last.lineno}" if last else path) from None
+    except BaseException:
+        # a Ctrl-C while it loads: the ops it defined so far, without their identity, stayed in the registry in
+        # place of the previous load's, and a load of the previous bytes again took them for its own
+        _restore(module_name, previous)
+        raise
     finally:
         builtins.__import__ = real_import
         LOADING.module = None

@@ -81,3 +81,21 @@ def test_a_path_plugin_imports_a_module_beside_it_where_the_search_path_holds_ne
         assert any(p.get("files") and any(f.endswith("sidehelper.py") for f in p["files"]) for p in r.record["plugins"])
     finally:
         sys.modules.pop("sidehelper", None)
+
+
+def test_a_plugin_load_stopped_by_ctrl_c_leaves_the_ops_of_the_load_before(tmp_path, registry):
+    """The ops it had defined when the Ctrl-C came stayed registered, without their identity; the file put back as
+    it was then loaded "as known", and its manifest ran the interrupted version's code."""
+    plugin, manifest = tmp_path / "ops.py", tmp_path / "m.yaml"
+    first = "from hetflow import op\n\n\n@op('lab.f')\ndef f(xp, x):\n    return x * 2\n"
+    plugin.write_text(first)
+    manifest.write_text(MANIFEST.format(plugin="ops.py"))
+    hetflow.validate(manifest)
+    plugin.write_text("from hetflow import op\n\n\n@op('lab.f')\ndef f(xp, x):\n    return x * 3\n\n\n"
+                      "raise KeyboardInterrupt\n")
+    with pytest.raises(KeyboardInterrupt):
+        hetflow.validate(manifest)
+    plugin.write_text(first)
+    r = hetflow.run(manifest, runs_dir=tmp_path / "runs")
+    assert (r.outputs["y"] == r.outputs["x"] * 2).all()
+    assert r.record["cache"]["stored"] == ["p0"]
