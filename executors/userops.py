@@ -293,24 +293,30 @@ def _invoker(name: str, fn: Callable, order: Sequence[str]) -> Callable[..., Any
         if not isinstance(out, (np.ndarray, np.generic, getattr(xp, "ndarray", np.ndarray))):
             # an object of its own with .shape and .dtype passed, and failed further on as "float() argument must
             # be a string or a real number, not 'Fake'", naming neither what was returned nor the rule
-            raise UserOpError(f"op {name!r} returned a {type(out).__name__}, not an array of "
-                              f"{getattr(xp, '__name__', 'its executor')}", op=name)
+            raise _returned(name, body, f"op {name!r} returned a {type(out).__name__}, not an array of "
+                                        f"{getattr(xp, '__name__', 'its executor')}")
         if isinstance(out, np.ma.MaskedArray):
             # stored as its data alone, the masked entries' values, which the op said are not values
-            raise UserOpError(f"op {name!r} returned a masked array, whose mask an output cannot keep: return "
-                              "its .filled(value) or a separate mask", op=name)
+            raise _returned(name, body, f"op {name!r} returned a masked array, whose mask an output cannot keep: "
+                                        "return its .filled(value) or a separate mask")
         declared = op.shape([tuple(x.shape) for x in inputs], args)
         if declared is not None and tuple(out.shape) != tuple(declared):
-            raise UserOpError(f"op {name!r} returned shape {list(out.shape)}, but its shape rule declares "
-                              f"{list(declared)}", op=name)
+            raise _returned(name, body, f"op {name!r} returned shape {list(out.shape)}, but its shape rule "
+                                        f"declares {list(declared)}")
         if out.dtype != dtype.numpy and not _computed_in(out.dtype, op, inputs, dtype):
             given = oplib.compute_type(op, inputs, dtype)
             given = "the inputs' dtypes" if given is None else f"{np.dtype(given)} (the inputs' dtype)"
-            raise UserOpError(f"op {name!r} returned {out.dtype} values for a {dtype.value} stage; return {given} "
-                              f"or {dtype.numpy}, converting with .astype() where meant", op=name)
+            raise _returned(name, body, f"op {name!r} returned {out.dtype} values for a {dtype.value} stage; "
+                                        f"return {given} or {dtype.numpy}, converting with .astype() where meant")
         return out
 
     return invoke
+
+
+def _returned(name: str, body: Callable, message: str) -> UserOpError:
+    """A body's result that is not what the op declared: no frame of the user's raised, so what the record's
+    ``traceback.txt`` holds is where that body is (it held hetflow's own frames, down to this check)."""
+    return UserOpError(message, op=name, user_traceback=f"{message}\n(the body of op {name!r}: {defined_at(body)})\n")
 
 
 def _read_only(x: Any) -> Any:

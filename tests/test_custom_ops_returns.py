@@ -28,6 +28,16 @@ def lookalike(xp, x):
 @op("ret.masked")
 def masked(xp, x):
     return np.ma.masked_less(x, 0.0)
+
+
+@op("ret.short")
+def short(xp, x):
+    return x[:1]
+
+
+@op("ret.wide")
+def wide(xp, x):
+    return x.astype(np.float64)
 '''
 
 MANIFEST = '''
@@ -53,6 +63,8 @@ def registry():
 @pytest.mark.parametrize("op, said", [
     ("ret.lookalike", "op 'ret.lookalike' returned a Lookalike, not an array of numpy"),
     ("ret.masked", "op 'ret.masked' returned a masked array, whose mask an output cannot keep"),
+    ("ret.short", "op 'ret.short' returned shape [1, 4], but its shape rule declares [3, 4]"),
+    ("ret.wide", "op 'ret.wide' returned float64 values for a fp32 stage"),
 ])
 def test_an_op_that_returns_no_plain_array_fails_its_stage_saying_what_it_returned(tmp_path, registry, op, said):
     (tmp_path / "ops.py").write_text(textwrap.dedent(OPS))
@@ -64,3 +76,8 @@ def test_an_op_that_returns_no_plain_array_fails_its_stage_saying_what_it_return
     assert said in failure.message
     assert failure.origin.endswith("m.yaml:8:3")
     assert "y" not in r.outputs
+    # no frame of the user's raised: the traceback file names the op's body, not hetflow's frames down to the check
+    said = open(failure.traceback_file).read()
+    assert said.startswith(failure.message.removeprefix("backend error: ")) and "ops.py:" in said
+    assert "hetflow" not in said.replace(str(tmp_path), "")
+    assert r.record["error"]["traceback"] == said
