@@ -2,6 +2,7 @@
 ``run`` refused is now refused by all three with one message, for a single manifest and at every matrix point."""
 
 import io
+import json
 import os
 
 import pytest
@@ -316,3 +317,40 @@ def test_a_stage_no_executor_runs_is_told_what_to_do_about_it(tmp_path, executor
     if probe(Vendor.vulkan).available:  # plan says the same here
         code, _, plan_err = main("plan", name, "--runs-dir", "runs", cwd=tmp_path)
         assert (code, plan_err) == (2, err)
+
+
+WITNESS_ON_VULKAN = """\
+version: 1
+name: w
+executors:
+  host: {{vendor: cpu}}
+  vk: {{vendor: vulkan}}
+emulators:
+  g: {{isa: rv64imac, backend: fast, program: {elf}, chunk_steps: 1024, max_steps: 100000}}
+stages:
+  run: {{phase: execute, emulator: g}}
+  tr: {{phase: witness, inputs: [run]}}
+  c: {{op: cast, inputs: [tr], dtype: int32{pin}}}
+  r: {{op: cast, inputs: [run.registers], dtype: int32{pin}}}
+outputs: {{c: c, r: r}}
+"""
+
+
+def test_an_emulator_phases_int64_array_is_not_bridged_to_an_executor_without_int64(tmp_path):
+    """validate and plan passed a cast pinned to Vulkan of a witness table or the registers (int64), and the run
+    failed at the bridge: 'import of 'run.registers': executor does not support dtype int64'."""
+    elf = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "guests", "fib.elf")
+    supported = "fp32, fp16, bf16, fp8e4m3, fp8e5m2, int8, int4, int16, int32, uint8, bool"
+    name = write(tmp_path, WITNESS_ON_VULKAN.format(elf=elf, pin=", executor: vk"))
+    expected = "".join(
+        f"m.yaml:{line}:25: error: stage {sid!r} takes {ref!r} at int64, which executor 'vk' (vulkan) cannot import "
+        f"(supported: {supported}); cast it to a supported dtype first, or run the stage elsewhere\n"
+        for line, sid, ref in ((11, "c", "tr"), (12, "r", "run.registers")))
+    if probe(Vendor.vulkan).available:
+        refused_alike(tmp_path, name, expected)
+    else:
+        assert main("validate", name, cwd=tmp_path)[:2] == (2, "")
+    # not pinned, they run where int64 arrives: on the host
+    free = write(tmp_path, WITNESS_ON_VULKAN.format(elf=elf, pin=""), "free.yaml")
+    code, out, _ = main("plan", free, "--runs-dir", "runs", "--format", "json", cwd=tmp_path)
+    assert code == 0 and {n: d["executor"] for n, d in json.loads(out)["nodes"].items()} == {"c": "host", "r": "host"}

@@ -342,11 +342,26 @@ def _arriving(attrs: Mapping[str, dict]) -> Callable[[Any], tuple]:
         found: tuple = ()
         for ref in stage.inputs:
             other = attrs[ref].get("stage")
-            if other is not None and other.dtype is not own and other.dtype not in found:
-                found += (other.dtype,)
+            dtype = other.dtype if other is not None else arriving_dtype(attrs[ref])
+            if dtype is not None and dtype is not own and dtype not in found:
+                found += (dtype,)
         return found
 
     return extra
+
+
+def arriving_dtype(d: Mapping[str, Any]) -> Any:
+    """The dtype a node's output arrives at: a stage's own, an emulator phase's array's (a witness table, a
+    register file: int64), None for a phase that yields no array."""
+    stage = d.get("stage")
+    if stage is not None:
+        return stage.dtype
+    name = (d.get("planned") or {}).get("dtype")
+    if not name:
+        return None
+    from hetflow.executors.base import Dtype
+
+    return Dtype(name)
 
 
 def _only(stage: Any, able: str, extra: tuple, names: Sequence[str], offers: Mapping[str, Any],
@@ -390,7 +405,7 @@ def _refused(refusers: Mapping[str, Callable], able: Sequence[str], stage: Any, 
     op = oplib.REGISTRY.get(stage.op)
     if op is None or op.invoke is not None:
         return found  # a user's op runs where it has a kernel: its kernels are its own rule
-    inputs = [attrs[ref]["stage"].dtype if "stage" in attrs[ref] else stage.dtype for ref in stage.inputs]
+    inputs = [arriving_dtype(attrs[ref]) or stage.dtype for ref in stage.inputs]
     for e in asked:
         try:
             why = refusers[e](op, inputs, stage.dtype, dict(stage.args))
@@ -406,8 +421,8 @@ def _dtype_problem(stage: Any, names: Sequence[str], executors: Mapping[str, Any
     first = executors[names[0]]
     supported = ", ".join(d.value for d in offers[names[0]].dtypes)
     ops = getattr(offers[names[0]], "ops", None)
-    refused = [(ref, attrs[ref]["stage"].dtype) for ref in stage.inputs if attrs is not None and "stage" in attrs[ref]
-               and attrs[ref]["stage"].dtype not in offers[names[0]].dtypes]
+    arriving = [(ref, arriving_dtype(attrs[ref])) for ref in stage.inputs] if attrs is not None else []
+    refused = [(ref, dtype) for ref, dtype in arriving if dtype is not None and dtype not in offers[names[0]].dtypes]
     where = stage.origin
     pinned = len(names) == 1 and stage.executor is not None
     others = f", nor does any other executor ({', '.join(names[1:])})" if len(names) > 1 else ""

@@ -66,6 +66,7 @@ from hetflow.engine.adjacency import roots
 from hetflow.engine.plan.candidates import (
     Problem,
     Unit,
+    arriving_dtype,
     candidates,
     explain,
     format_s,
@@ -85,6 +86,7 @@ __all__ = [
     "node_inputs",
     "import_s",
     "node_data",
+    "arriving_dtype",
     "roots",
     "candidates",
     "baseline",

@@ -487,8 +487,8 @@ def _check_dtypes(graph: Graph, executors: Mapping[str, ExecutorPlan], probe: Ca
             ))
             continue
         # what a bridge brings it is imported at its producer's dtype: the executor must hold that too
-        refused = {ref: attrs[ref]["stage"].dtype for ref in stage.inputs
-                   if "stage" in attrs[ref] and attrs[ref]["stage"].dtype not in supported}
+        refused = {ref: t for ref in stage.inputs
+                   if (t := placing.arriving_dtype(attrs[ref])) is not None and t not in supported}
         if refused:
             taken = ", ".join(f"{ref!r} at {t.value}" for ref, t in refused.items())
             problems.append(Diagnostic(
