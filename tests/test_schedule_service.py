@@ -940,3 +940,53 @@ def test_a_hook_ended_with_its_serve_by_a_signal_to_their_group_is_owed_and_run_
     assert code == 0, out
     assert (slot, "succeeded") in hook_lines(tmp_path)
     assert (claims(runs)[slot]["hook"], claims(runs)[slot]["hook_rc"]) == ("ran", 0)
+
+
+# A serve whose start (its modules, its manifests read) waits at the check of their identities until the test has
+# sent its signal: the moment a signal came on a loaded machine, where serve took a second to start.
+SLOW_START = """\
+import os, sys, time
+from hetflow.engine.cli import scheduling
+
+checked, ready, go = scheduling._check_identities, sys.argv[1], sys.argv[2]
+
+
+def waiting(files):
+    open(ready, "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    checked(files)
+
+
+scheduling._check_identities = waiting
+sys.argv = ["hetflow", *sys.argv[3:]]
+from hetflow.engine.cli.main import entry
+
+entry()
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_stop_signal_while_serve_starts_stops_it_as_one_while_it_serves(tmp_path, sig):
+    """SIGTERM in serve's first second (its imports, its manifests read) killed it by the default action (exit
+    -15; SIGINT exit 130 'cancelled'), where a stop once it serves ends it with 0: now it stops having claimed
+    nothing."""
+    m = write(tmp_path, "every2", 'cron: "*/2 * * * * *"\n')
+    runs, ready, go = tmp_path / "runs", tmp_path / "ready", tmp_path / "go"
+    (tmp_path / "start.py").write_text(SLOW_START)
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "start.py"), str(ready), str(go), "schedule", "serve", m,
+                             "--runs-dir", str(runs), "--log-format", "json", "--poll", "0.5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(ready.exists, 60, "serve to start")
+        proc.send_signal(getattr(signal, sig))
+        go.touch()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, (out, err)
+    said = [json.loads(line)["event"] for line in out.splitlines()]
+    assert said[0] == "serving" and said[-1] == "stopped" and "started" not in said, said
+    assert "Traceback" not in err and not claims(runs), err

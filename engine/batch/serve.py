@@ -291,8 +291,9 @@ class Server:
     def stop(self, *_: Any) -> None:
         self.stopping = True
 
-    def serve(self) -> None:
+    def serve(self, stopped: Callable[[], bool] | None = None) -> None:
         """Run until SIGTERM, SIGINT or SIGHUP (or :meth:`stop`); then give back queued claims and detach.
+        ``stopped`` says whether a stop signal came before this was called (while the command started).
 
         A hangup (the terminal closed, an ssh session dropped) stops it as
         SIGTERM does, unless it was started ignoring SIGHUP (``nohup``),
@@ -301,6 +302,8 @@ class Server:
         from hetflow.engine.run.cancel import listened
 
         old = {s: signal.signal(s, self.stop) for s in listened()}
+        if stopped is not None and stopped():
+            self.stopping = True
         self.log("serving", {"paths": self.paths, "runs_dir": self.runs_dir, "pid": os.getpid(), "poll_s": self.poll})
         try:
             while not self.stopping:

@@ -15,6 +15,35 @@ __all__ = ["cmd_schedule"]
 
 
 def cmd_schedule(args: argparse.Namespace, out, err) -> int:
+    if args.schedule_command == "serve":
+        return _serve_stoppable_from_start(args, out, err)
+    return _schedule(args, out, err)
+
+
+def _serve_stoppable_from_start(args: argparse.Namespace, out, err) -> int:
+    """``serve`` with a stop signal taken from its first moment: one that comes while it loads its modules and
+    reads its manifests (a second on a loaded machine) would end it by the default action (-15, or 130 for a
+    Ctrl-C), where a stop ends serve with 0; it then starts, claims nothing and stops."""
+    import signal
+
+    from hetflow.engine.run.cancel import listened
+
+    came: list[int] = []
+    old = {}
+    for s in listened():
+        try:
+            old[s] = signal.signal(s, lambda signum, frame: came.append(signum))
+        except ValueError:
+            break  # not the main thread (main() called from a thread): serve's own handlers cannot be set either
+    args.stopped = lambda: bool(came)
+    try:
+        return _schedule(args, out, err)
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+def _schedule(args: argparse.Namespace, out, err) -> int:
     from datetime import datetime, timezone
 
     from hetflow.engine.batch import schedule as schedlib
@@ -41,7 +70,7 @@ def cmd_schedule(args: argparse.Namespace, out, err) -> int:
 
         _writable(args.runs_dir)  # a service that could never claim a slot says so now, not at every poll
         _check_identities(files)
-        Server(args.paths, args.runs_dir, log, poll=args.poll).serve()
+        Server(args.paths, args.runs_dir, log, poll=args.poll).serve(stopped=args.stopped)
         return EXIT_OK
     now = schedlib.parse_instant(args.now) if args.now else datetime.now(timezone.utc)
     if args.schedule_command == "run-due":
