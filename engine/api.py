@@ -199,6 +199,18 @@ def _sweep_code_changed(doc: Document, given: Mapping[str, Any], runs_dir: str, 
                       SourceChanged, stacklevel=3)
 
 
+def _refuse_after_main_ended(verb: str) -> None:
+    """Refuse a run or sweep begun in a thread after the script's main thread ended: Python is shutting down then,
+    its thread pools take no new work, and the call failed as a RuntimeError from inside an import ("can't register
+    atexit after shutdown"), or, begun a moment earlier, as a failed run ("cannot schedule new futures")."""
+    import threading
+
+    if not threading.main_thread().is_alive():
+        raise UsageError(f"hetflow.{verb}() was called in a thread after the main thread ended: Python is shutting "
+                         "down and runs nothing more in new threads; keep the main thread until the call ends (join "
+                         "its thread)")
+
+
 def _shown(value: Any) -> str:
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
@@ -780,6 +792,7 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
     ('succeeded', (8, 10), 'bfloat16')
     """
     path, doc = _source(path)
+    _refuse_after_main_ended("run")
     workers, threads, threads_per_worker, max_points = _counted(_check(
         runs_dir=runs_dir, workers=workers, cache=cache, inputs=inputs, point=point, threads=threads,
         threads_per_worker=threads_per_worker, place=place, cache_dir=cache_dir, on_event=on_event, resume=resume,
@@ -842,6 +855,7 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
     from hetflow.engine.batch.sweeps import resume_rows, run_points
 
     path, doc = _source(path)
+    _refuse_after_main_ended("sweep")
     workers, threads, threads_per_worker, max_points, parallel = _counted(_check(
         runs_dir=runs_dir, workers=workers, cache=cache, inputs=inputs, max_points=max_points, threads=threads,
         threads_per_worker=threads_per_worker, place=place, cache_dir=cache_dir, on_event=on_event,

@@ -950,3 +950,18 @@ def test_a_malformed_op_defined_from_python_is_a_hetflow_error(define):
         ops.REGISTRY.clear()
         ops.REGISTRY.update(before)
     assert e.value.exit_code == 2 and "op " in str(e.value)
+
+
+def test_a_run_begun_in_a_thread_after_the_scripts_main_thread_ended_is_refused_saying_why(tmp_path):
+    """Python shuts down once the main thread ends, and its thread pools take no new work: the call failed as a
+    RuntimeError from inside an import of hetflow's ("can't register atexit after shutdown")."""
+    script = tmp_path / "late.py"
+    runs = tmp_path / "runs"
+    script.write_text("import threading\nimport hetflow\n\n\ndef late():\n    threading.main_thread().join()\n"
+                      f"    hetflow.run({str(REPO / 'examples' / 'quickstart.yaml')!r}, params={{'batch': 4}}, "
+                      f"runs_dir={str(runs)!r})\n\n\nthreading.Thread(target=late).start()\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert "hetflow.engine.errors.UsageError: hetflow.run() was called in a thread after the main thread ended" \
+        in done.stderr, done.stderr
+    assert "atexit" not in done.stderr and "new futures" not in done.stderr
+    assert not runs.exists()
