@@ -148,6 +148,10 @@ class AdapterDevice(BoundDevice):
     """
 
     device_type: str = "unknown"
+    #: the adapter's ``max-storage-buffer-binding-size`` and ``max-buffer-size``, which the executor's device
+    #: asks for: a kernel binds no tensor larger than the first, and no tensor is larger than the second
+    max_binding_bytes: int | None = None
+    max_buffer_bytes: int | None = None
 
 
 def describe(adapter: Any, index: int) -> AdapterDevice:
@@ -160,8 +164,14 @@ def describe(adapter: Any, index: int) -> AdapterDevice:
         kind_text = f"{kind} adapter"
     vendor = info.get("vendor") or f"vendor 0x{info.get('vendor_id', 0):04x}"
     name = f"{info.get('device', '?')}: {kind_text}, {vendor}, {info.get('backend_type', '?')}, {info.get('description', '')}".rstrip(", ")
+    try:
+        limits = adapter.limits
+        binding, largest = int(limits["max-storage-buffer-binding-size"]), int(limits["max-buffer-size"])
+    except Exception:  # noqa: BLE001 - an adapter that does not say its limits: the run finds them
+        binding = largest = None
     return AdapterDevice(f"vulkan:{index}:{info.get('vendor_id', 0):04x}:{info.get('device_id', 0):04x}", name,
-                         device_type=_DEVICE_TYPE.get(kind, "unknown"))
+                         device_type=_DEVICE_TYPE.get(kind, "unknown"), max_binding_bytes=binding,
+                         max_buffer_bytes=largest)
 
 
 @lru_cache(maxsize=None)

@@ -191,6 +191,7 @@ def candidates(graph: Graph, order: Sequence[str], executors: Mapping[str, Any],
     attrs = node_data(graph)
     arriving = _arriving(attrs)
     refusers = {e: f for e in names if (f := _vendor_refusal(offers[e])) is not None}
+    limits = {e: found for e in refusers if (found := _size_limits(offers[e], executors[e])) is not None}
     refused: dict[str, str] = {}  # executor -> why it refuses the stage at hand
     able_for: dict[tuple, list[str]] = {}
     free: dict[tuple, tuple] = {}
@@ -210,7 +211,7 @@ def candidates(graph: Graph, order: Sequence[str], executors: Mapping[str, Any],
         able = able_for.get(key)
         if able is None:
             able = able_for[key] = [e for e in names if capable(stage, e) and all(x in offers[e].dtypes for x in extra)]
-        refused = _refused(refusers, able, stage, attrs) if refusers else refused
+        refused = _refused(refusers, able, stage, attrs, limits) if refusers else refused
         if refused:
             able = [e for e in able if e not in refused]
             if able and not stage.executor and not stage.vendors:
@@ -396,7 +397,41 @@ def _vendor_refusal(offer: Any) -> Callable[..., str | None] | None:
     return getattr(vulkan, "refusal", None)
 
 
-def _refused(refusers: Mapping[str, Callable], able: Sequence[str], stage: Any, attrs: Mapping[str, dict]) -> dict[str, str]:
+def _size_limits(offer: Any, executor: Any) -> tuple[int | None, int | None] | None:
+    """The largest tensor a kernel of ``executor``'s device binds and the largest it holds, where its offer says
+    them (a Vulkan adapter's limits); None elsewhere, and for an executor over several devices, whose tensors
+    are held in pieces."""
+    device = getattr(executor, "device", 0)
+    if len(getattr(device, "indexes", None) or ()) > 1:
+        return None
+    devices = getattr(offer, "devices", None) or ()
+    index = int(device)
+    found = devices[index] if 0 <= index < len(devices) else None
+    binding, largest = getattr(found, "max_binding_bytes", None), getattr(found, "max_buffer_bytes", None)
+    return None if binding is None and largest is None else (binding, largest)
+
+
+def _too_large(op: Any, stage: Any, attrs: Mapping[str, dict], limits: tuple[int | None, int | None]) -> str | None:
+    """Why a tensor of ``stage`` is too large for the device: past its largest buffer, or, for an op whose
+    kernel binds its tensors, past its largest storage binding. A size that is a bound (read from a witness
+    table) is left to the run."""
+    binding, largest = limits
+    bound = op.wgsl is not None and op.wgsl.template != "host"
+    for ref, what in ((stage.id, "output"), *((r, f"input {r!r}") for r in dict.fromkeys(stage.inputs))):
+        d = attrs[ref]
+        size = d.get("bytes")
+        if not size or d.get("bound"):
+            continue
+        if largest is not None and size > largest:
+            return f"its {what} of {human_bytes(size)} is larger than the device's largest buffer ({human_bytes(largest)})"
+        if bound and binding is not None and size > binding:
+            return (f"its {what} of {human_bytes(size)} is larger than the {human_bytes(binding)} the device's "
+                    "kernels bind at once (its max-storage-buffer-binding-size)")
+    return None
+
+
+def _refused(refusers: Mapping[str, Callable], able: Sequence[str], stage: Any, attrs: Mapping[str, dict],
+             limits: Mapping[str, tuple] | None = None) -> dict[str, str]:
     """The executors among ``able`` whose vendor refuses ``stage``, each with its reason."""
     found: dict[str, str] = {}
     asked = [e for e in able if e in refusers]
@@ -411,6 +446,8 @@ def _refused(refusers: Mapping[str, Callable], able: Sequence[str], stage: Any, 
             why = refusers[e](op, inputs, stage.dtype, dict(stage.args))
         except Exception as err:  # noqa: BLE001 - a vendor's rule failing on odd args refuses, with its words
             why = f"{type(err).__name__}: {err}"
+        if not why and limits and e in limits:
+            why = _too_large(op, stage, attrs, limits[e])
         if why:
             found[e] = why
     return found
