@@ -276,3 +276,29 @@ def test_a_report_or_schema_the_disk_refuses_is_the_environments_and_a_bad_path_
                           timeout=120)
     assert done.returncode == 2 and done.stderr.startswith(f"hetflow: error: -o {tmp_path / 'a-file' / 's.json'}: "
                                                            "cannot write: "), done.stderr
+
+
+def test_gc_frees_a_full_disk_of_runs_and_sweeps(tmp_path):
+    """gc, what a user runs on a full disk, removed nothing there: it first wrote a note of each unit it removes,
+    which the disk refused (exit 5, 'could not remove ...: File too large'); a unit's renames and deletes write
+    nothing, so they go on without it."""
+    runs = tmp_path / "runs"
+    sweep = tmp_path / "swept.yaml"
+    sweep.write_text("version: 1\nname: swept\nparams: {n: 2}\nmatrix: {n: [2, 3]}\nexecutors: {a: {vendor: cpu}}\n"
+                     'stages:\n  x: {op: ones, args: {shape: ["${n}"]}}\noutputs: {x: x}\n')
+    for argv in ([QUICKSTART], [str(sweep)]):
+        done = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "run", *argv, "--runs-dir", str(runs),
+                               "--quiet"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    assert len(_folders(runs)) == 4  # a run, a sweep and its two points
+
+    def full() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+    done = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "runs", "gc", "--keep", "0", "--runs-dir",
+                           str(runs), "--json"], capture_output=True, text=True, preexec_fn=full, timeout=120,
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["not_removed"] == [] and len(said["removed_runs"]) == 3 and len(said["removed_sweeps"]) == 1, said
+    assert _folders(runs) == [] and not [p for p in runs.iterdir() if p.name.startswith(".gc-")]

@@ -44,6 +44,7 @@ schedule claims of removed runs go.
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
@@ -1383,13 +1384,21 @@ def _remove_unit(runs_dir: str, names: list[str], refused: list[dict], renamed: 
 
     # the unit's names first: a gc killed among the renames left a sweep's summary gone and some of its runs
     # listed as runs of their own; the next gc finishes what this one began (_finish_removals)
-    intent = os.path.join(runs_dir, f".gc-unit-{secrets.token_hex(4)}.json")
+    # (one folder's rename is whole on its own: it needs no note)
+    intent = os.path.join(runs_dir, f".gc-unit-{secrets.token_hex(4)}.json") if len(names) > 1 else None
     try:
-        write_json_atomic(intent, {"names": list(names)})
-    except OSError as e:  # a runs directory gc may not change: its folders could not be renamed either
-        first = names[0] if names else ""
-        refused.append({"path": first, "error": f"{os.path.join(runs_dir, first)}: {e.strerror or e}"})
-        return False
+        if intent is not None:
+            write_json_atomic(intent, {"names": list(names)})
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            # a full disk (or a file size limit) is what gc is run to free, and renames and deletes write nothing:
+            # the unit goes without its note, the summary first as ever, so a gc stopped among the renames leaves
+            # runs without their sweep
+            intent = None
+        else:  # a runs directory gc may not change: its folders could not be renamed either
+            first = names[0] if names else ""
+            refused.append({"path": first, "error": f"{os.path.join(runs_dir, first)}: {e.strerror or e}"})
+            return False
     moved: list[tuple[str, str]] = []
     for name in names:
         path = os.path.join(runs_dir, name)
@@ -1420,7 +1429,9 @@ def _remove_unit(runs_dir: str, names: list[str], refused: list[dict], renamed: 
     return True
 
 
-def _forget(path: str) -> None:
+def _forget(path: str | None) -> None:
+    if path is None:
+        return
     try:
         os.unlink(path)
     except OSError:
