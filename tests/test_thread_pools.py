@@ -289,3 +289,51 @@ def test_pins_held_from_two_threads_end_in_any_order():
     assert pools.limit() == 3
     second.__exit__(None, None, None)
     assert pools.limit() == 4 and blas_now() == before
+
+
+def test_a_killed_run_resumed_goes_on_at_the_threads_its_stored_entries_name(tmp_path):
+    """A run killed by SIGKILL never wrote its threads in its record: resumed at other threads (its first process
+    had OMP_NUM_THREADS=1, the shell that resumed it none) it computed every partition it had finished again."""
+    import signal
+    import time
+
+    if usable_cores() < 2:
+        pytest.skip("one core: one BLAS thread is what a run alone has")
+    (tmp_path / "ops.py").write_text(OPS + textwrap.dedent('''
+        import time
+
+
+        @op("t.wait")
+        def wait(xp, x):
+            time.sleep(0.5)
+            return x
+        '''))
+    stages = ["  x: {op: random.normal, args: {shape: [64, 64], seed: 1}, executor: a}"]
+    for i in range(6):
+        stages.append(f"  n{i}: {{op: t.blas_threads, inputs: [{'x' if i == 0 else f'w{i - 1}'}], "
+                      f"executor: {'ab'[i % 2]}}}")
+        stages.append(f"  w{i}: {{op: t.wait, inputs: [n{i}], executor: {'ab'[i % 2]}}}")
+    path = tmp_path / "chain.yaml"
+    path.write_text("version: 1\nname: chain\nplugins: [ops.py]\nexecutors: {a: {vendor: cpu}, b: {vendor: cpu}}\n"
+                    "stages:\n" + "\n".join(stages) + "\noutputs: {y: w5}\n")
+    runs = tmp_path / "runs"
+    env = {k: v for k, v in os.environ.items() if k not in USER_THREAD_VARS}
+    proc = subprocess.Popen([sys.executable, "-m", "hetflow.engine.cli", "run", str(path), "--runs-dir", str(runs),
+                             "--quiet"], env={**env, "OMP_NUM_THREADS": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(runs.glob(".cache/*/*/entry.json"))) < 3 and proc.poll() is None:
+            assert time.monotonic() < deadline, "the run stored no three entries in 120 s"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    stored = len(list(runs.glob(".cache/*/*/entry.json")))
+    first = hetflow.open_run("latest", runs_dir=runs)
+    assert first.status == "died" and "threads" not in first.record
+    again = hetflow.run(path, runs_dir=runs, resume="latest")
+    cache = again.record["cache"]
+    assert cache["other_threads"] == {} and len(cache["hits"]) >= min(stored, 3), cache
+    assert again.record["threads"]["blas"] == 1 and int(again.outputs["y"].flat[0]) == 1

@@ -215,6 +215,9 @@ def _execute(
     # without the cache no key is computed (0.6 s of a 10,000-partition run)
     keys = partition_keys(plan, uncached_stages(manifest)) if use_cache else {}
     cache_use = CacheUse(Cache(cache_dir or os.path.join(runs_dir, ".cache")), keys, read=use_cache, write=use_cache)
+    if resumed_blas is None and earlier and earlier[-1].get("status") == owner.DIED:
+        # a killed attempt's record never named its threads: the entries it stored say them
+        resumed_blas = _threads_stored_since(cache_use.cache, keys, earlier[-1].get("started_at"))
     record: dict[str, Any] = {
         "format": RECORD_FORMAT,
         "run_id": run_id,
@@ -638,6 +641,34 @@ def _remove_unbegun(run_dir: str) -> None:
         os.rmdir(run_dir)
     except OSError:
         pass
+
+
+def _threads_stored_since(cache: Cache, keys: Mapping[str, Any], started_at: Any) -> int | None:
+    """The BLAS threads of the entries of ``keys`` whose results follow them, written (or read) since
+    ``started_at``, where they all say one number: those a killed attempt that began then ran with. None where
+    none says, or they differ."""
+    import json
+    from datetime import datetime
+
+    try:
+        since = datetime.fromisoformat(str(started_at).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+    found = set()
+    for info in keys.values():
+        if not (info.blas and info.cacheable):
+            continue
+        path = os.path.join(cache._folder(info.key), "entry.json")
+        try:
+            if os.stat(path).st_mtime < since:
+                continue
+            with open(path, encoding="utf-8") as f:
+                n = json.load(f).get("blas_threads")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if type(n) is int:
+            found.add(n)
+    return found.pop() if len(found) == 1 else None
 
 
 def _earlier_attempts(record_path: str) -> list[dict]:
