@@ -103,7 +103,7 @@ from hetflow.executors.vulkan_device import (  # noqa: F401 - the device's names
     wgpu_version,
 )
 
-__all__ = ["VulkanExecutor", "adapters", "describe", "offered_ops", "refusal", "SUPPORTED_DTYPES", "STAGING_CHUNK",
+__all__ = ["VulkanExecutor", "adapters", "describe", "offered_ops", "refusal", "shape_refusal", "SUPPORTED_DTYPES", "STAGING_CHUNK",
            "wgpu_version", "enumeration_chatter"]
 
 SUPPORTED_DTYPES: tuple[Dtype, ...] = tuple(d for d in Dtype if d not in (Dtype.int64, Dtype.fp64))
@@ -355,6 +355,28 @@ def _reduce_view(shape: Sequence[int], args: dict) -> tuple[list[int] | None, in
         return None, math.prod(shape[: found[0]]), reduced, math.prod(shape[found[-1] + 1 :])
     kept = [a for a in range(rank) if a not in found]
     return kept + found, math.prod(shape[a] for a in kept), reduced, 1
+
+
+def _attention_loops(Skv: int, D: int, Dv: int, device_type: str) -> str | None:
+    """Why attention over ``Skv`` keys loops past a software device's limit in one invocation; None where it
+    does not, or the device is not software."""
+    loops = -(-Skv // 64) * (D + 2) + -(-Dv // 64) * (Skv + 1)
+    if loops > _LOOP_LIMIT and device_type == "cpu":
+        return (f"attention over {Skv} keys of head size {D} (values {Dv}) loops {loops} times in one invocation, "
+                f"past the {_LOOP_LIMIT} after which a software Vulkan device (lavapipe) ends a loop")
+    return None
+
+
+def shape_refusal(op: ops.Op, shapes: Sequence[Sequence[int]], args: dict | None, device_type: str) -> str | None:
+    """Why a device of ``device_type`` cannot run ``op`` on inputs of ``shapes``, which :func:`refusal` does not
+    see: the planner asks it, so that such a stage is kept off the device instead of failing the run."""
+    if op.name != "attention" or len(shapes) < 3:
+        return None
+    try:
+        B, Hq, Sq, Skv, D, Dv = _attention_layout(shapes[0], shapes[1], shapes[2], op.with_defaults(args or {}))["dims"]
+    except Exception:  # noqa: BLE001 - shapes the op's own rule refuses are said there
+        return None
+    return _attention_loops(Skv, D, Dv, device_type) if B * Hq * Sq else None
 
 
 def _attention_layout(q: Sequence[int], k: Sequence[int], v: Sequence[int], args: dict) -> dict:
@@ -839,11 +861,9 @@ class VulkanExecutor:
         offset = int(args.get("past_length") or 0)
         # attention.wgsl loops over every key in one invocation: past lavapipe's loop limit its sums would end
         # early and its results be wrong without a word, so a software device refuses it here
-        loops = -(-Skv // 64) * (D + 2) + -(-Dv // 64) * (Skv + 1)
-        if loops > _LOOP_LIMIT and self._dev.bound.device_type == "cpu":
-            raise ExecutorError(f"attention over {Skv} keys of head size {D} (values {Dv}) loops {loops} times in "
-                                f"one invocation, past the {_LOOP_LIMIT} after which a software Vulkan device "
-                                f"(lavapipe) ends a loop; place the stage on another executor")
+        too_long = _attention_loops(Skv, D, Dv, self._dev.bound.device_type)
+        if too_long:
+            raise ExecutorError(f"{too_long}; place the stage on another executor")
         scratch = rec.new((rows, max(Skv, 1)), _F32, "attention scores")
         dummy = self._dev.buffer(4, "an absent mask")
         params = [B, Hq, Sq, Skv, D, Dv, Hq // lay["kv_heads"], *lay["q"], *lay["k"], *lay["v"], *lay["y"],

@@ -64,3 +64,45 @@ def test_this_machines_vulkan_adapter_says_its_limits():
         pytest.skip("no Vulkan adapter here")
     device = offer.devices[0]
     assert device.max_binding_bytes > 0 and device.max_buffer_bytes >= device.max_binding_bytes
+
+
+def software_device(vendor):
+    """A software Vulkan device (lavapipe's kind) with roomy buffers."""
+    if vendor is Vendor.vulkan:
+        device = AdapterDevice("vulkan:0:0000:0000", "a software device", device_type="cpu",
+                               max_binding_bytes=2**31, max_buffer_bytes=2**31)
+        return Offer(vendor, True, "planning-only offer", (device,), vulkan.SUPPORTED_DTYPES, vulkan.offered_ops())
+    return probe(vendor)
+
+
+ATTENTION = """\
+version: 1
+name: a
+executors:
+  host: {vendor: cpu}
+  vk: {vendor: vulkan}
+stages:
+  q: {op: ones, args: {shape: [1, 1, 1, 64]}, executor: host}
+  k: {op: ones, args: {shape: [1, 1, KEYS, 64]}, executor: host}
+  y: {op: attention, inputs: [q, k, k]PIN}
+outputs: {y: y}
+"""
+
+
+def test_attention_a_software_device_would_cut_short_is_kept_off_it():
+    """Attention over 32,768 keys of head size 64 on lavapipe was planned there and failed its stage at run:
+    one invocation would loop past the 65535 iterations after which lavapipe ends a loop."""
+    def make_on(text):
+        return plan(compile_manifest(loads(text, "m.yaml")), software_device)
+
+    short = make_on(ATTENTION.replace("KEYS", "4096").replace("PIN", ", executor: vk"))
+    assert short.nodes["y"].executor == "vk"
+    free = make_on(ATTENTION.replace("KEYS", "32768").replace("PIN", ""))
+    assert free.nodes["y"].executor == "host" and "loops 66561 times in one invocation" in free.nodes["y"].reason
+    with pytest.raises(ManifestError) as info:
+        make_on(ATTENTION.replace("KEYS", "32768").replace("PIN", ", executor: vk"))
+    (d,) = info.value.diagnostics
+    assert str(d) == ("m.yaml:9:3: error: stage 'y' cannot run on executor 'vk' (vulkan): attention over 32768 keys of "
+                      "head size 64 (values 64) loops 66561 times in one invocation, past the 65535 after which a "
+                      "software Vulkan device (lavapipe) ends a loop; pin it to another executor (a cpu one computes "
+                      "it as written)")

@@ -397,10 +397,10 @@ def _vendor_refusal(offer: Any) -> Callable[..., str | None] | None:
     return getattr(vulkan, "refusal", None)
 
 
-def _size_limits(offer: Any, executor: Any) -> tuple[int | None, int | None] | None:
-    """The largest tensor a kernel of ``executor``'s device binds and the largest it holds, where its offer says
-    them (a Vulkan adapter's limits); None elsewhere, and for an executor over several devices, whose tensors
-    are held in pieces."""
+def _size_limits(offer: Any, executor: Any) -> tuple[int | None, int | None, str | None] | None:
+    """The largest tensor a kernel of ``executor``'s device binds, the largest it holds and the device's type,
+    where its offer says them (a Vulkan adapter's); None elsewhere, and for an executor over several devices,
+    whose tensors are held in pieces."""
     device = getattr(executor, "device", 0)
     if len(getattr(device, "indexes", None) or ()) > 1:
         return None
@@ -408,14 +408,25 @@ def _size_limits(offer: Any, executor: Any) -> tuple[int | None, int | None] | N
     index = int(device)
     found = devices[index] if 0 <= index < len(devices) else None
     binding, largest = getattr(found, "max_binding_bytes", None), getattr(found, "max_buffer_bytes", None)
-    return None if binding is None and largest is None else (binding, largest)
+    kind = getattr(found, "device_type", None)
+    return None if binding is None and largest is None and kind is None else (binding, largest, kind)
 
 
 def _too_large(op: Any, stage: Any, attrs: Mapping[str, dict], limits: tuple[int | None, int | None]) -> str | None:
-    """Why a tensor of ``stage`` is too large for the device: past its largest buffer, or, for an op whose
-    kernel binds its tensors, past its largest storage binding. A size that is a bound (read from a witness
-    table) is left to the run."""
-    binding, largest = limits
+    """Why ``stage`` is too large for the device: a shape the vendor's rule refuses there (attention looping
+    past a software device's limit), a tensor past its largest buffer, or, for an op whose kernel binds its
+    tensors, past its largest storage binding. A size that is a bound (read from a witness table) is left to
+    the run."""
+    binding, largest, kind = limits
+    if kind is not None:
+        try:
+            from hetflow.executors import vulkan
+
+            why = vulkan.shape_refusal(op, [attrs[r]["shape"] for r in stage.inputs], dict(stage.args), kind)
+        except Exception:  # noqa: BLE001 - a Vulkan module that does not import has no rule to ask
+            why = None
+        if why:
+            return why
     bound = op.wgsl is not None and op.wgsl.template != "host"
     for ref, what in ((stage.id, "output"), *((r, f"input {r!r}") for r in dict.fromkeys(stage.inputs))):
         d = attrs[ref]
