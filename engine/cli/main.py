@@ -26,7 +26,7 @@ import sys
 from collections.abc import Sequence
 
 from hetflow.engine.cli.common import EXIT_ENVIRONMENT, EXIT_OK, _ShowVersion
-from hetflow.engine.run.events import QuietStream, quiet
+from hetflow.engine.run.events import QuietStream, printable, quiet
 
 # no typing, contextlib or importlib here: together 2-4 ms of every ``hetflow emulate``
 TYPE_CHECKING = False
@@ -264,7 +264,7 @@ def _dispatch(argv: list[str], out: QuietStream, err: QuietStream, set_aside=lam
 def _report(ended: Outcome, as_json: bool, out: QuietStream, err: QuietStream) -> int:
     """Print how a command that raised ended; return its exit code."""
     for line in ended.lines:
-        print(line, file=err)
+        print(printable(line), file=err)
     if as_json:
         if not out.wrote:  # one JSON object in all: a command that printed its own keeps it
             import json  # here: a cached ``hetflow emulate`` starts without it

@@ -9,6 +9,7 @@ from typing import Any
 
 from hetflow.engine.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, cluster_kwargs, event_sink, write_output
 from hetflow.engine.errors import ManifestError, RunFailed, UsageError, capped, folded
+from hetflow.engine.run.events import printable
 
 __all__ = ["cmd_validate", "cmd_plan", "cmd_run", "cmd_verify"]
 
@@ -23,12 +24,12 @@ def cmd_validate(args: argparse.Namespace, out, err) -> int:
         except ManifestError as e:
             problems += len(e.diagnostics)
             for line in capped(folded(e.diagnostics) if len(e.diagnostics) > 1 else e.diagnostics):
-                print(line, file=err)
+                print(printable(str(line)), file=err)
         else:
             passed += 1
             for line in capped(warnings):
-                print(line, file=err)
-            print(f"{file}: ok", file=out)
+                print(printable(str(line)), file=err)
+            print(printable(f"{file}: ok"), file=out)
     if passed:
         print(api.NOT_CHECKED, file=out)
     return EXIT_BAD_INPUT if problems else EXIT_OK
@@ -182,7 +183,7 @@ def _run(args: argparse.Namespace, out, err) -> int:
             print(json.dumps({"status": "failed", "exit_code": EXIT_RUN_FAILED, "message": message,
                               "run_id": run.run_id, "record": run.record_path, "error": run.error,
                               "origin": origin}), file=out)
-        print(message, file=err)
+        print(printable(message), file=err)
         trace = (rec.get("error") or {}).get("traceback_file")
         if trace and (rec.get("error") or {}).get("op"):
             print(f"traceback: {os.path.join(os.path.dirname(run.record_path), trace)}", file=err)

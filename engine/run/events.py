@@ -83,11 +83,30 @@ if TYPE_CHECKING:
     from typing import Any, TextIO
 
 __all__ = ["EventStream", "Sink", "run_event", "format_line", "run_tag", "short_id", "LineLog", "JsonLog",
-           "ProgressDisplay", "is_task_end", "QuietStream", "quiet"]
+           "ProgressDisplay", "is_task_end", "QuietStream", "quiet", "printable"]
 
 Sink = Callable[[dict], None]
 
 TASK_END = ("finished", "failed")
+
+
+# C0 but newline and tab, DEL and C1: what a terminal acts on rather than shows
+_CONTROLS = {**{c: f"\\x{c:02x}" for c in (*range(0x09), *range(0x0b, 0x20), 0x7f)},
+             **{c: f"\\u{c:04x}" for c in range(0x80, 0xa0)}}
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters written as escapes, newlines and tabs kept.
+
+    An op's error message, a param's value or a file's name is the user's
+    text: said raw, an escape sequence in it would clear the terminal,
+    recolour or hide what follows, or make a link, and a carriage return
+    or backspace would write over the words before it.
+
+    >>> printable("boom \\x1b[2J\\rdone\\n\\tnext \\x9b")
+    'boom \\\\x1b[2J\\\\x0ddone\\n\\tnext \\\\u009b'
+    """
+    return text.translate(_CONTROLS)
 
 
 def is_task_end(event: dict) -> bool:
@@ -445,7 +464,7 @@ class LineLog:
                 seen = self._chunks[key] = [0, now, now, event.get("executor")]
                 if what == "started":
                     line = f"witness {key[1]}: chunks started{_where(event)}"
-                    _write_line(self._out, f"[{now - self._t0:8.3f}s] {run_tag(event)}{line}", self._lock)
+                    _write_line(self._out, printable(f"[{now - self._t0:8.3f}s] {run_tag(event)}{line}"), self._lock)
             if what == "finished":
                 seen[0] += 1
                 seen[2] = max(seen[2], now)
@@ -454,12 +473,12 @@ class LineLog:
             run = str(event.get("run", ""))
             for key in [k for k in self._chunks if k[0] == run and (kind == "run" or k[1] == event.get("id"))]:
                 self._summary(event, *self._chunks.pop(key), key[1])
-        _write_line(self._out, f"[{now - self._t0:8.3f}s] {run_tag(event)}{format_line(event)}", self._lock)
+        _write_line(self._out, printable(f"[{now - self._t0:8.3f}s] {run_tag(event)}{format_line(event)}"), self._lock)
 
     def _summary(self, event: dict, done: int, first: float, last: float, where: Any, pid: str) -> None:
         at = f" on {where}" if where else ""
         line = f"witness {pid}: {done} chunk{'s' if done != 1 else ''} finished{at} in {last - first:.3f}s"
-        _write_line(self._out, f"[{last - self._t0:8.3f}s] {run_tag(event)}{line}", self._lock)
+        _write_line(self._out, printable(f"[{last - self._t0:8.3f}s] {run_tag(event)}{line}"), self._lock)
 
 
 def _write_line(out: TextIO, text: str, lock: _thread.LockType) -> None:
@@ -529,7 +548,7 @@ class ProgressDisplay:
             return
         point = f"{event['point']}: " if event.get("point") else ""
         if what == "started":
-            self.progress.update(bar, description=self._escape(f"{point}{_task_name(event)}{_where(event)}"))
+            self.progress.update(bar, description=self._escape(printable(f"{point}{_task_name(event)}{_where(event)}")))
         elif what == "retried":
             self._say("yellow", event)
         elif what in TASK_END:
@@ -547,13 +566,14 @@ class ProgressDisplay:
             self.progress.start()
         run = event["id"]
         point = f" {event['point']}" if event.get("point") else ""
-        self._bars[run] = self.progress.add_task(self._escape(f"run {run}{point}"), total=event.get("tasks"), bridged="")
+        self._bars[run] = self.progress.add_task(self._escape(printable(f"run {run}{point}")), total=event.get("tasks"), bridged="")
         self._bridged[run] = 0
         self._last = run
 
     def _say(self, color: str, event: dict) -> None:
         """Print ``event``'s line above the bars."""
-        self.console.print(f"[{color}]{self._escape(run_tag(event) + format_line(event))}[/{color}]", highlight=False)
+        self.console.print(f"[{color}]{self._escape(printable(run_tag(event) + format_line(event)))}[/{color}]",
+                           highlight=False)
 
     def _end(self, run: str) -> None:
         if self._bars.pop(run, None) is not None and not self._bars:

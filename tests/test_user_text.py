@@ -1,0 +1,85 @@
+"""The user's own text (an op's error message, a param's value, a file's name) as the CLI says it: escape sequences,
+carriage returns and backspaces in it are written as escapes, never acted on by the terminal, and rich markup in it
+is shown as written."""
+
+import io
+import json
+
+import pytest
+
+from hetflow.engine.cli import main
+from hetflow.engine.run import events
+from hetflow.engine.store.compare import render_table
+
+HOSTILE = "[red]x[/] \x1b[2J\x1b]8;;http://evil\x1b\\link\x1b]8;;\x1b\\ \rover\bb \x9b31m [link=http://e]y[/link] \x7f"
+
+OPS = '''\
+from hetflow import op
+
+@op("lab.boom", dtypes=["fp32"])
+def boom(xp, x, *, tag: str = ""):
+    """Fails with the user's text."""
+    raise ValueError(tag)
+'''
+
+MANIFEST = """\
+version: 1
+name: hostile
+plugins: [ops.py]
+params: {tag: ""}
+executors: {h: {vendor: cpu}}
+stages:
+  x: {op: full, args: {shape: [2], value: 1}}
+  z: {op: lab.boom, inputs: [x], args: {tag: "${tag}"}}
+outputs: {z: z}
+"""
+
+RAW = ("\x1b", "\r", "\b", "\x9b", "\x7f")
+
+
+def cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    return main(list(argv), out=out, err=err), out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def failed(tmp_path):
+    (tmp_path / "ops.py").write_text(OPS)
+    (tmp_path / "m.yaml").write_text(MANIFEST)
+    runs = tmp_path / "runs"
+    code, out, err = cli("run", str(tmp_path / "m.yaml"), "--runs-dir", str(runs), "-p", f"tag={json.dumps(HOSTILE)}")
+    assert code == 1, err
+    return runs, out, err
+
+
+def test_an_ops_error_with_escape_sequences_is_said_with_them_escaped(failed):
+    runs, out, err = failed
+    assert not [c for c in RAW if c in err], err
+    # every word is there, the escape sequences as their escapes
+    assert "\\x1b[2J" in err and "\\x0dover\\x08b" in err and "\\u009b31m" in err and "\\x7f" in err
+    failures = [line for line in err.splitlines() if line.startswith("hetflow: run failed:")]
+    assert len(failures) == 1 and "[red]x[/]" in failures[0] and "[link=http://e]y[/link]" in failures[0]
+    # the record keeps the message as it was raised
+    record = json.loads((runs / out.strip().splitlines()[-1] / "record.json").read_text())
+    assert HOSTILE in record["error"]["message"]
+
+
+def test_the_progress_display_shows_markup_literally_and_escapes_control_characters():
+    out = io.StringIO()
+    display = events.ProgressDisplay(out, force_terminal=True)
+    display({"event": "started", "kind": "run", "id": "r1", "tasks": 1, "time": 0.0})
+    display({"event": "failed", "kind": "partition", "id": "p0", "executor": "h", "attempt": 1,
+             "error": HOSTILE + " \\", "time": 0.1})
+    display({"event": "failed", "kind": "run", "id": "r1", "error": HOSTILE, "time": 0.2})
+    display.close()
+    said = out.getvalue()
+    for raw in ("\x1b[2J", "\x1b]8;;", "\x9b", "\x7f"):  # rich's own sequences move the cursor with \r
+        assert raw not in said
+    assert "[red]x[/]" in said and "[link=http://e]y[/link]" in said and "\\x1b[2J" in said
+
+
+def test_a_file_name_with_an_escape_sequence_is_said_escaped_in_a_bad_input_error(tmp_path):
+    code, out, err = cli("validate", str(tmp_path / "a\x1b[2J\rb.yaml"))
+    assert code == 2
+    assert "\x1b" not in err and "\r" not in err
+    assert "a\\x1b[2J\\x0db.yaml" in err
