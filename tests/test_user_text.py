@@ -83,3 +83,48 @@ def test_a_file_name_with_an_escape_sequence_is_said_escaped_in_a_bad_input_erro
     assert code == 2
     assert "\x1b" not in err and "\r" not in err
     assert "a\\x1b[2J\\x0db.yaml" in err
+
+
+SWEEP = """\
+version: 1
+name: cells
+params: {tag: ""}
+matrix: {tag: ["a,b\\"c\\nd|e", "\\u001b[2J\\tz", "plain"]}
+executors: {h: {vendor: cpu}}
+stages:
+  z: {op: full, args: {shape: [1], value: 1}}
+outputs: {z: z}
+"""
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cells")
+    (tmp / "m.yaml").write_text(SWEEP)
+    code, out, err = cli("run", str(tmp / "m.yaml"), "--runs-dir", str(tmp / "runs"), "--quiet", "--json")
+    assert code == 0, err
+    return tmp / "runs", json.loads(out)["sweep_id"]
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown"])
+def test_a_table_row_is_one_line_whatever_a_params_value_holds(swept, fmt):
+    runs, sweep = swept
+    code, out, err = cli("runs", "--runs-dir", str(runs), "table", sweep, "--format", fmt)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 1 + 3 + (fmt == "markdown")
+    assert not [c for c in ("\x1b", "\t", "\r") if c in out]
+    assert any('a,b"c\\nd' in line for line in lines) and any("\\x1b[2J\\tz" in line for line in lines)
+    if fmt == "markdown":
+        cells = {line.count(" | ") for line in lines if not line.startswith("|-")}
+        assert len(cells) == 1 and "d\\|e" in out
+
+
+def test_csv_keeps_a_params_value_as_it_is(swept):
+    import csv
+
+    runs, sweep = swept
+    code, out, err = cli("runs", "--runs-dir", str(runs), "table", sweep, "--format", "csv")
+    assert code == 0, err
+    rows = list(csv.reader(io.StringIO(out, newline="")))
+    assert sorted(r[3] for r in rows[1:]) == sorted(['a,b"c\nd|e', "\x1b[2J\tz", "plain"])

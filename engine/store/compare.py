@@ -221,14 +221,27 @@ def _cell(value: Any) -> str:
     return json.dumps(value)
 
 
+# every control character, newline and tab too: a row of an aligned or markdown table is one line, and what a
+# terminal would act on (an escape sequence in a param's value) is shown instead
+_ONE_LINE = {**{c: f"\\x{c:02x}" for c in range(0x20) if c not in (0x09, 0x0a)}, 0x09: "\\t", 0x0a: "\\n", 0x7f: "\\x7f",
+             **{c: f"\\u{c:04x}" for c in range(0x80, 0xa0)}}
+
+
 def render_table(data: Mapping[str, Any], fmt: str) -> str:
-    """The table as ``text`` (aligned columns), ``csv``, ``markdown`` or ``json``."""
+    """The table as ``text`` (aligned columns), ``csv``, ``markdown`` or ``json``.
+
+    A cell of ``text`` and ``markdown`` is one line: a param's value
+    ``"a\\nb"`` reads ``a\\nb`` there, its control characters as escapes;
+    ``csv`` and ``json`` keep the values as they are, quoted.
+    """
     if fmt == "json":
         return json.dumps(data, indent=2) + "\n"
     head = ["run", "point", "status", *data["params"], *data["outputs"]]
     body = [[r["run_id"] or "-", r["point"] or "-", r["status"] or "-", *[_cell(r["params"].get(k)) for k in data["params"]],
              *["damaged" if k in r.get("damaged", {}) else _cell(r["outputs"].get(k)) for k in data["outputs"]]]
             for r in data["rows"]]
+    if fmt != "csv":
+        head, body = [c.translate(_ONE_LINE) for c in head], [[c.translate(_ONE_LINE) for c in line] for line in body]
     if fmt == "csv":
         import csv
         import io
