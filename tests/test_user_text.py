@@ -64,6 +64,15 @@ def test_an_ops_error_with_escape_sequences_is_said_with_them_escaped(failed):
     assert HOSTILE in record["error"]["message"]
 
 
+def test_runs_show_says_the_error_with_its_escape_sequences_escaped(failed):
+    runs, out, _ = failed
+    code, shown, err = cli("runs", "--runs-dir", str(runs), "show", out.strip().splitlines()[-1])
+    assert code == 0, err
+    errors = [line for line in shown.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and not [c for c in RAW if c in shown]
+    assert "[red]x[/] \\x1b[2J" in errors[0] and "\\x0dover\\x08b" in errors[0]
+
+
 def test_the_progress_display_shows_markup_literally_and_escapes_control_characters():
     out = io.StringIO()
     display = events.ProgressDisplay(out, force_terminal=True)

@@ -11,6 +11,7 @@ from datetime import datetime
 from hetflow.engine.store import runs
 from hetflow.engine.cli.common import EXIT_ENVIRONMENT, EXIT_OK, write_output
 from hetflow.engine.errors import UsageError
+from hetflow.engine.run.events import printable
 
 __all__ = ["cmd_runs", "cmd_report"]
 
@@ -37,9 +38,9 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
                 return EXIT_OK
             sweep_id = summary.get("sweep_id") or args.run_id
             resume = _resume_command(summary.get("manifest"), sweep_id, args.runs_dir)
-            print(f"sweep {sweep_id}: {summary.get('status') or '-'}  manifest {summary.get('name') or '-'} "
-                  f"({summary.get('manifest') or '-'})  {len(summary['points'])} points over "
-                  f"{', '.join(map(str, summary.get('params') or [])) or '-'}", file=out)
+            print(printable(f"sweep {sweep_id}: {summary.get('status') or '-'}  manifest {summary.get('name') or '-'} "
+                            f"({summary.get('manifest') or '-'})  {len(summary['points'])} points over "
+                            f"{', '.join(map(str, summary.get('params') or [])) or '-'}"), file=out)
             _newer(summary.get("format"), runs.SWEEP_FORMAT, "summary", out)
             width = max((len(str(p.get("name") or "-")) for p in summary["points"]), default=0)
             for p in summary["points"]:
@@ -49,10 +50,10 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
                       f"{p.get('run_id') or '-'}  {digests}".rstrip(), file=out)
                 if p.get("status") != "succeeded" and p.get("error"):  # why, as the sweep said it when the point ended
                     why = " ".join(str(p["error"]).split())
-                    print(f"  {'':<{width}}  {why if len(why) <= 200 else why[:197] + '...'}", file=out)
+                    print(printable(f"  {'':<{width}}  {why if len(why) <= 200 else why[:197] + '...'}"), file=out)
             if isinstance(summary.get("error"), dict) and summary["error"].get("message"):
                 # what ended the sweep early, where no point's row says it (a caller's on_point that raised)
-                print(f"{summary['error']['message']}; {resume} runs the points left", file=out)
+                print(printable(f"{summary['error']['message']}; {resume} runs the points left"), file=out)
             _died(summary, resume, out)
             return EXIT_OK
         record = runs.read_record(args.runs_dir, args.run_id)
@@ -65,8 +66,8 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
         made = record.get("manifest") if isinstance(record.get("manifest"), dict) else {}
         run_id = record.get("run_id") or args.run_id
         resume = _resume_command(made.get("file"), run_id, args.runs_dir)
-        print(f"run {run_id}: {status or '-'}  manifest {made.get('name') or '-'} "
-              f"({made.get('file') or '-'})  point {point}", file=out)
+        print(printable(f"run {run_id}: {status or '-'}  manifest {made.get('name') or '-'} "
+                        f"({made.get('file') or '-'})  point {point}"), file=out)
         print(f"started {record.get('started_at') or '-'}  duration {_duration(record, status)}  "
               f"digest {str(made.get('digest') or '-')[:23]}", file=out)
         from hetflow.engine.store.records import RECORD_FORMAT
@@ -95,7 +96,7 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
         if record.get("verifies"):
             print(f"verification run of {record['verifies']}", file=out)
         if record.get("error"):
-            print(f"error: {record['error'].get('message')}", file=out)
+            print(printable(f"error: {record['error'].get('message')}"), file=out)
         return EXIT_OK
     if args.runs_command == "gc":
         result = runs.collect_garbage(args.runs_dir, args.keep, args.cache_dir, dry_run=args.dry_run,
@@ -162,8 +163,8 @@ def _died(data: dict, resume: str, out) -> None:
     if data.get("status") != "died":
         return
     who = runs.owner_of(data) or {}
-    print(f"died: its process (pid {who.get('pid')} on {who.get('host')}) ended without writing its final record "
-          f"(killed, out of memory, or the machine stopped); resume with: {resume}", file=out)
+    print(printable(f"died: its process (pid {who.get('pid')} on {who.get('host')}) ended without writing its final "
+                    f"record (killed, out of memory, or the machine stopped); resume with: {resume}"), file=out)
 
 
 def _gc_text(result: dict, out) -> None:
