@@ -137,3 +137,25 @@ def test_csv_keeps_a_params_value_as_it_is(swept):
     assert code == 0, err
     rows = list(csv.reader(io.StringIO(out, newline="")))
     assert sorted(r[3] for r in rows[1:]) == sorted(['a,b"c\nd|e', "\x1b[2J\tz", "plain"])
+
+
+def test_runs_diff_does_not_call_a_nan_param_of_both_runs_a_change(tmp_path):
+    (tmp_path / "m.yaml").write_text("""\
+version: 1
+name: nans
+params: {v: .nan, w: [.nan, 1.0], tag: a}
+matrix: {tag: [a, b]}
+executors: {h: {vendor: cpu}}
+stages:
+  z: {op: full, args: {shape: [1], value: 1}}
+outputs: {z: z}
+""")
+    runs = tmp_path / "runs"
+    code, out, err = cli("run", str(tmp_path / "m.yaml"), "--runs-dir", str(runs), "--quiet", "--json")
+    assert code == 0, err
+    a, b = (p["run_id"] for p in json.loads((runs / json.loads(out)["sweep_id"] / "sweep.json").read_text())["points"])
+    code, out, err = cli("runs", "--runs-dir", str(runs), "--json", "diff", a, b)
+    assert code == 0, err
+    assert [row[0] for row in json.loads(out)["params"]] == ["tag"]
+    code, out, err = cli("runs", "--runs-dir", str(runs), "diff", a, b)
+    assert "tag:" in out and "v:" not in out and "w:" not in out

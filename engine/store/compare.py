@@ -37,8 +37,19 @@ SMALL = 16
 
 
 def changes(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(key, value in a, value in b) for every key whose values differ; None where a key is missing."""
-    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    """(key, value in a, value in b) for every key whose values differ; None where a key is missing.
+
+    A NaN is the same as a NaN here, anywhere in a value: both runs had the
+    param ``.nan``, which ``!=`` alone would call a change.
+
+    >>> changes({"lr": float("nan"), "n": 1, "s": [float("nan")]}, {"lr": float("nan"), "n": 1.0, "s": [float("nan")]})
+    []
+    """
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if not _same(a.get(k), b.get(k))]
+
+
+def _same(x: Any, y: Any) -> bool:
+    return x == y or json.dumps(x, sort_keys=True, default=str) == json.dumps(y, sort_keys=True, default=str)
 
 
 def load_array(run_dir: str, name: str, entry: Mapping[str, Any]) -> np.ndarray | None:
