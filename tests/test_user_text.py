@@ -159,3 +159,35 @@ outputs: {z: z}
     assert [row[0] for row in json.loads(out)["params"]] == ["tag"]
     code, out, err = cli("runs", "--runs-dir", str(runs), "diff", a, b)
     assert "tag:" in out and "v:" not in out and "w:" not in out
+
+
+def test_the_editors_schema_is_json_with_a_plugin_ops_infinite_default(tmp_path):
+    (tmp_path / "bounds.py").write_text('''\
+import math
+
+from hetflow import op
+
+@op("usertext.below", dtypes=["fp32"])
+def below(xp, x, *, hi: float = math.inf, lo: float = -math.inf, fill: float = math.nan):
+    """x clipped."""
+    return x
+''')
+    code, out, err = cli("schema", "--plugins", str(tmp_path / "bounds.py"))
+    assert code == 0, err
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    schema = json.loads(out, parse_constant=refuse)  # an editor's JSON parser takes no NaN or Infinity
+    found = [node for node in _walk(schema) if "Argument `hi` of `usertext.below`" in str(node.get("description"))]
+    assert found and all("default" not in node and "Default Infinity" in node["description"] for node in found)
+
+
+def _walk(node):
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk(value)

@@ -164,7 +164,7 @@ def _arg_schema(op: oplib.Op, name: str, arg: oplib.Arg) -> dict:
         words.append("Required.")
     elif default is not _NOTHING:
         words.append(f"Default {json.dumps(default)}.")
-        node["default"] = default
+        node.update({} if json.dumps(default) in ("NaN", "Infinity", "-Infinity") else {"default": default})
     node["description"] = " ".join(words)
     node.update(copy.deepcopy(KIND_SCHEMAS.get(arg.kind, {})))
     return node
