@@ -191,3 +191,13 @@ def _walk(node):
     elif isinstance(node, list):
         for value in node:
             yield from _walk(value)
+
+
+def test_a_sweeps_failed_point_is_said_with_its_errors_escape_sequences_escaped(tmp_path):
+    (tmp_path / "ops.py").write_text(OPS)
+    (tmp_path / "m.yaml").write_text(MANIFEST + f"matrix: {{tag: [{json.dumps(HOSTILE)}, plain]}}\n")
+    code, out, err = cli("run", str(tmp_path / "m.yaml"), "--runs-dir", str(tmp_path / "runs"), "--quiet")
+    assert code == 1, err
+    said = [line for line in err.splitlines() if line.startswith("hetflow: point ")]
+    assert len(said) == 2 and not [c for c in RAW if c in out + err]
+    assert any("\\x1b[2J" in line and "\\x0dover" in line for line in said)

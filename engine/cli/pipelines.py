@@ -223,7 +223,7 @@ def _sweep(args: argparse.Namespace, doc, params: dict, common: dict, out, err) 
             # a point that failed before its run began (its plan refused it here) has no run to name: its error says
             # why. One write, line and end together: points end in threads of their own, and a forced exit's last
             # line must not land between a row and its newline
-            out.write(f"{point['status']:<9} {point['name']}  {point['run_id'] or point.get('error')}\n")
+            out.write(printable(f"{point['status']:<9} {point['name']}  {point['run_id'] or point.get('error')}") + "\n")
 
     sink = event_sink(args, err)
     try:
@@ -240,7 +240,7 @@ def _sweep(args: argparse.Namespace, doc, params: dict, common: dict, out, err) 
     # why each point failed, as a run's own failure says it: the rows on standard output name only its run
     for line in capped([f"hetflow: point {p['name']} {p['status']}: {p.get('error') or 'see its record'}"
                         for p in failed]):
-        print(line, file=err)
+        print(printable(line), file=err)
     code = exit_code(summary["points"])
     if args.json:
         from hetflow.engine.store.runs import failure_text
