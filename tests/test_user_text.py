@@ -201,3 +201,51 @@ def test_a_sweeps_failed_point_is_said_with_its_errors_escape_sequences_escaped(
     said = [line for line in err.splitlines() if line.startswith("hetflow: point ")]
     assert len(said) == 2 and not [c for c in RAW if c in out + err]
     assert any("\\x1b[2J" in line and "\\x0dover" in line for line in said)
+
+
+def _chromium():
+    import shutil
+
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+# the page's own script cannot say where its boxes end; this one, added to a copy, marks what spills past its card
+OVERFLOW_PROBE = """<script>
+(function () {
+  var cards = document.querySelectorAll("header.top, section"), wide = [];
+  for (var i = 0; i < cards.length; i++) {
+    if (cards[i].scrollWidth > cards[i].clientWidth + 1) { wide.push(cards[i].id || cards[i].className); }
+  }
+  document.documentElement.setAttribute("data-overflow", wide.join(" ") || "none");
+})();
+</script>"""
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
+def test_long_names_and_values_stay_inside_the_reports_cards(tmp_path):
+    import re
+    import subprocess
+
+    name, out_name, stage = "n" + "x" * 99, "o" * 64, "s" * 64
+    (tmp_path / "m.yaml").write_text(f"""\
+version: 1
+name: {name}
+params: {{tag: "{'T' * 3000}"}}
+executors: {{h: {{vendor: cpu}}}}
+stages:
+  {stage}: {{op: full, args: {{shape: [2], value: 1}}}}
+outputs: {{{out_name}: {stage}}}
+""")
+    runs = tmp_path / "runs"
+    code, out, err = cli("run", str(tmp_path / "m.yaml"), "--runs-dir", str(runs), "--quiet")
+    assert code == 0, err
+    page = tmp_path / "report.html"
+    code, _, err = cli("report", "--runs-dir", str(runs), out.strip().splitlines()[-1], "-o", str(page))
+    assert code == 0, err
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.read_text(encoding="utf-8").replace("</body>", OVERFLOW_PROBE + "</body>"), encoding="utf-8")
+    dom = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,1400", "--dump-dom",
+                          probed.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert re.search(r'data-overflow="([^"]*)"', dom.stdout).group(1) == "none"
