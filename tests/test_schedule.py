@@ -110,6 +110,36 @@ def test_a_repeated_hour_runs_wildcard_jobs_as_any_hour_and_fixed_time_jobs_once
     assert [sched.slot_id(t) for t in sched.Schedule("30 1 * * *", "America/New_York", False, "skip", {})
             .after(at("2026-11-01T04:00:00Z"), 2)] == ["2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"]
 
+def test_lord_howe_half_hour_fall_back_keeps_both_passes_in_order_forwards_and_backwards():
+    """Lord Howe's clocks go 02:00 (+11:00) -> 01:30 (+10:30) on 2026-04-05 (15:00Z the day before), so 01:30-01:59
+    happens twice. Fire times looked for forwards (schedule next, serve) and backwards (run-due's due slots) lost
+    slots of one pass or the other, so a catch-up across it skipped runs and next named times run-due never ran."""
+    every7 = sched.Schedule("*/7 * * * *", "Australia/Lord_Howe", True, "skip", {})
+    first = [f"2026-04-04T14:{m:02d}:00Z" for m in (35, 42, 49, 56)]   # 01:35-01:56 +11:00
+    second = [f"2026-04-04T15:{m:02d}:00Z" for m in (5, 12, 19, 26)]   # 01:35-01:56 +10:30
+    expected = ["2026-04-04T14:28:00Z", *first, *second, "2026-04-04T15:30:00Z"]  # 01:28 +11:00, 02:00 +10:30
+    for start in ("2026-04-04T14:27:00Z", "2026-04-04T13:00:00Z"):
+        got = [sched.slot_id(t) for t in every7.after(at(start), 30)]
+        assert got[got.index(expected[0]):][:10] == expected, start
+    for now in ("2026-04-04T15:30:00Z", "2026-04-04T16:50:00Z"):
+        got = [sched.slot_id(t) for t in every7.latest(at(now), 30)]
+        assert got[got.index(expected[-1]):][:10] == expected[::-1], now
+    owed = sched.due_slots(every7, {"2026-04-04T14:21:00Z": "succeeded"}, at("2026-04-04T15:31:00Z"))
+    assert [sched.slot_id(t) for t in owed] == expected
+    twice = sched.Schedule("*/20 1 * * *", "Australia/Lord_Howe", False, "skip", {})
+    assert [sched.slot_id(t) for t in twice.after(at("2026-04-04T13:00:00Z"), 5)] == [
+        "2026-04-04T14:00:00Z", "2026-04-04T14:20:00Z", "2026-04-04T14:40:00Z", "2026-04-04T15:10:00Z",
+        "2026-04-05T14:30:00Z"]  # 01:00, 01:20, 01:40 in both passes; the next day's 01:00 (+10:30)
+    # a fixed-time job fires once in the repeated half hour, and at 02:30 (+11:00) for the 02:15 the
+    # spring-forward (2026-10-04, 02:00 +10:30 -> 02:30 +11:00) skips
+    fixed = sched.Schedule("45 1 * * *", "Australia/Lord_Howe", False, "skip", {})
+    assert [sched.slot_id(t) for t in fixed.after(at("2026-04-04T12:00:00Z"), 2)] == [
+        "2026-04-04T14:45:00Z", "2026-04-05T15:15:00Z"]
+    gap = sched.Schedule("15 2 * * *", "Australia/Lord_Howe", False, "skip", {})
+    assert [sched.slot_id(t) for t in gap.after(at("2026-10-03T12:00:00Z"), 2)] == [
+        "2026-10-03T15:30:00Z", "2026-10-04T15:15:00Z"]
+
+
 def test_a_scheduled_manifest_with_an_input_stage_is_refused_where_it_is_written(tmp_path):
     """No slot's run is given arrays: each would fail with bad input, a failure a day for a manifest that validated."""
     body = BODY.replace('x: {op: ones, args: {shape: ["${n}"]}}', 'x: {op: input, args: {shape: ["${n}"], dtype: fp32}}')

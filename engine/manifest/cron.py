@@ -5,7 +5,8 @@ seconds first) read in an IANA time zone. Each fire time is a *slot*,
 identified by its instant in UTC (``2026-03-29T01:00:00Z``). Across the
 changes of daylight saving time fire times follow cron (Vixie cron,
 cronie): a wall-clock time the spring-forward skips fires at the first
-instant after the gap; where the fall-back repeats an hour, an expression
+instant after the gap for a fixed-time expression, and not at all for a
+wildcard one, which follows the clock; where the fall-back repeats an hour, an expression
 whose minute or hour field is a wildcard (``*/15 * * * *``, ``@hourly``)
 fires through both passes of it, as often as in any other hour, and one
 at fixed times (``30 2 * * *``) fires once.
@@ -71,38 +72,75 @@ class Schedule:
     def tz(self) -> ZoneInfo:
         return ZoneInfo(self.timezone)
 
-    def _iter(self, start: datetime) -> croniter:
-        return croniter(self.cron, start.astimezone(self.tz), second_at_beginning=_has_seconds(self.cron))
+    def _walk(self, start: datetime, backwards: bool = False) -> croniter:
+        """croniter over naive wall-clock times of the zone, from ``start``'s wall-clock time widened by the
+        shift of any change of offset within a day of ``start``: across a fall-back, a wall-clock time before
+        ``start``'s may fire, in its second pass, after it, and one after it, in its first, before it."""
+        tz = self.tz
+        offsets = [(start + timedelta(hours=h)).astimezone(tz).utcoffset() for h in range(-27, 28)]
+        margin = max(offsets) - min(offsets)
+        wall = start.astimezone(tz).replace(tzinfo=None)
+        wall = wall + margin + timedelta(seconds=1) if backwards else wall - margin
+        return croniter(self.cron, wall.replace(microsecond=0), second_at_beginning=_has_seconds(self.cron))
 
-    def _fires(self, it: croniter, backwards: bool = False) -> Iterator[datetime]:
-        # croniter yields both passes of an hour the fall-back repeats. A fixed-time expression fires once there,
-        # as cron does, so its second pass (fold=1) is dropped; a wildcard one keeps both, or a job every 15
-        # minutes would stop for the repeated hour.
+    def _instants(self, wall: datetime, once: bool) -> tuple[list[datetime], datetime, datetime]:
+        """The instants (UTC) the wall-clock time ``wall`` fires at, and its earliest and latest mapping, bounds
+        of the instants of every later and every earlier wall-clock time. As cron (Vixie cron, cronie) does: a
+        time the fall-back repeats fires in both passes for a wildcard expression, in the first for a fixed-time
+        one; a time the spring-forward skips fires at the first instant after the gap for a fixed-time
+        expression, and not at all for a wildcard one, which follows the clock as it goes."""
+        tz = self.tz
+        first = wall.replace(tzinfo=tz, fold=0).astimezone(_UTC)
+        second = wall.replace(tzinfo=tz, fold=1).astimezone(_UTC)
+        low, high = min(first, second), max(first, second)
+        if first == second:
+            return [first], low, high
+        if first.astimezone(tz).replace(tzinfo=None) == wall:  # repeated: both passes show this wall-clock time
+            return ([low] if once else [low, high]), low, high
+        if not once:
+            return [], low, high
+        # skipped: the gap ends between the two readings, at whole seconds
+        offset = low.astimezone(tz).utcoffset()
+        a, b = low, high
+        while b - a > timedelta(seconds=1):
+            mid = a + timedelta(seconds=((b - a).total_seconds() // 2))
+            if mid.astimezone(tz).utcoffset() == offset:
+                a = mid
+            else:
+                b = mid
+        return [b], low, high
+
+    def _fires(self, start: datetime, backwards: bool = False) -> Iterator[datetime]:
+        """Fire times after ``start`` (before it, newest first, with ``backwards``), each once, in order.
+
+        Wall-clock times come in their own order, which is not the order of
+        their instants across a fall-back: an instant is given out once no
+        wall-clock time still to come can fire before (after) it."""
         once = not _wildcard(self.cron)
+        it = self._walk(start, backwards)
+        pending: list[datetime] = []
+        last = None
         while True:
-            t = (it.get_prev if backwards else it.get_next)(datetime)
-            if once:
-                local = t.astimezone(self.tz)
-                if local.fold == 1 and local.replace(fold=0).utcoffset() != local.utcoffset():
-                    continue
-            yield t.astimezone(_UTC)
+            wall = (it.get_prev if backwards else it.get_next)(datetime)
+            fires, low, high = self._instants(wall, once)
+            bound = high if backwards else low
+            pending.sort(reverse=backwards)
+            while pending and (pending[0] > bound if backwards else pending[0] < bound):
+                t = pending.pop(0)
+                if t != last and (t < start if backwards else t > start):
+                    last = t
+                    yield t
+            pending.extend(fires)
 
     def after(self, start: datetime, count: int) -> list[datetime]:
         """The next ``count`` fire times strictly after ``start``."""
-        fires = self._fires(self._iter(start))
+        fires = self._fires(start)
         return [next(fires) for _ in range(count)]
 
     def latest(self, now: datetime, count: int = 1) -> list[datetime]:
         """The newest ``count`` fire times at or before ``now``, newest first."""
-        # croniter's get_prev is strict and works in whole seconds: start just past now's second.
-        start = now.replace(microsecond=0) + timedelta(seconds=1)
-        fires = self._fires(self._iter(start), backwards=True)
-        out: list[datetime] = []
-        while len(out) < count:
-            t = next(fires)
-            if t <= now:
-                out.append(t)
-        return out
+        fires = self._fires(now + timedelta(microseconds=1), backwards=True)
+        return [next(fires) for _ in range(count)]
 
     def record(self, slot: datetime) -> dict:
         """What a scheduled run's record says about its schedule."""
