@@ -94,11 +94,22 @@ def test_a_file_name_with_an_escape_sequence_is_said_escaped_in_a_bad_input_erro
     assert "a\\x1b[2J\\x0db.yaml" in err
 
 
+def test_a_right_to_left_override_in_a_file_name_is_said_as_its_escape(tmp_path):
+    # shown raw, the override turns what follows it around: "run-\u202elmy.txt" reads "run-txt.yml", another file
+    code, out, err = cli("validate", str(tmp_path / "run-\u202elmy.txt"), str(tmp_path / "x\u2067y.yaml"))
+    assert code == 2
+    assert "\u202e" not in err and "\u2067" not in err
+    assert "run-\\u202elmy.txt" in err and "x\\u2067y.yaml" in err
+    # the text of other scripts is left as it is
+    code, out, err = cli("validate", str(tmp_path / "שלום-é-🙂.yaml"))
+    assert "שלום-é-🙂.yaml" in err
+
+
 SWEEP = """\
 version: 1
 name: cells
 params: {tag: ""}
-matrix: {tag: ["a,b\\"c\\nd|e", "\\u001b[2J\\tz", "plain"]}
+matrix: {tag: ["a,b\\"c\\nd|e", "\\u001b[2J\\tz", "plain", "\\u202eplain"]}
 executors: {h: {vendor: cpu}}
 stages:
   z: {op: full, args: {shape: [1], value: 1}}
@@ -121,8 +132,8 @@ def test_a_table_row_is_one_line_whatever_a_params_value_holds(swept, fmt):
     code, out, err = cli("runs", "--runs-dir", str(runs), "table", sweep, "--format", fmt)
     assert code == 0, err
     lines = out.splitlines()
-    assert len(lines) == 1 + 3 + (fmt == "markdown")
-    assert not [c for c in ("\x1b", "\t", "\r") if c in out]
+    assert len(lines) == 1 + 4 + (fmt == "markdown")
+    assert not [c for c in ("\x1b", "\t", "\r", "\u202e") if c in out]
     assert any('a,b"c\\nd' in line for line in lines) and any("\\x1b[2J\\tz" in line for line in lines)
     if fmt == "markdown":
         cells = {line.count(" | ") for line in lines if not line.startswith("|-")}
@@ -136,7 +147,7 @@ def test_csv_keeps_a_params_value_as_it_is(swept):
     code, out, err = cli("runs", "--runs-dir", str(runs), "table", sweep, "--format", "csv")
     assert code == 0, err
     rows = list(csv.reader(io.StringIO(out, newline="")))
-    assert sorted(r[3] for r in rows[1:]) == sorted(['a,b"c\nd|e', "\x1b[2J\tz", "plain"])
+    assert sorted(r[3] for r in rows[1:]) == sorted(['a,b"c\nd|e', "\x1b[2J\tz", "plain", "\u202eplain"])
 
 
 def test_runs_diff_does_not_call_a_nan_param_of_both_runs_a_change(tmp_path):

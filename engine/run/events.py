@@ -90,9 +90,10 @@ Sink = Callable[[dict], None]
 TASK_END = ("finished", "failed")
 
 
-# C0 but newline and tab, DEL and C1: what a terminal acts on rather than shows
+# C0 but newline and tab, DEL and C1: what a terminal acts on rather than shows; and the bidirectional
+# embeddings, overrides and isolates, which make the words after them read in another order than they are
 _CONTROLS = {**{c: f"\\x{c:02x}" for c in (*range(0x09), *range(0x0b, 0x20), 0x7f)},
-             **{c: f"\\u{c:04x}" for c in range(0x80, 0xa0)}}
+             **{c: f"\\u{c:04x}" for c in (*range(0x80, 0xa0), *range(0x202a, 0x202f), *range(0x2066, 0x206a))}}
 
 
 def printable(text: str) -> str:
@@ -100,11 +101,14 @@ def printable(text: str) -> str:
 
     An op's error message, a param's value or a file's name is the user's
     text: said raw, an escape sequence in it would clear the terminal,
-    recolour or hide what follows, or make a link, and a carriage return
-    or backspace would write over the words before it.
+    recolour or hide what follows, or make a link, a carriage return or
+    backspace would write over the words before it, and a right-to-left
+    override would show a file's name backwards.
 
     >>> printable("boom \\x1b[2J\\rdone\\n\\tnext \\x9b")
     'boom \\\\x1b[2J\\\\x0ddone\\n\\tnext \\\\u009b'
+    >>> printable("run-\\u202elmy.txt")
+    'run-\\\\u202elmy.txt'
     """
     return text.translate(_CONTROLS)
 

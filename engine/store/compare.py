@@ -233,9 +233,10 @@ def _cell(value: Any) -> str:
 
 
 # every control character, newline and tab too: a row of an aligned or markdown table is one line, and what a
-# terminal would act on (an escape sequence in a param's value) is shown instead
+# terminal would act on (an escape sequence in a param's value) is shown instead, as is a bidirectional override,
+# which would show the cells after it backwards
 _ONE_LINE = {**{c: f"\\x{c:02x}" for c in range(0x20) if c not in (0x09, 0x0a)}, 0x09: "\\t", 0x0a: "\\n", 0x7f: "\\x7f",
-             **{c: f"\\u{c:04x}" for c in range(0x80, 0xa0)}}
+             **{c: f"\\u{c:04x}" for c in (*range(0x80, 0xa0), *range(0x202a, 0x202f), *range(0x2066, 0x206a))}}
 
 
 def render_table(data: Mapping[str, Any], fmt: str) -> str:
