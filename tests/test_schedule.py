@@ -180,6 +180,24 @@ def test_due_slots_first_time_catchup_and_latest_only():
 # --- the manifest -------------------------------------------------------------------------------
 
 
+def test_zone_folder_files_that_are_not_zones_are_refused_at_the_value(tmp_path):
+    """"localtime" validated and meant the zone of whichever host read it (or none, where /etc/localtime is
+    missing); "posixrules" and the posix/ and right/ copies loaded too, none of them an IANA name."""
+    for name, hint in (("localtime", ""), ("posixrules", ""), ("right/Europe/Berlin", "; did you mean 'Europe/Berlin'?"),
+                       ("posix/UTC", "; did you mean 'UTC'?"), ("utc", "; did you mean 'UTC'?")):
+        bad = write(tmp_path, "zone", f'cron: "0 2 * * *"\ntimezone: "{name}"\n')
+        code, out, err = cli("schedule", "list", bad, "--now", "2026-01-01T00:00:00Z")
+        assert (code, out) == (2, ""), (name, out, err)
+        assert err.strip() == (f"{bad}:6:13: error: unknown time zone {name!r} in schedule.timezone: give an IANA "
+                               f"name such as Europe/Berlin or UTC{hint}"), name
+    for name in ("US/Pacific", "EST5EDT", "Etc/GMT+5", "Asia/Kathmandu"):
+        ok = write(tmp_path, "zone", f'cron: "0 2 * * *"\ntimezone: "{name}"\n')
+        code, out, err = cli("schedule", "list", ok, "--now", "2026-01-01T00:00:00Z")
+        assert code == 0, (name, err)
+    code, out, err = cli("schedule", "list", ok, "--now", "2026-01-01T00:00:00Z", "--json", "--count", "1")
+    assert json.loads(out)[0]["next"] == ["2026-01-01T20:15:00Z"]  # 02:00 at +05:45
+
+
 def test_bad_cron_and_timezone_are_file_line_col_errors(tmp_path):
     bad = write(tmp_path, "bad", 'cron: "61 * * * *"\ntimezone: Europe/Berlinn\n')
     code, _, err = cli("validate", bad)

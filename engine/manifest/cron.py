@@ -201,7 +201,8 @@ _LATEST = datetime(9000, 1, 1, tzinfo=timezone.utc)
 
 @lru_cache(maxsize=1)
 def _zones() -> tuple[str, ...]:
-    return tuple(sorted(available_timezones()))
+    # the zone folder's "localtime" is the host's own zone, not one of the database's
+    return tuple(sorted(available_timezones() - {"localtime"}))
 
 
 #: the shorthands croniter reads in place of five fields
@@ -268,9 +269,16 @@ def check(value: Any, doc: Any, params: Mapping[str, Any]) -> list[Diagnostic]:
     tz = value.get("timezone")
     if isinstance(tz, str) and tz:
         try:
+            # files of the zone folder that are not zones of the database ("localtime", the host's own zone, which
+            # another host reads otherwise or not at all; "posixrules"; "posix/..." and "right/..." copies) load too
+            known = tz in _zones() or not _zones()
             ZoneInfo(tz)
         except (ZoneInfoNotFoundError, ValueError, OSError):
-            close = difflib.get_close_matches(tz, _zones(), n=1)
+            known = False
+        if not known:
+            same = [z for z in _zones() if z.lower() == tz.lower()]
+            close = same or difflib.get_close_matches(tz.split("/", 1)[1] if tz.startswith(("posix/", "right/"))
+                                                      else tz, _zones(), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             problems.append(Diagnostic(doc.at(("schedule", "timezone")),
                                        f"unknown time zone {tz!r} in schedule.timezone: give an IANA name such as "
