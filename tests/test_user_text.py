@@ -260,3 +260,27 @@ outputs: {{{out_name}: {stage}}}
                           probed.as_uri()], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert re.search(r'data-overflow="([^"]*)"', dom.stdout).group(1) == "none"
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
+@pytest.mark.parametrize("fragment", ["open=%E0", "open=constructor", "open=__proto__"])
+def test_a_big_reports_address_naming_no_partition_leaves_the_page_working(tmp_path, fragment):
+    import subprocess
+
+    stages = "\n".join(f"  s{i}: {{op: relu, inputs: [s{i - 1}]}}" for i in range(1, 420))
+    (tmp_path / "m.yaml").write_text("version: 1\nname: big\nexecutors: {h: {vendor: cpu}}\nstages:\n"
+                                     f"  s0: {{op: full, args: {{shape: [2], value: 1}}}}\n{stages}\noutputs: {{o: s419}}\n")
+    runs = tmp_path / "runs"
+    code, out, err = cli("run", str(tmp_path / "m.yaml"), "--runs-dir", str(runs), "--quiet")
+    assert code == 0, err
+    page = tmp_path / "report.html"
+    code, _, err = cli("report", "--runs-dir", str(runs), out.strip().splitlines()[-1], "-o", str(page))
+    assert code == 0, err
+    assert 'id="partition-stages"' in page.read_text(encoding="utf-8")  # the page of a plan drawn by partitions
+    dom = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'p'}",
+                          "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri() + "#" + fragment],
+                         capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert [line for line in dom.stderr.splitlines() if ":CONSOLE" in line] == []
+    assert 'data-interactive="true"' in dom.stdout  # report.js, after the partitions' script, ran to its end
+    assert 'class="plan-graph partition-stages"' not in dom.stdout

@@ -13,7 +13,8 @@
   function openPartition(pid) {
     if (!stageData || !view) { return; }
     var data = JSON.parse(stageData.textContent);
-    var rows = data.partitions[pid];
+    // a name from the address (#open=constructor) is no partition for being a property every object has
+    var rows = Object.prototype.hasOwnProperty.call(data.partitions, pid) ? data.partitions[pid] : null;
     view.textContent = "";
     if (!rows) { return; }
     var W = 172, H = 50, HG = 40, VG = 12, PAD = 16, cols = 0, depth = 0;
@@ -55,5 +56,10 @@
   if (picker) { picker.addEventListener("change", function () { openPartition(picker.value); }); }
   // report.html#open=p3 opens a partition when the page loads: a link can point at one
   var wanted = /[#&]open=([^&]+)/.exec(location.hash);
-  if (wanted) { openPartition(decodeURIComponent(wanted[1])); }
+  if (wanted) {
+    // a malformed escape (#open=%E0) would end this script before report.js, whose tooltips the page then lacks
+    var pid = wanted[1];
+    try { pid = decodeURIComponent(pid); } catch (e) { /* the name as written: no partition has it */ }
+    openPartition(pid);
+  }
 })();
