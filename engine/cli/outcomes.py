@@ -142,7 +142,9 @@ def _cancelled(e: RunCancelled, debug: bool) -> Outcome:
 
     code, made = exit_code_of(e.signal), _made(e.record_path)
     lines = [f"hetflow: {e}"] + ([f"record: {e.record_path}"] if e.record_path else [])
-    data = {"status": "cancelled", "exit_code": code, "signal": e.signal, "message": str(e), **made}
+    verifies = getattr(e, "verifies", None)  # verify's rerun stopped: run_id is the run it verifies
+    said = {"run_id": verifies, "rerun_id": made.get("run_id"), "record": made.get("record")} if verifies else made
+    data = {"status": "cancelled", "exit_code": code, "signal": e.signal, "message": str(e), **said}
     return Outcome(code, lines, data, made.get("run_id") or made.get("sweep_id"))
 
 

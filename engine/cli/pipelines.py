@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from hetflow.engine.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, cluster_kwargs, event_sink, write_output
-from hetflow.engine.errors import ManifestError, RunFailed, UsageError, capped, folded
+from hetflow.engine.errors import ManifestError, RunCancelled, RunFailed, UsageError, capped, folded
 from hetflow.engine.run.events import printable
 
 __all__ = ["cmd_validate", "cmd_plan", "cmd_run", "cmd_verify"]
@@ -308,6 +308,11 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
                              inputs=describe_inputs(bound))
         fresh = {k: v["digest"] for k, v in result.record["outputs"].items()}
         rerun, rerun_ok, rerun_record, rerun_error = result.run_id, True, result.record, None
+    except RunCancelled as e:
+        # its object names the run verified as run_id, and the rerun that was stopped as rerun_id, as a finished
+        # verify's does
+        e.verifies = record["run_id"]
+        raise
     except RunFailed as e:
         fresh, rerun, rerun_ok, rerun_error = {}, os.path.basename(os.path.dirname(e.record_path or "")), False, str(e)
         rerun_record = read_record(args.runs_dir, rerun) if rerun else None
