@@ -800,3 +800,50 @@ def test_what_an_op_writes_to_file_descriptor_1_goes_to_stderr_not_into_the_resu
     else:
         assert done.stdout.strip()
     assert not crash_logs(tmp_path)
+
+
+#: its op sleeps only where the environment asks: the run is quick, verify's rerun of it slow
+SLEEPS_WHEN_ASKED = '''\
+import os
+import time
+from hetflow import op
+
+
+@op("t.sleep_if_asked")
+def sleep_if_asked(xp, x):
+    time.sleep(float(os.environ.get("SLEEP_IF_ASKED", "0")))
+    return x
+'''
+
+
+def test_a_cancelled_verify_names_the_run_it_verifies_and_its_rerun(tmp_path):
+    """Cancelled, verify's object named the stopped rerun as run_id; finished, the run verified: one key, two
+    meanings. Both now say run_id for the run verified and rerun_id for the rerun."""
+    (tmp_path / "sleepy.py").write_text(SLEEPS_WHEN_ASKED)
+    path = tmp_path / "v.yaml"
+    path.write_text("version: 1\nname: v\nplugins: [sleepy.py]\nexecutors: {host: {vendor: cpu}}\n"
+                    "stages:\n  x: {op: ones, args: {shape: [4]}}\n  y: {op: t.sleep_if_asked, inputs: [x]}\n"
+                    "outputs: {y: y}\n")
+    runs = tmp_path / "runs"
+    code, out, err = run_cli("run", str(path), "--runs-dir", str(runs), "--quiet")
+    assert code == 0, err
+    run_id = out.strip().splitlines()[-1]
+    env = dict(environment(tmp_path), SLEEP_IF_ASKED="30")
+    proc = subprocess.Popen(hetflow("verify", run_id, "--runs-dir", str(runs), "--json"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(list(runs.glob("*/record.json"))) < 2:
+            time.sleep(0.05)
+        time.sleep(0.3)  # the rerun's op asleep
+        os.kill(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    data = json_only(out)
+    (rerun,) = [p.parent.name for p in runs.glob("*/record.json") if p.parent.name != run_id]
+    assert (data["status"], data["run_id"], data["rerun_id"]) == ("cancelled", run_id, rerun)
+    assert data["record"] == str(runs / rerun / "record.json")
+    assert json.loads((runs / rerun / "record.json").read_text())["status"] == "cancelled"
