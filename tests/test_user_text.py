@@ -284,3 +284,47 @@ def test_a_big_reports_address_naming_no_partition_leaves_the_page_working(tmp_p
     assert [line for line in dom.stderr.splitlines() if ":CONSOLE" in line] == []
     assert 'data-interactive="true"' in dom.stdout  # report.js, after the partitions' script, ran to its end
     assert 'class="plan-graph partition-stages"' not in dom.stdout
+
+
+def _shown_width(text):
+    import unicodedata
+
+    return sum(0 if unicodedata.combining(c) or unicodedata.category(c) == "Cf" else
+               2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def test_a_text_tables_columns_line_up_as_the_terminal_shows_wide_and_combining_characters():
+    values = ["plain", "中文", "e\u0301e\u0301", "a\u200bb", "🙂"]
+    data = {"params": ["tag"], "outputs": ["total"],
+            "rows": [{"run_id": f"r{i}", "point": f"p{i}", "status": "succeeded", "record": None,
+                      "params": {"tag": v}, "outputs": {"total": 1.5}} for i, v in enumerate(values)]}
+    lines = render_table(data, "text").splitlines()
+    assert len(lines) == 1 + len(values)
+    # where the total column starts, in the terminal's columns
+    starts = {_shown_width(line[:line.rindex(" ") + 1]) for line in lines}
+    assert len(starts) == 1, lines
+
+
+def test_runs_and_runs_show_line_up_points_with_wide_characters(tmp_path):
+    (tmp_path / "m.yaml").write_text("""\
+version: 1
+name: wide
+params: {tag: a}
+matrix: {tag: ["中文中文", "abcd", "e\\u0301e\\u0301"]}
+executors: {h: {vendor: cpu}}
+stages:
+  z: {op: full, args: {shape: [1], value: 1}}
+outputs: {z: z}
+""")
+    runs = tmp_path / "runs"
+    code, out, err = cli("run", str(tmp_path / "m.yaml"), "--runs-dir", str(runs), "--quiet")
+    assert code == 0, err
+    sweep = out.strip().splitlines()[-1]
+    code, listed, err = cli("runs", "--runs-dir", str(runs))
+    assert code == 0, err
+    rows = [line for line in listed.splitlines() if "wide[" in line]
+    assert len(rows) == 3 and len({_shown_width(line[:line.index("succeeded")]) for line in rows}) == 1, rows
+    code, shown, err = cli("runs", "--runs-dir", str(runs), "show", sweep)
+    assert code == 0, err
+    rows = [line for line in shown.splitlines() if "wide[" in line]
+    assert len(rows) == 3 and len({_shown_width(line[:line.index("succeeded")]) for line in rows}) == 1, rows

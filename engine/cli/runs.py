@@ -42,11 +42,14 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
                             f"({summary.get('manifest') or '-'})  {len(summary['points'])} points over "
                             f"{', '.join(map(str, summary.get('params') or [])) or '-'}"), file=out)
             _newer(summary.get("format"), runs.SWEEP_FORMAT, "summary", out)
-            width = max((len(str(p.get("name") or "-")) for p in summary["points"]), default=0)
+            from rich.cells import cell_len  # names as wide as the terminal shows them: 中文 takes four
+
+            width = max((cell_len(printable(str(p.get("name") or "-"))) for p in summary["points"]), default=0)
             for p in summary["points"]:
                 outputs = p.get("outputs") if isinstance(p.get("outputs"), dict) else {}
                 digests = " ".join(f"{k}={str(v)[7:19]}" for k, v in outputs.items())
-                print(f"  {str(p.get('name') or '-'):<{width}}  {str(p.get('status') or '-'):<9}  "
+                name = printable(str(p.get("name") or "-"))
+                print(f"  {name}{' ' * (width - cell_len(name))}  {str(p.get('status') or '-'):<9}  "
                       f"{p.get('run_id') or '-'}  {digests}".rstrip(), file=out)
                 if p.get("status") != "succeeded" and p.get("error"):  # why, as the sweep said it when the point ended
                     why = " ".join(str(p["error"]).split())
@@ -123,9 +126,12 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
     body = [[r["id"], r["manifest"] or "-", r["point"] or "-",
              (r["status"] or "-") + (f" (verifies {r['verifies']})" if r.get("verifies") else ""), r["started_at"] or "-",
              "-" if r["duration_s"] is None else f"{r['duration_s']:.2f} s"] for r in rows]
-    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    from rich.cells import cell_len  # columns as wide as the terminal shows them: 中文 takes four, e\u0301 one
+
+    body = [[printable(c) for c in line] for line in body]
+    widths = [max(cell_len(x) for x in col) for col in zip(head, *body)]
     for line in [head] + body:
-        print("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip(), file=out)
+        print("  ".join(c + " " * (w - cell_len(c)) for c, w in zip(line, widths)).rstrip(), file=out)
     return EXIT_OK
 
 

@@ -269,8 +269,11 @@ def render_table(data: Mapping[str, Any], fmt: str) -> str:
             return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
         return "\n".join([row(head), "|" + "|".join(" --- " for _ in head) + "|", *(row(line) for line in body)]) + "\n"
-    widths = [max(len(x) for x in col) for col in zip(head, *body)]
-    return "".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() + "\n" for line in [head] + body)
+    from rich.cells import cell_len  # columns as wide as the terminal shows them: 中文 takes four, e\u0301 one
+
+    widths = [max(cell_len(x) for x in col) for col in zip(head, *body)]
+    return "".join("  ".join(c + " " * (w - cell_len(c)) for c, w in zip(line, widths)).rstrip() + "\n"
+                   for line in [head] + body)
 
 
 def _upstream(plan_nodes: Mapping[str, Any], tensor: str) -> list[str]:
