@@ -328,3 +328,15 @@ outputs: {z: z}
     assert code == 0, err
     rows = [line for line in shown.splitlines() if "wide[" in line]
     assert len(rows) == 3 and len({_shown_width(line[:line.index("succeeded")]) for line in rows}) == 1, rows
+
+
+def test_schedule_list_and_status_say_a_manifests_file_name_with_its_escape_sequences_escaped(tmp_path):
+    body = ('version: 1\nname: nightly\nschedule: {cron: "0 2 * * *"}\nexecutors: {h: {vendor: cpu}}\n'
+            "stages:\n  z: {op: full, args: {shape: [1], value: 1}}\noutputs: {z: z}\n")
+    (tmp_path / "a\x1b[2J\rb.yaml").write_text(body)
+    (tmp_path / "bad\x1b[31m.yaml").write_text(body.replace('"0 2 * * *"', '"0 25 * * *"'))
+    for argv in (("list",), ("status", "--runs-dir", str(tmp_path / "runs"))):
+        code, out, err = cli("schedule", *argv, str(tmp_path), "--now", "2026-01-01T00:00:00Z")
+        assert code == 2, (argv, out, err)
+        assert "\x1b" not in out + err and "\r" not in out + err
+        assert "a\\x1b[2J\\x0db.yaml" in out and "bad\\x1b[31m.yaml" in err

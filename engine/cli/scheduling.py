@@ -10,6 +10,7 @@ from hetflow.engine.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED
 #: ``schedule status --check``: no scheduler decided a fire time that is more than ``--grace`` seconds past
 EXIT_OVERDUE = 6
 from hetflow.engine.errors import ManifestError, UsageError, require_runs_dir
+from hetflow.engine.run.events import printable
 
 __all__ = ["cmd_schedule"]
 
@@ -77,7 +78,7 @@ def _schedule(args: argparse.Namespace, out, err) -> int:
         # an explicit --now on a fire time names that slot: asked again (an Airflow retry, by hand), a failed one reruns
         counts, problems = schedlib.run_due(files, args.runs_dir, now, log, dry_run=args.dry_run, retry=bool(args.now))
         for d in problems:
-            print(d, file=err)
+            print(printable(str(d)), file=err)
         if problems:
             return EXIT_BAD_INPUT
         return EXIT_RUN_FAILED if counts["failed"] or counts["died"] else EXIT_OK
@@ -88,7 +89,7 @@ def _schedule(args: argparse.Namespace, out, err) -> int:
         if problems and args.json:  # the one object a failure prints, with every problem, not a list
             raise ManifestError(problems)
         for d in problems:
-            print(d, file=err)
+            print(printable(str(d)), file=err)
         if args.json:
             print(json.dumps(rows, indent=2), file=out)
         elif not rows and not problems:
@@ -102,7 +103,7 @@ def _schedule(args: argparse.Namespace, out, err) -> int:
                 last = f"last slot {r['last_slot']}: {result}{took}" + (f" (run {r['run_id']})" if r["run_id"] else "")
             active = "  active now" if r["active"] else ""
             overdue = f"  overdue: {r['overdue']} not decided" if r["overdue"] else ""
-            print(f"{r['manifest']}  {r['file']}  {last}  next {r['next_slot']}{active}{overdue}", file=out)
+            print(printable(f"{r['manifest']}  {r['file']}  {last}  next {r['next_slot']}{active}{overdue}"), file=out)
         if problems:
             return EXIT_BAD_INPUT
         if args.check and any((r["status"] or r["state"]) in FAILED for r in rows):
@@ -129,14 +130,14 @@ def _schedule(args: argparse.Namespace, out, err) -> int:
     if problems and args.json:  # the one object a failure prints, with every problem, not a list
         raise ManifestError(problems)
     for d in problems:
-        print(d, file=err)
+        print(printable(str(d)), file=err)
     if args.json:
         print(json.dumps(rows, indent=2), file=out)
     elif not rows and not problems:
         print("no scheduled manifests in " + ", ".join(args.paths), file=out)
     for r in rows if not args.json else []:
-        print(f"{r['manifest']}  {r['file']}  cron {r['cron']!r} in {r['timezone']}  catchup {str(r['catchup']).lower()}  "
-              f"max_active {r['max_active']}", file=out)
+        print(printable(f"{r['manifest']}  {r['file']}  cron {r['cron']!r} in {r['timezone']}  "
+                        f"catchup {str(r['catchup']).lower()}  max_active {r['max_active']}"), file=out)
         for utc, local in zip(r["next"], r["next_local"]):
             print(f"  {utc}  ({local})", file=out)
     return EXIT_BAD_INPUT if problems else EXIT_OK
