@@ -74,10 +74,11 @@ class Schedule:
 
     def _walk(self, start: datetime, backwards: bool = False) -> croniter:
         """croniter over naive wall-clock times of the zone, from ``start``'s wall-clock time widened by the
-        shift of any change of offset within a day of ``start``: across a fall-back, a wall-clock time before
-        ``start``'s may fire, in its second pass, after it, and one after it, in its first, before it."""
+        shift of any change of offset within three hours of ``start`` (no fall-back of this century repeats more):
+        across a fall-back, a wall-clock time before ``start``'s may fire, in its second pass, after it, and one
+        after it, in its first, before it."""
         tz = self.tz
-        offsets = [(start + timedelta(hours=h)).astimezone(tz).utcoffset() for h in range(-27, 28)]
+        offsets = [(start + timedelta(minutes=m)).astimezone(tz).utcoffset() for m in range(-180, 181, 15)]
         margin = max(offsets) - min(offsets)
         wall = start.astimezone(tz).replace(tzinfo=None)
         wall = wall + margin + timedelta(seconds=1) if backwards else wall - margin
