@@ -340,3 +340,31 @@ def test_schedule_list_and_status_say_a_manifests_file_name_with_its_escape_sequ
         assert code == 2, (argv, out, err)
         assert "\x1b" not in out + err and "\r" not in out + err
         assert "a\\x1b[2J\\x0db.yaml" in out and "bad\\x1b[31m.yaml" in err
+
+
+def test_verify_says_a_reruns_error_with_its_escape_sequences_escaped(tmp_path):
+    marker = tmp_path / "fail-now"
+    (tmp_path / "ops.py").write_text(f'''\
+import os
+
+from hetflow import op
+
+@op("lab.later", dtypes=["fp32"])
+def later(xp, x):
+    """Fails once the marker is there."""
+    if os.path.exists({str(marker)!r}):
+        raise ValueError({HOSTILE!r})
+    return x
+''')
+    (tmp_path / "m.yaml").write_text("version: 1\nname: later\nplugins: [ops.py]\nexecutors: {h: {vendor: cpu}}\n"
+                                     "stages:\n  x: {op: full, args: {shape: [2], value: 1}}\n"
+                                     "  y: {op: lab.later, inputs: [x]}\noutputs: {y: y}\n")
+    runs = tmp_path / "runs"
+    code, out, err = cli("run", str(tmp_path / "m.yaml"), "--runs-dir", str(runs), "--quiet")
+    assert code == 0, err
+    marker.write_text("")
+    code, out, err = cli("verify", out.strip().splitlines()[-1], "--runs-dir", str(runs))
+    assert code == 1, err
+    said = [line for line in err.splitlines() if line.startswith("hetflow: the rerun failed:")]
+    assert len(said) == 1 and "\\x1b[2J" in said[0] and "\\x0dover" in said[0]
+    assert not [c for c in RAW if c in out + err]

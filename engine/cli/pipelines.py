@@ -125,7 +125,7 @@ def cmd_run(args: argparse.Namespace, out, err) -> int:
 
         def show(message, category, filename, lineno, file=None, line=None) -> None:
             if issubclass(category, SourceChanged):  # said as the command's own warnings are, before the run
-                print(f"hetflow: warning: {message}", file=err)
+                print(printable(f"hetflow: warning: {message}"), file=err)
             else:
                 shown(message, category, filename, lineno, file, line)
 
@@ -316,7 +316,7 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
     except RunFailed as e:
         fresh, rerun, rerun_ok, rerun_error = {}, os.path.basename(os.path.dirname(e.record_path or "")), False, str(e)
         rerun_record = read_record(args.runs_dir, rerun) if rerun else None
-        print(f"hetflow: the rerun failed: {e}", file=err)
+        print(printable(f"hetflow: the rerun failed: {e}"), file=err)
     from hetflow.engine.errors import OutputDamaged
     from hetflow.engine.store.records import read_output
 
@@ -343,7 +343,7 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
                 row["file"] = "ok"
             except OutputDamaged as e:
                 row["file"] = e.why
-                print(f"hetflow: output {name}: {e.why}", file=err)
+                print(printable(f"hetflow: output {name}: {e.why}"), file=err)
         if not row["match"] and rerun_ok and digest is not None:
             row["causes"] = mismatch_causes(record, rerun_record, name)
         rows.append(row)
@@ -351,7 +351,7 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
     ok = rerun_ok and all(r["match"] for r in rows) and not damaged
     changed = _changed_sources(record, manifest)
     for line in changed:
-        print(f"hetflow: {line}", file=err)
+        print(printable(f"hetflow: {line}"), file=err)
     if args.json:
         bad = [r["output"] for r in rows if not r["match"]]
         failed = {} if ok else {"message": f"verify {record['run_id']}: " + (
@@ -371,7 +371,7 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
                   f"{(r['rerun'] or 'missing')[:shown]:<{shown}}  {'yes' if r['match'] else 'NO'}", file=out)
         for r in rows:
             for cause in r.get("causes", ()):
-                print(f"  {r['output']}: likely cause: {cause}", file=out)
+                print(printable(f"  {r['output']}: likely cause: {cause}"), file=out)
         bad = [r["output"] for r in rows if not r["match"]]
         verdict = ("all outputs match" if ok else f"MISMATCH in {', '.join(bad)}" if bad and rerun_ok else
                    f"the rerun matches the record, but the run's files of {', '.join(damaged)} are not what it "
