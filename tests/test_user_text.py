@@ -368,3 +368,26 @@ def later(xp, x):
     said = [line for line in err.splitlines() if line.startswith("hetflow: the rerun failed:")]
     assert len(said) == 1 and "\\x1b[2J" in said[0] and "\\x0dover" in said[0]
     assert not [c for c in RAW if c in out + err]
+
+
+@pytest.mark.parametrize("graph", ["builtin", "graphviz"])
+def test_the_report_says_control_characters_and_overrides_in_user_text_as_escapes(tmp_path, graph):
+    import shutil
+
+    if graph == "graphviz" and shutil.which("dot") is None:
+        pytest.skip("Graphviz's dot is not installed")
+    folder = tmp_path / "d\u202eir\x1b[31m"
+    folder.mkdir()
+    (folder / "ops.py").write_text(OPS)
+    (folder / "m.yaml").write_text(MANIFEST)
+    runs = tmp_path / "runs"
+    code, out, err = cli("run", str(folder / "m.yaml"), "--runs-dir", str(runs), "-p", f"tag={json.dumps(HOSTILE)}")
+    assert code == 1, err
+    page = tmp_path / "report.html"
+    code, _, err = cli("report", "--runs-dir", str(runs), out.strip().splitlines()[-1], "-o", str(page), "--graph", graph)
+    assert code == 0, err
+    html = page.read_text(encoding="utf-8")
+    assert not [c for c in ("\x1b", "\u202e", "\x9b", "\b", "\x7f") if c in html]
+    assert "d\\u202eir\\x1b[31m" in html  # the manifest's path, in the header and the plan's tooltips
+    assert "\\x1b[2J" in html and "\\x0dover\\x08b" in html  # the op's message, in the failure's card
+    assert "[red]x[/] \\x1b" in html  # markup shown as written

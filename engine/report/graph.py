@@ -20,6 +20,7 @@ from hetflow.engine.report.data import _FAILED, _partition_graph, _phase_target,
 from hetflow.engine.report.layout import _PAD, PlanLayout, layout_graph, layout_plan
 from hetflow.engine.report.text import (_bytes, _e, _emulator_kind, _executor_colour, _fit, _fmt_seconds, _phase_tip,
                                         _shape_text)
+from hetflow.engine.run.events import printable
 
 __all__ = ["graphviz_available", "plan_dot", "plan_svg"]
 
@@ -169,7 +170,8 @@ def graphviz_available() -> bool:
 
 
 def _dot_quote(text: Any) -> str:
-    return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    # a label or tooltip (a manifest's path) says its control characters and bidirectional overrides as _e does
+    return '"' + printable(str(text)).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def plan_dot(record: Mapping[str, Any]) -> str:

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from hetflow.engine.plan.planner import human_bytes
 from hetflow.engine.report.data import _phase_target
+from hetflow.engine.run.events import printable
 
 _PALETTE = ["#3b6fb6", "#c0612b", "#3a8d5c", "#8a4fb0", "#b0913a", "#2f8f9d", "#b04f75", "#6b7280"]
 
@@ -21,7 +22,13 @@ _EMULATOR_COLOUR = "#6d5bd0"
 
 
 def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
+    """``value`` as HTML text, its control characters and bidirectional overrides as the terminal shows them
+    (``\\x1b[2J``): a browser drops the one and turns the words after the other around.
+
+    >>> _e('<b a="1">\\x1b[2J\\u202eab')
+    '&lt;b a=&quot;1&quot;&gt;\\\\x1b[2J\\\\u202eab'
+    """
+    return html.escape(printable("" if value is None else str(value)), quote=True)
 
 
 def _fmt_seconds(s: float | None) -> str:
