@@ -660,7 +660,7 @@ def _session(path: str, doc: Any, manifest: Manifest, runs_dir: str, resume: str
 
         if resume:
             raise UsageError(f"{argument('resume')} continues a run as it was; it takes no {argument('schedule_slot')}")
-        schedule, lock_name = schedlib.slot_run(doc, manifest.name, schedule_slot)
+        schedule, lock_name = schedlib.slot_run(doc, manifest.name, schedule_slot, runs_dir)
     from hetflow.engine.run.clusters import open_cluster
 
     workers, _, scheduler = cluster_args[:3]

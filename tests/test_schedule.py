@@ -180,6 +180,25 @@ def test_due_slots_first_time_catchup_and_latest_only():
 # --- the manifest -------------------------------------------------------------------------------
 
 
+def test_a_schedule_slot_that_is_no_fire_time_is_refused_before_it_is_recorded(tmp_path):
+    """A run by hand with --schedule-slot 2030-01-01T00:00:07Z recorded that slot, the newest of the history: run-due
+    then found nothing due until 2030 and status --check called the schedule healthy."""
+    m = write(tmp_path, "hand", 'cron: "*/10 * * * *"\ntimezone: Australia/Lord_Howe\n')
+    runs = tmp_path / "runs"
+    code, out, err = cli("run", m, "--runs-dir", str(runs), "--schedule-slot", "2030-01-01T00:00:07Z", "--quiet")
+    assert (code, out) == (2, ""), err
+    assert err.strip() == ("hetflow: error: --schedule-slot 2030-01-01T00:00:07Z is not a fire time of schedule.cron "
+                           "'*/10 * * * *' in Australia/Lord_Howe: the nearest are 2030-01-01T00:00:00Z and "
+                           "2030-01-01T00:10:00Z")
+    assert not runs.exists()
+    code, out, err = cli("schedule", "run-due", m, "--runs-dir", str(runs), "--now", "2026-04-04T15:15:00Z")
+    assert code == 0 and "succeeded manifest=hand slot=2026-04-04T15:10:00Z" in out, out + err
+    # a slot a scheduler claimed is run though the cron was edited since
+    Path(m).write_text(Path(m).read_text().replace('"*/10 * * * *"', '"0 3 * * *"'))
+    code, out, err = cli("run", m, "--runs-dir", str(runs), "--schedule-slot", "2026-04-04T15:10:00Z", "--quiet")
+    assert code == 0, err
+
+
 def test_zone_folder_files_that_are_not_zones_are_refused_at_the_value(tmp_path):
     """"localtime" validated and meant the zone of whichever host read it (or none, where /etc/localtime is
     missing); "posixrules" and the posix/ and right/ copies loaded too, none of them an IANA name."""

@@ -32,6 +32,7 @@ Examples
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -319,7 +320,7 @@ def from_tree(tree: Any) -> Schedule | None:
                     value.get("on_failure"), value.get("on_success"))
 
 
-def slot_run(doc: Any, name: str, slot_text: str) -> tuple[dict, str]:
+def slot_run(doc: Any, name: str, slot_text: str, runs_dir: str | None = None) -> tuple[dict, str]:
     """For ``hetflow run --schedule-slot``: the record's ``schedule`` entry and the run lock's name.
 
     An ``allow`` schedule locks the slot, not the manifest, so its runs may overlap.
@@ -331,6 +332,15 @@ def slot_run(doc: Any, name: str, slot_text: str) -> tuple[dict, str]:
         slot = parse_instant(slot_text)
     except UsageError:
         raise UsageError(f"{argument('schedule_slot')} expects a UTC instant such as 2026-03-29T01:00:00Z, got {slot_text!r}") from None
+    # a record's slot is the history the scheduler decides from: one that is no fire time (a typo, a guess) would
+    # be the newest slot decided, and no slot before it would ever run. A slot a scheduler claimed stays its to
+    # run, though the cron was edited since.
+    fire = sched.latest(slot, 1)[0]
+    claimed = runs_dir is not None and os.path.isfile(os.path.join(runs_dir, ".schedule", name, _slot_file(slot) + ".json"))
+    if fire != slot and not claimed:
+        after = sched.after(slot, 1)[0]
+        raise UsageError(f"{argument('schedule_slot', slot_text)} is not a fire time of schedule.cron {sched.cron!r} in "
+                         f"{sched.timezone}: the nearest are {slot_id(fire)} and {slot_id(after)}")
     lock_name = f"{name}@{_slot_file(slot)}" if sched.max_active == "allow" else name
     return sched.record(slot), lock_name
 
