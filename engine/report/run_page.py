@@ -191,8 +191,9 @@ def _section_plan_collapsed(record: Mapping[str, Any], graph: str) -> str:
                       for p, rows in stages["partitions"].items())
     picker = (f'<p class="picker"><label>open partition <select id="partition-open"><option value="">—</option>'
               f'{options}</select></label></p><div id="partition-view" class="scroll graph-wrap"></div>')
-    # "</" inside the data would end the script element early
-    data = json.dumps(stages, separators=(",", ":"), ensure_ascii=False).replace("</", "<\\/")
+    # "</" inside the data would end the script element early, and "<!--<script" would carry it past its end tag:
+    # "<" is only ever inside a JSON string, where \u003c is the same character
+    data = json.dumps(stages, separators=(",", ":"), ensure_ascii=False).replace("<", "\\u003c")
     legend = ('<p class="legend"><span class="sw sw-stage"></span>partition (its stages inside) '
               + ('<span class="sw sw-phase"></span>emulator phase ' if plan.get("phases") else "")
               + '<span class="sw sw-bridge"></span>edge with bridges '
