@@ -90,8 +90,10 @@ def test_a_renamed_run_folder_is_verified_where_it_is(ran):
 
 
 def test_a_run_killed_while_it_ran_is_said_to_have_died(tmp_path):
-    (tmp_path / "slow.py").write_text("import time\nfrom hetflow import op\n\n\n@op('t.slow')\n"
-                                      "def slow(xp, x):\n    time.sleep(60)\n    return x\n")
+    entered = tmp_path / "entered"
+    (tmp_path / "slow.py").write_text("import pathlib, time\nfrom hetflow import op\n\n\n@op('t.slow')\n"
+                                      f"def slow(xp, x):\n    pathlib.Path({str(entered)!r}).touch()\n"
+                                      "    time.sleep(60)\n    return x\n")
     path = tmp_path / "m.yaml"
     path.write_text("version: 1\nname: slow\nplugins: [slow.py]\nexecutors: {a: {vendor: cpu}}\nstages:\n"
                     "  x: {op: arange, args: {stop: 3}}\n  y: {op: t.slow, inputs: [x]}\noutputs: {y: y}\n")
@@ -100,9 +102,10 @@ def test_a_run_killed_while_it_ran_is_said_to_have_died(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
-        while not list(runs.glob("*/record.json")) and time.monotonic() < deadline:
+        # killed inside its stage, its record saying running: not at a moment a loaded machine makes random
+        while not (entered.exists() and list(runs.glob("*/record.json"))) and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(0.5)
+        assert entered.exists(), "the run never reached its stage"
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
