@@ -37,3 +37,14 @@ def pytest_xdist_auto_num_workers(config):
     except AttributeError:
         cores = os.cpu_count() or 1
     return max(1, min(4, cores))
+
+
+@pytest.fixture
+def registry():
+    """The op registry put back as it was: a test's plugins define ops, and later tests' manifests name the same."""
+    from hetflow.executors import ops
+
+    before = dict(ops.REGISTRY)
+    yield
+    ops.REGISTRY.clear()
+    ops.REGISTRY.update(before)

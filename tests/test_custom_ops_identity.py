@@ -4,7 +4,6 @@ of one folder that define one op name: each is its own code, with its own cache 
 import pytest
 
 import hetflow
-from hetflow.executors import ops
 
 MANIFEST = '''version: 1
 name: same-folder
@@ -15,14 +14,6 @@ stages:
   y: {{op: lab.f, inputs: [x]}}
 outputs: {{x: x, y: y}}
 '''
-
-
-@pytest.fixture
-def registry():
-    before = dict(ops.REGISTRY)
-    yield
-    ops.REGISTRY.clear()
-    ops.REGISTRY.update(before)
 
 
 def test_two_plugins_of_one_folder_defining_one_op_name_do_not_share_cache_entries(tmp_path, registry):

@@ -6,7 +6,6 @@ import textwrap
 import pytest
 
 import hetflow
-from hetflow.executors import ops
 
 OPS = '''
 import numpy as np
@@ -50,14 +49,6 @@ stages:
   y: {{op: {op}, inputs: [x]}}
 outputs: {{y: y}}
 '''
-
-
-@pytest.fixture
-def registry():
-    before = dict(ops.REGISTRY)
-    yield
-    ops.REGISTRY.clear()
-    ops.REGISTRY.update(before)
 
 
 @pytest.mark.parametrize("op, said", [

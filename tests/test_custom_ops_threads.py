@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow.executors import ops
 
 # the op of the plugin in folder "slow" holds its first call until the test lets it go, so that the other plugin
 # is loaded while that run is between its two stages
@@ -50,14 +49,6 @@ def _project(root, name: str, factor: int, wait: bool) -> str:
     (folder / "ops.py").write_text(textwrap.dedent(OPS.format(factor=factor, wait=wait)))
     (folder / "m.yaml").write_text(MANIFEST.format(name=name))
     return str(folder / "m.yaml")
-
-
-@pytest.fixture
-def registry():
-    before = dict(ops.REGISTRY)
-    yield
-    ops.REGISTRY.clear()
-    ops.REGISTRY.update(before)
 
 
 def test_a_plugin_loaded_while_another_plugins_op_of_its_name_runs_is_refused_and_the_run_keeps_its_code(
