@@ -275,8 +275,8 @@ def _remove(path: str) -> int:
         return 0             # gone already (another process trimmed it), or a folder not ours to change
 
 
-#: bumped whenever what :func:`load_program` keeps of an ELF file changes
-ELF_VERSION = 5
+#: bumped whenever what :func:`load_program` keeps of an ELF file, or which files it accepts, changes
+ELF_VERSION = 6
 
 
 def load_program(source, fetch: str = "executable", isa: str = "rv64imac", memory: str = "protected") -> Program:

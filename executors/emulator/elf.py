@@ -15,6 +15,7 @@ says what was expected and what was found.
 from __future__ import annotations
 
 import io
+import re
 import struct
 import os
 import stat
@@ -44,6 +45,7 @@ EF_RISCV_RVC = 0x1
 EF_RISCV_FLOAT_ABI = 0x6
 _FLOAT_ABIS = {0x2: "lp64f", 0x4: "lp64d", 0x6: "lp64q"}
 PT_LOAD = 1
+PT_RISCV_ATTRIBUTES = 0x70000003
 PF_X, PF_W, PF_R = 1, 2, 4
 
 
@@ -214,6 +216,47 @@ def _check_tables(raw: bytes, label: str) -> None:
                            f"{p_offset:#x}, past the file's {size} bytes (cut short?)")
 
 
+# What the ELF's RISC-V attributes may name (Tag_RISCV_arch): the base, M, A, C and the extensions the emulator
+# implements or that only add hints to the base (they execute as the base instructions they are encoded as)
+_SUPPORTED_LETTERS = frozenset("imac")
+_SUPPORTED_EXTENSIONS = frozenset(("zicsr", "zifencei", "zmmul", "zaamo", "zalrsc", "zca", "zihintpause",
+                                   "zihintntl"))
+_ARCH_STRING = re.compile(rb"rv(?:32|64)[a-z0-9_]*")
+
+
+def _check_arch(attributes: bytes, label: str) -> None:
+    """Refuse an ELF whose recorded ISA has extensions the emulator lacks.
+
+    A soft-float ELF built with ``-march=rv64gc -mabi=lp64`` (or with Zbb)
+    has a clean e_flags and would otherwise die at its first float or
+    bit-manipulation instruction with a bare "illegal instruction".
+    """
+    m = _ARCH_STRING.search(attributes)
+    if m is None:
+        return
+    arch = m.group().decode()
+    tokens = arch[4:].split("_")
+    missing = []
+    if tokens[0]:
+        # the first token holds the single-letter extensions, each with an optional version (rv64i2p1 or rv64imac)
+        for letter in re.sub(r"\d+(?:p\d+)?", "", tokens[0]):
+            if letter not in _SUPPORTED_LETTERS:
+                missing.append(letter.upper())
+    for token in tokens[1:]:
+        name = re.sub(r"\d+(?:p\d+)?$", "", token)
+        if not name:
+            continue
+        if len(name) == 1:
+            if name not in _SUPPORTED_LETTERS:
+                missing.append(name.upper())
+        elif name not in _SUPPORTED_EXTENSIONS:
+            missing.append(name.capitalize())
+    if missing:
+        raise ElfError(f"{label}: this ELF was built for {arch} (its RISC-V attributes), which has "
+                       f"{', '.join(dict.fromkeys(missing))}: hetflow's emulator runs rv64ima[c] with Zicsr and Zifencei; "
+                       f"build with -march=rv64imac_zicsr_zifencei -mabi=lp64")
+
+
 def elf_layout(raw: bytes, label: str) -> dict:
     """What a run needs of the file, as plain data: ``entry``, ``tohost``
     (None without the symbol) and ``segments``, each PT_LOAD with bytes to
@@ -253,6 +296,8 @@ def elf_layout(raw: bytes, label: str) -> dict:
         entry = int(elf["e_entry"])
         segments = []
         for seg in elf.iter_segments():
+            if seg["p_type"] in ("PT_RISCV_ATTRIBUTES", PT_RISCV_ATTRIBUTES):
+                _check_arch(seg.data(), label)
             if seg["p_type"] != "PT_LOAD" or seg["p_memsz"] == 0:
                 continue
             filesz, memsz = int(seg["p_filesz"]), int(seg["p_memsz"])

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from hetflow.executors.emulator import ElfError, load_elf
@@ -64,3 +66,22 @@ def test_bad_files_raise_elf_error(data, message):
 def test_missing_file():
     with pytest.raises(ElfError, match="cannot read"):
         load_elf(GUESTS / "no-such.elf")
+
+
+def test_hardware_float_code_under_soft_float_abi_refused_at_load():
+    # e_flags say rv64imac/lp64; only the RISC-V attributes say F and D, which would otherwise fail at the first
+    # float instruction (step 12) as a bare illegal instruction
+    with pytest.raises(ElfError, match=r"float_lp64\.elf: this ELF was built for rv64i2p1_m2p0_a2p1_f2p2_d2p2_c2p0\S* "
+                                       r"\(its RISC-V attributes\), which has F, D, Zcd: .*-march=rv64imac"):
+        load_elf(Path(__file__).resolve().parents[1] / "data" / "guests" / "float_lp64.elf")
+
+
+def test_unsupported_extension_in_attributes_refused_and_supported_ones_load():
+    raw = (GUESTS / "fib.elf").read_bytes()
+    assert b"_zmmul1p0" in raw
+    with pytest.raises(ElfError, match="which has Zbkb: "):
+        load_elf(raw.replace(b"_zmmul1p0", b"_zbkb11p0"), "fib.elf")
+    # the arch strings of the committed guests (with and without C, Zaamo/Zalrsc) all load
+    for name in ("fib", "sort_rvc", "isa_rvc", "isa_amo"):
+        load_elf(GUESTS / f"{name}.elf")
+    load_elf(raw.replace(b"_zmmul1p0", b"_zca1p0__"), "fib.elf")
