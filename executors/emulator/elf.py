@@ -217,10 +217,11 @@ def _check_tables(raw: bytes, label: str) -> None:
 
 
 # What the ELF's RISC-V attributes may name (Tag_RISCV_arch): the base, M, A, C and the extensions the emulator
-# implements or that only add hints to the base (they execute as the base instructions they are encoded as)
+# implements (Zicntr: cycle, time and instret read the step) or that only add hints to the base (they execute
+# as the base instructions they are encoded as)
 _SUPPORTED_LETTERS = frozenset("imac")
-_SUPPORTED_EXTENSIONS = frozenset(("zicsr", "zifencei", "zmmul", "zaamo", "zalrsc", "zca", "zihintpause",
-                                   "zihintntl"))
+_SUPPORTED_EXTENSIONS = frozenset(("zicsr", "zifencei", "zicntr", "zmmul", "zaamo", "zalrsc", "zca",
+                                   "zihintpause", "zihintntl", "zicbop"))
 _ARCH_STRING = re.compile(rb"rv(?:32|64)[a-z0-9_]*")
 
 
