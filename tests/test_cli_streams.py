@@ -811,7 +811,9 @@ from hetflow import op
 
 @op("t.sleep_if_asked")
 def sleep_if_asked(xp, x):
-    time.sleep(float(os.environ.get("SLEEP_IF_ASKED", "0")))
+    if os.environ.get("SLEEP_IF_ASKED"):
+        open(os.environ["SLEEP_IF_ASKED_MARK"], "w").close()
+        time.sleep(float(os.environ["SLEEP_IF_ASKED"]))
     return x
 '''
 
@@ -828,14 +830,16 @@ def test_a_cancelled_verify_names_the_run_it_verifies_and_its_rerun(tmp_path):
     code, out, err = run_cli("run", str(path), "--runs-dir", str(runs), "--quiet")
     assert code == 0, err
     run_id = out.strip().splitlines()[-1]
-    env = dict(environment(tmp_path), SLEEP_IF_ASKED="30")
+    entered = tmp_path / "entered"
+    env = dict(environment(tmp_path), SLEEP_IF_ASKED="30", SLEEP_IF_ASKED_MARK=str(entered))
     proc = subprocess.Popen(hetflow("verify", run_id, "--runs-dir", str(runs), "--json"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(list(runs.glob("*/record.json"))) < 2:
+        # stopped inside the rerun's stage, not at a moment a loaded machine makes random
+        while time.monotonic() < deadline and not entered.exists():
             time.sleep(0.05)
-        time.sleep(0.3)  # the rerun's op asleep
+        assert entered.exists(), "verify's rerun never reached its stage"
         os.kill(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
     finally:
