@@ -4,6 +4,7 @@ locks, and a dry run that says what would go and why."""
 import io
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -348,19 +349,9 @@ def test_gc_while_a_run_runs_keeps_the_cache_entries_it_took(tmp_path):
     """A running run's record names its cache keys only when it ends: gc kept the entries written since the run
     began, and removed those it had already taken from the cache."""
     import hetflow
-    from hetflow.engine.store.cache import Cache
 
-    path = tmp_path / "chain.yaml"
-    path.write_text(BODY.replace("NAME", "chain").replace("outputs: {z: z}", "  y: {op: relu, inputs: [z], executor: g}\n"
-                                                                          "outputs: {y: y}").replace(
-        "executors: {h: {vendor: cpu}}", "executors: {h: {vendor: cpu}, g: {vendor: cpu}}"))
-    runs = tmp_path / "runs"
-    first = hetflow.run(path, runs_dir=runs)
-    cache = Cache(str(runs / ".cache"))
-    entries = sorted(cache.keys())
-    assert len(entries) == 2
-    for key in entries:  # written an hour ago, by a run long gone
-        os.utime(os.path.join(cache._folder(key), "entry.json"), (time.time() - 3600, time.time() - 3600))
+    path, runs, cache, entries = _chain(tmp_path)
+    first = json.loads(next(runs.glob("*/record.json")).read_text())["run_id"]
     said = {}
 
     def gc_once_a_partition_is_taken(event):
@@ -369,9 +360,106 @@ def test_gc_while_a_run_runs_keeps_the_cache_entries_it_took(tmp_path):
 
     second = hetflow.run(path, runs_dir=runs, on_event=gc_once_a_partition_is_taken)
     code, out, err = said["gc"]
-    assert code == 0 and json.loads(out)["removed_runs"] == [first.run_id], err
+    assert code == 0 and json.loads(out)["removed_runs"] == [first], err
     hits = json.loads(Path(second.record_path).read_text())["cache"]["hits"]
     assert hits and sorted(cache.keys()) == entries
+
+
+def _chain(tmp_path: Path) -> tuple[Path, Path, object, list[str]]:
+    """A two-partition manifest run once, its two cache entries made an hour old (a run long gone wrote them)."""
+    import hetflow
+    from hetflow.engine.store.cache import Cache
+
+    path = tmp_path / "chain.yaml"
+    path.write_text(BODY.replace("NAME", "chain").replace("outputs: {z: z}", "  y: {op: relu, inputs: [z], executor: g}\n"
+                                                                          "outputs: {y: y}").replace(
+        "executors: {h: {vendor: cpu}}", "executors: {h: {vendor: cpu}, g: {vendor: cpu}}"))
+    runs = tmp_path / "runs"
+    hetflow.run(path, runs_dir=runs)
+    cache = Cache(str(runs / ".cache"))
+    entries = sorted(cache.keys())
+    assert len(entries) == 2
+    for key in entries:
+        os.utime(os.path.join(cache._folder(key), "entry.json"), (time.time() - 3600, time.time() - 3600))
+    return path, runs, cache, entries
+
+
+def test_gc_keeps_what_a_run_took_before_its_first_record_reached_the_disk(tmp_path, monkeypatch):
+    """A run's first record is written while the run goes on; a gc in between saw only its folder, and removed
+    the cache entry the run had just taken (a CI run under load)."""
+    import concurrent.futures
+
+    import hetflow
+    from hetflow.engine.run import execute
+
+    path, runs, cache, entries = _chain(tmp_path)
+    landed, said = threading.Event(), {}
+    late = concurrent.futures.ThreadPoolExecutor(1)
+
+    class Slow:  # the record writers, whose fsync has not ended by the time the first partition has
+        def submit(self, write):
+            return late.submit(lambda: landed.wait(60) and write())
+
+    monkeypatch.setattr(execute, "_record_writers", lambda: Slow())
+
+    def gc_once_a_partition_is_taken(event):
+        if event.get("kind") == "partition" and event.get("event") == "finished" and "gc" not in said:
+            said["records"] = sorted(p.name for p in runs.glob("*/record.json"))
+            said["gc"] = cli("runs", "gc", "--keep", "0", "--runs-dir", str(runs), "--json")
+            landed.set()
+
+    second = hetflow.run(path, runs_dir=runs, on_event=gc_once_a_partition_is_taken)
+    late.shutdown()
+    code, out, err = said["gc"]
+    assert code == 0, err
+    assert len(said["records"]) == 1 and json.loads(out)["kept_runs"] == [], "the running record was on the disk"
+    hits = json.loads(Path(second.record_path).read_text())["cache"]["hits"]
+    assert hits and sorted(cache.keys()) == entries
+
+
+def test_gc_keeps_an_entry_a_run_takes_after_gc_looked_at_the_runs(tmp_path, monkeypatch):
+    """A run that begins once gc has read the runs directory is not among its runs: what it reads from the cache
+    meanwhile is kept all the same."""
+    from hetflow.engine.store import runs as runsmod
+
+    path, runs, cache, entries = _chain(tmp_path)
+    real = runsmod._scan
+
+    def then_a_run_reads_an_entry(*args, **kwargs):
+        yield from real(*args, **kwargs)
+        assert type(cache)(cache.root).load(entries[0]) is not None
+
+    monkeypatch.setattr(runsmod, "_scan", then_a_run_reads_an_entry)
+    code, out, err = cli("runs", "gc", "--keep", "0", "--runs-dir", str(runs), "--json")
+    said = json.loads(out)
+    assert code == 0 and said["removed_cache_entries"] == 1 and said["kept_cache_entries"] == 1, err
+    assert sorted(cache.keys()) == entries[:1]
+
+
+def test_gc_puts_back_an_entry_a_run_read_as_gc_removed_it(tmp_path, monkeypatch):
+    """An entry gc found unused, read by a run a moment before its removal, stays; one it found read stays
+    unsaid (not a removal the file system refused); gc never removes a store made meanwhile."""
+    from hetflow.engine.store.cache import Cache
+
+    path, runs, cache, entries = _chain(tmp_path)
+    real = Cache.remove
+
+    def read_first(self, key, **kwargs):
+        if key == entries[0]:
+            assert Cache(self.root).load(key) is not None  # a run took it between gc's look and the removal
+        return real(self, key, **kwargs)
+
+    monkeypatch.setattr(Cache, "remove", read_first)
+    code, out, err = cli("runs", "gc", "--keep", "0", "--runs-dir", str(runs), "--json")
+    said = json.loads(out)
+    assert code == 0 and said["removed_cache_entries"] == 1 and said["not_removed"] == [], err
+    assert sorted(cache.keys()) == entries[:1]
+    assert [p.name for p in Path(cache.root).glob("*/.*")] == []  # nothing left aside
+    # a run's read that finds the entry moved aside is a miss, not a damaged entry
+    folder = cache._folder(entries[0])
+    os.rename(folder, folder + "-aside")
+    reader = Cache(cache.root)
+    assert reader.load(entries[0]) is None and reader.damaged == {}
 
 
 def _claim(runs: Path, name: str, slot: str, **body) -> Path:

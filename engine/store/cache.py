@@ -488,6 +488,15 @@ class Cache:
             if blas is not None and entry.get("blas_threads") != blas:
                 self.other_threads[key] = entry.get("blas_threads")
                 return None
+            try:
+                # read now, before its outputs: a runs gc meanwhile keeps it for the running run that took it, as
+                # it keeps an entry written since that run began (its record names its keys only once it ends);
+                # one that moved the entry aside first finds it read, and puts it back
+                os.utime(os.path.join(folder, "entry.json"))
+            except FileNotFoundError:
+                return None  # a runs gc is removing it: absent
+            except OSError:
+                pass  # a cache this user may read and not write
             outputs = {}
             for tensor, meta in entry["outputs"].items():
                 with open(os.path.join(folder, meta["file"]), "rb") as f:
@@ -499,12 +508,6 @@ class Cache:
                 outputs[tensor] = PortableActivation(TensorShape(tuple(meta["shape"])), Dtype(meta["dtype"]), data)
             if isinstance(entry.get("numeric"), dict):  # what the run that computed it met (NaN, inf), by node
                 self.numeric[key] = entry["numeric"]
-            try:
-                # read now: a runs gc meanwhile keeps it for the running run that took it, as it keeps an entry
-                # written since that run began (its record names its keys only once it ends)
-                os.utime(os.path.join(folder, "entry.json"))
-            except OSError:
-                pass  # a cache this user may read and not write
             return outputs
         except FileNotFoundError as e:
             if not os.path.exists(os.path.join(folder, "entry.json")):
@@ -566,7 +569,7 @@ class Cache:
                         raise
                     # what a removal stopped half way left (its entry.json goes first): no entry, and in the way of
                     # every later store of this key until it goes
-                    shutil.rmtree(final, ignore_errors=True)
+                    _move_aside(final)
             return False
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -595,20 +598,68 @@ class Cache:
                 if complete:
                     yield "sha256:" + name
 
-    def remove(self, key: str) -> str | None:
+    #: what :meth:`remove` says of an entry a run read or wrote since the instant it was given: kept
+    IN_USE = "read or written by a run meanwhile"
+
+    def remove(self, key: str, unless_used_since: float | None = None) -> str | None:
         """Delete the entry of ``key``; None when it is gone, else why not (see
-        :func:`hetflow.engine.store.records.remove_tree`). Its ``entry.json`` goes first, so that an entry
-        only partly removed is no longer complete: no run reads it, and the next ``gc`` tries again."""
+        :func:`hetflow.engine.store.records.remove_tree`), or :attr:`IN_USE` where a run read or wrote it at
+        ``unless_used_since`` (a :meth:`now`) or later: it stays.
+
+        The entry is first renamed out of its key's place, at once, and only
+        then asked when it was last read: a run that reads it from then on
+        finds no entry (and computes its partition, and stores it), and one
+        that read it before has touched its ``entry.json`` first
+        (:meth:`load`), so the entry goes back. Its ``entry.json`` goes
+        before the rest, so that an entry only partly removed is no entry;
+        the next ``gc`` removes the rest (:meth:`clean_temporaries`).
+        """
+        import secrets
+
         from hetflow.engine.store.records import remove_tree
 
         folder = self._folder(key)
+        aside = os.path.join(os.path.dirname(folder), f".tmp-removed-{secrets.token_hex(6)}")
         try:
-            os.unlink(os.path.join(folder, "entry.json"))
+            os.rename(folder, aside)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            return f"{folder}: {e.strerror or e}"
+        try:
+            used = os.stat(os.path.join(aside, "entry.json")).st_mtime
+        except FileNotFoundError:
+            used = None  # what a removal stopped half way left: no entry
+        except OSError as e:
+            return _put_back(aside, folder, f"{os.path.join(folder, 'entry.json')}: {e.strerror or e}")
+        if used is not None and unless_used_since is not None and used >= unless_used_since:
+            return _put_back(aside, folder, self.IN_USE)
+        try:
+            os.unlink(os.path.join(aside, "entry.json"))
         except FileNotFoundError:
             pass
         except OSError as e:
-            return f"{os.path.join(folder, 'entry.json')}: {e.strerror or e}"
-        return remove_tree(folder)
+            return _put_back(aside, folder, f"{os.path.join(folder, 'entry.json')}: {e.strerror or e}")
+        return remove_tree(aside)
+
+    def now(self) -> float:
+        """The instant an entry read or written from now on is stamped at or after, in the file system's own
+        clock (coarser than :func:`time.time`, and a network file system's is the server's): a temporary file's
+        time, where this user may write here; else a moment before :func:`time.time`."""
+        import tempfile
+
+        try:
+            fd, path = tempfile.mkstemp(prefix=".tmp-now-", dir=self.root)
+        except OSError:
+            return time.time() - 1.0
+        try:
+            return os.fstat(fd).st_mtime
+        finally:
+            os.close(fd)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
     def written_at(self, key: str) -> float:
         """When the entry of ``key`` was written or last read by a run (epoch seconds; infinity when it cannot be
@@ -634,9 +685,11 @@ class Cache:
                 continue
             for name in os.listdir(folder):
                 path = os.path.join(folder, name)
-                if (name.startswith(".tmp-") and _mtime(path) < before) or (not name.startswith(".") and _incomplete(path)):
+                if name.startswith(".tmp-") and _mtime(path) < before:
                     shutil.rmtree(path, ignore_errors=True)
                     removed += 1
+                elif not name.startswith(".") and _incomplete(path):
+                    removed += _move_aside(path, unless_complete=True)
         return removed
 
 
@@ -670,9 +723,23 @@ def abandon_writes() -> None:
                 break
 
 
-def _move_aside(folder: str) -> None:
+def _put_back(aside: str, folder: str, why: str) -> str:
+    """Rename an entry :meth:`Cache.remove` moved ``aside`` back to its ``folder``, where a store has not put
+    another in its place meanwhile (then only the one aside goes); returns ``why``."""
+    try:
+        os.rename(aside, folder)
+    except OSError:
+        import shutil
+
+        shutil.rmtree(aside, ignore_errors=True)
+    return why
+
+
+def _move_aside(folder: str, unless_complete: bool = False) -> bool:
     """Rename a damaged entry's ``folder`` out of its key's way (atomic, so a reader finds the entry whole, damaged
-    as it was, or absent), then remove it; gone already (another run replaced it first) is fine."""
+    as it was, or absent), then remove it; gone already (another run replaced it first) is fine. With
+    ``unless_complete``, a complete entry (a store renamed one into place since the folder was seen without its
+    ``entry.json``) goes back. Returns whether it was removed."""
     import secrets
     import shutil
 
@@ -680,7 +747,14 @@ def _move_aside(folder: str) -> None:
     try:
         os.rename(folder, aside)
     except FileNotFoundError:
-        return
+        return False
+    except OSError:
+        if unless_complete:  # a clean-up: what it cannot move it leaves
+            return False
+        raise
+    if unless_complete and os.path.exists(os.path.join(aside, "entry.json")):
+        _put_back(aside, folder, "")
+        return False
     if os.path.isdir(aside) and not os.path.islink(aside):
         shutil.rmtree(aside, ignore_errors=True)
     else:
@@ -688,11 +762,21 @@ def _move_aside(folder: str) -> None:
             os.unlink(aside)
         except OSError:
             pass
+    return True
 
 
 def _incomplete(folder: str) -> bool:
-    """Whether ``folder`` is an entry's folder without its ``entry.json``: what a removal stopped half way left."""
-    return os.path.isdir(folder) and not os.path.exists(os.path.join(folder, "entry.json"))
+    """Whether ``folder`` is an entry's folder without its ``entry.json``: what a removal stopped half way left.
+    One this user may not look into is not known to be."""
+    if not os.path.isdir(folder):
+        return False
+    try:
+        os.lstat(os.path.join(folder, "entry.json"))
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _mtime(path: str) -> float:

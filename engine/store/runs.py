@@ -1042,6 +1042,11 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
     if keep is not None and keep < 0:
         raise UsageError("--keep must be 0 or more")
     cutoff = parse_since(older_than) if older_than is not None else None
+    from hetflow.engine.store.cache import Cache
+
+    cache = Cache(cache_dir or os.path.join(runs_dir, ".cache"))
+    # before the look at the runs: an entry a run reads or writes from here on is that run's, begun or not
+    began = cache.now()
     scanned = list(_scan(runs_dir, LISTED + ("cache", "params", "schedule")))
     entries = [(kind, name, data) for kind, name, data in scanned if isinstance(data, dict)]
     damaged = {row["id"]: row for row in _unreadable(runs_dir, scanned)}
@@ -1096,17 +1101,18 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
     kept_runs = sorted(r for u in kept for r in u["runs"] + u["verifications"])
     gone = [r for u in removed for r in u["runs"] + u["verifications"] + u.get("damaged", [])]
     needed = set().union(*(_cache_keys(records[r]) for r in kept_runs if r in records))
-    # a record names its cache keys only when it ends: what a running or died run stored is told by its time
+    # a record names its cache keys only when it ends: what a running or died run stored is told by its time,
+    # and a run whose first record is still on its way to the disk (its folder alone) by its folder's
     unnamed = [_epoch(records[r].get("started_at")) for r in kept_runs if r in records and "cache" not in records[r]]
+    unnamed += [_folder_began(runs_dir, name) for kind, name, data in scanned
+                if kind == "run" and data == "empty" and name not in damaged]
+    since = min([*unnamed, began])
     # a scheduled sweep's claim names the sweep
     claims = _stale_claims(runs_dir, set(gone) | {u["id"] for u in removed if u["kind"] == "sweep"}, cutoff)
     locks = stale_locks(runs_dir, remove=not dry_run)
-    from hetflow.engine.store.cache import Cache
-
-    cache = Cache(cache_dir or os.path.join(runs_dir, ".cache"))
     entries_now = list(cache.keys())
-    removed_entries = [k for k in entries_now
-                       if k not in needed and not (unnamed and cache.written_at(k) >= min(unnamed))]
+    # one whose time cannot be told is tried, and its removal says why it could not be
+    removed_entries = [k for k in entries_now if k not in needed and not since <= cache.written_at(k) < float("inf")]
     if not dry_run:
         for path in claims:
             for file in (path, *(os.path.splitext(path)[0] + end for end in (".log", ".hook-exit"))):
@@ -1117,10 +1123,11 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
                 except OSError as e:
                     refused.append({"path": os.path.relpath(file, runs_dir), "error": f"{file}: {e.strerror or e}"})
         for key in list(removed_entries):
-            why = cache.remove(key)
+            why = cache.remove(key, unless_used_since=since)
             if why is not None:
                 removed_entries.remove(key)
-                refused.append({"path": f"cache entry {key}", "error": why})
+                if why is not Cache.IN_USE:  # a run took it between the look above and its removal: it stays
+                    refused.append({"path": f"cache entry {key}", "error": why})
         cache.clean_temporaries()
         from hetflow.engine.store.records import remove_temporaries
 
@@ -1144,6 +1151,23 @@ def _ago(older_than: str | None) -> str:
     text = (older_than or "").strip()
     return f" ({text} ago)" if len(text) > 1 and text[-1] in _AGE_UNITS and text[:-1].replace(".", "", 1).isdigit() \
         else ""
+
+
+def _folder_began(runs_dir: str, name: str) -> float:
+    """When the run of a folder without a record began, as :func:`_epoch` tells a record's: the time its name
+    begins with, else the folder's own; 0 when neither can be read."""
+    from datetime import datetime, timezone
+
+    named = RUN_FOLDER.fullmatch(name)
+    if named is not None:
+        try:
+            return datetime.strptime(named["stamp"], "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc).timestamp() - 1.0
+        except ValueError:
+            pass
+    try:
+        return os.stat(os.path.join(runs_dir, name)).st_mtime - 1.0
+    except OSError:
+        return 0.0
 
 
 def _epoch(stamp: str | None) -> float:
