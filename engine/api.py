@@ -631,13 +631,15 @@ def _plan_here(manifest: Manifest) -> Any:
 
 
 def _refuse_live(kind: str, ident: str, data: Mapping[str, Any]) -> None:
-    """A ``--resume`` of a run or sweep whose process still runs it is a :class:`UsageError`."""
+    """A ``--resume`` of a run or sweep whose process still runs it is refused as a held lock is (exit 4): two
+    resumes at once end the same way whether the second finds the lock taken or the record the first rewrote."""
+    from hetflow.engine.errors import StillRunning
     from hetflow.engine.store import owner
 
     if data.get("status") == "running" and owner.alive(data.get("owner")) is True:
         who = data.get("owner") or {}
-        raise UsageError(f"{kind} {ident} is still running (pid {who.get('pid')} on {who.get('host')}); "
-                         "stop it first, or wait for it to end")
+        raise StillRunning(f"{kind} {ident} is still running (pid {who.get('pid')} on {who.get('host')}); "
+                           "stop it first, or wait for it to end", who)
 
 
 @contextlib.contextmanager
@@ -776,7 +778,7 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
         bad arguments: an unknown param or point, a missing input or one
         of the wrong shape or dtype; raised before anything runs.
     LockHeld
-        another run of the same manifest holds its lock.
+        another run of the same manifest holds its lock, or the run ``resume`` names still runs.
     EnvironmentUnavailable
         the cluster or the runs directory is not there; as
         :class:`~hetflow.engine.errors.StorageUnavailable`, a disk refused the run's

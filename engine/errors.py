@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 __all__ = ["Origin", "Noted", "Diagnostic", "SHOWN", "capped", "HetflowError", "ManifestError", "UsageError", "EnvironmentUnavailable",
-           "StorageUnavailable", "STORAGE_ERRNOS", "is_storage_error", "name_file", "require_runs_dir", "RunFailed", "RunCancelled", "StageFailure", "LockHeld",
+           "StorageUnavailable", "STORAGE_ERRNOS", "is_storage_error", "name_file", "require_runs_dir", "RunFailed", "RunCancelled", "StageFailure", "LockHeld", "StillRunning",
            "argument"]
 
 
@@ -434,4 +434,14 @@ class LockHeld(HetflowError):
         run = f" (run {holder['run']})" if holder.get("run") else ""
         super().__init__(f"{holder.get('manifest') or 'this manifest'} is already running: {who}{since}{run}; lock {path}")
         self.path = path
+        self.holder = holder
+
+
+class StillRunning(LockHeld):
+    """A ``--resume`` of a run or sweep whose process still runs it: another process holds what the resume would
+    take, as a held lock says (exit 4), whichever of the two the resume met first."""
+
+    def __init__(self, message: str, holder: dict) -> None:
+        HetflowError.__init__(self, message)
+        self.path = None
         self.holder = holder

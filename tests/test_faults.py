@@ -68,7 +68,9 @@ def test_resume_of_a_run_or_sweep_whose_process_still_runs_is_refused(tmp_path):
             (entry,) = [p.parent.name for p in runs.glob(f"*/{name}")
                         if json.loads(p.read_text()).get("owner", {}).get("pid") == proc.pid]
             code, result = fi.cli_json("run", str(manifests[kind]), "--runs-dir", str(runs), "--resume", entry, "--json")
-            assert code == 2 and "is still running" in result["message"], result
+            # exit 4, as when the resume finds the run's lock taken: which of the two it meets first is timing
+            assert code == 4 and result["error"] == "locked" and "is still running" in result["message"], result
+            assert result["holder"]["pid"] == proc.pid, result
         finally:
             proc.kill()
             proc.wait()

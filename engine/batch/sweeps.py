@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping
 
 from hetflow.engine.store import owner
 from hetflow.engine.run.cancel import Cancel, Cancelled, current, interrupts_held
-from hetflow.engine.errors import HetflowError, RunCancelled, UsageError, argument
+from hetflow.engine.errors import HetflowError, RunCancelled, StillRunning, UsageError, argument
 from hetflow.engine.store.records import Stopwatch, json_writer, remove_partial_writes, utc_iso, write_atomic
 from hetflow.engine.store.runs import owner_of, read_fields, status_of, unnamed_runs, write_sweep
 from hetflow.engine.run.threads import POOLS, point
@@ -80,8 +80,8 @@ def resume_rows(summary: Mapping[str, Any], runs_dir: str) -> list[tuple[dict, s
             who = owner_of(data) or {}
             mine = who.get("pid") == os.getpid() and who.get("host") == owner.current()["host"]  # a call of ours ended
             if status_of(data) == "running" and owner.alive(who) and not mine:
-                raise UsageError(f"point {row.get('name')}: its run {again} is still running (pid {who.get('pid')} on "
-                                 f"{who.get('host')}); stop it first, or wait for it to end")
+                raise StillRunning(f"point {row.get('name')}: its run {again} is still running (pid {who.get('pid')} "
+                                   f"on {who.get('host')}); stop it first, or wait for it to end", who)
         out.append((row, again))
     return out
 
