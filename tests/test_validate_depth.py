@@ -276,21 +276,48 @@ def test_a_stage_free_to_go_anywhere_is_refused_only_past_every_executors_memory
     assert main("validate", free, cwd=tmp_path) == (0, f"{free}: ok\n" + NOT_CHECKED, "")
 
 
-def test_stages_that_fit_alone_are_left_to_the_plan_which_weighs_whole_partitions(tmp_path):
-    # each stage fits small's 1 MiB; the partition that holds x, y and z at once (1.5 MiB) is the plan's to refuse
-    name = write(tmp_path, """\
+CHAIN = """\
 version: 1
 name: chain
+params: {n: 131072}
 executors: {small: {vendor: cpu, memory: 1MiB}}
 stages:
-  x: {op: ones, args: {shape: [131072]}}
+  x: {op: ones, args: {shape: ["${n}"]}}
   y: {op: relu, inputs: [x]}
   w: {op: relu, inputs: [y]}
 outputs: {w: w}
-""")
+"""
+
+
+def test_a_partition_over_its_only_executors_memory_is_refused_by_validate_as_by_plan(tmp_path):
+    # each stage fits small's 1 MiB; the partition that holds x, y and z at once (1.5 MiB) does not, and with
+    # one executor that partition is known without the machine
+    name = write(tmp_path, CHAIN)
+    refused_alike(tmp_path, name, (
+        "m.yaml:6:3: error: partition p0 on executor 'small' holds 1.5 MiB of live activations at its peak (0 inputs "
+        "and 3 stage outputs, the largest 'x' at 512.0 KiB), more than the executor's 1.0 MiB (declared at "
+        "m.yaml:4:42); pin some of these stages to another executor, or raise the executor's memory:\n"))
+    # at the matrix points where it is over, named as validate names every point's problem
+    points = write(tmp_path, CHAIN.replace("params: {n: 131072}", "params: {n: 1024}\nmatrix: {n: [1024, 131072]}"),
+                   "points.yaml")
+    code, out, err = main("validate", points, cwd=tmp_path)
+    assert code == 2 and "error: partition p0 on executor 'small' holds 1.5 MiB" in err and "n=131072" in err, err
+    code, out, err = main("plan", points, "--runs-dir", "runs", "--point", "n=131072", cwd=tmp_path)
+    assert code == 2 and "error: partition p0 on executor 'small' holds 1.5 MiB" in err, err
+    # pinned stages are placed without the machine too, on any number of executors
+    pinned = write(tmp_path, CHAIN.replace("executors: {small: {vendor: cpu, memory: 1MiB}}",
+                                           "executors: {other: {vendor: cpu}, small: {vendor: cpu, memory: 1MiB}}")
+                   .replace("]}}\n", "]}, executor: small}\n").replace("[x]}", "[x], executor: small}")
+                   .replace("[y]}", "[y], executor: small}"), "pinned.yaml")
+    code, out, err = main("validate", pinned, cwd=tmp_path)
+    assert code == 2 and "error: partition p0 on executor 'small' holds 1.5 MiB" in err, err
+
+
+def test_a_partition_the_cost_model_makes_is_left_to_the_plan(tmp_path):
+    # y and w may go to either executor: which partition holds what is the machine's placement
+    name = write(tmp_path, CHAIN.replace("executors: {small: {vendor: cpu, memory: 1MiB}}",
+                                         "executors: {small: {vendor: cpu, memory: 1MiB}, other: {vendor: cpu}}"))
     assert main("validate", name, cwd=tmp_path) == (0, f"{name}: ok\n" + NOT_CHECKED, "")
-    code, out, err = main("plan", name, "--runs-dir", "runs", cwd=tmp_path)
-    assert code == 2 and "error: partition p0 on executor 'small' holds 1.5 MiB of live activations at its peak" in err
 
 
 @pytest.mark.parametrize("executors, stage, said", [

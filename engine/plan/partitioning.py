@@ -34,7 +34,8 @@ from hetflow.engine.plan.plangraph import execution_order, predecessors, success
 if TYPE_CHECKING:
     from hetflow.engine.adjacency import Graph
 
-__all__ = ["partition", "partition_into", "bridges", "partitions_of"]
+__all__ = ["partition", "partition_into", "bridges", "partitions_of", "peak_bytes", "over_memory",
+           "beyond_declared_partitions"]
 
 
 def partition(graph: Graph) -> Graph:
@@ -267,3 +268,75 @@ def partitions_of(graph: Graph, outputs: Mapping[str, str]) -> tuple[Partition, 
             retries=retries, timeout=sum(timeouts) if timeouts else None,
         ))
     return tuple(result)
+
+
+def peak_bytes(part: Partition, attrs: Mapping[str, Mapping[str, Any]]) -> tuple[int, int]:
+    """A partition's peak live bytes: (its inputs and stage outputs whose sizes are known, those that are bounds).
+
+    A partition runs as one ``execute`` call that keeps every value it
+    computes until it returns, so its peak is its inputs plus all its
+    stages' outputs. A bounded size (read from a witness table) may be far
+    above what the guest yields: it is shown, never refused.
+    """
+    peak = upper = 0
+    for members in (part.inputs, part.nodes):
+        for n in members:
+            d = attrs[n]
+            if d.get("bound"):
+                upper += d["bytes"] or 0
+            else:
+                peak += d["bytes"] or 0
+    return peak, upper
+
+
+def over_memory(part: Partition, graph: Graph, peak: int, capacity: int, where: str) -> Any:
+    """The error of a partition holding ``peak`` bytes on an executor of ``capacity`` (``where``: whence that is)."""
+    from hetflow.engine.errors import Diagnostic
+    from hetflow.engine.plan.costs import human_bytes
+
+    attrs = placing.node_data(graph)
+    biggest = max(part.nodes, key=lambda n: 0 if attrs[n].get("bound") else attrs[n]["bytes"] or 0)
+    return Diagnostic(attrs[biggest]["stage"].origin, (
+        f"partition {part.id} on executor {part.executor!r} holds {human_bytes(peak)} of live activations at its "
+        f"peak ({len(part.inputs)} inputs and {len(part.nodes)} stage outputs, the largest {biggest!r} at "
+        f"{human_bytes(attrs[biggest]['bytes'])}), more than the executor's {human_bytes(capacity)} ({where}); "
+        f"pin some of these stages to another executor, or raise the executor's memory:"))
+
+
+def declared_where(decl: Any) -> str:
+    """Whence a declared ``memory:`` comes, in :func:`over_memory`'s words."""
+    return f"declared at {decl.memory_origin}" if decl.memory_origin else "declared"
+
+
+def beyond_declared_partitions(manifest: Any, graph: Graph | None = None) -> list[Any]:
+    """The partitions that hold more than their executor's declared ``memory:``, where no machine is needed to know
+    them: every stage's executor is fixed (the manifest declares one executor, or the stage names ``executor:``).
+
+    Where the cost model places some stage, its partitions are the
+    machine's: :func:`hetflow.engine.plan.planner.plan` checks them. The
+    partitions are made by the plan's own passes, so their ids, peaks and
+    words are the plan's.
+    """
+    declared = {name for name, e in manifest.executors.items() if e.memory_bytes is not None}
+    if not declared or not manifest.stages:
+        return []
+    only = next(iter(manifest.executors)) if len(manifest.executors) == 1 else None
+    placed = {sid: stage.executor or only for sid, stage in manifest.stages.items()}
+    if None in placed.values() or declared.isdisjoint(placed.values()):
+        return []
+    from hetflow.engine.plan.plangraph import build_graph
+
+    graph = build_graph(manifest) if graph is None else graph.copy()
+    attrs = placing.node_data(graph)
+    for sid, executor in placed.items():
+        attrs[sid]["executor"] = executor
+    partition_into(graph)
+    problems = []
+    for part in partitions_of(graph, manifest.outputs):
+        decl = manifest.executors[part.executor]
+        if decl.memory_bytes is None:
+            continue
+        peak, _ = peak_bytes(part, attrs)
+        if peak > decl.memory_bytes:
+            problems.append(over_memory(part, graph, peak, decl.memory_bytes, declared_where(decl)))
+    return problems

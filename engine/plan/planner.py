@@ -74,7 +74,8 @@ from hetflow.engine.plan.costs import (CostModel, human_bytes, interpreter_loade
 from hetflow.engine.errors import Diagnostic, ManifestError
 from hetflow.engine.manifest.loader import frozen_instance
 from hetflow.engine.manifest.validate import Manifest, gc_paused
-from hetflow.engine.plan.partitioning import bridges, partition, partition_into, partitions_of
+from hetflow.engine.plan.partitioning import (bridges, declared_where, over_memory, partition, partition_into,
+                                             partitions_of, peak_bytes)
 from hetflow.engine.plan.plandata import PLAN_FORMAT, Bridge, ExecutorPlan, NodePlan, Partition, Plan, PlanWarning
 from hetflow.engine.plan.plangraph import (beyond_declared_memory, build_graph, check, execution_order, is_bridged,
                                            successors)
@@ -392,17 +393,9 @@ def _check_memory(parts: tuple[Partition, ...], graph: Graph, manifest: Manifest
     """
     out: dict[str, dict] = {}
     problems: list[Diagnostic] = []
-    # a bounded size (read from a witness table) may be far above what the guest yields: it is shown, never refused
     attrs = placing.node_data(graph)
     for part in parts:
-        peak = upper = 0
-        for members in (part.inputs, part.nodes):
-            for n in members:
-                d = attrs[n]
-                if d.get("bound"):
-                    upper += d["bytes"] or 0
-                else:
-                    peak += d["bytes"] or 0
+        peak, upper = peak_bytes(part, attrs)
         decl = manifest.executors[part.executor]
         capacity, source = getattr(decl, "memory_bytes", None), "declared"
         one = None  # one device's memory, on an executor over several
@@ -421,13 +414,8 @@ def _check_memory(parts: tuple[Partition, ...], graph: Graph, manifest: Manifest
         out[part.id] = {"peak_bytes": peak, "memory_bytes": capacity, "memory_source": source if capacity else None,
                         **({"peak_bound_bytes": peak + upper} if upper else {})}
         if capacity is not None and peak > capacity:
-            biggest = max(part.nodes, key=lambda n: 0 if attrs[n].get("bound") else attrs[n]["bytes"] or 0)
-            where = f"declared at {decl.memory_origin}" if source == "declared" and decl.memory_origin else source
-            problems.append(Diagnostic(graph.nodes[biggest]["stage"].origin, (
-                f"partition {part.id} on executor {part.executor!r} holds {human_bytes(peak)} of live activations at its "
-                f"peak ({len(part.inputs)} inputs and {len(part.nodes)} stage outputs, the largest {biggest!r} at "
-                f"{human_bytes(graph.nodes[biggest]['bytes'])}), more than the executor's {human_bytes(capacity)} ({where}); "
-                f"pin some of these stages to another executor, or raise the executor's memory:")))
+            problems.append(over_memory(part, graph, peak, capacity,
+                                        declared_where(decl) if source == "declared" else source))
     if problems:
         raise ManifestError(problems)
     return out
