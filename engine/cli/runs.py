@@ -34,7 +34,7 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
         if os.path.isfile(sweep_file):
             summary = runs.sweep_view(runs.read_summary(sweep_file), args.runs_dir)
             if args.json:
-                print(json.dumps(summary, indent=2), file=out)
+                print(runs.json_text(summary, indent=2), file=out)
                 return EXIT_OK
             sweep_id = summary.get("sweep_id") or args.run_id
             resume = _resume_command(summary.get("manifest"), sweep_id, args.runs_dir)
@@ -62,7 +62,7 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
         record = runs.read_record(args.runs_dir, args.run_id)
         status = runs.status_of(record)
         if args.json:
-            print(json.dumps({**record, "status": status}, indent=2), file=out)
+            print(runs.json_text({**record, "status": status}, indent=2), file=out)
             return EXIT_OK
         # a record of another hetflow, or one edited by hand, may lack what this one writes: shown as absent
         point = runs.as_object(record.get("matrix_point")).get("name") or "-"
@@ -105,7 +105,7 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
         result = runs.collect_garbage(args.runs_dir, args.keep, args.cache_dir, dry_run=args.dry_run,
                                       older_than=args.older_than)
         if args.json:
-            print(json.dumps(result), file=out)
+            print(runs.json_text(result), file=out)
         else:
             _gc_text(result, out)
         for left in result["not_removed"]:
@@ -115,7 +115,7 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
         return EXIT_ENVIRONMENT if result["not_removed"] else EXIT_OK
     rows = runs.list_runs(args.runs_dir, manifest=args.manifest, status=args.status, since=args.since)
     if args.json:
-        print(json.dumps(rows, indent=2), file=out)
+        print(runs.json_text(rows, indent=2), file=out)
         return EXIT_OK
     if not rows:
         filters = [f"{k} {v}" for k, v in (("manifest", args.manifest), ("status", args.status),
@@ -222,7 +222,7 @@ def _runs_diff(args: argparse.Namespace, out) -> int:
 
     d = diff_runs(args.runs_dir, args.a, args.b)
     if args.json:
-        print(json.dumps(d, indent=2), file=out)
+        print(runs.json_text(d, indent=2), file=out)
         return EXIT_OK
     a, b = d["a"]["run_id"], d["b"]["run_id"]
     print(f"a: {a} ({d['a']['status']}, {d['a']['started_at']})", file=out)

@@ -29,7 +29,7 @@ import numpy as np
 
 from hetflow.engine.errors import OutputDamaged, UsageError
 from hetflow.engine.store.records import read_output
-from hetflow.engine.store.runs import _read_json, read_record, read_summary, resolve_id, status_of, sweep_view
+from hetflow.engine.store.runs import _read_json, json_text, read_record, read_summary, resolve_id, status_of, sweep_view
 
 __all__ = ["SMALL", "output_view", "load_array", "changes", "diff_runs", "table", "render_table", "mismatch_causes", "versions_of"]
 
@@ -247,7 +247,7 @@ def render_table(data: Mapping[str, Any], fmt: str) -> str:
     ``csv`` and ``json`` keep the values as they are, quoted.
     """
     if fmt == "json":
-        return json.dumps(data, indent=2) + "\n"
+        return json_text(data, indent=2) + "\n"
     head = ["run", "point", "status", *data["params"], *data["outputs"]]
     body = [[r["run_id"] or "-", r["point"] or "-", r["status"] or "-", *[_cell(r["params"].get(k)) for k in data["params"]],
              *["damaged" if k in r.get("damaged", {}) else _cell(r["outputs"].get(k)) for k in data["outputs"]]]

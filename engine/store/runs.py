@@ -81,6 +81,7 @@ __all__ = [
     "collect_garbage",
     "latest_record",
     "read_fields",
+    "json_text",
 ]
 
 SWEEP_FORMAT = 2
@@ -158,6 +159,38 @@ def _parse(value: bytes) -> Any:
     # json's parse where orjson would not keep a value as written (NaN, the infinities, long integers), or for
     # what is not JSON: ValueError
     return loads_exact(value)
+
+
+def json_text(value: Any, indent: int | None = None) -> str:
+    """``value`` as JSON text that every JSON parser reads, for a command's ``--json`` (and ``runs table
+    --format json``).
+
+    A record keeps a NaN or an infinity (a param of ``.nan``, an output that
+    overflowed) as Python's ``json`` writes it, ``NaN`` or ``Infinity``,
+    which is not JSON: ``jq`` and JavaScript's ``JSON.parse`` refuse the
+    whole document over one such value. Here each is the string of that
+    word (``"NaN"``, ``"Infinity"``, ``"-Infinity"``), as the record and a
+    point's name spell it.
+
+    >>> json_text({"lr": float("nan"), "span": [float("-inf"), 1.5, "x"]})
+    '{"lr": "NaN", "span": ["-Infinity", 1.5, "x"]}'
+    """
+    try:
+        return json.dumps(value, indent=indent, allow_nan=False)
+    except ValueError:  # a value holds a NaN or an infinity: only then is it walked
+        return json.dumps(_finite(value), indent=indent, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        if value != value:
+            return "NaN"
+        return value if abs(value) != float("inf") else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 class NoSuchRun(UsageError):
