@@ -554,3 +554,41 @@ def test_a_file_named_without_a_schedule_block_is_said_so_not_passed_over(tmp_pa
     assert not (tmp_path / "runs").exists()
     code, out, err = cli("schedule", "status", str(tmp_path), "--runs-dir", str(tmp_path / "runs"))
     assert (code, out) == (0, f"no scheduled manifests in {tmp_path}\n"), (out, err)
+
+
+def test_a_start_that_finds_the_run_lock_taken_is_logged_queued_not_left_as_started(tmp_path):
+    """Three run-due at once on one backlog: each start whose run lost the lock to another's logged ``started`` and
+    then nothing, as if it had run the slot; only one process ran it. The run lock is held here the way the race
+    holds it, flocked with its holder not yet written, so run-due sees no active run and its run finds the lock
+    taken."""
+    import fcntl
+
+    m = write(tmp_path, "lost", 'cron: "0 * * * *"\nmax_active: queue\n')
+    runs = tmp_path / "runs"
+    held = lock_path(str(runs), m, "lost", {"n": 4})
+    os.makedirs(os.path.dirname(held), exist_ok=True)
+    fd = os.open(held, os.O_RDWR | os.O_CREAT, 0o666)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    log = tmp_path / "run-due.log"
+    argv = [sys.executable, "-m", "hetflow.engine.cli", "schedule", "run-due", m, "--now", "2026-06-01T10:07:00Z",
+            "--runs-dir", str(runs), "--log-format", "json"]
+    with open(log, "w") as f:
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while log.read_text().count('"started"') < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        os.close(fd)  # the lock given back: the next start runs the slot
+    assert proc.wait(timeout=120) == 0, log.read_text()
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    starts = [i for i, e in enumerate(events) if e["event"] == "started"]
+    assert len(starts) >= 2, events
+    for here, there in zip(starts, starts[1:]):
+        between = [e for e in events[here + 1:there] if e["event"] == "queued"]
+        assert [e["pid"] for e in between] == [events[here]["pid"]], events
+        assert "found the run lock taken" in between[0]["reason"]
+    assert [e["event"] for e in events[starts[-1] + 1:]] == ["succeeded"], events
+    claim = json.loads((runs / ".schedule" / "lost" / "20260601T100000Z.json").read_text())
+    assert claim["state"] == "succeeded"
+    assert [r["schedule"]["slot"] for r in records(runs)] == ["2026-06-01T10:00:00Z"]

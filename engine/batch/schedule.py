@@ -140,6 +140,7 @@ __all__ = [
     "retry_claim",
     "run_due",
     "run_hook",
+    "requeue",
     "status",
     "format_event",
 ]
@@ -536,6 +537,20 @@ def _give_back(entry: Entry, path: str, log: Log, states: Sequence[str] = UNSTAR
             return
         log("unqueued", {"manifest": entry.name, "slot": body["slot"], "detached": True,
                          "reason": "the scheduler that claimed it ended before its run ran; it is decided again"})
+
+
+def requeue(child: Child, log: Log) -> None:
+    """Put the slot of ``child``, whose run found the run lock taken and ran nothing (:func:`locked_out`), back in
+    the queue: its claim ``queued`` again and a ``queued`` line that says why, so that its ``started`` line is not
+    the log's last word on a process that never ran the slot."""
+    tries = read_claim(child.claim).get("tries")
+    mark(child.claim, child.entry, child.slot, "queued", **({"tries": tries} if tries else {}))
+    log("queued", {"manifest": child.entry.name, "slot": slot_id(child.slot), "pid": child.process.pid,
+                   "reason": LOCKED_OUT})
+
+
+#: why a slot whose run was started is queued again
+LOCKED_OUT = "its run found the run lock taken by another run of this manifest and ran nothing; it waits its turn"
 
 
 def locked_out(child: Child) -> bool:
@@ -938,6 +953,9 @@ def _run_slot(entry: Entry, slot: datetime, path: str, policy: str, runs_dir: st
         log("started", {**fields, "pid": child.process.pid})
         child.process.wait()
         if policy == "queue" and locked_out(child):
+            # Another scheduler's run took the lock between the look and the start (run-due beside run-due on one
+            # backlog): this process ran nothing, and the log says so before the slot starts again in its turn.
+            requeue(child, log)
             continue
         info = _finish(child, log)
         count("skipped" if info["status"] == "locked" else info["status"])

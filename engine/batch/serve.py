@@ -32,7 +32,7 @@ from hetflow.executors.files import file_stamp
 from hetflow.engine.batch.claims import (Entry, check_claimed, check_identities, claim, discover, give_back, history,
                                          load_entry, mark)
 from hetflow.engine.batch.schedule import (Child, Log, NotStarted, _finish, defer_hook, fail_start, locked_out,
-                                           pay_hook, settle, start)
+                                           pay_hook, requeue, settle, start)
 
 __all__ = ["Server"]
 
@@ -160,8 +160,7 @@ class Server:
             self.running.remove(child)
             if (child.entry.schedule.max_active == "queue" or child.backlog) and locked_out(child):
                 self.queued.insert(0, _Queued(child.entry, child.slot, child.claim, child.backlog))
-                mark(child.claim, child.entry, child.slot, "queued")
-                self.log("queued", {"manifest": child.entry.name, "slot": slot_id(child.slot)})
+                requeue(child, self.log)
                 continue
             self._conclude(child)
 
