@@ -693,6 +693,33 @@ def test_status_check_says_failed_or_overdue_and_plain_status_stays_0(tmp_path):
     assert cli(*status, good, "--now", "2026-06-01T11:00:30Z", "--check", "--grace", "60")[0] == 0  # within the grace
 
 
+def test_status_check_json_says_its_exit_code_as_every_json_result_with_one_does(tmp_path):
+    """--check --json exited 1 or 6 and printed the bare list of rows: the one --json output whose exit code it
+    did not say (run, verify, emulate and every failure's object carry exit_code)."""
+    failing = BODY.replace('{op: ones, args: {shape: ["${n}"]}}', "{op: matmul, inputs: [w, w], timeout: 0.000001}\n"
+                           "  w: {op: random.normal, args: {shape: [1024, 1024], seed: 1}}")
+    bad = write(tmp_path, "broken", 'cron: "0 * * * *"\n', body=failing)
+    good = write(tmp_path, "fine", 'cron: "0 * * * *"\n')
+    runs = tmp_path / "runs"
+    cli("schedule", "run-due", bad, good, "--now", "2026-06-01T10:05:00Z", "--runs-dir", str(runs))
+    status = ("schedule", "status", "--runs-dir", str(runs), "--json", "--check")
+    for path, now, want in ((bad, "2026-06-01T10:10:00Z", (1, "failed")), (good, "2026-06-01T10:10:00Z", (0, "ok")),
+                            (good, "2026-06-01T12:00:00Z", (6, "overdue"))):
+        code, out, err = cli(*status, path, "--now", now, "--grace", "60")
+        data = json.loads(out)
+        assert (code, data["status"]) == want and data["exit_code"] == code, out
+        assert [r["manifest"] for r in data["manifests"]] == [os.path.basename(path)[:-5]]
+        if code:
+            assert data["message"] in err, err
+        else:
+            assert "message" not in data and err == ""
+    assert "2026-06-01T11:00:00Z not decided" in data["message"]
+    assert "broken: last slot 2026-06-01T10:00:00Z failed" in json.loads(cli(*status, bad, "--now", "2026-06-01T10:10:00Z")[1])["message"]
+    # without --check its exit code is 0 whatever it shows: the rows as they were
+    code, out, _ = cli("schedule", "status", "--runs-dir", str(runs), "--json", bad, "--now", "2026-06-01T10:10:00Z")
+    assert code == 0 and [r["manifest"] for r in json.loads(out)] == ["broken"]
+
+
 # --- one overlap rule -----------------------------------------------------------------------------
 
 

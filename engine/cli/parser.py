@@ -193,7 +193,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     st.add_argument("paths", nargs="+", metavar="PATH", help="a manifest, or a folder of *.yaml manifests")
     st.add_argument("--runs-dir", default="runs", help="where run folders and slot claims are (default: ./runs)")
     st.add_argument("--now", metavar="ISO", help="the instant to compute the next slot from (default: now)")
-    st.add_argument("--json", action="store_true", help="print the list as JSON" + _JSON)
+    st.add_argument("--json", action="store_true",
+                    help="print the list as JSON; with --check, one object: status (ok, failed, overdue), exit_code, "
+                         "message and the list as manifests" + _JSON)
     st.add_argument("--check", action="store_true",
                     help="for monitoring: exit 1 when a manifest's last slot failed or died, 6 when a fire time more "
                          "than --grace seconds past was not decided (no scheduler ran), else 0")

@@ -90,7 +90,12 @@ def _schedule(args: argparse.Namespace, out, err) -> int:
             raise ManifestError(problems)
         for d in problems:
             print(printable(str(d)), file=err)
-        if args.json:
+        code, message = _checked(rows) if args.check else (EXIT_OK, None)
+        if args.json and args.check:
+            # a check's exit code is its result: said in the object, as every --json result with one says it
+            print(json.dumps({"status": _CHECKED[code], "exit_code": code, **({"message": message} if message else {}),
+                              "manifests": rows}, indent=2), file=out)
+        elif args.json:
             print(json.dumps(rows, indent=2), file=out)
         elif not rows and not problems:
             print("no scheduled manifests in " + ", ".join(args.paths), file=out)
@@ -106,11 +111,9 @@ def _schedule(args: argparse.Namespace, out, err) -> int:
             print(printable(f"{r['manifest']}  {r['file']}  {last}  next {r['next_slot']}{active}{overdue}"), file=out)
         if problems:
             return EXIT_BAD_INPUT
-        if args.check and any((r["status"] or r["state"]) in FAILED for r in rows):
-            return EXIT_RUN_FAILED
-        if args.check and any(r["overdue"] for r in rows):
-            return EXIT_OVERDUE
-        return EXIT_OK
+        if message:
+            print(printable(f"hetflow: {message}"), file=err)
+        return code
     if args.count < 1:
         raise UsageError("--count must be at least 1")
     rows, problems = [], []
@@ -175,6 +178,21 @@ def _writable(runs_dir: str) -> None:
 
 #: what ``status --check`` counts as a failed last slot
 FAILED = ("failed", "died", "cancelled")
+
+#: ``status --check --json``'s ``status`` for each exit code
+_CHECKED = {EXIT_OK: "ok", EXIT_RUN_FAILED: "failed", EXIT_OVERDUE: "overdue"}
+
+
+def _checked(rows) -> tuple[int, str | None]:
+    """``status --check``'s exit code for ``rows``, and what it is about (None when all is well)."""
+    failed = [r for r in rows if (r["status"] or r["state"]) in FAILED]
+    if failed:
+        return EXIT_RUN_FAILED, "; ".join(f"{r['manifest']}: last slot {r['last_slot']} {r['status'] or r['state']}"
+                                          for r in failed)
+    overdue = [r for r in rows if r["overdue"]]
+    if overdue:
+        return EXIT_OVERDUE, "; ".join(f"{r['manifest']}: {r['overdue']} not decided" for r in overdue)
+    return EXIT_OK, None
 
 
 def _check_identities(files) -> None:
