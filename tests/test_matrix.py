@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import hetflow
 from hetflow.engine import cli
 from hetflow.engine.manifest import matrix
 from hetflow.engine.errors import ManifestError, UsageError
@@ -161,6 +162,22 @@ def test_point_keys_in_any_order_and_partial_points(manifest_file, tmp_path):
     one = manifest_file(SWEEP.replace("  scale: [1.0, 2.0]\n", ""), "one.yaml")
     code, out, err = main("plan", one, "--point", "n=3")
     assert code == 0 and out.startswith("matrix point sweep[n=3]\n")
+
+
+def test_a_point_named_under_another_manifests_name_is_refused(manifest_file, tmp_path):
+    # the pairs match a point of this manifest; the name before them is another's, so the point is not this one's
+    runs = tmp_path / "runs"
+    path = manifest_file(SWEEP)
+    said = ("names a point of 'other', not of this manifest 'sweep' (points: sweep[n=2,scale=1.0], "
+            "sweep[n=2,scale=2.0], sweep[n=3,scale=1.0], sweep[n=3,scale=2.0])")
+    for command in ("plan", "run"):
+        code, out, err = main(command, path, "--runs-dir", str(runs), "--point", "other[n=3,scale=2.0]")
+        assert (code, out, err) == (2, "", f"hetflow: error: --point other[n=3,scale=2.0] {said}\n")
+    with pytest.raises(UsageError) as e:
+        hetflow.run(path, point="other[scale=2.0,n=3]", runs_dir=runs)
+    assert str(e.value) == f"point='other[scale=2.0,n=3]' {said}"
+    assert not runs.exists()
+    assert hetflow.plan(path, point="sweep[scale=2.0,n=3]", runs_dir=runs).point == "sweep[n=3,scale=2.0]"
 
 
 LISTS = """

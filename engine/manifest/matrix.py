@@ -264,6 +264,10 @@ def select(points: list[Point], wanted: str) -> Point:
     Traceback (most recent call last):
     ...
     hetflow.engine.errors.UsageError: point='a=1' matches 2 points (m[a=1,b=x], m[a=1,b=y]); give more keys
+    >>> select(pts, "other[a=2]")
+    Traceback (most recent call last):
+    ...
+    hetflow.engine.errors.UsageError: point='other[a=2]' names a point of 'other', not of this manifest 'm' (points: m[a=1,b=x], m[a=1,b=y], m[a=2,b=y])
     """
     import yaml
 
@@ -272,7 +276,13 @@ def select(points: list[Point], wanted: str) -> Point:
     for p in points:
         if wanted in (p.name, p.name[p.name.index("[") + 1 : -1]):
             return p
+    names = ", ".join(p.name for p in points[:10]) + (" ..." if len(points) > 10 else "")
     body = wanted[wanted.index("[") + 1 : -1] if wanted.endswith("]") and "[" in wanted else wanted
+    named = wanted[: wanted.index("[")] if body is not wanted else ""
+    own = points[0].name[: points[0].name.index("[")] if points else ""
+    if named and named != own:  # the pairs alone would pick a point of this manifest under another's name
+        raise UsageError(f"{argument('point', wanted)} names a point of {named!r}, not of this manifest "
+                         f"{own!r} (points: {names})")
     pairs: dict[str, Any] = {}
     for part in _split_pairs(body):
         key, sep, text = part.partition("=")
@@ -287,7 +297,6 @@ def select(points: list[Point], wanted: str) -> Point:
     def same(a: Any, b: Any) -> bool:
         return a == b or _text(a) == _text(b)
 
-    names = ", ".join(p.name for p in points[:10]) + (" ..." if len(points) > 10 else "")
     if pairs:
         keys = {k for p in points for k in p.values}
         unknown = sorted(set(pairs) - keys)
