@@ -232,6 +232,31 @@ def _cell(value: Any) -> str:
     return json.dumps(value)
 
 
+# what a spreadsheet takes a cell starting with for a formula (OWASP's CSV injection): = + - @, and a tab or carriage
+# return that it strips before looking
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_text(text: str) -> str:
+    """A text cell of csv that a spreadsheet shows, never runs: one that starts as a formula does gets a ``'``
+    before it (OWASP's advice), which makes the cell text there and is not shown.
+
+    >>> _csv_text("=1+2"), _csv_text("@SUM(A1)"), _csv_text("-rf"), _csv_text("ok")
+    ("'=1+2", "'@SUM(A1)", "'-rf", 'ok')
+    """
+    return "'" + text if text.startswith(_FORMULA) else text
+
+
+def _csv_cell(value: Any) -> str:
+    """A table's value as a cell of csv: empty for none, a number as it is (-1.5 is a number there too), text
+    made safe by :func:`_csv_text`."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return _csv_text(value)
+    return _cell(value)
+
+
 # every control character, newline and tab too: a row of an aligned or markdown table is one line, and what a
 # terminal would act on (an escape sequence in a param's value) is shown instead, as is a bidirectional override,
 # which would show the cells after it backwards
@@ -249,21 +274,21 @@ def render_table(data: Mapping[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json_text(data, indent=2) + "\n"
     head = ["run", "point", "status", *data["params"], *data["outputs"]]
-    body = [[r["run_id"] or "-", r["point"] or "-", r["status"] or "-", *[_cell(r["params"].get(k)) for k in data["params"]],
-             *["damaged" if k in r.get("damaged", {}) else _cell(r["outputs"].get(k)) for k in data["outputs"]]]
-            for r in data["rows"]]
-    if fmt != "csv":
-        head, body = [c.translate(_ONE_LINE) for c in head], [[c.translate(_ONE_LINE) for c in line] for line in body]
+    values = [[r["run_id"], r["point"], r["status"], *[r["params"].get(k) for k in data["params"]],
+               *["damaged" if k in r.get("damaged", {}) else r["outputs"].get(k) for k in data["outputs"]]]
+              for r in data["rows"]]
     if fmt == "csv":
         import csv
         import io
 
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow([*head, "record"])
-        for r, line in zip(data["rows"], body):
-            writer.writerow([*["" if c == "-" else c for c in line], r["record"] or ""])
+        writer.writerow([_csv_text(c) for c in [*head, "record"]])
+        for r, line in zip(data["rows"], values):
+            writer.writerow([*[_csv_cell(v) for v in line], _csv_text(r["record"] or "")])
         return buf.getvalue()
+    body = [[_cell(v) for v in line] for line in values]
+    head, body = [c.translate(_ONE_LINE) for c in head], [[c.translate(_ONE_LINE) for c in line] for line in body]
     if fmt == "markdown":
         def row(cells: list[str]) -> str:
             return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
