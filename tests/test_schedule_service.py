@@ -1017,3 +1017,42 @@ def test_a_stop_signal_while_serve_starts_stops_it_as_one_while_it_serves(tmp_pa
     said = [json.loads(line)["event"] for line in out.splitlines()]
     assert said[0] == "serving" and said[-1] == "stopped" and "started" not in said, said
     assert "Traceback" not in err and not claims(runs), err
+
+
+# --- a stop signal while serve starts -------------------------------------------------------------
+
+_SIGNAL_WHILE_LOADING = """
+import os, signal, sys
+
+sent = getattr(signal, sys.argv[1])
+
+
+class Hook:
+    # the signal comes as the command line's modules begin to load, long before serve's own handlers exist
+    def find_spec(self, name, path=None, target=None):
+        if name == "hetflow.engine.cli.main":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), sent)
+        return None
+
+sys.meta_path.insert(0, Hook())
+sys.argv = ["hetflow", *sys.argv[2:]]
+from hetflow._start import entry
+entry()
+"""
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_stop_signal_while_the_console_script_loads_stops_serve_cleanly(tmp_path, signame):
+    """The console script's serve was killed by the signal's default action (-15, -1) or printed the traceback
+    of the import a Ctrl-C cut short, where a stop once it was up ends it with 0; it now starts, claims nothing
+    and stops."""
+    m = write(tmp_path, "early", 'cron: "* * * * *"\n')
+    runs = tmp_path / "runs"
+    proc = subprocess.run([sys.executable, "-c", _SIGNAL_WHILE_LOADING, signame, "schedule", "serve", m,
+                           "--runs-dir", str(runs), "--log-format", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
+    assert [json.loads(line)["event"] for line in proc.stdout.splitlines()] == ["serving", "stopped"], proc.stdout
+    assert "Traceback" not in proc.stderr
+    assert not (runs / ".schedule").exists()

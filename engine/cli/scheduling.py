@@ -27,6 +27,7 @@ def _serve_stoppable_from_start(args: argparse.Namespace, out, err) -> int:
     Ctrl-C), where a stop ends serve with 0; it then starts, claims nothing and stops."""
     import signal
 
+    from hetflow._start import Stops
     from hetflow.engine.run.cancel import listened
 
     came: list[int] = []
@@ -36,6 +37,8 @@ def _serve_stoppable_from_start(args: argparse.Namespace, out, err) -> int:
             old[s] = signal.signal(s, lambda signum, frame: came.append(signum))
         except ValueError:
             break  # not the main thread (main() called from a thread): serve's own handlers cannot be set either
+        if isinstance(old[s], Stops):  # what came while the command line loaded
+            came.extend(old[s])
     args.stopped = lambda: bool(came)
     try:
         return _schedule(args, out, err)
