@@ -365,9 +365,9 @@ def validate(path: str | os.PathLike, params: Params | None = None) -> list[Diag
     overrides = _overrides(params)
     if matrix.has_matrix(doc):
         points = matrix.expand(doc, overrides, max_points=matrix.CHECK_MAX_POINTS, remedy=_CHECK_REMEDY)
-        _, warnings = matrix.check_points(doc, overrides, points, check)
+        _, warnings = matrix.blame_overrides(doc, overrides, lambda given: matrix.check_points(doc, given, points, check))
     else:
-        warnings = check(compile_manifest(doc, overrides))
+        warnings = matrix.blame_overrides(doc, overrides, lambda given: check(compile_manifest(doc, given)))
     return ManifestError(warnings).diagnostics
 
 
@@ -438,12 +438,13 @@ def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | 
     # a point's problems name the point, as validate and a sweep name them; without --point every point is checked,
     # as validate checks them, and the first is planned
     if chosen and point is None:
-        made = matrix.check_points(doc, {k: v for k, v in overrides.items() if k not in found.values}, points)[0]
+        made = matrix.blame_overrides(doc, {k: v for k, v in overrides.items() if k not in found.values},
+                                      lambda given: matrix.check_points(doc, given, points))[0]
         manifest = made[points.index(found)]
     elif chosen:
-        manifest = matrix.check_points(doc, overrides, [found])[0][0]
+        manifest = matrix.blame_overrides(doc, overrides, lambda given: matrix.check_points(doc, given, [found]))[0][0]
     else:
-        manifest = compile_manifest(doc, overrides)
+        manifest = matrix.blame_overrides(doc, overrides, lambda given: compile_manifest(doc, given))
     from hetflow.engine.run.clusters import open_cluster, plan_on
     from hetflow.engine.run.inputs import bind_inputs, with_inputs
 
@@ -537,12 +538,12 @@ def _jobs(path: str, doc: Document | None, overrides: dict, point: str | None, r
     if not matrix.has_matrix(doc):
         if point:
             raise UsageError(f"{path} has no matrix, so {argument('point', point)} names no point of it")
-        return doc, [(compile_manifest(doc, overrides), None, overrides)]
+        return doc, [(matrix.blame_overrides(doc, overrides, lambda given: compile_manifest(doc, given)), None, overrides)]
     points = matrix.expand(doc, overrides, max_points=max_points)
     if point:
         points = [matrix.select(points, point)]
     # every point is compiled before any runs: one that does not compile stops the sweep before it starts
-    manifests, _ = matrix.check_points(doc, overrides, points)
+    manifests, _ = matrix.blame_overrides(doc, overrides, lambda given: matrix.check_points(doc, given, points))
     return doc, [(m, {"name": p.name, "values": dict(p.values)}, overrides) for m, p in zip(manifests, points)]
 
 

@@ -208,6 +208,37 @@ def test_p_takes_yaml_flow_lists_and_maps_and_its_errors_name_the_argument(manif
     assert code == 2 and '-p v={"a": 1}: param \'v\' is a single value, not a list or map (its default at ' in err
 
 
+PARAM = """
+version: 1
+name: param
+params: {n: 4, lr: 0.5, tag: a}
+executors: {a: {vendor: cpu}}
+stages:
+  x: {op: ones, args: {shape: ["${n}"]}}
+  k: {op: random.uniform, args: {shape: [1], seed: 0, low: "${lr}", high: "${lr}"}}
+outputs: {x: x, k: k}
+"""
+
+
+def test_a_p_value_of_another_kind_that_breaks_a_check_is_the_p_arguments_problem(manifest_file, tmp_path):
+    # n=true reaches the shape as [True]: the -p gave it, as a matrix value of that kind is its matrix line's
+    path = manifest_file(PARAM)
+    runs = tmp_path / "runs"
+    said = (f"-p n=true: param 'n' is a boolean here, where its default 4 at {path}:4:13 is an integer; at "
+            f"{path}:7:31: argument 'shape' of op 'ones' must be a list of non-negative integers, got [True]")
+    for command in ("plan", "run"):
+        code, out, err = main(command, path, "--runs-dir", str(runs), "-p", "n=true", "-p", "tag=1")
+        assert (code, out, err) == (2, "", f"hetflow: error: {said}\n")
+    for call in (hetflow.validate, hetflow.plan, hetflow.run):
+        with pytest.raises(UsageError) as e:
+            call(path, {"n": True}, **({} if call is hetflow.validate else {"runs_dir": runs}))
+        assert str(e.value) == said
+    assert not runs.exists()
+    # a value of another kind that breaks nothing is taken: an integer for a float, a number for a text
+    code, out, err = main("plan", path, "--runs-dir", str(runs), "-p", "lr=1", "-p", "tag=1")
+    assert code == 0, err
+
+
 def test_a_sweep_says_why_each_point_failed_and_exits_as_its_runs_would(manifest_file, tmp_path):
     (tmp_path / "picky.py").write_text(
         "from hetflow import op\n\n\n"

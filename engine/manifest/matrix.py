@@ -48,7 +48,8 @@ from hetflow.engine.errors import Diagnostic, ManifestError, Origin, UsageError,
 from hetflow.engine.manifest.loader import SafeLoader, not_json
 from hetflow.engine.manifest.validate import Document, Manifest, compile_manifest
 
-__all__ = ["Point", "expand", "has_matrix", "point_name", "select", "check_points", "DEFAULT_MAX_POINTS"]
+__all__ = ["Point", "expand", "has_matrix", "point_name", "select", "check_points", "blame_overrides",
+           "DEFAULT_MAX_POINTS"]
 
 DEFAULT_MAX_POINTS = 256
 # the most points validate and plan expand: each is compiled and checked, a few milliseconds apiece
@@ -367,6 +368,40 @@ def check_points(doc: Document, overrides: Mapping[str, Any], points: list[Point
     if errors:
         raise ManifestError(errors + [w for w in warnings])
     return manifests, warnings
+
+
+def blame_overrides(doc: Document, overrides: Mapping[str, Any], attempt: Callable[[Mapping[str, Any]], Any]) -> Any:
+    """``attempt(overrides)``, where a ``-p`` value of another kind than its param's default breaks a check: the
+    problem is then that ``-p``'s (a :class:`UsageError`, naming where it broke), as a matrix value's is its line's.
+
+    A value is blamed only for what ``attempt`` no longer finds with the
+    param at its default: ``-p n=true`` for ``n: 4`` that a shape reads,
+    not ``-p lr=1`` for ``lr: 0.5``, which breaks nothing.
+    """
+    try:
+        return attempt(overrides)
+    except ManifestError as e:
+        params = doc.value.get("params") if isinstance(doc.value, dict) else None
+        params = params if isinstance(params, dict) else {}
+        odd = [k for k, v in overrides.items()
+               if params.get(k) is not None and _kind(params[k]) != _kind(v)]
+        errors = [d for d in e.diagnostics if d.severity == "error"]
+        for key in odd:
+            try:
+                attempt({k: v for k, v in overrides.items() if k != key})
+                left: set = set()
+            except ManifestError as without:
+                left = {(d.origin, d.message) for d in without.diagnostics}
+            except UsageError:
+                continue
+            broke = [d for d in errors if (d.origin, d.message) not in left]
+            if broke:
+                value, default = overrides[key], params[key]
+                raise UsageError(
+                    f"-p {key}={json.dumps(value)}: param {key!r} is {_kind(value)} here, where its default "
+                    f"{json.dumps(default)} at {doc.at(('params', key))} is {_kind(default)}; at {broke[0].origin}: "
+                    f"{broke[0].message}") from None
+        raise
 
 
 def _kind(value: Any) -> str:
