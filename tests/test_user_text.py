@@ -134,10 +134,12 @@ def test_a_table_row_is_one_line_whatever_a_params_value_holds(swept, fmt):
     lines = out.splitlines()
     assert len(lines) == 1 + 4 + (fmt == "markdown")
     assert not [c for c in ("\x1b", "\t", "\r", "\u202e") if c in out]
-    assert any('a,b"c\\nd' in line for line in lines) and any("\\x1b[2J\\tz" in line for line in lines)
-    if fmt == "markdown":
+    if fmt == "markdown":  # markdown's own escapes over the one-line ones: the cell shows a,b"c\nd|e
+        assert any('a,b"c\\\\nd\\|e' in line for line in lines) and any("\\\\x1b\\[2J\\\\tz" in line for line in lines)
         cells = {line.count(" | ") for line in lines if not line.startswith("|-")}
-        assert len(cells) == 1 and "d\\|e" in out
+        assert len(cells) == 1
+    else:
+        assert any('a,b"c\\nd|e' in line for line in lines) and any("\\x1b[2J\\tz" in line for line in lines)
 
 
 def test_csv_keeps_a_params_value_as_it_is(swept):

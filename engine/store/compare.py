@@ -264,12 +264,21 @@ _ONE_LINE = {**{c: f"\\x{c:02x}" for c in range(0x20) if c not in (0x09, 0x0a)},
              **{c: f"\\u{c:04x}" for c in (*range(0x80, 0xa0), *range(0x202a, 0x202f), *range(0x2066, 0x206a))}}
 
 
+# what markdown would read in a table's cell as more than text, backslash-escaped: the escapes of _ONE_LINE
+# themselves, code spans, emphasis and strikethrough, links and images, HTML and entities, and the cell's end
+_MARKDOWN = {ord(c): "\\" + c for c in "\\`*_~[]<>&|"}
+
+
 def render_table(data: Mapping[str, Any], fmt: str) -> str:
     """The table as ``text`` (aligned columns), ``csv``, ``markdown`` or ``json``.
 
     A cell of ``text`` and ``markdown`` is one line: a param's value
     ``"a\\nb"`` reads ``a\\nb`` there, its control characters as escapes;
-    ``csv`` and ``json`` keep the values as they are, quoted.
+    in ``markdown`` every character markdown would act on (a backtick,
+    ``*``, ``_``, ``<``, ``[``, a backslash, ...) is backslash-escaped, so
+    the cell shows the value as it is. ``csv`` and ``json`` keep the values
+    as they are, quoted (a csv text cell that starts as a formula does with
+    a ``'`` before it).
     """
     if fmt == "json":
         return json_text(data, indent=2) + "\n"
@@ -291,7 +300,7 @@ def render_table(data: Mapping[str, Any], fmt: str) -> str:
     head, body = [c.translate(_ONE_LINE) for c in head], [[c.translate(_ONE_LINE) for c in line] for line in body]
     if fmt == "markdown":
         def row(cells: list[str]) -> str:
-            return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+            return "| " + " | ".join(c.translate(_MARKDOWN) for c in cells) + " |"
 
         return "\n".join([row(head), "|" + "|".join(" --- " for _ in head) + "|", *(row(line) for line in body)]) + "\n"
     from rich.cells import cell_len  # columns as wide as the terminal shows them: 中文 takes four, e\u0301 one
