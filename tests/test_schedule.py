@@ -592,3 +592,25 @@ def test_a_start_that_finds_the_run_lock_taken_is_logged_queued_not_left_as_star
     claim = json.loads((runs / ".schedule" / "lost" / "20260601T100000Z.json").read_text())
     assert claim["state"] == "succeeded"
     assert [r["schedule"]["slot"] for r in records(runs)] == ["2026-06-01T10:00:00Z"]
+
+
+def test_day_of_month_and_day_of_week_both_restricted_fire_on_either_in_list_and_run_due(tmp_path):
+    """`0 0 */2 * MON`: a day fires when it matches either field (the documented rule), and `schedule list` shows the
+    same fire times that run-due decides on."""
+    m = write(tmp_path, "either", 'cron: "0 0 */2 * MON"\n')
+    code, out, err = cli("schedule", "list", m, "--now", "2026-06-01T00:00:00Z", "--count", "6", "--json")
+    assert code == 0, err
+    listed = json.loads(out)[0]["next"]
+    # June 2026: the 3rd, 5th, 7th, 9th and 11th are odd days; the 8th is a Monday (and even)
+    assert listed == ["2026-06-03T00:00:00Z", "2026-06-05T00:00:00Z", "2026-06-07T00:00:00Z", "2026-06-08T00:00:00Z",
+                      "2026-06-09T00:00:00Z", "2026-06-11T00:00:00Z"]
+    for slot in listed:
+        code, out, err = cli("schedule", "run-due", m, "--now", slot, "--runs-dir", str(tmp_path / "runs"),
+                             "--dry-run", "--log-format", "json")
+        assert code == 0 and [json.loads(line)["slot"] for line in out.splitlines()] == [slot], (out, err)
+    # an even day that is no Monday is no fire time: run-due at its midnight decides the slot before it
+    code, out, _ = cli("schedule", "run-due", m, "--now", "2026-06-10T00:00:00Z", "--runs-dir", str(tmp_path / "runs"),
+                       "--dry-run", "--log-format", "json")
+    assert [json.loads(line)["slot"] for line in out.splitlines()] == ["2026-06-09T00:00:00Z"]
+    doc = (Path(__file__).parents[1] / "docs" / "how-to" / "schedule.md").read_text()
+    assert "`0 0 */2 * MON` on every odd day and every Monday" in " ".join(doc.split())
