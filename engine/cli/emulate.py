@@ -137,6 +137,19 @@ def _warm_up_fast(err) -> tuple[float, str | None]:
     return seconds, "compiling the fast backend's interpreter"
 
 
+def _end_reason(e: Exception) -> str:
+    """Why a guest that failed ended, as ``--json``'s ``end_reason`` names it beside an ended run's ``exit`` and
+    ``tohost``: ``trap``, ``step-limit``, ``time-limit`` or ``output-limit``."""
+    from hetflow.executors.emulator.machine import (GuestTrap, OutputLimitExceeded, StepLimitExceeded,
+                                                    TimeLimitExceeded)
+
+    for kind, reason in ((GuestTrap, "trap"), (StepLimitExceeded, "step-limit"), (TimeLimitExceeded, "time-limit"),
+                         (OutputLimitExceeded, "output-limit")):
+        if isinstance(e, kind):
+            return reason
+    return "error"
+
+
 def _report(args, result_or_error, out) -> None:
     """The public outputs and the guest's printed output, of a run that ended or failed."""
     nonzero = [(i, v) for i, v in result_or_error.pub_outs if v]
@@ -288,6 +301,7 @@ def cmd_emulate(args, out, err) -> int:
             print(json.dumps({"program": args.elf, "backend": args.backend, "ran_on": ran_on,
                               "requested_backend": requested, "backend_reason": why, "status": "failed",
                               "exit_code": EXIT_RUN_FAILED, "message": message, "error": str(e),
+                              "end_reason": _end_reason(e),
                               "pc": e.pc, "symbol": e.symbol, "insn": e.insn, "step": e.step, "steps": e.step,
                               "pub_outs": [v for _, v in e.pub_outs],
                               "stdout": e.stdout.decode("utf-8", errors="replace")}), file=out)
