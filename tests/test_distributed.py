@@ -6,6 +6,7 @@ Killed workers are the subject of test_distributed_recovery.py.
 import io
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -294,3 +295,33 @@ def test_a_local_cluster_leaves_this_processs_thread_variables_as_they_were(monk
     assert here == {"OMP_NUM_THREADS": None, "OPENBLAS_NUM_THREADS": None, "MKL_NUM_THREADS": "3"}
     (worker,) = there.values()
     assert worker["OMP_NUM_THREADS"] == "1" and worker["OPENBLAS_NUM_THREADS"] == "1"  # the worker's, as Dask sets them
+
+
+def test_a_worker_restarted_by_its_nanny_leaves_this_processs_thread_variables_as_they_were(monkeypatch):
+    """The nanny of a local cluster, in this process, writes its workers' OMP_NUM_THREADS=1 and the like here again
+    each time it restarts a lost worker: a run that lost one left them set for the rest of the process."""
+    import signal
+
+    from hetflow.engine.run.threads import USER_THREAD_VARS
+
+    for var in USER_THREAD_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "3")
+    with Cluster.local(1, 1, dashboard=False) as c:
+        (first,) = c.client.run(os.getpid).values()
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                again = list(c.client.run(os.getpid).values())
+            except Exception:  # noqa: BLE001 - the worker is gone until its nanny has started the next
+                again = []
+            if again and again != [first]:
+                break
+            time.sleep(0.1)
+        assert again and again != [first], "the nanny did not restart the worker"
+        here = {var: os.environ.get(var) for var in USER_THREAD_VARS}
+        there = c.client.run(lambda: {var: os.environ.get(var) for var in USER_THREAD_VARS})
+    assert here == {"OMP_NUM_THREADS": None, "OPENBLAS_NUM_THREADS": None, "MKL_NUM_THREADS": "3"}
+    (worker,) = there.values()
+    assert worker["OMP_NUM_THREADS"] == "1" and worker["OPENBLAS_NUM_THREADS"] == "1"

@@ -302,6 +302,20 @@ def _restore_environ(kept: Mapping[str, str | None]) -> None:
             os.environ[name] = value
 
 
+def _environ_keeper(kept: Mapping[str, str | None]) -> Any:
+    """A plugin for a local cluster's scheduler (which runs in this process) that puts back ``kept`` whenever a
+    worker joins: a nanny that restarts a lost worker writes its thread variables here again before it spawns it."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class KeepEnviron(SchedulerPlugin):
+        name = "hetflow-keep-environ"
+
+        def add_worker(self, scheduler: Any = None, worker: Any = None) -> None:
+            _restore_environ(kept)
+
+    return KeepEnviron()
+
+
 class Cluster:
     """A Dask cluster hetflow runs on, and the client connected to it."""
 
@@ -386,6 +400,7 @@ class Cluster:
                                              f"{_root_cause(e)}") from e
             finally:
                 _restore_environ(kept)
+        lc.scheduler.add_plugin(_environ_keeper(kept))
         try:
             client = Client(lc, set_as_default=False)
         except BaseException:
