@@ -237,6 +237,11 @@ def sweep_view(summary: Mapping[str, Any], runs_dir: str | None = None) -> dict:
     The summary is written in its own thread, a moment behind the points (:mod:`hetflow.engine.batch.sweeps`):
     a sweep killed in that moment leaves a row ``running`` whose run has finished its record.
 
+    A point whose row says ``failed`` or ``cancelled`` reads as its run's record says where that says
+    otherwise: the record is what the run left. A disk that refused a run's last record leaves it
+    ``running``, so that it reads ``died`` once the sweep's process is gone, and a run resumed on its own
+    after the sweep may have succeeded since.
+
     >>> import socket
     >>> view = sweep_view({"status": "running", "owner": {"host": socket.gethostname(), "pid": 2**30},
     ...                    "points": [{"status": "succeeded"}, {"status": "running"}, {"status": "pending"}]})
@@ -244,17 +249,23 @@ def sweep_view(summary: Mapping[str, Any], runs_dir: str | None = None) -> dict:
     ('died', ['succeeded', 'died', 'pending'])
     """
     view = dict(summary)
-    if owner.alive(owner_of(summary)) is not False:
-        return view
-    if view.get("status") == "running":
+    gone = owner.alive(owner_of(summary)) is False
+    if gone and view.get("status") == "running":
         view["status"] = owner.DIED
-    found = unnamed_runs(runs_dir, summary) if runs_dir is not None else {}
+    found = unnamed_runs(runs_dir, summary) if gone and runs_dir is not None else {}
     points = []
     for p in summary.get("points") or []:
-        if isinstance(p, Mapping) and p.get("name") in found and p.get("status") in ("pending", "running"):
+        if not isinstance(p, Mapping):
+            points.append(p)
+            continue
+        if p.get("name") in found and p.get("status") in ("pending", "running"):
             run_id = found[p["name"]]
             p = dict(p, status="running", run_id=run_id, record=os.path.join(run_id, "record.json"))
-        points.append(_point_view(p, runs_dir) if isinstance(p, Mapping) and p.get("status") == "running" else p)
+        if gone and p.get("status") == "running":
+            p = _point_view(p, runs_dir)
+        elif runs_dir is not None and p.get("status") in ("failed", "cancelled") and p.get("run_id"):
+            p = _ended_view(p, runs_dir, summary)
+        points.append(p)
     view["points"] = points
     return view
 
@@ -423,6 +434,27 @@ def _point_view(row: Mapping[str, Any], runs_dir: str | None) -> dict:
     said = status_of(record) if record else None
     if said in (None, "running"):  # no record, or one whose run goes on in a process of its own (not this sweep's)
         return dict(row, status=owner.DIED)
+    return dict(row, status=said)
+
+
+def _ended_view(row: Mapping[str, Any], runs_dir: str, summary: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The row of a point that says ``failed`` or ``cancelled``, with the status its run's record gives where
+    that differs; a record that still says ``running`` under the sweep's own live process is the run the sweep
+    saw fail (its last record refused by the disk), which reads ``died`` once that process is gone."""
+    record = read_fields(os.path.join(runs_dir, str(row["run_id"]), "record.json"),
+                         ("status", "owner", "host", "outputs"))
+    said = status_of(record) if isinstance(record, dict) else None
+    if said is None or said == row.get("status"):
+        return row
+    if said == "running":
+        mine, theirs = owner_of(record) or {}, owner_of(summary) or {}
+        if (mine.get("pid"), mine.get("host")) == (theirs.get("pid"), theirs.get("host")):
+            return row
+    if said == "succeeded":  # resumed on its own since: its outputs are those of its record
+        outputs = as_object(record.get("outputs"))
+        ended = dict(row, status=said, error=None, outputs={k: as_object(v).get("digest") for k, v in outputs.items()})
+        ended.pop("exit_code", None)
+        return ended
     return dict(row, status=said)
 
 
