@@ -614,3 +614,27 @@ def test_day_of_month_and_day_of_week_both_restricted_fire_on_either_in_list_and
     assert [json.loads(line)["slot"] for line in out.splitlines()] == ["2026-06-09T00:00:00Z"]
     doc = (Path(__file__).parents[1] / "docs" / "how-to" / "schedule.md").read_text()
     assert "`0 0 */2 * MON` on every odd day and every Monday" in " ".join(doc.split())
+
+
+def test_a_downtime_longer_than_the_catch_up_says_which_fire_times_it_leaves_out(tmp_path, monkeypatch):
+    """catchup: true after a downtime of more fire times than a catch-up runs (100, 2 here): the older ones were
+    never run and no line said so; run-due (and its dry run) now log them, once, as missed."""
+    from hetflow.engine.manifest import cron
+
+    monkeypatch.setattr(cron, "CATCHUP_LIMIT", 2)
+    m = write(tmp_path, "long", 'cron: "0 * * * *"\ncatchup: true\n')
+    runs = str(tmp_path / "runs")
+    assert cli("schedule", "run-due", m, "--now", "2026-06-01T00:05:00Z", "--runs-dir", runs)[0] == 0
+    later = ("schedule", "run-due", m, "--now", "2026-06-01T05:05:00Z", "--runs-dir", runs, "--log-format", "json")
+    code, out, err = cli(*later, "--dry-run")
+    seen = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and [(e["event"], e.get("slot")) for e in seen] == [
+        ("would-miss", None), ("would-run", "2026-06-01T04:00:00Z"), ("would-run", "2026-06-01T05:00:00Z")], out
+    assert (seen[0]["after"], seen[0]["before"]) == ("2026-06-01T00:00:00Z", "2026-06-01T04:00:00Z")
+    code, out, err = cli(*later)
+    seen = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and seen[0]["event"] == "missed" and "the newest 2" in seen[0]["reason"], out
+    assert [e["slot"] for e in seen if e["event"] == "succeeded"] == ["2026-06-01T04:00:00Z", "2026-06-01T05:00:00Z"]
+    # said once: the fire times left out are behind the newest decided slot from now on
+    code, out, _ = cli(*later, "--dry-run")
+    assert code == 0 and out == "", out

@@ -112,6 +112,7 @@ from hetflow.engine.manifest.cron import (  # noqa: F401 - the cron names are pa
     due_slots,
     from_tree,
     parse_instant,
+    past_catchup,
     slot_id,
     slot_run,
 )
@@ -141,6 +142,7 @@ __all__ = [
     "run_due",
     "run_hook",
     "requeue",
+    "say_missed",
     "status",
     "format_event",
 ]
@@ -799,7 +801,9 @@ def run_due(files: Sequence[str], runs_dir: str, now: datetime, log: Log,
 
 def _dry_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: Callable[[str], None], wait: float,
                    retry: bool = False) -> None:
-    slots = due_slots(entry.schedule, history(runs_dir, entry), now)
+    done = history(runs_dir, entry)
+    slots = due_slots(entry.schedule, done, now)
+    say_missed(entry, done, slots, log, event="would-miss")
     policy = _policy(entry, slots)
     active = policy != "allow" and entry.active(runs_dir)
     for slot in slots:
@@ -813,6 +817,16 @@ def _dry_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: 
         else:
             count("would_run")
             log("would-run", {**fields, "command": " ".join(command(entry, slot, runs_dir)[3:])})
+
+
+def say_missed(entry: Entry, done: Mapping[str, str], slots: Sequence[datetime], log: Log,
+               event: str = "missed") -> None:
+    """Log ``missed`` when the due ``slots`` leave out fire times after the newest decided one (a downtime longer
+    than the catch-up's :data:`CATCHUP_LIMIT` fire times): they are never run, and nothing else would say so."""
+    gap = past_catchup(entry.schedule, done, list(slots))
+    if gap is not None:
+        log(event, {"manifest": entry.name, "after": gap[0], "before": gap[1],
+                       "reason": f"the fire times between are not run: a catch-up runs the newest {len(slots)}"})
 
 
 def _policy(entry: Entry, slots: Sequence[datetime]) -> str:
@@ -883,7 +897,9 @@ def _run_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: 
             count("retried")
             log("retrying", {"manifest": entry.name, "slot": slot_id(named)})
             _run_slot(entry, named, path, entry.schedule.max_active, runs_dir, log, count, wait)
-    slots = due_slots(entry.schedule, history(runs_dir, entry), now)
+    done = history(runs_dir, entry)
+    slots = due_slots(entry.schedule, done, now)
+    say_missed(entry, done, slots, log)
     for slot in slots:
         path = claim(runs_dir, entry, slot)
         if path is None:

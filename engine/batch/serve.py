@@ -32,7 +32,7 @@ from hetflow.executors.files import file_stamp
 from hetflow.engine.batch.claims import (Entry, check_claimed, check_identities, claim, discover, give_back, history,
                                          load_entry, mark)
 from hetflow.engine.batch.schedule import (Child, Log, NotStarted, _finish, defer_hook, fail_start, locked_out,
-                                           pay_hook, requeue, settle, start)
+                                           pay_hook, requeue, say_missed, settle, start)
 
 __all__ = ["Server"]
 
@@ -250,7 +250,9 @@ class Server:
         self._start_queued()
         now = self.clock()
         for entry in entries:
-            slots = due_slots(entry.schedule, history(self.runs_dir, entry), now)
+            done = history(self.runs_dir, entry)
+            slots = due_slots(entry.schedule, done, now)
+            say_missed(entry, done, slots, self.log)
             backlog = len(slots) > 1
             for slot in slots:
                 path = claim(self.runs_dir, entry, slot)

@@ -45,7 +45,7 @@ from croniter import CroniterError, croniter
 from hetflow.engine.errors import Diagnostic, UsageError, argument
 
 __all__ = ["CATCHUP_LIMIT", "POLICIES", "Schedule", "check", "unfed_inputs", "from_tree", "slot_id", "parse_instant",
-           "slot_run", "due_slots"]
+           "slot_run", "due_slots", "past_catchup"]
 
 CATCHUP_LIMIT = 100
 
@@ -369,3 +369,28 @@ def due_slots(schedule: Schedule, done: Mapping[str, str] | set, now: datetime) 
         missed += [parse_instant(k) for k in returned if k not in due and parse_instant(k) <= now]
         missed = sorted(missed)[-CATCHUP_LIMIT:]
     return sorted(missed)
+
+
+def past_catchup(schedule: Schedule, done: Mapping[str, str] | set, slots: list[datetime]) -> tuple[str, str] | None:
+    """(the newest decided slot, the oldest of ``slots`` after it) when fire times between the two are left out
+    of ``slots``, the due slots of ``done``: a downtime longer than :data:`CATCHUP_LIMIT` fire times, whose older
+    fire times are never run; else None.
+
+    >>> s = Schedule("0 * * * *", "UTC", True, "skip", {})
+    >>> done = {"2026-01-01T00:00:00Z": "succeeded"}
+    >>> past_catchup(s, done, due_slots(s, done, parse_instant("2026-01-09T00:00:00Z")))
+    ('2026-01-01T00:00:00Z', '2026-01-04T21:00:00Z')
+    >>> past_catchup(s, done, due_slots(s, done, parse_instant("2026-01-02T00:00:00Z"))) is None
+    True
+    """
+    if not schedule.catchup or len(slots) < CATCHUP_LIMIT:
+        return None
+    returned = {k for k, v in done.items() if v == RETURNED} if isinstance(done, Mapping) else set()
+    decided = [k for k in done if k not in returned]
+    if not decided:
+        return None
+    newest = max(decided)
+    after = [t for t in slots if slot_id(t) > newest]
+    if not after or schedule.after(parse_instant(newest), 1)[0] >= after[0]:
+        return None
+    return newest, slot_id(after[0])
