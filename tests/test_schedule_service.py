@@ -1056,3 +1056,54 @@ def test_a_stop_signal_while_the_console_script_loads_stops_serve_cleanly(tmp_pa
     assert [json.loads(line)["event"] for line in proc.stdout.splitlines()] == ["serving", "stopped"], proc.stdout
     assert "Traceback" not in proc.stderr
     assert not (runs / ".schedule").exists()
+
+
+# --- a queued slot of a manifest that changed ----------------------------------------------------
+
+
+def test_a_queued_slot_waits_while_its_manifest_is_invalid_and_is_given_back_when_it_is_gone(tmp_path):
+    """serve paused a manifest that stopped validating but still started its queued slots: each run failed as bad
+    input (exit 2) and ran on_failure, for slots the schedule never ran. Now they wait until it is fixed; one whose
+    file is removed is given back."""
+    from hetflow.engine.batch.serve import Server
+
+    m = write(tmp_path, "paused", 'cron: "0 * * * *"\nmax_active: queue\n' + HOOKS)
+    text = Path(m).read_text()
+    runs = tmp_path / "runs"
+    entry = sched.load_entry(m)
+    seen = []
+    clock = [sched.parse_instant("2026-06-01T10:00:30Z")]
+    server = Server([m], str(runs), lambda event, fields: seen.append((event, dict(fields))), clock=lambda: clock[0])
+    claim = runs / ".schedule" / "paused" / "20260601T100000Z.json"
+    with RunLock(lock_path(str(runs), m, "paused", entry.params), manifest="paused"):
+        server.scan()
+        server.tick()  # a run by hand holds the lock: the slot queues
+        assert [e for e, _ in seen][-1] == "queued" and json.loads(claim.read_text())["state"] == "queued"
+        Path(m).write_text(text + "broken: [\n")
+        server.scan()
+        assert seen[-1][0] == "invalid"
+    for _ in range(3):  # the run by hand has ended: the slot would start, were its manifest valid
+        server.tick()
+    assert "started" not in [e for e, _ in seen] and json.loads(claim.read_text())["state"] == "queued"
+    assert not (tmp_path / "hooks.txt").exists()
+    Path(m).write_text(text)
+    server.scan()
+    server.tick()
+    assert [e for e, _ in seen][-2:] == ["reloaded", "started"], seen
+    server.running[0].process.wait(timeout=120)
+    while server.running or server.concluders:
+        server.tick()
+        server._concluded()
+    assert json.loads(claim.read_text())["state"] == "succeeded"
+    assert hook_lines(tmp_path) == [("2026-06-01T10:00:00Z", "succeeded")]
+    # the next slot queues behind a run by hand, and its file goes: the slot is given back, not failed
+    clock[0] = sched.parse_instant("2026-06-01T11:00:30Z")
+    with RunLock(lock_path(str(runs), m, "paused", entry.params), manifest="paused"):
+        server.tick()
+        assert seen[-1][0] == "queued"
+        os.remove(m)
+        server.scan()
+        server.tick()
+    assert [e for e, _ in seen][-2:] == ["removed", "unqueued"] and seen[-1][1]["reason"] == "its manifest file is gone"
+    assert (runs / ".schedule" / "paused" / "20260601T110000Z.returned").exists()
+    assert not server.queued and hook_lines(tmp_path) == [("2026-06-01T10:00:00Z", "succeeded")]

@@ -232,8 +232,29 @@ class Server:
             raise self.raised.pop(0)
 
     def _start_queued(self) -> None:
-        """Start each queued slot, oldest first, whose manifest is idle: one per manifest at a time."""
+        """Start each queued slot, oldest first, whose manifest is idle: one per manifest at a time.
+
+        A slot of a manifest that stopped validating waits, paused with it,
+        until it is fixed: started, its run would fail as bad input and run
+        ``on_failure`` for a slot the schedule never ran. One whose file is
+        gone, no longer scheduled or no longer names its manifest is given
+        back, as a stopped ``serve`` gives back its queued slots.
+        """
         for item in list(self.queued):
+            watched = self.watched.get(item.entry.file)
+            if watched is not None and watched.error is not None:
+                continue
+            if watched is None or watched.entry is None or watched.entry.name != item.entry.name:
+                self.queued.remove(item)
+                try:
+                    give_back(item.claim)
+                except OSError as e:
+                    self.log("error", {"error": f"{type(e).__name__}: {e}"})
+                why = ("its manifest file is gone" if watched is None
+                       else "its manifest is no longer scheduled" if watched.entry is None
+                       else f"its manifest file now names {watched.entry.name!r}")
+                self.log("unqueued", {"manifest": item.entry.name, "slot": slot_id(item.slot), "reason": why})
+                continue
             if not self._active(item.entry, item.backlog):
                 self.queued.remove(item)
                 self._start(item.entry, item.slot, item.claim, item.backlog)
