@@ -552,3 +552,20 @@ def test_a_killed_writes_temporary_file_goes_with_gc_once_old_and_with_a_resume_
     assert code == 0, err
     assert not [p.name for p in failed.iterdir() if p.name.startswith(".")]
     assert json.loads((failed / "record.json").read_text())["status"] == "succeeded"
+
+
+def test_an_entry_a_killed_gc_left_moved_aside_goes_with_a_later_gc(tmp_path, monkeypatch):
+    """A gc killed between moving an entry aside and removing it leaves the entry's files under a temporary
+    name: the next gc removes them once they have been aside a minute, not an hour later, and never sooner."""
+    from hetflow.engine.store import cache as cachemod
+
+    path, runs, cache, entries = _chain(tmp_path)
+    folder = Path(cache._folder(entries[0]))
+    aside = folder.parent / ".tmp-removed-0123456789ab"
+    folder.rename(aside)  # where a removal puts an entry before it asks when it was last read
+    code, out, err = cli("runs", "gc", "--keep", "1", "--runs-dir", str(runs), "--json")
+    assert code == 0 and aside.is_dir(), err  # a removal under way may still put it back
+    monkeypatch.setattr(cachemod, "_ASIDE_S", 0.0)  # as a minute later
+    code, out, err = cli("runs", "gc", "--keep", "1", "--runs-dir", str(runs), "--json")
+    assert code == 0 and not aside.exists(), err
+    assert sorted(cache.keys()) == entries[1:]

@@ -619,7 +619,7 @@ class Cache:
         from hetflow.engine.store.records import remove_tree
 
         folder = self._folder(key)
-        aside = os.path.join(os.path.dirname(folder), f".tmp-removed-{secrets.token_hex(6)}")
+        aside = os.path.join(os.path.dirname(folder), f"{_ASIDE[0]}{secrets.token_hex(6)}")
         try:
             os.rename(folder, aside)
         except FileNotFoundError:
@@ -671,21 +671,28 @@ class Cache:
         ``entry.json`` gone, which only a removal does: an entry is renamed into place whole); returns how many.
 
         A temporary folder changed in the last ``older_than_s`` seconds may
-        be a live run's entry being written, and stays.
+        be a live run's entry being written, and stays. An entry a removal
+        moved aside (:meth:`remove`, :func:`_move_aside`) and a process killed
+        then left goes once it has been aside a minute (its rename is its
+        ``ctime``): only a removal under way puts one back, within moments.
         """
         removed = 0
         if not os.path.isdir(self.root):
             return 0
         import shutil
 
-        before = time.time() - older_than_s
+        now = time.time()
+        before = now - older_than_s
         for shard in os.listdir(self.root):
             folder = os.path.join(self.root, shard)
             if not os.path.isdir(folder):
                 continue
             for name in os.listdir(folder):
                 path = os.path.join(folder, name)
-                if name.startswith(".tmp-") and _mtime(path) < before:
+                if name.startswith(_ASIDE) and _ctime(path) < now - _ASIDE_S:
+                    shutil.rmtree(path, ignore_errors=True)
+                    removed += 1
+                elif name.startswith(".tmp-") and _mtime(path) < before:
                     shutil.rmtree(path, ignore_errors=True)
                     removed += 1
                 elif not name.startswith(".") and _incomplete(path):
@@ -743,7 +750,7 @@ def _move_aside(folder: str, unless_complete: bool = False) -> bool:
     import secrets
     import shutil
 
-    aside = os.path.join(os.path.dirname(folder), f".tmp-damaged-{secrets.token_hex(6)}")
+    aside = os.path.join(os.path.dirname(folder), f"{_ASIDE[1]}{secrets.token_hex(6)}")
     try:
         os.rename(folder, aside)
     except FileNotFoundError:
@@ -777,6 +784,18 @@ def _incomplete(folder: str) -> bool:
     except OSError:
         return False
     return False
+
+
+# the names of entries moved out of their key's place to be removed, and how long one may stay there
+_ASIDE = (".tmp-removed-", ".tmp-damaged-")
+_ASIDE_S = 60.0
+
+
+def _ctime(path: str) -> float:
+    try:
+        return os.stat(path).st_ctime
+    except OSError:
+        return float("inf")
 
 
 def _mtime(path: str) -> float:
