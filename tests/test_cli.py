@@ -149,17 +149,17 @@ def test_console_script_runs_the_quickstart(tmp_path):
 @pytest.mark.parametrize("sweep", [False, True])
 def test_a_run_its_plan_refuses_writes_nothing(tmp_path, sweep):
     """An executor's memory too small for what a partition must hold is found by the plan: run said so with exit 2
-    and left the runs folder and its .locks behind, made for a run that never started. (Each stage fits alone,
-    which is what validate can check.)"""
+    and left the runs folder and its .locks behind, made for a run that never started. (Each stage fits alone; with
+    one executor, validate knows the partition and refuses it alike.)"""
     manifest = tmp_path / "m.yaml"
     manifest.write_text("version: 1\nname: m\nparams: {k: 1}\n" + ("matrix: {k: [1, 2]}\n" if sweep else "")
                         + "executors: {h: {vendor: cpu, memory: 10}}\nstages:\n"
                         "  z: {op: full, args: {shape: [1], value: \"${k}\"}}\n  y: {op: relu, inputs: [z]}\n"
                         "  w: {op: relu, inputs: [y]}\noutputs: {w: w}\n")
-    assert run_cli("validate", str(manifest))[0] == 0
-    code, out, err = run_cli("run", str(manifest), "--runs-dir", str(tmp_path / "runs"))
-    assert code == 2 and out == "", err
-    assert f"{manifest}:{7 if sweep else 6}:3: error: partition p0 on executor 'h' holds 12 B" in err, err
+    for argv in (["validate"], ["run", "--runs-dir", str(tmp_path / "runs")]):
+        code, out, err = run_cli(argv[0], str(manifest), *argv[1:])
+        assert code == 2 and out == "", err
+        assert f"{manifest}:{7 if sweep else 6}:3: error: partition p0 on executor 'h' holds 12 B" in err, err
     assert not (tmp_path / "runs").exists()
 
 
