@@ -72,7 +72,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
 from hetflow.engine.manifest import matrix
-from hetflow.engine.errors import Diagnostic, RunFailed, UsageError, argument
+from hetflow.engine.errors import Diagnostic, RunFailed, UsageError, argument, refuse_file_in_the_way
 from hetflow.engine.manifest.validate import Document, Manifest, compile_manifest, gc_paused, load
 
 if TYPE_CHECKING:
@@ -247,15 +247,7 @@ def _check(**given: Any) -> dict[str, Any]:
                 raise UsageError(f"{argument(key)} takes a folder's path, got an empty one")
             if (b"\0" if isinstance(text, bytes) else "\0") in text:
                 raise UsageError(f"{argument(key)} {text!r} cannot be a folder's name: it holds a NUL character")
-            if key == "cache_dir":
-                # each entry's write then failed as "Not a directory", and the record called every entry damaged;
-                # a file above it (FILE/sub) made every write fail alike
-                above = os.path.abspath(text)
-                while not os.path.exists(above) and os.path.dirname(above) != above:
-                    above = os.path.dirname(above)
-                if os.path.exists(above) and not os.path.isdir(above):
-                    where = f"{text!r} is a file" if os.path.abspath(text) == above else f"{text!r} is inside a file, {above}"
-                    raise UsageError(f"{argument(key)} {where}, not a folder")
+            refuse_file_in_the_way(text, key)
         elif kind == "callable":
             if not callable(value):
                 each = "point's row of sweep.json" if key == "on_point" else "event"

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 __all__ = ["Origin", "Noted", "Diagnostic", "SHOWN", "capped", "HetflowError", "ManifestError", "UsageError", "EnvironmentUnavailable",
-           "StorageUnavailable", "STORAGE_ERRNOS", "is_storage_error", "name_file", "require_runs_dir", "RunFailed", "RunCancelled", "StageFailure", "LockHeld", "StillRunning",
+           "StorageUnavailable", "STORAGE_ERRNOS", "is_storage_error", "name_file", "refuse_file_in_the_way", "require_runs_dir", "RunFailed", "RunCancelled", "StageFailure", "LockHeld", "StillRunning",
            "argument"]
 
 
@@ -310,6 +310,28 @@ class StorageUnavailable(EnvironmentUnavailable):
         self.record_path = record_path
 
 
+def refuse_file_in_the_way(path: str | os.PathLike, keyword: str) -> None:
+    """Refuse the folder argument ``keyword`` (``runs_dir``, ``cache_dir``) whose ``path`` is a file or lies
+    inside one: a slip in what was typed, the same for every command (exit 2), before anything is read or written.
+
+    A runs directory that is a file was listed as empty, planned against
+    as if it held no run, and refused by ``run`` as the environment's
+    fault; a cache directory inside a file failed every entry's write.
+
+    >>> refuse_file_in_the_way(__file__, "runs_dir")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    hetflow.engine.errors.UsageError: runs_dir= '...errors.py' is a file, not a folder
+    """
+    text = os.fspath(path)
+    above = os.path.abspath(text)
+    while not os.path.exists(above) and os.path.dirname(above) != above:
+        above = os.path.dirname(above)
+    if os.path.exists(above) and not os.path.isdir(above):
+        where = f"{text!r} is a file" if os.path.abspath(text) == above else f"{text!r} is inside a file, {above}"
+        raise UsageError(f"{argument(keyword)} {where}, not a folder")
+
+
 def require_runs_dir(path: str, *, create: bool = True) -> None:
     """Make sure the runs directory ``path`` can be written to, creating it unless ``create`` is false.
 
@@ -320,18 +342,14 @@ def require_runs_dir(path: str, *, create: bool = True) -> None:
 
     Raises
     ------
+    UsageError
+        the path is a file or lies inside one (:func:`refuse_file_in_the_way`).
     EnvironmentUnavailable
-        a file is in the way, or the folder cannot be created or written.
-
-    >>> require_runs_dir(__file__, create=False)
-    Traceback (most recent call last):
-    ...
-    hetflow.engine.errors.EnvironmentUnavailable: the runs directory ...errors.py is not a directory
+        the folder cannot be created or written.
     """
     if isinstance(path, str) and "\0" in path:
         raise UsageError(f"the runs directory {path!r} cannot be a folder's name: it holds a NUL character")
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise EnvironmentUnavailable(f"the runs directory {path} is not a directory")
+    refuse_file_in_the_way(path, "runs_dir")
     if not create:
         return
     try:

@@ -420,14 +420,25 @@ def test_a_scheduler_file_naming_a_scheduler_gone_is_refused_in_its_grace(tmp_pa
 
 
 @pytest.mark.parametrize("where", ["a file", "under a file"])
-def test_a_runs_directory_that_cannot_be_used_exits_5(tmp_path, where):
+def test_a_runs_directory_that_is_a_file_is_bad_input_to_every_command(tmp_path, where):
+    # one rule: plan took it silently, run exited 5 as if the disk were at fault, runs exited 2, each in its words
     (tmp_path / "taken").write_text("not a folder\n")
     runs = tmp_path / "taken" if where == "a file" else tmp_path / "taken" / "runs"
-    code, out, err = run_cli("run", QUICKSTART, "--runs-dir", str(runs), "--quiet")
-    assert code == 5 and err.startswith(f"hetflow: error: the runs directory {runs} ")
-    assert out == ""
+    said = (f"--runs-dir {str(runs)!r} is a file, not a folder" if where == "a file" else
+            f"--runs-dir {str(runs)!r} is inside a file, {tmp_path / 'taken'}, not a folder")
+    for argv in (["plan", QUICKSTART], ["run", QUICKSTART, "--quiet"], ["runs"], ["runs", "show", "latest"],
+                 ["verify", "latest"], ["report", "latest"]):
+        code, out, err = run_cli(*argv, "--runs-dir", str(runs))
+        assert (code, out, err) == (2, "", f"hetflow: error: {said}\n"), argv
     code, out, _ = run_cli("run", QUICKSTART, "--runs-dir", str(runs), "--quiet", "--json")
-    assert code == 5 and json_only(out)["error"] == "environment"
+    assert code == 2 and json_only(out)["error"] == "bad-input"
+    import hetflow
+    from hetflow.engine.errors import UsageError
+
+    for call in (hetflow.plan, hetflow.run):
+        with pytest.raises(UsageError) as e:
+            call(QUICKSTART, runs_dir=runs)
+        assert str(e.value) == said.replace("--runs-dir", "runs_dir=")
     assert (tmp_path / "taken").read_text() == "not a folder\n"
 
 

@@ -10,17 +10,15 @@ from datetime import datetime
 
 from hetflow.engine.store import runs
 from hetflow.engine.cli.common import EXIT_ENVIRONMENT, EXIT_OK, write_output
-from hetflow.engine.errors import UsageError
+from hetflow.engine.errors import UsageError, refuse_file_in_the_way
 from hetflow.engine.run.events import printable
 
 __all__ = ["cmd_runs", "cmd_report"]
 
 
 def cmd_runs(args: argparse.Namespace, out, err) -> int:
-    if os.path.exists(args.runs_dir) and not os.path.isdir(args.runs_dir):
-        # a listing of it would say "no runs", as of an empty one: a --runs-dir that names a file is a slip
-        raise UsageError(f"--runs-dir {args.runs_dir}: not a folder (a runs directory is the folder runs are "
-                         "made in)")
+    # a listing of it would say "no runs", as of an empty one: a --runs-dir that names a file is a slip
+    refuse_file_in_the_way(args.runs_dir, "runs_dir")
     if args.runs_command == "diff":
         return _runs_diff(args, out)
     if args.runs_command == "table":
@@ -257,6 +255,7 @@ def _runs_diff(args: argparse.Namespace, out) -> int:
 def cmd_report(args: argparse.Namespace, out, err) -> int:
     from hetflow.engine import report  # numpy and networkx load only for commands that need them
 
+    refuse_file_in_the_way(args.runs_dir, "runs_dir")
     located = report.locate(args.run_id, args.runs_dir)
     try:
         page = report.render(located, runs_dir=args.runs_dir, graph=args.graph)
