@@ -10,9 +10,19 @@ if TYPE_CHECKING:      # argparse loads with the parser, which a plain ``hetflow
     import argparse
 
 __all__ = ["EXIT_OK", "EXIT_RUN_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "EXIT_LOCKED", "EXIT_ENVIRONMENT",
-           "cluster_kwargs", "event_sink", "write_output"]
+           "cluster_kwargs", "event_sink", "write_output", "problem_lines"]
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_LOCKED, EXIT_ENVIRONMENT = 0, 1, 2, 3, 4, 5
+
+
+def problem_lines(diagnostics: list, *, fold: bool = True) -> list[str]:
+    """The lines that say ``diagnostics`` on standard error: each at its ``FILE:LINE:COL``, and one that has no
+    place in a file (a manifest that is not there, or cannot be read) as the program's own, ``hetflow: error:``,
+    as every other error without a place is said."""
+    from hetflow.engine.errors import capped, folded
+
+    lines = capped(folded(diagnostics) if fold and len(diagnostics) > 1 else diagnostics)
+    return [f"hetflow: {line}" if line.startswith(("error: ", "warning: ")) else line for line in lines]
 
 
 class _ShowVersion(Exception):

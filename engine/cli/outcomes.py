@@ -57,9 +57,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from hetflow.engine.cli.common import (EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_INTERNAL, EXIT_LOCKED,
-                                       EXIT_RUN_FAILED)
-from hetflow.engine.errors import (Diagnostic, folded, EnvironmentUnavailable, HetflowError, LockHeld, ManifestError,
-                                   RunCancelled, RunFailed, UsageError, capped,
+                                       EXIT_RUN_FAILED, problem_lines)
+from hetflow.engine.errors import (Diagnostic, EnvironmentUnavailable, HetflowError, LockHeld, ManifestError,
+                                   RunCancelled, RunFailed, UsageError,
                                    is_storage_error)
 
 __all__ = ["Outcome", "outcome", "RULES"]
@@ -95,7 +95,7 @@ def _diagnostic(d: Diagnostic) -> dict[str, Any]:
 def _bad_manifest(e: ManifestError, debug: bool) -> Outcome:
     # standard error shows the first SHOWN problems, as a person reads them; the JSON object, for programs,
     # keeps every one and says how many there are
-    return Outcome(EXIT_BAD_INPUT, capped(folded(e.diagnostics) if len(e.diagnostics) > 1 else e.diagnostics),
+    return Outcome(EXIT_BAD_INPUT, problem_lines(e.diagnostics),
                    _error("bad-input", EXIT_BAD_INPUT, str(e), count=len(e.diagnostics),
                           diagnostics=[_diagnostic(d) for d in e.diagnostics]))
 

@@ -7,8 +7,9 @@ import json
 import os
 from typing import Any
 
-from hetflow.engine.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, cluster_kwargs, event_sink, write_output
-from hetflow.engine.errors import ManifestError, RunCancelled, RunFailed, UsageError, capped, folded
+from hetflow.engine.cli.common import (EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, cluster_kwargs, event_sink, problem_lines,
+                                      write_output)
+from hetflow.engine.errors import ManifestError, RunCancelled, RunFailed, UsageError
 from hetflow.engine.run.events import printable
 
 __all__ = ["cmd_validate", "cmd_plan", "cmd_run", "cmd_verify"]
@@ -23,11 +24,11 @@ def cmd_validate(args: argparse.Namespace, out, err) -> int:
             warnings = api.validate(file)
         except ManifestError as e:
             problems += len(e.diagnostics)
-            for line in capped(folded(e.diagnostics) if len(e.diagnostics) > 1 else e.diagnostics):
-                print(printable(str(line)), file=err)
+            for line in problem_lines(e.diagnostics):
+                print(printable(line), file=err)
         else:
             passed += 1
-            for line in capped(warnings):
+            for line in problem_lines(warnings, fold=False):
                 print(printable(str(line)), file=err)
             print(printable(f"{file}: ok"), file=out)
     if passed:
