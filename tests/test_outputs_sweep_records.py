@@ -6,6 +6,7 @@ import io
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 
@@ -72,11 +73,14 @@ def _agree(runs: str, sweep_id: str) -> dict[str, str]:
     assert code == 0, err
     shown = {}
     for p in points:
+        assert rows[p["name"]] == p["status"], (rows, p)
+        assert any(line.split()[:2] == [p["name"], p["status"]] for line in text.splitlines()), text
         if p.get("run_id") and os.path.isfile(os.path.join(runs, p["run_id"], "record.json")):
             code, out, err = cli("runs", "show", p["run_id"], "--runs-dir", runs, "--json")
             assert code == 0, err
-            assert p["status"] == json.loads(out)["status"] == rows[p["name"]], (p, out)
-            assert any(line.split()[:2] == [p["name"], p["status"]] for line in text.splitlines()), text
+            assert p["status"] == json.loads(out)["status"], (p, out)
+        else:
+            assert p["status"] != "succeeded", p  # no record: nothing left of a run that succeeded
         shown[p["name"]] = p["status"]
     return shown
 
@@ -99,8 +103,9 @@ def test_a_point_whose_last_record_the_disk_refused_reads_as_its_record_does(tmp
     size = max(os.path.getsize(os.path.join(whole, d, "record.json")) for d in os.listdir(whole)
                if os.path.isfile(os.path.join(whole, d, "record.json")))
     seen = set()
-    # limits between a run's first record and its last: the last cannot be written, the first stays
-    for part in (0.5, 0.55, 0.6, 0.65, 0.7):
+    # limits below a run's first record (nothing of the run is kept), and between its first record and its last
+    # (the last cannot be written, the first stays)
+    for part in (0.35, 0.5, 0.55, 0.6, 0.65, 0.7):
         runs = str(tmp_path / f"r{part}")
         done = run(runs, int(size * part))
         assert "Traceback" not in done.stderr and done.returncode == 5, done.stderr
@@ -130,3 +135,20 @@ def test_a_point_resumed_on_its_own_reads_as_its_record_does(tmp_path, registry)
     with open(os.path.join(runs, first["run_id"], "record.json")) as f:
         record = json.load(f)
     assert row["outputs"] == {k: v["digest"] for k, v in record["outputs"].items()} and row["error"] is None
+
+
+def test_a_point_whose_run_folder_is_gone_reads_missing_not_succeeded(tmp_path):
+    (tmp_path / "swp.yaml").write_text(SWEEP)
+    runs = str(tmp_path / "runs")
+    code, out, err = cli("run", str(tmp_path / "swp.yaml"), "--runs-dir", runs, "--quiet", "--json")
+    assert code == 0, err
+    sweep = json.loads(out)
+    gone = sweep["points"][1]
+    shutil.rmtree(os.path.join(runs, gone["run_id"]))
+    assert _agree(runs, sweep["sweep_id"]) == {p["name"]: "missing" if p is gone else "succeeded"
+                                               for p in sweep["points"]}
+    page = tmp_path / "report.html"
+    code, out, err = cli("report", sweep["sweep_id"], "--runs-dir", runs, "-o", str(page))
+    assert code == 0, err
+    row = page.read_text().split(f'data-point="{gone["name"]}"', 1)[1].split("</tr>", 1)[0]
+    assert "missing" in row and "succeeded" not in row

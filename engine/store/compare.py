@@ -155,8 +155,8 @@ def table(runs_dir: str, refs: list[str]) -> dict:
     Refs are read by :func:`hetflow.engine.store.runs.resolve_id`: one ref takes a
     sweep or a run (``latest`` is the newest run, or the sweep it is a point
     of), several take runs. A row's status is what every reader shows
-    (``died`` for a run whose process is gone, ``missing`` for a point whose
-    run folder was removed).
+    (``died`` for a run whose process is gone, ``missing`` for a point that
+    succeeded, or a run named, whose run folder was removed).
 
     Returns ``{"params": [...], "outputs": [...], "rows": [...]}``; each row
     has ``run_id``, ``point``, ``status``, ``record`` (the path of the
@@ -188,9 +188,11 @@ def table(runs_dir: str, refs: list[str]) -> dict:
     rows = []
     for run_id, point, status, values in entries:
         if run_id is None or not os.path.isfile(os.path.join(runs_dir, run_id, "record.json")):
-            # a row that names a run whose folder is gone says so, not the status the run once had; a point not
-            # run yet has the values its sweep gives it
-            rows.append({"run_id": run_id, "point": point, "status": "missing" if run_id else status, "record": None,
+            # a row that names a run whose folder is gone says so where it claimed the run succeeded (missing, as
+            # the sweep's view says), and otherwise what its sweep says of it; a point not run yet has the values
+            # its sweep gives it
+            rows.append({"run_id": run_id, "point": point, "status": status or ("missing" if run_id else None),
+                         "record": None,
                          "params": dict(values), "outputs": {}, "digests": {}})
             continue
         record = read_record(runs_dir, run_id)

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 from hetflow.engine.store import owner
 from hetflow.executors.payload import loads_exact
-from hetflow.engine.errors import EnvironmentUnavailable, UsageError, argument, refuse_file_in_the_way
+from hetflow.engine.errors import EnvironmentUnavailable, UsageError, argument
 from hetflow.engine.heap import gc_paused
 from hetflow.engine.store.clock import utc_iso
 
@@ -237,10 +237,11 @@ def sweep_view(summary: Mapping[str, Any], runs_dir: str | None = None) -> dict:
     The summary is written in its own thread, a moment behind the points (:mod:`hetflow.engine.batch.sweeps`):
     a sweep killed in that moment leaves a row ``running`` whose run has finished its record.
 
-    A point whose row says ``failed`` or ``cancelled`` reads as its run's record says where that says
-    otherwise: the record is what the run left. A disk that refused a run's last record leaves it
-    ``running``, so that it reads ``died`` once the sweep's process is gone, and a run resumed on its own
-    after the sweep may have succeeded since.
+    A point whose row says ``succeeded`` while its run's record is gone (its folder removed) reads
+    ``missing``: nothing is left of what the row names. A point whose row says ``failed`` or
+    ``cancelled`` reads as its run's record says where that says otherwise: the record is what the run
+    left. A disk that refused a run's last record leaves it ``running``, so that it reads ``died`` once
+    the sweep's process is gone, and a run resumed on its own after the sweep may have succeeded since.
 
     >>> import socket
     >>> view = sweep_view({"status": "running", "owner": {"host": socket.gethostname(), "pid": 2**30},
@@ -265,6 +266,9 @@ def sweep_view(summary: Mapping[str, Any], runs_dir: str | None = None) -> dict:
             p = _point_view(p, runs_dir)
         elif runs_dir is not None and p.get("status") in ("failed", "cancelled") and p.get("run_id"):
             p = _ended_view(p, runs_dir, summary)
+        elif runs_dir is not None and p.get("status") == "succeeded" and p.get("run_id") \
+                and not os.path.isfile(os.path.join(runs_dir, str(p["run_id"]), "record.json")):
+            p = dict(p, status="missing")  # its run's folder is gone, and its outputs with it
         points.append(p)
     view["points"] = points
     return view
@@ -510,7 +514,8 @@ def resolve_id(runs_dir: str, ref: str, kind: str | None = None) -> str:
     """
     if ref and not ref.startswith(".") and os.sep not in ref and os.path.isdir(os.path.join(runs_dir, ref)):
         return ref
-    refuse_file_in_the_way(runs_dir, "runs_dir")
+    if os.path.exists(runs_dir) and not os.path.isdir(runs_dir):
+        raise UsageError(f"the runs directory {runs_dir} is not a folder")
     named = _folder_named(runs_dir, ref)
     if named is not None:
         return named
