@@ -250,12 +250,19 @@ def _csv_text(text: str) -> str:
 
 
 def _csv_cell(value: Any) -> str:
-    """A table's value as a cell of csv: empty for none, a number as it is (-1.5 is a number there too), text
-    made safe by :func:`_csv_text`."""
+    """A table's value as a cell of csv: empty for none, a number as it is (-1.5 is a number there too), a float
+    to its last digit (the shortest text that reads back as the record's float, where the text table rounds it
+    to 6 digits), text made safe by :func:`_csv_text`.
+
+    >>> _csv_cell(0.123456789), _csv_cell(123456789.0), _csv_cell(-1.5), _csv_cell(None)
+    ('0.123456789', '123456789.0', '-1.5', '')
+    """
     if value is None:
         return ""
     if isinstance(value, str):
         return _csv_text(value)
+    if isinstance(value, float):
+        return repr(value)
     return _cell(value)
 
 
