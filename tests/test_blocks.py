@@ -787,6 +787,47 @@ def test_a_block_no_use_expands_that_uses_itself_is_refused(tmp_path):
     assert errors(path) == [f"{path}:11:23: error: block 'p' uses itself: p -> q -> p"]
 
 
+LOOPING = {"lib/one.yaml": """\
+    blocks:
+      fine:
+        inputs: [x]
+        stages: {y: {op: relu, inputs: [x]}}
+        outputs: {o: y}
+      p:
+        inputs: [x]
+        stages: {y: {use: two.yaml#q, inputs: {x: x}}}
+        outputs: {o: y.o}
+    """, "lib/two.yaml": """\
+    blocks:
+      q:
+        inputs: [x]
+        stages: {z: {use: one.yaml#p, inputs: {x: x}}}
+        outputs: {o: z.o}
+    """}
+
+
+@pytest.mark.parametrize("reached", ["a library used", "a block of the manifest no use expands"])
+def test_a_cycle_between_libraries_no_use_expands_is_refused(tmp_path, reached):
+    # one.yaml#p uses two.yaml#q, which uses one.yaml#p: a cycle is the manifest's error wherever it is
+    for name, text in LOOPING.items():
+        write(tmp_path, name, text)
+    stages = ("  a: {op: ones, args: {shape: [2]}}\n  f: {use: lib/one.yaml#fine, inputs: {x: a}}\noutputs: {f: f.o}\n"
+              if reached == "a library used" else "  a: {op: ones, args: {shape: [2]}}\noutputs: {a: a}\n")
+    blocks = ("" if reached == "a library used" else
+              "blocks:\n  u:\n    inputs: [x]\n    stages: {y: {use: lib/one.yaml#p, inputs: {x: x}}}\n"
+              "    outputs: {o: y.o}\n")
+    path = write(tmp_path, "m.yaml", f"version: 1\nname: libs\nexecutors: {{h: {{vendor: cpu}}}}\n{blocks}stages:\n"
+                 + stages)
+    said = f"{tmp_path / 'lib' / 'two.yaml'}:4:23: error: block 'p' uses itself: p -> q -> p"
+    assert errors(path) == [said]
+    assert run_cli("validate", path)[0::2] == (2, said + "\n")
+    # a block of the manifest that no use expands names a library that is not there: said as a use would say it
+    missing = write(tmp_path, "gone.yaml", open(path).read().replace("lib/one.yaml#p", "lib/none.yaml#p"))
+    if reached != "a library used":
+        assert errors(missing) == [f"{missing}:7:23: error: block library 'lib/none.yaml' does not exist "
+                                   f"({tmp_path / 'lib' / 'none.yaml'})"]
+
+
 def test_block_names_and_a_librarys_version_are_checked_as_the_schema_has_them(tmp_path):
     """The engine took block names the editors' schema flags ('a b', 'блок', 79 characters) and a library of
     version 2 or of a description that is a list."""

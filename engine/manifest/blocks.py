@@ -712,26 +712,50 @@ def _block_names(declared: Mapping[Any, Any], doc: Document) -> list[Diagnostic]
         for name in declared if not isinstance(name, str) or _NAME.fullmatch(name) is None or len(name) > 64]
 
 
-def _unused_cycles(declared: Mapping[str, Any], doc: Document, run: _Expansion) -> None:
-    """Refuse the blocks of ``blocks:`` that no use expanded and that use themselves, directly or through each
-    other: a use expanded says so where it is, and a block no use reaches yet would say it at its first use."""
-    uses: dict[str, list[tuple[str, Path]]] = {}
-    for name, spec in declared.items():
-        stages = spec.get("stages") if isinstance(spec, dict) else None
-        for sid, stage in (stages.items() if isinstance(stages, dict) else ()):
-            ref = stage.get("use") if isinstance(stage, dict) else None
-            if isinstance(ref, str) and ref.removeprefix("#") in declared and "#" not in ref.removeprefix("#"):
-                uses.setdefault(name, []).append((ref.removeprefix("#"), ("blocks", name, "stages", sid, "use")))
-    said: set[str] = set()
-    for start in declared:
-        if (doc.file, start) in run.used or start in said:
+def _unused_cycles(doc: Document, run: _Expansion) -> None:
+    """Refuse the blocks that no use expanded and that use themselves, directly or through each other: in the
+    manifest's ``blocks:`` and in every block library that they, a library or a use names, across files
+    (``a.yaml#p`` using ``b.yaml#q`` using ``a.yaml#p``). A use expanded says so where it is, and a block no use
+    reaches yet would say it at its first use; a library such a block names is read for it, so one that is not
+    there is said too."""
+    blocks: dict[tuple[str, str], tuple[Document, Any]] = {}
+    uses: dict[tuple[str, str], list[tuple[tuple[str, str], Document, Path]]] = {}
+    pending = [doc, *(d for d in run.libraries.values() if d is not None)]
+    read: set[str] = set()
+    while pending:
+        here = pending.pop(0)
+        if here.file in read:
+            continue
+        read.add(here.file)
+        declared = here.value.get("blocks") if isinstance(here.value, dict) else None
+        for name, spec in (declared.items() if isinstance(declared, dict) else ()):
+            blocks[here.file, name] = (here, spec)
+            stages = spec.get("stages") if isinstance(spec, dict) else None
+            for sid, stage in (stages.items() if isinstance(stages, dict) else ()):
+                ref = stage.get("use") if isinstance(stage, dict) else None
+                if not isinstance(ref, str) or "${" in ref:
+                    continue
+                where = ("blocks", name, "stages", sid, "use")
+                file, hash_, target = ref.rpartition("#")
+                into = here
+                if hash_ and file:
+                    into = run.library(here, file, here.at(where))
+                    if into is None:
+                        continue
+                    pending.append(into)
+                uses.setdefault((here.file, name), []).append(((into.file, target), here, where))
+    said: set[tuple[str, str]] = set()
+    for start in blocks:
+        if start in run.used or start in said:
             continue
         path, seen = [start], {start: 0}
-        trail: list[Path] = []
+        trail: list[tuple[Document, Path]] = []
 
-        def walk(name: str) -> list[str] | None:
-            for to, where in uses.get(name, ()):
-                trail.append(where)
+        def walk(key: tuple[str, str]) -> list[tuple[str, str]] | None:
+            for to, user, where in uses.get(key, ()):
+                if to not in blocks:
+                    continue
+                trail.append((user, where))
                 if to in seen:
                     return path[seen[to]:] + [to]
                 seen[to] = len(path)
@@ -745,9 +769,11 @@ def _unused_cycles(declared: Mapping[str, Any], doc: Document, run: _Expansion) 
             return None
 
         cycle = walk(start)
-        if cycle and not said & set(cycle):
+        if cycle and not said & set(cycle) and run.used.isdisjoint(cycle):
             said.update(cycle)
-            run.problems.append(Diagnostic(doc.at(trail[-1]), f"block {cycle[0]!r} uses itself: {' -> '.join(cycle)}"))
+            user, where = trail[-1]
+            run.problems.append(Diagnostic(user.at(where), (
+                f"block {cycle[0][1]!r} uses itself: {' -> '.join(name for _, name in cycle)}")))
 
 
 def _plain(origin: Origin) -> Origin:
@@ -831,7 +857,7 @@ def expand(tree: dict, doc: Document, overrides: Mapping[str, Any] | None = None
     if too_many is not None:
         return tree, doc, problems + [too_many]
     run.scope(top)
-    _unused_cycles(declared, doc, run)
+    _unused_cycles(doc, run)
     if not problems:  # a use that could not be expanded leaves its instances' overrides unapplied, not wrong
         _unused(overrides, run.applied, doc, run.params_seen)
     out = {k: v for k, v in tree.items() if k != "blocks"}
