@@ -250,11 +250,19 @@ def _cost_rule(cost: Callable | None, name: str) -> Callable | None:
         return None
 
     def rule(inputs: Sequence, args: Mapping[str, Any]) -> tuple[int, int]:
-        out = cost(*inputs, **args)
-        if isinstance(out, Mapping):
-            return int(out.get("flops", 0)), int(out.get("bytes", 0))
-        flops, nbytes = out
-        return int(flops), int(nbytes)
+        try:
+            out = cost(*inputs, **args)
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - the planner says it, with the place, and prices by default
+            _, at = _user_frames(e)
+            raise ValueError(f"op {name!r}: its cost= raised {type(e).__name__}: {e} ({at})") from None
+        try:
+            if isinstance(out, Mapping):
+                return int(out.get("flops", 0)), int(out.get("bytes", 0))
+            flops, nbytes = out
+            return int(flops), int(nbytes)
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"op {name!r}: its cost= returned {out!r}, not {{'flops': N, 'bytes': N}} or "
+                             "(flops, bytes)") from None
 
     return rule
 

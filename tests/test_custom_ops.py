@@ -206,6 +206,36 @@ def test_a_shape_function_that_raises_or_returns_a_non_shape_is_exit_2(project, 
     assert run_cli("plan", path)[0] == 2
 
 
+def test_a_cost_function_that_fails_is_a_warning_of_the_plan_and_the_record(project, tmp_path):
+    # the planner prices such an op by its default rule: said, naming the op, the error and its line, not silent
+    (tmp_path / "costs.py").write_text(textwrap.dedent("""\
+        from hetflow import op
+
+        @op("t.costly", cost=lambda x: {"flops": x[7], "bytes": 0})
+        def costly(xp, x):
+            return x
+
+        @op("t.odd", cost=lambda x: "cheap")
+        def odd(xp, x):
+            return x
+        """))
+    path = project(PIPELINE.replace("plugins: [ops.py]", "plugins: [ops.py, costs.py]")
+                   .replace("op: relu", "op: t.costly").replace("op: t.outer, inputs: [y, r]", "op: t.odd, inputs: [y]"))
+    said = [("cost-failed", f"{path}:11:3", "op 't.costly': its cost= raised IndexError: tuple index out of range "
+             "(costs.py:3); its stages are priced by the default rule, so the placement may differ from what cost= "
+             "would give"),
+            ("cost-failed", f"{path}:12:3", "op 't.odd': its cost= returned 'cheap', not {'flops': N, 'bytes': N} or "
+             "(flops, bytes); its stages are priced by the default rule, so the placement may differ from what "
+             "cost= would give")]
+    code, out, err = run_cli("plan", path, "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0, err
+    assert [line for line in out.splitlines() if "cost=" in line] == [f"  {at}: warning: {text}" for _, at, text in said]
+    code, out, err = run_cli("run", path, "--runs-dir", str(tmp_path / "runs"), "--quiet", "--json")
+    assert code == 0, err
+    record = json.loads(Path(json.loads(out)["record"]).read_text())
+    assert [(w["kind"], w["origin"], w["message"]) for w in record["plan"]["warnings"]] == said
+
+
 def test_runs_on_cpu_with_the_users_numbers(project, tmp_path):
     m = compiled(project())
     result = execute(m, make_plan(m, probe), runs_dir=str(tmp_path / "runs"))

@@ -572,6 +572,8 @@ class CostModel:
         self._default = default_rule()
         self._device_types: dict[Vendor, str | None] = {Vendor.cpu: "cpu"}
         self._given_types = device_types is not None
+        self.cost_failures: dict[str, str] = {}
+        """Op -> why its ``cost=`` gave no figure (the first time): its stages were priced by the default rule."""
         if device_types is not None:
             self._device_types.update(device_types)
 
@@ -597,8 +599,8 @@ class CostModel:
             try:
                 flops, nbytes = user.cost_rule(list(inputs), user.with_defaults(args or {}))
                 return Work(flops, nbytes)
-            except Exception:  # noqa: BLE001 - a broken cost= falls back to the default rule; costs only steer placement
-                pass
+            except Exception as e:  # noqa: BLE001 - a broken cost= falls back to the default rule; the plan warns
+                self.cost_failures.setdefault(op, str(e))
         return self.rules.get(op, self._default)(inputs, output, dtype)
 
     def exec_s(self, op: str, inputs: Sequence[Shape | None], output: Shape | None, dtype: Dtype,

@@ -144,7 +144,8 @@ class Plan:
         the estimates and the reasons as data: ``why`` and ``estimated_s``
         per node, ``estimated_s`` and ``link`` per bridge, ``peak_bytes``
         and ``memory_bytes`` per partition, ``estimated_s`` in totals, and
-        the top-level ``estimate`` and ``warnings``.
+        the top-level ``estimate`` and ``warnings``. Without it, ``warnings``
+        is there where the plan has any (a run's record keeps them).
         """
         # a large plan's JSON is millions of new dicts and lists, all alive until written: the cyclic GC
         # would walk them, and the plan, again and again and free nothing
@@ -206,11 +207,12 @@ class Plan:
             data["emulators"] = {k: dict(v) for k, v in self.emulators.items()}
             data["phases"] = {k: dict(v) for k, v in self.phases.items()}
             data["phase_outputs"] = {k: f"{s}.{f}" if f else s for k, (s, f) in self.phase_outputs.items()}
+        if explain or self.warnings:  # a record keeps what its plan warned of (a vendor fallback, a cost= that failed)
+            data["warnings"] = [{"kind": w.kind, "message": w.message, "origin": str(w.origin) if w.origin else None}
+                                for w in self.warnings]
         if explain:
             data["totals"]["estimated_s"] = self.estimate.get("total_s")
             data["estimate"] = _jsonable(self.estimate, rounded)
-            data["warnings"] = [{"kind": w.kind, "message": w.message, "origin": str(w.origin) if w.origin else None}
-                                for w in self.warnings]
         return data
 
 

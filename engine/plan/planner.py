@@ -449,6 +449,12 @@ def _warnings(manifest: Manifest, executors: Mapping[str, ExecutorPlan], graph: 
                 f"{placing.format_s(moving)}, {100 * moving / total:.0f}% of the estimated {placing.format_s(total)}; "
                 f"run {b.tensor!r} and its consumers on one executor (executor: or colocate_with:) to avoid it"),
                 graph.nodes[b.tensor]["stage"].origin))
+    failed = getattr(model, "cost_failures", None) or {}
+    for op, why in failed.items():
+        first = next((s for s in manifest.stages.values() if s.op == op), None)
+        found.append(PlanWarning("cost-failed", (
+            f"{why}; its stages are priced by the default rule, so the placement may differ from what cost= would "
+            "give"), first.origin if first is not None else None))
     for n, d in placing.node_data(graph).items():
         if "phase" in d:
             text = memory_bound_warning(d["phase"], d["planned"], manifest.emulators[d["phase"].emulator])
