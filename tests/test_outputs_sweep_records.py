@@ -152,3 +152,29 @@ def test_a_point_whose_run_folder_is_gone_reads_missing_not_succeeded(tmp_path):
     assert code == 0, err
     row = page.read_text().split(f'data-point="{gone["name"]}"', 1)[1].split("</tr>", 1)[0]
     assert "missing" in row and "succeeded" not in row
+
+
+def test_a_point_whose_record_is_damaged_reads_unreadable_as_the_listing_says(tmp_path):
+    (tmp_path / "swp.yaml").write_text(SWEEP)
+    runs = str(tmp_path / "runs")
+    code, out, err = cli("run", str(tmp_path / "swp.yaml"), "--runs-dir", runs, "--quiet", "--json")
+    assert code == 0, err
+    sweep = json.loads(out)
+    damaged = sweep["points"][2]
+    with open(os.path.join(runs, damaged["run_id"], "record.json"), "w") as f:
+        f.write('{"status": "succ')
+    code, out, err = cli("runs", "--runs-dir", runs, "--json")
+    assert code == 0, err
+    assert {r["id"]: r["status"] for r in json.loads(out)}[damaged["run_id"]] == "unreadable"
+    code, out, err = cli("runs", "show", sweep["sweep_id"], "--runs-dir", runs, "--json")
+    assert code == 0, err
+    assert [p["status"] for p in json.loads(out)["points"]] == ["succeeded", "succeeded", "unreadable"]
+    code, text, err = cli("runs", "show", sweep["sweep_id"], "--runs-dir", runs)
+    assert code == 0, err
+    assert [line.split()[1] for line in text.splitlines()[1:]] == ["succeeded", "succeeded", "unreadable"]
+    # the table is still made, the damaged point's row saying why it has no values
+    code, out, err = cli("runs", "table", sweep["sweep_id"], "--runs-dir", runs, "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert [r["status"] for r in rows] == ["succeeded", "succeeded", "unreadable"]
+    assert rows[2]["outputs"] == {} and rows[2]["record"] == os.path.join(runs, damaged["run_id"], "record.json")

@@ -43,11 +43,12 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
             from rich.cells import cell_len  # names as wide as the terminal shows them: 中文 takes four
 
             width = max((cell_len(printable(str(p.get("name") or "-"))) for p in summary["points"]), default=0)
+            said = max([9] + [len(str(p.get("status") or "-")) for p in summary["points"]])  # unreadable: 10
             for p in summary["points"]:
                 outputs = p.get("outputs") if isinstance(p.get("outputs"), dict) else {}
                 digests = " ".join(f"{k}={str(v)[7:19]}" for k, v in outputs.items())
                 name = printable(str(p.get("name") or "-"))
-                print(f"  {name}{' ' * (width - cell_len(name))}  {str(p.get('status') or '-'):<9}  "
+                print(f"  {name}{' ' * (width - cell_len(name))}  {str(p.get('status') or '-'):<{said}}  "
                       f"{p.get('run_id') or '-'}  {digests}".rstrip(), file=out)
                 if p.get("status") != "succeeded" and p.get("error"):  # why, as the sweep said it when the point ended
                     why = " ".join(str(p["error"]).split())

@@ -195,8 +195,15 @@ def table(runs_dir: str, refs: list[str]) -> dict:
                          "record": None,
                          "params": dict(values), "outputs": {}, "digests": {}})
             continue
-        record = read_record(runs_dir, run_id)
         folder = os.path.join(runs_dir, run_id)
+        if point is not None and status == "unreadable":
+            # a sweep's point whose record is damaged is a row that says so, as hetflow runs lists it: the
+            # others are still worth their table
+            rows.append({"run_id": run_id, "point": point, "status": status,
+                         "record": os.path.join(folder, "record.json"), "params": dict(values), "outputs": {},
+                         "digests": {}})
+            continue
+        record = read_record(runs_dir, run_id)
         entries = record.get("outputs") if isinstance(record.get("outputs"), dict) else {}
         views = {n: output_view(folder, n, e if isinstance(e, dict) else {}) for n, e in entries.items()}
         # a scalar output whose file is not what the record names shows as damaged, not as a run without it

@@ -238,10 +238,11 @@ def sweep_view(summary: Mapping[str, Any], runs_dir: str | None = None) -> dict:
     a sweep killed in that moment leaves a row ``running`` whose run has finished its record.
 
     A point whose row says ``succeeded`` while its run's record is gone (its folder removed) reads
-    ``missing``: nothing is left of what the row names. A point whose row says ``failed`` or
-    ``cancelled`` reads as its run's record says where that says otherwise: the record is what the run
-    left. A disk that refused a run's last record leaves it ``running``, so that it reads ``died`` once
-    the sweep's process is gone, and a run resumed on its own after the sweep may have succeeded since.
+    ``missing``: nothing is left of what the row names; one whose record cannot be read reads
+    ``unreadable``. A point that ended reads as its run's record says where that says otherwise: the
+    record is what the run left. A disk that refused a run's last record leaves it ``running``, so that
+    it reads ``died`` once the sweep's process is gone, and a run resumed on its own after the sweep may
+    have succeeded since.
 
     >>> import socket
     >>> view = sweep_view({"status": "running", "owner": {"host": socket.gethostname(), "pid": 2**30},
@@ -264,11 +265,8 @@ def sweep_view(summary: Mapping[str, Any], runs_dir: str | None = None) -> dict:
             p = dict(p, status="running", run_id=run_id, record=os.path.join(run_id, "record.json"))
         if gone and p.get("status") == "running":
             p = _point_view(p, runs_dir)
-        elif runs_dir is not None and p.get("status") in ("failed", "cancelled") and p.get("run_id"):
+        elif runs_dir is not None and p.get("status") in ("succeeded", "failed", "cancelled") and p.get("run_id"):
             p = _ended_view(p, runs_dir, summary)
-        elif runs_dir is not None and p.get("status") == "succeeded" and p.get("run_id") \
-                and not os.path.isfile(os.path.join(runs_dir, str(p["run_id"]), "record.json")):
-            p = dict(p, status="missing")  # its run's folder is gone, and its outputs with it
         points.append(p)
     view["points"] = points
     return view
@@ -442,13 +440,20 @@ def _point_view(row: Mapping[str, Any], runs_dir: str | None) -> dict:
 
 
 def _ended_view(row: Mapping[str, Any], runs_dir: str, summary: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The row of a point that says ``failed`` or ``cancelled``, with the status its run's record gives where
-    that differs; a record that still says ``running`` under the sweep's own live process is the run the sweep
-    saw fail (its last record refused by the disk), which reads ``died`` once that process is gone."""
-    record = read_fields(os.path.join(runs_dir, str(row["run_id"]), "record.json"),
-                         ("status", "owner", "host", "outputs"))
-    said = status_of(record) if isinstance(record, dict) else None
-    if said is None or said == row.get("status"):
+    """The row of a point that ended (``succeeded``, ``failed``, ``cancelled``), with the status its run's record
+    gives where that differs. A row that says ``succeeded`` reads ``missing`` where the record is gone, and
+    any row ``unreadable`` where it is there but cannot be read, as ``hetflow runs`` lists it. A record that
+    still says ``running`` under the sweep's own live process is the run the sweep saw fail (its last record
+    refused by the disk), which reads ``died`` once that process is gone."""
+    path = os.path.join(runs_dir, str(row["run_id"]), "record.json")
+    if not os.path.isfile(path):
+        # its run's folder is gone, and its outputs with it; a point that did not succeed claims none
+        return dict(row, status="missing") if row.get("status") == "succeeded" else row
+    record = read_fields(path, ("status", "owner", "host", "outputs"))
+    if not isinstance(record, dict):
+        return dict(row, status="unreadable")
+    said = status_of(record)
+    if not isinstance(said, str) or said == row.get("status"):
         return row
     if said == "running":
         mine, theirs = owner_of(record) or {}, owner_of(summary) or {}
