@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 from hetflow.engine.store import owner
 from hetflow.executors.payload import loads_exact
-from hetflow.engine.errors import EnvironmentUnavailable, UsageError, argument
+from hetflow.engine.errors import EnvironmentUnavailable, UsageError, argument, refuse_file_in_the_way
 from hetflow.engine.heap import gc_paused
 from hetflow.engine.store.clock import utc_iso
 
@@ -519,8 +519,7 @@ def resolve_id(runs_dir: str, ref: str, kind: str | None = None) -> str:
     """
     if ref and not ref.startswith(".") and os.sep not in ref and os.path.isdir(os.path.join(runs_dir, ref)):
         return ref
-    if os.path.exists(runs_dir) and not os.path.isdir(runs_dir):
-        raise UsageError(f"the runs directory {runs_dir} is not a folder")
+    refuse_file_in_the_way(runs_dir, "runs_dir")
     named = _folder_named(runs_dir, ref)
     if named is not None:
         return named
