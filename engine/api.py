@@ -211,6 +211,56 @@ def _refuse_after_main_ended(verb: str) -> None:
                          "its thread)")
 
 
+def _refuse_unguarded(verb: str, workers: int | None, scheduler: Any) -> None:
+    """Refuse a local cluster started from the top level of a script outside ``if __name__ == "__main__":``.
+
+    Each worker of a local cluster starts as a fresh interpreter that first
+    imports the script that started it (multiprocessing's "spawn", Dask's
+    default), so the unguarded call runs again in every worker and the
+    cluster failed to start with Dask's "Nanny failed to start worker
+    process", naming neither the cause nor the fix. A script whose source
+    cannot be read, an interactive session and the CLI are left to start.
+    """
+    if workers is None or scheduler is not None:
+        return
+    import sys
+
+    from hetflow.engine.errors import _on_the_command_line
+
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__file__", None)
+    if not script or _on_the_command_line() or getattr(main, "__spec__", None) is not None and \
+            str(main.__spec__.name).startswith("hetflow."):
+        return
+    import dask.config
+
+    if dask.config.get("distributed.worker.multiprocessing-method", "spawn") not in ("spawn", "forkserver"):
+        return  # a forked worker does not import the script again
+    frame, line = sys._getframe(), None
+    while frame is not None:  # the outermost line of the script's own top level that led here
+        if frame.f_globals is vars(main) and frame.f_code.co_name == "<module>":
+            line = frame.f_lineno
+        frame = frame.f_back
+    if line is None:
+        return
+    import ast
+    import tokenize
+
+    try:
+        with tokenize.open(script) as f:
+            tree = ast.parse(f.read(), script)
+    except (OSError, SyntaxError, ValueError):
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and node.lineno <= line <= (node.end_lineno or node.lineno) and any(
+                isinstance(n, ast.Name) and n.id == "__name__" for n in ast.walk(node.test)):
+            return
+    raise UsageError(f"hetflow.{verb}() with workers={workers} is called from the top level of {script} (line "
+                     f"{line}), outside `if __name__ == \"__main__\":`: each worker of a local cluster starts by "
+                     "importing that script (Python's multiprocessing spawn), which would call it again there and the "
+                     "cluster could not start; put that call under `if __name__ == \"__main__\":`")
+
+
 def _shown(value: Any) -> str:
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
@@ -418,6 +468,7 @@ def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | 
     workers, threads_per_worker = _counted(_check(point=point, runs_dir=runs_dir, cache_dir=cache_dir, workers=workers,
                                                   threads_per_worker=threads_per_worker, place=place, inputs=inputs),
                                            "workers", "threads_per_worker")
+    _refuse_unguarded("plan", workers, scheduler)
     doc = doc or load(path)
     overrides = _overrides(params)
     chosen = None
@@ -793,6 +844,7 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
         threads_per_worker=threads_per_worker, place=place, cache_dir=cache_dir, on_event=on_event, resume=resume,
         schedule_slot=schedule_slot, max_points=max_points, dashboard=dashboard),
         "workers", "threads", "threads_per_worker", "max_points")
+    _refuse_unguarded("run", workers, scheduler)
     runs_dir = os.fspath(runs_dir)
     if resume:
         from hetflow.engine.store.runs import resolve_id
@@ -856,6 +908,7 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
         threads_per_worker=threads_per_worker, place=place, cache_dir=cache_dir, on_event=on_event,
         on_point=on_point, schedule_slot=schedule_slot, parallel=parallel, resume=resume, dashboard=dashboard),
         "workers", "threads", "threads_per_worker", "max_points", "parallel")
+    _refuse_unguarded("sweep", workers, scheduler)
     runs_dir = os.fspath(runs_dir)
     if resume:
         from hetflow.engine.store.runs import resolve_id

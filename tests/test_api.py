@@ -731,19 +731,29 @@ def test_the_api_example_runs(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_script_that_starts_a_local_cluster_without_the_main_guard_is_told_the_guard(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_script_that_starts_a_local_cluster_without_the_main_guard_is_told_the_guard(tmp_path, workers):
     """Each worker of a local cluster imports the script that started it first; unguarded, its top level starts a
-    cluster again there. That failed deep in Dask ("bootstrapping phase", once per worker), naming no fix."""
+    cluster again there. That failed deep in Dask ("bootstrapping phase", once per worker, then "Nanny failed to
+    start worker process"), naming no fix; the script is now told before any worker starts."""
     (tmp_path / "split.yaml").write_text(SPLIT)
     script = tmp_path / "unguarded.py"
-    script.write_text("import hetflow\n"
-                      f"hetflow.run({str(tmp_path / 'split.yaml')!r}, runs_dir={str(tmp_path / 'runs')!r}, workers=1)\n")
+    call = f"hetflow.run({str(tmp_path / 'split.yaml')!r}, runs_dir={str(tmp_path / 'runs')!r}, workers={workers})"
+    script.write_text(f"import hetflow\n\n\ndef main():\n    return {call}\n\n\nprint(main().status)\n")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode != 0
-    assert (f"a worker process of a local cluster is importing {script}, and its top level starts a local cluster "
-            "again") in done.stderr
-    assert 'put that call under `if __name__ == "__main__":`' in done.stderr
-    assert "bootstrapping phase" not in done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        f"hetflow.engine.errors.UsageError: hetflow.run() with workers={workers} is called from the top level of "
+        f"{script} (line 8), outside `if __name__ == \"__main__\":`: each worker of a local cluster starts by "
+        "importing that script (Python's multiprocessing spawn), which would call it again there and the cluster "
+        "could not start; put that call under `if __name__ == \"__main__\":`")
+    assert "Nanny" not in done.stderr and "bootstrapping phase" not in done.stderr
+    assert not (tmp_path / "runs").exists()
+    # under the guard, the same call runs
+    script.write_text(script.read_text().replace("print(main().status)", "if __name__ == \"__main__\":\n"
+                                                                         "    print(main().status)"))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (0, "succeeded\n"), done.stderr
 
 
 def test_params_of_numpys_kinds_are_their_numbers_and_other_kinds_are_refused_by_name(manifest_file, tmp_path):
