@@ -95,7 +95,7 @@ def test_a_point_whose_last_record_the_disk_refused_reads_as_its_record_does(tmp
                 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
         return subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "run", str(manifest), "--runs-dir", runs,
-                               "--quiet"], capture_output=True, text=True, preexec_fn=limited, timeout=120,
+                               "--quiet", "--json"], capture_output=True, text=True, preexec_fn=limited, timeout=120,
                               env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
 
     whole = str(tmp_path / "whole")
@@ -112,6 +112,15 @@ def test_a_point_whose_last_record_the_disk_refused_reads_as_its_record_does(tmp
         sweeps = [d for d in os.listdir(runs) if d.endswith("-sweep")]
         if not sweeps or not os.path.isfile(os.path.join(runs, sweeps[0], "sweep.json")):
             continue
+        said = json.loads(done.stdout)
+        if "points" in said:
+            # each point that did not succeed says why and with what code, as its row in sweep.json keeps them
+            with open(os.path.join(runs, sweeps[0], "sweep.json")) as f:
+                rows = json.load(f)["points"]
+            assert [(p["status"], p.get("error"), p.get("exit_code")) for p in said["points"]] == \
+                [(r["status"], r.get("error"), r.get("exit_code")) for r in rows]
+            failed = [p for p in said["points"] if p["status"] != "succeeded"]
+            assert failed and all(p["exit_code"] == 5 and "File too large" in p["error"] for p in failed)
         seen.update(_agree(runs, sweeps[0]).values())
     # the sweep called those points failed while their records say running, from a process that is gone
     assert "died" in seen, seen

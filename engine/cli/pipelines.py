@@ -248,13 +248,22 @@ def _sweep(args: argparse.Namespace, doc, params: dict, common: dict, out, err) 
 
         said = {"error": failure_text(summary["points"]), "message": failure_text(summary["points"])} if failed else {}
         print(json.dumps({"status": summary["status"], "exit_code": code, "sweep_id": sweep.sweep_id, "summary": file,
-                          **said, "points": [{k: r[k] for k in ("name", "status", "run_id", "outputs")}
-                                             for r in summary["points"]]}), file=out)
+                          **said, "points": [_point_json(r) for r in summary["points"]]}), file=out)
     else:
         print(f"sweep {sweep.sweep_id}: {len(summary['points']) - len(failed)} of {len(summary['points'])} points succeeded", file=out)
         print(f"summary: {file}", file=out)
         print(sweep.sweep_id, file=out)
     return code
+
+
+def _point_json(row: dict) -> dict:
+    """A point of a sweep as ``--json`` gives it: name, status, run and outputs, and for one that did not
+    succeed why, and the exit code it ended with (5: its disk refused its files), as its row in sweep.json
+    keeps them; the object's own ``message`` names only the first three."""
+    point = {k: row.get(k) for k in ("name", "status", "run_id", "outputs")}
+    if row.get("status") != "succeeded":
+        point.update(error=row.get("error"), exit_code=row.get("exit_code") or 1)
+    return point
 
 
 def _point_of(record: dict) -> dict | None:
