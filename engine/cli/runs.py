@@ -43,7 +43,8 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
             from rich.cells import cell_len  # names as wide as the terminal shows them: 中文 takes four
 
             width = max((cell_len(printable(str(p.get("name") or "-"))) for p in summary["points"]), default=0)
-            said = max([9] + [len(str(p.get("status") or "-")) for p in summary["points"]])  # unreadable: 10
+            # as wide as "succeeded" at least, so the run ids line up sweep after sweep, and wider for "unreadable"
+            said = max([9] + [len(str(p.get("status") or "-")) for p in summary["points"]])
             for p in summary["points"]:
                 outputs = p.get("outputs") if isinstance(p.get("outputs"), dict) else {}
                 digests = " ".join(f"{k}={str(v)[7:19]}" for k, v in outputs.items())
