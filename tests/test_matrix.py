@@ -232,8 +232,13 @@ def test_a_p_value_of_another_kind_that_breaks_a_check_is_the_p_arguments_proble
     for call in (hetflow.validate, hetflow.plan, hetflow.run):
         with pytest.raises(UsageError) as e:
             call(path, {"n": True}, **({} if call is hetflow.validate else {"runs_dir": runs}))
-        assert str(e.value) == said
+        assert str(e.value) == said.replace("-p n=true", "params={'n': True}")  # named as the caller gave it
     assert not runs.exists()
+    # the other -p problems are named to a Python caller as it gave them too, never as a -p it did not type
+    for params, text in (({"m": 3}, "params={'m': 3}: "), ({"n": [4]}, "params={'n': [4]}: param 'n' is a single ")):
+        with pytest.raises(UsageError) as e:
+            hetflow.validate(path, params)
+        assert str(e.value).startswith(text), e.value
     # a value of another kind that breaks nothing is taken: an integer for a float, a number for a text
     code, out, err = main("plan", path, "--runs-dir", str(runs), "-p", "lr=1", "-p", "tag=1")
     assert code == 0, err

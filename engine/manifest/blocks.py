@@ -67,7 +67,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from hetflow.engine.errors import Diagnostic, ManifestError, Noted, Origin
 from hetflow.engine.manifest.loader import Document, Path, load
-from hetflow.engine.manifest.resolve import UNDEFINED, interpolate, names, refers, resolve_params
+from hetflow.engine.manifest.resolve import UNDEFINED, interpolate, names, override_text, refers, resolve_params
 
 __all__ = ["expand", "Expanded", "MAX_NESTING", "MAX_STAGES", "INHERITED"]
 
@@ -458,9 +458,9 @@ class _Expansion:
                         from hetflow.engine.errors import UsageError
 
                         # it stood undefined in the tree, an internal error when the tree was hashed
-                        raise UsageError(f"-p {key}={value}: names ${{{stray[0]}}}, which is none of the params of "
-                                         f"block {block.name!r} ({', '.join(declared)}): a block reads its own params "
-                                         "alone")
+                        raise UsageError(f"{override_text(key, value, f'{key}={value}')}: names ${{{stray[0]}}}, "
+                                         f"which is none of the params of block {block.name!r} "
+                                         f"({', '.join(declared)}): a block reads its own params alone")
                     given[name] = value
                     self.applied.add(key)
         if where is not None:
@@ -635,7 +635,8 @@ def _unused(overrides: Mapping[str, Any], applied: set[str], doc: Document, seen
         close = _close(unused[0], list(seen), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         known = ", ".join(dict.fromkeys(seen)) or "none: it uses no block with params"
-        raise UsageError(f"-p {unused[0]}: no use of a block in {doc.file} has that param (a block's params here: "
+        raise UsageError(f"{override_text(unused[0], overrides[unused[0]], unused[0])}: no use of a block in "
+                         f"{doc.file} has that param (a block's params here: "
                          f"USE.PARAM or USE.INDEX.PARAM: {known}){hint}")
 
 

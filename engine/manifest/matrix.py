@@ -46,6 +46,7 @@ from typing import Any, Callable, Mapping
 
 from hetflow.engine.errors import Diagnostic, ManifestError, Origin, UsageError, argument
 from hetflow.engine.manifest.loader import SafeLoader, not_json
+from hetflow.engine.manifest.resolve import override_text
 from hetflow.engine.manifest.validate import Document, Manifest, compile_manifest
 
 __all__ = ["Point", "expand", "has_matrix", "point_name", "select", "check_points", "blame_overrides",
@@ -398,7 +399,7 @@ def blame_overrides(doc: Document, overrides: Mapping[str, Any], attempt: Callab
             if broke:
                 value, default = overrides[key], params[key]
                 raise UsageError(
-                    f"-p {key}={json.dumps(value)}: param {key!r} is {_kind(value)} here, where its default "
+                    f"{override_text(key, value)}: param {key!r} is {_kind(value)} here, where its default "
                     f"{json.dumps(default)} at {doc.at(('params', key))} is {_kind(default)}; at {broke[0].origin}: "
                     f"{broke[0].message}") from None
         raise

@@ -77,6 +77,21 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def override_text(key: str, value: Any, text: str | None = None) -> str:
+    """How a message names the override of param ``key`` by ``value``: ``-p KEY=VALUE`` while a command of the CLI
+    runs (``text``, else the value as JSON), ``params={'KEY': value}`` to a caller of the Python API, who gave no
+    ``-p``.
+
+    >>> override_text("n", True), override_text("n", 3, text="n")
+    ("params={'n': True}", "params={'n': 3}")
+    """
+    from hetflow.engine.errors import _on_the_command_line
+
+    if _on_the_command_line():
+        return f"-p {text if text is not None else f'{key}={json.dumps(value)}'}"
+    return f"params={{{key!r}: {value!r}}}"
+
+
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     """``["k=v", ...]`` from ``-p`` into a dict; each value is read as YAML: a scalar, or a flow list or map.
 
@@ -285,19 +300,22 @@ def resolve(doc: Document, overrides: Mapping[str, Any] | None = None) -> tuple[
     unknown = [k for k in overrides if k not in params]
     if unknown:
         declared = ", ".join(sorted(params)) or "none"
-        raise UsageError(f"-p {unknown[0]}: {doc.file} declares no param {unknown[0]!r} (declared: {declared})")
+        raise UsageError(f"{override_text(unknown[0], overrides[unknown[0]], unknown[0])}: {doc.file} declares no "
+                         f"param {unknown[0]!r} (declared: {declared})")
     for key, value in overrides.items():
         default = params[key]
         kinds = {type(x) for x in (default, value) if isinstance(x, (list, dict))}
         if default is not None and (isinstance(default, (list, dict)) != isinstance(value, (list, dict)) or len(kinds) > 1):
-            want = {list: "a list, such as -p 'KEY=[8, 8]'", dict: "a map, such as -p 'KEY={a: 1}'"}.get(
-                type(default), "a single value, not a list or map").replace("KEY", key)
-            raise UsageError(f"-p {key}={json.dumps(value)}: param {key!r} is {want} (its default at "
+            want = {list: f"a list, such as {override_text(key, [8, 8], repr(f'{key}=[8, 8]'))}",
+                    dict: f"a map, such as {override_text(key, {'a': 1}, repr(f'{key}={{a: 1}}'))}"}.get(
+                type(default), "a single value, not a list or map")
+            raise UsageError(f"{override_text(key, value)}: param {key!r} is {want} (its default at "
                              f"{doc.at(('params', key))} is {json.dumps(default)})")
         if isinstance(value, list) and any(isinstance(x, (list, dict)) for x in value):
             # said here, by the -p that gave it: the schema would say it at the default, which is not wrong
-            raise UsageError(f"-p {key}={json.dumps(value)}: a param's list holds single values, such as "
-                             f"-p '{key}=[8, 8]', not lists or maps (its default at {doc.at(('params', key))} is "
+            raise UsageError(f"{override_text(key, value)}: a param's list holds single values, such as "
+                             f"{override_text(key, [8, 8], repr(f'{key}=[8, 8]'))}, not lists or maps (its default at "
+                             f"{doc.at(('params', key))} is "
                              f"{json.dumps(default)})")
     values = {**params, **overrides}
 
