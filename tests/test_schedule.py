@@ -638,3 +638,21 @@ def test_a_downtime_longer_than_the_catch_up_says_which_fire_times_it_leaves_out
     # said once: the fire times left out are behind the newest decided slot from now on
     code, out, _ = cli(*later, "--dry-run")
     assert code == 0 and out == "", out
+
+
+def test_list_count_is_bounded_and_fire_times_end_with_the_calendar_not_an_internal_error(tmp_path):
+    """--count 10**20 listed for ever; a yearly schedule asked for 9000 fire times crashed at year 10000 (exit 3)."""
+    m = write(tmp_path, "yearly", 'cron: "0 0 1 1 *"\n')
+    for count in ("0", "10001", str(10**20)):
+        code, out, err = cli("schedule", "list", m, "--count", count)
+        assert (code, out) == (2, "") and f"--count must be from 1 to 10000, got {count}" in err, err
+    code, out, err = cli("schedule", "list", m, "--now", "2026-06-01T00:00:00Z", "--count", "9000", "--json")
+    assert code == 0, err
+    listed = json.loads(out)[0]["next"]
+    assert len(listed) == 9999 - 2027 + 1 and listed[0] == "2027-01-01T00:00:00Z" and listed[-1] == "9999-01-01T00:00:00Z"
+    s = sched.Schedule("0 0 1 1 *", "Pacific/Kiritimati", False, "skip", {})
+    from datetime import datetime, timezone
+
+    assert [sched.slot_id(t) for t in s.after(at("8999-06-01T00:00:00Z"), 2)] == ["8999-12-31T10:00:00Z",
+                                                                                   "9000-12-31T10:00:00Z"]
+    assert sched.slot_id(s.after(datetime(9000, 6, 1, tzinfo=timezone.utc), 5000)[-1]) == "9998-12-31T10:00:00Z"

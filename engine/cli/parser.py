@@ -180,7 +180,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     sl = scsub.add_parser("list", help="each scheduled manifest with its next fire times")
     sl.add_argument("paths", nargs="+", metavar="PATH", help="a manifest, or a folder of *.yaml manifests")
     sl.add_argument("--now", metavar="ISO", help="list fire times after this instant (default: now)")
-    sl.add_argument("--count", type=int, default=3, metavar="N", help="fire times per manifest (default: 3)")
+    sl.add_argument("--count", type=int, default=3, metavar="N",
+                    help="fire times per manifest, at most 10000 (default: 3); fewer where the calendar ends, in 9999")
     sl.add_argument("--json", action="store_true", help="print the list as JSON" + _JSON)
     sd = scsub.add_parser("run-due", help="run every slot due now, once, and exit (for cron)")
     sd.add_argument("paths", nargs="+", metavar="PATH", help="a manifest, or a folder of *.yaml manifests")

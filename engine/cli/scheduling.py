@@ -117,8 +117,8 @@ def _schedule(args: argparse.Namespace, out, err) -> int:
         if message:
             print(printable(f"hetflow: {message}"), file=err)
         return code
-    if args.count < 1:
-        raise UsageError("--count must be at least 1")
+    if not 1 <= args.count <= MAX_COUNT:  # a count past it ran for ever, fire time after fire time
+        raise UsageError(f"--count must be from 1 to {MAX_COUNT}, got {args.count}")
     rows, problems = [], []
     for file in files:
         try:
@@ -178,6 +178,9 @@ def _writable(runs_dir: str) -> None:
         what = "is not writable" if folder == os.path.abspath(runs_dir) else f"cannot be made in {folder}"
         raise EnvironmentUnavailable(f"the runs directory {runs_dir} {what}: schedule serve could claim no slot")
 
+
+#: ``schedule list --count``: the most fire times listed per manifest
+MAX_COUNT = 10000
 
 #: what ``status --check`` counts as a failed last slot
 FAILED = ("failed", "died", "cancelled")

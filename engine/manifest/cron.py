@@ -35,8 +35,9 @@ import difflib
 import os
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import MAXYEAR, MINYEAR, datetime, timedelta, timezone
 from functools import lru_cache
+from itertools import islice
 from typing import Any, Iterator, Mapping
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
@@ -122,9 +123,20 @@ class Schedule:
         it = self._walk(start, backwards)
         pending: list[datetime] = []
         last = None
+        wall = start.replace(tzinfo=None)
         while True:
-            wall = (it.get_prev if backwards else it.get_next)(datetime)
-            fires, low, high = self._instants(wall, once)
+            try:
+                wall = (it.get_prev if backwards else it.get_next)(datetime)
+                fires, low, high = self._instants(wall, once)
+            except (ValueError, OverflowError):
+                if not (wall.year >= MAXYEAR - 1 or wall.year <= MINYEAR + 1):
+                    raise
+                # the calendar ends (year 9999, year 1): no fire time lies beyond, and what is pending is given out
+                for t in sorted(pending, reverse=backwards):
+                    if t != last and (t < start if backwards else t > start):
+                        last = t
+                        yield t
+                return
             bound = high if backwards else low
             pending.sort(reverse=backwards)
             while pending and (pending[0] > bound if backwards else pending[0] < bound):
@@ -135,14 +147,12 @@ class Schedule:
             pending.extend(fires)
 
     def after(self, start: datetime, count: int) -> list[datetime]:
-        """The next ``count`` fire times strictly after ``start``."""
-        fires = self._fires(start)
-        return [next(fires) for _ in range(count)]
+        """The next ``count`` fire times strictly after ``start``; fewer where the calendar ends (year 9999) first."""
+        return list(islice(self._fires(start), count))
 
     def latest(self, now: datetime, count: int = 1) -> list[datetime]:
-        """The newest ``count`` fire times at or before ``now``, newest first."""
-        fires = self._fires(now + timedelta(microseconds=1), backwards=True)
-        return [next(fires) for _ in range(count)]
+        """The newest ``count`` fire times at or before ``now``, newest first; fewer where the calendar begins first."""
+        return list(islice(self._fires(now + timedelta(microseconds=1), backwards=True), count))
 
     def record(self, slot: datetime) -> dict:
         """What a scheduled run's record says about its schedule."""
