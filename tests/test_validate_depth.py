@@ -311,6 +311,12 @@ def test_a_partition_over_its_only_executors_memory_is_refused_by_validate_as_by
                    .replace("[y]}", "[y], executor: small}"), "pinned.yaml")
     code, out, err = main("validate", pinned, cwd=tmp_path)
     assert code == 2 and "error: partition p0 on executor 'small' holds 1.5 MiB" in err, err
+    # and so is a stage colocated with a pinned one: it runs where that one does
+    colocated = write(tmp_path, open(tmp_path / pinned).read().replace("[x], executor: small}", "[x], colocate_with: w}"),
+                      "colocated.yaml")
+    for command in (["validate"], ["plan", "--runs-dir", "runs"]):
+        code, out, err = main(command[0], colocated, *command[1:], cwd=tmp_path)
+        assert code == 2 and "error: partition p0 on executor 'small' holds 1.5 MiB" in err, (command, err)
 
 
 def test_a_partition_the_cost_model_makes_is_left_to_the_plan(tmp_path):

@@ -310,7 +310,8 @@ def declared_where(decl: Any) -> str:
 
 def beyond_declared_partitions(manifest: Any, graph: Graph | None = None) -> list[Any]:
     """The partitions that hold more than their executor's declared ``memory:``, where no machine is needed to know
-    them: every stage's executor is fixed (the manifest declares one executor, or the stage names ``executor:``).
+    them: every stage's executor is fixed (the manifest declares one executor, or the stage names ``executor:``, or
+    is colocated with one that does).
 
     Where the cost model places some stage, its partitions are the
     machine's: :func:`hetflow.engine.plan.planner.plan` checks them. The
@@ -322,6 +323,19 @@ def beyond_declared_partitions(manifest: Any, graph: Graph | None = None) -> lis
         return []
     only = next(iter(manifest.executors)) if len(manifest.executors) == 1 else None
     placed = {sid: stage.executor or only for sid, stage in manifest.stages.items()}
+    if None in placed.values():  # a stage colocated with a pinned one runs where that one does
+        from hetflow.engine.adjacency import roots
+
+        group = roots(manifest.stages, ((sid, s.colocate_with) for sid, s in manifest.stages.items()
+                                        if s.colocate_with in manifest.stages and s.colocate_with != sid))
+        pins: dict[str, set] = {}
+        for sid, stage in manifest.stages.items():
+            if stage.executor is not None:
+                pins.setdefault(group[sid], set()).add(stage.executor)
+        for sid, executor in placed.items():
+            pinned = pins.get(group[sid], set())
+            if executor is None and len(pinned) == 1:
+                placed[sid] = next(iter(pinned))
     if None in placed.values() or declared.isdisjoint(placed.values()):
         return []
     from hetflow.engine.plan.plangraph import build_graph
