@@ -369,8 +369,9 @@ def validate(path: str | os.PathLike, params: Params | None = None) -> list[Diag
     resolve to (an executor whose list is ``[vulkan, cpu]`` is checked as
     Vulkan and as CPU), for every point of its ``matrix:``
     (:func:`hetflow.engine.manifest.matrix.check_points`). Which vendors a machine
-    offers and how much memory its devices have are :func:`plan`'s to
-    check (:data:`NOT_CHECKED` says so in words).
+    offers, whether it has the devices an executor names and how much
+    memory they have are :func:`plan`'s to check (:data:`NOT_CHECKED` says
+    so in words).
 
     Returns
     -------
@@ -416,8 +417,9 @@ def validate(path: str | os.PathLike, params: Params | None = None) -> list[Diag
 _CHECK_REMEDY = ("validate and plan check every point, up to that many; fix some of its keys with params (plan -p "
                  "KEY=VALUE), or make it smaller")
 
-NOT_CHECKED = ("not checked without the machine: which vendor each executor gets there, its devices' memory, and "
-               "what each partition holds at once (hetflow plan checks them)")
+NOT_CHECKED = ("not checked without the machine: which vendor each executor gets there, whether it has the devices "
+               "each executor names (device:, devices:) and their memory, and what each partition holds at once where "
+               "the machine places its stages (hetflow plan checks them)")
 """What :func:`validate` cannot know, in the words ``hetflow validate`` prints."""
 
 

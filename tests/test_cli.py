@@ -38,8 +38,9 @@ def test_validate_ok_and_bad(manifest_file):
     bad = manifest_file(OK.replace("op: mul", "op: mull"), "bad.yaml")
     code, out, err = run_cli("validate", good)
     assert (code, out, err) == (0, f"{good}: ok\nnot checked without the machine: which vendor each executor gets "
-                                   "there, its devices' memory, and what each partition holds at once (hetflow plan "
-                                   "checks them)\n", "")
+                                   "there, whether it has the devices each executor names (device:, devices:) and "
+                                   "their memory, and what each partition holds at once where the machine places its "
+                                   "stages (hetflow plan checks them)\n", "")
     code, out, err = run_cli("validate", good, bad)
     assert code == 2
     assert err == f"{bad}:8:11: error: unknown op 'mull' in stage 'y'; did you mean 'mul'?\n"

@@ -11,8 +11,9 @@ from hetflow.engine import api, cli
 from hetflow.executors import probe
 from hetflow.executors.base import Vendor
 
-NOT_CHECKED = ("not checked without the machine: which vendor each executor gets there, its devices' memory, and "
-               "what each partition holds at once (hetflow plan checks them)\n")
+NOT_CHECKED = ("not checked without the machine: which vendor each executor gets there, whether it has the devices "
+               "each executor names (device:, devices:) and their memory, and what each partition holds at once where "
+               "the machine places its stages (hetflow plan checks them)\n")
 
 
 def main(*argv, cwd=None):
@@ -317,6 +318,17 @@ def test_a_partition_over_its_only_executors_memory_is_refused_by_validate_as_by
     for command in (["validate"], ["plan", "--runs-dir", "runs"]):
         code, out, err = main(command[0], colocated, *command[1:], cwd=tmp_path)
         assert code == 2 and "error: partition p0 on executor 'small' holds 1.5 MiB" in err, (command, err)
+
+
+def test_a_device_the_machine_may_lack_is_left_to_the_plan_and_validate_says_so(tmp_path):
+    # device 7 exists on some machines: validate cannot refuse it, and its last line says it did not check it
+    name = write(tmp_path, SINGLE.replace("{host: {vendor: cpu}}", "{host: {vendor: cpu, device: 7}}").replace(
+        "  y: {op: matmul, inputs: [x, w]}\n  r: {op: reshape, inputs: [x], args: {shape: [16, 4, 15]}}\n", "").replace(
+        "outputs: {y: y, r: r}", "outputs: {x: x}"))
+    assert main("validate", name, cwd=tmp_path) == (0, f"{name}: ok\n" + NOT_CHECKED, "")
+    assert "whether it has the devices each executor names (device:, devices:)" in NOT_CHECKED
+    code, out, err = main("plan", name, "--runs-dir", "runs", cwd=tmp_path)
+    assert code == 2 and "executor 'host' (cpu): " in err and "device 7" in err, err
 
 
 def test_a_partition_the_cost_model_makes_is_left_to_the_plan(tmp_path):
