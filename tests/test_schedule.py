@@ -656,3 +656,40 @@ def test_list_count_is_bounded_and_fire_times_end_with_the_calendar_not_an_inter
     assert [sched.slot_id(t) for t in s.after(at("8999-06-01T00:00:00Z"), 2)] == ["8999-12-31T10:00:00Z",
                                                                                    "9000-12-31T10:00:00Z"]
     assert sched.slot_id(s.after(datetime(9000, 6, 1, tzinfo=timezone.utc), 5000)[-1]) == "9998-12-31T10:00:00Z"
+
+
+def test_a_backlog_whose_manifest_stops_validating_gives_its_slot_back_and_claims_no_more(tmp_path):
+    """run-due read the manifest once: edited into a bad one while its backlog waited (or ran), every slot left
+    started a run that failed as bad input and ran on_failure, for slots the schedule never ran. Now the slot about
+    to start is given back, the rest are not claimed, and run-due exits 2 naming the problem; fixed, the file's
+    next run-due takes them in turn."""
+    m = write(tmp_path, "edited", 'cron: "0 * * * *"\ncatchup: true\n'
+              "on_failure: 'echo \"$HETFLOW_SLOT\" >> failed.txt'\n")
+    text = Path(m).read_text()
+    runs = tmp_path / "runs"
+    assert cli("schedule", "run-due", m, "--now", "2026-06-01T00:05:00Z", "--runs-dir", str(runs))[0] == 0
+    argv = [sys.executable, "-m", "hetflow.engine.cli", "schedule", "run-due", m, "--now", "2026-06-01T02:05:00Z",
+            "--runs-dir", str(runs), "--log-format", "json"]
+    log = tmp_path / "run-due.log"
+    with RunLock(lock_path(str(runs), m, "edited", {"n": 4}), manifest="edited"):  # a run by hand: the backlog waits
+        with open(log, "w") as f:
+            proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while '"queued"' not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        Path(m).write_text(text + "broken: [\n")
+    _, err = proc.communicate(timeout=120)
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert proc.returncode == 2 and f"{m}:" in err and "YAML syntax" in err, (events, err)
+    assert [(e["event"], e["slot"]) for e in events] == [("queued", "2026-06-01T01:00:00Z"),
+                                                         ("unqueued", "2026-06-01T01:00:00Z")], events
+    assert "its manifest no longer validates" in events[-1]["reason"]
+    claims = runs / ".schedule" / "edited"
+    assert sorted(p.name for p in claims.iterdir() if not p.name.endswith(".log")) == [
+        "20260601T000000Z.json", "20260601T010000Z.returned"]
+    assert not (tmp_path / "failed.txt").exists()
+    Path(m).write_text(text)
+    code, out, err = cli("schedule", "run-due", m, "--now", "2026-06-01T02:05:00Z", "--runs-dir", str(runs))
+    assert code == 0 and [line.split()[1:3] for line in out.splitlines() if " succeeded " in line] == [
+        ["succeeded", "manifest=edited"]] * 2, out
+    assert [r["schedule"]["slot"] for r in records(runs)].count("2026-06-01T01:00:00Z") == 1

@@ -795,7 +795,7 @@ def run_due(files: Sequence[str], runs_dir: str, now: datetime, log: Log,
     with ThreadPoolExecutor(max_workers=max(1, len(entries))) as pool:
         due = _dry_entry_due if dry_run else _run_entry_due
         for f in [pool.submit(due, e, runs_dir, now, locked_log, count, wait, retry) for e in entries]:
-            f.result()
+            problems.extend(f.result() or ())
     return counts, problems
 
 
@@ -888,7 +888,7 @@ def status(files: Sequence[str], runs_dir: str, now: datetime,
 
 
 def _run_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: Callable[[str], None], wait: float,
-                   retry: bool = False) -> None:
+                   retry: bool = False) -> list[Diagnostic]:
     _settle(entry, runs_dir, log, count)
     named = entry.schedule.latest(now, 1)[0]
     if retry and named == now:
@@ -900,15 +900,47 @@ def _run_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: 
     done = history(runs_dir, entry)
     slots = due_slots(entry.schedule, done, now)
     say_missed(entry, done, slots, log)
+    wrong: list[Diagnostic] = []
     for slot in slots:
         path = claim(runs_dir, entry, slot)
         if path is None:
             count("claimed_elsewhere")
             log("claimed-elsewhere", {"manifest": entry.name, "slot": slot_id(slot)})
             continue
-        _run_slot(entry, slot, path, _policy(entry, slots), runs_dir, log, count, wait)
+        try:
+            _run_slot(entry, slot, path, _policy(entry, slots), runs_dir, log, count, wait, recheck=True)
+        except _NoLongerValid as e:
+            # the slots after it are not claimed: the next decision, once the file is fixed, takes them in turn
+            count("invalid")
+            wrong = e.diagnostics
+            break
     # a detached run of a scheduler that is gone may have ended while these slots ran
     _settle(entry, runs_dir, log, count)
+    return wrong
+
+
+class _NoLongerValid(Exception):
+    """The manifest of a slot about to start no longer validates, or no longer schedules that manifest."""
+
+    def __init__(self, diagnostics: list[Diagnostic]) -> None:
+        super().__init__("; ".join(str(d) for d in diagnostics))
+        self.diagnostics = diagnostics
+
+
+def _still_valid(entry: Entry) -> list[Diagnostic]:
+    """What is wrong with ``entry``'s file as it is now (empty when it still schedules the manifest): read again
+    before each slot's run starts, since a backlog, or a slot that waits its turn, may outlast an edit."""
+    try:
+        now = load_entry(entry.file)
+    except ManifestError as e:
+        return list(e.diagnostics)
+    except (UsageError, OSError) as e:
+        return [Diagnostic(None, f"{entry.file}: {e}")]
+    if now is None:
+        return [Diagnostic(None, f"{entry.file} has no schedule: block any more")]
+    if now.name != entry.name:
+        return [Diagnostic(None, f"{entry.file} now names the manifest {now.name!r}, not {entry.name!r}")]
+    return []
 
 
 def _settle(entry: Entry, runs_dir: str, log: Log, count: Callable[[str], None]) -> None:
@@ -945,7 +977,10 @@ def _detached_running(entry: Entry, runs_dir: str) -> bool:
 
 
 def _run_slot(entry: Entry, slot: datetime, path: str, policy: str, runs_dir: str, log: Log,
-              count: Callable[[str], None], wait: float) -> None:
+              count: Callable[[str], None], wait: float, recheck: bool = False) -> None:
+    """Run the claimed ``slot`` under ``policy``. ``recheck``: first read the manifest again, and give the claim
+    back (raising :class:`_NoLongerValid`) where it no longer validates: its run would fail as bad input and run
+    ``on_failure`` for a slot the schedule never ran."""
     fields = {"manifest": entry.name, "slot": slot_id(slot)}
     if policy != "allow" and entry.active(runs_dir):
         if policy == "skip":
@@ -959,6 +994,11 @@ def _run_slot(entry: Entry, slot: datetime, path: str, policy: str, runs_dir: st
             while entry.active(runs_dir):
                 time.sleep(wait)
             _settle_detached(entry, runs_dir, log, count)
+        wrong = _still_valid(entry) if recheck else []
+        if wrong:
+            give_back(path)
+            log("unqueued", {**fields, "reason": f"its manifest no longer validates: {wrong[0]}"})
+            raise _NoLongerValid(wrong)
         try:
             child = start(entry, slot, runs_dir, path, requeue=policy == "queue")
         except NotStarted as e:
