@@ -401,7 +401,7 @@ def validate(path: str | os.PathLike, params: Params | None = None) -> list[Diag
     [(5, 11, "unknown op 'relu2' in stage 'x'; did you mean 'relu'?")]
     """
     from hetflow.engine.errors import ManifestError
-    from hetflow.engine.plan.plangraph import check  # not the planner: validate loads no later pass
+    from hetflow.engine.plan.partitioning import check  # not the planner: validate loads no placement
 
     path, doc = _source(path)
     doc = doc or load(path)

@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from hetflow.engine.manifest import phasedecl as phaselib
 from hetflow.engine.plan import placement as placing
 from hetflow.engine.plan.plandata import Bridge, Partition
+from hetflow.engine.plan.plangraph import check as graph_check
 from hetflow.engine.plan.plangraph import execution_order, predecessors, successors
 
 if TYPE_CHECKING:
     from hetflow.engine.adjacency import Graph
 
 __all__ = ["partition", "partition_into", "bridges", "partitions_of", "peak_bytes", "over_memory",
-           "beyond_declared_partitions"]
+           "beyond_declared_partitions", "check"]
 
 
 def partition(graph: Graph) -> Graph:
@@ -354,3 +355,18 @@ def beyond_declared_partitions(manifest: Any, graph: Graph | None = None) -> lis
         if peak > decl.memory_bytes:
             problems.append(over_memory(part, graph, peak, decl.memory_bytes, declared_where(decl)))
     return problems
+
+
+def check(manifest: Any) -> list[Any]:
+    """What ``hetflow validate`` knows of the plan on any machine: :func:`hetflow.engine.plan.plangraph.check` (each
+    stage against every vendor its executors may resolve to, and its memory alone), then the partitions whose
+    placement needs no machine against their executors' declared ``memory:`` (:func:`beyond_declared_partitions`);
+    returns the warnings, raises :class:`~hetflow.engine.errors.ManifestError` with the errors.
+    """
+    from hetflow.engine.errors import ManifestError
+
+    warnings = graph_check(manifest)
+    problems = beyond_declared_partitions(manifest)
+    if problems:
+        raise ManifestError(problems)
+    return warnings

@@ -171,8 +171,9 @@ def check(manifest: Manifest) -> list[Any]:
     :class:`ManifestError` with the errors.
 
     What only a machine says (which vendors it offers, its devices'
-    memory, the partitions where the cost model places a stage) is left to
-    :func:`hetflow.engine.plan.planner.plan`. It lives with
+    memory) is left to :func:`hetflow.engine.plan.planner.plan`; the
+    partitions known without it are
+    :func:`hetflow.engine.plan.partitioning.check`'s. It lives with
     the graph pass, not the planner, so ``hetflow validate`` loads none of
     the later passes' modules.
     """
@@ -184,10 +185,6 @@ def check(manifest: Manifest) -> list[Any]:
     graph = None if anywhere else build_graph(manifest)
     errors, warnings = check_vendors(graph, manifest.executors, execution_order(graph) if graph is not None else [])
     errors = [*errors, *beyond_declared_memory(manifest, graph)]
-    if not errors:  # a stage over its memory alone is the plainer word; its partition is then over too
-        from hetflow.engine.plan.partitioning import beyond_declared_partitions
-
-        errors = beyond_declared_partitions(manifest, graph)
     if errors:
         raise ManifestError(errors)
     return warnings

@@ -74,11 +74,10 @@ from hetflow.engine.plan.costs import (CostModel, human_bytes, interpreter_loade
 from hetflow.engine.errors import Diagnostic, ManifestError
 from hetflow.engine.manifest.loader import frozen_instance
 from hetflow.engine.manifest.validate import Manifest, gc_paused
-from hetflow.engine.plan.partitioning import (bridges, declared_where, over_memory, partition, partition_into,
+from hetflow.engine.plan.partitioning import (bridges, check, declared_where, over_memory, partition, partition_into,
                                              partitions_of, peak_bytes)
 from hetflow.engine.plan.plandata import PLAN_FORMAT, Bridge, ExecutorPlan, NodePlan, Partition, Plan, PlanWarning
-from hetflow.engine.plan.plangraph import (beyond_declared_memory, build_graph, check, execution_order, is_bridged,
-                                           successors)
+from hetflow.engine.plan.plangraph import beyond_declared_memory, build_graph, execution_order, is_bridged, successors
 from hetflow.engine.plan.planview import render_dot, render_text
 from hetflow.executors import Offer
 from hetflow.executors import probe as default_probe
