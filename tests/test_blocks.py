@@ -826,6 +826,10 @@ def test_a_cycle_between_libraries_no_use_expands_is_refused(tmp_path, reached):
     if reached != "a library used":
         assert errors(missing) == [f"{missing}:7:23: error: block library 'lib/none.yaml' does not exist "
                                    f"({tmp_path / 'lib' / 'none.yaml'})"]
+    # a library's own block that no use reaches and that names a library not there is its author's to mend
+    write(tmp_path, "lib/one.yaml", LOOPING["lib/one.yaml"].replace("two.yaml#q", "gone.yaml#q"))
+    if reached == "a library used":
+        assert run_cli("validate", path)[0] == 0
 
 
 def test_block_names_and_a_librarys_version_are_checked_as_the_schema_has_them(tmp_path):

@@ -717,8 +717,9 @@ def _unused_cycles(doc: Document, run: _Expansion) -> None:
     """Refuse the blocks that no use expanded and that use themselves, directly or through each other: in the
     manifest's ``blocks:`` and in every block library that they, a library or a use names, across files
     (``a.yaml#p`` using ``b.yaml#q`` using ``a.yaml#p``). A use expanded says so where it is, and a block no use
-    reaches yet would say it at its first use; a library such a block names is read for it, so one that is not
-    there is said too."""
+    reaches yet would say it at its first use. A library a block of ``blocks:`` names is read for it, so one that
+    is not there is said, as the rest of that block's form is; one that only a library's block names is read
+    quietly."""
     blocks: dict[tuple[str, str], tuple[Document, Any]] = {}
     uses: dict[tuple[str, str], list[tuple[tuple[str, str], Document, Path]]] = {}
     pending = [doc, *(d for d in run.libraries.values() if d is not None)]
@@ -740,7 +741,10 @@ def _unused_cycles(doc: Document, run: _Expansion) -> None:
                 file, hash_, target = ref.rpartition("#")
                 into = here
                 if hash_ and file:
+                    said = len(run.problems)
                     into = run.library(here, file, here.at(where))
+                    if here is not doc:  # a library's blocks no use reaches are its author's: walked, not checked
+                        del run.problems[said:]
                     if into is None:
                         continue
                     pending.append(into)
