@@ -237,9 +237,8 @@ def _refuse_unguarded(verb: str, workers: int | None, scheduler: Any) -> None:
     if dask.config.get("distributed.worker.multiprocessing-method", "spawn") not in ("spawn", "forkserver"):
         return  # a forked worker does not import the script again
     frame, line = sys._getframe(), None
-    while frame is not None:  # the outermost line of the script's own top level that led here (not a prompt's)
-        if frame.f_globals is vars(main) and frame.f_code.co_name == "<module>" and \
-                os.path.abspath(frame.f_code.co_filename) == os.path.abspath(script):
+    while frame is not None:  # the outermost line of the script's own top level that led here
+        if frame.f_globals is vars(main) and frame.f_code.co_name == "<module>":
             line = frame.f_lineno
         frame = frame.f_back
     if line is None:
