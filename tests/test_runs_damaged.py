@@ -163,7 +163,7 @@ def test_a_runs_dir_that_names_a_file_is_said_to_be_one_not_listed_as_empty(tmp_
     file.write_text(SWEEP)
     for argv in (("runs", "--runs-dir", str(file)), ("runs", "gc", "--runs-dir", str(file), "--keep", "1")):
         code, out, err = cli(*argv)
-        assert code == 2 and out == "" and f"--runs-dir {file}: not a folder" in err, (argv, err)
+        assert code == 2 and out == "" and f"--runs-dir '{file}' is a file, not a folder" in err, (argv, err)
 
 
 def test_a_record_or_summary_of_a_newer_format_is_shown_with_a_note_saying_so(swept):
