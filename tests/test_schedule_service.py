@@ -575,16 +575,18 @@ def test_a_slot_due_while_the_sweep_of_the_slot_before_runs_is_skipped_as_for_a_
 def test_a_sweep_whose_point_found_its_lock_taken_ran_and_failed_its_slot_and_is_not_queued_again(tmp_path):
     """Exit 4 from a sweep is a point that found its lock taken, after the others ran: the slot is not skipped (as
     for a run that ran nothing), and under ``queue`` its sweep is not started again."""
-    m = swept(tmp_path, "held", 3)
+    # the run by hand outlasts run-due's sweep however loaded the machine, and is stopped once run-due is done
+    m = swept(tmp_path, "held", 120)
     text = Path(m).read_text().replace("{fails: 1, seconds: 0}", "{fails: 0, seconds: 0}")
     Path(m).write_text(text.replace('cron: "0 * * * *"', 'cron: "0 * * * *"\n  max_active: queue'))
     runs = tmp_path / "runs"
-    by_hand = subprocess.Popen([sys.executable, "-m", "hetflow.engine.cli", "run", m, "--point", "seconds=3",
+    by_hand = subprocess.Popen([sys.executable, "-m", "hetflow.engine.cli", "run", m, "--point", "seconds=120",
                                 "--runs-dir", str(runs), "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_for(lambda: any(r["status"] == "running" for r in records(runs)), 60, "the run by hand")
         code, out, _ = cli("schedule", "run-due", m, "--now", "2026-06-01T10:05:00Z", "--runs-dir", str(runs))
     finally:
+        by_hand.terminate()
         by_hand.communicate(timeout=60)
     assert code == 1 and out.count(" started manifest=held") == 1, out
     assert "failed manifest=held slot=2026-06-01T10:00:00Z rc=4" in out and "already running" in out, out
