@@ -42,7 +42,7 @@ Examples
 ...     hetflow.run(quickstart, params={"batchsize": 8})
 ... except hetflow.UsageError as e:
 ...     print(e)
--p batchsize: ... declares no param 'batchsize' (declared: batch, hidden, seed)
+params={'batchsize': 8}: ... declares no param 'batchsize' (declared: batch, hidden, seed)
 >>> isinstance(hetflow.__version__, str)
 True
 """
