@@ -1118,8 +1118,9 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
     from hetflow.engine.store.cache import Cache
 
     cache = Cache(cache_dir or os.path.join(runs_dir, ".cache"))
-    # before the look at the runs: an entry a run reads or writes from here on is that run's, begun or not
-    began = cache.now()
+    # before the look at the runs: an entry a run reads or writes from here on is that run's, begun or not (a dry
+    # run, which writes nothing, not even the file that tells the file system's time, takes this process's clock)
+    began = cache.now() if not dry_run else time.time()
     scanned = list(_scan(runs_dir, LISTED + ("cache", "params", "schedule")))
     entries = [(kind, name, data) for kind, name, data in scanned if isinstance(data, dict)]
     damaged = {row["id"]: row for row in _unreadable(runs_dir, scanned)}
