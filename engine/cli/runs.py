@@ -259,6 +259,11 @@ def cmd_report(args: argparse.Namespace, out, err) -> int:
 
     refuse_file_in_the_way(args.runs_dir, "runs_dir")
     located = report.locate(args.run_id, args.runs_dir)
+    if args.output and args.output != "-":
+        kept = _kept_by(located, args.output)
+        if kept:
+            raise UsageError(f"-o {args.output} is {kept}, which the report would replace; write the page to another "
+                             f"file (-o {located.kind}-report.html)")
     try:
         page = report.render(located, runs_dir=args.runs_dir, graph=args.graph)
     except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:
@@ -282,3 +287,35 @@ def cmd_report(args: argparse.Namespace, out, err) -> int:
     write_output(path, page.encode(), out, flag="-o " if args.output else "")
     print(f"report: {path}", file=out)
     return EXIT_OK
+
+
+def _kept_by(located, path: str) -> str | None:
+    """What ``path`` is to the run or sweep being reported, where it is one of the files it keeps or read (its
+    record or summary, an output, the manifest, a plugin, a data or input file, a guest program); else None.
+    The page that ``report`` wrote there before is none of them, and is replaced as any other file."""
+    def same(other) -> bool:
+        try:
+            return isinstance(other, str) and os.path.samefile(path, other)
+        except (OSError, ValueError):
+            return False
+
+    data = located.data if isinstance(located.data, dict) else {}
+    # any run's or sweep's folder, this one's or another's in the runs directory: its files are its account
+    folder, name = os.path.split(os.path.realpath(path))
+    for kind, summary in (("run", "record.json"), ("sweep", "sweep.json")):
+        if name != "report.html" and os.path.isfile(path) and os.path.isfile(os.path.join(folder, summary)):
+            return f"a file of the {kind} {os.path.basename(folder)} ({name})"
+    manifest = data.get("manifest")
+    read = [("the manifest it ran", manifest.get("file") if isinstance(manifest, dict) else manifest)]
+    for key, what in (("data", "a file it loaded"), ("inputs", "an input file it read"),
+                      ("programs", "a guest program it ran")):
+        entries = data.get(key)
+        read += [(what, e.get("path")) for e in (entries.values() if isinstance(entries, dict) else ())
+                 if isinstance(e, dict)]
+    plugins = data.get("plugins")
+    read += [("a plugin it imported", p.get("file")) for p in (plugins if isinstance(plugins, list) else ())
+             if isinstance(p, dict)]
+    for what, file in read:
+        if same(file):
+            return f"{what} ({file})"
+    return None
