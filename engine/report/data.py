@@ -211,7 +211,7 @@ def _scalar(run_dir: str, name: str, entry: Mapping[str, Any]) -> float | None:
         value = float(np.asarray(_output_array(run_dir, entry)).astype(np.float64).ravel()[0])
     except Exception:  # noqa: BLE001 - an unreadable output is a gap in the plot, not a broken report
         return None
-    return value if math.isfinite(value) else None
+    return value  # NaN and inf too: the table shows them as such, the plots leave them out
 
 
 def _sweep_points(sweep_dir: str, sweep: Mapping[str, Any], runs_dir: str) -> list[dict]:

@@ -7,6 +7,7 @@ an output is scalar when it holds one element.
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any, Mapping
 
@@ -75,10 +76,14 @@ def render_sweep(sweep_dir: str, sweep: Mapping[str, Any], *, runs_dir: str = "r
 def _sweep_plot(points: list[dict], output: str, param: str, others: list[str]) -> str:
     data = [(p["params"].get(param), p["scalars"][output], tuple(p["params"].get(o) for o in others))
             for p in points if output in p["scalars"] and param in p["params"]]
+    # a NaN or infinite value has no place on an axis: left out, and counted under the plot
+    unplotted = sum(1 for _, y, _ in data if not math.isfinite(y))
+    data = [d for d in data if math.isfinite(d[1])]
     if not data:
         return ""
-    numeric = all(_is_number(x) for x, _, _ in data)
-    categories = [] if numeric else sorted({json.dumps(x) for x, _, _ in data})
+    # a param swept over NaN or inf is placed as a category, as a string param is: each of its values has a place
+    numeric = all(_is_number(x) and math.isfinite(x) for x, _, _ in data)
+    categories = [] if numeric else sorted({json.dumps(x) for x, _, _ in data}, key=_category_order)
     w, h, left, bottom, top, right = 540, 240, 64, 36, 16, 140
     xs = [float(x) for x, _, _ in data] if numeric else [float(categories.index(json.dumps(x))) for x, _, _ in data]
     ys = [y for _, y, _ in data]
@@ -126,4 +131,14 @@ def _sweep_plot(points: list[dict], output: str, param: str, others: list[str]) 
         parts.append(f'<rect x="{w - right + 14}" y="{ly - 8}" width="10" height="10" rx="2" fill="{colour}"/>'
                      f'<text x="{w - right + 30}" y="{ly + 1}" class="ticklabel">{_e(label)}</text></g>')
     parts.append("</svg>")
-    return f'<figure><figcaption>{_e(output)} against {_e(param)}</figcaption>{"".join(parts)}</figure>'
+    left_out = (f' <span class="muted">({unplotted} point{"" if unplotted == 1 else "s"} not plotted: '
+                f'{_e(output)} is NaN or infinite there)</span>' if unplotted else "")
+    return f'<figure><figcaption>{_e(output)} against {_e(param)}{left_out}</figcaption>{"".join(parts)}</figure>'
+
+
+def _category_order(text: str) -> tuple:
+    """Finite numbers by value, then every other value (NaN, inf, a string) by its JSON text."""
+    value = json.loads(text)
+    if _is_number(value) and math.isfinite(value):
+        return (0, value, text)
+    return (1, 0, text)
