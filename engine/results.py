@@ -240,7 +240,8 @@ class Run:
 
     @property
     def run_id(self) -> str:
-        return self._record.get("run_id") or os.path.basename(self.path)
+        run_id = self._record.get("run_id")
+        return run_id if isinstance(run_id, str) and run_id else os.path.basename(os.path.abspath(self.path))
 
     @property
     def status(self) -> str:
@@ -274,20 +275,21 @@ class Run:
         if not isinstance(error, Mapping):  # a record edited by hand: its error said as it is
             error = {"message": str(error)}
         tb = os.path.join(self.path, error["traceback_file"]) if isinstance(error.get("traceback_file"), str) else None
-        plan = record.get("plan") if isinstance(record.get("plan"), Mapping) else {}
-        plan_nodes = plan.get("nodes") if isinstance(plan.get("nodes"), Mapping) else {}
-        nodes = record.get("nodes") if isinstance(record.get("nodes"), Mapping) else {}
+        plan_nodes = _mapping(_mapping(record.get("plan")).get("nodes"))
+        blamed = _said(error.get("node"))
         out = []
-        for node, entry in nodes.items():
+        for node, entry in _mapping(record.get("nodes")).items():
             if not isinstance(entry, Mapping):
                 continue
             if entry.get("status") in ("failed", "timed out") and entry.get("error"):
-                origin = error.get("origin") if error.get("node") == node else (plan_nodes.get(node) or {}).get("origin")
-                out.append(Failure(node, (plan_nodes.get(node) or {}).get("op"), entry["error"], tb, entry["status"], origin))
+                planned = _mapping(plan_nodes.get(node))
+                origin = error.get("origin") if blamed == node else planned.get("origin")
+                out.append(Failure(node, _said(planned.get("op")), _said(entry["error"]), tb, entry["status"],
+                                   _said(origin)))
         if not out and error:
-            node = error.get("node")
-            out.append(Failure(node, (plan_nodes.get(node) or {}).get("op") if node else None, error.get("message") or "failed",
-                               tb, "failed", error.get("origin")))
+            op = _said(_mapping(plan_nodes.get(blamed)).get("op")) if blamed else None
+            out.append(Failure(blamed, op, _said(error.get("message")) or "failed", tb, "failed",
+                               _said(error.get("origin"))))
         return out
 
     def _repr_html_(self) -> str:
@@ -295,9 +297,11 @@ class Run:
 
         e = html.escape
         rec = self._fresh()
-        rows = [("run", self.run_id), ("status", self.status), ("manifest", (rec.get("manifest") or {}).get("name")),
-                ("point", (rec.get("matrix_point") or {}).get("name") or "-"), ("started", rec.get("started_at")),
-                ("duration", "-" if rec.get("duration_s") is None else f"{rec['duration_s']:.3f} s"), ("folder", self.path)]
+        duration = rec.get("duration_s")
+        rows = [("run", self.run_id), ("status", self.status), ("manifest", _mapping(rec.get("manifest")).get("name")),
+                ("point", _mapping(rec.get("matrix_point")).get("name") or "-"), ("started", rec.get("started_at")),
+                ("duration", f"{duration:.3f} s" if isinstance(duration, (int, float)) and not isinstance(duration, bool)
+                 else "-"), ("folder", self.path)]
         head = "".join(f"<tr><th style='text-align:left'>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in rows)
         outs = "".join(
             f"<tr><td>{e(n)}</td><td>{e(str(o.get('shape', 'value')))}</td><td>{e(str(o.get('dtype', '')))}</td>"
@@ -312,6 +316,17 @@ class Run:
 
     def __repr__(self) -> str:
         return f"<hetflow.Run {self.run_id}: {self.status}>"
+
+
+def _mapping(value: Any) -> Mapping:
+    """``value`` where it is a mapping, else an empty one: a record edited by hand or damaged is read as far as it
+    holds what a record does, not taken apart at the first key that holds something else."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _said(value: Any) -> str | None:
+    """A record's text as text: None stays None, a value of another kind (a record edited by hand) as JSON says it."""
+    return value if value is None or isinstance(value, str) else json.dumps(value, default=str)
 
 
 def _json_kind(value: Any) -> str:

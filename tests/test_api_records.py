@@ -1,0 +1,79 @@
+"""The Python API's objects read from run folders as a notebook or a service meets them: records edited or
+damaged, folders removed, sweeps opened by path."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+import hetflow
+
+SMALL = """
+version: 1
+name: small
+params: {n: 3}
+executors: {host: {vendor: cpu}}
+stages:
+  x: {op: random.normal, args: {shape: ["${n}", 2], seed: 1}}
+  y: {op: relu, inputs: [x]}
+outputs: {y: y}
+"""
+
+
+@pytest.fixture
+def finished(manifest_file, tmp_path):
+    """A succeeded run's folder and its record as written."""
+    run = hetflow.run(manifest_file(SMALL), runs_dir=str(tmp_path / "runs"))
+    assert run.ok
+    with open(run.record_path) as f:
+        return run.path, json.load(f)
+
+
+def _edited(folder: str, record: dict, where: str, **changes) -> hetflow.Run:
+    copy = os.path.join(os.path.dirname(folder), where)
+    shutil.copytree(folder, copy)
+    with open(os.path.join(copy, "record.json"), "w") as f:
+        json.dump({**record, **changes}, f)
+    return hetflow.open_run(copy)
+
+
+@pytest.mark.parametrize("changes", [
+    {"error": {"message": "boom", "node": ["y"]}},
+    {"error": {"message": 7, "origin": 3, "traceback_file": 3}},
+    {"nodes": {"y": {"status": "failed", "error": 7}}, "error": None},
+    {"nodes": {"y": {"status": "failed", "error": "boom"}}, "plan": {"nodes": {"y": "relu"}}},
+    {"plan": {"nodes": ["y"]}, "error": {"message": "boom", "node": "y"}},
+], ids=["node-a-list", "message-a-number", "stage-error-a-number", "plan-node-a-string", "plan-nodes-a-list"])
+def test_the_failures_of_a_damaged_failed_record_are_text(finished, changes):
+    folder, record = finished
+    run = _edited(folder, record, "damaged", status="failed", **changes)
+    failures = run.failures
+    assert failures, "a failed record with an error names at least one failure"
+    for f in failures:
+        assert isinstance(f.message, str) and f.message
+        assert f.stage is None or isinstance(f.stage, str)
+        assert f.op is None or isinstance(f.op, str)
+        assert f.origin is None or isinstance(f.origin, str)
+    html = run._repr_html_()
+    assert "<table>" in html and failures[0].message.replace("<", "&lt;") in html
+
+
+@pytest.mark.parametrize("changes", [
+    {"manifest": "small"}, {"matrix_point": "small[n=3]"}, {"duration_s": "0.1 s"}, {"duration_s": True},
+], ids=["manifest-a-string", "point-a-string", "duration-a-string", "duration-a-boolean"])
+def test_a_damaged_record_still_shows_its_summary(finished, changes):
+    folder, record = finished
+    run = _edited(folder, record, "shown", **changes)
+    html = run._repr_html_()
+    assert run.run_id in html and "succeeded" in html
+    assert run.outputs["y"].shape == (3, 2)
+
+
+def test_a_record_whose_run_id_is_no_text_is_named_by_its_folder(finished):
+    folder, record = finished
+    run = _edited(folder, record, "renamed", run_id=5)
+    assert run.run_id == "renamed"
+    assert repr(run) == "<hetflow.Run renamed: succeeded>"
