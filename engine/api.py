@@ -540,7 +540,8 @@ def open_run(run_id: str, runs_dir: str | os.PathLike = "runs") -> Run:
     Raises
     ------
     UsageError
-        no such run, a name that matches several, or a record that cannot be read.
+        no such run, a name that matches several, a record that cannot be read, or a sweep
+        (:class:`~hetflow.engine.results.Sweep` of its folder reads that).
     """
     from hetflow.engine.store.runs import read_record, resolve_id
 
@@ -552,11 +553,22 @@ def open_run(run_id: str, runs_dir: str | os.PathLike = "runs") -> Run:
         from hetflow.engine.results import Run
 
         return Run(run_id)
+    _refuse_sweep(run_id)
     runs_dir = os.fspath(runs_dir)
     folder = resolve_id(runs_dir, run_id, "run")
+    _refuse_sweep(os.path.join(runs_dir, folder))
     from hetflow.engine.results import Run
 
     return Run(os.path.join(runs_dir, folder), read_record(runs_dir, folder))
+
+
+def _refuse_sweep(folder: str) -> None:
+    """Refuse a sweep's folder given to :func:`open_run`, saying what reads it: the runs directory's own words
+    ("give one of its points' run ids", or a ``runs_dir=`` that would only lead there) name no way to the
+    sweep itself."""
+    if os.path.isfile(os.path.join(folder, "sweep.json")) and not os.path.isfile(os.path.join(folder, "record.json")):
+        raise UsageError(f"{folder} is a sweep, not a run: hetflow.Sweep({folder!r}) reads it, its runs one "
+                         "Run a point; open_run takes one of its points' runs")
 
 
 def _jobs(path: str, doc: Document | None, overrides: dict, point: str | None, resume: str | None, runs_dir: str,

@@ -77,3 +77,27 @@ def test_a_record_whose_run_id_is_no_text_is_named_by_its_folder(finished):
     run = _edited(folder, record, "renamed", run_id=5)
     assert run.run_id == "renamed"
     assert repr(run) == "<hetflow.Run renamed: succeeded>"
+
+
+MATRIX = """
+version: 1
+name: grid
+params: {n: 2}
+matrix: {n: [2, 3]}
+executors: {host: {vendor: cpu}}
+stages:
+  x: {op: random.normal, args: {shape: ["${n}", 2], seed: 1}}
+outputs: {x: x}
+"""
+
+
+def test_open_run_of_a_sweep_says_what_reads_it(manifest_file, tmp_path):
+    runs = str(tmp_path / "runs")
+    sweep = hetflow.sweep(manifest_file(MATRIX), runs_dir=runs)
+    for name, given in ((sweep.sweep_id, {"runs_dir": runs}), (sweep.path, {})):
+        with pytest.raises(hetflow.UsageError) as e:
+            hetflow.open_run(name, **given)
+        said = str(e.value)
+        assert "is a sweep, not a run" in said and "hetflow.Sweep(" in said and "runs_dir=" not in said
+        opened = hetflow.Sweep(said.split("hetflow.Sweep(")[1].split(")")[0].strip("'"))
+        assert opened.sweep_id == sweep.sweep_id and [r.status for r in opened.runs] == ["succeeded"] * 2
