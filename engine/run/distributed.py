@@ -328,6 +328,9 @@ class Cluster:
         # worker address -> its nanny's, or None: every worker seen, kept after it leaves (a lost worker that
         # has a nanny is started again by it)
         self.nannies: dict[str, str | None] = {}
+        # worker address -> its name, for every worker seen, kept after it leaves: a worker its nanny restarted
+        # joins after placement asked the workers, and a record of its loss must still name it
+        self.names: dict[str, str] = {}
         # worker address -> (since when it has been seen paused, its process's memory, its memory limit)
         self.paused: dict[str, tuple[float, Any, Any]] = {}
         self._dashboard: Any = _UNASKED
@@ -524,6 +527,7 @@ class Cluster:
         now = time.monotonic()
         for address, w in (identity.get("workers") or {}).items():
             self.nannies[address] = w.get("nanny")
+            self.names[address] = str(w.get("name", address))
             if w.get("status") == "paused":
                 since = self.paused.get(address, (now,))[0]
                 self.paused[address] = (since, (w.get("metrics") or {}).get("memory"), w.get("memory_limit"))

@@ -258,7 +258,7 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
     what runs again.
     """
     detected = time.time()
-    names = {w.address: w.name for w in cluster.workers()}
+    names = {**cluster.names, **{w.address: w.name for w in cluster.workers()}}
     lost = {e.name for e in plan.executors.values() if e.worker in gone}
     kills = _memory_kills(cluster, gone, detected)
     memory = "; ".join(f"worker {w} {why}" for w, why in kills.items())
