@@ -358,17 +358,22 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
             row["causes"] = mismatch_causes(record, rerun_record, name)
         rows.append(row)
     damaged = [r["output"] for r in rows if r.get("file") not in (None, "ok")]
-    ok = rerun_ok and all(r["match"] for r in rows) and not damaged
+    edited = _record_contradicts(record, manifest)
+    for line in edited:
+        print(printable(f"hetflow: {line}"), file=err)
+    ok = rerun_ok and all(r["match"] for r in rows) and not damaged and not edited
     changed = _changed_sources(record, manifest)
     for line in changed:
         print(printable(f"hetflow: {line}"), file=err)
     if args.json:
         bad = [r["output"] for r in rows if not r["match"]]
         failed = {} if ok else {"message": f"verify {record['run_id']}: " + (
-            f"the rerun failed: {rerun_error}" if rerun_error else f"MISMATCH in {', '.join(bad or damaged)}")}
+            f"the rerun failed: {rerun_error}" if rerun_error else f"MISMATCH in {', '.join(bad or damaged)}"
+            if bad or damaged else "; ".join(edited))}
         print(json.dumps({"status": "succeeded" if ok else "failed", "exit_code": EXIT_OK if ok else EXIT_RUN_FAILED,
                           **failed, "run_id": record["run_id"], "rerun_id": rerun, "match": ok, "outputs": rows,
-                          "changed": changed, **({"error": f"the rerun failed: {rerun_error}"} if rerun_error else {})}),
+                          "changed": changed, **({"record_edited": edited} if edited else {}),
+                          **({"error": f"the rerun failed: {rerun_error}"} if rerun_error else {})}),
               file=out)
     else:
         width = max([len(r["output"]) for r in rows] + [6])
@@ -385,9 +390,33 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
         bad = [r["output"] for r in rows if not r["match"]]
         verdict = ("all outputs match" if ok else f"MISMATCH in {', '.join(bad)}" if bad and rerun_ok else
                    f"the rerun matches the record, but the run's files of {', '.join(damaged)} are not what it "
-                   "recorded" if damaged and rerun_ok else "MISMATCH: the rerun failed" if rerun_error else "MISMATCH")
+                   "recorded" if damaged and rerun_ok else "MISMATCH: the rerun failed" if rerun_error else
+                   "the rerun matches the record's outputs, but its params are not those the run had" if edited
+                   else "MISMATCH")
         print(f"verify {record['run_id']}: {verdict} (rerun {rerun}, a verification run)", file=out)
     return EXIT_OK if ok else EXIT_RUN_FAILED
+
+
+def _record_contradicts(record: dict, manifest: Any) -> list[str]:
+    """What the record says its run had that the manifest it ran (the record's resolved form, which its digest
+    vouches for) did not: a record whose params or matrix point were edited after the run."""
+    from hetflow.engine.store.compare import changes
+
+    def shown(value: Any) -> str:
+        return "absent" if value is None else json.dumps(value)
+
+    said = []
+    params = record.get("params")
+    for k, claimed, ran in changes(params if isinstance(params, dict) else {}, manifest.params):
+        said.append(f"the record's params give {k} = {shown(claimed)}, but the manifest it ran has {shown(ran)}: "
+                    "the record was edited after the run")
+    point = record.get("matrix_point")
+    values = point.get("values") if isinstance(point, dict) else None
+    for k, claimed, ran in changes(values if isinstance(values, dict) else {},
+                                   {k: manifest.params.get(k) for k in (values or {})}):
+        said.append(f"the record's matrix point gives {k} = {shown(claimed)}, but the manifest it ran has "
+                    f"{shown(ran)}: the record was edited after the run")
+    return said
 
 
 def _changed_sources(record: dict, manifest: Any) -> list[str]:
