@@ -101,3 +101,19 @@ def test_open_run_of_a_sweep_says_what_reads_it(manifest_file, tmp_path):
         assert "is a sweep, not a run" in said and "hetflow.Sweep(" in said and "runs_dir=" not in said
         opened = hetflow.Sweep(said.split("hetflow.Sweep(")[1].split(")")[0].strip("'"))
         assert opened.sweep_id == sweep.sweep_id and [r.status for r in opened.runs] == ["succeeded"] * 2
+
+
+def test_outputs_of_two_runs_compare_bit_for_bit(manifest_file, tmp_path):
+    path, runs = manifest_file(SMALL), str(tmp_path / "runs")
+    first = hetflow.run(path, runs_dir=runs)
+    again = hetflow.run(path, runs_dir=runs, cache=False)
+    other = hetflow.run(path, params={"n": 4}, runs_dir=runs)
+    assert first.outputs == again.outputs and not first.outputs != again.outputs
+    assert first.outputs != other.outputs and not first.outputs == other.outputs
+    assert hetflow.open_run(again.run_id, runs_dir=runs).outputs == first.outputs
+    import numpy as np
+
+    # a file changed since its run is not taken for the run's output, in a comparison as in a read
+    np.save(os.path.join(again.path, "y.npy"), np.zeros((3, 2), np.float32))
+    with pytest.raises(hetflow.OutputDamaged):
+        _ = first.outputs == hetflow.open_run(again.path).outputs
