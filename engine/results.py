@@ -393,8 +393,7 @@ class Sweep:
         if not os.path.isfile(summary_file):
             raise UsageError(f"{self.path}: no sweep summary (sweep.json) here")
         self._summary: dict = read_summary(summary_file)
-        self._runs: Sequence[Run | None] = _PointRuns(os.path.dirname(os.path.abspath(self.path)),
-                                                      self._summary["points"])
+        self._runs: Sequence[Run | None] = _PointRuns(os.path.dirname(os.path.abspath(self.path)), self._summary)
 
     def _fresh(self) -> None:
         """The summary read again while the one held says ``running``: a sweep opened while it ran is read as it
@@ -409,7 +408,7 @@ class Sweep:
             return
         if now != self._summary and now.get("sweep_id") == self._summary.get("sweep_id"):
             self._summary = now
-            self._runs = _PointRuns(os.path.dirname(os.path.abspath(self.path)), now["points"])
+            self._runs = _PointRuns(os.path.dirname(os.path.abspath(self.path)), now)
 
     @property
     def summary(self) -> dict:
@@ -447,12 +446,20 @@ class _PointRuns(Sequence):
     :data:`KEPT_RUNS` read are kept. A sweep held its points' records as it ran them, 260 kB a point of a
     300-stage manifest, before anyone looked at one."""
 
-    def __init__(self, runs_dir: str, points: list) -> None:
+    def __init__(self, runs_dir: str, summary: Mapping[str, Any]) -> None:
         import collections
 
+        from hetflow.engine.store import owner
+        from hetflow.engine.store.runs import owner_of, unnamed_runs
+
+        # a sweep killed in the moment between a point's run starting and its row naming it left that run unnamed:
+        # it is the point's all the same, as hetflow runs show SWEEP and a resume take it
+        found = unnamed_runs(runs_dir, summary) if owner.alive(owner_of(summary)) is False else {}
+        ids = [p.get("run_id") or (found.get(p.get("name")) if p.get("status") in ("pending", "running") else None)
+               for p in summary["points"]]
         # a point not run yet, or whose run folder was removed, has no Run
-        self._ids = [p["run_id"] if p.get("run_id") and os.path.isfile(os.path.join(runs_dir, p["run_id"], "record.json"))
-                     else None for p in points]
+        self._ids = [i if isinstance(i, str) and os.path.isfile(os.path.join(runs_dir, i, "record.json")) else None
+                     for i in ids]
         self._runs_dir = runs_dir
         self._read: collections.OrderedDict[str, Run] = collections.OrderedDict()
 

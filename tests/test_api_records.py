@@ -117,3 +117,26 @@ def test_outputs_of_two_runs_compare_bit_for_bit(manifest_file, tmp_path):
     np.save(os.path.join(again.path, "y.npy"), np.zeros((3, 2), np.float32))
     with pytest.raises(hetflow.OutputDamaged):
         _ = first.outputs == hetflow.open_run(again.path).outputs
+
+
+def test_a_killed_sweeps_point_whose_row_names_no_run_yet_has_its_run(manifest_file, tmp_path):
+    from hetflow.engine.store import owner
+
+    runs = str(tmp_path / "runs")
+    sweep = hetflow.sweep(manifest_file(MATRIX), runs_dir=runs)
+    first = sweep.runs[0]
+    summary_file = os.path.join(sweep.path, "sweep.json")
+    with open(summary_file) as f:
+        summary = json.load(f)
+    # the summary as a sweep killed just after its first point's run began leaves it: written a moment behind
+    # the points, its row does not name that run yet, and its owner is gone
+    gone = {**owner.current(), "pid": 2**30}
+    summary.update(status="running", owner=gone, ended_at=None)
+    summary["points"][0] = {"name": summary["points"][0]["name"], "values": summary["points"][0]["values"],
+                            "status": "pending"}
+    with open(summary_file, "w") as f:
+        json.dump(summary, f)
+    killed = hetflow.Sweep(sweep.path)
+    assert killed.status == "died"
+    assert killed.runs[0] is not None and killed.runs[0].run_id == first.run_id
+    assert killed.runs[1].run_id == sweep.runs[1].run_id
