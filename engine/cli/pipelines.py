@@ -362,7 +362,7 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
     for line in edited:
         print(printable(f"hetflow: {line}"), file=err)
     ok = rerun_ok and all(r["match"] for r in rows) and not damaged and not edited
-    changed = _changed_sources(record, manifest)
+    changed = _changed_sources(record, manifest) + _changed_environment(record, rerun_record)
     for line in changed:
         print(printable(f"hetflow: {line}"), file=err)
     if args.json:
@@ -416,6 +416,32 @@ def _record_contradicts(record: dict, manifest: Any) -> list[str]:
                                    {k: manifest.params.get(k) for k in (values or {})}):
         said.append(f"the record's matrix point gives {k} = {shown(claimed)}, but the manifest it ran has "
                     f"{shown(ran)}: the record was edited after the run")
+    return said
+
+
+def _changed_environment(record: dict, rerun: Any) -> list[str]:
+    """The library versions and thread pools of the rerun that are not the run's: said whether or not the outputs
+    match, as what the verification did not hold as the run had it."""
+    from hetflow.engine.store.compare import changes, pools_of
+
+    if not isinstance(rerun, dict):
+        return []
+
+    def versions(r: dict) -> dict:
+        return r["versions"] if isinstance(r.get("versions"), dict) else {}
+
+    def shown(value: Any) -> str:
+        return "absent" if value is None else str(value)
+
+    said = []
+    moved = changes(versions(record), versions(rerun))
+    if moved:
+        said.append("the rerun's library versions are not the run's: "
+                    + ", ".join(f"{k} {shown(a)} then, {shown(b)} now" for k, a, b in moved))
+    pools = changes(pools_of(record), pools_of(rerun))
+    if pools:
+        said.append("the rerun's thread pools are not the run's: "
+                    + ", ".join(f"{k} {shown(a)} then, {shown(b)} now" for k, a, b in pools))
     return said
 
 
