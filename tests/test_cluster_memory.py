@@ -62,3 +62,20 @@ def test_every_lost_worker_is_named_though_its_nanny_started_it_after_placement(
     entries = [w for r in record["recovery"] for w in r["lost_workers"]]
     assert entries and all(w["name"] in ("wa", "wb") for w in entries), record["recovery"]
 
+
+def test_the_run_gives_up_at_the_third_restart_for_memory_and_names_that_one(outgrown):
+    """The run said it gave up after 3 restarts in a row, naming the third as the last, while a fourth had
+    happened (its worker named nowhere) and ended it."""
+    code, record, events, err = outgrown
+    assert code == 1 and record["status"] == "failed", err[-3000:]
+    message = record["error"]["message"]
+    assert "restarted for exceeding their memory limit 3 times in a row" in message, message
+    lost = [e for e in events if e["event"] == "worker-lost"]
+    assert len(lost) == 3 and all(e.get("memory") for e in lost), lost
+    assert len(record["recovery"]) == 2, record["recovery"]
+    last = lost[-1]
+    assert f"the last: worker {last['name']} ({last['worker']}) restarted by its nanny" in message, message
+    assert last["rerun"] == []
+    assert record["error"]["lost"]["workers"][0]["address"] == last["worker"]
+    # the first two were recovered from: each entry is the loss its event told
+    assert [r["lost_workers"][0]["address"] for r in record["recovery"]] == [e["worker"] for e in lost[:2]]

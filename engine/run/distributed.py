@@ -93,7 +93,7 @@ from hetflow.engine.run.lowering import TaskGraph, lower
 from hetflow.engine.manifest.validate import Manifest
 from hetflow.engine.plan.costs import human_bytes
 from hetflow.engine.plan.plandata import Plan
-from hetflow.engine.run.recovery import _Gone, _mark_cached, plan_recovery, recover
+from hetflow.engine.run.recovery import _Gone, _mark_cached, outgrown, plan_recovery, recover
 from hetflow.engine.run.runtime import ClusterFailure, NotHeld
 from hetflow.engine.run.workerside import (
     CLOSE_WAIT_S,
@@ -868,14 +868,8 @@ class Cluster:
                     failure = ClusterFailure(f"run {run_id} gave up after {len(recoveries)} recoveries from lost "
                                              f"workers; the last: {outcome.cause}", {"recoveries": list(recoveries)})
                     break
-                last = recoveries[-_MEMORY_KILLS:]
-                if len(last) == _MEMORY_KILLS and all(r.get("memory") for r in last):
-                    # as Dask's allowed-failures: the same work that outgrew its worker would outgrow the next one
-                    failure = ClusterFailure(
-                        f"run {run_id} gave up: its workers were restarted for exceeding their memory limit "
-                        f"{_MEMORY_KILLS} times in a row while running it (the last: {last[-1]['memory']}); give the "
-                        "workers more memory (dask worker --memory-limit) or the run less to hold at once",
-                        {"recoveries": list(recoveries)})
+                failure = outgrown(self, run_id, outcome.workers, recoveries, stream, outcome.cause, _MEMORY_KILLS)
+                if failure is not None:
                     break
                 plan = recover(self, plan, run_id, graph, futures, generation, outcome.workers, recoveries,
                                phase_values, finished, stream, outcome.data, kept=set(kept), cause=outcome.cause,

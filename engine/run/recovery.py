@@ -437,6 +437,36 @@ def _memory_kills(cluster: Any, gone: list[str], detected: float) -> dict[str, s
                f"{human_bytes(rss if isinstance(rss, int) else None)}" for w, rss in held.items()}
 
 
+def outgrown(cluster: Any, run_id: str, gone: list[str], recoveries: list[dict], stream: EventStream, cause: str,
+             times: int) -> ClusterFailure | None:
+    """The failure of a run whose workers their nannies restarted for exceeding their memory limit ``times`` times
+    in a row, the loss of ``gone`` the last of them; None where it is not.
+
+    As Dask's allowed-failures: the same work that outgrew its worker would
+    outgrow the next one. The loss that ends the run is told as the others
+    were (a ``worker-lost`` event, running nothing again) and named in the
+    failure, with the workers' names: a worker its nanny restarted joined
+    after placement.
+    """
+    before = recoveries[len(recoveries) - (times - 1):] if times > 1 else []
+    if len(before) < times - 1 or not all(r.get("memory") for r in before):
+        return None
+    detected = time.time()
+    kills = _memory_kills(cluster, gone, detected)
+    if not kills:
+        return None
+    names = {**cluster.names, **{w.address: w.name for w in cluster.workers()}}
+    _announce(stream, run_id, gone, names, detected, [], {}, cause, kills)
+    last = "; ".join(f"worker {names[w]} ({w}) {why}" if names.get(w) else f"worker {w} {why}"
+                     for w, why in sorted(kills.items()))
+    return ClusterFailure(
+        f"run {run_id} gave up: its workers were restarted for exceeding their memory limit {times} times in a row "
+        f"while running it (the last: {last}); give the workers more memory (dask worker --memory-limit) or the run "
+        "less to hold at once",
+        {"workers": [{"address": w, "name": names.get(w), **({"memory": kills[w]} if w in kills else {})}
+                     for w in gone], "recoveries": list(recoveries)})
+
+
 def _lost(plan: Plan, graph: TaskGraph, futures: Mapping[str, Any], gone: list[str], names: Mapping[str, str],
           reason: str, recoveries: list[dict]) -> ClusterFailure:
     """The failure of a run that cannot recover from losing the ``gone`` workers, saying what was lost and why."""
