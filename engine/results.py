@@ -474,7 +474,10 @@ class _PointRuns(Sequence):
             return None
         run = self._read.get(run_id)
         if run is None:
-            run = self._read[run_id] = Run(os.path.join(self._runs_dir, run_id))
+            folder = os.path.join(self._runs_dir, run_id)
+            if not os.path.lexists(os.path.join(folder, "record.json")):
+                return None  # removed since the sweep was read (hetflow runs gc, by hand), as if it had been then
+            run = self._read[run_id] = Run(folder)
             while len(self._read) > KEPT_RUNS:
                 self._read.popitem(last=False)
         return run

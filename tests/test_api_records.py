@@ -140,3 +140,15 @@ def test_a_killed_sweeps_point_whose_row_names_no_run_yet_has_its_run(manifest_f
     assert killed.status == "died"
     assert killed.runs[0] is not None and killed.runs[0].run_id == first.run_id
     assert killed.runs[1].run_id == sweep.runs[1].run_id
+
+
+def test_a_sweeps_runs_removed_by_runs_gc_after_it_was_read_are_none(manifest_file, tmp_path):
+    from hetflow.engine import cli
+
+    path, runs = manifest_file(MATRIX), str(tmp_path / "runs")
+    older = hetflow.sweep(path, runs_dir=runs)
+    newer = hetflow.sweep(path, runs_dir=runs)
+    assert cli.main(["runs", "gc", "--keep", "1", "--runs-dir", runs]) == 0
+    assert not os.path.exists(older.path) and os.path.isdir(newer.path)
+    assert list(older.runs) == [None, None]
+    assert [r.status for r in newer.runs] == ["succeeded", "succeeded"]
