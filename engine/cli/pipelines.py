@@ -362,7 +362,8 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
     for line in edited:
         print(printable(f"hetflow: {line}"), file=err)
     ok = rerun_ok and all(r["match"] for r in rows) and not damaged and not edited
-    changed = _changed_sources(record, manifest) + _changed_environment(record, rerun_record)
+    changed = (_changed_manifest(record) + _changed_sources(record, manifest)
+               + _changed_environment(record, rerun_record))
     for line in changed:
         print(printable(f"hetflow: {line}"), file=err)
     if args.json:
@@ -417,6 +418,40 @@ def _record_contradicts(record: dict, manifest: Any) -> list[str]:
         said.append(f"the record's matrix point gives {k} = {shown(claimed)}, but the manifest it ran has "
                     f"{shown(ran)}: the record was edited after the run")
     return said
+
+
+def _changed_manifest(record: dict) -> list[str]:
+    """Where the manifest file the run came from now resolves, with the run's params and point, to another manifest
+    than the one the record keeps (and verify reran): rerunning the file would not be this verification."""
+    from datetime import datetime
+
+    from hetflow.engine.errors import HetflowError
+    from hetflow.engine.manifest.validate import compile_manifest, load
+
+    entry = record.get("manifest") if isinstance(record.get("manifest"), dict) else {}
+    path = entry.get("file")
+    if not isinstance(path, str) or not path or path.startswith("<"):  # "<string>": text that was never a file
+        return []
+    try:
+        began = datetime.fromisoformat(str(record.get("started_at")).replace("Z", "+00:00")).timestamp()
+        if os.stat(path).st_mtime < began - 1.0:
+            return []  # not written since the run began: a 100,000-stage manifest is not compiled again to say so
+    except FileNotFoundError:
+        return [f"the manifest file {path} the run came from is no longer there; verify reran the manifest its "
+                "record keeps"]
+    except (OSError, ValueError, TypeError):
+        pass
+    point = record.get("matrix_point") if isinstance(record.get("matrix_point"), dict) else {}
+    values = point.get("values") if isinstance(point.get("values"), dict) else {}
+    overrides = record.get("overrides") if isinstance(record.get("overrides"), dict) else {}
+    try:
+        if compile_manifest(load(path), {**overrides, **values}).digest == entry.get("digest"):
+            return []
+        what = "it resolves to another manifest now"
+    except HetflowError as e:
+        what = f"it no longer compiles: {str(e).splitlines()[0]}"
+    return [f"the manifest file {path} has changed since the run ({what}); verify reran the manifest the run's "
+            f"record keeps: run {path} anew for the change"]
 
 
 def _changed_environment(record: dict, rerun: Any) -> list[str]:
