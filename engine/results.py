@@ -233,21 +233,23 @@ class Run:
             if not isinstance(record, dict):
                 raise UsageError(f"{record_file}: not a run record: its JSON is {_json_kind(record)}, not an object")
         self._record: dict = record
-        # read from the folder as it was named when the run ended, whatever the working directory is by then
-        self._outputs: Mapping[str, Any] = _Outputs(os.path.abspath(self.path), record.get("outputs"))
+        # read from the folder as it was named when the run ended or was opened, whatever the working directory
+        # is by then (a notebook's %cd): its record read again, its outputs
+        self._folder = os.path.abspath(self.path)
+        self._outputs: Mapping[str, Any] = _Outputs(self._folder, record.get("outputs"))
 
     def _fresh(self) -> dict:
         """The record, read again while the one held says ``running``: a run opened while it ran is read as it
         ended, not taken for ``died`` once its process is gone."""
         if self._record.get("status") == "running":  # a run just ended never passes a record that says so
             try:
-                with open(os.path.join(self.path, "record.json"), "rb") as f:
+                with open(os.path.join(self._folder, "record.json"), "rb") as f:
                     now = _loads(f.read())
             except (OSError, ValueError):
                 now = None
             if isinstance(now, dict) and now.get("run_id") == self._record.get("run_id") and now != self._record:
                 self._record, self._shared = now, False
-                self._outputs = _Outputs(os.path.abspath(self.path), now.get("outputs"))
+                self._outputs = _Outputs(self._folder, now.get("outputs"))
         return self._record
 
     @property
@@ -393,7 +395,8 @@ class Sweep:
         if not os.path.isfile(summary_file):
             raise UsageError(f"{self.path}: no sweep summary (sweep.json) here")
         self._summary: dict = read_summary(summary_file)
-        self._runs: Sequence[Run | None] = _PointRuns(os.path.dirname(os.path.abspath(self.path)), self._summary)
+        self._folder = os.path.abspath(self.path)  # as for a Run: read again there, whatever the working directory
+        self._runs: Sequence[Run | None] = _PointRuns(os.path.dirname(self._folder), self._summary)
 
     def _fresh(self) -> None:
         """The summary read again while the one held says ``running``: a sweep opened while it ran is read as it
@@ -403,12 +406,12 @@ class Sweep:
         if self._summary.get("status") != "running":
             return
         try:
-            now = read_summary(os.path.join(self.path, "sweep.json"))
+            now = read_summary(os.path.join(self._folder, "sweep.json"))
         except UsageError:
             return
         if now != self._summary and now.get("sweep_id") == self._summary.get("sweep_id"):
             self._summary = now
-            self._runs = _PointRuns(os.path.dirname(os.path.abspath(self.path)), now)
+            self._runs = _PointRuns(os.path.dirname(self._folder), now)
 
     @property
     def summary(self) -> dict:

@@ -3,10 +3,14 @@ damaged, folders removed, sweeps opened by path."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
+import threading
+import time
 
+import numpy as np
 import pytest
 
 import hetflow
@@ -111,8 +115,6 @@ def test_outputs_of_two_runs_compare_bit_for_bit(manifest_file, tmp_path):
     assert first.outputs == again.outputs and not first.outputs != again.outputs
     assert first.outputs != other.outputs and not first.outputs == other.outputs
     assert hetflow.open_run(again.run_id, runs_dir=runs).outputs == first.outputs
-    import numpy as np
-
     # a file changed since its run is not taken for the run's output, in a comparison as in a read
     np.save(os.path.join(again.path, "y.npy"), np.zeros((3, 2), np.float32))
     with pytest.raises(hetflow.OutputDamaged):
@@ -152,3 +154,34 @@ def test_a_sweeps_runs_removed_by_runs_gc_after_it_was_read_are_none(manifest_fi
     assert not os.path.exists(older.path) and os.path.isdir(newer.path)
     assert list(older.runs) == [None, None]
     assert [r.status for r in newer.runs] == ["succeeded", "succeeded"]
+
+
+def test_a_run_opened_while_it_ran_reads_its_end_after_the_working_directory_changed(manifest_file, tmp_path,
+                                                                                       monkeypatch):
+    path = manifest_file(SMALL)
+    monkeypatch.chdir(tmp_path)
+    began, go, done = threading.Event(), threading.Event(), {}
+
+    def hold(event):
+        if event.get("kind") == "partition" and event.get("event") == "started" and not began.is_set():
+            began.set()
+            go.wait(60)
+
+    worker = threading.Thread(target=lambda: done.update(run=hetflow.run(path, runs_dir="runs", on_event=hold)))
+    worker.start()
+    try:
+        assert began.wait(60)
+        # the running record lands while the run's work goes on: its first partition may start before it
+        for _ in range(6000):
+            if glob.glob(os.path.join("runs", "*", "record.json")):
+                break
+            time.sleep(0.01)
+        opened = hetflow.open_run("latest", runs_dir="runs")
+        assert opened.status == "running"
+    finally:
+        go.set()
+        worker.join(60)
+    assert done["run"].ok
+    os.mkdir("elsewhere")
+    monkeypatch.chdir("elsewhere")  # a notebook's %cd, before the run opened is looked at again
+    assert opened.status == "succeeded" and opened.outputs["y"].shape == (3, 2)
