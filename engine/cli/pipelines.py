@@ -302,7 +302,10 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
         # a folder renamed, or two swapped: its files are the ones its record vouches for, wherever it now is
         print(f"hetflow: note: {os.path.join(args.runs_dir, folder)} holds the record of run {record.get('run_id')}; "
               "its files are verified where they are", file=err)
-    manifest = manifest_from_record(record)
+    try:
+        manifest = manifest_from_record(record)
+    except ManifestError as e:
+        raise _from_elsewhere(e, os.path.join(args.runs_dir, folder, "record.json")) from None
     # refused before the rerun starts: a rerun without the run's own arrays could only fail or differ
     bound = recorded_inputs(record, manifest, given, verb="verify")
     plan = with_inputs(make_plan(manifest, probe), bound)
@@ -396,6 +399,18 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
                    else "MISMATCH")
         print(f"verify {record['run_id']}: {verdict} (rerun {rerun}, a verification run)", file=out)
     return EXIT_OK if ok else EXIT_RUN_FAILED
+
+
+def _from_elsewhere(error: ManifestError, record_file: str) -> Exception:
+    """``error`` of a record's manifest that no longer compiles, or, where the manifest file it names is not on
+    this machine (a runs folder copied from another), the same said of the record, the one file there is."""
+    gone = [d for d in error.diagnostics
+            if d.origin is not None and not os.path.isfile(str(getattr(d.origin, "file", "")))]
+    if not gone or len(gone) != len(error.diagnostics):
+        return error
+    return UsageError("\n".join(
+        f"{record_file}: error: {d.message} (the run's manifest, {d.origin.file}, is not on this machine either: "
+        "a run is rerun where the files it read are)" for d in gone))
 
 
 def _record_contradicts(record: dict, manifest: Any) -> list[str]:
