@@ -203,12 +203,18 @@ def _point_values(matrix_point: Any) -> dict:
     return dict(values) if isinstance(values, Mapping) else {k: v for k, v in matrix_point.items() if k != "name"}
 
 
-def _scalar(run_dir: str, name: str, entry: Mapping[str, Any]) -> float | None:
+def _scalar(run_dir: str, name: str, entry: Mapping[str, Any]) -> float | str | None:
+    """The value of a one-element output; None for any other; why not, as a string, where its file is gone or
+    no longer the array its record's digest names."""
+    from hetflow.engine.errors import OutputDamaged
+
     shape = entry.get("shape")
     if shape is None or math.prod(shape) != 1:
         return None
     try:
         value = float(np.asarray(_output_array(run_dir, entry)).astype(np.float64).ravel()[0])
+    except OutputDamaged as e:
+        return e.why
     except Exception:  # noqa: BLE001 - an unreadable output is a gap in the plot, not a broken report
         return None
     return value  # NaN and inf too: the table shows them as such, the plots leave them out
@@ -221,16 +227,19 @@ def _sweep_points(sweep_dir: str, sweep: Mapping[str, Any], runs_dir: str) -> li
             continue
         run_dir, record = _point_record(sweep_dir, runs_dir, p)
         params = p.get("params") or p.get("values") or _point_values((record or {}).get("matrix_point"))
-        scalars, digests = {}, {}
+        scalars, digests, damaged = {}, {}, {}
         for name, entry in ((record or {}).get("outputs") or {}).items():
             digests[name] = entry.get("digest")
             value = _scalar(run_dir, name, entry) if run_dir else None
-            if value is not None:
+            if isinstance(value, str):
+                damaged[name] = value
+            elif value is not None:
                 scalars[name] = value
         points.append({"name": p.get("name") or p.get("run_id") or "?", "params": dict(params),
                        "run_id": p.get("run_id") or (record or {}).get("run_id"),
                        "status": (status_of(record) if record else None) or p.get("status") or "missing",
                        "duration_s": (record or {}).get("duration_s"), "scalars": scalars, "digests": digests,
+                       "damaged": damaged,
                        "error": ((record or {}).get("error") or {}).get("message") or p.get("error")})
     return points
 

@@ -54,6 +54,8 @@ def render_sweep(sweep_dir: str, sweep: Mapping[str, Any], *, runs_dir: str = "r
                         for k in params)
         outs = "".join(
             f'<td class="num">{_e(_fmt_num(p["scalars"][o]))}</td>' if o in p["scalars"]
+            else f'<td class="bad damaged" title="{_e(p["damaged"][o])}">damaged</td>'
+            if o in p.get("damaged", {})
             else f'<td><code title="{_e(p["digests"].get(o))}">{_e((p["digests"].get(o) or "—")[:15])}</code></td>'
             for o in outputs)
         err = f'<div class="bad">{_e(p["error"])}</div>' if p.get("error") else ""
