@@ -219,7 +219,7 @@ class Run:
     """
 
     def __init__(self, path: str | os.PathLike, record: dict | None = None) -> None:
-        self.path = os.fspath(path)
+        self.path = _folder_named(path, "run", "record.json")
         self._shared = record is not None
         if record is None:
             record_file = os.path.join(self.path, "record.json")
@@ -346,6 +346,19 @@ class Run:
         return f"<hetflow.Run {self.run_id}: {self.status}>"
 
 
+def _folder_named(path: Any, kind: str, file: str) -> str:
+    """``path`` as the text of a run's or sweep's folder; one of another kind, or none, is refused as the
+    Python API refuses a bad argument (:class:`UsageError`), not as a TypeError from inside ``os``."""
+    if not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes):
+        raise UsageError(f"hetflow.{kind.title()}() takes the path of a {kind}'s folder (a str or os.PathLike), got "
+                         f"{type(path).__name__} {path!r:.60}")
+    text = os.fspath(path)
+    if not text or "\0" in text:
+        raise UsageError(f"hetflow.{kind.title()}() takes the path of a {kind}'s folder (the one holding its {file}), "
+                         f"got {text!r:.60}")
+    return text
+
+
 def _mapping(value: Any) -> Mapping:
     """``value`` where it is a mapping, else an empty one: a record edited by hand or damaged is read as far as it
     holds what a record does, not taken apart at the first key that holds something else."""
@@ -390,10 +403,12 @@ class Sweep:
         """The sweep in folder ``path``."""
         from hetflow.engine.store.runs import read_summary
 
-        self.path = os.fspath(path)
+        self.path = _folder_named(path, "sweep", "sweep.json")
         summary_file = os.path.join(self.path, "sweep.json")
         if not os.path.isfile(summary_file):
-            raise UsageError(f"{self.path}: no sweep summary (sweep.json) here")
+            run = " but a run's record: hetflow.open_run() reads it" if os.path.isfile(
+                os.path.join(self.path, "record.json")) else ""
+            raise UsageError(f"{self.path}: no sweep summary (sweep.json) here{run}")
         self._summary: dict = read_summary(summary_file)
         self._folder = os.path.abspath(self.path)  # as for a Run: read again there, whatever the working directory
         self._runs: Sequence[Run | None] = _PointRuns(os.path.dirname(self._folder), self._summary)

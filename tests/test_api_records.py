@@ -185,3 +185,17 @@ def test_a_run_opened_while_it_ran_reads_its_end_after_the_working_directory_cha
     os.mkdir("elsewhere")
     monkeypatch.chdir("elsewhere")  # a notebook's %cd, before the run opened is looked at again
     assert opened.status == "succeeded" and opened.outputs["y"].shape == (3, 2)
+
+
+@pytest.mark.parametrize("given", [5, None, b"runs/x", "", "a\0b"])
+def test_a_run_or_sweep_of_no_folder_path_is_refused_as_a_usage_error(given):
+    for kind in (hetflow.Run, hetflow.Sweep):
+        with pytest.raises(hetflow.UsageError, match=rf"hetflow\.{kind.__name__}\(\) takes the path of a"):
+            kind(given)
+
+
+def test_a_sweep_of_a_runs_folder_says_what_reads_it(finished):
+    folder, _ = finished
+    with pytest.raises(hetflow.UsageError, match=r"no sweep summary \(sweep.json\) here but a run's record: "
+                                                 r"hetflow.open_run\(\) reads it"):
+        hetflow.Sweep(folder)
