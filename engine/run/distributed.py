@@ -343,7 +343,8 @@ class Cluster:
         self._releases: dict[int, Any] = {}  # id(placed plan) -> the release of its executors' places
         # worker address -> why a worker that joined after the workers were asked is not used (another hetflow)
         self.foreign: dict[str, str] = {}
-        self._joined: set[str] = set()  # the addresses of those asked, used or not
+        # those asked, used or not, by address, with their versions where they differ from this process's
+        self._joined: dict[str, WorkerInfo] = {}
 
     @classmethod
     def local(cls, workers: int, threads_per_worker: int | None = None, dashboard: bool = True) -> Cluster:
@@ -705,7 +706,7 @@ class Cluster:
         got = self.patient(lambda: self.client.run(worker_versions, on_error="return",
                                                    workers=[w.address for w in joined]))
         for w in joined:
-            self._joined.add(w.address)
+            self._joined[w.address] = w
             theirs = got.get(w.address)
             if not isinstance(theirs, dict):
                 why = f"{type(theirs).__name__}: {theirs}" if theirs is not None else "it did not answer"
@@ -1100,8 +1101,8 @@ class Cluster:
         """The workers alive now, a restarted one included, with their offers for ``vendors``."""
         known = {w.address: w for w in self.workers()}
         info = self._identity()["workers"]
-        alive = [known.get(a) or WorkerInfo(a, str(w.get("name", a)), int(w.get("nthreads", 1)),
-                                            dict(w.get("resources") or {}))
+        alive = [known.get(a) or self._joined.get(a)
+                 or WorkerInfo(a, str(w.get("name", a)), int(w.get("nthreads", 1)), dict(w.get("resources") or {}))
                  for a, w in info.items() if a not in gone]
         # a worker started by hand that joined meanwhile may import another installation: asked once, as the
         # workers were before placement (a local cluster's are this process's own)

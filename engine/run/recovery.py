@@ -366,12 +366,17 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
     cluster._submit(new_plan, run_id, submitted, futures, recovery.rerun, generation, gen, given)
     cluster.refresh()
     where = {k: new_plan.executors[graph.bound[k]] for k in recovery.rerun if k in graph.bound}
+    # a worker that joined during the run is not in the record's scheduler.workers, written as the run started: the
+    # libraries it runs where they differ from this process's are said where it takes executors over
+    differ = {w.address: w.versions for w in alive}
     recoveries.append({
         "lost_workers": [{"address": w, "name": names.get(w)} for w in gone],
         "detected_at": utc_iso(detected),
         "generation": gen,
         "executors": {n: {"from": {"address": plan.executors[n].worker, "name": plan.executors[n].worker_name},
-                          "to": {"address": e.worker, "name": e.worker_name}} for n, e in moved.items()},
+                          "to": {"address": e.worker, "name": e.worker_name,
+                                 **({"versions": dict(differ[e.worker])} if differ.get(e.worker) else {})}}
+                      for n, e in moved.items()},
         "recomputed": [{"task": k, "executor": where[k].name if k in where else None,
                         "worker": where[k].worker if k in where else None,
                         "had_finished": k in ran or k in completed, "restored": k in recovery.restore}
