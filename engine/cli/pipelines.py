@@ -297,7 +297,9 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
     record = read_record(args.runs_dir, folder, whole=True)
     status = status_of(record)
     if status != "succeeded":
-        raise UsageError(f"run {args.run_id} did not succeed (status {status}); there is nothing to verify")
+        named = args.run_id if args.run_id == folder else f"{args.run_id} ({folder})"
+        raise UsageError(f"run {named} did not succeed (status {status}); there is nothing to verify: verify reruns "
+                         "a run that succeeded and compares its outputs")
     if record.get("run_id") != folder:
         # a folder renamed, or two swapped: its files are the ones its record vouches for, wherever it now is
         print(f"hetflow: note: {os.path.join(args.runs_dir, folder)} holds the record of run {record.get('run_id')}; "
