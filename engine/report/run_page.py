@@ -76,6 +76,9 @@ def _section_header(record: Mapping[str, Any]) -> str:
     version_text = " · ".join(f"{k} {v}" for k, v in versions.items() if v and k in ("hetflow", "python", "numpy", "dask", "distributed", "cupy"))
     scheduler = record.get("scheduler") if isinstance(record.get("scheduler"), Mapping) else {}
     notes.extend(_recovery_notes(record.get("recovery")))
+    if isinstance(record.get("verifies"), str):  # without it, the page reads as a run of the manifest like any other
+        notes.append(f"a verification run (hetflow verify) of run {record['verifies']}: it reran that run's manifest "
+                     "without the cache, to compare its outputs with that run's")
     facts = [
         ("run id", f'<code>{_e(record.get("run_id"))}</code>'),
         ("manifest", f'<code>{_e(manifest.get("file"))}</code>'),
