@@ -49,3 +49,21 @@ def test_a_damaged_scalar_reads_damaged_in_the_sweep_table(tmp_path, harm, why):
     assert re.search(r'<tr class="point" data-point="sd\[w=3.0\]">.*?<td class="num">18</td>', text)
     plot = text.split('data-output="s"', 1)[1].split("</svg>", 1)[0]
     assert plot.count("<circle") == 2
+
+
+@pytest.mark.parametrize("matrix", [[1], "w: [1, 2]", 5])
+def test_a_summary_whose_matrix_is_no_mapping_is_drawn_from_its_points(tmp_path, matrix):
+    """hetflow's summaries keep no matrix; one written or edited by another tool in another form was refused as
+    'could not be drawn ... or hetflow has a bug', with a crash log."""
+    (tmp_path / "m.yaml").write_text(MANIFEST)
+    runs, out, err = tmp_path / "runs", io.StringIO(), io.StringIO()
+    assert main(["run", str(tmp_path / "m.yaml"), "--runs-dir", str(runs), "--quiet", "--json"], out, err) == 0
+    sweep_id = json.loads(out.getvalue())["sweep_id"]
+    summary = runs / sweep_id / "sweep.json"
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "matrix": matrix}))
+    page, err = tmp_path / "sweep.html", io.StringIO()
+    assert main(["report", sweep_id, "--runs-dir", str(runs), "-o", str(page)], io.StringIO(), err) == 0, \
+        err.getvalue()
+    text = page.read_text()
+    assert [m for m in re.findall(r'data-point="([^"]*)"', text)] == ["sd[w=1.0]", "sd[w=2.0]", "sd[w=3.0]"]
+    assert text.count("<circle") == 3

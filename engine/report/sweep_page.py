@@ -23,7 +23,8 @@ __all__ = ["SWEEP_FORMAT", "render_sweep"]
 def render_sweep(sweep_dir: str, sweep: Mapping[str, Any], *, runs_dir: str = "runs") -> str:
     """The report page of a matrix sweep: one row per point, plots of scalar outputs against each swept param."""
     points = _sweep_points(sweep_dir, sweep, runs_dir)
-    matrix = sweep.get("matrix") or {}
+    # hetflow's own summaries keep no matrix (their points' values say it); another tool's may, in any form
+    matrix = sweep.get("matrix") if isinstance(sweep.get("matrix"), Mapping) else {}
     listed = sweep.get("params") if isinstance(sweep.get("params"), list) else []
     params = [k for k in matrix if k not in ("include", "exclude")] or [str(k) for k in listed] or list(
         dict.fromkeys(k for p in points for k in p["params"]))
