@@ -136,8 +136,9 @@ class Failure:
 class _Outputs(Mapping):
     """A run's outputs by name, each read from its run folder when first asked for."""
 
-    def __init__(self, path: str, entries: Any) -> None:
+    def __init__(self, path: str, entries: Any, record: Mapping[str, Any] | None = None) -> None:
         self._path = path
+        self._record = record if record is not None else {}  # what says why a declared output is not there
         # a record whose outputs are not a mapping (edited, damaged) has none that can be read
         self._broken = entries is not None and not isinstance(entries, Mapping)
         self._entries: Mapping[str, Any] = {} if self._broken or entries is None else entries
@@ -150,7 +151,7 @@ class _Outputs(Mapping):
             raise OutputDamaged(name, "the run's record lists its outputs as no mapping of names to entries")
         if name not in self._entries:
             known = ", ".join(self._entries) or "none"
-            raise KeyError(f"the run has no output {name!r} (outputs: {known})")
+            raise KeyError(f"the run has no output {name!r} (outputs: {known}){self._unwritten(name)}")
         if name not in self._loaded:
             entry = self._entries[name]
             if not isinstance(entry, Mapping):
@@ -190,6 +191,23 @@ class _Outputs(Mapping):
         if "file" in a or "file" in b:
             return "file" in a and "file" in b and a["digest"] == b["digest"]
         return json.dumps(mine, sort_keys=True, default=repr) == json.dumps(theirs, sort_keys=True, default=repr)
+
+    def _unwritten(self, name: str) -> str:
+        """Why an output the manifest declares is not there: the run did not succeed (or has not ended), which a
+        bare "no output" did not say of a run that failed."""
+        from hetflow.engine.store.runs import status_of
+
+        declared = _mapping(_mapping(self._record.get("plan")).get("outputs"))
+        status = status_of(self._record)
+        if name not in declared or status == "succeeded" or not isinstance(status, str):
+            return ""
+        if status == "running":
+            return ": the run is still running, and its outputs are written when it ends"
+        if status == "died":
+            return ": the run died (its process ended before its final record, which names the outputs)"
+        error = self._record.get("error")
+        said = _said(error.get("message") if isinstance(error, Mapping) else error)
+        return f": the run {status}{f' ({said})' if said else ''}, so it wrote none"
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
@@ -236,7 +254,7 @@ class Run:
         # read from the folder as it was named when the run ended or was opened, whatever the working directory
         # is by then (a notebook's %cd): its record read again, its outputs
         self._folder = os.path.abspath(self.path)
-        self._outputs: Mapping[str, Any] = _Outputs(self._folder, record.get("outputs"))
+        self._outputs: Mapping[str, Any] = _Outputs(self._folder, record.get("outputs"), record)
 
     def _fresh(self) -> dict:
         """The record, read again while the one held says ``running``: a run opened while it ran is read as it
@@ -249,7 +267,7 @@ class Run:
                 now = None
             if isinstance(now, dict) and now.get("run_id") == self._record.get("run_id") and now != self._record:
                 self._record, self._shared = now, False
-                self._outputs = _Outputs(self._folder, now.get("outputs"))
+                self._outputs = _Outputs(self._folder, now.get("outputs"), now)
         return self._record
 
     @property

@@ -199,3 +199,20 @@ def test_a_sweep_of_a_runs_folder_says_what_reads_it(finished):
     with pytest.raises(hetflow.UsageError, match=r"no sweep summary \(sweep.json\) here but a run's record: "
                                                  r"hetflow.open_run\(\) reads it"):
         hetflow.Sweep(folder)
+
+
+def test_an_output_of_a_run_that_did_not_succeed_says_why_it_is_not_there(finished):
+    from hetflow.engine.store import owner
+
+    folder, record = finished
+    failed = _edited(folder, record, "failed", status="failed", outputs={},
+                     error={"message": "stage 'y' failed: boom", "node": "y"})
+    with pytest.raises(KeyError, match=r"the run has no output 'y' \(outputs: none\): the run failed \(stage 'y' "
+                                        r"failed: boom\), so it wrote none"):
+        failed.outputs["y"]
+    with pytest.raises(KeyError, match=r"no output 'q' \(outputs: none\)\"$"):
+        failed.outputs["q"]  # not one the manifest declares: nothing more to say
+    died = _edited(folder, record, "died", status="running", outputs={}, owner={**owner.current(), "pid": 2**30})
+    assert died.status == "died"
+    with pytest.raises(KeyError, match=r"the run died \(its process ended before its final record"):
+        died.outputs["y"]
