@@ -57,6 +57,11 @@ def render_run(run_dir: str, record: Mapping[str, Any], *, graph: str = "auto") 
     return _page(title, nav, body, big=_BIG_PLAN in plan or _BIG_TIMELINE in timeline)
 
 
+def _device_text(device: Mapping[str, Any]) -> str:
+    """A device of the inventory as ``name (bus address)``; what a record edited by hand holds there, as text."""
+    return f'{device.get("display_name", "")} ({device.get("bus_address", "")})'
+
+
 def _section_header(record: Mapping[str, Any]) -> str:
     manifest = record.get("manifest") or {}
     name = manifest.get("name") or (record.get("plan") or {}).get("name") or "run"
@@ -70,7 +75,7 @@ def _section_header(record: Mapping[str, Any]) -> str:
     inventory = record.get("inventory") or []
     inv_rows = "".join(
         f'<tr><td>{_e(o.get("vendor"))}</td><td>{"✓ available" if o.get("available") else "unavailable"}</td>'
-        f'<td>{_e(o.get("reason"))}</td><td>{_e(", ".join(d.get("display_name", "") + " (" + d.get("bus_address", "") + ")" for d in o.get("devices") or []))}</td>'
+        f'<td>{_e(o.get("reason"))}</td><td>{_e(", ".join(_device_text(d) for d in o.get("devices") or []))}</td>'
         f'<td>{_e(", ".join(o.get("dtypes") or []))}</td></tr>' for o in inventory if isinstance(o, Mapping))
     versions = record.get("versions") or {}
     version_text = " · ".join(f"{k} {v}" for k, v in versions.items() if v and k in ("hetflow", "python", "numpy", "dask", "distributed", "cupy"))
