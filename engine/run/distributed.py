@@ -841,7 +841,7 @@ class Cluster:
         graph = lower(plan, _OnWorker(run_id))
         client.subscribe_topic(topic, on_event)
         ids = self._ids()
-        plugin = HetflowWorkerPlugin(run_id, plan, cache, ids)
+        plugin = HetflowWorkerPlugin(run_id, plan, cache, ids, client=client.id)
         futures: dict[str, Any] = {}
         failure: BaseException | None = None
         results: list[Any] = []

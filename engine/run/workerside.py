@@ -38,6 +38,11 @@ __all__ = ["HetflowWorkerPlugin", "ExitPlugin", "WorkerInfo", "worker_offers", "
 PLUGIN_PREFIX = "hetflow-run-"
 RESOURCE_PREFIX = "executor-"
 CLOSE_WAIT_S = 30.0
+# How often a worker asks the scheduler whether the client of a run it hosts is still connected, and how long
+# that client may stay away before the worker gives the run's handles back: Dask's client takes up to 10 s to
+# reconnect after a dropped connection, under its own id.
+_CLIENT_POLL_S = 2.0
+_CLIENT_GONE_S = 15.0
 
 
 def worker_offers(vendors: list[str]) -> list[Offer]:
@@ -105,8 +110,13 @@ class HetflowWorkerPlugin(WorkerPlugin):
     idempotent = False
 
     def __init__(self, run_id: str, plan: Plan, cache: CacheUse | None = None,
-                 ids: Mapping[str, str] | None = None) -> None:
+                 ids: Mapping[str, str] | None = None, client: str | None = None) -> None:
         self.run_id = run_id
+        # the id of the client that runs it: a client that dies (SIGKILL, the OOM killer, its machine lost)
+        # unregisters nothing, and the run's executors and handles would stay in the workers for good
+        self.client = client
+        self._watch: Any = None
+        self._away_since: float | None = None
         self.paused = False
         self.revoked: set[tuple[str, int]] = set()
         self.completed: set[str] = set()
@@ -127,7 +137,7 @@ class HetflowWorkerPlugin(WorkerPlugin):
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["runtime"], state["_cond"] = None, None
+        state["runtime"], state["_cond"], state["_watch"] = None, None, None
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -153,8 +163,49 @@ class HetflowWorkerPlugin(WorkerPlugin):
         # before any task of the run: the first partition on this worker is timed on its own work
         worker.log_event(topic, {"event": "warm-up", "kind": "run", "id": self.run_id, "worker": worker.address,
                                  "duration_s": self.runtime.warm_up(), "time": time.time()})
+        if self.client is not None:
+            from tornado.ioloop import PeriodicCallback
+
+            # setup runs on the worker's event loop, where the callback then runs
+            self._watch = PeriodicCallback(lambda: self._look_for_client(worker), _CLIENT_POLL_S * 1000)
+            self._watch.start()
+
+    async def _look_for_client(self, worker: Any) -> None:
+        """Close the run here once its client has left the scheduler for :data:`_CLIENT_GONE_S`.
+
+        The scheduler logs ``add-client`` and ``remove-client`` under the
+        client's id; a client that left and did not come back is the run's
+        process gone. The plugin is then unregistered from the scheduler,
+        which tears it down on every worker (its handles given back) and
+        stops handing it to workers that join.
+        """
+        try:
+            events = await worker.scheduler.events(topic=self.client)
+        except Exception:  # noqa: BLE001 - a scheduler out of reach is Dask's to tell; the next look asks again
+            return
+        last = events[-1][1] if events else None
+        if not (isinstance(last, dict) and last.get("action") == "remove-client"):
+            self._away_since = None
+            return
+        now = time.monotonic()
+        if self._away_since is None:
+            self._away_since = now
+        if now - self._away_since < _CLIENT_GONE_S or self._watch is None:
+            return
+        self._stop_watching()
+        self.close()
+        try:
+            await worker.scheduler.unregister_worker_plugin(name=self.name)
+        except Exception:  # noqa: BLE001 - another worker unregistered it first: its teardown reaches this one too
+            pass
+
+    def _stop_watching(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
 
     def teardown(self, worker: Any) -> None:
+        self._stop_watching()
         if self.runtime is not None:
             self.runtime.handles.release_all()
             self.runtime = None
