@@ -24,6 +24,7 @@ Examples
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -161,10 +162,16 @@ class _Outputs(Mapping):
 
                 # the entry the run's record holds (its digest checks the file), not record.json read again:
                 # that file may be gone or damaged since, which is the output's loss only if the output is
-                self._loaded[name] = read_output(self._path, name, entry)
+                array = read_output(self._path, name, entry)
+                # kept and handed out again: changed in place (p /= 2), it would be handed out changed, no longer
+                # the run's output, and its digest would still say it is
+                array.flags.writeable = False
+                self._loaded[name] = array
             else:
                 self._loaded[name] = entry.get("value")
-        return self._loaded[name]
+        value = self._loaded[name]
+        # a phase's list or mapping value, the caller's own for the same reason
+        return copy.deepcopy(value) if isinstance(value, (list, dict)) else value
 
     def __eq__(self, other: object) -> bool:
         """The same names, each output the same bit for bit: its shape, dtype and bytes (the digest its record

@@ -216,3 +216,17 @@ def test_an_output_of_a_run_that_did_not_succeed_says_why_it_is_not_there(finish
     assert died.status == "died"
     with pytest.raises(KeyError, match=r"the run died \(its process ended before its final record"):
         died.outputs["y"]
+
+
+def test_an_output_changed_in_place_by_the_caller_is_not_handed_out_as_the_runs(finished):
+    folder, record = finished
+    run = hetflow.open_run(folder)
+    y = run.outputs["y"]
+    with pytest.raises(ValueError, match="read-only"):
+        y *= 2  # a notebook's in-place edit: refused, not kept as the run's output
+    mine = run.outputs["y"].copy()
+    mine *= 2
+    assert run.outputs["y"].tolist() == (mine / 2).tolist()
+    listed = _edited(folder, record, "listed", outputs={"steps": {"phase": "run", "value": [1, 2], "digest": "d"}})
+    listed.outputs["steps"].append(3)
+    assert listed.outputs["steps"] == [1, 2]
