@@ -229,9 +229,11 @@ class _Outputs(Mapping):
 class Run:
     """One run, read from its folder: ``status``, ``run_id``, ``path``, ``outputs``, ``record``, ``failures``.
 
-    ``outputs[NAME]`` is a numpy array with the output's exact dtype
-    (``ml_dtypes`` types for bf16, fp8 and int4) or, for a scalar output
-    of an emulator phase, its value. ``record`` is ``record.json`` as a
+    ``outputs[NAME]`` is a read-only numpy array with the output's exact
+    dtype (``ml_dtypes`` types for bf16, fp8 and int4; ``.copy()`` to
+    change it) or, for a scalar output of an emulator phase, its value;
+    ``r1.outputs == r2.outputs`` when both runs' outputs are the same bit
+    for bit. ``record`` is ``record.json`` as a
     dict. In a notebook the run shows a summary table.
 
     A run that has just ended passes its record as ``record``, taken as
