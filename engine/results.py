@@ -162,14 +162,14 @@ class _Outputs(Mapping):
 
                 # the entry the run's record holds (its digest checks the file), not record.json read again:
                 # that file may be gone or damaged since, which is the output's loss only if the output is
-                array = read_output(self._path, name, entry)
-                # kept and handed out again: changed in place (p /= 2), it would be handed out changed, no longer
-                # the run's output, and its digest would still say it is
-                array.flags.writeable = False
-                self._loaded[name] = array
+                self._loaded[name] = read_output(self._path, name, entry)
             else:
                 self._loaded[name] = entry.get("value")
         value = self._loaded[name]
+        if hasattr(getattr(value, "flags", None), "writeable"):  # an array
+            # kept and handed out again: changed in place (p /= 2), it would be handed out changed, no longer the
+            # run's output, and its digest would still say it is (set on each read: a pickle's copy is writable)
+            value.flags.writeable = False
         # a phase's list or mapping value, the caller's own for the same reason
         return copy.deepcopy(value) if isinstance(value, (list, dict)) else value
 

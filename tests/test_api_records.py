@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import pickle
 import shutil
 import threading
 import time
@@ -227,6 +228,9 @@ def test_an_output_changed_in_place_by_the_caller_is_not_handed_out_as_the_runs(
     mine = run.outputs["y"].copy()
     mine *= 2
     assert run.outputs["y"].tolist() == (mine / 2).tolist()
+    copied = pickle.loads(pickle.dumps(run))  # a notebook's saved state, or a service's worker
+    with pytest.raises(ValueError, match="read-only"):
+        copied.outputs["y"][0, 0] = 9
     listed = _edited(folder, record, "listed", outputs={"steps": {"phase": "run", "value": [1, 2], "digest": "d"}})
     listed.outputs["steps"].append(3)
     assert listed.outputs["steps"] == [1, 2]
