@@ -1,4 +1,5 @@
-"""A ``hetflow run`` on a cluster started by hand whose own process dies (SIGKILL, the OOM killer) mid-run.
+"""A ``hetflow run`` on a cluster started by hand whose own process dies mid-run (SIGKILL, the OOM killer, or a
+SIGTERM that cancels it).
 
 The cluster outlives it: what the run held in the workers must not.
 """
@@ -33,10 +34,12 @@ def hold(xp, x, *, path: str):
 """
 
 
-def test_a_run_whose_process_died_gives_its_handles_back_on_the_workers(tmp_path):
-    """The run's worker plugin stayed registered when its process was killed: every worker kept the run's
-    executors and the activations they held until the worker itself ended, and every worker that joined later
-    was handed the dead run's plugin."""
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_run_whose_process_died_gives_its_handles_back_on_the_workers(tmp_path, sig):
+    """The run's worker plugin stayed registered when its process was killed, or cancelled by SIGTERM (which
+    leaves the run's cluster work behind as it writes the record): every worker kept the run's executors and the
+    activations they held until the worker itself ended, and every worker that joined later was handed the dead
+    run's plugin."""
     from distributed import Client
 
     # defined here, so that they travel to the workers by value: the workers cannot import this test module
@@ -75,8 +78,8 @@ def test_a_run_whose_process_died_gives_its_handles_back_on_the_workers(tmp_path
                         break
                 held = client.run(_held)
                 assert sum(n for h in held.values() for r in h.values() for n in r.values()) > 0, held
-                run.send_signal(signal.SIGKILL)
-                run.wait(30)
+                run.send_signal(sig)
+                assert run.wait(60) == (-sig if sig == signal.SIGKILL else 128 + sig)
             finally:
                 go.touch()
                 if run is not None and run.poll() is None:
