@@ -329,7 +329,7 @@ class Run:
         error = record.get("error") or {}
         if not isinstance(error, Mapping):  # a record edited by hand: its error said as it is
             error = {"message": str(error)}
-        tb = os.path.join(self.path, error["traceback_file"]) if isinstance(error.get("traceback_file"), str) else None
+        tb = os.path.join(self._folder, error["traceback_file"]) if isinstance(error.get("traceback_file"), str) else None
         plan_nodes = _mapping(_mapping(record.get("plan")).get("nodes"))
         blamed = _said(error.get("node"))
         out = []

@@ -234,3 +234,23 @@ def test_an_output_changed_in_place_by_the_caller_is_not_handed_out_as_the_runs(
     listed = _edited(folder, record, "listed", outputs={"steps": {"phase": "run", "value": [1, 2], "digest": "d"}})
     listed.outputs["steps"].append(3)
     assert listed.outputs["steps"] == [1, 2]
+
+
+def test_a_failures_traceback_file_is_found_after_the_working_directory_changed(manifest_file, tmp_path,
+                                                                                  monkeypatch, registry):
+    (tmp_path / "failing.py").write_text(
+        "from hetflow import op\n\n\n"
+        "@op('t.refuse', dtypes=['fp32'])\n"
+        "def refuse(xp, x):\n"
+        "    \"\"\"Refuses every array.\"\"\"\n"
+        "    raise ValueError('refused')\n")
+    path = manifest_file(SMALL.replace("y: {op: relu, inputs: [x]}", "y: {op: t.refuse, inputs: [x]}")
+                         .replace("executors:", "plugins: [failing.py]\nexecutors:"))
+    monkeypatch.chdir(tmp_path)
+    run = hetflow.run(path, runs_dir="runs")
+    assert run.status == "failed"
+    os.mkdir("elsewhere")
+    monkeypatch.chdir("elsewhere")  # a notebook's %cd before the failure is looked at
+    traceback_file = run.failures[0].traceback_file
+    with open(traceback_file) as f:
+        assert "refused" in f.read()
