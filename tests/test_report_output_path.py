@@ -65,6 +65,16 @@ def test_report_refuses_to_write_over_a_file_the_run_keeps_or_read(swept, target
     assert path.read_bytes() == before
 
 
+def test_report_refuses_to_make_a_record_in_a_sweeps_folder(swept):
+    root, runs, sweep, points = swept
+    path = runs / sweep / "record.json"
+    code, out, err = _cli("report", points[0], "--runs-dir", str(runs), "-o", str(path))
+    assert code == 2 and not path.exists()
+    assert f"-o {path} would put a record.json in the folder of the sweep {sweep}" in err
+    code, out, err = _cli("report", sweep, "--runs-dir", str(runs), "-o", str(runs / sweep / "report.html"))
+    assert code == 0, err
+
+
 def test_report_replaces_its_own_page_and_any_other_file(swept, tmp_path):
     root, runs, sweep, points = swept
     for path in (runs / points[0] / "report.html", tmp_path / "old.html"):

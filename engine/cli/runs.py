@@ -262,8 +262,7 @@ def cmd_report(args: argparse.Namespace, out, err) -> int:
     if args.output and args.output != "-":
         kept = _kept_by(located, args.output)
         if kept:
-            raise UsageError(f"-o {args.output} is {kept}, which the report would replace; write the page to another "
-                             f"file (-o {located.kind}-report.html)")
+            raise UsageError(f"-o {args.output} {kept}; write the page to another file (-o {located.kind}-report.html)")
     try:
         page = report.render(located, runs_dir=args.runs_dir, graph=args.graph)
     except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:
@@ -290,9 +289,10 @@ def cmd_report(args: argparse.Namespace, out, err) -> int:
 
 
 def _kept_by(located, path: str) -> str | None:
-    """What ``path`` is to the run or sweep being reported, where it is one of the files it keeps or read (its
-    record or summary, an output, the manifest, a plugin, a data or input file, a guest program); else None.
-    The page that ``report`` wrote there before is none of them, and is replaced as any other file."""
+    """Why ``path`` may not take the page, said after ``-o PATH``: it is one of the files a run or sweep keeps (its
+    record or summary, an output) or the one being reported read (the manifest, a plugin, a data or input file,
+    a guest program), or it would be a record or summary in a folder of the other kind; else None. The page that
+    ``report`` wrote there before is none of them, and is replaced as any other file."""
     def same(other) -> bool:
         try:
             return isinstance(other, str) and os.path.samefile(path, other)
@@ -302,9 +302,15 @@ def _kept_by(located, path: str) -> str | None:
     data = located.data if isinstance(located.data, dict) else {}
     # any run's or sweep's folder, this one's or another's in the runs directory: its files are its account
     folder, name = os.path.split(os.path.realpath(path))
+    # a page named record.json beside a sweep's summary (or sweep.json beside a record) would make its folder read
+    # as the other kind, and unreadable
+    taken = os.path.isfile(path) or name in ("record.json", "sweep.json")
     for kind, summary in (("run", "record.json"), ("sweep", "sweep.json")):
-        if name != "report.html" and os.path.isfile(path) and os.path.isfile(os.path.join(folder, summary)):
-            return f"a file of the {kind} {os.path.basename(folder)} ({name})"
+        if name != "report.html" and taken and os.path.isfile(os.path.join(folder, summary)):
+            if not os.path.isfile(path):
+                return (f"would put a {name} in the folder of the {kind} {os.path.basename(folder)}, which would then "
+                        "read as another kind of folder, and unreadable")
+            return f"is a file of the {kind} {os.path.basename(folder)} ({name}), which the report would replace"
     manifest = data.get("manifest")
     read = [("the manifest it ran", manifest.get("file") if isinstance(manifest, dict) else manifest)]
     for key, what in (("data", "a file it loaded"), ("inputs", "an input file it read"),
@@ -317,5 +323,5 @@ def _kept_by(located, path: str) -> str | None:
              if isinstance(p, dict)]
     for what, file in read:
         if same(file):
-            return f"{what} ({file})"
+            return f"is {what} ({file}), which the report would replace"
     return None
