@@ -46,7 +46,7 @@ import dask.threaded
 from hetflow.engine.store import owner
 from hetflow.engine.run import threads
 from hetflow.engine.store.cache import Cache, CacheUse, partition_keys, uncached_stages
-from hetflow.engine.run.cancel import Cancel, Cancelled, current
+from hetflow.engine.run.cancel import Cancel, Cancelled, current, interrupts_held
 from hetflow.engine.errors import RunCancelled, RunFailed, StageFailure, StorageUnavailable, UsageError, is_storage_error
 from hetflow.engine.heap import frozen_heap
 from hetflow.engine.run.events import EventStream, Sink, run_event
@@ -175,129 +175,141 @@ def _execute(
     """
     cancel = cancel or current() or Cancel()
     phases = getattr(manifest, "phases", {})
-    if resume is not None:
-        run_id, run_dir = resume, os.path.join(runs_dir, resume)
-    else:
-        if cancel.requested:
-            # a sweep's point (or a run) that a signal stopped before it began has no folder to leave behind: a
-            # second signal's exit would leave it empty
-            raise RunCancelled(f"run of {manifest.name} cancelled by {cancel.signal or 'request'} before it began",
-                               None, cancel.signal)
-        try:
-            run_id, run_dir = new_run_dir(runs_dir, manifest.name, manifest.digest)
-        except OSError as e:
-            if not is_storage_error(e):
-                raise
-            raise StorageUnavailable(f"a run's folder could not be made in {runs_dir}: {e.strerror}") from e
-    record_path = os.path.join(run_dir, "record.json")
-    # until the run's own forced-exit hook is in place (after its running record), a second signal leaves no
-    # empty folder behind, which a sweep's summary would name as a cancelled point's run
-    unbegun = cancel.on_forced_exit(lambda: _remove_unbegun(run_dir)) if resume is None else (lambda: None)
-    earlier = _earlier_attempts(record_path) if resume is not None else []
-    resumed_blas = earlier[-1].pop("blas", None) if earlier else None  # its threads, not kept among the attempts
-    if resume is not None:
-        # an earlier attempt killed during a write left its temporary file (a whole record perhaps, saying what
-        # this one's will not); its folder is this attempt's now, under its lock
-        remove_temporaries(run_dir)
-    if on_run_id is not None:
-        on_run_id(run_id)
-    cancel.name_subject("run", run_id, record_path)
-    watch = Stopwatch()
-    started = watch.started
-    # before the keys: a file that changes between the two fails its load stage, whose check is by these digests,
-    # rather than one key made from bytes the stage does not check
-    data_files, reads = _data_files(manifest)
-    programs = _programs(manifest)
-    if earlier:
-        _say_changed_data(data_files, earlier[-1].get("data") or {}, run_id)
-        _say_changed_programs(programs, earlier[-1].get("programs") or {}, run_id)
-    # a phase's array is not content-addressed (the guest's run is its source), so its consumers are not cached;
-    # without the cache no key is computed (0.6 s of a 10,000-partition run)
-    keys = partition_keys(plan, uncached_stages(manifest)) if use_cache else {}
-    cache_use = CacheUse(Cache(cache_dir or os.path.join(runs_dir, ".cache")), keys, read=use_cache, write=use_cache)
-    if resumed_blas is None and earlier and earlier[-1].get("status") == owner.DIED:
-        # a killed attempt's record never named its threads: the entries it stored say them
-        resumed_blas = _threads_stored_since(cache_use.cache, keys, earlier[-1].get("started_at"))
-    record: dict[str, Any] = {
-        "format": RECORD_FORMAT,
-        "run_id": run_id,
-        "status": "running",
-        "started_at": (earlier[0].get("started_at") if earlier else None) or utc_iso(started),
-        "ended_at": None,
-        "duration_s": None,
-        "manifest": {"file": os.path.abspath(manifest.file), "name": manifest.name,
-                     "digest": manifest.digest, "resolved": manifest.resolved},
-        "params": dict(manifest.params),
-        "overrides": dict(overrides or {}),
-        "matrix_point": dict(matrix_point) if matrix_point else None,
-        "schedule": dict(schedule) if schedule else None,
-        "plugins": [p.to_json() for p in getattr(manifest, "plugins", ())],
-        "data": data_files,
-        "programs": programs,
-        "inputs": {k: dict(v) for k, v in (inputs or {}).items()},
-        "resumed": resume is not None,
-        "attempts": earlier + [{"attempt": len(earlier) + 1, "started_at": utc_iso(started), "ended_at": None,
-                                "duration_s": None, "status": "running"}],
-        "verifies": verifies,
-        "owner": owner.current(),
-        "host": None,  # the initial write asks git for it
-        "scheduler": cluster.describe() if cluster is not None else {"kind": "threads", "workers": num_workers or os.cpu_count()},
-        "versions": versions(),
-        "inventory": [o.to_json() for o in inventory(_named_vendors(manifest, plan))],
-        "executors": None,  # the devices each executor bound, once they are created (_bound_executors)
-        "plan": plan_json if plan_json is not None else plan.to_json(),
-        "nodes": {n: {"status": "pending", "partition": p.partition, "executor": p.executor}
-                  for n, p in plan.nodes.items()},
-        "tasks": [],
-        "outputs": {},
-        "error": None,
-        "live_activations_after": None,
-    }
-    if earlier:
-        _say_changed_plugins(record["plugins"], earlier[-1].get("plugins") or {}, run_id)
-    # the plan and the resolved manifest are the record's largest constant parts: encoded once for every write
-    known = _PLAN_DATA.get(id(plan))
-    encoded = {"plan": known[1] if known is not None and known[0] is record["plan"] else encode_entries(record["plan"]),
-               "manifest": encode_value(record["manifest"])}
-    first_written = _initial_write(record_path, record, encoded, manifest.file)
-    final_written = threading.Event()
-    # One writer of the final record at a time. A second signal's forced exit takes it and keeps it until the
-    # process ends: a run thread then never starts a write that os._exit would cut short, nor replaces the
-    # record the exit wrote. Reentrant: the signal may interrupt the main thread in the middle of its own write.
-    writing = threading.RLock()
-    sealed = threading.Event()
-    runtime: Any = None
-    sink = None
-    if on_event is not None:
-        tag = {"run": run_id, **event_tag} if event_tag else None
-
-        def sink(event: dict) -> None:
-            try:
-                # a copy: what the caller's code puts in it or takes out (a value no JSON holds) is not the record's
-                on_event({**event, **tag} if tag else dict(event))
-            except BaseException as e:  # noqa: BLE001 - a sys.exit() in it too: re-raised, named in the record
-                # the caller's own code stopped the run: its record says so, not only what was raised
-                e.hetflow_raised_in = "on_event"
-                raise
-
-    stream = EventStream([sink] if sink is not None else [])
-
-    def forced_exit() -> None:
-        # A second signal: the process ends now; leave a record that says so, unless the full one is written.
-        writing.acquire(timeout=_SEAL_WAIT_S)  # a write under way ends first; a stuck disk does not hold the exit
-        sealed.set()
-        if final_written.is_set():
-            return
-        _write_ended(record_path, record, encoded, Cancelled(cancel.signal, cancel.at), cancel, runtime, stream,
-                     watch, first_written, forced=True)
-        # the signal may have come in the middle of the final write, which never ends now
-        remove_partial_writes(record_path)
-
-    forget_hook = cancel.on_forced_exit(forced_exit)
-    unbegun()
-    # the outputs' files, each written as soon as it is known and committed with the final record
-    outputs = Batch()
+    # A Ctrl-C (Python's own handler, a KeyboardInterrupt at any line) is held from here until the run's record
+    # can say it was cancelled: one that came between the running record's hand-over to its writer and the
+    # handler below left that record running for as long as the process lived
+    held = contextlib.ExitStack()
+    came = held.enter_context(interrupts_held())
     try:
+        if resume is not None:
+            run_id, run_dir = resume, os.path.join(runs_dir, resume)
+        else:
+            if cancel.requested:
+                # a sweep's point (or a run) that a signal stopped before it began has no folder to leave behind: a
+                # second signal's exit would leave it empty
+                raise RunCancelled(f"run of {manifest.name} cancelled by {cancel.signal or 'request'} before it began",
+                                   None, cancel.signal)
+            try:
+                run_id, run_dir = new_run_dir(runs_dir, manifest.name, manifest.digest)
+            except OSError as e:
+                if not is_storage_error(e):
+                    raise
+                raise StorageUnavailable(f"a run's folder could not be made in {runs_dir}: {e.strerror}") from e
+        record_path = os.path.join(run_dir, "record.json")
+        # until the run's own forced-exit hook is in place (after its running record), a second signal leaves no
+        # empty folder behind, which a sweep's summary would name as a cancelled point's run
+        unbegun = cancel.on_forced_exit(lambda: _remove_unbegun(run_dir)) if resume is None else (lambda: None)
+        earlier = _earlier_attempts(record_path) if resume is not None else []
+        resumed_blas = earlier[-1].pop("blas", None) if earlier else None  # its threads, not kept among the attempts
+        if resume is not None:
+            # an earlier attempt killed during a write left its temporary file (a whole record perhaps, saying what
+            # this one's will not); its folder is this attempt's now, under its lock
+            remove_temporaries(run_dir)
+        if on_run_id is not None:
+            on_run_id(run_id)
+        cancel.name_subject("run", run_id, record_path)
+        watch = Stopwatch()
+        started = watch.started
+        # before the keys: a file that changes between the two fails its load stage, whose check is by these digests,
+        # rather than one key made from bytes the stage does not check
+        data_files, reads = _data_files(manifest)
+        programs = _programs(manifest)
+        if earlier:
+            _say_changed_data(data_files, earlier[-1].get("data") or {}, run_id)
+            _say_changed_programs(programs, earlier[-1].get("programs") or {}, run_id)
+        # a phase's array is not content-addressed (the guest's run is its source), so its consumers are not cached;
+        # without the cache no key is computed (0.6 s of a 10,000-partition run)
+        keys = partition_keys(plan, uncached_stages(manifest)) if use_cache else {}
+        cache_use = CacheUse(Cache(cache_dir or os.path.join(runs_dir, ".cache")), keys, read=use_cache, write=use_cache)
+        if resumed_blas is None and earlier and earlier[-1].get("status") == owner.DIED:
+            # a killed attempt's record never named its threads: the entries it stored say them
+            resumed_blas = _threads_stored_since(cache_use.cache, keys, earlier[-1].get("started_at"))
+        record: dict[str, Any] = {
+            "format": RECORD_FORMAT,
+            "run_id": run_id,
+            "status": "running",
+            "started_at": (earlier[0].get("started_at") if earlier else None) or utc_iso(started),
+            "ended_at": None,
+            "duration_s": None,
+            "manifest": {"file": os.path.abspath(manifest.file), "name": manifest.name,
+                         "digest": manifest.digest, "resolved": manifest.resolved},
+            "params": dict(manifest.params),
+            "overrides": dict(overrides or {}),
+            "matrix_point": dict(matrix_point) if matrix_point else None,
+            "schedule": dict(schedule) if schedule else None,
+            "plugins": [p.to_json() for p in getattr(manifest, "plugins", ())],
+            "data": data_files,
+            "programs": programs,
+            "inputs": {k: dict(v) for k, v in (inputs or {}).items()},
+            "resumed": resume is not None,
+            "attempts": earlier + [{"attempt": len(earlier) + 1, "started_at": utc_iso(started), "ended_at": None,
+                                    "duration_s": None, "status": "running"}],
+            "verifies": verifies,
+            "owner": owner.current(),
+            "host": None,  # the initial write asks git for it
+            "scheduler": cluster.describe() if cluster is not None else {"kind": "threads", "workers": num_workers or os.cpu_count()},
+            "versions": versions(),
+            "inventory": [o.to_json() for o in inventory(_named_vendors(manifest, plan))],
+            "executors": None,  # the devices each executor bound, once they are created (_bound_executors)
+            "plan": plan_json if plan_json is not None else plan.to_json(),
+            "nodes": {n: {"status": "pending", "partition": p.partition, "executor": p.executor}
+                      for n, p in plan.nodes.items()},
+            "tasks": [],
+            "outputs": {},
+            "error": None,
+            "live_activations_after": None,
+        }
+        if earlier:
+            _say_changed_plugins(record["plugins"], earlier[-1].get("plugins") or {}, run_id)
+        # the plan and the resolved manifest are the record's largest constant parts: encoded once for every write
+        known = _PLAN_DATA.get(id(plan))
+        encoded = {"plan": known[1] if known is not None and known[0] is record["plan"] else encode_entries(record["plan"]),
+                   "manifest": encode_value(record["manifest"])}
+        first_written = _initial_write(record_path, record, encoded, manifest.file)
+        final_written = threading.Event()
+        # One writer of the final record at a time. A second signal's forced exit takes it and keeps it until the
+        # process ends: a run thread then never starts a write that os._exit would cut short, nor replaces the
+        # record the exit wrote. Reentrant: the signal may interrupt the main thread in the middle of its own write.
+        writing = threading.RLock()
+        sealed = threading.Event()
+        runtime: Any = None
+        sink = None
+        if on_event is not None:
+            tag = {"run": run_id, **event_tag} if event_tag else None
+
+            def sink(event: dict) -> None:
+                try:
+                    # a copy: what the caller's code puts in it or takes out (a value no JSON holds) is not the record's
+                    on_event({**event, **tag} if tag else dict(event))
+                except BaseException as e:  # noqa: BLE001 - a sys.exit() in it too: re-raised, named in the record
+                    # the caller's own code stopped the run: its record says so, not only what was raised
+                    e.hetflow_raised_in = "on_event"
+                    raise
+
+        stream = EventStream([sink] if sink is not None else [])
+
+        def forced_exit() -> None:
+            # A second signal: the process ends now; leave a record that says so, unless the full one is written.
+            writing.acquire(timeout=_SEAL_WAIT_S)  # a write under way ends first; a stuck disk does not hold the exit
+            sealed.set()
+            if final_written.is_set():
+                return
+            _write_ended(record_path, record, encoded, Cancelled(cancel.signal, cancel.at), cancel, runtime, stream,
+                         watch, first_written, forced=True)
+            # the signal may have come in the middle of the final write, which never ends now
+            remove_partial_writes(record_path)
+
+        forget_hook = cancel.on_forced_exit(forced_exit)
+        unbegun()
+        # the outputs' files, each written as soon as it is known and committed with the final record
+        outputs = Batch()
+    except BaseException:
+        held.close()
+        raise
+    try:
+        held.close()
+        if came:
+            raise KeyboardInterrupt
         first_written(durable=False)  # a running record that could not even be written: stop before the work
         failure: BaseException | None = None
         results: list[Any] = []
