@@ -123,118 +123,130 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
     # a new sweep's summary was stamped when its folder was made: that is its first attempt's start
     this_start = summary["started_at"] if not attempts and summary.get("started_at") else utc_iso(started)
     summary.setdefault("started_at", this_start)
-    write_sweep(folder, summary)
-    finished = threading.Event()
-    # who writes the summary's end, and with what status: a second signal that comes in that thread while
-    # it writes (signals run in the main thread) ends the process before the write resumes
-    ending: dict[str, Any] = {}
-    ended = threading.Event()
-    writer = _Writer(os.path.join(folder, "sweep.json"), summary, guard, finished)
-
-    def save(row: dict, **changes: Any) -> None:
-        with guard:
-            row.update(changes)
-            if not finished.is_set():
-                writer.request()
-        if on_point is not None and row["status"] not in ("running", "pending"):
-            on_point(dict(row))
-
-    def named(row: dict) -> Callable[[str], None]:
-        def name(run_id: str) -> None:
-            save(row, run_id=run_id, record=os.path.join(run_id, "record.json"))
-        return name
-
-    def one(row: dict, job: Any) -> None:
-        if cancel.requested:
-            return
-        row.pop("exit_code", None)  # an earlier attempt's
-        save(row, status="running", error=None)
-        try:
-            with point():
-                done = run_one(job, row, named(row))
-        except RunCancelled as e:
-            run_id = os.path.basename(os.path.dirname(e.record_path)) if e.record_path else row.get("run_id")
-            save(row, status="cancelled", run_id=run_id, error=str(e),
-                 record=os.path.relpath(e.record_path, runs_dir) if e.record_path else row.get("record"))
-            return
-        except HetflowError as e:  # a point that cannot start (its lock is held, its inputs are wrong, its disk is full)
-            save(row, status="failed", error=str(e), exit_code=e.exit_code)
-            return
-        except BaseException as e:  # an interrupt or a bug: the point's state is known, the sweep ends
-            save(row, status="cancelled" if isinstance(e, KeyboardInterrupt) else "failed",
-                 error=f"{type(e).__name__}: {e}")
-            raise
-        save(row, status=done.status, run_id=done.run_id, record=os.path.relpath(done.record_path, runs_dir),
-             outputs={k: v["digest"] for k, v in done._record["outputs"].items()}, error=done.error,
-             **({} if done.status == "succeeded" else {"exit_code": 1}))
-
-    def close(status: str, forced: bool = False, wait_s: float | None = None) -> None:
-        """Write the summary's end: its status, this attempt's entry and, when cancelled, what had finished."""
-        ending["status"] = status
-        now = watch.now()
-        rows = summary["points"]
-        if status == "cancelled":
-            for row in rows:
-                if row["status"] == "running":
-                    row["status"] = "cancelled"
-                    if forced and row.get("record") and not os.path.exists(os.path.join(runs_dir, row["record"])):
-                        # a run ended by the second signal before its record was written leaves no folder
-                        row.pop("run_id", None)
-                        row.pop("record", None)
-            summary["cancelled"] = {"signal": cancel.signal or "SIGINT", "at": utc_iso(cancel.at or now),
-                                    "finished": [r["name"] for r in rows if r["status"] in ("succeeded", "failed")],
-                                    "forced_exit": forced}
-        this = {"attempt": len(attempts) + 1, "started_at": this_start, "ended_at": utc_iso(now),
-                "duration_s": round(now - started, 6), "status": status, "owner": summary.get("owner"),
-                "cancelled": summary.get("cancelled")}
-        summary.update(status=status, ended_at=utc_iso(now), attempts=attempts + [this],
-                       duration_s=round(sum(a.get("duration_s") or 0.0 for a in attempts) + now - started, 6))
-        with writer.writing(wait_s=wait_s if wait_s is not None else 1.0 if forced else None):
-            write_sweep(folder, summary)
-        ended.set()
-
-    def finish(status: Callable[[], str]) -> str:
-        """Claim the summary's end for this thread (holding the guard, ``finished`` not set) and write it."""
-        ending["thread"] = threading.get_ident()
-        finished.set()
-        end = status()
-        close(end)
-        return end
-
-    def forced_exit() -> None:
-        # a second signal ends the process now: the summary says cancelled and names every point's run
-        if ending.get("thread") == threading.get_ident() and not ended.is_set():
-            # it came while this thread wrote the summary's end, which would never resume: written here again
-            # (not waiting for the file's lock where this thread holds it)
-            close(ending.get("status") or _overall(summary["points"], True, interrupted=True), forced=True,
-                  wait_s=0 if writer.held_here() else 1.0)
-            remove_partial_writes(os.path.join(folder, "sweep.json"))
-            return
-        # The guard is not waited for long: the signal may have come to a thread that holds it.
-        got = guard.acquire(timeout=1.0)
-        try:
-            if not finished.is_set():
-                ending["thread"] = threading.get_ident()
-                finished.set()
-                close("cancelled", forced=True)
-                remove_partial_writes(os.path.join(folder, "sweep.json"))
-            else:
-                ended.wait(_END_WAIT_S)  # another thread writes the end: the process ends once it is on disk
-        finally:
-            if got:
-                guard.release()
-
-    forget_hook = cancel.on_forced_exit(forced_exit)
-    # the points at once share the cores: each point's BLAS gets cores // parallel threads (hetflow.engine.run.threads)
-    pools = POOLS.claim(min(parallel, max(1, len(todo))))
-    pools.__enter__()
-    # Each point's job (its compiled manifest, and the plan made of it) is let go once the point has run: held
-    # to the end, a sweep of a big manifest held every point's plan at once. ``todo`` is emptied for the same
-    # reason: the caller's list held them too.
-    queue = collections.deque(todo)
-    todo.clear()
-    stopped_by: list[BaseException | None] = [None]  # the error that made this sweep stop its running points
+    # a Ctrl-C (a KeyboardInterrupt at whatever line runs) is held from the running summary's write until the
+    # handler below can write its end: one between the two left the summary running for as long as the
+    # process lived
+    held = contextlib.ExitStack()
+    came = held.enter_context(interrupts_held())
     try:
+        write_sweep(folder, summary)
+        finished = threading.Event()
+        # who writes the summary's end, and with what status: a second signal that comes in that thread while
+        # it writes (signals run in the main thread) ends the process before the write resumes
+        ending: dict[str, Any] = {}
+        ended = threading.Event()
+        writer = _Writer(os.path.join(folder, "sweep.json"), summary, guard, finished)
+
+        def save(row: dict, **changes: Any) -> None:
+            with guard:
+                row.update(changes)
+                if not finished.is_set():
+                    writer.request()
+            if on_point is not None and row["status"] not in ("running", "pending"):
+                on_point(dict(row))
+
+        def named(row: dict) -> Callable[[str], None]:
+            def name(run_id: str) -> None:
+                save(row, run_id=run_id, record=os.path.join(run_id, "record.json"))
+            return name
+
+        def one(row: dict, job: Any) -> None:
+            if cancel.requested:
+                return
+            row.pop("exit_code", None)  # an earlier attempt's
+            save(row, status="running", error=None)
+            try:
+                with point():
+                    done = run_one(job, row, named(row))
+            except RunCancelled as e:
+                run_id = os.path.basename(os.path.dirname(e.record_path)) if e.record_path else row.get("run_id")
+                save(row, status="cancelled", run_id=run_id, error=str(e),
+                     record=os.path.relpath(e.record_path, runs_dir) if e.record_path else row.get("record"))
+                return
+            except HetflowError as e:  # a point that cannot start (its lock is held, its inputs are wrong, its disk is full)
+                save(row, status="failed", error=str(e), exit_code=e.exit_code)
+                return
+            except BaseException as e:  # an interrupt or a bug: the point's state is known, the sweep ends
+                save(row, status="cancelled" if isinstance(e, KeyboardInterrupt) else "failed",
+                     error=f"{type(e).__name__}: {e}")
+                raise
+            save(row, status=done.status, run_id=done.run_id, record=os.path.relpath(done.record_path, runs_dir),
+                 outputs={k: v["digest"] for k, v in done._record["outputs"].items()}, error=done.error,
+                 **({} if done.status == "succeeded" else {"exit_code": 1}))
+
+        def close(status: str, forced: bool = False, wait_s: float | None = None) -> None:
+            """Write the summary's end: its status, this attempt's entry and, when cancelled, what had finished."""
+            ending["status"] = status
+            now = watch.now()
+            rows = summary["points"]
+            if status == "cancelled":
+                for row in rows:
+                    if row["status"] == "running":
+                        row["status"] = "cancelled"
+                        if forced and row.get("record") and not os.path.exists(os.path.join(runs_dir, row["record"])):
+                            # a run ended by the second signal before its record was written leaves no folder
+                            row.pop("run_id", None)
+                            row.pop("record", None)
+                summary["cancelled"] = {"signal": cancel.signal or "SIGINT", "at": utc_iso(cancel.at or now),
+                                        "finished": [r["name"] for r in rows if r["status"] in ("succeeded", "failed")],
+                                        "forced_exit": forced}
+            this = {"attempt": len(attempts) + 1, "started_at": this_start, "ended_at": utc_iso(now),
+                    "duration_s": round(now - started, 6), "status": status, "owner": summary.get("owner"),
+                    "cancelled": summary.get("cancelled")}
+            summary.update(status=status, ended_at=utc_iso(now), attempts=attempts + [this],
+                           duration_s=round(sum(a.get("duration_s") or 0.0 for a in attempts) + now - started, 6))
+            with writer.writing(wait_s=wait_s if wait_s is not None else 1.0 if forced else None):
+                write_sweep(folder, summary)
+            ended.set()
+
+        def finish(status: Callable[[], str]) -> str:
+            """Claim the summary's end for this thread (holding the guard, ``finished`` not set) and write it."""
+            ending["thread"] = threading.get_ident()
+            finished.set()
+            end = status()
+            close(end)
+            return end
+
+        def forced_exit() -> None:
+            # a second signal ends the process now: the summary says cancelled and names every point's run
+            if ending.get("thread") == threading.get_ident() and not ended.is_set():
+                # it came while this thread wrote the summary's end, which would never resume: written here again
+                # (not waiting for the file's lock where this thread holds it)
+                close(ending.get("status") or _overall(summary["points"], True, interrupted=True), forced=True,
+                      wait_s=0 if writer.held_here() else 1.0)
+                remove_partial_writes(os.path.join(folder, "sweep.json"))
+                return
+            # The guard is not waited for long: the signal may have come to a thread that holds it.
+            got = guard.acquire(timeout=1.0)
+            try:
+                if not finished.is_set():
+                    ending["thread"] = threading.get_ident()
+                    finished.set()
+                    close("cancelled", forced=True)
+                    remove_partial_writes(os.path.join(folder, "sweep.json"))
+                else:
+                    ended.wait(_END_WAIT_S)  # another thread writes the end: the process ends once it is on disk
+            finally:
+                if got:
+                    guard.release()
+
+        forget_hook = cancel.on_forced_exit(forced_exit)
+        # the points at once share the cores: each point's BLAS gets cores // parallel threads (hetflow.engine.run.threads)
+        pools = POOLS.claim(min(parallel, max(1, len(todo))))
+        pools.__enter__()
+        # Each point's job (its compiled manifest, and the plan made of it) is let go once the point has run: held
+        # to the end, a sweep of a big manifest held every point's plan at once. ``todo`` is emptied for the same
+        # reason: the caller's list held them too.
+        queue = collections.deque(todo)
+        todo.clear()
+        stopped_by: list[BaseException | None] = [None]  # the error that made this sweep stop its running points
+    except BaseException:
+        held.close()
+        raise
+    try:
+        held.close()
+        if came:
+            raise KeyboardInterrupt
         if parallel == 1:
             while queue:
                 row, job = queue.popleft()
