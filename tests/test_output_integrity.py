@@ -91,3 +91,25 @@ def test_verify_fails_a_run_whose_files_are_not_what_it_recorded_even_when_the_r
     assert "is not the array its record's digest names" in rows["o_int8"]["file"]
     assert {r["file"] for n, r in rows.items() if n != "o_int8" and "file" in r} == {"ok"}
     assert f"hetflow: output o_int8: {rows['o_int8']['file']}" in err.getvalue()
+
+
+@pytest.mark.parametrize("elsewhere", ["/etc/passwd", "../other/o_fp32.npy", "sub/o_fp32.npy", ".."])
+def test_a_record_naming_a_file_outside_its_run_folder_is_not_read(done, tmp_path, monkeypatch, elsewhere):
+    """A record edited to name another path for an output had that file opened and read (refused only by its
+    digest): a run's outputs are files of its own folder, named alone."""
+    import shutil
+
+    from hetflow.engine.store import records
+
+    run_dir = tmp_path / done.run_id
+    shutil.copytree(done.path, run_dir)
+    record = json.loads((run_dir / "record.json").read_text())
+    record["outputs"]["o_fp32"]["file"] = elsewhere
+    (run_dir / "record.json").write_text(json.dumps(record))
+    opened = []
+    real = np.load
+    monkeypatch.setattr(records.np, "load", lambda path, *a, **k: opened.append(path) or real(path, *a, **k))
+    run = hetflow.open_run(done.run_id, runs_dir=tmp_path)
+    with pytest.raises(OutputDamaged) as refused:
+        run.outputs["o_fp32"]
+    assert "which is not a file of the run's folder" in str(refused.value) and opened == [], (str(refused.value), opened)

@@ -650,6 +650,10 @@ def read_output(run_dir: str, name: str, entry: Mapping[str, Any]) -> np.ndarray
         missing = [k for k, ok in (("file", isinstance(file, str)), ("dtype", entry.get("dtype") in _DTYPE_NAMES),
                                    ("digest", isinstance(recorded, str))) if not ok]
         raise OutputDamaged(name, f"its record gives no valid {', '.join(missing)} for it")
+    if file in ("", ".", "..") or os.path.basename(file) != file or (os.altsep and os.altsep in file):
+        # a run writes its outputs in its own folder, by name: a path elsewhere (/etc/passwd, ../other/x.npy) is a
+        # record edited, and nothing there is read
+        raise OutputDamaged(name, f"its record names {file!r}, which is not a file of the run's folder")
     path = os.path.join(run_dir, file)
     try:
         raw = np.load(path, allow_pickle=False)
