@@ -693,3 +693,19 @@ def test_a_backlog_whose_manifest_stops_validating_gives_its_slot_back_and_claim
     assert code == 0 and [line.split()[1:3] for line in out.splitlines() if " succeeded " in line] == [
         ["succeeded", "manifest=edited"]] * 2, out
     assert [r["schedule"]["slot"] for r in records(runs)].count("2026-06-01T01:00:00Z") == 1
+
+
+def _strict(text: str):
+    def refuse(word):
+        raise ValueError(f"{word} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_schedule_list_and_status_json_are_json_with_an_infinite_param(tmp_path):
+    """A schedule param of .inf was printed as bare Infinity, which is not JSON: jq and JSON.parse refused the
+    whole list. It is the string the records spell it with, as every other --json says it."""
+    m = write(tmp_path, "inf", 'cron: "0 * * * *"\nparams: {w: .inf}\n', params="{n: 4, w: 1.0}")
+    code, out, err = cli("schedule", "list", m, "--json", "--count", "1")
+    assert code == 0 and _strict(out)[0]["params"] == {"w": "Infinity"}, err
+    code, out, err = cli("schedule", "status", m, "--json", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and _strict(out)[0]["manifest"] == "inf", err

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from hetflow.engine.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED
 
@@ -11,6 +10,7 @@ from hetflow.engine.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED
 EXIT_OVERDUE = 6
 from hetflow.engine.errors import ManifestError, UsageError, require_runs_dir
 from hetflow.engine.run.events import printable
+from hetflow.engine.store.runs import json_text
 
 __all__ = ["cmd_schedule"]
 
@@ -96,10 +96,10 @@ def _schedule(args: argparse.Namespace, out, err) -> int:
         code, message = _checked(rows) if args.check else (EXIT_OK, None)
         if args.json and args.check:
             # a check's exit code is its result: said in the object, as every --json result with one says it
-            print(json.dumps({"status": _CHECKED[code], "exit_code": code, **({"message": message} if message else {}),
+            print(json_text({"status": _CHECKED[code], "exit_code": code, **({"message": message} if message else {}),
                               "manifests": rows}, indent=2), file=out)
         elif args.json:
-            print(json.dumps(rows, indent=2), file=out)
+            print(json_text(rows, indent=2), file=out)
         elif not rows and not problems:
             print("no scheduled manifests in " + ", ".join(args.paths), file=out)
         for r in rows if not args.json else []:
@@ -138,7 +138,7 @@ def _schedule(args: argparse.Namespace, out, err) -> int:
     for d in problems:
         print(printable(str(d)), file=err)
     if args.json:
-        print(json.dumps(rows, indent=2), file=out)
+        print(json_text(rows, indent=2), file=out)
     elif not rows and not problems:
         print("no scheduled manifests in " + ", ".join(args.paths), file=out)
     for r in rows if not args.json else []:
