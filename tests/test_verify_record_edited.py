@@ -81,3 +81,27 @@ def test_a_record_whose_params_were_edited_does_not_verify(points, name, change,
     code, out, _ = _cli("verify", run_id, "--runs-dir", str(runs))
     assert code == 1
     assert f"verify {run_id}: the rerun matches the record's outputs, but its params are not those the run had" in out
+
+
+def test_a_resolved_manifest_edited_by_hand_is_said_to_be_edited_not_a_version_change(tmp_path):
+    """The record's resolved manifest edited (a stage's argument changed) made verify blame a hetflow version
+    change, though the run was made by this very hetflow."""
+    import json as _json
+
+    from hetflow.engine.store.runs import manifest_from_record
+
+    path = tmp_path / "m.yaml"
+    path.write_text("version: 1\nname: m\nexecutors: {h: {vendor: cpu}}\nstages:\n"
+                    "  x: {op: full, args: {shape: [2], value: 3}}\noutputs: {x: x}\n")
+    import hetflow
+
+    done = hetflow.run(path, runs_dir=tmp_path / "runs", cache=False)
+    record = _json.loads(open(done.record_path).read())
+    record["manifest"]["resolved"]["stages"]["x"]["args"]["value"] = 4
+    with pytest.raises(hetflow.UsageError) as refused:
+        manifest_from_record(record)
+    assert "was changed since (edited by hand, or damaged)" in str(refused.value), str(refused.value)
+    record["versions"]["hetflow"] = "0.0.1"
+    with pytest.raises(hetflow.UsageError) as refused:
+        manifest_from_record(record)
+    assert "the run was made by hetflow 0.0.1" in str(refused.value), str(refused.value)

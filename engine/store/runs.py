@@ -972,10 +972,15 @@ def manifest_from_record(record: Mapping[str, Any]) -> Manifest:
         # says where (a load file gone since), not FILE:1:1
         raise _located(e, record, file) from None
     if manifest.digest != entry.get("digest"):
-        raise UsageError(
-            f"run {record.get('run_id')}: the resolved manifest no longer compiles to digest {entry.get('digest')} "
-            f"(got {manifest.digest}); a hetflow version change alters how manifests resolve"
-        )
+        from hetflow.engine.store.records import versions
+
+        then, now = as_object(record.get("versions")).get("hetflow"), versions().get("hetflow")
+        why = (f"the run was made by hetflow {then}, this is {now}, and a version change alters how manifests "
+               "resolve" if then != now else
+               f"the run was made by this hetflow ({now}), so its record's resolved manifest or digest was changed "
+               "since (edited by hand, or damaged)")
+        raise UsageError(f"run {record.get('run_id')}: the resolved manifest no longer compiles to digest "
+                         f"{entry.get('digest')} (got {manifest.digest}); {why}")
     return manifest
 
 
