@@ -599,8 +599,12 @@ def _jobs(path: str, doc: Document | None, overrides: dict, point: str | None, r
     points = matrix.expand(doc, overrides, max_points=max_points)
     if point:
         points = [matrix.select(points, point)]
-    # every point is compiled before any runs: one that does not compile stops the sweep before it starts
-    manifests, _ = matrix.blame_overrides(doc, overrides, lambda given: matrix.check_points(doc, given, points))
+    # every point is compiled and checked as validate checks it before any runs: one it refuses stops the sweep
+    # before it starts (checked only as each point came to run, a sweep ran its good points first)
+    from hetflow.engine.plan.partitioning import check
+
+    manifests, _ = matrix.blame_overrides(doc, overrides,
+                                          lambda given: matrix.check_points(doc, given, points, check))
     return doc, [(m, {"name": p.name, "values": dict(p.values)}, overrides) for m, p in zip(manifests, points)]
 
 
