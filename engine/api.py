@@ -483,8 +483,10 @@ def plan(path: str | os.PathLike, params: Params | None = None, *, point: str | 
     # a point's problems name the point, as validate and a sweep name them; without --point every point is checked,
     # as validate checks them, and the first is planned
     if chosen and point is None:
+        from hetflow.engine.plan.partitioning import check
+
         made = matrix.blame_overrides(doc, {k: v for k, v in overrides.items() if k not in found.values},
-                                      lambda given: matrix.check_points(doc, given, points))[0]
+                                      lambda given: matrix.check_points(doc, given, points, check))[0]
         manifest = made[points.index(found)]
     elif chosen:
         manifest = matrix.blame_overrides(doc, overrides, lambda given: matrix.check_points(doc, given, [found]))[0][0]

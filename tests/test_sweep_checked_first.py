@@ -35,3 +35,18 @@ def test_a_point_validate_refuses_stops_the_sweep_before_it_starts(tmp_path):
     with pytest.raises(hetflow.ManifestError):
         hetflow.sweep(path, runs_dir=tmp_path / "api-runs")
     assert not (tmp_path / "api-runs").exists()
+
+
+def test_plan_of_a_matrix_checks_every_point_as_validate_does(tmp_path):
+    """plan without --point checks every point, as the command line's reference says, and plans the first: it
+    planned the first and said nothing of a point validate refuses."""
+    path = tmp_path / "m.yaml"
+    path.write_text(MANIFEST)
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["validate", str(path)], out=out, err=err) == 2
+    said = err.getvalue()
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["plan", str(path)], out=out, err=err) == 2 and out.getvalue() == ""
+    assert err.getvalue() == said
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["plan", str(path), "--point", "n=4"], out=out, err=err) == 0, err.getvalue()
