@@ -15,23 +15,8 @@ import pytest
 
 pytest.importorskip("distributed")
 
+from test_cluster_client_died import HOLD_OP  # noqa: E402
 from test_distributed_cluster import START_TIMEOUT_S, _installation  # noqa: E402
-
-# holds its partition until the test lets it go, so that the kill lands while it runs however loaded the machine
-HOLD_OP = """\
-import os
-import time
-
-from hetflow import op
-
-
-@op("k.hold")
-def hold(xp, x, *, path: str):
-    deadline = time.monotonic() + 300
-    while not os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return x
-"""
 
 
 def test_the_libraries_of_a_worker_that_joined_mid_run_are_recorded_where_it_takes_executors_over(tmp_path):
