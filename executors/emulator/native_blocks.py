@@ -152,6 +152,14 @@ def find_blocks(regions, rslot, seeds, offs=None, excluded=frozenset(), rvc: boo
                     work.append(nxt)
                 break
             pc = nxt
+    # Two decodings of the same bytes can meet again: a jump into the second half of a 4-byte instruction reads
+    # a compressed one there, after which both run on through the same pc. Each instruction belongs to one
+    # block (its label is unique in a part), so such a meeting point starts a block of its own.
+    falls_into: dict[int, int] = {}
+    for pc, ins in insns.items():
+        if ins is not None and ins.name not in _BRANCHES and ins.name not in ("jal", "jalr"):
+            falls_into[pc + ins.size] = falls_into.get(pc + ins.size, 0) + 1
+    leaders.update(pc for pc, n in falls_into.items() if n > 1)
     blocks = []
     starts = sorted(p for p in leaders if insns.get(p) is not None)
     while starts:
