@@ -29,12 +29,13 @@ from typing import Any, Callable, Mapping
 
 from hetflow.engine.store import owner
 from hetflow.engine.run.cancel import Cancel, Cancelled, current, interrupts_held
-from hetflow.engine.errors import HetflowError, RunCancelled, StillRunning, UsageError, argument
+from hetflow.engine.errors import (HetflowError, RunCancelled, StillRunning, StorageUnavailable, UsageError, argument,
+                                   is_storage_error)
 from hetflow.engine.store.records import Stopwatch, json_writer, remove_partial_writes, utc_iso, write_atomic
 from hetflow.engine.store.runs import owner_of, read_fields, status_of, unnamed_runs, write_sweep
 from hetflow.engine.run.threads import POOLS, point
 
-__all__ = ["run_points", "resume_rows", "exit_code", "RESUMABLE"]
+__all__ = ["run_points", "resume_rows", "exit_code", "RESUMABLE", "SummaryUnwritten"]
 
 #: what a point (or a run, or a sweep) may say and still be resumed: ``died`` is a ``running`` record whose process
 #: is gone (:func:`hetflow.engine.store.runs.status_of`)
@@ -195,9 +196,17 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
                     "cancelled": summary.get("cancelled")}
             summary.update(status=status, ended_at=utc_iso(now), attempts=attempts + [this],
                            duration_s=round(sum(a.get("duration_s") or 0.0 for a in attempts) + now - started, 6))
-            with writer.writing(wait_s=wait_s if wait_s is not None else 1.0 if forced else None):
-                write_sweep(folder, summary)
-            ended.set()
+            try:
+                with writer.writing(wait_s=wait_s if wait_s is not None else 1.0 if forced else None):
+                    write_sweep(folder, summary)
+            except (StorageUnavailable, OSError) as e:
+                if isinstance(e, OSError) and not is_storage_error(e):
+                    raise
+                # the points ran and their records are on disk: the sweep still ends, clean-up and all, and
+                # then says which summary could not be written, and where its points' runs are
+                ending["unwritten"] = e
+            finally:
+                ended.set()
 
         def finish(status: Callable[[], str]) -> str:
             """Claim the summary's end for this thread (holding the guard, ``finished`` not set) and write it."""
@@ -289,6 +298,8 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
             forget_hook()
             pools.__exit__(None, None, None)
             writer.stop()
+        if "unwritten" in ending and (interrupted or isinstance(e, (Cancelled, RunCancelled))):
+            raise _unwritten(summary, folder, ending["unwritten"]) from e
         if interrupted and summary.get("status") == "cancelled":
             # the Python API's Ctrl-C, raised in this thread (a point's own is its run's RunCancelled)
             raise _cancelled(summary, folder, "SIGINT") from e
@@ -314,6 +325,8 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
         raise KeyboardInterrupt
     if forced:
         return summary
+    if "unwritten" in ending:
+        raise _unwritten(summary, folder, ending["unwritten"])
     if status == "cancelled":
         raise _cancelled(summary, folder, cancel.signal)
     return summary
@@ -325,6 +338,29 @@ def _cancelled(summary: Mapping[str, Any], folder: str, signal_name: str | None)
                [r for r in rows if r["status"] in ("succeeded", "failed")])
     return RunCancelled(f"sweep {summary['sweep_id']} cancelled by {signal_name or 'SIGINT'}: {done} of {len(rows)} "
                         "points had finished", os.path.join(folder, "sweep.json"), signal_name or "SIGINT")
+
+
+class SummaryUnwritten(StorageUnavailable):
+    """A sweep ran, but its summary's last write was refused (a full disk, a quota, a read-only file system, its
+    folder removed): ``sweep_id``, ``summary`` (its ``sweep.json`` where an earlier state of it is on disk, else
+    None) and ``points``, the rows as the sweep ended them, name the runs its points left."""
+
+    def __init__(self, message: str, sweep_id: str, summary: str | None, points: list[dict]) -> None:
+        super().__init__(message)
+        self.sweep_id, self.summary, self.points = sweep_id, summary, points
+
+
+def _unwritten(summary: Mapping[str, Any], folder: str, error: BaseException) -> SummaryUnwritten:
+    sweep_id, path = summary["sweep_id"], os.path.join(folder, "sweep.json")
+    ran = sum(1 for r in summary["points"] if r.get("run_id"))
+    there = os.path.isfile(path)
+    if isinstance(error, StorageUnavailable) or not there:  # its folder was removed (the message says so)
+        why = str(error)
+    else:
+        why = (f"sweep {sweep_id}: its summary {path} could not be written as it ended ({error.strerror or error}): "
+               f"it holds an earlier state, which hetflow runs show {sweep_id} completes from the points' records; "
+               f"{ran} of {len(summary['points'])} points have a run, each with its record")
+    return SummaryUnwritten(why, sweep_id, path if there else None, [dict(r) for r in summary["points"]])
 
 
 # how long a second signal's exit waits for the summary's end another thread is writing

@@ -105,6 +105,15 @@ def _bad_usage(e: UsageError, debug: bool) -> Outcome:
 
 
 def _unavailable(e: EnvironmentUnavailable, debug: bool) -> Outcome:
+    points = getattr(e, "points", None)
+    if points is not None:
+        # a sweep that ran but whose summary's end its disk refused: its id, and the runs its points left
+        from hetflow.engine.cli.pipelines import _point_json
+
+        said = {"sweep_id": e.sweep_id, "summary": e.summary, "points": [_point_json(r) for r in points]}
+        # one line, which names the summary; the id ends standard output only where that is still there to read
+        return Outcome(EXIT_ENVIRONMENT, [f"hetflow: error: {e}"],
+                       _error("environment", EXIT_ENVIRONMENT, str(e), **said), e.sweep_id if e.summary else None)
     # a run whose disk refused its files (StorageUnavailable) names its record where that says failed
     record = getattr(e, "record_path", None)
     made = _made(record)
