@@ -297,6 +297,7 @@ def _check(**given: Any) -> dict[str, Any]:
                 raise UsageError(f"{argument(key)} takes a folder's path, got an empty one")
             if (b"\0" if isinstance(text, bytes) else "\0") in text:
                 raise UsageError(f"{argument(key)} {text!r} cannot be a folder's name: it holds a NUL character")
+            _anchored(text, key)  # a relative one in a working directory that was removed: said so, as what it is
             refuse_file_in_the_way(text, key)
         elif kind == "callable":
             if not callable(value):
@@ -694,6 +695,28 @@ def _plan_here(manifest: Manifest) -> Any:
     return made
 
 
+def _anchored(folder: str | os.PathLike, key: str) -> str:
+    """``folder`` made absolute against the working directory the call began in: every file of the run or sweep
+    goes where it began, though the working directory changes while it runs (a notebook's ``%cd``, an
+    ``os.chdir`` in another thread or in ``on_event``). Relative, its record was written in one folder and its
+    outputs looked for in another, which failed the run and left its record saying ``running``."""
+    text = os.fspath(folder)
+    try:
+        return os.path.abspath(text)
+    except OSError as e:  # the working directory itself was removed
+        from hetflow.engine.errors import EnvironmentUnavailable
+
+        raise EnvironmentUnavailable(f"{argument(key, text)} cannot be used: it is relative to the working "
+                                     f"directory, which is gone ({e.strerror or e})") from None
+
+
+def _file_at(manifest: Manifest, where: str) -> Manifest:
+    """``manifest`` naming its file by the absolute path ``where``."""
+    import dataclasses
+
+    return manifest if manifest.file == where else dataclasses.replace(manifest, file=where)
+
+
 def _refuse_live(kind: str, ident: str, data: Mapping[str, Any]) -> None:
     """A ``--resume`` of a run or sweep whose process still runs it is refused as a held lock is (exit 4): two
     resumes at once end the same way whether the second finds the lock taken or the record the first rewrote."""
@@ -740,7 +763,7 @@ def _session(path: str, doc: Any, manifest: Manifest, runs_dir: str, resume: str
 
 
 def _execute(manifest: Manifest, cluster: Any, place: Mapping[str, str] | None, bound: Mapping[str, Bound],
-             **kwargs: Any) -> Run:
+             named: str | None = None, **kwargs: Any) -> Run:
     from hetflow.engine.run.clusters import plan_on
     from hetflow.engine.run.inputs import describe_inputs, with_inputs
     from hetflow.engine.results import Run
@@ -755,8 +778,12 @@ def _execute(manifest: Manifest, cluster: Any, place: Mapping[str, str] | None, 
     except RunFailed as e:
         if not e.record_path:
             raise
-        return Run(os.path.dirname(e.record_path), e.record if mine else None)
-    return Run(result.run_dir, result.record if mine else None)
+        done = Run(os.path.dirname(e.record_path), e.record if mine else None)
+    else:
+        done = Run(result.run_dir, result.record if mine else None)
+    if named is not None:  # named as runs_dir was; read from where it was made, whatever the working directory
+        done.path = os.path.join(named, os.path.basename(done.path))
+    return done
 
 
 def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str | os.PathLike = "runs",
@@ -865,11 +892,12 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
         schedule_slot=schedule_slot, max_points=max_points, dashboard=dashboard),
         "workers", "threads", "threads_per_worker", "max_points")
     _refuse_unguarded("run", workers, scheduler)
-    runs_dir = os.fspath(runs_dir)
+    named, runs_dir = os.fspath(runs_dir), _anchored(runs_dir, "runs_dir")
+    cache_dir = _anchored(cache_dir, "cache_dir") if cache_dir else None
     if resume:
         from hetflow.engine.store.runs import resolve_id
 
-        resume = resolve_id(runs_dir, resume, "run")  # named as hetflow run --resume names it: latest, a prefix
+        resume = resolve_id(named, resume, "run")  # named as hetflow run --resume names it: latest, a prefix
     doc, jobs = _kept_jobs(path, doc, _overrides(params), point, resume, runs_dir, max_points)
     if len(jobs) > 1:
         raise UsageError(f"{path} has a matrix of {len(jobs)} points: give point= to run one, or run them all "
@@ -889,8 +917,8 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
     with _session(path, doc, manifest, runs_dir, resume, schedule_slot,
                   (workers, threads_per_worker, scheduler, place, threads, dashboard)) as (cluster, schedule, _):
         return _execute(manifest, cluster, place, bound, runs_dir=runs_dir, overrides=given, num_workers=threads,
-                        on_event=on_event, cache_dir=os.fspath(cache_dir) if cache_dir else None, use_cache=cache,
-                        matrix_point=mpoint, resume=resume, schedule=schedule)
+                        on_event=on_event, cache_dir=cache_dir, use_cache=cache, matrix_point=mpoint, resume=resume,
+                        schedule=schedule, named=named)
 
 
 def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str | os.PathLike = "runs",
@@ -929,17 +957,21 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
         on_point=on_point, schedule_slot=schedule_slot, parallel=parallel, resume=resume, dashboard=dashboard),
         "workers", "threads", "threads_per_worker", "max_points", "parallel")
     _refuse_unguarded("sweep", workers, scheduler)
-    runs_dir = os.fspath(runs_dir)
+    named, runs_dir = os.fspath(runs_dir), _anchored(runs_dir, "runs_dir")
+    cache_dir = _anchored(cache_dir, "cache_dir") if cache_dir else None
+    where = path
+    with contextlib.suppress(OSError):  # without a working directory, loading a relative path says so
+        where = os.path.abspath(path)
     if resume:
         from hetflow.engine.store.runs import resolve_id
 
-        resume = resolve_id(runs_dir, resume, "sweep")  # named as hetflow run --resume names it: latest, a prefix
+        resume = resolve_id(named, resume, "sweep")  # named as hetflow run --resume names it: latest, a prefix
         folder = os.path.join(runs_dir, resume)
         try:
             with open(os.path.join(folder, "sweep.json"), encoding="utf-8") as f:
                 summary = json.load(f)
         except (OSError, ValueError):
-            raise UsageError(f"no sweep {resume!r} in {runs_dir}") from None
+            raise UsageError(f"no sweep {resume!r} in {named}") from None
         if params:
             raise UsageError(f"{argument('resume')} continues a sweep with the params it had; it takes no {argument('params')}")
         if os.path.abspath(summary["manifest"]) != os.path.abspath(path):
@@ -972,6 +1004,14 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
         bound = recorded_inputs(took, first, inputs, verb=argument("resume").rstrip("="), given_as=_given_as(inputs))
     else:
         bound = bind_inputs(first, inputs, given_as=_given_as(inputs))
+    # each point's record names the manifest file the sweep began with, whatever the working directory is by the
+    # time the point runs: named as given (m.yaml), a point run after a %cd named another folder's file
+    if resume:
+        todo = [(row, (_file_at(job[0], where), *job[1:])) for row, job in todo]
+        first = todo[0][1][0] if todo else first
+    else:
+        jobs = [(_file_at(manifest, where), mpoint, given) for manifest, mpoint, given in jobs]
+        first = jobs[0][0]
     if workers is None and scheduler is None:
         _plan_here(first)  # as run() does: what the points share, refused before the sweep's folder is made
     with _session(path, doc, first, runs_dir, None, schedule_slot,
@@ -986,7 +1026,7 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
         # one flag for the sweep and its points' runs: an interrupt of the Python API stops them all
         cancel = current_cancel() or Cancel()
 
-        def run_one(job: tuple, row: dict, named: Callable[[str], None]) -> Run:
+        def run_one(job: tuple, row: dict, on_run_id: Callable[[str], None]) -> Run:
             manifest, mpoint, given, again = job
             # the run says whose point it is: a run the summary's last write did not name is still the sweep's
             mpoint = {**mpoint, "sweep": summary["sweep_id"]}
@@ -995,15 +1035,17 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
                 # the points' runs share the event sink: each event names its run and point
                 done = _execute(manifest, cluster, place, bound, runs_dir=runs_dir, overrides=given,
                                 num_workers=threads, on_event=on_event, event_tag={"point": mpoint["name"]},
-                                on_run_id=named, cancel=cancel, cache_dir=os.fspath(cache_dir) if cache_dir else None,
-                                use_cache=cache, matrix_point=mpoint, schedule=schedule, resume=again)
+                                on_run_id=on_run_id, cancel=cancel, cache_dir=cache_dir, use_cache=cache,
+                                matrix_point=mpoint, schedule=schedule, resume=again)
             return done
 
         run_points(folder, summary, todo, run_one, parallel=parallel, on_point=on_point, resume=bool(resume),
                    cancel=cancel)
     from hetflow.engine.results import Sweep
 
-    return Sweep(folder)  # its points' runs are read when asked for: a big sweep's records stay on disk
+    done = Sweep(folder)  # its points' runs are read when asked for: a big sweep's records stay on disk
+    done.path = os.path.join(named, os.path.basename(folder))  # named as runs_dir was, read where it was made
+    return done
 
 
 @contextlib.contextmanager
