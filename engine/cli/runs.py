@@ -10,7 +10,7 @@ from datetime import datetime
 
 from hetflow.engine.store import runs
 from hetflow.engine.cli.common import EXIT_ENVIRONMENT, EXIT_OK, write_output
-from hetflow.engine.errors import UsageError, refuse_file_in_the_way
+from hetflow.engine.errors import EnvironmentUnavailable, UsageError, refuse_file_in_the_way
 from hetflow.engine.run.events import printable
 
 __all__ = ["cmd_runs", "cmd_report"]
@@ -283,7 +283,15 @@ def cmd_report(args: argparse.Namespace, out, err) -> int:
     if path == "-":
         write_output(path, page.encode(), out)
         return EXIT_OK
-    write_output(path, page.encode(), out, flag="-o " if args.output else "")
+    try:
+        write_output(path, page.encode(), out, flag="-o " if args.output else "")
+    except UsageError:
+        if args.output or os.access(located.folder, os.W_OK):
+            raise
+        # a path the user named and may not write is a slip; the run's own folder, which nobody named, is the runs
+        # directory that cannot be written here, as for every command
+        raise EnvironmentUnavailable(f"{path}: cannot write: the {located.kind}'s folder may not be written here "
+                                     f"(Permission denied); -o FILE writes the page elsewhere") from None
     print(f"report: {path}", file=out)
     return EXIT_OK
 
