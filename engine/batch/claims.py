@@ -53,7 +53,7 @@ from hetflow.engine.errors import UsageError, name_file
 from hetflow.engine.store.records import utc_iso, write_json_atomic
 
 __all__ = ["TERMINAL", "Entry", "discover", "load_entry", "check_identities", "check_claimed", "history", "slot_records", "claim", "claim_body", "mark",
-           "give_back", "read_claim", "settling", "lock_active"]
+           "give_back", "read_claim", "settling", "lock_active", "older_unfinished"]
 
 #: the states a claim ends in; ``died``: its run, or the scheduler that claimed it, ended without a result
 TERMINAL = ("succeeded", "failed", "skipped", "died")
@@ -335,6 +335,55 @@ def settling(path: str) -> Iterator[dict | None]:
         yield read_claim(path)
     finally:
         os.close(fd)  # closing drops the flock
+
+
+#: a claim's states while its scheduler has yet to start its slot's run
+WAITING = ("claimed", "queued", "starting")
+
+#: claim path -> (its file's identity, its body), for the claims that are concluded: read once, not at every look
+_concluded: dict[str, tuple[tuple[int, int, int], dict]] = {}
+
+
+def older_unfinished(runs_dir: str, entry: Entry, slot: datetime) -> str | None:
+    """The oldest slot of ``entry`` before ``slot`` whose run a live scheduler has yet to start, or whose run still
+    runs; None when there is none.
+
+    Slots run in the order of their fire times, however many schedulers
+    share the runs directory: a slot does not start while an older one
+    waits its turn in another scheduler (a backlog two of them share, a
+    ``serve`` beside a cron'd ``run-due``), nor while an older one's run
+    is starting and has not taken the run lock yet. A run started under
+    ``allow`` for the live schedule runs beside the others and holds back
+    none. A claim whose scheduler is gone holds back nothing: the next
+    decision gives it back and takes it again in its turn.
+    """
+    folder = entry.claims_dir(runs_dir)
+    before = _slot_file(slot) + ".json"
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith(".") and n < before)
+    except OSError:
+        return None
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        seen = _concluded.get(path)
+        if seen is not None and seen[0] == stamp:
+            continue
+        body = read_claim(path)
+        state = body.get("state")
+        if state in TERMINAL:
+            _concluded[path] = (stamp, body)
+            continue
+        if state in WAITING and owner.alive(body) is True:
+            return body.get("slot") or name[:-5]
+        if state == "started" and owner.alive(body.get("run_owner")) is True and (
+                entry.schedule.max_active != "allow" or body.get("requeue")):
+            return body.get("slot") or name[:-5]
+    return None
 
 
 def lock_active(path: str) -> bool:

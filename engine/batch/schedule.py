@@ -97,6 +97,7 @@ from hetflow.engine.batch.claims import (  # noqa: F401 - the claims' names are 
     load_entry,
     lock_active,
     mark,
+    older_unfinished,
     read_claim,
     settling,
     slot_records,
@@ -982,16 +983,20 @@ def _run_slot(entry: Entry, slot: datetime, path: str, policy: str, runs_dir: st
     back (raising :class:`_NoLongerValid`) where it no longer validates: its run would fail as bad input and run
     ``on_failure`` for a slot the schedule never ran."""
     fields = {"manifest": entry.name, "slot": slot_id(slot)}
-    if policy != "allow" and entry.active(runs_dir):
+    older = None if policy == "allow" or entry.active(runs_dir) else older_unfinished(runs_dir, entry, slot)
+    if policy != "allow" and (older is not None or entry.active(runs_dir)):
         if policy == "skip":
-            mark(path, entry, slot, "skipped", reason="a run of this manifest is active")
+            why = (f"an older slot of this manifest, {older}, is still to run or running" if older is not None
+                   else "a run of this manifest is active")
+            mark(path, entry, slot, "skipped", reason=why)
             count("skipped")
-            log("skipped", {**fields, "reason": "a run of this manifest is active"})
+            log("skipped", {**fields, "reason": why})
             return
         log("queued", fields)
     while True:
-        if policy == "queue" and entry.active(runs_dir):
-            while entry.active(runs_dir):
+        # in slot order: another scheduler's older slot (a backlog two share) starts first, though the lock is free
+        if policy == "queue" and (entry.active(runs_dir) or older_unfinished(runs_dir, entry, slot)):
+            while entry.active(runs_dir) or older_unfinished(runs_dir, entry, slot):
                 time.sleep(wait)
             _settle_detached(entry, runs_dir, log, count)
         wrong = _still_valid(entry) if recheck else []

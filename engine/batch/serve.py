@@ -30,7 +30,7 @@ from hetflow.engine.manifest.cron import _UTC, due_slots, slot_id
 from hetflow.engine.errors import ManifestError, UsageError
 from hetflow.executors.files import file_stamp
 from hetflow.engine.batch.claims import (Entry, check_claimed, check_identities, claim, discover, give_back, history,
-                                         load_entry, mark)
+                                         load_entry, mark, older_unfinished)
 from hetflow.engine.batch.schedule import (Child, Log, NotStarted, _finish, defer_hook, fail_start, locked_out,
                                            pay_hook, requeue, say_missed, settle, start)
 
@@ -131,7 +131,8 @@ class Server:
             elif seen is not None and seen.entry is not None:
                 self.log("unscheduled", {"file": file, "manifest": seen.entry.name})
 
-    def _active(self, entry: Entry, backlog: bool = False, hooks: bool = True) -> bool:
+    def _active(self, entry: Entry, slot: datetime, backlog: bool = False, hooks: bool = True,
+                older: bool = True) -> bool:
         # Under ``allow`` the live schedule's runs may overlap anything: a backlog's slot waits for the backlog's
         # own runs and for the manifest's lock (a run by hand), not for them, or a schedule whose runs outlast
         # its period would never run its backlog.
@@ -139,10 +140,13 @@ class Server:
         # a slot is active until it is concluded, its hook run: a hook slower than the schedule's period would
         # otherwise pile up its slots' hooks behind it
         return (any(c.entry.name == entry.name and (c.backlog or not beside) for c in self.running)
-                or (hooks and not beside and entry.name in self.concluders) or entry.active(self.runs_dir))
+                or (hooks and not beside and entry.name in self.concluders) or entry.active(self.runs_dir)
+                # another scheduler's older slot, still to start or starting, goes first: slots run in order
+                or (older and older_unfinished(self.runs_dir, entry, slot) is not None))
 
-    def _busy(self, entry: Entry, hooks: bool = True) -> bool:
-        return self._active(entry, hooks=hooks) or any(q.entry.name == entry.name for q in self.queued)
+    def _busy(self, entry: Entry, slot: datetime, hooks: bool = True, older: bool = True) -> bool:
+        return (self._active(entry, slot, hooks=hooks, older=older)
+                or any(q.entry.name == entry.name for q in self.queued))
 
     def _start(self, entry: Entry, slot: datetime, path: str, backlog: bool = False) -> None:
         try:
@@ -255,7 +259,7 @@ class Server:
                        else f"its manifest file now names {watched.entry.name!r}")
                 self.log("unqueued", {"manifest": item.entry.name, "slot": slot_id(item.slot), "reason": why})
                 continue
-            if not self._active(item.entry, item.backlog):
+            if not self._active(item.entry, item.slot, item.backlog):
                 self.queued.remove(item)
                 self._start(item.entry, item.slot, item.claim, item.backlog)
 
@@ -286,11 +290,13 @@ class Server:
                     mark(path, entry, slot, "queued")
                     self.queued.append(_Queued(entry, slot, path, backlog=True))
                     self.log("queued", {**fields, "reason": "a backlog of missed slots runs one slot after another"})
-                elif policy == "allow" or not self._busy(entry):
+                elif policy == "allow" or not self._busy(entry, slot):
                     self._start(entry, slot, path)
                 elif policy == "skip":
-                    why = ("a run of this manifest is active" if self._busy(entry, hooks=False)
-                           else "the hook of its last slot is running")
+                    older = older_unfinished(self.runs_dir, entry, slot)
+                    why = ("a run of this manifest is active" if self._busy(entry, slot, hooks=False, older=False)
+                           else f"an older slot of this manifest, {older}, is still to run or running"
+                           if older is not None else "the hook of its last slot is running")
                     mark(path, entry, slot, "skipped", reason=why)
                     self.log("skipped", {**fields, "reason": why})
                 else:
