@@ -271,9 +271,7 @@ def select(points: list[Point], wanted: str) -> Point:
     ...
     hetflow.engine.errors.UsageError: point='other[a=2]' names a point of 'other', not of this manifest 'm' (points: m[a=1,b=x], m[a=1,b=y], m[a=2,b=y])
     """
-    import yaml
-
-    from hetflow.engine.manifest.loader import SafeLoader, dates_as_text
+    from hetflow.engine.manifest.loader import dates_as_text, loads
 
     for p in points:
         if wanted in (p.name, p.name[p.name.index("[") + 1 : -1]):
@@ -292,8 +290,9 @@ def select(points: list[Point], wanted: str) -> Point:
             pairs = {}
             break
         try:
-            pairs[key.strip()] = dates_as_text(yaml.load(text, Loader=SafeLoader)) if text.strip() else ""
-        except yaml.YAMLError:
+            # within the manifest's limits: an alias that names itself is refused here, not walked without end
+            pairs[key.strip()] = dates_as_text(loads(text, "--point").value) if text.strip() else ""
+        except ManifestError:
             pairs[key.strip()] = text.strip()
 
     def same(a: Any, b: Any) -> bool:

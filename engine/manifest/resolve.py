@@ -19,10 +19,9 @@ import re
 from typing import Any, Mapping
 
 import orjson
-import yaml
 
-from hetflow.engine.errors import Diagnostic, UsageError
-from hetflow.engine.manifest.loader import Document, Path, SafeLoader, dates_as_text, dialect_problem
+from hetflow.engine.errors import Diagnostic, ManifestError, Origin, UsageError
+from hetflow.engine.manifest.loader import Document, Path, dates_as_text, dialect_problem, loads
 
 __all__ = ["UNDEFINED", "resolve", "interpolate", "resolve_params", "refers", "names", "parse_overrides",
            "canonical_json", "has_undefined"]
@@ -105,15 +104,21 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         if not sep or not key:
             raise UsageError(f"-p expects KEY=VALUE, got {pair!r}")
         flow = text.strip().startswith(("[", "{"))
-        try:
-            value = dates_as_text(yaml.load(text, Loader=SafeLoader)) if text.strip() else ""
-        except yaml.YAMLError as e:
-            if flow:
-                mark = getattr(e, "problem_mark", None)
-                where = f" at column {len(key) + 2 + mark.column}" if mark is not None else ""
-                raise UsageError(f"-p {pair}: the value is not a valid YAML flow {'list' if text.strip()[0] == '[' else 'map'}"
-                                 f"{where}: {getattr(e, 'problem', None) or e}") from None
-            value = text
+        value: Any = ""
+        if text.strip():
+            try:
+                # read as a manifest is, within its limits: an alias naming itself, an alias bomb or deep
+                # nesting is refused here as it is in a file, not met later by every walk of the value
+                doc = loads(text, "-p")
+            except ManifestError as e:
+                if flow:
+                    raise UsageError(_flow_problem(pair, text, e.diagnostics[0])) from None
+                value = text
+            else:
+                value = dates_as_text(doc.value)
+                if flow and doc.problems and isinstance(value, (dict, list)):
+                    # a key twice, a key that is not a string, a YAML 1.1 scalar: refused as in a manifest
+                    raise UsageError(_flow_problem(pair, text, doc.problems[0]))
         if (isinstance(value, (dict, list)) and not flow) or isinstance(value, (bytes, bytearray)):
             value = text
         # as in a manifest: what YAML 1.1 and 1.2 read differently (yes, 017, 1:30) is said, not guessed
@@ -122,6 +127,22 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
             raise UsageError(f"-p {pair}: {hint}")
         out[key] = value
     return out
+
+
+def _flow_problem(pair: str, text: str, problem: Diagnostic) -> str:
+    """What is wrong with the flow list or map ``text`` of the ``-p`` ``pair``, at its column in ``pair``.
+
+    >>> _flow_problem("n={a: 1, a: 2}", "{a: 1, a: 2}", Diagnostic(Origin("-p", 1, 8), "duplicate key 'a'"))
+    "-p n={a: 1, a: 2}: the value is not a valid flow map at column 10: duplicate key 'a'"
+    """
+    origin = problem.origin
+    where = f" at column {len(pair) - len(text) + origin.col}" if origin is not None and origin.line == 1 else ""
+    kind = "list" if text.strip()[0] == "[" else "map"
+    message = problem.message.replace("the document has", "it has", 1)
+    if message.startswith(("YAML syntax: ", "YAML: ")):
+        message = message.split(": ", 1)[1]
+        return f"-p {pair}: the value is not a valid YAML flow {kind}{where}: {message}"
+    return f"-p {pair}: the value is not a valid flow {kind}{where}: {message}"
 
 
 def _interpolate(value: Any, path: Path, params: Mapping[str, Any], doc: Document, problems: list[Diagnostic]) -> Any:
