@@ -113,6 +113,7 @@ from hetflow.engine.manifest.cron import (  # noqa: F401 - the cron names are pa
     due_slots,
     from_tree,
     parse_instant,
+    passed_over,
     past_catchup,
     slot_id,
     slot_run,
@@ -144,6 +145,7 @@ __all__ = [
     "run_hook",
     "requeue",
     "say_missed",
+    "pass_over",
     "status",
     "format_event",
 ]
@@ -805,6 +807,7 @@ def _dry_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: 
     done = history(runs_dir, entry)
     slots = due_slots(entry.schedule, done, now)
     say_missed(entry, done, slots, log, event="would-miss")
+    pass_over(entry, runs_dir, done, slots, now, log, dry_run=True)
     policy = _policy(entry, slots)
     active = policy != "allow" and entry.active(runs_dir)
     for slot in slots:
@@ -828,6 +831,29 @@ def say_missed(entry: Entry, done: Mapping[str, str], slots: Sequence[datetime],
     if gap is not None:
         log(event, {"manifest": entry.name, "after": gap[0], "before": gap[1],
                        "reason": f"the fire times between are not run: a catch-up runs the newest {len(slots)}"})
+
+
+def pass_over(entry: Entry, runs_dir: str, done: Mapping[str, str], slots: Sequence[datetime], now: datetime,
+              log: Log, dry_run: bool = False) -> None:
+    """Conclude the slots given back that the decision of ``slots`` leaves out for good (:func:`passed_over`): each
+    is claimed and ``skipped``, its claim saying it was missed and why, with a ``missed`` line naming it
+    (``would-miss`` with ``dry_run``, which writes nothing). Left as given back, a slot no decision takes again
+    was called overdue by ``status`` for ever, and one a catch-up's limit cut ran a decision later, out of
+    its turn."""
+    for key in passed_over(entry.schedule, done, list(slots), now):
+        why = ("it was given back before its run ran, and " + (
+            f"a catch-up runs the newest {len(slots)} fire times, which are all after it" if entry.schedule.catchup
+            else "with catchup: false only the latest fire time runs") + ": it is never run")
+        fields = {"manifest": entry.name, "slot": key, "reason": why}
+        if dry_run:
+            log("would-miss", fields)
+            continue
+        slot = parse_instant(key)
+        path = claim(runs_dir, entry, slot)
+        if path is None:
+            continue  # another scheduler decided it first
+        mark(path, entry, slot, "skipped", reason=why, missed=True)
+        log("missed", fields)
 
 
 def _policy(entry: Entry, slots: Sequence[datetime]) -> str:
@@ -867,7 +893,9 @@ def status(files: Sequence[str], runs_dir: str, now: datetime,
                                "next_slot": slot_id(entry.schedule.after(now, 1)[0]), "overdue": None}
         expected = slot_id(entry.schedule.latest(now - timedelta(seconds=grace), 1)[0])
         decided = [k for k, v in done.items() if v != RETURNED]
-        returned = sorted(k for k, v in done.items() if v == RETURNED)
+        # a slot given back is overdue while a decision would still take it: not one it passes over for good
+        due = {slot_id(t) for t in due_slots(entry.schedule, done, now)}
+        returned = sorted(k for k, v in done.items() if v == RETURNED and k in due)
         if not decided or expected > max(decided):
             row["overdue"] = expected
         elif returned and returned[0] <= expected:
@@ -901,6 +929,7 @@ def _run_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: 
     done = history(runs_dir, entry)
     slots = due_slots(entry.schedule, done, now)
     say_missed(entry, done, slots, log)
+    pass_over(entry, runs_dir, done, slots, now, log)
     wrong: list[Diagnostic] = []
     for slot in slots:
         path = claim(runs_dir, entry, slot)

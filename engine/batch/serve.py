@@ -32,7 +32,7 @@ from hetflow.executors.files import file_stamp
 from hetflow.engine.batch.claims import (Entry, check_claimed, check_identities, claim, discover, give_back, history,
                                          load_entry, mark, older_unfinished)
 from hetflow.engine.batch.schedule import (Child, Log, NotStarted, _finish, defer_hook, fail_start, locked_out,
-                                           pay_hook, requeue, say_missed, settle, start)
+                                           pass_over, pay_hook, requeue, say_missed, settle, start)
 
 __all__ = ["Server"]
 
@@ -278,6 +278,7 @@ class Server:
             done = history(self.runs_dir, entry)
             slots = due_slots(entry.schedule, done, now)
             say_missed(entry, done, slots, self.log)
+            pass_over(entry, self.runs_dir, done, slots, now, self.log)
             backlog = len(slots) > 1
             for slot in slots:
                 path = claim(self.runs_dir, entry, slot)

@@ -18,7 +18,9 @@ newest when it is false. A manifest with no history has one due slot,
 its latest fire time; nothing before it is back-filled. A slot of the
 history that is :data:`RETURNED` (a scheduler gave it back before it
 started its run) is no decision: it is due again with ``catchup`` true,
-in its turn, and does not count as the newest slot. This module is
+in its turn, and does not count as the newest slot; one no decision
+takes again (older than the newest :data:`CATCHUP_LIMIT`, or than the
+latest fire time with ``catchup`` false) is :func:`passed_over`. This module is
 pure: what the history is, and what happens to a due slot, is
 :mod:`hetflow.engine.batch.schedule`'s business.
 
@@ -46,7 +48,7 @@ from croniter import CroniterError, croniter
 from hetflow.engine.errors import Diagnostic, UsageError, argument
 
 __all__ = ["CATCHUP_LIMIT", "POLICIES", "Schedule", "check", "unfed_inputs", "from_tree", "slot_id", "parse_instant",
-           "slot_run", "due_slots", "past_catchup"]
+           "slot_run", "due_slots", "past_catchup", "passed_over"]
 
 CATCHUP_LIMIT = 100
 
@@ -404,3 +406,21 @@ def past_catchup(schedule: Schedule, done: Mapping[str, str] | set, slots: list[
     if not after or schedule.after(parse_instant(newest), 1)[0] >= after[0]:
         return None
     return newest, slot_id(after[0])
+
+
+def passed_over(schedule: Schedule, done: Mapping[str, str], slots: list[datetime], now: datetime) -> list[str]:
+    """The slots of ``done`` given back (:data:`RETURNED`) that the decision of ``slots``, the due slots at ``now``,
+    leaves out for good, oldest first: with ``catchup`` true those older than the newest :data:`CATCHUP_LIMIT` it
+    runs, with ``catchup`` false every one but the latest fire time. No later decision takes them either.
+
+    >>> s = Schedule("0 * * * *", "UTC", False, "skip", {})
+    >>> done = {"2026-01-01T00:00:00Z": "succeeded", "2026-01-01T01:00:00Z": RETURNED}
+    >>> now = parse_instant("2026-01-01T03:30:00Z")
+    >>> passed_over(s, done, due_slots(s, done, now), now)
+    ['2026-01-01T01:00:00Z']
+    >>> c = Schedule("0 * * * *", "UTC", True, "skip", {})
+    >>> passed_over(c, done, due_slots(c, done, now), now)
+    []
+    """
+    due = {slot_id(t) for t in slots}
+    return sorted(k for k, v in done.items() if v == RETURNED and k not in due and parse_instant(k) <= now)
