@@ -828,16 +828,27 @@ def _scan(runs_dir: str, fields: tuple[str, ...] | None = None) -> Iterator[tupl
         folder = os.path.join(runs_dir, name)
         if name.startswith(".") or not os.path.isdir(folder):
             continue
+        # A folder that runs gc (in another process) renames away while it is read here is gone from the listing,
+        # not damaged: a record or summary that cannot be read, or a folder that cannot be entered, is said so
+        # only where it is still there.
         if not os.access(folder, os.R_OK | os.X_OK):
-            # another user's folder (a umask of 077): its record is there, but not for this user to read
-            yield "sweep" if name.endswith("-sweep") or "-sweep-" in name else "run", name, "forbidden"
+            if os.path.isdir(folder):
+                # another user's folder (a umask of 077): its record is there, but not for this user to read
+                yield "sweep" if name.endswith("-sweep") or "-sweep-" in name else "run", name, "forbidden"
         elif os.path.isfile(os.path.join(folder, "sweep.json")):
-            data = _read_json(os.path.join(folder, "sweep.json"))
-            yield "sweep", name, "unreadable" if not isinstance(data, dict) else well_kept(data, _SUMMARY_KINDS)
+            path = os.path.join(folder, "sweep.json")
+            data = _read_json(path)
+            if isinstance(data, dict):
+                yield "sweep", name, well_kept(data, _SUMMARY_KINDS)
+            elif os.path.isfile(path):
+                yield "sweep", name, "unreadable"
         elif os.path.isfile(os.path.join(folder, "record.json")):
             path = os.path.join(folder, "record.json")
             data = _read_json(path) if fields is None else read_fields(path, fields)
-            yield "run", name, "unreadable" if data is None or not _a_record(data, fields) else well_kept(data)
+            if data is not None and _a_record(data, fields):
+                yield "run", name, well_kept(data)
+            elif os.path.isfile(path):
+                yield "run", name, "unreadable"
         else:
             yield "sweep" if name.endswith("-sweep") or "-sweep-" in name else "run", name, "empty"
 
