@@ -946,7 +946,7 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
     """
     from hetflow.engine.store.locks import RunLock, lock_path
     from hetflow.engine.store.runs import manifest_from_record, new_sweep, read_record
-    from hetflow.engine.run.cancel import Cancel, current as current_cancel
+    from hetflow.engine.run.cancel import Cancel, current as current_cancel, interrupts_held
     from hetflow.engine.batch.sweeps import resume_rows, run_points
 
     path, doc = _source(path)
@@ -1017,14 +1017,21 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
     with _session(path, doc, first, runs_dir, None, schedule_slot,
                   (workers, threads_per_worker, scheduler, place, threads, dashboard), lock=False) as (cluster, schedule, lock_name), \
             _slot_lock(runs_dir, path, doc, lock_name, jobs[0][2] if schedule else None) as whole:
-        if not resume:
-            _, folder, summary = new_sweep(runs_dir, first.name, path, points, jobs[0][2], schedule=schedule,
-                                           source=doc.text)
-            todo = [(row, (manifest, mpoint, given, None)) for (manifest, mpoint, given), row in zip(jobs, summary["points"])]
-            jobs.clear()  # the manifests are todo's alone now: run_points lets each go once its point has run
-
         # one flag for the sweep and its points' runs: an interrupt of the Python API stops them all
         cancel = current_cancel() or Cancel()
+        # A Ctrl-C (a KeyboardInterrupt at whatever line runs) is held from the sweep folder's making until
+        # run_points holds it in turn: one that came in between left a folder without its summary (empty, or
+        # its manifest.yaml alone), or a summary saying running for as long as the process lived. One that came
+        # cancels the sweep before its first point: its summary says cancelled, every point pending.
+        with interrupts_held() as came:
+            if not resume:
+                _, folder, summary = new_sweep(runs_dir, first.name, path, points, jobs[0][2], schedule=schedule,
+                                               source=doc.text)
+                todo = [(row, (manifest, mpoint, given, None))
+                        for (manifest, mpoint, given), row in zip(jobs, summary["points"])]
+                jobs.clear()  # the manifests are todo's alone now: run_points lets each go once its point has run
+        if came:
+            cancel.request("SIGINT")
 
         def run_one(job: tuple, row: dict, on_run_id: Callable[[str], None]) -> Run:
             manifest, mpoint, given, again = job
