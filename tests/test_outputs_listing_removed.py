@@ -1,6 +1,6 @@
 """A run or sweep that ``runs gc`` (in another process) renames out of the runs directory at the moment a listing
 reads it is gone from the listing, never listed as ``unreadable`` or ``forbidden``: those say a folder that is
-still there is damaged or another user's. gc's own step is taken here, a rename to ``.gc-NAME``, at the instant
+still there is damaged or another user's; a sweep's point whose run goes so reads ``missing``. gc's own step is taken here, a rename to ``.gc-NAME``, at the instant
 between the listing's look at the folder and its read of the file."""
 
 from __future__ import annotations
@@ -83,3 +83,15 @@ def test_a_folder_removed_while_listed_is_not_listed_as_damaged(swept, monkeypat
     assert set(rows.values()) == {"succeeded"}, rows
     # what is still there is listed as it is
     assert set(rows) == ({sweep_id, *points} - {name})
+
+
+def test_a_points_run_removed_while_its_sweep_is_shown_reads_missing_not_unreadable(swept, monkeypatch):
+    runs, sweep_id, points = swept
+    record = os.path.join(str(runs), points[0], "record.json")
+    moved = _removed_at(monkeypatch, "path.isfile", record)
+    code, out, err = _cli("runs", "show", sweep_id, "--runs-dir", str(runs), "--json")
+    monkeypatch.undo()
+    assert moved == [points[0]]
+    assert code == 0, err
+    assert [(p["run_id"], p["status"]) for p in json.loads(out)["points"]] == \
+        [(points[0], "missing"), (points[1], "succeeded")]

@@ -446,10 +446,11 @@ def _ended_view(row: Mapping[str, Any], runs_dir: str, summary: Mapping[str, Any
     still says ``running`` under the sweep's own live process is the run the sweep saw fail (its last record
     refused by the disk), which reads ``died`` once that process is gone."""
     path = os.path.join(runs_dir, str(row["run_id"]), "record.json")
-    if not os.path.isfile(path):
+    record = read_fields(path, ("status", "owner", "host", "outputs")) if os.path.isfile(path) else None
+    # (a record that cannot be read because runs gc has just renamed its folder away is gone, not damaged)
+    if not isinstance(record, dict) and not os.path.isfile(path):
         # its run's folder is gone, and its outputs with it; a point that did not succeed claims none
         return dict(row, status="missing") if row.get("status") == "succeeded" else row
-    record = read_fields(path, ("status", "owner", "host", "outputs"))
     if not isinstance(record, dict):
         return dict(row, status="unreadable")
     said = status_of(record)
