@@ -600,6 +600,13 @@ def _latest(runs_dir: str, ref: str, kind: str | None, rows: list[dict], entries
         raise NoSuchRun(f"no {what} in {runs_dir} yet")
     newest = found[0]["id"]
     if either and found[0]["kind"] == "run":
+        # the run's record names its sweep from its first write; the summary names its run a moment later, or
+        # never where the disk refused its last write
+        sweeps = {name for k, name, data in entries if k == "sweep"}
+        record = next((data for k, name, data in entries if k == "run" and name == newest), {})
+        named = as_object(record.get("matrix_point")).get("sweep")
+        if isinstance(named, str) and named in sweeps:
+            return named
         for k, name, data in entries:
             points = data.get("points") or []
             if k == "sweep" and any(isinstance(p, Mapping) and p.get("run_id") == newest for p in points):
