@@ -118,7 +118,9 @@ def _unavailable(e: EnvironmentUnavailable, debug: bool) -> Outcome:
     record = getattr(e, "record_path", None)
     made = _made(record)
     lines = [f"hetflow: error: {e}"] + ([f"record: {record}"] if record else [])
-    return Outcome(EXIT_ENVIRONMENT, lines, _error("environment", EXIT_ENVIRONMENT, str(e), **made),
+    verifies = getattr(e, "verifies", None)  # verify's rerun: run_id is the run it verifies, as verify's own object
+    said = {"run_id": verifies, "rerun_id": made.get("run_id"), "record": made.get("record")} if verifies else made
+    return Outcome(EXIT_ENVIRONMENT, lines, _error("environment", EXIT_ENVIRONMENT, str(e), **said),
                    made.get("run_id"))
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from hetflow.engine.cli.common import (EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, cluster_kwargs, event_sink, problem_lines,
                                       write_output)
-from hetflow.engine.errors import ManifestError, RunCancelled, RunFailed, UsageError
+from hetflow.engine.errors import ManifestError, RunCancelled, RunFailed, StorageUnavailable, UsageError
 from hetflow.engine.run.events import printable
 
 __all__ = ["cmd_validate", "cmd_plan", "cmd_run", "cmd_verify"]
@@ -323,9 +323,9 @@ def cmd_verify(args: argparse.Namespace, out, err) -> int:
                              inputs=describe_inputs(bound))
         fresh = {k: v["digest"] for k, v in result.record["outputs"].items()}
         rerun, rerun_ok, rerun_record, rerun_error = result.run_id, True, result.record, None
-    except RunCancelled as e:
-        # its object names the run verified as run_id, and the rerun that was stopped as rerun_id, as a finished
-        # verify's does
+    except (RunCancelled, StorageUnavailable) as e:
+        # its object names the run verified as run_id, and the rerun that was stopped (or whose disk refused its
+        # files) as rerun_id, as a finished verify's does
         e.verifies = record["run_id"]
         raise
     except RunFailed as e:
