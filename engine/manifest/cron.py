@@ -266,7 +266,12 @@ def check(value: Any, doc: Any, params: Mapping[str, Any]) -> list[Diagnostic]:
         return []
     problems = []
     cron = value.get("cron")
-    if isinstance(cron, str) and cron.strip():
+    if isinstance(cron, str) and cron and not cron.strip():
+        # the schema takes it (it is not empty), and no cron reads blanks as a time
+        problems.append(Diagnostic(doc.at(("schedule", "cron")), (
+            f"schedule.cron {cron!r} holds only blanks; a cron expression has 5 fields "
+            "(minute hour day-of-month month day-of-week), or 6 with seconds first, or is a shorthand such as @daily")))
+    elif isinstance(cron, str) and cron.strip():
         fields = cron.split()
         if not cron.strip().startswith("@") and len(fields) not in (5, 6):
             problems.append(Diagnostic(doc.at(("schedule", "cron")), (
