@@ -49,6 +49,17 @@ True
 
 from __future__ import annotations
 
+import sys as _sys
+
+if _sys.argv[:1] == ["-m"]:
+    # ``python -m hetflow.engine.cli schedule serve``: a stop signal that comes while the command line loads stops
+    # serve once it is up (exit 0) rather than ending it by the default action
+    from hetflow._stops import keep_stops_of_module_run
+
+    keep_stops_of_module_run()
+    del keep_stops_of_module_run
+del _sys
+
 __all__ = ["__version__", "op", "validate", "plan", "run", "sweep", "open_run", "Plan", "Run", "Failure", "Sweep",
            "HetflowError", "ManifestError", "UsageError", "LockHeld", "EnvironmentUnavailable", "StorageUnavailable",
            "RunCancelled", "OutputDamaged", "Diagnostic", "SourceChanged"]

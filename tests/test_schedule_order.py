@@ -1,11 +1,16 @@
 """Slots run in the order of their fire times across every scheduler that shares a runs directory: two cron'd
-``run-due`` sharing one backlog, ``serve`` beside a ``run-due``."""
+``run-due`` sharing one backlog, ``serve`` beside a ``run-due``; and ``python -m hetflow.engine.cli schedule serve``,
+how a service without the console script starts it, stopped while it loads."""
 
+import json
+import os
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from hetflow.engine.batch import schedule as sched
 from hetflow.engine.batch.serve import Server
@@ -101,3 +106,57 @@ def test_serve_beside_a_run_due_runs_a_shared_backlog_in_order(tmp_path):
     assert not server.queued and not server.running, said
     assert proc.wait(timeout=120) == 0, outside.read_text()
     _in_order(runs)
+
+
+# --- a stop signal while python -m hetflow.engine.cli loads -----------------------------------------
+
+_SIGNAL_WHILE_MODULE_LOADS = """
+import os, signal, sys
+
+sent = getattr(signal, os.environ["HETFLOW_TEST_SIGNAL"])
+
+
+class Hook:
+    # the signal comes as -m begins to load the command line's package, after hetflow's own first lines
+    def find_spec(self, name, path=None, target=None):
+        if name == "hetflow.engine":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), sent)
+        return None
+
+
+sys.meta_path.insert(0, Hook())
+"""
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_stop_signal_while_python_m_loads_the_command_line_stops_serve_cleanly(tmp_path, signame):
+    """``python -m hetflow.engine.cli schedule serve`` took its stop signals only once the command line had loaded
+    and parsed its arguments: one that came meanwhile ended it by the default action (-15, -1; a Ctrl-C with a
+    traceback), where the console script's serve stops cleanly. It now keeps them from the package's first line."""
+    m = write(tmp_path, "early", 'cron: "* * * * *"\n')
+    runs = tmp_path / "runs"
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_SIGNAL_WHILE_MODULE_LOADS)  # runs as the interpreter starts, as site does
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+           "HETFLOW_TEST_SIGNAL": signame}
+    proc = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "schedule", "serve", m, "--runs-dir", str(runs),
+                           "--log-format", "json"], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
+    assert [json.loads(line)["event"] for line in proc.stdout.splitlines()] == ["serving", "stopped"], proc.stdout
+    assert "Traceback" not in proc.stderr
+    assert not (runs / ".schedule").exists()
+
+
+def test_a_program_run_with_python_m_that_imports_hetflow_keeps_its_signals(tmp_path):
+    """Only ``-m hetflow.engine.cli`` keeps the stop signals from the package's first line: a package of another
+    program, run with ``-m`` and the same words, that imports hetflow as it loads keeps the default actions."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "__init__.py").write_text("import signal\nimport hetflow\n\n"
+                                       "print(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)\n")
+    (other / "__main__.py").write_text("")
+    proc = subprocess.run([sys.executable, "-m", "other", "schedule", "serve"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "True"), proc.stderr

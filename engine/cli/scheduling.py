@@ -27,7 +27,7 @@ def _serve_stoppable_from_start(args: argparse.Namespace, out, err) -> int:
     Ctrl-C), where a stop ends serve with 0; it then starts, claims nothing and stops."""
     import signal
 
-    from hetflow._start import Stops
+    from hetflow._stops import Stops
     from hetflow.engine.run.cancel import listened
 
     came: list[int] = []
