@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
 
 import pytest
 
@@ -40,9 +41,10 @@ def swept(tmp_path):
     return runs, said["sweep_id"], [p["run_id"] for p in said["points"]]
 
 
-def _removed_at(monkeypatch, check: str, path: str) -> list[str]:
+def _removed_at(monkeypatch, check: str, path: str, caller: str | None = None) -> list[str]:
     """gc's rename of the folder of ``path`` (``path`` itself for ``access``) lands at ``os.CHECK(path)``: after
-    ``os.path.isfile`` has found the file, before ``os.access`` looks at the folder. Returns the folders moved."""
+    ``os.path.isfile`` has found the file, before ``os.access`` looks at the folder; with ``caller``, at the first
+    such look that function of hetflow's makes. Returns the folders moved."""
     holder, name = (os.path, "isfile") if check == "path.isfile" else (os, "access")
     real = getattr(holder, name)
     folder = os.path.dirname(path) if check == "path.isfile" else path
@@ -53,7 +55,7 @@ def _removed_at(monkeypatch, check: str, path: str) -> list[str]:
         moved.append(os.path.basename(folder))
 
     def look(p, *args, **kwargs):
-        if os.fspath(p) != path or moved:
+        if os.fspath(p) != path or moved or (caller is not None and sys._getframe(1).f_code.co_name != caller):
             return real(p, *args, **kwargs)
         if check == "access":
             move()
@@ -95,3 +97,16 @@ def test_a_points_run_removed_while_its_sweep_is_shown_reads_missing_not_unreada
     assert code == 0, err
     assert [(p["run_id"], p["status"]) for p in json.loads(out)["points"]] == \
         [(points[0], "missing"), (points[1], "succeeded")]
+
+
+def test_a_points_run_removed_while_runs_table_reads_it_is_a_missing_row(swept, monkeypatch):
+    runs, sweep_id, points = swept
+    # after the sweep's view found the record, as the table looks for it again to read it
+    moved = _removed_at(monkeypatch, "path.isfile", os.path.join(str(runs), points[0], "record.json"), caller="table")
+    code, out, err = _cli("runs", "table", sweep_id, "--runs-dir", str(runs), "--format", "json")
+    monkeypatch.undo()
+    assert moved == [points[0]]
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert [(r["run_id"], r["status"], r["record"]) for r in rows] == \
+        [(points[0], "missing", None), (points[1], "succeeded", os.path.join(str(runs), points[1], "record.json"))]

@@ -187,23 +187,30 @@ def table(runs_dir: str, refs: list[str]) -> dict:
             entries.append((ident, None, None, {}))
     rows = []
     for run_id, point, status, values in entries:
-        if run_id is None or not os.path.isfile(os.path.join(runs_dir, run_id, "record.json")):
+        file = os.path.join(runs_dir, run_id, "record.json") if run_id is not None else None
+        if file is not None and point is not None and status == "unreadable" and os.path.isfile(file):
+            # a sweep's point whose record is damaged is a row that says so, as hetflow runs lists it: the
+            # others are still worth their table
+            rows.append({"run_id": run_id, "point": point, "status": status, "record": file,
+                         "params": dict(values), "outputs": {}, "digests": {}})
+            continue
+        record = None
+        if file is not None and os.path.isfile(file):
+            try:
+                record = read_record(runs_dir, run_id)
+            except UsageError:
+                if os.path.isfile(file):
+                    raise
+                # removed as it was read (runs gc in another process): gone, as a run removed before
+        if record is None:
             # a row that names a run whose folder is gone says so where it claimed the run succeeded (missing, as
             # the sweep's view says), and otherwise what its sweep says of it; a point not run yet has the values
             # its sweep gives it
-            rows.append({"run_id": run_id, "point": point, "status": status or ("missing" if run_id else None),
-                         "record": None,
-                         "params": dict(values), "outputs": {}, "digests": {}})
+            rows.append({"run_id": run_id, "point": point,
+                         "status": "missing" if run_id and status in (None, "succeeded") else status,
+                         "record": None, "params": dict(values), "outputs": {}, "digests": {}})
             continue
         folder = os.path.join(runs_dir, run_id)
-        if point is not None and status == "unreadable":
-            # a sweep's point whose record is damaged is a row that says so, as hetflow runs lists it: the
-            # others are still worth their table
-            rows.append({"run_id": run_id, "point": point, "status": status,
-                         "record": os.path.join(folder, "record.json"), "params": dict(values), "outputs": {},
-                         "digests": {}})
-            continue
-        record = read_record(runs_dir, run_id)
         entries = record.get("outputs") if isinstance(record.get("outputs"), dict) else {}
         views = {n: output_view(folder, n, e if isinstance(e, dict) else {}) for n, e in entries.items()}
         # a scalar output whose file is not what the record names shows as damaged, not as a run without it
