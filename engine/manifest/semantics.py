@@ -186,6 +186,13 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
         if isinstance(limit, list):
             device, limit = _device_limits(name, device, limit, doc, problems)
         memory = _memory_bytes(spec.get("memory"))
+        if memory == 0:
+            # the schema refuses memory: 0, and a size that comes to no byte ("0B", "0.5B") means the same
+            problems.append(Diagnostic(doc.at(("executors", name, "memory")), (
+                f"executors.{name}.memory is {spec['memory']!r}, less than 1 byte: an executor that may hold no "
+                "activation can run no stage; give its memory, such as '16GiB', or leave memory: out for what it "
+                "detects")))
+            memory = None
         executors[name] = ExecutorDecl(
             name, tuple(Vendor(n) for n in names), device if isinstance(device, int) else 0,
             doc.key_at(("executors", name)), doc.at(("executors", name, "vendor")),
