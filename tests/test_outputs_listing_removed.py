@@ -110,3 +110,19 @@ def test_a_points_run_removed_while_runs_table_reads_it_is_a_missing_row(swept, 
     rows = json.loads(out)["rows"]
     assert [(r["run_id"], r["status"], r["record"]) for r in rows] == \
         [(points[0], "missing", None), (points[1], "succeeded", os.path.join(str(runs), points[1], "record.json"))]
+
+
+def test_a_points_run_removed_while_report_draws_its_sweep_reads_missing(swept, monkeypatch, tmp_path):
+    runs, sweep_id, points = swept
+    page = tmp_path / "page.html"
+    moved = _removed_at(monkeypatch, "path.isfile", os.path.join(str(runs), points[0], "record.json"),
+                        caller="_point_record")
+    code, out, err = _cli("report", sweep_id, "--runs-dir", str(runs), "-o", str(page))
+    monkeypatch.undo()
+    assert moved == [points[0]]
+    assert code == 0, err
+    text = page.read_text()
+    gone = text.split('data-point="lr[k=1]"', 1)[1].split("</tr>", 1)[0]
+    kept = text.split('data-point="lr[k=2]"', 1)[1].split("</tr>", 1)[0]
+    assert "missing" in gone and "succeeded" not in gone, gone
+    assert "succeeded" in kept, kept

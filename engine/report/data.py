@@ -235,9 +235,15 @@ def _sweep_points(sweep_dir: str, sweep: Mapping[str, Any], runs_dir: str) -> li
                 damaged[name] = value
             elif value is not None:
                 scalars[name] = value
+        if record is None:
+            # a row that says succeeded with no record to back it (its run removed after the sweep's view looked,
+            # by runs gc in another process) reads missing, as the view says of a run removed before
+            status = "missing" if p.get("status") in (None, "succeeded") else p["status"]
+        else:
+            status = status_of(record) or p.get("status") or "missing"
         points.append({"name": p.get("name") or p.get("run_id") or "?", "params": dict(params),
                        "run_id": p.get("run_id") or (record or {}).get("run_id"),
-                       "status": (status_of(record) if record else None) or p.get("status") or "missing",
+                       "status": status,
                        "duration_s": (record or {}).get("duration_s"), "scalars": scalars, "digests": digests,
                        "damaged": damaged,
                        "error": ((record or {}).get("error") or {}).get("message") or p.get("error")})
