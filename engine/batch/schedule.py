@@ -334,8 +334,12 @@ def conclude(entry: Entry, slot: datetime, path: str, info: Mapping[str, Any], r
             handed = True
         elif owed:
             fields = {**kept, **extra}
-            rc = _hook(entry, slot, path[:-5] + ".log", runs_dir, info, log,
-                       running=lambda how: mark(path, entry, slot, _STATE[info["status"]], **{**fields, **owed, **how}))
+            try:
+                rc = _hook(entry, slot, path[:-5] + ".log", runs_dir, info, log,
+                           running=lambda how: mark(path, entry, slot, _STATE[info["status"]],
+                                                    **{**fields, **owed, **how}))
+            except HookNotStarted:
+                return True  # the claim says it is owed: the next scheduler runs it
             mark(path, entry, slot, _STATE[info["status"]], **{**fields, **_hook_outcome(entry, slot, rc, log)})
             _forget_exit(path)
     if handed:
@@ -368,8 +372,11 @@ def pay_hook(entry: Entry, path: str, runs_dir: str, log: Log, owed: bool = True
         if owed:
             log("hook-owed", {"manifest": entry.name, "slot": body["slot"], "detached": True,
                               "reason": "the process that concluded the slot ended before its hook had run"})
-        rc = _hook(entry, slot, path[:-5] + ".log", runs_dir, info, log,
-                   running=lambda how: mark(path, entry, slot, status, **{**rest, "hook": "pending", **how}))
+        try:
+            rc = _hook(entry, slot, path[:-5] + ".log", runs_dir, info, log,
+                       running=lambda how: mark(path, entry, slot, status, **{**rest, "hook": "pending", **how}))
+        except HookNotStarted:
+            return True  # still owed, as the claim says: the next scheduler runs it
         mark(path, entry, slot, status, **{**rest, **_hook_outcome(entry, slot, rc, log)})
         _forget_exit(path)
         return True
@@ -691,15 +698,26 @@ def _hook(entry: Entry, slot: datetime, log_path: str, runs_dir: str, info: Mapp
     env = {**os.environ, "HETFLOW_RECORD": record, "HETFLOW_RUN_ID": info.get("run_id") or "",
            "HETFLOW_STATUS": info["status"], "HETFLOW_MANIFEST": entry.name, "HETFLOW_SLOT": slot_id(slot),
            "HETFLOW_ERROR": str(info.get("error") or "")}
+    folder = os.path.dirname(os.path.abspath(entry.file))
     with open(log_path, "ab") as f:
         f.write(f"{which}: {command}\n".encode())
         f.flush()
         exit_path = _exit_path(log_path[:-4] + ".json")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(exit_path)  # a run before this one's, cut short
-        process = subprocess.Popen(["/bin/sh", "-c", _HOOK_SHELL, "hetflow-hook", command, exit_path],
-                                   cwd=os.path.dirname(os.path.abspath(entry.file)), env=env,
-                                   stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT)
+        try:
+            process = subprocess.Popen(["/bin/sh", "-c", _HOOK_SHELL, "hetflow-hook", command, exit_path],
+                                       cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=f,
+                                       stderr=subprocess.STDOUT)
+        except OSError as e:
+            # its folder moved or removed while the slot ran, no processes or file descriptors left: the hook
+            # stays owed rather than lost, and the scheduler goes on
+            why = (f"the manifest's folder {folder} is gone" if not os.path.isdir(folder)
+                   else f"its process could not be made: {e.strerror or e}")
+            f.write(f"{which} not started: {why}\n".encode())
+            log("hook-deferred", {"manifest": entry.name, "slot": slot_id(slot), "hook": which,
+                                  "reason": f"{why}: the next scheduler of the manifest runs it"})
+            raise HookNotStarted(why) from e
         rc: int | None = None
         try:
             if running is not None:
@@ -713,6 +731,11 @@ def _hook(entry: Entry, slot: datetime, log_path: str, runs_dir: str, info: Mapp
                 process.wait()
     log("hook", {"manifest": entry.name, "slot": slot_id(slot), "hook": which, "rc": "timed out" if rc is None else rc})
     return rc
+
+
+class HookNotStarted(Exception):
+    """A slot's hook whose process could not be made (its manifest's folder gone, no processes left): it stays
+    owed (``hook: pending``) for the next scheduler, which logs ``hook-owed`` and runs it."""
 
 
 def _end_tree(pid: int) -> None:
