@@ -241,7 +241,11 @@ def _describe(path: Path) -> str:
         return "the manifest"
     out = ""
     for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if isinstance(part, str) and (not part.isprintable() or any(c.isspace() for c in part)):
+            # a key with a line break or a control character in it would break the message's one line
+            out += f"[{part!r}]"
+        else:
+            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
 
