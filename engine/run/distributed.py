@@ -86,6 +86,7 @@ from distributed import Client
 from hetflow.engine.store.cache import CacheUse
 from hetflow.engine.run.clusterphases import place_witness, run_phases
 from hetflow.engine.errors import Diagnostic, EnvironmentUnavailable, ManifestError, UsageError, argument
+from hetflow.engine.run.cancel import Cancelled, current as current_cancel
 from hetflow.engine.run.events import EventStream, run_event
 from hetflow.engine.run import malloc
 from hetflow.engine.run.threads import USER_THREAD_VARS
@@ -839,6 +840,7 @@ class Cluster:
             stream.emit(event)
 
         graph = lower(plan, _OnWorker(run_id))
+        stopped = _abandonment(stream, run_id)
         client.subscribe_topic(topic, on_event)
         ids = self._ids()
         plugin = HetflowWorkerPlugin(run_id, plan, cache, ids, client=client.id)
@@ -861,7 +863,7 @@ class Cluster:
             finished: set[str] = set()
             kept: dict[str, Any] = {}
             while True:
-                outcome = self._watch(plan, futures, finished, ids, kept, graph, stream, run_id)
+                outcome = self._watch(plan, futures, finished, ids, kept, graph, stream, run_id, stopped)
                 if not isinstance(outcome, _Gone):
                     failure = outcome
                     break
@@ -887,7 +889,9 @@ class Cluster:
             pending = [f for f in futures.values() if not f.done()]
             if pending:  # a round trip to the scheduler, even for none
                 self.patient(lambda: client.cancel(pending))
-            reports = self.patient(lambda: client.run(_close_run, run_id, CLOSE_WAIT_S, on_error="return")
+            # a cancelled run waits for none of its running tasks: what they return is released as they end
+            wait = 0.0 if isinstance(failure, Cancelled) else CLOSE_WAIT_S
+            reports = self.patient(lambda: client.run(_close_run, run_id, wait, on_error="return")
                                    ) if registered else {}
             answered = set()
             for address, report in reports.items():
@@ -1004,7 +1008,8 @@ class Cluster:
 
     def _watch(self, plan: Plan, futures: dict[str, Any], finished: set[str], ids: Mapping[str, str],
                kept: dict[str, Any], graph: TaskGraph, stream: EventStream | None = None,
-               run_id: str = "") -> BaseException | _Gone | None:
+               run_id: str = "", stopped: Callable[[], BaseException | None] | None = None
+               ) -> BaseException | _Gone | None:
         """Wait for every future: ``None``, the first failure, or the hosting workers that are gone.
 
         ``finished`` gathers the keys whose futures finished, as they do: a
@@ -1018,7 +1023,9 @@ class Cluster:
         it again from lineage: that is a loss too, even when no hosting
         worker left. A hosting worker paused for :data:`_PAUSED_SAY_S` is
         said once in ``stream`` (``worker-paused``): Dask starts no task on
-        it until it resumes, and the run waits with no other sign.
+        it until it resumes, and the run waits with no other sign. ``stopped``
+        (see :func:`_abandonment`) says the run was cancelled: its answer is
+        returned as the failure.
         """
         hosting = {e.worker for e in plan.executors.values()}
         said: set[str] = set()
@@ -1077,6 +1084,9 @@ class Cluster:
                                      cause=f"the only copy of {', '.join(lost)} was lost")
                     return ClusterFailure(f"task {f.key} was cancelled by the cluster", {"tasks": [str(f.key)]})
             if time.monotonic() >= poll:
+                cancelled = stopped() if stopped is not None else None
+                if cancelled is not None:
+                    return cancelled
                 gone = gone_now()
                 if gone:
                     return _Gone(gone, cause=f"worker {', '.join(gone)} left the cluster")
@@ -1119,6 +1129,39 @@ class Cluster:
                 if isinstance(answer, list):
                     w.offers.update({o.vendor: o for o in answer})
         return sorted(alive, key=lambda w: (_sort_name(w.name), w.address))
+
+
+def _abandonment(stream: EventStream, run_id: str) -> Callable[[], BaseException | None]:
+    """What says that run ``run_id`` was given up by the thread that waits for it: a :class:`Cancelled` once it is.
+
+    A run waits for its graph in a helper thread (``Cancel.wait``); cancelled
+    (a signal under ``stopping``, a ``KeyboardInterrupt`` in a notebook's
+    cell), it writes its record and leaves that thread to itself. On the
+    caller's own ``Client``, which lives on, the thread then waited for the
+    rest of the run, which the workers went on computing, and the run's
+    plugin with its executors and held activations stayed on every worker
+    until the graph ended, for ever where a task never did. It is given up
+    here when the run's own end (``cancelled``, ``failed``, ``finished``)
+    comes down the event stream, which is after its record is written: the
+    record says which partitions the cancellation abandoned, and giving the
+    run up sooner would fail them first.
+    """
+    cancel = current_cancel()
+    seen = [0]
+
+    def stopped() -> BaseException | None:
+        events = stream.events
+        upto = len(events)
+        for event in events[seen[0]:upto]:
+            if event.get("kind") == "run" and event.get("id") == run_id and event.get("event") in _RUN_ENDS:
+                return Cancelled(cancel.signal if cancel is not None else None, event.get("time"))
+        seen[0] = upto
+        return None
+
+    return stopped
+
+
+_RUN_ENDS = frozenset({"cancelled", "failed", "finished"})
 
 
 class _HostLeft(Exception):

@@ -206,8 +206,11 @@ class HetflowWorkerPlugin(WorkerPlugin):
 
     def teardown(self, worker: Any) -> None:
         self._stop_watching()
+        self.close()
         if self.runtime is not None:
-            self.runtime.handles.release_all()
+            # closed, not only emptied: a task still running registers what it returns into a closed table,
+            # which releases it at once
+            self.runtime.handles.close()
             self.runtime = None
 
     def enter(self, key: str | None = None, generation: int = 0) -> LocalRuntime:
@@ -441,7 +444,8 @@ async def _close_run(run_id: str, wait_s: float, dask_worker: Any = None) -> dic
     # them: counted in between, they read as live activations the run left; wait for it as for a running task
     while (plugin.inflight or runtime.abandoned) and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
-    released = runtime.handles.release_all()
+    # closed: a task still running past the wait (a cancelled run waits for none) releases what it returns
+    released = runtime.handles.close()
     report = {"live": {n: ex.live_activations() for n, ex in runtime.executors.items()}, "released": released,
               "running": plugin.inflight, "abandoned": runtime.abandoned}
     _flush(dask_worker, run_id)
