@@ -102,6 +102,9 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
             print(printable(f"error: {record['error'].get('message')}"), file=out)
         return EXIT_OK
     if args.runs_command == "gc":
+        if args.cache_dir is not None:
+            # a cache folder that is a file holds no entries: gc would say it removed none, and run refuses it
+            refuse_file_in_the_way(args.cache_dir, "cache_dir")
         result = runs.collect_garbage(args.runs_dir, args.keep, args.cache_dir, dry_run=args.dry_run,
                                       older_than=args.older_than)
         if args.json:
