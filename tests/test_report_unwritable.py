@@ -104,3 +104,12 @@ def test_a_disk_that_refuses_the_page_keeps_the_earlier_one_whole(ran, tmp_path)
     assert done.returncode == 5, done.stderr
     assert "File too large" in _one_error(done.stderr)
     assert page.read_text() == "the earlier page" and os.listdir(tmp_path / "pages") == ["page.html"]
+
+
+def test_an_empty_output_path_is_bad_input_and_nothing_is_written(ran):
+    runs, run_id = ran
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["report", run_id, "--runs-dir", str(runs), "-o", ""], out=out, err=err) == 2
+    assert err.getvalue() == "hetflow: error: -o: an empty path names no file; give the page's file, or - for " \
+                             "standard output\n"
+    assert "report.html" not in os.listdir(runs / run_id)

@@ -261,6 +261,9 @@ def cmd_report(args: argparse.Namespace, out, err) -> int:
     from hetflow.engine import report  # numpy and networkx load only for commands that need them
 
     refuse_file_in_the_way(args.runs_dir, "runs_dir")
+    if args.output == "":
+        # -o "$PAGE" with PAGE unset: the page would go into the run's folder, where the command did not say
+        raise UsageError("-o: an empty path names no file; give the page's file, or - for standard output")
     located = report.locate(args.run_id, args.runs_dir)
     if args.output and args.output != "-":
         kept = _kept_by(located, args.output)
