@@ -143,7 +143,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                     help="one sweep or run, or several runs, named as runs show takes them: latest is the newest run, "
                          "or the sweep it is a point of; latest-sweep the newest sweep")
     tb.add_argument("--format", choices=["text", "csv", "json", "markdown"],
-                    help="default: text, or json after hetflow runs --json")
+                    help="default: text, or json with --json")
+    tb.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                    help="the table as one JSON object, as --format json" + _JSON)
     tb.add_argument("--runs-dir", default=argparse.SUPPRESS)
     gc = rsub.add_parser("gc", help="remove old sweeps and runs (per manifest, or by age), each whole with its "
                                     "verification runs; then the cache entries no kept run needs, lock files no process holds and "

@@ -24,6 +24,9 @@ def cmd_runs(args: argparse.Namespace, out, err) -> int:
     if args.runs_command == "table":
         from hetflow.engine.store.compare import render_table, table
 
+        if args.json and args.format not in (None, "json"):
+            # --json promises one JSON value on standard output however the command ends
+            raise UsageError(f"--json prints the table as JSON; it takes no --format {args.format}")
         out.write(render_table(table(args.runs_dir, args.refs), args.format or ("json" if args.json else "text")))
         return EXIT_OK
     if args.runs_command == "show":
