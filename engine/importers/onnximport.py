@@ -219,7 +219,8 @@ def _read(path: Path) -> Any:
             model = inliner.inline_local_functions(model)
         except Exception as e:  # noqa: BLE001
             raise OnnxImportError(f"{path}: its local functions cannot be inlined: {_one_line(e)}") from None
-    external = [t for t in model.graph.initializer if ext.uses_external_data(t)]
+    # a Constant node's tensor (and a subgraph's) may be external too: onnx saves them so with convert_attribute
+    external = [t for t in _tensors(model.graph) if ext.uses_external_data(t)]
     try:
         # the checker and inference serialize the model they are given, which protobuf limits to 2 GB: a model
         # with external data is checked by its path, and inferred before its large tensors are read in
@@ -244,6 +245,20 @@ def _read(path: Path) -> Any:
     except Exception as e:  # noqa: BLE001 - external data missing, short, or outside the model's folder
         raise OnnxImportError(f"{path}: not a readable ONNX model: {_one_line(e)}") from None
     return model
+
+
+def _tensors(graph: Any):
+    """Every tensor the graph holds: its initializers, and the tensors of its nodes' attributes, subgraphs' too."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _tensors(attr.g)
+            for g in attr.graphs:
+                yield from _tensors(g)
 
 
 #: external tensors up to this size are read in before shape inference, which may need their values

@@ -1,0 +1,61 @@
+"""``hetflow import onnx`` of models at the edges of what ONNX allows: a Constant whose tensor lives in an external
+file, an opset newer than the installed onnx knows, a graph with no outputs. Each is imported as ONNX means it or
+refused with its reason (exit 2, nothing written)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="onnx is not installed (pip install -e .[dev])")
+
+from onnx import TensorProto, helper  # noqa: E402
+
+from hetflow.engine.cli import main  # noqa: E402
+
+
+def _cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _vector(name: str):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, [4])
+
+
+def _save(path, nodes, outputs, opset: int = 18, initializer=()) -> str:
+    graph = helper.make_graph(nodes, path.stem, [_vector("x")], outputs, initializer=list(initializer))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    path.write_bytes(model.SerializeToString())
+    return str(path)
+
+
+def _external(name: str, location: str) -> TensorProto:
+    tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=[4], data_location=TensorProto.EXTERNAL)
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", location
+    return tensor
+
+
+def test_a_constant_whose_tensor_is_external_data_beside_the_model_is_read_from_there(tmp_path):
+    # onnx.save_model(..., save_as_external_data=True, convert_attribute=True) moves a Constant's tensor out too
+    (tmp_path / "w.bin").write_bytes(np.array([1, 2, 3, 4], np.float32).tobytes())
+    model = _save(tmp_path / "const.onnx", [helper.make_node("Constant", [], ["W"], value=_external("W", "w.bin")),
+                                            helper.make_node("Add", ["x", "W"], ["y"], name="add")], [_vector("y")])
+    out = tmp_path / "out"
+    code, _, err = _cli("import", "onnx", model, "-o", str(out))
+    assert code == 0, err
+    from safetensors.numpy import load_file
+
+    assert load_file(str(out / "const.safetensors"))["W"].tolist() == [1, 2, 3, 4]
+    # and one that points outside the model's folder is still refused unread
+    (tmp_path / "inner").mkdir()
+    outside = _save(tmp_path / "inner" / "outside.onnx",
+                    [helper.make_node("Constant", [], ["W"], value=_external("W", "../w.bin")),
+                     helper.make_node("Add", ["x", "W"], ["y"], name="add")], [_vector("y")])
+    code, _, err = _cli("import", "onnx", outside, "-o", str(tmp_path / "out2"))
+    assert code == 2 and f"{outside}: ONNX's checker refuses the model" in err and "points outside" in err, err
+    assert not (tmp_path / "out2").exists()
