@@ -59,3 +59,17 @@ def test_a_constant_whose_tensor_is_external_data_beside_the_model_is_read_from_
     code, _, err = _cli("import", "onnx", outside, "-o", str(tmp_path / "out2"))
     assert code == 2 and f"{outside}: ONNX's checker refuses the model" in err and "points outside" in err, err
     assert not (tmp_path / "out2").exists()
+
+
+def test_an_opset_newer_than_onnx_knows_is_refused_naming_it(tmp_path):
+    newest = onnx.defs.onnx_opset_version()
+    relu = [helper.make_node("Relu", ["x"], ["y"], name="r")]
+    model = _save(tmp_path / "future.onnx", relu, [_vector("y")], opset=newest + 1)
+    code, _, err = _cli("import", "onnx", model, "-o", str(tmp_path / "out"))
+    assert (code, err) == (2, f"hetflow: error: {model}: the model imports opset {newest + 1} of ai.onnx, newer than "
+                              f"the {newest} this onnx ({onnx.__version__}) knows; export it at opset {newest} or "
+                              "lower, or upgrade onnx\n")
+    assert not (tmp_path / "out").exists()
+    code, _, err = _cli("import", "onnx", _save(tmp_path / "now.onnx", relu, [_vector("y")], opset=newest),
+                        "-o", str(tmp_path / "out"))
+    assert code == 0, err

@@ -219,6 +219,7 @@ def _read(path: Path) -> Any:
             model = inliner.inline_local_functions(model)
         except Exception as e:  # noqa: BLE001
             raise OnnxImportError(f"{path}: its local functions cannot be inlined: {_one_line(e)}") from None
+    _check_opsets(model, path)
     # a Constant node's tensor (and a subgraph's) may be external too: onnx saves them so with convert_attribute
     external = [t for t in _tensors(model.graph) if ext.uses_external_data(t)]
     try:
@@ -259,6 +260,19 @@ def _tensors(graph: Any):
                 yield from _tensors(attr.g)
             for g in attr.graphs:
                 yield from _tensors(g)
+
+
+def _check_opsets(model: Any, path: Path) -> None:
+    """Refuse an ai.onnx opset newer than the installed onnx knows: its ops would be read by an older opset's
+    definitions, which the checker and shape inference quietly fall back to."""
+    import onnx
+
+    known = onnx.defs.onnx_opset_version()
+    for o in model.opset_import:
+        if o.domain in _ONNX_DOMAINS and o.version > known:
+            raise OnnxImportError(f"{path}: the model imports opset {o.version} of ai.onnx, newer than the {known} "
+                                  f"this onnx ({onnx.__version__}) knows; export it at opset {known} or lower, or "
+                                  "upgrade onnx")
 
 
 #: external tensors up to this size are read in before shape inference, which may need their values
