@@ -73,3 +73,11 @@ def test_an_opset_newer_than_onnx_knows_is_refused_naming_it(tmp_path):
     code, _, err = _cli("import", "onnx", _save(tmp_path / "now.onnx", relu, [_vector("y")], opset=newest),
                         "-o", str(tmp_path / "out"))
     assert code == 0, err
+
+
+def test_a_graph_without_outputs_is_refused_not_imported_as_a_manifest_that_fails_to_validate(tmp_path):
+    model = _save(tmp_path / "silent.onnx", [helper.make_node("Relu", ["x"], ["y"], name="r")], [])
+    code, _, err = _cli("import", "onnx", model, "-o", str(tmp_path / "out"))
+    assert (code, err) == (2, f"hetflow: error: {model}: its graph has no outputs; a manifest names at least one "
+                              "output to keep\n")
+    assert not (tmp_path / "out").exists()

@@ -555,6 +555,9 @@ def _opsets(model: Any) -> dict[str, int]:
 
 
 def _translate(model: Any, stem: str) -> _Result:
+    if not model.graph.output:
+        # the manifest's outputs: would be empty, which no manifest may be, and nothing the model computes kept
+        raise OnnxImportError("its graph has no outputs; a manifest names at least one output to keep")
     values = _values(model)
     opsets = _opsets(model)
     result = _Result()
