@@ -304,8 +304,8 @@ def elf_layout(raw: bytes, label: str) -> dict:
             filesz, memsz = int(seg["p_filesz"]), int(seg["p_memsz"])
             if filesz > memsz:
                 raise ElfError(f"{label}: malformed PT_LOAD at {seg['p_vaddr']:#x}: p_filesz {filesz} > p_memsz {memsz}")
-            data = seg.data()
-            if len(data) != filesz:
+            # a segment of zeros alone (.bss) has no bytes in the file, wherever its p_offset says they would be
+            if filesz and len(seg.data()) != filesz:
                 raise ElfError(f"{label}: malformed ELF: PT_LOAD at {seg['p_vaddr']:#x} is truncated")
             segments.append([int(seg["p_vaddr"]), int(seg["p_offset"]), filesz, memsz, _perm(int(seg["p_flags"]))])
         tohost = stack = None

@@ -23,13 +23,19 @@ def _branch(funct3: int, offset: int) -> int:
     return (o >> 12 & 1) << 31 | (o >> 5 & 0x3F) << 25 | funct3 << 12 | (o >> 1 & 0xF) << 8 | (o >> 11 & 1) << 7 | 0x63
 
 
-def _elf(words: list[int]) -> bytes:
-    """A static ELF64 RISC-V executable of one r-x PT_LOAD at BASE holding ``words``, entered at its start."""
+def _elf(words: list[int], bss: tuple[int, int, int] | None = None) -> bytes:
+    """A static ELF64 RISC-V executable of one r-x PT_LOAD at BASE holding ``words``, entered at its start, and
+    with ``bss`` = (vaddr, memsz, p_offset) an rw- PT_LOAD of zeros alone (no bytes in the file)."""
     text = b"".join(struct.pack("<I", w) for w in words)
+    count = 1 if bss is None else 2
     header = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8) + struct.pack(
-        "<HHIQQQIHHHHHH", 2, 243, 1, BASE, 64, 0, 0, 64, 56, 1, 64, 0, 0)
-    phdr = struct.pack("<IIQQQQQQ", 1, 5, 128, BASE, BASE, len(text), len(text), 8)
-    return header + phdr + bytes(128 - 64 - 56) + text
+        "<HHIQQQIHHHHHH", 2, 243, 1, BASE, 64, 0, 0, 64, 56, count, 64, 0, 0)
+    at = 64 + 56 * count
+    phdrs = struct.pack("<IIQQQQQQ", 1, 5, at, BASE, BASE, len(text), len(text), 8)
+    if bss is not None:
+        vaddr, memsz, offset = bss
+        phdrs += struct.pack("<IIQQQQQQ", 1, 6, offset, vaddr, vaddr, 0, memsz, 8)
+    return header + phdrs + text
 
 
 @pytest.mark.parametrize("taken, exit_code", [(False, 3), (True, 0x4000_0000)])
@@ -43,3 +49,31 @@ def test_code_entered_in_the_middle_of_an_instruction_runs_alike_on_every_backen
     assert (runs["reference"].exit_code, runs["reference"].end_reason, runs["reference"].steps) == (exit_code, "exit", 4)
     assert runs["reference"].same_result(runs["fast"]) == []
     assert runs["reference"].same_result(runs["native"]) == []
+
+
+def _lui(rd: int, imm20: int) -> int:
+    return (imm20 & 0xFFFFF) << 12 | rd << 7 | 0x37
+
+
+def _sd(rs2: int, rs1: int) -> int:
+    return rs2 << 20 | rs1 << 15 | 3 << 12 | 0x23
+
+
+def _ld(rd: int, rs1: int) -> int:
+    return rs1 << 15 | 3 << 12 | rd << 7 | 0x03
+
+
+@pytest.mark.parametrize("offset", [0, (1 << 64) - 1, 1 << 63])
+def test_a_segment_of_zeros_alone_loads_wherever_its_file_offset_points(tmp_path, monkeypatch, offset):
+    """p_offset means nothing where p_filesz is 0 (a .bss of its own): one past the file, or past what Python
+    can index, was refused as "malformed ELF: OverflowError: Python int too large to convert to C ssize_t"."""
+    monkeypatch.setenv("HETFLOW_NATIVE_CACHE", str(tmp_path / "native"))
+    # t0 = 0x9000_0000 (lui sign-extends: 0x90000 << 12 with its upper bits cleared by the shifts); store 7 there,
+    # load it back into a0 and exit with it
+    words = [_lui(5, 0x90000), 5 << 15 | 32 << 20 | 1 << 12 | 5 << 7 | 0x13, 5 << 15 | 32 << 20 | 5 << 12 | 5 << 7
+             | 0x13, _addi(6, 0, 7), _sd(6, 5), _ld(10, 5), _addi(17, 0, 93), 0x73]
+    path = tmp_path / "bss.elf"
+    path.write_bytes(_elf(words, bss=(0x9000_0000, 0x1000, offset)))
+    for backend in BACKENDS:
+        out = execute(load_elf(path), backend=backend, max_steps=100)
+        assert (out.exit_code, out.end_reason, out.steps) == (7, "exit", 8), backend
