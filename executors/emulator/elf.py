@@ -410,7 +410,8 @@ def program_of(layout: dict, raw: bytes, label: str, fetch: str = "executable", 
                        f"{layout['flags']:#x}) but its isa is rv64ima; declare isa rv64imac or build with "
                        f"-march=rv64ima -mabi=lp64")
     stack = tuple(layout["stack"]) if layout["stack"] else None
-    segment_places(Program(os.path.basename(label), layout["entry"], (), stack=stack),
+    # refusals name the file as it was given, as every other refusal of the file does
+    segment_places(Program(label, layout["entry"], (), stack=stack),
                    [(vaddr, memsz, perm) for vaddr, _, _, memsz, perm in layout["segments"]])
     segments = tuple(Segment(vaddr, raw[offset:offset + filesz] + bytes(memsz - filesz), perm)
                      for vaddr, offset, filesz, memsz, perm in layout["segments"])

@@ -3,7 +3,10 @@ the reference interpreter ends it, never as an internal error of one backend."""
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import sys
 
 import pytest
 
@@ -77,3 +80,20 @@ def test_a_segment_of_zeros_alone_loads_wherever_its_file_offset_points(tmp_path
     for backend in BACKENDS:
         out = execute(load_elf(path), backend=backend, max_steps=100)
         assert (out.exit_code, out.end_reason, out.steps) == (7, "exit", 8), backend
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_segment_over_the_machines_ram_is_refused_naming_the_file_as_given(tmp_path, backend):
+    (tmp_path / "guests").mkdir()
+    path = tmp_path / "guests" / "ram.elf"
+    raw = bytearray(_elf([_addi(10, 0, 0), _addi(17, 0, 93), 0x73]))
+    struct.pack_into("<Q", raw, 24, 0xA000_0000)                    # the entry, and the segment's p_vaddr
+    struct.pack_into("<Q", raw, 64 + 16, 0xA000_0000)
+    path.write_bytes(bytes(raw))
+    p = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "emulate", str(path), "--backend", backend],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "HETFLOW_NATIVE_CACHE": str(tmp_path / "native")})
+    assert (p.returncode, p.stdout) == (2, ""), p.stderr
+    assert p.stderr == (f"hetflow: error: {path}: memory regions collide: segment0[r-x] [0xa0000000, 0xa0000010) "
+                        "and ram [0xa0000000, 0xa0400000); link the program at 0x80000000 and keep segments 8-byte "
+                        "apart\n")
