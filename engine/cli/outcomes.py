@@ -30,9 +30,12 @@ bad argument) and ``count`` (a bad manifest: how many; standard error and
 ``message`` list the first 50, then ``... and N more``),
 ``lock`` and ``holder`` (locked: the lock file and who holds it: pid,
 host, run, since), ``run_id`` and ``record`` (environment: a run whose
-disk refused its files, where its failed record was written; a full
+disk refused its files, where its failed record was written; verify's
+rerun adds ``rerun_id``, ``run_id`` being the run verified; a full
 disk, a quota, a read-only or failing file system is the environment's,
-exit 5, wherever hetflow meets it), ``crash_log`` (internal), ``signal`` with ``run_id``
+exit 5, wherever hetflow meets it), ``sweep_id``, ``summary`` and
+``points`` (environment: a sweep whose summary's last write was
+refused), ``crash_log`` (internal), ``signal`` with ``run_id``
 and ``record`` or, for a sweep, ``sweep_id`` and ``summary`` (cancelled).
 
 Examples
