@@ -160,3 +160,43 @@ def test_a_program_run_with_python_m_that_imports_hetflow_keeps_its_signals(tmp_
     proc = subprocess.run([sys.executable, "-m", "other", "schedule", "serve"], capture_output=True, text=True,
                           timeout=120, cwd=tmp_path)
     assert (proc.returncode, proc.stdout.strip()) == (0, "True"), proc.stderr
+
+
+_CLAIMS_AND_WAITS = """
+import sys, time
+from hetflow.engine.batch import schedule as sched
+
+entry = sched.load_entry(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.readline()
+assert sched.claim(sys.argv[2], entry, sched.parse_instant(sys.argv[3])) is not None
+print("claimed", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_slot_whose_scheduler_was_killed_while_it_waited_runs_in_its_turn_not_after_the_next(tmp_path):
+    """A run-due killed (a cron job's timeout) while it waited with a claimed slot of a backlog left the claim to
+    the next decision: the run-due beside it found the slot claimed elsewhere, ran the slots after it, and the
+    slot ran last, or never while it ran. The run-due beside it now takes it back and runs it in its turn."""
+    m, runs, entry = _backlog(tmp_path)
+    outside = tmp_path / "outside.log"
+    other = subprocess.Popen([sys.executable, "-c", _CLAIMS_AND_WAITS, m, str(runs), BACKLOG[1]],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "ready"
+        proc = _run_due(m, runs, outside)
+        wait_for(lambda: any("slot=2026-01-01T01:00:00Z" in x for x in _lines(outside, "started")), 60,
+                 "the run-due to start the backlog's oldest slot")
+        # another scheduler claims 02:00 while 01:00 runs, to wait its turn, and is killed
+        other.stdin.write("go\n")
+        other.stdin.flush()
+        assert other.stdout.readline().strip() == "claimed"
+    finally:
+        other.kill()
+        other.wait()
+    assert proc.wait(timeout=120) == 0, outside.read_text()
+    _in_order(runs)
+    taken = [x for x in _lines(outside, "unqueued") if f"slot={BACKLOG[1]}" in x]
+    assert len(taken) == 1 and "detached=true" in taken[0], outside.read_text()
+    assert not _lines(outside, "claimed-elsewhere"), outside.read_text()

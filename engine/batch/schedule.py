@@ -551,6 +551,18 @@ def _give_back(entry: Entry, path: str, log: Log, states: Sequence[str] = UNSTAR
                          "reason": "the scheduler that claimed it ended before its run ran; it is decided again"})
 
 
+def _take_back(entry: Entry, runs_dir: str, slot: datetime, log: Log) -> bool:
+    """Give back the claim of ``slot`` when the scheduler that claimed it ended before starting its run (a
+    ``run-due`` killed while it waited its turn beside this one): whether it is given back, for this process
+    to claim it in its turn rather than pass over it and run the slots after it first."""
+    path = os.path.join(entry.claims_dir(runs_dir), _slot_file(slot) + ".json")
+    body = read_claim(path)
+    if body.get("state") not in UNSTARTED or owner.alive(body) is not False:
+        return False
+    _give_back(entry, path, log)
+    return not os.path.exists(path)
+
+
 def requeue(child: Child, log: Log) -> None:
     """Put the slot of ``child``, whose run found the run lock taken and ran nothing (:func:`locked_out`), back in
     the queue: its claim ``queued`` again and a ``queued`` line that says why, so that its ``started`` line is not
@@ -956,6 +968,8 @@ def _run_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: 
     wrong: list[Diagnostic] = []
     for slot in slots:
         path = claim(runs_dir, entry, slot)
+        if path is None and _take_back(entry, runs_dir, slot, log):
+            path = claim(runs_dir, entry, slot)
         if path is None:
             count("claimed_elsewhere")
             log("claimed-elsewhere", {"manifest": entry.name, "slot": slot_id(slot)})
