@@ -124,6 +124,8 @@ ADDRESS_LIMIT = 1 << 63
 #: a decoded form of every executable slot (about twenty times the code's bytes)
 MAX_LOAD_BYTES = 1 << 30
 MAX_CODE_BYTES = 64 << 20
+#: the largest ELF file read: its segments' bytes and room beside them for symbols and debugging sections
+MAX_FILE_BYTES = 2 << 30
 
 
 def load_elf(source: str | os.PathLike | bytes, name: str | None = None, *, fetch: str = "executable",
@@ -168,10 +170,15 @@ def read_elf(source: str | os.PathLike | bytes, name: str | None = None) -> tupl
     except OSError as e:
         raise ElfError(f"{label}: cannot read: {e.strerror or e}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             from hetflow.executors.files import not_a_file
 
             raise ElfError(f"{label}: {not_a_file(os.fspath(source))}")
+        if info.st_size > MAX_FILE_BYTES:
+            # the whole file is read into memory: a sparse or mistaken one of many gigabytes would take them
+            raise ElfError(f"{label}: {info.st_size:,} bytes; a guest program's ELF file is at most "
+                           f"{MAX_FILE_BYTES:,} (its segments load at most {MAX_LOAD_BYTES:,})")
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read(), label
     except OSError as e:

@@ -97,3 +97,17 @@ def test_a_segment_over_the_machines_ram_is_refused_naming_the_file_as_given(tmp
     assert p.stderr == (f"hetflow: error: {path}: memory regions collide: segment0[r-x] [0xa0000000, 0xa0000010) "
                         "and ram [0xa0000000, 0xa0400000); link the program at 0x80000000 and keep segments 8-byte "
                         "apart\n")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_program_file_larger_than_any_guest_is_refused_before_it_is_read(tmp_path, backend):
+    path = tmp_path / "huge.elf"
+    with open(path, "wb") as f:                       # sparse: the size without the bytes
+        f.write(_elf([_addi(10, 0, 0), _addi(17, 0, 93), 0x73]))
+        f.truncate((2 << 30) + 1)
+    p = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "emulate", str(path), "--backend", backend],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "HETFLOW_NATIVE_CACHE": str(tmp_path / "native")})
+    assert (p.returncode, p.stdout) == (2, ""), p.stderr
+    assert p.stderr == (f"hetflow: error: {path}: 2,147,483,649 bytes; a guest program's ELF file is at most "
+                        "2,147,483,648 (its segments load at most 1,073,741,824)\n")
