@@ -176,7 +176,10 @@ def _output_array(run_dir: str, entry: Mapping[str, Any], name: str = "?") -> np
 
 def _point_record(sweep_dir: str, runs_dir: str, point: Mapping[str, Any]) -> tuple[str | None, dict | None]:
     candidates = []
-    if point.get("record"):
+    # a row that names its run is read from that run's folder, as every other reader reads it (runs show, runs
+    # table); its ``record`` path only where it names no run: one edited to name another file showed that file's
+    # run as the point's
+    if point.get("record") and not point.get("run_id"):
         path = str(point["record"])
         # relative to the sweep folder, or to the runs folder that holds it (what ``hetflow run`` writes)
         candidates += [path] if os.path.isabs(path) else [os.path.join(sweep_dir, path), os.path.join(runs_dir, path),
