@@ -1019,19 +1019,6 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
             _slot_lock(runs_dir, path, doc, lock_name, jobs[0][2] if schedule else None) as whole:
         # one flag for the sweep and its points' runs: an interrupt of the Python API stops them all
         cancel = current_cancel() or Cancel()
-        # A Ctrl-C (a KeyboardInterrupt at whatever line runs) is held from the sweep folder's making until
-        # run_points holds it in turn: one that came in between left a folder without its summary (empty, or
-        # its manifest.yaml alone), or a summary saying running for as long as the process lived. One that came
-        # cancels the sweep before its first point: its summary says cancelled, every point pending.
-        with interrupts_held() as came:
-            if not resume:
-                _, folder, summary = new_sweep(runs_dir, first.name, path, points, jobs[0][2], schedule=schedule,
-                                               source=doc.text)
-                todo = [(row, (manifest, mpoint, given, None))
-                        for (manifest, mpoint, given), row in zip(jobs, summary["points"])]
-                jobs.clear()  # the manifests are todo's alone now: run_points lets each go once its point has run
-        if came:
-            cancel.request("SIGINT")
 
         def run_one(job: tuple, row: dict, on_run_id: Callable[[str], None]) -> Run:
             manifest, mpoint, given, again = job
@@ -1046,6 +1033,20 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
                                 matrix_point=mpoint, schedule=schedule, resume=again)
             return done
 
+        # A Ctrl-C (a KeyboardInterrupt at whatever line runs) is held from the sweep folder's making to the call
+        # of run_points, which holds it again from its first lines: one that came in between left a folder without
+        # its summary (empty, or its manifest.yaml alone), or a summary saying running for as long as the process
+        # lived. One that came cancels the sweep before its first point: its summary says cancelled, every point
+        # pending.
+        with interrupts_held() as came:
+            if not resume:
+                _, folder, summary = new_sweep(runs_dir, first.name, path, points, jobs[0][2], schedule=schedule,
+                                               source=doc.text)
+                todo = [(row, (manifest, mpoint, given, None))
+                        for (manifest, mpoint, given), row in zip(jobs, summary["points"])]
+                jobs.clear()  # the manifests are todo's alone now: run_points lets each go once its point has run
+        if came:
+            cancel.request("SIGINT")
         run_points(folder, summary, todo, run_one, parallel=parallel, on_point=on_point, resume=bool(resume),
                    cancel=cancel)
     from hetflow.engine.results import Sweep
