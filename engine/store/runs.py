@@ -432,11 +432,18 @@ def _point_view(row: Mapping[str, Any], runs_dir: str | None) -> dict:
     """The row of a point that says ``running`` in the summary of a sweep whose process is gone."""
     record = None
     if runs_dir is not None and row.get("run_id"):
-        record = read_fields(os.path.join(runs_dir, row["run_id"], "record.json"), ("status", "owner", "host"))
+        record = read_fields(os.path.join(runs_dir, row["run_id"], "record.json"),
+                             ("status", "owner", "host", "outputs", "error"))
     said = status_of(record) if record else None
     if said in (None, "running"):  # no record, or one whose run goes on in a process of its own (not this sweep's)
         return dict(row, status=owner.DIED)
-    return dict(row, status=said)
+    # the run ended after the summary's last write: the row says what its record says, outputs and error too
+    if said == "succeeded":
+        outputs = as_object(record.get("outputs"))
+        ended = dict(row, status=said, error=None, outputs={k: as_object(v).get("digest") for k, v in outputs.items()})
+        ended.pop("exit_code", None)
+        return ended
+    return dict(row, status=said, error=_said(record.get("error")) or row.get("error"))
 
 
 def _ended_view(row: Mapping[str, Any], runs_dir: str, summary: Mapping[str, Any]) -> Mapping[str, Any]:
