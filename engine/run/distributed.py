@@ -124,6 +124,8 @@ _POLL_S = 0.2
 _MAX_RECOVERIES = 20
 # how long a hosting worker stays paused before the run says so
 _PAUSED_SAY_S = 5.0
+# how long a hosting worker sends no heartbeat before the run says so (it is taken for lost after worker_silent_after)
+_SILENT_SAY_S = 5.0
 # recoveries in a row from workers their nanny restarted for memory, after which a run gives up
 _MEMORY_KILLS = 3
 _FLUSH_WAIT_S = 10.0
@@ -223,6 +225,25 @@ class SchedulerSilent(TimeoutError):
         self.why = (f"it did not answer in {seconds:g} s: its process may be stopped or hung, or its machine out of "
                     "memory (Dask's distributed.comm.timeouts.tcp sets this wait)")
         super().__init__(f"the Dask scheduler at {address} stopped answering: {self.why}")
+
+
+def worker_silent_after(workers: int) -> float:
+    """How long a worker that hosts a run's executors may send no heartbeat before the run takes it for lost.
+
+    :func:`silent_after`, the wait Dask gives a connection that does not
+    answer (30 s unless set), as for a silent scheduler; at least the ten
+    heartbeats Dask's own ``worker-ttl`` allows a cluster of ``workers``
+    (one each 0.5 s up to 10 workers, then more slowly).
+    """
+    from distributed.scheduler import heartbeat_interval
+
+    return max(silent_after(), 10 * heartbeat_interval(max(1, workers)))
+
+
+# how long the scheduler waits for a silent worker's nanny to end its process
+_DROP_WAIT_S = 30.0
+# an answer of the scheduler slower than this restarts the timing of the workers' silence
+_SLOW_ANSWER_S = 1.0
 
 
 def _tcp_timeout() -> tuple[Any, float | None]:
@@ -334,6 +355,10 @@ class Cluster:
         self.names: dict[str, str] = {}
         # worker address -> (since when it has been seen paused, its process's memory, its memory limit)
         self.paused: dict[str, tuple[float, Any, Any]] = {}
+        # worker address -> (the scheduler's last_seen of it, when this client saw that value first): a worker
+        # whose last_seen stays the same sends no heartbeat, timed on this client's clock, not the scheduler's
+        self._heard: dict[str, tuple[Any, float]] = {}
+        self._listed = 0  # how many workers the scheduler listed when last asked
         self._dashboard: Any = _UNASKED
         # what the runs on this cluster asked of its workers and keep (threads.on_cluster), by what was asked
         self.memo: dict[Any, Any] = {}
@@ -527,7 +552,16 @@ class Cluster:
                 raise  # a connection's own timeout, within the wait: the client is losing the scheduler
             raise SchedulerSilent(self.address, wait) from None
         now = time.monotonic()
+        if now - asked > _SLOW_ANSWER_S:
+            # the scheduler itself was slow to answer (stopped, swapping): the heartbeats it has not handled yet
+            # are no worker's silence, which is timed again from here
+            self._heard = {a: (seen, now) for a, (seen, _) in self._heard.items()}
+        if n_workers:
+            self._listed = len(identity.get("workers") or {})
         for address, w in (identity.get("workers") or {}).items():
+            seen = w.get("last_seen")
+            if self._heard.get(address, (None,))[0] != seen or seen is None:
+                self._heard[address] = (seen, now)
             self.nannies[address] = w.get("nanny")
             self.names[address] = str(w.get("name", address))
             if w.get("status") == "paused":
@@ -876,7 +910,7 @@ class Cluster:
                     break
                 plan = recover(self, plan, run_id, graph, futures, generation, outcome.workers, recoveries,
                                phase_values, finished, stream, outcome.data, kept=set(kept), cause=outcome.cause,
-                               cache=cache)
+                               cache=cache, silent=outcome.silent)
                 ids.update({a: i for a, i in self._ids().items() if a not in outcome.workers})
             if failure is None:
                 results = [kept.get(k) for k in graph.keys]
@@ -1090,10 +1124,68 @@ class Cluster:
                 gone = gone_now()
                 if gone:
                     return _Gone(gone, cause=f"worker {', '.join(gone)} left the cluster")
+                silent = self._silent_hosts(hosting, said, stream, run_id)
+                if silent is not None:
+                    return silent
                 if stream is not None:
                     self._say_paused(hosting, said, stream, run_id)
                 poll = time.monotonic() + _POLL_S
         return None
+
+    def _silent_hosts(self, hosting: set[str], said: set[str], stream: EventStream | None,
+                      run_id: str) -> _Gone | None:
+        """The hosting workers that sent the scheduler no heartbeat for :func:`worker_silent_after` seconds, taken
+        out of the cluster as lost; one ``worker-silent`` event for each that has been silent :data:`_SILENT_SAY_S`.
+
+        A worker whose process is stopped (``kill -STOP``, a paused VM) or
+        hung keeps its connections open: the scheduler drops it only after
+        its ``worker-ttl`` (5 minutes unless set), and meanwhile the run, and
+        every question to all the workers (each run's plugin, its close),
+        waits on it without a word. Past the bound the scheduler is asked to
+        do what its ``worker-ttl`` does, now: restart the worker through its
+        nanny, or remove it where it has none. The run then recovers as from
+        a lost worker.
+        """
+        now = time.monotonic()
+        bound = worker_silent_after(self._listed)
+        for address in sorted(hosting):
+            heard = self._heard.get(address)
+            if heard is None or heard[0] is None:
+                continue
+            quiet = now - heard[1]
+            name = self.names.get(address)
+            if quiet >= _SILENT_SAY_S and "silent:" + address not in said and stream is not None:
+                said.add("silent:" + address)
+                stream.emit(run_event("worker-silent", run_id, worker=address, name=name, seconds=round(quiet, 1),
+                                      lost_after=bound))
+            if quiet >= bound:
+                why = (f"sent the scheduler no heartbeat for {quiet:.1f} s, its process stopped or hung: "
+                       f"{'restarted through its nanny' if self.nannies.get(address) else 'removed from the cluster'}"
+                       f", as Dask's worker-ttl does later (distributed.comm.timeouts.tcp sets this wait)")
+                self._drop(address)
+                who = f"worker {name} ({address})" if name and name != address else f"worker {address}"
+                return _Gone([address], cause=f"{who} {why}", silent={address: why})
+        return None
+
+    def _drop(self, address: str) -> None:
+        """Ask the scheduler to restart the worker at ``address`` through its nanny, or remove it where it has none.
+
+        The scheduler's own answer to a worker past its ``worker-ttl``: a
+        nanny kills its stopped process (SIGKILL reaches one) and starts a
+        new one; a worker without one is dropped, its connections closed,
+        and closes itself if it is ever resumed.
+        """
+        from distributed.comm.core import CommClosedError
+
+        stimulus = f"hetflow-worker-silent-{time.time()}"
+        try:
+            self.patient(lambda: self.client.sync(self.client.scheduler.restart_workers, workers=[address],
+                                                  timeout=_DROP_WAIT_S, wait_for_workers=False, on_error="return",
+                                                  stimulus_id=stimulus))
+        except (CommClosedError, OSError, TimeoutError) as e:
+            if self.scheduler_gone(e):
+                raise
+            # the worker went meanwhile, or its nanny did not answer: the recovery looks at the workers again
 
     def _say_paused(self, hosting: set[str], said: set[str], stream: EventStream, run_id: str) -> None:
         """One ``worker-paused`` event for each hosting worker paused for :data:`_PAUSED_SAY_S`, with its memory."""

@@ -334,6 +334,9 @@ def format_line(event: dict) -> str:
     'worker w2 (tcp://10.0.0.2:4000) lost at T; b re-created on worker tcp://10.0.0.3:4000; running again: partition:p3'
     >>> format_line({**lost, "name": None})[:37]
     'worker tcp://10.0.0.2:4000 lost at T;'
+    >>> format_line({"event": "worker-silent", "kind": "run", "id": "r1", "worker": "tcp://10.0.0.2:4000",
+    ...              "name": "w2", "seconds": 5.2, "lost_after": 30.0})
+    'worker w2 (tcp://10.0.0.2:4000) has sent the scheduler no heartbeat for 5.2 s: its process may be stopped or hung; the run takes it for lost at 30 s'
     """
     what = event["event"]
     if event.get("kind") == "run":
@@ -354,7 +357,13 @@ def format_line(event: dict) -> str:
             moved = "".join(f"; {n} re-created on worker {w}" for n, w in sorted((event.get("moved") or {}).items()))
             rerun = ", ".join(event.get("rerun") or []) or "nothing"
             memory = f" ({event['memory']})" if event.get("memory") else ""
-            return f"{who} lost at {event.get('at')}{memory}{moved}; running again: {rerun}"
+            silent = f" ({event['silent']})" if event.get("silent") else ""
+            return f"{who} lost at {event.get('at')}{memory}{silent}{moved}; running again: {rerun}"
+        if what == "worker-silent":
+            name = event.get("name")
+            who = f"worker {name} ({event['worker']})" if name and name != event.get("worker") else f"worker {event.get('worker')}"
+            return (f"{who} has sent the scheduler no heartbeat for {event.get('seconds', 0):g} s: its process may be "
+                    f"stopped or hung; the run takes it for lost at {event.get('lost_after', 0):g} s")
         if what == "worker-paused":
             name = event.get("name")
             who = f"worker {name} ({event['worker']})" if name and name != event.get("worker") else f"worker {event.get('worker')}"

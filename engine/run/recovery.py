@@ -230,13 +230,15 @@ class _Gone:
     workers: list[str]
     data: list[str] = dataclasses.field(default_factory=list)
     cause: str = ""
+    # worker address -> why it was taken for lost though its process may live: it sent no heartbeat
+    silent: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: dict[str, Any],
              generation: dict[str, int], gone: list[str], recoveries: list[dict],
              phase_values: Mapping[str, Any], finished: set[str], stream: EventStream,
              lost_data: list[str] = (), *, kept: set[str] = frozenset(), cause: str = "",
-             cache: CacheUse | None = None) -> Plan:
+             cache: CacheUse | None = None, silent: Mapping[str, str] | None = None) -> Plan:
     """Re-create the executors of the ``gone`` workers elsewhere and submit again what they lost.
 
     ``lost_data`` names scattered phase arrays whose only copy was on a
@@ -262,6 +264,7 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
     lost = {e.name for e in plan.executors.values() if e.worker in gone}
     kills = _memory_kills(cluster, gone, detected)
     memory = "; ".join(f"worker {w} {why}" for w, why in kills.items())
+    silent = dict(silent or {})
     vendors = tuple({plan.executors[e].vendor: None for e in lost})
     alive = cluster._alive_workers(vendors, gone)
     # a nanny starts its lost worker again: the executors wait for it, where no other worker can host them;
@@ -294,7 +297,7 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
             offered = "; ".join(w.summary() for w in alive) or "no live workers"
             if cluster.foreign:  # workers that joined with another hetflow: there, but not used
                 offered += "; not used: " + "; ".join(cluster.foreign[a] for a in sorted(cluster.foreign))
-            _announce(stream, run_id, gone, names, detected, [], {}, cause, kills)
+            _announce(stream, run_id, gone, names, detected, [], {}, cause, kills, silent)
             raise _lost(plan, graph, futures, gone, names,
                         f"no live worker can host executor {name!r}: none offers {e.vendor.value}"
                         + ("" if e.vendor is Vendor.cpu else f" device {e.device}")
@@ -385,17 +388,18 @@ def recover(cluster: Any, plan: Plan, run_id: str, graph: TaskGraph, futures: di
         "missing": sorted(missing),
         "cause": cause,
         "memory": memory or None,
+        "silent": "; ".join(f"worker {w} {why}" for w, why in silent.items()) or None,
         "lost_data": sorted({*lost_data, *(r["key"] for r in rescattered)}),
         "rescattered": rescattered,
     })
     _announce(stream, run_id, gone, names, detected, recoveries[-1]["recomputed"],
-              {n: (plan.executors[n].worker, e.worker_name) for n, e in moved.items()}, cause, kills)
+              {n: (plan.executors[n].worker, e.worker_name) for n, e in moved.items()}, cause, kills, silent)
     return new_plan
 
 
 def _announce(stream: EventStream, run_id: str, gone: list[str], names: Mapping[str, str], detected: float,
               recomputed: list[dict], moved: Mapping[str, tuple[str, str]], cause: str,
-              kills: Mapping[str, str] | None = None) -> None:
+              kills: Mapping[str, str] | None = None, silent: Mapping[str, str] | None = None) -> None:
     """One ``worker-lost`` run event per lost worker; ``worker: None`` when Dask alone recomputed a task.
 
     ``moved`` maps each re-created executor to (its lost worker's address, its new worker's name).
@@ -405,7 +409,8 @@ def _announce(stream: EventStream, run_id: str, gone: list[str], names: Mapping[
         stream.emit(run_event("worker-lost", run_id, worker=address, name=names.get(address) if address else None,
                               at=utc_iso(detected), rerun=rerun, cause=cause,
                               moved={n: to for n, (was, to) in moved.items() if was == address},
-                              **({"memory": kills[address]} if kills and address in kills else {})))
+                              **({"memory": kills[address]} if kills and address in kills else {}),
+                              **({"silent": silent[address]} if silent and address in silent else {})))
 
 
 def _missing(client: Any, futures: Mapping[str, Any], finished: set[str], alive: set[str]) -> set[str]:
