@@ -117,6 +117,9 @@ def locate(target: str, runs_dir: str = "runs") -> Located:
     for folder in candidates:
         if not os.path.isdir(folder):
             continue
+        if not os.access(folder, os.R_OK | os.X_OK):
+            # another user's run or sweep (a umask of 077), as hetflow runs lists it forbidden: there, but not to read
+            raise UsageError(f"{folder}: the folder cannot be read by this user")
         if os.path.isfile(os.path.join(folder, "record.json")):
             return Located("run", folder, _read_json(os.path.join(folder, "record.json")))
         if os.path.isfile(os.path.join(folder, "sweep.json")):
