@@ -5,6 +5,7 @@ refused with its reason (exit 2, nothing written)."""
 from __future__ import annotations
 
 import io
+import os
 
 import numpy as np
 import pytest
@@ -80,4 +81,16 @@ def test_a_graph_without_outputs_is_refused_not_imported_as_a_manifest_that_fail
     code, _, err = _cli("import", "onnx", model, "-o", str(tmp_path / "out"))
     assert (code, err) == (2, f"hetflow: error: {model}: its graph has no outputs; a manifest names at least one "
                               "output to keep\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_model_path_that_is_a_folder_or_a_fifo_is_refused_saying_what_it_is(tmp_path):
+    folder = tmp_path / "model.onnx"
+    folder.mkdir()
+    code, _, err = _cli("import", "onnx", str(folder), "-o", str(tmp_path / "out"))
+    assert (code, err) == (2, f"hetflow: error: {folder}: is a directory, not a file\n")
+    fifo = tmp_path / "pipe.onnx"
+    os.mkfifo(fifo)
+    code, _, err = _cli("import", "onnx", str(fifo), "-o", str(tmp_path / "out"))
+    assert (code, err) == (2, f"hetflow: error: {fifo}: is a FIFO (a named pipe), not a file it can read\n")
     assert not (tmp_path / "out").exists()

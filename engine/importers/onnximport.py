@@ -204,7 +204,10 @@ def _read(path: Path) -> Any:
     except ImportError:
         raise OnnxImportError("hetflow import onnx needs the onnx package: pip install onnx") from None
     if not path.is_file():
-        raise OnnxImportError(f"{path}: no such file")
+        from hetflow.executors.files import not_a_file
+
+        # a directory or a FIFO is no missing file: say what it is
+        raise OnnxImportError(f"{path}: {not_a_file(str(path))}")
     from onnx import external_data_helper as ext
 
     try:
