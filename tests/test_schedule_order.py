@@ -200,3 +200,56 @@ def test_a_slot_whose_scheduler_was_killed_while_it_waited_runs_in_its_turn_not_
     taken = [x for x in _lines(outside, "unqueued") if f"slot={BACKLOG[1]}" in x]
     assert len(taken) == 1 and "detached=true" in taken[0], outside.read_text()
     assert not _lines(outside, "claimed-elsewhere"), outside.read_text()
+
+
+def test_serve_runs_a_slot_given_back_by_a_killed_scheduler_in_its_turn_not_skipped_or_after_the_next(tmp_path):
+    """A run-due killed while it waited with the backlog's oldest slot left it to serve, which had queued the
+    slots after it: serve took the slot back alone, as a single due slot, and max_active: skip skipped it for the
+    backlog it was part of (or the slots after it started first). A slot given back now waits its turn as the
+    backlog's, and runs first."""
+    m, runs, entry = _backlog(tmp_path)
+    outside = tmp_path / "outside.log"
+    said: list[tuple[str, dict]] = []
+    lock = RunLock(lock_path(str(runs), m, "hourly", {"n": 4}), manifest=m).acquire()
+    try:
+        proc = _run_due(m, runs, outside)  # claims 01:00 and waits for the lock
+        wait_for(lambda: any("slot=2026-01-01T01:00:00Z" in x for x in _lines(outside, "queued")), 60,
+                 "the run-due to wait with the backlog's oldest slot")
+        server = Server([m], str(runs), lambda e, f: said.append((e, dict(f))), poll=0.02,
+                        clock=lambda: sched.parse_instant(NOW))
+        server.scan()
+        server.tick()
+        assert [f["slot"] for e, f in said if e == "queued"] == BACKLOG[1:], said
+        proc.kill()  # a cron job's timeout
+        proc.wait()
+        server.tick()  # 01:00 is given back, and taken again
+        assert ("skipped", BACKLOG[0]) not in [(e, f.get("slot")) for e, f in said], said
+    finally:
+        lock.release()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (server.queued or server.running or server.concluders):
+        server.tick()
+        time.sleep(0.02)
+    server._concluded()
+    assert not server.queued and not server.running, said
+    _in_order(runs)
+
+
+def test_run_due_waits_with_a_slot_given_back_while_a_run_is_active_rather_than_skip_it(tmp_path):
+    m, runs, entry = _backlog(tmp_path)
+    back = sched.claim(str(runs), entry, sched.parse_instant(BACKLOG[0]), state="queued")
+    assert sched.give_back(back)  # the rest of a backlog whose scheduler was stopped
+    later = sched.parse_instant(BACKLOG[1])
+    sched.mark(sched.claim(str(runs), entry, later), entry, later, "skipped", reason="a run by hand was active")
+    outside = tmp_path / "outside.log"
+    lock = RunLock(lock_path(str(runs), m, "hourly", {"n": 4}), manifest=m).acquire()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "hetflow.engine.cli", "schedule", "run-due", m, "--now",
+                                 "2026-01-01T02:30:00Z", "--runs-dir", str(runs)], stdout=open(outside, "w"),
+                                stderr=subprocess.STDOUT, text=True)
+        wait_for(lambda: _lines(outside, "queued") or proc.poll() is not None, 60, "run-due to decide 01:00")
+    finally:
+        lock.release()
+    assert proc.wait(timeout=120) == 0, outside.read_text()
+    assert not _lines(outside, "skipped"), outside.read_text()
+    assert [r["status"] for r in records(runs) if r["schedule"]["slot"] == BACKLOG[0]] == ["succeeded"]

@@ -344,7 +344,7 @@ WAITING = ("claimed", "queued", "starting")
 _concluded: dict[str, tuple[tuple[int, int, int], dict]] = {}
 
 
-def older_unfinished(runs_dir: str, entry: Entry, slot: datetime) -> str | None:
+def older_unfinished(runs_dir: str, entry: Entry, slot: datetime, returned: bool = False) -> str | None:
     """The oldest slot of ``entry`` before ``slot`` whose run a live scheduler has yet to start, or whose run still
     runs; None when there is none.
 
@@ -355,15 +355,22 @@ def older_unfinished(runs_dir: str, entry: Entry, slot: datetime) -> str | None:
     is starting and has not taken the run lock yet. A run started under
     ``allow`` for the live schedule runs beside the others and holds back
     none. A claim whose scheduler is gone holds back nothing: the next
-    decision gives it back and takes it again in its turn.
+    decision gives it back and takes it again in its turn. With
+    ``returned``, a slot given back (``SLOT.returned``) holds it back too,
+    for a scheduler whose next decision takes it (``serve``).
     """
     folder = entry.claims_dir(runs_dir)
-    before = _slot_file(slot) + ".json"
+    before = _slot_file(slot)
     try:
-        names = sorted(n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith(".") and n < before)
+        names = sorted(n for n in os.listdir(folder) if n.endswith((".json", ".returned")) and not n.startswith(".")
+                       and n.split(".")[0] < before)
     except OSError:
         return None
     for name in names:
+        if name.endswith(".returned"):
+            if returned:
+                return read_claim(os.path.join(folder, name)).get("slot") or name.split(".")[0]
+            continue
         path = os.path.join(folder, name)
         try:
             st = os.stat(path)

@@ -843,7 +843,7 @@ def _dry_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: 
     slots = due_slots(entry.schedule, done, now)
     say_missed(entry, done, slots, log, event="would-miss")
     pass_over(entry, runs_dir, done, slots, now, log, dry_run=True)
-    policy = _policy(entry, slots)
+    policy = _policy(entry, slots, done)
     active = policy != "allow" and entry.active(runs_dir)
     for slot in slots:
         fields = {"manifest": entry.name, "slot": slot_id(slot)}
@@ -891,9 +891,17 @@ def pass_over(entry: Entry, runs_dir: str, done: Mapping[str, str], slots: Seque
         log("missed", fields)
 
 
-def _policy(entry: Entry, slots: Sequence[datetime]) -> str:
-    """``max_active`` for a single due slot; a backlog (more than one) is always queued, one slot after another."""
-    return "queue" if len(slots) > 1 else entry.schedule.max_active
+def _policy(entry: Entry, slots: Sequence[datetime], done: Mapping[str, str]) -> str:
+    """``max_active`` for a single due slot; a backlog (more than one, or a slot given back) is always queued, one
+    slot after another."""
+    return "queue" if backlogged(slots, done) else entry.schedule.max_active
+
+
+def backlogged(slots: Sequence[datetime], done: Mapping[str, str]) -> bool:
+    """Whether the due ``slots`` of the history ``done`` are a backlog: more than one, or one given back
+    (:data:`RETURNED`), the rest of a backlog whose scheduler ended, which waits its turn as the backlog would
+    have and is not skipped for a live run."""
+    return len(slots) > 1 or any(done.get(slot_id(t)) == RETURNED for t in slots)
 
 
 GRACE_S = 300.0
@@ -975,7 +983,7 @@ def _run_entry_due(entry: Entry, runs_dir: str, now: datetime, log: Log, count: 
             log("claimed-elsewhere", {"manifest": entry.name, "slot": slot_id(slot)})
             continue
         try:
-            _run_slot(entry, slot, path, _policy(entry, slots), runs_dir, log, count, wait, recheck=True)
+            _run_slot(entry, slot, path, _policy(entry, slots, done), runs_dir, log, count, wait, recheck=True)
         except _NoLongerValid as e:
             # the slots after it are not claimed: the next decision, once the file is fixed, takes them in turn
             count("invalid")

@@ -31,8 +31,8 @@ from hetflow.engine.errors import ManifestError, UsageError
 from hetflow.executors.files import file_stamp
 from hetflow.engine.batch.claims import (Entry, check_claimed, check_identities, claim, discover, give_back, history,
                                          load_entry, mark, older_unfinished)
-from hetflow.engine.batch.schedule import (Child, Log, NotStarted, _finish, defer_hook, fail_start, locked_out,
-                                           pass_over, pay_hook, requeue, say_missed, settle, start)
+from hetflow.engine.batch.schedule import (Child, Log, NotStarted, _finish, backlogged, defer_hook, fail_start,
+                                           locked_out, pass_over, pay_hook, requeue, say_missed, settle, start)
 
 __all__ = ["Server"]
 
@@ -141,8 +141,9 @@ class Server:
         # otherwise pile up its slots' hooks behind it
         return (any(c.entry.name == entry.name and (c.backlog or not beside) for c in self.running)
                 or (hooks and not beside and entry.name in self.concluders) or entry.active(self.runs_dir)
-                # another scheduler's older slot, still to start or starting, goes first: slots run in order
-                or (older and older_unfinished(self.runs_dir, entry, slot) is not None))
+                # another scheduler's older slot, still to start or starting, goes first: slots run in order; so does
+                # one given back, which this scheduler's decision takes again in its turn (catchup) or passes over
+                or (older and older_unfinished(self.runs_dir, entry, slot, returned=entry.schedule.catchup) is not None))
 
     def _busy(self, entry: Entry, slot: datetime, hooks: bool = True, older: bool = True) -> bool:
         return (self._active(entry, slot, hooks=hooks, older=older)
@@ -279,7 +280,7 @@ class Server:
             slots = due_slots(entry.schedule, done, now)
             say_missed(entry, done, slots, self.log)
             pass_over(entry, self.runs_dir, done, slots, now, self.log)
-            backlog = len(slots) > 1
+            backlog = backlogged(slots, done)
             for slot in slots:
                 path = claim(self.runs_dir, entry, slot)
                 fields = {"manifest": entry.name, "slot": slot_id(slot)}
