@@ -56,3 +56,37 @@ def test_report_of_a_folder_this_user_may_not_read_says_so(tmp_path):
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         assert f"{folder}: the" in done.stderr and "folder cannot be read by this user" in done.stderr, done.stderr
     assert not (tmp_path / "page.html").exists()
+
+
+SWEEP = MANIFEST.replace("name: rfb\n", "name: rfs\nparams: {k: 1}\nmatrix: {k: [1, 2]}\n").replace(
+    "seed: 3", 'seed: "${k}"')
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and shutil.which("setpriv") is None,
+                    reason="as root, permissions apply only without CAP_DAC_OVERRIDE (setpriv)")
+def test_a_sweeps_point_whose_run_folder_this_user_may_not_read_reads_forbidden_not_missing(tmp_path):
+    (tmp_path / "m.yaml").write_text(SWEEP)
+    runs = tmp_path / "runs"
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["run", str(tmp_path / "m.yaml"), "--runs-dir", str(runs), "--quiet", "--json"], out=out,
+                err=err) == 0, err.getvalue()
+    sweep = json.loads(out.getvalue())
+    shut = runs / sweep["points"][0]["run_id"]
+    page = tmp_path / "page.html"
+    os.chmod(shut, 0o000)
+    try:
+        said = {}
+        for command in (["runs", "show", sweep["sweep_id"], "--json"], ["runs", "table", sweep["sweep_id"], "--json"],
+                        ["report", sweep["sweep_id"], "-o", str(page)], ["runs", "--json"]):
+            said[command[1]] = subprocess.run([*PLAIN, sys.executable, "-m", "hetflow.engine.cli", *command,
+                                               "--runs-dir", str(runs)], capture_output=True, text=True, timeout=120)
+    finally:
+        os.chmod(shut, 0o755)
+    for done in said.values():
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    # as hetflow runs lists the folder: there, but not for this user to read; never missing, which says it is gone
+    assert {r["id"]: r["status"] for r in json.loads(said["--json"].stdout)}[shut.name] == "forbidden"
+    assert [p["status"] for p in json.loads(said["show"].stdout)["points"]] == ["forbidden", "succeeded"]
+    assert [r["status"] for r in json.loads(said["table"].stdout)["rows"]] == ["forbidden", "succeeded"]
+    row = page.read_text().split(f'data-point="{sweep["points"][0]["name"]}"', 1)[1].split("</tr>", 1)[0]
+    assert "forbidden" in row and "missing" not in row and "succeeded" not in row, row

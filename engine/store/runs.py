@@ -435,6 +435,9 @@ def _point_view(row: Mapping[str, Any], runs_dir: str | None) -> dict:
         record = read_fields(os.path.join(runs_dir, row["run_id"], "record.json"),
                              ("status", "owner", "host", "outputs", "error"))
     said = status_of(record) if record else None
+    if record is None and runs_dir is not None and row.get("run_id"):
+        if _forbidden(os.path.join(runs_dir, row["run_id"])):
+            return dict(row, status="forbidden")  # there, but not for this user to read
     if said in (None, "running"):  # no record, or one whose run goes on in a process of its own (not this sweep's)
         return dict(row, status=owner.DIED)
     # the run ended after the summary's last write: the row says what its record says, outputs and error too
@@ -444,6 +447,11 @@ def _point_view(row: Mapping[str, Any], runs_dir: str | None) -> dict:
         ended.pop("exit_code", None)
         return ended
     return dict(row, status=said, error=_said(record.get("error")) or row.get("error"))
+
+
+def _forbidden(folder: str) -> bool:
+    """Whether ``folder`` is there but this user may not read it (another user's, a umask of 077)."""
+    return os.path.isdir(folder) and not os.access(folder, os.R_OK | os.X_OK)
 
 
 def _ended_view(row: Mapping[str, Any], runs_dir: str, summary: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -456,6 +464,8 @@ def _ended_view(row: Mapping[str, Any], runs_dir: str, summary: Mapping[str, Any
     record = read_fields(path, ("status", "owner", "host", "outputs")) if os.path.isfile(path) else None
     # (a record that cannot be read because runs gc has just renamed its folder away is gone, not damaged)
     if not isinstance(record, dict) and not os.path.isfile(path):
+        if _forbidden(os.path.dirname(path)):
+            return dict(row, status="forbidden")  # there, but not for this user to read, as hetflow runs lists it
         # its run's folder is gone, and its outputs with it; a point that did not succeed claims none
         return dict(row, status="missing") if row.get("status") == "succeeded" else row
     if not isinstance(record, dict):
