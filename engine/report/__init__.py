@@ -148,7 +148,10 @@ def render(located: Located, *, runs_dir: str = "runs", graph: str = "auto") -> 
     from hetflow.engine.store.runs import status_of, sweep_view
 
     if located.kind == "sweep":
-        return render_sweep(located.folder, sweep_view(located.data, runs_dir), runs_dir=runs_dir)
+        # its points' runs are beside it, wherever --runs-dir points: a sweep named by its folder's path in another
+        # runs directory was read against the runs directory given, where none of its runs is
+        beside = os.path.dirname(os.path.abspath(located.folder))
+        return render_sweep(located.folder, sweep_view(located.data, beside), runs_dir=beside)
     record, shown = located.data, status_of(located.data)
     return render_run(located.folder, record if shown == record.get("status") else {**record, "status": shown},
                       graph=graph)
