@@ -94,3 +94,33 @@ def test_a_model_path_that_is_a_folder_or_a_fifo_is_refused_saying_what_it_is(tm
     code, _, err = _cli("import", "onnx", str(fifo), "-o", str(tmp_path / "out"))
     assert (code, err) == (2, f"hetflow: error: {fifo}: is a FIFO (a named pipe), not a file it can read\n")
     assert not (tmp_path / "out").exists()
+
+
+def test_an_import_into_the_models_folder_never_writes_over_the_model_or_its_external_data(tmp_path):
+    """model.onnx with its weights in model.safetensors (a name Hugging Face folders also give their PyTorch
+    weights): an import with -o the same folder replaced them with hetflow's, and the next import read hetflow's
+    file as the model's raw bytes and wrote a manifest of wrong weights."""
+    weights = onnx.numpy_helper.from_array(np.array([1, 2, 3, 4], np.float32), "W")   # raw bytes: saved apart
+    graph = helper.make_graph([helper.make_node("Add", ["x", "W"], ["y"], name="add")], "g", [_vector("x")],
+                              [_vector("y")], initializer=[weights])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    path = tmp_path / "model.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, location="model.safetensors", size_threshold=0)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    code, _, err = _cli("import", "onnx", str(path), "-o", str(tmp_path))
+    assert (code, err) == (2, f"hetflow: error: -o {tmp_path}: the import would write {tmp_path / 'model.safetensors'} "
+                              f"over {tmp_path / 'model.safetensors'}, the external data the model reads; give another "
+                              "folder (-o) or name (--name)\n")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    # the model's own file, where its name is the manifest's
+    yaml_model = tmp_path / "net.yaml"
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(yaml_model))
+    code, _, err = _cli("import", "onnx", str(yaml_model), "-o", str(tmp_path))
+    assert code == 2 and f"the import would write {yaml_model} over {yaml_model}, the model itself" in err, err
+    # another name beside them is written as before
+    code, _, err = _cli("import", "onnx", str(path), "-o", str(tmp_path), "--name", "imported")
+    assert code == 0, err
+    from safetensors.numpy import load_file
+
+    assert load_file(str(tmp_path / "imported.safetensors"))["W"].tolist() == [1, 2, 3, 4]
+    assert (tmp_path / "model.safetensors").read_bytes() == before["model.safetensors"]

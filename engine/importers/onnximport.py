@@ -158,7 +158,8 @@ def import_onnx(path: str | os.PathLike, out_dir: str | os.PathLike, allow_missi
         the ``.onnx`` file (external data is read from beside it).
     out_dir
         the folder to write ``NAME.yaml`` and ``NAME.safetensors`` into
-        (made if missing; files of those names are replaced).
+        (made if missing; files of those names are replaced, unless one is the
+        model or its external data: :class:`~hetflow.engine.errors.UsageError`).
     allow_missing
         write the manifest even when nodes have no hetflow op: with a
         plugin stub, ``NAME_missing.py``, whose ops raise
@@ -182,7 +183,7 @@ def imported_files(path: str | os.PathLike, out_dir: str | os.PathLike, allow_mi
                    name: str | None = None) -> list[Path]:
     """:func:`import_onnx`, returning every file written: the manifest, the weights, the stub if any."""
     path = Path(path)
-    model = _read(path)
+    model, sources = _read(path)
     stem = _manifest_name(name or path.stem)
     try:
         result = _translate(model, stem)
@@ -192,7 +193,7 @@ def imported_files(path: str | os.PathLike, out_dir: str | os.PathLike, allow_mi
         raise OnnxImportError(_missing_message(path, result), result.missing)
     if result.unreached:
         raise OnnxImportError(f"{path}: " + "; ".join(result.unreached))
-    return _write(path, model, result, Path(out_dir), stem)
+    return _write(path, model, result, Path(out_dir), stem, sources)
 
 
 # -- 1. read ---------------------------------------------------------------------------------------------------
@@ -225,6 +226,8 @@ def _read(path: Path) -> Any:
     _check_opsets(model, path)
     # a Constant node's tensor (and a subgraph's) may be external too: onnx saves them so with convert_attribute
     external = [t for t in _tensors(model.graph) if ext.uses_external_data(t)]
+    # the files the model is read from, which the import must not write over
+    sources = [path, *dict.fromkeys(path.parent / ext.ExternalDataInfo(t).location for t in external)]
     try:
         # the checker and inference serialize the model they are given, which protobuf limits to 2 GB: a model
         # with external data is checked by its path, and inferred before its large tensors are read in
@@ -248,7 +251,7 @@ def _read(path: Path) -> Any:
         raise
     except Exception as e:  # noqa: BLE001 - external data missing, short, or outside the model's folder
         raise OnnxImportError(f"{path}: not a readable ONNX model: {_one_line(e)}") from None
-    return model
+    return model, sources
 
 
 def _tensors(graph: Any):
@@ -809,7 +812,7 @@ def _shown(names: list[str]) -> str:
 # -- 4. write --------------------------------------------------------------------------------------------------
 
 
-def _write(path: Path, model: Any, result: _Result, out_dir: Path, stem: str) -> list[Path]:
+def _write(path: Path, model: Any, result: _Result, out_dir: Path, stem: str, sources: list[Path]) -> list[Path]:
     from safetensors.numpy import save_file
 
     import hetflow
@@ -817,11 +820,20 @@ def _write(path: Path, model: Any, result: _Result, out_dir: Path, stem: str) ->
     made = not out_dir.exists()
     if not made and not out_dir.is_dir():
         raise UsageError(f"-o {out_dir}: not a folder; the import writes a manifest and its weights into a folder")
+    plugin = f"{stem}_missing.py" if result.stubs else None
+    for filename in (f"{stem}.yaml", f"{stem}.safetensors", plugin):
+        final = out_dir / filename if filename else None
+        source = next((s for s in sources if final and final.exists() and s.exists() and os.path.samefile(final, s)),
+                      None)
+        if source is not None:
+            # replacing it would lose the model, or leave it reading hetflow's weights as its own raw bytes
+            what = "the model itself" if source == path else "the external data the model reads"
+            raise UsageError(f"-o {out_dir}: the import would write {final} over {source}, {what}; give another "
+                             "folder (-o) or name (--name)")
     blocking = next((p for p in out_dir.parents if p.exists() and not p.is_dir()), None) if made else None
     if blocking is not None:
         raise UsageError(f"-o {out_dir}: {blocking} is not a folder")
     out_dir.mkdir(parents=True, exist_ok=True)
-    plugin = f"{stem}_missing.py" if result.stubs else None
     # the file's name is the model's to choose: quoted as JSON quotes it, a line break in it stays in the comment
     lines = [f"# Imported from {json.dumps(path.name)} by `hetflow import onnx` (hetflow {hetflow.__version__}):",
              f"# {result.nodes} ONNX nodes as {len(result.stages)} stages; weights in {stem}.safetensors."]
