@@ -1207,9 +1207,12 @@ def collect_garbage(runs_dir: str, keep: int | None = None, cache_dir: str | Non
                     removed.remove(unit)
                     spared.append({**_public(unit), "why": "", "kept_because": "a --resume of it began while gc ran"})
                     kept.append(unit)
-                elif not _remove_unit(runs_dir, names, refused, renamed=lambda: [lock.release() for lock in locks]):
-                    removed.remove(unit)
-                    kept.append(unit)
+                else:
+                    done = _remove_unit(runs_dir, names, refused, renamed=lambda: [lock.release() for lock in locks])
+                    if done is not True:
+                        removed.remove(unit)
+                    if done is False:
+                        kept.append(unit)
             finally:
                 for lock in locks or ():
                     lock.release()  # once the unit is out of every listing: a run started meanwhile is not refused
@@ -1512,13 +1515,14 @@ def _take_locks(runs_dir: str, unit: Mapping[str, Any], records: Mapping[str, Ma
     return taken
 
 
-def _remove_unit(runs_dir: str, names: list[str], refused: list[dict], renamed: Any = None) -> bool:
+def _remove_unit(runs_dir: str, names: list[str], refused: list[dict], renamed: Any = None) -> bool | None:
     """Remove the folders ``names`` of one unit, whole or not at all: each is first renamed out of every listing
     (``.gc-NAME``), and only once all are is any deleted. Where a rename is refused (a runs directory the user
     cannot write to, a folder held by another mount), those renamed are put back, nothing is deleted, the refusal
     goes into ``refused`` and this returns False. What is renamed and then cannot be deleted (a file the file
     system will not let go) is added to ``refused`` with why; the next gc tries again. ``renamed`` is called
-    once every folder is renamed, before the deletes."""
+    once every folder is renamed, before the deletes. None where none of the folders was there any more (another
+    gc, running at the same time, took the unit first): this gc removed nothing of it."""
     from hetflow.engine.store.records import remove_tree, write_json_atomic  # gc's alone
 
     # the unit's names first: a gc killed among the renames left a sweep's summary gone and some of its runs
@@ -1561,6 +1565,8 @@ def _remove_unit(runs_dir: str, names: list[str], refused: list[dict], renamed: 
     _forget(intent)  # every name is out of the listings: what is left is the deletes, which .gc- names say
     if renamed is not None:
         renamed()
+    if names and not moved:
+        return None
     for path, doomed in moved:
         why = remove_tree(doomed)
         if why is not None:
