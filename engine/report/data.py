@@ -242,6 +242,11 @@ def _sweep_points(sweep_dir: str, sweep: Mapping[str, Any], runs_dir: str) -> li
             # a row that says succeeded with no record to back it (its run removed after the sweep's view looked,
             # by runs gc in another process) reads missing, as the view says of a run removed before
             status = "missing" if p.get("status") in (None, "succeeded") else p["status"]
+        elif p.get("status") in ("succeeded", "failed", "cancelled"):
+            # an ended row as the sweep's view reads it (hetflow.engine.store.runs.sweep_view): its run's record where
+            # that says otherwise, but for a run the sweep's own live process saw fail whose last record its disk
+            # refused, which says running until that process is gone
+            status = p["status"]
         else:
             status = status_of(record) or p.get("status") or "missing"
         points.append({"name": p.get("name") or p.get("run_id") or "?", "params": dict(params),
