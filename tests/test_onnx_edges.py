@@ -124,3 +124,12 @@ def test_an_import_into_the_models_folder_never_writes_over_the_model_or_its_ext
 
     assert load_file(str(tmp_path / "imported.safetensors"))["W"].tolist() == [1, 2, 3, 4]
     assert (tmp_path / "model.safetensors").read_bytes() == before["model.safetensors"]
+
+
+def test_an_output_folder_no_folder_can_be_made_at_is_bad_input_not_an_internal_error(tmp_path):
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("needs Linux's /proc, where mkdir answers ENOENT")
+    model = _save(tmp_path / "m.onnx", [helper.make_node("Relu", ["x"], ["y"], name="r")], [_vector("y")])
+    code, _, err = _cli("import", "onnx", model, "-o", "/proc/hetflow-import")
+    assert (code, err) == (2, "hetflow: error: -o /proc/hetflow-import: cannot make this folder: No such file or "
+                              "directory\n")

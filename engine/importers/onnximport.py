@@ -833,7 +833,11 @@ def _write(path: Path, model: Any, result: _Result, out_dir: Path, stem: str, so
     blocking = next((p for p in out_dir.parents if p.exists() and not p.is_dir()), None) if made else None
     if blocking is not None:
         raise UsageError(f"-o {out_dir}: {blocking} is not a folder")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except (FileNotFoundError, NotADirectoryError) as e:
+        # a place no folder can be made (under /proc, or a parent removed meanwhile): the -o given, not the disk
+        raise UsageError(f"-o {out_dir}: cannot make this folder: {e.strerror or e}") from None
     # the file's name is the model's to choose: quoted as JSON quotes it, a line break in it stays in the comment
     lines = [f"# Imported from {json.dumps(path.name)} by `hetflow import onnx` (hetflow {hetflow.__version__}):",
              f"# {result.nodes} ONNX nodes as {len(result.stages)} stages; weights in {stem}.safetensors."]
