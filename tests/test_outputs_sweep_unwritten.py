@@ -85,3 +85,36 @@ def test_a_sweep_whose_summary_could_not_be_ended_names_itself_and_its_points_ru
         assert [p["status"] for p in shown] == ["succeeded"] * len(done["points"])
         if as_json:
             assert [p["run_id"] for p in shown] == [p["run_id"] for p in points]
+
+
+def test_a_sweep_whose_first_summary_write_was_refused_names_itself_and_runs_nothing(tmp_path, monkeypatch):
+    import errno
+
+    from hetflow.engine.batch import sweeps
+
+    manifest = tmp_path / "wide.yaml"
+    manifest.write_text(SWEEP)
+    runs = str(tmp_path / "runs")
+    real = sweeps.write_sweep
+    calls = []
+
+    def refused_first(folder, summary):
+        # the disk that took the new sweep's summary is full by the sweep's own first write
+        calls.append(folder)
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device", os.path.join(folder, "sweep.json"))
+        return real(folder, summary)
+
+    monkeypatch.setattr(sweeps, "write_sweep", refused_first)
+    code, out, err = cli("run", str(manifest), "--runs-dir", runs, "--quiet", "--no-cache", "--json")
+    monkeypatch.undo()
+    assert code == 5, err
+    said = json.loads(out)
+    sweep_id = said["sweep_id"]
+    assert os.listdir(runs) and sorted(d for d in os.listdir(runs) if not d.startswith(".")) == [sweep_id]
+    assert os.path.samefile(said["summary"], os.path.join(runs, sweep_id, "sweep.json"))
+    assert {(p["status"], p["run_id"]) for p in said["points"]} == {("pending", None)}
+    assert "no point has run" in said["message"] and f"--resume {sweep_id}" in said["message"]
+    # the summary the sweep was made with stays, every point pending: what a resume runs once this process is gone
+    with open(said["summary"]) as f:
+        assert {p["status"] for p in json.load(f)["points"]} == {"pending"}

@@ -130,7 +130,13 @@ def run_points(folder: str, summary: dict, todo: list[tuple[dict, Any]], run_one
     held = contextlib.ExitStack()
     came = held.enter_context(interrupts_held())
     try:
-        write_sweep(folder, summary)
+        try:
+            write_sweep(folder, summary)
+        except (StorageUnavailable, OSError) as e:
+            if isinstance(e, OSError) and not is_storage_error(e):
+                raise
+            # nothing of this attempt has run: the summary on disk is the one the sweep was made (or last ended) with
+            raise _unwritten(summary, folder, e, began=True) from e
         finished = threading.Event()
         # who writes the summary's end, and with what status: a second signal that comes in that thread while
         # it writes (signals run in the main thread) ends the process before the write resumes
@@ -350,12 +356,15 @@ class SummaryUnwritten(StorageUnavailable):
         self.sweep_id, self.summary, self.points = sweep_id, summary, points
 
 
-def _unwritten(summary: Mapping[str, Any], folder: str, error: BaseException) -> SummaryUnwritten:
+def _unwritten(summary: Mapping[str, Any], folder: str, error: BaseException, began: bool = False) -> SummaryUnwritten:
     sweep_id, path = summary["sweep_id"], os.path.join(folder, "sweep.json")
     ran = sum(1 for r in summary["points"] if r.get("run_id"))
     there = os.path.isfile(path)
     if isinstance(error, StorageUnavailable) or not there:  # its folder was removed (the message says so)
         why = str(error)
+    elif began:
+        why = (f"sweep {sweep_id}: its summary {path} could not be written as it began ({error.strerror or error}): "
+               f"no point has run, and --resume {sweep_id} runs them")
     else:
         why = (f"sweep {sweep_id}: its summary {path} could not be written as it ended ({error.strerror or error}): "
                f"it holds an earlier state, which hetflow runs show {sweep_id} completes from the points' records; "
