@@ -276,7 +276,7 @@ def _remove(path: str) -> int:
 
 
 #: bumped whenever what :func:`load_program` keeps of an ELF file, or which files it accepts, changes
-ELF_VERSION = 6
+ELF_VERSION = 7
 
 
 def load_program(source, fetch: str = "executable", isa: str = "rv64imac", memory: str = "protected") -> Program:

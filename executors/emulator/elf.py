@@ -376,6 +376,10 @@ def _code_symbols(symtab, segments) -> list:
         seg = next(((lo, hi) for lo, hi in code if lo <= addr < hi), None)
         if seg is None:
             continue
+        if not name.isprintable():
+            # a name is the file's to choose: a line break or a terminal escape in it would end a trap's one-line
+            # message early, or act on the terminal it is printed to
+            name = name.encode("unicode_escape").decode("ascii")
         end = addr + int(sym["st_size"]) if sym["st_size"] else seg[1]
         # one name an address: a function before a label at its first instruction, a global before a local
         rank = (kind == "STT_FUNC", sym["st_info"]["bind"] == "STB_GLOBAL")

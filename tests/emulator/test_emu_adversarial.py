@@ -7,6 +7,7 @@ import os
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +112,23 @@ def test_a_program_file_larger_than_any_guest_is_refused_before_it_is_read(tmp_p
     assert (p.returncode, p.stdout) == (2, ""), p.stderr
     assert p.stderr == (f"hetflow: error: {path}: 2,147,483,649 bytes; a guest program's ELF file is at most "
                         "2,147,483,648 (its segments load at most 1,073,741,824)\n")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_symbol_name_with_a_line_break_or_an_escape_stays_on_the_traps_one_line(tmp_path, backend):
+    """The ELF names its functions: ``_start`` renamed ``_s<LF><ESC>[1`` (same length) broke the trap's one-line
+    message in two and sent an escape sequence to the terminal."""
+    guests = Path(__file__).resolve().parents[2] / "examples" / "guests"
+    raw = bytearray((guests / "illegal.elf").read_bytes())
+    at = raw.index(b"_start\x00")
+    raw[at:at + 6] = b"_s\n\x1b[1"
+    path = tmp_path / "named.elf"
+    path.write_bytes(bytes(raw))
+    p = subprocess.run([sys.executable, "-m", "hetflow.engine.cli", "emulate", str(path), "--backend", backend],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "HETFLOW_NATIVE_CACHE": str(tmp_path / "native")})
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.splitlines()[-1] == (
+        f"hetflow: emulate failed: {path}: unhandled trap: illegal instruction (mcause 2, mtval 0x0) at pc 0x80000004 "
+        "(_s\\n\\x1b[1+0x4), instruction 0x00000000 (step 1)")
+    assert "\x1b" not in p.stdout + p.stderr
