@@ -11,12 +11,13 @@ name stages; emulators and their phases are checked by
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from hetflow.engine.errors import Diagnostic, Origin
 from hetflow.engine.manifest.loader import Document, frozen_instance
@@ -154,6 +155,14 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
 
     Returns the :class:`Manifest` when this pass found nothing, else ``None``.
     """
+    token = _suggestions.set({"left": SUGGESTION_BUDGET, "given": {}, "scopes": {}})
+    try:
+        return _check_semantics(tree, doc, problems)
+    finally:
+        _suggestions.reset(token)
+
+
+def _check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Manifest | None:
     base = os.path.dirname(os.path.abspath(doc.file)) if doc.file != "<string>" else os.getcwd()
     text = getattr(doc, "text", None)
     if text is None or "\\u" in text or "\\U" in text or any(
@@ -275,13 +284,13 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
                             "add it to the block's inputs: and give it in each use of the block")
                 elif ref in unnamed:
                     # USE.NAME may mean a stage of the use's instance too: the nearest one is offered
-                    close = _close(ref, list(raw_stages), n=1) if unnamed[ref].startswith("which is no output") else []
+                    close = _close(ref, raw_stages, n=1) if unnamed[ref].startswith("which is no output") else []
                     hint = f"; or did you mean stage {close[0]!r}?" if close else ""
                     problems.append(Diagnostic(doc.at(("stages", sid, "inputs", i)),
                                                f"stage {sid!r} takes input {ref!r}, {unnamed[ref]}{hint}"))
                     continue
                 else:
-                    close = _close(ref, list(raw_stages), n=1)
+                    close = _close(ref, raw_stages, n=1)
                     hint = f"; did you mean {close[0]!r}?" if close else ""
                 problems.append(Diagnostic(doc.at(("stages", sid, "inputs", i)),
                                            f"stage {sid!r} takes input {ref!r}, which is not a stage{hint}"))
@@ -371,7 +380,7 @@ def check_semantics(tree: dict, doc: Document, problems: list[Diagnostic]) -> Ma
         if ref not in raw_stages and ref in unnamed:
             problems.append(Diagnostic(doc.at(("outputs", out)), f"output {out!r} names {ref!r}, {unnamed[ref]}"))
         elif ref not in raw_stages:
-            close = _close(ref, list(raw_stages), n=1)
+            close = _close(ref, raw_stages, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             problems.append(Diagnostic(doc.at(("outputs", out)), f"output {out!r} names {ref!r}, which is not a stage{hint}"))
         outputs[out] = ref
@@ -480,11 +489,58 @@ def _check_input_dtypes(typed: list[str], stages: Mapping[str, StageDecl], doc: 
                 f"stage {sid!r} takes {_typed_inputs(stage.inputs, stages, arrays)}: op {op.name!r}: {problem}")))
 
 
-def _close(word: str, choices: list[str], n: int = 1) -> list[str]:
-    """The choices close to ``word``, for a "did you mean" (difflib, imported only for a problem found)."""
+#: how many names one check of a manifest compares for its "did you mean"s: difflib takes microseconds a name,
+#: and each missing name is compared with every stage, so a block repeated 1,000 times with a typo in it, or a
+#: generated manifest of 100,000 stages after a rename, asked minutes of them; past this, problems are said
+#: without a suggestion
+SUGGESTION_BUDGET = 500_000
+
+# per check: the comparisons left, the answers given (a typo repeated in every instance is looked up once) and,
+# per collection of names, its names by the scope they are written in (``l.3`` of ``l.3.h``)
+_suggestions: contextvars.ContextVar[dict | None] = contextvars.ContextVar("suggestions", default=None)
+
+
+def _close(word: str, choices: Collection[str], n: int = 1) -> list[str]:
+    """The choices close to ``word``, for a "did you mean" (difflib, imported only for a problem found).
+
+    A word of a block's instance (``l.3.hh``) is first compared with the
+    names of its own instance (``l.3.h``), then with all of them; the
+    comparisons with all of them stop once this check's
+    :data:`SUGGESTION_BUDGET` is spent.
+
+    >>> _close("relux", ["relu", "gelu", "matmul"]), _close("l.3.hh", ["l.2.h", "l.3.h", "l.3.g"])
+    (['relu'], ['l.3.h'])
+    """
     import difflib
 
-    return difflib.get_close_matches(word, choices, n=n)
+    state = _suggestions.get()
+    if state is None:
+        state = {"left": SUGGESTION_BUDGET, "given": {}, "scopes": {}}
+    if isinstance(choices, dict):
+        # the stages of the manifest, one mapping through the check: known by its identity, kept alive meanwhile
+        key: tuple = (word, n, id(choices), len(choices))
+        state.setdefault("held", {})[id(choices)] = choices
+    else:
+        key = (word, n, tuple(choices))
+    if key in state["given"]:
+        return state["given"][key]
+    close: list[str] = []
+    scope = word.rpartition(".")[0]
+    if scope:
+        scopes = state["scopes"].get(id(choices))
+        if scopes is None or scopes[0] is not choices:
+            index: dict[str, list[str]] = {}
+            for name in choices:
+                index.setdefault(name.rpartition(".")[0], []).append(name)
+            scopes = state["scopes"][id(choices)] = (choices, index)
+        close = difflib.get_close_matches(word, scopes[1].get(scope, ()), n=n)
+    if not close and state["left"] >= len(choices):
+        state["left"] -= len(choices)
+        close = difflib.get_close_matches(word, choices, n=n)
+    elif not close:
+        state["left"] = 0
+    state["given"][key] = close
+    return close
 
 
 _ABSENT = object()
@@ -798,7 +854,7 @@ def _placement_constraints(stages: Mapping[str, StageDecl], executors: Mapping[s
         if s.colocate_with == s.id:
             problems.append(Diagnostic(s.colocate_origin, f"stage {s.id!r} is colocated with itself; name another stage"))
         elif s.colocate_with not in raw_stages:
-            close = _close(s.colocate_with, list(raw_stages), n=1)
+            close = _close(s.colocate_with, raw_stages, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             problems.append(Diagnostic(s.colocate_origin, f"stage {s.id!r} is colocated with {s.colocate_with!r}, which is not a stage{hint}"))
         elif s.colocate_with in stages:
