@@ -914,11 +914,16 @@ def run(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str 
         bound = bind_inputs(manifest, inputs, given_as=_given_as(inputs))
     if workers is None and scheduler is None:
         _plan_here(manifest)  # a plan it refuses (an executor's memory, a vendor) is refused before anything is written
-    with _session(path, doc, manifest, runs_dir, resume, schedule_slot,
-                  (workers, threads_per_worker, scheduler, place, threads, dashboard)) as (cluster, schedule, _):
+    from hetflow.engine.run.cancel import Cancel, ctrl_c_requests, current as current_cancel
+
+    # from its cluster and run lock on, a Ctrl-C asks the run to stop where it can (its record then says cancelled),
+    # rather than raising at whatever line runs, inside the locks of the run's own threads
+    with ctrl_c_requests(current_cancel() or Cancel()) as cancel, \
+            _session(path, doc, manifest, runs_dir, resume, schedule_slot,
+                     (workers, threads_per_worker, scheduler, place, threads, dashboard)) as (cluster, schedule, _):
         return _execute(manifest, cluster, place, bound, runs_dir=runs_dir, overrides=given, num_workers=threads,
                         on_event=on_event, cache_dir=cache_dir, use_cache=cache, matrix_point=mpoint, resume=resume,
-                        schedule=schedule, named=named)
+                        schedule=schedule, named=named, cancel=cancel)
 
 
 def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: str | os.PathLike = "runs",
@@ -946,7 +951,7 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
     """
     from hetflow.engine.store.locks import RunLock, lock_path
     from hetflow.engine.store.runs import manifest_from_record, new_sweep, read_record
-    from hetflow.engine.run.cancel import Cancel, current as current_cancel, interrupts_held
+    from hetflow.engine.run.cancel import Cancel, ctrl_c_requests, current as current_cancel, interrupts_held
     from hetflow.engine.batch.sweeps import resume_rows, run_points
 
     path, doc = _source(path)
@@ -1014,11 +1019,12 @@ def sweep(path: str | os.PathLike, params: Params | None = None, *, runs_dir: st
         first = jobs[0][0]
     if workers is None and scheduler is None:
         _plan_here(first)  # as run() does: what the points share, refused before the sweep's folder is made
-    with _session(path, doc, first, runs_dir, None, schedule_slot,
-                  (workers, threads_per_worker, scheduler, place, threads, dashboard), lock=False) as (cluster, schedule, lock_name), \
+    # one flag for the sweep and its points' runs: an interrupt of the Python API stops them all, as a request
+    # (see run())
+    with ctrl_c_requests(current_cancel() or Cancel()) as cancel, \
+            _session(path, doc, first, runs_dir, None, schedule_slot,
+                     (workers, threads_per_worker, scheduler, place, threads, dashboard), lock=False) as (cluster, schedule, lock_name), \
             _slot_lock(runs_dir, path, doc, lock_name, jobs[0][2] if schedule else None) as whole:
-        # one flag for the sweep and its points' runs: an interrupt of the Python API stops them all
-        cancel = current_cancel() or Cancel()
 
         def run_one(job: tuple, row: dict, on_run_id: Callable[[str], None]) -> Run:
             manifest, mpoint, given, again = job

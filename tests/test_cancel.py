@@ -332,7 +332,18 @@ def test_keyboard_interrupt_in_the_python_api_leaves_final_records(tmp_path, swe
     import faultinject  # a chain of steps that sleep: its length does not depend on the machine's speed
 
     path, runs = str(faultinject.write_workloads(tmp_path)["sweep" if sweep else "run"]), tmp_path / "runs"
-    timer = threading.Timer(0.8, os.kill, (os.getpid(), signal.SIGINT))
+    stop = threading.Event()
+
+    def ctrl_c_once_a_run_has_begun() -> None:
+        # not at a fixed time: on a loaded machine the call may still be loading its manifest, where a Ctrl-C is
+        # Python's own and nothing is written
+        while not stop.wait(0.02):
+            if any(runs.glob("*/record.json")):
+                time.sleep(0.3)
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+
+    timer = threading.Thread(target=ctrl_c_once_a_run_has_begun)
     timer.start()
     try:
         # RunCancelled, as documented: with parallel=2 the main thread waits on the points, and the interrupt
@@ -343,7 +354,8 @@ def test_keyboard_interrupt_in_the_python_api_leaves_final_records(tmp_path, swe
             else:
                 hetflow.run(path, runs_dir=runs)
     finally:
-        timer.cancel()
+        stop.set()
+        timer.join()
     records = [json.loads(p.read_text()) for p in runs.glob("*/record.json")]
     assert records and all(r["status"] in ("cancelled", "succeeded") for r in records)
     assert any(r["status"] == "cancelled" for r in records)

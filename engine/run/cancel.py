@@ -52,7 +52,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-__all__ = ["Cancel", "Cancelled", "stopping", "listened", "current", "exit_code_of", "SIGNALS", "abandon_cache_writes"]
+__all__ = ["Cancel", "Cancelled", "stopping", "ctrl_c_requests", "listened", "current", "exit_code_of", "SIGNALS", "abandon_cache_writes"]
 
 _POLL_S = 0.05
 # the signals that stop a command: an interrupt, a termination request, a hangup
@@ -156,13 +156,17 @@ class Cancel:
         self._hooks[key] = hook
         return lambda: self._hooks.pop(key, None)
 
-    def _forced_exit(self, signum: int) -> None:
-        code = self.exit_code if self.signal in _NAMES else 128 + signum
+    def _run_hooks(self) -> None:
+        # newest first: a sweep's points' records are final before its summary names them
         for hook in reversed(list(self._hooks.values())):
             try:
                 hook()
             except Exception:  # noqa: BLE001 - exiting at once matters more than one hook
                 pass
+
+    def _forced_exit(self, signum: int) -> None:
+        code = self.exit_code if self.signal in _NAMES else 128 + signum
+        self._run_hooks()
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -225,6 +229,51 @@ def stopping(cancel: Cancel | None = None) -> Iterator[Cancel]:
         for s, handler in previous.items():
             if signal.getsignal(s) == cancel._handle:  # not one the block put in its place (its command's end)
                 signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def ctrl_c_requests(cancel: Cancel) -> Iterator[Cancel]:
+    """Python's own Ctrl-C turned into a request of ``cancel`` while the block runs: the Python API's run or sweep.
+
+    Python's default SIGINT handler raises ``KeyboardInterrupt`` at
+    whatever bytecode the main thread is at, inside ``threading``'s own
+    locks too: one that came in ``Condition.wait`` released its lock
+    twice (the run recorded ``failed``, ``RuntimeError: release unlocked
+    lock``), one in a pool's ``submit`` or an event's wait left a lock
+    taken for good, and every later run of the process hung. Here the
+    first Ctrl-C only sets the flag, which the run looks at where it is
+    safe to (as the CLI's :func:`stopping` does): the run or sweep stops,
+    its records say ``cancelled``, and ``RunCancelled`` is raised. A
+    second runs the forced-exit hooks, which write those records as a
+    second signal's exit does, then raises ``KeyboardInterrupt`` where the
+    main thread is, as Python would: a run stuck past its checks still
+    gives the caller back. One that came too late to stop anything (the
+    run had ended) is raised as ``KeyboardInterrupt`` once the block is
+    done, so that a loop of runs stops. Only the main thread, and only
+    under Python's own handler: under :func:`stopping`, or a handler the
+    caller installed, the block runs as it is.
+    """
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield cancel
+        return
+    came: list[int] = []
+
+    def handle(signum: int, frame: Any) -> None:
+        came.append(signum)
+        if cancel.requested:
+            cancel._run_hooks()
+            raise KeyboardInterrupt
+        cancel.request("SIGINT")
+
+    previous = signal.signal(signal.SIGINT, handle)
+    try:
+        yield cancel
+    finally:
+        if signal.getsignal(signal.SIGINT) is handle:
+            signal.signal(signal.SIGINT, previous)
+    if came:
+        raise KeyboardInterrupt
 
 
 @contextlib.contextmanager

@@ -267,9 +267,9 @@ def _execute(
                    "manifest": encode_value(record["manifest"])}
         first_written = _initial_write(record_path, record, encoded, manifest.file)
         final_written = threading.Event()
-        # One writer of the final record at a time. A second signal's forced exit takes it and keeps it until the
-        # process ends: a run thread then never starts a write that os._exit would cut short, nor replaces the
-        # record the exit wrote. Reentrant: the signal may interrupt the main thread in the middle of its own write.
+        # One writer of the final record at a time. A second signal's forced exit takes it, then seals the record:
+        # a run thread then never starts a write that os._exit would cut short, nor replaces the record the exit
+        # wrote. Reentrant: the signal may interrupt the main thread in the middle of its own write.
         writing = threading.RLock()
         sealed = threading.Event()
         runtime: Any = None
@@ -289,15 +289,21 @@ def _execute(
         stream = EventStream([sink] if sink is not None else [])
 
         def forced_exit() -> None:
-            # A second signal: the process ends now; leave a record that says so, unless the full one is written.
-            writing.acquire(timeout=_SEAL_WAIT_S)  # a write under way ends first; a stuck disk does not hold the exit
-            sealed.set()
-            if final_written.is_set():
-                return
-            _write_ended(record_path, record, encoded, Cancelled(cancel.signal, cancel.at), cancel, runtime, stream,
-                         watch, first_written, forced=True)
-            # the signal may have come in the middle of the final write, which never ends now
-            remove_partial_writes(record_path)
+            # A second signal: the process ends now (or, in the Python API, the caller gets a KeyboardInterrupt);
+            # leave a record that says so, unless the full one is written. Once sealed, no later write replaces it.
+            got = writing.acquire(timeout=_SEAL_WAIT_S)  # a write under way ends first; a stuck disk does not hold it
+            try:
+                sealed.set()
+                if final_written.is_set():
+                    return
+                _write_ended(record_path, record, encoded, Cancelled(cancel.signal, cancel.at), cancel, runtime,
+                             stream, watch, first_written, forced=True)
+                # the signal may have come in the middle of the final write, which never ends now
+                remove_partial_writes(record_path)
+            finally:
+                if got:
+                    # a run thread of a process that lives on must not wait on it for ever: sealed stops its writes
+                    writing.release()
 
         forget_hook = cancel.on_forced_exit(forced_exit)
         unbegun()
@@ -760,7 +766,8 @@ def _write_ended(record_path: str, record: dict, encoded: Mapping[str, str], err
     now = watch.now()
     stopped = isinstance(error, (Cancelled, KeyboardInterrupt))
     events = list(getattr(runtime, "events", None) or ())
-    ending = {**record, "events": list(stream.events)}
+    # its outputs' files are never committed (a batch abandoned, or cut short by the exit): the record names none
+    ending = {**record, "events": list(stream.events), "outputs": {}}
     if stopped:
         if not cancel.requested:
             cancel.request("SIGINT")
