@@ -88,3 +88,41 @@ def test_a_stopped_worker_is_said_then_taken_for_lost_and_its_executor_moved(tmp
     # the same bytes as an undisturbed run
     local = hetflow.run(path, runs_dir=tmp_path / "local")
     assert record["outputs"]["w"]["digest"] == local.record["outputs"]["w"]["digest"]
+
+
+@pytest.mark.slow
+def test_a_stopped_worker_that_hosts_nothing_does_not_hold_the_run(tmp_path):
+    """A stopped worker of the cluster that none of the run's executors would use held ``hetflow run --scheduler``
+    before it began (the question to every worker of what it runs waited on it) until its worker-ttl."""
+    from distributed import Client
+
+    path = tmp_path / "m.yaml"
+    path.write_text("version: 1\nname: m\nexecutors: {a: {vendor: cpu}, b: {vendor: cpu}}\nstages:\n"
+                    "  x: {op: random.normal, args: {shape: [64, 64], seed: 1}, executor: a}\n"
+                    "  y: {op: relu, inputs: [x], executor: b}\noutputs: {y: y}\n")
+    runs = tmp_path / "runs"
+    run, stopped = None, None
+    with by_hand(tmp_path, *(["--name", n, "--no-nanny"] for n in ("w0", "w1", "w2"))) as file:
+        try:
+            with Client(scheduler_file=str(file), timeout=START_TIMEOUT_S, set_as_default=False) as client:
+                client.wait_for_workers(3, timeout=START_TIMEOUT_S)
+                (w2,) = [a for a, w in client.scheduler_info()["workers"].items() if w["name"] == "w2"]
+                stopped = client.run(os.getpid, workers=[w2])[w2]
+            os.kill(stopped, signal.SIGSTOP)
+            env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": "11s"}
+            run = subprocess.Popen([sys.executable, "-m", "hetflow.engine.cli", "run", str(path), "--scheduler",
+                                    str(file), "--runs-dir", str(runs), "--place", "a=w0", "--place", "b=w1"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            out, err = run.communicate(timeout=150)
+        finally:
+            if run is not None and run.poll() is None:
+                run.kill()
+                run.wait(30)
+            if stopped is not None:
+                os.kill(stopped, signal.SIGCONT)
+    assert run.returncode == 0, err[-3000:]
+    record = json.loads((runs / out.split()[-1] / "record.json").read_text())
+    assert record["status"] == "succeeded"
+    assert [w["name"] for w in record["scheduler"]["workers"]] == ["w0", "w1"]
+    (said,) = record["scheduler"]["not_used"]
+    assert said.startswith(f"worker w2 ({w2}) sent the scheduler no heartbeat for ") and "removed from the cluster" in said

@@ -359,6 +359,8 @@ class Cluster:
         # whose last_seen stays the same sends no heartbeat, timed on this client's clock, not the scheduler's
         self._heard: dict[str, tuple[Any, float]] = {}
         self._listed = 0  # how many workers the scheduler listed when last asked
+        self._present: set[str] = set()  # their addresses
+        self._dropping: set[str] = set()  # silent workers the scheduler is being asked to restart or remove
         self._dashboard: Any = _UNASKED
         # what the runs on this cluster asked of its workers and keep (threads.on_cluster), by what was asked
         self.memo: dict[Any, Any] = {}
@@ -558,6 +560,7 @@ class Cluster:
             self._heard = {a: (seen, now) for a, (seen, _) in self._heard.items()}
         if n_workers:
             self._listed = len(identity.get("workers") or {})
+            self._present = set(identity.get("workers") or {})
         for address, w in (identity.get("workers") or {}).items():
             seen = w.get("last_seen")
             if self._heard.get(address, (None,))[0] != seen or seen is None:
@@ -578,11 +581,13 @@ class Cluster:
         ``Client.run``: a worker that is stopped holds it until the
         scheduler drops that worker (its ``worker-ttl``), which is Dask's to
         judge; a scheduler that is stopped or hung would hold it for ever.
-        So the call runs in a thread of its own, and every
-        :func:`silent_after` seconds without its answer the scheduler is
-        asked for its identity: :class:`SchedulerSilent` when that goes
-        unanswered too (the call's thread is left waiting on a client that
-        will be closed).
+        So the call runs in a thread of its own, and every second without
+        its answer the scheduler is asked for its identity:
+        :class:`SchedulerSilent` when that goes unanswered for
+        :func:`silent_after` seconds (the call's thread is left waiting on a
+        client that will be closed). A worker that has sent no heartbeat for
+        :func:`worker_silent_after` seconds meanwhile, which such a call
+        would wait on, is restarted or removed (:meth:`_drop_silent`).
         """
         box: dict[str, Any] = {}
         done = threading.Event()
@@ -596,8 +601,9 @@ class Cluster:
                 done.set()
 
         threading.Thread(target=target, name="hetflow-cluster-call", daemon=True).start()
-        while not done.wait(silent_after()):
-            self._identity(0)
+        while not done.wait(_ASK_POLL_S):
+            self._identity()
+            self._drop_silent()
         if "error" in box:
             raise box["error"]
         return box["value"]
@@ -705,6 +711,8 @@ class Cluster:
 
         threading.Thread(target=target, name="hetflow-cluster-ask", daemon=True).start()
         while not done.wait(_ASK_POLL_S):
+            self._identity()
+            self._drop_silent()
             listed = self._identity()["workers"]
             gone = [a for a in addresses if a not in listed]
             if gone:
@@ -1162,13 +1170,34 @@ class Cluster:
                 why = (f"sent the scheduler no heartbeat for {quiet:.1f} s, its process stopped or hung: "
                        f"{'restarted through its nanny' if self.nannies.get(address) else 'removed from the cluster'}"
                        f", as Dask's worker-ttl does later (distributed.comm.timeouts.tcp sets this wait)")
-                self._drop(address)
                 who = f"worker {name} ({address})" if name and name != address else f"worker {address}"
+                self._drop(address, f"{who} {why}")
                 return _Gone([address], cause=f"{who} {why}", silent={address: why})
         return None
 
-    def _drop(self, address: str) -> None:
-        """Ask the scheduler to restart the worker at ``address`` through its nanny, or remove it where it has none.
+    def _drop_silent(self) -> None:
+        """Restart or remove every worker the scheduler lists that has sent no heartbeat for
+        :func:`worker_silent_after` seconds (see :meth:`_silent_hosts`), each said in :attr:`foreign`.
+
+        A question to all the workers (what they run, the run's plugin, its
+        close) waits for each of them, a stopped one included, and the
+        scheduler would drop that one only after its ``worker-ttl``.
+        """
+        now = time.monotonic()
+        bound = worker_silent_after(self._listed)
+        for address in sorted(self._present - self._dropping):
+            seen, since = self._heard.get(address, (None, now))
+            if seen is None or now - since < bound:
+                continue
+            name = self.names.get(address)
+            who = f"worker {name} ({address})" if name and name != address else f"worker {address}"
+            self._drop(address, f"{who} sent the scheduler no heartbeat for {now - since:.1f} s, its process stopped "
+                                f"or hung: {'restarted through its nanny' if self.nannies.get(address) else 'removed from the cluster'}, "
+                                "as Dask's worker-ttl does later (distributed.comm.timeouts.tcp sets this wait)")
+
+    def _drop(self, address: str, why: str) -> None:
+        """Ask the scheduler to restart the worker at ``address`` through its nanny, or remove it where it has none;
+        ``why`` goes into :attr:`foreign`, which the record's ``scheduler.not_used`` lists.
 
         The scheduler's own answer to a worker past its ``worker-ttl``: a
         nanny kills its stopped process (SIGKILL reaches one) and starts a
@@ -1178,6 +1207,8 @@ class Cluster:
         from distributed.comm.core import CommClosedError
 
         stimulus = f"hetflow-worker-silent-{time.time()}"
+        self.foreign[address] = why
+        self._dropping.add(address)
         try:
             self.patient(lambda: self.client.sync(self.client.scheduler.restart_workers, workers=[address],
                                                   timeout=_DROP_WAIT_S, wait_for_workers=False, on_error="return",
@@ -1186,6 +1217,8 @@ class Cluster:
             if self.scheduler_gone(e):
                 raise
             # the worker went meanwhile, or its nanny did not answer: the recovery looks at the workers again
+        finally:
+            self._dropping.discard(address)
 
     def _say_paused(self, hosting: set[str], said: set[str], stream: EventStream, run_id: str) -> None:
         """One ``worker-paused`` event for each hosting worker paused for :data:`_PAUSED_SAY_S`, with its memory."""
