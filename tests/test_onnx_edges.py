@@ -133,3 +133,21 @@ def test_an_output_folder_no_folder_can_be_made_at_is_bad_input_not_an_internal_
     code, _, err = _cli("import", "onnx", model, "-o", "/proc/hetflow-import")
     assert (code, err) == (2, "hetflow: error: -o /proc/hetflow-import: cannot make this folder: No such file or "
                               "directory\n")
+
+
+def test_names_with_line_breaks_stay_on_their_line_of_the_error(tmp_path):
+    """Node, op and input names are the model's to choose: one holding a line break split a line of the error
+    (a one-line refusal became two, a node of the missing-ops listing looked like a group of its own)."""
+    node = helper.make_node("Cos", ["x"], ["y"], name="n\nCos x9: no hetflow op: fake")
+    model = _save(tmp_path / "names.onnx", [node], [_vector("y")])
+    code, _, err = _cli("import", "onnx", model, "-o", str(tmp_path / "out"))
+    assert code == 2 and err.splitlines()[1:] == ['  Cos x1: no hetflow op: "n\\nCos x9: no hetflow op: fake"'], err
+    graph = helper.make_graph([helper.make_node("Relu", ["x\n"], ["y"], name="r")], "g",
+                              [helper.make_tensor_value_info("x\n", TensorProto.FLOAT, ["b\n", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b\n", 4])])
+    path = tmp_path / "open.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString())
+    code, _, err = _cli("import", "onnx", str(path), "-o", str(tmp_path / "out"))
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f'{path}: graph inputs without a fixed size in every dimension: "x\\n" ["b\\n", 4].' in err
+    assert not (tmp_path / "out").exists()

@@ -379,12 +379,12 @@ def _values(model: Any) -> dict[str, _Value]:
         shape, dtype, onnx_type = _type_of(info)
         if not info.type.HasField("tensor_type"):
             kind = onnx_type.removesuffix("_type").replace("_", " ")
-            raise OnnxImportError(f"graph input '{info.name}' is a {kind}, which hetflow lacks: a stage's "
+            raise OnnxImportError(f"graph input {_q(info.name)} is a {kind}, which hetflow lacks: a stage's "
                                   "inputs and outputs are tensors")
         if shape is None:
-            dims = [d.dim_param or "?" if not d.HasField("dim_value") else str(d.dim_value)
+            dims = [_text(d.dim_param) or "?" if not d.HasField("dim_value") else str(d.dim_value)
                     for d in info.type.tensor_type.shape.dim]
-            unfixed.append(f"{info.name} [{', '.join(dims)}]")
+            unfixed.append(f"{_text(info.name)} [{', '.join(dims)}]")
         values[info.name] = _Value(shape, dtype, onnx_type)
     if unfixed:
         raise OnnxImportError(
@@ -446,9 +446,9 @@ class _ImportNode(NodeContext):
         if v is not None and v.shape is None:
             _infer_alone(self.node, self.values, self.opsets)
         if v is None or v.shape is None:
-            raise Inexpressible(f"output {k} ('{name}') has no static shape after ONNX's shape inference")
+            raise Inexpressible(f"output {k} ({_q(name)}) has no static shape after ONNX's shape inference")
         if v.dtype is None:
-            raise Inexpressible(f"output {k} ('{name}') of type {v.onnx_type}, which hetflow lacks")
+            raise Inexpressible(f"output {k} ({_q(name)}) of type {v.onnx_type}, which hetflow lacks")
         return v
 
     def out_shape(self, k: int = 0) -> list[int]:
@@ -541,9 +541,9 @@ def _stage_of(name: str, values: dict[str, _Value], result: _Result, taken: set[
     if v.stage is None:
         if v.const is None:
             # a model out of topological order, if not a node with neither op nor stub
-            raise Inexpressible(v.blocked or f"tensor '{name}' has no stage")
+            raise Inexpressible(v.blocked or f"tensor {_q(name)} has no stage")
         if v.dtype is None:
-            raise Inexpressible(f"constant '{name}' of type {v.const.dtype}, which hetflow lacks")
+            raise Inexpressible(f"constant {_q(name)} of type {v.const.dtype}, which hetflow lacks")
         v.stage = stage_id(name, taken, "const")
         carried = CARRIED.get(v.dtype)
         key = name
@@ -574,7 +574,7 @@ def _translate(model: Any, stem: str) -> _Result:
             continue
         v.stage = stage_id(info.name, taken, "input")
         if v.dtype is None:
-            raise OnnxImportError(f"graph input '{info.name}' is of type {v.onnx_type}, which hetflow lacks")
+            raise OnnxImportError(f"graph input {_q(info.name)} is of type {v.onnx_type}, which hetflow lacks")
         result.stages[v.stage] = {"op": "input", "args": {"shape": list(v.shape), "dtype": v.dtype},
                                   "dtype": v.dtype, "description": f'ONNX graph input "{info.name}"'}
     live = _live_nodes(model.graph)
@@ -604,13 +604,13 @@ def _translate(model: Any, stem: str) -> _Result:
         if no_stub:
             for out in node.output:
                 if out and values[out].stage is None and values[out].const is None:
-                    values[out].blocked = (f"tensor '{out}' comes from {node.op_type} node {name}, which has neither "
+                    values[out].blocked = (f"tensor {_q(out)} comes from {_text(node.op_type)} node {_text(name)}, which has neither "
                                            "a hetflow op nor a stub")
     for info in model.graph.output:
         try:
             stage = _stage_of(info.name, values, result, taken)
         except Inexpressible as e:
-            result.unreached.append(f"graph output '{info.name}': {e}")
+            result.unreached.append(f"graph output {_q(info.name)}: {e}")
             continue
         # each output is a file OUTPUT.npy: names that differ only by case would be one file on some systems
         tried, folded = set(result.outputs), {o.casefold() for o in result.outputs}
@@ -734,9 +734,9 @@ def _stub(node: Any, index: int, ctx: _ImportNode, values: dict[str, _Value], re
         _infer_alone(node, values, ctx.opsets)
     for (_, name), v in zip(outputs, known):
         if v.shape is None:
-            return f"output '{name}' has no static shape after ONNX's shape inference"
+            return f"output {_q(name)} has no static shape after ONNX's shape inference"
         if v.dtype is None:
-            return f"output '{name}' is of type {v.onnx_type}, which hetflow lacks"
+            return f"output {_q(name)} is of type {v.onnx_type}, which hetflow lacks"
     inputs = []
     for name in node.input:
         if name:
@@ -782,7 +782,7 @@ def _stub_op(op_type: str, result: _Result) -> str:
 def _missing_message(path: Path, result: _Result) -> str:
     groups: dict[tuple[str, str, str], list[str]] = defaultdict(list)
     for m in result.missing:
-        groups[(m.op_type, m.domain, m.reason)].append(m.name)
+        groups[(_text(m.op_type), _text(m.domain), m.reason)].append(_text(m.name))
     n = len(result.missing)
     if result.unreached:  # a stub would not get the model's outputs either
         then = ("--allow-missing cannot write it either: the graph's outputs come from nodes that cannot have a "
@@ -798,11 +798,22 @@ def _missing_message(path: Path, result: _Result) -> str:
         unstubbed = [m for m in result.missing if m.no_stub]
         lines.append(f"  no stub for {len(unstubbed)} of them (a stub needs its outputs' static shapes, of types "
                      "hetflow has, and its inputs' stages):")
-        lines += [f"    {m.name} ({m.op_type}): {m.no_stub}" for m in unstubbed[:20]]
+        lines += [f"    {_text(m.name)} ({_text(m.op_type)}): {m.no_stub}" for m in unstubbed[:20]]
         if len(unstubbed) > 20:
             lines.append(f"    ... and {len(unstubbed) - 20} more")
         lines += [f"  {u}" for u in result.unreached[:20]]
     return "\n".join(lines)
+
+
+def _text(name: str) -> str:
+    """A name of the model as an error shows it: as it is, or, where it holds a line break or another character
+    that is not text, as a JSON string, so that each line of the error stays the one it is about."""
+    return name if name.isprintable() else json.dumps(name)
+
+
+def _q(name: str) -> str:
+    """A name of the model quoted in an error: ``'x'``, or its JSON string where :func:`_text` writes one."""
+    return f"'{name}'" if name.isprintable() else json.dumps(name)
 
 
 def _shown(names: list[str]) -> str:
