@@ -95,3 +95,14 @@ def test_point_value_past_the_loaders_limits_is_bad_input(manifest_file, tmp_pat
     extra = ["--runs-dir", str(runs)] if command == "run" else []
     err = refused(runs, command, path, *extra, "--point", point)
     assert "no matrix point" in err, err
+
+
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_p_list_on_a_matrix_key_is_the_p_values_fault_not_the_matrix_lines(manifest_file, tmp_path, command):
+    path = manifest_file(SWEEP)
+    runs = tmp_path / "runs"
+    argv = ["plan", path] if command == "plan" else ["run", path, "--runs-dir", str(runs)]
+    err = refused(runs, *argv, "-p", "seed=[1, 2]")
+    assert err.startswith(f"hetflow: error: -p seed=[1, 2]: param 'seed' is a single value, not a list or map "
+                          f"(its default at {path}:4:16 is 0)"), err
+    assert "matrix value" not in err, err

@@ -46,7 +46,7 @@ from typing import Any, Callable, Mapping
 
 from hetflow.engine.errors import Diagnostic, ManifestError, Origin, UsageError, argument
 from hetflow.engine.manifest.loader import SafeLoader, not_json
-from hetflow.engine.manifest.resolve import override_text
+from hetflow.engine.manifest.resolve import check_overrides, override_text
 from hetflow.engine.manifest.validate import Document, Manifest, compile_manifest
 
 __all__ = ["Point", "expand", "has_matrix", "point_name", "select", "check_points", "blame_overrides",
@@ -142,6 +142,8 @@ def expand(doc: Document, overrides: Mapping[str, Any] | None = None, max_points
     name = tree.get("name") if isinstance(tree.get("name"), str) else "pipeline"
     overrides = dict(overrides or {})
     problems: list[Diagnostic] = []
+    # a -p that fixes a matrix key is the -p's, not the matrix's: a list for a single value is said as -p's
+    check_overrides(doc, {k: v for k, v in overrides.items() if k in matrix and k in params})
 
     for where, value in _leaves(matrix, ("matrix",)):
         odd = not_json(value)

@@ -23,7 +23,7 @@ import orjson
 from hetflow.engine.errors import Diagnostic, ManifestError, Origin, UsageError
 from hetflow.engine.manifest.loader import Document, Path, dates_as_text, dialect_problem, loads
 
-__all__ = ["UNDEFINED", "resolve", "interpolate", "resolve_params", "refers", "names", "parse_overrides",
+__all__ = ["UNDEFINED", "resolve", "interpolate", "resolve_params", "refers", "names", "parse_overrides", "check_overrides",
            "canonical_json", "has_undefined"]
 
 _REF = re.compile(r"\$\{([^}]*)\}")
@@ -294,6 +294,33 @@ def resolve_params(values: Mapping[str, Any], doc: Document, problems: list[Diag
     return {k: out[k] for k in values}
 
 
+def check_overrides(doc: Document, overrides: Mapping[str, Any]) -> None:
+    """Raise :class:`UsageError` where an override names no declared param of ``doc``, or is a list or map where
+    the param is a single value (or the other way round)."""
+    params = doc.value.get("params", {}) if isinstance(doc.value, dict) else {}
+    params = params if isinstance(params, dict) else {}
+    unknown = [k for k in overrides if k not in params]
+    if unknown:
+        declared = ", ".join(sorted(params)) or "none"
+        raise UsageError(f"{override_text(unknown[0], overrides[unknown[0]], unknown[0])}: {doc.file} declares no "
+                         f"param {unknown[0]!r} (declared: {declared})")
+    for key, value in overrides.items():
+        default = params[key]
+        kinds = {type(x) for x in (default, value) if isinstance(x, (list, dict))}
+        if default is not None and (isinstance(default, (list, dict)) != isinstance(value, (list, dict)) or len(kinds) > 1):
+            want = {list: f"a list, such as {override_text(key, [8, 8], repr(f'{key}=[8, 8]'))}",
+                    dict: f"a map, such as {override_text(key, {'a': 1}, repr(f'{key}={{a: 1}}'))}"}.get(
+                type(default), "a single value, not a list or map")
+            raise UsageError(f"{override_text(key, value)}: param {key!r} is {want} (its default at "
+                             f"{doc.at(('params', key))} is {json.dumps(default)})")
+        if isinstance(value, list) and any(isinstance(x, (list, dict)) for x in value):
+            # said here, by the -p that gave it: the schema would say it at the default, which is not wrong
+            raise UsageError(f"{override_text(key, value)}: a param's list holds single values, such as "
+                             f"{override_text(key, [8, 8], repr(f'{key}=[8, 8]'))}, not lists or maps (its default at "
+                             f"{doc.at(('params', key))} is "
+                             f"{json.dumps(default)})")
+
+
 def resolve(doc: Document, overrides: Mapping[str, Any] | None = None) -> tuple[dict, list[Diagnostic]]:
     """The document's tree with its params and ``${name}`` references resolved, and the problems found.
 
@@ -318,26 +345,7 @@ def resolve(doc: Document, overrides: Mapping[str, Any] | None = None) -> tuple[
     overrides = dict(overrides or {})
     tree = doc.value
     params = tree.get("params", {})
-    unknown = [k for k in overrides if k not in params]
-    if unknown:
-        declared = ", ".join(sorted(params)) or "none"
-        raise UsageError(f"{override_text(unknown[0], overrides[unknown[0]], unknown[0])}: {doc.file} declares no "
-                         f"param {unknown[0]!r} (declared: {declared})")
-    for key, value in overrides.items():
-        default = params[key]
-        kinds = {type(x) for x in (default, value) if isinstance(x, (list, dict))}
-        if default is not None and (isinstance(default, (list, dict)) != isinstance(value, (list, dict)) or len(kinds) > 1):
-            want = {list: f"a list, such as {override_text(key, [8, 8], repr(f'{key}=[8, 8]'))}",
-                    dict: f"a map, such as {override_text(key, {'a': 1}, repr(f'{key}={{a: 1}}'))}"}.get(
-                type(default), "a single value, not a list or map")
-            raise UsageError(f"{override_text(key, value)}: param {key!r} is {want} (its default at "
-                             f"{doc.at(('params', key))} is {json.dumps(default)})")
-        if isinstance(value, list) and any(isinstance(x, (list, dict)) for x in value):
-            # said here, by the -p that gave it: the schema would say it at the default, which is not wrong
-            raise UsageError(f"{override_text(key, value)}: a param's list holds single values, such as "
-                             f"{override_text(key, [8, 8], repr(f'{key}=[8, 8]'))}, not lists or maps (its default at "
-                             f"{doc.at(('params', key))} is "
-                             f"{json.dumps(default)})")
+    check_overrides(doc, overrides)
     values = {**params, **overrides}
 
     problems: list[Diagnostic] = []
