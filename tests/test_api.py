@@ -898,8 +898,11 @@ def test_an_on_point_that_raises_fails_a_parallel_sweep_as_it_fails_one_point_at
         hetflow.sweep(path, runs_dir=runs, on_point=broken, parallel=2)
     (summary_file,) = runs.glob("*/sweep.json")
     summary = json.loads(summary_file.read_text())
+    # on a loaded machine the other thread may have run every point before this one's error stopped the sweep
+    ended_all = all(p["status"] == "succeeded" for p in summary["points"])
+    said = "the sweep failed after its last point ended" if ended_all else "the sweep ended early"
     assert summary["status"] == "failed" and summary["error"]["message"] == (
-        "the sweep ended early: ValueError: the caller's bug"), summary
+        f"{said}: ValueError: the caller's bug"), summary
     again = hetflow.sweep(path, runs_dir=runs, resume="latest", parallel=2)
     assert again.status == "succeeded"
 

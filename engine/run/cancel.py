@@ -58,6 +58,8 @@ _POLL_S = 0.05
 # the signals that stop a command: an interrupt, a termination request, a hangup
 SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
 _current: list["Cancel"] = []
+# the lists of the interrupts_held blocks open in the main thread under ctrl_c_requests, innermost last
+_HELD: list[list[int]] = []
 
 
 def exit_code_of(signal_name: str | None) -> int:
@@ -137,9 +139,12 @@ class Cancel:
             finally:
                 done.set()
 
-        _HELPERS.start(target)
-        while not done.wait(_POLL_S):
-            self.check()
+        # under ctrl_c_requests, a second Ctrl-C waits for this loop's end (a first one ends it within a poll): raised
+        # inside Event.wait, it released the event's lock twice ('release unlocked lock', the run recorded failed)
+        with _second_held():
+            _HELPERS.start(target)
+            while not done.wait(_POLL_S):
+                self.check()
         if "error" in box:
             raise box["error"]
         return box["result"]
@@ -244,10 +249,15 @@ def ctrl_c_requests(cancel: Cancel) -> Iterator[Cancel]:
     first Ctrl-C only sets the flag, which the run looks at where it is
     safe to (as the CLI's :func:`stopping` does): the run or sweep stops,
     its records say ``cancelled``, and ``RunCancelled`` is raised. A
-    second runs the forced-exit hooks, which write those records as a
-    second signal's exit does, then raises ``KeyboardInterrupt`` where the
-    main thread is, as Python would: a run stuck past its checks still
-    gives the caller back. One that came too late to stop anything (the
+    second raises ``KeyboardInterrupt`` where the main thread is, as
+    Python would, so that a call stuck outside the engine's checks still
+    gives the caller back; inside a stretch that must not be cut
+    (:func:`interrupts_held`: the wait for the run's work, which the first
+    one ends within a poll, the writes of its records) it is raised at the
+    stretch's end, and the run's own handler writes its record. The
+    CLI's forced-exit hooks are not run: they are for a process about to
+    end, and a signal's handler may have interrupted this thread inside a
+    lock they would wait on. One that came too late to stop anything (the
     run had ended) is raised as ``KeyboardInterrupt`` once the block is
     done, so that a loop of runs stops. Only the main thread, and only
     under Python's own handler: under :func:`stopping`, or a handler the
@@ -261,11 +271,16 @@ def ctrl_c_requests(cancel: Cancel) -> Iterator[Cancel]:
 
     def handle(signum: int, frame: Any) -> None:
         came.append(signum)
-        if cancel.requested:
-            cancel._run_hooks()
+        if not cancel.requested:
+            cancel.request("SIGINT")
+        elif _HELD:
+            # a stretch that must not be cut (a folder made and not yet its record's, the wait for the run's work,
+            # the final record's write): raised at its end
+            _HELD[-1].append(signum)
+        else:
             raise KeyboardInterrupt
-        cancel.request("SIGINT")
 
+    handle.requests = True  # type: ignore[attr-defined]
     previous = signal.signal(signal.SIGINT, handle)
     try:
         yield cancel
@@ -277,6 +292,18 @@ def ctrl_c_requests(cancel: Cancel) -> Iterator[Cancel]:
 
 
 @contextlib.contextmanager
+def _second_held() -> Iterator[list[int]]:
+    """:func:`interrupts_held` where :func:`ctrl_c_requests` is in place, nothing elsewhere: under Python's own
+    handler a Ctrl-C there is the one that stops the block."""
+    if threading.current_thread() is threading.main_thread() and \
+            getattr(signal.getsignal(signal.SIGINT), "requests", False):
+        with interrupts_held() as came:
+            yield came
+    else:
+        yield []
+
+
+@contextlib.contextmanager
 def interrupts_held() -> Iterator[list[int]]:
     """A Ctrl-C (Python's own SIGINT handler, ``_thread.interrupt_main``) held back while the block runs; the
     list yielded says whether one came, for the caller to raise once the block is done.
@@ -284,12 +311,24 @@ def interrupts_held() -> Iterator[list[int]]:
     For the end of a sweep, whose summary must be written whole: a
     ``KeyboardInterrupt`` in the middle of that write left it ``running``
     for as long as its process lived. Only the main thread gets
-    ``KeyboardInterrupt``, and only Python's default handler raises it:
+    ``KeyboardInterrupt``, and only Python's default handler raises it, or
+    :func:`ctrl_c_requests`'s on a second Ctrl-C (held here the same way):
     elsewhere, or under :func:`stopping`, the block runs as it is.
     """
     came: list[int] = []
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    if threading.current_thread() is not threading.main_thread():
+        yield came
+        return
+    handler = signal.getsignal(signal.SIGINT)
+    if getattr(handler, "requests", False):
+        # under ctrl_c_requests: a first Ctrl-C is a request and raises nothing; a second waits for the block's end
+        _HELD.append(came)
+        try:
+            yield came
+        finally:
+            _HELD.pop()  # blocks of one thread end innermost first
+        return
+    if handler is not signal.default_int_handler:
         yield came
         return
     previous = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))

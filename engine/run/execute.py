@@ -462,7 +462,9 @@ def _execute(
         encoded.update(tasks=encode_events(record["tasks"]), events=encode_events(record["events"]),
                        nodes=encode_events(record["nodes"]))
         first_written(durable=False)
-        with writing:
+        # written whole: a Ctrl-C (Python's own, or the Python API's second) in the waits of the commit left a
+        # thread's lock taken, and the record as the running one
+        with interrupts_held() as late, writing:
             if not sealed.is_set():
                 # the outputs land first and the record that names them last, their fsyncs at once and at
                 # the same time as the running record's (the disk's journal commits them together); the
@@ -473,6 +475,8 @@ def _execute(
                 final_written.set()
             else:
                 outputs.abandon()
+        if late:
+            raise KeyboardInterrupt
     except BaseException as e:
         outputs.abandon()  # with them, an output a full disk cut short, and the space it held
         wrote = False
@@ -586,9 +590,12 @@ def _initial_write(record_path: str, record: dict, encoded: dict[str, str], mani
     once it is durable: a ``running`` record not yet renamed into place is
     then never renamed (:meth:`~hetflow.engine.store.records.Batch.supersede`),
     so a slow fsync of it (1-2 ms here while the run's work held both cores)
-    does not hold the final record back.
+    does not hold the final record back. ``forced=True`` is a second
+    signal's forced exit's: it supersedes that record too, else waits for
+    the writer without taking a lock, at most ``_SEAL_WAIT_S``.
     """
     failed: list[BaseException] = []
+    ended: list[bool] = []  # the writer's end, looked at without a lock
     pending = Batch()
     try:
         record["host"] = provenance(manifest_file)
@@ -607,13 +614,22 @@ def _initial_write(record_path: str, record: dict, encoded: dict[str, str], mani
                 pending.commit()
             except BaseException as e:  # noqa: BLE001 - handed to the wait
                 failed.append(e)
+            finally:
+                ended.append(True)
 
         done = _record_writers().submit(finish)
 
-    def wait(raise_error: bool = True, durable: bool = True, supersede: bool = False) -> None:
-        if supersede and not failed and pending.supersede():
+    def wait(raise_error: bool = True, durable: bool = True, supersede: bool = False, forced: bool = False) -> None:
+        if (supersede or forced) and not failed and pending.supersede(timeout=_SEAL_WAIT_S if forced else None):
             return  # a later record takes its place: what the writer has left to do is no longer needed
-        if durable and done is not None:
+        if forced:
+            # a second signal's handler, which may have interrupted this very thread inside a wait on the writer
+            # (holding its future's lock, which the writer needs to end): no lock is taken, the writer's end is
+            # looked for, for a bounded time
+            deadline = time.monotonic() + _SEAL_WAIT_S
+            while done is not None and not ended and time.monotonic() < deadline:
+                time.sleep(0.002)
+        elif durable and done is not None:
             futures.wait([done])
         if failed and raise_error:
             raise failed[0]
@@ -762,7 +778,7 @@ def _write_ended(record_path: str, record: dict, encoded: Mapping[str, str], err
     """The record of a run that ended outside its normal end (an interrupt, a second signal's forced exit, an
     error in the engine itself, a disk that refused its files): ``cancelled`` for the first two, ``failed``
     otherwise; never left ``running`` where it can be written at all. Whether it was written."""
-    first_written(raise_error=False)
+    first_written(raise_error=False, forced=forced)
     now = watch.now()
     stopped = isinstance(error, (Cancelled, KeyboardInterrupt))
     events = list(getattr(runtime, "events", None) or ())

@@ -397,7 +397,7 @@ class Batch:
         finally:
             self.abandon()
 
-    def supersede(self) -> bool:
+    def supersede(self, timeout: float | None = None) -> bool:
         """Another writer's files take the place of this batch's: it renames nothing from now on. True when it had
         renamed nothing; False when its renames had begun, in which case they have ended when this returns.
 
@@ -408,8 +408,12 @@ class Batch:
         have. Its temporary files are removed here, not when its commit
         ends (an fsync may still be under way on them): a caller that lists
         the folder once this returns, or a process that ends, finds none.
+        ``timeout``: False, as if renames had begun, when they hold it longer
+        (a second signal's handler, which waits no longer than that).
         """
-        with self._renaming:
+        if not self._renaming.acquire(timeout=-1 if timeout is None else timeout):
+            return False
+        try:
             if self._state == "renamed":
                 return False
             self._state = "superseded"
@@ -419,6 +423,8 @@ class Batch:
                 except FileNotFoundError:
                     pass
             return True
+        finally:
+            self._renaming.release()
 
     def abandon(self) -> None:
         """Close every file and remove the temporary files not renamed yet, and the fresh files of a batch whose
