@@ -605,6 +605,8 @@ def test_every_errors_exit_code_is_the_one_the_command_line_exits_with():
     from hetflow.engine.cli.outcomes import outcome
     from hetflow.engine.errors import (EnvironmentUnavailable, HetflowError, LockHeld, ManifestError, OutputDamaged,
                                        RunCancelled, RunFailed, StillRunning, StorageUnavailable, UsageError)
+    # every module that defines one is imported here: the check must not depend on what other tests loaded
+    from hetflow.engine.batch.sweeps import SummaryUnwritten
     from hetflow.engine.importers.onnximport import OnnxImportError
     from hetflow.engine.store.runs import NoSuchRun
     from hetflow.executors.userops import PluginError
@@ -612,7 +614,7 @@ def test_every_errors_exit_code_is_the_one_the_command_line_exits_with():
     made = [HetflowError("x"), ManifestError([]), UsageError("x"), NoSuchRun("x"), OnnxImportError("x"),
             EnvironmentUnavailable("x"), StorageUnavailable("x"), LockHeld("p", {}), RunFailed("x"),
             RunCancelled("x", None, "SIGTERM"), RunCancelled("x", None, "SIGHUP"), RunCancelled("x", None, None),
-            OutputDamaged("y", "gone"), PluginError("x"), StillRunning("x", {})]
+            OutputDamaged("y", "gone"), PluginError("x"), StillRunning("x", {}), SummaryUnwritten("x", "s", None, [])]
 
     def kinds(cls):
         yield cls
@@ -620,7 +622,7 @@ def test_every_errors_exit_code_is_the_one_the_command_line_exits_with():
             yield from kinds(sub)
 
     assert {type(e) for e in made} >= {k for k in kinds(HetflowError) if k.__module__.startswith("hetflow")}
-    assert [e.exit_code for e in made] == [outcome(e).code for e in made] == [1, 2, 2, 2, 2, 5, 5, 4, 1, 143, 129, 130, 1, 2, 4]
+    assert [e.exit_code for e in made] == [outcome(e).code for e in made] == [1, 2, 2, 2, 2, 5, 5, 4, 1, 143, 129, 130, 1, 2, 4, 5]
 
 
 def test_a_stray_sys_exit_with_a_message_is_an_internal_error_not_a_traceback(monkeypatch):
