@@ -16,7 +16,7 @@ import hetflow  # noqa: E402
 from hetflow.engine.errors import RunCancelled  # noqa: E402
 from hetflow.engine.run.cancel import stopping  # noqa: E402
 
-from test_cluster_client_died import HOLD_OP  # noqa: E402
+from test_cluster_client_died import write_held  # noqa: E402
 from test_distributed_cluster import START_TIMEOUT_S, by_hand  # noqa: E402
 
 
@@ -36,18 +36,7 @@ def test_a_cancelled_run_on_the_callers_client_leaves_the_cluster_as_it_found_it
     def _registered(dask_scheduler):
         return sorted(n for n in dask_scheduler.worker_plugins if n.startswith("hetflow-run-"))
 
-    go = tmp_path / "go"
-    (tmp_path / "hold_ops.py").write_text(HOLD_OP)
-    path = tmp_path / "held.yaml"
-    path.write_text("version: 1\nname: held\nplugins: [hold_ops.py]\n"
-                    "executors: {a: {vendor: cpu}, b: {vendor: cpu}}\nstages:\n"
-                    "  x: {op: random.normal, args: {shape: [64, 64], seed: 1}, executor: a}\n"
-                    "  s: {op: softmax, inputs: [x], executor: a}\n"
-                    f"  y: {{op: k.hold, inputs: [s], args: {{path: {json.dumps(str(go))}}}, executor: b, "
-                    "cache: false}\n"
-                    "  z: {op: relu, inputs: [s], executor: a}\n"
-                    "  w: {op: add, inputs: [y, z], executor: a}\n"
-                    "outputs: {w: w}\n")
+    path, go = write_held(tmp_path)
     with by_hand(tmp_path, ["--name", "w0", "--no-nanny"], ["--name", "w1", "--no-nanny"]) as file:
         with Client(scheduler_file=str(file), timeout=START_TIMEOUT_S, set_as_default=False) as client:
             client.wait_for_workers(2, timeout=START_TIMEOUT_S)

@@ -33,6 +33,23 @@ def hold(xp, x, *, path: str):
     return x
 """
 
+def write_held(folder):
+    """A manifest whose partition on executor b holds until the file ``go`` exists: (its path, go's path)."""
+    go = folder / "go"
+    (folder / "hold_ops.py").write_text(HOLD_OP)
+    path = folder / "held.yaml"
+    path.write_text("version: 1\nname: held\nplugins: [hold_ops.py]\n"
+                    "executors: {a: {vendor: cpu}, b: {vendor: cpu}}\nstages:\n"
+                    "  x: {op: random.normal, args: {shape: [64, 64], seed: 1}, executor: a}\n"
+                    "  s: {op: softmax, inputs: [x], executor: a}\n"
+                    f"  y: {{op: k.hold, inputs: [s], args: {{path: {json.dumps(str(go))}}}, executor: b, "
+                    "cache: false}\n"
+                    "  z: {op: relu, inputs: [s], executor: a}\n"
+                    "  w: {op: add, inputs: [y, z], executor: a}\n"
+                    "outputs: {w: w}\n")
+    return path, go
+
+
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_a_run_whose_process_died_gives_its_handles_back_on_the_workers(tmp_path, sig):
@@ -51,18 +68,7 @@ def test_a_run_whose_process_died_gives_its_handles_back_on_the_workers(tmp_path
     def _registered(dask_scheduler):
         return sorted(n for n in dask_scheduler.worker_plugins if n.startswith("hetflow-run-"))
 
-    go = tmp_path / "go"
-    (tmp_path / "hold_ops.py").write_text(HOLD_OP)
-    path = tmp_path / "held.yaml"
-    path.write_text("version: 1\nname: held\nplugins: [hold_ops.py]\n"
-                    "executors: {a: {vendor: cpu}, b: {vendor: cpu}}\nstages:\n"
-                    "  x: {op: random.normal, args: {shape: [64, 64], seed: 1}, executor: a}\n"
-                    "  s: {op: softmax, inputs: [x], executor: a}\n"
-                    f"  y: {{op: k.hold, inputs: [s], args: {{path: {json.dumps(str(go))}}}, executor: b, "
-                    "cache: false}\n"
-                    "  z: {op: relu, inputs: [s], executor: a}\n"
-                    "  w: {op: add, inputs: [y, z], executor: a}\n"
-                    "outputs: {w: w}\n")
+    path, go = write_held(tmp_path)
     run = None
     with by_hand(tmp_path, ["--name", "w0", "--no-nanny"], ["--name", "w1", "--no-nanny"]) as file:
         with Client(scheduler_file=str(file), timeout=START_TIMEOUT_S, set_as_default=False) as client:

@@ -17,7 +17,7 @@ pytest.importorskip("distributed")
 
 import hetflow  # noqa: E402
 
-from test_cluster_client_died import HOLD_OP  # noqa: E402
+from test_cluster_client_died import write_held  # noqa: E402
 from test_distributed_cluster import START_TIMEOUT_S, by_hand  # noqa: E402
 
 
@@ -28,18 +28,7 @@ def test_a_stopped_worker_is_said_then_taken_for_lost_and_its_executor_moved(tmp
     scheduler's worker-ttl dropped it minutes later (and every question to all the workers waited with it)."""
     from distributed import Client
 
-    go = tmp_path / "go"
-    (tmp_path / "hold_ops.py").write_text(HOLD_OP)
-    path = tmp_path / "held.yaml"
-    path.write_text("version: 1\nname: held\nplugins: [hold_ops.py]\n"
-                    "executors: {a: {vendor: cpu}, b: {vendor: cpu}}\nstages:\n"
-                    "  x: {op: random.normal, args: {shape: [64, 64], seed: 1}, executor: a}\n"
-                    "  s: {op: softmax, inputs: [x], executor: a}\n"
-                    f"  y: {{op: k.hold, inputs: [s], args: {{path: {json.dumps(str(go))}}}, executor: b, "
-                    "cache: false}\n"
-                    "  z: {op: relu, inputs: [s], executor: a}\n"
-                    "  w: {op: add, inputs: [y, z], executor: a}\n"
-                    "outputs: {w: w}\n")
+    path, go = write_held(tmp_path)
     runs = tmp_path / "runs"
     extra = [] if nanny else ["--no-nanny"]
     run, stopped = None, None
