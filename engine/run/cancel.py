@@ -52,7 +52,8 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-__all__ = ["Cancel", "Cancelled", "stopping", "ctrl_c_requests", "listened", "current", "exit_code_of", "SIGNALS", "abandon_cache_writes"]
+__all__ = ["Cancel", "Cancelled", "stopping", "ctrl_c_requests", "listened", "current", "exit_code_of", "SIGNALS",
+           "abandon_cache_writes"]
 
 _POLL_S = 0.05
 # the signals that stop a command: an interrupt, a termination request, a hangup
@@ -161,17 +162,13 @@ class Cancel:
         self._hooks[key] = hook
         return lambda: self._hooks.pop(key, None)
 
-    def _run_hooks(self) -> None:
-        # newest first: a sweep's points' records are final before its summary names them
+    def _forced_exit(self, signum: int) -> None:
+        code = self.exit_code if self.signal in _NAMES else 128 + signum
         for hook in reversed(list(self._hooks.values())):
             try:
                 hook()
             except Exception:  # noqa: BLE001 - exiting at once matters more than one hook
                 pass
-
-    def _forced_exit(self, signum: int) -> None:
-        code = self.exit_code if self.signal in _NAMES else 128 + signum
-        self._run_hooks()
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
