@@ -194,18 +194,19 @@ def _exec(module_name: str, path: str, code: bytes, spec: str) -> types.ModuleTy
     except SyntaxError as e:
         _restore(module_name, previous)
         raise PluginError(f"plugin {spec!r} does not parse: {e.msg}", f"{e.filename}:{e.lineno}") from None
-    except (Exception, SystemExit) as e:  # noqa: BLE001 - any failure of the plugin's import, sys.exit() too, with its place
+    except KeyboardInterrupt:
+        # a Ctrl-C while it loads: the ops it defined so far, without their identity, stayed in the registry in
+        # place of the previous load's, and a load of the previous bytes again took them for its own
+        _restore(module_name, previous)
+        raise
+    except BaseException as e:  # noqa: BLE001 - any failure of the plugin's import, with its place: sys.exit() too,
+        # and a BaseException of the plugin's own, which came out as a traceback
         _restore(module_name, previous)
         frames = traceback.extract_tb(e.__traceback__)
         inside = [f for f in frames if not is_hetflow_frame(f.filename)]
         last = inside[-1] if inside else (frames[-1] if frames else None)
         raise PluginError(f"plugin {spec!r} failed to import: {type(e).__name__}: {e}",
                           f"{last.filename}:{last.lineno}" if last else path) from None
-    except BaseException:
-        # a Ctrl-C while it loads: the ops it defined so far, without their identity, stayed in the registry in
-        # place of the previous load's, and a load of the previous bytes again took them for its own
-        _restore(module_name, previous)
-        raise
     finally:
         builtins.__import__ = real_import
         LOADING.module = None
@@ -405,7 +406,9 @@ def load_module(name: str, spec: str | None = None, kind: str = "module") -> Plu
                                       f"({sys.executable})") from None
                 raise PluginError(f"plugin {spec!r} failed to import: {type(e).__name__}: {e}",
                                   _last_frame(e)) from None
-            except (Exception, SystemExit) as e:  # noqa: BLE001 - reported with its place
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:  # noqa: BLE001 - reported with its place, sys.exit() and its own kinds too
                 raise PluginError(f"plugin {spec!r} failed to import: {type(e).__name__}: {e}", _last_frame(e)) from None
             finally:
                 LOADING.module = None

@@ -474,6 +474,16 @@ def test_sys_exit_in_an_op_or_a_plugin_fails_its_stage_or_check_not_the_process(
     assert code == 2 and f"{tmp_path}/leave.py:2: plugin 'leave.py' failed to import: SystemExit: no GPU here" in err
 
 
+def test_a_plugin_that_raises_a_base_exception_of_its_own_as_it_loads_is_bad_input_not_a_traceback(project, tmp_path):
+    """validate printed a Python traceback and exited 1: only Exception and SystemExit were taken for the plugin's."""
+    (tmp_path / "boom.py").write_text("class Boom(BaseException):\n    pass\n\n\nraise Boom('not on this host')\n")
+    path = project(PIPELINE.replace("plugins: [ops.py]", "plugins: [ops.py, boom.py]"), "boom.yaml")
+    for command in ("validate", "plan"):
+        code, _, err = run_cli(command, path)
+        assert code == 2 and "Traceback" not in err, err
+        assert f"{tmp_path}/boom.py:5: plugin 'boom.py' failed to import: Boom: not on this host" in err
+
+
 @pytest.mark.parametrize("raised", ["Mine('custom')", "GeneratorExit('closed')"])
 def test_an_op_that_raises_a_base_exception_of_its_own_fails_its_stage(project, tmp_path, raised):
     """A class beside Exception passed every handler of the run: a raw traceback, no JSON, no stage named."""
