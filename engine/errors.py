@@ -302,12 +302,14 @@ class StorageUnavailable(EnvironmentUnavailable):
     run's record where a final one was written (``status: failed``, the
     file system's error in ``error``), None where not even that could be
     written (the ``running`` record then stays, and reads ``died`` once
-    this process has ended).
+    this process has ended); ``run_id`` names the run whose folder is left
+    in either case (None where nothing of it is).
     """
 
-    def __init__(self, message: str, record_path: str | None = None) -> None:
+    def __init__(self, message: str, record_path: str | None = None, run_id: str | None = None) -> None:
         super().__init__(message)
         self.record_path = record_path
+        self.run_id = run_id
 
 
 def refuse_file_in_the_way(path: str | os.PathLike, keyword: str) -> None:

@@ -93,6 +93,23 @@ def test_a_run_folder_made_read_only_mid_run_is_the_environments_and_its_record_
 
 
 @needs_permissions
+def test_run_json_names_the_run_whose_record_could_not_be_written_at_all(tmp_path):
+    """The error object named no run: its folder, left with its running record, could not be found from it."""
+    runs = tmp_path / "runs"
+    proc = _start(_manifest(tmp_path), runs, "--json", plain=True)
+    record = _appears(str(runs / "*-slow-*" / "record.json"))
+    os.chmod(os.path.dirname(record), 0o555)
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        os.chmod(os.path.dirname(record), 0o755)
+    assert proc.returncode == 5, err
+    said = json.loads(out)
+    assert said["exit_code"] == 5 and "reads died" in said["message"], said
+    assert said["run_id"] == os.path.basename(os.path.dirname(record)), said
+
+
+@needs_permissions
 def test_a_runs_directory_made_read_only_mid_sweep_fails_its_points_and_says_so(tmp_path):
     runs = tmp_path / "runs"
     proc = _start(_manifest(tmp_path, "matrix: {k: [1, 2, 3, 4]}\n"), runs, "--parallel", "1", plain=True)

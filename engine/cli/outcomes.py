@@ -30,7 +30,9 @@ bad argument) and ``count`` (a bad manifest: how many; standard error and
 ``message`` list the first 50, then ``... and N more``),
 ``lock`` and ``holder`` (locked: the lock file and who holds it: pid,
 host, run, since), ``run_id`` and ``record`` (environment: a run whose
-disk refused its files, where its failed record was written; verify's
+disk refused its files, where its failed record was written; ``run_id``
+alone where not even that could be, its folder left with its running
+record; verify's
 rerun adds ``rerun_id``, ``run_id`` being the run verified; a full
 disk, a quota, a read-only or failing file system is the environment's,
 exit 5, wherever hetflow meets it), ``sweep_id``, ``summary`` and
@@ -119,7 +121,8 @@ def _unavailable(e: EnvironmentUnavailable, debug: bool) -> Outcome:
                        _error("environment", EXIT_ENVIRONMENT, str(e), **said), e.sweep_id if e.summary else None)
     # a run whose disk refused its files (StorageUnavailable) names its record where that says failed
     record = getattr(e, "record_path", None)
-    made = _made(record)
+    # a run whose record could not be written at all: its folder, named by its id, is still there to look at
+    made = _made(record) or ({"run_id": e.run_id} if getattr(e, "run_id", None) else {})
     lines = [f"hetflow: error: {e}"] + ([f"record: {record}"] if record else [])
     verifies = getattr(e, "verifies", None)  # verify's rerun: run_id is the run it verifies, as verify's own object
     said = {"run_id": verifies, "rerun_id": made.get("run_id"), "record": made.get("record")} if verifies else made

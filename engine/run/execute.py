@@ -824,8 +824,9 @@ def _unwritten(error: OSError, run_id: str, run_dir: str, record_path: str | Non
     try:
         os.rmdir(run_dir)
     except OSError:
+        # the folder stays, with its running record: its id is how the user finds it
         return StorageUnavailable(f"{what}; its record could not be written either, and reads died once this "
-                                  "process has ended")
+                                  "process has ended", None, run_id)
     return StorageUnavailable(f"{what}; nothing of the run was kept")
 
 
